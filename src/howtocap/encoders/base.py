@@ -1,0 +1,84 @@
+"""The one interface every image–text dual encoder implements.
+
+Subclasses implement the four torch-level methods; ``encode_images``/``encode_texts`` (batched,
+no-grad, L2-normalised numpy) come for free, and training uses the torch-level ones directly.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """``cuda`` when present unless told otherwise."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Encoder(nn.Module, ABC):
+    """An image–text dual encoder. ``name`` identifies weights (it keys the frame cache)."""
+
+    name: str
+    dim: int
+    image_size: int = 224
+
+    # -- torch level (used by training) ----------------------------------------------------
+    @abstractmethod
+    def preprocess_images(self, frames: np.ndarray) -> torch.Tensor:
+        """uint8 RGB frames ``(n, H, W, 3)`` -> model-ready pixel tensor on ``self.device``."""
+
+    @abstractmethod
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor] | torch.Tensor:
+        """Texts -> model-ready token tensors on ``self.device``."""
+
+    @abstractmethod
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Unnormalised image embeddings ``(n, dim)`` (with grad when training)."""
+
+    @abstractmethod
+    def text_features(self, tokens: Any) -> torch.Tensor:
+        """Unnormalised text embeddings ``(n, dim)`` (with grad when training)."""
+
+    # -- numpy level (used by align, search, eval) -----------------------------------------
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        for b in self.buffers():
+            return b.device
+        return torch.device("cpu")
+
+    @torch.no_grad()
+    def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
+        """L2-normalised float32 embeddings ``(n, dim)`` of uint8 RGB frames ``(n, H, W, 3)``."""
+        if len(frames) == 0:
+            return np.zeros((0, self.dim), np.float32)
+        was_training = self.training
+        self.eval()
+        out = []
+        for i in range(0, len(frames), batch_size):
+            feats = self.image_features(self.preprocess_images(frames[i:i + batch_size]))
+            out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
+        self.train(was_training)
+        return np.concatenate(out)
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """L2-normalised float32 embeddings ``(n, dim)``."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), np.float32)
+        was_training = self.training
+        self.eval()
+        out = []
+        for i in range(0, len(texts), batch_size):
+            feats = self.text_features(self.tokenize(list(texts[i:i + batch_size])))
+            out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
+        self.train(was_training)
+        return np.concatenate(out)

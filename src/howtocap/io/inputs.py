@@ -1,0 +1,83 @@
+"""Turn the CLI's INPUT... (video files, folders, manifest CSVs) into a list of videos."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from howtocap.errors import InputError
+
+VIDEO_EXTS = {".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".ts"}
+SUBTITLE_EXTS = (".vtt", ".srt")
+
+
+@dataclass(frozen=True)
+class VideoItem:
+    """One video to process; ``subtitle_path`` is an explicit subtitle file, if any."""
+
+    video_id: str
+    video_path: Path | None
+    subtitle_path: Path | None = None
+
+    def sidecar_subtitle(self) -> Path | None:
+        """``<stem>.vtt`` / ``.srt`` (also ``<stem>.en.vtt`` as yt-dlp writes) next to the video."""
+        if self.video_path is None:
+            return None
+        for ext in SUBTITLE_EXTS:
+            for cand in (self.video_path.with_suffix(ext),
+                         self.video_path.with_suffix(".en" + ext)):
+                if cand.exists():
+                    return cand
+        return None
+
+
+def _read_manifest(path: Path) -> list[VideoItem]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"manifest is not UTF-8 ({exc.reason})") from None
+    if not rows:
+        raise InputError(path, "manifest is empty (expected a header video_id,video_path)")
+    cols = set(rows[0])
+    if not {"video_id", "video_path"} <= cols:
+        raise InputError(path, f"manifest needs columns video_id,video_path[,subtitle_path]; "
+                               f"found {','.join(sorted(c for c in cols if c))}")
+    items = []
+    for i, row in enumerate(rows, start=2):
+        vid = (row.get("video_id") or "").strip()
+        if not vid:
+            raise InputError(path, f"line {i}: empty video_id")
+        vp = (row.get("video_path") or "").strip()
+        sp = (row.get("subtitle_path") or "").strip()
+        items.append(VideoItem(
+            vid,
+            (path.parent / vp).resolve() if vp else None,
+            (path.parent / sp).resolve() if sp else None,
+        ))
+    return items
+
+
+def resolve_inputs(inputs: list[str | Path]) -> list[VideoItem]:
+    """Videos from files, folders (recursive) and ``.csv`` manifests; duplicates keep the first."""
+    items: list[VideoItem] = []
+    for raw in inputs:
+        path = Path(raw)
+        if not path.exists():
+            raise InputError(path, "no such file or folder")
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_EXTS
+                           and p.is_file())
+            items += [VideoItem(p.stem, p.resolve()) for p in found]
+        elif path.suffix.lower() == ".csv":
+            items += _read_manifest(path)
+        else:
+            items.append(VideoItem(path.stem, path.resolve()))
+    seen: set[str] = set()
+    unique = []
+    for it in items:
+        if it.video_id not in seen:
+            seen.add(it.video_id)
+            unique.append(it)
+    return unique

@@ -1,0 +1,100 @@
+"""Prompt templates: the paper's final prompt by default, or the user's own file.
+
+A template is plain text holding one placeholder where the block goes: ``{asr}`` (preferred),
+``<block>`` or ``{}`` (the reference's YAML style). A ``.yaml``/``.yml`` file may instead hold
+``prompt:`` (the template), an optional ``system:`` message and optional few-shot
+``examples:`` as ``[[asr, answer], ...]``. We only build chat *messages*; the backend applies
+the model's own chat template, so the same template works for every model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from howtocap.errors import InputError
+from howtocap.llm.blocks import Block
+
+PLACEHOLDERS = ("{asr}", "<block>", "{}")
+
+DEFAULT_TEMPLATE = (
+    "I will give you an automatically recognized speech with timestamps from a video segment "
+    "that is cut from a long video. Write a summary for this video segment. Write only short "
+    "sentences. Describe only one action per sentence. Keep only actions that happen in the "
+    "present time. Begin each sentence with an estimated timestamp. Here is this automatically "
+    'recognized speech: "{asr}"'
+)
+
+
+@dataclass(frozen=True)
+class Template:
+    prompt: str = DEFAULT_TEMPLATE
+    system: str | None = None
+    examples: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def render(self, asr: str) -> str:
+        for ph in PLACEHOLDERS:
+            if ph in self.prompt:
+                return self.prompt.replace(ph, asr)
+        raise ValueError("template has no placeholder")  # guarded by check_template
+
+
+def check_template(prompt: str, origin: str = "template") -> str:
+    if not any(ph in prompt for ph in PLACEHOLDERS):
+        raise InputError(origin, "prompt template has no placeholder for the speech; put {asr} "
+                                 "(or <block>) where the ASR block should go")
+    return prompt
+
+
+def load_template(path: str | Path) -> Template:
+    """Read a template file (text or YAML); a bad file is one clear line naming it."""
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(p, "prompt template file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(p, f"cannot read prompt template ({exc})") from None
+    if p.suffix.lower() not in (".yaml", ".yml"):
+        return Template(prompt=check_template(raw.strip(), str(p)))
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InputError(p, f"invalid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("prompt"), str):
+        raise InputError(p, "YAML template needs a 'prompt:' string")
+    examples = data.get("examples") or []
+    try:
+        pairs = tuple((str(a), str(b)) for a, b in examples)
+    except (TypeError, ValueError):
+        raise InputError(p, "'examples:' must be a list of [asr, answer] pairs") from None
+    system = data.get("system")
+    return Template(prompt=check_template(data["prompt"].strip(), str(p)),
+                    system=str(system) if system else None, examples=pairs)
+
+
+def resolve_template(template: str | Path | Template | None) -> Template:
+    """Accept a Template, a path to a file, template text, or None (the paper's prompt)."""
+    if template is None:
+        return Template()
+    if isinstance(template, Template):
+        return template
+    if isinstance(template, Path) or (not any(ph in template for ph in PLACEHOLDERS)
+                                      and "\n" not in template and len(template) < 4096):
+        return load_template(template)
+    return Template(prompt=check_template(str(template)))
+
+
+def build_messages(block: Block, template: Template | str | None = None) -> list[dict[str, str]]:
+    """Chat messages for one block: optional system, few-shot pairs, then the block."""
+    tpl = resolve_template(template)
+    msgs: list[dict[str, str]] = []
+    if tpl.system:
+        msgs.append({"role": "system", "content": tpl.system})
+    for asr, answer in tpl.examples:
+        msgs.append({"role": "user", "content": tpl.render(asr.strip())})
+        msgs.append({"role": "assistant", "content": answer.strip()})
+    msgs.append({"role": "user", "content": tpl.render(block.text)})
+    return msgs

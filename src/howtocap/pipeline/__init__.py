@@ -1,0 +1,1 @@
+"""Stages (pure per-video functions) and the runner that orchestrates them."""

@@ -1,0 +1,308 @@
+"""Small narrated "instructional" videos whose ground truth we know exactly.
+
+No real instructional video can be downloaded here, so tests, benchmarks and ``make demo`` build
+their own: each step shows one real photograph (shipped inside scikit-image) with a slow zoom and
+pan, while espeak-ng speaks a how-to sentence about it. Because we place every sentence
+ourselves, the true narration times and the true visual step times are known, which lets the
+alignment and ASR stages be measured, not just run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import shutil
+import subprocess
+import tempfile
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from howtocap.errors import HowtocapError
+
+# (scikit-image photograph, what the narrator says, a short reference caption of the action)
+DEFAULT_STEPS: list[tuple[str, str, str]] = [
+    ("coffee", "Now I'm going to pour the hot coffee into the cup, nice and slowly.",
+     "pour coffee into a cup"),
+    ("chelsea", "Next, gently brush the cat's fur so it stays soft and clean.",
+     "brush the cat's fur"),
+    ("rocket", "Then we wait for the countdown and launch the rocket from the pad.",
+     "launch the rocket"),
+    ("astronaut", "Okay, so put on the space suit and check the helmet seal.",
+     "put on the space suit"),
+    ("camera", "Now set the camera on the tripod and take the photo.",
+     "take a photo with the camera"),
+    ("motorcycle_left", "After that, park the motorcycle and check both of the tires.",
+     "check the motorcycle tires"),
+    ("coins", "Alright, now count the coins and sort them into small piles.",
+     "count and sort the coins"),
+    ("moon", "Tonight, point your telescope at the moon and adjust the focus.",
+     "look at the moon through a telescope"),
+    ("brick", "Next, lay the bricks in a straight row with a little mortar.",
+     "lay bricks in a row"),
+    ("page", "Finally, read the instructions on the page one more time.",
+     "read the instructions on the page"),
+    ("horse", "So now lead the horse out of the stable and into the field.",
+     "lead the horse into the field"),
+    ("retina", "Look closely at the picture of the eye and find the blood vessels.",
+     "examine the eye image"),
+]
+
+SAMPLE_RATE = 22050  # espeak-ng's native rate; the muxer keeps it
+_MIN_GAP = 0.15  # seconds of silence kept between consecutive narrations
+
+
+@dataclass
+class Step:
+    """One visual step; ``narration_start/end`` are the true spoken times (seconds)."""
+
+    image: str
+    start: float
+    end: float
+    narration: str
+    caption: str
+    narration_start: float = 0.0
+    narration_end: float = 0.0
+
+
+@dataclass
+class SampleVideo:
+    video_id: str
+    video_path: Path
+    subtitle_path: Path | None
+    steps: list[Step] = field(default_factory=list)
+    duration: float = 0.0
+
+
+def _image_dir() -> Path:
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise HowtocapError("sample videos need the photographs in scikit-image: "
+                            "pip install scikit-image")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+def available_images() -> list[str]:
+    """Names of the photographs usable as steps (those shipped as plain image files)."""
+    d = _image_dir()
+    return sorted(p.stem for p in d.iterdir() if p.suffix in (".png", ".jpg"))
+
+
+def _load_image(name: str, size: int) -> np.ndarray:
+    """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan)."""
+    from PIL import Image
+
+    d = _image_dir()
+    for ext in (".png", ".jpg"):
+        if (d / f"{name}{ext}").exists():
+            img = Image.open(d / f"{name}{ext}").convert("RGB")
+            break
+    else:
+        raise HowtocapError(f"no photograph named {name!r}; choose from "
+                            f"{', '.join(available_images())}")
+    big = int(round(size * 1.25))
+    w, h = img.size
+    scale = big / min(w, h)
+    img = img.resize((max(big, round(w * scale)), max(big, round(h * scale))),
+                     Image.Resampling.BILINEAR)
+    w, h = img.size
+    left, top = (w - big) // 2, (h - big) // 2
+    return np.asarray(img.crop((left, top, left + big, top + big)))
+
+
+def _step_frames(photo: np.ndarray, n: int, size: int, rng: random.Random) -> list[bytes]:
+    """``n`` frames of a slow zoom-in with a pan, so consecutive frames really differ."""
+    from PIL import Image
+
+    img = Image.fromarray(photo)
+    big = photo.shape[0]
+    dx, dy = rng.choice([-1, 1]), rng.choice([-1, 1])
+    frames = []
+    for i in range(n):
+        t = i / max(n - 1, 1)
+        crop = big - (big - size) * (0.2 + 0.8 * t)  # from ~1.2x frame size to frame size
+        slack = big - crop
+        cx = slack / 2 + dx * (t - 0.5) * slack * 0.8
+        cy = slack / 2 + dy * (t - 0.5) * slack * 0.8
+        box = (cx, cy, cx + crop, cy + crop)
+        frames.append(img.resize((size, size), Image.Resampling.BILINEAR, box=box).tobytes())
+    return frames
+
+
+def _speak(text: str, wpm: int, tmp: Path) -> np.ndarray:
+    """espeak-ng speech as int16 samples at ``SAMPLE_RATE``, leading/trailing silence trimmed."""
+    if shutil.which("espeak-ng") is None:
+        raise HowtocapError("narration needs espeak-ng: apt-get install espeak-ng "
+                            "(or pass audio=False)")
+    out = tmp / "say.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(wpm), "-w", str(out), text],
+                   check=True, capture_output=True)
+    with wave.open(str(out)) as w:
+        if w.getframerate() != SAMPLE_RATE or w.getsampwidth() != 2 or w.getnchannels() != 1:
+            raise HowtocapError(f"espeak-ng produced an unexpected WAV format ({out})")
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
+    return pcm[loud[0]:loud[-1] + 1] if len(loud) else pcm[:0]
+
+
+def _fit_speech(text: str, max_seconds: float, tmp: Path) -> np.ndarray:
+    """Speak at a natural rate, faster only if the sentence would overrun its step."""
+    wpm = 165
+    pcm = _speak(text, wpm, tmp)
+    for _ in range(3):
+        dur = len(pcm) / SAMPLE_RATE
+        if dur <= max_seconds or wpm >= 400:
+            break
+        wpm = min(400, int(wpm * dur / max_seconds * 1.05) + 1)
+        pcm = _speak(text, wpm, tmp)
+    return pcm[: int(max_seconds * SAMPLE_RATE)]
+
+
+def _fmt_time(t: float, sep: str) -> str:
+    ms = int(round(t * 1000))
+    h, ms = divmod(ms, 3_600_000)
+    m, ms = divmod(ms, 60_000)
+    s, ms = divmod(ms, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def write_subtitles(path: Path, cues: list[tuple[float, float, str]], fmt: str) -> None:
+    """Write ``(start, end, text)`` cues as WebVTT (``fmt="vtt"``) or SRT."""
+    if fmt == "vtt":
+        lines = ["WEBVTT", ""]
+        for s, e, text in cues:
+            lines += [f"{_fmt_time(s, '.')} --> {_fmt_time(e, '.')}", text, ""]
+    elif fmt == "srt":
+        lines = []
+        for i, (s, e, text) in enumerate(cues, start=1):
+            lines += [str(i), f"{_fmt_time(s, ',')} --> {_fmt_time(e, ',')}", text, ""]
+    else:
+        raise HowtocapError(f"subtitles must be 'vtt', 'srt' or None, not {fmt!r}")
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _place_narrations(steps: list[Step], speech: list[np.ndarray], lead: float,
+                      duration: float) -> np.ndarray:
+    """Mix each sentence into one track at step start + lead, never overlapping its neighbours."""
+    track = np.zeros(int(round(duration * SAMPLE_RATE)), dtype=np.int16)
+    free_from = 0.0
+    for step, pcm in zip(steps, speech, strict=True):
+        dur = len(pcm) / SAMPLE_RATE
+        start = max(step.start + lead, free_from, 0.0)
+        start = min(start, max(duration - dur, 0.0))
+        i = int(round(start * SAMPLE_RATE))
+        chunk = pcm[: len(track) - i]
+        track[i:i + len(chunk)] = chunk
+        step.narration_start = round(i / SAMPLE_RATE, 3)
+        step.narration_end = round((i + len(chunk)) / SAMPLE_RATE, 3)
+        free_from = step.narration_end + _MIN_GAP
+    return track
+
+
+def _narration_times_without_audio(steps: list[Step], lead: float, duration: float) -> None:
+    """Without audio there is no speech to measure: assume ~2.6 words/s inside each step."""
+    free_from = 0.0
+    for step in steps:
+        dur = min(len(step.narration.split()) / 2.6, step.end - step.start - 0.3)
+        start = min(max(step.start + lead, free_from, 0.0), max(duration - dur, 0.0))
+        step.narration_start = round(start, 3)
+        step.narration_end = round(start + dur, 3)
+        free_from = step.narration_end + _MIN_GAP
+
+
+def make_narrated_video(out_dir: Path, video_id: str,
+                        steps: list[tuple[str, str, str]] | None = None,
+                        *, seconds_per_step: float = 6.0, fps: int = 10, size: int = 224,
+                        audio: bool = True, subtitles: str | None = "vtt",
+                        narration_lead: float = 0.0, seed: int = 0) -> SampleVideo:
+    """Write ``<out_dir>/<video_id>.mp4`` (H.264 + AAC) and, if asked, a sidecar subtitle file.
+
+    ``narration_lead`` shifts every sentence relative to its step (negative: the narrator talks
+    about a step before it is shown, as real instructors often do). Sentences longer than a step
+    are spoken faster so that the ground truth stays one sentence per step.
+    """
+    if shutil.which("ffmpeg") is None:
+        raise HowtocapError("sample videos need ffmpeg: apt-get install ffmpeg")
+    if seconds_per_step <= 0.5 or fps < 1 or size < 16:
+        raise HowtocapError("seconds_per_step must be > 0.5 s, fps >= 1 and size >= 16")
+    step_specs = list(steps if steps is not None else DEFAULT_STEPS[:5])
+    if not step_specs:
+        raise HowtocapError("a sample video needs at least one step")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    size -= size % 2  # yuv420p needs even sizes
+    frames_per_step = max(1, int(round(seconds_per_step * fps)))
+    step_len = frames_per_step / fps
+    duration = step_len * len(step_specs)
+    plan = [Step(img, round(i * step_len, 3), round((i + 1) * step_len, 3), narr, cap)
+            for i, (img, narr, cap) in enumerate(step_specs)]
+    rng = random.Random(f"{seed}:{video_id}")
+    video_path = out_dir / f"{video_id}.mp4"
+
+    with tempfile.TemporaryDirectory(prefix="howtocap-sample-", dir=out_dir) as tmp_name:
+        tmp = Path(tmp_name)
+        cmd = ["ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-s", f"{size}x{size}", "-r", str(fps), "-i", "-"]
+        if audio:
+            speech = [_fit_speech(s.narration, step_len - 0.4, tmp) for s in plan]
+            track = _place_narrations(plan, speech, narration_lead, duration)
+            wav_path = tmp / "narration.wav"
+            with wave.open(str(wav_path), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(SAMPLE_RATE)
+                w.writeframes(track.tobytes())
+            cmd += ["-i", str(wav_path), "-c:a", "aac", "-b:a", "64k"]
+        else:
+            _narration_times_without_audio(plan, narration_lead, duration)
+        cmd += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+                "-g", str(fps), "-movflags", "+faststart", "-t", f"{duration:.3f}",
+                str(tmp / "out.mp4")]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdin is not None
+        try:
+            for step in plan:
+                photo = _load_image(step.image, size)
+                for frame in _step_frames(photo, frames_per_step, size, rng):
+                    proc.stdin.write(frame)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.wait() != 0:
+            raise HowtocapError(f"ffmpeg failed writing {video_path}: {err.strip()[:300]}")
+        (tmp / "out.mp4").replace(video_path)
+
+    sub_path = None
+    if subtitles is not None:
+        sub_path = out_dir / f"{video_id}.{subtitles}"
+        write_subtitles(sub_path, [(s.narration_start, s.narration_end, s.narration)
+                                   for s in plan], subtitles)
+    return SampleVideo(video_id, video_path, sub_path, plan, round(duration, 3))
+
+
+def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0,
+                     **kw: object) -> list[SampleVideo]:
+    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps."""
+    rng = random.Random(seed)
+    seen: set[tuple[str, ...]] = set()
+    videos = []
+    for v in range(n_videos):
+        for _ in range(100):
+            k = rng.choice([4, 5])
+            chosen = rng.sample(DEFAULT_STEPS, k)
+            key = tuple(s[0] for s in chosen)
+            if key not in seen:
+                break
+        seen.add(key)
+        videos.append(make_narrated_video(Path(out_dir), f"sample_{v:03d}", chosen,
+                                          seed=seed, **kw))  # type: ignore[arg-type]
+    return videos
+
+
+def make_demo_video(out_dir: Path, *, subtitles: str | None = "vtt") -> SampleVideo:
+    """The video ``make demo`` runs on: five steps, 30 s, narrated, with a WebVTT sidecar."""
+    return make_narrated_video(Path(out_dir), "demo_howto", DEFAULT_STEPS[:5],
+                               subtitles=subtitles)
