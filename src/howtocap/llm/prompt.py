@@ -1,10 +1,13 @@
 """Prompt templates: the paper's final prompt by default, or the user's own file.
 
 A template is plain text holding one placeholder where the block goes: ``{asr}`` (preferred),
-``<block>`` or ``{}`` (the reference's YAML style). A ``.yaml``/``.yml`` file may instead hold
+``<block>`` or ``{}`` (the reference's YAML style). A ``.yaml``/``.yml``/``.json`` file may hold
 ``prompt:`` (the template), an optional ``system:`` message and optional few-shot
 ``examples:`` as ``[[asr, answer], ...]``. We only build chat *messages*; the backend applies
 the model's own chat template, so the same template works for every model.
+
+Built-in names: ``paper`` (the default) and ``fewshot`` (the paper's prompt plus one worked
+example, ``templates/fewshot.json``).
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from howtocap.errors import InputError
 from howtocap.llm.blocks import Block
 
 PLACEHOLDERS = ("{asr}", "<block>", "{}")
+# As in the paper's config, the block sits in quotes and (as the reference's blocks did) starts
+# on a new line.
+BUILTIN = {"fewshot": Path(__file__).with_name("templates") / "fewshot.json"}
 
 DEFAULT_TEMPLATE = (
     "I will give you an automatically recognized speech with timestamps from a video segment "
     "that is cut from a long video. Write a summary for this video segment. Write only short "
     "sentences. Describe only one action per sentence. Keep only actions that happen in the "
     "present time. Begin each sentence with an estimated timestamp. Here is this automatically "
-    'recognized speech: "{asr}"'
+    'recognized speech: "\n{asr}".'
 )
 
 
@@ -57,7 +63,7 @@ def load_template(path: str | Path) -> Template:
         raise InputError(p, "prompt template file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(p, f"cannot read prompt template ({exc})") from None
-    if p.suffix.lower() not in (".yaml", ".yml"):
+    if p.suffix.lower() not in (".yaml", ".yml", ".json"):
         return Template(prompt=check_template(raw.strip(), str(p)))
     try:
         data = yaml.safe_load(raw)
@@ -76,9 +82,11 @@ def load_template(path: str | Path) -> Template:
 
 
 def resolve_template(template: str | Path | Template | None) -> Template:
-    """Accept a Template, a path to a file, template text, or None (the paper's prompt)."""
-    if template is None:
+    """A Template, a built-in name, a path to a file, template text, or None (paper)."""
+    if template is None or template == "paper":
         return Template()
+    if isinstance(template, str) and template in BUILTIN:
+        return load_template(BUILTIN[template])
     if isinstance(template, Template):
         return template
     if isinstance(template, Path) or (not any(ph in template for ph in PLACEHOLDERS)

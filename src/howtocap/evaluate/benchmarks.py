@@ -1,0 +1,259 @@
+"""Readers for the standard text-video retrieval test sets, in their published file formats.
+
+Each reader returns one :class:`EvalSample` per (caption, clip) pair. A clip is a video file,
+optionally cut to ``[start, end]`` seconds (YouCook2 segments, a user's own CSV). Video files
+are looked up under ``video_root`` by file stem, at any depth, so the usual download layouts
+(``all/video7579.mp4``, ``validation/113/<id>.mkv``, ``<movie>/<clip>.avi``) all work; a clip
+whose file is missing keeps ``video_path=None`` and is reported as skipped by the evaluation.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.io.inputs import VIDEO_EXTS
+
+KINDS = ("msrvtt", "youcook2", "msvd", "lsmdc", "csv")
+
+
+@dataclass(frozen=True)
+class EvalSample:
+    """One caption and the clip it describes; ``start``/``end`` ``None`` = the whole video."""
+
+    video_id: str
+    video_path: Path | None
+    caption: str
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def clip_key(self) -> tuple[str, float | None, float | None]:
+        """Samples with equal keys describe the same clip (several captions per video)."""
+        return (self.video_id, self.start, self.end)
+
+
+def index_videos(video_root: Path | None) -> dict[str, Path]:
+    """Map file stem -> path for every video file under ``video_root`` (first one wins)."""
+    if video_root is None:
+        return {}
+    root = Path(video_root)
+    if not root.is_dir():
+        raise InputError(root, "video folder does not exist")
+    found: dict[str, Path] = {}
+    for p in sorted(root.rglob("*")):
+        if p.suffix.lower() in VIDEO_EXTS and p.is_file():
+            found.setdefault(p.stem, p)
+    return found
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise InputError(path, "annotation file does not exist")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"is not UTF-8 text ({exc.reason})") from None
+
+
+def _csv_rows(path: Path, required: tuple[str, ...], delimiter: str = ",") -> list[dict]:
+    """Rows of a headed CSV; a missing required column is an ``InputError`` naming it."""
+    text = _read_text(path)
+    reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise InputError(path, f"missing column {', '.join(missing)} "
+                               f"(found: {', '.join(c for c in cols if c) or 'nothing'})")
+    rows = [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else v
+             for k, v in row.items()} for row in reader]
+    if not rows:
+        raise InputError(path, "has a header but no rows")
+    return rows
+
+
+def read_msrvtt(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
+    """MSR-VTT 1k-A: ``MSRVTT_JSFUSION_test.csv`` (key,vid_key,video_id,sentence), 1 caption each.
+
+    Videos are ``<video_id>.mp4`` (e.g. ``video7579.mp4``) anywhere under ``video_root``.
+    """
+    rows = _csv_rows(annotation_path, ("video_id", "sentence"))
+    videos = index_videos(video_root)
+    out = []
+    for i, row in enumerate(rows, start=2):
+        vid, text = row["video_id"], row["sentence"]
+        if not vid or not text:
+            raise InputError(annotation_path, f"line {i}: empty video_id or sentence")
+        out.append(EvalSample(vid, videos.get(vid), text))
+    return out
+
+
+def read_youcook2(annotation_path: Path, video_root: Path | None, *,
+                  subset: str = "validation") -> list[EvalSample]:
+    """YouCook2 clips: ``youcookii_annotations_trainval.json``, one clip per annotated segment.
+
+    The standard text-to-video test uses the ``validation`` subset (~3.3k clips); each clip
+    is ``[segment[0], segment[1]]`` seconds of the raw video ``<youtube id>.{mp4,mkv,webm}``.
+    """
+    try:
+        data = json.loads(_read_text(annotation_path))
+    except json.JSONDecodeError as exc:
+        raise InputError(annotation_path, f"is not valid JSON ({exc.msg}, line {exc.lineno})"
+                         ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("database"), dict):
+        raise InputError(annotation_path, "missing key 'database' (expected YouCook2's "
+                                          "youcookii_annotations_*.json)")
+    videos = index_videos(video_root)
+    out = []
+    for vid, entry in data["database"].items():
+        if not isinstance(entry, dict):
+            raise InputError(annotation_path, f"database[{vid!r}] is not an object")
+        for key in ("subset", "annotations"):
+            if key not in entry:
+                raise InputError(annotation_path, f"database[{vid!r}]: missing key {key!r}")
+        if entry["subset"] != subset:
+            continue
+        for j, ann in enumerate(entry["annotations"]):
+            for key in ("segment", "sentence"):
+                if key not in ann:
+                    raise InputError(annotation_path,
+                                     f"database[{vid!r}].annotations[{j}]: missing key {key!r}")
+            seg = ann["segment"]
+            if not (isinstance(seg, list) and len(seg) == 2) or float(seg[1]) <= float(seg[0]):
+                raise InputError(annotation_path, f"database[{vid!r}].annotations[{j}]: "
+                                                  f"segment must be [start, end], got {seg!r}")
+            out.append(EvalSample(vid, videos.get(vid), str(ann["sentence"]).strip(),
+                                  float(seg[0]), float(seg[1])))
+    if not out:
+        raise InputError(annotation_path, f"no annotated clips in subset {subset!r}")
+    return out
+
+
+class _CaptionUnpickler(pickle.Unpickler):
+    """``raw-captions.pkl`` holds only dicts, lists and strings: refuse anything else."""
+
+    def find_class(self, module: str, name: str) -> object:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def read_msvd(annotation_path: Path, video_root: Path | None, *,
+              captions_path: Path | None = None) -> list[EvalSample]:
+    """MSVD test: ``test_list.txt`` (one video id per line) + ``raw-captions.pkl``.
+
+    ``annotation_path`` is the list file or the folder holding both files. The pickle maps a
+    video id (``-4wsuPCjDBc_5_15``) to its captions, each a list of tokens; a video has ~40,
+    and every one of them becomes a query.
+    """
+    path = Path(annotation_path)
+    list_path = path / "test_list.txt" if path.is_dir() else path
+    cap_path = Path(captions_path) if captions_path else list_path.parent / "raw-captions.pkl"
+    ids = [ln.strip() for ln in _read_text(list_path).splitlines() if ln.strip()]
+    if not ids:
+        raise InputError(list_path, "lists no video ids")
+    if not cap_path.is_file():
+        raise InputError(cap_path, "caption file does not exist (MSVD needs raw-captions.pkl "
+                                   "next to the list, or captions_path=)")
+    try:
+        with cap_path.open("rb") as fh:
+            caps = _CaptionUnpickler(fh).load()
+    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise InputError(cap_path, f"is not a caption pickle ({exc})") from None
+    if not isinstance(caps, dict):
+        raise InputError(cap_path, "must hold a dict video_id -> list of captions")
+    videos = index_videos(video_root)
+    out = []
+    for vid in ids:
+        if vid not in caps:
+            raise InputError(cap_path, f"no captions for video {vid!r} listed in {list_path}")
+        for cap in caps[vid]:
+            text = " ".join(cap) if isinstance(cap, list | tuple) else str(cap)
+            if text.strip():
+                out.append(EvalSample(vid, videos.get(vid), text.strip()))
+    return out
+
+
+def read_lsmdc(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
+    """LSMDC test: ``LSMDC16_challenge_1000_publictect.csv``, tab-separated, no header.
+
+    Fields: clip id, start/end aligned, start/end extracted, sentence. Clips are already cut,
+    so each is a whole video file ``<clip id>.avi`` (under per-movie folders).
+    """
+    out = []
+    videos = index_videos(video_root)
+    for i, line in enumerate(_read_text(annotation_path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\r\n").split("\t")
+        if len(fields) != 6:
+            raise InputError(annotation_path,
+                             f"line {i}: expected 6 tab-separated columns (clip_id, "
+                             f"start_aligned, end_aligned, start_extracted, end_extracted, "
+                             f"sentence), found {len(fields)}")
+        clip, text = fields[0].strip(), fields[5].strip()
+        if not clip or not text:
+            raise InputError(annotation_path, f"line {i}: empty clip id or sentence")
+        out.append(EvalSample(clip, videos.get(clip), text))
+    if not out:
+        raise InputError(annotation_path, "has no rows")
+    return out
+
+
+def _float_or_none(value: str | None, path: Path, line: int, col: str) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}") from None
+
+
+def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
+    """A user's own set: ``video_id,video_path,caption[,start,end]`` with a header.
+
+    ``video_path`` is relative to ``video_root`` (or the CSV's folder when no root is given);
+    when empty, ``<video_id>.<ext>`` is looked up under the root. Rows with equal
+    ``video_id,start,end`` are several captions of one clip.
+    """
+    path = Path(annotation_path)
+    rows = _csv_rows(path, ("video_id", "video_path", "caption"))
+    base = Path(video_root) if video_root is not None else path.parent
+    videos: dict[str, Path] | None = None
+    out = []
+    for i, row in enumerate(rows, start=2):
+        vid, vp, text = row["video_id"], row["video_path"], row["caption"]
+        if not vid or not text:
+            raise InputError(path, f"line {i}: empty video_id or caption")
+        start = _float_or_none(row.get("start"), path, i, "start")
+        end = _float_or_none(row.get("end"), path, i, "end")
+        if (start is None) != (end is None) or (start is not None and end <= start):
+            raise InputError(path, f"line {i}: give both start and end (end > start) or neither")
+        if vp:
+            full: Path | None = (base / vp).resolve()
+            if not full.exists():
+                full = None
+        else:
+            if videos is None:
+                videos = index_videos(base)
+            full = videos.get(vid)
+        out.append(EvalSample(vid, full, text, start, end))
+    return out
+
+
+READERS: dict[str, Callable[..., list[EvalSample]]] = {
+    "msrvtt": read_msrvtt, "youcook2": read_youcook2, "msvd": read_msvd,
+    "lsmdc": read_lsmdc, "csv": read_csv,
+}
+
+
+def read_benchmark(kind: str, annotation_path: Path | str, video_root: Path | str | None,
+                   **kw: object) -> list[EvalSample]:
+    """The samples of benchmark ``kind`` (one of :data:`KINDS`); extra options per reader."""
+    if kind not in READERS:
+        raise HowtocapError(f"unknown benchmark {kind!r}; choose from {', '.join(KINDS)}")
+    root = Path(video_root) if video_root is not None else None
+    return READERS[kind](Path(annotation_path), root, **kw)

@@ -1,0 +1,73 @@
+"""The ``howtocap eval`` command; ``register(app)`` adds it to the main Typer app."""
+
+from __future__ import annotations
+
+import functools
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from howtocap.errors import HowtocapError
+
+
+class BenchmarkOpt(str, Enum):
+    msrvtt = "msrvtt"
+    youcook2 = "youcook2"
+    msvd = "msvd"
+    lsmdc = "lsmdc"
+    csv = "csv"
+
+
+class TiesOpt(str, Enum):
+    pessimistic = "pessimistic"
+    optimistic = "optimistic"
+    mean = "mean"
+
+
+def eval_command(
+    benchmark: Annotated[BenchmarkOpt, typer.Option(
+        "--benchmark", "-b", help="Annotation format: msrvtt (1k-A JSFusion CSV), youcook2 "
+        "(annotations JSON, validation clips), msvd (test_list.txt + raw-captions.pkl), lsmdc "
+        "(challenge 1000 TSV), csv (video_id,video_path,caption[,start,end]).")],
+    annotations: Annotated[Path, typer.Option(help="The benchmark's annotation file "
+                                                   "(for msvd: test_list.txt or its folder).")],
+    videos: Annotated[Path | None, typer.Option(help="Folder holding the videos "
+                                                     "(searched recursively by file stem).")
+                      ] = None,
+    encoder: Annotated[str, typer.Option(help="default | hf:<id or folder> | "
+                                              "openclip:<arch>/<pretrained> | checkpoint")
+                       ] = "default",
+    frames: Annotated[int, typer.Option(min=1, help="Frames sampled uniformly per clip; "
+                                                    "the clip embedding is their mean.")] = 12,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the metrics JSON here.")
+                   ] = None,
+    ties: Annotated[TiesOpt, typer.Option(help="How equal scores rank the correct item.")
+                    ] = TiesOpt.pessimistic,
+    limit: Annotated[int | None, typer.Option(help="Only the first N clips (a quick look).")
+                     ] = None,
+    subset: Annotated[str, typer.Option(help="YouCook2 subset.")] = "validation",
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache clip embeddings here.")] = None,
+    device: Annotated[str | None, typer.Option(help="cuda, cpu, … (default: cuda if present)")
+                      ] = None,
+) -> None:
+    """Text-to-video and video-to-text retrieval: R@1/5/10/50, median and mean rank."""
+    from howtocap.evaluate.run import evaluate
+
+    kw = {"subset": subset} if benchmark == BenchmarkOpt.youcook2 else {}
+    evaluate(benchmark.value, annotations, videos, encoder, n_frames=frames, out=out,
+             device=device, limit=limit, ties=ties.value, cache_dir=cache_dir, **kw)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` to ``app``; user mistakes print one line and exit 2."""
+
+    def wrapped(*args: object, **kwargs: object) -> None:
+        try:
+            eval_command(*args, **kwargs)  # type: ignore[arg-type]
+        except HowtocapError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    app.command("eval")(functools.wraps(eval_command)(wrapped))

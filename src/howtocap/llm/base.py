@@ -1,0 +1,89 @@
+"""The one small interface every LLM backend implements, and its generation settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Messages = list[dict[str, str]]
+
+
+class GenerationConfig(BaseModel):
+    """Sampling settings sent with every request.
+
+    Greedy decoding (temperature 0) by default so a re-run gives the same captions and small
+    models stay on format; the paper sampled with temperature 0.7 (set ``temperature=0.7``
+    to reproduce that).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = 0
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)  # > 0 curbs small models' loops
+
+    def request_fields(self) -> dict[str, object]:
+        """The OpenAI chat-completions fields for these settings."""
+        body: dict[str, object] = {"temperature": self.temperature, "top_p": self.top_p,
+                                   "max_tokens": self.max_tokens}
+        if self.stop:
+            body["stop"] = list(self.stop)
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.frequency_penalty:
+            body["frequency_penalty"] = self.frequency_penalty
+        return body
+
+
+class Reply(str):
+    """A reply's text that also remembers why generation stopped ("stop", "length", …)."""
+
+    finish_reason: str | None = None
+
+    @classmethod
+    def make(cls, text: str, finish_reason: str | None) -> Reply:
+        out = cls(text)
+        out.finish_reason = finish_reason
+        return out
+
+
+def drop_cut_line(reply: str) -> tuple[str, bool]:
+    """A reply cut by max_tokens ends mid-sentence: drop that last line (True if dropped)."""
+    if getattr(reply, "finish_reason", None) != "length":
+        return str(reply), False
+    lines = str(reply).rstrip().split("\n")
+    return "\n".join(lines[:-1]), True
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A chat model. ``chat_many`` returns, per request, the reply or the exception it raised."""
+
+    name: str
+
+    def chat(self, messages: Messages, gen: GenerationConfig) -> str: ...
+
+    def chat_many(self, batch: Sequence[Messages],
+                  gen: GenerationConfig) -> list[str | Exception]: ...
+
+
+class SequentialChatMixin:
+    """Default ``chat_many``: one request after another (backends override for concurrency)."""
+
+    def chat(self, messages: Messages, gen: GenerationConfig) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def chat_many(self, batch: Sequence[Messages],
+                  gen: GenerationConfig) -> list[str | Exception]:
+        out: list[str | Exception] = []
+        for msgs in batch:
+            try:
+                out.append(self.chat(msgs, gen))
+            except Exception as exc:  # returned, not raised: the caller decides per video
+                out.append(exc)
+        return out

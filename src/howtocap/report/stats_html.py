@@ -1,0 +1,279 @@
+"""``DIR/report.html``: one self-contained page (plots are base64 PNGs) drawn from stats.json.
+
+It reads only the stats dict, so a saved ``stats.json`` can be re-rendered without the run.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+LABELS = {"subtitles": "Subtitles (ASR)", "captions": "LLM captions", "kept": "Kept captions",
+          "dropped": "Dropped by the filter"}
+COLORS = {"subtitles": "#7f7f7f", "captions": "#1f77b4", "kept": "#2ca02c", "dropped": "#d62728"}
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2330;
+ max-width:1100px;margin:2rem auto;padding:0 1.2rem;background:#fafbfc}
+h1{font-size:1.7rem;margin:.2rem 0}h2{font-size:1.25rem;margin:2rem 0 .6rem;
+ border-bottom:2px solid #e3e7ee;padding-bottom:.3rem}
+.meta{color:#5b6475;font-size:.9rem}.note{background:#fff7e0;border-left:4px solid #f0b400;
+ padding:.5rem .8rem;margin:.6rem 0;border-radius:4px}
+.cards{display:flex;flex-wrap:wrap;gap:.8rem;margin:.8rem 0}
+.card{background:#fff;border:1px solid #e3e7ee;border-radius:8px;padding:.7rem 1rem;min-width:150px}
+.card b{display:block;font-size:1.5rem}.card span{color:#5b6475;font-size:.85rem}
+table{border-collapse:collapse;background:#fff;width:100%;margin:.5rem 0;
+ border:1px solid #e3e7ee}
+th,td{padding:.4rem .7rem;border-bottom:1px solid #eef1f5;text-align:right}
+th:first-child,td:first-child{text-align:left}thead th{background:#f1f4f8}
+td.msg{text-align:left;font-family:ui-monospace,monospace;font-size:.85rem}
+tr.group td{background:#f7f9fb;font-weight:600;text-align:left}
+.bad{color:#c0392b;font-weight:600}.plots{display:grid;grid-template-columns:1fr 1fr;gap:1rem}
+.plots figure{margin:0;background:#fff;border:1px solid #e3e7ee;border-radius:8px;padding:.5rem}
+.plots img{width:100%}figcaption{color:#5b6475;font-size:.85rem}
+dl{background:#fff;border:1px solid #e3e7ee;border-radius:8px;padding:.6rem 1rem}
+dt{font-weight:600;margin-top:.4rem}dd{margin-left:1rem;color:#3a4252}
+"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:,.{digits}f}"
+
+
+def _ms(d: dict[str, Any] | None, digits: int = 1) -> str:
+    if not d or d.get("mean") is None:
+        return "–"
+    return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}"
+
+
+def _secs(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 60:.1f} min" if s >= 120 else f"{s:.1f} s"
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
+               stacked: bool = False) -> str | None:
+    """One overlaid (or stacked) histogram from pre-binned counts, as base64 PNG."""
+    if not h or not h.get("edges") or not h.get("series"):
+        return None
+    edges = np.asarray(h["edges"], float)
+    fig, ax = plt.subplots(figsize=(5.6, 3.3))
+    bottom = np.zeros(len(edges) - 1)
+    for name, counts in h["series"].items():
+        c = np.asarray(counts, float)
+        if percent:
+            c = 100 * c / max(c.sum(), 1)
+        if stacked:
+            ax.bar(edges[:-1], c, width=np.diff(edges), bottom=bottom, align="edge",
+                   color=COLORS.get(name), alpha=.85, label=LABELS.get(name, name))
+            bottom += c
+        else:
+            ax.stairs(c, edges, color=COLORS.get(name), linewidth=2,
+                      label=f"{LABELS.get(name, name)} (n={int(np.sum(counts)):,})")
+    if h.get("clipped_at") is not None:
+        xlabel += f" (last bin: ≥ {h['clipped_at']})"
+    ax.set(title=title, xlabel=xlabel, ylabel="% of items" if percent else "count")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _summary_html(stats: dict[str, Any]) -> str:
+    s = stats["summary"]
+    kept = (f"{_num(s['captions_kept'])} <span>({s['kept_pct']:.0f}%)</span>"
+            if s.get("kept_pct") is not None else _num(s.get("captions_kept")))
+    cards = [("videos", _num(s["videos"])),
+             ("videos with a failed stage", f"<em class='{'bad' if s['videos_failed'] else ''}'>"
+                                            f"{_num(s['videos_failed'])}</em>"),
+             ("subtitle lines", _num(s.get("subtitles"))),
+             ("captions generated", _num(s.get("captions_generated"))),
+             ("captions aligned", _num(s.get("captions_aligned"))),
+             ("captions kept", kept)]
+    out = ["<div class='cards'>"]
+    out += [f"<div class='card'><b>{v}</b><span>{_esc(k)}</span></div>" for k, v in cards]
+    out.append("</div>")
+    if s.get("subtitle_sources"):
+        out.append("<p class='meta'>Subtitle sources: " + ", ".join(
+            f"{_esc(k)}: {v:,}" for k, v in s["subtitle_sources"].items()) + "</p>")
+    if s["stages"]:
+        out.append("<table><thead><tr><th>stage</th><th>videos ok</th><th>failed</th>"
+                   "<th>total time</th><th>mean time / video</th></tr></thead><tbody>")
+        for st in s["stages"]:
+            bad = " class='bad'" if st["failed"] else ""
+            out.append(f"<tr><td>{_esc(st['stage'])}</td><td>{st['ok']:,}</td>"
+                       f"<td{bad}>{st['failed']:,}</td><td>{_secs(st['seconds_total'])}</td>"
+                       f"<td>{_secs(st['seconds_mean'])}</td></tr>")
+        out.append("</tbody></table>")
+    else:
+        out.append("<p class='note'>No status records: per-stage counts and times are unknown."
+                   "</p>")
+    if s["failures"]:
+        out.append("<h3>Most common failures</h3><table><thead><tr><th>stage</th>"
+                   "<th>videos</th><th style='text-align:left'>message</th>"
+                   "<th>example video</th></tr></thead><tbody>")
+        for f in s["failures"]:
+            out.append(f"<tr><td>{_esc(f['stage'])}</td><td>{f['count']:,}</td>"
+                       f"<td class='msg'>{_esc(f['message'])}</td>"
+                       f"<td>{_esc(f['example_video'])}</td></tr>")
+        out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+ROWS: list[tuple[str, str, Any]] = [
+    ("Size", "", None),
+    ("texts", "texts", _num),
+    ("videos with text", "videos", _num),
+    ("texts used for vocabulary / n-grams / verbs", "texts_used", _num),
+    ("Words", "", None),
+    ("vocabulary (distinct words)", "vocabulary", _num),
+    ("words per caption (mean ± std)", "words_per_caption", _ms),
+    ("words per video (mean ± std)", "words_per_video", _ms),
+    ("captions per video (mean ± std)", "captions_per_video", _ms),
+    ("unique / total word 1-grams", ("word_ngram_ratio", "1"), _num),
+    ("unique / total word 2-grams", ("word_ngram_ratio", "2"), _num),
+    ("unique / total word 3-grams", ("word_ngram_ratio", "3"), _num),
+    ("Verbs (lemmatised)", "", None),
+    ("verb occurrences", "verbs", _num),
+    ("distinct verbs", "verb_vocabulary", _num),
+    ("diverse verbs % (outside the 5 most frequent)", "diverse_verbs_pct", _num),
+    ("unique / total verb 1-grams", ("verb_ngram_ratio", "1"), _num),
+    ("unique / total verb 2-grams", ("verb_ngram_ratio", "2"), _num),
+    ("unique / total verb 3-grams", ("verb_ngram_ratio", "3"), _num),
+    ("most frequent verbs", "top_verbs", None),
+]
+
+
+def _cell(corpus: dict[str, Any] | None, key: Any, fmt: Any) -> str:
+    if corpus is None:
+        return "–"
+    if key == "top_verbs":
+        return _esc(", ".join(f"{v} ({c})" for v, c in corpus.get("top_verbs", [])[:5]) or "–")
+    val = corpus.get(key[0], {}).get(key[1]) if isinstance(key, tuple) else corpus.get(key)
+    return fmt(val) if fmt is not None else _esc(val)
+
+
+def _comparison_html(stats: dict[str, Any]) -> str:
+    text = stats["text"]
+    cols = [c for c in ("subtitles", "captions", "kept") if c in text]
+    out = ["<table><thead><tr><th>statistic</th>"
+           + "".join(f"<th>{_esc(LABELS[c])}</th>" for c in cols) + "</tr></thead><tbody>"]
+    for label, key, fmt in ROWS:
+        if not key:
+            out.append(f"<tr class='group'><td colspan='{len(cols) + 1}'>{_esc(label)}</td></tr>")
+            continue
+        style = " style='text-align:left;font-size:.85rem'" if key == "top_verbs" else ""
+        out.append(f"<tr><td>{_esc(label)}</td>"
+                   + "".join(f"<td{style}>{_cell(text.get(c), key, fmt)}</td>" for c in cols)
+                   + "</tr>")
+    out.append("</tbody></table>")
+    al = stats.get("alignment")
+    if al:
+        out.append("<h3>Alignment</h3><table><thead><tr><th></th><th>rows</th>"
+                   "<th>offset mean ± std (s)</th><th>median offset (s)</th>"
+                   "<th>mean |offset| (s)</th><th>score mean ± std</th></tr></thead><tbody>")
+        for part in ("all", "kept"):
+            b = al[part]
+            out.append(f"<tr><td>{part}</td><td>{b['rows']:,}</td><td>{_ms(b['offset'], 2)}</td>"
+                       f"<td>{_num(b['offset']['median'])}</td>"
+                       f"<td>{_num(b['offset']['abs_mean'])}</td>"
+                       f"<td>{_ms(b['score'], 3)}</td></tr>")
+        out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+DEFINITIONS = [
+    ("word", "a maximal run of letters or digits, inner apostrophes allowed (don't), "
+             "lower-cased."),
+    ("vocabulary", "number of distinct words in the corpus (on the sample, see above)."),
+    ("words per caption / per video", "mean and population standard deviation of the word "
+     "count of one text, or of all texts of one video; exact over all rows."),
+    ("verbs", "tokens spaCy tags as VERB (auxiliaries such as is/have/can excluded), counted by "
+              "their lower-cased lemma."),
+    ("diverse verbs %", "share of verb occurrences whose lemma is not among the corpus's 5 most "
+                        "frequent verb lemmas (ties broken alphabetically)."),
+    ("unique / total word n-grams", "distinct n-grams of consecutive words divided by all "
+     "n-grams; n-grams never cross from one text to the next. Higher means less repetitive. "
+     "Ratios fall as a corpus grows, so compare corpora of similar size."),
+    ("unique / total verb n-grams", "the same over the sequence of verb lemmas of each text "
+                                    "(e.g. 'cut the onion and add salt' gives cut, add)."),
+]
+
+
+def render_html(stats: dict[str, Any]) -> str:
+    """The report page: run summary, ASR-vs-captions table, histograms, definitions."""
+    notes = []
+    missing = stats.get("missing", [])
+    hints = {"aligned": "no alignment yet: kept-caption statistics, offsets and scores need "
+                        "`howtocap align`.",
+             "captions": "no captions yet: run `howtocap caption`.",
+             "subtitles": "no subtitles table.",
+             "status": "no status records."}
+    notes += [hints[m] for m in missing if m in hints]
+    sampled = [c for c, v in stats["text"].items() if v and v.get("sampled")]
+    if sampled:
+        notes.append(f"Vocabulary, n-gram and verb statistics use a random sample of at most "
+                     f"{stats['max_texts']:,} texts per corpus (seed {stats['seed']}) for: "
+                     + ", ".join(LABELS[c] for c in sampled)
+                     + ". Word counts per caption and per video use all rows.")
+    h = stats.get("histograms", {})
+    plots = [
+        (_hist_plot(h.get("words_per_caption", {}), "Caption length", "words per caption",
+                    percent=True), "Words per text, as % of each corpus."),
+        (_hist_plot(h.get("captions_per_video", {}), "Captions per video", "texts per video",
+                    percent=True), "Texts per video, as % of videos with text."),
+        (_hist_plot(h.get("offset", {}), "Alignment offsets", "offset (s)", percent=False,
+                    stacked=True),
+         "The offset column of aligned.parquet: how far alignment moved each caption "
+         "from the LLM's timestamp."),
+        (_hist_plot(h.get("score", {}), "Alignment scores", "video–text score", percent=False,
+                    stacked=True), "Score of each caption at its aligned position."),
+    ]
+    figs = "".join(f"<figure><img alt='{_esc(cap)}' src='data:image/png;base64,{img}'>"
+                   f"<figcaption>{_esc(cap)}</figcaption></figure>"
+                   for img, cap in plots if img)
+    defs = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in DEFINITIONS)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>howtocap report – {_esc(stats['run_dir'])}</title><style>{CSS}</style></head>
+<body>
+<h1>howtocap dataset report</h1>
+<p class="meta">{_esc(stats['run_dir'])} · generated {_esc(stats['generated_at'])} ·
+howtocap {_esc(stats['howtocap_version'])} · spaCy model {_esc(stats['spacy_model'])}</p>
+{"".join(f"<p class='note'>{_esc(n)}</p>" for n in notes)}
+<h2>Run summary</h2>
+{_summary_html(stats)}
+<h2>Subtitles vs captions</h2>
+{_comparison_html(stats)}
+<h2>Distributions</h2>
+<div class="plots">{figs or "<p>No data to plot.</p>"}</div>
+<h2>Definitions</h2>
+<dl>{defs}</dl>
+</body></html>
+"""

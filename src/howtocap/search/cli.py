@@ -1,0 +1,131 @@
+"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library argument.
+
+The main CLI calls ``register(app)``; the commands are self-contained so they can also be
+mounted on any other Typer app (the tests do that).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from howtocap.errors import HowtocapError
+
+F = TypeVar("F", bound=Callable[..., Any])
+err = Console(stderr=True)
+
+
+class By(str, Enum):
+    text = "text"
+    video = "video"
+    both = "both"
+
+
+class IndexType(str, Enum):
+    auto = "auto"
+    flat = "flat"
+    hnsw = "hnsw"
+
+
+def _one_line_errors(fn: F) -> F:
+    """User mistakes become one red line and exit code 2 (same contract as the main CLI)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", UserWarning)
+                result = fn(*args, **kwargs)
+            for w in caught:
+                if issubclass(w.category, UserWarning):
+                    err.print(f"[yellow]note:[/yellow] {w.message}", highlight=False)
+            return result
+        except HowtocapError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+RunDirArg = Annotated[Path, typer.Argument(help="Run directory (made by `howtocap caption`).")]
+EncoderOpt = Annotated[str | None, typer.Option(
+    "--encoder", help="Encoder name (default: `default` for index, the index's own for search).")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
+                                                     "available).")]
+
+
+def index_cmd(
+    run_dir: RunDirArg,
+    encoder: EncoderOpt = None,
+    device: DeviceOpt = None,
+    rebuild: Annotated[bool, typer.Option(help="Drop the old index (needed to change "
+                                               "encoder).")] = False,
+    index_type: Annotated[IndexType, typer.Option(
+        help="auto: exact up to 50k clips, HNSW above.")] = IndexType.auto,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Index the kept clips (caption text + clip video embeddings) for `search` and `serve`."""
+    from howtocap.search.index import build_index
+
+    info = build_index(run_dir, encoder or "default", device=device, rebuild=rebuild,
+                       index_type=index_type.value, progress=not as_json)
+    if as_json:
+        typer.echo(json.dumps(info.to_dict(), indent=2))
+        return
+    err.print(f"indexed {info.n} clips of {len(info.embedded) + len(info.reused)} videos "
+              f"({info.index_type}, encoder {info.encoder}, from {info.source}.parquet) in "
+              f"{info.seconds:.1f} s: {len(info.embedded)} embedded, {len(info.reused)} reused, "
+              f"{len(info.removed)} removed -> {info.path}", highlight=False)
+    if info.no_video:
+        err.print(f"[yellow]note:[/yellow] {len(info.no_video)} videos have no readable video "
+                  f"file; they are found by caption text only: {', '.join(info.no_video[:5])}",
+                  highlight=False)
+
+
+def search_cmd(
+    run_dir: RunDirArg,
+    query: Annotated[str, typer.Argument(help="What to look for, e.g. \"cut the tomato\".")],
+    k: Annotated[int, typer.Option("-k", "--k", min=1, max=10_000,
+                                   help="Number of results.")] = 10,
+    by: Annotated[By, typer.Option(help="Compare the query with caption text, clip video, "
+                                        "or both (mean of the two similarities).")] = By.text,
+    as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
+    encoder: EncoderOpt = None,
+    device: DeviceOpt = None,
+) -> None:
+    """Find moments: prints video, time range, caption and score (or JSON)."""
+    from howtocap.search.query import Searcher, format_hits
+
+    searcher = Searcher.open(run_dir, encoder, device=device)
+    typer.echo(format_hits(searcher.search(query, k=k, by=by.value), as_json=as_json))
+
+
+def serve_cmd(
+    run_dir: RunDirArg,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    encoder: EncoderOpt = None,
+    device: DeviceOpt = None,
+    max_k: Annotated[int, typer.Option(help="Largest k the API accepts.")] = 100,
+    max_query_chars: Annotated[int, typer.Option(help="Longest query accepted.")] = 500,
+) -> None:
+    """Serve the search page, per-video timelines and the JSON API (/api/docs)."""
+    from howtocap.serve.app import serve
+
+    serve(run_dir, host=host, port=port, encoder=encoder, device=device, max_k=max_k,
+          max_query_chars=max_query_chars)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``index``, ``search`` and ``serve`` to a Typer app."""
+    app.command("index")(_one_line_errors(index_cmd))
+    app.command("search")(_one_line_errors(search_cmd))
+    app.command("serve")(_one_line_errors(serve_cmd))

@@ -1,0 +1,352 @@
+"""Build ``DIR/index/``: FAISS indexes over the kept clips, plus what each vector is.
+
+Layout (row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes)::
+
+    DIR/index/text.faiss     caption text embeddings (inner product, L2-normalised vectors)
+    DIR/index/video.faiss    clip video embeddings (mean of the clip's 1 fps frame embeddings)
+    DIR/index/clips.parquet  video_id, start, end, text, orig_start, orig_end, score, has_video
+    DIR/index/meta.json      encoder, dim, n, index type, version, per-video content keys
+    DIR/index/parts/*.npz    per-video embeddings, so adding videos embeds only the new ones
+
+The FAISS indexes are always rebuilt from the parts: that is cheap (seconds at 100k clips) and
+means removed videos drop out and nothing is ever half-updated.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.rundir import (
+    RunDir,
+    atomic_write_bytes,
+    atomic_write_parquet,
+    atomic_write_text,
+    hash_text,
+    safe_name,
+)
+
+if TYPE_CHECKING:
+    import faiss
+
+    from howtocap.encoders.base import Encoder
+
+INDEX_VERSION = 1
+# Exact search costs ~0.5 ms per 1k vectors per query on one core; above this size an HNSW graph
+# answers in well under a millisecond with ~0.9+ recall@10 (see benchmarks/results/serve.md).
+EXACT_MAX = 50_000
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 64
+HNSW_EF_SEARCH = 128
+CLIP_COLUMNS = ["video_id", "start", "end", "text", "orig_start", "orig_end", "score"]
+
+
+@dataclass
+class IndexInfo:
+    """What ``build_index`` did (printed by the CLI)."""
+
+    path: Path
+    encoder: str
+    dim: int
+    n: int
+    index_type: str
+    source: str  # "aligned" | "captions"
+    embedded: list[str] = field(default_factory=list)  # videos (re)embedded in this run
+    reused: list[str] = field(default_factory=list)  # videos whose parts were still valid
+    removed: list[str] = field(default_factory=list)  # videos no longer in the run
+    no_video: list[str] = field(default_factory=list)  # videos without a readable video file
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+def index_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "index"
+
+
+def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
+    """The clips to index: kept rows of ``aligned``, else every caption (no alignment was run)."""
+    def has(table: str) -> bool:
+        return rd.table_path(table).exists() or rd.part_dir(table).exists()
+
+    if has("aligned"):
+        df = rd.read_table("aligned")
+        df = df[df["kept"].astype(bool)]
+        source = "aligned"
+    elif has("captions"):
+        df = rd.read_table("captions").copy()
+        df["orig_start"] = df["start"]
+        df["orig_end"] = df["end"]
+        df["score"] = np.nan
+        source = "captions"
+    else:
+        raise InputError(rd.root, "nothing to index: no aligned.parquet or captions.parquet "
+                                  "(run `howtocap caption` and `howtocap align` first)")
+    df = df[CLIP_COLUMNS].copy()
+    df["video_id"] = df["video_id"].astype(str)
+    df["text"] = df["text"].fillna("").astype(str)
+    for col in ("start", "end", "orig_start", "orig_end", "score"):
+        df[col] = df[col].astype("float64")
+    df = df[df["text"].str.strip() != ""]
+    df = df.sort_values(["video_id", "start", "end", "text"], kind="stable")
+    return df.reset_index(drop=True), source
+
+
+def _video_key(encoder_name: str, fps: float, rows: pd.DataFrame, video_path: Path | None) -> str:
+    """Changes whenever anything that went into a video's vectors changes."""
+    stat = ""
+    if video_path is not None and video_path.is_file():
+        st = video_path.stat()
+        stat = f"{video_path}|{st.st_size}|{st.st_mtime_ns}"
+    payload = json.dumps([INDEX_VERSION, encoder_name, fps, stat,
+                          rows[["start", "end", "text"]].values.tolist()])
+    return format(hash_text(payload), "016x")
+
+
+# -- frame embeddings ---------------------------------------------------------------------------
+def _decode_frames(video_path: Path, fps: float, size: int) -> np.ndarray:
+    """One RGB frame per 1/fps seconds (the first at or after each bucket's centre)."""
+    import av
+
+    frames: list[np.ndarray] = []
+    try:
+        with av.open(str(video_path)) as container:
+            if not container.streams.video:
+                raise InputError(video_path, "has no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for frame in container.decode(stream):
+                if frame.time is None:
+                    continue
+                while frame.time + 1e-6 >= (len(frames) + 0.5) / fps:
+                    frames.append(frame.to_ndarray(width=size, height=size, format="rgb24"))
+    except av.error.FFmpegError as exc:
+        raise InputError(video_path, f"cannot decode video ({exc})") from None
+    return np.stack(frames) if frames else np.zeros((0, size, size, 3), np.uint8)
+
+
+def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
+                 cache_dir: Path) -> np.ndarray:
+    """``(n_seconds, dim)`` float32 frame embeddings, from the shared frame cache when present."""
+    try:
+        from howtocap.encoders.cache import frame_embeddings
+    except ImportError:  # the cache module is optional: decode and embed directly
+        frames = _decode_frames(video_path, fps, encoder.image_size)
+        return encoder.encode_images(frames).astype(np.float32)
+    fe = frame_embeddings(video_path, encoder, fps=fps, cache_dir=cache_dir)
+    return np.asarray(fe.emb, dtype=np.float32)
+
+
+def clip_vectors(frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 fps: float) -> np.ndarray:
+    """Mean of the frame embeddings whose time ``(i + 0.5) / fps`` lies in ``[start, end)``.
+
+    A clip shorter than a frame interval takes the frame nearest its middle, so every clip of a
+    video with frames gets a vector.
+    """
+    n, dim = frames.shape
+    out = np.zeros((len(starts), dim), np.float32)
+    if n == 0:
+        return out
+    centres = (np.arange(n) + 0.5) / fps
+    for j, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        lo, hi = np.searchsorted(centres, [s, e], side="left")
+        lo, hi = min(lo, n), min(hi, n)
+        if hi <= lo:
+            mid = int(np.clip(np.floor((s + e) / 2 * fps), 0, n - 1))
+            lo, hi = mid, mid + 1
+        v = frames[lo:hi].mean(axis=0)
+        norm = float(np.linalg.norm(v))
+        out[j] = v / norm if norm > 0 else v
+    return out
+
+
+# -- parts ----------------------------------------------------------------------------------------
+def _write_part(path: Path, key: str, text: np.ndarray, video: np.ndarray,
+                has_video: bool) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, key=np.array(key), text=text.astype(np.float32),
+             video=video.astype(np.float32), has_video=np.array(has_video))
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _read_part(path: Path) -> dict[str, Any] | None:
+    try:
+        with np.load(path) as z:
+            return {"key": str(z["key"]), "text": z["text"], "video": z["video"],
+                    "has_video": bool(z["has_video"])}
+    except (OSError, ValueError, KeyError):
+        return None  # torn or foreign file: re-embed
+
+
+# -- faiss ------------------------------------------------------------------------------------
+def make_faiss(vectors: np.ndarray, index_type: str = "auto") -> tuple[faiss.Index, str]:
+    """Exact inner product up to ``EXACT_MAX`` vectors (``auto``), an HNSW graph above."""
+    import faiss
+
+    n, dim = vectors.shape
+    kind = index_type if index_type != "auto" else ("flat" if n <= EXACT_MAX else "hnsw")
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        index.hnsw.efSearch = HNSW_EF_SEARCH
+    else:
+        raise HowtocapError(f"unknown index type {index_type!r}: use auto, flat or hnsw")
+    if n:
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index, kind
+
+
+def write_faiss(index: faiss.Index, path: Path) -> None:
+    import faiss
+
+    atomic_write_bytes(path, faiss.serialize_index(index).tobytes())
+
+
+def write_index_files(out: Path, clips: pd.DataFrame, text: np.ndarray, video: np.ndarray,
+                      meta: dict[str, Any], index_type: str = "auto") -> str:
+    """Write the two FAISS indexes, ``clips.parquet`` and ``meta.json`` (meta last: it commits)."""
+    out.mkdir(parents=True, exist_ok=True)
+    t_index, kind = make_faiss(text, index_type)
+    write_faiss(t_index, out / "text.faiss")
+    del t_index
+    v_index, _ = make_faiss(video, kind)
+    write_faiss(v_index, out / "video.faiss")
+    atomic_write_parquet(clips.reset_index(drop=True), out / "clips.parquet")
+    meta = {**meta, "n": int(len(clips)), "dim": int(text.shape[1]), "index_type": kind,
+            "version": INDEX_VERSION, "built_at": time.time()}
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+    return kind
+
+
+def read_meta(run_dir: str | Path) -> dict[str, Any] | None:
+    path = index_dir(run_dir) / "meta.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise InputError(path, "not valid JSON: rebuild with `howtocap index DIR --rebuild`") \
+            from None
+
+
+def mismatch_message(run_dir: str | Path, built_with: str, now: str) -> str:
+    return (f"index in {run_dir} was built with encoder {built_with!r}; this run uses {now!r}: "
+            f"rebuild with `howtocap index {run_dir} --rebuild` (or pass --encoder "
+            f"{built_with!r})")
+
+
+# -- the stage --------------------------------------------------------------------------------
+def build_index(run_dir: str | Path, encoder_name: str = "default", *,
+                encoder: Encoder | None = None, device: str | None = None,
+                rebuild: bool = False, index_type: str = "auto", fps: float = 1.0,
+                progress: bool = True) -> IndexInfo:
+    """Index the kept clips of a run; re-embeds only videos whose clips or file changed.
+
+    ``encoder`` (an already created encoder) wins over ``encoder_name``. An index built with a
+    different encoder is refused unless ``rebuild`` is set: vectors of two encoders live in
+    different spaces and must never be mixed.
+    """
+    t0 = time.time()
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(root, "run directory does not exist")
+    rd = RunDir(root, create=False)
+    clips, source = load_clips(rd)
+    if source == "captions":
+        warnings.warn(f"{root}: no aligned.parquet, indexing the unaligned LLM captions "
+                      "(run `howtocap align` for video-aligned times)", stacklevel=2)
+    if encoder is None:
+        from howtocap.encoders import create
+
+        encoder = create(encoder_name, device=device)
+    out = index_dir(root)
+    parts_dir = out / "parts"
+    old = read_meta(root)
+    if old is not None and not rebuild and old.get("encoder") != encoder.name:
+        raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
+    if rebuild and parts_dir.exists():
+        shutil.rmtree(parts_dir)
+
+    videos = rd.videos()
+    paths = {str(r.video_id): Path(r.video_path) if r.video_path else None
+             for r in videos.itertuples()}
+    groups = {vid: g for vid, g in clips.groupby("video_id", sort=True)}
+    info = IndexInfo(out, encoder.name, int(encoder.dim), len(clips), "", source)
+    texts: list[np.ndarray] = []
+    vids: list[np.ndarray] = []
+    has_video: list[np.ndarray] = []
+    keys: dict[str, str] = {}
+
+    from rich.progress import Progress
+
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("indexing videos", total=len(groups))
+        for vid, rows in groups.items():
+            vpath = paths.get(vid)
+            key = _video_key(encoder.name, fps, rows, vpath)
+            keys[vid] = key
+            part_path = parts_dir / f"{safe_name(vid)}.npz"
+            part = _read_part(part_path) if part_path.exists() else None
+            if part is not None and part["key"] == key and len(part["text"]) == len(rows):
+                info.reused.append(vid)
+            else:
+                part = _embed_video(rows, vpath, encoder, fps, rd.cache_dir / "frames")
+                _write_part(part_path, key, part["text"], part["video"], part["has_video"])
+                info.embedded.append(vid)
+            if not part["has_video"]:
+                info.no_video.append(vid)
+            texts.append(part["text"])
+            vids.append(part["video"])
+            has_video.append(np.full(len(rows), part["has_video"]))
+            bar.advance(task)
+
+    wanted = {f"{safe_name(v)}.npz" for v in groups}
+    if parts_dir.exists():
+        for p in parts_dir.glob("*.npz"):
+            if p.name not in wanted:
+                p.unlink()
+    info.removed = sorted(set((old or {}).get("videos", {})) - set(groups))
+
+    dim = int(encoder.dim)
+    text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
+    video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
+    clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
+    meta = {"encoder": encoder.name, "encoder_spec": encoder_name, "source": source,
+            "fps": fps, "videos": keys}
+    info.index_type = write_index_files(out, clips, text_m, video_m, meta, index_type)
+    info.seconds = round(time.time() - t0, 3)
+    return info
+
+
+def _embed_video(rows: pd.DataFrame, video_path: Path | None, encoder: Encoder, fps: float,
+                 cache_dir: Path) -> dict[str, Any]:
+    text = encoder.encode_texts(rows["text"].tolist()).astype(np.float32)
+    video = np.zeros_like(text)
+    ok = False
+    if video_path is not None and video_path.is_file():
+        try:
+            frames = frame_matrix(video_path, encoder, fps=fps, cache_dir=cache_dir)
+        except HowtocapError as exc:
+            warnings.warn(f"{video_path}: no video embeddings ({exc})", stacklevel=2)
+        else:
+            if len(frames):
+                video = clip_vectors(frames, rows["start"].to_numpy(), rows["end"].to_numpy(),
+                                     fps)
+                ok = True
+    return {"text": text, "video": video, "has_video": ok}

@@ -1,0 +1,214 @@
+"""Answer text queries against ``DIR/index/``.
+
+``by="text"`` compares the query with the caption embeddings, ``by="video"`` with the clips'
+video embeddings (mean of their frame embeddings), and ``by="both"`` takes the union of the top
+candidates of each index and ranks them by the *mean of the two cosine similarities* (a clip
+without a video embedding counts 0 for its video half). The mean is used rather than
+reciprocal-rank fusion because both scores are cosines in one joint space, so they are directly
+comparable, and a mean keeps a meaningful score to show.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.search.index import HNSW_EF_SEARCH, index_dir, mismatch_message, read_meta
+
+if TYPE_CHECKING:
+    import faiss
+
+    from howtocap.encoders.base import Encoder
+
+BY_CHOICES = ("text", "video", "both")
+
+
+@dataclass
+class Hit:
+    """One clip: aligned ``start``/``end``; ``orig_*`` are the LLM caption's unaligned times."""
+
+    video_id: str
+    start: float
+    end: float
+    text: str
+    score: float
+    orig_start: float | None = None
+    orig_end: float | None = None
+    text_score: float | None = None
+    video_score: float | None = None
+    row: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():  # NaN is not JSON
+            if isinstance(v, float) and not np.isfinite(v):
+                d[k] = None
+        return d
+
+
+def _read_faiss(path: Path) -> faiss.Index:
+    import faiss
+
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise InputError(path, f"unreadable FAISS index ({str(exc).splitlines()[0][:200]}): "
+                               "rebuild with `howtocap index DIR --rebuild`") from None
+    if hasattr(index, "hnsw"):
+        index.hnsw.efSearch = max(index.hnsw.efSearch, HNSW_EF_SEARCH)
+    return index
+
+
+class Searcher:
+    """An opened index plus the encoder that embeds queries (thread-safe for searching)."""
+
+    def __init__(self, root: Path, meta: dict[str, Any], clips: pd.DataFrame,
+                 text_index: faiss.Index, video_index: faiss.Index, encoder: Encoder,
+                 cache_size: int = 4096) -> None:
+        self.root = root
+        self.meta = meta
+        self.clips = clips.reset_index(drop=True)
+        self.text_index = text_index
+        self.video_index = video_index
+        self.encoder = encoder
+        self._has_video = clips["has_video"].to_numpy(bool) if "has_video" in clips else \
+            np.ones(len(clips), bool)
+        self._cols = {c: self.clips[c].to_numpy() for c in
+                      ("video_id", "start", "end", "text", "orig_start", "orig_end")}
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, run_dir: str | Path, encoder: str | Encoder | None = None, *,
+             device: str | None = None) -> Searcher:
+        """Open ``DIR/index``; ``encoder`` defaults to the one the index was built with.
+
+        A different encoder is refused (its vectors live in another space).
+        """
+        root = Path(run_dir)
+        meta = read_meta(root)
+        if meta is None:
+            raise InputError(root, "has no index: run `howtocap index DIR` first")
+        out = index_dir(root)
+        if encoder is None or isinstance(encoder, str):
+            wanted = encoder or meta.get("encoder_spec") or meta["encoder"]
+            from howtocap.encoders import create
+
+            enc = create(wanted, device=device)
+        else:
+            enc = encoder
+        if enc.name != meta["encoder"]:
+            raise HowtocapError(mismatch_message(root, meta["encoder"], enc.name))
+        try:
+            clips = pd.read_parquet(out / "clips.parquet")
+        except (OSError, ValueError) as exc:
+            raise InputError(out / "clips.parquet", f"unreadable ({exc}): rebuild the index") \
+                from None
+        text_index = _read_faiss(out / "text.faiss")
+        video_index = _read_faiss(out / "video.faiss")
+        if not (text_index.ntotal == video_index.ntotal == len(clips)):
+            raise InputError(out, "index files disagree in size (an interrupted build?): "
+                                  "rebuild with `howtocap index DIR --rebuild`")
+        return cls(root, meta, clips, text_index, video_index, enc)
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    # -- queries ----------------------------------------------------------------------------
+    def embed(self, query: str) -> np.ndarray:
+        """The query's embedding ``(1, dim)``; repeated queries come from a small LRU cache."""
+        with self._lock:
+            hit = self._cache.get(query)
+            if hit is not None:
+                self._cache.move_to_end(query)
+                return hit
+        vec = np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
+        with self._lock:
+            self._cache[query] = vec
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vec
+
+    def search(self, query: str, k: int = 10, by: str = "text") -> list[Hit]:
+        query = query.strip()
+        if not query:
+            raise HowtocapError("empty query")
+        return self.search_vector(self.embed(query), k=k, by=by)
+
+    def search_vector(self, qvec: np.ndarray, k: int = 10, by: str = "text") -> list[Hit]:
+        if by not in BY_CHOICES:
+            raise HowtocapError(f"by must be one of {', '.join(BY_CHOICES)}, not {by!r}")
+        if k < 1:
+            raise HowtocapError("k must be at least 1")
+        n = len(self.clips)
+        if n == 0:
+            return []
+        q = np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32)
+        k = min(k, n)
+        if by == "text":
+            scores, ids = self.text_index.search(q, k)
+            return self._hits(ids[0], scores[0], text=scores[0])
+        if by == "video":
+            # ask for extra rows: clips whose video could not be read carry zero vectors
+            extra = int((~self._has_video).sum())
+            scores, ids = self.video_index.search(q, min(n, k + extra))
+            keep = [(i, s) for i, s in zip(ids[0], scores[0], strict=True)
+                    if i >= 0 and self._has_video[i]]
+            keep = keep[:k]
+            return self._hits(np.array([i for i, _ in keep], np.int64),
+                              np.array([s for _, s in keep], np.float32),
+                              video=np.array([s for _, s in keep], np.float32))
+        pool = min(n, max(4 * k, 50))
+        _, t_ids = self.text_index.search(q, pool)
+        _, v_ids = self.video_index.search(q, pool)
+        cand = np.unique(np.concatenate([t_ids[0], v_ids[0]]))
+        cand = cand[cand >= 0].astype(np.int64)
+        t_s = self.text_index.reconstruct_batch(cand) @ q[0]
+        v_s = self.video_index.reconstruct_batch(cand) @ q[0]
+        v_s = np.where(self._has_video[cand], v_s, 0.0)
+        both = (t_s + v_s) / 2
+        order = np.argsort(-both, kind="stable")[:k]
+        return self._hits(cand[order], both[order], text=t_s[order], video=v_s[order])
+
+    def _hits(self, ids: np.ndarray, scores: np.ndarray, text: np.ndarray | None = None,
+              video: np.ndarray | None = None) -> list[Hit]:
+        c = self._cols
+        hits = []
+        for j, (i, s) in enumerate(zip(ids, scores, strict=True)):
+            if i < 0:
+                continue
+            hits.append(Hit(
+                video_id=str(c["video_id"][i]), start=float(c["start"][i]),
+                end=float(c["end"][i]), text=str(c["text"][i]), score=round(float(s), 6),
+                orig_start=float(c["orig_start"][i]), orig_end=float(c["orig_end"][i]),
+                text_score=None if text is None else round(float(text[j]), 6),
+                video_score=None if video is None else round(float(video[j]), 6),
+                row=int(i)))
+        return hits
+
+
+def format_hits(hits: list[Hit], as_json: bool = False) -> str:
+    """The CLI's output: one line per hit, or a JSON list."""
+    if as_json:
+        return json.dumps([h.to_dict() for h in hits], indent=2)
+    if not hits:
+        return "no results"
+    lines = []
+    for r, h in enumerate(hits, 1):
+        lines.append(f"{r:>3}. {h.score:6.3f}  {h.video_id}  "
+                     f"{_ts(h.start)}-{_ts(h.end)}  {h.text}")
+    return "\n".join(lines)
+
+
+def _ts(t: float) -> str:
+    m, s = divmod(max(0.0, t), 60)
+    return f"{int(m):d}:{s:05.2f}"

@@ -1,0 +1,127 @@
+"""Checkpoints that resume exactly and say what they contain.
+
+``<out>/ckpt/last.pt`` holds the weights, optimizer, scheduler, AMP scaler, RNG states, epoch and
+step, config and log history; ``howtocap_checkpoint.json`` next to it (and a copy inside the
+``.pt``) names the architecture: model kind, the encoder spec it was built from, and a signature
+of parameter names and shapes. Loading into a different architecture therefore fails with both
+descriptions instead of a wall of ``state_dict`` key errors. Writes are atomic (temp + rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from howtocap.encoders.base import Encoder, pick_device
+from howtocap.errors import HowtocapError, InputError
+from howtocap.rundir import atomic_write_bytes, atomic_write_text
+
+FORMAT = "howtocap-checkpoint/1"
+META_NAME = "howtocap_checkpoint.json"
+CKPT_NAME = "last.pt"
+
+
+def signature(module: nn.Module) -> str:
+    """A short hash of parameter/buffer names and shapes: equal iff state dicts are swappable."""
+    items = sorted((k, tuple(v.shape)) for k, v in module.state_dict().items())
+    return hashlib.sha1(repr(items).encode()).hexdigest()[:16]
+
+
+def arch_identity(kind: str, encoder_spec: str, module: nn.Module, **extra: Any) -> dict:
+    return {"format": FORMAT, "model": kind, "encoder": encoder_spec,
+            "class": f"{type(module).__module__}.{type(module).__qualname__}",
+            "signature": signature(module), **extra}
+
+
+def describe(meta: dict) -> str:
+    return (f"{meta.get('model', '?')} model on encoder {meta.get('encoder', '?')!r} "
+            f"({meta.get('class', '?')}, signature {meta.get('signature', '?')})")
+
+
+def check_same_arch(found: dict, expected: dict, path: Path) -> None:
+    keys = ("model", "signature")
+    if any(found.get(k) != expected.get(k) for k in keys):
+        raise HowtocapError(f"{path}: checkpoint is a {describe(found)}, but this run builds a "
+                            f"{describe(expected)}; use a matching --model/--encoder or another "
+                            "--out folder")
+
+
+def save_checkpoint(ckpt_dir: Path, state: dict[str, Any], meta: dict) -> Path:
+    """Atomically write ``last.pt`` then its JSON description."""
+    ckpt_dir = Path(ckpt_dir)
+    buf = io.BytesIO()
+    torch.save({**state, "meta": meta}, buf)
+    path = ckpt_dir / CKPT_NAME
+    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_text(ckpt_dir / META_NAME, json.dumps(meta, indent=2))
+    return path
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A ``.pt`` file, a ``ckpt`` folder, or a training ``--out`` folder -> the ``.pt`` file."""
+    p = Path(path)
+    for cand in (p, p / CKPT_NAME, p / "ckpt" / CKPT_NAME):
+        if cand.is_file():
+            return cand
+    raise InputError(p, "no howtocap checkpoint here (expected a .pt file, or a folder "
+                        f"holding {CKPT_NAME} or ckpt/{CKPT_NAME})")
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu"
+                    ) -> dict[str, Any]:
+    """The saved dict; a clear error for files that are not howtocap checkpoints."""
+    pt = find_checkpoint(path)
+    try:
+        state = torch.load(pt, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types for a corrupt/foreign file
+        msg = " ".join(str(exc).split())[:200]
+        raise InputError(pt, f"not a readable howtocap checkpoint ({msg})") from None
+    meta = state.get("meta") if isinstance(state, dict) else None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise InputError(pt, f"not a howtocap checkpoint (no {FORMAT} description); "
+                             "plain state dicts are not accepted")
+    return state
+
+
+def _create(spec: str, device: torch.device) -> Encoder:
+    from howtocap.encoders import create
+
+    return create(spec, device=device)
+
+
+def load_encoder(path: str | Path, device: str | torch.device | None = None) -> Encoder:
+    """A trained checkpoint as a ready ``Encoder`` (eval mode) for align, eval and search.
+
+    The base architecture is rebuilt from the encoder spec recorded at training time, then the
+    trained weights are loaded; the encoder's ``name`` gets the run id and epoch, so cached
+    frame embeddings of the base model are never mistaken for the fine-tuned ones.
+    """
+    from howtocap.train.mee import JointEmbedding, MEEEncoder
+    from howtocap.train.model import DualModel
+
+    dev = pick_device(device)
+    state = load_checkpoint(path)
+    meta = state["meta"]
+    pt = find_checkpoint(path)
+    base = _create(meta["encoder"], dev)
+    tag = f"ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
+    module: nn.Module
+    if meta["model"] == "dual":
+        module = DualModel(base, temperature=meta.get("temperature"))
+        enc: Encoder = base
+    elif meta["model"] == "mee":
+        module = JointEmbedding(meta["video_dim"], meta["text_dim"], meta["dim"])
+        enc = MEEEncoder(base, module)
+    else:
+        raise InputError(pt, f"unknown model kind {meta['model']!r} in checkpoint")
+    check_same_arch(meta, arch_identity(meta["model"], meta["encoder"], module), pt)
+    module.load_state_dict(state["model"])
+    enc.name = f"{base.name}+{tag}"
+    enc.spec = str(pt)  # type: ignore[attr-defined]  # how to rebuild it (for further rounds)
+    return enc.to(dev).eval()

@@ -1,0 +1,303 @@
+"""Caption–clip pairs: where they come from, which survive, and what each epoch draws.
+
+A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
+often repeat a span). Following the image-captioning protocol, each epoch draws one caption per
+clip, so a clip with many captions does not dominate the epoch. All randomness of an epoch comes
+from ``(seed, epoch)``, which makes a resumed run draw exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from rich.console import Console
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
+
+console = Console(stderr=True)
+
+CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
+
+
+@dataclass
+class Clip:
+    video_id: str
+    video_path: Path
+    start: float
+    end: float
+    captions: list[str]
+    duration: float = 0.0  # of the whole video (0 when unknown)
+
+
+@dataclass
+class PairSet:
+    clips: list[Clip]
+    n_pairs: int
+    skipped: dict[str, str] = field(default_factory=dict)  # video_id -> why
+    skipped_pairs: int = 0
+
+
+# -- reading pairs ---------------------------------------------------------------------------
+def read_pairs(source: str | Path) -> pd.DataFrame:
+    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet or CSV.
+
+    From a run directory only rows with ``kept`` are used; video paths come from the run's
+    ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end`` (relative paths are
+    taken from the CSV's folder).
+    """
+    src = Path(source)
+    if not src.exists():
+        raise InputError(src, "does not exist (expected a run directory, aligned.parquet "
+                              "or a CSV of pairs)")
+    if src.is_dir() or src.suffix == ".parquet":
+        root = src if src.is_dir() else src.parent
+        table = src / "aligned.parquet" if src.is_dir() else src
+        rd = RunDir(root, create=False)
+        if src.is_dir() and not table.exists() and not rd.part_dir("aligned").exists():
+            raise InputError(src, "has no aligned.parquet: run `howtocap align` first, "
+                                  "or pass a CSV of pairs")
+        try:
+            df = pd.read_parquet(table) if table.exists() else rd.read_table("aligned")
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise InputError(table, f"not a readable Parquet table ({exc})") from None
+        need = {"video_id", "start", "end", "text"}
+        if not need <= set(df.columns):
+            raise InputError(table, f"needs columns {sorted(need)}; found {list(df.columns)}")
+        if "kept" in df.columns:
+            df = df[df["kept"].astype(bool)]
+        videos = rd.videos()
+        paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
+        df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])
+        return df[["video_id", "video_path", "start", "end", "text"]].reset_index(drop=True)
+    return _read_csv(src)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            cols = set(reader.fieldnames or [])
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+    if "caption" not in cols and "text" in cols:
+        for r in rows:
+            r["caption"] = r["text"]
+        cols.add("caption")
+    missing = [c for c in CSV_COLUMNS if c not in cols]
+    if missing:
+        raise InputError(path, f"CSV of pairs needs columns {','.join(CSV_COLUMNS)}; "
+                               f"missing {','.join(missing)}")
+    out = []
+    for i, r in enumerate(rows, start=2):
+        try:
+            start, end = float(r["start"]), float(r["end"])
+        except (TypeError, ValueError):
+            raise InputError(path, f"line {i}: start/end must be numbers "
+                                   f"(got {r['start']!r}, {r['end']!r})") from None
+        vp = (r["video_path"] or "").strip()
+        out.append({"video_id": (r["video_id"] or "").strip(),
+                    "video_path": str((path.parent / vp).resolve()) if vp else "",
+                    "start": start, "end": end, "text": (r["caption"] or "").strip()})
+    return pd.DataFrame(out, columns=["video_id", "video_path", "start", "end", "text"])
+
+
+# -- clips -----------------------------------------------------------------------------------
+def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = None,
+                log: Console | None = console) -> PairSet:
+    """Group pairs into clips; drop pairs whose video is missing or unreadable (one line each).
+
+    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
+    """
+    if check is None:
+        from howtocap.io.video import probe
+
+        def check(p: Path) -> float:
+            return probe(p).duration
+
+    pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
+                  & (pairs["end"].astype(float) > pairs["start"].astype(float))]
+    durations: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    for vid, path in pairs.groupby("video_id", sort=True)["video_path"].first().items():
+        if not path:
+            skipped[vid] = "no video file known for this video id"
+            continue
+        try:
+            durations[vid] = float(check(Path(path)))
+        except InputError as exc:
+            skipped[vid] = str(exc)
+    skipped_pairs = int(pairs["video_id"].isin(list(skipped)).sum())
+    if log is not None:
+        for vid, why in skipped.items():
+            log.print(f"[yellow]skip[/] {vid}: {why}", highlight=False)
+        if skipped:
+            log.print(f"skipped {len(skipped)} video(s), {skipped_pairs} pair(s) "
+                      "(missing or unreadable)", highlight=False)
+    good = pairs[pairs["video_id"].isin(list(durations))]
+    clips = []
+    for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True):
+        path = Path(grp["video_path"].iloc[0])
+        clips.append(Clip(str(vid), path, float(start), float(end),
+                          [str(t) for t in grp["text"]], durations[vid]))
+    return PairSet(clips, int(len(good)), skipped, skipped_pairs)
+
+
+def split_by_video(clips: Sequence[Clip], eval_fraction: float, seed: int
+                   ) -> tuple[list[Clip], list[Clip]]:
+    """Hold out whole videos (clips of one video look alike, so a clip split would leak)."""
+    vids = sorted({c.video_id for c in clips})
+    if eval_fraction <= 0 or len(vids) < 2:
+        return list(clips), []
+    rng = np.random.default_rng([seed, 7919])
+    n_eval = min(len(vids) - 1, max(1, int(round(eval_fraction * len(vids)))))
+    held = set(rng.permutation(vids)[:n_eval].tolist())
+    return ([c for c in clips if c.video_id not in held], [c for c in clips if c.video_id in held])
+
+
+# -- epoch plans -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Draw:
+    clip: int
+    caption: int
+    times: tuple[float, ...]
+
+
+def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[float, ...]:
+    """``k`` times in the clip: one random time per equal segment (training) or the centres."""
+    end = min(clip.end, clip.duration) if clip.duration > 0 else clip.end
+    start = min(clip.start, max(end - 1e-3, 0.0))
+    edges = np.linspace(start, end, k + 1)
+    u = rng.random(k) if rng is not None else np.full(k, 0.5)
+    return tuple(float(t) for t in edges[:-1] + u * (edges[1:] - edges[:-1]))
+
+
+def epoch_draws(clips: Sequence[Clip], epoch: int, seed: int, frames_per_clip: int,
+                *, train: bool = True) -> list[Draw]:
+    """One draw per clip: shuffled, a random caption and random frame times when training."""
+    if not train:
+        return [Draw(i, 0, frame_times(c, frames_per_clip, None)) for i, c in enumerate(clips)]
+    rng = np.random.default_rng([seed, epoch, 1])
+    order = rng.permutation(len(clips))
+    return [Draw(int(i), int(rng.integers(len(clips[i].captions))),
+                 frame_times(clips[i], frames_per_clip, rng)) for i in order]
+
+
+def shard_batches(draws: Sequence[Draw], batch_size: int, rank: int = 0, world: int = 1
+                  ) -> list[list[Draw]]:
+    """This rank's batches: every rank gets the same number of equally sized batches."""
+    per_rank = len(draws) // world
+    mine = list(draws[rank:per_rank * world:world])
+    return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def grouped_batches(clips: Sequence[Clip], batch_size: int, clips_per_video: int, epoch: int,
+                    seed: int) -> list[list[int]]:
+    """Batches built from groups of up to ``clips_per_video`` clips of one video (HowTo100M).
+
+    Same-video clips in a batch are the hard negatives of the ranking loss.
+    """
+    rng = np.random.default_rng([seed, epoch, 2])
+    by_video: dict[str, list[int]] = {}
+    for i, c in enumerate(clips):
+        by_video.setdefault(c.video_id, []).append(i)
+    groups: list[list[int]] = []
+    for vid in sorted(by_video):
+        idx = rng.permutation(by_video[vid]).tolist()
+        groups += [idx[i:i + clips_per_video] for i in range(0, len(idx), clips_per_video)]
+    flat = [i for g in (groups[j] for j in rng.permutation(len(groups))) for i in g]
+    return [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
+
+
+# -- frames ----------------------------------------------------------------------------------
+class DecodeFrames:
+    """Frames decoded from the video file for every draw (no disk cache, slow)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, clip: Clip, times: Sequence[float]) -> np.ndarray:
+        from howtocap.io.video import sample_frames
+
+        return sample_frames(clip.video_path, times, size=self.size)
+
+
+class PixelCache:
+    """Frames decoded once per video at ``fps`` into ``<dir>/<size>/<video>.npy`` (uint8 memmap).
+
+    Training reads random seconds of a clip from the memmap instead of seeking in the video; the
+    price is disk (``size*size*3`` bytes per second: 147 KB at 224 px) and times snapped to the
+    cache's 1/fps grid.
+    """
+
+    def __init__(self, root: Path, size: int, fps: float = 1.0) -> None:
+        self.dir = Path(root) / f"{size}px-{fps:g}fps"
+        self.size, self.fps = size, fps
+        self._open: dict[str, np.ndarray] = {}
+
+    def path(self, clip: Clip) -> Path:
+        return self.dir / f"{safe_name(clip.video_id)}.npy"
+
+    def build(self, clip: Clip) -> None:
+        import io
+
+        from howtocap.io.video import iter_frames
+
+        path = self.path(clip)
+        if path.exists():
+            return
+        frames = [img for _, img in iter_frames(clip.video_path, fps=self.fps, size=self.size)]
+        if not frames:
+            raise InputError(clip.video_path, "no decodable video frames")
+        buf = io.BytesIO()
+        np.save(buf, np.stack(frames))
+        atomic_write_bytes(path, buf.getvalue())
+
+    def __call__(self, clip: Clip, times: Sequence[float]) -> np.ndarray:
+        arr = self._open.get(clip.video_id)
+        if arr is None:
+            arr = self._open[clip.video_id] = np.load(self.path(clip), mmap_mode="r")
+        rows = np.clip((np.asarray(times) * self.fps).astype(int), 0, len(arr) - 1)
+        return np.asarray(arr[rows])
+
+
+class ClipBatches(torch.utils.data.Dataset):
+    """Item ``b`` is batch ``b`` of a plan: frames ``(B, k, S, S, 3)`` uint8, texts, video ids."""
+
+    def __init__(self, clips: Sequence[Clip], batches: Sequence[Sequence[Draw]],
+                 frames: Callable[[Clip, Sequence[float]], np.ndarray]) -> None:
+        self.clips, self.batches, self.frames = clips, batches, frames
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int) -> tuple[np.ndarray, list[str], list[str]]:
+        draws = self.batches[b]
+        pix = np.stack([self.frames(self.clips[d.clip], d.times) for d in draws])
+        texts = [self.clips[d.clip].captions[d.caption] for d in draws]
+        return pix, texts, [self.clips[d.clip].video_id for d in draws]
+
+
+def _identity(x: object) -> object:
+    return x
+
+
+def batch_loader(dataset: ClipBatches, num_workers: int) -> torch.utils.data.DataLoader:
+    """Batches in plan order (the plan already decided everything random)."""
+    return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False,
+                                       num_workers=num_workers, collate_fn=_identity,
+                                       persistent_workers=False)
+
+
+def require_pairs(ps: PairSet, source: object) -> None:
+    if not ps.clips:
+        extra = f" ({len(ps.skipped)} video(s) skipped as missing or unreadable)" \
+            if ps.skipped else ""
+        raise HowtocapError(f"{source}: no usable caption–clip pairs to train on{extra}")

@@ -1,0 +1,486 @@
+"""The training loop shared by the dual encoder and the HowTo100M baseline.
+
+AdamW (no decay on biases, norms and the temperature), linear warmup then cosine decay per
+step, gradient clipping, autocast + GradScaler on CUDA only, DDP when launched by ``torchrun``
+(``WORLD_SIZE`` > 1: gloo on CPU, NCCL on GPU). Each rank takes an equal shard of the epoch's
+draws; InfoNCE scores each rank's texts against the clips of *all* ranks (an autograd-aware
+all-gather), as CLIP does, so the effective batch is ``batch_size * world_size``.
+
+Every epoch ends with an evaluation on held-out videos (text-to-video R@K), a row in
+``train_log.csv``, a refreshed ``train_log.png`` and an atomic checkpoint. All randomness of
+epoch ``e`` is drawn from ``(seed, e)`` and the optimizer/scheduler/scaler/RNG states are saved,
+so ``resume`` continues bit-for-bit where an interrupted run stopped (on the CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from torch import nn
+
+from howtocap.encoders.base import Encoder
+from howtocap.errors import HowtocapError
+from howtocap.train import checkpoint as ck
+from howtocap.train.data import (
+    Clip,
+    ClipBatches,
+    DecodeFrames,
+    PixelCache,
+    batch_loader,
+    epoch_draws,
+    grouped_batches,
+    shard_batches,
+)
+from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
+from howtocap.train.mee import JointEmbedding, max_pool_clip
+from howtocap.train.model import DualModel
+
+console = Console(stderr=True)
+
+
+@dataclass
+class TrainConfig:
+    out_dir: str
+    model: str = "dual"  # dual | mee
+    encoder: str = "default"
+    epochs: int = 5
+    batch_size: int = 32
+    lr: float = 1e-5
+    weight_decay: float = 0.05
+    frames_per_clip: int = 4
+    alpha: float = 0.1
+    temperature: float | None = None
+    warmup: float = 0.05  # fraction of all steps
+    grad_clip: float = 20.0
+    seed: int = 0
+    eval_fraction: float = 0.1
+    frames: str = "decode"  # decode | pixels (dual); mee always uses cached frame embeddings
+    cache_dir: str | None = None
+    num_workers: int = 0
+    amp: bool = True
+    mee_dim: int = 256
+    margin: float = 0.1
+    clips_per_video: int = 2
+    eval_batch_size: int = 64
+
+
+# -- distributed -----------------------------------------------------------------------------
+def dist_info() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from torchrun's environment (``0, 1, 0`` alone)."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def setup_distributed(device: str | torch.device | None) -> tuple[int, int, torch.device]:
+    rank, world, local = dist_info()
+    if device is not None:
+        dev = torch.device(device)
+    elif torch.cuda.is_available():
+        dev = torch.device("cuda", local if world > 1 else torch.cuda.current_device())
+    else:
+        dev = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return rank, world, dev
+
+
+def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
+    if world == 1:
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x), 0)
+
+
+def barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+# -- schedule --------------------------------------------------------------------------------
+def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
+    return f
+
+
+def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Decay matrices only: decaying biases, norm gains or the temperature only hurts."""
+    decay, no_decay = [], []
+    for _, p in module.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    if not decay and not no_decay:
+        raise HowtocapError("the model has no trainable parameters")
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+# -- tasks -----------------------------------------------------------------------------------
+class DualTask:
+    """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
+
+    kind = "dual"
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
+                 device: torch.device, rank: int, world: int) -> None:
+        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
+        self.rank, self.world, self.device = rank, world, device
+        self.model = DualModel(encoder, cfg.temperature).to(device)
+        self.frozen: DualModel | None = None
+        if cfg.alpha > 0:
+            self.frozen = copy.deepcopy(self.model).eval()
+            for p in self.frozen.parameters():
+                p.requires_grad_(False)
+        size = encoder.image_size
+        if cfg.frames == "pixels":
+            root = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out_dir) / "cache"
+            self.frames: Callable[..., np.ndarray] = PixelCache(root / "pixels", size)
+        elif cfg.frames == "decode":
+            self.frames = DecodeFrames(size)
+        else:
+            raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
+        self.net: nn.Module = self.model
+
+    def identity(self) -> dict:
+        return ck.arch_identity("dual", self.cfg.encoder, self.model,
+                                temperature=self.cfg.temperature)
+
+    def prepare(self, show: bool) -> None:
+        if not isinstance(self.frames, PixelCache):
+            return
+        if self.rank == 0:
+            vids = {c.video_id: c for c in self.train_clips + self.eval_clips}
+            for c in _track(list(vids.values()), "caching frames", show):
+                self.frames.build(c)
+        barrier(self.world)
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip)
+        plan = shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
+        ds = ClipBatches(self.train_clips, plan, self.frames)
+        return len(plan), batch_loader(ds, self.cfg.num_workers)
+
+    def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        frames, texts, _ = batch
+        t, v = self.net(frames, texts)
+        scale = self.model.logit_scale()
+        if self.world > 1:
+            main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
+                            video_all=gather_all(v, self.world), offset=self.rank * len(t))
+        else:
+            main = info_nce(t, v, scale)
+        parts = {"loss_main": main.item(), "logit_scale": scale.item()}
+        if self.frozen is None:
+            return main, parts
+        with torch.no_grad():
+            t_ref, v_ref = self.frozen(frames, texts)
+        reg = frozen_copy_regulariser(t, v, t_ref, v_ref)
+        parts["reg"] = reg.item()
+        return main + self.cfg.alpha * reg, parts
+
+    @torch.no_grad()
+    def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
+        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.frames_per_clip, train=False)
+        plan = shard_batches(draws, self.cfg.eval_batch_size)
+        ts, vs = [], []
+        for frames, texts, _ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
+                                             self.cfg.num_workers):
+            t, v = self.model(frames, texts)
+            ts.append(t.float().cpu())
+            vs.append(v.float().cpu())
+        return torch.cat(ts), torch.cat(vs)
+
+
+class MEETask:
+    """HowTo100M's gated embedding units on frozen, cached features (max-margin ranking)."""
+
+    kind = "mee"
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
+                 device: torch.device, rank: int, world: int) -> None:
+        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
+        self.rank, self.world, self.device = rank, world, device
+        self.encoder = encoder.eval()
+        for p in self.encoder.parameters():
+            p.requires_grad_(False)
+        self.model = JointEmbedding(encoder.dim, encoder.dim, cfg.mee_dim).to(device)
+        self.net: nn.Module = self.model
+
+    def identity(self) -> dict:
+        return ck.arch_identity("mee", self.cfg.encoder, self.model, video_dim=self.encoder.dim,
+                                text_dim=self.encoder.dim, dim=self.cfg.mee_dim)
+
+    def prepare(self, show: bool) -> None:
+        """Frozen features, once: max-pooled frame embeddings per clip, one vector per caption."""
+        from howtocap.encoders.cache import frame_embeddings
+
+        cache = Path(self.cfg.cache_dir) if self.cfg.cache_dir else Path(self.cfg.out_dir) / "cache"
+        clips = self.train_clips + self.eval_clips
+        per_video: dict[str, Any] = {}
+        for c in _track(list({c.video_id: c for c in clips}.values()), "frame embeddings", show):
+            per_video[c.video_id] = frame_embeddings(c.video_path, self.encoder, fps=1.0,
+                                                     cache_dir=cache)
+        self.video = torch.from_numpy(np.stack([
+            max_pool_clip(np.asarray(per_video[c.video_id].emb), per_video[c.video_id].fps,
+                          c.start, c.end) for c in clips]))
+        texts = [t for c in clips for t in c.captions]
+        emb = torch.from_numpy(self.encoder.encode_texts(texts))
+        self.text: list[torch.Tensor] = []
+        i = 0
+        for c in clips:
+            self.text.append(emb[i:i + len(c.captions)])
+            i += len(c.captions)
+        self.n_train = len(self.train_clips)
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        groups = grouped_batches(self.train_clips, self.cfg.batch_size, self.cfg.clips_per_video,
+                                 epoch, self.cfg.seed)
+        n = len(groups) // self.world
+        mine = groups[self.rank:n * self.world:self.world]
+        rng = np.random.default_rng([self.cfg.seed, epoch, 3])
+        pick = [int(rng.integers(len(c.captions))) for c in self.train_clips]
+        out = [(self.video[idx], torch.stack([self.text[i][pick[i]] for i in idx]),
+                [self.train_clips[i].video_id for i in idx]) for idx in mine]
+        return len(out), out
+
+    def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        video, text, vids = batch
+        v, t = self.net(video.to(self.device), text.to(self.device))
+        loss = max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
+        return loss, {"loss_main": loss.item()}
+
+    @torch.no_grad()
+    def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = list(range(self.n_train, self.n_train + len(self.eval_clips)))
+        v, t = self.model(self.video[idx].to(self.device),
+                          torch.stack([self.text[i][0] for i in idx]).to(self.device))
+        return t.cpu(), v.cpu()
+
+
+def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
+    if not show:
+        yield from items
+        return
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
+        task = prog.add_task(what, total=len(items))
+        for it in items:
+            yield it
+            prog.advance(task)
+
+
+# -- evaluation, logs ------------------------------------------------------------------------
+def evaluate(task: DualTask | MEETask) -> dict[str, float]:
+    if len(task.eval_clips) < 2:
+        return {}
+    from howtocap.evaluate.metrics import retrieval_metrics
+
+    was = task.model.training
+    task.model.eval()
+    t, v = task.embed_eval()
+    task.model.train(was)
+    # a caption that several held-out clips share (a repeated step) is right for each of them
+    caps = [c.captions[0].strip().lower() for c in task.eval_clips]
+    gt = np.array([[a == b for b in caps] for a in caps])
+    m = retrieval_metrics(t @ v.t(), gt)
+    return {k: float(m[k]) for k in ("R@1", "R@5", "R@10", "R@50", "MedR", "MeanR")}
+
+
+LOG_COLUMNS = ["epoch", "steps", "loss", "loss_main", "reg", "logit_scale", "lr", "seconds",
+               "pairs_per_s", "R@1", "R@5", "R@10", "R@50", "MedR", "MeanR"]
+
+
+def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
+    """``train_log.csv`` (one row per epoch; epoch 0 = before training) and ``train_log.png``."""
+    rows = [{k: r.get(k, "") for k in LOG_COLUMNS} for r in history]
+    tmp = out / ".train_log.csv.tmp"
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, LOG_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(out / "train_log.csv")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    tr = [r for r in history if r["epoch"] > 0]
+    a.plot([r["epoch"] for r in tr], [r["loss"] for r in tr], "o-", label="train loss")
+    a.set_xlabel("epoch")
+    a.set_ylabel("loss")
+    a.legend()
+    for k in ("R@1", "R@5", "R@10"):
+        pts = [(r["epoch"], r[k]) for r in history if k in r]
+        if pts:
+            b.plot(*zip(*pts, strict=True), "o-", label=k)
+    b.set_xlabel("epoch (0 = before training)")
+    b.set_ylabel("held-out text→video recall (%)")
+    if b.lines:
+        b.legend()
+    fig.tight_layout()
+    fig.savefig(out / ".train_log.png.tmp.png", dpi=100)
+    plt.close(fig)
+    (out / ".train_log.png.tmp.png").replace(out / "train_log.png")
+
+
+# -- the loop --------------------------------------------------------------------------------
+@dataclass
+class LoopResult:
+    checkpoint: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    epochs_run: int = 0
+    resumed_from: int = 0
+    model: nn.Module | None = None
+
+
+def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
+        *, resume: bool, device: str | torch.device | None, progress: bool = True,
+        on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> LoopResult:
+    rank, world, dev = setup_distributed(device)
+    show = progress and rank == 0
+    out = Path(cfg.out_dir)
+    ckpt_dir = out / "ckpt"
+    torch.manual_seed(cfg.seed)
+    task: DualTask | MEETask
+    if cfg.model == "dual":
+        task = DualTask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
+    elif cfg.model == "mee":
+        task = MEETask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
+    else:
+        raise HowtocapError(f"--model must be dual or mee, not {cfg.model!r}")
+    identity = task.identity()
+
+    use_amp = cfg.amp and dev.type == "cuda"
+    opt = torch.optim.AdamW(param_groups(task.model, cfg.weight_decay), lr=cfg.lr)
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    start_epoch, step, history = 0, 0, []
+    run_id = uuid.uuid4().hex[:8]
+    existing = ckpt_dir / ck.CKPT_NAME
+    state: dict[str, Any] | None = None
+    if existing.exists():
+        if not resume:
+            raise HowtocapError(f"{out}: already holds a checkpoint; pass --resume to continue "
+                                "it or choose another --out folder")
+        state = ck.load_checkpoint(existing, map_location=dev)
+        ck.check_same_arch(state["meta"], identity, existing)
+    task.prepare(show)
+
+    if world > 1:
+        task.net = nn.parallel.DistributedDataParallel(
+            task.model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    n_batches, _ = task.batches(0)
+    if n_batches == 0:
+        raise HowtocapError(f"too few training clips ({len(train_clips)}) for {world} process(es)")
+    total = n_batches * cfg.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(total, int(cfg.warmup * total)))
+    if state is not None:
+        task.model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        if use_amp and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if torch.cuda.is_available() and state["rng"].get("cuda"):
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        start_epoch, step = int(state["epoch"]), int(state["step"])
+        history = list(state.get("history", []))
+        run_id = state["meta"].get("run_id", run_id)
+        if show:
+            console.print(f"resuming {out} after epoch {start_epoch}", highlight=False)
+    meta = {**identity, "run_id": run_id, "encoder_name": encoder.name}
+
+    if start_epoch == 0 and rank == 0 and eval_clips:
+        history.append({"epoch": 0, "steps": 0, **evaluate(task)})
+    ckpt_path = existing
+    epochs_run = 0
+    for epoch in range(start_epoch, cfg.epochs):
+        torch.manual_seed(cfg.seed * 100003 + epoch)  # dropout etc.: same draws after a resume
+        task.model.train()
+        if isinstance(task, MEETask):
+            task.encoder.eval()
+        n, batches = task.batches(epoch)
+        t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, {}
+        prog = Progress(TextColumn(f"epoch {epoch + 1}/{cfg.epochs}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                        transient=True, disable=not show)
+        with prog:
+            bar = prog.add_task("train", total=n, loss=float("nan"))
+            for batch in batches:
+                with (torch.autocast(device_type="cuda", dtype=torch.float16) if use_amp
+                      else contextlib.nullcontext()):
+                    loss, parts = task.loss(batch)
+                opt.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if cfg.grad_clip > 0:
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(task.model.parameters(), cfg.grad_clip)
+                scaler.step(opt)
+                scaler.update()
+                sched.step()
+                step += 1
+                pairs += len(batch[2])
+                loss_sum += loss.item()
+                for k, val in parts.items():
+                    parts_sum[k] = parts_sum.get(k, 0.0) + val
+                prog.update(bar, advance=1, loss=loss.item())
+        secs = time.perf_counter() - t0
+        row: dict[str, Any] = {"epoch": epoch + 1, "steps": step, "loss": loss_sum / max(1, n),
+                               **{k: v / max(1, n) for k, v in parts_sum.items()},
+                               "lr": sched.get_last_lr()[0], "seconds": round(secs, 3),
+                               "pairs_per_s": pairs * world / max(secs, 1e-9)}
+        if rank == 0:
+            row.update(evaluate(task))
+            history.append(row)
+            rng = {"torch": torch.get_rng_state(),
+                   "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+            state_out = {"model": task.model.state_dict(), "optimizer": opt.state_dict(),
+                         "scheduler": sched.state_dict(),
+                         "scaler": scaler.state_dict() if use_amp else {},
+                         "rng": rng, "epoch": epoch + 1, "step": step, "config": asdict(cfg),
+                         "history": history}
+            ckpt_path = ck.save_checkpoint(ckpt_dir, state_out, meta)
+            write_logs(out, history)
+            if show:
+                metrics = "  ".join(f"{k} {row[k]:.1f}" for k in ("R@1", "R@5", "R@10")
+                                    if k in row)
+                console.print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  {metrics}",
+                              highlight=False)
+        barrier(world)
+        epochs_run += 1
+        if on_epoch_end is not None:
+            on_epoch_end(row)
+    if rank == 0 and history and epochs_run == 0:
+        write_logs(out, history)
+    return LoopResult(ckpt_path, history, epochs_run, start_epoch, task.model)
+

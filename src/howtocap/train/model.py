@@ -1,0 +1,36 @@
+"""The trainable dual encoder: any ``Encoder`` plus a temperature, as one ``nn.Module``.
+
+Wrapping the encoder's torch-level methods in ``forward`` is what lets DDP see (and sync) the
+gradients, and keeps the temperature in the same state dict as the weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from howtocap.encoders.base import Encoder
+from howtocap.train.losses import LogitScale
+
+
+class DualModel(nn.Module):
+    def __init__(self, encoder: Encoder, temperature: float | None = None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.logit_scale = LogitScale(temperature)
+
+    def encode_clips(self, frames: np.ndarray) -> torch.Tensor:
+        """``(B, k, H, W, 3)`` uint8 -> ``(B, dim)``: mean of unit frame vectors, re-normalised."""
+        b, k = frames.shape[:2]
+        pix = self.encoder.preprocess_images(frames.reshape(b * k, *frames.shape[2:]))
+        per_frame = F.normalize(self.encoder.image_features(pix).float(), dim=-1)
+        return F.normalize(per_frame.view(b, k, -1).mean(1), dim=-1)
+
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        feats = self.encoder.text_features(self.encoder.tokenize(texts))
+        return F.normalize(feats.float(), dim=-1)
+
+    def forward(self, frames: np.ndarray, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.encode_texts(texts), self.encode_clips(frames)

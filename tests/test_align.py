@@ -1,0 +1,229 @@
+"""Filter & align on synthetic embeddings, where the right answer is known exactly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from howtocap.align import (AlignConfig, align_video, apply_filter, candidate_windows,
+                            choose_threshold, offset_grid, window_scores)
+from howtocap.report.align_report import write_align_report
+from howtocap.rundir import SCHEMAS
+
+
+@dataclass
+class Frames:
+    """Duck-typed stand-in for ``howtocap.encoders.cache.FrameEmbeddings``."""
+
+    emb: np.ndarray
+    fps: float = 1.0
+    duration: float = 0.0
+    partial: bool = False
+    encoder: str = "synthetic"
+    key: str = "k"
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _loop_reference(emb: np.ndarray, text: np.ndarray, starts: np.ndarray, duration: float,
+                    cfg: AlignConfig) -> np.ndarray:
+    """Written from the documented definition, one caption and one offset at a time."""
+    n = len(emb)
+    extent = min(duration, n / cfg.fps) if duration > 0 else n / cfg.fps
+    k = int(math.floor(cfg.offset_seconds / cfg.offset_step + 1e-9))
+    out = np.zeros((len(starts), 2 * k + 1))
+    for c, s in enumerate(starts):
+        for j, step in enumerate(range(-k, k + 1)):
+            if extent >= cfg.clip_seconds:
+                a = min(max(s + step * cfg.offset_step, 0.0), extent - cfg.clip_seconds)
+                b = a + cfg.clip_seconds
+            else:
+                a, b = 0.0, extent
+            rows = [i for i in range(n) if a - 1e-9 <= (i + 0.5) / cfg.fps < b - 1e-9]
+            if not rows:  # a window always covers the row its start falls in
+                rows = [min(int(a * cfg.fps), n - 1)]
+            mean = emb[rows].astype(np.float64).mean(axis=0)
+            if cfg.renormalize:
+                mean = mean / np.linalg.norm(mean)
+            out[c, j] = float(text[c] @ mean)
+    return out
+
+
+@pytest.mark.parametrize("fps,renorm,duration", [(1.0, False, 0.0), (2.0, False, 17.3),
+                                                  (1.0, True, 39.5), (0.5, False, 0.0)])
+def test_window_scores_equal_loop_reference(fps: float, renorm: bool, duration: float) -> None:
+    rng = np.random.default_rng(1)
+    n, d = 40, 16
+    emb = _unit(rng.normal(size=(n, d))).astype(np.float16)
+    starts = np.array([-3.0, 0.0, 0.4, 5.0, 12.5, 19.0, 33.0, 39.9, 55.0, 200.0])
+    text = _unit(rng.normal(size=(len(starts), d))).astype(np.float32)
+    cfg = AlignConfig(fps=fps, renormalize=renorm)
+    scores, offsets = window_scores(emb, text, starts, duration, cfg)
+    assert offsets.tolist() == list(range(-10, 11))
+    ref = _loop_reference(emb.astype(np.float64), text.astype(np.float64), starts, duration,
+                          cfg)
+    np.testing.assert_allclose(scores, ref, atol=1e-5)
+
+
+def test_windows_are_clamped_at_both_borders() -> None:
+    cfg = AlignConfig()
+    ws, we, lo, hi, offsets = candidate_windows(np.array([0.0, 25.0, 12.0]), 30, 30.0, cfg)
+    assert np.all(we - ws == 8.0)
+    # caption at 0: every negative shift lands on [0, 8), positive shifts move right
+    assert ws[0, :11].tolist() == [0.0] * 11
+    assert ws[0, 11:].tolist() == [float(x) for x in range(1, 11)]
+    # caption at 25: the last start that fits is 30 - 8 = 22
+    assert ws[1].max() == 22.0 and ws[1, 0] == 15.0
+    # unclamped windows cover exactly the 8 rows of [a, a+8)
+    assert lo[2].tolist() == [float(x) for x in range(2, 23)]
+    assert np.all(hi - lo == 8)
+
+
+def test_video_shorter_than_one_window_uses_whole_video() -> None:
+    rng = np.random.default_rng(2)
+    emb = _unit(rng.normal(size=(5, 8)))
+    text = _unit(rng.normal(size=(2, 8)))
+    cfg = AlignConfig()
+    ws, we, lo, hi, _ = candidate_windows(np.array([2.0, 30.0]), 5, 4.6, cfg)
+    assert np.all(ws == 0.0) and np.all(we == 4.6)
+    assert np.all(lo == 0) and np.all(hi == 5)  # row 4's middle (4.5) is inside [0, 4.6)
+    caps = pd.DataFrame({"video_id": "v", "start": [2.0, 30.0], "end": [10.0, 38.0],
+                         "text": ["a", "b"]})
+    out = align_video("v", caps, [Frames(emb, duration=4.6)], [text], ["e"], cfg)
+    assert out["start"].tolist() == [0.0, 0.0] and out["end"].tolist() == [4.6, 4.6]
+    assert out["offset"].tolist() == [-2.0, -30.0]
+    np.testing.assert_allclose(out["score"], text @ emb.mean(axis=0), atol=1e-6)
+
+
+def test_captions_past_the_end_are_clamped() -> None:
+    rng = np.random.default_rng(3)
+    emb = _unit(rng.normal(size=(30, 8)))
+    caps = pd.DataFrame({"video_id": "v", "start": [100.0, -5.0], "end": [108.0, 3.0],
+                         "text": ["late", "early"]})
+    text = _unit(rng.normal(size=(2, 8)))
+    out = align_video("v", caps, [Frames(emb, duration=30.0)], [text], ["e"], AlignConfig())
+    assert out.loc[0, "start"] == 22.0 and out.loc[0, "end"] == 30.0
+    assert out.loc[0, "offset"] == -78.0 and out.loc[0, "orig_start"] == 100.0
+    assert 0.0 <= out.loc[1, "start"] <= 5.0
+    assert list(out.columns[:len(SCHEMAS["aligned"])]) == list(SCHEMAS["aligned"])
+
+
+def _planted(shift: float, d: int = 32, seed: int = 4
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ten 8-s segments of distinct content; captions claim each segment ``shift`` s early."""
+    rng = np.random.default_rng(seed)
+    topics = _unit(rng.normal(size=(10, d)))
+    emb = np.repeat(topics, 8, axis=0)
+    emb = _unit(emb + 0.05 * rng.normal(size=emb.shape))
+    true_starts = np.arange(10) * 8.0
+    starts = true_starts - shift
+    return emb, _unit(topics + 0.05 * rng.normal(size=topics.shape)), starts
+
+
+def test_planted_shift_of_four_seconds_is_found() -> None:
+    emb, text, starts = _planted(4.0)
+    caps = pd.DataFrame({"video_id": "v", "start": starts, "end": starts + 8,
+                         "text": [f"step {i}" for i in range(10)]})
+    out = align_video("v", caps, [Frames(emb, duration=80.0)], [text], ["e"], AlignConfig())
+    assert out["offset"].tolist() == [4.0] * 10
+    assert out["start"].tolist() == [8.0 * i for i in range(10)]
+    assert out["encoders"].unique().tolist() == ["e"]
+
+
+def test_two_encoders_average_their_similarities() -> None:
+    emb_a, text_a, starts = _planted(3.0, seed=5)
+    emb_b, text_b, _ = _planted(-3.0, seed=6)
+    # encoder B sees the same captions 3 s *later*: its own best shift is -3
+    starts_b = starts
+    cfg = AlignConfig()
+    sa, offsets = window_scores(emb_a, text_a, starts, 80.0, cfg)
+    sb, _ = window_scores(emb_b, text_b, starts_b, 80.0, cfg)
+    caps = pd.DataFrame({"video_id": "v", "start": starts, "end": starts + 8,
+                         "text": [f"s{i}" for i in range(10)]})
+    out = align_video("v", caps, [Frames(emb_a, duration=80.0), Frames(emb_b, duration=80.0)],
+                      [text_a, text_b], ["A", "B"], cfg)
+    avg = (sa + sb) / 2
+    best = avg.argmax(axis=1)
+    np.testing.assert_allclose(out["score"], avg.max(axis=1), atol=1e-9)
+    mid = (starts >= 3) & (starts <= 62)
+    np.testing.assert_array_equal(out.loc[mid, "start"], (starts + offsets[best])[mid])
+    # the average differs from each encoder alone
+    assert not np.allclose(out["score"], sa.max(axis=1))
+    assert out["encoders"].iloc[0] == "A,B"
+
+
+def test_zero_captions_and_partial_video() -> None:
+    caps = pd.DataFrame({"video_id": [], "start": [], "end": [], "text": []})
+    emb = _unit(np.random.default_rng(7).normal(size=(12, 4)))
+    out = align_video("v", caps, [Frames(emb)], [np.zeros((0, 4))], ["e"], AlignConfig())
+    assert len(out) == 0 and list(out.columns[:len(SCHEMAS["aligned"])]) == list(
+        SCHEMAS["aligned"])
+    caps = pd.DataFrame({"video_id": "v", "start": [20.0], "end": [28.0], "text": ["x"]})
+    # the video is 40 s long, but only 12 s decoded: align on the decoded part and say so
+    out = align_video("v", caps, [Frames(emb, duration=40.0, partial=True)],
+                      [_unit(np.ones((1, 4)))], ["e"], AlignConfig())
+    assert bool(out.loc[0, "partial"]) and out.loc[0, "end"] == 12.0
+
+
+def test_offset_grid_steps() -> None:
+    assert offset_grid(AlignConfig(offset_seconds=2, offset_step=0.5)).tolist() == [
+        -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2]
+    assert offset_grid(AlignConfig(offset_seconds=0)).tolist() == [0.0]
+
+
+def _table(scores: list[float], videos: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"video_id": videos, "score": scores, "kept": False})
+
+
+def test_filters_exact_on_small_data() -> None:
+    scores = [float(x) for x in range(100)]
+    df = _table(scores, [f"v{i % 7}" for i in range(100)])
+    out, thr = apply_filter(df, AlignConfig(threshold=42.5))
+    assert thr == 42.5 and int(out["kept"].sum()) == 57
+    out, thr = apply_filter(df, AlignConfig(quantile=0.1))
+    assert int(out["kept"].sum()) == 10 and out.loc[out["kept"], "score"].min() == 90
+    out, thr = apply_filter(df, AlignConfig(keep_top=7))
+    assert thr == 93.0 and sorted(out.loc[out["kept"], "score"]) == [93, 94, 95, 96, 97, 98, 99]
+    out, thr = apply_filter(df, AlignConfig(keep_top=1000))
+    assert bool(out["kept"].all())
+    out, thr = apply_filter(df, AlignConfig())
+    assert thr == -math.inf and bool(out["kept"].all())
+    out, _ = apply_filter(df, AlignConfig(keep_top=0))
+    assert not out["kept"].any()
+    with pytest.raises(ValidationError):
+        AlignConfig(threshold=0.2, keep_top=5)
+
+
+def test_keep_top_sample_estimate_on_large_data() -> None:
+    rng = np.random.default_rng(8)
+    per_video = [rng.normal(loc=rng.normal(0, 0.2), scale=1.0, size=rng.integers(5, 40))
+                 for _ in range(4000)]
+    total = sum(len(v) for v in per_video)
+    cfg = AlignConfig(keep_top=5000, sample_videos=400)
+    thr = choose_threshold(per_video, cfg, np.random.default_rng(0))
+    kept = sum(int((v >= thr).sum()) for v in per_video)
+    assert abs(kept - 5000) / 5000 < 0.1, (kept, total)
+    exact = choose_threshold(per_video, AlignConfig(keep_top=5000, sample_videos=0))
+    assert sum(int((v >= exact).sum()) for v in per_video) == 5000
+    assert thr != exact  # really estimated, not computed on everything
+
+
+def test_report_is_self_contained(tmp_path) -> None:
+    rng = np.random.default_rng(9)
+    df = pd.DataFrame({"video_id": [f"v{i % 5}" for i in range(200)],
+                       "score": rng.normal(0.2, 0.05, 200),
+                       "offset": rng.integers(-10, 11, 200).astype(float),
+                       "kept": False, "partial": False})
+    df, thr = apply_filter(df, AlignConfig(quantile=0.3))
+    path = write_align_report(df, thr, {"encoders": ["e"]}, tmp_path / "r.html")
+    text = path.read_text()
+    assert text.count("data:image/png;base64,") == 3
+    assert "<td>60</td>" in text  # kept pairs
+    assert "src=\"http" not in text

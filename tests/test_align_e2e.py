@@ -1,0 +1,157 @@
+"""``align_run`` end to end: generated videos, the real embedded encoder, a real run directory."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from howtocap.align import AlignConfig, align_run, read_aligned, window_scores
+from howtocap.io.inputs import VideoItem
+from howtocap.rundir import RunDir
+from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Any:
+    from howtocap.encoders import create
+
+    return create("default", device="cpu")
+
+
+class Renamed:
+    """The same weights under another name: a different encoder set for the stage key."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner, self.name = inner, name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._inner, attr)
+
+
+def _captions(video_id: str, starts: list[float], texts: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"video_id": video_id, "start": starts,
+                         "end": [s + 8 for s in starts], "text": texts, "source": "llm",
+                         "block": 0, "model": "test"})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("align")
+    vids = root / "videos"
+    good = make_narrated_video(vids, "good", DEFAULT_STEPS[:3], audio=False, subtitles=None,
+                               size=128)  # 18 s
+    short = make_narrated_video(vids, "short", DEFAULT_STEPS[3:4], seconds_per_step=4.0,
+                                audio=False, subtitles=None, size=128)  # 4 s < one clip
+    longer = make_narrated_video(vids, "longer", DEFAULT_STEPS[4:8], audio=False,
+                                 subtitles=None, size=128)  # 24 s
+    partial = vids / "partial.mp4"
+    data = longer.video_path.read_bytes()
+    partial.write_bytes(data[: int(len(data) * 0.5)])
+    broken = vids / "broken.mp4"
+    broken.write_bytes(b"this is not a video file\n" * 200)
+    rundir = RunDir(root / "run")
+    rundir.record_videos([
+        VideoItem("good", good.video_path), VideoItem("short", short.video_path),
+        VideoItem("partial", partial), VideoItem("broken", broken),
+        VideoItem("missing", vids / "nowhere.mp4"), VideoItem("nocaps", good.video_path),
+    ])
+    steps = good.steps
+    caps = {
+        "good": _captions("good", [s.start + 3 for s in steps] + [100.0],
+                          [s.caption for s in steps] + ["a caption past the end"]),
+        "short": _captions("short", [1.0], [short.steps[0].caption]),
+        "partial": _captions("partial", [s.start for s in longer.steps],
+                             [s.caption for s in longer.steps]),
+        "broken": _captions("broken", [0.0], ["anything"]),
+        "missing": _captions("missing", [0.0], ["anything"]),
+        "nocaps": _captions("nocaps", [], []),
+    }
+    for vid, df in caps.items():
+        rundir.write_part("captions", vid, df)
+    summary = align_run(rundir, [], AlignConfig(quantile=0.5), encoders=[encoder],
+                        progress=False)
+    return {"rundir": rundir, "summary": summary, "good": good, "encoder": encoder}
+
+
+def test_good_videos_align_and_bad_ones_get_one_error_line(run: dict[str, Any]) -> None:
+    rundir: RunDir = run["rundir"]
+    failed = dict(run["summary"].failed)
+    assert set(failed) == {"broken", "missing"}
+    assert "broken.mp4" in failed["broken"] and "\n" not in failed["broken"]
+    assert "nowhere.mp4" in failed["missing"]
+    status = pd.read_parquet(rundir.table_path("status"))
+    st = status[status["stage"] == "align"].set_index("video_id")["status"].to_dict()
+    assert st == {"good": "ok", "short": "ok", "partial": "ok", "nocaps": "ok",
+                  "broken": "error", "missing": "error"}
+
+
+def test_aligned_table(run: dict[str, Any]) -> None:
+    rundir: RunDir = run["rundir"]
+    al = read_aligned(rundir)
+    assert al.groupby("video_id").size().to_dict() == {"good": 4, "short": 1, "partial": 4}
+    assert int(al["kept"].sum()) == 4  # the best half of 9 pairs (quantile 0.5)
+    assert al.loc[al["kept"], "score"].min() >= al.loc[~al["kept"], "score"].max()
+    assert set(al["encoders"]) == {run["encoder"].name}
+    assert np.all(np.abs(al["offset"][al["orig_start"] < 50]) <= 10)
+    # past the end: clamped to the last 8 s of the 18-s video
+    late = al[al["orig_start"] == 100.0].iloc[0]
+    assert (late["start"], late["end"]) == (10.0, 18.0)
+    # shorter than one clip: the whole video
+    sh = al[al["video_id"] == "short"].iloc[0]
+    assert sh["start"] == 0.0 and sh["end"] == pytest.approx(4.0, abs=0.05)
+    # decoded only partly: aligned on what decoded and flagged
+    part = al[al["video_id"] == "partial"]
+    assert bool(part["partial"].all()) and part["end"].max() < 24.0
+    assert not al.loc[al["video_id"] != "partial", "partial"].any()
+
+
+def test_scores_match_direct_computation(run: dict[str, Any]) -> None:
+    from howtocap.encoders.cache import frame_embeddings
+
+    rundir, enc = run["rundir"], run["encoder"]
+    fe = frame_embeddings(run["good"].video_path, enc, fps=1.0, cache_dir=rundir.cache_dir)
+    al = read_aligned(rundir)
+    good = al[al["video_id"] == "good"].sort_values("orig_start")
+    text = enc.encode_texts(good["text"].tolist())
+    scores, _ = window_scores(fe.emb, text, good["orig_start"].to_numpy(), fe.duration,
+                              AlignConfig())
+    np.testing.assert_allclose(good["score"], scores.max(axis=1), atol=1e-5)
+
+
+def test_report_and_config(run: dict[str, Any]) -> None:
+    rundir: RunDir = run["rundir"]
+    html = (rundir.root / "align_report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    cfg = rundir.read_config("align")
+    assert cfg is not None and cfg["quantile"] == 0.5 and cfg["kept"] == 4
+
+
+def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) -> None:
+    import json
+
+    from howtocap.io.export import export_run
+
+    path, n = export_run(run["rundir"].root, out=tmp_path / "hc.json")
+    data = json.loads(path.read_text())
+    assert n == 4 and sum(len(v["start"]) for v in data.values()) == 4
+
+
+def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) -> None:
+    rundir: RunDir = run["rundir"]
+    part = rundir.part_path("align_scores", "good")
+    before = part.stat().st_mtime_ns
+    s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=[run["encoder"]],
+                  progress=False)
+    assert s.done == 0 and s.skipped == 4 and part.stat().st_mtime_ns == before
+    assert int(read_aligned(rundir)["kept"].sum()) == 2
+    two = [run["encoder"], Renamed(run["encoder"], "default-copy")]
+    s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=two, progress=False)
+    assert s.done == 4 and s.skipped == 0 and part.stat().st_mtime_ns != before
+    al = read_aligned(rundir)
+    assert set(al["encoders"]) == {f"{run['encoder'].name},default-copy"}
+    shutil.rmtree(rundir.root / "logs", ignore_errors=True)

@@ -1,0 +1,195 @@
+"""`howtocap caption` end to end: bad inputs in one batch, resume, SIGKILL, export, sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from tests.chat_server import chat_server
+
+HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
+
+
+def vtt(cues: list[tuple[float, float, str]]) -> str:
+    def ts(t: float) -> str:
+        return f"00:{int(t // 60):02d}:{t % 60:06.3f}"
+
+    return "WEBVTT\n\n" + "\n\n".join(f"{ts(a)} --> {ts(b)}\n{t}" for a, b, t in cues) + "\n"
+
+
+def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def base_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small silent video; tests copy it under many names (sidecar subtitles differ)."""
+    d = tmp_path_factory.mktemp("base")
+    return make_narrated_video(d, "base", DEFAULT_STEPS[:2], seconds_per_step=2.0, fps=5,
+                               size=64, audio=False, subtitles=None).video_path
+
+
+def add_video(folder: Path, name: str, base: Path, subtitle: str | None = None,
+              ext: str = ".vtt") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.mp4"
+    path.write_bytes(base.read_bytes())
+    if subtitle is not None:
+        (folder / f"{name}{ext}").write_text(subtitle)
+    return path
+
+
+GOOD = vtt([(0.5, 2.0, "first we take two eggs and crack them into the bowl"),
+            (2.5, 3.8, "then we whisk the eggs with a fork until smooth")])
+
+
+def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    add_video(vids, "good_a", base_video, GOOD)
+    add_video(vids, "good_b", base_video, GOOD.replace("eggs", "onions"))
+    add_video(vids, "garbage_ts", base_video, "WEBVTT\n\n00:0x:01.000 --> banana\nhello\n")
+    add_video(vids, "empty_subs", base_video, "")
+    add_video(vids, "noparse", base_video, vtt([(0.0, 2.0, "NOPARSE please")]))
+    (vids / "not_a_video.mp4").write_bytes(b"this is not a video at all" * 100)
+    add_video(vids, "silent_no_subs", base_video)  # no audio and no subtitles: ASR must say so
+    truncated = add_video(vids, "truncated", base_video, GOOD)
+    truncated.write_bytes(truncated.read_bytes()[:600])
+    out = tmp_path / "run"
+    with chat_server() as srv:
+        res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--concurrency", "2", "--quiet")
+        first_requests = srv.requests
+        assert res.returncode == 1, res.stderr
+        assert "Traceback" not in res.stderr
+        status = pd.read_parquet(out / "status.parquet").set_index("video_id")
+        assert set(status.index) == {"good_a", "good_b", "garbage_ts", "empty_subs", "noparse",
+                                     "not_a_video", "silent_no_subs", "truncated"}
+        ok = set(status.index[status["status"] == "ok"])
+        assert ok == {"good_a", "good_b"}
+        for vid, row in status.iterrows():
+            if vid in ok:
+                continue
+            msg = row["message"]
+            assert "\n" not in msg and msg, vid
+            # the console shows the same single line
+            assert f"{vid}: {msg[:40]}" in " ".join(res.stderr.split()), (vid, res.stderr)
+        assert "garbage_ts.vtt" in status.loc["garbage_ts", "message"]
+        assert "empty_subs.vtt" in status.loc["empty_subs", "message"]
+        assert "not_a_video.mp4" in status.loc["not_a_video", "message"]
+        assert "truncated.mp4" in status.loc["truncated", "message"]
+        assert "audio" in status.loc["silent_no_subs", "message"]
+        assert "parseable" in status.loc["noparse", "message"]
+
+        caps = pd.read_parquet(out / "captions.parquet")
+        assert set(caps["video_id"]) == {"good_a", "good_b"}
+        assert not caps.duplicated(["video_id", "start", "text"]).any()
+        assert (caps["end"] - caps["start"]).round(6).eq(8.0).all()
+        subs = pd.read_parquet(out / "subtitles.parquet")
+        assert set(subs["source"]) == {"vtt"}
+
+        # a re-run only redoes what failed: the good videos cost no LLM request
+        res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet")
+        assert res2.returncode == 1
+        assert "2 already done" in res2.stderr
+        assert srv.requests - first_requests == 1  # only the NOPARSE block reaches the LLM again
+        assert pd.read_parquet(out / "captions.parquet").equals(caps)
+
+
+def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
+                                                                 base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    add_video(vids, "a", base_video, GOOD)
+    add_video(vids, "b", base_video, GOOD)
+    with chat_server(status=500) as srv:
+        t0 = time.monotonic()
+        res = run_cli("caption", str(vids), "--out", str(tmp_path / "r500"), "--llm-url",
+                      srv.url, "--llm-retries", "2", "--quiet")
+        assert time.monotonic() - t0 < 60
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    status = pd.read_parquet(tmp_path / "r500" / "status.parquet")
+    assert (status["status"] == "error").all()
+    assert status["message"].str.contains("500").all()
+    assert srv.requests == 2 * 3  # one try + two retries per video
+
+    with chat_server() as srv:  # take a free port, then close the server: nobody listens
+        url = srv.url
+    res = run_cli("caption", str(vids), "--out", str(tmp_path / "rdown"), "--llm-url", url,
+                  "--llm-retries", "1", "--quiet")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    status = pd.read_parquet(tmp_path / "rdown" / "status.parquet")
+    assert (status["status"] == "error").all()
+    assert status["message"].str.contains("127.0.0.1").all()
+
+
+def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    for i in range(10):
+        add_video(vids, f"v{i:02d}", base_video, GOOD.replace("eggs", f"egg{i}"))
+    with chat_server(delay=0.25) as srv:
+        args = ["caption", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--quiet"]
+        killed = tmp_path / "killed"
+        proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(killed)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        parts = killed / "parts" / "captions"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(parts.glob("*.parquet"))) < 3:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        n_parts = len(list(parts.glob("*.parquet")))
+        assert 3 <= n_parts < 10, "the kill must land mid-run"
+        assert run_cli(*args, "--out", str(killed)).returncode == 0
+        clean = tmp_path / "clean"
+        assert run_cli(*args, "--out", str(clean)).returncode == 0
+    for table in ("captions", "subtitles"):
+        a = pd.read_parquet(killed / f"{table}.parquet")
+        b = pd.read_parquet(clean / f"{table}.parquet")
+        pd.testing.assert_frame_equal(a, b)
+    assert len(a) and not a.duplicated().any()
+    status = pd.read_parquet(killed / "status.parquet")
+    assert len(status) == 10 and (status["status"] == "ok").all()
+
+
+def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    add_video(vids, "htm1", base_video)  # no sidecar: its subtitles come from caption.json
+    source = {"htm1": {"start": [0.0, 2.0], "end": [2.0, 4.0],
+                       "text": ["today we make a simple omelette", "crack the eggs into a bowl"]}}
+    (tmp_path / "caption.json").write_text(json.dumps(source))
+    out = tmp_path / "run"
+    with chat_server() as srv:
+        res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--subtitles", str(tmp_path / "caption.json"), "--asr", "never", "--quiet")
+    assert res.returncode == 0, res.stderr
+    subs = pd.read_parquet(out / "subtitles.parquet")
+    assert list(subs["source"].unique()) == ["htm"]
+    res = run_cli("export", str(out), "--format", "howtocaption", "--out", str(tmp_path / "e.json"))
+    assert res.returncode == 0, res.stderr
+    data = json.loads((tmp_path / "e.json").read_text())
+    caps = pd.read_parquet(out / "captions.parquet")
+    assert list(data) == ["htm1"]
+    assert data["htm1"]["text"] == list(caps["text"])
+    assert data["htm1"]["start"] == [0.0, 2.0]
+    assert [round(e - s, 3) for s, e in zip(data["htm1"]["start"], data["htm1"]["end"],
+                                            strict=True)] == [8.0, 8.0]
+
+
+def test_user_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
+    res = run_cli("caption", str(tmp_path / "missing"), "--out", str(tmp_path / "r"))
+    assert res.returncode == 2
+    assert "missing: no such file or folder" in res.stderr and "Traceback" not in res.stderr
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("id,path\nx,y.mp4\n")
+    res = run_cli("caption", str(manifest), "--out", str(tmp_path / "r"))
+    assert res.returncode == 2 and "m.csv" in res.stderr and "video_id" in res.stderr

@@ -1,0 +1,96 @@
+"""Block packing and prompt building (no model needed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.llm.blocks import make_blocks
+from howtocap.llm.prompt import DEFAULT_TEMPLATE, build_messages, load_template, resolve_template
+
+
+def subs(rows: list[tuple[float, float, str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["start", "end", "text"])
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def test_every_line_of_every_block_has_its_timestamp() -> None:
+    df = subs([(float(10 * i) + 0.7, float(10 * i) + 9, words(30, f"s{i}w")) for i in range(10)])
+    blocks = make_blocks(df, max_words=100)
+    assert len(blocks) == 4  # 3 sentences (90 words) fit, the 4th would make 120
+    for b in blocks:
+        lines = b.text.split("\n")
+        assert len(lines) == len(b.sentences)
+        for line, sent in zip(lines, b.sentences, strict=True):
+            assert re.fullmatch(rf"{int(sent.start)}s: {re.escape(sent.text)}", line)
+    assert blocks[1].text.startswith("30s: s3w0")  # first sentence of a later block too
+
+
+def test_word_limit_and_block_time_range() -> None:
+    df = subs([(float(i), float(i) + 1.5, words(7, "w")) for i in range(20)])
+    blocks = make_blocks(df, max_words=20)
+    assert [b.n_words for b in blocks] == [14] * 10
+    assert all(b.n_words <= 20 for b in blocks)
+    assert blocks[0].start == 0.0 and blocks[0].end == 2.5
+    assert [b.index for b in blocks] == list(range(10))
+
+
+def test_long_sentence_gets_its_own_block() -> None:
+    df = subs([(0, 1, "short one"), (1, 5, words(250, "x")), (5, 6, "after it")])
+    blocks = make_blocks(df, max_words=200)
+    assert [len(b.sentences) for b in blocks] == [1, 1, 1]
+    assert blocks[1].n_words == 250 and blocks[1].text.startswith("1s: x0 x1")
+
+
+def test_unsorted_rows_blank_text_and_bad_tables() -> None:
+    df = subs([(20, 22, "second"), (3.9, 5, "first"), (8, 9, "   "), (9, 10, None)])
+    (block,) = make_blocks(df)
+    assert block.text == "3s: first\n20s: second"
+    assert make_blocks(subs([])) == []
+    with pytest.raises(HowtocapError, match="lacks columns"):
+        make_blocks(pd.DataFrame({"start": [1.0]}))
+    with pytest.raises(HowtocapError, match="block-words"):
+        make_blocks(df, max_words=0)
+
+
+def test_default_prompt_is_the_papers_and_holds_the_block() -> None:
+    (block,) = make_blocks(subs([(0, 4, "take the flour"), (4, 8, "add an egg")]))
+    msgs = build_messages(block)
+    assert msgs == [{"role": "user", "content": DEFAULT_TEMPLATE.replace("{asr}", block.text)}]
+    content = msgs[0]["content"]
+    assert content.startswith("I will give you an automatically recognized speech with "
+                              "timestamps from a video segment that is cut from a long video.")
+    assert "Begin each sentence with an estimated timestamp." in content
+    assert "0s: take the flour\n4s: add an egg" in content
+
+
+def test_template_files(tmp_path: Path) -> None:
+    (block,) = make_blocks(subs([(0, 4, "take the flour")]))
+    txt = tmp_path / "t.txt"
+    txt.write_text("Summarise:\n<block>\nDone.")
+    assert build_messages(block, load_template(txt))[0]["content"] == \
+        "Summarise:\n0s: take the flour\nDone."
+    yml = tmp_path / "t.yaml"
+    yml.write_text("system: be brief\nprompt: 'ASR: {asr}'\n"
+                   "examples:\n  - ['1s: hi', '1s: Wave.']\n")
+    msgs = build_messages(block, str(yml))
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[1]["content"] == "ASR: 1s: hi" and msgs[-1]["content"] == "ASR: 0s: take the flour"
+    assert resolve_template("fewshot").examples  # built-in few-shot template ships
+    bad = tmp_path / "bad.txt"
+    bad.write_text("no placeholder here")
+    with pytest.raises(InputError, match=r"bad\.txt: prompt template has no placeholder"):
+        load_template(bad)
+    with pytest.raises(InputError, match="missing.txt: prompt template file not found"):
+        resolve_template(str(tmp_path / "missing.txt"))
+    broken = tmp_path / "b.yaml"
+    broken.write_text("prompt: [unclosed")
+    with pytest.raises(InputError, match="invalid YAML"):
+        load_template(broken)

@@ -1,0 +1,81 @@
+"""Parsing LLM replies into captions: every accepted format, counts, and what is dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from howtocap.llm.blocks import Block
+from howtocap.llm.parse import parse_reply
+
+BLOCK = Block(index=0, start=10.4, end=95.6, text="")
+
+
+def caps(reply: str, block: Block = BLOCK, **kw: float) -> list[tuple[float, float, str]]:
+    return [(c.start, c.end, c.text) for c in parse_reply(reply, block, **kw).captions]
+
+
+@pytest.mark.parametrize("line, start", [
+    ("12s: Crack the eggs.", 12.0),
+    ("12 s - Crack the eggs.", 12.0),
+    ("[12s] Crack the eggs.", 12.0),
+    ("(12 sec) Crack the eggs.", 12.0),
+    ("00:12 Crack the eggs.", 12.0),
+    ("0:01:05 - Crack the eggs.", 65.0),
+    ("12.5s: Crack the eggs.", 12.5),
+    ("1. 12s: Crack the eggs.", 12.0),
+    ("2) 12s: Crack the eggs.", 12.0),
+    ("- 12s: Crack the eggs.", 12.0),
+    ("* [00:12] Crack the eggs.", 12.0),
+    ("• 12s: Crack the eggs.", 12.0),
+    ("**12s:** Crack the eggs.", 12.0),
+    ("At 12s, crack the eggs.", 12.0),
+    ("12s-20s: Crack the eggs.", 12.0),
+    ("Crack the eggs (12s)", 12.0),
+])
+def test_timestamp_formats(line: str, start: float) -> None:
+    got = caps(line)
+    assert len(got) == 1
+    s, e, text = got[0]
+    assert (s, e) == (start, start + 8.0)
+    assert text.rstrip(".") == "Crack the eggs"
+
+
+def test_never_splits_on_decimal_points_and_handles_several_per_line() -> None:
+    reply = ("20s: Add 2.5 cups of flour. Mix it for 1.5 minutes.\n"
+             "30s: Stir. 35s: Pour it. 40s: Bake.")
+    assert caps(reply) == [
+        (20.0, 28.0, "Add 2.5 cups of flour. Mix it for 1.5 minutes."),
+        (30.0, 38.0, "Stir."), (35.0, 43.0, "Pour it."), (40.0, 48.0, "Bake.")]
+
+
+def test_counts_lines_without_timestamp_and_out_of_range() -> None:
+    reply = ("Sure! Here is a summary of the video segment:\n\n"
+             "10s: Heat the pan.\n"      # floor(10.4) = 10 -> kept
+             "96s: Serve it.\n"          # ceil(95.6) = 96 -> kept
+             "9s: Too early.\n"
+             "97s: Too late.\n"
+             "Step 3: whisk the batter\n"
+             "I hope this helps!")
+    res = parse_reply(reply, BLOCK)
+    assert [c.text for c in res.captions] == ["Heat the pan.", "Serve it."]
+    assert res.n_no_timestamp == 3
+    assert res.n_out_of_range == 2
+    assert len(parse_reply("9s: Too early.", BLOCK, slack=2.0).captions) == 1
+
+
+def test_filler_is_stripped_and_duplicates_dropped() -> None:
+    reply = ('1. 12s: "Crack the eggs into the bowl." (12s)\n'
+             "2. 20s: crack the eggs into the bowl\n"
+             "3. 30s:\n"
+             "4. 40s: whisk them (40s).")
+    res = parse_reply(reply, BLOCK)
+    assert [(c.start, c.text) for c in res.captions] == [
+        (12.0, "Crack the eggs into the bowl."), (40.0, "Whisk them")]
+    assert res.n_duplicates == 1 and res.n_empty == 1
+
+
+def test_clip_length_and_unparseable_reply() -> None:
+    assert caps("15s: Knead the dough.", clip_seconds=4.0) == [(15.0, 19.0, "Knead the dough.")]
+    res = parse_reply("The speaker talks about baking bread.\nIt was fun.", BLOCK)
+    assert res.captions == [] and res.n_no_timestamp == 2
+    assert parse_reply("", BLOCK).captions == []

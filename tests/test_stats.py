@@ -1,0 +1,262 @@
+"""`howtocap stats`: numbers checked against hand-computed values on hand-written tables.
+
+Uses the real spaCy model (the bundled en_core_web_sm copy), loaded once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.report.nlp import load_spacy
+from howtocap.report.stats import (
+    compute_stats,
+    ngram_ratios,
+    register,
+    stats_run,
+    verb_stats,
+    words,
+)
+from howtocap.rundir import RunDir, StatusRecord
+
+# Verbs (all unambiguous imperatives): cut x3, add x3, stir x2, cook x2, pour x2, fry, wash.
+CAPTIONS = {
+    "v1": ["Cut the onion.", "Cut the carrot and add salt.", "Add the pepper."],
+    "v2": ["Cut the bread.", "Add oil and stir the sauce.", "Stir the soup and cook the rice."],
+    "v3": ["Cook the pasta and pour the water.", "Pour the milk.",
+           "Fry the egg and wash the pan."],
+}
+KEPT = {"Cut the onion.", "Add oil and stir the sauce.", "Fry the egg and wash the pan."}
+SUBTITLES = {
+    "v1": ["okay so first you cut the onion", "don't forget the salt"],
+    "v2": ["okay okay"],
+}
+
+
+def _rows(video_id: str, texts: list[str]) -> dict:
+    n = len(texts)
+    start = np.arange(n) * 5.0
+    return {"video_id": [video_id] * n, "start": start, "end": start + 8, "text": texts}
+
+
+def build_run(root: Path, *, aligned: bool = True) -> RunDir:
+    rd = RunDir(root)
+    for vid, texts in SUBTITLES.items():
+        rd.write_part("subtitles", vid, pd.DataFrame({**_rows(vid, texts), "source": "asr"}))
+        rd.write_status(StatusRecord(vid, "transcribe", "ok", "", 4.0, finished_at=100.0))
+    for i, (vid, texts) in enumerate(CAPTIONS.items()):
+        rows = _rows(vid, texts)
+        rd.write_part("captions", vid, pd.DataFrame({**rows, "source": "llm", "block": 0,
+                                                     "model": "test"}))
+        rd.write_status(StatusRecord(vid, "caption", "ok", "", float(i + 1), finished_at=200.0))
+        if aligned:
+            offs = np.array([-2.0, 0.0, 3.0])
+            rd.write_part("aligned", vid, pd.DataFrame({
+                **rows, "orig_start": rows["start"] - offs, "orig_end": rows["end"] - offs,
+                "offset": offs, "score": [0.5, 0.3, 0.4],
+                "kept": [t in KEPT for t in texts], "encoders": "default", "source": "llm",
+                "block": 0, "model": "test"}))
+            rd.write_status(StatusRecord(vid, "align", "ok", "", 0.5, finished_at=300.0))
+    for vid in ("v4", "v5"):
+        rd.write_status(StatusRecord(vid, "caption", "error", f"{vid}.mp4: no audio stream",
+                                     0.0, finished_at=200.0))
+    rd.write_status(StatusRecord("v5", "transcribe", "error", "v5.mp4: unreadable", 0.0,
+                                 finished_at=100.0))
+    return rd
+
+
+@pytest.fixture(scope="session")
+def nlp():
+    return load_spacy()
+
+
+@pytest.fixture(scope="session")
+def full_stats(tmp_path_factory, nlp):
+    root = tmp_path_factory.mktemp("stats_run")
+    rd = build_run(root)
+    return rd, compute_stats(rd, nlp=nlp)
+
+
+# -- pure helpers --------------------------------------------------------------------------------
+def test_words_keeps_contractions_and_drops_punctuation():
+    assert words("Don't cut the 2 onions, OK?") == ["don't", "cut", "the", "2", "onions", "ok"]
+    assert words("...") == []
+
+
+def test_ngram_ratios_stay_inside_each_sequence():
+    r = ngram_ratios([["a", "b", "a", "b"], ["a", "b"]])
+    # 1-grams: 6 total, {a, b}; 2-grams: ab, ba, ab, ab; 3-grams: aba, bab (no b|a across texts).
+    assert r == {"1": pytest.approx(2 / 6), "2": pytest.approx(2 / 4), "3": pytest.approx(1.0)}
+    assert ngram_ratios([["a"], []]) == {"1": 1.0, "2": None, "3": None}
+
+
+def test_verb_stats_diverse_share_breaks_ties_alphabetically():
+    seqs = [["cut"], ["cut", "add"], ["b"], ["c"], ["d"], ["e"], ["f"]]
+    s = verb_stats(seqs)
+    # counts cut 2, then six verbs once: top 5 = cut, add, b, c, d -> e, f are diverse: 2 of 8.
+    assert s["verbs"] == 8 and s["verb_vocabulary"] == 7
+    assert s["diverse_verbs_pct"] == pytest.approx(25.0)
+    assert s["top_verbs"][:2] == [["cut", 2], ["add", 1]]
+    assert verb_stats([[]])["diverse_verbs_pct"] is None
+
+
+# -- the whole run ---------------------------------------------------------------------------------
+def test_caption_statistics_match_hand_computed_values(full_stats):
+    _, stats = full_stats
+    cap = stats["text"]["captions"]
+    assert cap["texts"] == 9 and cap["videos"] == 3 and not cap["sampled"]
+    # word counts per caption: 3 6 3 | 3 6 7 | 7 3 7 -> 45 words, per video 12, 16, 17
+    assert cap["words"] == 45
+    assert cap["words_per_caption"]["mean"] == pytest.approx(5.0)
+    assert cap["words_per_caption"]["std"] == pytest.approx(math.sqrt(30 / 9))
+    assert cap["words_per_video"]["mean"] == pytest.approx(15.0)
+    assert cap["words_per_video"]["std"] == pytest.approx(math.sqrt(14 / 3))
+    assert cap["captions_per_video"] == {"mean": 3.0, "std": 0.0}
+    assert cap["vocabulary"] == 23
+    # 2-grams: 36 in all; "cut the" x3, "stir/cook/pour the" x2 -> 31 distinct; 3-grams all distinct
+    assert cap["word_ngram_ratio"] == {"1": pytest.approx(23 / 45), "2": pytest.approx(31 / 36),
+                                       "3": pytest.approx(1.0)}
+    # verbs: cut 3, add 3, stir 2, cook 2, pour 2 (the top 5) + fry, wash -> 2 of 14 diverse
+    assert cap["verbs"] == 14 and cap["verb_vocabulary"] == 7
+    assert cap["diverse_verbs_pct"] == pytest.approx(100 * 2 / 14)
+    assert {v for v, _ in cap["top_verbs"][:2]} == {"cut", "add"}
+    # verb sequences: cut | cut add | add | cut | add stir | stir cook | cook pour | pour | fry wash
+    assert cap["verb_ngram_ratio"] == {"1": pytest.approx(7 / 14), "2": pytest.approx(1.0),
+                                       "3": None}
+
+
+def test_subtitle_and_kept_statistics(full_stats):
+    _, stats = full_stats
+    sub = stats["text"]["subtitles"]
+    assert sub["texts"] == 3 and sub["videos"] == 2
+    assert sub["words_per_caption"]["mean"] == pytest.approx(13 / 3)  # 7, 4, 2 words
+    assert sub["words_per_caption"]["std"] == pytest.approx(np.std([7, 4, 2]))
+    assert sub["vocabulary"] == 10  # "don't" is one word
+    assert sub["word_ngram_ratio"]["1"] == pytest.approx(10 / 13)
+    kept = stats["text"]["kept"]
+    assert kept["texts"] == 3 and kept["videos"] == 3
+    assert kept["words_per_caption"]["mean"] == pytest.approx(16 / 3)  # 3, 6, 7
+    assert kept["verbs"] == 5 and kept["diverse_verbs_pct"] == 0.0  # 5 verbs, all in the top 5
+
+
+def test_run_summary_counts_and_times(full_stats):
+    _, stats = full_stats
+    s = stats["summary"]
+    assert s["videos"] == 5 and s["videos_failed"] == 2
+    by_stage = {st["stage"]: st for st in s["stages"]}
+    assert [st["stage"] for st in s["stages"]] == ["transcribe", "caption", "align"]
+    assert (by_stage["caption"]["ok"], by_stage["caption"]["failed"]) == (3, 2)
+    assert by_stage["caption"]["seconds_total"] == pytest.approx(6.0)
+    assert by_stage["caption"]["seconds_mean"] == pytest.approx(6.0 / 5)
+    assert (by_stage["transcribe"]["ok"], by_stage["transcribe"]["failed"]) == (2, 1)
+    msgs = {(f["stage"], f["message"]): (f["count"], f["example_video"]) for f in s["failures"]}
+    assert msgs == {("caption", "v4.mp4: no audio stream"): (1, "v4"),
+                    ("caption", "v5.mp4: no audio stream"): (1, "v5"),
+                    ("transcribe", "v5.mp4: unreadable"): (1, "v5")}
+    assert (s["captions_generated"], s["captions_aligned"], s["captions_kept"]) == (9, 9, 3)
+    assert s["kept_pct"] == pytest.approx(100 / 3)
+    al = stats["alignment"]
+    assert al["all"]["offset"]["abs_mean"] == pytest.approx(5 / 3)  # |-2|, 0, 3 per video
+    assert al["kept"]["rows"] == 3 and al["kept"]["score"]["mean"] == pytest.approx(0.4)
+    h = stats["histograms"]
+    assert sum(h["words_per_caption"]["series"]["captions"]) == 9
+    assert sum(h["score"]["series"]["kept"]) == 3 and sum(h["score"]["series"]["dropped"]) == 6
+
+
+def test_same_failure_message_is_counted_once_per_video(tmp_path, nlp):
+    rd = build_run(tmp_path)
+    rd.write_status(StatusRecord("v4", "caption", "error", "boom", 0.0, finished_at=200.0))
+    rd.write_status(StatusRecord("v5", "caption", "error", "boom", 0.0, finished_at=200.0))
+    s = compute_stats(rd, nlp=nlp)["summary"]
+    assert s["failures"][0] == {"stage": "caption", "message": "boom", "count": 2,
+                                "example_video": "v4"}
+
+
+def test_stats_run_writes_report_and_json(tmp_path, nlp):
+    build_run(tmp_path)
+    stats = stats_run(tmp_path, progress=False)
+    data = json.loads((tmp_path / "stats.json").read_text())
+    assert data["text"]["captions"]["vocabulary"] == 23
+    assert data["summary"]["captions_kept"] == 3
+    page = (tmp_path / "report.html").read_text()
+    assert stats["outputs"]["report"] == str(tmp_path / "report.html")
+    assert page.index("Run summary") < page.index("Subtitles vs captions")
+    assert page.count("data:image/png;base64,") == 4
+    assert "v4.mp4: no audio stream" in page and "Kept captions" in page
+    assert "<script" not in page and "http" not in page.split("<body>")[1]  # self-contained
+
+
+def test_missing_alignment_is_reported_not_fatal(tmp_path, nlp):
+    build_run(tmp_path, aligned=False)
+    stats = stats_run(tmp_path, progress=False)
+    assert "aligned" in stats["missing"]
+    assert stats["text"]["kept"] is None and stats["alignment"] is None
+    assert "offset" not in stats["histograms"]
+    assert stats["summary"]["captions_kept"] is None
+    assert stats["text"]["captions"]["vocabulary"] == 23
+    assert not (tmp_path / "aligned.parquet").exists()  # reading did not invent a table
+    page = (tmp_path / "report.html").read_text()
+    assert "no alignment yet" in page and page.count("data:image/png;base64,") == 2
+
+
+def test_sampling_above_max_texts_is_seeded_and_reported(tmp_path, nlp):
+    rd = build_run(tmp_path)
+    a = compute_stats(rd, nlp=nlp, max_texts=4)
+    b = compute_stats(rd, nlp=nlp, max_texts=4)
+    cap = a["text"]["captions"]
+    assert cap["sampled"] and cap["texts_used"] == 4 and cap["texts"] == 9
+    assert cap["words_per_caption"]["mean"] == pytest.approx(5.0)  # exact over all rows
+    assert cap["vocabulary"] < 23
+    assert cap["vocabulary"] == b["text"]["captions"]["vocabulary"]
+    assert cap["verb_ngram_ratio"] == b["text"]["captions"]["verb_ngram_ratio"]
+    from howtocap.report.stats_html import render_html
+
+    assert "random sample of at most 4 texts" in render_html(a)
+
+
+def test_status_table_without_records_folder_is_kept(tmp_path, nlp):
+    rd = build_run(tmp_path)
+    rd.status_table()  # writes status.parquet
+    shutil.rmtree(tmp_path / "parts" / "status")
+    stats = compute_stats(rd, nlp=nlp)
+    assert stats["summary"]["videos_failed"] == 2
+    assert len(pd.read_parquet(tmp_path / "status.parquet")) == 11
+
+
+def test_empty_or_missing_run_dir_is_one_clear_error(tmp_path):
+    with pytest.raises(HowtocapError, match="nothing to report"):
+        stats_run(tmp_path, progress=False)
+    with pytest.raises(InputError, match="no such run directory"):
+        stats_run(tmp_path / "nope", progress=False)
+    with pytest.raises(HowtocapError, match="max-texts"):
+        stats_run(tmp_path, max_texts=0, progress=False)
+
+
+def test_unknown_spacy_model_is_a_clear_error():
+    with pytest.raises(HowtocapError, match="no spaCy English model.*no_such_model_xyz"):
+        load_spacy("no_such_model_xyz")
+
+
+def test_cli_command(tmp_path):
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    register(app)
+    runner = CliRunner()
+    build_run(tmp_path / "run")
+    res = runner.invoke(app, ["stats", str(tmp_path / "run"), "--max-texts", "100",
+                              "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert str(tmp_path / "run" / "report.html") in res.output
+    assert json.loads((tmp_path / "run" / "stats.json").read_text())["max_texts"] == 100
+    res = runner.invoke(app, ["stats", str(tmp_path / "empty_missing")])
+    assert res.exit_code == 2
+    assert "no such run directory" in res.output

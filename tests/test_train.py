@@ -1,0 +1,359 @@
+"""Training: losses by hand, the gated unit, real tiny training runs on generated videos."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from howtocap.encoders.base import Encoder
+from howtocap.errors import HowtocapError
+from howtocap.rundir import hash_text
+from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from howtocap.train import train
+from howtocap.train.data import build_clips, epoch_draws, read_pairs
+from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
+from howtocap.train.mee import GatedEmbeddingUnit
+from howtocap.train.model import DualModel
+
+
+class TinyEncoder(Encoder):
+    """A small conv image tower and a hashed bag-of-words text tower, seeded."""
+
+    def __init__(self, dim: int = 16, seed: int = 0) -> None:
+        super().__init__()
+        self.name, self.dim, self.image_size = f"tiny{dim}", dim, 32
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.img = nn.Sequential(nn.Conv2d(3, 8, 5, stride=3), nn.ReLU(),
+                                     nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, dim))
+            self.words = nn.EmbeddingBag(512, dim, mode="mean")
+            self.text_proj = nn.Linear(dim, dim)
+
+    def preprocess_images(self, frames: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
+        x = x.permute(0, 3, 1, 2).float() / 255.0
+        return F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+
+    def tokenize(self, texts):
+        ids, offsets = [], []
+        for t in texts:
+            offsets.append(len(ids))
+            ids += [hash_text(w) % 512 for w in t.lower().split()] or [0]
+        return (torch.tensor(ids, device=self.device), torch.tensor(offsets, device=self.device))
+
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.img(pixels)
+
+    def text_features(self, tokens) -> torch.Tensor:
+        return self.text_proj(self.words(*tokens))
+
+
+# -- losses ----------------------------------------------------------------------------------
+def test_info_nce_equals_hand_computation():
+    g = torch.Generator().manual_seed(0)
+    t = F.normalize(torch.randn(3, 4, generator=g), dim=-1)
+    v = F.normalize(torch.randn(3, 4, generator=g), dim=-1)
+    scale = 7.0
+    sim = (t @ v.T).tolist()
+    hand = 0.0
+    for i in range(3):
+        row = [scale * s for s in sim[i]]
+        col = [scale * sim[j][i] for j in range(3)]
+        hand += -(row[i] - math.log(sum(math.exp(x) for x in row)))
+        hand += -(col[i] - math.log(sum(math.exp(x) for x in col)))
+    hand /= 2 * 3
+    assert float(info_nce(t, v, scale)) == pytest.approx(hand, rel=1e-5)
+    # gathered form with this batch as rank 1 of two equals scoring against the whole batch
+    t2, v2 = torch.cat([v, t]), torch.cat([t, v])
+    ref = float(info_nce(t, v, scale, text_all=t2, video_all=v2, offset=3))
+    logits = scale * t @ v2.T
+    ce = F.cross_entropy(logits, torch.arange(3) + 3)
+    ce2 = F.cross_entropy(scale * v @ t2.T, torch.arange(3) + 3)
+    assert ref == pytest.approx(float(0.5 * (ce + ce2)), rel=1e-6)
+
+
+def test_max_margin_weights_half_of_negatives_on_same_video():
+    sim = torch.tensor([[0.50, 0.45, 0.30, 0.10],
+                        [0.20, 0.60, 0.55, 0.00],
+                        [0.10, 0.30, 0.40, 0.35],
+                        [0.00, 0.20, 0.38, 0.70]], requires_grad=True)
+    vids = ["a", "a", "b", "b"]
+    m = 0.1
+
+    def h(i, j):  # hinge of text i vs clip j plus clip i vs text j
+        s = sim.detach()
+        return float(max(0.0, m + s[i, j] - s[i, i]) + max(0.0, m + s[j, i] - s[i, i]))
+
+    same = {0: [1], 1: [0], 2: [3], 3: [2]}
+    hand = 0.0
+    for i in range(4):
+        other = [j for j in range(4) if j != i and j not in same[i]]
+        hand += 0.5 * sum(h(i, j) for j in same[i]) / len(same[i])
+        hand += 0.5 * sum(h(i, j) for j in other) / len(other)
+    loss = max_margin_ranking(sim, vids, margin=m)
+    assert loss.item() == pytest.approx(hand / 4, rel=1e-6)
+    plain = sum(h(i, j) for i in range(4) for j in range(4) if j != i) / (4 * 3)
+    assert max_margin_ranking(sim, None, margin=m).item() == pytest.approx(plain, rel=1e-6)
+    # with every hinge active, the single same-video negative of a text weighs as much as both
+    # other-video ones together: gradient 2:1
+    flat = torch.full((4, 4), 0.05).fill_diagonal_(0.0).requires_grad_(True)
+    max_margin_ranking(flat, vids, margin=m).backward()
+    assert flat.grad[0, 1].item() == pytest.approx(2 * flat.grad[0, 2].item(), rel=1e-6)
+    assert flat.grad[0, 2].item() == pytest.approx((0.25 + 0.25) / 4, rel=1e-6)
+
+
+def test_regulariser_zero_grad_at_init_and_pulls_back_after_drift():
+    enc = TinyEncoder()
+    model = DualModel(enc)
+    frozen = DualModel(TinyEncoder())
+    frozen.load_state_dict(model.state_dict())
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (4, 2, 32, 32, 3), dtype=np.uint8)
+    texts = ["pour the coffee", "brush the cat", "launch rocket", "count coins"]
+    t, v = model(frames, texts)
+    with torch.no_grad():
+        tr, vr = frozen(frames, texts)
+    reg = frozen_copy_regulariser(t, v, tr, vr)
+    reg.backward()
+    assert reg.item() == pytest.approx(0.0, abs=1e-6)
+    grads = [p.grad.abs().max().item() for p in model.parameters() if p.grad is not None]
+    assert grads and max(grads) < 1e-4
+    # drift, then the regulariser alone moves the weights back towards the frozen copy
+    with torch.no_grad():
+        for p in model.encoder.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    values = []
+    for _ in range(20):
+        t, v = model(frames, texts)
+        reg = frozen_copy_regulariser(t, v, tr, vr)
+        values.append(float(reg))
+        opt.zero_grad()
+        reg.backward()
+        opt.step()
+    assert values[0] > 0.01
+    assert values[-1] < 0.5 * values[0]
+
+
+def test_gated_unit_formula():
+    unit = GatedEmbeddingUnit(5, 3)
+    x = torch.randn(4, 5)
+    w1, b1 = unit.fc.weight.detach(), unit.fc.bias.detach()
+    w2, b2 = unit.gate.weight.detach(), unit.gate.bias.detach()
+    h = x @ w1.T + b1
+    y = h * torch.sigmoid(h @ w2.T + b2)
+    expect = y / y.norm(dim=-1, keepdim=True)
+    assert torch.allclose(unit(x), expect, atol=1e-6)
+    assert torch.allclose(unit(x).norm(dim=-1), torch.ones(4), atol=1e-6)
+
+
+# -- data ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def videos(tmp_path_factory) -> list:
+    out = tmp_path_factory.mktemp("train-videos")
+    vids = []
+    for v in range(4):
+        steps = [DEFAULT_STEPS[(v * 3 + k) % len(DEFAULT_STEPS)] for k in range(4)]
+        vids.append(make_narrated_video(out, f"vid{v}", steps, seconds_per_step=2.0, fps=4,
+                                        size=48, audio=False, subtitles=None))
+    return vids
+
+
+def write_pairs(path: Path, videos: list, extra: list[dict] | None = None) -> Path:
+    rows = []
+    for sv in videos:
+        for s in sv.steps:
+            rows.append({"video_id": sv.video_id, "video_path": str(sv.video_path),
+                         "caption": s.caption, "start": s.start, "end": s.end})
+            rows.append({"video_id": sv.video_id, "video_path": str(sv.video_path),
+                         "caption": s.narration, "start": s.start, "end": s.end})
+    rows += extra or []
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, ["video_id", "video_path", "caption", "start", "end"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_captions_grouped_per_clip_and_one_drawn_per_epoch(videos, tmp_path):
+    ps = build_clips(read_pairs(write_pairs(tmp_path / "p.csv", videos)), log=None)
+    assert len(ps.clips) == 16 and all(len(c.captions) == 2 for c in ps.clips)
+    assert ps.n_pairs == 32
+    d0 = epoch_draws(ps.clips, 0, 0, 4)
+    d1 = epoch_draws(ps.clips, 1, 0, 4)
+    assert sorted(d.clip for d in d0) == list(range(16))  # each clip once per epoch
+    assert d0 == epoch_draws(ps.clips, 0, 0, 4)  # reproducible
+    assert d0 != d1
+    assert {d.caption for d in d0 + d1} == {0, 1}
+    for d in d0:
+        c = ps.clips[d.clip]
+        assert all(c.start <= t <= c.end for t in d.times) and len(d.times) == 4
+
+
+def test_missing_and_unreadable_videos_skipped_and_counted(videos, tmp_path, capsys):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"this is not a video" * 10)
+    extra = [{"video_id": "gone", "video_path": str(tmp_path / "nope.mp4"), "caption": "x y",
+              "start": 0, "end": 2},
+             {"video_id": "gone", "video_path": str(tmp_path / "nope.mp4"), "caption": "z",
+              "start": 2, "end": 4},
+             {"video_id": "broken", "video_path": str(bad), "caption": "a b", "start": 0,
+              "end": 2}]
+    res = train(write_pairs(tmp_path / "p.csv", videos[:2], extra), out_dir=tmp_path / "run",
+                encoder=TinyEncoder(), epochs=1, batch_size=4, lr=1e-3, eval_fraction=0,
+                frames_per_clip=2, progress=False)
+    assert set(res.skipped_videos) == {"gone", "broken"}
+    assert res.skipped_pairs == 3
+    assert res.n_pairs == 16 and res.n_train_clips == 8
+    err = capsys.readouterr().err
+    assert "skipped 2 video(s), 3 pair(s)" in err
+    assert "nope.mp4" in err and "broken.mp4" in err
+
+
+def test_empty_training_set_is_a_clear_error(tmp_path):
+    header_only = tmp_path / "empty.csv"
+    header_only.write_text("video_id,video_path,caption,start,end\n")
+    with pytest.raises(HowtocapError, match="no usable caption–clip pairs"):
+        train(header_only, out_dir=tmp_path / "r1", encoder=TinyEncoder(), progress=False)
+    all_missing = tmp_path / "missing.csv"
+    all_missing.write_text("video_id,video_path,caption,start,end\nv,gone.mp4,hello,0,2\n")
+    with pytest.raises(HowtocapError, match=r"1 video\(s\) skipped"):
+        train(all_missing, out_dir=tmp_path / "r2", encoder=TinyEncoder(), progress=False)
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("id,path\nv,x.mp4\n")
+    with pytest.raises(HowtocapError, match="wrong.csv: CSV of pairs needs columns"):
+        train(wrong, out_dir=tmp_path / "r3", encoder=TinyEncoder(), progress=False)
+
+
+# -- training runs ---------------------------------------------------------------------------
+KW = dict(epochs=4, batch_size=6, lr=3e-3, frames_per_clip=2, eval_fraction=0.25, warmup=0.1,
+          progress=False)
+
+
+def test_dual_trains_loss_decreases_and_logs(videos, tmp_path):
+    res = train(write_pairs(tmp_path / "p.csv", videos), out_dir=tmp_path / "run",
+                encoder=TinyEncoder(), frames="pixels", **KW)
+    losses = [r["loss"] for r in res.history if r["epoch"] > 0]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert res.history[0]["epoch"] == 0 and "R@1" in res.history[0]
+    assert res.n_eval_clips == 4 and res.n_train_clips == 12
+    log = pd.read_csv(tmp_path / "run" / "train_log.csv")
+    assert list(log["epoch"]) == [0, 1, 2, 3, 4]
+    assert log["R@5"].notna().all()
+    assert (tmp_path / "run" / "train_log.png").stat().st_size > 5000
+    assert (tmp_path / "run" / "ckpt" / "howtocap_checkpoint.json").exists()
+    assert list((tmp_path / "run" / "cache" / "pixels").glob("*/*.npy"))
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_resume_continues_exactly(videos, tmp_path):
+    pairs = write_pairs(tmp_path / "p.csv", videos)
+    kw = {**KW, "epochs": 2}
+    full = train(pairs, out_dir=tmp_path / "full", encoder=TinyEncoder(), **kw)
+
+    class Killed(Exception):
+        pass
+
+    def kill(row):
+        raise Killed
+
+    with pytest.raises(Killed):
+        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), on_epoch_end=kill, **kw)
+    with pytest.raises(HowtocapError, match="pass --resume"):
+        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), **kw)
+    res = train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), resume=True, **kw)
+    assert res.resumed_from == 1 and res.epochs_run == 1
+    a, b = _weights(full.checkpoint), _weights(res.checkpoint)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6, rtol=0), k
+    assert [r["epoch"] for r in res.history] == [0, 1, 2]
+    assert res.history[-1]["loss"] == pytest.approx(full.history[-1]["loss"], abs=1e-6)
+    # the weights really moved (resume is not trivially equal to the start)
+    init = DualModel(TinyEncoder()).state_dict()
+    assert any(not torch.allclose(init[k], a[k]) for k in a)
+
+
+def test_wrong_architecture_checkpoint_is_a_clear_error(videos, tmp_path):
+    pairs = write_pairs(tmp_path / "p.csv", videos[:2])
+    kw = {**KW, "epochs": 1, "eval_fraction": 0}
+    train(pairs, out_dir=tmp_path / "run", encoder=TinyEncoder(16), **kw)
+    with pytest.raises(HowtocapError) as e:
+        train(pairs, out_dir=tmp_path / "run", encoder=TinyEncoder(8), resume=True,
+              epochs=2, batch_size=6, lr=3e-3, frames_per_clip=2, eval_fraction=0,
+              progress=False)
+    msg = str(e.value)
+    assert "last.pt" in msg and "'tiny16'" in msg and "'tiny8'" in msg
+    assert "\n" not in msg
+
+
+def _ddp_worker(rank: int, world: int, port: int, pairs: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    res = train(pairs, out_dir=out, encoder=TinyEncoder(), epochs=1, batch_size=3, lr=3e-3,
+                frames_per_clip=2, eval_fraction=0.25, progress=False, device="cpu")
+    torch.save(res.model.state_dict(), Path(out) / f"rank{rank}.pt")
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def test_ddp_two_processes_gloo(videos, tmp_path):
+    import torch.multiprocessing as mp
+
+    pairs = write_pairs(tmp_path / "p.csv", videos)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, str(pairs), str(tmp_path / "ddp")), nprocs=2)
+    log = pd.read_csv(tmp_path / "ddp" / "train_log.csv")
+    assert list(log["epoch"]) == [0, 1]
+    # 12 training clips, 2 ranks x 2 batches of 3: the checkpoint records 2 optimizer steps
+    ck = torch.load(tmp_path / "ddp" / "ckpt" / "last.pt", weights_only=True)
+    assert ck["step"] == 2
+    init = DualModel(TinyEncoder()).state_dict()
+    assert any(not torch.allclose(init[k], ck["model"][k]) for k in init)
+    # both ranks end with the same weights: DDP averaged their gradients every step
+    r0 = torch.load(tmp_path / "ddp" / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "ddp" / "rank1.pt", weights_only=True)
+    for k in r0:
+        assert torch.equal(r0[k], r1[k]), k
+        assert torch.equal(r0[k], ck["model"][k]), k
+
+
+def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
+    from howtocap.io.inputs import VideoItem
+    from howtocap.rundir import RunDir, conform
+
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos([VideoItem(v.video_id, v.video_path) for v in videos[:2]])
+    rows = []
+    for v in videos[:2]:
+        for k, s in enumerate(v.steps):
+            rows.append({"video_id": v.video_id, "start": s.start, "end": s.end,
+                         "text": s.caption, "orig_start": s.start, "orig_end": s.end,
+                         "offset": 0.0, "score": 0.5, "kept": k != 3, "encoders": "x",
+                         "source": "llm", "block": 0, "model": "m"})
+    rd.write_part("aligned", videos[0].video_id, conform(pd.DataFrame(rows[:4]), "aligned"))
+    rd.write_part("aligned", videos[1].video_id, conform(pd.DataFrame(rows[4:]), "aligned"))
+    rd.merge("aligned")
+    pairs = read_pairs(rd.root)
+    assert len(pairs) == 6 and set(pairs["video_id"]) == {"vid0", "vid1"}
+    assert pairs["video_path"].str.endswith(".mp4").all()
+    assert videos[0].steps[3].caption not in set(pairs[pairs.video_id == "vid0"]["text"])
+    with pytest.raises(HowtocapError, match="has no aligned.parquet"):
+        read_pairs(tmp_path)
