@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # On the project's machines this resolves to a CPU wheel on local disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,qwen
+EXTRAS ?= dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 APT_PACKAGES := ffmpeg espeak-ng chromium
 DEMO_DATA ?= demo-data

@@ -29,8 +29,16 @@ from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.video import sample_frames
 from howtocap.samples import make_fixture_set
 from howtocap.train import load_encoder, train
-from howtocap.train.data import frame_times
+from howtocap.train.data import (
+    DecodeFrames,
+    PixelCache,
+    build_clips,
+    epoch_draws,
+    frame_times,
+    read_pairs,
+)
 from howtocap.train.model import DualModel
+from howtocap.train.tiny import make_tiny_clip
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -45,18 +53,26 @@ def write_pairs(path: Path, videos: list) -> Path:
     return path
 
 
-def tiny_clip(folder: Path) -> str:
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizerFast
-
-    cfg = CLIPConfig(
-        text_config=dict(vocab_size=49408, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77),
-        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=2, image_size=224, patch_size=32),
-        projection_dim=64)
-    torch.manual_seed(0)
-    CLIPModel(cfg).save_pretrained(folder)
-    return f"hf:{folder}"
+def load_times(pairs: Path, cache: Path) -> dict:
+    """Milliseconds to fetch one clip's 4 frames: seek+decode vs the pixel cache (best of 3)."""
+    ps = build_clips(read_pairs(pairs), log=None)
+    draws = epoch_draws(ps.clips, 0, 0, 4)
+    px = PixelCache(cache, 224)
+    t0 = time.perf_counter()
+    for c in {c.video_id: c for c in ps.clips}.values():
+        px.build(c)
+    build = time.perf_counter() - t0
+    out = {"pixel_cache_build_s": round(build, 2)}
+    for name, src in (("decode", DecodeFrames(224)), ("pixels", px)):
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for d in draws:
+                src(ps.clips[d.clip], d.times)
+            runs.append((time.perf_counter() - t0) / len(draws) * 1000)
+        out[name] = round(min(runs), 3)
+    out["ratio"] = round(out["decode"] / out["pixels"], 1)
+    return out
 
 
 @torch.no_grad()
@@ -95,20 +111,26 @@ def main() -> None:
         n_pairs = sum(len(v.steps) for v in train_v)
 
         # 1. throughput ---------------------------------------------------------------------
-        spec = tiny_clip(tmp / "tiny-clip")
-        thr: dict = {"model": "tiny random HF CLIP (ViT 2x64, text 2x64), 4 frames/clip, "
+        spec = make_tiny_clip(tmp / "tiny-clip", width=64, layers=2, dim=64, image_size=224,
+                              patch_size=32)
+        thr: dict = {"model": "tiny random HF CLIP (ViT 2x64, text 2x64, 224 px), 4 frames/clip, "
                               "batch 8, alpha 0.1", "pairs_per_epoch": n_pairs}
-        for frames in ("decode", "pixels"):
-            t0 = time.perf_counter()
-            res = train(pairs, out_dir=tmp / f"thr-{frames}", encoder=spec, epochs=2,
-                        batch_size=8, lr=1e-4, eval_fraction=0, frames=frames, progress=False)
-            total = time.perf_counter() - t0
-            # epoch 2 is steady state (epoch 1 of "pixels" also reads a cold page cache)
-            thr[frames] = {"pairs_per_s": round(res.history[-1]["pairs_per_s"], 2),
-                           "epoch_seconds": res.history[-1]["seconds"],
-                           "total_seconds_incl_setup": round(total, 1)}
+        thr["load_ms_per_clip"] = load_times(pairs, tmp / "px-probe")
+        # other jobs share the CPU: alternate the two sources and keep each one's best epoch
+        best = {"decode": [], "pixels": []}
+        t0 = time.perf_counter()
+        for rep in range(2):
+            for frames in ("decode", "pixels"):
+                res = train(pairs, out_dir=tmp / f"thr-{frames}-{rep}", encoder=spec, epochs=2,
+                            batch_size=8, lr=1e-4, eval_fraction=0, frames=frames,
+                            cache_dir=tmp / "thr-cache", progress=False)
+                best[frames] += [r["pairs_per_s"] for r in res.history if r["epoch"] > 0]
+        for frames, vals in best.items():
+            thr[frames] = {"pairs_per_s": round(max(vals), 2),
+                           "epochs_measured": len(vals)}
         thr["ratio_pixels_vs_decode"] = round(
             thr["pixels"]["pairs_per_s"] / thr["decode"]["pairs_per_s"], 2)
+        thr["seconds"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
         res = train(pairs, out_dir=tmp / "thr-mee", model="mee", encoder="default", epochs=2,
                     batch_size=8, eval_fraction=0, progress=False, cache_dir=tmp / "cache")
@@ -122,31 +144,40 @@ def main() -> None:
         ret: dict = {"train_videos": len(train_v), "eval_videos": len(eval_v)}
         ret["zero_shot_default"] = retrieval(create("default"), eval_v)
         t0 = time.perf_counter()
-        res = train(pairs, out_dir=tmp / "ft", encoder="default", epochs=5, batch_size=8,
-                    lr=1e-4, eval_fraction=0, frames="pixels", progress=False, seed=0)
+        # only the default's linear head (+ temperature): a full fine-tune of EfficientNet and
+        # MiniLM runs at ~0.1 pairs/s on this shared 2-core CPU
+        res = train(pairs, out_dir=tmp / "ft", encoder="default", epochs=3, batch_size=8,
+                    lr=1e-3, eval_fraction=0, frames="pixels", progress=False, seed=0,
+                    train_params="residual", cache_dir=tmp / "cache")
         ret["dual_finetuned_default"] = retrieval(load_encoder(res.checkpoint), eval_v) | {
-            "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 5, "lr": 1e-4}
+            "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 3, "lr": 1e-3,
+            "trained": "residual head + temperature, alpha 0.1, 4 frames/clip, batch 8"}
         t0 = time.perf_counter()
         res = train(pairs, out_dir=tmp / "mee", model="mee", encoder="default", epochs=30,
                     batch_size=8, eval_fraction=0, progress=False, cache_dir=tmp / "cache")
         ret["mee_on_default_features"] = retrieval(load_encoder(res.checkpoint), eval_v) | {
-            "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 30, "lr": 1e-3}
+            "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 30, "lr": 1e-3,
+            "trained": "gated units (dim 256) on frozen default features, margin 0.1"}
         out["retrieval"] = ret
         print(json.dumps(ret, indent=1), file=sys.stderr)
 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "train.json").write_text(json.dumps(out, indent=2))
     md = ["# Training benchmark", "", f"Machine: {out['machine']}", "",
-          "## Throughput (one epoch, steady state)", "",
-          "| data path | pairs/s | epoch s |", "|---|---|---|",
-          f"| decode frames per draw | {thr['decode']['pairs_per_s']} | "
-          f"{thr['decode']['epoch_seconds']} |",
-          f"| decoded-pixel cache | {thr['pixels']['pairs_per_s']} | "
-          f"{thr['pixels']['epoch_seconds']} |",
-          f"| mee on cached frame embeddings | {thr['mee_on_cached_embeddings']['pairs_per_s']}"
-          " | |", "",
-          f"Pixel cache vs decoding: **{thr['ratio_pixels_vs_decode']}x** pairs/s "
-          f"({thr['model']}).", "",
+          "## Throughput", "",
+          "| data path | fetch 4 frames (ms/clip) | training pairs/s |", "|---|---|---|",
+          f"| decode frames per draw | {thr['load_ms_per_clip']['decode']} | "
+          f"{thr['decode']['pairs_per_s']} |",
+          f"| decoded-pixel cache | {thr['load_ms_per_clip']['pixels']} | "
+          f"{thr['pixels']['pairs_per_s']} |",
+          f"| mee on cached frame embeddings | – | "
+          f"{thr['mee_on_cached_embeddings']['pairs_per_s']} |", "",
+          f"Pixel cache vs decoding: **{thr['ratio_pixels_vs_decode']}x** training pairs/s, "
+          f"**{thr['load_ms_per_clip']['ratio']}x** faster frame fetching "
+          f"({thr['model']}; building the cache took "
+          f"{thr['load_ms_per_clip']['pixel_cache_build_s']} s for {len(train_v)} videos). "
+          "Each figure is the best of several epochs/repeats, because other jobs share the "
+          "CPU.", "",
           "## Held-out retrieval (text -> clip, fixture videos)", "",
           "| model | R@1 | R@5 | R@10 | MedR |", "|---|---|---|---|---|"]
     for k in ("zero_shot_default", "dual_finetuned_default", "mee_on_default_features"):

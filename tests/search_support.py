@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -23,13 +25,8 @@ LLM_SHIFT = 1.0  # the "LLM" times are this much later than the aligned (true) t
 @functools.cache
 def encoder() -> Encoder:
     """The project's embedded default encoder, loaded once per test session."""
-    try:
-        from howtocap.encoders import create
-    except ImportError:  # TEMPORARY (H6a dev): until the encoders package lands
-        import sys
-        sys.path.insert(0, "/tmp/h6a_dev")
-        from devenc import DevEncoder
-        return DevEncoder()
+    from howtocap.encoders import create
+
     return create("default", device="cpu")
 
 
@@ -54,7 +51,7 @@ class Renamed(Encoder):
         return self.inner.text_features(tokens)
 
 
-_SHARED: dict[str, Path] = {}
+_SHARED: dict[str, Any] = {}
 
 
 def shared_run(tmp_root: Path) -> Path:
@@ -66,11 +63,24 @@ def shared_run(tmp_root: Path) -> Path:
         from howtocap.search import build_index
 
         run = tmp_root / "run"
-        for vid in STEPS:
-            add_video(run, make_video(tmp_root / "media", vid))
+        samples = {vid: make_video(tmp_root / "media", vid) for vid in STEPS}
+        for sample in samples.values():
+            add_video(run, sample)
         build_index(run, encoder=encoder(), progress=False)
-        _SHARED["run"] = run
+        _SHARED["run"], _SHARED["samples"] = run, samples
     return _SHARED["run"]
+
+
+def fresh_run(tmp_root: Path, run_dir: Path, video_ids: list[str]) -> Path:
+    """A new run over the shared run's video files, with its frame cache copied in (as if
+    ``align`` had run), so the test pays for index logic, not for decoding and CNN passes."""
+    shared = shared_run(tmp_root)
+    frames = shared / "cache" / "frames"
+    if frames.exists():
+        shutil.copytree(frames, run_dir / "cache" / "frames")
+    for vid in video_ids:
+        add_video(run_dir, _SHARED["samples"][vid])
+    return run_dir
 
 
 def make_video(media: Path, video_id: str) -> SampleVideo:
@@ -136,3 +146,7 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def shared_sample(video_id: str) -> SampleVideo:
+    return _SHARED["samples"][video_id]

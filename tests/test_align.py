@@ -10,8 +10,17 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from howtocap.align import (AlignConfig, align_video, apply_filter, candidate_windows,
-                            choose_threshold, offset_grid, window_scores)
+from howtocap.align import (
+    AlignConfig,
+    align_config,
+    align_video,
+    apply_filter,
+    candidate_windows,
+    choose_threshold,
+    offset_grid,
+    window_scores,
+)
+from howtocap.errors import HowtocapError
 from howtocap.report.align_report import write_align_report
 from howtocap.rundir import SCHEMAS
 
@@ -227,3 +236,11 @@ def test_report_is_self_contained(tmp_path) -> None:
     assert text.count("data:image/png;base64,") == 3
     assert "<td>60</td>" in text  # kept pairs
     assert "src=\"http" not in text
+
+
+def test_bad_options_are_one_line_errors() -> None:
+    assert align_config(threshold=None, keep_top=3).keep_top == 3
+    with pytest.raises(HowtocapError, match="choose one filter"):
+        align_config(threshold=0.1, quantile=0.5)
+    with pytest.raises(HowtocapError, match="clip_seconds"):
+        align_config(clip_seconds=0)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests.chat_server import chat_server
 
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
-from tests.chat_server import chat_server
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 

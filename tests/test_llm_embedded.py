@@ -34,7 +34,7 @@ def test_default_model_captions_a_block(embedded: LlamaCppLLM) -> None:
         "text": ["okay so first crack two eggs into the bowl",
                  "then add a cup of milk and whisk it",
                  "now pour the batter into the hot pan"]})
-    cfg = CaptionConfig(generation=GenerationConfig(max_tokens=90))
+    cfg = CaptionConfig(generation=GenerationConfig(max_tokens=60))
     df, stats = caption_video("eggs", subs, embedded, cfg)
     assert stats.blocks == 1 and stats.replies == 1
     assert len(df) >= 1

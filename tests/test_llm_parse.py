@@ -67,10 +67,13 @@ def test_filler_is_stripped_and_duplicates_dropped() -> None:
     reply = ('1. 12s: "Crack the eggs into the bowl." (12s)\n'
              "2. 20s: crack the eggs into the bowl\n"
              "3. 30s:\n"
-             "4. 40s: whisk them (40s).")
+             "4. 40s: whisk them (40s).\n"
+             '50s: and serve it warm".\n'
+             '60s: Say "cheers" to everyone')
     res = parse_reply(reply, BLOCK)
     assert [(c.start, c.text) for c in res.captions] == [
-        (12.0, "Crack the eggs into the bowl."), (40.0, "Whisk them")]
+        (12.0, "Crack the eggs into the bowl."), (40.0, "Whisk them"),
+        (50.0, "And serve it warm."), (60.0, 'Say "cheers" to everyone')]
     assert res.n_duplicates == 1 and res.n_empty == 1
 
 

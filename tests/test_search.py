@@ -17,7 +17,15 @@ from howtocap.rundir import RunDir
 from howtocap.search import Searcher, build_index
 from howtocap.search.cli import register
 from howtocap.search.index import clip_vectors, make_faiss, read_meta
-from search_support import STEPS, Renamed, add_video, encoder, make_video, shared_run
+from search_support import (
+    STEPS,
+    Renamed,
+    add_video,
+    encoder,
+    fresh_run,
+    shared_run,
+    shared_sample,
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,16 +90,16 @@ def test_hnsw_agrees_with_exact_search() -> None:
     assert recall > 0.9
 
 
-def test_incremental_add_change_and_remove(tmp_path: Path) -> None:
+def test_incremental_add_change_and_remove(tmp_path: Path, run: Path,
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
     enc = encoder()
-    run = tmp_path / "run"
-    add_video(run, make_video(tmp_path / "media", "kitchen"))
+    run = fresh_run(tmp_path_factory.getbasetemp(), tmp_path / "run", ["kitchen"])
     first = build_index(run, encoder=enc, progress=False)
     assert (first.embedded, first.reused, first.n) == (["kitchen"], [], 3)
     part = run / "index" / "parts" / "kitchen.npz"
     mtime = part.stat().st_mtime_ns
 
-    add_video(run, make_video(tmp_path / "media", "garage"))
+    add_video(run, shared_sample("garage"))
     second = build_index(run, encoder=enc, progress=False)
     assert (second.embedded, second.reused, second.n) == (["garage"], ["kitchen"], 6)
     assert part.stat().st_mtime_ns == mtime  # kitchen was not re-embedded
@@ -124,14 +132,17 @@ def test_other_encoder_is_refused_not_mixed(run: Path, tmp_path: Path) -> None:
         build_index(copy, encoder=other, progress=False)
     with pytest.raises(HowtocapError, match="some-other-encoder"):
         Searcher.open(copy, other)
+    (copy / "videos.parquet").unlink()  # text-only rebuild: keeps the test fast
     info = build_index(copy, encoder=other, rebuild=True, progress=False)
     assert info.encoder == "some-other-encoder" and sorted(info.embedded) == sorted(STEPS)
+    assert sorted(info.no_video) == sorted(STEPS)  # no video file -> text vectors only
+    assert Searcher.open(copy, other).search("launch the rocket", 3, by="video") == []
     assert read_meta(copy)["encoder"] == "some-other-encoder"
 
 
-def test_falls_back_to_captions_when_not_aligned(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    add_video(run, make_video(tmp_path / "media", "kitchen"))
+def test_falls_back_to_captions_when_not_aligned(tmp_path: Path, run: Path,
+                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = fresh_run(tmp_path_factory.getbasetemp(), tmp_path / "run", ["kitchen"])
     shutil.rmtree(run / "parts" / "aligned")
     (run / "aligned.parquet").unlink()
     with pytest.warns(UserWarning, match="no aligned.parquet"):

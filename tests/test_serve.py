@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,9 +13,10 @@ import httpx
 import pandas as pd
 import pytest
 
+from howtocap.errors import HowtocapError, InputError
 from howtocap.search import Searcher
 from howtocap.serve import create_app
-from search_support import LLM_SHIFT, ServerThread, encoder, shared_run
+from search_support import LLM_SHIFT, Renamed, ServerThread, encoder, shared_run
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +168,17 @@ def test_without_index_search_says_how_to_build_one(tmp_path: Path, run: Path) -
         assert r.status_code == 409 and "howtocap index" in r.json()["detail"]
         assert c.get("/api/videos/garage").status_code == 200
         assert c.get("/").status_code == 200 and "<form" in c.get("/").text
+
+
+def test_index_of_another_encoder_is_refused_at_startup(run: Path) -> None:
+    with pytest.raises(HowtocapError, match=r"built with encoder .*--rebuild"):
+        create_app(run, encoder=Renamed(encoder(), "another-encoder"))
+
+
+def test_index_of_an_older_format_is_refused(tmp_path: Path, run: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run / "index", copy / "index")
+    meta = json.loads((copy / "index" / "meta.json").read_text())
+    (copy / "index" / "meta.json").write_text(json.dumps({**meta, "version": 0}))
+    with pytest.raises(InputError, match="rebuild"):
+        Searcher.open(copy, encoder())

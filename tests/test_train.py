@@ -17,6 +17,7 @@ from torch import nn
 
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
+from howtocap.io.video import sample_frames
 from howtocap.rundir import hash_text
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train
@@ -137,7 +138,7 @@ def test_regulariser_zero_grad_at_init_and_pulls_back_after_drift():
     for _ in range(20):
         t, v = model(frames, texts)
         reg = frozen_copy_regulariser(t, v, tr, vr)
-        values.append(float(reg))
+        values.append(reg.item())
         opt.zero_grad()
         reg.backward()
         opt.step()
@@ -357,3 +358,97 @@ def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
     assert videos[0].steps[3].caption not in set(pairs[pairs.video_id == "vid0"]["text"])
     with pytest.raises(HowtocapError, match="has no aligned.parquet"):
         read_pairs(tmp_path)
+
+
+# -- real backends through the encoder factory -----------------------------------------------
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory) -> str:
+    from howtocap.train.tiny import make_tiny_clip
+
+    return make_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
+
+
+def test_checkpoint_loads_through_the_encoder_factory(videos, tiny_clip, tmp_path):
+    from howtocap.encoders import create
+
+    res = train(write_pairs(tmp_path / "p.csv", videos), out_dir=tmp_path / "run",
+                encoder=tiny_clip, epochs=2, batch_size=6, lr=1e-3, frames_per_clip=2,
+                eval_fraction=0.25, progress=False)
+    losses = [r["loss"] for r in res.history if r["epoch"] > 0]
+    assert losses[-1] < losses[0]
+    base = create(tiny_clip)
+    for where in (res.checkpoint, res.checkpoint.parent):
+        enc = create(str(where))
+        assert enc.dim == base.dim and enc.name != base.name and "+ft-" in enc.name
+        texts = ["pour coffee into a cup", "launch the rocket"]
+        # the loaded encoder is the trained model: same embeddings, not the base model's
+        trained = F.normalize(res.model.encoder.text_features(
+            res.model.encoder.tokenize(texts)).float(), dim=-1).detach().numpy()
+        np.testing.assert_allclose(enc.encode_texts(texts), trained, atol=1e-5)
+        assert not np.allclose(enc.encode_texts(texts), base.encode_texts(texts), atol=1e-3)
+    frames = sample_frames(videos[0].video_path, [0.5, 2.5], size=32)
+    assert enc.encode_images(frames).shape == (2, base.dim)
+
+
+def test_mee_baseline_trains_on_cached_features_and_loads(videos, tiny_clip, tmp_path):
+    from howtocap.encoders import create
+
+    res = train(write_pairs(tmp_path / "p.csv", videos), out_dir=tmp_path / "mee", model="mee",
+                encoder=tiny_clip, epochs=6, batch_size=6, lr=1e-2, eval_fraction=0.25,
+                mee_dim=24, progress=False)
+    losses = [r["loss"] for r in res.history if r["epoch"] > 0]
+    assert losses[-1] < losses[0]
+    assert sum(p.is_file() for p in (tmp_path / "mee" / "cache").rglob("*")) >= 3  # per video
+    enc = create(str(res.checkpoint))
+    assert enc.dim == 24
+    emb = enc.encode_texts(["pour coffee", "launch the rocket"])
+    assert emb.shape == (2, 24)
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    frames = sample_frames(videos[0].video_path, [0.5], size=32)
+    assert enc.encode_images(frames).shape == (1, 24)
+    # a dual run cannot resume a mee checkpoint
+    with pytest.raises(HowtocapError, match="checkpoint is a mee model"):
+        train(write_pairs(tmp_path / "p.csv", videos), out_dir=tmp_path / "mee",
+              encoder=tiny_clip, resume=True, epochs=7, progress=False)
+
+
+def test_train_params_freezes_everything_else(videos, tmp_path):
+    pairs = write_pairs(tmp_path / "p.csv", videos[:2])
+    res = train(pairs, out_dir=tmp_path / "run", encoder=TinyEncoder(), epochs=1,
+                batch_size=4, lr=1e-2, frames_per_clip=2, eval_fraction=0, alpha=0,
+                train_params=r"text_proj\.", progress=False)
+    init, done = DualModel(TinyEncoder()).state_dict(), _weights(res.checkpoint)
+    changed = {k for k in init if not torch.equal(init[k], done[k])}
+    assert changed == {"encoder.text_proj.weight", "encoder.text_proj.bias",
+                       "logit_scale.log_scale"}
+    with pytest.raises(HowtocapError, match="matches no parameter; names look like encoder"):
+        train(pairs, out_dir=tmp_path / "r2", encoder=TinyEncoder(), train_params="nothing",
+              progress=False)
+
+
+def test_cli_trains_and_reports_user_errors_in_one_line(videos, tiny_clip, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from howtocap.train.cli import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def other() -> None:  # a second command so "train" is a sub-command, as in howtocap
+        pass
+
+    pairs = write_pairs(tmp_path / "p.csv", videos[:2])
+    runner = CliRunner()
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["train", str(pairs), "--out", str(out), "--encoder", tiny_clip,
+                            "--epochs", "1", "--batch-size", "4", "--frames-per-clip", "2",
+                            "--eval-fraction", "0", "--frames", "pixels"])
+    assert r.exit_code == 0, r.output
+    assert (out / "ckpt" / "last.pt").exists() and (out / "train_log.csv").exists()
+    r = runner.invoke(app, ["train", str(pairs), "--out", str(out), "--encoder", tiny_clip,
+                            "--model", "mee", "--resume"])
+    assert r.exit_code == 2
+    assert "error:" in r.output and "checkpoint is a dual model" in r.output
+    assert "Traceback" not in r.output

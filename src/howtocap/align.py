@@ -84,6 +84,17 @@ class AlignConfig(BaseModel):
         return format(hash_text(blob), "016x")
 
 
+def align_config(**options: Any) -> AlignConfig:
+    """``AlignConfig`` from CLI options (``None`` means "not given"); bad values -> one line."""
+    from pydantic import ValidationError
+
+    try:
+        return AlignConfig(**{k: v for k, v in options.items() if v is not None})
+    except ValidationError as exc:
+        msgs = [f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()]
+        raise HowtocapError("align: " + "; ".join(msgs)) from None
+
+
 # -- the vectorised core ---------------------------------------------------------------------
 
 def offset_grid(cfg: AlignConfig) -> np.ndarray:
@@ -285,6 +296,28 @@ def _invalidate_if_changed(rundir: RunDir, key: str) -> bool:
     return bool(old)
 
 
+def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
+    """Per video, a hash of its captions and video path: what its scores were computed from."""
+    texts: dict[str, str] = {}
+    cols = [c for c in ("start", "end", "text") if c in captions.columns]
+    for vid, g in captions.groupby("video_id", sort=False):
+        texts[str(vid)] = g[cols].to_csv(index=False, header=False)
+    return {it.video_id: format(hash_text(f"{it.video_path}\n{texts.get(it.video_id, '')}"),
+                                "016x") for it in items}
+
+
+def _forget_changed_videos(rundir: RunDir, captions: pd.DataFrame,
+                           items: Sequence[VideoItem]) -> None:
+    """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again."""
+    now = _fingerprints(captions, items)
+    old = rundir.read_config("align_inputs") or {}
+    for vid, fp in now.items():
+        if vid in old and old[vid] != fp:
+            rundir.part_path(PART_TABLE, vid).unlink(missing_ok=True)
+            rundir.status_path(STAGE, vid).unlink(missing_ok=True)
+    rundir.write_config("align_inputs", {**old, **now})
+
+
 def _load_inputs(rundir: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     has_captions = rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()
     if not has_captions:
@@ -387,6 +420,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     items = [VideoItem(r.video_id, Path(r.video_path) if r.video_path else None)
              for r in videos.itertuples()]
     items += [VideoItem(v, None) for v in sorted(set(captions["video_id"]) - known)]
+    _forget_changed_videos(rundir, captions, items)
     fn = make_align_fn(rundir, captions, encoders, cfg)
     summary = run_stage(rundir, items, STAGE, fn, main_table=PART_TABLE, workers=workers,
                         progress=progress)
@@ -395,6 +429,6 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     return summary
 
 
-__all__ = ["AlignConfig", "align_run", "align_video", "apply_filter",
+__all__ = ["AlignConfig", "align_config", "align_run", "align_video", "apply_filter",
            "candidate_windows", "choose_threshold", "finish_align", "offset_grid",
            "read_aligned", "window_scores"]

@@ -6,43 +6,20 @@ one red line and exit 2; a batch where some videos failed exits 1 after finishin
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
 
+from howtocap.cliutil import err, out, user_errors
 from howtocap.errors import HowtocapError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Narrated videos -> timestamped, video-aligned captions; retrieval "
                        "training, evaluation, search.")
-err = Console(stderr=True)
-out = Console()
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(fn: F) -> F:
-    """Turn user mistakes into one line on stderr and exit code 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except HowtocapError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/yellow]: finished videos are saved; "
-                      "run the same command again to resume")
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, Any]) -> dict:
@@ -119,11 +96,13 @@ def caption(
     out_dir: OutDir,
     subtitles: Annotated[Path | None, typer.Option(help="HowTo100M-style subtitles: caption.json, "
                          "a pickle of it, sentencified JSON, or a folder of <id>.csv.")] = None,
-    asr: Annotated[AsrModeOpt, typer.Option(help="auto: only without subtitles.")] = AsrModeOpt.auto,
+    asr: Annotated[AsrModeOpt, typer.Option(help="auto: only without subtitles.")]
+    = AsrModeOpt.auto,
     asr_model: Annotated[str, typer.Option(help="default (bundled tiny.en), base, a CTranslate2 "
-                                                "folder, or a faster-whisper model name.")] = "default",
-    llm: Annotated[str, typer.Option(help="embedded, smollm2, qwen2.5-coder-0.5b, or a .gguf path.")]
-    = "embedded",
+                                                "folder, or a faster-whisper model name.")]
+    = "default",
+    llm: Annotated[str, typer.Option(help="embedded, smollm2, qwen2.5-coder-0.5b, or a .gguf "
+                                          "path.")] = "embedded",
     llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. "
                                                      "http://127.0.0.1:8080/v1")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name sent to --llm-url.")] = None,
@@ -221,6 +200,22 @@ def sample(
     vids = [samples.make_demo_video(out_dir)] if n == 1 else samples.make_fixture_set(out_dir, n)
     for v in vids:
         out.print(f"{v.video_path}  ({v.duration:.0f} s, {len(v.steps)} steps)")
+
+
+
+
+def _register_commands() -> None:
+    """Commands that live beside their library code (each module's ``register(app)``)."""
+    from howtocap.evaluate.cli import register as register_eval
+    from howtocap.report.stats import register as register_stats
+    from howtocap.search.cli import register as register_search
+
+    register_search(app)
+    register_eval(app)
+    register_stats(app)
+
+
+_register_commands()
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "orig_start": "float64", "orig_end": "float64", "offset": "float64",
                 "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
                 "block": "int64", "model": "str"},
+    # Frame captions as labels (Ventura et al.): one row per caption of one sampled frame.
+    "framecaps": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
+                  "captioner": "str", "frame_time": "float64", "clipscore": "float64",
+                  "kept": "bool"},
     "status": {"video_id": "str", "stage": "str", "status": "str", "message": "str",
                "seconds": "float64", "finished_at": "float64"},
 }
@@ -70,30 +74,41 @@ def hash_text(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
-def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp_name)`` then rename onto ``path``: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        df.to_parquet(tmp, index=False)
+        write(tmp)
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    atomic_write(path, write)
+
+
+def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -163,8 +178,10 @@ class RunDir:
 
     def read_table(self, table: str) -> pd.DataFrame:
         """The merged table, or the parts merged now when the merge has not happened yet."""
-        path = self.table_path(table)
-        if path.exists() and not self.part_dir(table).exists():
+        path, parts = self.table_path(table), self.part_dir(table)
+        # Adding or replacing a part renames into the folder, which bumps its mtime.
+        if path.exists() and (not parts.exists()
+                              or path.stat().st_mtime_ns >= parts.stat().st_mtime_ns):
             return pd.read_parquet(path)
         return self.merge(table)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from howtocap.errors import HowtocapError
+from howtocap.cliutil import user_errors
 
 
 class BenchmarkOpt(str, Enum):
@@ -62,12 +61,4 @@ def eval_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``eval`` to ``app``; user mistakes print one line and exit 2."""
-
-    def wrapped(*args: object, **kwargs: object) -> None:
-        try:
-            eval_command(*args, **kwargs)  # type: ignore[arg-type]
-        except HowtocapError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    app.command("eval")(functools.wraps(eval_command)(wrapped))
+    app.command("eval")(user_errors(eval_command))

@@ -12,8 +12,8 @@ from howtocap.errors import HowtocapError
 from howtocap.llm.base import LLM, GenerationConfig
 from howtocap.llm.llamacpp import BUNDLED, QWEN, SMOLLM2, LlamaCppLLM
 
-# Chosen by benchmarks/bench_llm.py (see docs/readme/30-llm.md): Qwen2.5-Coder-0.5B keeps the
-# timestamp format and stays on topic; SmolLM2-135M is 5x faster but mostly unusable.
+# Chosen by benchmarks/bench_llm.py (see docs/readme/30-llm.md): Qwen2.5-Coder-0.5B gave a
+# parseable, on-topic reply for every block; SmolLM2-135M missed the format or looped.
 EMBEDDED_DEFAULT = QWEN
 CHOICES = ("embedded", *BUNDLED, "openai", "<path to a .gguf file>")
 

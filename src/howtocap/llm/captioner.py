@@ -88,7 +88,10 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
         if stats.out_of_range:
             raise HowtocapError(f"LLM replies had no caption inside the blocks' time ranges "
                                 f"({stats.blocks} blocks, {stats.out_of_range} out of range)")
-        raise HowtocapError(f"LLM reply had no parseable caption line ({stats.blocks} blocks)")
+        hint = (f"; {stats.truncated_replies} cut at --max-tokens "
+                f"{cfg.generation.max_tokens}" if stats.truncated_replies else "")
+        raise HowtocapError(f"LLM reply had no parseable caption line ({stats.blocks} blocks"
+                            f"{hint})")
     df = pd.DataFrame(rows).sort_values(["start", "block"], kind="stable")
     keys = df["text"].map(norm_text)
     dup = keys.duplicated(keep="first")

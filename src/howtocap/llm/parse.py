@@ -36,6 +36,7 @@ _TS = re.compile(
 )
 _TRAILING_TS = re.compile(rf"\s*[\[(]\s*(?P<t>{_ANY_TIME})\s*[\])]\s*[.!]?\s*$", re.IGNORECASE)
 _MARKER = re.compile(r"^\s*(?:[-*•·‣▪◦–—>]+|\d{1,3}[.)](?=\s)|\(\d{1,3}\)|#+)\s*")
+_QUOTE_END = re.compile(r"[\"”]\s*([.!?]?)$")
 _STRIP_CHARS = " \t\"'“”‘’`*_-–—:|,>"
 
 
@@ -73,6 +74,8 @@ def norm_text(text: str) -> str:
 def clean_text(text: str) -> str:
     text = _TRAILING_TS.sub("", text)
     text = text.replace("**", "").strip(_STRIP_CHARS)
+    if text.count('"') % 2:  # an unbalanced '".' closing an echoed block
+        text = _QUOTE_END.sub(r"\1", text).strip(_STRIP_CHARS)
     text = " ".join(text.split())
     if not any(c.isalpha() for c in text):
         return ""

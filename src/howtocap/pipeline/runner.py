@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem

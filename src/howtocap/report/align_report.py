@@ -43,7 +43,7 @@ def _score_plot(df: pd.DataFrame, thr: float) -> str:
     ax.set_xlabel("best score (text · mean frame embedding)")
     ax.set_ylabel("captions")
     ax.set_title("Score of each caption at its best offset")
-    ax.legend()
+    ax.legend(loc="upper left")
     return _png(fig)
 
 
@@ -53,10 +53,11 @@ def _offset_plot(df: pd.DataFrame) -> str:
     kept = df["kept"].to_numpy(dtype=bool)
     if len(off):
         lo, hi = math.floor(off.min()), math.ceil(off.max())
-        bins = np.arange(lo - 0.5, hi + 1.5, 1.0)
+        # one bin per second for the usual ±T range; far clamps (captions past the end) widen it
+        bins = np.arange(lo - 0.5, hi + 1.5, 1.0) if hi - lo <= 80 else 80
         ax.hist([off[kept], off[~kept]], bins=bins, stacked=True,
                 color=["tab:green", "tab:gray"], label=["kept", "dropped"])
-        ax.legend()
+        ax.legend(loc="upper left")
     ax.set_xlabel("applied offset (s): aligned start − original start")
     ax.set_ylabel("captions")
     ax.set_title("Chosen offsets")

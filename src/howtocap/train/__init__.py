@@ -63,6 +63,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
           eval_fraction: float = 0.1, frames: str = "decode", cache_dir: str | Path | None = None,
           device: str | None = None, num_workers: int = 0, amp: bool = True,
           mee_dim: int = 256, margin: float = 0.1, clips_per_video: int = 2,
+          train_params: str | None = None,
           progress: bool = True,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
@@ -72,6 +73,8 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     model; ``model="mee"`` trains gated embedding units on the encoder's frozen features with the
     max-margin ranking loss. ``frames="pixels"`` decodes every video once into a uint8 cache
     instead of seeking per draw. ``lr`` defaults to 1e-5 (dual) or 1e-3 (mee).
+    ``train_params`` (a regex over parameter names) trains only the matching parameters of
+    the dual model, e.g. ``"residual"`` for the default encoder's linear head.
     """
     if model not in DEFAULT_LR:
         raise HowtocapError(f"--model must be dual or mee, not {model!r}")
@@ -97,7 +100,8 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
                       temperature=temperature, warmup=warmup, grad_clip=grad_clip, seed=seed,
                       eval_fraction=eval_fraction, frames=frames,
                       cache_dir=str(cache_dir) if cache_dir else None, num_workers=num_workers,
-                      amp=amp, mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video)
+                      amp=amp, mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
+                      train_params=train_params)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
               progress=progress, on_epoch_end=on_epoch_end)

@@ -86,6 +86,9 @@ def train_command(
     margin: Annotated[float, typer.Option(help="Ranking margin of the mee model.")] = 0.1,
     clips_per_video: Annotated[int, typer.Option(
         help="mee: clips of one video placed together in a batch (hard negatives).")] = 2,
+    train_params: Annotated[str | None, typer.Option(
+        help="dual: train only parameters whose name matches this regex (e.g. 'residual' for "
+             "the default encoder's head) [default: all].")] = None,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
     from howtocap.train import train
@@ -96,7 +99,7 @@ def train_command(
                 warmup=warmup, grad_clip=grad_clip, seed=seed, resume=resume,
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
-                margin=margin, clips_per_video=clips_per_video)
+                margin=margin, clips_per_video=clips_per_video, train_params=train_params)
     m = res.final_metrics
     metrics = "  ".join(f"{k} {m[k]:.1f}" for k in ("R@1", "R@5", "R@10") if k in m)
     err.print(f"[green]trained[/green] {res.n_train_clips} clips ({res.n_pairs} pairs, "

@@ -19,6 +19,7 @@ import copy
 import csv
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -84,6 +85,7 @@ class TrainConfig:
     margin: float = 0.1
     clips_per_video: int = 2
     eval_batch_size: int = 64
+    train_params: str | None = None  # regex over parameter names; None = all
 
 
 # -- distributed -----------------------------------------------------------------------------
@@ -143,6 +145,27 @@ def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def freeze_except(model: DualModel, pattern: str) -> None:
+    """Train only parameters whose name matches ``pattern`` (and a learnable temperature).
+
+    Freezing the towers and training a small head is far cheaper: no backward pass runs through
+    a frozen tower.
+    """
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise HowtocapError(f"--train-params {pattern!r} is not a regular expression ({exc})"
+                            ) from None
+    names = [n for n, _ in model.named_parameters() if not n.startswith("logit_scale.")]
+    hits = [n for n in names if rx.search(n)]
+    if not hits:
+        raise HowtocapError(f"--train-params {pattern!r} matches no parameter; names look like "
+                            f"{', '.join(names[:3])} … {', '.join(names[-3:])}")
+    for n, p in model.named_parameters():
+        if not n.startswith("logit_scale.") and n not in hits:
+            p.requires_grad_(False)
+
+
 # -- tasks -----------------------------------------------------------------------------------
 class DualTask:
     """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
@@ -154,6 +177,8 @@ class DualTask:
         self.cfg, self.train_clips, self.eval_clips = cfg, train, held
         self.rank, self.world, self.device = rank, world, device
         self.model = DualModel(encoder, cfg.temperature).to(device)
+        if cfg.train_params:
+            freeze_except(self.model, cfg.train_params)
         self.frozen: DualModel | None = None
         if cfg.alpha > 0:
             self.frozen = copy.deepcopy(self.model).eval()
@@ -285,6 +310,17 @@ class MEETask:
         return t.cpu(), v.cpu()
 
 
+def set_train_mode(task: DualTask | MEETask) -> None:
+    """Train mode, except batch norms: a few correlated frames per batch would wreck their
+    running statistics (and they stay as pretrained, like the frozen copy's)."""
+    task.model.train()
+    if isinstance(task, MEETask):
+        task.encoder.eval()
+    for m in task.model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.eval()
+
+
 def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
     if not show:
         yield from items
@@ -303,10 +339,8 @@ def evaluate(task: DualTask | MEETask) -> dict[str, float]:
         return {}
     from howtocap.evaluate.metrics import retrieval_metrics
 
-    was = task.model.training
-    task.model.eval()
+    task.model.eval()  # the next epoch sets train mode again
     t, v = task.embed_eval()
-    task.model.train(was)
     # a caption that several held-out clips share (a repeated step) is right for each of them
     caps = [c.captions[0].strip().lower() for c in task.eval_clips]
     gt = np.array([[a == b for b in caps] for a in caps])
@@ -405,7 +439,11 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
         opt, warmup_cosine(total, int(cfg.warmup * total)))
     if state is not None:
         task.model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        try:
+            opt.load_state_dict(state["optimizer"])
+        except ValueError:
+            raise HowtocapError(f"{existing}: its optimizer state trains other parameters; "
+                                "resume with the same --train-params") from None
         sched.load_state_dict(state["scheduler"])
         if use_amp and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
@@ -425,9 +463,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     epochs_run = 0
     for epoch in range(start_epoch, cfg.epochs):
         torch.manual_seed(cfg.seed * 100003 + epoch)  # dropout etc.: same draws after a resume
-        task.model.train()
-        if isinstance(task, MEETask):
-            task.encoder.eval()
+        set_train_mode(task)
         n, batches = task.batches(epoch)
         t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, {}
         prog = Progress(TextColumn(f"epoch {epoch + 1}/{cfg.epochs}"), BarColumn(),

