@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml Makefile
 install: system $(STAMP)
 
 demo: install
-	$(BIN)/howtocap sample $(DEMO_DATA)
+	$(BIN)/howtocap samples $(DEMO_DATA) --demo
 	$(BIN)/howtocap run $(DEMO_DATA) --out $(DEMO_RUN)
 	@echo; echo "Run directory: $(DEMO_RUN)/ (aligned.parquet, align_report.html, status.parquet)"
 

@@ -183,7 +183,7 @@ def write_md(res: dict, path: Path) -> None:
         f"{res['accuracy']['videos']} generated videos, 6-s steps, one caption per step placed "
         f"at its narration time with a {res['accuracy']['timestamp_error']} error.", "",
         "| setting | captions | overlaps true step: before → after | window centre in true "
-        "step: before → after | mean |centre error| (s): before → after | moved |",
+        "step: before → after | mean abs. centre error (s): before → after | moved |",
         "|---|---|---|---|---|---|",
     ]
     for label, a in res["accuracy"]["by_config"].items():
@@ -191,6 +191,15 @@ def write_md(res: dict, path: Path) -> None:
                      f"{a['overlap_after']:.2f} | {a['centre_in_step_before']:.2f} → "
                      f"{a['centre_in_step_after']:.2f} | {a['centre_error_before_s']:.2f} → "
                      f"{a['centre_error_after_s']:.2f} | {a['moved_fraction']:.2f} |")
+    lines += [
+        "",
+        "\"Overlaps\" is a loose criterion: with a ±6-s error an 8-s window nearly always "
+        "touches a 6-s step before alignment, so it can only stay or drop; a drop means the "
+        "encoder preferred a neighbouring step's photograph. \"Centre in step\" (the clip's "
+        "middle lies inside the true step) is the stricter measure of landing on the right "
+        "step. The embedded default recognises ImageNet-like objects only; a CLIP-class "
+        "encoder is expected to do better.",
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import av
 
-from howtocap.encoders.embedded import user_cache_dir
+from howtocap.bundled import cache_root
 from howtocap.io.video import iter_frames, probe
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def make_video(seconds: int) -> Path:
-    out = user_cache_dir() / "bench" / f"decode_720p_{seconds}s.mp4"
+    out = cache_root() / "bench" / f"decode_720p_{seconds}s.mp4"
     if out.exists() and abs(probe(out).duration - seconds) < 1:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ import torch
 from howtocap.encoders import create
 from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.video import sample_frames
-from howtocap.samples import make_fixture_set
+from howtocap.samples import make_fixture_set, make_narrated_video
 from howtocap.train import load_encoder, train
 from howtocap.train.data import (
     DecodeFrames,
@@ -41,6 +42,16 @@ from howtocap.train.model import DualModel
 from howtocap.train.tiny import make_tiny_clip
 
 RESULTS = Path(__file__).parent / "results"
+
+# Steps on photographs that no training fixture uses (make_fixture_set draws from DEFAULT_STEPS).
+UNSEEN = [
+    ("chessboard_RGB", "Now set up all of the pieces on the chess board.", "set up the chessboard"),
+    ("clock_motion", "Check the wall clock and note the time.", "check the time on the clock"),
+    ("grass", "Next, mow the grass evenly across the whole lawn.", "mow the grass"),
+    ("gravel", "Spread the gravel over the garden path with a rake.", "spread gravel on the path"),
+    ("hubble_deep_field", "Look at the galaxies in this deep sky photo.", "look at the galaxies"),
+    ("text", "Read the printed letters on the card out loud.", "read the printed text"),
+]
 
 
 def write_pairs(path: Path, videos: list) -> Path:
@@ -106,6 +117,9 @@ def main() -> None:
         kw = dict(size=224, fps=10, audio=False, subtitles=None, seconds_per_step=4.0)
         train_v = make_fixture_set(tmp / "train", n_videos=8, seed=1, **kw)
         eval_v = make_fixture_set(tmp / "eval", n_videos=4, seed=2, **kw)
+        rng = random.Random(3)
+        unseen_v = [make_narrated_video(tmp / "unseen", f"unseen_{i}", rng.sample(UNSEEN, 4),
+                                        **kw) for i in range(3)]
         print(f"fixtures: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         pairs = write_pairs(tmp / "pairs.csv", train_v)
         n_pairs = sum(len(v.steps) for v in train_v)
@@ -132,30 +146,37 @@ def main() -> None:
             thr["pixels"]["pairs_per_s"] / thr["decode"]["pairs_per_s"], 2)
         thr["seconds"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
-        res = train(pairs, out_dir=tmp / "thr-mee", model="mee", encoder="default", epochs=2,
+        res = train(pairs, out_dir=tmp / "thr-mee", model="mee", encoder="default", epochs=5,
                     batch_size=8, eval_fraction=0, progress=False, cache_dir=tmp / "cache")
-        thr["mee_on_cached_embeddings"] = {
-            "pairs_per_s": round(res.history[-1]["pairs_per_s"], 1),
+        thr["mee_on_cached_embeddings"] = {  # an epoch takes milliseconds: best of 5
+            "pairs_per_s": round(max(r["pairs_per_s"] for r in res.history), 1),
             "total_seconds_incl_feature_extraction": round(time.perf_counter() - t0, 1)}
         out["throughput"] = thr
         print(json.dumps(thr, indent=1), file=sys.stderr)
 
         # 2. retrieval ----------------------------------------------------------------------
         ret: dict = {"train_videos": len(train_v), "eval_videos": len(eval_v)}
-        ret["zero_shot_default"] = retrieval(create("default"), eval_v)
+        base = create("default")
+        ret["zero_shot_default"] = retrieval(base, eval_v)
+        ret["unseen"] = {"zero_shot_default": retrieval(base, unseen_v)}
+        del base
         t0 = time.perf_counter()
         # only the default's linear head (+ temperature): a full fine-tune of EfficientNet and
         # MiniLM runs at ~0.1 pairs/s on this shared 2-core CPU
         res = train(pairs, out_dir=tmp / "ft", encoder="default", epochs=3, batch_size=8,
                     lr=1e-3, eval_fraction=0, frames="pixels", progress=False, seed=0,
                     train_params="residual", cache_dir=tmp / "cache")
-        ret["dual_finetuned_default"] = retrieval(load_encoder(res.checkpoint), eval_v) | {
+        enc = load_encoder(res.checkpoint)
+        ret["unseen"]["dual_finetuned_default"] = retrieval(enc, unseen_v)
+        ret["dual_finetuned_default"] = retrieval(enc, eval_v) | {
             "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 3, "lr": 1e-3,
             "trained": "residual head + temperature, alpha 0.1, 4 frames/clip, batch 8"}
         t0 = time.perf_counter()
         res = train(pairs, out_dir=tmp / "mee", model="mee", encoder="default", epochs=30,
                     batch_size=8, eval_fraction=0, progress=False, cache_dir=tmp / "cache")
-        ret["mee_on_default_features"] = retrieval(load_encoder(res.checkpoint), eval_v) | {
+        enc = load_encoder(res.checkpoint)
+        ret["unseen"]["mee_on_default_features"] = retrieval(enc, unseen_v)
+        ret["mee_on_default_features"] = retrieval(enc, eval_v) | {
             "train_seconds": round(time.perf_counter() - t0, 1), "epochs": 30, "lr": 1e-3,
             "trained": "gated units (dim 256) on frozen default features, margin 0.1"}
         out["retrieval"] = ret
@@ -188,7 +209,16 @@ def main() -> None:
                "a caption's correct clips are every clip of its step. Training used "
                f"{len(train_v)} other videos. Held-out and training videos are different files "
                "but draw their steps from the same 12 photographs, so this measures fitting "
-               "these pictures, not generalisation to new content."]
+               "these pictures, not generalisation to new content (see the next table)."]
+    md += ["", "### Held-out videos of photographs never seen in training", "",
+           "| model | R@1 | R@5 | R@10 | MedR |", "|---|---|---|---|---|"]
+    for k, r in ret["unseen"].items():
+        md.append(f"| {k} | {r['R@1']} | {r['R@5']} | {r['R@10']} | {r['MedR']} |")
+    u = ret["unseen"]["zero_shot_default"]
+    md += ["", f"{u['queries']} distinct captions over {u['clips']} clips of {len(unseen_v)} "
+               "videos built from 6 other photographs (chessboard, clock, grass, gravel, "
+               "galaxies, printed text); with so few captions R@5/R@10 say little, read R@1 "
+               "and MedR."]
     (RESULTS / "train.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

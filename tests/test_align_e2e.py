@@ -139,7 +139,8 @@ def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) ->
 
     path, n = export_run(run["rundir"].root, out=tmp_path / "hc.json")
     data = json.loads(path.read_text())
-    assert n == 5 and sum(len(v["start"]) for v in data.values()) == 5
+    assert n == 5 and sum(len(texts) for v in data.values() for texts in v["text"]) == 5
+    assert all(len(v["start"]) == len(v["end"]) == len(v["text"]) for v in data.values())
 
 
 def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) -> None:
@@ -166,3 +167,23 @@ def test_recaptioned_video_is_aligned_again(run: dict[str, Any]) -> None:
     assert s.done == 1 and s.skipped == 3
     al = read_aligned(rundir)
     assert sorted(al.loc[al["video_id"] == "short", "text"]) == ["a cat", "a rocket"]
+
+
+def test_cli_command(run: dict[str, Any]) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from howtocap.align_cli import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps `align` a sub-command
+    root = str(run["rundir"].root)
+    bad = CliRunner().invoke(app, ["align", root, "--threshold", "0.1", "--keep-top", "3"])
+    assert bad.exit_code == 2 and "choose one filter" in bad.output
+    assert "Traceback" not in bad.output
+    res = CliRunner().invoke(app, ["align", root, "--keep-top", "3", "--quiet"])
+    # two videos of the run are broken: the others finish, the exit code says "some failed"
+    assert res.exit_code == 1, res.output
+    al = read_aligned(run["rundir"])
+    assert int(al["kept"].sum()) == 3 and set(al["encoders"]) == {run["encoder"].name}

@@ -27,10 +27,14 @@ from test_encoders import _tiny
 
 
 @pytest.fixture(scope="module")
-def clip_siglip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Encoder, Encoder]:
+def tiny_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("enc")
-    return create(f"hf:{_tiny('clip', root / 'clip')}"), \
-        create(f"hf:{_tiny('siglip', root / 'siglip')}")
+    return {k: _tiny(k, root / k) for k in ("clip", "siglip")}
+
+
+@pytest.fixture(scope="module")
+def clip_siglip(tiny_folders: dict[str, Path]) -> tuple[Encoder, Encoder]:
+    return create(f"hf:{tiny_folders['clip']}"), create(f"hf:{tiny_folders['siglip']}")
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +197,30 @@ def test_parallel_calls_decode_once(clip_siglip: tuple[Encoder, Encoder], clip_v
     assert len(out) == 4 and len(decodes) == 1
     for o in out[1:]:
         np.testing.assert_array_equal(o, out[0])
+
+
+def test_frames_command_fills_the_cache_and_reports_bad_files(
+        tiny_folders: dict[str, Path], clip_video: Path, tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from howtocap.encoders.cli import register
+
+    app = typer.Typer()
+    register(app)
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"not a video")
+    res = CliRunner().invoke(app, ["frames", str(clip_video), str(junk), "--out",
+                                   str(tmp_path / "run"), "--encoder",
+                                   f"hf:{tiny_folders['clip']}", "--quiet"])
+    output = " ".join(res.output.split())  # rich wraps long lines
+    assert res.exit_code == 1, output  # one video failed, the other finished
+    assert "junk.mp4: not a readable video file" in output
+    assert "1 done, 0 already done, 1 failed" in output
+    files = list((tmp_path / "run" / "cache" / "frames").rglob("*.npz"))
+    assert len(files) == 1 and files[0].parent.name.startswith("hf_clip")
+    assert files[0].name == f"{content_key(clip_video)}_1fps.npz"
+    res = CliRunner().invoke(app, ["encoders"])
+    assert res.exit_code == 0 and "openclip:<arch>/<pretrained>" in res.output
+    res = CliRunner().invoke(app, ["encoders", "--check", "nope"])
+    assert res.exit_code == 2 and "unknown encoder 'nope'" in res.output

@@ -179,7 +179,7 @@ def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_vide
     data = json.loads((tmp_path / "e.json").read_text())
     caps = pd.read_parquet(out / "captions.parquet")
     assert list(data) == ["htm1"]
-    assert data["htm1"]["text"] == list(caps["text"])
+    assert data["htm1"]["text"] == [[t] for t in caps["text"]]  # the release's list of lists
     assert data["htm1"]["start"] == [0.0, 2.0]
     assert [round(e - s, 3) for s, e in zip(data["htm1"]["start"], data["htm1"]["end"],
                                             strict=True)] == [8.0, 8.0]

@@ -165,12 +165,14 @@ def test_hf_backends_load_from_a_saved_folder(tiny_dirs: dict[str, Path], kind: 
     np.testing.assert_allclose(single, txt, atol=1e-5)
 
 
-def test_hf_preprocessing_matches_the_checkpoints_processor(tiny_dirs: dict[str, Path]) -> None:
-    from transformers import CLIPImageProcessor
+@pytest.mark.parametrize("kind", ["clip", "siglip", "blip"])
+def test_hf_preprocessing_matches_the_checkpoints_processor(tiny_dirs: dict[str, Path],
+                                                            kind: str) -> None:
+    from transformers import AutoImageProcessor
 
-    enc = create(f"hf:{tiny_dirs['clip']}")
+    enc = create(f"hf:{tiny_dirs[kind]}")
     frames = np.random.default_rng(1).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
-    ref = CLIPImageProcessor.from_pretrained(tiny_dirs["clip"])(
+    ref = AutoImageProcessor.from_pretrained(tiny_dirs[kind])(
         images=list(frames), return_tensors="pt")["pixel_values"]
     np.testing.assert_allclose(enc.preprocess_images(frames).numpy(), ref.numpy(), atol=1e-4)
 

@@ -9,8 +9,14 @@ import pandas as pd
 import pytest
 
 from howtocap.errors import HowtocapError
-from howtocap.framecaps import (FrameCapsConfig, clipscore, create_captioner, frame_times,
-                                framecaps_run, select_captions)
+from howtocap.framecaps import (
+    FrameCapsConfig,
+    clipscore,
+    create_captioner,
+    frame_times,
+    framecaps_run,
+    select_captions,
+)
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 
@@ -28,8 +34,8 @@ def test_top_k_per_captioner_is_distinct_and_best() -> None:
     rng = np.random.default_rng(0)
     frames = unit(rng.normal(size=(6, 8)))
     caps = {"a": ["x", "x", "y", "z", "w", "v"], "b": ["p", "q", "r", "s", "t", "u"]}
-    emb = {"a": unit(frames + rng.normal(scale=s, size=frames.shape))
-           for s in [0.1]} | {"b": unit(rng.normal(size=(6, 8)))}
+    emb = {"a": unit(frames + rng.normal(scale=0.1, size=frames.shape)),
+           "b": unit(rng.normal(size=(6, 8)))}
     emb["a"][1] = frames[1]  # the duplicate "x" scores highest: it must count once
     df = select_captions("v", 30.0, frame_times(30.0, 6), caps, frames, emb,
                          FrameCapsConfig(frames=6, top_k=2))

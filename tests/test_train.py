@@ -421,6 +421,12 @@ def test_train_params_freezes_everything_else(videos, tmp_path):
     changed = {k for k in init if not torch.equal(init[k], done[k])}
     assert changed == {"encoder.text_proj.weight", "encoder.text_proj.bias",
                        "logit_scale.log_scale"}
+    fixed = train(pairs, out_dir=tmp_path / "fixed", encoder=TinyEncoder(), epochs=1,
+                  batch_size=4, lr=1e-2, frames_per_clip=2, eval_fraction=0, temperature=0.05,
+                  num_workers=2, progress=False)
+    assert fixed.history[-1]["logit_scale"] == pytest.approx(20.0)
+    init_scale = DualModel(TinyEncoder(), temperature=0.05).state_dict()["logit_scale.log_scale"]
+    assert torch.equal(_weights(fixed.checkpoint)["logit_scale.log_scale"], init_scale)
     with pytest.raises(HowtocapError, match="matches no parameter; names look like encoder"):
         train(pairs, out_dir=tmp_path / "r2", encoder=TinyEncoder(), train_params="nothing",
               progress=False)

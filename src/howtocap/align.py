@@ -397,17 +397,16 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     """``howtocap align DIR``: score every video (resumable), then filter globally.
 
     Re-running with only a different filter re-uses the per-video scores; different encoders
-    or window settings recompute them. ``encoders`` (already built) overrides the names.
+    or window settings recompute them, and so do re-captioned videos. No names: ``default``.
+    ``encoders`` (already built, e.g. in tests) overrides the names.
     """
     from howtocap.io.inputs import VideoItem
     from howtocap.pipeline.runner import run_stage
 
     if encoders is None:
-        if not encoder_names:
-            raise HowtocapError("align needs at least one --encoder")
         from howtocap.encoders import create
 
-        encoders = [create(n, device=device) for n in encoder_names]
+        encoders = [create(n, device=device) for n in (list(encoder_names) or ["default"])]
     names = [e.name for e in encoders]
     if len(set(names)) != len(names):
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")

@@ -11,50 +11,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
-from howtocap.cliutil import err, out, user_errors
-from howtocap.errors import HowtocapError
+from howtocap.cliutil import err, load_yaml_config, out, report_summary, user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Narrated videos -> timestamped, video-aligned captions; retrieval "
                        "training, evaluation, search.")
-
-
-def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, Any]) -> dict:
-    """Fill options the user did not type from a YAML file (flags win over the file)."""
-    if path is None:
-        return values
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise HowtocapError(f"{path}: cannot read config ({' '.join(str(exc).split())})") from None
-    if not isinstance(data, dict):
-        raise HowtocapError(f"{path}: config must be a mapping of option names to values")
-    merged = dict(values)
-    for key, val in data.items():
-        name = key.replace("-", "_")
-        if name not in values:
-            raise HowtocapError(f"{path}: unknown option {key!r}; known: "
-                                f"{', '.join(sorted(k for k in values if k != 'config'))}")
-        if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
-            merged[name] = val
-    return merged
-
-
-def report_summary(*summaries: Any) -> None:
-    """One line per stage; exit 1 when any video failed (the rest finished)."""
-    failed = False
-    for s in summaries:
-        colour = "green" if s.ok else "yellow"
-        err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done, {s.skipped} already done, "
-                  f"{len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
-        failed |= not s.ok
-    if failed:
-        raise typer.Exit(1)
 
 
 class AsrModeOpt(str, Enum):
@@ -133,6 +96,39 @@ def caption(
     report_summary(summary)
 
 
+def _run(**v: Any) -> None:
+    """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
+    DIR/align_report.html. Takes every flag of `caption` and of `align`."""
+    from howtocap.align_cli import align_from_options
+    from howtocap.pipeline.caption import caption_run
+
+    v = load_yaml_config(v["ctx"], v["config"], v)
+    captioned = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
+                            progress=not v["quiet"])
+    aligned = align_from_options({**v, "run_dir": v["out_dir"]})
+    show_captions(v["out_dir"], limit=0)
+    report_summary(captioned, aligned)
+
+
+def _command_from(*commands: Any, drop: tuple[str, ...]) -> Any:
+    """A command whose flags are the union of other commands' (first one wins on a clash), so
+    `run` can never drift from `caption` and `align`."""
+    import inspect
+
+    params: dict[str, inspect.Parameter] = {}
+    for cmd in commands:
+        for p in inspect.signature(cmd, eval_str=True).parameters.values():
+            if p.name not in params and p.name not in drop:
+                params[p.name] = p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+
+    def decorate(fn: Any) -> Any:
+        fn.__signature__ = inspect.Signature(list(params.values()))
+        fn.__annotations__ = {n: p.annotation for n, p in params.items()}
+        return fn
+
+    return decorate
+
+
 def show_captions(run_dir: Path, limit: int = 20) -> None:
     """Print a run's captions as a table (all of them when ``limit`` is 0)."""
     from rich.table import Table
@@ -180,36 +176,57 @@ def export(
     what: Annotated[ExportWhatOpt, typer.Option(help="auto: kept aligned pairs if aligned, "
                                                      "else captions.")] = ExportWhatOpt.auto,
     out_file: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    unfiltered: Annotated[bool, typer.Option(help="All aligned pairs with their scores, as "
+                                                   "HowToCaption's unfiltered release.")] = False,
 ) -> None:
     """Write captions as HowToCaption JSON {video_id: {start, end, text}} or a CSV of pairs."""
     from howtocap.io.export import export_run
 
-    path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file)
+    path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
+                         unfiltered=unfiltered)
     err.print(f"wrote {n} captions to {path}")
 
 
 @app.command()
 @user_errors
-def sample(
-    out_dir: Annotated[Path, typer.Argument(help="Folder for the sample video.")],
-    n: Annotated[int, typer.Option(help="How many videos.")] = 1,
+def framecaps(
+    inputs: Inputs,
+    out_dir: OutDir,
+    captioner: Annotated[list[str] | None, typer.Option(
+        "--captioner", help="Image captioner (repeatable): default (ImageNet class names, "
+                            "embedded) or hf:<id|folder> (BLIP, GIT, …).")] = None,
+    scorer: Annotated[str, typer.Option(help="Image–text encoder for CLIPScore.")] = "default",
+    frames: Annotated[int, typer.Option(min=1, help="Frames captioned per video (M).")] = 10,
+    top_k: Annotated[int, typer.Option(min=1, help="Captions kept per captioner (K).")] = 2,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, … (default: cuda if "
+                                                    "available).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
-    """Make narrated sample videos (real photographs + espeak-ng speech + a subtitle file)."""
-    from howtocap import samples
+    """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
+    the K best by CLIPScore -> DIR/framecaps.parquet (train on it with `howtocap train`)."""
+    from howtocap.framecaps import FrameCapsConfig, framecaps_run
 
-    vids = [samples.make_demo_video(out_dir)] if n == 1 else samples.make_fixture_set(out_dir, n)
-    for v in vids:
-        out.print(f"{v.video_path}  ({v.duration:.0f} s, {len(v.steps)} steps)")
-
-
+    summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
+                            cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
+                            progress=not quiet)
+    report_summary(summary)
 
 
 def _register_commands() -> None:
     """Commands that live beside their library code (each module's ``register(app)``)."""
+    from howtocap.align_cli import align_cmd
+    from howtocap.align_cli import register as register_align
+    from howtocap.encoders.cli import register as register_encoders
     from howtocap.evaluate.cli import register as register_eval
     from howtocap.report.stats import register as register_stats
+    from howtocap.samples import register as register_samples
     from howtocap.search.cli import register as register_search
 
+    register_align(app)
+    run = _command_from(caption, align_cmd, drop=("run_dir",))(_run)
+    app.command("run")(user_errors(run))
+    register_encoders(app)
+    register_samples(app)
     register_search(app)
     register_eval(app)
     register_stats(app)

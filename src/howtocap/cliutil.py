@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 
@@ -40,3 +42,38 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, Any]) -> dict:
+    """Fill options the user did not type from a YAML file (flags win over the file)."""
+    if path is None:
+        return values
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise HowtocapError(f"{path}: cannot read config ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict):
+        raise HowtocapError(f"{path}: config must be a mapping of option names to values")
+    merged = dict(values)
+    for key, val in data.items():
+        name = key.replace("-", "_")
+        if name not in values:
+            raise HowtocapError(f"{path}: unknown option {key!r}; known: "
+                                f"{', '.join(sorted(k for k in values if k != 'config'))}")
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
+            merged[name] = val
+    return merged
+
+
+def report_summary(*summaries: Any) -> None:
+    """One line per stage; exit 1 when any video failed (the rest finished)."""
+    failed = False
+    for s in summaries:
+        colour = "green" if s.ok else "yellow"
+        err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done, {s.skipped} already done, "
+                  f"{len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
+        failed |= not s.ok
+    if failed:
+        raise typer.Exit(1)

@@ -17,16 +17,21 @@ import tempfile
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from howtocap.errors import HowtocapError
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import typer
+
 # (scikit-image photograph, what the narrator says, a short reference caption of the action)
 DEFAULT_STEPS: list[tuple[str, str, str]] = [
     ("coffee", "Now I'm going to pour the hot coffee into the cup, nice and slowly.",
      "pour coffee into a cup"),
-    ("chelsea", "Next, gently brush the cat's fur so it stays soft and clean.",
+    ("chelsea", "Next, take the brush and gently comb the cat from head to tail.",
      "brush the cat's fur"),
     ("rocket", "Then we wait for the countdown and launch the rocket from the pad.",
      "launch the rocket"),
@@ -38,7 +43,7 @@ DEFAULT_STEPS: list[tuple[str, str, str]] = [
      "check the motorcycle tires"),
     ("coins", "Alright, now count the coins and sort them into small piles.",
      "count and sort the coins"),
-    ("moon", "Tonight, point your telescope at the moon and adjust the focus.",
+    ("moon", "Now point your telescope at the moon and adjust the focus.",
      "look at the moon through a telescope"),
     ("brick", "Next, lay the bricks in a straight row with a little mortar.",
      "lay bricks in a row"),
@@ -227,6 +232,8 @@ def make_narrated_video(out_dir: Path, video_id: str,
         raise HowtocapError("sample videos need ffmpeg: apt-get install ffmpeg")
     if seconds_per_step <= 0.5 or fps < 1 or size < 16:
         raise HowtocapError("seconds_per_step must be > 0.5 s, fps >= 1 and size >= 16")
+    if subtitles not in (None, "vtt", "srt"):
+        raise HowtocapError(f"subtitles must be 'vtt', 'srt' or None, not {subtitles!r}")
     step_specs = list(steps if steps is not None else DEFAULT_STEPS[:5])
     if not step_specs:
         raise HowtocapError("a sample video needs at least one step")
@@ -306,3 +313,47 @@ def make_demo_video(out_dir: Path, *, subtitles: str | None = "vtt") -> SampleVi
     """The video ``make demo`` runs on: five steps, 30 s, narrated, with a WebVTT sidecar."""
     return make_narrated_video(Path(out_dir), "demo_howto", DEFAULT_STEPS[:5],
                                subtitles=subtitles)
+
+
+def ground_truth(videos: list[SampleVideo]) -> pd.DataFrame:
+    """One row per step: the true visual and spoken times, the narration and its caption."""
+    import pandas as pd
+
+    rows = [{"video_id": v.video_id, "step": i, "image": s.image, "start": s.start,
+             "end": s.end, "narration_start": s.narration_start,
+             "narration_end": s.narration_end, "narration": s.narration, "caption": s.caption}
+            for v in videos for i, s in enumerate(v.steps)]
+    return pd.DataFrame(rows)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``howtocap samples OUT_DIR`` to the CLI."""
+    import typer
+
+    from howtocap.cliutil import user_errors
+
+    @app.command("samples")
+    @user_errors
+    def samples_cmd(
+        out_dir: Path = typer.Argument(..., help="Folder for the videos (created)."),
+        n_videos: int = typer.Option(6, "--n-videos", "-n", help="How many videos."),
+        seed: int = typer.Option(0, help="Which photos/orders are drawn."),
+        seconds_per_step: float = typer.Option(6.0, help="Length of each step (s)."),
+        subtitles: str = typer.Option("vtt", help="Sidecar subtitles: vtt, srt or none."),
+        audio: bool = typer.Option(True, help="Speak the narration (espeak-ng)."),
+        narration_lead: float = typer.Option(
+            0.0, help="Shift speech vs. its step (s); negative = speech comes first."),
+        demo: bool = typer.Option(False, help="Write only the 30-s demo video."),
+    ) -> None:
+        """Make narrated sample videos with known ground truth (ground_truth.csv)."""
+        subs = None if subtitles.lower() == "none" else subtitles.lower()
+        if demo:
+            videos = [make_demo_video(out_dir, subtitles=subs)]
+        else:
+            videos = make_fixture_set(out_dir, n_videos=n_videos, seed=seed,
+                                      seconds_per_step=seconds_per_step, subtitles=subs,
+                                      audio=audio, narration_lead=narration_lead)
+        ground_truth(videos).to_csv(Path(out_dir) / "ground_truth.csv", index=False)
+        for v in videos:
+            typer.echo(f"{v.video_path}  {v.duration:.0f} s  {len(v.steps)} steps")
+        typer.echo(f"ground truth: {Path(out_dir) / 'ground_truth.csv'}")

@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import io
 import math
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from importlib import resources
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from howtocap.bundled import cache_root
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, frames_to_tensor
 from howtocap.errors import HowtocapError
@@ -82,13 +82,6 @@ def quiet_transformers() -> Iterator[None]:
     finally:
         if was:
             hf_logging.enable_progress_bar()
-
-
-def user_cache_dir() -> Path:
-    """Where model-derived files are kept between runs: $HOWTOCAP_CACHE or ~/.cache/howtocap."""
-    root = os.environ.get("HOWTOCAP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "howtocap")
-    return Path(root)
 
 
 def _minilm_path() -> Path:
@@ -153,9 +146,11 @@ class EmbeddedEncoder(Encoder):
     # -- class-name embeddings (computed once, kept in the user cache) ---------------------
     def _class_embeddings(self) -> np.ndarray:
         texts = [_prompt_text(n, self.prompt) for n in class_names()]
+        from howtocap.encoders.cache import content_key
+
         h = hashlib.blake2b("\n".join(texts).encode(), digest_size=8)
-        h.update(str(_minilm_path() / "model.safetensors").encode())
-        path = user_cache_dir() / "embedded" / f"class_emb-{h.hexdigest()}.npy"
+        h.update(content_key(_minilm_path() / "model.safetensors").encode())  # the weights
+        path = cache_root() / "embedded" / f"class_emb-{h.hexdigest()}.npy"
         with _class_lock:
             if path.exists():
                 try:

@@ -97,9 +97,8 @@ class HFEncoder(Encoder):
             else (CLIP_MEAN, CLIP_STD)
         self.mean = tuple(pp.get("image_mean", default_mean))
         self.std = tuple(pp.get("image_std", default_std))
-        # SigLIP squashes to a square; CLIP/BLIP keep aspect and crop the centre
-        self.crop = bool(pp.get("do_center_crop", self.model_type == "clip")) \
-            if self.model_type != "blip" else True
+        # like the checkpoint's own processor: CLIP crops the centre, SigLIP/BLIP squash
+        self.crop = bool(pp.get("do_center_crop", self.model_type == "clip"))
         folder = Path(source)
         self.name = (f"hf:{folder.resolve().name}@{_weights_identity(folder)}" if folder.is_dir()
                      else f"hf:{source}")

@@ -15,40 +15,54 @@ ExportFormat = Literal["howtocaption", "csv"]
 ExportWhat = Literal["auto", "captions", "aligned"]
 
 
-def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto") -> tuple[pd.DataFrame, str]:
+def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *,
+                     kept_only: bool = True) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions."""
     has_aligned = rundir.table_path("aligned").exists() or rundir.part_dir("aligned").exists()
     if what == "aligned" or (what == "auto" and has_aligned):
         if not has_aligned:
             raise HowtocapError(f"{rundir.root}: no aligned captions yet; run `howtocap align`")
         df = rundir.read_table("aligned")
-        return df[df["kept"]].reset_index(drop=True), "aligned"
+        return (df[df["kept"]] if kept_only else df).reset_index(drop=True), "aligned"
     if not (rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()):
         raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
     return rundir.read_table("captions"), "captions"
 
 
-def to_howtocaption(df: pd.DataFrame) -> dict[str, dict[str, list]]:
-    """``{video_id: {"start": [...], "end": [...], "text": [...]}}`` as the HowToCaption release."""
+def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str, dict[str, list]]:
+    """The HowToCaption release format: ``{video_id: {"start", "end", "text"}}`` where ``text[i]``
+    lists every caption of clip ``[start[i], end[i])`` (several captions can share a clip), as
+    ``(text, score)`` pairs in the unfiltered variant (``with_scores``)."""
     out: dict[str, dict[str, list]] = {}
-    for vid, g in df.sort_values(["video_id", "start"], kind="stable").groupby("video_id",
-                                                                                sort=True):
-        out[str(vid)] = {"start": [round(float(x), 3) for x in g["start"]],
-                         "end": [round(float(x), 3) for x in g["end"]],
-                         "text": [str(t) for t in g["text"]]}
+    df = df.sort_values(["video_id", "start", "end"], kind="stable")
+    for vid, g in df.groupby("video_id", sort=True):
+        starts, ends, texts = [], [], []
+        for (start, end), clip in g.groupby(["start", "end"], sort=False):
+            starts.append(round(float(start), 3))
+            ends.append(round(float(end), 3))
+            if with_scores:
+                texts.append([(str(t), round(float(sc), 6))
+                              for t, sc in zip(clip["text"], clip["score"], strict=True)])
+            else:
+                texts.append([str(t) for t in clip["text"]])
+        out[str(vid)] = {"start": starts, "end": ends, "text": texts}
     return out
 
 
 def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
-               what: ExportWhat = "auto", out: str | Path | None = None) -> tuple[Path, int]:
+               what: ExportWhat = "auto", out: str | Path | None = None,
+               unfiltered: bool = False) -> tuple[Path, int]:
     """Write the export file; returns its path and the number of captions in it."""
     rundir = RunDir(run_dir, create=False)
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
-    df, kind = pairs_for_export(rundir, what)
+    df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered)
+    if unfiltered and kind != "aligned":
+        raise HowtocapError(f"{rundir.root}: --unfiltered needs aligned captions (with scores)")
     if fmt == "howtocaption":
-        path = Path(out) if out else rundir.root / f"{kind}_howtocaption.json"
-        atomic_write_text(path, json.dumps(to_howtocaption(df)))
+        name = f"{kind}{'_unfiltered' if unfiltered else ''}_howtocaption.json"
+        path = Path(out) if out else rundir.root / name
+        atomic_write_text(path, json.dumps(to_howtocaption(df, with_scores=unfiltered)))
     elif fmt == "csv":
         path = Path(out) if out else rundir.root / f"{kind}_pairs.csv"
         videos = rundir.videos()[["video_id", "video_path"]]

@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from howtocap.errors import InputError
+from howtocap.errors import HowtocapError, InputError
 
 __all__ = ["VideoInfo", "FrameStream", "probe", "iter_frames", "sample_frames", "resize_frame"]
 
@@ -120,7 +120,7 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
 
     def __init__(self, path: Path, fps: float, size: int | None) -> None:
         if fps <= 0:
-            raise ValueError(f"fps must be positive, got {fps}")
+            raise HowtocapError(f"fps must be positive, got {fps}")
         self.path, self.fps, self.size = path, fps, size
         self.partial = False
         self.error: str | None = None

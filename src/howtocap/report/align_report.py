@@ -34,8 +34,11 @@ def _score_plot(df: pd.DataFrame, thr: float) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     scores = df["score"].to_numpy(dtype=float)
     kept = df["kept"].to_numpy(dtype=bool)
-    bins = np.histogram_bin_edges(scores, bins=min(50, max(5, len(scores) // 4))) \
-        if len(scores) else 10
+    bins: Any = 10
+    if len(scores):
+        bins = np.histogram_bin_edges(scores, bins=min(50, max(5, len(scores) // 4)))
+        if math.isfinite(thr) and bins[0] < thr < bins[-1]:
+            bins = np.union1d(bins, [thr])  # no bar straddles the threshold
     ax.hist([scores[kept], scores[~kept]], bins=bins, stacked=True,
             color=["tab:green", "tab:gray"], label=["kept", "dropped"])
     if math.isfinite(thr):

@@ -1,0 +1,70 @@
+"""Models that ship inside PyPI packages: find their files and assemble split ones, once.
+
+Several packages carry one model in parts (a GGUF in six wheels, a Whisper ``model.bin`` in two);
+they are concatenated into the user's cache and verified by size and SHA-256 before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+from howtocap.errors import HowtocapError
+
+
+def cache_root() -> Path:
+    """``$HOWTOCAP_CACHE``, else ``$XDG_CACHE_HOME/howtocap``, else ``~/.cache/howtocap``."""
+    env = os.environ.get("HOWTOCAP_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "howtocap"
+
+
+def package_dir(module: str) -> Path | None:
+    """The folder of an installed package, found without importing it (some break on import)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def concat_parts(parts: list[Path], dest: Path, *, size: int, sha256: str) -> Path:
+    """Concatenate ``parts`` into ``dest`` (atomically), check size and hash; reuse a verified
+    copy. A ``<dest>.sha256`` marker records the verification so later runs skip rehashing."""
+    marker = dest.with_name(dest.name + ".sha256")
+    if (dest.is_file() and dest.stat().st_size == size and marker.is_file()
+            and marker.read_text().strip() == sha256):
+        return dest
+    total = sum(p.stat().st_size for p in parts)
+    if total != size:
+        raise HowtocapError(f"{dest.name}: the package parts hold {total} bytes, expected "
+                            f"{size}; reinstall the model packages")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while chunk := src.read(8 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise HowtocapError(f"{dest.name}: the assembled file has the wrong SHA-256; "
+                                "reinstall the model packages")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    marker.write_text(sha256 + "\n")
+    return dest

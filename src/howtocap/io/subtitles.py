@@ -1,0 +1,501 @@
+"""Subtitles in, one clean ``start, end, text`` table out.
+
+Readers accept what users really have: WebVTT (including YouTube's rolling auto-captions with
+word-timing tags), SRT, and the HowTo100M / HowToCaption dumps (``caption.json``, the
+"sentencified" JSON, the same as pickle, folders of per-video CSVs). Everything they return has
+the same columns, sorted by time, with text cleaned by ``clean_text``. A malformed file raises
+``InputError`` naming the file and, where it helps, the line.
+
+The parser is our own (about 150 lines) rather than pysubs2/webvtt-py: those either reject or
+silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import pickle
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from howtocap.errors import InputError
+from howtocap.io.inputs import VideoItem
+
+if TYPE_CHECKING:
+    from howtocap.asr import ASR
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["start", "end", "text"]
+SUBTITLE_SUFFIXES = (".vtt", ".srt")
+
+# -- text cleaning ------------------------------------------------------------------------------
+_TIMING_TAG = re.compile(r"<\d{1,2}:\d{2}(?::\d{2})?[.,]\d{1,3}>")
+_TAG = re.compile(r"</?[A-Za-z][^<>]*>|</?(?:c|i|b|u|v|lang|ruby|rt)(?:\.[\w.-]+)?>")
+_SOUND = re.compile(r"\[[^\[\]]*\]|♪+|♫+")
+_SHORT_PAREN = re.compile(r"\((?:\s*[^()\s]+){1,3}\s*\)")
+_SPEAKER = re.compile(r"(?:^|\s)(?:>>+|&gt;&gt;)\s*")
+_DASH = re.compile(r"^\s*-\s+")
+_WS = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+    """Spoken words only: no markup, no ``[Music]``/``(applause)``, no ``>>`` speaker turns.
+
+    Parentheses are removed only when they hold at most three words (sound descriptions such as
+    ``(laughs)``); longer parentheticals are more likely real speech and are kept.
+    """
+    text = _TIMING_TAG.sub("", text)
+    text = _TAG.sub("", text)
+    text = html.unescape(text).replace("\u200b", "")
+    text = _SPEAKER.sub(" ", text)
+    text = _SOUND.sub(" ", text)
+    text = _SHORT_PAREN.sub(" ", text)
+    text = _DASH.sub("", text)
+    return _WS.sub(" ", text).strip()
+
+
+# -- decoding -----------------------------------------------------------------------------------
+def read_text(path: Path) -> str:
+    """UTF-8 (BOM or not) or UTF-16 with a BOM; legacy Windows-1252 files are accepted with a
+    warning because old SRTs often are; anything else is rejected rather than guessed."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a folder, not a subtitle file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read ({exc.strerror})") from None
+    if not data.strip():
+        raise InputError(path, "empty file")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise InputError(path, f"broken UTF-16 text at byte {exc.start}") from None
+    if b"\x00" in data:
+        raise InputError(path, "binary data, not a text subtitle file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        first_bad = exc.start
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
+                               f"offset {first_bad}); re-save it as UTF-8") from None
+    if any(ord(c) < 32 and c not in "\r\n\t" for c in text):
+        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
+                               f"offset {first_bad}); re-save it as UTF-8")
+    log.warning("%s: not UTF-8; read as Windows-1252", path)
+    return text
+
+
+# -- cue parsing --------------------------------------------------------------------------------
+_TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})(?:[.,](\d{1,3}))?"
+_TIMING = re.compile(rf"^\s*{_TS}\s*-->\s*{_TS}(?:\s+(.*))?$")
+_LOOKS_TIMED = re.compile(r"^\s*\d+:\d+.*(?:-->|--|->|\s-\s)")
+
+
+def _seconds(h: str | None, m: str, s: str, frac: str | None) -> float:
+    return int(h or 0) * 3600 + int(m) * 60 + int(s) + (int(frac.ljust(3, "0")) / 1000
+                                                         if frac else 0.0)
+
+
+def _parse_timing(line: str) -> tuple[float, float] | None:
+    m = _TIMING.match(line)
+    if not m:
+        return None
+    g = m.groups()
+    if int(g[2]) >= 60 or int(g[6]) >= 60 or (g[0] is not None and int(g[1]) >= 60) \
+            or (g[4] is not None and int(g[5]) >= 60):
+        return None
+    return _seconds(*g[0:4]), _seconds(*g[4:8])
+
+
+_Cue = tuple[float, float, list[str], int]  # start, end, raw payload lines, line number
+
+
+def _blocks(text: str) -> Iterator[tuple[int, list[str]]]:
+    """Blank-line separated blocks with the 1-based line number of their first line."""
+    block: list[str] = []
+    first = 0
+    for i, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            if not block:
+                first = i
+            block.append(line.rstrip())
+        elif block:
+            yield first, block
+            block = []
+    if block:
+        yield first, block
+
+
+def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
+    cues: list[_Cue] = []
+    for first, block in _blocks(text):
+        head = block[0].strip()
+        if kind == "vtt" and (head.startswith(("WEBVTT", "NOTE", "STYLE", "REGION"))
+                              and "-->" not in head):
+            continue
+        # timing is the first line, or the second after a cue id / SRT counter
+        idx = next((i for i, ln in enumerate(block[:2]) if "-->" in ln), None)
+        if idx is None:
+            bad = next((i for i, ln in enumerate(block[:2]) if _LOOKS_TIMED.match(ln)), None)
+            if bad is not None:
+                raise InputError(path, f"line {first + bad}: bad timestamp line "
+                                       f"{block[bad].strip()[:60]!r}")
+            if cues:
+                # cue text that contained a blank (or whitespace-only) line, as YouTube's
+                # auto-captions do: it belongs to the previous cue
+                cues[-1][2].extend(block)
+            continue
+        times = _parse_timing(block[idx])
+        if times is None:
+            raise InputError(path, f"line {first + idx}: bad timestamp line "
+                                   f"{block[idx].strip()[:60]!r}")
+        cues.append((times[0], times[1], block[idx + 1:], first + idx))
+    return cues
+
+
+def _overlap(prev: list[str], cur: list[str]) -> int:
+    """How many leading lines of ``cur`` repeat the trailing lines of ``prev`` (rolling cues)."""
+    for k in range(min(len(prev), len(cur)), 0, -1):
+        if prev[-k:] == cur[:k]:
+            return k
+    return 0
+
+
+def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
+    """Drop rolling repeats, merge exact repeats, drop end<start cues, clip overlaps."""
+    rows: list[list[Any]] = []
+    prev_lines: list[str] = []
+    dropped = 0
+    for start, end, raw, _line in sorted(cues, key=lambda c: (c[0], c[3])):
+        if end < start:
+            dropped += 1
+            continue
+        lines = [t for t in (clean_text(r) for r in raw) if t]
+        if not lines:
+            continue  # YouTube's blank transition cue, or only [Music]
+        k = _overlap(prev_lines, lines)
+        new = lines[k:]
+        prev_lines = lines
+        if not new:
+            sound_only = any(r.strip() and not clean_text(r) for r in raw)
+            if rows and not sound_only:  # a repeat of what was said: it is still on screen
+                rows[-1][1] = max(rows[-1][1], end)
+            continue
+        text = " ".join(new)
+        if rows and rows[-1][2] == text and start <= rows[-1][1] + 0.05:
+            rows[-1][1] = max(rows[-1][1], end)
+            continue
+        rows.append([start, end, text])
+    if dropped:
+        log.warning("%s: dropped %d cue(s) whose end is before their start", path, dropped)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df = _tidy(df)
+    df.attrs["dropped_cues"] = dropped
+    return df
+
+
+def _tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Sorted by time; an end that runs into the next line's start is clipped to it."""
+    df = df.astype({"start": "float64", "end": "float64"})
+    df["text"] = df["text"].astype(object)
+    df = df.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+    if len(df) > 1:
+        nxt = df["start"].shift(-1)
+        clip = (df["end"] > nxt) & (nxt > df["start"])
+        df.loc[clip, "end"] = nxt[clip]
+    return df
+
+
+def _sniff(text: str) -> str | None:
+    head = text.lstrip("\ufeff \t\r\n")
+    if head.startswith("WEBVTT"):
+        return "vtt"
+    for line in head.splitlines()[:50]:
+        if "-->" in line:
+            return "srt" if re.search(r"\d,\d", line) else "vtt"
+    return None
+
+
+def _read(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    text = read_text(path)
+    sniffed = _sniff(text)
+    if sniffed is None:
+        raise InputError(path, "no cues found (expected WebVTT or SRT lines like "
+                               "'00:00:01.000 --> 00:00:02.000')")
+    # content decides over the extension: a WebVTT body saved as .srt is still WebVTT
+    cues = _parse_cues(path, text, sniffed)
+    if not cues:
+        raise InputError(path, "no cues found")
+    return _cues_to_frame(path, cues)
+
+
+def read_vtt(path: Path) -> pd.DataFrame:
+    """A WebVTT file (plain or YouTube auto-captions) as ``start, end, text`` rows."""
+    return _read(Path(path))
+
+
+def read_srt(path: Path) -> pd.DataFrame:
+    """An SRT file as ``start, end, text`` rows (a WebVTT body under .srt is read as WebVTT)."""
+    return _read(Path(path))
+
+
+def read_subtitle_file(path: Path) -> pd.DataFrame:
+    """By extension, else by content: WebVTT or SRT."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".vtt":
+        return read_vtt(path)
+    if suffix == ".srt":
+        return read_srt(path)
+    return _read(path)
+
+
+# -- HowTo100M-style sources --------------------------------------------------------------------
+def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
+    """``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
+
+    HowToCaption files hold a list of captions (or ``(caption, score)`` pairs) per position: each
+    becomes its own row, and scores go to a ``score`` column.
+    """
+    def bad(problem: str) -> InputError:
+        return InputError(where, f"video {video_id!r}: {problem}")
+
+    if isinstance(entry, pd.DataFrame):
+        entry = entry.to_dict(orient="list")
+    if isinstance(entry, list):
+        if not all(isinstance(e, dict) for e in entry):
+            raise bad("expected a list of {start, end, text} objects")
+        try:
+            entry = {k: [e[k] for e in entry] for k in ("start", "end", "text")}
+        except KeyError as exc:
+            raise bad(f"an item lacks {exc.args[0]!r}") from None
+    if not isinstance(entry, dict):
+        raise bad(f"expected an object with start/end/text lists, got {type(entry).__name__}")
+    missing = [k for k in COLUMNS if k not in entry]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    starts, ends, texts = entry["start"], entry["end"], entry["text"]
+    if not all(isinstance(x, (list, tuple)) for x in (starts, ends, texts)):
+        raise bad("start, end and text must be lists")
+    if not len(starts) == len(ends) == len(texts):
+        raise bad(f"start/end/text lengths differ ({len(starts)}/{len(ends)}/{len(texts)})")
+    rows: list[tuple[float, float, str, float | None]] = []
+    try:
+        for s, e, t in zip(starts, ends, texts, strict=True):
+            s, e = float(s), float(e)
+            for item in (t if isinstance(t, (list, tuple)) else [t]):
+                if isinstance(item, (list, tuple)) and len(item) == 2:
+                    rows.append((s, e, str(item[0]), float(item[1])))
+                else:
+                    rows.append((s, e, "" if item is None else str(item), None))
+    except (TypeError, ValueError):
+        raise bad("start/end values must be numbers") from None
+    df = pd.DataFrame(rows, columns=["start", "end", "text", "score"])
+    if df["score"].isna().all():
+        df = df.drop(columns="score")
+    df["text"] = df["text"].map(clean_text)
+    df = df[(df["text"] != "") & (df["end"] >= df["start"])]
+    return _tidy(df.reset_index(drop=True))
+
+
+def _read_csv_part(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise InputError(path, "empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
+            from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
+    return df
+
+
+class SubtitleSource:
+    """Subtitles for many videos from one place, looked up by video id.
+
+    A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for;
+    a JSON or pickle dump is loaded once (the first time it is needed) and kept.
+    """
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path = Path(path)
+        self.kind = kind
+        self._lock = threading.Lock()
+        self._data: dict[str, Any] | None = None
+        self._files: dict[str, Path] | None = None
+
+    @classmethod
+    def open(cls, path: str | Path) -> SubtitleSource:
+        path = Path(path)
+        if not path.exists():
+            raise InputError(path, "no such file or folder")
+        if path.is_dir():
+            return cls(path, "folder")
+        suffix = path.suffix.lower()
+        kinds = {".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
+                 ".parquet": "parquet"}
+        if suffix not in kinds:
+            raise InputError(path, "unknown subtitle source; expected a folder of per-video "
+                                   ".csv/.vtt/.srt files, or a .json, .pickle, .csv or .parquet "
+                                   "dump")
+        return cls(path, kinds[suffix])
+
+    # -- loading ---------------------------------------------------------------------------
+    def _load(self) -> dict[str, Any]:
+        with self._lock:
+            if self._data is None:
+                self._data = self._load_dump()
+            return self._data
+
+    def _load_dump(self) -> dict[str, Any]:
+        path = self.path
+        if self.kind == "json":
+            try:
+                with path.open("rb") as fh:
+                    data = json.load(fh)
+            except UnicodeDecodeError:
+                raise InputError(path, "not UTF-8 JSON") from None
+            except json.JSONDecodeError as exc:
+                raise InputError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: "
+                                       f"{exc.msg}") from None
+        elif self.kind == "pickle":
+            try:
+                with path.open("rb") as fh:
+                    data = pickle.load(fh)  # noqa: S301 - the user's own dataset file
+            except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+                raise InputError(path, f"not a readable pickle ({type(exc).__name__})") from None
+        else:
+            data = self._load_table()
+        if isinstance(data, list):
+            data = self._group_records(data)
+        if not isinstance(data, dict):
+            raise InputError(path, f"expected a mapping video_id -> subtitles, got "
+                                   f"{type(data).__name__}")
+        return {str(k): v for k, v in data.items()}
+
+    def _group_records(self, records: list[Any]) -> dict[str, Any]:
+        """``[{"video_id", "start", "end", "text"}, ...]`` -> per-video lists."""
+        out: dict[str, dict[str, list[Any]]] = {}
+        for i, rec in enumerate(records):
+            if not isinstance(rec, dict) or "video_id" not in rec:
+                raise InputError(self.path, f"item {i}: expected an object with video_id, "
+                                            f"start, end, text")
+            entry = out.setdefault(str(rec["video_id"]), {"start": [], "end": [], "text": []})
+            for k in COLUMNS:
+                if k not in rec:
+                    raise InputError(self.path, f"item {i}: missing {k!r}")
+                entry[k].append(rec[k])
+        return out
+
+    def _load_table(self) -> dict[str, Any]:
+        if self.kind == "csv":
+            df = _read_csv_part(self.path)
+        else:
+            try:
+                df = pd.read_parquet(self.path)
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises many types
+                raise InputError(self.path, f"not a readable Parquet file "
+                                            f"({type(exc).__name__})") from None
+        if "video_id" not in df.columns:
+            raise InputError(self.path, "a single-table source needs a video_id column "
+                                        "(or give a folder of <video_id>.csv files)")
+        for c in COLUMNS:
+            if c not in df.columns:
+                raise InputError(self.path, f"missing column {c!r}")
+        return {str(v): g[COLUMNS].reset_index(drop=True)
+                for v, g in df.groupby("video_id", sort=False)}
+
+    def _folder(self) -> dict[str, Path]:
+        with self._lock:
+            if self._files is None:
+                files: dict[str, Path] = {}
+                for p in sorted(self.path.iterdir()):
+                    if p.suffix.lower() in (".csv", *SUBTITLE_SUFFIXES) and p.is_file():
+                        files.setdefault(p.stem, p)
+                if not files:
+                    raise InputError(self.path, "folder holds no <video_id>.csv/.vtt/.srt files")
+                self._files = files
+            return self._files
+
+    # -- lookup ----------------------------------------------------------------------------
+    def video_ids(self) -> list[str]:
+        if self.kind == "folder":
+            return list(self._folder())
+        return list(self._load())
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in (self._folder() if self.kind == "folder" else self._load())
+
+    def get(self, video_id: str) -> pd.DataFrame | None:
+        """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it."""
+        if self.kind == "folder":
+            file = self._folder().get(video_id)
+            if file is None:
+                return None
+            if file.suffix.lower() in SUBTITLE_SUFFIXES:
+                return read_subtitle_file(file)
+            return _frame_from_lists(file, video_id, _read_csv_part(file)[COLUMNS])
+        entry = self._load().get(video_id)
+        if entry is None:
+            return None
+        return _frame_from_lists(self.path, video_id, entry)
+
+    def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
+        for vid in self.video_ids():
+            df = self.get(vid)
+            if df is not None:
+                yield vid, df
+
+
+# -- the per-video stage function ---------------------------------------------------------------
+def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None,
+                        asr: ASR | None = None) -> pd.DataFrame:
+    """One video's subtitles as a ``subtitles`` table (``video_id, start, end, text, source``).
+
+    Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
+    the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
+    """
+    df: pd.DataFrame | None = None
+    kind = ""
+    if item.subtitle_path is not None:
+        df, kind = read_subtitle_file(item.subtitle_path), _kind_of(item.subtitle_path)
+    if df is None and (side := item.sidecar_subtitle()) is not None:
+        df, kind = read_subtitle_file(side), _kind_of(side)
+    if df is None and source is not None:
+        df, kind = source.get(item.video_id), "htm"
+    if df is None and asr is not None and item.video_path is not None:
+        df, kind = asr.transcribe(item.video_path), "asr"
+    if df is None:
+        where = item.video_path or item.video_id
+        raise InputError(where, "no subtitles found (no sidecar .vtt/.srt, not in --subtitles)"
+                         + ("" if asr is not None and item.video_path is not None
+                            else " and ASR is off"))
+    out = df[COLUMNS].copy()
+    out.insert(0, "video_id", item.video_id)
+    out["source"] = kind
+    return out.reset_index(drop=True)
+
+
+def _kind_of(path: Path) -> str:
+    """``vtt`` or ``srt`` by content (what the file really is), for the ``source`` column."""
+    try:
+        return _sniff(read_text(path)) or "srt"
+    except InputError:
+        return path.suffix.lower().lstrip(".") or "srt"

@@ -1,0 +1,274 @@
+"""Subtitle readers: YouTube rolling cues, SRT, malformed files, HowTo100M-style sources."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from howtocap.errors import InputError
+from howtocap.io.inputs import VideoItem
+from howtocap.io.subtitles import (
+    SubtitleSource,
+    clean_text,
+    read_srt,
+    read_subtitle_file,
+    read_vtt,
+    subtitles_for_video,
+)
+
+# What yt-dlp --write-auto-subs writes: every cue repeats the previous line, new words carry
+# <time><c> tags, and 10-ms "transition" cues hold the finished line alone.
+YOUTUBE_VTT = """WEBVTT
+Kind: captions
+Language: en
+
+00:00:00.160 --> 00:00:02.350 align:start position:0%
+_SPACE_
+hi<00:00:00.480><c> everyone</c><00:00:00.960><c> today</c>\
+<00:00:01.520><c> we're</c><00:00:01.760><c> making</c>
+
+00:00:02.350 --> 00:00:02.360 align:start position:0%
+hi everyone today we're making
+_SPACE_
+
+00:00:02.360 --> 00:00:05.030 align:start position:0%
+hi everyone today we're making
+banana<00:00:02.880><c> bread</c><00:00:03.600><c> so</c><00:00:04.080><c> first</c>
+
+00:00:05.030 --> 00:00:05.040 align:start position:0%
+banana bread so first
+_SPACE_
+
+00:00:05.040 --> 00:00:07.990 align:start position:0%
+banana bread so first
+[Music]
+
+00:00:07.990 --> 00:00:08.000 align:start position:0%
+[Music]
+_SPACE_
+
+00:00:08.000 --> 00:00:11.270 align:start position:0%
+[Music]
+&gt;&gt; mash<00:00:08.400><c> three</c><00:00:08.800><c> ripe</c><00:00:09.440><c> bananas</c>
+
+00:00:11.270 --> 00:00:11.280 align:start position:0%
+mash three ripe bananas
+_SPACE_
+
+00:00:11.280 --> 00:00:14.000 align:start position:0%
+mash three ripe bananas
+in<00:00:11.600><c> a</c><00:00:11.760><c> bowl</c>
+""".replace("_SPACE_", " ")
+
+SRT = """1
+00:00:01,000 --> 00:00:03,500
+<i>First,</i> preheat the oven
+to 180 degrees.
+
+2
+00:00:03,000 --> 00:00:06,000
+(laughs) Then grease the pan.
+
+3
+00:00:07,000 --> 00:00:06,000
+This cue ends before it starts.
+
+4
+00:00:08,000 --> 00:00:09,000
+- Whisk the eggs, [sizzling]
+
+5
+00:00:09,000 --> 00:00:10,000
+- Whisk the eggs,
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    p = tmp_path / name
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_youtube_rolling_cues_give_each_line_once(tmp_path: Path) -> None:
+    df = read_vtt(_write(tmp_path, "yt.en.vtt", YOUTUBE_VTT))
+    assert list(df.columns) == ["start", "end", "text"]
+    assert df["text"].tolist() == ["hi everyone today we're making", "banana bread so first",
+                                   "mash three ripe bananas", "in a bowl"]
+    assert df["start"].tolist() == pytest.approx([0.16, 2.36, 8.0, 11.28])
+    # a line lasts until the next line starts (transition cues extend it, [Music] does not)
+    assert df["end"].tolist() == pytest.approx([2.36, 5.04, 11.28, 14.0])
+    assert df["start"].is_monotonic_increasing
+
+
+def test_srt_cleaning_overlap_and_bad_order(tmp_path: Path) -> None:
+    df = read_srt(_write(tmp_path, "a.srt", SRT))
+    assert df["text"].tolist() == ["First, preheat the oven to 180 degrees.",
+                                   "Then grease the pan.", "Whisk the eggs,"]
+    # the overlapping first cue is clipped to where the second begins
+    assert df[["start", "end"]].values.tolist() == [[1.0, 3.0], [3.0, 6.0], [8.0, 10.0]]
+    assert df.attrs["dropped_cues"] == 1
+
+
+def test_sniffing_bom_and_cp1252(tmp_path: Path) -> None:
+    vtt_body = "WEBVTT\n\n1\n00:01.000 --> 00:02.500\nhello  <b>there</b>\n"
+    for name in ("x.srt", "x.txt"):  # content decides over a wrong or missing extension
+        df = read_subtitle_file(_write(tmp_path, name, vtt_body))
+        assert df.values.tolist() == [[1.0, 2.5, "hello there"]]
+    bom = _write(tmp_path, "bom.srt", "\ufeff" + SRT.split("\n\n")[0] + "\n")
+    assert read_subtitle_file(bom)["text"].tolist() == ["First, preheat the oven to 180 degrees."]
+    legacy = _write(tmp_path, "old.srt", "1\n00:00:01,000 --> 00:00:02,000\nCafé crème\n"
+                    .encode("cp1252"))
+    assert read_srt(legacy)["text"].tolist() == ["Café crème"]
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"", "empty file"),
+    (b"  \n\n", "empty file"),
+    (b"WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nok\n\n00:00:0x.000 --> 00:00:03.000\nbad\n",
+     r"line 6: bad timestamp line '00:00:0x\.000 --> 00:00:03\.000'"),
+    (b"1\n00:00:01,000 --> 00:00:02,000\nok\n\n2\n00:00:02,000 - 00:00:03,000\nbad\n",
+     "line 6: bad timestamp line"),
+    (b"1\n00:00:01,000 --> 00:00:75,000\nseconds out of range\n", "line 2: bad timestamp"),
+    (b"WEBVTT\n\nNOTE nothing here\n", "no cues found"),
+    (b"just some text\nwithout any timing\n", "no cues found"),
+    (b"1\n00:00:01,000 --> 00:00:02,000\n\x81\x8d broken\n", r"not UTF-8 text \(invalid byte 0x81"),
+    (b"\x00\x01\x02binary\x00", "binary data"),
+])
+def test_malformed_files_raise_one_line_input_errors(tmp_path: Path, content: bytes,
+                                                     problem: str) -> None:
+    path = _write(tmp_path, "bad.srt", content)
+    with pytest.raises(InputError, match=problem) as info:
+        read_subtitle_file(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        read_vtt(tmp_path / "nope.vtt")
+
+
+def test_clean_text() -> None:
+    assert clean_text(" >> so <c.colorE5E5E5>now</c>  we&#39;re [Applause] done ♪ ") == \
+        "so now we're done"
+    assert clean_text("(this is a longer aside we keep)") == "(this is a longer aside we keep)"
+    assert clean_text("[Music]") == ""
+
+
+HTM = {
+    "vid_a": {"start": [0.0, 5.2, 3.0], "end": [5.0, 9.0, 5.1],
+              "text": ["first  step", "[Music]", "stir the <i>soup</i>"]},
+    "vid_b": {"start": [1, 2], "end": [2, 4], "text": ["one", "two"]},
+}
+
+
+def _check_htm(src: SubtitleSource) -> None:
+    assert sorted(src.video_ids()) == ["vid_a", "vid_b"]
+    a = src.get("vid_a")
+    assert a is not None
+    assert a.values.tolist() == [[0.0, 3.0, "first step"], [3.0, 5.1, "stir the soup"]]
+    b = src.get("vid_b")
+    assert b is not None and b["text"].tolist() == ["one", "two"]
+    assert b["start"].dtype == "float64"
+    assert src.get("not_there") is None
+
+
+def test_howto100m_json_pickle_and_records(tmp_path: Path) -> None:
+    j = tmp_path / "caption.json"
+    j.write_text(json.dumps(HTM))
+    _check_htm(SubtitleSource.open(j))
+    p = tmp_path / "sentencified_htm.pickle"
+    p.write_bytes(pickle.dumps(HTM))
+    _check_htm(SubtitleSource.open(p))
+    records = [{"video_id": v, "start": s, "end": e, "text": t}
+               for v, d in HTM.items()
+               for s, e, t in zip(d["start"], d["end"], d["text"], strict=True)]
+    r = tmp_path / "records.json"
+    r.write_text(json.dumps(records))
+    _check_htm(SubtitleSource.open(r))
+    per_video_lists = {v: [{"start": s, "end": e, "text": t}
+                           for s, e, t in zip(d["start"], d["end"], d["text"], strict=True)]
+                       for v, d in HTM.items()}
+    pv = tmp_path / "lists.json"
+    pv.write_text(json.dumps(per_video_lists))
+    _check_htm(SubtitleSource.open(pv))
+
+
+def test_howtocaption_lists_with_scores(tmp_path: Path) -> None:
+    data = {"v": {"start": [12, 19], "end": [20, 27],
+                  "text": [[["Unload a shotgun", 0.57]],
+                           [["Load it", 0.5], ["Load the gun", 0.4]]]}}
+    p = tmp_path / "howtocaption.pickle"
+    p.write_bytes(pickle.dumps(data))
+    df = SubtitleSource.open(p).get("v")
+    assert df is not None
+    assert df["text"].tolist() == ["Unload a shotgun", "Load it", "Load the gun"]
+    assert df["score"].tolist() == pytest.approx([0.57, 0.5, 0.4])
+
+
+def test_csv_folder_is_read_lazily(tmp_path: Path) -> None:
+    folder = tmp_path / "raw_caption"
+    folder.mkdir()
+    pd.DataFrame({"start": [0.5, 2.0], "end": [2.0, 4.0], "text": ["hello", "world"]}).to_csv(
+        folder / "vid_1.csv", index=False)
+    (folder / "vid_2.csv").write_text("start,end,text\n1.0,oops,broken\n")
+    (folder / "vid_3.vtt").write_text("WEBVTT\n\n00:01.000 --> 00:02.000\nfrom vtt\n")
+    src = SubtitleSource.open(folder)
+    assert sorted(src.video_ids()) == ["vid_1", "vid_2", "vid_3"]
+    df = src.get("vid_1")  # the broken vid_2 is never read for this
+    assert df is not None and df.values.tolist() == [[0.5, 2.0, "hello"], [2.0, 4.0, "world"]]
+    v3 = src.get("vid_3")
+    assert v3 is not None and v3["text"].tolist() == ["from vtt"]
+    assert src.get("vid_9") is None
+    with pytest.raises(InputError, match=r"vid_2\.csv: video 'vid_2': start/end values"):
+        src.get("vid_2")
+
+
+@pytest.mark.parametrize(("name", "content", "problem"), [
+    ("c.json", b'{"v": {"start": [1], "end": [2]', "invalid JSON at line 1"),
+    ("c.json", b'{"v": {"start": [1, 2], "end": [2], "text": ["a", "b"]}}',
+     "video 'v': start/end/text lengths differ"),
+    ("c.json", b'{"v": {"start": [1], "end": [2]}}', "video 'v': missing text"),
+    ("c.json", b"[1, 2]", "item 0: expected an object"),
+    ("c.pickle", b"not a pickle", "not a readable pickle"),
+    ("c.txt", b"x", "unknown subtitle source"),
+])
+def test_bad_sources_name_the_file(tmp_path: Path, name: str, content: bytes,
+                                   problem: str) -> None:
+    path = _write(tmp_path, name, content)
+    with pytest.raises(InputError, match=problem) as info:
+        SubtitleSource.open(path).get("v")
+    assert str(info.value).startswith(str(path))
+
+
+def test_empty_folder_source(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no <video_id>.csv"):
+        SubtitleSource.open(tmp_path).video_ids()
+
+
+def test_subtitles_for_video_precedence(tmp_path: Path) -> None:
+    video = tmp_path / "v1.mp4"
+    video.write_bytes(b"not decoded here")
+    (tmp_path / "v1.en.vtt").write_text("WEBVTT\n\n00:01.000 --> 00:02.000\nsidecar line\n")
+    explicit = _write(tmp_path, "other.srt", "1\n00:00:03,000 --> 00:00:04,000\nexplicit\n")
+    src_file = tmp_path / "caption.json"
+    src_file.write_text(json.dumps({"v1": {"start": [5], "end": [6], "text": ["from htm"]}}))
+    source = SubtitleSource.open(src_file)
+
+    df = subtitles_for_video(VideoItem("v1", video, explicit), source=source)
+    assert df.values.tolist() == [["v1", 3.0, 4.0, "explicit", "srt"]]
+    df = subtitles_for_video(VideoItem("v1", video), source=source)
+    assert df.values.tolist() == [["v1", 1.0, 2.0, "sidecar line", "vtt"]]
+    assert list(df.columns) == ["video_id", "start", "end", "text", "source"]
+    (tmp_path / "v1.en.vtt").unlink()
+    df = subtitles_for_video(VideoItem("v1", video), source=source)
+    assert df.values.tolist() == [["v1", 5.0, 6.0, "from htm", "htm"]]
+    with pytest.raises(InputError, match=r"v2\.mp4: no subtitles found .* ASR is off"):
+        subtitles_for_video(VideoItem("v2", tmp_path / "v2.mp4"), source=source)
