@@ -122,10 +122,10 @@ def test_assemble_model_from_parts(tmp_path: Path) -> None:
     assert (out / "model.bin").read_bytes() == b"a" * 1000 + b"b" * 500
     assert (out / "config.json").read_text() == "{}"
     mtime = (out / "model.bin").stat().st_mtime_ns
-    assert asr.assemble_model(parts, [cfg], dest, size=1500) == dest  # reused, not rebuilt
+    assert asr.assemble_model(parts, [cfg], dest, size=1500, sha256=sha) == dest  # reused
     assert (out / "model.bin").stat().st_mtime_ns == mtime
     with pytest.raises(HowtocapError, match="expected 1501"):
-        asr.assemble_model(parts, [cfg], tmp_path / "cache" / "bad", size=1501)
+        asr.assemble_model(parts, [cfg], tmp_path / "cache" / "bad", size=1501, sha256=sha)
     with pytest.raises(HowtocapError, match="wrong SHA-256"):
         asr.assemble_model(parts, [cfg], tmp_path / "cache" / "bad", size=1500, sha256="0" * 64)
     assert not (tmp_path / "cache" / "bad").exists()

@@ -65,8 +65,11 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
     summary = align_run(rundir, v["encoder"] or ["default"], cfg, workers=v["workers"],
                         device=v["device"], progress=not v["quiet"])
     info = rundir.read_config("align") or {}
+    used = info.get("threshold_used")
+    rule = ("no filter: --threshold, --quantile or --keep-top drop pairs"
+            if used is None or used == float("-inf") else f"threshold {used:.4f}")
     err.print(f"aligned {info.get('pairs', 0)} pairs, kept {info.get('kept', 0)} "
-              f"(threshold {info.get('threshold_used')}) -> {rundir.table_path('aligned')}, "
+              f"({rule}) -> {rundir.table_path('aligned')}, "
               f"{root / 'align_report.html'}", highlight=False)
     return summary
 

@@ -9,6 +9,7 @@ Heavy imports (faster_whisper, ctranslate2) happen only when a model is created.
 
 from __future__ import annotations
 
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,13 @@ def assemble_model(parts: list[Path], extra_files: list[Path], dest: Path, *,
                    size: int, sha256: str) -> Path:
     """A CTranslate2 folder: ``dest/model.bin`` joined from ``parts`` (verified, once) next to
     copies of ``extra_files`` (config, tokenizer, vocabulary)."""
-    concat_parts(parts, dest / "model.bin", size=size, sha256=sha256)
+    created = not dest.exists()
+    try:
+        concat_parts(parts, dest / "model.bin", size=size, sha256=sha256)
+    except BaseException:
+        if created:  # leave no half-made model folder behind
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
     for f in extra_files:
         if not (dest / f.name).is_file() or (dest / f.name).stat().st_size != f.stat().st_size:
             atomic_write_bytes(dest / f.name, f.read_bytes())
