@@ -108,3 +108,34 @@ def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip
 def test_unknown_captioner_is_one_line() -> None:
     with pytest.raises(HowtocapError, match="unknown image captioner 'blip'; choose one of"):
         create_captioner("blip")
+
+
+def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
+    """A framecaps run trains directly: clips are whole videos, several kept captions each."""
+    from tests.tiny_models import TinyEncoder
+
+    from howtocap.rundir import RunDir
+    from howtocap.train import train
+    from howtocap.train.data import read_pairs
+
+    videos = tmp_path / "videos"
+    rd = RunDir(tmp_path / "fc")
+    rows = []
+    for i, steps in enumerate([DEFAULT_STEPS[i:i + 1] for i in range(4)]):
+        v = make_narrated_video(videos, f"v{i}", steps, seconds_per_step=2.0, fps=5, size=64,
+                                audio=False, subtitles=None)
+        rows += [{"video_id": v.video_id, "start": 0.0, "end": 2.0, "text": t,
+                  "captioner": c, "frame_time": 1.0, "clipscore": 1.0, "kept": k}
+                 for t, c, k in [(steps[0][2], "a", True), (f"frame {i}", "b", True),
+                                 ("dropped caption", "b", False)]]
+    from howtocap.io.inputs import resolve_inputs
+
+    rd.record_videos(resolve_inputs([videos]))
+    rd.write_part("framecaps", "all", pd.DataFrame(rows))
+    rd.merge("framecaps")
+    pairs = read_pairs(rd.root)
+    assert len(pairs) == 8 and "dropped caption" not in set(pairs["text"])
+    res = train(rd.root, out_dir=tmp_path / "ckpt", encoder=TinyEncoder(), epochs=2,
+                batch_size=4, lr=3e-3, frames_per_clip=2, eval_fraction=0.25, progress=False)
+    assert res.n_train_clips + res.n_eval_clips == 4  # 8 captions, 4 clips
+    assert (tmp_path / "ckpt" / "ckpt" / "last.pt").exists()

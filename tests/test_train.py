@@ -13,50 +13,16 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
+from tests.tiny_models import TinyEncoder
 
-from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.io.video import sample_frames
-from howtocap.rundir import hash_text
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train
 from howtocap.train.data import build_clips, epoch_draws, read_pairs
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
 from howtocap.train.mee import GatedEmbeddingUnit
 from howtocap.train.model import DualModel
-
-
-class TinyEncoder(Encoder):
-    """A small conv image tower and a hashed bag-of-words text tower, seeded."""
-
-    def __init__(self, dim: int = 16, seed: int = 0) -> None:
-        super().__init__()
-        self.name, self.dim, self.image_size = f"tiny{dim}", dim, 32
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            self.img = nn.Sequential(nn.Conv2d(3, 8, 5, stride=3), nn.ReLU(),
-                                     nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, dim))
-            self.words = nn.EmbeddingBag(512, dim, mode="mean")
-            self.text_proj = nn.Linear(dim, dim)
-
-    def preprocess_images(self, frames: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
-        x = x.permute(0, 3, 1, 2).float() / 255.0
-        return F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-
-    def tokenize(self, texts):
-        ids, offsets = [], []
-        for t in texts:
-            offsets.append(len(ids))
-            ids += [hash_text(w) % 512 for w in t.lower().split()] or [0]
-        return (torch.tensor(ids, device=self.device), torch.tensor(offsets, device=self.device))
-
-    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.img(pixels)
-
-    def text_features(self, tokens) -> torch.Tensor:
-        return self.text_proj(self.words(*tokens))
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -121,9 +87,9 @@ def test_regulariser_zero_grad_at_init_and_pulls_back_after_drift():
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (4, 2, 32, 32, 3), dtype=np.uint8)
     texts = ["pour the coffee", "brush the cat", "launch rocket", "count coins"]
-    t, v = model(frames, texts)
+    t, v, _ = model(frames, texts)
     with torch.no_grad():
-        tr, vr = frozen(frames, texts)
+        tr, vr, _ = frozen(frames, texts)
     reg = frozen_copy_regulariser(t, v, tr, vr)
     reg.backward()
     assert reg.item() == pytest.approx(0.0, abs=1e-6)
@@ -136,7 +102,7 @@ def test_regulariser_zero_grad_at_init_and_pulls_back_after_drift():
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     values = []
     for _ in range(20):
-        t, v = model(frames, texts)
+        t, v, _ = model(frames, texts)
         reg = frozen_copy_regulariser(t, v, tr, vr)
         values.append(reg.item())
         opt.zero_grad()
@@ -253,6 +219,10 @@ def test_dual_trains_loss_decreases_and_logs(videos, tmp_path):
     assert log["R@5"].notna().all()
     assert (tmp_path / "run" / "train_log.png").stat().st_size > 5000
     assert (tmp_path / "run" / "ckpt" / "howtocap_checkpoint.json").exists()
+    import json
+
+    cfg = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert cfg["frames"] == "pixels" and cfg["train_clips"] == 12 and cfg["lr"] == 3e-3
     assert list((tmp_path / "run" / "cache" / "pixels").glob("*/*.npy"))
 
 
@@ -301,11 +271,11 @@ def test_wrong_architecture_checkpoint_is_a_clear_error(videos, tmp_path):
     assert "\n" not in msg
 
 
-def _ddp_worker(rank: int, world: int, port: int, pairs: str, out: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, pairs: str, out: str, spec: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    res = train(pairs, out_dir=out, encoder=TinyEncoder(), epochs=1, batch_size=3, lr=3e-3,
+    res = train(pairs, out_dir=out, encoder=spec, epochs=1, batch_size=3, lr=3e-3,
                 frames_per_clip=2, eval_fraction=0.25, progress=False, device="cpu")
     torch.save(res.model.state_dict(), Path(out) / f"rank{rank}.pt")
     import torch.distributed as dist
@@ -313,20 +283,23 @@ def _ddp_worker(rank: int, world: int, port: int, pairs: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_ddp_two_processes_gloo(videos, tmp_path):
+def test_ddp_two_processes_gloo(videos, tiny_clip, tmp_path):
     import torch.multiprocessing as mp
 
     pairs = write_pairs(tmp_path / "p.csv", videos)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(2, port, str(pairs), str(tmp_path / "ddp")), nprocs=2)
+    mp.spawn(_ddp_worker, args=(2, port, str(pairs), str(tmp_path / "ddp"), tiny_clip),
+             nprocs=2)
     log = pd.read_csv(tmp_path / "ddp" / "train_log.csv")
     assert list(log["epoch"]) == [0, 1]
     # 12 training clips, 2 ranks x 2 batches of 3: the checkpoint records 2 optimizer steps
     ck = torch.load(tmp_path / "ddp" / "ckpt" / "last.pt", weights_only=True)
     assert ck["step"] == 2
-    init = DualModel(TinyEncoder()).state_dict()
+    from howtocap.encoders import create
+
+    init = DualModel(create(tiny_clip)).state_dict()
     assert any(not torch.allclose(init[k], ck["model"][k]) for k in init)
     # both ranks end with the same weights: DDP averaged their gradients every step
     r0 = torch.load(tmp_path / "ddp" / "rank0.pt", weights_only=True)
@@ -334,6 +307,16 @@ def test_ddp_two_processes_gloo(videos, tmp_path):
     for k in r0:
         assert torch.equal(r0[k], r1[k]), k
         assert torch.equal(r0[k], ck["model"][k]), k
+    # and they equal one process training on the union batch (6 = 2 x 3 draws): the all-gather
+    # gives InfoNCE every rank's negatives and routes gradients back correctly
+    solo = train(pairs, out_dir=tmp_path / "solo", encoder=tiny_clip, epochs=1, batch_size=6,
+                 lr=3e-3, frames_per_clip=2, eval_fraction=0.25, progress=False, device="cpu")
+    one = solo.model.state_dict()
+    # (attention key biases have an exactly-zero true gradient; Adam turns float noise in it
+    # into full-size steps, so they cannot match)
+    for k in r0:
+        if not k.endswith("k_proj.bias"):
+            assert torch.allclose(r0[k], one[k], atol=1e-5), k
 
 
 def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):

@@ -221,6 +221,7 @@ def _register_commands() -> None:
     from howtocap.report.stats import register as register_stats
     from howtocap.samples import register as register_samples
     from howtocap.search.cli import register as register_search
+    from howtocap.train.cli import register as register_train
 
     register_align(app)
     run = _command_from(caption, align_cmd, drop=("run_dir",))(_run)
@@ -228,6 +229,7 @@ def _register_commands() -> None:
     register_encoders(app)
     register_samples(app)
     register_search(app)
+    register_train(app)
     register_eval(app)
     register_stats(app)
 

@@ -37,8 +37,8 @@ def user_errors(fn: F) -> F:
             err.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/yellow]: finished videos are saved; "
-                      "run the same command again to resume")
+            err.print("[yellow]interrupted[/yellow]: finished work is saved; run the same "
+                      "command again to resume (train: add --resume)")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]

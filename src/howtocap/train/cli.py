@@ -6,18 +6,13 @@ what ``torchrun --nproc_per_node N -m howtocap.train ...`` needs for multi-GPU t
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from howtocap.errors import HowtocapError
-
-err = Console(stderr=True)
+from howtocap.cliutil import err, user_errors
 
 
 class ModelKind(str, Enum):
@@ -28,21 +23,6 @@ class ModelKind(str, Enum):
 class FrameSource(str, Enum):
     decode = "decode"
     pixels = "pixels"
-
-
-def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except HowtocapError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/yellow]: finished epochs are saved; add --resume "
-                      "to continue")
-            raise typer.Exit(130) from None
-    return wrapper
 
 
 def train_command(
@@ -100,6 +80,10 @@ def train_command(
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
                 margin=margin, clips_per_video=clips_per_video, train_params=train_params)
+    from howtocap.train.loop import dist_info
+
+    if dist_info()[0] != 0:
+        return  # under torchrun only the first process reports
     m = res.final_metrics
     metrics = "  ".join(f"{k} {m[k]:.1f}" for k in ("R@1", "R@5", "R@10") if k in m)
     err.print(f"[green]trained[/green] {res.n_train_clips} clips ({res.n_pairs} pairs, "
@@ -109,10 +93,10 @@ def train_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(_user_errors(train_command))
+    app.command("train")(user_errors(train_command))
 
 
 def main() -> None:  # pragma: no cover - `python -m howtocap.train` / torchrun entry point
     solo = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    solo.command()(_user_errors(train_command))
+    solo.command()(user_errors(train_command))
     solo()

@@ -46,11 +46,13 @@ class PairSet:
 
 # -- reading pairs ---------------------------------------------------------------------------
 def read_pairs(source: str | Path) -> pd.DataFrame:
-    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet or CSV.
+    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet,
+    framecaps.parquet or CSV.
 
-    From a run directory only rows with ``kept`` are used; video paths come from the run's
-    ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end`` (relative paths are
-    taken from the CSV's folder).
+    A run directory gives its aligned captions, or, without them, its frame captions (clips are
+    whole videos with several captions each). Only rows with ``kept`` are used; video paths
+    come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
+    (relative paths are taken from the CSV's folder).
     """
     src = Path(source)
     if not src.exists():
@@ -58,11 +60,15 @@ def read_pairs(source: str | Path) -> pd.DataFrame:
                               "or a CSV of pairs)")
     if src.is_dir() or src.suffix == ".parquet":
         root = src if src.is_dir() else src.parent
-        table = src / "aligned.parquet" if src.is_dir() else src
+        table = src
+        if src.is_dir():
+            table = next((src / f"{t}.parquet" for t in ("aligned", "framecaps")
+                          if (src / f"{t}.parquet").exists()), src / "aligned.parquet")
         rd = RunDir(root, create=False)
         if src.is_dir() and not table.exists() and not rd.part_dir("aligned").exists():
-            raise InputError(src, "has no aligned.parquet: run `howtocap align` first, "
-                                  "or pass a CSV of pairs")
+            raise InputError(src, "has no aligned.parquet or framecaps.parquet: run "
+                                  "`howtocap align` or `howtocap framecaps` first, or pass a "
+                                  "CSV of pairs")
         try:
             df = pd.read_parquet(table) if table.exists() else rd.read_table("aligned")
         except Exception as exc:  # pyarrow raises several types for a bad file

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import json
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from torch import nn
 
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
+from howtocap.rundir import atomic_write_text
 from howtocap.train import checkpoint as ck
 from howtocap.train.data import (
     Clip,
@@ -110,12 +112,29 @@ def setup_distributed(device: str | torch.device | None) -> tuple[int, int, torc
     return rank, world, dev
 
 
-def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
-    if world == 1:
-        return x
-    from torch.distributed.nn.functional import all_gather
+class _GatherWithGrad(torch.autograd.Function):
+    """All ranks' rows, concatenated; the gradient flows back to each rank's own rows.
 
-    return torch.cat(all_gather(x), 0)
+    Every rank's loss depends on every rank's rows, so a row's gradient is the sum over ranks
+    of the gathered gradient (an all-reduce), sliced back to this rank.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, x.contiguous())
+        ctx.rank, ctx.n = dist.get_rank(), len(x)
+        return torch.cat(parts, 0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n]
+
+
+def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
+    return x if world == 1 else _GatherWithGrad.apply(x)
 
 
 def barrier(world: int) -> None:
@@ -215,8 +234,7 @@ class DualTask:
 
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         frames, texts, _ = batch
-        t, v = self.net(frames, texts)
-        scale = self.model.logit_scale()
+        t, v, scale = self.net(frames, texts)
         if self.world > 1:
             main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
                             video_all=gather_all(v, self.world), offset=self.rank * len(t))
@@ -226,7 +244,7 @@ class DualTask:
         if self.frozen is None:
             return main, parts
         with torch.no_grad():
-            t_ref, v_ref = self.frozen(frames, texts)
+            t_ref, v_ref, _ = self.frozen(frames, texts)
         reg = frozen_copy_regulariser(t, v, t_ref, v_ref)
         parts["reg"] = reg.item()
         return main + self.cfg.alpha * reg, parts
@@ -238,7 +256,7 @@ class DualTask:
         ts, vs = [], []
         for frames, texts, _ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
                                              self.cfg.num_workers):
-            t, v = self.model(frames, texts)
+            t, v, _ = self.model(frames, texts)
             ts.append(t.float().cpu())
             vs.append(v.float().cpu())
         return torch.cat(ts), torch.cat(vs)
@@ -429,8 +447,10 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     task.prepare(show)
 
     if world > 1:
+        # encoders may hold parameters the towers never use (e.g. CLIP's own logit_scale)
         task.net = nn.parallel.DistributedDataParallel(
-            task.model, device_ids=[dev.index] if dev.type == "cuda" else None)
+            task.model, device_ids=[dev.index] if dev.type == "cuda" else None,
+            find_unused_parameters=isinstance(task, DualTask))
     n_batches, _ = task.batches(0)
     if n_batches == 0:
         raise HowtocapError(f"too few training clips ({len(train_clips)}) for {world} process(es)")
@@ -456,6 +476,10 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
         if show:
             console.print(f"resuming {out} after epoch {start_epoch}", highlight=False)
     meta = {**identity, "run_id": run_id, "encoder_name": encoder.name}
+    if rank == 0:
+        atomic_write_text(out / "train_config.json", json.dumps(
+            {**asdict(cfg), "run_id": run_id, "train_clips": len(train_clips),
+             "eval_clips": len(eval_clips), "world_size": world}, indent=2))
 
     if start_epoch == 0 and rank == 0 and eval_clips:
         history.append({"epoch": 0, "steps": 0, **evaluate(task)})

@@ -32,5 +32,7 @@ class DualModel(nn.Module):
         feats = self.encoder.text_features(self.encoder.tokenize(texts))
         return F.normalize(feats.float(), dim=-1)
 
-    def forward(self, frames: np.ndarray, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.encode_texts(texts), self.encode_clips(frames)
+    def forward(self, frames: np.ndarray, texts: list[str]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Unit text and clip embeddings, and the logit scale (inside forward so DDP sees it)."""
+        return self.encode_texts(texts), self.encode_clips(frames), self.logit_scale()
