@@ -13,8 +13,9 @@ import typer
 from rich.console import Console
 
 from howtocap.errors import HowtocapError
+from howtocap.progress import console
 
-err = Console(stderr=True, soft_wrap=True)  # one error = one line, however long
+err = console  # errors and progress bars share one stderr console
 out = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 

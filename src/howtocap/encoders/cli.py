@@ -16,7 +16,8 @@ import typer
 from howtocap.cliutil import out, report_summary, user_errors
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.runner import StageSummary, console, run_stage
+from howtocap.pipeline.runner import StageSummary, run_stage
+from howtocap.progress import console
 
 
 def precompute_frames(inputs: list[str | Path], out_dir: Path, *, encoders: list[str],

@@ -15,23 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample
 from howtocap.io.video import probe, sample_frames
+from howtocap.progress import progress_bar
 from howtocap.rundir import atomic_write_bytes, hash_text
-
-console = Console(stderr=True)
 
 
 @dataclass
@@ -110,9 +100,7 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
                     pass  # a damaged cache entry is recomputed
         todo.append(i)
 
-    bar = Progress(TextColumn("[bold]embed clips"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                   disable=not progress, transient=True)
+    bar = progress_bar("[bold]embed clips", disable=not progress, transient=True)
     with bar, ThreadPoolExecutor(max_workers=max(1, decode_workers)) as pool:
         task = bar.add_task("embed", total=len(todo))
         pending: list[tuple[int, Future]] = []

@@ -26,8 +26,6 @@ from howtocap.evaluate.embed import video_embeddings
 from howtocap.evaluate.metrics import RECALL_AT, multi_caption_metrics
 from howtocap.rundir import atomic_write_text
 
-console = Console(stderr=True)
-
 
 def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:
     """Unique clips (first sample of each) and, per sample, the index of its clip."""

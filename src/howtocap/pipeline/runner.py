@@ -14,21 +14,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import pandas as pd
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TextColumn
 
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
+from howtocap.progress import progress_bar
 from howtocap.rundir import RunDir, StatusRecord
-
-console = Console(stderr=True)
 
 StageFn = Callable[[VideoItem], dict[str, pd.DataFrame]]
 
@@ -86,9 +77,8 @@ def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: str, fn: StageF
                                          err or "", time.perf_counter() - start))
         return item, err
 
-    columns = [TextColumn(f"[bold]{stage}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[last]}")]
-    with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
+    with progress_bar(f"[bold]{stage}", TextColumn("{task.fields[last]}"),
+                      disable=not progress) as bar:
         task = bar.add_task(stage, total=len(todo), last="")
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(work, it) for it in todo]

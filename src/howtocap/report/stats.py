@@ -358,11 +358,9 @@ def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
 
 
 def _progress() -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from howtocap.progress import progress_bar
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True))
+    return progress_bar("{task.description}")
 
 
 def write_report(rundir: RunDir, stats: dict[str, Any]) -> Path:

@@ -272,9 +272,9 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     has_video: list[np.ndarray] = []
     keys: dict[str, str] = {}
 
-    from rich.progress import Progress
+    from howtocap.progress import progress_bar
 
-    with Progress(disable=not progress, transient=True) as bar:
+    with progress_bar("{task.description}", disable=not progress, transient=True) as bar:
         task = bar.add_task("indexing videos", total=len(groups))
         for vid, rows in groups.items():
             vpath = paths.get(vid)

@@ -19,9 +19,8 @@ import torch
 from rich.console import Console
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.progress import console
 from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
-
-console = Console(stderr=True)
 
 CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
 

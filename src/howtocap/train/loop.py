@@ -31,19 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TextColumn
 from torch import nn
 
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
+from howtocap.progress import console, progress_bar
 from howtocap.rundir import atomic_write_text
 from howtocap.train import checkpoint as ck
 from howtocap.train.data import (
@@ -59,8 +52,6 @@ from howtocap.train.data import (
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
 from howtocap.train.mee import JointEmbedding, max_pool_clip
 from howtocap.train.model import DualModel
-
-console = Console(stderr=True)
 
 
 @dataclass
@@ -343,8 +334,7 @@ def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
     if not show:
         yield from items
         return
-    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as prog:
+    with progress_bar(what, transient=True) as prog:
         task = prog.add_task(what, total=len(items))
         for it in items:
             yield it
@@ -490,10 +480,9 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
         set_train_mode(task)
         n, batches = task.batches(epoch)
         t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, {}
-        prog = Progress(TextColumn(f"epoch {epoch + 1}/{cfg.epochs}"), BarColumn(),
-                        MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"),
-                        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                        transient=True, disable=not show)
+        prog = progress_bar(f"epoch {epoch + 1}/{cfg.epochs}",
+                            TextColumn("loss {task.fields[loss]:.4f}"), transient=True,
+                            disable=not show)
         with prog:
             bar = prog.add_task("train", total=n, loss=float("nan"))
             for batch in batches:
