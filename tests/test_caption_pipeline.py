@@ -63,6 +63,10 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
     add_video(vids, "noparse", base_video, vtt([(0.0, 2.0, "NOPARSE please")]))
     (vids / "not_a_video.mp4").write_bytes(b"this is not a video at all" * 100)
     add_video(vids, "silent_no_subs", base_video)  # no audio and no subtitles: ASR must say so
+    subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "color=c=blue:s=64x64:r=5", "-f", "lavfi", "-i",
+                    "anullsrc=r=16000:cl=mono", "-t", "3", "-c:v", "libx264", "-c:a", "aac",
+                    "-shortest", str(vids / "empty_asr.mp4")], check=True)  # silence: no speech
     truncated = add_video(vids, "truncated", base_video, GOOD)
     truncated.write_bytes(truncated.read_bytes()[:600])
     out = tmp_path / "run"
@@ -74,7 +78,7 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert "Traceback" not in res.stderr
         status = pd.read_parquet(out / "status.parquet").set_index("video_id")
         assert set(status.index) == {"good_a", "good_b", "garbage_ts", "empty_subs", "noparse",
-                                     "not_a_video", "silent_no_subs", "truncated"}
+                                     "not_a_video", "silent_no_subs", "truncated", "empty_asr"}
         ok = set(status.index[status["status"] == "ok"])
         assert ok == {"good_a", "good_b"}
         for vid, row in status.iterrows():
@@ -89,6 +93,8 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert "not_a_video.mp4" in status.loc["not_a_video", "message"]
         assert "truncated.mp4" in status.loc["truncated", "message"]
         assert "audio" in status.loc["silent_no_subs", "message"]
+        assert "no speech" in status.loc["empty_asr", "message"]
+        assert "empty_asr.mp4" in status.loc["empty_asr", "message"]
         assert "parseable" in status.loc["noparse", "message"]
 
         caps = pd.read_parquet(out / "captions.parquet")

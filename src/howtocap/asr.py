@@ -182,7 +182,7 @@ class WhisperASR:
     """faster-whisper behind the ``ASR`` interface; calls are serialised per model."""
 
     def __init__(self, name: str, model_ref: str, *, device: str, compute_type: str,
-                 language: str | None = None, beam_size: int = 5, vad_filter: bool = False,
+                 language: str | None = None, beam_size: int = 5, vad_filter: bool = True,
                  condition_on_previous_text: bool = True) -> None:
         self.name = name
         self.model_ref = model_ref
@@ -218,7 +218,7 @@ class WhisperASR:
 
 def create(name: str = "default", *, device: str | None = None,
            compute_type: str | None = None, language: str | None = None, beam_size: int = 5,
-           vad_filter: bool = False, condition_on_previous_text: bool = True) -> ASR:
+           vad_filter: bool = True, condition_on_previous_text: bool = True) -> ASR:
     """An ASR model by name: ``default``/``tiny.en`` (bundled), ``base``/``base.en`` (bundled in
     two packages), a local CTranslate2 folder, or a faster-whisper model name such as
     ``small.en`` / ``large-v3`` (downloaded; needs internet)."""

@@ -144,7 +144,7 @@ def show_captions(run_dir: Path, limit: int = 20) -> None:
         return
     table = Table(title=f"{'aligned ' if aligned else ''}captions in {run_dir}")
     for col in ["video", "time", *(["aligned", "score", "kept"] if aligned else []), "caption"]:
-        table.add_column(col, no_wrap=col != "caption", min_width=30 if col == "caption" else 0)
+        table.add_column(col, no_wrap=col != "caption")
     for row in df.itertuples():
         cells = [row.video_id]
         if aligned:

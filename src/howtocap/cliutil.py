@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,8 @@ from howtocap.errors import HowtocapError
 from howtocap.progress import console
 
 err = console  # errors and progress bars share one stderr console
-out = Console()
+# Tables stay readable when piped (make, CI logs): COLUMNS, else the terminal, else 120.
+out = Console(width=shutil.get_terminal_size((120, 24)).columns)
 F = TypeVar("F", bound=Callable[..., Any])
 
 

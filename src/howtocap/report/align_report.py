@@ -94,7 +94,7 @@ def summary_numbers(df: pd.DataFrame, thr: float) -> dict[str, Any]:
         "caption–clip pairs": n,
         "kept": kept,
         "kept fraction": round(kept / n, 4) if n else 0.0,
-        "threshold": round(thr, 6) if math.isfinite(thr) else str(thr),
+        "threshold": round(thr, 6) if math.isfinite(thr) else "none (no filter: all kept)",
         "mean score": round(float(df["score"].mean()), 6) if n else float("nan"),
         "moved (offset ≠ 0)": int((np.abs(off) > 1e-9).sum()),
         "mean |offset| (s)": round(float(np.abs(off).mean()), 3) if n else 0.0,
