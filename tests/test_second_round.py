@@ -1,0 +1,52 @@
+"""HowToCaption's second round: fine-tune on round-1 pairs, then align with both encoders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from howtocap.align import AlignConfig, align_run
+from howtocap.io.inputs import resolve_inputs
+from howtocap.rundir import RunDir
+from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from howtocap.train import train
+
+
+def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> None:
+    videos = tmp_path / "videos"
+    rd = RunDir(tmp_path / "run")
+    rows = []
+    for i in range(3):
+        steps = DEFAULT_STEPS[3 * i:3 * i + 3]
+        v = make_narrated_video(videos, f"v{i}", steps, seconds_per_step=3.0, fps=5, size=96,
+                                audio=False, subtitles=None)
+        rows += [{"video_id": v.video_id, "start": s.start, "end": s.start + 8.0,
+                  "text": s.caption, "source": "llm", "block": 0, "model": "reference"}
+                 for s in v.steps]
+    rd.record_videos(resolve_inputs([videos]))
+    for vid, g in pd.DataFrame(rows).groupby("video_id"):
+        rd.write_part("captions", str(vid), g)
+    rd.merge("captions")
+
+    first = align_run(rd, ["default"], AlignConfig(quantile=0.8), progress=False)
+    assert first.done == 3 and first.ok
+    res = train(rd.root, out_dir=tmp_path / "round1", encoder="default", epochs=1,
+                batch_size=4, frames_per_clip=2, eval_fraction=0.2, train_params="residual",
+                progress=False)
+    ckpt = tmp_path / "round1" / "ckpt" / "last.pt"
+    assert ckpt.exists() and res.n_train_clips > 0
+
+    # the CLI, as a user types it: the original and the fine-tuned encoder, averaged
+    out = subprocess.run([sys.executable, "-m", "howtocap.cli", "align", str(rd.root),
+                          "--encoder", "default", "--encoder", str(ckpt), "--quantile", "0.8",
+                          "--quiet"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    aligned = pd.read_parquet(rd.root / "aligned.parquet")
+    assert len(aligned) == len(rows)
+    names = aligned["encoders"].iloc[0].split(",")
+    assert names[0] == "default-v1" and names[1].startswith("default-v1+ft-")
+    assert aligned["score"].between(-1, 1).all()
+    assert 0 < aligned["kept"].sum() < len(aligned)
