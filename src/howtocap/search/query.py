@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.search.index import (
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 BY_CHOICES = ("text", "video", "both")
 
 
-@dataclass
-class Hit:
-    """One clip: aligned ``start``/``end``; ``orig_*`` are the LLM caption's unaligned times."""
+class Hit(BaseModel):
+    """One clip: aligned ``start``/``end``; ``orig_*`` are the LLM caption's unaligned times.
+    (A pydantic model, so the web API's response schema extends it instead of repeating it.)"""
 
     video_id: str
     start: float
@@ -53,7 +53,7 @@ class Hit:
     row: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.model_dump()
         for k, v in d.items():  # NaN is not JSON
             if isinstance(v, float) and not np.isfinite(v):
                 d[k] = None

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
-from howtocap.search.query import BY_CHOICES, Searcher
+from howtocap.search.query import BY_CHOICES, Hit, Searcher
 
 if TYPE_CHECKING:
     from howtocap.encoders.base import Encoder
@@ -53,17 +53,7 @@ class ContextLine(BaseModel):
     in_clip: bool
 
 
-class HitOut(BaseModel):
-    video_id: str
-    start: float
-    end: float
-    text: str
-    score: float
-    orig_start: float | None = None
-    orig_end: float | None = None
-    text_score: float | None = None
-    video_score: float | None = None
-    row: int
+class HitOut(Hit):
     media: str | None = None
     thumbnail: str | None = None
     page: str
