@@ -199,3 +199,24 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     manifest.write_text("id,path\nx,y.mp4\n")
     res = run_cli("caption", str(manifest), "--out", str(tmp_path / "r"))
     assert res.returncode == 2 and "m.csv" in res.stderr and "video_id" in res.stderr
+
+
+def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
+                                                        base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    add_video(vids, "good", base_video, GOOD)
+    add_video(vids, "bad_subs", base_video, "WEBVTT\n\nnot a cue at all\n")
+    out = tmp_path / "run"
+    with chat_server() as srv:
+        res = run_cli("run", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--quantile", "0.5", "--quiet")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "caption: 1 done" in res.stderr and "align: 1 done" in res.stderr
+    status = pd.read_parquet(out / "status.parquet")
+    assert set(zip(status["video_id"], status["stage"], status["status"], strict=True)) == {
+        ("good", "caption", "ok"), ("bad_subs", "caption", "error"), ("good", "align", "ok")}
+    aligned = pd.read_parquet(out / "aligned.parquet")
+    assert set(aligned["video_id"]) == {"good"} and len(aligned) == 2
+    assert aligned["kept"].sum() == 1  # --quantile 0.5 of 2 pairs
+    assert (out / "align_report.html").exists()
+    assert "0.0–   8.0" in res.stdout  # the table shows original and aligned times

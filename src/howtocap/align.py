@@ -419,6 +419,11 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     items = [VideoItem(r.video_id, Path(r.video_path) if r.video_path else None)
              for r in videos.itertuples()]
     items += [VideoItem(v, None) for v in sorted(set(captions["video_id"]) - known)]
+    # A video whose captioning failed has nothing to align: leave it out (its caption error
+    # is already in the status table) instead of recording an empty "ok".
+    uncaptioned = {it.video_id for it in items
+                   if (st := rundir.status("caption", it.video_id)) and st.status == "error"}
+    items = [it for it in items if it.video_id not in uncaptioned]
     _forget_changed_videos(rundir, captions, items)
     fn = make_align_fn(rundir, captions, encoders, cfg)
     summary = run_stage(rundir, items, STAGE, fn, main_table=PART_TABLE, workers=workers,
