@@ -20,6 +20,8 @@ def caps(reply: str, block: Block = BLOCK, **kw: float) -> list[tuple[float, flo
     ("[12s] Crack the eggs.", 12.0),
     ("(12 sec) Crack the eggs.", 12.0),
     ("00:12 Crack the eggs.", 12.0),
+    ("00:12: Crack the eggs.", 12.0),
+    ("* 01:05: Crack the eggs.", 65.0),
     ("0:01:05 - Crack the eggs.", 65.0),
     ("12.5s: Crack the eggs.", 12.5),
     ("1. 12s: Crack the eggs.", 12.0),

@@ -28,7 +28,7 @@ _TS = re.compile(
     rf"""(?<![\w.:])
     (?P<open>[\[(])?\s*
     (?:(?:at|timestamp|time)\s*:?\s*)?
-    (?:(?P<sec>\d{{1,5}}(?:\.\d+)?)\s*{_SEC_UNIT}|(?P<clock>{_CLOCK})(?![\d:]))
+    (?:(?P<sec>\d{{1,5}}(?:\.\d+)?)\s*{_SEC_UNIT}|(?P<clock>{_CLOCK})(?!\d|:\d))
     (?:\s*(?:-|–|—|to)\s*{_ANY_TIME})?
     \s*(?P<close>[\])])?
     (?P<sep>\s*[:\-–—|,>]+|\s+|$)?""",
