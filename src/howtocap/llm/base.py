@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,18 +73,18 @@ class LLM(Protocol):
                   gen: GenerationConfig) -> list[str | Exception]: ...
 
 
-class SequentialChatMixin:
-    """Default ``chat_many``: one request after another (backends override for concurrency)."""
+def chat_each(chat: Callable[[Messages, GenerationConfig], str], batch: Sequence[Messages],
+              gen: GenerationConfig, workers: int = 1) -> list[str | Exception]:
+    """Every request's reply, or the exception it raised (the caller decides per video);
+    ``workers`` requests in flight at once."""
 
-    def chat(self, messages: Messages, gen: GenerationConfig) -> str:  # pragma: no cover
-        raise NotImplementedError
+    def one(msgs: Messages) -> str | Exception:
+        try:
+            return chat(msgs, gen)
+        except Exception as exc:  # returned, not raised
+            return exc
 
-    def chat_many(self, batch: Sequence[Messages],
-                  gen: GenerationConfig) -> list[str | Exception]:
-        out: list[str | Exception] = []
-        for msgs in batch:
-            try:
-                out.append(self.chat(msgs, gen))
-            except Exception as exc:  # returned, not raised: the caller decides per video
-                out.append(exc)
-        return out
+    if workers <= 1 or len(batch) <= 1:
+        return [one(m) for m in batch]
+    with ThreadPoolExecutor(max_workers=min(workers, len(batch))) as pool:
+        return list(pool.map(one, batch))

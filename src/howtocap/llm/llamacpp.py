@@ -11,14 +11,13 @@ import os
 import secrets
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from howtocap.bundled import cache_root, concat_parts, package_dir
 from howtocap.errors import HowtocapError, InputError
-from howtocap.llm.base import GenerationConfig, Messages, Reply, SequentialChatMixin
+from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
 
 SMOLLM2 = "smollm2"
 QWEN = "qwen2.5-coder-0.5b"
@@ -116,7 +115,7 @@ def _load_server(key: _ServerKey) -> tuple[Any, str]:
         return server, api_key
 
 
-class LlamaCppLLM(SequentialChatMixin):
+class LlamaCppLLM:
     """A bundled or local GGUF model run in-process by llama.cpp."""
 
     def __init__(self, model: str | os.PathLike[str] = QWEN, *, n_ctx: int = 4096,
@@ -160,15 +159,5 @@ class LlamaCppLLM(SequentialChatMixin):
 
     def chat_many(self, batch: Sequence[Messages],
                   gen: GenerationConfig) -> list[str | Exception]:
-        if self._key.n_parallel <= 1 or len(batch) <= 1:
-            return super().chat_many(batch, gen)
-
-        def one(msgs: Messages) -> str | Exception:
-            try:
-                return self.chat(msgs, gen)
-            except Exception as exc:
-                return exc
-
-        with ThreadPoolExecutor(max_workers=self._key.n_parallel) as pool:
-            return list(pool.map(one, batch))
+        return chat_each(self.chat, batch, gen, workers=self._key.n_parallel)
 

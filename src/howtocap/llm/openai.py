@@ -15,14 +15,13 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from howtocap.errors import HowtocapError
-from howtocap.llm.base import GenerationConfig, Messages, Reply
+from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 
@@ -164,13 +163,4 @@ class OpenAIChatLLM:
 
     def chat_many(self, batch: Sequence[Messages],
                   gen: GenerationConfig) -> list[str | Exception]:
-        def one(msgs: Messages) -> str | Exception:
-            try:
-                return self.chat(msgs, gen)
-            except Exception as exc:
-                return exc
-
-        if len(batch) <= 1:
-            return [one(m) for m in batch]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch))) as pool:
-            return list(pool.map(one, batch))
+        return chat_each(self.chat, batch, gen, workers=self.concurrency)
