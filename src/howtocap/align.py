@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
+from howtocap.encoders.cache import rows_covering, window_means
 from howtocap.errors import HowtocapError, InputError
 from howtocap.rundir import RunDir, conform, empty_table, hash_text
 
@@ -128,22 +129,8 @@ def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: Ali
     else:
         ws = np.zeros(shape)
         we = np.full(shape, extent)
-    lo = np.clip(np.ceil(ws * cfg.fps - 0.5 - 1e-9), 0, n_rows - 1).astype(np.int64)
-    hi = np.ceil(we * cfg.fps - 0.5 - 1e-9).astype(np.int64)
-    hi = np.clip(hi, lo + 1, n_rows)
+    lo, hi = rows_covering(ws, we, n_rows, cfg.fps)
     return ws, we, lo, hi, offsets
-
-
-def window_means(frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 renormalize: bool = False) -> np.ndarray:
-    """Mean embedding of rows ``lo:hi`` for every entry, from one prefix sum (float64 sums)."""
-    emb = np.asarray(frame_emb, dtype=np.float64)
-    prefix = np.zeros((len(emb) + 1, emb.shape[1]), dtype=np.float64)
-    np.cumsum(emb, axis=0, out=prefix[1:])
-    means = (prefix[hi] - prefix[lo]) / (hi - lo)[..., None]
-    if renormalize:
-        means /= np.maximum(np.linalg.norm(means, axis=-1, keepdims=True), 1e-12)
-    return means
 
 
 def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarray,

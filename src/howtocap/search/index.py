@@ -130,26 +130,14 @@ def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
 
 def clip_vectors(frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                  fps: float) -> np.ndarray:
-    """Mean of the frame embeddings whose time ``(i + 0.5) / fps`` lies in ``[start, end)``.
+    """Unit mean of the frame embeddings whose time lies in ``[start, end)`` (the same rows as
+    ``align`` uses; a clip shorter than a frame interval takes the frame at its middle)."""
+    from howtocap.encoders.cache import rows_covering, window_means
 
-    A clip shorter than a frame interval takes the frame nearest its middle, so every clip of a
-    video with frames gets a vector.
-    """
-    n, dim = frames.shape
-    out = np.zeros((len(starts), dim), np.float32)
-    if n == 0:
-        return out
-    centres = (np.arange(n) + 0.5) / fps
-    for j, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        lo, hi = np.searchsorted(centres, [s, e], side="left")
-        lo, hi = min(lo, n), min(hi, n)
-        if hi <= lo:
-            mid = int(np.clip(np.floor((s + e) / 2 * fps), 0, n - 1))
-            lo, hi = mid, mid + 1
-        v = frames[lo:hi].mean(axis=0)
-        norm = float(np.linalg.norm(v))
-        out[j] = v / norm if norm > 0 else v
-    return out
+    if len(frames) == 0:
+        return np.zeros((len(starts), frames.shape[1]), np.float32)
+    lo, hi = rows_covering(starts, ends, len(frames), fps)
+    return window_means(frames, lo, hi, renormalize=True).astype(np.float32)
 
 
 # -- parts ----------------------------------------------------------------------------------------
