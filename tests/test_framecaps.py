@@ -13,10 +13,10 @@ from howtocap.framecaps import (
     FrameCapsConfig,
     clipscore,
     create_captioner,
-    frame_times,
     framecaps_run,
     select_captions,
 )
+from howtocap.io.video import segment_times
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 
@@ -37,7 +37,7 @@ def test_top_k_per_captioner_is_distinct_and_best() -> None:
     emb = {"a": unit(frames + rng.normal(scale=0.1, size=frames.shape)),
            "b": unit(rng.normal(size=(6, 8)))}
     emb["a"][1] = frames[1]  # the duplicate "x" scores highest: it must count once
-    df = select_captions("v", 30.0, frame_times(30.0, 6), caps, frames, emb,
+    df = select_captions("v", 30.0, segment_times(0.0, 30.0, 6), caps, frames, emb,
                          FrameCapsConfig(frames=6, top_k=2))
     assert len(df) == 12 and set(df["start"]) == {0.0} and set(df["end"]) == {30.0}
     for name, g in df.groupby("captioner"):
@@ -47,7 +47,7 @@ def test_top_k_per_captioner_is_distinct_and_best() -> None:
         assert set(kept["text"]) == set(best.index), name
         expected = clipscore(frames, emb[name])
         np.testing.assert_allclose(g["clipscore"], expected, rtol=1e-6)
-    np.testing.assert_allclose(frame_times(30.0, 6), [2.5, 7.5, 12.5, 17.5, 22.5, 27.5])
+    np.testing.assert_allclose(segment_times(0.0, 30.0, 6), [2.5, 7.5, 12.5, 17.5, 22.5, 27.5])
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip
     default = df[df["captioner"] == "default"]
     assert default["text"].str.startswith("a photo of a ").all()
     np.testing.assert_allclose(sorted(df[df["video_id"] == "v0"]["frame_time"].unique()),
-                               frame_times(6.0, 4), atol=1e-6)
+                               segment_times(0.0, 6.0, 4), atol=1e-6)
     # a re-run resumes: nothing left to do but the broken video
     again = framecaps_run([videos], out, captioners=["default", f"hf:{tiny_blip}"], cfg=cfg,
                           progress=False)

@@ -110,11 +110,6 @@ class FrameCapsConfig(BaseModel):
     clipscore_weight: float = 2.5  # CLIPScore = w · max(cos, 0) (Hessel et al. 2021)
 
 
-def frame_times(duration: float, m: int) -> np.ndarray:
-    """Centres of ``m`` equal segments: uniform coverage without the black first frame."""
-    return (np.arange(m) + 0.5) * (duration / m)
-
-
 def clipscore(image_emb: np.ndarray, text_emb: np.ndarray, weight: float = 2.5) -> np.ndarray:
     """Row-wise CLIPScore of L2-normalised pairs."""
     return weight * np.clip(np.sum(image_emb * text_emb, axis=1), 0.0, None)
@@ -144,12 +139,12 @@ def select_captions(video_id: str, duration: float, times: np.ndarray,
 def framecaps_video(item: VideoItem, captioners: Sequence[Captioner], scorer: Encoder,
                     cfg: FrameCapsConfig) -> pd.DataFrame:
     """One video: sample M frames, caption them with each captioner, keep the best K each."""
-    from howtocap.io.video import probe, sample_frames
+    from howtocap.io.video import probe, sample_frames, segment_times
 
     if item.video_path is None:
         raise InputError(item.video_id, "no video file")
     info = probe(item.video_path)
-    times = frame_times(info.duration, cfg.frames)
+    times = segment_times(0.0, info.duration, cfg.frames)  # segment centres
     frames = sample_frames(item.video_path, times, size=max(scorer.image_size, 224))
     if len(frames) == 0:
         raise InputError(item.video_path, "no frame could be decoded")

@@ -19,7 +19,7 @@ import numpy as np
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample
-from howtocap.io.video import probe, sample_frames
+from howtocap.io.video import probe, sample_frames, segment_times
 from howtocap.progress import progress_bar
 from howtocap.rundir import atomic_write_bytes, hash_text
 
@@ -33,11 +33,6 @@ class ClipEmbeddings:
     errors: dict[str, str] = field(default_factory=dict)  # video_id -> one-line reason
 
 
-def frame_times(start: float, end: float, n_frames: int) -> np.ndarray:
-    """Middles of ``n_frames`` equal slices of ``[start, end]``."""
-    return start + (np.arange(n_frames) + 0.5) * (end - start) / n_frames
-
-
 def _decode(sample: EvalSample, n_frames: int, size: int) -> np.ndarray:
     if sample.video_path is None:
         raise HowtocapError("video file not found under the video folder")
@@ -47,7 +42,7 @@ def _decode(sample: EvalSample, n_frames: int, size: int) -> np.ndarray:
         start, end = 0.0, info.duration
         if end <= 0:
             raise HowtocapError(f"{sample.video_path}: unknown or zero duration")
-    return sample_frames(sample.video_path, frame_times(start, end, n_frames), size=size)
+    return sample_frames(sample.video_path, segment_times(start, end, n_frames), size=size)
 
 
 def _cache_file(cache_dir: Path, sample: EvalSample, encoder: Encoder, n_frames: int) -> Path:

@@ -212,6 +212,14 @@ def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224) -> F
     return FrameStream(Path(path), fps, size)
 
 
+def segment_times(start: float, end: float, n: int,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """One time in each of ``n`` equal segments of ``[start, end]``: the centres (evaluation,
+    frame captioning) or, with ``rng``, a uniform draw inside each segment (training)."""
+    u = rng.random(n) if rng is not None else np.full(n, 0.5)
+    return start + (np.arange(n) + u) * ((end - start) / n)
+
+
 def sample_frames(path: str | Path, times: Sequence[float],
                   size: int | None = 224) -> np.ndarray:
     """Frames nearest to each time (seconds), by seeking; for training and evaluation.

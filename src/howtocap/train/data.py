@@ -19,6 +19,7 @@ import torch
 from rich.console import Console
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.io.video import segment_times
 from howtocap.progress import console
 from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
 
@@ -179,9 +180,7 @@ def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[fl
     """``k`` times in the clip: one random time per equal segment (training) or the centres."""
     end = min(clip.end, clip.duration) if clip.duration > 0 else clip.end
     start = min(clip.start, max(end - 1e-3, 0.0))
-    edges = np.linspace(start, end, k + 1)
-    u = rng.random(k) if rng is not None else np.full(k, 0.5)
-    return tuple(float(t) for t in edges[:-1] + u * (edges[1:] - edges[:-1]))
+    return tuple(float(t) for t in segment_times(start, end, k, rng))
 
 
 def epoch_draws(clips: Sequence[Clip], epoch: int, seed: int, frames_per_clip: int,
