@@ -411,7 +411,7 @@ def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
 
 
 def register(app: Any) -> None:
-    """Add ``howtocap stats DIR`` to a Typer app (the lead's CLI calls this)."""
+    """Add ``howtocap stats DIR`` to a Typer app."""
     @app.command("stats")
     @user_errors
     def stats_cmd(
