@@ -220,3 +220,31 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
     assert aligned["kept"].sum() == 1  # --quantile 0.5 of 2 pairs
     assert (out / "align_report.html").exists()
     assert "0.0–   8.0" in res.stdout  # the table shows original and aligned times
+
+
+def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Path) -> None:
+    """Two machines (here: processes) split a batch with --shard K/N; a final run without a
+    shard merges (and filters) and equals an unsharded run."""
+    vids = tmp_path / "videos"
+    for i in range(6):
+        add_video(vids, f"s{i}", base_video, GOOD.replace("eggs", f"egg{i}"))
+    with chat_server() as srv:
+        base = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
+        sharded = tmp_path / "sharded"
+        procs = [subprocess.Popen([*HOWTOCAP, *base, "--out", str(sharded), "--shard", f"{k}/2"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for k in range(2)]
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], errs
+        assert not (sharded / "aligned.parquet").exists()  # the filter waits for every shard
+        done = [int(e.split("caption: ")[1].split(" done")[0]) for e in errs]
+        assert sum(done) == 6 and all(d < 6 for d in done)  # each shard did only its share
+        final = run_cli(*base, "--out", str(sharded))
+        assert final.returncode == 0 and "0 done, 6 already done" in final.stderr
+        single = tmp_path / "single"
+        assert run_cli(*base, "--out", str(single)).returncode == 0
+    for table in ("captions", "aligned"):
+        pd.testing.assert_frame_equal(pd.read_parquet(sharded / f"{table}.parquet"),
+                                      pd.read_parquet(single / f"{table}.parquet"))
+    assert run_cli("caption", str(vids), "--out", str(tmp_path / "x"), "--shard",
+                   "2/2").returncode == 2

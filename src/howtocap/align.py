@@ -46,7 +46,7 @@ from howtocap.rundir import RunDir, conform, empty_table, hash_text
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
     from howtocap.io.inputs import VideoItem
-    from howtocap.pipeline.runner import StageSummary
+    from howtocap.pipeline.runner import Shard, StageSummary
 
 STAGE = "align"
 # Per-video scores live in their own part table: they do not depend on the filter, so changing
@@ -380,12 +380,14 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
 
 def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               workers: int = 1, device: str | None = None, progress: bool = True,
-              encoders: Sequence[Any] | None = None) -> StageSummary:
+              encoders: Sequence[Any] | None = None, shard: Shard | None = None
+              ) -> StageSummary:
     """``howtocap align DIR``: score every video (resumable), then filter globally.
 
     Re-running with only a different filter re-uses the per-video scores; different encoders
     or window settings recompute them, and so do re-captioned videos. No names: ``default``.
-    ``encoders`` (already built, e.g. in tests) overrides the names.
+    ``encoders`` (already built, e.g. in tests) overrides the names. With a ``shard`` only that
+    shard's videos are scored and the global filter is left to a final run without a shard.
     """
     from howtocap.io.inputs import VideoItem
     from howtocap.pipeline.runner import run_stage
@@ -414,7 +416,10 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     _forget_changed_videos(rundir, captions, items)
     fn = make_align_fn(rundir, captions, encoders, cfg)
     summary = run_stage(rundir, items, STAGE, fn, main_table=PART_TABLE, workers=workers,
-                        progress=progress)
+                        progress=progress, shard=shard)
+    if shard is not None:  # the filter is global: it needs every shard's scores
+        rundir.status_table()
+        return summary
     finish_align(rundir, cfg, names)
     rundir.status_table()
     return summary

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from howtocap.cliutil import err, load_yaml_config, report_summary, user_errors
+from howtocap.cliutil import SHARD_HELP, err, load_yaml_config, report_summary, user_errors
+from howtocap.pipeline.runner import Shard
 
 if TYPE_CHECKING:
     from howtocap.pipeline.runner import StageSummary
@@ -36,6 +37,7 @@ def align_cmd(
     renormalize: Annotated[bool, typer.Option(
         help="Cosine to the clip mean instead of the plain dot product.")] = False,
     workers: Annotated[int, typer.Option(min=1, help="Videos in parallel.")] = 1,
+    shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
                                                     "available).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
@@ -63,7 +65,12 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
         "keep_top", "sample_videos", "seed", "renormalize")})
     rundir = RunDir(root, create=False)
     summary = align_run(rundir, v["encoder"] or ["default"], cfg, workers=v["workers"],
-                        device=v["device"], progress=not v["quiet"])
+                        device=v["device"], progress=not v["quiet"],
+                        shard=Shard.parse(v["shard"]))
+    if v["shard"]:
+        err.print(f"shard {v['shard']} scored; run `howtocap align {root}` without --shard "
+                  "once every shard is done to filter and write aligned.parquet", highlight=False)
+        return summary
     info = rundir.read_config("align") or {}
     used = info.get("threshold_used")
     rule = ("no filter: --threshold, --quantile or --keep-top drop pairs"

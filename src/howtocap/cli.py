@@ -13,7 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
-from howtocap.cliutil import err, load_yaml_config, out, report_summary, user_errors
+from howtocap.cliutil import (
+    SHARD_HELP,
+    err,
+    load_yaml_config,
+    out,
+    report_summary,
+    user_errors,
+)
+from howtocap.pipeline.runner import Shard
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Narrated videos -> timestamped, video-aligned captions; retrieval "
@@ -82,6 +90,7 @@ def caption(
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     force: Annotated[bool, typer.Option(help="Redo videos already captioned.")] = False,
+    shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
     = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
@@ -91,7 +100,7 @@ def caption(
 
     v = load_yaml_config(ctx, config, dict(locals()))
     summary = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
-                          progress=not v["quiet"])
+                          progress=not v["quiet"], shard=Shard.parse(v["shard"]))
     show_captions(v["out_dir"], limit=0)
     report_summary(summary)
 
@@ -104,7 +113,7 @@ def _run(**v: Any) -> None:
 
     v = load_yaml_config(v["ctx"], v["config"], v)
     captioned = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
-                            progress=not v["quiet"])
+                            progress=not v["quiet"], shard=Shard.parse(v["shard"]))
     aligned = align_from_options({**v, "run_dir": v["out_dir"]})
     show_captions(v["out_dir"], limit=0)
     report_summary(captioned, aligned)
@@ -200,6 +209,7 @@ def framecaps(
     top_k: Annotated[int, typer.Option(min=1, help="Captions kept per captioner (K).")] = 2,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (default: cuda if "
                                                     "available).")] = None,
+    shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
@@ -208,7 +218,7 @@ def framecaps(
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
-                            progress=not quiet)
+                            progress=not quiet, shard=Shard.parse(shard))
     report_summary(summary)
 
 

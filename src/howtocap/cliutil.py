@@ -22,6 +22,10 @@ out = Console(width=shutil.get_terminal_size((120, 24)).columns)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+SHARD_HELP = ("K/N: process only this machine's share of the videos (0 <= K < N); run the "
+              "same command without --shard afterwards to merge (and, for align, filter).")
+
+
 def user_errors(fn: F) -> F:
     """User mistakes become one red line and exit code 2, never a traceback; a library's
     ``UserWarning`` (e.g. "no alignment yet, indexing captions") is shown as a note."""

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.pipeline.runner import StageSummary, run_stage
+from howtocap.pipeline.runner import Shard, StageSummary, run_stage
 from howtocap.rundir import RunDir, conform
 
 
@@ -158,7 +158,7 @@ def framecaps_video(item: VideoItem, captioners: Sequence[Captioner], scorer: En
 def framecaps_run(inputs: list[str | Path], out: str | Path, *,
                   captioners: Sequence[str] = ("default",), scorer: str = "default",
                   cfg: FrameCapsConfig | None = None, device: str | None = None,
-                  progress: bool = True) -> StageSummary:
+                  progress: bool = True, shard: Shard | None = None) -> StageSummary:
     """The ``howtocap framecaps`` command: writes ``DIR/framecaps.parquet``."""
     from howtocap.encoders import create
 
@@ -179,7 +179,7 @@ def framecaps_run(inputs: list[str | Path], out: str | Path, *,
             return {"framecaps": framecaps_video(item, caps, enc, cfg)}
 
     summary = run_stage(rundir, items, "framecaps", fn, main_table="framecaps",
-                        progress=progress)
+                        progress=progress, shard=shard)
     rundir.merge("framecaps")
     rundir.status_table()
     return summary

@@ -13,16 +13,17 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import out, report_summary, user_errors
+from howtocap.cliutil import SHARD_HELP, out, report_summary, user_errors
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.runner import StageSummary, run_stage
+from howtocap.pipeline.runner import Shard, StageSummary, run_stage
 from howtocap.progress import console
 
 
 def precompute_frames(inputs: list[str | Path], out_dir: Path, *, encoders: list[str],
                       fps: float = 1.0, batch_size: int = 32, workers: int = 1,
-                      device: str | None = None, progress: bool = True) -> StageSummary:
+                      device: str | None = None, progress: bool = True,
+                      shard: Shard | None = None) -> StageSummary:
     """Fill ``out_dir/cache/frames`` for every video and encoder, decoding each video once."""
     from howtocap.encoders import create
     from howtocap.encoders.cache import frame_embeddings_multi
@@ -44,7 +45,7 @@ def precompute_frames(inputs: list[str | Path], out_dir: Path, *, encoders: list
         return {}
 
     return run_stage(rundir, items, "frames", work, workers=workers, progress=progress,
-                     skip_done=False)
+                     skip_done=False, shard=shard)
 
 
 def register(app: typer.Typer) -> None:
@@ -80,6 +81,7 @@ def register(app: typer.Typer) -> None:
         fps: Annotated[float, typer.Option(help="Frames embedded per second.")] = 1.0,
         batch_size: Annotated[int, typer.Option(min=1, help="Frames per encoder batch.")] = 32,
         workers: Annotated[int, typer.Option(min=1, help="Videos in parallel.")] = 1,
+        shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
         device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda "
                                                         "if available).")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
         summary = precompute_frames(list(inputs), out_dir, encoders=encoder or ["default"],
                                     fps=fps, batch_size=batch_size, workers=workers,
-                                    device=device, progress=not quiet)
+                                    device=device, progress=not quiet,
+                                    shard=Shard.parse(shard))
         report_summary(summary)
 

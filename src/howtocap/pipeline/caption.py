@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.pipeline.runner import StageSummary, run_stage
+from howtocap.pipeline.runner import Shard, StageSummary, run_stage
 from howtocap.rundir import RunDir, conform
 
 AsrMode = Literal["auto", "always", "never"]
@@ -105,9 +105,10 @@ def build_llm(opts: LLMOptions) -> Any:
 
 
 def caption_run(inputs: list[str | Path], out: str | Path, config: CaptionRunConfig, *,
-                force: bool = False, progress: bool = True,
-                llm: Any | None = None) -> StageSummary:
-    """The ``howtocap caption`` command: every input video gets subtitles and LLM captions."""
+                force: bool = False, progress: bool = True, llm: Any | None = None,
+                shard: Shard | None = None) -> StageSummary:
+    """The ``howtocap caption`` command: every input video (of this ``shard``) gets subtitles
+    and LLM captions."""
     from howtocap.llm.captioner import CaptionConfig
 
     items = resolve_inputs(inputs)
@@ -136,8 +137,8 @@ def caption_run(inputs: list[str | Path], out: str | Path, config: CaptionRunCon
 
     # HTTP backends overlap videos so `concurrency` requests stay in flight; llama.cpp is serial.
     workers = config.llm.concurrency if config.llm.url else 1
-    summary = run_stage(rundir, items, "caption", fn, main_table="captions", workers=workers,
-                        progress=progress)
+    summary = run_stage(rundir, items, "caption", fn, main_table="captions", shard=shard,
+                        workers=workers, progress=progress)
     rundir.merge("subtitles")
     rundir.merge("captions")
     rundir.status_table()

@@ -19,9 +19,33 @@ from rich.progress import TextColumn
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
 from howtocap.progress import progress_bar
-from howtocap.rundir import RunDir, StatusRecord
+from howtocap.rundir import RunDir, StatusRecord, hash_text
 
 StageFn = Callable[[VideoItem], dict[str, pd.DataFrame]]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``K/N``: this worker owns the videos whose stable id hash is K mod N. N machines on one
+    shared run directory split a batch without talking to each other (parts are per video)."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str | None) -> Shard | None:
+        if not text:
+            return None
+        try:
+            k, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise HowtocapError(f"--shard takes K/N (e.g. 0/8), got {text!r}") from None
+        if not 0 <= k < n:
+            raise HowtocapError(f"--shard {text}: need 0 <= K < N")
+        return cls(k, n)
+
+    def owns(self, video_id: str) -> bool:
+        return hash_text(video_id) % self.count == self.index
 
 
 @dataclass
@@ -45,12 +69,13 @@ def one_line(exc: BaseException) -> str:
 
 def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: str, fn: StageFn,
               *, main_table: str | None = None, workers: int = 1,
-              progress: bool = True, skip_done: bool = True) -> StageSummary:
+              progress: bool = True, skip_done: bool = True,
+              shard: Shard | None = None) -> StageSummary:
     """Run ``fn`` on every item that has no ``ok`` status for ``stage`` yet (on every item
     when ``skip_done`` is off: for stages whose own cache makes a repeat cheap)."""
     summary = StageSummary(stage)
     todo = []
-    for it in items:
+    for it in items if shard is None else [it for it in items if shard.owns(it.video_id)]:
         if skip_done and rundir.is_done(stage, it.video_id, main_table):
             summary.skipped += 1
         else:
