@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _timing import best_time
 from rich.progress import track
 
 from howtocap import asr
@@ -41,15 +42,6 @@ def wer(reference: str, hypothesis: str) -> float:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
         prev = cur
     return prev[-1] / max(len(ref), 1)
-
-
-def best_time(fn, repeats: int) -> tuple[float, object]:  # noqa: ANN001 - any callable
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def main() -> None:

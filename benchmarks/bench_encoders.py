@@ -40,16 +40,11 @@ from howtocap.encoders.embedded import (
     class_names,
 )
 from howtocap.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, frames_to_tensor
+from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.video import iter_frames
 from howtocap.samples import make_fixture_set
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def recall(sims: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Fraction of rows whose true column is among the k highest scores."""
-    top = np.argsort(-sims, axis=1)[:, :k]
-    return float(np.mean([t in row for t, row in zip(truth, top, strict=True)]))
 
 
 def within_video(sims: np.ndarray, truth: np.ndarray, video: np.ndarray,
@@ -81,7 +76,8 @@ def load_fixtures(n_videos: int, work: Path) -> tuple[np.ndarray, np.ndarray, np
 def scores(img: np.ndarray, txt: np.ndarray, truth: np.ndarray, video: np.ndarray,
            cands: dict[int, list[int]]) -> dict[str, float]:
     sims = img @ txt.T
-    out = {"R@1": recall(sims, truth, 1), "R@5": recall(sims, truth, 5),
+    m = retrieval_metrics(sims, truth)  # the project's own metric code (percent)
+    out = {"R@1": m["R@1"] / 100, "R@5": m["R@5"] / 100,
            "video_R@1": within_video(sims, truth, video, cands, 1)}
     out["mean"] = float(np.mean(list(out.values())))
     return out

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _timing import best_time
 
 from howtocap.evaluate.metrics import (
     TIE_RULES,
@@ -28,15 +28,6 @@ from howtocap.evaluate.metrics import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def timed(fn, repeat: int = 1) -> tuple[float, object]:  # noqa: ANN001
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def argsort_metrics(sim: np.ndarray) -> dict:
@@ -55,9 +46,9 @@ def main() -> None:
     sim = rng.standard_normal((n, n), dtype=np.float32)
     sim[np.arange(n), np.arange(n)] += 2.0
 
-    t_fast, fast = timed(lambda: retrieval_metrics(sim), repeat=3)
-    t_ref, ref = timed(lambda: reference_metrics(sim))
-    t_arg, arg = timed(lambda: argsort_metrics(sim))
+    t_fast, fast = best_time(lambda: retrieval_metrics(sim), 3)
+    t_ref, ref = best_time(lambda: reference_metrics(sim))
+    t_arg, arg = best_time(lambda: argsort_metrics(sim))
     equal_random = fast == ref
 
     # exactness with many ties, every rule (integer-valued scores)
