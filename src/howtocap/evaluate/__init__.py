@@ -1,36 +1,25 @@
 """Text-video retrieval evaluation: metrics, benchmark readers, clip embeddings, ``evaluate``.
 
-Metrics and readers import eagerly (numpy/torch only); ``evaluate`` and ``video_embeddings``
-load the video decoder on first use, so training can import the metrics cheaply.
+Every name loads on first use (metrics need torch, ``evaluate`` the video decoder), so the CLI
+importing ``evaluate.cli`` stays cheap and training can import the metrics alone.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from howtocap.evaluate.benchmarks import KINDS, EvalSample, read_benchmark
-from howtocap.evaluate.metrics import (
-    TIE_RULES,
-    crosstask_recall,
-    metrics_from_ranks,
-    multi_caption_metrics,
-    ranks,
-    reference_metrics,
-    retrieval_metrics,
-)
-
-__all__ = ["KINDS", "TIE_RULES", "EvalSample", "read_benchmark", "ranks", "retrieval_metrics",
-           "reference_metrics", "multi_caption_metrics", "metrics_from_ranks",
-           "crosstask_recall", "evaluate", "video_embeddings", "score"]
+_WHERE = {
+    "KINDS": "benchmarks", "EvalSample": "benchmarks", "read_benchmark": "benchmarks",
+    "TIE_RULES": "metrics", "crosstask_recall": "metrics", "metrics_from_ranks": "metrics",
+    "multi_caption_metrics": "metrics", "ranks": "metrics", "reference_metrics": "metrics",
+    "retrieval_metrics": "metrics", "evaluate": "run", "score": "run",
+    "video_embeddings": "embed",
+}
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("evaluate", "score"):
-        from howtocap.evaluate import run
-
-        return getattr(run, name)
-    if name == "video_embeddings":
-        from howtocap.evaluate.embed import video_embeddings
-
-        return video_embeddings
-    raise AttributeError(name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"howtocap.evaluate.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,110 @@
+"""The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline.
+
+``train(source, out_dir=...)`` reads caption–clip pairs (a run directory's kept aligned
+captions, an ``aligned.parquet``, or a CSV), drops pairs whose video is missing or unreadable,
+holds out whole videos for per-epoch evaluation and runs the loop in ``train.loop``. The result
+is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``align``,
+``eval``, ``search``) loads through ``load_encoder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from howtocap.encoders.base import Encoder
+from howtocap.errors import HowtocapError
+from howtocap.train.checkpoint import load_encoder
+from howtocap.train.data import build_clips, console, read_pairs, require_pairs, split_by_video
+from howtocap.train.loop import TrainConfig, dist_info, run
+
+__all__ = ["TrainResult", "train", "load_encoder", "TrainConfig"]
+
+DEFAULT_LR = {"dual": 1e-5, "mee": 1e-3}
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    checkpoint: Path
+    history: list[dict[str, Any]]
+    n_pairs: int
+    n_train_clips: int
+    n_eval_clips: int
+    skipped_videos: dict[str, str] = field(default_factory=dict)
+    skipped_pairs: int = 0
+    epochs_run: int = 0
+    resumed_from: int = 0
+    model: torch.nn.Module | None = None  # the trained module (DualModel or JointEmbedding)
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        return {k: v for k, v in (self.history[-1] if self.history else {}).items()
+                if k.startswith("R@") or k in ("MedR", "MeanR")}
+
+
+def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[Encoder, str]:
+    if isinstance(spec, Encoder):
+        return spec, str(getattr(spec, "spec", spec.name))
+    from howtocap.encoders import create
+
+    return create(spec, device=device), spec
+
+
+def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
+          encoder: str | Encoder = "default", epochs: int = 5, batch_size: int = 32,
+          lr: float | None = None, weight_decay: float = 0.05, frames_per_clip: int = 4,
+          alpha: float = 0.1, temperature: float | None = None, warmup: float = 0.05,
+          grad_clip: float = 20.0, seed: int = 0, resume: bool = False,
+          eval_fraction: float = 0.1, frames: str = "decode", cache_dir: str | Path | None = None,
+          device: str | None = None, num_workers: int = 0, amp: bool = True,
+          mee_dim: int = 256, margin: float = 0.1, clips_per_video: int = 2,
+          train_params: str | None = None,
+          progress: bool = True,
+          on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
+
+    ``model="dual"`` fine-tunes ``encoder`` with symmetric InfoNCE (learnable temperature unless
+    ``temperature`` is given) plus ``alpha`` times the pull towards a frozen copy of the initial
+    model; ``model="mee"`` trains gated embedding units on the encoder's frozen features with the
+    max-margin ranking loss. ``frames="pixels"`` decodes every video once into a uint8 cache
+    instead of seeking per draw. ``lr`` defaults to 1e-5 (dual) or 1e-3 (mee).
+    ``train_params`` (a regex over parameter names) trains only the matching parameters of
+    the dual model, e.g. ``"residual"`` for the default encoder's linear head.
+    """
+    if model not in DEFAULT_LR:
+        raise HowtocapError(f"--model must be dual or mee, not {model!r}")
+    for name, val in (("epochs", epochs), ("batch-size", batch_size),
+                      ("frames-per-clip", frames_per_clip)):
+        if val < 1:
+            raise HowtocapError(f"--{name} must be at least 1 (got {val})")
+    if not 0 <= eval_fraction < 1:
+        raise HowtocapError(f"--eval-fraction must be in [0, 1) (got {eval_fraction})")
+    if temperature is not None and temperature <= 0:
+        raise HowtocapError(f"--temperature must be positive (got {temperature})")
+    rank = dist_info()[0]
+    pairs = read_pairs(pairs_source)
+    ps = build_clips(pairs, log=console if rank == 0 else None)
+    require_pairs(ps, pairs_source)
+    train_clips, eval_clips = split_by_video(ps.clips, eval_fraction, seed)
+    if cache_dir is None and Path(pairs_source).is_dir():
+        cache_dir = Path(pairs_source) / "cache"  # reuse the run's frame embeddings (align)
+    enc, spec = _encoder(encoder, device)
+    cfg = TrainConfig(out_dir=str(out_dir), model=model, encoder=spec, epochs=epochs,
+                      batch_size=batch_size, lr=DEFAULT_LR[model] if lr is None else lr,
+                      weight_decay=weight_decay, frames_per_clip=frames_per_clip, alpha=alpha,
+                      temperature=temperature, warmup=warmup, grad_clip=grad_clip, seed=seed,
+                      eval_fraction=eval_fraction, frames=frames,
+                      cache_dir=str(cache_dir) if cache_dir else None, num_workers=num_workers,
+                      amp=amp, mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
+                      train_params=train_params)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
+              progress=progress, on_epoch_end=on_epoch_end)
+    return TrainResult(Path(out_dir), res.checkpoint, res.history, ps.n_pairs, len(train_clips),
+                       len(eval_clips), ps.skipped, ps.skipped_pairs, res.epochs_run,
+                       res.resumed_from, res.model)
