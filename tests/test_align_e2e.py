@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from howtocap.align import AlignConfig, align_run, read_aligned, window_scores
+from howtocap.align import AlignConfig, window_scores
 from howtocap.io.inputs import VideoItem
+from howtocap.pipeline.align import align_run, read_aligned
 from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 

@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from tests.chat_server import chat_server
-
-from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 
@@ -30,14 +27,6 @@ def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
-
-
-@pytest.fixture(scope="module")
-def base_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One small silent video; tests copy it under many names (sidecar subtitles differ)."""
-    d = tmp_path_factory.mktemp("base")
-    return make_narrated_video(d, "base", DEFAULT_STEPS[:2], seconds_per_step=2.0, fps=5,
-                               size=64, audio=False, subtitles=None).video_path
 
 
 def add_video(folder: Path, name: str, base: Path, subtitle: str | None = None,
@@ -76,14 +65,19 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         first_requests = srv.requests
         assert res.returncode == 1, res.stderr
         assert "Traceback" not in res.stderr
-        status = pd.read_parquet(out / "status.parquet").set_index("video_id")
-        assert set(status.index) == {"good_a", "good_b", "garbage_ts", "empty_subs", "noparse",
-                                     "not_a_video", "silent_no_subs", "truncated", "empty_asr"}
-        ok = set(status.index[status["status"] == "ok"])
-        assert ok == {"good_a", "good_b"}
+        records = pd.read_parquet(out / "status.parquet")
+        assert set(records["video_id"]) == {"good_a", "good_b", "garbage_ts", "empty_subs",
+                                            "noparse", "not_a_video", "silent_no_subs",
+                                            "truncated", "empty_asr"}
+        captioned = records[(records["stage"] == "caption") & (records["status"] == "ok")]
+        assert set(captioned["video_id"]) == {"good_a", "good_b"}
+        # every other video failed once, at the stage that could not do it: its subtitles,
+        # or (noparse) the LLM
+        status = records[records["status"] == "error"].set_index("video_id")
+        assert status.index.is_unique and len(status) == 7
+        assert status.loc["noparse", "stage"] == "caption"
+        assert set(status.drop(index="noparse")["stage"]) == {"subtitles"}
         for vid, row in status.iterrows():
-            if vid in ok:
-                continue
             msg = row["message"]
             assert "\n" not in msg and msg, vid
             # the console shows the same single line
@@ -95,7 +89,8 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert "audio" in status.loc["silent_no_subs", "message"]
         assert "no speech" in status.loc["empty_asr", "message"]
         assert "empty_asr.mp4" in status.loc["empty_asr", "message"]
-        assert "parseable" in status.loc["noparse", "message"]
+        assert status.loc["noparse", "message"] == (
+            "1 of 1 LLM blocks gave no caption (block 0: reply had no timestamped caption line)")
 
         caps = pd.read_parquet(out / "captions.parquet")
         assert set(caps["video_id"]) == {"good_a", "good_b"}
@@ -103,12 +98,15 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert (caps["end"] - caps["start"]).round(6).eq(8.0).all()
         subs = pd.read_parquet(out / "subtitles.parquet")
         assert set(subs["source"]) == {"vtt"}
+        # the LLM failed on "noparse", but its subtitles are finished work and are kept
+        assert set(subs["video_id"]) == {"good_a", "good_b", "noparse"}
 
         # a re-run only redoes what failed: the good videos cost no LLM request
         res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet")
         assert res2.returncode == 1
         assert "2 already done" in res2.stderr
-        assert srv.requests - first_requests == 1  # only the NOPARSE block reaches the LLM again
+        # only the NOPARSE block reaches the LLM again (a try and its one retry)
+        assert srv.requests - first_requests == 2
         assert pd.read_parquet(out / "captions.parquet").equals(caps)
 
 
@@ -124,7 +122,8 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
         assert time.monotonic() - t0 < 60
     assert res.returncode == 1 and "Traceback" not in res.stderr
     status = pd.read_parquet(tmp_path / "r500" / "status.parquet")
-    assert (status["status"] == "error").all()
+    status = status[status["stage"] == "caption"]
+    assert len(status) == 2 and (status["status"] == "error").all()
     assert status["message"].str.contains("500").all()
     assert srv.requests == 2 * 3  # one try + two retries per video
 
@@ -134,7 +133,8 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
                   "--llm-retries", "1", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     status = pd.read_parquet(tmp_path / "rdown" / "status.parquet")
-    assert (status["status"] == "error").all()
+    status = status[status["stage"] == "caption"]
+    assert len(status) == 2 and (status["status"] == "error").all()
     assert status["message"].str.contains("127.0.0.1").all()
 
 
@@ -164,7 +164,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
         pd.testing.assert_frame_equal(a, b)
     assert len(a) and not a.duplicated().any()
     status = pd.read_parquet(killed / "status.parquet")
-    assert len(status) == 10 and (status["status"] == "ok").all()
+    assert len(status) == 20 and (status["status"] == "ok").all()  # subtitles + caption
 
 
 def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_video: Path) -> None:
@@ -211,10 +211,12 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
         res = run_cli("run", str(vids), "--out", str(out), "--llm-url", srv.url,
                       "--quantile", "0.5", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert "caption: 1 done" in res.stderr and "align: 1 done" in res.stderr
+    assert "subtitles: 1 done" in res.stderr and "caption: 1 done" in res.stderr
+    assert "align: 1 done" in res.stderr
     status = pd.read_parquet(out / "status.parquet")
     assert set(zip(status["video_id"], status["stage"], status["status"], strict=True)) == {
-        ("good", "caption", "ok"), ("bad_subs", "caption", "error"), ("good", "align", "ok")}
+        ("good", "subtitles", "ok"), ("good", "caption", "ok"), ("bad_subs", "subtitles", "error"),
+        ("good", "align", "ok")}
     aligned = pd.read_parquet(out / "aligned.parquet")
     assert set(aligned["video_id"]) == {"good"} and len(aligned) == 2
     assert aligned["kept"].sum() == 1  # --quantile 0.5 of 2 pairs

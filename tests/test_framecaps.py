@@ -13,10 +13,10 @@ from howtocap.framecaps import (
     FrameCapsConfig,
     clipscore,
     create_captioner,
-    framecaps_run,
     select_captions,
 )
 from howtocap.io.video import segment_times
+from howtocap.pipeline.frames import framecaps_run
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 

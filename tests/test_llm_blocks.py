@@ -10,7 +10,7 @@ import pytest
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.llm.blocks import make_blocks
-from howtocap.llm.prompt import DEFAULT_TEMPLATE, build_messages, load_template, resolve_template
+from howtocap.llm.prompt import PAPER_PROMPT, build_messages, load_template, resolve_template
 
 
 def subs(rows: list[tuple[float, float, str]]) -> pd.DataFrame:
@@ -60,10 +60,10 @@ def test_unsorted_rows_blank_text_and_bad_tables() -> None:
         make_blocks(df, max_words=0)
 
 
-def test_default_prompt_is_the_papers_and_holds_the_block() -> None:
+def test_paper_prompt_is_the_papers_and_holds_the_block() -> None:
     (block,) = make_blocks(subs([(0, 4, "take the flour"), (4, 8, "add an egg")]))
-    msgs = build_messages(block)
-    assert msgs == [{"role": "user", "content": DEFAULT_TEMPLATE.replace("{asr}", block.text)}]
+    msgs = build_messages(block, "paper")
+    assert msgs == [{"role": "user", "content": PAPER_PROMPT.replace("{asr}", block.text)}]
     content = msgs[0]["content"]
     assert content.startswith("I will give you an automatically recognized speech with "
                               "timestamps from a video segment that is cut from a long video.")

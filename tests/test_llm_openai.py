@@ -20,12 +20,14 @@ import pytest
 
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.llm import create
+from howtocap.llm import LLMOptions, create
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.captioner import CaptionConfig, caption_video
+from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.openai import OpenAIChatLLM
-from howtocap.pipeline.runner import run_stage
+from howtocap.pipeline.core import run_stage
 from howtocap.rundir import SCHEMAS, RunDir
+from howtocap.stages.caption import CaptionStage
 
 MSG = [{"role": "user", "content": "10s: hello"}]
 GEN = GenerationConfig(max_tokens=16)
@@ -50,6 +52,7 @@ class FakeServer:
         self.finish = "stop"
         self.reply: Callable[[str], str] = steps_reply
         self.fail_if: Callable[[str], bool] = lambda prompt: False
+        self.reject: set[str] = set()  # request fields answered with 400, as hosted APIs do
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,8 +83,12 @@ class FakeServer:
                 try:
                     time.sleep(owner.delay)
                     prompt = body["messages"][-1]["content"]
+                    rejected = sorted(owner.reject & set(body))
                     if forced:
                         self.send(forced[0], {"error": {"message": "forced"}}, forced[1])
+                    elif rejected:
+                        self.send(400, {"error": {"message": "Unrecognized request argument "
+                                                             f"supplied: {rejected[0]}"}})
                     elif owner.fail_if(prompt):
                         self.send(500, {"error": {"message": "boom"}})
                     else:
@@ -226,22 +233,59 @@ def test_unparseable_replies_and_server_errors_fail_one_video(server: FakeServer
                                                               tmp_path: Path) -> None:
     llm = client(server.url, max_retries=1)
     server.reply = lambda prompt: "This video is about cooking."
-    with pytest.raises(HowtocapError, match=r"no parseable caption line \(1 blocks\)"):
+    n0 = len(server.requests)
+    with pytest.raises(CaptionError, match=r"^1 of 1 LLM blocks gave no caption \(block 0: "
+                                           r"reply had no timestamped caption line\)") as info:
         caption_video("v", subtitles(3), llm)
+    # asked once more, sampling with another seed, before giving up
+    retry = server.requests[n0 + 1]
+    assert len(server.requests) == n0 + 2 and retry["seed"] == 1 and retry["temperature"] == 0.7
+    assert info.value.stats.retried_blocks == 1
 
     server.reply = steps_reply
     server.fail_if = lambda prompt: "broken" in prompt
     items = {"good": subtitles(3), "bad": subtitles(3, tag="broken"), "good2": subtitles(2)}
     rd = RunDir(tmp_path / "run")
-
-    def stage(item: VideoItem) -> dict[str, pd.DataFrame]:
-        return {"captions": caption_video(item.video_id, items[item.video_id], llm)[0]}
-
+    for vid, subs in items.items():
+        rd.write_part("subtitles", vid, subs.assign(video_id=vid, source="vtt"))
+    stage = CaptionStage(LLMOptions(), CaptionConfig(), model=llm)
     vids = [VideoItem(video_id=v, video_path=None, subtitle_path=None) for v in items]
-    summary = run_stage(rd, vids, "caption", stage, main_table="captions", progress=False)
+    summary = run_stage(rd, vids, stage, progress=False)
     assert summary.done == 2
-    assert summary.failed == [("bad", f"LLM server {server.url}/chat/completions returned "
-                                      "500 after 2 tries")]
+    assert summary.failed == [("bad", f"1 of 1 LLM blocks gave no caption (block 0: LLM "
+                                      f"server {server.url}/chat/completions returned 500 "
+                                      "after 2 tries)")]
     status = rd.status_table().set_index("video_id")
     assert status.loc["bad", "status"] == "error" and status.loc["good", "status"] == "ok"
     assert sorted(rd.merge("captions")["video_id"].unique()) == ["good", "good2"]
+
+
+def test_constraint_fields_are_sent_and_dropped_for_a_server_that_rejects_them(
+        server: FakeServer) -> None:
+    subs = subtitles(3)
+    df, _ = caption_video("v", subs, client(server.url))
+    sent = server.requests[-1]
+    assert sent["grammar"] == CAPTION_GBNF  # llama.cpp server
+    assert sent["structured_outputs"] == {"regex": CAPTION_REGEX}  # vLLM
+    assert len(df) == 3  # a server that ignores the fields still works
+
+    server.requests.clear()
+    df, _ = caption_video("v", subs, client(server.url), CaptionConfig(constrain=False))
+    assert "grammar" not in server.requests[0] and len(df) == 3
+
+    server.requests.clear()
+    server.reject = {"grammar"}
+    llm = client(server.url, concurrency=1)
+    df, stats = caption_video("v", subtitles(4, tag="x"), llm, CaptionConfig(block_words=8))
+    assert stats.blocks == 2 and len(df) == 4 and not stats.failed_blocks
+    assert llm.constraints_rejected
+    # asked once with the fields, then again without; later requests leave them out
+    assert ["grammar" in r for r in server.requests] == [True, False, False]
+
+
+def test_other_400s_are_not_taken_for_a_rejected_constraint(server: FakeServer) -> None:
+    server.plan = [(400, {})]
+    llm = client(server.url)
+    with pytest.raises(HowtocapError, match="returned 400: forced"):
+        llm.chat(MSG, GenerationConfig(grammar=CAPTION_GBNF))
+    assert len(server.requests) == 1 and not llm.constraints_rejected

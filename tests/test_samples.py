@@ -98,10 +98,10 @@ def test_samples_command_writes_videos_and_ground_truth(tmp_path: Path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from howtocap import samples
+    from howtocap import samples_cli
 
     app = typer.Typer()
-    samples.register(app)
+    samples_cli.register(app)
     app.command("noop")(lambda: None)  # a second command keeps typer in sub-command mode
     res = CliRunner().invoke(app, ["samples", str(tmp_path), "-n", "2", "--no-audio",
                                    "--seconds-per-step", "2", "--subtitles", "srt"])

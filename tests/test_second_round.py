@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from howtocap.align import AlignConfig, align_run
+from howtocap.align import AlignConfig
 from howtocap.io.inputs import resolve_inputs
+from howtocap.pipeline.align import align_run
 from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train

@@ -272,3 +272,93 @@ def test_subtitles_for_video_precedence(tmp_path: Path) -> None:
     assert df.values.tolist() == [["v1", 5.0, 6.0, "from htm", "htm"]]
     with pytest.raises(InputError, match=r"v2\.mp4: no subtitles found .* ASR is off"):
         subtitles_for_video(VideoItem("v2", tmp_path / "v2.mp4"), source=source)
+
+
+# -- big dumps: streamed, converted to Parquet, read by row groups (howtocap.io.subtitle_dump) --
+def test_parquet_source_gathers_scattered_videos_from_row_groups(tmp_path: Path) -> None:
+    """Anyone's Parquet: rows need not be grouped by video, are cleaned per video when read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [("a", 5.0, 6.0, "later <i>line</i>"), ("b", 0.0, 1.0, "bee one"),
+            ("a", 0.0, 9.0, "first [Music] line"), ("c", 1.0, 2.0, "sea"),
+            ("b", 1.0, 2.0, "bee two"), ("a", 7.0, 8.0, "last")]
+    table = pa.table({k: [r[i] for r in rows]
+                      for i, k in enumerate(("video_id", "start", "end", "text"))})
+    path = tmp_path / "subs.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    src = SubtitleSource.open(path)
+    assert src.video_ids() == ["a", "b", "c"]
+    a = src.get("a")
+    assert a is not None
+    assert a.values.tolist() == [[0.0, 5.0, "first line"], [5.0, 6.0, "later line"],
+                                 [7.0, 8.0, "last"]]  # sorted, cleaned, overlap clipped
+    assert SubtitleSource.open(path, limit=2).video_ids() == ["a", "b"]
+    only_c = SubtitleSource.open(path, select={"c"})
+    assert only_c.video_ids() == ["c"] and only_c.get("a") is None
+    pq.write_table(table.drop(["video_id"]), tmp_path / "noid.parquet")
+    with pytest.raises(InputError, match="needs a video_id column"):
+        SubtitleSource.open(tmp_path / "noid.parquet").get("a")
+
+
+def test_records_csv_and_duplicate_keys(tmp_path: Path) -> None:
+    recs = [{"video_id": "a", "start": 3, "end": 4, "text": "two"},
+            {"video_id": "b", "start": 0, "end": 1, "text": "bee"},
+            {"video_id": "a", "start": 1, "end": 2, "text": "one"}]  # a's records are split
+    (tmp_path / "r.json").write_text(json.dumps(recs))
+    a = SubtitleSource.open(tmp_path / "r.json").get("a")
+    assert a is not None and a["text"].tolist() == ["one", "two"]
+    pd.DataFrame(recs).to_csv(tmp_path / "t.csv", index=False)
+    src = SubtitleSource.open(tmp_path / "t.csv")
+    assert src.video_ids() == ["a", "b"]
+    a = src.get("a")
+    assert a is not None and a["text"].tolist() == ["one", "two"]
+    # a key given twice: the last one counts, as with json.load
+    (tmp_path / "d.json").write_text('{"v": {"start": [0], "end": [1], "text": ["old"]}, '
+                                     '"v": {"start": [0], "end": [1], "text": ["new"]}}')
+    v = SubtitleSource.open(tmp_path / "d.json").get("v")
+    assert v is not None and v["text"].tolist() == ["new"]
+
+
+def test_json_errors_name_line_and_column(tmp_path: Path) -> None:
+    body = ",\n".join(f'"v{i}": {{"start": [1], "end": [2], "text": ["x"]}}' for i in range(3000))
+    path = _write(tmp_path, "c.json", "{" + body + ',\n"bad": [1, }\n}')
+    with pytest.raises(InputError, match=r"c\.json: invalid JSON at line 3001 column 12"):
+        SubtitleSource.open(path).video_ids()
+    bom = _write(tmp_path, "bom.json", b'\xef\xbb\xbf{"v": {"start": [1], "end": [2], '
+                                       b'"text": ["hi"]}}')
+    v = SubtitleSource.open(bom).get("v")
+    assert v is not None and v["text"].tolist() == ["hi"]
+    utf16 = _write(tmp_path, "u16.json", '{"v": 1}'.encode("utf-16"))
+    with pytest.raises(InputError, match="not UTF-8 JSON"):
+        SubtitleSource.open(utf16).video_ids()
+
+
+def test_convert_keeps_bad_videos_as_per_video_errors(tmp_path: Path) -> None:
+    """A malformed entry fails its own video (one line), not the whole collection."""
+    from howtocap.io.subtitle_dump import convert_subtitles
+
+    data = {"good": {"start": [0], "end": [1], "text": ["fine"]},
+            "bad": {"start": [0, 1], "end": [1], "text": ["a", "b"]},
+            "music": {"start": [0], "end": [1], "text": ["[Music]"]}}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    assert convert_subtitles(tmp_path / "c.json", tmp_path / "c.parquet") == (3, 1)
+    src = SubtitleSource.open(tmp_path / "c.parquet")
+    assert src.video_ids() == ["good", "bad", "music"]
+    good = src.get("good")
+    assert good is not None and good["text"].tolist() == ["fine"]
+    with pytest.raises(InputError, match=r"c\.parquet: video 'bad': start/end/text lengths"):
+        src.get("bad")
+    music = src.get("music")
+    assert music is not None and music.empty  # known, but nothing was said
+    with pytest.raises(InputError, match="must end in .parquet"):
+        convert_subtitles(tmp_path / "c.json", tmp_path / "c.out")
+
+
+def test_read_id_list(tmp_path: Path) -> None:
+    from howtocap.io.inputs import read_id_list
+
+    ids = _write(tmp_path, "ids.txt", "# header\n\nabc  # note\n-x_Y9\nabc\n  q#1  \n")
+    assert read_id_list(ids) == ["abc", "-x_Y9", "q#1"]
+    with pytest.raises(InputError, match="no video ids"):
+        read_id_list(_write(tmp_path, "empty.txt", "# nothing\n\n"))

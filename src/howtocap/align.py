@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,19 +38,12 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
 from howtocap.encoders.cache import rows_covering, window_means
-from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import RunDir, conform, empty_table, hash_text
+from howtocap.errors import HowtocapError
+from howtocap.rundir import conform, empty_table, hash_text
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
-    from howtocap.io.inputs import VideoItem
-    from howtocap.pipeline.runner import Shard, StageSummary
 
-STAGE = "align"
-# Per-video scores live in their own part table: they do not depend on the filter, so changing
-# the filter re-uses them, and ``DIR/aligned.parquet`` (filtered, with ``kept``) is never
-# overwritten by a re-merge of unfiltered parts.
-PART_TABLE = "align_scores"
 _TIE_EPS = 1e-6
 
 
@@ -270,161 +261,10 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
     return df, thr
 
 
-# -- the run-directory stage -----------------------------------------------------------------
-
-def _invalidate_if_changed(rundir: RunDir, key: str) -> bool:
-    """Drop this stage's parts and status when they were made with other encoders/windows."""
-    old = rundir.read_config(STAGE) or {}
-    if old.get("scoring_key") == key:
-        return False
-    for d in (rundir.part_dir(PART_TABLE), rundir.root / "parts" / "status" / STAGE):
-        if d.exists():
-            shutil.rmtree(d)
-    return bool(old)
+def empty_aligned() -> pd.DataFrame:
+    """A video with no captions aligns to an empty table (with the ``partial`` column)."""
+    return _with_partial(empty_table("aligned"), False)
 
 
-def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
-    """Per video, a hash of its captions and video path: what its scores were computed from."""
-    texts: dict[str, str] = {}
-    cols = [c for c in ("start", "end", "text") if c in captions.columns]
-    for vid, g in captions.groupby("video_id", sort=False):
-        texts[str(vid)] = g[cols].to_csv(index=False, header=False)
-    return {it.video_id: format(hash_text(f"{it.video_path}\n{texts.get(it.video_id, '')}"),
-                                "016x") for it in items}
-
-
-def _forget_changed_videos(rundir: RunDir, captions: pd.DataFrame,
-                           items: Sequence[VideoItem]) -> None:
-    """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again."""
-    now = _fingerprints(captions, items)
-    old = rundir.read_config("align_inputs") or {}
-    for vid, fp in now.items():
-        if vid in old and old[vid] != fp:
-            rundir.part_path(PART_TABLE, vid).unlink(missing_ok=True)
-            rundir.status_path(STAGE, vid).unlink(missing_ok=True)
-    rundir.write_config("align_inputs", {**old, **now})
-
-
-def _load_inputs(rundir: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
-    has_captions = rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()
-    if not has_captions:
-        raise InputError(rundir.root, "no captions.parquet (run `howtocap caption` first)")
-    if not rundir.table_path("videos").exists():
-        raise InputError(rundir.root, "no videos.parquet (run `howtocap caption` first: it "
-                                      "records which file each video came from)")
-    captions = rundir.read_table("captions")
-    need = {"video_id", "start", "text"}
-    if not need <= set(captions.columns):
-        raise InputError(rundir.table_path("captions"),
-                         f"lacks columns {sorted(need - set(captions.columns))}")
-    return captions, rundir.videos()
-
-
-def make_align_fn(rundir: RunDir, captions: pd.DataFrame, encoders: Sequence[Any],
-                  cfg: AlignConfig) -> Any:
-    """The per-video function ``run_stage`` calls (frames from the cache, texts in one batch)."""
-    from howtocap.encoders.cache import frame_embeddings_multi
-
-    by_video = {vid: g.reset_index(drop=True) for vid, g in captions.groupby("video_id")}
-    names = [e.name for e in encoders]
-
-    def fn(item: VideoItem) -> dict[str, pd.DataFrame]:
-        caps = by_video.get(item.video_id, captions.iloc[0:0])
-        if len(caps) == 0:
-            return {PART_TABLE: _with_partial(empty_table("aligned"), False)}
-        if item.video_path is None or not str(item.video_path):
-            raise HowtocapError(f"{item.video_id}: no video file recorded for this video")
-        path = Path(item.video_path)
-        if not path.is_file():
-            raise InputError(path, "video file not found")
-        frames = frame_embeddings_multi(path, list(encoders), fps=cfg.fps,
-                                        cache_dir=rundir.cache_dir)
-        if not frames or min(len(f.emb) for f in frames) == 0:
-            raise InputError(path, "no video frames could be decoded")
-        texts = caps["text"].astype(str).tolist()
-        text_embs = [np.asarray(e.encode_texts(texts), dtype=np.float32) for e in encoders]
-        return {PART_TABLE: align_video(item.video_id, caps, frames, text_embs, names, cfg)}
-
-    return fn
-
-
-def read_aligned(rundir: RunDir) -> pd.DataFrame:
-    """``DIR/aligned.parquet`` as written by ``align_run`` (filtered; ``kept`` is meaningful)."""
-    path = rundir.table_path("aligned")
-    if not path.exists():
-        raise InputError(rundir.root, "no aligned.parquet (run `howtocap align` first)")
-    return pd.read_parquet(path)
-
-
-def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
-                 *, report: bool = True) -> tuple[pd.DataFrame, float]:
-    """Merge the per-video scores, apply the filter, write aligned.parquet + report + config."""
-    from howtocap.rundir import atomic_write_parquet
-
-    merged = rundir.merge(PART_TABLE)
-    if len(merged.columns) == 0:
-        merged = _with_partial(empty_table("aligned"), False)
-    merged = conform(merged, "aligned")
-    aligned, thr = apply_filter(merged, cfg)
-    atomic_write_parquet(aligned, rundir.table_path("aligned"))
-    config = {**cfg.model_dump(), "encoders": list(encoder_names),
-              "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
-              "kept": int(aligned["kept"].sum()), "pairs": len(aligned)}
-    rundir.write_config(STAGE, config)
-    if report:
-        from howtocap.report.align_report import write_align_report
-
-        write_align_report(aligned, thr, config, rundir.root / "align_report.html")
-    return aligned, thr
-
-
-def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
-              workers: int = 1, device: str | None = None, progress: bool = True,
-              encoders: Sequence[Any] | None = None, shard: Shard | None = None
-              ) -> StageSummary:
-    """``howtocap align DIR``: score every video (resumable), then filter globally.
-
-    Re-running with only a different filter re-uses the per-video scores; different encoders
-    or window settings recompute them, and so do re-captioned videos. No names: ``default``.
-    ``encoders`` (already built, e.g. in tests) overrides the names. With a ``shard`` only that
-    shard's videos are scored and the global filter is left to a final run without a shard.
-    """
-    from howtocap.io.inputs import VideoItem
-    from howtocap.pipeline.runner import run_stage
-
-    if encoders is None:
-        from howtocap.encoders import create
-
-        encoders = [create(n, device=device) for n in (list(encoder_names) or ["default"])]
-    names = [e.name for e in encoders]
-    if len(set(names)) != len(names):
-        raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
-    captions, videos = _load_inputs(rundir)
-    key = cfg.scoring_key(names)
-    _invalidate_if_changed(rundir, key)
-    # Record the key now, so an interrupted run resumes instead of recomputing.
-    rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
-    known = set(videos["video_id"])
-    items = [VideoItem(r.video_id, Path(r.video_path) if r.video_path else None)
-             for r in videos.itertuples()]
-    items += [VideoItem(v, None) for v in sorted(set(captions["video_id"]) - known)]
-    # A video whose captioning failed has nothing to align: leave it out (its caption error
-    # is already in the status table) instead of recording an empty "ok".
-    uncaptioned = {it.video_id for it in items
-                   if (st := rundir.status("caption", it.video_id)) and st.status == "error"}
-    items = [it for it in items if it.video_id not in uncaptioned]
-    _forget_changed_videos(rundir, captions, items)
-    fn = make_align_fn(rundir, captions, encoders, cfg)
-    summary = run_stage(rundir, items, STAGE, fn, main_table=PART_TABLE, workers=workers,
-                        progress=progress, shard=shard)
-    if shard is not None:  # the filter is global: it needs every shard's scores
-        rundir.status_table()
-        return summary
-    finish_align(rundir, cfg, names)
-    rundir.status_table()
-    return summary
-
-
-__all__ = ["AlignConfig", "align_config", "align_run", "align_video", "apply_filter",
-           "candidate_windows", "choose_threshold", "finish_align", "offset_grid",
-           "read_aligned", "window_scores"]
+__all__ = ["AlignConfig", "align_config", "align_video", "apply_filter", "candidate_windows",
+           "choose_threshold", "empty_aligned", "offset_grid", "window_scores"]

@@ -10,11 +10,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from howtocap.cliutil import SHARD_HELP, err, load_yaml_config, report_summary, user_errors
-from howtocap.pipeline.runner import Shard
+from howtocap.cliutil import (
+    SHARD_HELP,
+    RayAddressOpt,
+    RayGpusOpt,
+    RunnerName,
+    RunnerOpt,
+    err,
+    load_yaml_config,
+    report_summary,
+    user_errors,
+)
+from howtocap.pipeline.core import Shard
 
 if TYPE_CHECKING:
-    from howtocap.pipeline.runner import StageSummary
+    from howtocap.pipeline.core import StageSummary
+    from howtocap.rundir import RunDir
 
 
 def align_cmd(
@@ -36,7 +47,16 @@ def align_cmd(
     seed: Annotated[int, typer.Option(help="Seed of that sample.")] = 0,
     renormalize: Annotated[bool, typer.Option(
         help="Cosine to the clip mean instead of the plain dot product.")] = False,
-    workers: Annotated[int, typer.Option(min=1, help="Videos in parallel.")] = 1,
+    videos: Annotated[Path | None, typer.Option(
+        "--videos", help="Video files for a run captioned from --subtitles alone: a folder "
+                         "(file name = video id) or a manifest CSV video_id,video_path; "
+                         "recorded in DIR/videos.parquet for this and later commands.")] = None,
+    workers: Annotated[int | None, typer.Option(
+        min=1, help="Videos in parallel (local: threads; ray: actors). Default: each stage's "
+                    "own (1 per model; --concurrency for an LLM server).")] = None,
+    runner: RunnerOpt = RunnerName.local,
+    ray_address: RayAddressOpt = None,
+    ray_gpus_per_stage: RayGpusOpt = None,
     shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
                                                     "available).")] = None,
@@ -50,27 +70,47 @@ def align_cmd(
     report_summary(align_from_options(v))
 
 
+def align_settings(v: dict[str, Any]) -> Any:
+    """The ``AlignConfig`` of the command's option values (one line on a bad value)."""
+    from howtocap.align import align_config
+
+    return align_config(**{k: v[k] for k in (
+        "offset_seconds", "offset_step", "clip_seconds", "fps", "threshold", "quantile",
+        "keep_top", "sample_videos", "seed", "renormalize")})
+
+
 def align_from_options(v: dict[str, Any]) -> StageSummary:
-    """Run ``align`` from the command's option values (shared with ``howtocap run``)."""
-    from howtocap.align import align_config, align_run
+    """Run ``align`` from the command's option values."""
+    from howtocap.errors import InputError
+    from howtocap.pipeline.align import align_run
+    from howtocap.pipeline.runners import make_runner
     from howtocap.rundir import RunDir
 
     root = Path(v["run_dir"])
     if not root.is_dir():
-        from howtocap.errors import InputError
-
         raise InputError(root, "not a run directory")
-    cfg = align_config(**{k: v[k] for k in (
-        "offset_seconds", "offset_step", "clip_seconds", "fps", "threshold", "quantile",
-        "keep_top", "sample_videos", "seed", "renormalize")})
+    cfg = align_settings(v)
+    runner = make_runner(RunnerName(v["runner"]).value, workers=v["workers"],
+                         ray_address=v["ray_address"], ray_gpus=v["ray_gpus_per_stage"])
     rundir = RunDir(root, create=False)
-    summary = align_run(rundir, v["encoder"] or ["default"], cfg, workers=v["workers"],
+    if v.get("videos"):
+        attach_videos(rundir, v["videos"])
+    summary = align_run(rundir, v["encoder"] or ["default"], cfg, runner=runner,
                         device=v["device"], progress=not v["quiet"],
                         shard=Shard.parse(v["shard"]))
-    if v["shard"]:
-        err.print(f"shard {v['shard']} scored; run `howtocap align {root}` without --shard "
+    print_align_result(root, v["shard"])
+    return summary
+
+
+def print_align_result(root: Path, shard: str | None) -> None:
+    """One line: pairs aligned and kept by the filter, or what a shard still waits for."""
+    from howtocap.rundir import RunDir
+
+    if shard:
+        err.print(f"shard {shard} scored; run `howtocap align {root}` without --shard "
                   "once every shard is done to filter and write aligned.parquet", highlight=False)
-        return summary
+        return
+    rundir = RunDir(root, create=False)
     info = rundir.read_config("align") or {}
     used = info.get("threshold_used")
     rule = ("no filter: --threshold, --quantile or --keep-top drop pairs"
@@ -78,7 +118,24 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
     err.print(f"aligned {info.get('pairs', 0)} pairs, kept {info.get('kept', 0)} "
               f"({rule}) -> {rundir.table_path('aligned')}, "
               f"{root / 'align_report.html'}", highlight=False)
-    return summary
+
+
+def attach_videos(rundir: RunDir, source: Path) -> None:
+    """``--videos``: record the files of videos the run knows only by id (text-only caption);
+    videos still without a file then fail alignment one line each, the others align."""
+    from howtocap.errors import InputError
+    from howtocap.io.inputs import resolve_inputs
+
+    items = resolve_inputs([source])
+    if not items:
+        raise InputError(source, "holds no video files")
+    attached, unknown = rundir.attach_videos(items)
+    if not attached:
+        raise InputError(source, f"none of its {len(items)} videos is in this run (video ids "
+                                 "are file names without extension, or a manifest's video_id)")
+    err.print(f"--videos: recorded {len(attached)} video file(s) in {rundir.table_path('videos')}"
+              + (f"; {len(unknown)} not in this run, ignored" if unknown else ""),
+              highlight=False)
 
 
 def register(app: typer.Typer) -> None:

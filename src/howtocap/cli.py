@@ -15,65 +15,98 @@ import typer
 
 from howtocap.cliutil import (
     SHARD_HELP,
+    RayAddressOpt,
+    RayGpusOpt,
+    RunnerName,
+    RunnerOpt,
     err,
     load_yaml_config,
     out,
     report_summary,
     user_errors,
+    validated,
 )
-from howtocap.pipeline.runner import Shard
+from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
+from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
+from howtocap.pipeline.core import Shard
+from howtocap.stages.subtitles import ASR_MODES
+
+LLM_NAMES = tuple(REGISTRY)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Narrated videos -> timestamped, video-aligned captions; retrieval "
                        "training, evaluation, search.")
 
 
-class AsrModeOpt(str, Enum):
-    auto = "auto"
-    always = "always"
-    never = "never"
+AsrModeOpt = Enum("AsrModeOpt", {m: m for m in ASR_MODES}, type=str)  # type: ignore[misc]
 
 
 Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of videos, or manifest "
                                               "CSVs (video_id,video_path[,subtitle_path]).")]
+OptionalInputs = Annotated[list[Path] | None, typer.Argument(
+    help="Video files, folders of videos, or manifest CSVs (video_id,video_path"
+         "[,subtitle_path]). None: caption every video of --subtitles from its text alone.",
+    show_default=False)]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
 
 
 def _caption_config(v: dict[str, Any]) -> Any:
-    from howtocap.pipeline.caption import CaptionRunConfig, LLMOptions
+    """The typed settings of `caption` (and `run`), validated before anything is written."""
+    from howtocap.llm import LLMOptions
+    from howtocap.llm.base import GenerationConfig
+    from howtocap.llm.captioner import CaptionConfig
+    from howtocap.pipeline.caption import CaptionRunConfig
 
     gen = {k: v[k] for k in ("temperature", "max_tokens", "seed") if v.get(k) is not None}
     if v.get("stop"):
         gen["stop"] = list(v["stop"])
-    cap: dict[str, Any] = {"block_words": v["block_words"], "clip_seconds": v["clip_seconds"]}
+    cap: dict[str, Any] = {"block_words": v["block_words"], "clip_seconds": v["clip_seconds"],
+                           "constrain": v["constrain"], "drop_chatter": not v["keep_chatter"],
+                           "generation": validated(GenerationConfig, **gen)}
     if v.get("template"):
         cap["template"] = str(v["template"])
-    if gen:
-        cap["generation"] = gen
-    return CaptionRunConfig(
+    return validated(
+        CaptionRunConfig,
         subtitles=str(v["subtitles"]) if v.get("subtitles") else None,
+        ids=str(v["ids"]) if v.get("ids") else None, limit=v.get("limit"),
         asr=AsrModeOpt(v["asr"]).value, asr_model=v["asr_model"],
-        llm=LLMOptions(name=v["llm"], url=v["llm_url"], model=v["llm_model"],
-                       api_key_env=v["api_key_env"], concurrency=v["concurrency"],
-                       timeout=v["llm_timeout"], max_retries=v["llm_retries"]),
-        caption=cap)
+        llm=validated(LLMOptions, name=v["llm"], url=v["llm_url"], model=v["llm_model"],
+                      api_key_env=v["api_key_env"], concurrency=v["concurrency"],
+                      timeout=v["llm_timeout"], max_retries=v["llm_retries"]),
+        caption=validated(CaptionConfig, **cap))
+
+
+def _runner(v: dict[str, Any]) -> Any:
+    from howtocap.pipeline.runners import make_runner
+
+    return make_runner(RunnerName(v["runner"]).value, workers=v.get("workers"),
+                       ray_address=v["ray_address"], ray_gpus=v["ray_gpus_per_stage"])
 
 
 @app.command()
 @user_errors
 def caption(
     ctx: typer.Context,
-    inputs: Inputs,
     out_dir: OutDir,
+    inputs: OptionalInputs = None,
     subtitles: Annotated[Path | None, typer.Option(help="HowTo100M-style subtitles: caption.json, "
-                         "a pickle of it, sentencified JSON, or a folder of <id>.csv.")] = None,
-    asr: Annotated[AsrModeOpt, typer.Option(help="auto: only without subtitles.")]
-    = AsrModeOpt.auto,
+                         "a pickle of it, sentencified JSON, a .parquet, or a folder of "
+                         "<id>.csv. Without INPUTS: caption every video in it (text only).")]
+    = None,
+    ids: Annotated[Path | None, typer.Option(help="Caption only these videos: a text file, one "
+                                                  "video id a line (# comments).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Caption only the first N videos (of "
+                                                          "--subtitles, or of INPUTS).")] = None,
+    asr: Annotated[AsrModeOpt, typer.Option(
+        help="auto: Whisper only for videos without subtitles; always: Whisper on every video "
+             "file, ignoring all subtitles; never: no Whisper (no subtitles = error).")]
+    = AsrModeOpt.auto,  # type: ignore[attr-defined]
     asr_model: Annotated[str, typer.Option(help="default (bundled tiny.en), base, a CTranslate2 "
                                                 "folder, or a faster-whisper model name.")]
     = "default",
-    llm: Annotated[str, typer.Option(help="embedded, smollm2, qwen2.5-coder-0.5b, or a .gguf "
-                                          "path.")] = "embedded",
+    llm: Annotated[str, typer.Option(help=f"embedded (= {EMBEDDED_DEFAULT}), "
+                                          f"{', '.join(LLM_NAMES)}, or a .gguf path.")]
+    = "embedded",
     llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. "
                                                      "http://127.0.0.1:8080/v1")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name sent to --llm-url.")] = None,
@@ -84,12 +117,22 @@ def caption(
     llm_retries: Annotated[int, typer.Option(min=0, help="Retries on 429/5xx/timeouts.")] = 3,
     block_words: Annotated[int, typer.Option(min=10, help="Words per LLM block.")] = 200,
     clip_seconds: Annotated[float, typer.Option(help="Caption end = start + this.")] = 8.0,
-    template: Annotated[Path | None, typer.Option(help="Prompt template file.")] = None,
+    template: Annotated[str | None, typer.Option(
+        help=f"Prompt: {', '.join(TEMPLATE_NAMES)} (default {DEFAULT_TEMPLATE_NAME}), or a "
+             ".txt/.yaml/.json template file.")] = None,
+    constrain: Annotated[bool, typer.Option(help="Constrain decoding to '<n>s: caption' lines "
+                                                 "(grammar; servers that reject it are asked "
+                                                 "without).")] = True,
+    keep_chatter: Annotated[bool, typer.Option(help="Keep captions such as 'Subscribe to the "
+                                                    "channel.'")] = False,
     temperature: Annotated[float | None, typer.Option()] = None,
     max_tokens: Annotated[int | None, typer.Option()] = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     force: Annotated[bool, typer.Option(help="Redo videos already captioned.")] = False,
+    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
+    ray_address: RayAddressOpt = None,
+    ray_gpus_per_stage: RayGpusOpt = None,
     shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
     = None,
@@ -99,24 +142,31 @@ def caption(
     from howtocap.pipeline.caption import caption_run
 
     v = load_yaml_config(ctx, config, dict(locals()))
-    summary = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
-                          progress=not v["quiet"], shard=Shard.parse(v["shard"]))
+    summaries = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
+                            progress=not v["quiet"], runner=_runner(v),
+                            shard=Shard.parse(v["shard"]))
     show_captions(v["out_dir"], limit=0)
-    report_summary(summary)
+    report_summary(*summaries)
 
 
 def _run(**v: Any) -> None:
     """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
     DIR/align_report.html. Takes every flag of `caption` and of `align`."""
-    from howtocap.align_cli import align_from_options
-    from howtocap.pipeline.caption import caption_run
+    from howtocap.align_cli import align_settings, attach_videos, print_align_result
+    from howtocap.pipeline.run import run_pipeline
+    from howtocap.rundir import RunDir
 
     v = load_yaml_config(v["ctx"], v["config"], v)
-    captioned = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
-                            progress=not v["quiet"], shard=Shard.parse(v["shard"]))
-    aligned = align_from_options({**v, "run_dir": v["out_dir"]})
+    cap_cfg, align_cfg = _caption_config(v), align_settings(v)
+    if v.get("videos"):
+        attach_videos(RunDir(v["out_dir"], create=False), v["videos"])
+    summaries = run_pipeline(v["inputs"], v["out_dir"], caption=cap_cfg, align=align_cfg,
+                             encoders=v["encoder"] or ["default"], runner=_runner(v),
+                             shard=Shard.parse(v["shard"]), force=v["force"],
+                             device=v["device"], progress=not v["quiet"])
+    print_align_result(Path(v["out_dir"]), v["shard"])
     show_captions(v["out_dir"], limit=0)
-    report_summary(captioned, aligned)
+    report_summary(*summaries)
 
 
 def _command_from(*commands: Any, drop: tuple[str, ...]) -> Any:
@@ -169,12 +219,14 @@ def show_captions(run_dir: Path, limit: int = 20) -> None:
 class ExportFmt(str, Enum):
     howtocaption = "howtocaption"
     csv = "csv"
+    webdataset = "webdataset"
 
 
 class ExportWhatOpt(str, Enum):
     auto = "auto"
     captions = "captions"
     aligned = "aligned"
+    framecaps = "framecaps"
 
 
 @app.command()
@@ -182,13 +234,46 @@ class ExportWhatOpt(str, Enum):
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     format: Annotated[ExportFmt, typer.Option("--format", "-f")] = ExportFmt.howtocaption,
-    what: Annotated[ExportWhatOpt, typer.Option(help="auto: kept aligned pairs if aligned, "
-                                                     "else captions.")] = ExportWhatOpt.auto,
-    out_file: Annotated[Path | None, typer.Option("--out", "-o")] = None,
+    what: Annotated[ExportWhatOpt, typer.Option(
+        help="auto: kept aligned pairs if aligned, else captions (webdataset: else frame "
+             "captions, as `train` does).")] = ExportWhatOpt.auto,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="File, or for webdataset a folder [default: DIR/webdataset].")]
+    = None,
     unfiltered: Annotated[bool, typer.Option(help="All aligned pairs with their scores, as "
                                                    "HowToCaption's unfiltered release.")] = False,
+    content: Annotated[str, typer.Option(
+        help="webdataset: frames (JPEGs, for the dual encoder) or embeddings (per-second "
+             "frame embeddings of --encoder from the run's cache, for mee).")] = "frames",
+    frames_per_clip: Annotated[int, typer.Option(help="webdataset: frames stored per clip "
+                                                      "(segment centres).")] = 4,
+    image_size: Annotated[int, typer.Option(help="webdataset: frame size (shorter side, "
+                                                 "centre crop).")] = 224,
+    shard_size: Annotated[int, typer.Option(help="webdataset: clips per shard.")] = 1000,
+    encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
+                                              "whose cached frame embeddings are stored.")]
+    = "default",
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, … (embeddings not cached "
+                                                    "yet are computed).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
-    """Write captions as HowToCaption JSON {video_id: {start, end, text}} or a CSV of pairs."""
+    """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs, or
+    WebDataset tar shards of clips (frames or embeddings + captions) to train at scale."""
+    if format == ExportFmt.webdataset:
+        from howtocap.errors import HowtocapError
+        from howtocap.io.webdataset import export_webdataset
+
+        if unfiltered:
+            raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
+        res = export_webdataset(run_dir, out_file, what=what.value, content=content,
+                                frames_per_clip=frames_per_clip, image_size=image_size,
+                                shard_size=shard_size, encoder=encoder, device=device,
+                                progress=not quiet)
+        err.print(f"wrote {res.n_samples} clips ({res.n_captions} {res.kind} captions) in "
+                  f"{len(res.shards)} shard(s) to {res.out}"
+                  f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",
+                  highlight=False)
+        return
     from howtocap.io.export import export_run
 
     path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
@@ -214,7 +299,8 @@ def framecaps(
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
     the K best by CLIPScore -> DIR/framecaps.parquet (train on it with `howtocap train`)."""
-    from howtocap.framecaps import FrameCapsConfig, framecaps_run
+    from howtocap.framecaps import FrameCapsConfig
+    from howtocap.pipeline.frames import framecaps_run
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
@@ -228,9 +314,10 @@ def _register_commands() -> None:
     from howtocap.align_cli import register as register_align
     from howtocap.encoders.cli import register as register_encoders
     from howtocap.evaluate.cli import register as register_eval
-    from howtocap.report.stats import register as register_stats
-    from howtocap.samples import register as register_samples
+    from howtocap.report.cli import register as register_stats
+    from howtocap.samples_cli import register as register_samples
     from howtocap.search.cli import register as register_search
+    from howtocap.subtitles_cli import register as register_subtitles
     from howtocap.train.cli import register as register_train
 
     register_align(app)
@@ -242,6 +329,7 @@ def _register_commands() -> None:
     register_train(app)
     register_eval(app)
     register_stats(app)
+    register_subtitles(app)
 
 
 _register_commands()

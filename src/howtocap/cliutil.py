@@ -6,14 +6,16 @@ import functools
 import shutil
 import warnings
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import click
 import typer
 from rich.console import Console
 
 from howtocap.errors import HowtocapError
+from howtocap.pipeline.runners import RUNNERS
 from howtocap.progress import console
 
 err = console  # errors and progress bars share one stderr console
@@ -21,6 +23,17 @@ err = console  # errors and progress bars share one stderr console
 out = Console(width=shutil.get_terminal_size((120, 24)).columns)
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+RunnerName = Enum("RunnerName", {r: r for r in RUNNERS}, type=str)  # type: ignore[misc]
+RunnerOpt = Annotated[RunnerName, typer.Option(
+    "--runner", help="Where stages run: local (threads in this process) or ray (Ray Data; "
+                     "needs howtocap\\[ray]).")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    "--ray-address", help="--runner ray: none starts a local Ray instance; 'auto' or "
+                          "ray://host:port joins a cluster.")]
+RayGpusOpt = Annotated[str | None, typer.Option(
+    "--ray-gpus-per-stage", help="--runner ray: GPUs per worker by stage kind, e.g. "
+                                 "encoder=0.25,asr=0.5,llm=1.")]
 
 SHARD_HELP = ("K/N: process only this machine's share of the videos (0 <= K < N); run the "
               "same command without --shard afterwards to merge (and, for align, filter).")
@@ -74,13 +87,31 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
     return merged
 
 
+M = TypeVar("M")
+
+
+def validated(settings: type[M], /, **values: Any) -> M:
+    """A pydantic settings object from CLI values; a bad value is one line naming the option,
+    raised before any file is written."""
+    from pydantic import ValidationError
+
+    try:
+        return settings(**values)
+    except ValidationError as exc:
+        msgs = [f"--{'.'.join(map(str, e['loc'][-1:])).replace('_', '-') or 'option'}: "
+                f"{e['msg']}" for e in exc.errors()]
+        raise HowtocapError("; ".join(msgs)) from None
+
+
 def report_summary(*summaries: Any) -> None:
     """One line per stage; exit 1 when any video failed (the rest finished)."""
     failed = False
     for s in summaries:
         colour = "green" if s.ok else "yellow"
-        err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done, {s.skipped} already done, "
-                  f"{len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
+        warned = getattr(s, "warned", [])
+        note = f" ({len(warned)} with warnings)" if warned else ""
+        err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done{note}, {s.skipped} already "
+                  f"done, {len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
         failed |= not s.ok
     if failed:
         raise typer.Exit(1)

@@ -6,9 +6,7 @@ kept caption per video per epoch.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,9 +16,8 @@ from pydantic import BaseModel, Field
 
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.pipeline.runner import Shard, StageSummary, run_stage
-from howtocap.rundir import RunDir, conform
+from howtocap.io.inputs import VideoItem
+from howtocap.rundir import conform
 
 
 class Captioner(Protocol):
@@ -153,33 +150,3 @@ def framecaps_video(item: VideoItem, captioners: Sequence[Captioner], scorer: En
     text_emb = {n: scorer.encode_texts(t) for n, t in captions.items()}
     return select_captions(item.video_id, info.duration, times, captions, frame_emb, text_emb,
                            cfg)
-
-
-def framecaps_run(inputs: list[str | Path], out: str | Path, *,
-                  captioners: Sequence[str] = ("default",), scorer: str = "default",
-                  cfg: FrameCapsConfig | None = None, device: str | None = None,
-                  progress: bool = True, shard: Shard | None = None) -> StageSummary:
-    """The ``howtocap framecaps`` command: writes ``DIR/framecaps.parquet``."""
-    from howtocap.encoders import create
-
-    cfg = cfg or FrameCapsConfig()
-    items = resolve_inputs(inputs)
-    if not items:
-        raise HowtocapError(f"no videos found in {', '.join(map(str, inputs))}")
-    rundir = RunDir(out)
-    rundir.record_videos(items)
-    rundir.write_config("framecaps", {"captioners": list(captioners), "scorer": scorer,
-                                      **cfg.model_dump()})
-    caps = [create_captioner(n, device=device) for n in captioners]
-    enc = create(scorer, device=device)
-    lock = threading.Lock()  # the models are shared; one video at a time uses them
-
-    def fn(item: VideoItem) -> dict[str, pd.DataFrame]:
-        with lock:
-            return {"framecaps": framecaps_video(item, caps, enc, cfg)}
-
-    summary = run_stage(rundir, items, "framecaps", fn, main_table="framecaps",
-                        progress=progress, shard=shard)
-    rundir.merge("framecaps")
-    rundir.status_table()
-    return summary

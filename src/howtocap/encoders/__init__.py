@@ -58,7 +58,7 @@ def create(name: str = "default", *, device: str | torch.device | None = None) -
 
         return OpenClipEncoder(name[9:], device=device)
     if _is_checkpoint(name):
-        from howtocap.train.checkpoint import load_encoder
+        from howtocap.encoders.finetuned import load_encoder
 
         return load_encoder(name, device)
     if name.endswith(".pt"):

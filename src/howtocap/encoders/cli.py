@@ -1,10 +1,5 @@
-"""``howtocap encoders`` and ``howtocap frames``: list/check encoders, pre-fill the frame cache.
-
-Why ``frames``: at scale one wants to decode every video once (e.g. on a GPU box, several
-encoders at a time) before ``align``, ``index`` or ``train`` read the cache. The cache is its
-own resume mechanism (a hit costs one 3 MiB hash), so no status records are kept.
-The main CLI calls ``register(app)``.
-"""
+"""``howtocap encoders`` and ``howtocap frames``: list/check encoders, pre-fill the frame cache
+(``pipeline.frames.frames_run``). The main CLI calls ``register(app)``."""
 
 from __future__ import annotations
 
@@ -14,38 +9,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cliutil import SHARD_HELP, out, report_summary, user_errors
-from howtocap.errors import HowtocapError
-from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.runner import Shard, StageSummary, run_stage
-from howtocap.progress import console
-
-
-def precompute_frames(inputs: list[str | Path], out_dir: Path, *, encoders: list[str],
-                      fps: float = 1.0, batch_size: int = 32, workers: int = 1,
-                      device: str | None = None, progress: bool = True,
-                      shard: Shard | None = None) -> StageSummary:
-    """Fill ``out_dir/cache/frames`` for every video and encoder, decoding each video once."""
-    from howtocap.encoders import create
-    from howtocap.encoders.cache import frame_embeddings_multi
-    from howtocap.io.inputs import resolve_inputs
-    from howtocap.rundir import RunDir
-
-    if fps <= 0:
-        raise HowtocapError(f"--fps must be positive, got {fps}")
-    items = resolve_inputs(list(inputs))
-    models = [create(name, device=device) for name in (encoders or ["default"])]
-    rundir = RunDir(out_dir)
-
-    def work(item: VideoItem) -> dict:
-        res = frame_embeddings_multi(item.video_path, models, fps=fps,
-                                     cache_dir=rundir.cache_dir, batch_size=batch_size)
-        if res[0].partial:
-            console.print(f"[yellow]![/yellow] frames {item.video_id}: video decoded only "
-                          "partly; kept the good part", highlight=False)
-        return {}
-
-    return run_stage(rundir, items, "frames", work, workers=workers, progress=progress,
-                     skip_done=False, shard=shard)
+from howtocap.pipeline.core import Shard
 
 
 def register(app: typer.Typer) -> None:
@@ -87,9 +51,11 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
     ) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
-        summary = precompute_frames(list(inputs), out_dir, encoders=encoder or ["default"],
-                                    fps=fps, batch_size=batch_size, workers=workers,
-                                    device=device, progress=not quiet,
-                                    shard=Shard.parse(shard))
+        from howtocap.pipeline.frames import frames_run
+        from howtocap.pipeline.runners import LocalRunner
+
+        summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
+                             batch_size=batch_size, device=device, runner=LocalRunner(workers),
+                             progress=not quiet, shard=Shard.parse(shard))
         report_summary(summary)
 

@@ -1,4 +1,5 @@
-"""Write a run's captions in other tools' formats (HowToCaption JSON, CSV of pairs)."""
+"""Write a run's captions in other tools' formats (HowToCaption JSON, CSV of pairs, WebDataset
+shards of clips for training at scale: ``howtocap.io.webdataset``)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,39 @@ import pandas as pd
 from howtocap.errors import HowtocapError
 from howtocap.rundir import RunDir, atomic_write_text
 
-ExportFormat = Literal["howtocaption", "csv"]
-ExportWhat = Literal["auto", "captions", "aligned"]
+ExportFormat = Literal["howtocaption", "csv", "webdataset"]
+ExportWhat = Literal["auto", "captions", "aligned", "framecaps"]
+# ``auto`` takes the first table a run has; training data prefers frame captions to unaligned
+# LLM captions, as ``howtocap train DIR`` does.
+AUTO_ORDER = ("aligned", "captions", "framecaps")
+TRAIN_ORDER = ("aligned", "framecaps", "captions")
 
 
-def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *,
-                     kept_only: bool = True) -> tuple[pd.DataFrame, str]:
-    """Kept aligned pairs when alignment ran (``auto``), else the LLM captions."""
-    has_aligned = rundir.table_path("aligned").exists() or rundir.part_dir("aligned").exists()
-    if what == "aligned" or (what == "auto" and has_aligned):
-        if not has_aligned:
+def _has(rundir: RunDir, table: str) -> bool:
+    return rundir.table_path(table).exists() or rundir.part_dir(table).exists()
+
+
+def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bool = True,
+                     order: tuple[str, ...] = AUTO_ORDER) -> tuple[pd.DataFrame, str]:
+    """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
+    frame captions; ``what`` names one table instead."""
+    if what == "auto":
+        what = next((t for t in order if _has(rundir, t)), "captions")  # type: ignore[assignment]
+    if what == "aligned":
+        if not _has(rundir, "aligned"):
             raise HowtocapError(f"{rundir.root}: no aligned captions yet; run `howtocap align`")
         df = rundir.read_table("aligned")
         return (df[df["kept"]] if kept_only else df).reset_index(drop=True), "aligned"
-    if not (rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()):
+    if what == "framecaps":
+        if not _has(rundir, "framecaps"):
+            raise HowtocapError(f"{rundir.root}: no frame captions yet; run `howtocap framecaps`")
+        df = rundir.read_table("framecaps")
+        return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), \
+            "framecaps"
+    if what != "captions":
+        raise HowtocapError(f"unknown --what {what!r}; choose auto, aligned, captions or "
+                            "framecaps")
+    if not _has(rundir, "captions"):
         raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
     return rundir.read_table("captions"), "captions"
 
@@ -57,6 +77,9 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
     df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered)
+    if fmt == "webdataset":
+        raise HowtocapError("--format webdataset writes a folder of shards: use "
+                            "howtocap.io.webdataset.export_webdataset")
     if unfiltered and kind != "aligned":
         raise HowtocapError(f"{rundir.root}: --unfiltered needs aligned captions (with scores)")
     if fmt == "howtocaption":
@@ -71,5 +94,6 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
         atomic_write_text(path, merged[[c if c != "text" else "caption" for c in cols]]
                           .to_csv(index=False))
     else:
-        raise HowtocapError(f"unknown export format {fmt!r}; choose howtocaption or csv")
+        raise HowtocapError(f"unknown export format {fmt!r}; choose howtocaption, csv or "
+                            "webdataset")
     return path, len(df)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +82,26 @@ def resolve_inputs(inputs: list[str | Path]) -> list[VideoItem]:
             seen.add(it.video_id)
             unique.append(it)
     return unique
+
+
+_COMMENT = re.compile(r"(?:^|\s)#.*$")
+
+
+def read_id_list(path: str | Path) -> list[str]:
+    """Video ids from a text file, one a line; blank lines and ``#`` comments are ignored and a
+    repeated id counts once (``--ids``)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a folder; --ids takes a text file with one video id a line") \
+            from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+    ids = [v for line in text.splitlines() if (v := _COMMENT.sub("", line).strip())]
+    if not ids:
+        raise InputError(path, "no video ids (one a line; blank lines and # comments are "
+                               "ignored)")
+    return list(dict.fromkeys(ids))

@@ -13,9 +13,8 @@ silently keep YouTube's rolling duplicates, and we want our own one-line errors 
 from __future__ import annotations
 
 import html
-import json
 import logging
-import pickle
+import math
 import re
 import threading
 from collections.abc import Iterable, Iterator
@@ -43,6 +42,9 @@ _SHORT_PAREN = re.compile(r"\((?:\s*[^()\s]+){1,3}\s*\)")
 _SPEAKER = re.compile(r"(?:^|\s)(?:>>+|&gt;&gt;)\s*")
 _DASH = re.compile(r"^\s*-\s+")
 _WS = re.compile(r"\s+")
+# Nothing above can change a line without one of these: most ASR lines are plain words, and a
+# HowTo100M dump has tens of millions of lines, so they skip the seven substitutions.
+_NEEDS_CLEANING = re.compile(r"[<>&\[(♪♫\u200b]|^\s*-|\s\s|[^\S ]|^\s|\s$")
 
 
 def clean_text(text: str) -> str:
@@ -51,6 +53,8 @@ def clean_text(text: str) -> str:
     Parentheses are removed only when they hold at most three words (sound descriptions such as
     ``(laughs)``); longer parentheticals are more likely real speech and are kept.
     """
+    if not _NEEDS_CLEANING.search(text):
+        return text
     text = _TIMING_TAG.sub("", text)
     text = _TAG.sub("", text)
     text = html.unescape(text).replace("\u200b", "")
@@ -266,11 +270,15 @@ def read_subtitle_file(path: Path) -> pd.DataFrame:
 
 
 # -- HowTo100M-style sources --------------------------------------------------------------------
-def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
-    """``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
+Row = tuple[float, float, str, "float | None"]  # start, end, text, score (HowToCaption pairs)
 
+
+def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
+    """One video's entry, validated and flattened (text not yet cleaned).
+
+    ``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
     HowToCaption files hold a list of captions (or ``(caption, score)`` pairs) per position: each
-    becomes its own row, and scores go to a ``score`` column.
+    becomes its own row with its score.
     """
     def bad(problem: str) -> InputError:
         return InputError(where, f"video {video_id!r}: {problem}")
@@ -294,10 +302,13 @@ def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
         raise bad("start, end and text must be lists")
     if not len(starts) == len(ends) == len(texts):
         raise bad(f"start/end/text lengths differ ({len(starts)}/{len(ends)}/{len(texts)})")
-    rows: list[tuple[float, float, str, float | None]] = []
+    rows: list[Row] = []
     try:
         for s, e, t in zip(starts, ends, texts, strict=True):
             s, e = float(s), float(e)
+            if isinstance(t, str):  # the common case first: one plain line
+                rows.append((s, e, t, None))
+                continue
             for item in (t if isinstance(t, (list, tuple)) else [t]):
                 if isinstance(item, (list, tuple)) and len(item) == 2:
                     rows.append((s, e, str(item[0]), float(item[1])))
@@ -305,12 +316,39 @@ def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
                     rows.append((s, e, "" if item is None else str(item), None))
     except (TypeError, ValueError):
         raise bad("start/end values must be numbers") from None
-    df = pd.DataFrame(rows, columns=["start", "end", "text", "score"])
-    if df["score"].isna().all():
-        df = df.drop(columns="score")
-    df["text"] = df["text"].map(clean_text)
-    df = df[(df["text"] != "") & (df["end"] >= df["start"])]
-    return _tidy(df.reset_index(drop=True))
+    return rows
+
+
+def tidy_rows(rows: list[Row], clean: bool = True) -> list[Row]:
+    """Cleaned text, no empty lines or end<start rows, sorted by (start, end) (stable), and an
+    end that runs into the next line's start clipped to it: ``_tidy`` in plain Python, because a
+    DataFrame per video costs more than the work itself on a million videos."""
+    if clean:
+        rows = [(s, e, clean_text(t), sc) for s, e, t, sc in rows]
+    rows = [r for r in rows if r[2] and r[1] >= r[0]]  # NaN times fail the comparison
+    rows.sort(key=lambda r: (r[0], r[1]))
+    for i in range(len(rows) - 1):
+        s, e, t, sc = rows[i]
+        nxt = rows[i + 1][0]
+        if e > nxt > s:
+            rows[i] = (s, nxt, t, sc)
+    return rows
+
+
+def rows_frame(rows: list[Row]) -> pd.DataFrame:
+    """``start, end, text`` (+ ``score`` when any row has one) from tidy rows."""
+    df = pd.DataFrame({"start": pd.Series([r[0] for r in rows], dtype="float64"),
+                       "end": pd.Series([r[1] for r in rows], dtype="float64"),
+                       "text": pd.Series([r[2] for r in rows], dtype=object)})
+    if any(r[3] is not None for r in rows):
+        df["score"] = pd.Series([math.nan if r[3] is None else r[3] for r in rows],
+                                dtype="float64")
+    return df
+
+
+def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
+    """One video's entry as a clean ``start, end, text[, score]`` table (see ``entry_rows``)."""
+    return rows_frame(tidy_rows(entry_rows(where, video_id, entry)))
 
 
 def _read_csv_part(path: Path) -> pd.DataFrame:
@@ -330,24 +368,38 @@ def _read_csv_part(path: Path) -> pd.DataFrame:
 class SubtitleSource:
     """Subtitles for many videos from one place, looked up by video id.
 
-    A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for;
-    a JSON or pickle dump is loaded once (the first time it is needed) and kept.
+    A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for.
+    A Parquet table is read by row groups. A JSON, pickle or single CSV dump is streamed once
+    into a Parquet file under ``cache_dir`` (a private temporary folder when not given), then
+    read like one: memory stays bounded however large the dump (see ``howtocap.io.subtitle_dump``
+    for the design). ``select`` (video ids) and ``limit`` (the first N videos, in the source's
+    order) restrict what is kept; a video outside them is "not in the source".
     """
 
-    def __init__(self, path: Path, kind: str) -> None:
+    def __init__(self, path: Path, kind: str, *, cache_dir: Path | None = None,
+                 select: Iterable[str] | None = None, limit: int | None = None,
+                 progress: bool = False) -> None:
         self.path = Path(path)
         self.kind = kind
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.select = frozenset(select) if select is not None else None
+        self.limit = limit
+        self.progress = progress
         self._lock = threading.Lock()
-        self._data: dict[str, Any] | None = None
+        self._store: Any = None
+        self._failed: InputError | None = None
         self._files: dict[str, Path] | None = None
 
     @classmethod
-    def open(cls, path: str | Path) -> SubtitleSource:
+    def open(cls, path: str | Path, *, cache_dir: str | Path | None = None,
+             select: Iterable[str] | None = None, limit: int | None = None,
+             progress: bool = False) -> SubtitleSource:
         path = Path(path)
         if not path.exists():
             raise InputError(path, "no such file or folder")
+        cache = Path(cache_dir) if cache_dir is not None else None
         if path.is_dir():
-            return cls(path, "folder")
+            return cls(path, "folder", cache_dir=cache, select=select, limit=limit)
         suffix = path.suffix.lower()
         kinds = {".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
                  ".parquet": "parquet"}
@@ -355,93 +407,63 @@ class SubtitleSource:
             raise InputError(path, "unknown subtitle source; expected a folder of per-video "
                                    ".csv/.vtt/.srt files, or a .json, .pickle, .csv or .parquet "
                                    "dump")
-        return cls(path, kinds[suffix])
+        return cls(path, kinds[suffix], cache_dir=cache, select=select, limit=limit,
+                   progress=progress)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Travels as its settings (e.g. to a worker process), which reopens the converted file
+        from ``cache_dir`` instead of converting again."""
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_lock", "_store", "_failed", "_files")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._store = self._failed = self._files = None
 
     # -- loading ---------------------------------------------------------------------------
-    def _load(self) -> dict[str, Any]:
+    def store(self) -> Any:
+        """The Parquet store behind a dump (converted on first use; a failure is kept, so a
+        broken dump is reported once per video without being re-read each time)."""
+        from howtocap.io.subtitle_dump import open_store
+
         with self._lock:
-            if self._data is None:
-                self._data = self._load_dump()
-            return self._data
-
-    def _load_dump(self) -> dict[str, Any]:
-        path = self.path
-        if self.kind == "json":
-            try:
-                with path.open("rb") as fh:
-                    data = json.load(fh)
-            except UnicodeDecodeError:
-                raise InputError(path, "not UTF-8 JSON") from None
-            except json.JSONDecodeError as exc:
-                raise InputError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: "
-                                       f"{exc.msg}") from None
-        elif self.kind == "pickle":
-            try:
-                with path.open("rb") as fh:
-                    data = pickle.load(fh)  # noqa: S301 - the user's own dataset file
-            except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-                raise InputError(path, f"not a readable pickle ({type(exc).__name__})") from None
-        else:
-            data = self._load_table()
-        if isinstance(data, list):
-            data = self._group_records(data)
-        if not isinstance(data, dict):
-            raise InputError(path, f"expected a mapping video_id -> subtitles, got "
-                                   f"{type(data).__name__}")
-        return {str(k): v for k, v in data.items()}
-
-    def _group_records(self, records: list[Any]) -> dict[str, Any]:
-        """``[{"video_id", "start", "end", "text"}, ...]`` -> per-video lists."""
-        out: dict[str, dict[str, list[Any]]] = {}
-        for i, rec in enumerate(records):
-            if not isinstance(rec, dict) or "video_id" not in rec:
-                raise InputError(self.path, f"item {i}: expected an object with video_id, "
-                                            f"start, end, text")
-            entry = out.setdefault(str(rec["video_id"]), {"start": [], "end": [], "text": []})
-            for k in COLUMNS:
-                if k not in rec:
-                    raise InputError(self.path, f"item {i}: missing {k!r}")
-                entry[k].append(rec[k])
-        return out
-
-    def _load_table(self) -> dict[str, Any]:
-        if self.kind == "csv":
-            df = _read_csv_part(self.path)
-        else:
-            try:
-                df = pd.read_parquet(self.path)
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises many types
-                raise InputError(self.path, f"not a readable Parquet file "
-                                            f"({type(exc).__name__})") from None
-        if "video_id" not in df.columns:
-            raise InputError(self.path, "a single-table source needs a video_id column "
-                                        "(or give a folder of <video_id>.csv files)")
-        for c in COLUMNS:
-            if c not in df.columns:
-                raise InputError(self.path, f"missing column {c!r}")
-        return {str(v): g[COLUMNS].reset_index(drop=True)
-                for v, g in df.groupby("video_id", sort=False)}
+            if self._failed is not None:
+                raise self._failed
+            if self._store is None:
+                try:
+                    self._store = open_store(self)
+                except InputError as exc:
+                    self._failed = exc
+                    raise
+            return self._store
 
     def _folder(self) -> dict[str, Path]:
         with self._lock:
             if self._files is None:
                 files: dict[str, Path] = {}
                 for p in sorted(self.path.iterdir()):
-                    if p.suffix.lower() in (".csv", *SUBTITLE_SUFFIXES) and p.is_file():
+                    if p.suffix.lower() in (".csv", *SUBTITLE_SUFFIXES) and p.is_file() and \
+                            (self.select is None or p.stem in self.select):
                         files.setdefault(p.stem, p)
-                if not files:
+                if not files and self.select is None:
                     raise InputError(self.path, "folder holds no <video_id>.csv/.vtt/.srt files")
+                if self.limit is not None:
+                    files = dict(list(files.items())[:self.limit])
                 self._files = files
             return self._files
 
     # -- lookup ----------------------------------------------------------------------------
     def video_ids(self) -> list[str]:
+        """Every (selected) video id, in the source's order."""
         if self.kind == "folder":
             return list(self._folder())
-        return list(self._load())
+        return self.store().video_ids()
 
     def __contains__(self, video_id: str) -> bool:
-        return video_id in (self._folder() if self.kind == "folder" else self._load())
+        if self.kind == "folder":
+            return video_id in self._folder()
+        return video_id in self.store()
 
     def get(self, video_id: str) -> pd.DataFrame | None:
         """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it."""
@@ -452,16 +474,18 @@ class SubtitleSource:
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
             return _frame_from_lists(file, video_id, _read_csv_part(file)[COLUMNS])
-        entry = self._load().get(video_id)
-        if entry is None:
-            return None
-        return _frame_from_lists(self.path, video_id, entry)
+        return self.store().get(video_id)
 
     def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
         for vid in self.video_ids():
             df = self.get(vid)
             if df is not None:
                 yield vid, df
+
+    def stats(self) -> dict[str, int]:
+        """Memory high-water marks of the dump reader (rows buffered while converting, row
+        groups held while reading): what the streaming test checks stays bounded."""
+        return {} if self._store is None else self._store.stats()
 
 
 # -- the per-video stage function ---------------------------------------------------------------
@@ -472,25 +496,71 @@ def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None
     Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
     the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
     """
+    return _subtitles_and_origin(item, source=source, asr=asr)[0]
+
+
+def _subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = None,
+                          asr: ASR | None = None, sidecars: bool = True
+                          ) -> tuple[pd.DataFrame, Path | str]:
+    """``subtitles_for_video`` plus where the rows came from: the file read, "htm" or "asr"."""
     df: pd.DataFrame | None = None
     kind = ""
+    origin: Path | str = ""
     if item.subtitle_path is not None:
         df, kind = read_subtitle_file(item.subtitle_path), _kind_of(item.subtitle_path)
-    if df is None and (side := item.sidecar_subtitle()) is not None:
-        df, kind = read_subtitle_file(side), _kind_of(side)
+        origin = item.subtitle_path
+    if df is None and sidecars and (side := item.sidecar_subtitle()) is not None:
+        df, kind, origin = read_subtitle_file(side), _kind_of(side), side
     if df is None and source is not None:
-        df, kind = source.get(item.video_id), "htm"
+        df, kind, origin = source.get(item.video_id), "htm", "htm"
     if df is None and asr is not None and item.video_path is not None:
-        df, kind = asr.transcribe(item.video_path), "asr"
+        df, kind, origin = asr.transcribe(item.video_path), "asr", "asr"
     if df is None:
+        if item.video_path is None and source is not None:
+            raise InputError(source.path, f"no subtitles for video {item.video_id!r} (and no "
+                                          "video file to transcribe)")
         where = item.video_path or item.video_id
         raise InputError(where, "no subtitles found (no sidecar .vtt/.srt, not in --subtitles)"
                          + ("" if asr is not None and item.video_path is not None
                             else " and ASR is off"))
-    out = df[COLUMNS].copy()
-    out.insert(0, "video_id", item.video_id)
-    out["source"] = kind
-    return out.reset_index(drop=True)
+    n = len(df)  # built in the subtitles table's own dtypes: conforming it is then free
+    out = pd.DataFrame({"video_id": pd.Series([item.video_id] * n, dtype=object),
+                        "start": df["start"].to_numpy(dtype="float64"),
+                        "end": df["end"].to_numpy(dtype="float64"),
+                        "text": pd.Series(df["text"].to_numpy(dtype=object), dtype=object),
+                        "source": pd.Series([kind] * n, dtype=object)})
+    return out, origin
+
+
+def choose_subtitles(item: VideoItem, mode: str, source: SubtitleSource | None = None,
+                     asr: ASR | None = None) -> pd.DataFrame:
+    """The one place that decides where a video's narration comes from (``--asr`` mode).
+
+    ``always``: Whisper on the video file, ignoring manifest, sidecar and ``--subtitles`` text;
+    ``auto``: subtitles in ``subtitles_for_video`` order, Whisper only when there are none;
+    ``never``: subtitles only, a video without them is an error. Empty text is an error naming
+    where it came from, so a caption run never sends the LLM nothing.
+    """
+    if mode not in ("always", "auto", "never"):
+        raise ValueError(f"unknown --asr mode {mode!r}")
+    if mode == "always":
+        if item.video_path is None:
+            raise InputError(item.video_id, "--asr always needs a video file")
+        if asr is None:
+            raise InputError(item.video_path, "--asr always needs a speech recognizer")
+        subs, origin = _subtitles_and_origin(VideoItem(item.video_id, item.video_path),
+                                             asr=asr, sidecars=False)
+    else:
+        subs, origin = _subtitles_and_origin(item, source=source,
+                                             asr=asr if mode == "auto" else None)
+    if subs.empty:
+        if isinstance(origin, Path):
+            raise InputError(origin, "subtitles have no text")
+        if origin == "htm" and source is not None:
+            raise InputError(source.path, f"video {item.video_id!r}: subtitles have no text")
+        raise InputError(item.video_path or item.video_id,
+                         "no speech found (the subtitles or the ASR transcript are empty)")
+    return subs
 
 
 def _kind_of(path: Path) -> str:

@@ -8,23 +8,47 @@ from __future__ import annotations
 
 import os
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from howtocap.errors import HowtocapError
 from howtocap.llm.base import LLM, GenerationConfig
-from howtocap.llm.llamacpp import BUNDLED, QWEN, SMOLLM2, LlamaCppLLM
+from howtocap.llm.llamacpp import LlamaCppLLM
+from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
-# Chosen by benchmarks/bench_llm.py (see docs/readme/30-llm.md): Qwen2.5-Coder-0.5B gave a
-# parseable, on-topic reply for every block; SmolLM2-135M missed the format or looped.
-EMBEDDED_DEFAULT = QWEN
-CHOICES = ("embedded", *BUNDLED, "openai", "<path to a .gguf file>")
+CHOICES = ("embedded", *REGISTRY, "openai", "<path to a .gguf file>")
 
-__all__ = ["CHOICES", "EMBEDDED_DEFAULT", "LLM", "GenerationConfig", "create"]
+__all__ = ["CHOICES", "EMBEDDED_DEFAULT", "LLM", "GenerationConfig", "LLMOptions", "create",
+           "from_options"]
+
+
+class LLMOptions(BaseModel):
+    """Which LLM answers, and how hard we push it (the CLI's --llm* flags)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "embedded"
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = Field(4, ge=1, le=256)
+    timeout: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=20)
+
+
+def from_options(opts: LLMOptions) -> LLM:
+    """The LLM the options name: an OpenAI-compatible client when a URL is given."""
+    if opts.url:
+        return create("openai", url=opts.url, model=opts.model, api_key_env=opts.api_key_env,
+                      concurrency=opts.concurrency, timeout=opts.timeout,
+                      max_retries=opts.max_retries)
+    return create(opts.name)
 
 
 def create(name: str = "embedded", *, url: str | None = None, model: str | None = None,
            api_key_env: str | None = "OPENAI_API_KEY", concurrency: int = 4,
            timeout: float = 120.0, max_retries: int = 3, n_ctx: int = 4096,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
-    """An LLM from a name: embedded | smollm2 | qwen2.5-coder-0.5b | openai | path/to/x.gguf.
+    """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
 
     A ``url`` always selects the OpenAI-compatible client (``name`` may then stay "embedded").
     """
@@ -36,6 +60,6 @@ def create(name: str = "embedded", *, url: str | None = None, model: str | None 
         return OpenAIChatLLM(url, model=model, api_key_env=api_key_env, timeout=timeout,
                              concurrency=concurrency, max_retries=max_retries)
     key = EMBEDDED_DEFAULT if name == "embedded" else name
-    if key in (SMOLLM2, QWEN) or key.lower().endswith(".gguf") or os.sep in key:
+    if key in REGISTRY or key.lower().endswith(".gguf") or os.sep in key:
         return LlamaCppLLM(key, n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)
     raise HowtocapError(f"unknown LLM {name!r}; choose one of: {', '.join(CHOICES)}")

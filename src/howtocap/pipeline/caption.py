@@ -1,145 +1,118 @@
-"""Stage 1 of HowToCaption: pick each video's subtitles (or run ASR), then caption with the LLM.
+"""``howtocap caption``: each video's subtitles (or ASR), then LLM captions — two stages
+(``stages.subtitles``, ``stages.caption``) over the videos, then the merge (a reduce step).
 
-``caption_stage`` is the pure per-video step; ``caption_run`` is the command: it resolves inputs,
-loads the models once and hands the per-video step to the runner.
+This module only orchestrates: which videos, which settings (validated, then recorded in
+``DIR/config/caption.json``), resume, merge. The stages do the work.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.pipeline.runner import Shard, StageSummary, run_stage
-from howtocap.rundir import RunDir, conform
+from howtocap.llm import LLMOptions
+from howtocap.llm.captioner import CaptionConfig
+from howtocap.pipeline.core import Shard, StageSummary, run_stage
+from howtocap.pipeline.runners import Runner
+from howtocap.rundir import RunDir
+from howtocap.stages.caption import CaptionStage
+from howtocap.stages.subtitles import AsrMode, SubtitlesStage
 
-AsrMode = Literal["auto", "always", "never"]
-
-
-class LLMOptions(BaseModel):
-    """Which LLM answers, and how hard we push it (the CLI's --llm* flags)."""
-
-    name: str = "embedded"
-    url: str | None = None
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = Field(4, ge=1, le=256)
-    timeout: float = 120.0
-    max_retries: int = Field(3, ge=0, le=20)
+if TYPE_CHECKING:
+    from howtocap.io.subtitles import SubtitleSource
 
 
 class CaptionRunConfig(BaseModel):
     """Everything ``howtocap caption`` needs; recorded in ``DIR/config/caption.json``."""
 
+    model_config = ConfigDict(extra="forbid")
+
     subtitles: str | None = None  # HowTo100M-style source (caption.json, pickle, CSV folder)
+    ids: str | list[str] | None = None  # --ids: a file of video ids (or the ids) to caption
+    limit: int | None = Field(None, ge=1)  # --limit: the first N videos
     asr: AsrMode = "auto"
     asr_model: str = "default"
-    llm: LLMOptions = LLMOptions()
-    caption: dict[str, Any] = {}  # fields of howtocap.llm.captioner.CaptionConfig
+    llm: LLMOptions = Field(default_factory=LLMOptions)
+    caption: CaptionConfig = Field(default_factory=CaptionConfig)
 
 
-def _probe_video(path: Path | None) -> None:
-    """Fail early, with the file's name, on a video we could not read later anyway."""
-    if path is None:
-        return
-    from howtocap.io.video import probe
+def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
+                      config: CaptionRunConfig, progress: bool
+                      ) -> tuple[list[VideoItem], SubtitleSource | None]:
+    """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``.
 
-    probe(path)
+    With no ``inputs`` the run is text-only: one item per video of the source (ids only, in the
+    source's order; each video's rows are read when its turn comes), with no video file yet.
+    """
+    from howtocap.io.inputs import read_id_list
+    from howtocap.io.subtitles import SubtitleSource
 
-
-class LazyASR:
-    """Loads Whisper on the first video that has no subtitles (most runs never need it)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._asr: Any = None
-        self._lock = threading.Lock()
-
-    def transcribe(self, path: Path) -> pd.DataFrame:
-        with self._lock:
-            if self._asr is None:
-                from howtocap import asr
-
-                self._asr = asr.create(self.name)
-        return self._asr.transcribe(path)
-
-
-def caption_stage(item: VideoItem, *, source: Any | None, asr_mode: AsrMode, asr: Any,
-                  llm: Any, cfg: Any) -> dict[str, pd.DataFrame]:
-    """One video: subtitles (or ASR) -> LLM captions. Pure apart from the models it is given."""
-    from howtocap.io.subtitles import subtitles_for_video
-    from howtocap.llm.captioner import caption_video
-
-    _probe_video(item.video_path)
-    if asr_mode == "always":
-        if item.video_path is None:
-            raise InputError(item.video_id, "--asr always needs a video file")
-        subs = subtitles_for_video(VideoItem(item.video_id, item.video_path), asr=asr)
-    else:
-        subs = subtitles_for_video(item, source=source,
-                                   asr=asr if asr_mode == "auto" else None)
-    if subs.empty:
-        sub_file = None if asr_mode == "always" else (item.subtitle_path
-                                                       or item.sidecar_subtitle())
-        if sub_file is not None:
-            raise InputError(sub_file, "subtitles have no text")
-        raise InputError(item.video_path or item.video_id,
-                         "no speech found (the subtitles or the ASR transcript are empty)")
-    captions, _stats = caption_video(item.video_id, subs, llm, cfg)
-    return {"subtitles": conform(subs, "subtitles"), "captions": conform(captions, "captions")}
-
-
-def build_llm(opts: LLMOptions) -> Any:
-    from howtocap import llm as llm_mod
-
-    if opts.url:
-        return llm_mod.create("openai", url=opts.url, model=opts.model,
-                              api_key_env=opts.api_key_env, concurrency=opts.concurrency,
-                              timeout=opts.timeout, max_retries=opts.max_retries)
-    return llm_mod.create(opts.name)
-
-
-def caption_run(inputs: list[str | Path], out: str | Path, config: CaptionRunConfig, *,
-                force: bool = False, progress: bool = True, llm: Any | None = None,
-                shard: Shard | None = None) -> StageSummary:
-    """The ``howtocap caption`` command: every input video (of this ``shard``) gets subtitles
-    and LLM captions."""
-    from howtocap.llm.captioner import CaptionConfig
-
-    items = resolve_inputs(inputs)
+    ids = config.ids
+    wanted = (read_id_list(ids) if isinstance(ids, (str, Path)) else list(dict.fromkeys(ids))) \
+        if ids is not None else None
+    cache = rundir.cache_dir / "subtitles"
+    if inputs:
+        items = resolve_inputs(list(inputs))
+        if not items:
+            raise HowtocapError(f"no videos found in {', '.join(map(str, inputs))}")
+        if wanted is not None:
+            keep = set(wanted)
+            items = [it for it in items if it.video_id in keep]
+        items = items[:config.limit] if config.limit is not None else items
+        if not items:
+            raise HowtocapError("--ids selects none of the input videos")
+        source = SubtitleSource.open(config.subtitles, cache_dir=cache,
+                                     select={it.video_id for it in items}) \
+            if config.subtitles else None
+        return items, source
+    if not config.subtitles:
+        raise HowtocapError("nothing to caption: give video files, folders or manifest CSVs, "
+                            "or --subtitles SRC to caption from subtitles alone")
+    if config.asr == "always":
+        raise HowtocapError("--asr always transcribes video files, and a --subtitles run "
+                            "without INPUTS has none; use --asr auto or never, or give the "
+                            "videos")
+    source = SubtitleSource.open(config.subtitles, cache_dir=cache, limit=config.limit,
+                                 select=set(wanted) if wanted is not None else None,
+                                 progress=progress)
+    found = source.video_ids()
+    items = [VideoItem(vid, None) for vid in found]
+    if wanted is not None and config.limit is None:  # reported per video: not in the source
+        have = set(found)
+        items += [VideoItem(vid, None) for vid in wanted if vid not in have]
     if not items:
-        raise HowtocapError(f"no videos found in {', '.join(map(str, inputs))}")
-    rundir = RunDir(out)
+        raise InputError(config.subtitles, "holds no videos" + (" of --ids" if wanted else ""))
+    return items, source
+
+
+def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
+                config: CaptionRunConfig, *, force: bool = False, progress: bool = True,
+                llm: Any | None = None, runner: Runner | None = None,
+                shard: Shard | None = None) -> tuple[StageSummary, StageSummary]:
+    """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
+    ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
+    an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
+    (else ``config.llm`` names it). Returns the two stages' summaries."""
+    rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
+    items, source = _items_and_source(inputs, rundir, config, progress)
+    rundir.root.mkdir(parents=True, exist_ok=True)
     rundir.record_videos(items)
     rundir.write_config("caption", config.model_dump())
+    subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
+    cap_stage = CaptionStage(config.llm, config.caption, model=llm)
     if force:
         for it in items:
-            rundir.status_path("caption", it.video_id).unlink(missing_ok=True)
-
-    source = None
-    if config.subtitles:
-        from howtocap.io.subtitles import SubtitleSource
-
-        source = SubtitleSource.open(config.subtitles)
-    cap_cfg = CaptionConfig(**config.caption)
-    llm = llm or build_llm(config.llm)
-
-    asr = LazyASR(config.asr_model)
-
-    def fn(item: VideoItem) -> dict[str, pd.DataFrame]:
-        return caption_stage(item, source=source, asr_mode=config.asr, asr=asr, llm=llm,
-                             cfg=cap_cfg)
-
-    # HTTP backends overlap videos so `concurrency` requests stay in flight; llama.cpp is serial.
-    workers = config.llm.concurrency if config.llm.url else 1
-    summary = run_stage(rundir, items, "caption", fn, main_table="captions", shard=shard,
-                        workers=workers, progress=progress)
-    rundir.merge("subtitles")
-    rundir.merge("captions")
+            for stage in (subs_stage, cap_stage):
+                rundir.status_path(stage.name, it.video_id).unlink(missing_ok=True)
+    subs = run_stage(rundir, items, subs_stage, runner=runner, shard=shard, progress=progress)
+    ready = [it for it in items if rundir.is_done(subs_stage.name, it.video_id, "subtitles")]
+    caps = run_stage(rundir, ready, cap_stage, runner=runner, shard=shard, progress=progress)
+    rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
+    rundir.merge_streaming("captions")
     rundir.status_table()
-    return summary
+    return subs, caps

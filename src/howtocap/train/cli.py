@@ -27,8 +27,9 @@ class FrameSource(str, Enum):
 
 def train_command(
     source: Annotated[Path, typer.Argument(
-        help="Pairs: a run directory (kept rows of aligned.parquet), an aligned.parquet, or a "
-             "CSV with video_id,video_path,caption,start,end.")],
+        help="Pairs: a run directory (kept rows of aligned.parquet), an aligned.parquet, a "
+             "CSV with video_id,video_path,caption,start,end, or a folder of WebDataset shards "
+             "(`howtocap export --format webdataset`), streamed instead of held in memory.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for checkpoints and logs.")],
     model: Annotated[ModelKind, typer.Option(
         help="dual: fine-tune the encoder (InfoNCE); mee: HowTo100M gated embedding baseline "
@@ -50,7 +51,8 @@ def train_command(
     grad_clip: Annotated[float, typer.Option(help="Max gradient norm (0 = off).")] = 20.0,
     seed: Annotated[int, typer.Option()] = 0,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the checkpoint in --out exactly where it stopped.")] = False,
+        "--resume", help="Continue the checkpoint in --out from its last finished epoch, "
+                        "exactly as an uninterrupted run would.")] = False,
     eval_fraction: Annotated[float, typer.Option(
         help="Share of videos held out for per-epoch retrieval metrics.")] = 0.1,
     frames: Annotated[FrameSource, typer.Option(
@@ -69,6 +71,8 @@ def train_command(
     train_params: Annotated[str | None, typer.Option(
         help="dual: train only parameters whose name matches this regex (e.g. 'residual' for "
              "the default encoder's head) [default: all].")] = None,
+    shuffle_buffer: Annotated[int, typer.Option(
+        help="WebDataset shards: samples shuffled in memory per loading process.")] = 1000,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
     from howtocap.train import train
@@ -79,7 +83,8 @@ def train_command(
                 warmup=warmup, grad_clip=grad_clip, seed=seed, resume=resume,
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
-                margin=margin, clips_per_video=clips_per_video, train_params=train_params)
+                margin=margin, clips_per_video=clips_per_video, train_params=train_params,
+                shuffle_buffer=shuffle_buffer)
     from howtocap.train.loop import dist_info
 
     if dist_info()[0] != 0:

@@ -9,9 +9,12 @@ from ``(seed, epoch)``, which makes a resumed run draw exactly what an uninterru
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,7 +24,7 @@ from rich.console import Console
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.video import segment_times
 from howtocap.progress import console
-from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
+from howtocap.rundir import RunDir, atomic_write_bytes, hash_text, safe_name
 
 CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
 
@@ -156,15 +159,20 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
     return PairSet(clips, int(len(good)), skipped, skipped_pairs)
 
 
+def held_out_videos(video_ids: Iterable[str], eval_fraction: float, seed: int) -> set[str]:
+    """The videos held out for evaluation: the same set for pairs and for shards of them."""
+    vids = sorted(set(video_ids))
+    if eval_fraction <= 0 or len(vids) < 2:
+        return set()
+    rng = np.random.default_rng([seed, 7919])
+    n_eval = min(len(vids) - 1, max(1, int(round(eval_fraction * len(vids)))))
+    return set(rng.permutation(vids)[:n_eval].tolist())
+
+
 def split_by_video(clips: Sequence[Clip], eval_fraction: float, seed: int
                    ) -> tuple[list[Clip], list[Clip]]:
     """Hold out whole videos (clips of one video look alike, so a clip split would leak)."""
-    vids = sorted({c.video_id for c in clips})
-    if eval_fraction <= 0 or len(vids) < 2:
-        return list(clips), []
-    rng = np.random.default_rng([seed, 7919])
-    n_eval = min(len(vids) - 1, max(1, int(round(eval_fraction * len(vids)))))
-    held = set(rng.permutation(vids)[:n_eval].tolist())
+    held = held_out_videos((c.video_id for c in clips), eval_fraction, seed)
     return ([c for c in clips if c.video_id not in held], [c for c in clips if c.video_id in held])
 
 
@@ -305,3 +313,208 @@ def require_pairs(ps: PairSet, source: object) -> None:
         extra = f" ({len(ps.skipped)} video(s) skipped as missing or unreadable)" \
             if ps.skipped else ""
         raise HowtocapError(f"{source}: no usable caption–clip pairs to train on{extra}")
+
+
+# -- WebDataset shards (streamed) -------------------------------------------------------------
+# Streaming keeps the determinism of the in-memory plans: an epoch's shard order, each loader
+# worker's shuffle buffer and each sample's caption and frames all come from (seed, epoch), so a
+# run resumed at an epoch boundary reads exactly what an uninterrupted one would.
+@dataclass
+class ShardSource:
+    """Training's view of an export: held-out videos and training samples per shard."""
+
+    shards: Any  # howtocap.io.webdataset.ShardSet
+    held: frozenset[str]
+    train_counts: dict[str, int]  # shard -> samples not held out
+    n_train: int
+    n_eval: int
+    n_pairs: int
+
+    @property
+    def root(self) -> Path:
+        return self.shards.root
+
+    def plan(self, epoch: int, seed: int, rank: int, world: int, batch_size: int
+             ) -> tuple[list[str], int]:
+        """This rank's shards for the epoch and the batch count every rank can fill.
+
+        Shards are dealt round-robin from an epoch-seeded permutation; ranks hold different
+        sample counts, so all stop after the smallest rank's full batches (DDP needs equal
+        step counts; the few samples over that count wait for another epoch's deal).
+        """
+        names = self.shards.shards
+        order = np.random.default_rng([seed, epoch, 5]).permutation(len(names))
+        mine = [names[i] for i in order[rank::world]]
+        per_rank = [sum(self.train_counts.get(names[i], 0) for i in order[r::world])
+                    for r in range(world)]
+        return [self.shards.url(n) for n in mine], min(per_rank) // batch_size
+
+
+def shard_source(path: str | Path, eval_fraction: float, seed: int, world: int = 1
+                 ) -> ShardSource:
+    """Open an export for training; held-out videos are chosen as for pairs (by video)."""
+    from howtocap.io.webdataset import open_shards
+
+    ss = open_shards(path)
+    if len(ss.shards) < world:
+        raise HowtocapError(f"{ss.root}: {len(ss.shards)} shard(s) for {world} processes; "
+                            "export with a smaller --shard-size so every process reads at "
+                            "least one shard")
+    idx = ss.index
+    held = frozenset(held_out_videos(idx["video_id"].astype(str), eval_fraction, seed))
+    train = idx[~idx["video_id"].isin(held)]
+    counts = {str(k): int(v) for k, v in train.groupby("shard").size().items()}
+    return ShardSource(ss, held, counts, int(len(train)), int(len(idx) - len(train)),
+                       int(idx["n_captions"].sum()))
+
+
+def _sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
+    """Per-sample randomness that does not depend on the order samples arrive in."""
+    return np.random.default_rng([seed, epoch, 6, hash_text(key)])
+
+
+def pick_frames(n_have: int, k: int, rng: np.random.Generator | None) -> np.ndarray:
+    """``k`` of a sample's ``n_have`` frames: one per equal segment, random when training (the
+    stored frames are segment centres, so this mirrors ``frame_times`` one level up)."""
+    u = rng.random(k) if rng is not None else np.full(k, 0.5)
+    return np.minimum(((np.arange(k) + u) * n_have / k).astype(int), n_have - 1)
+
+
+@dataclass
+class DualItem:
+    """A frames sample -> ``(frames (k, S, S, 3) uint8, one caption, video id)``."""
+
+    frame_keys: list[str]
+    k: int
+    seed: int
+    epoch: int
+    train: bool = True
+
+    def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+        from howtocap.io.webdataset import decode_jpeg
+
+        j = s["json"]
+        rng = _sample_rng(self.seed, self.epoch, s["__key__"]) if self.train else None
+        cap = int(rng.integers(len(j["captions"]))) if rng is not None else 0
+        idx = pick_frames(len(self.frame_keys), self.k, rng)
+        frames = np.stack([decode_jpeg(s[self.frame_keys[i]]) for i in idx])
+        return frames, j["captions"][cap], j["video_id"]
+
+
+@dataclass
+class MEEItem:
+    """An embeddings sample -> ``(max-pooled clip feature (dim,) float32, caption, video id)``."""
+
+    seed: int
+    epoch: int
+    train: bool = True
+
+    def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+        from howtocap.io.webdataset import decode_npy
+
+        j = s["json"]
+        cap = int(_sample_rng(self.seed, self.epoch, s["__key__"]).integers(
+            len(j["captions"]))) if self.train else 0
+        return (decode_npy(s["emb.npy"]).astype(np.float32).max(0), j["captions"][cap],
+                j["video_id"])
+
+
+def _by_video(samples: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """Runs of up to ``size`` consecutive same-video samples (shards are in video order)."""
+    run: list[dict[str, Any]] = []
+    for s in samples:
+        if run and (len(run) == size or s["json"]["video_id"] != run[0]["json"]["video_id"]):
+            yield run
+            run = []
+        run.append(s)
+    if run:
+        yield run
+
+
+class ShardStream(torch.utils.data.IterableDataset):
+    """One rank's training samples for one epoch, in chunks of up to ``chunk`` items.
+
+    Each loader worker reads every ``num_workers``-th of the rank's shards through a shuffle
+    buffer of ``buffer`` units (a unit is one sample, or ``group`` clips of one video kept
+    together as the mee loss's hard negatives), drops held-out videos and applies ``item``.
+    """
+
+    def __init__(self, urls: list[str], held: frozenset[str], item: Callable[[dict], Any], *,
+                 seed: int, epoch: int, rank: int, buffer: int, chunk: int,
+                 group: int = 1) -> None:
+        super().__init__()
+        self.urls, self.held, self.item = urls, held, item
+        self.seed, self.epoch, self.rank = seed, epoch, rank
+        self.buffer, self.chunk, self.group = max(1, buffer), max(1, chunk), max(1, group)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        import webdataset as wds
+
+        from howtocap.io.webdataset import iter_samples
+
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        rng = random.Random(f"{self.seed}/{self.epoch}/{self.rank}/{wid}")
+        samples = (s for s in iter_samples(self.urls[wid::nw])
+                   if s["json"]["video_id"] not in self.held)
+        units = _by_video(samples, self.group)
+        out: list[Any] = []
+        for unit in wds.shuffle(self.buffer, min(self.buffer, 100), rng=rng)(units):
+            for s in unit:
+                out.append(self.item(s))
+                if len(out) == self.chunk:
+                    yield out
+                    out = []
+        if out:
+            yield out
+
+
+def stream_batches(ds: ShardStream, n_batches: int, batch_size: int, num_workers: int
+                   ) -> Iterator[list[Any]]:
+    """Exactly ``n_batches`` batches of ``batch_size`` items from the stream's chunks (workers
+    end on partial chunks, so batches are cut here, in the loader's fixed worker order)."""
+    if n_batches <= 0:
+        return
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers,
+                                         collate_fn=_identity, persistent_workers=False)
+    items = (x for chunk in loader for x in chunk)
+    try:
+        for _ in range(n_batches):
+            batch = list(islice(items, batch_size))
+            if len(batch) < batch_size:
+                raise HowtocapError(f"the shards ran out after fewer samples than "
+                                    f"index.parquet lists ({ds.urls[:1]}…); export again")
+            yield batch
+    finally:
+        items.close()  # stops the loader's workers
+
+
+def held_out_samples(source: ShardSource) -> list[dict[str, Any]]:
+    """The raw samples of the held-out videos (read once, kept for every evaluation)."""
+    from howtocap.io.webdataset import iter_samples
+
+    if not source.held:
+        return []
+    idx = source.shards.index
+    wanted = set(idx.loc[idx["video_id"].isin(source.held), "shard"])
+    names = [n for n in source.shards.shards if n in wanted]
+    return [s for s in iter_samples([source.shards.url(n) for n in names])
+            if s["json"]["video_id"] in source.held]
+
+
+def sample_clip(s: dict[str, Any]) -> Clip:
+    j = s["json"]
+    return Clip(j["video_id"], Path(j.get("video_path", "")), float(j["start"]),
+                float(j["end"]), [str(c) for c in j["captions"]], float(j.get("duration", 0)))
+
+
+class SampleFrames:
+    """Frames of held-out samples for evaluation (segment centres: ``times`` are ignored)."""
+
+    def __init__(self, samples: list[dict[str, Any]], item: DualItem) -> None:
+        self.by_clip = {(c.video_id, c.start, c.end): s
+                        for c, s in ((sample_clip(s), s) for s in samples)}
+        self.item = item
+
+    def __call__(self, clip: Clip, times: Sequence[float]) -> np.ndarray:
+        return self.item(self.by_clip[(clip.video_id, clip.start, clip.end)])[0]

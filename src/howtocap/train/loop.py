@@ -10,6 +10,10 @@ Every epoch ends with an evaluation on held-out videos (text-to-video R@K), a ro
 ``train_log.csv``, a refreshed ``train_log.png`` and an atomic checkpoint. All randomness of
 epoch ``e`` is drawn from ``(seed, e)`` and the optimizer/scheduler/scaler/RNG states are saved,
 so ``resume`` continues bit-for-bit where an interrupted run stopped (on the CPU).
+
+From WebDataset shards (``ShardDualTask``, ``ShardMEETask``) an epoch streams this rank's share
+of the shards through a shuffle buffer instead of indexing clips held in memory; the epoch is
+still a function of ``(seed, epoch)``, so resume works the same way, at epoch boundaries.
 """
 
 from __future__ import annotations
@@ -43,11 +47,19 @@ from howtocap.train.data import (
     Clip,
     ClipBatches,
     DecodeFrames,
+    DualItem,
+    MEEItem,
     PixelCache,
+    SampleFrames,
+    ShardSource,
+    ShardStream,
     batch_loader,
     epoch_draws,
     grouped_batches,
+    held_out_samples,
+    sample_clip,
     shard_batches,
+    stream_batches,
 )
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
 from howtocap.train.mee import JointEmbedding, max_pool_clip
@@ -70,7 +82,7 @@ class TrainConfig:
     grad_clip: float = 20.0
     seed: int = 0
     eval_fraction: float = 0.1
-    frames: str = "decode"  # decode | pixels (dual); mee always uses cached frame embeddings
+    frames: str = "decode"  # decode | pixels | webdataset (dual); mee: cached frame embeddings
     cache_dir: str | None = None
     num_workers: int = 0
     amp: bool = True
@@ -79,6 +91,8 @@ class TrainConfig:
     clips_per_video: int = 2
     eval_batch_size: int = 64
     train_params: str | None = None  # regex over parameter names; None = all
+    webdataset: str | None = None  # a shard folder streamed instead of pairs held in memory
+    shuffle_buffer: int = 1000  # samples (mee: groups of clips) per loader worker
 
 
 # -- distributed -----------------------------------------------------------------------------
@@ -194,15 +208,16 @@ class DualTask:
             self.frozen = copy.deepcopy(self.model).eval()
             for p in self.frozen.parameters():
                 p.requires_grad_(False)
-        size = encoder.image_size
+        self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
+        self.net: nn.Module = self.model
+
+    def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
             root = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out_dir) / "cache"
-            self.frames: Callable[..., np.ndarray] = PixelCache(root / "pixels", size)
-        elif cfg.frames == "decode":
-            self.frames = DecodeFrames(size)
-        else:
-            raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
-        self.net: nn.Module = self.model
+            return PixelCache(root / "pixels", size)
+        if cfg.frames == "decode":
+            return DecodeFrames(size)
+        raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
 
     def identity(self) -> dict:
         return ck.arch_identity("dual", self.cfg.encoder, self.model,
@@ -319,6 +334,96 @@ class MEETask:
         return t.cpu(), v.cpu()
 
 
+class ShardDualTask(DualTask):
+    """``DualTask`` streaming frames from WebDataset shards (``content: frames``)."""
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+                 device: torch.device, rank: int, world: int) -> None:
+        meta = source.shards.meta
+        if meta["content"] != "frames":
+            raise HowtocapError(f"{source.root}: holds frame embeddings; the dual encoder "
+                                "fine-tunes on frames: export with --content frames (or train "
+                                "--model mee on these shards)")
+        if cfg.frames_per_clip > int(meta["frames_per_clip"]):
+            raise HowtocapError(f"{source.root}: the shards hold {meta['frames_per_clip']} "
+                                f"frames per clip; pass --frames-per-clip "
+                                f"{meta['frames_per_clip']} or less, or export more frames")
+        self.source = source
+        self.frame_keys = list(meta["frame_keys"])
+        super().__init__(cfg, encoder, [], [], device, rank, world)
+
+    def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
+        return DecodeFrames(size)  # not used: frames come from the shards
+
+    def item(self, epoch: int, train: bool = True) -> DualItem:
+        return DualItem(self.frame_keys, self.cfg.frames_per_clip, self.cfg.seed, epoch, train)
+
+    def prepare(self, show: bool) -> None:
+        if self.rank == 0:
+            held = held_out_samples(self.source)
+            self.eval_clips = [sample_clip(s) for s in held]
+            self.frames = SampleFrames(held, self.item(0, train=False))
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
+                                   self.cfg.batch_size)
+        ds = ShardStream(urls, self.source.held, self.item(epoch), seed=self.cfg.seed,
+                         epoch=epoch, rank=self.rank, buffer=self.cfg.shuffle_buffer,
+                         chunk=self.cfg.batch_size)
+        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+        return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
+                    [b[2] for b in batch]) for batch in batches)
+
+
+class ShardMEETask(MEETask):
+    """``MEETask`` streaming per-second frame embeddings from shards (``content: embeddings``);
+    captions are embedded per batch by the frozen encoder."""
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+                 device: torch.device, rank: int, world: int) -> None:
+        meta = source.shards.meta
+        if meta["content"] != "embeddings":
+            raise HowtocapError(f"{source.root}: holds frames; mee trains on frozen frame "
+                                "embeddings: export with --content embeddings --encoder "
+                                f"{cfg.encoder} (or train mee on the run directory)")
+        if meta["encoder_name"] != encoder.name:
+            raise HowtocapError(f"{source.root}: holds embeddings of encoder "
+                                f"{meta['encoder_name']!r}, not {encoder.name!r}; train with "
+                                f"--encoder {meta['encoder']}")
+        self.source = source
+        super().__init__(cfg, encoder, [], [], device, rank, world)
+
+    def prepare(self, show: bool) -> None:
+        self.n_train = 0
+        if self.rank != 0:
+            return
+        held = held_out_samples(self.source)
+        self.eval_clips = [sample_clip(s) for s in held]
+        if not held:
+            return
+        item = MEEItem(self.cfg.seed, 0, train=False)
+        self.video = torch.from_numpy(np.stack([item(s)[0] for s in held]))
+        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0]
+                                                          for c in self.eval_clips]))
+        self.text = [emb[i:i + 1] for i in range(len(held))]
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
+                                   self.cfg.batch_size)
+        ds = ShardStream(urls, self.source.held, MEEItem(self.cfg.seed, epoch),
+                         seed=self.cfg.seed, epoch=epoch, rank=self.rank,
+                         buffer=self.cfg.shuffle_buffer, chunk=self.cfg.batch_size,
+                         group=self.cfg.clips_per_video)
+        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+
+        def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+            texts = torch.from_numpy(self.encoder.encode_texts([b[1] for b in batch]))
+            return torch.from_numpy(np.stack([b[0] for b in batch])), texts, \
+                [b[2] for b in batch]
+
+        return n, (assemble(b) for b in batches)
+
+
 def set_train_mode(task: DualTask | MEETask) -> None:
     """Train mode, except batch norms: a few correlated frames per batch would wreck their
     running statistics (and they stay as pretrained, like the frozen copy's)."""
@@ -406,19 +511,26 @@ class LoopResult:
 
 def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
         *, resume: bool, device: str | torch.device | None, progress: bool = True,
-        on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> LoopResult:
+        on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+        shards: ShardSource | None = None) -> LoopResult:
+    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty)."""
     rank, world, dev = setup_distributed(device)
     show = progress and rank == 0
     out = Path(cfg.out_dir)
     ckpt_dir = out / "ckpt"
     torch.manual_seed(cfg.seed)
     task: DualTask | MEETask
-    if cfg.model == "dual":
-        task = DualTask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
-    elif cfg.model == "mee":
-        task = MEETask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
-    else:
+    n_train = shards.n_train if shards is not None else len(train_clips)
+    n_eval = shards.n_eval if shards is not None else len(eval_clips)
+    if cfg.model not in ("dual", "mee"):
         raise HowtocapError(f"--model must be dual or mee, not {cfg.model!r}")
+    if shards is not None:
+        task = (ShardDualTask if cfg.model == "dual" else ShardMEETask)(
+            cfg, encoder.to(dev), shards, dev, rank, world)
+    elif cfg.model == "dual":
+        task = DualTask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
+    else:
+        task = MEETask(cfg, encoder.to(dev), train_clips, eval_clips, dev, rank, world)
     identity = task.identity()
 
     use_amp = cfg.amp and dev.type == "cuda"
@@ -443,7 +555,8 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
             find_unused_parameters=isinstance(task, DualTask))
     n_batches, _ = task.batches(0)
     if n_batches == 0:
-        raise HowtocapError(f"too few training clips ({len(train_clips)}) for {world} process(es)")
+        raise HowtocapError(f"too few training clips ({n_train}) for {world} process(es) and "
+                            f"batches of {cfg.batch_size}")
     total = n_batches * cfg.epochs
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(total, int(cfg.warmup * total)))
@@ -468,10 +581,10 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     meta = {**identity, "run_id": run_id, "encoder_name": encoder.name}
     if rank == 0:
         atomic_write_text(out / "train_config.json", json.dumps(
-            {**asdict(cfg), "run_id": run_id, "train_clips": len(train_clips),
-             "eval_clips": len(eval_clips), "world_size": world}, indent=2))
+            {**asdict(cfg), "run_id": run_id, "train_clips": n_train,
+             "eval_clips": n_eval, "world_size": world}, indent=2))
 
-    if start_epoch == 0 and rank == 0 and eval_clips:
+    if start_epoch == 0 and rank == 0 and task.eval_clips:
         history.append({"epoch": 0, "steps": 0, **evaluate(task)})
     ckpt_path = existing
     epochs_run = 0

@@ -1,0 +1,675 @@
+"""HowTo100M-size subtitle dumps without loading them: stream once into Parquet, read by row group.
+
+Why this design. HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
+size as Python objects under ``json.load``. Instead we stream it once with ijson (key by key for
+``{video_id: {...}}``, record by record for a list of records), check and clean each video as it
+passes, and write the rows to a Parquet file whose row groups hold whole videos in the file's
+order (about ``ROWS_PER_GROUP`` rows each). A lookup then needs only
+
+* an index of *runs* (video id -> first row, row count), built from the ``video_id`` column alone
+  (a few bytes a row, one row group at a time), and
+* the row group(s) holding that video, decoded once and kept in a small LRU cache.
+
+The caption stage asks for videos in the order this index lists them (the file's), so every row
+group is decoded about once per run. Peak memory is one row group being written, or a few being
+read, plus the id index (about 100 bytes a video), whatever the size of the file.
+
+Not taken: byte offsets into the JSON (ijson reports no positions, and reading a value from the
+middle of a JSON text needs a parser that can start there); consuming one streamed pass in the
+runner's order (the runner runs videos in threads, skips finished ones and shards them, so its
+order is not the file's, and a resumed run would re-read the file from the start).
+
+The converted file is kept (``DIR/cache/subtitles/`` for a run, keyed by the source's path,
+size, modification time and the selection), so a resumed or sharded run does not stream again.
+A Parquet source is read in place, by row groups: ours (``howtocap subtitles convert``) is
+already clean; anyone else's rows are cleaned per video when asked for, and need not be grouped
+by video (a video's rows are gathered from every run of them).
+
+A pickle cannot be streamed (unpickling builds the whole object): it is loaded once, converted,
+and freed. ``howtocap subtitles convert X.pickle X.parquet`` does that once for good.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+import weakref
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from howtocap.errors import InputError
+from howtocap.io.subtitles import (
+    COLUMNS,
+    Row,
+    entry_rows,
+    rows_frame,
+    tidy_rows,
+)
+from howtocap.rundir import atomic_write, hash_text, safe_name
+
+if TYPE_CHECKING:
+    from howtocap.io.subtitles import SubtitleSource
+
+ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
+CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
+FORMAT_KEY = b"howtocap.subtitles"
+FORMAT_VERSION = 1
+SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
+                    ("text", pa.string()), ("score", pa.float64()), ("error", pa.string())])
+# layout "videos": each video's rows contiguous and already clean (a repeated id: last wins, as
+# json.load does); "records": rows as given, cleaned and sorted per video when read.
+
+
+# -- writing -------------------------------------------------------------------------------
+class DumpWriter:
+    """Buffers rows and writes a row group once ``rows_per_group`` rows are complete.
+
+    ``add_video`` never splits a video across row groups. ``max_buffered_rows`` is the memory
+    high-water mark of the conversion (checked by the streaming test).
+    """
+
+    def __init__(self, path: str | Path, layout: str, rows_per_group: int = ROWS_PER_GROUP
+                 ) -> None:
+        meta = {FORMAT_KEY: json.dumps({"version": FORMAT_VERSION, "layout": layout}).encode()}
+        self.schema = SCHEMA.with_metadata(meta)
+        self.layout = layout
+        self.writer = pq.ParquetWriter(str(path), self.schema, compression="zstd")
+        self.rows_per_group = rows_per_group
+        self.videos = 0
+        self.rows = 0
+        self.max_buffered_rows = 0
+        self._cols: dict[str, list[Any]] = {n: [] for n in SCHEMA.names}
+        self._last_id: str | None = None  # the last whole video added, while still buffered
+        self._last_start = -1
+        self._last_empty = False
+
+    def add_rows(self, video_id: str, rows: list[Row]) -> None:
+        c = self._cols
+        c["video_id"].extend([video_id] * len(rows))
+        c["start"].extend([r[0] for r in rows])
+        c["end"].extend([r[1] for r in rows])
+        c["text"].extend([r[2] for r in rows])
+        c["score"].extend([r[3] for r in rows])
+        c["error"].extend([None] * len(rows))
+        self.rows += len(rows)
+
+    def add_error(self, video_id: str, problem: str) -> None:
+        """A record whose numbers are bad: one row carrying the message (text is null)."""
+        self._placeholder(video_id, problem)
+
+    def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None
+                  ) -> None:
+        """One whole video (clean rows, or the problem with its entry); an empty one still
+        gets a row, so it is known. The same id straight again replaces it (json.load's "last
+        key wins"; a repeat further on is a later run, which the index prefers)."""
+        n = len(self._cols["video_id"])
+        if video_id == self._last_id and self._last_start >= 0:
+            for col in self._cols.values():
+                del col[self._last_start:]
+            self.rows -= n - self._last_start - (1 if self._last_empty else 0)
+            self.videos -= 1
+            n = self._last_start
+        self._last_id, self._last_start = video_id, n
+        self._last_empty = not rows
+        if rows:
+            self.add_rows(video_id, rows)
+        else:
+            self._placeholder(video_id, error)
+        self.videos += 1
+        self.maybe_flush()
+
+    def _placeholder(self, video_id: str, error: str | None) -> None:
+        for name, value in (("video_id", video_id), ("start", None), ("end", None),
+                            ("text", None), ("score", None), ("error", error)):
+            self._cols[name].append(value)
+
+    def maybe_flush(self) -> None:
+        n = len(self._cols["video_id"])
+        self.max_buffered_rows = max(self.max_buffered_rows, n)
+        if n >= self.rows_per_group:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._cols["video_id"]:
+            return
+        table = pa.table({n: pa.array(v, type=SCHEMA.field(n).type)
+                          for n, v in self._cols.items()}, schema=self.schema)
+        self.writer.write_table(table, row_group_size=len(table))
+        self._cols = {n: [] for n in SCHEMA.names}
+        self._last_start = -1
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+# -- reading JSON as a stream --------------------------------------------------------------
+class _CountingReader:
+    """A binary file that remembers where the parser is, so a JSON error can name its line."""
+
+    def __init__(self, fh: Any, on_read: Callable[[int], None] | None = None) -> None:
+        self.fh = fh
+        self.offset = 0  # bytes handed out before the last chunk
+        self.newlines = 0  # newlines before the last chunk
+        self.last_newline = -1  # absolute offset of the last newline before the last chunk
+        self.chunk = b""
+        self.on_read = on_read
+
+    def read(self, n: int = -1) -> bytes:
+        if self.chunk:
+            self.offset += len(self.chunk)
+            self.newlines += self.chunk.count(b"\n")
+            nl = self.chunk.rfind(b"\n")
+            if nl >= 0:
+                self.last_newline = self.offset - len(self.chunk) + nl
+        self.chunk = self.fh.read(n)
+        if self.on_read is not None and self.chunk:
+            self.on_read(len(self.chunk))
+        return self.chunk
+
+    def position(self, message: str) -> tuple[int, int | None]:
+        """(line, column) of a yajl error: its context snippet located in the last chunk; the
+        column is ``None`` when the snippet cannot be placed exactly."""
+        lines = message.split("\n")
+        chunk = self.chunk
+        at: int | None = None
+        if len(lines) >= 3 and "^" in lines[2]:
+            snippet = lines[1].lstrip(" ")
+            k = lines[2].index("^") - (len(lines[1]) - len(snippet))
+            if not snippet.strip():
+                at = len(chunk)  # premature end: the error is at the end of the data
+            else:
+                flat = chunk.replace(b"\n", b" ").replace(b"\r", b" ")
+                needle = snippet.encode()
+                hit = flat.find(needle)
+                if hit >= 0 and flat.find(needle, hit + 1) < 0:
+                    at = min(len(chunk), max(0, hit + k - 1))  # caret: 1 past
+        if at is None:
+            return self.newlines + 1, None
+        before = chunk[:at]
+        line = self.newlines + before.count(b"\n") + 1
+        nl = before.rfind(b"\n")
+        col = at - nl if nl >= 0 else self.offset + at - self.last_newline
+        return line, col
+
+
+def _json_error(path: Path, reader: _CountingReader, exc: Exception) -> InputError:
+    raw = exc.args[0] if exc.args else str(exc)
+    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    problem = message.split("\n")[0]
+    for prefix in ("parse error: ", "lexical error: "):
+        problem = problem.removeprefix(prefix)
+    problem = problem.rstrip(".") or type(exc).__name__
+    line, col = reader.position(message)
+    where = f"line {line} column {col}" if col is not None else f"line {line}"
+    if "UTF8" in problem or "UTF-8" in problem:
+        return InputError(path, f"not UTF-8 JSON (at {where})")
+    return InputError(path, f"invalid JSON at {where}: {problem}")
+
+
+def _json_stream(path: Path, on_read: Callable[[int], None] | None
+                 ) -> tuple[str, Iterator[Any]]:
+    """``("videos", (id, entry)…)`` for ``{id: entry}``, ``("records", record…)`` for a list."""
+    import ijson
+
+    fh = path.open("rb")
+    head = fh.read(4096)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        fh.close()
+        raise InputError(path, "not UTF-8 JSON (UTF-16); re-save it as UTF-8")
+    skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+    first = head[skip:].lstrip()[:1]
+    if not first:
+        fh.close()
+        raise InputError(path, "empty file")
+    fh.seek(skip)
+    reader = _CountingReader(fh, on_read)
+    if first == b"{":
+        layout, events = "videos", ijson.kvitems(reader, "", use_float=True)
+    elif first == b"[":
+        layout, events = "records", ijson.items(reader, "item", use_float=True)
+    else:
+        fh.close()
+        raise InputError(path, "expected a mapping video_id -> subtitles (a JSON object) or a "
+                               "list of records")
+
+    def guarded() -> Iterator[Any]:
+        try:
+            yield from events
+        except ijson.JSONError as exc:
+            raise _json_error(path, reader, exc) from None
+        except UnicodeDecodeError:
+            raise InputError(path, "not UTF-8 JSON") from None
+        finally:
+            fh.close()
+
+    return layout, guarded()
+
+
+# -- converting ----------------------------------------------------------------------------
+def _record_rows(path: Path, i: int, rec: Any) -> tuple[str, list[Row] | str]:
+    """One record's video id and its rows (or the per-video problem with its numbers)."""
+    if not isinstance(rec, dict) or "video_id" not in rec:
+        raise InputError(path, f"item {i}: expected an object with video_id, start, end, text")
+    for k in COLUMNS:
+        if k not in rec:
+            raise InputError(path, f"item {i}: missing {k!r}")
+    vid = str(rec["video_id"])
+    try:
+        return vid, entry_rows(path, vid, {k: [rec[k]] for k in COLUMNS})
+    except InputError as exc:
+        return vid, exc.problem
+
+
+def _write_videos(writer: DumpWriter, path: Path, entries: Iterable[tuple[Any, Any]],
+                  select: frozenset[str] | None, limit: int | None) -> None:
+    for key, entry in entries:
+        if limit is not None and writer.videos >= limit:
+            break
+        vid = str(key)
+        if select is not None and vid not in select:
+            continue
+        try:
+            rows = tidy_rows(entry_rows(path, vid, entry))
+        except InputError as exc:
+            writer.add_video(vid, None, exc.problem)
+            continue
+        writer.add_video(vid, rows)
+
+
+def _write_records(writer: DumpWriter, path: Path, records: Iterable[Any],
+                   select: frozenset[str] | None, limit: int | None) -> None:
+    kept: set[str] = set()
+    for i, rec in enumerate(records):
+        vid, rows = _record_rows(path, i, rec)
+        if select is not None and vid not in select:
+            continue
+        if vid not in kept:
+            if limit is not None and len(kept) >= limit:
+                continue  # keep scanning: a kept video's records may come later
+            kept.add(vid)
+        if isinstance(rows, str):
+            writer.add_error(vid, rows)
+        else:
+            writer.add_rows(vid, rows)
+        writer.maybe_flush()
+    writer.videos = len(kept)
+
+
+def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
+    """A single ``video_id,start,end,text`` CSV, chunk by chunk, as records."""
+    head = _read_csv_part_head(path)
+    if "video_id" not in head:
+        raise InputError(path, "a single-table source needs a video_id column "
+                               "(or give a folder of <video_id>.csv files)")
+    try:
+        for chunk in pd.read_csv(path, keep_default_na=False, chunksize=ROWS_PER_GROUP,
+                                 dtype={"video_id": str}):
+            yield from chunk[["video_id", *COLUMNS]].to_dict(orient="records")
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
+            from None
+
+
+def _read_csv_part_head(path: Path) -> list[str]:
+    """The CSV's columns, with the per-video reader's checks and one-line errors."""
+    try:
+        cols = list(pd.read_csv(path, nrows=0).columns)
+    except pd.errors.EmptyDataError:
+        raise InputError(path, "empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
+            from None
+    missing = [c for c in COLUMNS if c not in cols]
+    if missing:
+        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
+    return cols
+
+
+def _load_pickle(path: Path) -> Any:
+    try:
+        with path.open("rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - the user's own dataset file
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise InputError(path, f"not a readable pickle ({type(exc).__name__})") from None
+
+
+def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str] | None = None,
+                 limit: int | None = None, progress: bool = False,
+                 rows_per_group: int = ROWS_PER_GROUP) -> DumpWriter:
+    """Stream a ``json`` / ``pickle`` / ``csv`` dump into a Parquet file at ``out``."""
+    bar = None
+    on_read = None
+    if progress and kind == "json":
+        from howtocap.progress import progress_bar
+
+        bar = progress_bar(f"reading {src.name} (MB)", transient=True)
+        bar.start()
+        task = bar.add_task("read", total=max(1, src.stat().st_size // 1_000_000))
+        on_read = lambda n: bar.update(task, advance=n / 1e6)  # noqa: E731
+    try:
+        if kind == "json":
+            layout, stream = _json_stream(src, on_read)
+        elif kind == "pickle":
+            data = _load_pickle(src)
+            if isinstance(data, dict):
+                layout, stream = "videos", iter(data.items())
+            elif isinstance(data, list):
+                layout, stream = "records", iter(data)
+            else:
+                raise InputError(src, f"expected a mapping video_id -> subtitles, got "
+                                      f"{type(data).__name__}")
+        elif kind == "csv":
+            layout, stream = "records", _csv_records(src)
+        else:
+            raise ValueError(f"not a dump kind: {kind}")
+        writer = DumpWriter(out, layout, rows_per_group)
+        try:
+            if layout == "videos":
+                _write_videos(writer, src, stream, select, limit)
+            else:
+                _write_records(writer, src, stream, select, limit)
+        finally:
+            writer.close()
+            close = getattr(stream, "close", None)
+            if close is not None:  # --limit stops early: release the file now
+                close()
+        return writer
+    finally:
+        if bar is not None:
+            bar.stop()
+
+
+# -- reading by row group ------------------------------------------------------------------
+class ParquetStore:
+    """Lookups by video id into a Parquet file read one row group at a time (see module doc)."""
+
+    def __init__(self, path: Path, shown_as: Path, *, select: frozenset[str] | None = None,
+                 limit: int | None = None, cached_groups: int = CACHED_GROUPS) -> None:
+        self.path = Path(path)
+        self.shown_as = Path(shown_as)  # the user's file, for error messages
+        try:
+            self.pf = pq.ParquetFile(self.path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many types
+            raise InputError(shown_as, f"not a readable Parquet file ({type(exc).__name__})") \
+                from None
+        meta = self.pf.schema_arrow.metadata or {}
+        info = json.loads(meta[FORMAT_KEY]) if FORMAT_KEY in meta else {}
+        self.layout = str(info.get("layout", "foreign"))
+        names = set(self.pf.schema_arrow.names)
+        if "video_id" not in names:
+            raise InputError(shown_as, "a single-table source needs a video_id column "
+                                       "(or give a folder of <video_id>.csv files)")
+        for c in COLUMNS:
+            if c not in names:
+                raise InputError(shown_as, f"missing column {c!r}")
+        self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
+        md = self.pf.metadata
+        self.group_starts = [0]
+        for i in range(md.num_row_groups):
+            self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
+        self.cached_groups = cached_groups
+        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+        self.groups_read = 0
+        self.max_cached_groups = 0
+        self.max_buffered_rows = 0
+        self._index(select, limit)
+
+    def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
+        """Runs of equal ids, from the ``video_id`` column one row group at a time."""
+        self._ids: list[str] = []
+        self._first: dict[str, int] = {}  # id -> its (first, or for "videos" last) run
+        self._more: dict[str, list[int]] = {}  # further runs of ids whose rows are scattered
+        self._run_start = array("q")
+        self._run_len = array("q")
+        prev_id: str | None = None
+        prev_end = -1  # absolute end row of the previous run
+        prev_run = -1  # its run number, or -1 when it was not kept
+        last_wins = self.layout == "videos"
+        for g in range(self.pf.metadata.num_row_groups):
+            if last_wins and limit is not None and len(self._ids) >= limit:
+                break  # whole videos in order: nothing further can be selected
+            col = self.pf.read_row_group(g, columns=["video_id"]).column(0).combine_chunks()
+            if not pa.types.is_string(col.type):
+                col = col.cast(pa.string())
+            n = len(col)
+            if n == 0:
+                continue
+            starts = np.zeros(1, dtype=np.int64)
+            if n > 1:
+                change = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+                starts = np.concatenate([starts, np.flatnonzero(
+                    change.to_numpy(zero_copy_only=False)) + 1])
+            lengths = np.diff(np.append(starts, n))
+            ids = col.take(pa.array(starts)).to_pylist()
+            base = self.group_starts[g]
+            for vid, s, ln in zip(ids, starts.tolist(), lengths.tolist(), strict=True):
+                start = base + s
+                if vid == prev_id and prev_end == start and not (last_wins and s == 0):
+                    # continues into the next row group (ours never split a video: a repeat)
+                    prev_end += ln
+                    if prev_run >= 0:
+                        self._run_len[prev_run] += ln
+                    continue
+                prev_id, prev_end, prev_run = vid, start + ln, -1
+                if not vid or (select is not None and vid not in select):
+                    continue
+                known = vid in self._first
+                if not known and limit is not None and len(self._ids) >= limit:
+                    continue
+                prev_run = len(self._run_start)
+                self._run_start.append(start)
+                self._run_len.append(ln)
+                if not known:
+                    self._first[vid] = prev_run
+                    self._ids.append(vid)
+                elif last_wins:
+                    self._first[vid] = prev_run
+                else:
+                    self._more.setdefault(vid, []).append(prev_run)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def video_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in self._first
+
+    def _group(self, g: int) -> pa.Table:
+        table = self._cache.get(g)
+        if table is None:
+            table = self.pf.read_row_group(g, columns=self.columns)
+            self.groups_read += 1
+            self._cache[g] = table
+            while len(self._cache) > self.cached_groups:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(g)
+        self.max_cached_groups = max(self.max_cached_groups, len(self._cache))
+        return table
+
+    def _slice(self, start: int, length: int) -> list[pa.Table]:
+        parts = []
+        end = start + length
+        g = bisect.bisect_right(self.group_starts, start) - 1
+        while start < end:
+            g0, g1 = self.group_starts[g], self.group_starts[g + 1]
+            take = min(end, g1) - start
+            parts.append(self._group(g).slice(start - g0, take))
+            start += take
+            g += 1
+        return parts
+
+    def get(self, video_id: str) -> pd.DataFrame | None:
+        """The video's clean ``start, end, text[, score]`` rows, or None when not in the file."""
+        with self._lock:
+            run = self._first.get(video_id)
+            if run is None:
+                return None
+            parts: list[pa.Table] = []
+            for r in [run, *self._more.get(video_id, [])]:
+                parts += self._slice(self._run_start[r], self._run_len[r])
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if "error" in table.column_names:
+            errors = [e for e in table.column("error").to_pylist() if e]
+            if errors:
+                raise InputError(self.shown_as, errors[0])
+        if self.layout == "videos":
+            return self._from_clean(table)
+        return self._from_raw(video_id, table)
+
+    @staticmethod
+    def _from_clean(table: pa.Table) -> pd.DataFrame:
+        """Rows we wrote clean: columns straight from Arrow (a DataFrame via ``to_pandas`` and
+        filters costs ~1 ms a video, most of the stage's own overhead)."""
+        text = table.column("text")
+        if text.null_count:  # the placeholder row of a video without text
+            table = table.filter(pc.is_valid(text))
+        df = pd.DataFrame({
+            "start": table.column("start").to_numpy(),
+            "end": table.column("end").to_numpy(),
+            "text": pd.Series(table.column("text").to_pylist(), dtype=object)})
+        score = table.column("score")
+        if score.null_count < len(score):
+            df["score"] = score.to_numpy(zero_copy_only=False)
+        return df
+
+    def _from_raw(self, video_id: str, table: pa.Table) -> pd.DataFrame:
+        """Rows as given (records layout, or anyone's Parquet): checked, cleaned, sorted."""
+        cols = {c: table.column(c).to_pylist() for c in COLUMNS}
+        keep = [i for i, t in enumerate(cols["text"]) if t is not None or
+                cols["start"][i] is not None]  # a null-text placeholder row is no row
+        texts: list[Any] = [cols["text"][i] for i in keep]
+        if "score" in table.column_names:
+            scores = table.column("score").to_pylist()
+            texts = [[(t, scores[i])] if scores[i] is not None else t
+                     for t, i in zip(texts, keep, strict=True)]
+        entry = {"start": [cols["start"][i] for i in keep],
+                 "end": [cols["end"][i] for i in keep], "text": texts}
+        return rows_frame(tidy_rows(entry_rows(self.shown_as, video_id, entry)))
+
+    def stats(self) -> dict[str, int]:
+        return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
+                "max_buffered_rows": self.max_buffered_rows}
+
+
+def is_converted(path: Path) -> bool:
+    """A Parquet file written by ``DumpWriter`` (readable, with our format mark)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 - a torn or foreign file is simply not ours
+        return False
+    return FORMAT_KEY in meta
+
+
+def _cache_file(source: SubtitleSource, cache_dir: Path) -> Path:
+    """One converted file per (source file as it is now, selection): a changed dump or another
+    --ids/--limit converts again; a resumed or sharded run finds it."""
+    st = source.path.stat()
+    sel = "\n".join(sorted(source.select)) if source.select is not None else "*"
+    key = hash_text(f"{FORMAT_VERSION}|{source.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+                    f"{source.limit}|{sel}")
+    return cache_dir / f"{safe_name(source.path.stem)}-{key:016x}.parquet"
+
+
+def open_store(source: SubtitleSource) -> ParquetStore:
+    """The store behind a ``SubtitleSource``: the Parquet file itself, or the dump converted."""
+    if source.kind == "parquet":
+        return ParquetStore(source.path, source.path, select=source.select, limit=source.limit)
+    if source.cache_dir is not None:
+        cache_dir = source.cache_dir
+    else:  # a private folder, removed with the source
+        cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
+        weakref.finalize(source, shutil.rmtree, cache_dir, True)
+    out = _cache_file(source, cache_dir)
+    high_water = 0
+    if not is_converted(out):
+        written: list[DumpWriter] = []
+
+        def write(tmp: str) -> None:
+            written.append(convert_dump(source.path, source.kind, tmp, select=source.select,
+                                        limit=source.limit, progress=source.progress))
+
+        atomic_write(out, write)
+        high_water = written[0].max_buffered_rows
+    store = ParquetStore(out, source.path, select=source.select, limit=source.limit)
+    store.max_buffered_rows = high_water
+    return store
+
+
+def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | None = None,
+                      limit: int | None = None, progress: bool = False) -> tuple[int, int]:
+    """Any subtitle source -> one clean Parquet file that ``--subtitles`` reads by row groups
+    without converting again; returns ``(videos, rows)``. Do it once for a pickle (which cannot
+    be streamed) or a dump read by many runs."""
+    from howtocap.io.subtitles import SubtitleSource
+
+    out = Path(out)
+    if out.suffix.lower() != ".parquet":
+        raise InputError(out, "the converted file must end in .parquet")
+    select = frozenset(ids) if ids is not None else None
+    source = SubtitleSource.open(src, select=select, limit=limit, progress=progress)
+    if source.kind in ("json", "pickle", "csv"):
+        written: list[DumpWriter] = []
+
+        def write(tmp: str) -> None:
+            written.append(convert_dump(source.path, source.kind, tmp, select=select,
+                                        limit=limit, progress=progress))
+
+        atomic_write(out, write)
+        if written[0].layout == "videos":
+            return written[0].videos, written[0].rows
+        # records: group each video's rows now, so readers need not
+        tmp_src = out.with_name(f".{out.name}.records.parquet")
+        os.replace(out, tmp_src)
+        try:
+            source = SubtitleSource.open(tmp_src, select=select, limit=limit)
+            return _write_clean(source, out)
+        finally:
+            tmp_src.unlink(missing_ok=True)
+    return _write_clean(source, out)
+
+
+def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
+    """Every video of ``source`` via ``get``, as whole clean videos (errors kept per video)."""
+    counts: list[int] = []
+
+    def write(tmp: str) -> None:
+        writer = DumpWriter(tmp, "videos")
+        try:
+            for vid in source.video_ids():
+                try:
+                    df = source.get(vid)
+                except InputError as exc:  # kept per video; a folder's message names its file
+                    writer.add_video(vid, None,
+                                     str(exc) if source.kind == "folder" else exc.problem)
+                    continue
+                if df is None:
+                    continue
+                score = df["score"].tolist() if "score" in df.columns else [None] * len(df)
+                writer.add_video(vid, [(s, e, t, None if sc is None or sc != sc else sc)
+                                       for s, e, t, sc in zip(df["start"].tolist(),
+                                                              df["end"].tolist(),
+                                                              df["text"].tolist(), score,
+                                                              strict=True)])
+        finally:
+            writer.close()
+        counts.extend([writer.videos, writer.rows])
+
+    atomic_write(out, write)
+    return counts[0], counts[1]

@@ -1,0 +1,38 @@
+"""Channel chatter that is never a visual action: greetings, "like and subscribe", sponsors.
+
+The paper's prompt asks the LLM to "keep only actions that happen in the present time"; small
+models still turn "don't forget to subscribe" into a caption now and then. These patterns are
+a last, transparent safety net after parsing (``--keep-chatter`` turns it off). They match
+phrases that name the channel's business (subscribing, commenting, sponsors, the video
+itself), never cooking or repair verbs, so "Like this, fold the edge." is kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PATTERNS = [
+    r"\bsubscrib",
+    r"\b(?:like|thumbs up)\b.{0,30}\b(?:video|channel|subscribe)\b",
+    r"\bsmash\b.{0,20}\blike\b",
+    r"\b(?:hit|ring|click|tap|turn on)\b.{0,20}\b(?:bell|notification)",
+    r"\b(?:leave|drop|write|post)\b.{0,25}\bcomments?\b",
+    r"\bcomments? (?:section|below|down below)\b",
+    r"\blet (?:me|us) know (?:in|down)\b",
+    r"\b(?:thanks|thank you)\b.{0,15}\b(?:watching|tuning in|joining)\b",
+    r"\bwelcome (?:back|to (?:my|the|our) (?:channel|kitchen|garage|shop|video))\b",
+    r"^(?:hey|hi|hello)\b.{0,20}\b(?:guys|everyone|everybody|folks|there|friends)\b",
+    r"\b(?:see you|catch you)\b.{0,20}\b(?:next|later|soon|time)\b",
+    r"\blinks?\b.{0,25}\bdescription\b",
+    r"\bdescription box\b",
+    r"\bcheck out (?:my|our|the) (?:other )?(?:videos?|channel|playlist|website|store|shop)\b",
+    r"\b(?:sponsor(?:ed)?|patreon|affiliate|promo code|discount code)\b",
+    r"\bfollow (?:me|us)\b.{0,25}\b(?:on|instagram|twitter|tiktok|facebook)\b",
+    r"\b(?:this|today'?s|in this|the next|my last) video\b",
+]
+_CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
+
+
+def is_chatter(text: str) -> bool:
+    """True when a caption is about the channel rather than the task."""
+    return bool(_CHATTER.search(text))

@@ -1,0 +1,185 @@
+"""Runners decide *where* a stage runs; they never read or write the run directory.
+
+``map(stage, videos, emit)`` runs ``stage`` on every video the iterator yields and calls
+``emit`` with each result on the calling thread, which commits it. The local runner uses a
+thread pool in this process; the Ray runner (``howtocap[ray]``) a Ray Data pipeline whose
+actor pools hold the models, on a laptop or a cluster. ``--shard K/N`` is not a runner: it
+only narrows the videos, so it combines with either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pickle
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from howtocap.errors import HowtocapError
+from howtocap.stage import Stage, VideoInput, VideoResult, run_one
+
+Emit = Callable[[VideoResult], None]
+RUNNERS = ("local", "ray")
+
+
+class Runner(Protocol):
+    def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None: ...
+
+
+@dataclass
+class LocalRunner:
+    """A thread pool in this process (the models are shared by its threads; stages that
+    hold one model serialise on it themselves). ``workers=None``: the stage's own choice
+    (``resources.threads``, e.g. the requests in flight to an LLM server)."""
+
+    workers: int | None = None
+
+    def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
+        n = max(1, self.workers or getattr(stage.resources, "threads", 1))
+        if n == 1:
+            for video in videos:
+                emit(run_one(stage, video))
+            return
+        pool = ThreadPoolExecutor(max_workers=n)
+        pending: set[Future[VideoResult]] = set()
+        try:
+            for video in videos:  # at most 2n in flight: claims are taken as work starts
+                pending.add(pool.submit(run_one, stage, video))
+                if len(pending) >= 2 * n:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        emit(fut.result())
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    emit(fut.result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def parse_stage_resources(text: str | None) -> dict[str, float]:
+    """``encoder=0.25,asr=0.5`` -> ``{"encoder": 0.25, "asr": 0.5}`` (one line on error)."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        try:
+            if not sep or not key.strip():
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise HowtocapError(f"--ray-gpus-per-stage takes KIND=GPUS,… (e.g. "
+                                f"encoder=0.25,asr=0.5), got {text!r}") from None
+    return out
+
+
+class _StageActor:
+    """One Ray actor: the stage's models load once, in ``__init__``, then serve every batch."""
+
+    def __init__(self, stage: bytes) -> None:
+        self.stage: Stage = pickle.loads(stage)
+        with contextlib.suppress(Exception):  # run_one sets up again, reporting per video
+            self.stage.setup()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return _run_batch(batch, self.stage)
+
+
+def _run_batch(batch: dict[str, Any], stage: Stage | bytes) -> dict[str, Any]:
+    import numpy as np
+
+    if isinstance(stage, bytes):  # a plain task: no models to keep
+        stage = pickle.loads(stage)
+    results = [pickle.dumps(run_one(stage, pickle.loads(v))) for v in batch["video"]]
+    return {"result": np.array(results, dtype=object)}
+
+
+@dataclass
+class RayRunner:
+    """Ray Data: a dataset of video items, ``map_batches`` over an actor pool for stages that
+    hold models (ASR, the embedded LLM, encoders) and plain tasks for the rest; a stage that
+    is an HTTP client (``--llm-url``) stays in this process with its bounded concurrency.
+
+    ``address``: None starts a local Ray instance; ``auto`` or ``ray://host:port`` joins a
+    cluster (video files must then be readable at the same paths on every node). Videos go
+    to Ray in windows of ``window``, so claims and memory stay bounded; each window starts
+    fresh actors (their ``setup`` runs once per window and actor).
+    """
+
+    address: str | None = None
+    workers: int | None = None  # actors (or concurrent tasks) per stage
+    gpus: dict[str, float] = field(default_factory=dict)  # per resource kind
+    cpus_per_worker: float | None = None
+    window: int = 2000
+    _started: bool = False
+
+    def _init(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise HowtocapError("--runner ray needs Ray: pip install 'howtocap[ray]'") from None
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+            kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
+                                  "include_dashboard": False, "logging_level": "ERROR"}
+            if self.address:
+                kw["address"] = self.address
+            try:
+                ray.init(**kw)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or "a new local instance"
+                raise HowtocapError(f"cannot reach Ray at {where}: "
+                                    f"{' '.join(str(exc).split())[:200]}") from None
+            self._started = True
+            from ray.data import DataContext
+
+            ctx = DataContext.get_current()
+            ctx.enable_progress_bars = False
+            ctx.print_on_execution_start = False
+        return ray
+
+    def _size(self, ray: Any) -> int:
+        if self.workers:
+            return self.workers
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
+        res = stage.resources
+        if not getattr(res, "remote", True):
+            LocalRunner().map(stage, videos, emit)
+            return
+        ray = self._init()
+        from ray import cloudpickle  # by value, so a stage defined in a script travels too
+
+        payload = cloudpickle.dumps(stage)
+        gpus = self.gpus.get(res.kind, res.gpus)
+        cpus = self.cpus_per_worker if self.cpus_per_worker is not None else res.cpus
+        while window := list(itertools.islice(videos, self.window)):
+            ds = ray.data.from_items([{"video": pickle.dumps(v)} for v in window],
+                                     override_num_blocks=min(len(window), 4 * self._size(ray)))
+            common: dict[str, Any] = {"batch_size": 1, "num_cpus": cpus, "num_gpus": gpus,
+                                      "batch_format": "numpy"}
+            size = min(self._size(ray), len(window))
+            if res.models:
+                ds = ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": payload},
+                                    compute=ray.data.ActorPoolStrategy(size=size), **common)
+            else:
+                ds = ds.map_batches(_run_batch, fn_kwargs={"stage": payload},
+                                    compute=ray.data.TaskPoolStrategy(size=size), **common)
+            for row in ds.iter_rows():
+                emit(pickle.loads(row["result"]))
+
+
+def make_runner(name: str = "local", *, workers: int | None = None,
+                ray_address: str | None = None, ray_gpus: str | None = None) -> Runner:
+    """A runner from the CLI's ``--runner`` choice."""
+    if name == "local":
+        return LocalRunner(workers)
+    if name == "ray":
+        return RayRunner(address=ray_address, workers=workers,
+                         gpus=parse_stage_resources(ray_gpus))
+    raise HowtocapError(f"unknown runner {name!r}; choose one of: {', '.join(RUNNERS)}")

@@ -1,0 +1,39 @@
+"""``howtocap samples``: a thin Typer layer over ``samples`` (narrated videos with ground truth)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from howtocap.cliutil import user_errors
+from howtocap.samples import ground_truth, make_demo_video, make_fixture_set
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``howtocap samples OUT_DIR`` to the CLI."""
+    @app.command("samples")
+    @user_errors
+    def samples_cmd(
+        out_dir: Path = typer.Argument(..., help="Folder for the videos (created)."),
+        n_videos: int = typer.Option(6, "--n-videos", "-n", help="How many videos."),
+        seed: int = typer.Option(0, help="Which photos/orders are drawn."),
+        seconds_per_step: float = typer.Option(6.0, help="Length of each step (s)."),
+        subtitles: str = typer.Option("vtt", help="Sidecar subtitles: vtt, srt or none."),
+        audio: bool = typer.Option(True, help="Speak the narration (espeak-ng)."),
+        narration_lead: float = typer.Option(
+            0.0, help="Shift speech vs. its step (s); negative = speech comes first."),
+        demo: bool = typer.Option(False, help="Write only the 30-s demo video."),
+    ) -> None:
+        """Make narrated sample videos with known ground truth (ground_truth.csv)."""
+        subs = None if subtitles.lower() == "none" else subtitles.lower()
+        if demo:
+            videos = [make_demo_video(out_dir, subtitles=subs)]
+        else:
+            videos = make_fixture_set(out_dir, n_videos=n_videos, seed=seed,
+                                      seconds_per_step=seconds_per_step, subtitles=subs,
+                                      audio=audio, narration_lead=narration_lead)
+        ground_truth(videos).to_csv(Path(out_dir) / "ground_truth.csv", index=False)
+        for v in videos:
+            typer.echo(f"{v.video_path}  {v.duration:.0f} s  {len(v.steps)} steps")
+        typer.echo(f"ground truth: {Path(out_dir) / 'ground_truth.csv'}")

@@ -1,0 +1,147 @@
+"""The one shape every per-video stage takes, and what it hands back.
+
+A stage (in the spirit of video2dataset's subsamplers) declares the tables it reads and writes,
+loads its models once per worker in ``setup``, and maps one video's inputs to its outputs or an
+error in ``process`` — nothing else: no paths, no status, no progress. Runners (local threads,
+Ray actors) call ``setup`` once and ``run_one`` per video; ``pipeline`` alone reads inputs from
+and writes results to the run directory.
+
+Stages import this module, never ``pipeline`` (a test reads the imports to keep it so).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+import pandas as pd
+
+from howtocap.errors import HowtocapError
+from howtocap.io.inputs import VideoItem
+
+Tables = dict[str, pd.DataFrame]
+
+
+@dataclass
+class StageOutput:
+    """A video's tables plus warnings: the video is done (status ``ok``), with caveats such as
+    "2 of 5 LLM blocks gave no caption" that the status table and the console show."""
+
+    tables: Tables
+    warnings: list[str] = field(default_factory=list)
+
+
+class StageError(HowtocapError):
+    """The video failed, but ``tables`` holds what it finished (e.g. its subtitles when the
+    LLM step failed): the pipeline keeps those and records the error."""
+
+    def __init__(self, message: str, tables: Tables | None = None) -> None:
+        super().__init__(message)
+        self.tables: Tables = dict(tables or {})
+
+
+@dataclass(frozen=True)
+class VideoInput:
+    """One video as a stage sees it: its files, and its rows of the tables the stage reads."""
+
+    item: VideoItem
+    tables: Tables = field(default_factory=dict)
+
+    @property
+    def video_id(self) -> str:
+        return self.item.video_id
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one worker of a stage needs; runners that schedule (Ray) honour it.
+
+    ``models``: the stage holds models, so a pool of long-lived workers (actors) should run it
+    rather than one task per video. ``kind`` names the stage's resource group for per-stage
+    overrides (``--ray-gpus-per-stage asr=0.5,encoder=0.25``).
+    """
+
+    kind: str = "cpu"
+    cpus: float = 1.0
+    gpus: float = 0.0
+    models: bool = False
+    threads: int = 1  # videos in flight per worker (an HTTP client keeps its requests busy)
+    remote: bool = True  # False: stays in the driver process (an HTTP client to a server)
+
+
+@runtime_checkable
+class Stage(Protocol):
+    name: str  # its key in the status table
+    reads: tuple[str, ...]  # per-video tables it is given
+    writes: tuple[str, ...]  # per-video tables it returns; the first is its main table
+    resources: Resources
+
+    def setup(self) -> None: ...
+
+    def process(self, video: VideoInput) -> StageOutput: ...
+
+
+class BaseStage:
+    """``setup`` runs ``load`` once per worker, however many threads call it."""
+
+    name: ClassVar[str] = ""
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+    resources: Resources = Resources()
+
+    def load(self) -> None:
+        """Load models (override); called once per worker."""
+
+    def setup(self) -> None:
+        lock = self.__dict__.get("_setup_lock") or self.__dict__.setdefault(
+            "_setup_lock", threading.Lock())
+        with lock:
+            if not self.__dict__.get("_ready"):
+                self.load()
+                self._ready = True
+
+    def __getstate__(self) -> dict[str, object]:
+        """A stage travels to workers as its settings: private attributes (models, locks)
+        arrive empty and ``setup`` loads the models there."""
+        return {k: (None if k.startswith("_") else v) for k, v in self.__dict__.items()
+                if k not in ("_setup_lock", "_ready")}
+
+    def process(self, video: VideoInput) -> StageOutput:
+        raise NotImplementedError
+
+
+@dataclass
+class VideoResult:
+    """What a worker sends back for one video (plain data: it crosses process boundaries)."""
+
+    video_id: str
+    ok: bool
+    message: str = ""
+    tables: Tables = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    internal: str = ""  # traceback of an unexpected error (logged, never shown as the line)
+
+
+def one_line(exc: BaseException) -> str:
+    """A user mistake reads as its message; anything else as ``Type: message``, one line."""
+    msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(msg.split())[:500] or type(exc).__name__
+
+
+def run_one(stage: Stage, video: VideoInput) -> VideoResult:
+    """``stage.process`` on one video, every failure turned into a result (never raised)."""
+    t0 = time.perf_counter()
+    try:
+        stage.setup()
+        out = stage.process(video)
+        return VideoResult(video.video_id, True, "; ".join(out.warnings), out.tables,
+                           list(out.warnings), time.perf_counter() - t0)
+    except Exception as exc:  # one video's failure must not stop the batch
+        tables = exc.tables if isinstance(exc, StageError) else {}
+        internal = "" if isinstance(exc, HowtocapError) else traceback.format_exc()
+        return VideoResult(video.video_id, False, one_line(exc), tables,
+                           seconds=time.perf_counter() - t0, internal=internal)

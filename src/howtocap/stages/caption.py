@@ -1,0 +1,47 @@
+"""LLM captions of one video's subtitles (HowToCaption stage 1): blocks -> prompt -> LLM ->
+parsed ``<n>s: caption`` lines. Blocks that fail after a retry are warnings while any block
+gave captions; a video whose every block failed is an error (its subtitles stay kept: they
+are the ``subtitles`` stage's output)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from howtocap.errors import HowtocapError
+from howtocap.llm import LLMOptions, from_options
+from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+
+class CaptionStage(BaseStage):
+    name = "caption"
+    reads = ("subtitles",)
+    writes = ("captions",)
+
+    def __init__(self, llm: LLMOptions, cfg: CaptionConfig, *, model: Any | None = None) -> None:
+        self.llm = llm
+        self.cfg = cfg
+        self._model = model  # an LLM built by the caller (tests, notebooks)
+
+    @property
+    def resources(self) -> Resources:  # type: ignore[override]
+        if self.llm.url:  # an HTTP client: in the driver, `concurrency` requests in flight
+            return Resources(kind="llm", threads=self.llm.concurrency, remote=False)
+        return Resources(kind="llm", models=True)
+
+    def load(self) -> None:
+        if self._model is None:
+            self._model = from_options(self.llm)
+
+    def process(self, video: VideoInput) -> StageOutput:
+        subs = video.tables["subtitles"]
+        if not len(subs):
+            raise HowtocapError("no subtitles to caption")
+        try:
+            captions, stats = caption_video(video.video_id, subs, self._model, self.cfg)
+        except CaptionError as exc:
+            raise HowtocapError(str(exc)) from None
+        warnings = [stats.failure_summary()] if stats.failed_blocks else []
+        if stats.blocks and not len(captions):
+            warnings.append("no caption: the LLM found only channel chatter")
+        return StageOutput({"captions": captions}, warnings)

@@ -1,0 +1,40 @@
+"""Image-caption labels of one video (Ventura et al.): M frames captioned by every captioner,
+the K best captions per captioner by CLIPScore kept."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from howtocap.framecaps import FrameCapsConfig, create_captioner, framecaps_video
+from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+
+class FrameCapsStage(BaseStage):
+    name = "framecaps"
+    reads = ()
+    writes = ("framecaps",)
+    resources = Resources(kind="captioner", models=True)
+
+    def __init__(self, captioners: Sequence[str], scorer: str, cfg: FrameCapsConfig, *,
+                 device: str | None = None) -> None:
+        self.captioners = list(captioners)
+        self.scorer = scorer
+        self.cfg = cfg
+        self.device = device
+        self._models: tuple[list[Any], Any] | None = None
+
+    def load(self) -> None:
+        from howtocap.encoders import create
+
+        self._models = ([create_captioner(n, device=self.device) for n in self.captioners],
+                        create(self.scorer, device=self.device))
+        self._lock = threading.Lock()  # the models are shared; one video at a time uses them
+
+    def process(self, video: VideoInput) -> StageOutput:
+        assert self._models is not None
+        caps, scorer = self._models
+        with self._lock:
+            return StageOutput({"framecaps": framecaps_video(video.item, caps, scorer,
+                                                             self.cfg)})

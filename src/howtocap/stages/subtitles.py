@@ -1,0 +1,61 @@
+"""A video's narration: its subtitle file, a ``--subtitles`` collection, or Whisper ASR, as the
+``--asr`` mode says (``io.subtitles.choose_subtitles`` is the one place that decides)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from howtocap.rundir import conform
+from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+AsrMode = Literal["auto", "always", "never"]
+ASR_MODES: tuple[str, ...] = ("auto", "always", "never")
+
+
+class LazyASR:
+    """Loads Whisper on the first video that has no subtitles (most runs never need it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._asr: Any = None
+        self._lock = threading.Lock()
+
+    def transcribe(self, path: Path) -> pd.DataFrame:
+        with self._lock:
+            if self._asr is None:
+                from howtocap import asr
+
+                self._asr = asr.create(self.name)
+        return self._asr.transcribe(path)
+
+
+class SubtitlesStage(BaseStage):
+    name = "subtitles"
+    reads = ()
+    writes = ("subtitles",)
+    resources = Resources(kind="asr", models=True)
+
+    def __init__(self, asr_mode: AsrMode = "auto", asr_model: str = "default", *,
+                 source: Any | None = None) -> None:
+        """``source``: the ``--subtitles`` collection (a ``SubtitleSource``: it travels to
+        workers as its settings and reopens its converted file there)."""
+        self.asr_mode = asr_mode
+        self.asr_model = asr_model
+        self.source = source
+
+    def load(self) -> None:
+        self._asr = LazyASR(self.asr_model)
+
+    def process(self, video: VideoInput) -> StageOutput:
+        from howtocap.io.subtitles import choose_subtitles
+
+        if video.item.video_path is not None:  # fail early, naming the file we cannot read
+            from howtocap.io.video import probe
+
+            probe(video.item.video_path)
+        subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr)
+        return StageOutput({"subtitles": conform(subs, "subtitles")})

@@ -1,0 +1,49 @@
+"""A small real stage for runner tests: it sleeps a little, records which process ran each
+video and how often ``setup`` ran, and fails on purpose for video ids containing "bad"."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from howtocap.errors import InputError
+from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+
+class SquareStage(BaseStage):
+    name = "square"
+    writes = ("squares",)
+
+    def __init__(self, log_dir: Path, delay: float = 0.0, models: bool = True) -> None:
+        self.log_dir = Path(log_dir)
+        self.delay = delay
+        self.resources = Resources(kind="toy", models=models)
+
+    def load(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / "setup.log").open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+    def process(self, video: VideoInput) -> StageOutput:
+        if "bad" in video.video_id:
+            raise InputError(video.video_id, "scripted failure")
+        time.sleep(self.delay)
+        with (self.log_dir / "done.log").open("a") as fh:
+            fh.write(f"{video.video_id} {os.getpid()}\n")
+        n = int(video.video_id.split("_")[-1])
+        return StageOutput({"squares": pd.DataFrame({"video_id": [video.video_id] * 2,
+                                                     "start": [float(n), float(n) + 1],
+                                                     "value": [n * n, n * n + 1]})})
+
+
+def setups(log_dir: Path) -> list[int]:
+    path = Path(log_dir) / "setup.log"
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def done_ids(log_dir: Path) -> list[str]:
+    path = Path(log_dir) / "done.log"
+    return [ln.split()[0] for ln in path.read_text().splitlines()] if path.exists() else []

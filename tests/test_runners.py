@@ -1,0 +1,175 @@
+"""Runners: local threads and Ray Data on a real local cluster give the same tables; a failing
+video is one status line; setup runs once per worker; two processes on one run directory never
+do the same video; a killed run resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tests.stage_support import SquareStage, done_ids, setups
+
+from howtocap.errors import HowtocapError
+from howtocap.io.inputs import VideoItem
+from howtocap.pipeline.core import run_stage
+from howtocap.pipeline.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
+from howtocap.rundir import Owner, RunDir
+from howtocap.stage import VideoInput, run_one
+
+ITEMS = [VideoItem(f"v_{i}", None) for i in range(10)] + [VideoItem("bad_3", None)]
+
+
+def test_a_stage_runs_without_any_runner(tmp_path: Path) -> None:
+    stage = SquareStage(tmp_path / "log")
+    res = run_one(stage, VideoInput(VideoItem("v_4", None)))
+    assert res.ok and res.tables["squares"]["value"].tolist() == [16, 17]
+    bad = run_one(stage, VideoInput(VideoItem("bad_1", None)))
+    assert not bad.ok and bad.message == "bad_1: scripted failure" and not bad.internal
+    assert setups(tmp_path / "log") == [os.getpid()]  # setup once, however many videos
+
+
+def test_local_runner_threads_share_one_setup(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    summary = run_stage(rd, ITEMS, SquareStage(tmp_path / "log", delay=0.01),
+                        runner=LocalRunner(4), progress=False)
+    assert summary.done == 10 and summary.failed == [("bad_3", "bad_3: scripted failure")]
+    assert setups(tmp_path / "log") == [os.getpid()]
+    assert sorted(done_ids(tmp_path / "log")) == sorted(f"v_{i}" for i in range(10))
+    assert not list((rd.root / "parts" / "claims").rglob("*.json"))  # every claim released
+
+
+@pytest.mark.slow
+def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
+    local = RunDir(tmp_path / "local")
+    run_stage(local, ITEMS, SquareStage(tmp_path / "llog"), runner=LocalRunner(2),
+              progress=False)
+    ray_dir = RunDir(tmp_path / "ray")
+    summary = run_stage(ray_dir, ITEMS, SquareStage(tmp_path / "rlog"),
+                        runner=RayRunner(workers=2), progress=False)
+    assert summary.done == 10 and summary.failed == [("bad_3", "bad_3: scripted failure")]
+    pd.testing.assert_frame_equal(local.merge("squares"), ray_dir.merge("squares"))
+    a, b = local.status_table(), ray_dir.status_table()
+    cols = ["video_id", "stage", "status", "message", "warnings"]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    pids = setups(tmp_path / "rlog")
+    assert len(pids) == len(set(pids)) <= 2 and os.getpid() not in pids  # once per actor
+    assert {int(p) for p in pids} == {int(ln.split()[1]) for ln in
+                                      (tmp_path / "rlog" / "done.log").read_text().splitlines()}
+    # a re-run has nothing left to do
+    again = run_stage(ray_dir, ITEMS, SquareStage(tmp_path / "rlog"), runner=RayRunner(2),
+                      progress=False)
+    assert again.done == 0 and again.skipped == 10 and len(again.failed) == 1
+
+
+def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str) -> str:
+    return textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from tests.stage_support import SquareStage
+        from howtocap.io.inputs import VideoItem
+        from howtocap.pipeline.core import run_stage
+        from howtocap.pipeline.runners import make_runner
+        from howtocap.rundir import RunDir
+        items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
+        s = run_stage(RunDir({str(run)!r}), items, SquareStage({str(log)!r}, delay={delay}),
+                      runner=make_runner({runner!r}, workers=1), progress=False)
+        print("DONE", s.done, s.claimed_elsewhere, s.skipped)
+    """)
+
+
+def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> None:
+    run, log = tmp_path / "run", tmp_path / "log"
+    script = _worker_script(run, log, 16, 0.1, "local")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    done = done_ids(log)
+    assert sorted(done) == sorted(set(done)) and len(done) == 16  # each video exactly once
+    counts = [int(o[0].split()[1]) for o in outs]
+    assert sum(counts) == 16 and min(counts) > 0  # both did a share
+
+
+def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    dead = Owner(Owner.me().host, 2**22 + 7, "gone")  # no such process
+    assert rd.claim("square", "v_1", dead)
+    assert rd.claim("square", "v_2", Owner("elsewhere", 1, "x"))
+    summary = run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False)
+    # v_1's owner is gone: taken over; v_2's owner is alive elsewhere and within its lease
+    assert summary.done == 2 and summary.claimed_elsewhere == 1
+    assert sorted(done_ids(tmp_path / "log")) == ["v_0", "v_1"]
+    old = time.time() - Owner.me().lease - 60
+    os.utime(rd.claim_path("square", "v_2"), (old, old))  # past the lease: taken over too
+    assert run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False).done == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["local", "ray"])
+def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> None:
+    run, log = tmp_path / "run", tmp_path / "log"
+    n = 12
+    proc = subprocess.Popen([sys.executable, "-c", _worker_script(run, log, n, 0.4, runner)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    status = RunDir(run).status_dir / "square"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(status.glob("*.json"))) < 3:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and, for Ray, its workers
+    proc.wait()
+    finished = len(list(status.glob("*.json")))
+    assert 3 <= finished < n, "the kill must land mid-run"
+    out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, runner)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    resumed = RunDir(run).merge("squares")
+    clean = RunDir(tmp_path / "clean")
+    run_stage(clean, [VideoItem(f"v_{i}", None) for i in range(n)],
+              SquareStage(tmp_path / "clog"), progress=False)
+    pd.testing.assert_frame_equal(resumed, clean.merge("squares"))
+    assert (RunDir(run).status_table()["status"] == "ok").sum() == n
+
+
+def test_runner_choices_and_resources() -> None:
+    assert parse_stage_resources("encoder=0.25, asr=0.5") == {"encoder": 0.25, "asr": 0.5}
+    with pytest.raises(HowtocapError, match="--ray-gpus-per-stage takes KIND=GPUS"):
+        parse_stage_resources("encoder")
+    with pytest.raises(HowtocapError, match="unknown runner 'spark'"):
+        make_runner("spark")
+    assert isinstance(make_runner("ray", ray_gpus="asr=1"), RayRunner)
+
+
+@pytest.mark.slow
+def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video: Path) -> None:
+    """`howtocap run --runner ray`: subtitles and alignment on Ray actors (the embedded encoder
+    loaded once per actor), the LLM stage an HTTP client in the driver; same tables as local."""
+    from tests.chat_server import chat_server
+    from tests.test_caption_pipeline import GOOD, add_video, run_cli
+
+    vids = tmp_path / "videos"
+    for i in range(3):
+        add_video(vids, f"r{i}", base_video, GOOD.replace("eggs", f"egg{i}"))
+    add_video(vids, "broken", base_video, "WEBVTT\n\nnot a cue at all\n")
+    with chat_server() as srv:
+        common = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
+        local = run_cli(*common, "--out", str(tmp_path / "local"), timeout=600)
+        ray = run_cli(*common, "--out", str(tmp_path / "ray"), "--runner", "ray",
+                      "--workers", "2", timeout=600)
+    assert local.returncode == ray.returncode == 1, ray.stderr  # "broken" fails, the rest ok
+    assert "Traceback" not in ray.stderr and "broken" in ray.stderr
+    for table in ("subtitles", "captions", "aligned"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "local" / f"{table}.parquet"),
+                                      pd.read_parquet(tmp_path / "ray" / f"{table}.parquet"))
+    cols = ["video_id", "stage", "status", "message"]
+    a = pd.read_parquet(tmp_path / "local" / "status.parquet")[cols]
+    b = pd.read_parquet(tmp_path / "ray" / "status.parquet")[cols]
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+    assert len(pd.read_parquet(tmp_path / "ray" / "aligned.parquet")) > 0
