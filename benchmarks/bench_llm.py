@@ -53,6 +53,7 @@ COPY_CONTAINMENT = 0.8  # a caption is a verbatim copy when >= 80 % of its words
 THROUGHPUT_MODEL = SMOLLM2
 THROUGHPUT_REQUESTS = 8
 THROUGHPUT_TOKENS = 96
+NEAR_TIE = 0.005  # (P+R)/2 gap the md calls a near tie
 COPY_BASELINE = "copy ASR lines"
 CLEAN_BASELINE = "copy ASR lines, chatter removed (fixture labels)"
 REF_BASELINE = "the reference captions themselves"
@@ -426,6 +427,30 @@ def choose_default(runs: list[dict], baseline: dict) -> dict:
             == (EMBEDDED_DEFAULT, DEFAULT_TEMPLATE_NAME, True)}
 
 
+def _label_points(fig: Any, ax: Any, runs: list[dict], chosen: str) -> None:
+    """Label each point where the text overlaps no earlier label and stays in the axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    spots = [(7, 4, "left"), (7, -11, "left"), (-7, 4, "right"), (-7, -11, "right"),
+             (7, 14, "left"), (7, -21, "left"), (-7, 14, "right"), (-7, -21, "right")]
+    for r in sorted(runs, key=lambda r: (r["seconds_per_block"], -r["quality"])):
+        text = r["label"] + (" (chosen)" if r["label"] == chosen else "")
+        for dx, dy, ha in spots:
+            ann = ax.annotate(text, (r["seconds_per_block"], r["quality"]),
+                              textcoords="offset points", xytext=(dx, dy), ha=ha, fontsize=8,
+                              fontweight="bold" if r["label"] == chosen else "normal")
+            box = ann.get_window_extent(renderer)
+            fits = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0
+                    and box.y1 <= inside.y1)
+            if fits and not any(box.overlaps(p) for p in placed):
+                break
+            if (dx, dy, ha) != spots[-1]:
+                ann.remove()
+        placed.append(box)
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
@@ -524,6 +549,15 @@ def write_md(res: dict) -> str:
         lines.append(f"**No run meets every target.** The best by (precision-cos + "
                      f"recall-cos)/2 is **{ch['label']}** ({ch['quality']:.3f}); it misses: "
                      f"{'; '.join(ch['missed'])}.")
+    close = [r for r in res["runs"] if "skipped" not in r and r["label"] != ch["label"]
+             and ch["quality"] - r["quality"] < NEAR_TIE]
+    if close:
+        lines.append("")
+        lines.append("A near tie (within " + f"{NEAR_TIE}): " + ", ".join(
+            f"{r['label']} ({r['quality']:.4f}, misses "
+            f"{sum(not t['met'] for t in r['targets'].values())} targets)" for r in close)
+            + f" vs {ch['quality']:.4f}; on {res['fixture_blocks']} blocks that gap is noise, "
+            "so the lead may weigh speed and the targets instead.")
     lines.append("")
     lines.append("This is the current default (`EMBEDDED_DEFAULT`, `DEFAULT_TEMPLATE_NAME`, "
                  "`constrain=True`)." if ch["is_current_default"] else
@@ -573,17 +607,12 @@ def write_png(res: dict, path: Path) -> None:
     colors = {m: c for m, c in zip(MODELS, ("tab:blue", "tab:orange", "tab:green"),
                                    strict=True)}
     fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
-    order = sorted(runs, key=lambda r: (r["seconds_per_block"], r["quality"]))
-    for i, r in enumerate(order):
+    for r in runs:
         chosen = r["label"] == res["choice"]["label"]
         ax.scatter(r["seconds_per_block"], r["quality"], s=110 if chosen else 70,
                    marker="o" if r["constrain"] else "X",
                    color=colors.get(r["model"], "tab:gray"),
                    edgecolors="black" if chosen else "none", linewidths=2, zorder=3)
-        ax.annotate(r["label"] + (" (chosen)" if chosen else ""),
-                    (r["seconds_per_block"], r["quality"]), textcoords="offset points",
-                    xytext=(7, 5 if i % 2 == 0 else -12), fontsize=8,
-                    fontweight="bold" if chosen else "normal")
     lines = [b for b in res["baselines"] if b["label"] != REF_BASELINE]
     for b, style in zip(lines, ("--", ":"), strict=True):
         ax.axhline(b["quality"], color="gray", linestyle=style, linewidth=1.2,
@@ -594,7 +623,7 @@ def write_png(res: dict, path: Path) -> None:
     ax.scatter([], [], marker="o", color="gray", label="grammar-constrained")
     ax.scatter([], [], marker="X", color="gray", label="unconstrained")
     xs = [r["seconds_per_block"] for r in runs]
-    ax.set_xlim(0, max(xs) * 1.3)
+    ax.set_xlim(0, max(xs) * 1.35)
     ax.set_xlabel("seconds per block (wall, incl. retries)")
     ax.set_ylabel("(precision-cos + recall-cos) / 2")
     ax.set_title(f"howtocap stage 1: quality vs speed on {res['fixture_blocks']} fixture "
@@ -602,6 +631,8 @@ def write_png(res: dict, path: Path) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
+    ax.set_ylim(*ax.get_ylim())  # freeze the layout, then place the labels
+    _label_points(fig, ax, runs, res["choice"]["label"])
     fig.savefig(path)
     plt.close(fig)
 

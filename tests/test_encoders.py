@@ -207,14 +207,14 @@ def test_unknown_and_broken_names_give_one_line_errors(tmp_path: Path) -> None:
 def test_checkpoints_dispatch_to_the_training_loader(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, object]] = []
-    fake = types.ModuleType("howtocap.train.checkpoint")
+    fake = types.ModuleType("howtocap.encoders.finetuned")
 
     def load_encoder(path: str, device: object) -> str:
         calls.append((path, device))
         return "loaded"
 
     fake.load_encoder = load_encoder  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "howtocap.train.checkpoint", fake)
+    monkeypatch.setitem(sys.modules, "howtocap.encoders.finetuned", fake)
     pt = tmp_path / "model.pt"
     pt.write_bytes(b"x")
     folder = tmp_path / "ckpt"

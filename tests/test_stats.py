@@ -17,11 +17,11 @@ import typer
 from typer.testing import CliRunner
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.report.cli import register
 from howtocap.report.nlp import load_spacy
 from howtocap.report.stats import (
     compute_stats,
     ngram_ratios,
-    register,
     stats_run,
     verb_stats,
     words,

@@ -294,6 +294,9 @@ def framecaps(
     top_k: Annotated[int, typer.Option(min=1, help="Captions kept per captioner (K).")] = 2,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (default: cuda if "
                                                     "available).")] = None,
+    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
+    ray_address: RayAddressOpt = None,
+    ray_gpus_per_stage: RayGpusOpt = None,
     shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
@@ -304,7 +307,8 @@ def framecaps(
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
-                            progress=not quiet, shard=Shard.parse(shard))
+                            progress=not quiet, shard=Shard.parse(shard),
+                            runner=_runner(dict(locals())))
     report_summary(summary)
 
 

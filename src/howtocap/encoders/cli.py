@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import SHARD_HELP, out, report_summary, user_errors
+from howtocap.cliutil import (
+    SHARD_HELP,
+    RayAddressOpt,
+    RayGpusOpt,
+    RunnerName,
+    RunnerOpt,
+    out,
+    report_summary,
+    user_errors,
+)
 from howtocap.pipeline.core import Shard
 
 
@@ -45,6 +54,9 @@ def register(app: typer.Typer) -> None:
         fps: Annotated[float, typer.Option(help="Frames embedded per second.")] = 1.0,
         batch_size: Annotated[int, typer.Option(min=1, help="Frames per encoder batch.")] = 32,
         workers: Annotated[int, typer.Option(min=1, help="Videos in parallel.")] = 1,
+        runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
+        ray_address: RayAddressOpt = None,
+        ray_gpus_per_stage: RayGpusOpt = None,
         shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
         device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda "
                                                         "if available).")] = None,
@@ -52,10 +64,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
         from howtocap.pipeline.frames import frames_run
-        from howtocap.pipeline.runners import LocalRunner
+        from howtocap.pipeline.runners import make_runner
 
+        run_on = make_runner(RunnerName(runner).value, workers=workers,
+                             ray_address=ray_address, ray_gpus=ray_gpus_per_stage)
         summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
-                             batch_size=batch_size, device=device, runner=LocalRunner(workers),
+                             batch_size=batch_size, device=device, runner=run_on,
                              progress=not quiet, shard=Shard.parse(shard))
         report_summary(summary)
 

@@ -123,7 +123,14 @@ class RayRunner:
         except ImportError:
             raise HowtocapError("--runner ray needs Ray: pip install 'howtocap[ray]'") from None
         if not ray.is_initialized():
+            import logging
+
+            # our progress bar and one-line errors are the console; Ray's own lines go to its
+            # log files (set these variables to see them)
             os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+            for name in ("ray", "ray.data"):
+                logging.getLogger(name).setLevel(logging.ERROR)
             kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
                                   "include_dashboard": False, "logging_level": "ERROR"}
             if self.address:
