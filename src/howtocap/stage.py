@@ -34,15 +34,6 @@ class StageOutput:
     warnings: list[str] = field(default_factory=list)
 
 
-class StageError(HowtocapError):
-    """The video failed, but ``tables`` holds what it finished (e.g. its subtitles when the
-    LLM step failed): the pipeline keeps those and records the error."""
-
-    def __init__(self, message: str, tables: Tables | None = None) -> None:
-        super().__init__(message)
-        self.tables: Tables = dict(tables or {})
-
-
 @dataclass(frozen=True)
 class VideoInput:
     """One video as a stage sees it: its files, and its rows of the tables the stage reads."""
@@ -141,7 +132,6 @@ def run_one(stage: Stage, video: VideoInput) -> VideoResult:
         return VideoResult(video.video_id, True, "; ".join(out.warnings), out.tables,
                            list(out.warnings), time.perf_counter() - t0)
     except Exception as exc:  # one video's failure must not stop the batch
-        tables = exc.tables if isinstance(exc, StageError) else {}
         internal = "" if isinstance(exc, HowtocapError) else traceback.format_exc()
-        return VideoResult(video.video_id, False, one_line(exc), tables,
+        return VideoResult(video.video_id, False, one_line(exc),
                            seconds=time.perf_counter() - t0, internal=internal)

@@ -140,7 +140,7 @@ def commit_result(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
     for name, df in res.tables.items():
         rundir.write_part(name, res.video_id, df)
     main = stage.writes[0] if stage.writes else None
-    if not res.ok and main and main not in res.tables:
+    if not res.ok and main:
         # a part left by an earlier run must not be merged beside this failure
         rundir.part_path(main, res.video_id).unlink(missing_ok=True)
     if res.internal:
