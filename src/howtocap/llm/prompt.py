@@ -15,6 +15,7 @@ benchmark does not reward templates for having seen its answers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,12 @@ def load_template(path: str | Path) -> Template:
                     system=str(system) if system else None, examples=pairs)
 
 
+@functools.cache
+def _builtin(name: str) -> Template:
+    """A shipped template, read once per process (it is resolved for every video)."""
+    return load_template(BUILTIN[name])
+
+
 def resolve_template(template: str | Path | Template | None) -> Template:
     """A Template, a built-in name, a path to a file, template text, or None (the default)."""
     if template is None:
@@ -97,7 +104,7 @@ def resolve_template(template: str | Path | Template | None) -> Template:
     if template == "paper":
         return Template()
     if isinstance(template, str) and template in BUILTIN:
-        return load_template(BUILTIN[template])
+        return _builtin(template)
     if isinstance(template, Template):
         return template
     if isinstance(template, Path) or (not any(ph in template for ph in PLACEHOLDERS)
