@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,ray
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
-APT_PACKAGES := ffmpeg espeak-ng chromium
+APT_PACKAGES := ffmpeg espeak-ng chromium default-jre-headless
 DEMO_DATA ?= demo-data
 DEMO_RUN ?= demo-run
 
@@ -23,6 +23,7 @@ system:
 	command -v ffmpeg >/dev/null || missing="$$missing ffmpeg"; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

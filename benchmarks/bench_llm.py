@@ -57,10 +57,11 @@ NEAR_TIE = 0.005  # (P+R)/2 gap the md calls a near tie
 COPY_BASELINE = "copy ASR lines"
 CLEAN_BASELINE = "copy ASR lines, chatter removed (fixture labels)"
 REF_BASELINE = "the reference captions themselves"
-# Issue #9's targets for the default.
+# Issue #9's targets for the default. The copy target is read on whole-line copies: the
+# looser "verbatim copies" measure gives the hand-written reference captions 58 %.
 TARGETS = {
     "parse_success_rate": ("parse success 100 %", lambda v, b: v >= 1.0),
-    "verbatim_copy_rate": ("verbatim copies <= 20 %", lambda v, b: v <= 0.20),
+    "whole_line_copy_rate": ("whole-line copies <= 20 %", lambda v, b: v <= 0.20),
     "filler_rate": ("fillers <= 5 %", lambda v, b: v <= 0.05),
     "realtime_factor": ("real-time >= 3x", lambda v, b: v >= 3.0),
     "recall_cos": ("recall-cos above copy-ASR baseline", lambda v, b: v > b["recall_cos"]),
@@ -143,6 +144,26 @@ def copied_line(caption: str, lines: Sequence[str]) -> int | None:
     return best_i if best >= COPY_CONTAINMENT else None
 
 
+def whole_line_copy(caption: str, lines: Sequence[str]) -> bool:
+    """True when the caption is an ASR line nearly whole: >= 80 % of its words are in one
+    line AND >= 80 % of that line's words are in it. Unlike ``copied_line`` this does not
+    count a short imperative that reuses a few of the narrator's words ("Grab a bowl." from
+    "so first grab a big bowl um whatever you have") — the failure issue #9 is about."""
+    cap = words(caption)
+    if not cap:
+        return False
+    cap_vocab = set(cap)
+    for line in lines:
+        lw = words(line)
+        if not lw:
+            continue
+        vocab = set(lw)
+        if (sum(w in vocab for w in cap) / len(cap) >= COPY_CONTAINMENT
+                and sum(w in cap_vocab for w in lw) / len(lw) >= COPY_CONTAINMENT):
+            return True
+    return False
+
+
 class Scorer:
     """MiniLM embeddings (bundled all-MiniLM-L6-v2), cached per text."""
 
@@ -165,7 +186,8 @@ class Scorer:
         """Per-block quality: copies, fillers, best-match cosines, timestamp error."""
         lines = [s.text for s in video.block.sentences]
         ref = video.reference
-        out: dict[str, Any] = {"captions": len(caps), "copies": 0, "fillers": 0,
+        out: dict[str, Any] = {"captions": len(caps), "copies": 0, "line_copies": 0,
+                               "fillers": 0,
                                "precision_cos": 0.0, "recall_cos": 0.0, "time_errs": [],
                                "caption_notes": []}
         if not caps:
@@ -179,9 +201,11 @@ class Scorer:
             line = int(to_line[i].argmax())
             copy = copied_line(text, lines)
             notes.append({"start": start, "text": text, "nearest_line": line,
-                          "filler": line in video.chatter, "copy_of_line": copy})
+                          "filler": line in video.chatter, "copy_of_line": copy,
+                          "whole_line_copy": whole_line_copy(text, lines)})
         out.update(
             copies=sum(n["copy_of_line"] is not None for n in notes),
+            line_copies=sum(n["whole_line_copy"] for n in notes),
             fillers=sum(n["filler"] for n in notes),
             precision_cos=float(sim.max(axis=1).mean()),
             recall_cos=float(sim.max(axis=0).mean()),
@@ -279,6 +303,8 @@ def aggregate(rows: list[dict]) -> dict[str, Any]:
         "blocks": len(rows),
         "captions_per_block": n_caps / len(rows),
         "verbatim_copy_rate": sum(r["copies"] for r in rows) / n_caps if n_caps else None,
+        "whole_line_copy_rate": (sum(r.get("line_copies", 0) for r in rows) / n_caps
+                                 if n_caps else None),
         "filler_rate": fillers / n_caps if n_caps else None,
         "filler_rate_before_filter": ((fillers + dropped) / (n_caps + dropped)
                                       if n_caps + dropped else None),
@@ -417,7 +443,11 @@ def choose_default(runs: list[dict], baseline: dict) -> dict:
         r["meets_targets"] = all(t["met"] for t in r["targets"].values())
     passing = [r for r in done if r["meets_targets"]]
     pool = passing or done
-    best = max(pool, key=lambda r: r["quality"])
+    top = max(r["quality"] for r in pool)
+    # Within a near tie (noise on 26 blocks) prefer the grammar, which guarantees parsing on
+    # inputs the fixture does not cover, then the faster run.
+    best = min((r for r in pool if r["quality"] >= top - NEAR_TIE),
+               key=lambda r: (not r["constrain"], r["seconds_per_block"]))
     missed = [t["target"] for t in best["targets"].values() if not t["met"]]
     return {"label": best["label"], "model": best["model"], "template": best["template"],
             "constrain": best["constrain"], "quality": best["quality"],
@@ -483,18 +513,22 @@ def write_md(res: dict) -> str:
         f"(`benchmarks/data/llm_fixture.json`). Every block runs through the real stage "
         f"(`caption_video`: parse, one retry of a block with no caption at temperature 0.7, "
         f"chatter filter), greedy decoding, max_tokens={MAX_TOKENS}, one request at a time. "
-        f"Total benchmark time: {res['seconds']:.0f} s.", "",
+        f"Total benchmark time: {res['seconds']:.0f} s."
+        + (" Captions re-filtered with the current chatter filter after the run "
+           "(`--render --refilter`; the filter runs after parsing, so this equals a re-run)."
+           if res.get("refiltered") else ""), "",
         "| model | template | grammar | s/block | CPU s/block | real-time | gen tok/s "
-        "| prompt tok/s | parse ok | retried | captions/block | verbatim copies | fillers "
+        "| prompt tok/s | parse ok | retried | captions/block | verbatim copies "
+        "| whole-line copies | fillers "
         "| fillers before filter | precision-cos | recall-cos | (P+R)/2 | time err (s) "
         "| load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["runs"]:
         grammar = "yes" if r["constrain"] else "no"
         if "skipped" in r:
             lines.append(f"| {r['model']} | {r['template']} | {grammar} | skipped: "
-                         f"{_cell(r['skipped'])} |" + " |" * 15)
+                         f"{_cell(r['skipped'])} |" + " |" * 16)
             continue
         mark = " **(chosen)**" if r["label"] == ch["label"] else ""
         lines.append(
@@ -504,7 +538,8 @@ def write_md(res: dict) -> str:
             f"{_num(r['gen_tok_per_s'], '.1f')} | {_num(r['prompt_tok_per_s'], '.0f')} | "
             f"{_pct(r['parse_success_rate'])} | {r['retried_blocks']} | "
             f"{r['captions_per_block']:.1f} | {_pct(r['verbatim_copy_rate'])} | "
-            f"{_pct(r['filler_rate'])} | {_pct(r['filler_rate_before_filter'])} | "
+            f"{_pct(r.get('whole_line_copy_rate'))} | {_pct(r['filler_rate'])} | "
+            f"{_pct(r['filler_rate_before_filter'])} | "
             f"{r['precision_cos']:.3f} | {r['recall_cos']:.3f} | {r['quality']:.3f} | "
             f"{_num(r['time_err_s'], '.1f')} | "
             f"{r['load_avg_start']:.1f}–{r['load_avg_end']:.1f} |")
@@ -512,7 +547,8 @@ def write_md(res: dict) -> str:
         lines.append(
             f"| {b['label']} (baseline) | - | - | - | - | - | - | - | - | - | "
             f"{b['captions_per_block']:.1f} | {_pct(b['verbatim_copy_rate'])} | "
-            f"{_pct(b['filler_rate'])} | - | {b['precision_cos']:.3f} | "
+            f"{_pct(b.get('whole_line_copy_rate'))} | {_pct(b['filler_rate'])} | - | "
+            f"{b['precision_cos']:.3f} | "
             f"{b['recall_cos']:.3f} | {b['quality']:.3f} | {_num(b['time_err_s'], '.1f')} | - |")
     lines += [
         "",
@@ -526,7 +562,11 @@ def write_md(res: dict) -> str:
         f"- **verbatim copies**: captions whose words (lower case, no punctuation) are "
         f">= {COPY_CONTAINMENT:.0%} contained in one ASR line. **fillers**: captions whose most "
         "similar ASR line (MiniLM cosine) is one the fixture labels chatter or digression; "
-        "**before filter** also counts the captions the chatter filter dropped.",
+        "**before filter** also counts the captions the chatter filter dropped. "
+        "**whole-line copies**: the caption is an ASR line nearly whole (>= 80 % of its words "
+        "in one line and >= 80 % of that line's words in the caption) — the copying issue #9 "
+        "reported; *verbatim copies* also counts a short imperative that reuses the "
+        "narrator's words, which the reference captions do too.",
         "- **precision-cos**: mean over captions of the best cosine to a reference; "
         "**recall-cos**: mean over references of the best cosine to a caption (both "
         "averaged over blocks); **time err**: |start - reference second| between each "
@@ -550,14 +590,14 @@ def write_md(res: dict) -> str:
                      f"recall-cos)/2 is **{ch['label']}** ({ch['quality']:.3f}); it misses: "
                      f"{'; '.join(ch['missed'])}.")
     close = [r for r in res["runs"] if "skipped" not in r and r["label"] != ch["label"]
-             and ch["quality"] - r["quality"] < NEAR_TIE]
+             and abs(ch["quality"] - r["quality"]) < NEAR_TIE]
     if close:
         lines.append("")
         lines.append("A near tie (within " + f"{NEAR_TIE}): " + ", ".join(
             f"{r['label']} ({r['quality']:.4f}, misses "
             f"{sum(not t['met'] for t in r['targets'].values())} targets)" for r in close)
             + f" vs {ch['quality']:.4f}; on {res['fixture_blocks']} blocks that gap is noise, "
-            "so the lead may weigh speed and the targets instead.")
+            "so the choice prefers the grammar (parsing guaranteed), then speed.")
     lines.append("")
     lines.append("This is the current default (`EMBEDDED_DEFAULT`, `DEFAULT_TEMPLATE_NAME`, "
                  "`constrain=True`)." if ch["is_current_default"] else
@@ -663,10 +703,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite md/png (and baselines) from the folder's llm.json")
+    ap.add_argument("--refilter", action="store_true",
+                    help="with --render: apply today's chatter filter to the stored captions "
+                         "(the filter runs after parsing, so this equals a re-run)")
     args = ap.parse_args()
     out_dir = args.out or (QUICK_OUT if args.quick else OUT)
     if args.render:
-        render(out_dir)
+        render(out_dir, refilter=args.refilter)
         return
     t_all = time.perf_counter()
     load_start = os.getloadavg()
@@ -697,14 +740,39 @@ def main() -> None:
     write_outputs(res, out_dir)
 
 
-def render(out_dir: Path) -> None:
+def render(out_dir: Path, refilter: bool = False) -> None:
     """Rewrite llm.{json,md,png} from an earlier run's llm.json (baselines and the choice
     recomputed from the fixture; no model runs)."""
     res = json.loads((out_dir / "llm.json").read_text())
     fixture = load_fixture()[: res["fixture_blocks"]]
-    res["baselines"] = bench_baselines(fixture, Scorer())
+    scorer = Scorer()
+    if refilter:
+        refilter_runs(res, fixture, scorer)
+    res["baselines"] = bench_baselines(fixture, scorer)
     res["choice"] = choose_default(res["runs"], res["baselines"][0])
     write_outputs(res, out_dir)
+
+
+def refilter_runs(res: dict, fixture: list[Video], scorer: Scorer) -> None:
+    """Drop the stored captions that today's chatter filter catches and re-score the runs.
+
+    The filter runs on parsed captions after any retry, so the captions a re-run would keep
+    are exactly the stored ones minus those it now drops; no model is needed."""
+    by_id = {v.video_id: v for v in fixture}
+    for run in res["runs"]:
+        if "block_rows" not in run:
+            continue
+        rows = []
+        for row in run["block_rows"]:
+            video = by_id[row["video_id"]]
+            notes = row.get("caption_notes") or []
+            keep = [(float(n["start"]), str(n["text"])) for n in notes
+                    if not is_chatter(n["text"])]
+            row["stats"]["chatter"] += len(notes) - len(keep)
+            row.update(scorer.score(video, keep))
+            rows.append(row)
+        run.update(aggregate(rows))
+    res["refiltered"] = True
 
 
 def write_outputs(res: dict, out_dir: Path) -> None:

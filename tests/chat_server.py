@@ -71,8 +71,8 @@ class ChatServer:
 
 
 @contextmanager
-def chat_server(**kw: Any) -> Iterator[ChatServer]:
-    srv = ChatServer(**kw)
+def serving(srv: Any) -> Iterator[Any]:
+    """Serve ``srv.httpd`` on a daemon thread for the block, then shut it down."""
     thread = threading.Thread(target=srv.httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -80,4 +80,10 @@ def chat_server(**kw: Any) -> Iterator[ChatServer]:
     finally:
         srv.httpd.shutdown()
         srv.httpd.server_close()
+
+
+@contextmanager
+def chat_server(**kw: Any) -> Iterator[ChatServer]:
+    with serving(ChatServer(**kw)) as srv:
+        yield srv
 

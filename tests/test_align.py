@@ -11,12 +11,15 @@ import pytest
 from pydantic import ValidationError
 
 from howtocap.align import (
+    DEFAULT_NULL_Z,
     AlignConfig,
     align_config,
     align_video,
     apply_filter,
     candidate_windows,
     choose_threshold,
+    describe_filter,
+    filter_mode,
     offset_grid,
     window_scores,
 )
@@ -98,30 +101,139 @@ def test_windows_are_clamped_at_both_borders() -> None:
 def test_video_shorter_than_one_window_uses_whole_video() -> None:
     rng = np.random.default_rng(2)
     emb = _unit(rng.normal(size=(5, 8)))
-    text = _unit(rng.normal(size=(2, 8)))
+    text = _unit(rng.normal(size=(3, 8)))
     cfg = AlignConfig()
     ws, we, lo, hi, _ = candidate_windows(np.array([2.0, 30.0]), 5, 4.6, cfg)
     assert np.all(ws == 0.0) and np.all(we == 4.6)
     assert np.all(lo == 0) and np.all(hi == 5)  # row 4's middle (4.5) is inside [0, 4.6)
-    caps = pd.DataFrame({"video_id": "v", "start": [2.0, 30.0], "end": [10.0, 38.0],
-                         "text": ["a", "b"]})
+    caps = pd.DataFrame({"video_id": "v", "start": [2.0, 30.0, -9.0], "end": [10.0, 38.0, -1.0],
+                         "text": ["a", "b", "c"]})
     out = align_video("v", caps, [Frames(emb, duration=4.6)], [text], ["e"], cfg)
-    assert out["start"].tolist() == [0.0, 0.0] and out["end"].tolist() == [4.6, 4.6]
-    assert out["offset"].tolist() == [-2.0, -30.0]
-    np.testing.assert_allclose(out["score"], text @ emb.mean(axis=0), atol=1e-6)
+    # 2 and -9 reach the whole video within 10 s; 30 would have to move 30 s: outside
+    assert out["outside"].tolist() == [False, True, False]
+    assert out.loc[[0, 2], "start"].tolist() == [0.0, 0.0]
+    assert out.loc[[0, 2], "end"].tolist() == [4.6, 4.6]
+    assert out.loc[[0, 2], "offset"].tolist() == [-2.0, 9.0]
+    np.testing.assert_allclose(out.loc[[0, 2], "score"], text[[0, 2]] @ emb.mean(axis=0),
+                               atol=1e-6)
+    assert np.isnan(out.loc[1, "score"]) and out.loc[1, "start"] == 30.0
 
 
-def test_captions_past_the_end_are_clamped() -> None:
+def _guarded_reference(emb: np.ndarray, text: np.ndarray, starts: np.ndarray, duration: float,
+                       cfg: AlignConfig) -> list[float | None]:
+    """Brute force from the documented rule: clamp each shifted window into the video, allow
+    it only if the caption moves at most T, take the best allowed (None: outside)."""
+    ref = _loop_reference(emb, text, starts, duration, cfg)
+    extent = min(duration, len(emb) / cfg.fps)
+    k = int(math.floor(cfg.offset_seconds / cfg.offset_step + 1e-9))
+    chosen: list[float | None] = []
+    for c, s in enumerate(starts):
+        best: tuple[float, float, float] | None = None  # (-score, |δ|, start)
+        for j, step in enumerate(range(-k, k + 1)):
+            a = min(max(s + step * cfg.offset_step, 0.0), extent - cfg.clip_seconds) \
+                if extent >= cfg.clip_seconds else 0.0
+            if abs(a - s) > cfg.offset_seconds + 1e-9:
+                continue
+            cand = (-round(ref[c, j], 6), abs(step), a)
+            best = cand if best is None or cand < best else best
+        chosen.append(None if best is None else best[2])
+    return chosen
+
+
+@pytest.mark.parametrize("duration", [40.0, 37.5])
+def test_guard_at_both_ends_no_caption_moves_more_than_t(duration: float) -> None:
     rng = np.random.default_rng(3)
-    emb = _unit(rng.normal(size=(30, 8)))
-    caps = pd.DataFrame({"video_id": "v", "start": [100.0, -5.0], "end": [108.0, 3.0],
-                         "text": ["late", "early"]})
-    text = _unit(rng.normal(size=(2, 8)))
-    out = align_video("v", caps, [Frames(emb, duration=30.0)], [text], ["e"], AlignConfig())
-    assert out.loc[0, "start"] == 22.0 and out.loc[0, "end"] == 30.0
-    assert out.loc[0, "offset"] == -78.0 and out.loc[0, "orig_start"] == 100.0
-    assert 0.0 <= out.loc[1, "start"] <= 5.0
-    assert list(out.columns[:len(SCHEMAS["aligned"])]) == list(SCHEMAS["aligned"])
+    emb = _unit(rng.normal(size=(int(np.ceil(duration)), 8)))
+    last_ok = duration - 8 + 10  # the latest start that can still reach a whole clip
+    starts = np.array([-18.0, -10.5, -10.0, -4.0, 0.0, 13.0, 30.0, last_ok, last_ok + 0.5,
+                       55.0, 200.0])
+    caps = pd.DataFrame({"video_id": "v", "start": starts, "end": starts + 8,
+                         "text": [f"c{i}" for i in range(len(starts))]})
+    text = _unit(rng.normal(size=(len(starts), 8)))
+    cfg = AlignConfig()
+    out = align_video("v", caps, [Frames(emb, duration=duration)], [text], ["e"], cfg)
+    expect_out = [True, True, False, False, False, False, False, False, True, True, True]
+    assert out["outside"].tolist() == expect_out
+    inside = out[~out["outside"]]
+    assert np.all(np.abs(inside["offset"]) <= 10.0 + 1e-9)
+    assert np.all(inside["start"] >= 0) and np.all(inside["end"] <= duration + 1e-9)
+    np.testing.assert_allclose(inside["start"] - inside["orig_start"], inside["offset"])
+    # the issue's example: a caption at 55 s of a 40-s video is dropped, not moved by -23 s
+    assert bool(out.loc[9, "outside"]) and out.loc[9, "offset"] == 0.0
+    assert out.loc[2, "start"] == 0.0 and out.loc[2, "offset"] == 10.0  # start end: +T exactly
+    assert out.loc[7, "start"] == duration - 8 and out.loc[7, "offset"] == -10.0  # end: -T
+    brute = _guarded_reference(emb, text, starts, duration, cfg)
+    assert [b is None for b in brute] == expect_out
+    np.testing.assert_allclose(inside["start"], [b for b in brute if b is not None])
+    assert out.loc[out["outside"], "score"].isna().all()
+
+
+def test_a_dropped_caption_never_shifts_the_others() -> None:
+    """The reference skips a caption without advancing its text index, so every later caption
+    is scored with the wrong text; here each caption is its own row."""
+    emb, text, starts = _planted(2.0)
+    keep = pd.DataFrame({"video_id": "v", "start": starts, "end": starts + 8,
+                         "text": [f"step {i}" for i in range(10)]})
+    junk = pd.DataFrame({"video_id": "v", "start": [500.0, -40.0], "end": [508.0, -32.0],
+                         "text": ["past the end", "before the start"]})
+    mixed = pd.concat([keep.iloc[:3], junk.iloc[:1], keep.iloc[3:7], junk.iloc[1:],
+                       keep.iloc[7:]], ignore_index=True)
+    rng = np.random.default_rng(11)
+    junk_text = _unit(rng.normal(size=(2, text.shape[1])))
+    mixed_text = np.concatenate([text[:3], junk_text[:1], text[3:7], junk_text[1:], text[7:]])
+    ref = _unit(rng.normal(size=(12, text.shape[1])))
+    ref_vids = [f"o{i % 4}" for i in range(12)]
+    fr = [Frames(emb, duration=80.0)]
+    a = align_video("v", keep, fr, [text], ["e"], AlignConfig(), reference=[ref],
+                    reference_videos=ref_vids)
+    b = align_video("v", mixed, fr, [mixed_text], ["e"], AlignConfig(), reference=[ref],
+                    reference_videos=ref_vids)
+    assert b["outside"].sum() == 2 and not a["outside"].any()
+    b_in = b[~b["outside"]].reset_index(drop=True)
+    for col in ("start", "end", "offset", "score", "null_z", "text"):
+        assert b_in[col].tolist() == a[col].tolist(), col
+    assert a["offset"].tolist() == [2.0] * 10  # and the planted shift is still found
+
+
+def _robust_z(x: float, null: np.ndarray) -> float:
+    med = float(np.median(null))
+    return (x - med) / (1.4826 * float(np.median(np.abs(null - med))))
+
+
+def test_null_z_by_hand() -> None:
+    rng = np.random.default_rng(12)
+    emb = _unit(rng.normal(size=(30, 6)))
+    text = _unit(rng.normal(size=(2, 6)))
+    ref = _unit(rng.normal(size=(14, 6)))
+    vids = ["v"] * 3 + [f"o{i}" for i in range(11)]  # the first 3 are this video's: left out
+    caps = pd.DataFrame({"video_id": "v", "start": [4.0, 15.0], "end": [12.0, 23.0],
+                         "text": ["a", "b"]})
+    out = align_video("v", caps, [Frames(emb, duration=30.0)], [text], ["e"], AlignConfig(),
+                      reference=[ref], reference_videos=vids)
+    for i in range(2):
+        a = int(out.loc[i, "start"])
+        clip = emb[a:a + 8].mean(axis=0)
+        null = ref[3:] @ clip
+        assert out.loc[i, "score"] == pytest.approx(float(text[i] @ clip), abs=1e-9)
+        assert out.loc[i, "null_z"] == pytest.approx(_robust_z(text[i] @ clip, null), abs=1e-9)
+    # with clips of other videos too: z_clip is the caption against them, null_z the mean
+    clips = _unit(rng.normal(size=(16, 6)))
+    cvids = ["v"] * 4 + ["o1"] * 12  # this video's own clips are left out
+    both = align_video("v", caps, [Frames(emb, duration=30.0)], [text], ["e"], AlignConfig(),
+                       reference=[ref], reference_videos=vids, clips=[clips],
+                       clip_videos=cvids)
+    for i in range(2):
+        null = clips[4:] @ text[i]
+        zc = _robust_z(both.loc[i, "score"], null)
+        assert both.loc[i, "z_clip"] == pytest.approx(zc, abs=1e-9)
+        assert both.loc[i, "z_text"] == pytest.approx(out.loc[i, "null_z"], abs=1e-12)
+        assert both.loc[i, "null_z"] == pytest.approx((zc + out.loc[i, "null_z"]) / 2, abs=1e-9)
+    # fewer than MIN_REFERENCE captions of other videos: no z, and the default keeps it
+    few = align_video("v", caps, [Frames(emb, duration=30.0)], [text], ["e"], AlignConfig(),
+                      reference=[ref[:8]], reference_videos=vids[:8])
+    assert few["null_z"].isna().all()
+    kept, _ = apply_filter(few, AlignConfig())
+    assert kept["kept"].all()
 
 
 def _planted(shift: float, d: int = 32, seed: int = 4
@@ -174,11 +286,15 @@ def test_zero_captions_and_partial_video() -> None:
     out = align_video("v", caps, [Frames(emb)], [np.zeros((0, 4))], ["e"], AlignConfig())
     assert len(out) == 0 and list(out.columns[:len(SCHEMAS["aligned"])]) == list(
         SCHEMAS["aligned"])
-    caps = pd.DataFrame({"video_id": "v", "start": [20.0], "end": [28.0], "text": ["x"]})
-    # the video is 40 s long, but only 12 s decoded: align on the decoded part and say so
+    caps = pd.DataFrame({"video_id": "v", "start": [12.0, 20.0], "end": [20.0, 28.0],
+                         "text": ["x", "y"]})
+    # the video is 40 s long, but only 12 s decoded: align on the decoded part and say so; a
+    # caption that cannot reach a clip of the decoded part within 10 s is outside
     out = align_video("v", caps, [Frames(emb, duration=40.0, partial=True)],
-                      [_unit(np.ones((1, 4)))], ["e"], AlignConfig())
-    assert bool(out.loc[0, "partial"]) and out.loc[0, "end"] == 12.0
+                      [_unit(np.ones((2, 4)))], ["e"], AlignConfig())
+    assert bool(out.loc[0, "partial"]) and 2.0 <= out.loc[0, "start"] <= 4.0
+    assert out.loc[0, "end"] <= 12.0
+    assert out["outside"].tolist() == [False, True]
 
 
 def test_offset_grid_steps() -> None:
@@ -202,12 +318,34 @@ def test_filters_exact_on_small_data() -> None:
     assert thr == 93.0 and sorted(out.loc[out["kept"], "score"]) == [93, 94, 95, 96, 97, 98, 99]
     out, thr = apply_filter(df, AlignConfig(keep_top=1000))
     assert bool(out["kept"].all())
-    out, thr = apply_filter(df, AlignConfig())
-    assert thr == -math.inf and bool(out["kept"].all())
     out, _ = apply_filter(df, AlignConfig(keep_top=0))
     assert not out["kept"].any()
     with pytest.raises(ValidationError):
         AlignConfig(threshold=0.2, keep_top=5)
+    # the explicit modes ignore null_z entirely: same kept rows with or without it
+    z = pd.Series(np.linspace(-2, 3, 100)[::-1])
+    for cfg in (AlignConfig(threshold=42.5), AlignConfig(quantile=0.1), AlignConfig(keep_top=7)):
+        a, ta = apply_filter(df, cfg)
+        b, tb = apply_filter(df.assign(null_z=z), cfg)
+        assert ta == tb and a["kept"].tolist() == b["kept"].tolist()
+
+
+def test_default_filter_is_the_null_z_bar() -> None:
+    df = _table([float(x) for x in range(6)], ["a", "a", "b", "b", "c", "c"])
+    bar = DEFAULT_NULL_Z
+    df["null_z"] = [3.0, 0.2, bar, float("nan"), -1.0, bar - 0.01]
+    out, thr = apply_filter(df, AlignConfig())
+    assert thr == -math.inf  # not a score threshold
+    assert out["kept"].tolist() == [True, False, True, True, False, False]  # NaN: kept
+    out, _ = apply_filter(df, AlignConfig(null_z=0.1))
+    assert out["kept"].tolist() == [True, True, True, True, False, True]
+    out, _ = apply_filter(df, AlignConfig(keep_all=True))
+    assert bool(out["kept"].all())
+    assert describe_filter(AlignConfig(), thr).startswith(f"default filter: null z >= {bar:g}")
+    assert filter_mode(AlignConfig(quantile=0.5)) == "quantile"
+    for bad in ({"null_z": 1.0, "threshold": 0.2}, {"keep_all": True, "quantile": 0.5}):
+        with pytest.raises(ValidationError, match="choose one filter"):
+            AlignConfig(**bad)
 
 
 def test_keep_top_sample_estimate_on_large_data() -> None:

@@ -101,8 +101,10 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         # the LLM failed on "noparse", but its subtitles are finished work and are kept
         assert set(subs["video_id"]) == {"good_a", "good_b", "noparse"}
 
-        # a re-run only redoes what failed: the good videos cost no LLM request
-        res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet")
+        # a re-run with --retry-failed only redoes what failed: the good videos cost no LLM
+        # request (without the flag failed videos stay failed: tests/test_status.py)
+        res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet",
+                       "--retry-failed")
         assert res2.returncode == 1
         assert "2 already done" in res2.stderr
         # only the NOPARSE block reaches the LLM again (a try and its one retry)

@@ -67,6 +67,19 @@ def test_chatter_patterns() -> None:
         assert not is_chatter(text), text
 
 
+def test_chatter_signoffs_and_digressions() -> None:
+    """Sign-offs, shout-outs and asides are chatter; steps that share their words are not."""
+    for text in ["And that's all for today!", "Shout-out to everyone who left me a comment.",
+                 "Tell me in the comments what to build next.", "Sorry, the phone rang.",
+                 "Enjoy the video.", "Trust me on this one.", "Smash that button.",
+                 "Funny story about this saw.", "I got it for twenty bucks."]:
+        assert is_chatter(text), text
+    for text in ["That's it, now sand the edge.", "Watch the oil level closely.",
+                 "Comment out the old line in the config file.", "Start the engine.",
+                 "Press the button to release the blade.", "Shout the count to your partner."]:
+        assert not is_chatter(text), text
+
+
 def test_chatter_captions_are_dropped_and_counted() -> None:
     class Scripted:
         name = "scripted"

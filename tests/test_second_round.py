@@ -34,16 +34,18 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
 
     first = align_run(rd, ["default"], AlignConfig(quantile=0.8), progress=False)
     assert first.done == 3 and first.ok
+    # the fine-tune for the second round: HowToCaption's recipe with L_align (alpha 0.1)
     res = train(rd.root, out_dir=tmp_path / "round1", encoder="default", epochs=1,
-                batch_size=4, frames_per_clip=2, eval_fraction=0.2, train_params="residual",
-                progress=False)
+                recipe="second-round", batch_size=4, frames_per_clip=2, eval_frames=2,
+                queue_size=16, eval_fraction=0.2, train_params="residual", progress=False)
     ckpt = tmp_path / "round1" / "ckpt" / "last.pt"
     assert ckpt.exists() and res.n_train_clips > 0
+    assert "reg" in res.history[-1]  # L_align was on
 
     # the CLI, as a user types it: the original and the fine-tuned encoder, averaged
     out = subprocess.run([sys.executable, "-m", "howtocap.cli", "align", str(rd.root),
                           "--encoder", "default", "--encoder", str(ckpt), "--quantile", "0.8",
-                          "--quiet"], capture_output=True, text=True, timeout=300)
+                          "--redo", "--quiet"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     aligned = pd.read_parquet(rd.root / "aligned.parquet")
     assert len(aligned) == len(rows)

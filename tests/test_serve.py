@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from howtocap.errors import HowtocapError, InputError
 from howtocap.search import Searcher
 from howtocap.serve import create_app
+from howtocap.serve.guard import Limits
 from search_support import LLM_SHIFT, Renamed, ServerThread, encoder, shared_run
 
 
@@ -25,8 +27,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(run: Path) -> Iterator[ServerThread]:
-    with ServerThread(create_app(run, searcher=Searcher.open(run, encoder()), max_k=50)) as srv:
+def searcher(run: Path) -> Searcher:
+    return Searcher.open(run, encoder())
+
+
+@pytest.fixture(scope="module")
+def server(run: Path, searcher: Searcher) -> Iterator[ServerThread]:
+    # no rate limit here: these tests are about answers; the guard has its own servers below
+    with ServerThread(create_app(run, searcher=searcher, max_k=50,
+                                 limits=Limits(rate_per_s=0))) as srv:
         yield srv
 
 
@@ -182,3 +191,187 @@ def test_index_of_an_older_format_is_refused(tmp_path: Path, run: Path) -> None:
     (copy / "index" / "meta.json").write_text(json.dumps({**meta, "version": 0}))
     with pytest.raises(InputError, match="rebuild"):
         Searcher.open(copy, encoder())
+
+
+# -- the guard: who may listen where, API key, limits, rate, health and metrics --------------
+KEY = "k3y-for-tests-0123456789"
+
+
+def raw(port: int, data: bytes, body_chunks: list[bytes] = ()) -> tuple[int, dict, bytes]:
+    """One request byte for byte on its own connection; reads until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(data)
+        for chunk in body_chunks:
+            try:
+                s.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except ConnectionResetError:
+            pass
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(b":") for x in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.fixture(scope="module")
+def keyed(run: Path, searcher: Searcher) -> Iterator[ServerThread]:
+    limits = Limits(api_key=KEY, rate_per_s=0, max_body_bytes=2_000, max_url_bytes=1_000)
+    with ServerThread(create_app(run, searcher=searcher, limits=limits)) as srv:
+        yield srv
+
+
+def test_non_loopback_host_is_refused_in_one_line(run: Path) -> None:
+    from typer.testing import CliRunner
+
+    from howtocap.cli import app
+    from howtocap.serve import serve
+
+    with pytest.raises(HowtocapError, match=r"refusing to listen on 0\.0\.0\.0 .*--api-key-env"):
+        serve(run, host="0.0.0.0")
+    res = CliRunner().invoke(app, ["serve", str(run), "--host", "192.0.2.7"])
+    assert res.exit_code == 2
+    out = " ".join(res.output.split())
+    assert "refusing to listen on 192.0.2.7" in out and "--public" in out
+    assert "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["serve", str(run), "--host", "0.0.0.0", "--api-key-env",
+                                   "HOWTOCAP_TEST_UNSET_VAR"])
+    assert res.exit_code == 2 and "HOWTOCAP_TEST_UNSET_VAR is not set" in " ".join(
+        res.output.split())
+
+
+def test_listen_rules() -> None:
+    from howtocap.serve.guard import check_listen, is_loopback
+
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert is_loopback(host), host
+        check_listen(host, api_key=None, public=False)
+    for host in ("0.0.0.0", "::", "192.0.2.7", "no-such-host.invalid"):
+        assert not is_loopback(host), host
+    check_listen("0.0.0.0", api_key=KEY, public=False)
+    check_listen("0.0.0.0", api_key=None, public=True)
+    with pytest.raises(HowtocapError, match="too short"):
+        check_listen("0.0.0.0", api_key="short", public=False)
+
+
+def test_api_key_required_and_accepted(keyed: ServerThread) -> None:
+    import base64
+
+    url = keyed.url + "/api/search"
+    params = {"q": "brush the cat", "k": 1}
+    r = httpx.get(url, params=params)
+    assert r.status_code == 401 and "API key" in r.json()["detail"]
+    assert r.headers["www-authenticate"].startswith("Basic")  # a browser asks for it
+    assert httpx.get(url, params=params, headers={"X-API-Key": KEY + "x"}).status_code == 401
+    assert httpx.get(url, params=params,
+                     headers={"Authorization": "Bearer " + KEY[:-1]}).status_code == 401
+    basic = base64.b64encode(f"anyone:{KEY}".encode()).decode()
+    for headers in ({"Authorization": f"Bearer {KEY}"}, {"X-API-Key": KEY},
+                    {"Authorization": f"Basic {basic}"}):
+        r = httpx.get(url, params=params, headers=headers)
+        assert r.status_code == 200, headers
+        assert r.json()["hits"][0]["video_id"] == "kitchen"
+    for path in ("/media/kitchen", "/api/videos", "/", "/metrics"):
+        assert httpx.get(keyed.url + path).status_code == 401, path
+    assert httpx.get(keyed.url + "/healthz").status_code == 200  # load balancers need no key
+
+
+@pytest.mark.parametrize(("params", "status", "words"), [
+    ({"q": "x" * 501}, 422, "longer than 500"),
+    ({"q": "x", "k": 101}, 422, "between 1 and 100"),
+    ({"q": "cut\x00the tomato"}, 422, "control characters"),
+])
+def test_query_limits(keyed: ServerThread, params: dict, status: int, words: str) -> None:
+    r = httpx.get(keyed.url + "/api/search", params=params, headers={"X-API-Key": KEY})
+    assert r.status_code == status and words in r.json()["detail"]
+
+
+def test_body_and_url_limits(keyed: ServerThread) -> None:
+    auth = f"X-API-Key: {KEY}\r\nContent-Type: application/json\r\n"
+    # a declared 50 MB body is refused at once, without waiting for (or reading) it
+    status, headers, body = raw(keyed.port, (
+        f"POST /api/search HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 50000000\r\n\r\n")
+        .encode())
+    assert status == 413 and b"larger than 2000 bytes" in body
+    assert headers[b"connection"] == b"close"
+    # a chunked body (no Content-Length) is cut off as it streams in
+    chunk = b"800\r\n" + b"a" * 0x800 + b"\r\n"
+    status, _, body = raw(keyed.port, (
+        "POST /api/search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        f"{auth}\r\n").encode(), [chunk] * 4 + [b"0\r\n\r\n"])
+    assert status == 413, body
+    r = httpx.post(keyed.url + "/api/search", headers={"X-API-Key": KEY},
+                   json={"q": "brush the cat", "pad": "p" * 1_500})  # under the limit: fine
+    assert r.status_code == 200
+    r = httpx.get(keyed.url + "/api/search?q=" + "u" * 1_200, headers={"X-API-Key": KEY})
+    assert r.status_code == 414
+    assert httpx.get(keyed.url + "/healthz").json()["status"] == "ok"
+
+
+def test_rate_limit_answers_429_with_retry_after(run: Path, searcher: Searcher) -> None:
+    limits = Limits(rate_per_s=0.5, burst=3)
+    with ServerThread(create_app(run, searcher=searcher, limits=limits)) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as c:
+        got = [c.get("/api/search", params={"q": "coffee", "k": 1}) for _ in range(6)]
+        statuses = [r.status_code for r in got]
+        assert statuses[:3] == [200, 200, 200] and statuses[-1] == 429, statuses
+        limited = [r for r in got if r.status_code == 429]
+        wait = int(limited[-1].headers["retry-after"])
+        assert 1 <= wait <= 2 and "too many requests" in limited[-1].json()["detail"]
+        # another client (as forwarded by a proxy on this machine) has its own budget
+        other = c.get("/api/search", params={"q": "coffee", "k": 1},
+                      headers={"X-Forwarded-For": "203.0.113.9"})
+        assert other.status_code == 200
+        assert c.get("/healthz").status_code == 200  # never limited
+        time.sleep(wait)
+        assert c.get("/api/search", params={"q": "coffee", "k": 1}).status_code == 200
+
+
+def test_metrics_count_requests_and_latency(run: Path, searcher: Searcher) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with ServerThread(create_app(run, searcher=searcher, limits=Limits(rate_per_s=0))) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as c:
+        for q in ("coffee", "rocket", "cat"):
+            assert c.get("/api/search", params={"q": q, "by": "both"}).status_code == 200
+        assert c.post("/api/search", json={"q": "coins"}).status_code == 200
+        assert c.get("/api/videos/nope").status_code == 404
+        assert c.get("/media/../../etc/passwd").status_code == 404
+        r = c.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+
+    def count(route: str, status: str, method: str = "GET") -> float:
+        return samples.get(("howtocap_http_requests_total", (
+            ("method", method), ("route", route), ("status", status))), 0.0)
+
+    assert count("/api/search", "200") == 3
+    assert count("/api/search", "200", "POST") == 1
+    assert count("/api/videos/{video_id:path}", "404") == 1
+    assert samples[("howtocap_http_request_duration_seconds_count",
+                    (("route", "/api/search"),))] == 4
+    assert samples[("howtocap_search_duration_seconds_count", (("by", "both"),))] == 3
+    assert samples[("howtocap_search_duration_seconds_count", (("by", "text"),))] == 1
+    assert samples[("howtocap_index_clips", ())] == len(searcher)
+
+
+def test_healthz(server: ServerThread, searcher: Searcher) -> None:
+    r = httpx.get(server.url + "/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "clips": len(searcher)}
+
+
+@pytest.mark.parametrize("path", [
+    "/api/videos/..%2F..%2F..%2Fetc%2Fpasswd/thumbnail?t=1",
+    "/api/videos/../../../../etc/passwd/thumbnail?t=1",
+    "/api/videos/%2Fetc%2Fpasswd/thumbnail?t=1", "/media/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+    "/media/kitchen%2F..%2F..%2Fetc%2Fpasswd", "/video/..%2F..%2Fetc%2Fpasswd",
+])
+def test_traversal_on_media_and_thumbnail_routes(server: ServerThread, path: str) -> None:
+    status, _, body = raw(server.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+                                       "Connection: close\r\n\r\n".encode())
+    assert 400 <= status < 500 and b"root:" not in body

@@ -18,13 +18,14 @@ from typer.testing import CliRunner
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.report.cli import register
-from howtocap.report.nlp import load_spacy
+from howtocap.report.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.stats import (
     compute_stats,
     ngram_ratios,
+    sample_videos,
     stats_run,
+    to_pct,
     verb_stats,
-    words,
 )
 from howtocap.rundir import RunDir, StatusRecord
 
@@ -87,9 +88,13 @@ def full_stats(tmp_path_factory, nlp):
 
 
 # -- pure helpers --------------------------------------------------------------------------------
-def test_words_keeps_contractions_and_drops_punctuation():
-    assert words("Don't cut the 2 onions, OK?") == ["don't", "cut", "the", "2", "onions", "ok"]
-    assert words("...") == []
+def test_words_are_spacy_tokens_without_punctuation(nlp):
+    """Hand-counted: spaCy splits clitics (do + n't, let + 's), punctuation is not a word."""
+    texts = ["Don't cut the 2 onions, OK?", "Let's stir it -- slowly!", "..."]
+    got = list(iter_words_and_verbs(nlp, texts))
+    assert got[0] == (["do", "n't", "cut", "the", "2", "onions", "ok"], ["cut"])  # 7 words
+    assert got[1][0] == ["let", "'s", "stir", "it", "slowly"]  # 5 words; "--", "!" dropped
+    assert got[2] == ([], [])
 
 
 def test_ngram_ratios_stay_inside_each_sequence():
@@ -97,6 +102,8 @@ def test_ngram_ratios_stay_inside_each_sequence():
     # 1-grams: 6 total, {a, b}; 2-grams: ab, ba, ab, ab; 3-grams: aba, bab (no b|a across texts).
     assert r == {"1": pytest.approx(2 / 6), "2": pytest.approx(2 / 4), "3": pytest.approx(1.0)}
     assert ngram_ratios([["a"], []]) == {"1": 1.0, "2": None, "3": None}
+    assert to_pct(r) == {"1": pytest.approx(100 / 3), "2": pytest.approx(50.0),
+                         "3": pytest.approx(100.0)}
 
 
 def test_verb_stats_diverse_share_breaks_ties_alphabetically():
@@ -114,6 +121,8 @@ def test_caption_statistics_match_hand_computed_values(full_stats):
     _, stats = full_stats
     cap = stats["text"]["captions"]
     assert cap["texts"] == 9 and cap["videos"] == 3 and not cap["sampled"]
+    assert stats["sample"] == {"videos_max": 5000, "seed": 0, "videos_total": 3,
+                               "videos_used": 3, "sampled": False}
     # word counts per caption: 3 6 3 | 3 6 7 | 7 3 7 -> 45 words, per video 12, 16, 17
     assert cap["words"] == 45
     assert cap["words_per_caption"]["mean"] == pytest.approx(5.0)
@@ -123,25 +132,27 @@ def test_caption_statistics_match_hand_computed_values(full_stats):
     assert cap["captions_per_video"] == {"mean": 3.0, "std": 0.0}
     assert cap["vocabulary"] == 23
     # 2-grams: 36 in all; "cut the" x3, "stir/cook/pour the" x2 -> 31 distinct; 3-grams all distinct
-    assert cap["word_ngram_ratio"] == {"1": pytest.approx(23 / 45), "2": pytest.approx(31 / 36),
-                                       "3": pytest.approx(1.0)}
+    assert cap["word_ngram_unique_pct"] == {"1": pytest.approx(100 * 23 / 45),
+                                            "2": pytest.approx(100 * 31 / 36),
+                                            "3": pytest.approx(100.0)}
     # verbs: cut 3, add 3, stir 2, cook 2, pour 2 (the top 5) + fry, wash -> 2 of 14 diverse
     assert cap["verbs"] == 14 and cap["verb_vocabulary"] == 7
     assert cap["diverse_verbs_pct"] == pytest.approx(100 * 2 / 14)
     assert {v for v, _ in cap["top_verbs"][:2]} == {"cut", "add"}
     # verb sequences: cut | cut add | add | cut | add stir | stir cook | cook pour | pour | fry wash
-    assert cap["verb_ngram_ratio"] == {"1": pytest.approx(7 / 14), "2": pytest.approx(1.0),
-                                       "3": None}
+    assert cap["verb_ngram_unique_pct"] == {"1": pytest.approx(50.0), "2": pytest.approx(100.0),
+                                            "3": None}
 
 
 def test_subtitle_and_kept_statistics(full_stats):
     _, stats = full_stats
     sub = stats["text"]["subtitles"]
     assert sub["texts"] == 3 and sub["videos"] == 2
-    assert sub["words_per_caption"]["mean"] == pytest.approx(13 / 3)  # 7, 4, 2 words
-    assert sub["words_per_caption"]["std"] == pytest.approx(np.std([7, 4, 2]))
-    assert sub["vocabulary"] == 10  # "don't" is one word
-    assert sub["word_ngram_ratio"]["1"] == pytest.approx(10 / 13)
+    # spaCy words: 7 | do n't forget the salt: 5 | 2
+    assert sub["words_per_caption"]["mean"] == pytest.approx(14 / 3)
+    assert sub["words_per_caption"]["std"] == pytest.approx(np.std([7, 5, 2]))
+    assert sub["vocabulary"] == 11  # okay so first you cut the onion do n't forget salt
+    assert sub["word_ngram_unique_pct"]["1"] == pytest.approx(100 * 11 / 14)
     kept = stats["text"]["kept"]
     assert kept["texts"] == 3 and kept["videos"] == 3
     assert kept["words_per_caption"]["mean"] == pytest.approx(16 / 3)  # 3, 6, 7
@@ -208,19 +219,30 @@ def test_missing_alignment_is_reported_not_fatal(tmp_path, nlp):
     assert "no alignment yet" in page and page.count("data:image/png;base64,") == 2
 
 
-def test_sampling_above_max_texts_is_seeded_and_reported(tmp_path, nlp):
+def test_sampling_by_video_is_seeded_shared_and_reported(tmp_path, nlp):
     rd = build_run(tmp_path)
-    a = compute_stats(rd, nlp=nlp, max_texts=4)
-    b = compute_stats(rd, nlp=nlp, max_texts=4)
+    a = compute_stats(rd, nlp=nlp, videos=2)
+    b = compute_stats(rd, nlp=nlp, videos=2)
+    chosen = sample_videos(["v1", "v2", "v3"], 2, 0)
+    assert len(chosen) == 2 and chosen != sample_videos(["v1", "v2", "v3"], 2, 3)
+    assert a["sample"] == {"videos_max": 2, "seed": 0, "videos_total": 3, "videos_used": 2,
+                           "sampled": True}
+    per_caption = {"v1": [3, 6, 3], "v2": [3, 6, 7], "v3": [7, 3, 7]}  # spaCy words
+    counts = [n for v in sorted(chosen) for n in per_caption[v]]
     cap = a["text"]["captions"]
-    assert cap["sampled"] and cap["texts_used"] == 4 and cap["texts"] == 9
-    assert cap["words_per_caption"]["mean"] == pytest.approx(5.0)  # exact over all rows
-    assert cap["vocabulary"] < 23
-    assert cap["vocabulary"] == b["text"]["captions"]["vocabulary"]
-    assert cap["verb_ngram_ratio"] == b["text"]["captions"]["verb_ngram_ratio"]
+    assert cap["sampled"] and cap["texts"] == 9 and cap["videos"] == 3
+    assert cap["texts_used"] == 6 and cap["videos_used"] == 2
+    assert cap["words"] == sum(counts)
+    assert cap["words_per_caption"]["mean"] == pytest.approx(np.mean(counts))
+    # the same videos for every corpus: subtitles exist for v1 and v2 only
+    sub_used = sum(len(SUBTITLES.get(v, [])) for v in chosen)
+    assert a["text"]["subtitles"]["texts_used"] == sub_used
+    assert a["text"]["kept"]["texts_used"] == 2  # one kept caption per video
+    assert a["text"] == b["text"]
+    assert compute_stats(rd, nlp=nlp, videos=3)["sample"]["sampled"] is False
     from howtocap.report.stats_html import render_html
 
-    assert "random sample of at most 4 texts" in render_html(a)
+    assert "use the texts of 2 of the 3 videos" in render_html(a)
 
 
 def test_status_table_without_records_folder_is_kept(tmp_path, nlp):
@@ -237,8 +259,8 @@ def test_empty_or_missing_run_dir_is_one_clear_error(tmp_path):
         stats_run(tmp_path, progress=False)
     with pytest.raises(InputError, match="no such run directory"):
         stats_run(tmp_path / "nope", progress=False)
-    with pytest.raises(HowtocapError, match="max-texts"):
-        stats_run(tmp_path, max_texts=0, progress=False)
+    with pytest.raises(HowtocapError, match="--videos must be 0"):
+        stats_run(tmp_path, videos=-1, progress=False)
 
 
 def test_unknown_spacy_model_is_a_clear_error():
@@ -252,11 +274,11 @@ def test_cli_command(tmp_path):
     register(app)
     runner = CliRunner()
     build_run(tmp_path / "run")
-    res = runner.invoke(app, ["stats", str(tmp_path / "run"), "--max-texts", "100",
+    res = runner.invoke(app, ["stats", str(tmp_path / "run"), "--videos", "100",
                               "--no-progress"])
     assert res.exit_code == 0, res.output
     assert str(tmp_path / "run" / "report.html") in res.output
-    assert json.loads((tmp_path / "run" / "stats.json").read_text())["max_texts"] == 100
+    assert json.loads((tmp_path / "run" / "stats.json").read_text())["sample"]["videos_max"] == 100
     res = runner.invoke(app, ["stats", str(tmp_path / "empty_missing")])
     assert res.exit_code == 2
     assert "no such run directory" in res.output

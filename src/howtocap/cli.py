@@ -15,8 +15,11 @@ import typer
 
 from howtocap.cliutil import (
     SHARD_HELP,
+    MaxAttemptsOpt,
     RayAddressOpt,
     RayGpusOpt,
+    RedoOpt,
+    RetryFailedOpt,
     RunnerName,
     RunnerOpt,
     err,
@@ -130,6 +133,9 @@ def caption(
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     force: Annotated[bool, typer.Option(help="Redo videos already captioned.")] = False,
+    redo: RedoOpt = False,
+    retry_failed: RetryFailedOpt = False,
+    max_attempts: MaxAttemptsOpt = 3,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
@@ -144,7 +150,8 @@ def caption(
     v = load_yaml_config(ctx, config, dict(locals()))
     summaries = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
                             progress=not v["quiet"], runner=_runner(v),
-                            shard=Shard.parse(v["shard"]))
+                            shard=Shard.parse(v["shard"]), redo=v["redo"],
+                            retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     show_captions(v["out_dir"], limit=0)
     report_summary(*summaries)
 
@@ -163,7 +170,8 @@ def _run(**v: Any) -> None:
     summaries = run_pipeline(v["inputs"], v["out_dir"], caption=cap_cfg, align=align_cfg,
                              encoders=v["encoder"] or ["default"], runner=_runner(v),
                              shard=Shard.parse(v["shard"]), force=v["force"],
-                             device=v["device"], progress=not v["quiet"])
+                             device=v["device"], progress=not v["quiet"], redo=v["redo"],
+                             retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     print_align_result(Path(v["out_dir"]), v["shard"])
     show_captions(v["out_dir"], limit=0)
     report_summary(*summaries)
@@ -298,6 +306,9 @@ def framecaps(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
+    redo: RedoOpt = False,
+    retry_failed: RetryFailedOpt = False,
+    max_attempts: MaxAttemptsOpt = 3,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
@@ -308,7 +319,8 @@ def framecaps(
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
                             progress=not quiet, shard=Shard.parse(shard),
-                            runner=_runner(dict(locals())))
+                            runner=_runner(dict(locals())), redo=redo,
+                            retry_failed=retry_failed, max_attempts=max_attempts)
     report_summary(summary)
 
 
@@ -316,12 +328,15 @@ def _register_commands() -> None:
     """Commands that live beside their library code (each module's ``register(app)``)."""
     from howtocap.align_cli import align_cmd
     from howtocap.align_cli import register as register_align
+    from howtocap.dvc.cli import register as register_dvc
     from howtocap.encoders.cli import register as register_encoders
     from howtocap.evaluate.cli import register as register_eval
     from howtocap.report.cli import register as register_stats
     from howtocap.samples_cli import register as register_samples
     from howtocap.search.cli import register as register_search
+    from howtocap.status_cli import register as register_status
     from howtocap.subtitles_cli import register as register_subtitles
+    from howtocap.tdr.cli import register as register_tdr
     from howtocap.train.cli import register as register_train
 
     register_align(app)
@@ -332,8 +347,11 @@ def _register_commands() -> None:
     register_search(app)
     register_train(app)
     register_eval(app)
+    register_dvc(app)
+    register_tdr(app)
     register_stats(app)
     register_subtitles(app)
+    register_status(app)
 
 
 _register_commands()

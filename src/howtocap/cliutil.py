@@ -14,7 +14,7 @@ import click
 import typer
 from rich.console import Console
 
-from howtocap.errors import HowtocapError
+from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.pipeline.runners import RUNNERS
 from howtocap.progress import console
 
@@ -35,13 +35,24 @@ RayGpusOpt = Annotated[str | None, typer.Option(
     "--ray-gpus-per-stage", help="--runner ray: GPUs per worker by stage kind, e.g. "
                                  "encoder=0.25,asr=0.5,llm=1.")]
 
+RedoOpt = Annotated[bool, typer.Option(
+    "--redo", help="The run's results were made with other settings: recompute this stage "
+                   "and clear the stages computed from it (caption -> align).")]
+RetryFailedOpt = Annotated[bool, typer.Option(
+    "--retry-failed", help="Retry videos that failed before (else they stay failed; see "
+                           "`howtocap status`).")]
+MaxAttemptsOpt = Annotated[int, typer.Option(
+    "--max-attempts", min=1, help="--retry-failed: leave a video alone once it has failed "
+                                  "this many times.")]
+
 SHARD_HELP = ("K/N: process only this machine's share of the videos (0 <= K < N); run the "
               "same command without --shard afterwards to merge (and, for align, filter).")
 
 
 def user_errors(fn: F) -> F:
-    """User mistakes become one red line and exit code 2, never a traceback; a library's
-    ``UserWarning`` (e.g. "no alignment yet, indexing captions") is shown as a note."""
+    """User mistakes become one red line and exit code 2 (a down service: 75, re-run to
+    resume), never a traceback; a library's ``UserWarning`` (e.g. "no alignment yet,
+    indexing captions") is shown as a note."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -53,6 +64,9 @@ def user_errors(fn: F) -> F:
                 if issubclass(w.category, UserWarning):
                     err.print(f"[yellow]note:[/yellow] {w.message}", highlight=False)
             return result
+        except ServiceUnavailable as exc:  # not a user mistake: 75 = EX_TEMPFAIL, re-run
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(75) from None
         except HowtocapError as exc:
             err.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(2) from None
@@ -71,7 +85,7 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_bytes()) or {}  # bytes: YAML finds UTF-8/16 itself
     except (OSError, yaml.YAMLError) as exc:
         raise HowtocapError(f"{path}: cannot read config ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict):
@@ -110,8 +124,13 @@ def report_summary(*summaries: Any) -> None:
         colour = "green" if s.ok else "yellow"
         warned = getattr(s, "warned", [])
         note = f" ({len(warned)} with warnings)" if warned else ""
+        before = getattr(s, "failed_before", 0)
+        if before:
+            colour = "yellow"
+        kept = f", {before} failed before (not retried: --retry-failed; `howtocap status`)" \
+            if before else ""
         err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done{note}, {s.skipped} already "
-                  f"done, {len(s.failed)} failed ({s.seconds:.1f} s)", highlight=False)
-        failed |= not s.ok
+                  f"done, {len(s.failed)} failed{kept} ({s.seconds:.1f} s)", highlight=False)
+        failed |= not s.ok or bool(before)
     if failed:
         raise typer.Exit(1)

@@ -14,3 +14,18 @@ class InputError(HowtocapError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class ServiceUnavailable(HowtocapError):
+    """A service every video needs (the LLM server) is down: no video can succeed, so the run
+    stops at once and marks nothing failed; the message says to re-run to resume."""
+
+
+class ModelOutputError(HowtocapError):
+    """A model answered, but nothing usable came out for this video (e.g. no LLM block gave a
+    caption): the video fails with cause "model output"."""
+
+
+class ServiceError(HowtocapError):
+    """A service (the LLM server) failed this video's requests after retries: cause
+    "service"; a plain re-run retries such videos, since their input is fine."""

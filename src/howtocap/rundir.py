@@ -8,38 +8,47 @@ they never hold duplicates.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from howtocap.errors import HowtocapError
+
 # Column order of every table the pipeline writes; see docs/architecture.md.
 SCHEMAS: dict[str, dict[str, str]] = {
     # What the run was given: one row per video (written by the caption stage).
     "videos": {"video_id": "str", "video_path": "str", "subtitle_path": "str"},
+    # config_id: the fingerprint of the stage run that made the row (DIR/parts/fingerprints/)
     "subtitles": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                  "source": "str"},
+                  "source": "str", "config_id": "str"},
     "captions": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                 "source": "str", "block": "int64", "model": "str"},
+                 "source": "str", "block": "int64", "model": "str", "config_id": "str"},
     "aligned": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                 "orig_start": "float64", "orig_end": "float64", "offset": "float64",
                 "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
-                "block": "int64", "model": "str"},
+                "block": "int64", "model": "str", "config_id": "str"},
     # Frame captions as labels (Ventura et al.): one row per caption of one sampled frame.
     "framecaps": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                   "captioner": "str", "frame_time": "float64", "clipscore": "float64",
-                  "kept": "bool"},
-    # message: the error, or the warnings of an ``ok`` video (``warnings`` counts them)
+                  "kept": "bool", "config_id": "str"},
+    # message: the error, or the warnings of an ``ok`` video (``warnings`` counts them);
+    # cause of an error: bad input | model output | service | internal; attempts so far
     "status": {"video_id": "str", "stage": "str", "status": "str", "message": "str",
-               "seconds": "float64", "finished_at": "float64", "warnings": "int64"},
+               "seconds": "float64", "finished_at": "float64", "warnings": "int64",
+               "cause": "str", "attempts": "int64", "config_id": "str"},
 }
+# Columns older tables (or a stage's raw output) may lack, filled by ``conform``.
+DEFAULTS: dict[str, Any] = {"config_id": "", "cause": "", "attempts": 1}
 
 
 def empty_table(name: str) -> pd.DataFrame:
@@ -52,6 +61,9 @@ def conform(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """Columns in schema order with schema dtypes; extra columns are kept after them."""
     schema = SCHEMAS[name]
     missing = [c for c in schema if c not in df.columns]
+    if missing and all(c in DEFAULTS for c in missing):
+        df = df.assign(**{c: DEFAULTS[c] for c in missing})
+        missing = []
     if missing:
         raise ValueError(f"{name} table lacks columns {missing}")
     # Already conforming (a stage's output, conformed again by write_part): a shallow copy is
@@ -91,36 +103,169 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
 
 
+class DiskFull(HowtocapError):
+    """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and (
+        exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
+        or "Disk quota exceeded" in str(exc))
+
+
+def disk_full_error(path: Path) -> DiskFull:
+    return DiskFull(f"{path}: no space left on device; the run stopped and left no "
+                    "half-written file: free space and run the same command to resume")
+
+
+def _fsync_file(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _writer_tag() -> str:
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] + "~" + str(os.getpid())
+
+
+_WRITER = _writer_tag()  # in temp names: which host and process is writing
+_TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
+
+
+def sweep_temp_files(root: Path) -> int:
+    """Remove temp files a killed writer of this host left (never another host's, never a
+    live process's) in ``root`` and two levels below; returns how many went."""
+    host = _WRITER.split("~")[0]
+    removed = 0
+    folders = [root]
+    for depth in range(3):
+        nxt: list[Path] = []
+        for folder in folders:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    if depth < 2 and e.name not in ("cache", "index"):
+                        nxt.append(Path(e.path))
+                    continue
+                m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
+                if m and m.group(1) == host and not _alive(int(m.group(2))):
+                    Path(e.path).unlink(missing_ok=True)
+                    removed += 1
+        folders = nxt
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp_name)`` then rename onto ``path``: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
+    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
+    raises ``DiskFull`` (one line) after removing the temp file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_WRITER}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
+        raise
     os.close(fd)
     try:
         write(tmp)
+        _fsync_file(tmp)
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
         raise
+    _fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
 
     atomic_write(path, write)
 
 
 def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
-    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
+    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+class CorruptPartWarning(UserWarning):
+    """A corrupt or truncated file was found and removed; it will be recomputed."""
+
+
+class CorruptFile(HowtocapError):
+    """A Parquet file that is truncated or whose checksums do not match."""
+
+
+def read_parquet(path: Path, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_parquet`` verifying page checksums; a torn or corrupt file raises
+    ``CorruptFile`` naming it (a missing file stays ``FileNotFoundError``)."""
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(path, page_checksum_verification=True, **kwargs)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptFile(f"{path}: corrupt or truncated Parquet file "
+                          f"({' '.join(str(exc).split())[:120]})") from None
+
+
+def looks_complete(path: Path) -> bool:
+    """Cheap check that a Parquet file was written to its end (footer magic and length),
+    without reading it: a truncated part is redone on resume."""
+    try:
+        size = path.stat().st_size
+        if size < 12:
+            return False
+        with path.open("rb") as fh:
+            fh.seek(size - 8)
+            tail = fh.read(8)
+            fh.seek(0)
+            head = fh.read(4)
+    except OSError:
+        return False
+    footer = int.from_bytes(tail[:4], "little")
+    return head == b"PAR1" and tail[4:] == b"PAR1" and 0 < footer <= size - 12
 
 
 def _start_ticks(pid: int) -> str:
@@ -177,6 +322,10 @@ class StatusRecord:
     seconds: float = 0.0
     finished_at: float = 0.0
     warnings: int = 0
+    cause: str = ""  # of an error: bad input | model output | service | internal
+    attempts: int = 1  # times this stage ran on this video (counted across runs)
+    config_id: str = ""  # fingerprint of the settings that made it ("" = before fingerprints)
+    metrics: dict[str, float] = field(default_factory=dict)  # for throughput (`status`)
 
 
 class RunDir:
@@ -184,6 +333,7 @@ class RunDir:
 
     def __init__(self, root: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(root)
+        self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -223,13 +373,45 @@ class RunDir:
                              self.part_path(table, video_id))
 
     def read_part(self, table: str, video_id: str) -> pd.DataFrame | None:
+        """A video's part, or None when it is missing or corrupt (then removed with a
+        warning, so the stage that writes it redoes the video)."""
         path = self.part_path(table, video_id)
-        return pd.read_parquet(path) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return read_parquet(path)
+        except CorruptFile as exc:
+            self.drop_corrupt(path, exc)
+            return None
+        except FileNotFoundError:
+            return None
+
+    def part_ok(self, table: str, video_id: str) -> bool:
+        """The part exists and was written to its end (cheap: no full read)."""
+        return looks_complete(self.part_path(table, video_id))
+
+    def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
+        """Remove a corrupt file so it is recomputed; the warning names it."""
+        warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
+                      stacklevel=3)
+        self.corrupted.append(path)
+        path.unlink(missing_ok=True)
+
+    def _read_parts(self, table: str) -> list[pd.DataFrame]:
+        frames = []
+        for p in sorted(self.part_dir(table).glob("*.parquet")):
+            try:
+                frames.append(read_parquet(p))
+            except CorruptFile as exc:
+                self.drop_corrupt(p, exc)
+            except FileNotFoundError:
+                continue
+        return frames
 
     def merge(self, table: str) -> pd.DataFrame:
-        """Rebuild ``DIR/<table>.parquet`` from its parts (sorted, so runs compare equal)."""
-        parts = sorted(self.part_dir(table).glob("*.parquet"))
-        frames = [pd.read_parquet(p) for p in parts]
+        """Rebuild ``DIR/<table>.parquet`` from its parts (sorted, so runs compare equal).
+        A corrupt part is dropped with a warning (and listed in ``corrupted``)."""
+        frames = self._read_parts(table)
         frames = [f for f in frames if len(f)]
         if frames:
             df = pd.concat(frames, ignore_index=True)
@@ -261,7 +443,12 @@ class RunDir:
         order: list[tuple[str, Path]] = []
         extras: dict[str, pa.DataType] = {}
         for path in sorted(self.part_dir(table).glob("*.parquet")):
-            md = pq.read_metadata(path)
+            try:
+                md = pq.read_metadata(path)
+            except (pa.ArrowException, OSError) as exc:
+                self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
+                                                    f"file ({' '.join(str(exc).split())[:80]})"))
+                continue
             if md.num_rows == 0:
                 continue
             part_schema = md.schema.to_arrow_schema()
@@ -303,7 +490,12 @@ class RunDir:
 
             try:
                 for _, path in order:
-                    part = pq.read_table(path)
+                    try:
+                        part = pq.read_table(path, page_checksum_verification=True)
+                    except (pa.ArrowException, OSError) as exc:
+                        self.drop_corrupt(path, CorruptFile(
+                            f"{path}: corrupt Parquet part ({' '.join(str(exc).split())[:80]})"))
+                        continue
                     batch.append(part)
                     rows += len(part)
                     if rows >= batch_rows:
@@ -324,7 +516,12 @@ class RunDir:
         # Adding or replacing a part renames into the folder, which bumps its mtime.
         if path.exists() and (not parts.exists()
                               or path.stat().st_mtime_ns >= parts.stat().st_mtime_ns):
-            return pd.read_parquet(path)
+            try:
+                return read_parquet(path)
+            except CorruptFile as exc:
+                if not parts.exists():
+                    raise
+                self.drop_corrupt(path, exc)  # rebuilt from the parts just below
         return self.merge(table)
 
     # -- status --------------------------------------------------------------------------
@@ -335,18 +532,36 @@ class RunDir:
 
     def status(self, stage: str, video_id: str) -> StatusRecord | None:
         path = self.status_path(stage, video_id)
-        if not path.exists():
-            return None
         try:
-            return StatusRecord(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
+            data = json.loads(path.read_text())
+            known = {f.name for f in fields(StatusRecord)}
+            return StatusRecord(**{k: v for k, v in data.items() if k in known})
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError, AttributeError, OSError):
             return None  # a torn or foreign file: treat as not done
 
-    def is_done(self, stage: str, video_id: str, table: str | None = None) -> bool:
+    def is_done(self, stage: str, video_id: str, table: str | None = None,
+                config_id: str | None = None) -> bool:
+        """An ``ok`` record (made with ``config_id`` when given) whose part is whole."""
         rec = self.status(stage, video_id)
-        if rec is None or rec.status != "ok":
+        return self.record_done(rec, table, config_id) if rec is not None else False
+
+    def record_done(self, rec: StatusRecord, table: str | None,
+                    config_id: str | None = None) -> bool:
+        if rec.status != "ok":
             return False
-        return table is None or self.part_path(table, video_id).exists()
+        if config_id is not None and rec.config_id and rec.config_id != config_id:
+            return False
+        if table is None:
+            return True
+        path = self.part_path(table, rec.video_id)
+        if not path.exists():
+            return False
+        if not looks_complete(path):
+            self.drop_corrupt(path, f"{path}: truncated Parquet part")
+            return False
+        return True
 
     def status_table(self) -> pd.DataFrame:
         root = self.status_dir
@@ -360,9 +575,80 @@ class RunDir:
         if "warnings" not in df.columns:  # records written before warnings were counted
             df["warnings"] = 0
         df["warnings"] = df["warnings"].fillna(0)
+        for col, default in DEFAULTS.items():  # records written before causes/attempts
+            if col in df.columns:
+                df[col] = df[col].fillna(default)
+        df = df.drop(columns=[c for c in ("metrics",) if c in df.columns])
         df = conform(df, "status").sort_values(["stage", "video_id"]).reset_index(drop=True)
         atomic_write_parquet(df, self.table_path("status"))
         return df
+
+    # -- fingerprints, stats, invalidation ------------------------------------------------
+    def fingerprint_path(self, stage: str) -> Path:
+        return self.root / "parts" / "fingerprints" / f"{stage}.json"
+
+    def read_fingerprint(self, stage: str) -> dict[str, Any] | None:
+        """``{"config_id": …, "fingerprint": {…}}`` of the settings the stage's parts were
+        made with, or None (a new stage, or a run from before fingerprints)."""
+        path = self.fingerprint_path(stage)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and "config_id" in data else None
+
+    def write_fingerprint(self, stage: str, config_id: str, fingerprint: dict[str, Any]) -> None:
+        atomic_write_text(self.fingerprint_path(stage), json.dumps(
+            {"config_id": config_id, "fingerprint": fingerprint}, indent=1, default=str))
+
+    def has_results(self, stage: str) -> bool:
+        """Whether any video has a status record for ``stage`` (done or failed)."""
+        folder = self.status_dir / stage
+        return folder.is_dir() and next(folder.glob("*.json"), None) is not None
+
+    def status_records(self, stage: str) -> list[StatusRecord]:
+        folder = self.status_dir / stage
+        recs = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                data = json.loads(path.read_text())
+                known = {f.name for f in fields(StatusRecord)}
+                recs.append(StatusRecord(**{k: v for k, v in data.items() if k in known}))
+            except (OSError, ValueError, TypeError):
+                continue
+        return recs
+
+    def invalidate(self, stage: str, tables: Iterable[str]) -> None:
+        """Forget a stage's results (``--redo``): its status records, parts, merged tables,
+        fingerprint and timing. The fingerprint goes last, so a kill midway still refuses."""
+        import shutil
+
+        for path in [self.status_dir / stage, *(self.part_dir(t) for t in tables)]:
+            if path.exists():
+                shutil.rmtree(path)
+        for t in tables:
+            self.table_path(t).unlink(missing_ok=True)
+        self.stats_path(stage).unlink(missing_ok=True)
+        self.fingerprint_path(stage).unlink(missing_ok=True)
+
+    def stats_path(self, stage: str) -> Path:
+        return self.root / "parts" / "stats" / f"{stage}.json"
+
+    def read_stats(self, stage: str) -> dict[str, float]:
+        try:
+            data = json.loads(self.stats_path(stage).read_text())
+            return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    def add_stats(self, stage: str, **values: float) -> None:
+        """Add one stage run's wall time and counts to the stage's totals (for `status`)."""
+        stats = self.read_stats(stage)
+        for k, v in values.items():
+            stats[k] = stats.get(k, 0.0) + float(v)
+        atomic_write_text(self.stats_path(stage), json.dumps(stats))
 
     # -- claims ---------------------------------------------------------------------------
     def claim_path(self, stage: str, video_id: str) -> Path:

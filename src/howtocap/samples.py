@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import wave
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,30 @@ DEFAULT_STEPS: list[tuple[str, str, str]] = [
      "examine the eye image"),
 ]
 
+# Channel chatter, labelled: the narrator talks to the camera (matplotlib's sample portrait)
+# about the channel, not the task. ``make_fixture_set(chatter=K)`` adds K such segments per
+# video (intro first, outro next, the rest between steps); they are ``kind="chatter"`` in
+# ``ground_truth``. Captions a small LLM might let through, some with no regex-able keyword.
+CHATTER_IMAGE = "presenter"
+CHATTER_LINES: list[tuple[str, str]] = [
+    ("Hey everyone, welcome back to my channel, it's so good to see you.",
+     "Welcome back to the channel."),
+    ("Don't forget to like and subscribe so you never miss a new upload.",
+     "Don't forget to like and subscribe."),
+    ("Today's video is sponsored by my good friends over at the hardware store.",
+     "Thank the sponsor of the video."),
+    ("If you have any questions, just leave them in the comments down below.",
+     "Leave your questions in the comments."),
+    ("Thank you so much for watching, and I will see you all next time.",
+     "Thanks for watching, see you next time."),
+    ("Honestly, my whole family has loved this one for years and years.",
+     "My family has loved this for years."),
+    ("Before we start, let me tell you a little bit about my week.",
+     "Talk about my week before starting."),
+    ("I really hope you enjoyed this one as much as I did making it.",
+     "I hope you enjoyed this one."),
+]
+
 SAMPLE_RATE = 22050  # espeak-ng's native rate; the muxer keeps it
 _MIN_GAP = 0.15  # seconds of silence kept between consecutive narrations
 
@@ -69,6 +94,7 @@ class Step:
     caption: str
     narration_start: float = 0.0
     narration_end: float = 0.0
+    kind: str = "step"  # "chatter": talk about the channel over the presenter's portrait
 
 
 @dataclass
@@ -94,12 +120,22 @@ def available_images() -> list[str]:
     return sorted(p.stem for p in d.iterdir() if p.suffix in (".png", ".jpg"))
 
 
-def _load_image(name: str, size: int) -> np.ndarray:
-    """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan)."""
+def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = None
+                ) -> np.ndarray:
+    """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan).
+
+    ``photos`` (name -> image file, e.g. ``howtocap.photos.packaged_photos()``) is looked up
+    before scikit-image's own photographs."""
     from PIL import Image
 
     d = _image_dir()
-    for ext in (".png", ".jpg"):
+    if photos and name in photos:
+        d, name = Path(photos[name]).parent, Path(photos[name]).stem
+    elif name == CHATTER_IMAGE:  # a portrait: the only person photo that ships in a package
+        import matplotlib
+
+        d, name = Path(matplotlib.get_data_path()) / "sample_data", "grace_hopper"
+    for ext in (".png", ".jpg", ".jpeg"):
         if (d / f"{name}{ext}").exists():
             img = Image.open(d / f"{name}{ext}").convert("RGB")
             break
@@ -220,7 +256,8 @@ def make_narrated_video(out_dir: Path, video_id: str,
                         steps: list[tuple[str, str, str]] | None = None,
                         *, seconds_per_step: float = 6.0, fps: int = 10, size: int = 224,
                         audio: bool = True, subtitles: str | None = "vtt",
-                        narration_lead: float = 0.0, seed: int = 0) -> SampleVideo:
+                        narration_lead: float = 0.0, seed: int = 0,
+                        photos: Mapping[str, str | Path] | None = None) -> SampleVideo:
     """Write ``<out_dir>/<video_id>.mp4`` (H.264 + AAC) and, if asked, a sidecar subtitle file.
 
     ``narration_lead`` shifts every sentence relative to its step (negative: the narrator talks
@@ -242,7 +279,8 @@ def make_narrated_video(out_dir: Path, video_id: str,
     frames_per_step = max(1, int(round(seconds_per_step * fps)))
     step_len = frames_per_step / fps
     duration = step_len * len(step_specs)
-    plan = [Step(img, round(i * step_len, 3), round((i + 1) * step_len, 3), narr, cap)
+    plan = [Step(img, round(i * step_len, 3), round((i + 1) * step_len, 3), narr, cap,
+                 kind="chatter" if img == CHATTER_IMAGE else "step")
             for i, (img, narr, cap) in enumerate(step_specs)]
     rng = random.Random(f"{seed}:{video_id}")
     video_path = out_dir / f"{video_id}.mp4"
@@ -270,7 +308,7 @@ def make_narrated_video(out_dir: Path, video_id: str,
         assert proc.stdin is not None
         try:
             for step in plan:
-                photo = _load_image(step.image, size)
+                photo = _load_image(step.image, size, photos)
                 for frame in _step_frames(photo, frames_per_step, size, rng):
                     proc.stdin.write(frame)
             proc.stdin.close()
@@ -289,23 +327,39 @@ def make_narrated_video(out_dir: Path, video_id: str,
     return SampleVideo(video_id, video_path, sub_path, plan, round(duration, 3))
 
 
-def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0,
+def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: int = 0,
+                     steps: list[tuple[str, str, str]] | None = None,
                      **kw: object) -> list[SampleVideo]:
-    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps."""
+    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps,
+    plus ``chatter`` labelled chatter segments each (intro, outro, then between steps).
+    ``steps`` is the pool of (photo, narration, caption) to draw from [``DEFAULT_STEPS``];
+    pass ``photos=`` (see ``howtocap.photos``) when it names photographs outside scikit-image."""
     rng = random.Random(seed)
     seen: set[tuple[str, ...]] = set()
     videos = []
     for v in range(n_videos):
         for _ in range(100):
             k = rng.choice([4, 5])
-            chosen = rng.sample(DEFAULT_STEPS, k)
+            chosen = rng.sample(steps or DEFAULT_STEPS, k)
             key = tuple(s[0] for s in chosen)
             if key not in seen:
                 break
         seen.add(key)
+        chosen = _with_chatter(chosen, chatter, rng)
         videos.append(make_narrated_video(Path(out_dir), f"sample_{v:03d}", chosen,
                                           seed=seed, **kw))  # type: ignore[arg-type]
     return videos
+
+
+def _with_chatter(steps: list[tuple[str, str, str]], k: int, rng: random.Random
+                  ) -> list[tuple[str, str, str]]:
+    """Insert ``k`` chatter segments: an intro, an outro, then at random places in between."""
+    out = list(steps)
+    lines = rng.sample(CHATTER_LINES, min(k, len(CHATTER_LINES)))
+    for i, (narr, cap) in enumerate(lines):
+        pos = 0 if i == 0 else len(out) if i == 1 else rng.randint(1, len(out) - 1)
+        out.insert(pos, (CHATTER_IMAGE, narr, cap))
+    return out
 
 
 def make_demo_video(out_dir: Path, *, subtitles: str | None = "vtt") -> SampleVideo:
@@ -320,6 +374,7 @@ def ground_truth(videos: list[SampleVideo]) -> pd.DataFrame:
 
     rows = [{"video_id": v.video_id, "step": i, "image": s.image, "start": s.start,
              "end": s.end, "narration_start": s.narration_start,
-             "narration_end": s.narration_end, "narration": s.narration, "caption": s.caption}
+             "narration_end": s.narration_end, "narration": s.narration, "caption": s.caption,
+             "kind": s.kind}
             for v in videos for i, s in enumerate(v.steps)]
     return pd.DataFrame(rows)

@@ -24,15 +24,30 @@ def register(app: typer.Typer) -> None:
         narration_lead: float = typer.Option(
             0.0, help="Shift speech vs. its step (s); negative = speech comes first."),
         demo: bool = typer.Option(False, help="Write only the 30-s demo video."),
+        chatter: int = typer.Option(0, min=0, help="Channel-chatter segments per video (a "
+                                                   "presenter talks about the channel; kind="
+                                                   "chatter in ground_truth.csv)."),
+        tdr: bool = typer.Option(
+            False, "--tdr", help="Write a `howtocap tdr` dataset instead: N videos per goal "
+                                 "(3 goals), annotations.json (YouCook2 form), scripts.json."),
     ) -> None:
         """Make narrated sample videos with known ground truth (ground_truth.csv)."""
         subs = None if subtitles.lower() == "none" else subtitles.lower()
+        if tdr:
+            from howtocap.tdr.synth import make_tdr_set
+
+            ts = make_tdr_set(out_dir, videos_per_goal=n_videos, seed=seed, audio=audio,
+                              seconds_per_step=seconds_per_step)
+            typer.echo(f"{len(ts.video_ids)} videos in {ts.videos_dir}\n"
+                       f"annotations: {ts.annotations}\nscripts: {ts.scripts}")
+            return
         if demo:
             videos = [make_demo_video(out_dir, subtitles=subs)]
         else:
             videos = make_fixture_set(out_dir, n_videos=n_videos, seed=seed,
                                       seconds_per_step=seconds_per_step, subtitles=subs,
-                                      audio=audio, narration_lead=narration_lead)
+                                      audio=audio, narration_lead=narration_lead,
+                                      chatter=chatter)
         ground_truth(videos).to_csv(Path(out_dir) / "ground_truth.csv", index=False)
         for v in videos:
             typer.echo(f"{v.video_path}  {v.duration:.0f} s  {len(v.steps)} steps")

@@ -15,11 +15,17 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import pandas as pd
 
-from howtocap.errors import HowtocapError
+from howtocap.errors import (
+    HowtocapError,
+    InputError,
+    ModelOutputError,
+    ServiceError,
+    ServiceUnavailable,
+)
 from howtocap.io.inputs import VideoItem
 
 Tables = dict[str, pd.DataFrame]
@@ -32,6 +38,8 @@ class StageOutput:
 
     tables: Tables
     warnings: list[str] = field(default_factory=list)
+    # counts for throughput in `howtocap status` (audio_seconds, frames, llm_tokens, …)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,14 @@ class BaseStage:
     def process(self, video: VideoInput) -> StageOutput:
         raise NotImplementedError
 
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that changes this stage's output (settings, model identity, prompt
+        text, schema version): its hash is the ``config_id`` of every row the stage writes,
+        and a re-run with another fingerprint is refused instead of mixing results."""
+        from howtocap.fingerprint import SCHEMA_VERSION
+
+        return {"stage": self.name, "schema": SCHEMA_VERSION}
+
 
 @dataclass
 class VideoResult:
@@ -115,12 +131,29 @@ class VideoResult:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     internal: str = ""  # traceback of an unexpected error (logged, never shown as the line)
+    fatal: bool = False  # a service every video needs is down: stop the run, record nothing
+    cause: str = ""  # of a failure: bad input | model output | service | internal
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def one_line(exc: BaseException) -> str:
     """A user mistake reads as its message; anything else as ``Type: message``, one line."""
     msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
     return " ".join(msg.split())[:500] or type(exc).__name__
+
+
+CAUSES = ("bad input", "model output", "service", "internal")
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a video failed, from the exception's type (grouped by `howtocap status`)."""
+    if isinstance(exc, (ServiceError, ServiceUnavailable, ConnectionError, TimeoutError)):
+        return "service"
+    if isinstance(exc, ModelOutputError):
+        return "model output"
+    if isinstance(exc, (InputError, HowtocapError)):
+        return "bad input"  # a user-facing problem with this video's files or rows
+    return "internal"
 
 
 def run_one(stage: Stage, video: VideoInput) -> VideoResult:
@@ -130,8 +163,13 @@ def run_one(stage: Stage, video: VideoInput) -> VideoResult:
         stage.setup()
         out = stage.process(video)
         return VideoResult(video.video_id, True, "; ".join(out.warnings), out.tables,
-                           list(out.warnings), time.perf_counter() - t0)
+                           list(out.warnings), time.perf_counter() - t0,
+                           metrics=dict(out.metrics))
+    except ServiceUnavailable as exc:  # not this video's fault: the run stops, see core
+        return VideoResult(video.video_id, False, one_line(exc),
+                           seconds=time.perf_counter() - t0, fatal=True)
     except Exception as exc:  # one video's failure must not stop the batch
         internal = "" if isinstance(exc, HowtocapError) else traceback.format_exc()
         return VideoResult(video.video_id, False, one_line(exc),
-                           seconds=time.perf_counter() - t0, internal=internal)
+                           seconds=time.perf_counter() - t0, internal=internal,
+                           cause=failure_cause(exc))

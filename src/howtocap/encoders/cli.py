@@ -12,6 +12,7 @@ from howtocap.cliutil import (
     SHARD_HELP,
     RayAddressOpt,
     RayGpusOpt,
+    RedoOpt,
     RunnerName,
     RunnerOpt,
     out,
@@ -60,6 +61,7 @@ def register(app: typer.Typer) -> None:
         shard: Annotated[str | None, typer.Option(help=SHARD_HELP)] = None,
         device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda "
                                                         "if available).")] = None,
+        redo: RedoOpt = False,
         quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
     ) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
@@ -70,6 +72,6 @@ def register(app: typer.Typer) -> None:
                              ray_address=ray_address, ray_gpus=ray_gpus_per_stage)
         summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
                              batch_size=batch_size, device=device, runner=run_on,
-                             progress=not quiet, shard=Shard.parse(shard))
+                             progress=not quiet, shard=Shard.parse(shard), redo=redo)
         report_summary(summary)
 

@@ -15,6 +15,8 @@ _WHERE = {
     "multi_caption_metrics": "metrics", "ranks": "metrics", "reference_metrics": "metrics",
     "retrieval_metrics": "metrics", "evaluate": "run", "score": "run",
     "video_embeddings": "embed",
+    "evaluate_crosstask": "crosstask", "read_release": "crosstask", "dp_inference": "crosstask",
+    "step_recall": "crosstask", "write_crosstask_release": "crosstask_samples",
 }
 __all__ = sorted(_WHERE)
 

@@ -52,7 +52,8 @@ def index_videos(video_root: Path | None) -> dict[str, Path]:
     return found
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A release file's text (BOM tolerated) or one line naming the file."""
     if not path.is_file():
         raise InputError(path, "annotation file does not exist")
     try:
@@ -63,7 +64,7 @@ def _read_text(path: Path) -> str:
 
 def _csv_rows(path: Path, required: tuple[str, ...], delimiter: str = ",") -> list[dict]:
     """Rows of a headed CSV; a missing required column is an ``InputError`` naming it."""
-    text = _read_text(path)
+    text = read_text(path)
     reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
     cols = [c.strip() for c in (reader.fieldnames or [])]
     missing = [c for c in required if c not in cols]
@@ -101,7 +102,7 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
     is ``[segment[0], segment[1]]`` seconds of the raw video ``<youtube id>.{mp4,mkv,webm}``.
     """
     try:
-        data = json.loads(_read_text(annotation_path))
+        data = json.loads(read_text(annotation_path))
     except json.JSONDecodeError as exc:
         raise InputError(annotation_path, f"is not valid JSON ({exc.msg}, line {exc.lineno})"
                          ) from None
@@ -152,7 +153,7 @@ def read_msvd(annotation_path: Path, video_root: Path | None, *,
     path = Path(annotation_path)
     list_path = path / "test_list.txt" if path.is_dir() else path
     cap_path = Path(captions_path) if captions_path else list_path.parent / "raw-captions.pkl"
-    ids = [ln.strip() for ln in _read_text(list_path).splitlines() if ln.strip()]
+    ids = [ln.strip() for ln in read_text(list_path).splitlines() if ln.strip()]
     if not ids:
         raise InputError(list_path, "lists no video ids")
     if not cap_path.is_file():
@@ -185,7 +186,7 @@ def read_lsmdc(annotation_path: Path, video_root: Path | None) -> list[EvalSampl
     """
     out = []
     videos = index_videos(video_root)
-    for i, line in enumerate(_read_text(annotation_path).splitlines(), start=1):
+    for i, line in enumerate(read_text(annotation_path).splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.rstrip("\r\n").split("\t")

@@ -17,6 +17,18 @@ class BenchmarkOpt(str, Enum):
     msvd = "msvd"
     lsmdc = "lsmdc"
     csv = "csv"
+    crosstask = "crosstask"
+
+
+class InferenceOpt(str, Enum):
+    dp = "dp"
+    independent = "independent"
+
+
+class SplitOpt(str, Enum):
+    val = "val"
+    train = "train"
+    all = "all"
 
 
 class TiesOpt(str, Enum):
@@ -29,9 +41,11 @@ def eval_command(
     benchmark: Annotated[BenchmarkOpt, typer.Option(
         "--benchmark", "-b", help="Annotation format: msrvtt (1k-A JSFusion CSV), youcook2 "
         "(annotations JSON, validation clips), msvd (test_list.txt + raw-captions.pkl), lsmdc "
-        "(challenge 1000 TSV), csv (video_id,video_path,caption[,start,end]).")],
+        "(challenge 1000 TSV), csv (video_id,video_path,caption[,start,end]), crosstask "
+        "(step localisation recall; --annotations is the release folder).")],
     annotations: Annotated[Path, typer.Option(help="The benchmark's annotation file "
-                                                   "(for msvd: test_list.txt or its folder).")],
+                                                   "(for msvd: test_list.txt or its folder; for "
+                                                   "crosstask: the release folder).")],
     videos: Annotated[Path | None, typer.Option(help="Folder holding the videos "
                                                      "(searched recursively by file stem).")
                       ] = None,
@@ -47,11 +61,31 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(help="Only the first N clips (a quick look).")
                      ] = None,
     subset: Annotated[str, typer.Option(help="YouCook2 subset.")] = "validation",
-    cache_dir: Annotated[Path | None, typer.Option(help="Cache clip embeddings here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Cache clip embeddings here (crosstask: per-second frame embeddings, default "
+             "the user cache, so a re-run does not decode again).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, cpu, … (default: cuda if present)")
                       ] = None,
+    inference: Annotated[InferenceOpt, typer.Option(
+        help="crosstask: dp (each step at one second, in canonical order; the paper's) or "
+             "independent (each step's best second alone, for comparison).")
+                         ] = InferenceOpt.dp,
+    split: Annotated[SplitOpt, typer.Option(
+        help="crosstask: val (videos_val.csv, the test set), train (videos.csv) or all.")
+                     ] = SplitOpt.val,
+    features: Annotated[Path | None, typer.Option(
+        help="crosstask: folder of <video_id>.npy features at 1 fps (seconds x encoder dim) "
+             "used instead of decoding --videos.")] = None,
 ) -> None:
-    """Text-to-video and video-to-text retrieval: R@1/5/10/50, median and mean rank."""
+    """Text-to-video and video-to-text retrieval (R@1/5/10/50, median and mean rank), or
+    CrossTask step localisation recall."""
+    if benchmark == BenchmarkOpt.crosstask:
+        from howtocap.evaluate.crosstask import evaluate_crosstask
+
+        evaluate_crosstask(annotations, videos, encoder, features=features,
+                           inference=inference.value, split=split.value, cache_dir=cache_dir,
+                           device=device, out=out)
+        return
     from howtocap.evaluate.run import evaluate
 
     kw = {"subset": subset} if benchmark == BenchmarkOpt.youcook2 else {}

@@ -2,8 +2,10 @@
 
 Standard zero-shot protocol (CLIP4Clip-style mean pooling): ``n_frames`` frames at the middles
 of ``n_frames`` equal slices of the clip, each embedded and L2-normalised, averaged and
-normalised again. Decoding (PyAV, releases the GIL) runs a few clips ahead of the encoder in a
-small thread pool, bounded so memory stays flat on benchmarks with thousands of clips.
+normalised again. The HowTo100M baseline (MEE) takes the max of its base features instead, the
+pooling it was trained with (``train.mee.encode_clip``). Decoding (PyAV, releases the GIL)
+runs a few clips ahead of the encoder in a small thread pool, bounded so memory stays flat
+on benchmarks with thousands of clips.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from howtocap.evaluate.benchmarks import EvalSample
 from howtocap.io.video import probe, sample_frames, segment_times
 from howtocap.progress import progress_bar
 from howtocap.rundir import atomic_write_bytes, hash_text
+from howtocap.train.mee import MEEEncoder, encode_clip
 
 
 @dataclass
@@ -50,7 +53,8 @@ def _cache_file(cache_dir: Path, sample: EvalSample, encoder: Encoder, n_frames:
     assert p is not None
     st = p.stat()
     key = f"{encoder.name}|{p.resolve()}|{st.st_size}|{st.st_mtime_ns}|{sample.start}|" \
-          f"{sample.end}|{n_frames}|{encoder.image_size}"
+          f"{sample.end}|{n_frames}|{encoder.image_size}" + \
+          ("|max" if isinstance(encoder, MEEEncoder) else "")
     return cache_dir / "eval" / f"{hash_text(key):016x}.npy"
 
 
@@ -109,8 +113,7 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
             s = first[i]
             try:
                 frames = fut.result()
-                feats = encoder.encode_images(frames)
-                v = feats.mean(0)
+                v = encode_clip(encoder, frames)  # MEE: max-pooled, as trained
                 norm = float(np.linalg.norm(v))
                 if not np.isfinite(norm) or norm == 0:
                     raise HowtocapError("the encoder returned a zero or non-finite embedding")

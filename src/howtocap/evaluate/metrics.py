@@ -242,7 +242,8 @@ def crosstask_recall(scores: list[np.ndarray], gt: list[np.ndarray],
     happens. For each step that occurs in the video, the single best-scoring second is the
     prediction; it is a hit if that second lies inside the step. Recall is averaged over the
     steps of each task, then over tasks (CrossTask's protocol); without ``tasks`` every video
-    is its own task.
+    is its own task. This independent argmax ignores step order; the paper's ordered inference
+    and the release reader are in :mod:`howtocap.evaluate.crosstask`.
     """
     if len(scores) != len(gt):
         raise HowtocapError(f"{len(scores)} score arrays for {len(gt)} ground-truth arrays")

@@ -39,6 +39,8 @@ def _read_manifest(path: Path) -> list[VideoItem]:
             rows = list(csv.DictReader(fh))
     except UnicodeDecodeError as exc:
         raise InputError(path, f"manifest is not UTF-8 ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(path, f"not a readable CSV manifest ({exc})") from None
     if not rows:
         raise InputError(path, "manifest is empty (expected a header video_id,video_path)")
     cols = set(rows[0])
@@ -52,6 +54,8 @@ def _read_manifest(path: Path) -> list[VideoItem]:
             raise InputError(path, f"line {i}: empty video_id")
         vp = (row.get("video_path") or "").strip()
         sp = (row.get("subtitle_path") or "").strip()
+        if "\0" in vp + sp:  # no file system takes it (and Path.resolve would raise)
+            raise InputError(path, f"line {i}: a path holds a NUL byte")
         items.append(VideoItem(
             vid,
             (path.parent / vp).resolve() if vp else None,

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from howtocap.errors import HowtocapError
+from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import LLM, GenerationConfig, drop_cut_line
 from howtocap.llm.blocks import Block, make_blocks
 from howtocap.llm.chatter import is_chatter
@@ -131,6 +131,9 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
         replies = llm.chat_many([build_messages(b, template) for b in todo], gen)
+        down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
+        if down is not None:  # the server is gone: no block failed, the run stops
+            raise down
         for block, reply in zip(todo, replies, strict=True):
             if isinstance(reply, Exception):
                 msg = str(reply) if isinstance(reply, HowtocapError) else \

@@ -29,6 +29,18 @@ _PATTERNS = [
     r"\b(?:sponsor(?:ed)?|patreon|affiliate|promo code|discount code)\b",
     r"\bfollow (?:me|us)\b.{0,25}\b(?:on|instagram|twitter|tiktok|facebook)\b",
     r"\b(?:this|today'?s|in this|the next|my last) video\b",
+    r"^(?:start|watch|share|enjoy)\b.{0,12}\bvideo\b",
+    r"\bsmash\b.{0,15}\bbutton\b",
+    r"\bleft (?:me |us )?a comment\b",
+    r"\bin the comments\b|\bcomment below\b",
+    r"\bshout[- ]?out\b",
+    # Sign-offs and digressions: never a step someone could film.
+    r"^(?:and |so |okay |ok )?that'?s (?:it|all)(?: for (?:today|now))?\W*$",
+    r"^(?:uh |um |oh )?sorry\b",
+    r"\btrust me\b",
+    r"\bso satisfying\b",
+    r"\bfunny story\b",
+    r"\b(?:\d+|a few|fifteen|ten|twenty|five) bucks\b|\bnot sponsored\b",
 ]
 _CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
 

@@ -1,9 +1,18 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, llama.cpp, Ollama, hosted APIs).
 
 At most ``concurrency`` requests are in flight per client, across all threads and videos (one
-shared semaphore). 429, 408, 5xx, timeouts and connection errors are retried with exponential
-backoff plus jitter (``Retry-After`` honoured); after the last try one ``HowtocapError`` line
-names the server and the problem, so the runner records it for that video only.
+shared semaphore). Each try has a deadline (``timeout``, whole reply included, so a server
+trickling bytes cannot hold a worker forever). 5xx, 408/409/425/429, timeouts, connection
+errors and malformed replies (invalid JSON, no ``choices``) are retried with exponential backoff
+plus jitter; ``Retry-After`` (seconds or an HTTP date) is honoured up to ``retry_after_max``.
+Other 4xx are the request's fault and are not retried. After the last try one
+``HowtocapError`` line names the server and the problem; the runner records it for that block.
+
+Circuit breaker: a server that is *down* is not one video's problem. Connection failures,
+timeouts and gateway errors (502/503/504) with no other answer in between are counted across
+all requests; at ``breaker_after`` of them in a row, or when one request spends all its tries
+failing to connect, the breaker opens and this and every later call raise
+``ServiceUnavailable`` at once, which stops the run without marking any video failed.
 
 Constrained decoding: the caption grammar goes out as ``grammar`` (llama.cpp server) and
 ``structured_outputs.regex`` (vLLM); servers that know neither ignore them. A server that
@@ -25,10 +34,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from howtocap.errors import HowtocapError
+from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
+GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
+MAX_REPLY_BYTES = 32 << 20
 
 
 class _Rejected(HowtocapError):
@@ -37,6 +48,10 @@ class _Rejected(HowtocapError):
     @property
     def detail(self) -> str:
         return str(self).lower()
+
+
+class _Malformed(Exception):
+    """A 200 whose body is not a chat completion: the server is up but garbled; try again."""
 
 
 def chat_endpoint(url: str) -> str:
@@ -51,18 +66,20 @@ def chat_endpoint(url: str) -> str:
     return url + "/chat/completions"
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date (RFC 9110)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         from email.utils import parsedate_to_datetime
 
         try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
+            seconds = parsedate_to_datetime(value).timestamp() - (now or time.time())
+        except (TypeError, ValueError, IndexError, OverflowError):
             return None
+    return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
 
 
 def _short(exc: BaseException) -> str:
@@ -76,7 +93,8 @@ class OpenAIChatLLM:
     def __init__(self, url: str, *, model: str | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", api_key: str | None = None,
                  timeout: float = 120.0, concurrency: int = 4, max_retries: int = 3,
-                 backoff: float = 1.0, backoff_max: float = 30.0) -> None:
+                 backoff: float = 1.0, backoff_max: float = 30.0,
+                 retry_after_max: float = 60.0, breaker_after: int = 8) -> None:
         if concurrency < 1:
             raise HowtocapError(f"--concurrency must be at least 1, got {concurrency}")
         self.endpoint = chat_endpoint(url)
@@ -88,11 +106,19 @@ class OpenAIChatLLM:
         self.max_retries = max(0, int(max_retries))
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
+        self.retry_after_max = float(retry_after_max)
+        self.breaker_after = max(1, int(breaker_after))
         self._model = model
         self._model_checked = model is not None
         self._model_lock = threading.Lock()
         self._sem = threading.BoundedSemaphore(self.concurrency)
         self.constraints_rejected = False
+        # circuit breaker: outages in a row (across requests), bumped epoch on any answer
+        self._breaker_lock = threading.Lock()
+        self._outages = 0
+        self._epoch = 0
+        self._open: ServiceUnavailable | None = None
+        self.stats = {"attempts": 0, "retries": 0, "outages": 0}
         self._client = httpx.Client(
             timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
             limits=httpx.Limits(max_connections=self.concurrency * 2,
@@ -116,34 +142,95 @@ class OpenAIChatLLM:
                     data = r.json().get("data") or []
                     if r.status_code == 200 and data and data[0].get("id"):
                         self._model = str(data[0]["id"])
-                except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+                except (httpx.HTTPError, ValueError, AttributeError, TypeError, IndexError):
                     pass  # the chat request below reports a down server properly
             return self._model
 
+    # -- circuit breaker ---------------------------------------------------------------------
+
+    def _answered(self) -> None:
+        """The server answered (anything but a gateway error): it is there."""
+        with self._breaker_lock:
+            self._outages = 0
+            self._epoch += 1
+
+    def _outage(self, problem: str, first: int | None) -> int:
+        """Count one outage; returns the epoch of the request's first outage (``first``, or
+        now): while no answer comes in between, the epoch stays the same."""
+        with self._breaker_lock:
+            self._outages += 1
+            self.stats["outages"] += 1
+            if self._outages >= self.breaker_after:
+                self._trip(problem)
+            return self._epoch if first is None else first
+
+    def _trip(self, problem: str) -> None:
+        """Open the breaker (caller holds the lock); the first reason found is kept."""
+        if self._open is None:
+            self._open = ServiceUnavailable(
+                f"LLM server at {self.base_url} unreachable after {self._outages} attempts "
+                f"({problem}); nothing lost; re-run to resume")
+
+    def _count(self, key: str) -> None:
+        with self._breaker_lock:
+            self.stats[key] += 1
+
+    def _check_breaker(self) -> None:
+        if self._open is not None:
+            raise self._open
+
+    # -- requests ----------------------------------------------------------------------------
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Backoff ``backoff * 2**attempt`` with ±50 % jitter (capped), or the server's own
+        ``Retry-After`` (capped) plus up to 10 % so waiting clients do not return in step."""
         if retry_after is not None:
-            return min(retry_after, self.backoff_max)
+            wait = min(retry_after, self.retry_after_max)
+            return wait + random.uniform(0.0, 0.1 * wait)
         base = self.backoff * (2 ** attempt)
         return min(self.backoff_max, base * (0.5 + random.random()))
 
-    def _content(self, r: httpx.Response) -> str:
+    def _content(self, body: bytes) -> str:
         try:
-            choice = r.json()["choices"][0]
+            choice = json.loads(body)["choices"][0]
             content = choice["message"].get("content")
+            finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise HowtocapError(f"LLM server {self.endpoint} returned a reply without "
-                                "choices[0].message") from None
-        return Reply.make(str(content or ""), choice.get("finish_reason"))
+            try:
+                json.loads(body)
+            except ValueError:
+                raise _Malformed("returned invalid JSON") from None
+            raise _Malformed("returned a reply without choices[0].message") from None
+        return Reply.make(str(content or ""), finish if isinstance(finish, str) else None)
 
-    def _error_detail(self, r: httpx.Response) -> str:
+    @staticmethod
+    def _error_detail(status: int, body: bytes) -> str:
+        detail: object = None
         try:
-            err = r.json().get("error")
+            err = json.loads(body).get("error")
             detail = err.get("message") if isinstance(err, dict) else err
         except (ValueError, AttributeError):
-            detail = None
-        return " ".join(str(detail or r.text or r.reason_phrase).split())[:200]
+            pass
+        if not detail:
+            detail = body.decode("utf-8", "replace") or httpx.codes.get_reason_phrase(status)
+        return " ".join(str(detail).split())[:200]
+
+    def _send(self, payload: str, headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
+        """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
+        deadline = time.monotonic() + self.timeout
+        with self._client.stream("POST", self.endpoint, content=payload, headers=headers) as r:
+            chunks, size = [], 0
+            for chunk in r.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("reply not complete in time", request=r.request)
+                if size > MAX_REPLY_BYTES:
+                    return r.status_code, r.headers, b""
+            return r.status_code, r.headers, b"".join(chunks)
 
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        self._check_breaker()
         body: dict[str, Any] = {"messages": list(messages), **gen.request_fields()}
         model = self._resolve_model()
         if model:
@@ -164,30 +251,57 @@ class OpenAIChatLLM:
         payload = json.dumps(body)
         headers = {"Content-Type": "application/json", **self._headers}
         tries = self.max_retries + 1
-        problem = ""
+        problem = reason = ""  # for the one line: this request's / the breaker's
+        epoch: int | None = None  # the breaker's epoch at this request's first outage
+        refused = 0  # tries that could not reach the server at all (not slow: absent)
         for attempt in range(tries):
+            self._check_breaker()
             retry_after = None
             with self._sem:
+                self._check_breaker()
+                self._count("attempts")
                 try:
-                    r = self._client.post(self.endpoint, content=payload, headers=headers)
-                except httpx.TimeoutException:
-                    problem = f"timed out after {self.timeout:g}s"
+                    status, rheaders, data = self._send(payload, headers)
+                except httpx.TimeoutException as exc:
+                    problem = reason = f"timed out after {self.timeout:g}s"
+                    refused += isinstance(exc, httpx.ConnectTimeout)
+                    epoch = self._outage(reason, epoch)
                 except httpx.TransportError as exc:
-                    problem = f"is unreachable ({_short(exc)})"
+                    reason = _short(exc)
+                    problem = f"is unreachable ({reason})"
+                    refused += 1
+                    epoch = self._outage(reason, epoch)
                 else:
-                    if r.status_code == 200:
-                        return self._content(r)
-                    if r.status_code in RETRY_STATUS or r.status_code >= 500:
-                        problem = f"returned {r.status_code}"
-                        retry_after = _retry_after(r.headers.get("Retry-After"))
-                    elif r.status_code in (400, 422):
-                        raise _Rejected(f"LLM server {self.endpoint} returned "
-                                        f"{r.status_code}: {self._error_detail(r)}")
+                    if status in GATEWAY_STATUS:
+                        problem = f"returned {status}"
+                        reason = f"HTTP {status}"
+                        refused += 1
+                        retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                        epoch = self._outage(reason, epoch)
                     else:
-                        raise HowtocapError(f"LLM server {self.endpoint} returned "
-                                            f"{r.status_code}: {self._error_detail(r)}")
+                        self._answered()
+                        if status == 200:
+                            try:
+                                return self._content(data)
+                            except _Malformed as exc:
+                                problem = str(exc)
+                        elif status in RETRY_STATUS or status >= 500:
+                            problem = f"returned {status}"
+                            retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                        elif status in (400, 422):
+                            raise _Rejected(f"LLM server {self.endpoint} returned "
+                                            f"{status}: {self._error_detail(status, data)}")
+                        else:
+                            raise HowtocapError(f"LLM server {self.endpoint} returned "
+                                                f"{status}: {self._error_detail(status, data)}")
             if attempt + 1 < tries:
+                self._count("retries")
                 time.sleep(self._delay(attempt, retry_after))
+        if refused == tries:  # every try failed to reach it, and no answer came since the first
+            with self._breaker_lock:
+                if self._epoch == epoch:
+                    self._trip(reason)
+        self._check_breaker()
         raise HowtocapError(f"LLM server {self.endpoint} {problem} after {tries} "
                             f"tr{'y' if tries == 1 else 'ies'}")
 

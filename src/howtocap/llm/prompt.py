@@ -71,7 +71,7 @@ def load_template(path: str | Path) -> Template:
         names = "" if p.suffix or len(p.parts) > 1 else \
             f" (and not a built-in template: {', '.join(TEMPLATE_NAMES)})"
         raise InputError(p, f"prompt template file not found{names}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the name
         raise InputError(p, f"cannot read prompt template ({exc})") from None
     if p.suffix.lower() not in (".yaml", ".yml", ".json"):
         return Template(prompt=check_template(raw.strip(), str(p)))

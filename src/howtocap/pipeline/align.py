@@ -8,33 +8,22 @@ everything, and a re-captioned (or re-pointed) video is rescored alone.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig, apply_filter, empty_aligned
+from howtocap.align import AlignConfig, apply_filter, describe_filter, empty_aligned, filter_mode
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.core import Shard, StageSummary, run_stage
+from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import LocalRunner, Runner
 from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text
 from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name
-
-
-def _invalidate_if_changed(rundir: RunDir, key: str) -> bool:
-    """Drop this stage's parts and status when they were made with other encoders/windows."""
-    old = rundir.read_config(STAGE) or {}
-    if old.get("scoring_key") == key:
-        return False
-    for d in (rundir.part_dir(SCORES), rundir.status_dir / STAGE):
-        if d.exists():
-            shutil.rmtree(d)
-    return bool(old)
 
 
 def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
@@ -90,32 +79,142 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     if len(merged.columns) == 0:
         merged = empty_aligned()
     merged = conform(merged, "aligned")
+    # The guard's drops: captions with no window inside the video within ±T (not moved, not
+    # scored). Like the reference they leave the table; they are counted and listed.
+    out_mask = merged.pop("outside").fillna(False).to_numpy(dtype=bool) \
+        if "outside" in merged else np.zeros(len(merged), dtype=bool)
+    outside = merged[out_mask].reset_index(drop=True)
+    merged = merged[~out_mask].reset_index(drop=True)
     aligned, thr = apply_filter(merged, cfg)
     atomic_write_parquet(aligned, rundir.table_path("aligned"))
+    no_z = int(aligned["null_z"].isna().sum()) if "null_z" in aligned else len(aligned)
     config = {**cfg.model_dump(), "encoders": list(encoder_names),
               "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
-              "kept": int(aligned["kept"].sum()), "pairs": len(aligned)}
+              "filter": describe_filter(cfg, thr),
+              "kept": int(aligned["kept"].sum()), "pairs": len(aligned),
+              "outside_video": len(outside),
+              "no_null_z": no_z if filter_mode(cfg) == "null_z" else 0}
     rundir.write_config(STAGE, config)
     if report:
         from howtocap.report.align_report import write_align_report
 
-        write_align_report(aligned, thr, config, rundir.root / "align_report.html")
+        write_align_report(aligned, thr, config, rundir.root / "align_report.html",
+                           outside=outside)
     return aligned, thr
+
+
+REFERENCE = "align_reference"
+
+
+Reference = tuple[pd.DataFrame, list[str]]  # (video_id, text) of captions; clip video ids
+
+
+def recorded_reference(rundir: RunDir, cfg: AlignConfig) -> Reference:
+    """The default filter's references drawn for this run directory with these settings."""
+    old = rundir.read_config(REFERENCE) or {}
+    if (old.get("size"), old.get("videos"), old.get("seed")) != (
+            cfg.reference_captions, cfg.reference_videos, cfg.seed):
+        return pd.DataFrame(columns=["video_id", "text"]), []
+    return (pd.DataFrame(old.get("captions", []), columns=["video_id", "text"]),
+            [str(v) for v in old.get("clip_videos", [])])
+
+
+def draw_reference(rundir: RunDir, captions: pd.DataFrame, videos: pd.DataFrame,
+                   cfg: AlignConfig, *, redo: bool = False) -> Reference:
+    """The default filter's references: ``reference_captions`` random captions of the run and
+    the clips of ``reference_videos`` random videos, drawn once and recorded, so that later
+    runs (more videos, a resumed run) score against the same ones and keep their results;
+    ``redo`` or new settings draw again."""
+    old = recorded_reference(rundir, cfg)
+    if (len(old[0]) or old[1]) and rundir.has_results(STAGE) and not redo:
+        return old
+    rng = np.random.default_rng(cfg.seed)
+    pool = captions[["video_id", "text"]].astype(str).drop_duplicates()
+    pool = pool.sort_values(["video_id", "text"]).reset_index(drop=True)
+    pick = np.sort(rng.choice(len(pool), size=min(cfg.reference_captions, len(pool)),
+                              replace=False))
+    ref = pool.iloc[pick].reset_index(drop=True)
+    files = sorted(str(r.video_id) for r in videos.itertuples()
+                   if r.video_path and Path(r.video_path).is_file())
+    chosen = [files[i] for i in np.sort(rng.choice(
+        len(files), size=min(cfg.reference_videos, len(files)), replace=False))]
+    rundir.write_config(REFERENCE, {"size": cfg.reference_captions,
+                                    "videos": cfg.reference_videos, "seed": cfg.seed,
+                                    "captions": ref.to_numpy().tolist(), "clip_videos": chosen})
+    return ref, chosen
+
+
+def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
+              cfg: AlignConfig) -> tuple[list[np.ndarray], list[str]] | None:
+    """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos, per encoder,
+    pooled as alignment pools them; from the frame cache the stage fills and reuses. A video
+    that does not decode is left out (the stage reports it)."""
+    from howtocap.encoders.cache import frame_embeddings_multi, rows_covering, window_means
+    from howtocap.train.mee import frame_encoder, window_pool
+
+    if not clip_videos or not models:
+        return None
+    paths = rundir.videos().set_index("video_id")["video_path"].to_dict()
+    banks: list[list[np.ndarray]] = [[] for _ in models]
+    owners: list[str] = []
+    for vid in clip_videos:
+        try:
+            frames = frame_embeddings_multi(Path(paths[vid]), [frame_encoder(m) for m in models],
+                                            fps=cfg.fps, cache_dir=rundir.cache_dir)
+        except Exception:  # noqa: BLE001 - a broken video fails in the stage, one line
+            continue
+        n = min(len(f.emb) for f in frames)
+        if n == 0:
+            continue
+        extent = n / cfg.fps
+        ws = np.arange(0.0, max(extent - cfg.clip_seconds, 0.0) + 1e-9, 1.0)
+        lo, hi = rows_covering(ws, np.minimum(ws + cfg.clip_seconds, extent), n, cfg.fps)
+        for bank, f, m in zip(banks, frames, models, strict=True):
+            pool = window_pool(m)
+            emb = f.emb[:n]
+            pooled = window_means(emb, lo[:, None], hi[:, None], cfg.renormalize) \
+                if pool is None else pool(emb, lo[:, None], hi[:, None])
+            bank.append(np.asarray(pooled, dtype=np.float32)[:, 0])
+        owners += [vid] * len(ws)
+    if not owners:
+        return None
+    return [np.concatenate(b) for b in banks], owners
+
+
+def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
+                device: str | None = None, encoders: Sequence[Any] | None = None,
+                from_names: bool = True, reference: Reference | None = None,
+                clips: tuple[list[np.ndarray], list[str]] | None = None) -> AlignStage:
+    """The align stage of these settings (its fingerprint is what a re-run is checked by);
+    no ``reference``: the one recorded in the run directory."""
+    ref_caps, ref_videos = reference if reference is not None \
+        else recorded_reference(rundir, cfg)
+    return AlignStage(list(encoder_names) or ["default"], cfg, rundir.cache_dir, device=device,
+                      models=encoders, models_from_names=from_names, reference=ref_caps,
+                      clip_videos=ref_videos, clips=clips)
 
 
 def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               runner: Runner | None = None, device: str | None = None, progress: bool = True,
-              encoders: Sequence[Any] | None = None, shard: Shard | None = None
-              ) -> StageSummary:
+              encoders: Sequence[Any] | None = None, shard: Shard | None = None,
+              redo: bool = False, retry_failed: bool = False,
+              max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
     """Score every captioned video (resumable), then filter globally.
 
     Re-running with only a different filter re-uses the per-video scores; different encoders
-    or window settings recompute them, and so do re-captioned videos. No names: ``default``.
+    or window settings are refused unless ``redo`` (then every video is rescored);
+    re-captioned videos are rescored alone. No names: ``default``.
     ``encoders`` (already built, e.g. in tests) overrides the names. With a ``shard`` only that
     shard's videos are scored and the global filter is left to a final run without a shard.
     """
     runner = runner or LocalRunner()
     names_in = list(encoder_names) or ["default"]
+    from_names = encoders is None
+    captions, videos = _load_inputs(rundir)
+    reference = draw_reference(rundir, captions, videos, cfg, redo=redo)
+    stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
+                        from_names=from_names, reference=reference)
+    cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
     if encoders is None and isinstance(runner, LocalRunner):
         from howtocap.encoders import create  # loaded here once, shared with the stage
 
@@ -123,10 +222,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     names = [e.name for e in encoders] if encoders is not None else names_in
     if len(set(names)) != len(names):
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
-    captions, videos = _load_inputs(rundir)
     key = cfg.scoring_key(names)
-    _invalidate_if_changed(rundir, key)
-    # Record the key now, so an interrupted run resumes instead of recomputing.
     rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
     known = set(videos["video_id"])
     items = [VideoItem(r.video_id, Path(r.video_path) if r.video_path else None)
@@ -141,9 +237,22 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
 
     items = [it for it in items if captioned(it.video_id)]
     _forget_changed_videos(rundir, captions, items)
-    stage = AlignStage(names_in, cfg, rundir.cache_dir, device=device, models=encoders)
-    summary = run_stage(rundir, items, stage, runner=runner, progress=progress, shard=shard)
+    clips = None
+    if reference[1]:  # the default filter's reference clips, from the driver's encoders
+        from howtocap.encoders import create
+
+        clips = clip_bank(rundir, reference[1], encoders if encoders is not None
+                          else [create(n, device=device) for n in names_in], cfg)
+    stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
+                        from_names=from_names, reference=reference, clips=clips)
+    opts = {"runner": runner, "progress": progress, "shard": shard,
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+    summary = run_stage(rundir, items, stage, **opts)
     if shard is None:  # the filter is global: it needs every shard's scores
         finish_align(rundir, cfg, names)
+        if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
+            rundir.corrupted.clear()
+            summary.absorb(run_stage(rundir, items, stage, **opts))
+            finish_align(rundir, cfg, names)
     rundir.status_table()
     return summary

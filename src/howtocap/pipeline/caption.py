@@ -17,9 +17,10 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
 from howtocap.llm import LLMOptions
 from howtocap.llm.captioner import CaptionConfig
-from howtocap.pipeline.core import Shard, StageSummary, run_stage
+from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import Runner
 from howtocap.rundir import RunDir
+from howtocap.stage import Stage
 from howtocap.stages.caption import CaptionStage
 from howtocap.stages.subtitles import AsrMode, SubtitlesStage
 
@@ -93,26 +94,49 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
 def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 config: CaptionRunConfig, *, force: bool = False, progress: bool = True,
                 llm: Any | None = None, runner: Runner | None = None,
-                shard: Shard | None = None) -> tuple[StageSummary, StageSummary]:
+                shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
+                max_attempts: int = MAX_ATTEMPTS,
+                also_check: Sequence[Stage] = ()) -> tuple[StageSummary, StageSummary]:
     """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
     ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
     an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
-    (else ``config.llm`` names it). Returns the two stages' summaries."""
+    (else ``config.llm`` names it). Returns the two stages' summaries.
+
+    Settings are checked against the run's before anything is written: other settings than
+    the ones its results were made with are refused (``redo``: recompute, clearing the
+    stages downstream). ``also_check``: later stages of the same command (``run``'s align),
+    checked now too so a refusal comes before any work."""
     rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
     items, source = _items_and_source(inputs, rundir, config, progress)
+    subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
+    cap_stage = CaptionStage(config.llm, config.caption, model=llm)
+    if also_check and not redo:
+        prepare_stages(rundir, [subs_stage, cap_stage, *also_check], check_only=True)
+    ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
     rundir.record_videos(items)
     rundir.write_config("caption", config.model_dump())
-    subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
-    cap_stage = CaptionStage(config.llm, config.caption, model=llm)
     if force:
         for it in items:
             for stage in (subs_stage, cap_stage):
                 rundir.status_path(stage.name, it.video_id).unlink(missing_ok=True)
-    subs = run_stage(rundir, items, subs_stage, runner=runner, shard=shard, progress=progress)
-    ready = [it for it in items if rundir.is_done(subs_stage.name, it.video_id, "subtitles")]
-    caps = run_stage(rundir, ready, cap_stage, runner=runner, shard=shard, progress=progress)
-    rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
-    rundir.merge_streaming("captions")
+    opts = {"runner": runner, "shard": shard, "progress": progress,
+            "retry_failed": retry_failed, "max_attempts": max_attempts}
+    summaries: list[StageSummary] = []
+    for _ in range(2):  # a second pass only when the merge found corrupt parts
+        subs = run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts)
+        ready = [it for it in items
+                 if rundir.is_done(subs_stage.name, it.video_id, "subtitles")]
+        caps = run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts)
+        if summaries:  # the redone videos count as done by this call
+            subs, caps = (first.absorb(again) for first, again in zip(summaries,
+                                                                       (subs, caps),
+                                                                       strict=True))
+        summaries = [subs, caps]
+        rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
+        rundir.merge_streaming("captions")
+        if not rundir.corrupted:
+            break
+        rundir.corrupted.clear()
     rundir.status_table()
     return subs, caps

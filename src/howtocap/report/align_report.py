@@ -67,6 +67,23 @@ def _offset_plot(df: pd.DataFrame) -> str:
     return _png(fig)
 
 
+def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    z = df["null_z"].to_numpy(dtype=float)
+    kept = df["kept"].to_numpy(dtype=bool)
+    ok = np.isfinite(z)
+    if ok.any():
+        ax.hist([z[ok & kept], z[ok & ~kept]], bins=min(50, max(5, int(ok.sum()) // 4)),
+                stacked=True, color=["tab:green", "tab:gray"], label=["kept", "dropped"])
+    ax.axvline(bar, color="tab:red", linestyle="--", label=f"default bar z = {bar:g}")
+    ax.set_xlabel("null z: mean of z vs other videos' captions on the clip and vs other "
+                  "videos' clips")
+    ax.set_ylabel("captions")
+    ax.set_title("The default filter's test")
+    ax.legend(loc="upper left")
+    return _png(fig)
+
+
 def _per_video_plot(df: pd.DataFrame) -> str:
     frac = df.groupby("video_id")["kept"].mean().sort_values() if len(df) else pd.Series()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -83,8 +100,10 @@ def _per_video_plot(df: pd.DataFrame) -> str:
     return _png(fig)
 
 
-def summary_numbers(df: pd.DataFrame, thr: float) -> dict[str, Any]:
-    """The headline numbers shown in the report's table."""
+def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
+                    rule: str | None = None) -> dict[str, Any]:
+    """The headline numbers shown in the report's table (``outside``: captions the guard
+    dropped because no window within ±T lies inside the video)."""
     n = len(df)
     kept = int(df["kept"].sum()) if n else 0
     off = df["offset"].to_numpy(dtype=float) if n else np.zeros(0)
@@ -94,7 +113,9 @@ def summary_numbers(df: pd.DataFrame, thr: float) -> dict[str, Any]:
         "caption–clip pairs": n,
         "kept": kept,
         "kept fraction": round(kept / n, 4) if n else 0.0,
-        "threshold": round(thr, 6) if math.isfinite(thr) else "none (no filter: all kept)",
+        "filter": rule or ("score threshold" if math.isfinite(thr) else "none"),
+        "threshold": round(thr, 6) if math.isfinite(thr) else "none (no score threshold)",
+        "dropped: window outside the video (±T)": outside,
         "mean score": round(float(df["score"].mean()), 6) if n else float("nan"),
         "moved (offset ≠ 0)": int((np.abs(off) > 1e-9).sum()),
         "mean |offset| (s)": round(float(np.abs(off).mean()), 3) if n else 0.0,
@@ -103,15 +124,31 @@ def summary_numbers(df: pd.DataFrame, thr: float) -> dict[str, Any]:
 
 
 def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[str, Any],
-                       path: Path) -> Path:
-    """Write the report; ``config`` is what ``DIR/config/align.json`` records."""
-    nums = summary_numbers(aligned, threshold)
+                       path: Path, outside: pd.DataFrame | None = None) -> Path:
+    """Write the report; ``config`` is what ``DIR/config/align.json`` records; ``outside``
+    the captions the guard dropped (counted, and the first 20 listed)."""
+    outside = outside if outside is not None else pd.DataFrame()
+    nums = summary_numbers(aligned, threshold, len(outside), config.get("filter"))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                    for k, v in nums.items())
     cfg_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
                        for k, v in config.items())
     imgs = [("Scores", _score_plot(aligned, threshold)), ("Offsets", _offset_plot(aligned)),
             ("Per video", _per_video_plot(aligned))]
+    if str(config.get("filter", "")).startswith("default filter") and "null_z" in aligned:
+        bar = config.get("null_z")
+        imgs.append(("Default filter", _null_z_plot(aligned, float(
+            bar if bar is not None else _default_bar()))))
+    dropped = ""
+    if len(outside):
+        cells = "".join(
+            f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
+            f"<td>{html.escape(str(r.text))}</td></tr>" for r in outside.head(20).itertuples())
+        dropped = (f"<h2>Dropped: window outside the video ({len(outside)})</h2>"
+                   "<p>No clip within ±T of these captions lies inside the (decoded) video, so "
+                   "they were not moved further than T but dropped, as the reference does."
+                   f"</p><table><tr><th>video</th><th>start (s)</th><th>text</th></tr>{cells}"
+                   "</table>")
     figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
                    f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
     doc = f"""<!doctype html>
@@ -122,8 +159,15 @@ text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head
 <body><h1>Filter &amp; align</h1>
 <h2>Summary</h2><table>{rows}</table>
 {figs}
+{dropped}
 <h2>Configuration</h2><table>{cfg_rows}</table>
 </body></html>
 """
     atomic_write_text(path, doc)
     return path
+
+
+def _default_bar() -> float:
+    from howtocap.align import DEFAULT_NULL_Z
+
+    return DEFAULT_NULL_Z

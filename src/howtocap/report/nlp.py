@@ -56,6 +56,20 @@ def verb_lemmas(doc: Any) -> list[str]:
     return [t.lemma_.lower() for t in doc if t.pos_ == "VERB"]
 
 
+def word_tokens(doc: Any) -> list[str]:
+    """Lower-cased spaCy tokens that are words: punctuation and whitespace tokens dropped
+    (``don't`` is two words, ``do`` and ``n't``, as spaCy tokenises it)."""
+    return [t.lower_ for t in doc if not (t.is_punct or t.is_space)]
+
+
+def iter_words_and_verbs(nlp: Any, texts: Iterable[str], *, batch_size: int = 512,
+                         n_process: int = 1) -> Iterator[tuple[list[str], list[str]]]:
+    """(word tokens, verb lemmas) of each text from one ``nlp.pipe`` pass, so words cost
+    nothing beyond the tagging the verb statistics need anyway."""
+    for doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
+        yield word_tokens(doc), verb_lemmas(doc)
+
+
 def iter_verb_lemmas(nlp: Any, texts: Iterable[str], *, batch_size: int = 512,
                      n_process: int = 1) -> Iterator[list[str]]:
     """Verb lemmas of each text, in order, streamed through ``nlp.pipe`` in batches."""

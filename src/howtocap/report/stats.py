@@ -6,20 +6,23 @@ Three text corpora are compared, each a table of the run directory:
 - ``captions``: every row of ``captions.parquet`` (what the LLM wrote);
 - ``kept``: rows of ``aligned.parquet`` with ``kept == True`` (what survives the filter).
 
-Definitions (the README section repeats them):
+Definitions (docs/stats.md repeats them), as the paper's Table 12:
 
-- a *word* is a maximal run of letters/digits, inner apostrophes allowed (``don't``), lower-cased;
+- a *word* is a token of spaCy's English tokenizer that is not punctuation or whitespace,
+  lower-cased (``don't`` is two words, ``do`` + ``n't``);
 - *vocabulary*: number of distinct words;
 - *words per caption / per video*: mean and population std of the word count of one text /
   of all texts of one video (videos without texts are not counted);
 - *verbs*: spaCy tokens with POS ``VERB`` (auxiliaries excluded), as lower-cased lemmas;
 - *diverse verbs %*: share of verb occurrences whose lemma is not one of the corpus's 5 most
   frequent verb lemmas (ties broken alphabetically);
-- *word n-gram ratio*: distinct word n-grams / all word n-grams, n-grams taken inside one text;
-- *verb n-gram ratio*: the same over the sequence of verb lemmas of each text.
+- *unique word n-grams %*: 100 x distinct word n-grams / all word n-grams, n-grams taken inside
+  one text;
+- *unique verb n-grams %*: the same over the sequence of verb lemmas of each text.
 
-Word counts per caption/video are exact over all rows; vocabulary, n-gram ratios and verb
-statistics are computed on at most ``max_texts`` texts per corpus, sampled with a fixed seed.
+Like the paper (5,000 random HowTo100M videos), every text statistic is computed on the texts of
+at most ``videos`` videos, drawn once with a fixed seed and shared by all corpora, so subtitles
+and captions are compared on the same videos; ``texts`` and ``videos`` still count every row.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 import time
 from array import array
 from collections import Counter
@@ -40,24 +42,18 @@ import pandas as pd
 
 from howtocap import __version__
 from howtocap.errors import HowtocapError, InputError
-from howtocap.report.nlp import iter_verb_lemmas, load_spacy, model_label
+from howtocap.report.nlp import iter_words_and_verbs, load_spacy, model_label
 from howtocap.rundir import RunDir, atomic_write_text
 
-WORD_RE = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
-DEFAULT_MAX_TEXTS = 200_000
+DEFAULT_VIDEOS = 5_000  # the paper's sample: 5,000 random videos
 DEFAULT_SEED = 0
 CORPORA = ("subtitles", "captions", "kept")
 TABLES = ("videos", "subtitles", "captions", "aligned", "status")
 
 
 # -- small pure helpers ---------------------------------------------------------------------
-def words(text: str) -> list[str]:
-    """The words of a text (see the module docstring), lower-cased."""
-    return WORD_RE.findall(text.lower())
-
-
 def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
     """Mean and population std of the finite values; ``None`` when there are none (never NaN)."""
     arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, float)
@@ -65,6 +61,11 @@ def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
     if arr.size == 0:
         return {"mean": None, "std": None}
     return {"mean": float(arr.mean()), "std": float(arr.std())}
+
+
+def to_pct(ratios: dict[str, float | None]) -> dict[str, float | None]:
+    """Fractions as percentages, as the paper's Table 12 prints them."""
+    return {k: None if v is None else 100.0 * v for k, v in ratios.items()}
 
 
 def ngram_ratios(seqs: Iterable[Sequence[str]],
@@ -101,65 +102,72 @@ def verb_stats(verb_seqs: Sequence[Sequence[str]], top: int = TOP_VERBS) -> dict
         "verb_vocabulary": len(counts),
         "top_verbs": [[v, c] for v, c in ranked[:10]],
         "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
-        "verb_ngram_ratio": ngram_ratios(verb_seqs),
+        "verb_ngram_unique_pct": to_pct(ngram_ratios(verb_seqs)),
     }
 
 
-def sample_texts(texts: pd.Series, max_texts: int, seed: int) -> pd.Series:
-    """At most ``max_texts`` texts, chosen uniformly with a fixed seed, in table order."""
-    if len(texts) <= max_texts:
-        return texts
+def video_ids(frames: Iterable[pd.DataFrame | None]) -> list[str]:
+    """Every video with a text in any of the tables, sorted (so a seed picks the same ones)."""
+    return sorted({str(v) for f in frames if f is not None for v in f["video_id"].unique()})
+
+
+def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None:
+    """At most ``videos`` of ``ids``, drawn uniformly with a fixed seed (``None``: keep all,
+    because ``videos`` is 0 or not exceeded)."""
+    if videos == 0 or len(ids) <= videos:
+        return None
     rng = np.random.default_rng(seed)
-    idx = np.sort(rng.choice(len(texts), size=max_texts, replace=False))
-    return texts.iloc[idx]
+    return {ids[i] for i in rng.choice(len(ids), size=videos, replace=False)}
 
 
 # -- one corpus -------------------------------------------------------------------------------
-def corpus_stats(df: pd.DataFrame, nlp: Any, *, max_texts: int = DEFAULT_MAX_TEXTS,
-                 seed: int = DEFAULT_SEED, batch_size: int = 512, workers: int = 1,
-                 verb_cache: dict[str, list[str]] | None = None,
+def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
+                 batch_size: int = 512, workers: int = 1,
+                 cache: dict[str, tuple[list[str], list[str]]] | None = None,
                  progress: Any = None, label: str = "") -> dict[str, Any]:
-    """All text statistics of one table with ``video_id`` and ``text`` columns.
+    """All text statistics of one table with ``video_id`` and ``text`` columns, on the texts of
+    the ``sample`` videos (all videos when ``None``).
 
-    ``verb_cache`` maps text -> verb lemmas and is shared between corpora, so a caption
-    that is both generated and kept is tagged once; identical texts are tagged once too.
+    ``cache`` maps text -> (words, verb lemmas) and is shared between corpora, so a caption that
+    is both generated and kept is tagged once; identical texts are tagged once too.
     """
-    texts = df["text"].fillna("").astype(str).reset_index(drop=True)
-    n_words = texts.str.count(WORD_RE.pattern).astype(int)
-    per_video = pd.DataFrame({"video_id": df["video_id"].astype(str).to_numpy(),
-                              "n": n_words.to_numpy()}).groupby("video_id")["n"]
-    words_per_video, texts_per_video = per_video.sum(), per_video.size()
+    vids_all = df["video_id"].astype(str)
+    used = df[vids_all.isin(sample)] if sample is not None else df
+    texts = used["text"].fillna("").astype(str).tolist()
 
-    sample = sample_texts(texts, max_texts, seed)
-    tokens = [words(t) for t in sample]
-    vocab = {w for toks in tokens for w in toks}
-
-    cache = verb_cache if verb_cache is not None else {}
-    todo = [t for t in dict.fromkeys(sample) if t not in cache]
-    task = progress.add_task(f"verbs: {label}", total=len(todo)) if progress else None
-    lemma_iter = iter_verb_lemmas(nlp, todo, batch_size=batch_size, n_process=workers)
-    for i, (text, lemmas) in enumerate(zip(todo, lemma_iter, strict=True)):
-        cache[text] = lemmas
+    cache = cache if cache is not None else {}
+    todo = [t for t in dict.fromkeys(texts) if t not in cache]
+    task = progress.add_task(f"spaCy: {label}", total=len(todo)) if progress else None
+    parsed = iter_words_and_verbs(nlp, todo, batch_size=batch_size, n_process=workers)
+    for i, (text, result) in enumerate(zip(todo, parsed, strict=True)):
+        cache[text] = result
         if task is not None and (i + 1) % 256 == 0:
             progress.update(task, completed=i + 1)
     if task is not None:
         progress.update(task, completed=len(todo))
-    verbs = verb_stats([cache[t] for t in sample])
+
+    tokens = [cache[t][0] for t in texts]
+    n_words = np.array([len(toks) for toks in tokens], dtype=int)
+    per_video = pd.DataFrame({"video_id": used["video_id"].astype(str).to_numpy(),
+                              "n": n_words}).groupby("video_id")["n"]
+    words_per_video, texts_per_video = per_video.sum(), per_video.size()
+    verbs = verb_stats([cache[t][1] for t in texts])
 
     return {
-        "texts": int(len(texts)),
-        "videos": int(len(texts_per_video)),
-        "texts_used": int(len(sample)),
-        "sampled": bool(len(sample) < len(texts)),
+        "texts": int(len(df)),
+        "videos": int(vids_all.nunique()),
+        "texts_used": int(len(texts)),
+        "videos_used": int(len(texts_per_video)),
+        "sampled": bool(len(texts) < len(df)),
         "words": int(n_words.sum()),
-        "vocabulary": len(vocab),
-        "words_per_caption": mean_std(n_words.to_numpy()),
+        "vocabulary": len({w for toks in tokens for w in toks}),
+        "words_per_caption": mean_std(n_words),
         "words_per_video": mean_std(words_per_video.to_numpy()),
         "captions_per_video": mean_std(texts_per_video.to_numpy()),
-        "word_ngram_ratio": ngram_ratios(tokens),
+        "word_ngram_unique_pct": to_pct(ngram_ratios(tokens)),
         **verbs,
         # raw distributions for the histograms; popped before the JSON is written
-        "_words_per_caption": n_words.to_numpy(),
+        "_words_per_caption": n_words,
         "_captions_per_video": texts_per_video.to_numpy(),
     }
 
@@ -289,12 +297,15 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
 
 
 # -- the whole report ---------------------------------------------------------------------------
-def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
+def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                   seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = 512,
                   workers: int = 1, progress: bool = False) -> dict[str, Any]:
-    """All statistics of a run directory as a JSON-ready dict (pure over its tables)."""
-    if max_texts < 1:
-        raise HowtocapError(f"--max-texts must be at least 1, got {max_texts}")
+    """All statistics of a run directory as a JSON-ready dict (pure over its tables).
+
+    Text statistics use the texts of at most ``videos`` videos (0: all), the same videos for
+    every corpus, drawn with ``seed``."""
+    if videos < 0:
+        raise HowtocapError(f"--videos must be 0 (all) or more, got {videos}")
     if workers < 1:
         raise HowtocapError(f"--workers must be at least 1, got {workers}")
     tables = read_tables(rundir)
@@ -308,16 +319,17 @@ def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
                       "kept": (aligned[aligned["kept"].astype(bool)]
                                if aligned is not None else None)}
     t0 = time.perf_counter()
-    cache: dict[str, list[str]] = {}
+    ids = video_ids(corpora_frames.values())
+    sample = sample_videos(ids, videos, seed)
+    cache: dict[str, tuple[list[str], list[str]]] = {}
     text: dict[str, Any] = {}
     bar = _progress() if progress else None
     try:
         if bar is not None:
             bar.start()
         for name, frame in corpora_frames.items():
-            text[name] = (corpus_stats(frame, nlp, max_texts=max_texts, seed=seed,
-                                       batch_size=batch_size, workers=workers,
-                                       verb_cache=cache, progress=bar,
+            text[name] = (corpus_stats(frame, nlp, sample=sample, batch_size=batch_size,
+                                       workers=workers, cache=cache, progress=bar,
                                        label=name)
                           if frame is not None and len(frame) else None)
     finally:
@@ -344,8 +356,10 @@ def compute_stats(rundir: RunDir, *, max_texts: int = DEFAULT_MAX_TEXTS,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "howtocap_version": __version__,
         "spacy_model": model_label(nlp),
-        "max_texts": int(max_texts),
-        "seed": int(seed),
+        "sample": {"videos_max": int(videos), "seed": int(seed),
+                   "videos_total": len(ids),
+                   "videos_used": len(sample) if sample is not None else len(ids),
+                   "sampled": sample is not None},
         "missing": missing,
         "summary": run_summary(tables),
         "text": text,
@@ -389,7 +403,7 @@ def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
     return path
 
 
-def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
+def stats_run(run_dir: str | Path, *, videos: int = DEFAULT_VIDEOS,
               seed: int = DEFAULT_SEED, spacy_model: str | None = None,
               batch_size: int = 512, workers: int = 1,
               progress: bool = True) -> dict[str, Any]:
@@ -399,7 +413,7 @@ def stats_run(run_dir: str | Path, *, max_texts: int = DEFAULT_MAX_TEXTS,
         raise InputError(root, "no such run directory")
     rundir = RunDir(root, create=False)
     nlp = load_spacy(spacy_model)
-    stats = compute_stats(rundir, max_texts=max_texts, seed=seed, nlp=nlp,
+    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=nlp,
                           batch_size=batch_size, workers=workers, progress=progress)
     stats["outputs"] = {"json": str(rundir.root / "stats.json"),
                         "report": str(rundir.root / "report.html")}

@@ -154,22 +154,23 @@ ROWS: list[tuple[str, str, Any]] = [
     ("Size", "", None),
     ("texts", "texts", _num),
     ("videos with text", "videos", _num),
-    ("texts used for vocabulary / n-grams / verbs", "texts_used", _num),
+    ("videos used (sample)", "videos_used", _num),
+    ("texts used (sample)", "texts_used", _num),
     ("Words", "", None),
     ("vocabulary (distinct words)", "vocabulary", _num),
     ("words per caption (mean ± std)", "words_per_caption", _ms),
     ("words per video (mean ± std)", "words_per_video", _ms),
     ("captions per video (mean ± std)", "captions_per_video", _ms),
-    ("unique / total word 1-grams", ("word_ngram_ratio", "1"), _num),
-    ("unique / total word 2-grams", ("word_ngram_ratio", "2"), _num),
-    ("unique / total word 3-grams", ("word_ngram_ratio", "3"), _num),
+    ("unique word 1-grams %", ("word_ngram_unique_pct", "1"), _num),
+    ("unique word 2-grams %", ("word_ngram_unique_pct", "2"), _num),
+    ("unique word 3-grams %", ("word_ngram_unique_pct", "3"), _num),
     ("Verbs (lemmatised)", "", None),
     ("verb occurrences", "verbs", _num),
     ("distinct verbs", "verb_vocabulary", _num),
     ("diverse verbs % (outside the 5 most frequent)", "diverse_verbs_pct", _num),
-    ("unique / total verb 1-grams", ("verb_ngram_ratio", "1"), _num),
-    ("unique / total verb 2-grams", ("verb_ngram_ratio", "2"), _num),
-    ("unique / total verb 3-grams", ("verb_ngram_ratio", "3"), _num),
+    ("unique verb 1-grams %", ("verb_ngram_unique_pct", "1"), _num),
+    ("unique verb 2-grams %", ("verb_ngram_unique_pct", "2"), _num),
+    ("unique verb 3-grams %", ("verb_ngram_unique_pct", "3"), _num),
     ("most frequent verbs", "top_verbs", None),
 ]
 
@@ -213,20 +214,20 @@ def _comparison_html(stats: dict[str, Any]) -> str:
 
 
 DEFINITIONS = [
-    ("word", "a maximal run of letters or digits, inner apostrophes allowed (don't), "
-             "lower-cased."),
-    ("vocabulary", "number of distinct words in the corpus (on the sample, see above)."),
+    ("word", "a token of spaCy's English tokenizer that is not punctuation or whitespace, "
+             "lower-cased (don't is two words: do, n't)."),
+    ("vocabulary", "number of distinct words in the corpus (on the sampled videos)."),
     ("words per caption / per video", "mean and population standard deviation of the word "
-     "count of one text, or of all texts of one video; exact over all rows."),
+     "count of one text, or of all texts of one video (on the sampled videos)."),
     ("verbs", "tokens spaCy tags as VERB (auxiliaries such as is/have/can excluded), counted by "
               "their lower-cased lemma."),
     ("diverse verbs %", "share of verb occurrences whose lemma is not among the corpus's 5 most "
                         "frequent verb lemmas (ties broken alphabetically)."),
-    ("unique / total word n-grams", "distinct n-grams of consecutive words divided by all "
-     "n-grams; n-grams never cross from one text to the next. Higher means less repetitive. "
-     "Ratios fall as a corpus grows, so compare corpora of similar size."),
-    ("unique / total verb n-grams", "the same over the sequence of verb lemmas of each text "
-                                    "(e.g. 'cut the onion and add salt' gives cut, add)."),
+    ("unique word n-grams %", "100 x distinct n-grams of consecutive words / all n-grams; "
+     "n-grams never cross from one text to the next. Higher means less repetitive. "
+     "The share falls as a corpus grows, so compare corpora of similar size."),
+    ("unique verb n-grams %", "the same over the sequence of verb lemmas of each text "
+                              "(e.g. 'cut the onion and add salt' gives cut, add)."),
 ]
 
 
@@ -239,12 +240,11 @@ def render_html(stats: dict[str, Any]) -> str:
              "captions": "no captions yet: run `howtocap caption`.",
              "subtitles": "no subtitles table."}
     notes += [hints[m] for m in missing if m in hints]
-    sampled = [c for c, v in stats["text"].items() if v and v.get("sampled")]
-    if sampled:
-        notes.append(f"Vocabulary, n-gram and verb statistics use a random sample of at most "
-                     f"{stats['max_texts']:,} texts per corpus (seed {stats['seed']}) for: "
-                     + ", ".join(LABELS[c] for c in sampled)
-                     + ". Word counts per caption and per video use all rows.")
+    smp = stats.get("sample", {})
+    if smp.get("sampled"):
+        notes.append(f"Text statistics use the texts of {smp['videos_used']:,} of the "
+                     f"{smp['videos_total']:,} videos, drawn at random (seed {smp['seed']}), "
+                     "the same videos for every corpus, as the paper's 5,000-video sample.")
     h = stats.get("histograms", {})
     plots = [
         (_hist_plot(h.get("words_per_caption", {}), "Caption length", "words per caption",

@@ -83,18 +83,35 @@ def search_cmd(
 
 def serve_cmd(
     run_dir: RunDirArg,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but loopback "
+                                           "needs --api-key-env or --public.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     encoder: EncoderOpt = None,
     device: DeviceOpt = None,
-    max_k: Annotated[int, typer.Option(help="Largest k the API accepts.")] = 100,
-    max_query_chars: Annotated[int, typer.Option(help="Longest query accepted.")] = 500,
+    max_k: Annotated[int, typer.Option(min=1, help="Largest k the API accepts.")] = 100,
+    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query accepted.")] = 500,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="VAR",
+        help="Require the key in environment variable VAR on every request (Authorization: "
+             "Bearer KEY, X-API-Key: KEY, or a browser login with KEY as password).")] = None,
+    public: Annotated[bool, typer.Option(
+        help="Allow a non-loopback --host without an API key (anyone who can reach the "
+             "machine can search and download the videos).")] = False,
+    rate_limit: Annotated[float, typer.Option(
+        min=0, help="Requests per second per client (bursts of 3x allowed); beyond it 429 "
+                    "with Retry-After. 0 = no limit.")] = 20.0,
+    max_body_bytes: Annotated[int, typer.Option(
+        min=0, help="Largest request body accepted (413 beyond it).")] = 16_384,
 ) -> None:
-    """Serve the search page, per-video timelines and the JSON API (/api/docs)."""
+    """Serve the search page, per-video timelines and the JSON API (/api/docs), with /healthz
+    and Prometheus /metrics."""
     from howtocap.serve.app import serve
+    from howtocap.serve.guard import api_key_from_env
 
     serve(run_dir, host=host, port=port, encoder=encoder, device=device, max_k=max_k,
-          max_query_chars=max_query_chars)
+          max_query_chars=max_query_chars,
+          api_key=api_key_from_env(api_key_env) if api_key_env else None, public=public,
+          rate_limit=rate_limit, max_body_bytes=max_body_bytes)
 
 
 def register(app: typer.Typer) -> None:

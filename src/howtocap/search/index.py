@@ -217,6 +217,16 @@ def mismatch_message(run_dir: str | Path, built_with: str, now: str) -> str:
             f"{built_with!r})")
 
 
+def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[str, Any]:
+    """What the vectors depend on: the encoder (by weights when built from a name), the frame
+    rate and the index format; a re-run with another one is refused, as for the stages."""
+    from howtocap.fingerprint import encoder_identity
+
+    enc = encoder_identity(spec) if spec else {"name": encoder.name}
+    enc["name"] = encoder.name
+    return {"encoder": enc, "fps": fps, "version": INDEX_VERSION}
+
+
 # -- the stage --------------------------------------------------------------------------------
 def build_index(run_dir: str | Path, encoder_name: str = "default", *,
                 encoder: Encoder | None = None, device: str | None = None,
@@ -245,8 +255,17 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     out = index_dir(root)
     parts_dir = out / "parts"
     old = read_meta(root)
-    if old is not None and not rebuild and old.get("encoder") != encoder.name:
-        raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
+    fingerprint = index_fingerprint(encoder, spec if encoder_name == spec else None, fps)
+    if old is not None and not rebuild:
+        if old.get("encoder") != encoder.name:
+            raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
+        if old.get("fingerprint") and old["fingerprint"] != fingerprint:
+            from howtocap.fingerprint import describe_change
+
+            raise HowtocapError(
+                f"index in {root} was built with other settings "
+                f"({describe_change(old['fingerprint'], fingerprint)}): add --rebuild to "
+                f"re-embed every video, or index with the old settings")
     if rebuild and parts_dir.exists():
         shutil.rmtree(parts_dir)
 
@@ -294,8 +313,11 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
     video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
     clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
+    from howtocap.fingerprint import config_id
+
     meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,
-            "fps": fps, "videos": keys}
+            "fps": fps, "videos": keys, "fingerprint": fingerprint,
+            "config_id": config_id(fingerprint)}
     info.index_type = write_index_files(out, clips, text_m, video_m, meta, index_type)
     info.seconds = round(time.time() - t0, 3)
     return info

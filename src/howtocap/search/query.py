@@ -14,7 +14,7 @@ import json
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     from howtocap.encoders.base import Encoder
 
 BY_CHOICES = ("text", "video", "both")
+
+
+class Ranked(NamedTuple):
+    """One query's hits as arrays: index rows, scores, and the text / video halves."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+    text: np.ndarray | None = None
+    video: np.ndarray | None = None
 
 
 class Hit(BaseModel):
@@ -155,28 +164,43 @@ class Searcher:
         return self.search_vector(self.embed(query), k=k, by=by)
 
     def search_vector(self, qvec: np.ndarray, k: int = 10, by: str = "text") -> list[Hit]:
+        return self._hits(*self.rank(qvec, k=k, by=by))
+
+    def search_rows(self, query: str, k: int = 10, by: str = "text") -> Ranked:
+        """Like ``search`` but only row numbers and scores: a server that builds its own
+        records skips one pydantic object per hit."""
+        query = query.strip()
+        if not query:
+            raise HowtocapError("empty query")
+        return self.rank(self.embed(query), k=k, by=by)
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """``video_id, start, end, text, orig_start, orig_end`` as arrays (row i = vector i)."""
+        return self._cols
+
+    def rank(self, qvec: np.ndarray, k: int = 10, by: str = "text") -> Ranked:
         if by not in BY_CHOICES:
             raise HowtocapError(f"by must be one of {', '.join(BY_CHOICES)}, not {by!r}")
         if k < 1:
             raise HowtocapError("k must be at least 1")
         n = len(self.clips)
         if n == 0:
-            return []
+            return Ranked(np.empty(0, np.int64), np.empty(0, np.float32))
         q = np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32)
         k = min(k, n)
         if by == "text":
             scores, ids = self.text_index.search(q, k)
-            return self._hits(ids[0], scores[0], text=scores[0])
+            ok = ids[0] >= 0  # HNSW may return fewer than k
+            return Ranked(ids[0][ok], scores[0][ok], text=scores[0][ok])
         if by == "video":
             # ask for extra rows: clips whose video could not be read carry zero vectors
             extra = int((~self._has_video).sum())
             scores, ids = self.video_index.search(q, min(n, k + extra))
-            keep = [(i, s) for i, s in zip(ids[0], scores[0], strict=True)
-                    if i >= 0 and self._has_video[i]]
-            keep = keep[:k]
-            return self._hits(np.array([i for i, _ in keep], np.int64),
-                              np.array([s for _, s in keep], np.float32),
-                              video=np.array([s for _, s in keep], np.float32))
+            ids_, scores_ = ids[0], scores[0]
+            ok = (ids_ >= 0) & self._has_video[np.maximum(ids_, 0)]
+            ids_, scores_ = ids_[ok][:k], scores_[ok][:k]
+            return Ranked(ids_.astype(np.int64), scores_, video=scores_)
         pool = min(n, max(4 * k, 50))
         _, t_ids = self.text_index.search(q, pool)
         _, v_ids = self.video_index.search(q, pool)
@@ -187,7 +211,7 @@ class Searcher:
         v_s = np.where(self._has_video[cand], v_s, 0.0)
         both = (t_s + v_s) / 2
         order = np.argsort(-both, kind="stable")[:k]
-        return self._hits(cand[order], both[order], text=t_s[order], video=v_s[order])
+        return Ranked(cand[order], both[order], text=t_s[order], video=v_s[order])
 
     def _hits(self, ids: np.ndarray, scores: np.ndarray, text: np.ndarray | None = None,
               video: np.ndarray | None = None) -> list[Hit]:

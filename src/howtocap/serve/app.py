@@ -3,13 +3,21 @@
 Safety model: the only files this server reads from disk are its own package's static files,
 the run directory's tables and cache, and video files *registered in* ``DIR/videos.parquet``.
 Video ids from a URL are looked up in that table, never joined into a path, so ``..``,
-encoded slashes or absolute paths can only ever produce "unknown video" (404).
+encoded slashes or absolute paths can only ever produce "unknown video" (404). Who may connect
+and how often is ``guard.py``'s job.
+
+Speed: the search endpoint is ``async`` and answers on the event loop (no thread hop: under
+load a hop costs more than the HNSW search), builds its JSON from the index's columns without
+a pydantic object per hit, and caches each row's static part (links, subtitle context).
 """
 
 from __future__ import annotations
 
+import bisect
 import io
+import json
 import logging
+import math
 import mimetypes
 import threading
 import time
@@ -22,14 +30,15 @@ import numpy as np
 import pandas as pd
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
 from howtocap.search.index import read_meta
-from howtocap.search.query import BY_CHOICES, Hit, Searcher
+from howtocap.search.query import BY_CHOICES, Hit, Ranked, Searcher
+from howtocap.serve.guard import Guard, Limits, Metrics, check_listen
 
 if TYPE_CHECKING:
     from howtocap.encoders.base import Encoder
@@ -39,12 +48,24 @@ STATIC = Path(__file__).parent / "static"
 THUMB_WIDTH = 320
 CONTEXT_SECONDS = 3.0  # subtitle lines this close to a clip are shown with it
 MAX_CONTEXT_LINES = 8
+ROW_CACHE = 50_000  # rows whose static JSON part is kept (about 1 kB each)
 
 
 class SearchBody(BaseModel):
     q: str
     k: int = 10
     by: str = "text"
+
+
+SEARCH_PARAMS = [
+    {"name": "q", "in": "query", "required": True, "schema": {"type": "string"},
+     "description": "What to look for."},
+    {"name": "k", "in": "query", "schema": {"type": "integer", "default": 10, "minimum": 1},
+     "description": "Number of results (at most the server's --max-k)."},
+    {"name": "by", "in": "query", "schema": {"type": "string", "default": "text",
+                                             "enum": list(BY_CHOICES)},
+     "description": "Compare with caption text, clip video, or both."},
+]
 
 
 class ContextLine(BaseModel):
@@ -88,6 +109,32 @@ def _num(x: Any) -> float | None:
     return round(f, 3) if np.isfinite(f) else None
 
 
+class _Lines:
+    """One video's subtitle lines (sorted by start), searchable by time with bisection."""
+
+    def __init__(self, g: pd.DataFrame) -> None:
+        self.starts = g["start"].to_numpy(float).tolist()
+        self.ends = g["end"].to_numpy(float).tolist()
+        self.max_end = np.maximum.accumulate(g["end"].to_numpy(float)).tolist() \
+            if len(g) else []
+        self.texts = g["text"].astype(str).tolist()
+
+    def near(self, start: float, end: float) -> list[dict[str, Any]]:
+        """Lines overlapping ``[start - CONTEXT_SECONDS, end + CONTEXT_SECONDS]``."""
+        lo, hi = start - CONTEXT_SECONDS, end + CONTEXT_SECONDS
+        first = bisect.bisect_left(self.max_end, lo)  # before it every line ends too early
+        last = bisect.bisect_right(self.starts, hi)  # from it every line starts too late
+        out = []
+        for i in range(first, last):
+            s, e = self.starts[i], self.ends[i]
+            if e >= lo:
+                out.append({"start": _num(s), "end": _num(e), "text": self.texts[i],
+                            "in_clip": bool(e > start and s < end)})
+                if len(out) == MAX_CONTEXT_LINES:
+                    break
+        return out
+
+
 class Dataset:
     """The run's tables, loaded once, keyed by video id."""
 
@@ -108,15 +155,13 @@ class Dataset:
                                   if _has(self.rd, "captions") else None)
         ids = set(self.paths) | set(self.subtitles) | set(self.aligned) | set(self.captions)
         self.video_ids = sorted(ids)
-        self._known = set(ids)
+        self.known = frozenset(ids)
         # checked once: result cards are built per request and must stay cheap
         self.has_file = {v: bool(p is not None and p.is_file()) for v, p in self.paths.items()}
-        self._sub_arrays = {v: (g["start"].to_numpy(float), g["end"].to_numpy(float),
-                                g["text"].astype(str).tolist())
-                            for v, g in self.subtitles.items()}
+        self._sub_lines = {v: _Lines(g) for v, g in self.subtitles.items()}
 
     def video_file(self, video_id: str) -> Path:
-        if video_id not in self._known:
+        if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
         path = self.paths.get(video_id)
         if path is None or not path.is_file():
@@ -124,14 +169,8 @@ class Dataset:
         return path
 
     def context(self, video_id: str, start: float, end: float) -> list[dict[str, Any]]:
-        arrays = self._sub_arrays.get(video_id)
-        if arrays is None:
-            return []
-        s, e, texts = arrays
-        idx = np.flatnonzero((e >= start - CONTEXT_SECONDS) & (s <= end + CONTEXT_SECONDS))
-        return [{"start": _num(s[i]), "end": _num(e[i]), "text": texts[i],
-                 "in_clip": bool(e[i] > start and s[i] < end)}
-                for i in idx[:MAX_CONTEXT_LINES]]
+        lines = self._sub_lines.get(video_id)
+        return [] if lines is None else lines.near(start, end)
 
     def summary(self, video_id: str) -> dict[str, Any]:
         return {
@@ -144,7 +183,7 @@ class Dataset:
 
     def detail(self, video_id: str) -> dict[str, Any]:
         """Every caption with its ASR lines, LLM times and aligned times (the timeline page)."""
-        if video_id not in self._known:
+        if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
         subs = self.subtitles.get(video_id)
         captions: list[dict[str, Any]] = []
@@ -175,6 +214,70 @@ class Dataset:
             "captions": captions,
         })
         return out
+
+
+def _finite(x: Any) -> float | None:
+    f = float(x)
+    return f if np.isfinite(f) else None
+
+
+class HitRecords:
+    """Search results as JSON bytes built straight from the index's columns.
+
+    A row never changes while the server runs, so everything but its scores (times, text,
+    links, subtitle context) is serialised once per row and reused; a response is those
+    fragments joined with the scores (the serialisation was a third of a request's cost).
+    """
+
+    def __init__(self, searcher: Searcher, data: Dataset) -> None:
+        self.cols = searcher.columns
+        self.data = data
+        self._static: dict[int, bytes] = {}
+
+    def static(self, i: int) -> dict[str, Any]:
+        """Row ``i``'s fields that do not depend on the query."""
+        c, data = self.cols, self.data
+        vid = str(c["video_id"][i])
+        start, end = _finite(c["start"][i]), _finite(c["end"][i])
+        o_start, o_end = _finite(c["orig_start"][i]), _finite(c["orig_end"][i])
+        # context spans both the aligned and the LLM's times
+        lo = min((x for x in (start, o_start) if x is not None), default=0.0)
+        hi = max((x for x in (end, o_end) if x is not None), default=lo)
+        q = quote(vid, safe="")
+        has_file = data.has_file.get(vid, False)
+        return {"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
+                "orig_start": o_start, "orig_end": o_end, "row": i,
+                "media": f"/media/{q}" if has_file else None,
+                "thumbnail": f"/api/videos/{q}/thumbnail?t={start or 0.0:.1f}" if has_file
+                else None,
+                "page": f"/video/{q}", "context": data.context(vid, lo, hi)}
+
+    def fragment(self, i: int) -> bytes:
+        frag = self._static.get(i)
+        if frag is None:
+            frag = _dumps(self.static(i))[:-1]  # open: the scores follow
+            if len(self._static) >= ROW_CACHE:
+                self._static.clear()
+            self._static[i] = frag
+        return frag
+
+    def hits_json(self, r: Ranked) -> bytes:
+        text = None if r.text is None else r.text.tolist()
+        video = None if r.video is None else r.video.tolist()
+        parts = []
+        for j, (i, s) in enumerate(zip(r.ids.tolist(), r.scores.tolist(), strict=True)):
+            parts.append(b"%s,\"score\":%s,\"text_score\":%s,\"video_score\":%s}" % (
+                self.fragment(i), _score(s), b"null" if text is None else _score(text[j]),
+                b"null" if video is None else _score(video[j])))
+        return b"[" + b",".join(parts) + b"]"
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _score(x: float) -> bytes:
+    return repr(round(x, 6)).encode() if math.isfinite(x) else b"null"
 
 
 def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
@@ -208,13 +311,15 @@ def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
 def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = 100,
                max_query_chars: int = 500, device: str | None = None,
-               faiss_threads: int | None = 1) -> FastAPI:
+               faiss_threads: int | None = 1, limits: Limits | None = None) -> FastAPI:
     """The app for one run directory. Loads the tables and (if present) the index up front.
 
     ``searcher`` lets a caller share an already opened index; without an index the page still
-    shows videos and the search API answers 409 with how to build one. ``faiss_threads``
-    (process-wide): a server answers many one-query searches at once, so one OpenMP thread per
-    search is faster than several threads fighting over the cores (``None`` leaves it alone).
+    shows videos and the search API answers 409 with how to build one. ``limits``: API key,
+    rate and size limits (default: no key, 20 requests/s per client, 16 kB bodies).
+    ``faiss_threads`` (process-wide): a server answers many one-query searches at once, so one
+    OpenMP thread per search is faster than several threads fighting over the cores (``None``
+    leaves it alone).
     """
     if faiss_threads is not None:
         import faiss
@@ -232,6 +337,11 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                   description="Moment search over a howtocap run directory.")
     app.state.dataset = data
     app.state.searcher = searcher
+    metrics = Metrics()
+    metrics.clips.set(len(searcher) if searcher is not None else 0)
+    app.state.metrics = metrics
+    app.add_middleware(Guard, limits=limits or Limits(), metrics=metrics)
+    records = HitRecords(searcher, data) if searcher is not None else None
 
     @app.exception_handler(HowtocapError)
     async def _howtocap_error(_: Request, exc: HowtocapError) -> JSONResponse:
@@ -253,43 +363,60 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         log.exception("internal error")
         return JSONResponse({"detail": f"internal error ({type(exc).__name__})"}, 500)
 
-    def run_search(q: str | None, k: int, by: str) -> dict[str, Any]:
+    def run_search(q: str | None, k: int, by: str) -> Response:
         q = (q or "").strip()
         if not q:
             raise HTTPException(422, "q: empty query")
         if len(q) > max_query_chars:
             raise HTTPException(422, f"q: query longer than {max_query_chars} characters")
+        if not q.isprintable():
+            raise HTTPException(422, "q: contains control characters")
         if not 1 <= k <= max_k:
             raise HTTPException(422, f"k: must be between 1 and {max_k}")
         if by not in BY_CHOICES:
             raise HTTPException(422, f"by: must be one of {', '.join(BY_CHOICES)}")
         if searcher is None:
             raise HTTPException(409, f"no index in {root}: run `howtocap index {root}` first")
+        assert records is not None
         t0 = time.perf_counter()
-        hits = searcher.search(q, k=k, by=by)
-        took = (time.perf_counter() - t0) * 1000
-        out = []
-        for h in hits:
-            d = h.to_dict()
-            has_file = data.has_file.get(h.video_id, False)
-            vid = quote(h.video_id, safe="")
-            d["media"] = f"/media/{vid}" if has_file else None
-            d["thumbnail"] = f"/api/videos/{vid}/thumbnail?t={h.start:.1f}" if has_file else None
-            d["page"] = f"/video/{vid}"
-            d["context"] = data.context(h.video_id, min(h.start, h.orig_start or h.start),
-                                        max(h.end, h.orig_end or h.end))
-            out.append(d)
-        return {"query": q, "k": k, "by": by, "took_ms": round(took, 2), "hits": out}
+        ranked = searcher.search_rows(q, k=k, by=by)
+        took = time.perf_counter() - t0
+        metrics.search.labels(by).observe(took)
+        head = _dumps({"query": q, "k": k, "by": by, "took_ms": round(took * 1000, 2)})
+        # bytes, not a dict: FastAPI would re-validate every hit against SearchOut
+        return Response(head[:-1] + b',"hits":' + records.hits_json(ranked) + b"}",
+                        media_type="application/json")
 
-    @app.get("/api/search", tags=["search"], response_model=SearchOut)
-    def search_get(q: str | None = None, k: int = 10, by: str = "text") -> dict[str, Any]:
+    @app.get("/api/search", tags=["search"], response_model=SearchOut,
+             openapi_extra={"parameters": SEARCH_PARAMS})
+    async def search_get(request: Request) -> Response:
         """Clips whose caption (``by=text``), video (``video``) or both best match ``q``."""
-        return run_search(q, k, by)
+        # parameters parsed by hand: FastAPI's per-parameter validation cost more than the
+        # HNSW search (profiled); they are declared for the docs in SEARCH_PARAMS
+        params = request.query_params
+        k_raw = params.get("k", "10")
+        try:
+            k = int(k_raw)
+        except ValueError:
+            raise HTTPException(422, f"k: Input should be a valid integer, unable to parse "
+                                     f"{k_raw[:40]!r}") from None
+        return run_search(params.get("q"), k, params.get("by", "text"))
 
     @app.post("/api/search", tags=["search"], response_model=SearchOut)
-    def search_post(body: SearchBody) -> dict[str, Any]:
+    async def search_post(body: SearchBody) -> Response:
         """Same as ``GET /api/search`` with a JSON body ``{"q", "k", "by"}``."""
         return run_search(body.q, body.k, body.by)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness for load balancers (needs no API key and is not rate limited)."""
+        return {"status": "ok", "clips": len(searcher) if searcher is not None else 0}
+
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    async def prometheus() -> Response:
+        """Prometheus text format: requests by route and status, latency histograms."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.get("/api/info", tags=["videos"])
     def info() -> dict[str, Any]:
@@ -336,7 +463,13 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         return _page
 
     app.get("/", include_in_schema=False)(page("index.html"))
-    app.get("/video/{video_id:path}", include_in_schema=False)(page("video.html"))
+
+    @app.get("/video/{video_id:path}", include_in_schema=False)
+    def video_page(video_id: str) -> FileResponse:
+        # an unknown id still gets the page (its script shows the API's error), but as a 404
+        return FileResponse(STATIC / "video.html", media_type="text/html",
+                            status_code=200 if video_id in data.known else 404)
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/api/{rest:path}", include_in_schema=False)
@@ -348,11 +481,27 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
 
 def serve(run_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
           encoder: str | None = None, device: str | None = None, max_k: int = 100,
-          max_query_chars: int = 500, log_level: str = "warning") -> None:
-    """Serve the page and API until interrupted (``howtocap serve DIR``)."""
+          max_query_chars: int = 500, log_level: str = "warning", api_key: str | None = None,
+          public: bool = False, rate_limit: float = 20.0, max_body_bytes: int = 16_384,
+          max_connections: int = 1_000) -> None:
+    """Serve the page and API until interrupted (``howtocap serve DIR``).
+
+    A non-loopback ``host`` is refused before anything loads unless ``api_key`` is set or
+    ``public`` says the open exposure is meant. ``max_connections``: beyond it uvicorn
+    answers 503 instead of queueing without bound.
+    """
     import uvicorn
 
+    check_listen(host, api_key=api_key, public=public)
+    limits = Limits(api_key=api_key, rate_per_s=rate_limit,
+                    burst=max(10, round(3 * rate_limit)), max_body_bytes=max_body_bytes)
     app = create_app(run_dir, encoder=encoder, device=device, max_k=max_k,
-                     max_query_chars=max_query_chars)
-    print(f"howtocap: serving {Path(run_dir).resolve()} on http://{host}:{port}/", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+                     max_query_chars=max_query_chars, limits=limits)
+    auth = "API key required" if api_key else "no API key"
+    print(f"howtocap: serving {Path(run_dir).resolve()} on http://{host}:{port}/ ({auth}; "
+          f"metrics at /metrics)", flush=True)
+    if public and not api_key:
+        print("howtocap: warning: --public without an API key: anyone who can reach this "
+              "machine can search and download the videos", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False,
+                limit_concurrency=max_connections)

@@ -6,17 +6,21 @@ global filter is a reduce step in ``pipeline.align``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from howtocap.align import AlignConfig, align_video, empty_aligned
 from howtocap.errors import HowtocapError, InputError
+from howtocap.rundir import hash_text
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"
+_REF_LOCK = threading.Lock()
 
 
 class AlignStage(BaseStage):
@@ -26,8 +30,22 @@ class AlignStage(BaseStage):
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoders: Sequence[str], cfg: AlignConfig, cache_dir: Path, *,
-                 device: str | None = None, models: Sequence[Any] | None = None) -> None:
+                 device: str | None = None, models: Sequence[Any] | None = None,
+                 models_from_names: bool = False,
+                 reference: pd.DataFrame | None = None, clip_videos: Sequence[str] = (),
+                 clips: tuple[list[np.ndarray], list[str]] | None = None) -> None:
+        """``models``: encoders already built (from ``encoders`` when ``models_from_names``,
+        else given by the caller, e.g. tests: then their names identify them).
+        ``reference``: ``video_id, text`` of the captions the default filter's null
+        distribution is made of, ``clip_videos`` the videos whose clips it uses and ``clips``
+        those clips (per encoder, and each clip's video), computed by the pipeline."""
+        self.reference = (reference[["video_id", "text"]].astype(str).reset_index(drop=True)
+                          if reference is not None else pd.DataFrame(columns=["video_id", "text"]))
+        self._ref_embs: list[np.ndarray] | None = None
+        self.clip_videos = sorted(map(str, clip_videos))
+        self.clips = clips
         self.encoders = list(encoders)
+        self.models_from_names = models_from_names or models is None
         self.cfg = cfg
         self.cache_dir = Path(cache_dir)
         self.device = device
@@ -38,6 +56,23 @@ class AlignStage(BaseStage):
             from howtocap.encoders import create
 
             self._models = [create(n, device=self.device) for n in self.encoders]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The encoders (by weights) and the scoring settings; not the filter, which is a
+        reduce step over every video's scores and re-runs freely."""
+        from howtocap.fingerprint import encoder_identity
+
+        encs = [encoder_identity(n) for n in self.encoders] if self.models_from_names else \
+            [{"name": m.name} for m in self._models or []]
+        c = self.cfg
+        ref = hash_text(self.reference.to_csv(index=False, header=False)) \
+            if len(self.reference) else 0
+        return {**super().fingerprint(), "encoders": encs,
+                "reference": {"captions": len(self.reference), "hash": format(ref, "016x"),
+                              "clip_videos": self.clip_videos},
+                "scoring": {"offset_seconds": c.offset_seconds, "offset_step": c.offset_step,
+                            "clip_seconds": c.clip_seconds, "fps": c.fps,
+                            "renormalize": c.renormalize}}
 
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
@@ -52,11 +87,30 @@ class AlignStage(BaseStage):
         if not Path(path).is_file():
             raise InputError(path, "video file not found")
         models = self._models or []
-        frames = frame_embeddings_multi(Path(path), models, fps=self.cfg.fps,
-                                        cache_dir=self.cache_dir)
+        from howtocap.train.mee import frame_encoder, window_pool  # MEE: max-pool, as trained
+
+        frames = frame_embeddings_multi(Path(path), [frame_encoder(m) for m in models],
+                                        fps=self.cfg.fps, cache_dir=self.cache_dir)
         if not frames or min(len(f.emb) for f in frames) == 0:
             raise InputError(path, "no video frames could be decoded")
         texts = caps["text"].astype(str).tolist()
         text_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32) for m in models]
         return StageOutput({SCORES: align_video(video.video_id, caps, frames, text_embs,
-                                                [m.name for m in models], self.cfg)})
+                                                [m.name for m in models], self.cfg,
+                                                [window_pool(m) for m in models],
+                                                self._reference_embs(models),
+                                                self.reference["video_id"].tolist(),
+                                                *(self.clips or (None, None)))},
+                           metrics={"frames": float(len(frames[0].emb)),
+                                    "captions": float(len(caps))})
+
+    def _reference_embs(self, models: Sequence[Any]) -> list[np.ndarray] | None:
+        """The reference captions' text embeddings, per encoder, computed once per worker."""
+        if len(self.reference) == 0:
+            return None
+        with _REF_LOCK:  # module-level: a stage is pickled to Ray actors
+            if self._ref_embs is None:
+                texts = self.reference["text"].tolist()
+                self._ref_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32)
+                                  for m in models]
+        return self._ref_embs

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from howtocap.errors import HowtocapError
+from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
@@ -22,6 +22,8 @@ class CaptionStage(BaseStage):
         self.llm = llm
         self.cfg = cfg
         self._model = model  # an LLM built by the caller (tests, notebooks)
+        self.model_name = str(getattr(model, "name", type(model).__name__)) \
+            if model is not None else None
 
     @property
     def resources(self) -> Resources:  # type: ignore[override]
@@ -33,6 +35,17 @@ class CaptionStage(BaseStage):
         if self._model is None:
             self._model = from_options(self.llm)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The LLM's identity, the prompt's text and every caption setting (not how hard the
+        server is pushed: concurrency, timeouts and retries do not change a caption)."""
+        from howtocap.fingerprint import llm_identity, template_text
+
+        llm = {"kind": "object", "name": self.model_name} if self.model_name else \
+            llm_identity(self.llm)
+        cfg = self.cfg.model_dump(mode="json")
+        cfg["template"] = template_text(self.cfg.template)
+        return {**super().fingerprint(), "llm": llm, "caption": cfg}
+
     def process(self, video: VideoInput) -> StageOutput:
         subs = video.tables["subtitles"]
         if not len(subs):
@@ -40,8 +53,13 @@ class CaptionStage(BaseStage):
         try:
             captions, stats = caption_video(video.video_id, subs, self._model, self.cfg)
         except CaptionError as exc:
-            raise HowtocapError(str(exc)) from None
+            whys = [why for _, why in exc.stats.failed_blocks]
+            if whys and all(w.startswith("LLM server") for w in whys):
+                raise ServiceError(str(exc)) from None
+            raise ModelOutputError(str(exc)) from None
         warnings = [stats.failure_summary()] if stats.failed_blocks else []
         if stats.blocks and not len(captions):
             warnings.append("no caption: the LLM found only channel chatter")
-        return StageOutput({"captions": captions}, warnings)
+        return StageOutput({"captions": captions}, warnings,
+                           metrics={"captions": float(len(captions)),
+                                    "llm_blocks": float(stats.blocks)})

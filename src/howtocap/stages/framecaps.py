@@ -32,6 +32,12 @@ class FrameCapsStage(BaseStage):
                         create(self.scorer, device=self.device))
         self._lock = threading.Lock()  # the models are shared; one video at a time uses them
 
+    def fingerprint(self) -> dict[str, Any]:
+        from howtocap.fingerprint import encoder_identity
+
+        return {**super().fingerprint(), "captioners": list(self.captioners),
+                "scorer": encoder_identity(self.scorer), "framecaps": self.cfg.model_dump()}
+
     def process(self, video: VideoInput) -> StageOutput:
         assert self._models is not None
         caps, scorer = self._models

@@ -32,6 +32,12 @@ class FramesStage(BaseStage):
 
             self._models = [create(n, device=self.device) for n in self.encoders]
 
+    def fingerprint(self) -> dict[str, Any]:
+        from howtocap.fingerprint import encoder_identity
+
+        return {**super().fingerprint(), "encoders": [encoder_identity(n) for n in self.encoders],
+                "fps": self.fps}
+
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
 
@@ -41,4 +47,4 @@ class FramesStage(BaseStage):
         res = frame_embeddings_multi(Path(path), self._models or [], fps=self.fps,
                                      cache_dir=self.cache_dir, batch_size=self.batch_size)
         warn = ["video decoded only partly; kept the good part"] if res[0].partial else []
-        return StageOutput({}, warn)
+        return StageOutput({}, warn, metrics={"frames": float(len(res[0].emb))})

@@ -50,6 +50,23 @@ class SubtitlesStage(BaseStage):
     def load(self) -> None:
         self._asr = LazyASR(self.asr_model)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The ASR mode and model (a local model folder by its weights' hash) and the
+        ``--subtitles`` collection (path and size: a multi-GB dump is not re-hashed)."""
+        from howtocap.fingerprint import files_hash
+
+        asr: dict[str, Any] = {"mode": self.asr_mode, "model": self.asr_model}
+        folder = Path(self.asr_model)
+        if folder.is_dir():
+            asr["weights"] = files_hash([p for p in folder.iterdir() if p.is_file()])
+        src = getattr(self.source, "path", None)
+        source = None
+        if src is not None:
+            p = Path(src)
+            source = {"path": str(p.resolve()),
+                      "size": p.stat().st_size if p.is_file() else None}
+        return {**super().fingerprint(), "asr": asr, "subtitles": source}
+
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.io.subtitles import choose_subtitles
 
@@ -58,4 +75,6 @@ class SubtitlesStage(BaseStage):
 
             probe(video.item.video_path)
         subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr)
-        return StageOutput({"subtitles": conform(subs, "subtitles")})
+        audio = float(subs["end"].max()) if len(subs) else 0.0
+        return StageOutput({"subtitles": conform(subs, "subtitles")},
+                           metrics={"audio_seconds": audio, "lines": float(len(subs))})

@@ -25,6 +25,17 @@ class FrameSource(str, Enum):
     pixels = "pixels"
 
 
+class Recipe(str, Enum):
+    howtocaption = "howtocaption"
+    second_round = "second-round"
+    ventura = "ventura"
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    adam = "adam"
+
+
 def train_command(
     source: Annotated[Path, typer.Argument(
         help="Pairs: a run directory (kept rows of aligned.parquet), an aligned.parquet, a "
@@ -37,17 +48,45 @@ def train_command(
     encoder: Annotated[str, typer.Option(
         help="Encoder to start from: default, hf:<id|folder>, openclip:<arch>/<pretrained>, "
              "or a checkpoint.")] = "default",
-    epochs: Annotated[int, typer.Option(help="Passes over the clips.")] = 5,
-    batch_size: Annotated[int, typer.Option(help="Clips per step and process.")] = 32,
+    recipe: Annotated[Recipe | None, typer.Option(
+        help="Preset of a paper's settings (explicit options override it): howtocaption "
+             "(AdamW lr 1e-6, batch 128, 4/12 frames, momentum 0.995, queue 2048, soft labels "
+             "0.6, crops 0.5-1), second-round (the same with --alpha 0.1), ventura (Adam lr "
+             "1e-4, cosine, batch 16, 10 frames, 10 epochs).")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Passes over the clips [default: 5].")
+                      ] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        help="Clips per step and process [default: 32].")] = None,
     lr: Annotated[float | None, typer.Option(
         help="Peak learning rate [default: 1e-5 dual, 1e-3 mee].")] = None,
-    weight_decay: Annotated[float, typer.Option(help="AdamW decay (matrices only).")] = 0.05,
-    frames_per_clip: Annotated[int, typer.Option(help="Frames drawn per clip.")] = 4,
-    alpha: Annotated[float, typer.Option(
-        help="Weight of the pull towards a frozen copy of the start model (0 = off).")] = 0.1,
+    weight_decay: Annotated[float | None, typer.Option(
+        help="Weight decay (matrices only) [default: 0.05].")] = None,
+    optimizer: Annotated[Optimizer | None, typer.Option(
+        help="adamw (decoupled decay) or adam [default: adamw].")] = None,
+    frames_per_clip: Annotated[int | None, typer.Option(
+        help="Frames drawn per clip [default: 4].")] = None,
+    eval_frames: Annotated[int | None, typer.Option(
+        help="Frames per clip at the per-epoch evaluation [default: --frames-per-clip].")
+    ] = None,
+    alpha: Annotated[float | None, typer.Option(
+        help="L_align: weight of the pull towards a frozen copy of the start model "
+             "[default: 0; 0.1 with --recipe second-round].")] = None,
+    momentum: Annotated[float | None, typer.Option(
+        help="dual: EMA factor of a momentum model that gives the queue and soft labels "
+             "(0 = none) [default: 0].")] = None,
+    queue_size: Annotated[int | None, typer.Option(
+        help="dual: momentum text/video embeddings kept as extra candidates (needs "
+             "--momentum) [default: 0].")] = None,
+    soft_labels: Annotated[float | None, typer.Option(
+        help="dual: weight of the momentum model's softmax in the targets (0 = one-hot) "
+             "[default: 0].")] = None,
+    crop_scale: Annotated[tuple[float, float] | None, typer.Option(
+        help="dual: random-resized crops of the frames, area fraction MIN MAX (e.g. 0.5 1.0) "
+             "[default: no crop].")] = None,
     temperature: Annotated[float | None, typer.Option(
         help="Fixed InfoNCE temperature [default: learnable, starts at 0.07].")] = None,
-    warmup: Annotated[float, typer.Option(help="Warmup, as a fraction of all steps.")] = 0.05,
+    warmup: Annotated[float | None, typer.Option(
+        help="Warmup, as a fraction of all steps [default: 0.05].")] = None,
     grad_clip: Annotated[float, typer.Option(help="Max gradient norm (0 = off).")] = 20.0,
     seed: Annotated[int, typer.Option()] = 0,
     resume: Annotated[bool, typer.Option(
@@ -67,7 +106,8 @@ def train_command(
     mee_dim: Annotated[int, typer.Option(help="Joint space size of the mee model.")] = 256,
     margin: Annotated[float, typer.Option(help="Ranking margin of the mee model.")] = 0.1,
     clips_per_video: Annotated[int, typer.Option(
-        help="mee: clips of one video placed together in a batch (hard negatives).")] = 2,
+        help="mee: clips of one video placed together in a batch (hard negatives); 1: no "
+             "intra-video negatives (a batch holds clips of different videos).")] = 2,
     train_params: Annotated[str | None, typer.Option(
         help="dual: train only parameters whose name matches this regex (e.g. 'residual' for "
              "the default encoder's head) [default: all].")] = None,
@@ -77,10 +117,14 @@ def train_command(
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
     from howtocap.train import train
 
-    res = train(source, out_dir=out, model=model.value, encoder=encoder, epochs=epochs,
+    res = train(source, out_dir=out, model=model.value, encoder=encoder,
+                recipe=recipe.value if recipe else None, epochs=epochs,
                 batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                frames_per_clip=frames_per_clip, alpha=alpha, temperature=temperature,
-                warmup=warmup, grad_clip=grad_clip, seed=seed, resume=resume,
+                optimizer=optimizer.value if optimizer else None,
+                frames_per_clip=frames_per_clip, eval_frames=eval_frames, alpha=alpha,
+                momentum=momentum, queue_size=queue_size, soft_labels=soft_labels,
+                crop_scale=crop_scale, temperature=temperature, warmup=warmup,
+                grad_clip=grad_clip, seed=seed, resume=resume,
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
                 margin=margin, clips_per_video=clips_per_video, train_params=train_params,

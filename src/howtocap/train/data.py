@@ -182,6 +182,47 @@ class Draw:
     clip: int
     caption: int
     times: tuple[float, ...]
+    crop: tuple[float, float, float, float] | None = None  # x0, y0, w, h as image fractions
+
+
+CROP_RATIO = (3 / 4, 4 / 3)  # torchvision's RandomResizedCrop aspect-ratio range
+
+
+def crop_box(rng: np.random.Generator, scale: tuple[float, float],
+             ratio: tuple[float, float] = CROP_RATIO) -> tuple[float, float, float, float]:
+    """A random-resized-crop box (torchvision's rule) as fractions of a square frame.
+
+    Area fraction uniform in ``scale``, log-uniform aspect ratio in ``ratio``; 10 tries to fit
+    the frame, then the whole frame.
+    """
+    lo, hi = np.log(ratio[0]), np.log(ratio[1])
+    for _ in range(10):
+        area = float(rng.uniform(scale[0], scale[1]))
+        r = float(np.exp(rng.uniform(lo, hi)))
+        w, h = np.sqrt(area * r), np.sqrt(area / r)
+        if 0 < w <= 1 and 0 < h <= 1:
+            return float(rng.uniform(0, 1 - w)), float(rng.uniform(0, 1 - h)), float(w), \
+                float(h)
+    return 0.0, 0.0, 1.0, 1.0
+
+
+def apply_crop(frames: np.ndarray, box: tuple[float, float, float, float] | None) -> np.ndarray:
+    """The same crop of every frame ``(k, H, W, 3)`` uint8, resized back to ``H x W`` (bicubic)
+    so the encoder sees its usual input size."""
+    if box is None:
+        return frames
+    from PIL import Image
+
+    k, h, w = frames.shape[:3]
+    x0, y0, bw, bh = box
+    region = (x0 * w, y0 * h, (x0 + bw) * w, (y0 + bh) * h)
+    return np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(f)).resize(
+        (w, h), Image.Resampling.BICUBIC, box=region)) for f in frames]).astype(np.uint8)
+
+
+def clip_key(video_id: str, start: float, end: float) -> int:
+    """A stable integer id of a clip: the queue's positives are the rows with the same id."""
+    return int(hash_text(f"{video_id}|{float(start):.3f}|{float(end):.3f}")) & ((1 << 62) - 1)
 
 
 def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[float, ...]:
@@ -192,14 +233,23 @@ def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[fl
 
 
 def epoch_draws(clips: Sequence[Clip], epoch: int, seed: int, frames_per_clip: int,
-                *, train: bool = True) -> list[Draw]:
-    """One draw per clip: shuffled, a random caption and random frame times when training."""
+                *, train: bool = True, crop_scale: tuple[float, float] | None = None
+                ) -> list[Draw]:
+    """One draw per clip: shuffled, a random caption and random frame times when training,
+    and with ``crop_scale`` one random-resized-crop box per clip (the same for its frames).
+
+    The crop boxes come from their own stream, so turning crops on changes nothing else.
+    """
     if not train:
         return [Draw(i, 0, frame_times(c, frames_per_clip, None)) for i, c in enumerate(clips)]
     rng = np.random.default_rng([seed, epoch, 1])
     order = rng.permutation(len(clips))
-    return [Draw(int(i), int(rng.integers(len(clips[i].captions))),
-                 frame_times(clips[i], frames_per_clip, rng)) for i in order]
+    draws = [Draw(int(i), int(rng.integers(len(clips[i].captions))),
+                  frame_times(clips[i], frames_per_clip, rng)) for i in order]
+    if crop_scale is None:
+        return draws
+    crng = np.random.default_rng([seed, epoch, 4])
+    return [Draw(d.clip, d.caption, d.times, crop_box(crng, crop_scale)) for d in draws]
 
 
 def shard_batches(draws: Sequence[Draw], batch_size: int, rank: int = 0, world: int = 1
@@ -214,12 +264,20 @@ def grouped_batches(clips: Sequence[Clip], batch_size: int, clips_per_video: int
                     seed: int) -> list[list[int]]:
     """Batches built from groups of up to ``clips_per_video`` clips of one video (HowTo100M).
 
-    Same-video clips in a batch are the hard negatives of the ranking loss.
+    Same-video clips in a batch are the hard negatives of the ranking loss. With
+    ``clips_per_video=1`` there are none: a video's clips are dealt to different batches (as
+    long as there are enough batches), so every negative comes from another video (the
+    "without intra-video negatives" arm of HowTo100M's Table 3).
     """
     rng = np.random.default_rng([seed, epoch, 2])
     by_video: dict[str, list[int]] = {}
     for i, c in enumerate(clips):
         by_video.setdefault(c.video_id, []).append(i)
+    if clips_per_video == 1:
+        videos = [sorted(by_video)[j] for j in rng.permutation(len(by_video))]
+        flat = [i for vid in videos for i in rng.permutation(by_video[vid]).tolist()]
+        n_batches = -(-len(flat) // batch_size)
+        return [flat[b::n_batches] for b in range(n_batches)]
     groups: list[list[int]] = []
     for vid in sorted(by_video):
         idx = rng.permutation(by_video[vid]).tolist()
@@ -290,11 +348,15 @@ class ClipBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, b: int) -> tuple[np.ndarray, list[str], list[str]]:
+    def __getitem__(self, b: int) -> tuple[np.ndarray, list[str], list[str], list[int]]:
+        """``(frames, texts, video ids, clip keys)``."""
         draws = self.batches[b]
-        pix = np.stack([self.frames(self.clips[d.clip], d.times) for d in draws])
+        pix = np.stack([apply_crop(self.frames(self.clips[d.clip], d.times), d.crop)
+                        for d in draws])
         texts = [self.clips[d.clip].captions[d.caption] for d in draws]
-        return pix, texts, [self.clips[d.clip].video_id for d in draws]
+        keys = [clip_key(self.clips[d.clip].video_id, self.clips[d.clip].start,
+                         self.clips[d.clip].end) for d in draws]
+        return pix, texts, [self.clips[d.clip].video_id for d in draws], keys
 
 
 def _identity(x: object) -> object:
@@ -382,15 +444,16 @@ def pick_frames(n_have: int, k: int, rng: np.random.Generator | None) -> np.ndar
 
 @dataclass
 class DualItem:
-    """A frames sample -> ``(frames (k, S, S, 3) uint8, one caption, video id)``."""
+    """A frames sample -> ``(frames (k, S, S, 3) uint8, one caption, video id, clip key)``."""
 
     frame_keys: list[str]
     k: int
     seed: int
     epoch: int
     train: bool = True
+    crop_scale: tuple[float, float] | None = None
 
-    def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+    def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str, int]:
         from howtocap.io.webdataset import decode_jpeg
 
         j = s["json"]
@@ -398,7 +461,10 @@ class DualItem:
         cap = int(rng.integers(len(j["captions"]))) if rng is not None else 0
         idx = pick_frames(len(self.frame_keys), self.k, rng)
         frames = np.stack([decode_jpeg(s[self.frame_keys[i]]) for i in idx])
-        return frames, j["captions"][cap], j["video_id"]
+        if rng is not None and self.crop_scale is not None:
+            frames = apply_crop(frames, crop_box(rng, self.crop_scale))
+        return frames, j["captions"][cap], j["video_id"], clip_key(j["video_id"], j["start"],
+                                                                   j["end"])
 
 
 @dataclass
@@ -415,8 +481,9 @@ class MEEItem:
         j = s["json"]
         cap = int(_sample_rng(self.seed, self.epoch, s["__key__"]).integers(
             len(j["captions"]))) if self.train else 0
-        return (decode_npy(s["emb.npy"]).astype(np.float32).max(0), j["captions"][cap],
-                j["video_id"])
+        from howtocap.train.mee import max_pool_frames
+
+        return (max_pool_frames(decode_npy(s["emb.npy"])), j["captions"][cap], j["video_id"])
 
 
 def _by_video(samples: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

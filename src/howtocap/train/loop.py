@@ -11,6 +11,12 @@ Every epoch ends with an evaluation on held-out videos (text-to-video R@K), a ro
 epoch ``e`` is drawn from ``(seed, e)`` and the optimizer/scheduler/scaler/RNG states are saved,
 so ``resume`` continues bit-for-bit where an interrupted run stopped (on the CPU).
 
+HowToCaption's BLIP-style recipe (``--recipe howtocaption``) adds, for the dual encoder: a
+momentum model (EMA of the trained one), a FIFO queue of its text and video embeddings used as
+extra candidates, soft targets mixing its softmax similarities with the positives, and
+random-resized crops of the frames. Momentum model and queue are saved in the checkpoint, so
+resume stays exact.
+
 From WebDataset shards (``ShardDualTask``, ``ShardMEETask``) an epoch streams this rank's share
 of the shards through a shuffle buffer instead of indexing clips held in memory; the epoch is
 still a function of ``(seed, epoch)``, so resume works the same way, at epoch boundaries.
@@ -61,7 +67,15 @@ from howtocap.train.data import (
     shard_batches,
     stream_batches,
 )
-from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
+from howtocap.train.losses import (
+    FeatureQueue,
+    ema_update,
+    frozen_copy_regulariser,
+    info_nce,
+    itc_targets,
+    max_margin_ranking,
+    soft_info_nce,
+)
 from howtocap.train.mee import JointEmbedding, max_pool_clip
 from howtocap.train.model import DualModel
 
@@ -76,7 +90,7 @@ class TrainConfig:
     lr: float = 1e-5
     weight_decay: float = 0.05
     frames_per_clip: int = 4
-    alpha: float = 0.1
+    alpha: float = 0.0  # L_align: HowToCaption uses 0.1 only for the second-round fine-tune
     temperature: float | None = None
     warmup: float = 0.05  # fraction of all steps
     grad_clip: float = 20.0
@@ -93,6 +107,13 @@ class TrainConfig:
     train_params: str | None = None  # regex over parameter names; None = all
     webdataset: str | None = None  # a shard folder streamed instead of pairs held in memory
     shuffle_buffer: int = 1000  # samples (mee: groups of clips) per loader worker
+    optimizer: str = "adamw"  # adamw | adam
+    momentum: float = 0.0  # EMA factor of the momentum model (0 = none)
+    queue_size: int = 0  # momentum embeddings kept as extra candidates (0 = none)
+    soft_labels: float = 0.0  # weight of the teacher's softmax in the targets (0 = one-hot)
+    crop_scale: tuple[float, float] | None = None  # random-resized-crop area range
+    eval_frames: int | None = None  # frames per clip at evaluation (None = frames_per_clip)
+    recipe: str | None = None  # the preset the values came from (recorded, not read)
 
 
 # -- distributed -----------------------------------------------------------------------------
@@ -140,6 +161,16 @@ class _GatherWithGrad(torch.autograd.Function):
 
 def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
     return x if world == 1 else _GatherWithGrad.apply(x)
+
+
+@torch.no_grad()
+def gather_nograd(x: torch.Tensor, world: int) -> torch.Tensor:
+    """All ranks' rows, no gradient (momentum embeddings and ids for the queue)."""
+    if world == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, 0)
 
 
 def barrier(world: int) -> None:
@@ -208,8 +239,16 @@ class DualTask:
             self.frozen = copy.deepcopy(self.model).eval()
             for p in self.frozen.parameters():
                 p.requires_grad_(False)
+        self.momentum_model: DualModel | None = None
+        if cfg.momentum > 0:
+            self.momentum_model = copy.deepcopy(self.model).eval()
+            for p in self.momentum_model.parameters():
+                p.requires_grad_(False)
+        self.queue = FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
+            if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
         self.net: nn.Module = self.model
+        self.soft_labels = cfg.soft_labels
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
@@ -233,15 +272,22 @@ class DualTask:
         barrier(self.world)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip)
+        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
+                            crop_scale=self.cfg.crop_scale)
         plan = shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
         ds = ClipBatches(self.train_clips, plan, self.frames)
         return len(plan), batch_loader(ds, self.cfg.num_workers)
 
+    @property
+    def blip_style(self) -> bool:
+        return self.momentum_model is not None or self.queue is not None or self.soft_labels > 0
+
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        frames, texts, _ = batch
+        frames, texts = batch[0], batch[1]
         t, v, scale = self.net(frames, texts)
-        if self.world > 1:
+        if self.blip_style:
+            main = self.itc_loss(frames, texts, batch[3], t, v, scale)
+        elif self.world > 1:
             main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
                             video_all=gather_all(v, self.world), offset=self.rank * len(t))
         else:
@@ -255,12 +301,69 @@ class DualTask:
         parts["reg"] = reg.item()
         return main + self.cfg.alpha * reg, parts
 
+    def itc_loss(self, frames: np.ndarray, texts: list[str], keys: list[int], t: torch.Tensor,
+                 v: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """BLIP's ITC: candidates are the momentum model's embeddings of every rank's batch
+        plus the queue (the online ones without a momentum model); targets are the positives,
+        mixed with the teacher's softmax when ``soft_labels`` > 0; then the batch is queued."""
+        ids = torch.as_tensor(keys, dtype=torch.long, device=t.device)
+        with torch.no_grad():
+            if self.momentum_model is not None:
+                t_m, v_m, _ = self.momentum_model(frames, texts)
+            else:
+                t_m, v_m = t.detach(), v.detach()
+            t_all, v_all = gather_nograd(t_m, self.world), gather_nograd(v_m, self.world)
+            ids_all = gather_nograd(ids, self.world)
+            tk, vk, idk = t_all, v_all, ids_all
+            if self.queue is not None:
+                tq, vq, iq = self.queue.contents()
+                tk, vk, idk = torch.cat([t_all, tq]), torch.cat([v_all, vq]), torch.cat([ids_all,
+                                                                                          iq])
+            s = scale.detach()
+            t2v_m = s * t_m.float() @ vk.float().t() if self.soft_labels > 0 else None
+            v2t_m = s * v_m.float() @ tk.float().t() if self.soft_labels > 0 else None
+            tgt_t2v = itc_targets(ids, idk, t2v_m, self.soft_labels)
+            tgt_v2t = itc_targets(ids, idk, v2t_m, self.soft_labels)
+        if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
+            tk, vk = gather_all(t, self.world), gather_all(v, self.world)
+        loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
+        if self.queue is not None:
+            self.queue.enqueue(t_all, v_all, ids_all)
+        return loss
+
+    def after_step(self) -> None:
+        if self.momentum_model is not None:
+            ema_update(self.model, self.momentum_model, self.cfg.momentum)
+
+    def extra_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.momentum_model is not None:
+            out["momentum_model"] = self.momentum_model.state_dict()
+        if self.queue is not None:
+            out["queue"] = self.queue.state_dict()
+        return out
+
+    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        for name, mod in (("momentum_model", self.momentum_model), ("queue", self.queue)):
+            if mod is None:
+                continue
+            if name not in state:
+                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
+                                    "resume with the recipe/options it was trained with")
+            try:
+                mod.load_state_dict(state[name])
+            except RuntimeError:
+                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
+                                    "run's (another --queue-size?); resume with the same "
+                                    "options") from None
+
     @torch.no_grad()
     def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
-        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.frames_per_clip, train=False)
+        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.eval_frames or self.cfg.frames_per_clip,
+                            train=False)
         plan = shard_batches(draws, self.cfg.eval_batch_size)
         ts, vs = [], []
-        for frames, texts, _ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
+        for frames, texts, *_ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
                                              self.cfg.num_workers):
             t, v, _ = self.model(frames, texts)
             ts.append(t.float().cpu())
@@ -286,6 +389,15 @@ class MEETask:
     def identity(self) -> dict:
         return ck.arch_identity("mee", self.cfg.encoder, self.model, video_dim=self.encoder.dim,
                                 text_dim=self.encoder.dim, dim=self.cfg.mee_dim)
+
+    def after_step(self) -> None:
+        """No momentum model for the baseline."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        """Nothing beyond the weights."""
 
     def prepare(self, show: bool) -> None:
         """Frozen features, once: max-pooled frame embeddings per clip, one vector per caption."""
@@ -356,7 +468,10 @@ class ShardDualTask(DualTask):
         return DecodeFrames(size)  # not used: frames come from the shards
 
     def item(self, epoch: int, train: bool = True) -> DualItem:
-        return DualItem(self.frame_keys, self.cfg.frames_per_clip, self.cfg.seed, epoch, train)
+        k = self.cfg.frames_per_clip if train else min(
+            self.cfg.eval_frames or self.cfg.frames_per_clip, len(self.frame_keys))
+        return DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
+                        self.cfg.crop_scale if train else None)
 
     def prepare(self, show: bool) -> None:
         if self.rank == 0:
@@ -372,7 +487,7 @@ class ShardDualTask(DualTask):
                          chunk=self.cfg.batch_size)
         batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
         return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
-                    [b[2] for b in batch]) for batch in batches)
+                    [b[2] for b in batch], [b[3] for b in batch]) for batch in batches)
 
 
 class ShardMEETask(MEETask):
@@ -534,7 +649,10 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     identity = task.identity()
 
     use_amp = cfg.amp and dev.type == "cuda"
-    opt = torch.optim.AdamW(param_groups(task.model, cfg.weight_decay), lr=cfg.lr)
+    if cfg.optimizer not in ("adamw", "adam"):
+        raise HowtocapError(f"--optimizer must be adamw or adam, not {cfg.optimizer!r}")
+    opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    opt = opt_cls(param_groups(task.model, cfg.weight_decay), lr=cfg.lr)
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     start_epoch, step, history = 0, 0, []
     run_id = uuid.uuid4().hex[:8]
@@ -568,6 +686,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
             raise HowtocapError(f"{existing}: its optimizer state trains other parameters; "
                                 "resume with the same --train-params") from None
         sched.load_state_dict(state["scheduler"])
+        task.load_extra_state(state, existing)
         if use_amp and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -610,6 +729,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                 scaler.step(opt)
                 scaler.update()
                 sched.step()
+                task.after_step()
                 step += 1
                 pairs += len(batch[2])
                 loss_sum += loss.item()
@@ -630,7 +750,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                          "scheduler": sched.state_dict(),
                          "scaler": scaler.state_dict() if use_amp else {},
                          "rng": rng, "epoch": epoch + 1, "step": step, "config": asdict(cfg),
-                         "history": history}
+                         "history": history, **task.extra_state()}
             ckpt_path = ck.save_checkpoint(ckpt_dir, state_out, meta)
             write_logs(out, history)
             if show:

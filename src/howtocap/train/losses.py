@@ -101,3 +101,80 @@ def frozen_copy_regulariser(text: torch.Tensor, video: torch.Tensor,
     cos_t = F.cosine_similarity(text, text_ref.detach(), dim=-1).mean()
     cos_v = F.cosine_similarity(video, video_ref.detach(), dim=-1).mean()
     return 1.0 - 0.5 * (cos_t + cos_v)
+
+
+# -- HowToCaption's BLIP-style contrastive recipe: momentum model, queue, soft labels ---------
+def soft_info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Tensor | float,
+                  text_keys: torch.Tensor, video_keys: torch.Tensor,
+                  t2v_targets: torch.Tensor, v2t_targets: torch.Tensor) -> torch.Tensor:
+    """InfoNCE against any candidate set with target *distributions* (ALBEF/BLIP's ITC).
+
+    ``text_keys``/``video_keys`` are the candidates (this batch, possibly from the momentum
+    model, then the queue); row ``i`` of ``t2v_targets`` is how text ``i``'s probability mass
+    should spread over ``video_keys``. With one-hot targets over the batch this is ``info_nce``.
+    """
+    t2v = logit_scale * text @ video_keys.t()
+    v2t = logit_scale * video @ text_keys.t()
+    lt = -(F.log_softmax(t2v, dim=1) * t2v_targets).sum(1).mean()
+    lv = -(F.log_softmax(v2t, dim=1) * v2t_targets).sum(1).mean()
+    return 0.5 * (lt + lv)
+
+
+def itc_targets(ids: torch.Tensor, key_ids: torch.Tensor, teacher_logits: torch.Tensor | None,
+                soft: float) -> torch.Tensor:
+    """``soft * softmax(teacher) + (1 - soft) * positives`` per row (ALBEF's distillation).
+
+    Positives are the candidates holding the same clip (``ids == key_ids``), spread evenly, as
+    BLIP's retrieval fine-tune does with its image ids: on a small data set the queue holds
+    other views of the batch's own clips, which must not be pushed away as negatives.
+    """
+    pos = (ids.view(-1, 1) == key_ids.view(1, -1)).float()
+    hard = pos / pos.sum(1, keepdim=True).clamp(min=1.0)
+    if soft <= 0 or teacher_logits is None:
+        return hard
+    return soft * F.softmax(teacher_logits.float(), dim=1) + (1.0 - soft) * hard
+
+
+@torch.no_grad()
+def ema_update(online: nn.Module, momentum_model: nn.Module, m: float) -> None:
+    """``θ_m <- m θ_m + (1 - m) θ`` for every trained parameter (frozen ones are equal anyway)."""
+    for p, pm in zip(online.parameters(), momentum_model.parameters(), strict=True):
+        if p.requires_grad:
+            pm.mul_(m).add_(p.detach(), alpha=1.0 - m)
+
+
+class FeatureQueue(nn.Module):
+    """A FIFO memory bank of the momentum model's text and video embeddings and their clip ids.
+
+    It starts empty and fills up to ``size`` (BLIP starts from random unit vectors; an empty
+    start adds no noise negatives to a short run); then each batch overwrites the oldest rows.
+    Buffers, so the queue travels in the checkpoint and a resumed run continues it.
+    """
+
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        self.size = int(size)
+        self.register_buffer("text", torch.zeros(self.size, dim))
+        self.register_buffer("video", torch.zeros(self.size, dim))
+        self.register_buffer("ids", torch.full((self.size,), -1, dtype=torch.long))
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    @torch.no_grad()
+    def enqueue(self, text: torch.Tensor, video: torch.Tensor, ids: torch.Tensor) -> None:
+        n = len(ids)
+        if n > self.size:  # only the newest rows fit
+            text, video, ids, n = text[-self.size:], video[-self.size:], ids[-self.size:], self.size
+        rows = (int(self.ptr) + torch.arange(n, device=self.ids.device)) % self.size
+        self.text[rows] = text.detach().to(self.text.dtype)
+        self.video[rows] = video.detach().to(self.video.dtype)
+        self.ids[rows] = ids.to(self.ids.dtype)
+        self.ptr.fill_((int(self.ptr) + n) % self.size)
+        self.count.fill_(min(self.size, int(self.count) + n))
+
+    def contents(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stored ``(text, video, ids)``, oldest first."""
+        n = int(self.count)
+        start = int(self.ptr) if n == self.size else 0
+        rows = (start + torch.arange(n, device=self.ids.device)) % self.size
+        return self.text[rows], self.video[rows], self.ids[rows]

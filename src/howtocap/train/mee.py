@@ -6,11 +6,16 @@ per-second frame embeddings (from the frame cache) max-pooled over the clip, and
 sentence embedding for the text (the embedded default's is MiniLM; no word2vec ships in a
 package). ``MEEEncoder`` wraps the frozen encoder plus the two units as an ``Encoder``, so a
 trained baseline can be used by align, eval and search like any other model.
+
+One pooling everywhere: the units were trained on the *max* over a clip's frame features, so
+training (``max_pool_clip``), evaluation (``encode_clip``) and alignment (``window_pool``) all
+take the max over the clip's frames of the frozen base encoder, L2-normalise it and apply the
+video unit once. Averaging the unit's per-frame outputs instead gives a different embedding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,23 +54,31 @@ class JointEmbedding(nn.Module):
                 self.text_unit(F.normalize(text.float(), dim=-1)))
 
 
-def max_pool_clip(frame_emb: np.ndarray, fps: float, start: float, end: float) -> np.ndarray:
-    """Max over the per-second embeddings centred in ``[start, end]`` (the nearest if none)."""
-    n = len(frame_emb)
-    if n == 0:
+def max_pool_frames(frame_emb: np.ndarray) -> np.ndarray:
+    """Max over the frames (axis -2) in float32: the MEE clip pooling of every path."""
+    a = np.asarray(frame_emb, dtype=np.float32)
+    if a.shape[-2] == 0:
         raise ValueError("no frame embeddings")
-    centres = (np.arange(n) + 0.5) / fps
-    rows = np.flatnonzero((centres >= start) & (centres <= end))
-    if len(rows) == 0:
-        rows = np.array([int(np.clip(np.argmin(np.abs(centres - 0.5 * (start + end))), 0, n - 1))])
-    return frame_emb[rows].astype(np.float32).max(0)
+    return a.max(axis=-2)
+
+
+def max_pool_clip(frame_emb: np.ndarray, fps: float, start: float, end: float) -> np.ndarray:
+    """Max over the per-second rows a clip ``[start, end)`` covers (the rows alignment uses
+    for that window: ``encoders.cache.rows_covering``)."""
+    from howtocap.encoders.cache import rows_covering
+
+    if len(frame_emb) == 0:
+        raise ValueError("no frame embeddings")
+    lo, hi = rows_covering(np.array([start]), np.array([end]), len(frame_emb), fps)
+    return max_pool_frames(frame_emb[int(lo[0]):int(hi[0])])
 
 
 class MEEEncoder(Encoder):
     """A frozen base encoder followed by the trained gated units (usable wherever an Encoder is).
 
-    Per frame at inference (align scores single frames); the training clips were max-pooled,
-    and both paths L2-normalise before the unit, so the spaces agree.
+    ``encode_images`` embeds single frames (a one-frame clip); a clip of several frames goes
+    through ``encode_clip`` / ``window_pool`` (max over the base features, then the unit), the
+    pooling it was trained with.
     """
 
     def __init__(self, base: Encoder, joint: JointEmbedding, name: str | None = None) -> None:
@@ -98,3 +111,48 @@ class MEEEncoder(Encoder):
         with torch.no_grad():
             feats = self.base.text_features(tokens)
         return self.joint.text_unit(F.normalize(feats.float(), dim=-1))
+
+    @torch.no_grad()
+    def embed_pooled(self, pooled: np.ndarray) -> np.ndarray:
+        """Max-pooled base features ``(..., base_dim)`` -> unit clip embeddings (as trained)."""
+        x = torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32)).to(self.device)
+        return self.joint.video_unit(F.normalize(x, dim=-1)).float().cpu().numpy()
+
+    def encode_clip(self, frames: np.ndarray) -> np.ndarray:
+        """One clip's frames ``(k, H, W, 3)`` -> its embedding: max over base features, unit."""
+        return self.embed_pooled(max_pool_frames(self.base.encode_images(frames)))
+
+
+def frame_encoder(encoder: Encoder) -> Encoder:
+    """The encoder whose per-second frame embeddings a clip is pooled from (MEE: its base)."""
+    return encoder.base if isinstance(encoder, MEEEncoder) else encoder
+
+
+def encode_clip(encoder: Encoder, frames: np.ndarray) -> np.ndarray:
+    """A clip embedding from its frames: MEE max-pools (as trained), others take the mean."""
+    if isinstance(encoder, MEEEncoder):
+        return encoder.encode_clip(frames)
+    return encoder.encode_images(frames).mean(0)
+
+
+WindowPool = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def window_pool(encoder: Encoder) -> WindowPool | None:
+    """For alignment: ``(base frame rows, lo, hi) -> window embeddings`` of an MEE encoder
+    (max over rows ``lo:hi``, then the unit), or ``None`` for the usual window means."""
+    if not isinstance(encoder, MEEEncoder):
+        return None
+
+    def pool(frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        emb = np.asarray(frame_emb, dtype=np.float32)
+        spans = {(int(a), int(b)) for a, b in zip(lo.ravel(), hi.ravel(), strict=True)}
+        keys = sorted(spans)
+        pooled = np.stack([max_pool_frames(emb[a:b]) for a, b in keys])
+        out = encoder.embed_pooled(pooled)
+        index = {k: i for i, k in enumerate(keys)}
+        rows = np.array([index[(int(a), int(b))] for a, b in zip(lo.ravel(), hi.ravel(),
+                                                                  strict=True)])
+        return out[rows].reshape(*lo.shape, out.shape[-1]).astype(np.float64)
+
+    return pool

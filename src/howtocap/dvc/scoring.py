@@ -1,0 +1,146 @@
+"""Caption scorers of the COCO caption toolkit (pycocoevalcap), with and without Java.
+
+BLEU, ROUGE-L and CIDEr are pure Python; METEOR 1.5 and the Stanford PTB tokenizer are Java
+programs the toolkit starts as subprocesses. Without Java we still score: METEOR becomes
+``None`` and a pure-Python approximation of PTB tokenisation is used, and the result says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# What the toolkit's PTB wrapper drops after tokenising (PTB's own spellings of punctuation).
+PTB_PUNCTUATION = frozenset({"''", "'", "``", "`", "-lrb-", "-rrb-", "-lcb-", "-rcb-", ".", "?",
+                             "!", ",", ":", "-", "--", "...", ";"})
+_BRACKETS_QUOTES = frozenset('"(){}')  # PTB turns these into -LRB-, `` etc., then dropped
+_CLITIC = re.compile(r"(?i)^(.+?)(n't|'s|'re|'ve|'ll|'d|'m)$")
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'./][A-Za-z0-9]+)*|\.\.\.|--|[^\sA-Za-z0-9]")
+
+
+def java_path() -> str | None:
+    """The ``java`` on PATH, looked up at call time (tests and users may change PATH)."""
+    return shutil.which("java")
+
+
+def ascii_only(text: str) -> str:
+    """Non-ASCII characters become spaces, as the ActivityNet evaluation does before scoring."""
+    return "".join(c if ord(c) < 128 else " " for c in text)
+
+
+def python_tokenize(text: str) -> str:
+    """A pure-Python stand-in for Stanford PTB tokenisation + the toolkit's punctuation removal:
+    lower-cased, clitics split (``don't`` -> ``do n't``), punctuation dropped."""
+    out: list[str] = []
+    for tok in _TOKEN.findall(text.replace("\n", " ").lower()):
+        m = _CLITIC.match(tok)
+        for part in (m.group(1), m.group(2)) if m else (tok,):
+            if part not in PTB_PUNCTUATION and part not in _BRACKETS_QUOTES:
+                out.append(part)
+    return " ".join(out)
+
+
+def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
+    """Stanford PTB tokenisation (the jar inside pycocoevalcap), one output line per sentence.
+
+    The toolkit's own wrapper writes its temp file into site-packages; this one keeps it in the
+    system temp folder so a read-only install works.
+    """
+    from pycocoevalcap.tokenizer import ptbtokenizer
+
+    jar = Path(ptbtokenizer.__file__).with_name(ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "sentences.txt"
+        src.write_text("\n".join(s.replace("\n", " ").replace("\r", " ") for s in sentences),
+                       encoding="utf-8")
+        proc = subprocess.run([java, "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer",
+                               "-preserveLines", "-lowerCase", str(src)],
+                              capture_output=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+                           or f"exit code {proc.returncode}")
+    lines = proc.stdout.decode(errors="replace").split("\n")
+    if len(lines) < len(sentences):
+        raise RuntimeError(f"PTB tokenizer returned {len(lines)} lines for {len(sentences)}")
+    return [" ".join(w for w in line.rstrip().split(" ") if w not in PTB_PUNCTUATION
+                     and w.lower() not in PTB_PUNCTUATION)
+            for line in lines[:len(sentences)]]
+
+
+class Scorers:
+    """BLEU-1..4, METEOR (when Java runs), ROUGE-L and CIDEr over tokenised caption pairs.
+
+    METEOR holds a JVM with the paraphrase table loaded (~10 s to start), so one instance is
+    used for every video and threshold and closed at the end.
+    """
+
+    def __init__(self, meteor: bool, java: str | None) -> None:
+        from pycocoevalcap.bleu.bleu import Bleu
+        from pycocoevalcap.cider.cider import Cider
+        from pycocoevalcap.rouge.rouge import Rouge
+
+        self.warnings: list[str] = []
+        self._bleu, self._rouge, self._cider = Bleu(4), Rouge(), Cider()
+        self._meteor: Any = None
+        self.meteor_name: str | None = None
+        if meteor and java is not None:  # no Java: the caller says so, once
+            try:
+                from pycocoevalcap.meteor.meteor import Meteor
+
+                self._meteor = Meteor()
+                self.meteor_name = "METEOR 1.5 (pycocoevalcap, Java)"
+            except OSError as exc:
+                self.warnings.append(f"METEOR could not start ({exc}); reported as null")
+
+    def score(self, gts: dict[int, list[str]],
+              res: dict[int, list[str]]) -> dict[str, float | None]:
+        """Scores of one video's pairs (keys shared by ``gts`` and ``res``)."""
+        out: dict[str, float | None] = {}
+        with contextlib.redirect_stdout(io.StringIO()):  # BLEU prints its lengths
+            bleu, _ = self._bleu.compute_score(gts, res)
+        for n, b in enumerate(bleu, 1):
+            out[f"Bleu_{n}"] = float(b)
+        out["METEOR"] = self._meteor_score(gts, res)
+        out["ROUGE_L"] = float(self._rouge.compute_score(gts, res)[0])
+        out["CIDEr"] = float(self._cider.compute_score(gts, res)[0])
+        return out
+
+    def _meteor_score(self, gts: dict[int, list[str]],
+                      res: dict[int, list[str]]) -> float | None:
+        if self._meteor is None:
+            return None
+        try:
+            return float(self._meteor.compute_score(gts, res)[0])
+        except (ValueError, OSError, BrokenPipeError) as exc:
+            self.warnings.append(f"METEOR failed ({type(exc).__name__}: {exc}); reported as "
+                                 "null from here on")
+            self.close()
+            return None
+
+    def close(self) -> None:
+        """Stop METEOR's JVM (pycocoevalcap only does it when the object is collected)."""
+        m, self._meteor = self._meteor, None
+        if m is not None:
+            proc = m.meteor_p
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            proc.kill()
+            proc.wait()
+
+
+def tokenize_all(sentences: list[str], java: str | None) -> tuple[list[str], str, list[str]]:
+    """Tokenised sentences, the tokenizer used, and warnings (PTB with Java, else Python)."""
+    clean = [ascii_only(s) for s in sentences]
+    if java is not None:
+        try:
+            return ptb_tokenize(clean, java), "ptb (Stanford CoreNLP 3.4.1, Java)", []
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            warn = f"PTB tokenizer failed ({exc}); used the Python tokenizer instead"
+            return [python_tokenize(s) for s in clean], "python (PTB approximation)", [warn]
+    return [python_tokenize(s) for s in clean], "python (PTB approximation)", []

@@ -1,0 +1,441 @@
+"""CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2).
+
+Every second of a video is scored against every step of its task (cosine similarity of the
+per-second frame embedding and the step text, or of given 1-fps features). The CrossTask
+inference then places each step at exactly one second, steps in their canonical order, seconds
+strictly increasing, background everywhere else; the placement maximises the sum of the chosen
+scores (a dynamic program over seconds × steps). A placed step is correct when its second lies
+inside an annotated interval of that step. Recall per task = correct / annotated steps, summed
+over the task's videos; the headline is the mean over tasks (the official protocol).
+
+``inference="independent"`` instead takes each step's best second on its own (what
+:func:`howtocap.evaluate.metrics.crosstask_recall` does): it can put steps in any order, so it
+is reported for comparison, not as the paper's number.
+
+Release layout read here: ``tasks_primary.txt`` (records of 6 lines: id, title, URL, number of
+steps, comma-separated steps, blank), ``videos.csv`` / ``videos_val.csv`` (no header:
+``task_id,video_id,url``) and ``annotations/<task>_<video>.csv`` (no header: ``step,start,end``,
+steps 1-based, seconds; a step may occur several times).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from howtocap.errors import HowtocapError, InputError
+from howtocap.evaluate.benchmarks import read_text as _text
+
+INFERENCE = ("dp", "independent")
+SPLITS = {"val": ("videos_val.csv",), "train": ("videos.csv",),
+          "all": ("videos.csv", "videos_val.csv")}
+
+
+@dataclass
+class CrossTaskTask:
+    task_id: str
+    title: str
+    url: str
+    steps: list[str]
+
+
+@dataclass
+class CrossTaskVideo:
+    task_id: str
+    video_id: str
+    url: str
+
+
+@dataclass
+class CrossTaskRelease:
+    """The tasks and the split's videos of primary tasks (others have no annotations)."""
+
+    root: Path
+    tasks: dict[str, CrossTaskTask]
+    videos: list[CrossTaskVideo]
+    other_task_videos: int = 0  # listed videos of related (unannotated) tasks, left out
+
+    def annotation_path(self, video: CrossTaskVideo) -> Path:
+        return self.root / "annotations" / f"{video.task_id}_{video.video_id}.csv"
+
+
+# -- reading the release -------------------------------------------------------------------
+
+
+def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
+    """``tasks_primary.txt``: records of id, title, URL, step count, comma-separated steps."""
+    path = Path(path)
+    lines = [ln.strip() for ln in _text(path).splitlines()]
+    tasks: dict[str, CrossTaskTask] = {}
+    i = 0
+    while i < len(lines):
+        if not lines[i]:
+            i += 1
+            continue
+        rec = lines[i:i + 5]
+        if len(rec) < 5 or not all(rec):
+            raise InputError(path, f"line {i + 1}: a task record needs 5 non-empty lines (id, "
+                                   "title, URL, number of steps, steps), found "
+                                   f"{sum(1 for r in rec if r)}")
+        task_id, title, url, n_txt, steps_txt = rec
+        try:
+            n = int(n_txt)
+        except ValueError:
+            raise InputError(path, f"line {i + 4}: number of steps {n_txt!r} is not an "
+                                   "integer") from None
+        steps = [s.strip() for s in steps_txt.split(",")]
+        if n < 1 or len(steps) != n or not all(steps):
+            raise InputError(path, f"line {i + 5}: task {task_id} declares {n} steps but "
+                                   f"lists {len(steps)}")
+        if task_id in tasks:
+            raise InputError(path, f"line {i + 1}: task {task_id} appears twice")
+        tasks[task_id] = CrossTaskTask(task_id, title, url, steps)
+        i += 5
+    if not tasks:
+        raise InputError(path, "holds no task records")
+    return tasks
+
+
+def read_video_list(path: Path | str) -> list[CrossTaskVideo]:
+    """``videos.csv`` / ``videos_val.csv``: ``task_id,video_id,url`` rows without a header."""
+    path = Path(path)
+    out = []
+    for n, row in enumerate(csv.reader(_text(path).splitlines()), start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 2 or not row[0].strip() or not row[1].strip():
+            raise InputError(path, f"line {n}: expected task_id,video_id,url, got "
+                                   f"{','.join(row)[:80]!r}")
+        out.append(CrossTaskVideo(row[0].strip(), row[1].strip(),
+                                  row[2].strip() if len(row) > 2 else ""))
+    return out
+
+
+def read_annotation(path: Path | str, n_steps: int) -> np.ndarray:
+    """``(n, 3)`` float rows ``step (0-based), start, end`` of one ``<task>_<video>.csv``."""
+    path = Path(path)
+    rows = []
+    for n, row in enumerate(csv.reader(_text(path).splitlines()), start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 3:
+            raise InputError(path, f"line {n}: expected step,start,end, got {len(row)} fields")
+        try:
+            step, start, end = int(row[0]), float(row[1]), float(row[2])
+        except ValueError:
+            raise InputError(path, f"line {n}: step,start,end must be numbers, got "
+                                   f"{','.join(row)[:80]!r}") from None
+        if not 1 <= step <= n_steps:
+            raise InputError(path, f"line {n}: step {step} outside 1..{n_steps} (steps are "
+                                   "1-based)")
+        if not (math.isfinite(start) and math.isfinite(end)) or start < 0 or end < start:
+            raise InputError(path, f"line {n}: bad interval {start:g}..{end:g} s")
+        rows.append((step - 1, start, end))
+    return np.asarray(rows, np.float64).reshape(-1, 3)
+
+
+def gt_matrix(segments: np.ndarray, n_seconds: int, n_steps: int) -> np.ndarray:
+    """``(n_seconds, n_steps)`` bool: second ``t`` is inside step ``k`` when ``floor(start) <=
+    t < ceil(end)`` (CrossTask's rounding; annotations past the video's end are cut)."""
+    y = np.zeros((n_seconds, n_steps), bool)
+    for k, start, end in np.asarray(segments).reshape(-1, 3):
+        y[int(math.floor(start)):int(math.ceil(end)), int(k)] = True
+    return y
+
+
+def read_release(root: Path | str, split: str = "val") -> CrossTaskRelease:
+    """Tasks and videos of ``split`` (``val``: ``videos_val.csv``, the test set; ``train``;
+    ``all``) of a CrossTask release folder, keeping only videos of primary tasks."""
+    root = Path(root)
+    if split not in SPLITS:
+        raise HowtocapError(f"--split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if not root.is_dir():
+        raise InputError(root, "CrossTask release folder does not exist")
+    tasks = read_tasks(root / "tasks_primary.txt")
+    videos: list[CrossTaskVideo] = []
+    other = 0
+    seen: set[tuple[str, str]] = set()
+    for name in SPLITS[split]:
+        for v in read_video_list(root / name):
+            if v.task_id not in tasks:
+                other += 1
+            elif (v.task_id, v.video_id) not in seen:
+                seen.add((v.task_id, v.video_id))
+                videos.append(v)
+    if not videos:
+        raise InputError(root / SPLITS[split][-1], "lists no video of a task in "
+                                                   "tasks_primary.txt")
+    return CrossTaskRelease(root, tasks, videos, other)
+
+
+# -- inference -----------------------------------------------------------------------------
+def dp_inference(scores: np.ndarray) -> np.ndarray:
+    """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]`` (one per step).
+
+    ``O(T·K)``: ``best[k][t]`` = the best sum of steps ``0..k`` with step ``k`` at ``t``, from a
+    running maximum of ``best[k-1]`` over earlier seconds. Ties go to the earliest seconds.
+    """
+    s = np.asarray(scores, np.float64)
+    if s.ndim != 2:
+        raise HowtocapError(f"scores must be (n_seconds, n_steps), got shape {s.shape}")
+    t_len, k_len = s.shape
+    if k_len == 0:
+        return np.zeros(0, np.int64)
+    if t_len < k_len:
+        raise HowtocapError(f"{t_len} seconds cannot hold {k_len} steps in order")
+    back = np.zeros((k_len, t_len), np.int64)
+    best = s[:, 0].copy()
+    for k in range(1, k_len):
+        # run_arg[t]: the first second <= t where best[:t + 1] is largest
+        is_new_max = np.r_[True, best[1:] > np.maximum.accumulate(best)[:-1]]
+        run_arg = np.maximum.accumulate(np.where(is_new_max, np.arange(t_len), 0))
+        # step k at t needs step k-1 strictly before t
+        prev = np.full(t_len, -np.inf)
+        prev[1:] = best[run_arg[:-1]]
+        back[k, 1:] = run_arg[:-1]
+        best = prev + s[:, k]
+    out = np.zeros(k_len, np.int64)
+    out[-1] = int(np.argmax(best))
+    for k in range(k_len - 1, 0, -1):
+        out[k - 1] = back[k, out[k]]
+    return out
+
+
+def independent_inference(scores: np.ndarray) -> np.ndarray:
+    """Each step's best second on its own (any order; several steps may share a second)."""
+    s = np.asarray(scores)
+    return s.argmax(axis=0) if s.shape[1] else np.zeros(0, np.int64)
+
+
+def infer(scores: np.ndarray, inference: str = "dp") -> np.ndarray:
+    if inference not in INFERENCE:
+        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, "
+                            f"not {inference!r}")
+    return dp_inference(scores) if inference == "dp" else independent_inference(scores)
+
+
+def step_recall(seconds: list[np.ndarray], gt: list[np.ndarray], tasks: list[str]
+                ) -> dict[str, Any]:
+    """Recall of predicted step seconds against ``gt`` masks, per task and averaged over tasks.
+
+    ``seconds[v][k]`` is the second predicted for step ``k`` of video ``v``; a step counts as
+    annotated when ``gt[v][:, k]`` has any True, and as found when ``gt[v][seconds[v][k], k]``.
+    """
+    hits: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for sec, g, task in zip(seconds, gt, tasks, strict=True):
+        g = np.asarray(g, bool)
+        k = np.arange(g.shape[1])
+        hits[task] = hits.get(task, 0) + int(g[np.asarray(sec), k].sum())
+        total[task] = total.get(task, 0) + int(g.any(axis=0).sum())
+    per_task = {t: {"recall": 100.0 * hits[t] / total[t], "hits": hits[t], "steps": total[t]}
+                for t in sorted(total) if total[t]}
+    mean = float(np.mean([v["recall"] for v in per_task.values()])) if per_task else math.nan
+    return {"recall": mean, "per_task": per_task}
+
+
+# -- scoring -------------------------------------------------------------------------------
+def load_features(path: Path, dim: int) -> np.ndarray:
+    """A ``(n_seconds, dim)`` feature array at 1 fps, L2-normalised per row."""
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(path, f"not a readable .npy array ({type(exc).__name__})") from None
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise InputError(path, f"features have shape {tuple(x.shape)}; expected "
+                               f"(seconds, {dim}) for this encoder")
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise InputError(path, "features hold NaN or infinite values")
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+@dataclass
+class _Skip:
+    items: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, video: CrossTaskVideo, reason: str) -> None:
+        self.items.append({"task": video.task_id, "video_id": video.video_id,
+                           "error": " ".join(reason.split())[:300]})
+
+
+def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None,
+                       encoder_name: Any = "default", *, features: Path | str | None = None,
+                       inference: str = "dp", split: str = "val",
+                       cache_dir: Path | str | None = None, device: str | None = None,
+                       out: Path | str | None = None, progress: bool = True,
+                       show: bool = True) -> dict[str, Any]:
+    """Step-localisation recall on a CrossTask release; returns (and may write) the result.
+
+    Frames come from the shared per-second frame-embedding cache (``cache_dir``, by default
+    the user cache), so a second run or another command on the same videos does not decode
+    again. With ``features`` (a folder of ``<video_id>.npy``, ``(seconds, encoder dim)`` at
+    1 fps) no video is decoded. A video without an annotation file, video or features, or with
+    a broken file, is listed under ``skipped`` with one line and left out.
+    """
+    from howtocap.encoders.base import Encoder
+    from howtocap.evaluate.benchmarks import index_videos
+
+    t0 = time.perf_counter()
+    if inference not in INFERENCE:
+        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, "
+                            f"not {inference!r}")
+    if videos is None and features is None:
+        raise HowtocapError("crosstask needs --videos DIR (or --features DIR of "
+                            "<video_id>.npy at 1 fps)")
+    release = read_release(annotations, split)
+    feat_dir = Path(features) if features is not None else None
+    if feat_dir is not None and not feat_dir.is_dir():
+        raise InputError(feat_dir, "features folder does not exist")
+    found = index_videos(Path(videos)) if feat_dir is None and videos is not None else {}
+    if isinstance(encoder_name, Encoder):
+        encoder = encoder_name
+    else:
+        from howtocap.encoders import create
+
+        encoder = create(str(encoder_name), device=device)
+    if cache_dir is None:
+        from howtocap.bundled import cache_root
+
+        cache_dir = cache_root()
+    kept, skipped = score_videos(release, encoder, feat_dir=feat_dir, found=found,
+                                 cache_dir=Path(cache_dir), progress=progress)
+    if not kept:
+        first = skipped[0]["error"] if skipped else "no videos"
+        raise HowtocapError(f"no CrossTask video could be evaluated (e.g. {first})")
+
+    tasks = [v.task_id for v, _, _ in kept]
+    gts = [g for _, _, g in kept]
+    by_inf = {name: step_recall([infer(s, name) for _, s, _ in kept], gts, tasks)
+              for name in INFERENCE}
+    main = by_inf[inference]
+    n_videos: dict[str, int] = {}
+    for t in tasks:
+        n_videos[t] = n_videos.get(t, 0) + 1
+    per_task = {t: {"title": release.tasks[t].title, **r, "videos": n_videos[t],
+                    "recall_" + other: by_inf[other]["per_task"][t]["recall"]}
+                for t, r in main["per_task"].items()
+                for other in [n for n in INFERENCE if n != inference]}
+    result: dict[str, Any] = {
+        "benchmark": "crosstask",
+        "annotations": str(annotations),
+        "videos": str(videos) if videos is not None else None,
+        "features": str(feat_dir) if feat_dir is not None else None,
+        "encoder": getattr(encoder, "name", str(encoder_name)),
+        "split": split,
+        "inference": inference,
+        "recall": main["recall"],
+        "recall_by_inference": {n: r["recall"] for n, r in by_inf.items()},
+        "n_tasks": len(per_task),
+        "n_videos": len(kept),
+        "n_steps": int(sum(r["steps"] for r in main["per_task"].values())),
+        "per_task": per_task,
+        "skipped": {"videos": len(skipped), "errors": skipped,
+                    "other_task_videos": release.other_task_videos},
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if out is not None:
+        from howtocap.rundir import atomic_write_text
+
+        atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
+    if show:
+        print_crosstask(result)
+    return result
+
+
+def score_videos(release: CrossTaskRelease, encoder: Any, *, feat_dir: Path | None = None,
+                 found: dict[str, Path] | None = None, cache_dir: Path | None = None,
+                 progress: bool = False
+                 ) -> tuple[list[tuple[CrossTaskVideo, np.ndarray, np.ndarray]],
+                            list[dict[str, str]]]:
+    """``([(video, scores (seconds, steps), gt mask)], skipped)`` for the release's videos.
+
+    Scores are cosine similarities of per-second features (``feat_dir/<id>.npy``, or frames of
+    ``found[video_id]`` through the frame cache in ``cache_dir``) with the task's step texts.
+    """
+    from howtocap.progress import progress_bar
+
+    found = found or {}
+    if feat_dir is None and cache_dir is None:
+        raise HowtocapError("scoring videos needs a frame cache folder or a features folder")
+    step_emb = {t: encoder.encode_texts(task.steps) for t, task in release.tasks.items()}
+    skip = _Skip()
+    kept: list[tuple[CrossTaskVideo, np.ndarray, np.ndarray]] = []  # video, scores, gt
+    bar = progress_bar("[bold]crosstask", disable=not progress, transient=True)
+    with bar:
+        job = bar.add_task("score", total=len(release.videos))
+        for v in release.videos:
+            bar.advance(job)
+            task = release.tasks[v.task_id]
+            ann = release.annotation_path(v)
+            if not ann.is_file():
+                skip.add(v, f"{ann}: no annotation file")
+                continue
+            try:
+                segments = read_annotation(ann, len(task.steps))
+                frames = _frame_features(v, encoder, feat_dir, found, cache_dir)
+            except HowtocapError as exc:
+                skip.add(v, str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - one broken video never sinks the rest
+                skip.add(v, f"{v.video_id}: {type(exc).__name__}: {exc}")
+                continue
+            if len(frames) < len(task.steps):
+                skip.add(v, f"{v.video_id}: {len(frames)} s of video cannot hold the task's "
+                            f"{len(task.steps)} steps")
+                continue
+            kept.append((v, frames @ step_emb[v.task_id].T,
+                         gt_matrix(segments, len(frames), len(task.steps))))
+    return kept, skip.items
+
+
+def _frame_features(video: CrossTaskVideo, encoder: Any, feat_dir: Path | None,
+                    found: dict[str, Path], cache_dir: Path | None) -> np.ndarray:
+    """Per-second L2-normalised features of one video: given ``.npy`` or the frame cache."""
+    if feat_dir is not None:
+        f = feat_dir / f"{video.video_id}.npy"
+        if not f.is_file():
+            raise InputError(f, "no features for this video")
+        return load_features(f, encoder.dim)
+    path = found.get(video.video_id)
+    if path is None:
+        raise HowtocapError(f"{video.video_id}: video file not found under the video folder")
+    from howtocap.encoders.cache import frame_embeddings
+
+    assert cache_dir is not None
+    fe = frame_embeddings(path, encoder, fps=1.0, cache_dir=cache_dir)
+    x = np.asarray(fe.emb, np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def print_crosstask(result: dict[str, Any]) -> None:
+    """Per-task recall and the mean, as a rich table (both inferences side by side)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    inf = result["inference"]
+    other = next(n for n in INFERENCE if n != inf)
+    table = Table(title=f"crosstask ({result['split']}): {result['n_videos']} videos, "
+                        f"{result['n_tasks']} tasks ({result['encoder']})")
+    for col, just in (("task", "left"), ("title", "left"), ("videos", "right"),
+                      ("steps", "right"), (f"recall {inf}", "right"),
+                      (f"recall {other}", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for t, r in result["per_task"].items():
+        table.add_row(t, r["title"][:40], str(r["videos"]), str(r["steps"]),
+                      f"{r['recall']:.1f}", f"{r['recall_' + other]:.1f}")
+    table.add_row("mean", "", str(result["n_videos"]), str(result["n_steps"]),
+                  f"{result['recall']:.1f}", f"{result['recall_by_inference'][other]:.1f}")
+    out = Console()
+    out.print(table)
+    sk = result["skipped"]
+    if sk["videos"]:
+        out.print(f"[yellow]skipped {sk['videos']} video(s)[/yellow] (reasons in the JSON "
+                  "output), e.g. " + sk["errors"][0]["error"], highlight=False)

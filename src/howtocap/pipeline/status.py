@@ -1,0 +1,88 @@
+"""``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
+
+Read-only: it reads the per-video status records, the stage fingerprints and the per-stage
+totals ``run_stage`` keeps (wall time and the stages' counts), never the parts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from howtocap.errors import InputError
+from howtocap.rundir import RunDir
+from howtocap.stage import CAUSES
+
+STAGE_ORDER = ("subtitles", "caption", "frames", "align", "framecaps")
+EXAMPLES = 3  # video ids shown per failure cause
+
+
+def _stages(rd: RunDir) -> list[str]:
+    found = {p.name for p in rd.status_dir.iterdir() if p.is_dir()} \
+        if rd.status_dir.is_dir() else set()
+    fp_dir = rd.fingerprint_path("x").parent
+    if fp_dir.is_dir():
+        found |= {p.stem for p in fp_dir.glob("*.json")}
+    return [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
+
+
+def _throughput(stats: dict[str, float]) -> dict[str, float | None]:
+    wall = stats.get("wall_seconds", 0.0)
+
+    def rate(key: str, scale: float = 1.0) -> float | None:
+        return round(stats[key] * scale / wall, 4) if wall > 0 and key in stats else None
+
+    stats = {**stats, "processed": stats.get("videos", 0.0) + stats.get("failed", 0.0)}
+    return {"videos_per_s": rate("processed"),  # done or failed: what the stage got through
+            "audio_hours_per_hour": rate("audio_seconds"),
+            "llm_tokens_per_s": rate("llm_tokens"),
+            "captions_per_s": rate("captions"),
+            "frames_per_s": rate("frames")}
+
+
+def run_status(run_dir: str | Path) -> dict[str, Any]:
+    """Per stage: done / failed / pending, failures by cause with example ids, attempts,
+    wall time and throughput. Plain data (the CLI prints it or dumps it as JSON)."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(root, "not a run directory")
+    rd = RunDir(root, create=False)
+    videos = rd.videos()
+    n_videos = len(videos)
+    records = {st: rd.status_records(st) for st in _stages(rd)}
+    if not records and not n_videos:
+        raise InputError(root, "not a howtocap run directory (no videos.parquet, no status)")
+    ok_ids = {st: {r.video_id for r in recs if r.status == "ok"} for st, recs in records.items()}
+    failed_ids = {st: {r.video_id for r in recs if r.status != "ok"}
+                  for st, recs in records.items()}
+    out: list[dict[str, Any]] = []
+    for stage, recs in records.items():
+        done, failed = len(ok_ids[stage]), len(failed_ids[stage])
+        # which videos the stage could still do: those its upstream stage finished
+        if stage == "caption" and "subtitles" in records:
+            total = n_videos - len(failed_ids["subtitles"])
+        elif stage == "align" and "caption" in records:
+            total = len(ok_ids["caption"])
+        else:
+            total = max(n_videos, done + failed)
+        causes: dict[str, list[str]] = defaultdict(list)
+        for r in recs:
+            if r.status != "ok":
+                causes[r.cause or "internal"].append(r.video_id)
+        attempts = Counter(r.attempts for r in recs if r.status != "ok")
+        stats = rd.read_stats(stage)
+        fp = rd.read_fingerprint(stage)
+        out.append({
+            "stage": stage, "done": done, "failed": failed,
+            "pending": max(0, total - done - failed),
+            "warned": sum(1 for r in recs if r.status == "ok" and r.warnings),
+            "failures": {c: {"count": len(causes[c]), "examples": sorted(causes[c])[:EXAMPLES]}
+                         for c in (*CAUSES, *sorted(set(causes) - set(CAUSES))) if causes[c]},
+            "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
+            "wall_seconds": round(stats.get("wall_seconds", 0.0), 3),
+            "video_seconds": round(sum(r.seconds for r in recs), 3),
+            "throughput": _throughput(stats),
+            "config_id": fp["config_id"] if fp else None,
+        })
+    return {"run_dir": str(root), "videos": n_videos, "stages": out}

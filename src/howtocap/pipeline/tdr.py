@@ -1,0 +1,71 @@
+"""TDR frame features over many videos: the ``tdr_frames`` stage through ``run_stage`` (resume,
+claims, one line per broken video), then each finished video's part read back as arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from howtocap.errors import HowtocapError
+from howtocap.io.inputs import VideoItem
+from howtocap.pipeline.core import StageSummary, run_stage
+from howtocap.pipeline.runners import Runner
+from howtocap.rundir import RunDir
+from howtocap.stages.tdr import TDR_TABLE, TdrFramesStage
+
+
+@dataclass
+class FrameFeatures:
+    """One video's sampled frames: times (n,), transcripts, image and text embeddings (n, d)."""
+
+    times: np.ndarray
+    transcripts: list[str]
+    image: np.ndarray
+    text: np.ndarray
+
+
+def work_dir(root: str | Path, encoder: str, every: float, window: float | None) -> Path:
+    """One run directory per (encoder, sampling) so features of other settings never mix."""
+    from howtocap.encoders.cache import encoder_slug
+
+    return Path(root) / f"{encoder_slug(encoder)}-every{every:g}-win{(window or every):g}"
+
+
+def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: str = "default",
+                     every: float = 4.5, window: float | None = None, subtitles: str | None = None,
+                     asr: str = "auto", asr_model: str = "default", device: str | None = None,
+                     model: Any | None = None, runner: Runner | None = None,
+                     progress: bool = True) -> tuple[StageSummary, dict[str, FrameFeatures]]:
+    """Features for every item (done videos are read back, not recomputed); failed videos are
+    in the summary and missing from the dict."""
+    if every <= 0 or (window is not None and window <= 0):
+        raise HowtocapError(f"--every and --window must be positive, got {every}, {window}")
+    rundir = RunDir(work_dir(root, encoder, every, window))
+    rundir.write_config("tdr_frames", {"encoder": encoder, "every": every,
+                                       "window": window or every, "asr": asr,
+                                       "subtitles": subtitles})
+    source = None
+    if subtitles:
+        from howtocap.io.subtitles import SubtitleSource
+
+        source = SubtitleSource.open(subtitles, cache_dir=rundir.cache_dir / "subtitles",
+                                     select={it.video_id for it in items})
+    stage = TdrFramesStage(encoder, every=every, window=window, asr_mode=asr,  # type: ignore[arg-type]
+                           asr_model=asr_model, source=source, device=device, model=model)
+    summary = run_stage(rundir, list(items), stage, runner=runner, progress=progress)
+    feats: dict[str, FrameFeatures] = {}
+    for it in items:
+        if not rundir.is_done(stage.name, it.video_id, TDR_TABLE):
+            continue
+        df = rundir.read_part(TDR_TABLE, it.video_id)
+        if df is None or df.empty:
+            continue
+        feats[it.video_id] = FrameFeatures(
+            df["time"].to_numpy(np.float64), [str(t) for t in df["transcript"]],
+            np.stack([np.asarray(v, np.float32) for v in df["image"]]),
+            np.stack([np.asarray(v, np.float32) for v in df["text"]]))
+    return summary, feats

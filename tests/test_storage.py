@@ -1,0 +1,200 @@
+"""Crash and storage safety: SIGKILL at several points then resume equals a clean run; a
+truncated or corrupt part is detected and recomputed; a full disk stops the run in one line
+and leaves no half-written file."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from tests.chat_server import chat_server
+from tests.test_caption_pipeline import GOOD, HOWTOCAP, add_video, run_cli
+
+from howtocap.llm import LLMOptions
+from howtocap.pipeline.caption import CaptionRunConfig, caption_run
+from howtocap.rundir import CorruptPartWarning, DiskFull, RunDir, looks_complete, read_parquet
+
+
+def videos(tmp_path: Path, base: Path, n: int) -> Path:
+    folder = tmp_path / "videos"
+    for i in range(n):
+        add_video(folder, f"v{i:02d}", base, GOOD.replace("eggs", f"egg{i}"))
+    return folder
+
+
+def tables(run: Path, names: tuple[str, ...]) -> dict[str, pd.DataFrame]:
+    return {t: pd.read_parquet(run / f"{t}.parquet") for t in names}
+
+
+def no_temp_files(run: Path) -> list[Path]:
+    return [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
+                                                                 base_video: Path) -> None:
+    from howtocap.train.tiny import make_tiny_clip
+
+    enc = make_tiny_clip(tmp_path / "tiny_clip")  # "hf:<folder>"
+    vids = videos(tmp_path, base_video, 5)
+    with chat_server(delay=0.15) as srv:
+        args = ["run", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--encoder",
+                enc, "--quiet"]
+        clean = tmp_path / "clean"
+        assert run_cli(*args, "--out", str(clean)).returncode == 0
+        want = tables(clean, ("subtitles", "captions", "aligned"))
+        assert len(want["aligned"]) and want["aligned"]["config_id"].nunique() == 1
+        # kill while captioning and while aligning (benchmarks/bench_kill.py: 20 moments)
+        for i, (folder, count) in enumerate([("captions", 2), ("align_scores", 2)]):
+            run = tmp_path / f"killed{i}"
+            proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(run)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            parts = run / "parts" / folder
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None and \
+                    len(list(parts.glob("*.parquet"))) < count:
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert len(list(parts.glob("*.parquet"))) < 5, "the kill must land mid-stage"
+            res = run_cli(*args, "--out", str(run))
+            assert res.returncode == 0, res.stderr
+            got = tables(run, ("subtitles", "captions", "aligned"))
+            for name, df in want.items():
+                pd.testing.assert_frame_equal(got[name], df, obj=f"{name} after kill {i}")
+            assert not no_temp_files(run)
+
+
+def test_corrupt_parts_are_detected_and_recomputed(tmp_path: Path, base_video: Path) -> None:
+    vids, out = videos(tmp_path, base_video, 4), tmp_path / "run"
+    with chat_server() as srv:
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        caption_run([vids], out, cfg, progress=False)
+        want = tables(out, ("subtitles", "captions"))
+        rd = RunDir(out, create=False)
+        truncated = rd.part_path("captions", "v01")
+        truncated.write_bytes(truncated.read_bytes()[:-40])  # torn: footer gone
+        flipped = rd.part_path("subtitles", "v02")
+        data = bytearray(flipped.read_bytes())
+        col = pq.read_metadata(flipped).row_group(0).column(1)  # "start"
+        at = col.data_page_offset + col.total_compressed_size - 2  # a page's payload
+        data[at] ^= 0xFF  # same size, footer intact: only the page checksum can tell
+        flipped.write_bytes(bytes(data))
+        assert not looks_complete(truncated) and looks_complete(flipped)
+        with pytest.raises(Exception, match="corrupt or truncated"):
+            read_parquet(flipped)
+        n = srv.requests
+        with pytest.warns(CorruptPartWarning) as caught:
+            subs, caps = caption_run([vids], out, cfg, progress=False)
+        named = " ".join(str(w.message) for w in caught)
+        assert "v01.parquet" in named and "v02.parquet" in named
+        assert caps.done >= 1 and srv.requests > n  # v01's captions were asked for again
+        for name, df in tables(out, ("subtitles", "captions")).items():
+            pd.testing.assert_frame_equal(df, want[name])
+        assert looks_complete(truncated) and len(read_parquet(flipped))
+
+
+@contextlib.contextmanager
+def small_disk(tmp_path: Path, size_kb: int) -> Iterator[Path | None]:
+    """A size-limited tmpfs when this process may mount one (root), else None."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        yield None
+        return
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
+        tmp_path: Path, base_video: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vids = videos(tmp_path, base_video, 8)
+    with chat_server() as srv, small_disk(tmp_path, 256) as disk:
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
+        clean = tmp_path / "clean"
+        caption_run([vids], clean, cfg, progress=False)
+        if disk is not None:  # a real ENOSPC: fill the file system to ~40 KB from full
+            out = disk / "run"
+            filler = disk / "filler"
+            free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+            filler.write_bytes(b"\0" * max(0, free - 40_000))
+        else:  # not root: the write fails as a full disk would, after part of the bytes
+            import howtocap.rundir as rundir_mod
+
+            out, filler = tmp_path / "run", None
+            calls = {"n": 0}
+            real = rundir_mod._fsync_file
+
+            def fail_later(name: str) -> None:
+                calls["n"] += 1
+                if calls["n"] > 25:
+                    raise OSError(errno.ENOSPC, "No space left on device", name)
+                real(name)
+
+            monkeypatch.setattr(rundir_mod, "_fsync_file", fail_later)
+        with pytest.raises(DiskFull) as exc:
+            caption_run([vids], out, cfg, progress=False)
+        msg = str(exc.value)
+        assert "no space left on device" in msg and "\n" not in msg and "resume" in msg
+        assert not no_temp_files(out)
+        rd = RunDir(out, create=False)
+        # whatever is on disk is whole, and every "ok" record has its whole part
+        for part in out.rglob("*.parquet"):
+            assert looks_complete(part) and read_parquet(part) is not None, part
+        for stage, table in (("subtitles", "subtitles"), ("caption", "captions")):
+            for rec in rd.status_records(stage):
+                assert rec.status == "ok" and rd.is_done(stage, rec.video_id, table)
+        # space again: the same command resumes to the tables of an uninterrupted run
+        if filler is not None:
+            filler.unlink()
+        else:
+            monkeypatch.undo()
+        caption_run([vids], out, cfg, progress=False)
+        for name, df in tables(clean, ("subtitles", "captions")).items():
+            pd.testing.assert_frame_equal(tables(out, (name,))[name], df)
+
+
+def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: Path) -> None:
+    vids = videos(tmp_path, base_video, 3)
+    with chat_server() as srv, small_disk(tmp_path, 64) as disk:
+        if disk is None:
+            pytest.skip("needs root to mount a small tmpfs (the in-process test covers it)")
+        (disk / "filler").write_bytes(b"\0" * (os.statvfs(disk).f_bavail
+                                               * os.statvfs(disk).f_frsize - 8_000))
+        res = run_cli("caption", str(vids), "--out", str(disk / "run"), "--llm-url", srv.url,
+                      "--quiet")
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no space left on device" in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
+                                                           base_video: Path) -> None:
+    from howtocap.rundir import _WRITER
+
+    vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = _WRITER.split("~")[0]
+    with chat_server() as srv:
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
+        caption_run([vids], out, cfg, progress=False)
+        left = out / "parts" / "captions" / f".v00.parquet.{host}~{dead.pid}.k1ll3d.tmp"
+        other = out / f".captions.parquet.another-host~{dead.pid}.x.tmp"  # maybe alive there
+        left.write_bytes(b"PAR1 half a file")
+        other.write_bytes(b"PAR1")
+        caption_run([vids], out, cfg, progress=False)
+    assert not left.exists() and other.exists()
