@@ -158,7 +158,7 @@ def test_broken_release_files_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="declares 4 steps but lists 3"):
         read_release(root)
     (root / "tasks_primary.txt").unlink()
-    with pytest.raises(InputError, match="tasks_primary.txt: file does not exist"):
+    with pytest.raises(InputError, match="tasks_primary.txt: annotation file does not exist"):
         read_release(root)
 
 
@@ -226,6 +226,13 @@ def test_cli_with_features_reports_and_skips_broken_videos(tmp_path: Path,
     assert bad.exit_code == 2
     assert "nowhere: CrossTask release folder does not exist" in bad.output
     assert "Traceback" not in bad.output
+    # flags of the other benchmarks are refused, not silently ignored (and the reverse)
+    mixed = CliRunner().invoke(app, ["--benchmark", "crosstask", "--annotations", str(root),
+                                     "--features", str(tmp_path / "feat"), "--frames", "4"])
+    assert mixed.exit_code == 2 and "takes no --frames" in mixed.output
+    mixed = CliRunner().invoke(app, ["--benchmark", "msrvtt", "--annotations", str(root),
+                                     "--split", "all"])
+    assert mixed.exit_code == 2 and "takes no --split" in mixed.output
 
 
 def test_cli_end_to_end_on_generated_videos(tmp_path: Path, tiny_clip: str) -> None:

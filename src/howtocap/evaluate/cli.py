@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cliutil import user_errors
+from howtocap.errors import HowtocapError
 
 
 class BenchmarkOpt(str, Enum):
@@ -79,7 +80,18 @@ def eval_command(
 ) -> None:
     """Text-to-video and video-to-text retrieval (R@1/5/10/50, median and mean rank), or
     CrossTask step localisation recall."""
-    if benchmark == BenchmarkOpt.crosstask:
+    is_ct = benchmark == BenchmarkOpt.crosstask
+    misplaced = [flag for flag, off in (
+        ("--frames", frames != 12), ("--ties", ties != TiesOpt.pessimistic),
+        ("--limit", limit is not None), ("--subset", subset != "validation"),
+    ) if is_ct and off] + [flag for flag, off in (
+        ("--inference", inference != InferenceOpt.dp), ("--split", split != SplitOpt.val),
+        ("--features", features is not None),
+    ) if not is_ct and off]
+    if misplaced:
+        raise HowtocapError(f"--benchmark {benchmark.value} takes no "
+                            f"{', '.join(misplaced)}")
+    if is_ct:
         from howtocap.evaluate.crosstask import evaluate_crosstask
 
         evaluate_crosstask(annotations, videos, encoder, features=features,

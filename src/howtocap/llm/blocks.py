@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from howtocap.errors import HowtocapError
@@ -48,17 +49,19 @@ def _sentences(subtitles: pd.DataFrame) -> list[Sentence]:
     missing = [c for c in ("start", "end", "text") if c not in subtitles.columns]
     if missing:
         raise HowtocapError(f"subtitles table lacks columns {missing}")
-    df = subtitles[["start", "end", "text"]].copy()
-    df["start"] = pd.to_numeric(df["start"], errors="coerce")
-    df["end"] = pd.to_numeric(df["end"], errors="coerce")
-    df = df.dropna(subset=["start"])
-    df["end"] = df["end"].fillna(df["start"])
-    df = df.sort_values("start", kind="stable")
+    # Plain arrays, not pandas row access: this runs once per video, a million times.
+    starts = pd.to_numeric(subtitles["start"], errors="coerce").to_numpy(dtype=float)
+    ends = pd.to_numeric(subtitles["end"], errors="coerce").to_numpy(dtype=float)
+    ends = np.where(np.isnan(ends), starts, ends)
+    texts = subtitles["text"].tolist()
     out = []
-    for start, end, text in df.itertuples(index=False):
-        clean = " ".join(str(text).split()) if isinstance(text, str) else ""
+    for i in np.argsort(starts, kind="stable"):  # NaN starts sort last and are dropped
+        start, text = float(starts[i]), texts[i]
+        if start != start:
+            break
+        clean = " ".join(text.split()) if isinstance(text, str) else ""
         if clean:
-            out.append(Sentence(max(0.0, float(start)), max(float(start), float(end)), clean))
+            out.append(Sentence(max(0.0, start), max(start, float(ends[i])), clean))
     return out
 
 

@@ -254,9 +254,11 @@ class OpenAIChatLLM:
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
         refused = 0  # tries that could not reach the server at all (not slow: absent)
+        absent = False  # the latest try's connection was refused: nobody listens on the port
+        last: int | None = None  # the breaker's epoch at this request's latest outage
         for attempt in range(tries):
             self._check_breaker()
-            retry_after = None
+            retry_after, absent = None, False
             with self._sem:
                 self._check_breaker()
                 self._count("attempts")
@@ -270,7 +272,9 @@ class OpenAIChatLLM:
                     reason = _short(exc)
                     problem = f"is unreachable ({reason})"
                     refused += 1
-                    epoch = self._outage(reason, epoch)
+                    absent = isinstance(exc, httpx.ConnectError)
+                    last = self._outage(reason, None)
+                    epoch = last if epoch is None else epoch
                 else:
                     if status in GATEWAY_STATUS:
                         problem = f"returned {status}"
@@ -298,8 +302,10 @@ class OpenAIChatLLM:
                 self._count("retries")
                 time.sleep(self._delay(attempt, retry_after))
         if refused == tries:  # every try failed to reach it, and no answer came since the first
+            # Ending on a refused connection is a closed port even if another request got its
+            # answer between this one's tries (the server died meanwhile).
             with self._breaker_lock:
-                if self._epoch == epoch:
+                if self._epoch == epoch or (absent and self._epoch == last):
                     self._trip(reason)
         self._check_breaker()
         raise HowtocapError(f"LLM server {self.endpoint} {problem} after {tries} "

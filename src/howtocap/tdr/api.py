@@ -4,6 +4,7 @@ trained, scored or run on those features."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import time
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
 from howtocap.pipeline.tdr import FrameFeatures, tdr_features_run
+from howtocap.rundir import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.tdr.data import (
     SPLITS,
     VideoAnn,
@@ -216,10 +218,12 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - t0
     ckpt = out / CKPT_FILE
-    torch.save({"config": cfg.model_dump(), "d_in": enc.dim, "state": model.state_dict()}, ckpt)
-    pd.DataFrame(log).to_csv(out / "train_log.csv", index=False)
-    (out / "tdr.json").write_text(json.dumps({"config": cfg.model_dump(), "videos": len(batches),
-                                              "problems": problems}, indent=1))
+    buf = io.BytesIO()
+    torch.save({"config": cfg.model_dump(), "d_in": enc.dim, "state": model.state_dict()}, buf)
+    atomic_write_bytes(ckpt, buf.getvalue())
+    atomic_write_text(out / "train_log.csv", pd.DataFrame(log).to_csv(index=False))
+    atomic_write_text(out / "tdr.json", json.dumps(
+        {"config": cfg.model_dump(), "videos": len(batches), "problems": problems}, indent=1))
     return TrainResult(ckpt, len(batches), int(sum(len(b.gold) for b in batches)), seconds,
                        seconds / max(1, len(batches) * cfg.epochs), log, problems)
 
@@ -418,16 +422,18 @@ def export(annotations: str | Path, scripts: str | Path, videos: str | Path, out
         assert g is not None and d is not None
         best = sc.argmax(axis=1)
         arr = np.concatenate([g, d[best]], axis=1).astype(np.float32)
-        np.save(out / f"{vid}.npy", arr)
+        npy = io.BytesIO()
+        np.save(npy, arr, allow_pickle=False)
+        atomic_write_bytes(out / f"{vid}.npy", npy.getvalue())
         shapes[vid] = list(arr.shape)
         rows += [{"video_id": vid, "time": float(t), "sentence": sents[j],
                   "score": float(sc[i, j])}
                  for i, (t, j) in enumerate(zip(ff.times, best, strict=True))]
-    pd.DataFrame(rows, columns=["video_id", "time", "sentence", "score"]).to_parquet(
-        out / "retrieved.parquet", index=False)
+    atomic_write_parquet(pd.DataFrame(rows, columns=["video_id", "time", "sentence", "score"]),
+                         out / "retrieved.parquet")
     info = {"videos": len(shapes), "shapes": shapes, "d_g": cfg.d_model, "d_r": cfg.d_r,
             "every": cfg.every, "problems": problems}
-    (out / "features.json").write_text(json.dumps(info, indent=1))
+    atomic_write_text(out / "features.json", json.dumps(info, indent=1))
     return info
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from howtocap.errors import HowtocapError
+from howtocap.rundir import atomic_write_text
 from howtocap.samples import make_narrated_video
 
 
@@ -180,7 +181,7 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
             }
             ids.append(vid)
     ann = out / "annotations.json"
-    ann.write_text(json.dumps({"database": db}, indent=1))
+    atomic_write_text(ann, json.dumps({"database": db}, indent=1))
     scripts = out / "scripts.json"
-    scripts.write_text(json.dumps(_scripts(rng, n_scripts), indent=1))
+    atomic_write_text(scripts, json.dumps(_scripts(rng, n_scripts), indent=1))
     return TdrSampleSet(vdir, ann, scripts, ids)

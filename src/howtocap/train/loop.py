@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import io
 import json
 import math
 import os
@@ -583,12 +584,11 @@ LOG_COLUMNS = ["epoch", "steps", "loss", "loss_main", "reg", "logit_scale", "lr"
 def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
     """``train_log.csv`` (one row per epoch; epoch 0 = before training) and ``train_log.png``."""
     rows = [{k: r.get(k, "") for k in LOG_COLUMNS} for r in history]
-    tmp = out / ".train_log.csv.tmp"
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, LOG_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(out / "train_log.csv")
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, LOG_COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "train_log.csv", buf.getvalue())
     import matplotlib
 
     matplotlib.use("Agg")
