@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,21 +135,21 @@ def read_json(path: str | Path) -> Any:
                             f"{exc.colno})") from None
 
 
-def load_predictions(path: str | Path) -> dict[str, Any]:
-    """A predictions file, checked now so a bad entry is one line naming the file."""
+def _load_checked(path: str | Path, parse: Callable[[Any], object]) -> dict[str, Any]:
+    """A JSON file checked now by ``parse``, so a bad entry is one line naming the file."""
     data = read_json(path)
     try:
-        parse_predictions(data)
+        parse(data)
     except Malformed as exc:
         raise InputError(path, str(exc)) from None
     return data
+
+
+def load_predictions(path: str | Path) -> dict[str, Any]:
+    """A predictions file ({"results": ...} or a bare {vid: [...]})."""
+    return _load_checked(path, parse_predictions)
 
 
 def load_ground_truth(path: str | Path) -> dict[str, Any]:
-    """A ground-truth file (YouCook2 or ActivityNet Captions), checked now."""
-    data = read_json(path)
-    try:
-        parse_ground_truth(data)
-    except Malformed as exc:
-        raise InputError(path, str(exc)) from None
-    return data
+    """A ground-truth file (YouCook2 or ActivityNet Captions)."""
+    return _load_checked(path, parse_ground_truth)
