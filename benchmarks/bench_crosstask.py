@@ -40,10 +40,9 @@ from howtocap.evaluate.crosstask import (  # noqa: E402
     dp_inference,
     evaluate_crosstask,
     independent_inference,
-    infer,
     read_release,
+    recall_by_inference,
     score_videos,
-    step_recall,
 )
 from howtocap.evaluate.crosstask_samples import write_crosstask_release  # noqa: E402
 
@@ -52,10 +51,7 @@ WORK = Path(__file__).parent / "work" / "crosstask"
 
 
 def recalls(kept: list, scores: list[np.ndarray]) -> dict[str, float]:
-    tasks = [v.task_id for v, _, _ in kept]
-    gts = [g for _, _, g in kept]
-    return {n: step_recall([infer(s, n) for s in scores], gts, tasks)["recall"]
-            for n in INFERENCE}
+    return {n: r["recall"] for n, r in recall_by_inference(kept, scores).items()}
 
 
 def main() -> None:

@@ -133,6 +133,18 @@ def captions(out: Path) -> pd.DataFrame:
     return df[cols].sort_values(["video_id", "start", "text"]).reset_index(drop=True)
 
 
+def rerun_same_url(src: Path, out: Path, port: int, n: int, ref: pd.DataFrame
+                   ) -> dict[str, Any]:
+    """The same command again against a healthy server at the same URL (the settings check
+    needs the same URL): its state and whether its captions equal the clean run's."""
+    with fault_server(port=port) as srv:
+        again = run_cli(src, out, srv.url)
+        again["requests"] = srv.requests
+    again.update(run_state(out, n))
+    again["identical_to_clean"] = bool(captions(out).equals(ref))
+    return again
+
+
 def fresh(name: str) -> Path:
     out = WORK / name
     shutil.rmtree(out, ignore_errors=True)
@@ -203,11 +215,7 @@ def main() -> None:
     port = closed_port()
     closed = run_cli(src, out, f"http://127.0.0.1:{port}/v1")
     closed.update(run_state(out, n))
-    with fault_server(port=port) as srv:  # the server is back, at the same URL
-        again = run_cli(src, out, srv.url)
-        again["requests"] = srv.requests
-    again.update(run_state(out, n))
-    again["identical_to_clean"] = bool(captions(out).equals(ref))
+    again = rerun_same_url(src, out, port, n, ref)
     res["closed_port"] = {"stop": closed, "rerun": again}
     print("closed port", res["closed_port"], flush=True)
 
@@ -217,11 +225,7 @@ def main() -> None:
         dies["answered_before_dying"] = srv.answered
         port = srv.httpd.server_address[1]
     dies.update(run_state(out, n))
-    with fault_server(port=port) as srv:  # restarted at the same URL
-        again = run_cli(src, out, srv.url)
-        again["requests"] = srv.requests
-    again.update(run_state(out, n))
-    again["identical_to_clean"] = bool(captions(out).equals(ref))
+    again = rerun_same_url(src, out, port, n, ref)
     res["dies_mid_run"] = {"stop": dies, "rerun": again}
     print("dies mid-run", res["dies_mid_run"], flush=True)
 

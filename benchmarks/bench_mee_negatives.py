@@ -42,11 +42,9 @@ from howtocap.encoders import create  # noqa: E402
 from howtocap.encoders.cache import frame_embeddings  # noqa: E402
 from howtocap.evaluate.benchmarks import index_videos  # noqa: E402
 from howtocap.evaluate.crosstask import (  # noqa: E402
-    INFERENCE,
-    infer,
     read_release,
+    recall_by_inference,
     score_videos,
-    step_recall,
 )
 from howtocap.evaluate.crosstask_samples import write_crosstask_release  # noqa: E402
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video  # noqa: E402
@@ -119,10 +117,7 @@ def evaluate(proj: _Projected, base: object, release_dir: Path, videos: Path,
         np.save(feat_dir / f"{v.video_id}.npy", proj.project_frames(np.asarray(fe.emb)))
     kept, skipped = score_videos(release, proj, feat_dir=feat_dir)
     assert not skipped, skipped
-    tasks = [v.task_id for v, _, _ in kept]
-    gts = [g for _, _, g in kept]
-    out = {n: step_recall([infer(s, n) for _, s, _ in kept], gts, tasks)["recall"]
-           for n in INFERENCE}
+    out = {n: r["recall"] for n, r in recall_by_inference(kept).items()}
     ranks = []
     for _, s, g in kept:  # a segment's score: the max over its seconds (the MEE pooling)
         present = [k for k in range(g.shape[1]) if g[:, k].any()]

@@ -24,6 +24,7 @@ import csv
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from howtocap.errors import HowtocapError, InputError
-from howtocap.evaluate.benchmarks import read_text as _text
+from howtocap.evaluate.benchmarks import read_text
 
 INFERENCE = ("dp", "independent")
 SPLITS = {"val": ("videos_val.csv",), "train": ("videos.csv",),
@@ -72,7 +73,7 @@ class CrossTaskRelease:
 def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
     """``tasks_primary.txt``: records of id, title, URL, step count, comma-separated steps."""
     path = Path(path)
-    lines = [ln.strip() for ln in _text(path).splitlines()]
+    lines = [ln.strip() for ln in read_text(path).splitlines()]
     tasks: dict[str, CrossTaskTask] = {}
     i = 0
     while i < len(lines):
@@ -107,7 +108,7 @@ def read_video_list(path: Path | str) -> list[CrossTaskVideo]:
     """``videos.csv`` / ``videos_val.csv``: ``task_id,video_id,url`` rows without a header."""
     path = Path(path)
     out = []
-    for n, row in enumerate(csv.reader(_text(path).splitlines()), start=1):
+    for n, row in enumerate(csv.reader(read_text(path).splitlines()), start=1):
         if not row or not "".join(row).strip():
             continue
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
@@ -122,7 +123,7 @@ def read_annotation(path: Path | str, n_steps: int) -> np.ndarray:
     """``(n, 3)`` float rows ``step (0-based), start, end`` of one ``<task>_<video>.csv``."""
     path = Path(path)
     rows = []
-    for n, row in enumerate(csv.reader(_text(path).splitlines()), start=1):
+    for n, row in enumerate(csv.reader(read_text(path).splitlines()), start=1):
         if not row or not "".join(row).strip():
             continue
         if len(row) != 3:
@@ -221,6 +222,16 @@ def infer(scores: np.ndarray, inference: str = "dp") -> np.ndarray:
     return dp_inference(scores) if inference == "dp" else independent_inference(scores)
 
 
+def recall_by_inference(kept: Sequence[tuple[Any, np.ndarray, np.ndarray]],
+                        scores: Sequence[np.ndarray] | None = None) -> dict[str, dict[str, Any]]:
+    """``step_recall`` of every inference over scored videos (``score_videos``' kept list);
+    ``scores`` replace the videos' own (noise, chance and oracle studies)."""
+    tasks = [v.task_id for v, _, _ in kept]
+    gts = [g for _, _, g in kept]
+    own = [s for _, s, _ in kept] if scores is None else scores
+    return {n: step_recall([infer(s, n) for s in own], gts, tasks) for n in INFERENCE}
+
+
 def step_recall(seconds: list[np.ndarray], gt: list[np.ndarray], tasks: list[str]
                 ) -> dict[str, Any]:
     """Recall of predicted step seconds against ``gt`` masks, per task and averaged over tasks.
@@ -312,9 +323,7 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
         raise HowtocapError(f"no CrossTask video could be evaluated (e.g. {first})")
 
     tasks = [v.task_id for v, _, _ in kept]
-    gts = [g for _, _, g in kept]
-    by_inf = {name: step_recall([infer(s, name) for _, s, _ in kept], gts, tasks)
-              for name in INFERENCE}
+    by_inf = recall_by_inference(kept)
     main = by_inf[inference]
     n_videos: dict[str, int] = {}
     for t in tasks:

@@ -132,10 +132,11 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
     fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
+    olds = {st.name: rundir.read_fingerprint(st.name) for st in stages}
     for st in stages:
         fp = fps[st.name]
         ids[st.name] = config_id(fp)
-        old = rundir.read_fingerprint(st.name)
+        old = olds[st.name]
         if old is not None and old["config_id"] != ids[st.name] and rundir.has_results(st.name):
             changed.append((st, old.get("fingerprint") or {}, fp))
     if changed and not redo:
@@ -151,8 +152,9 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     for st, _, _ in changed:
         for name in (st.name, *DOWNSTREAM.get(st.name, ())):
             rundir.invalidate(name, STAGE_TABLES.get(name, ()))
+            olds[name] = None  # its fingerprint went with its results
     for st in stages:
-        old = rundir.read_fingerprint(st.name)
+        old = olds[st.name]
         if old is None or old["config_id"] != ids[st.name]:
             rundir.write_fingerprint(st.name, ids[st.name], fps[st.name])
     return ids
