@@ -21,10 +21,10 @@ from howtocap.cliutil import (
     RunnerOpt,
     err,
     load_yaml_config,
+    parse_shard,
     report_summary,
     user_errors,
 )
-from howtocap.pipeline.core import Shard
 
 if TYPE_CHECKING:
     from howtocap.pipeline.core import StageSummary
@@ -117,7 +117,7 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
         attach_videos(rundir, v["videos"])
     summary = align_run(rundir, v["encoder"] or ["default"], cfg, runner=runner,
                         device=v["device"], progress=not v["quiet"],
-                        shard=Shard.parse(v["shard"]), redo=v["redo"],
+                        shard=parse_shard(v["shard"]), redo=v["redo"],
                         retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     print_align_result(root, v["shard"])
     return summary

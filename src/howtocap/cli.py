@@ -25,13 +25,13 @@ from howtocap.cliutil import (
     err,
     load_yaml_config,
     out,
+    parse_shard,
     report_summary,
     user_errors,
     validated,
 )
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
-from howtocap.pipeline.core import Shard
 from howtocap.stages.subtitles import ASR_MODES
 
 LLM_NAMES = tuple(REGISTRY)
@@ -150,7 +150,7 @@ def caption(
     v = load_yaml_config(ctx, config, dict(locals()))
     summaries = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
                             progress=not v["quiet"], runner=_runner(v),
-                            shard=Shard.parse(v["shard"]), redo=v["redo"],
+                            shard=parse_shard(v["shard"]), redo=v["redo"],
                             retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     show_captions(v["out_dir"], limit=0)
     report_summary(*summaries)
@@ -169,7 +169,7 @@ def _run(**v: Any) -> None:
         attach_videos(RunDir(v["out_dir"], create=False), v["videos"])
     summaries = run_pipeline(v["inputs"], v["out_dir"], caption=cap_cfg, align=align_cfg,
                              encoders=v["encoder"] or ["default"], runner=_runner(v),
-                             shard=Shard.parse(v["shard"]), force=v["force"],
+                             shard=parse_shard(v["shard"]), force=v["force"],
                              device=v["device"], progress=not v["quiet"], redo=v["redo"],
                              retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     print_align_result(Path(v["out_dir"]), v["shard"])
@@ -318,7 +318,7 @@ def framecaps(
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
-                            progress=not quiet, shard=Shard.parse(shard),
+                            progress=not quiet, shard=parse_shard(shard),
                             runner=_runner(dict(locals())), redo=redo,
                             retry_failed=retry_failed, max_attempts=max_attempts)
     report_summary(summary)

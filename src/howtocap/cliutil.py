@@ -134,3 +134,11 @@ def report_summary(*summaries: Any) -> None:
         failed |= not s.ok or bool(before)
     if failed:
         raise typer.Exit(1)
+
+
+def parse_shard(text: str | None) -> Any:
+    """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
+    runs, not for ``--help``."""
+    from howtocap.pipeline.core import Shard
+
+    return Shard.parse(text)

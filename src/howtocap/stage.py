@@ -15,9 +15,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from howtocap.errors import (
     HowtocapError,
@@ -28,7 +26,10 @@ from howtocap.errors import (
 )
 from howtocap.io.inputs import VideoItem
 
-Tables = dict[str, pd.DataFrame]
+if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
+    import pandas as pd
+
+Tables = dict[str, "pd.DataFrame"]
 
 
 @dataclass

@@ -16,10 +16,10 @@ from howtocap.cliutil import (
     RunnerName,
     RunnerOpt,
     out,
+    parse_shard,
     report_summary,
     user_errors,
 )
-from howtocap.pipeline.core import Shard
 
 
 def register(app: typer.Typer) -> None:
@@ -72,6 +72,6 @@ def register(app: typer.Typer) -> None:
                              ray_address=ray_address, ray_gpus=ray_gpus_per_stage)
         summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
                              batch_size=batch_size, device=device, runner=run_on,
-                             progress=not quiet, shard=Shard.parse(shard), redo=redo)
+                             progress=not quiet, shard=parse_shard(shard), redo=redo)
         report_summary(summary)
 

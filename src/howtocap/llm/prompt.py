@@ -18,11 +18,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from howtocap.errors import InputError
-from howtocap.llm.blocks import Block
+
+if TYPE_CHECKING:  # blocks loads pandas; the CLI reads the template names at start-up
+    from howtocap.llm.blocks import Block
 
 PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # As in the paper's config, the block sits in quotes and (as the reference's blocks did) starts

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from howtocap.cliutil import user_errors
-from howtocap.report.stats import DEFAULT_SEED, DEFAULT_VIDEOS, stats_run
+from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
 
 
 def register(app: Any) -> None:
@@ -31,6 +31,8 @@ def register(app: Any) -> None:
         progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     ) -> None:
         """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""
+        from howtocap.report.stats import stats_run
+
         stats = stats_run(run_dir, videos=videos, seed=seed,
                           spacy_model=spacy_model, workers=workers, progress=progress)
         typer.echo(stats["outputs"]["report"])

@@ -42,13 +42,12 @@ import pandas as pd
 
 from howtocap import __version__
 from howtocap.errors import HowtocapError, InputError
+from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
 from howtocap.report.nlp import iter_words_and_verbs, load_spacy, model_label
 from howtocap.rundir import RunDir, atomic_write_text
 
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
-DEFAULT_VIDEOS = 5_000  # the paper's sample: 5,000 random videos
-DEFAULT_SEED = 0
 CORPORA = ("subtitles", "captions", "kept")
 TABLES = ("videos", "subtitles", "captions", "aligned", "status")
 

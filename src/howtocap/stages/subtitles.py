@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
-
-from howtocap.rundir import conform
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+if TYPE_CHECKING:  # the CLI reads ASR_MODES at start-up; pandas loads when a stage runs
+    import pandas as pd
 
 AsrMode = Literal["auto", "always", "never"]
 ASR_MODES: tuple[str, ...] = ("auto", "always", "never")
@@ -69,6 +69,7 @@ class SubtitlesStage(BaseStage):
 
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.io.subtitles import choose_subtitles
+        from howtocap.rundir import conform
 
         if video.item.video_path is not None:  # fail early, naming the file we cannot read
             from howtocap.io.video import probe
