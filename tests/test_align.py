@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -382,3 +383,114 @@ def test_bad_options_are_one_line_errors() -> None:
         align_config(threshold=0.1, quantile=0.5)
     with pytest.raises(HowtocapError, match="clip_seconds"):
         align_config(clip_seconds=0)
+
+
+def _chatter_table() -> pd.DataFrame:
+    """Four captions: chatter with a high null z, a step, chatter with a low null z, and a
+    digression the text patterns do not name (left to the visual test)."""
+    return pd.DataFrame({
+        "video_id": ["a", "a", "b", "b"], "score": [0.30, 0.25, 0.01, 0.20], "kept": False,
+        "text": ["Don't forget to like and subscribe.", "pour the coffee into the cup",
+                 "Thanks for watching, see you next time.", "My family has loved this for years."],
+        "null_z": [5.0, 3.0, -1.0, 4.0]})
+
+
+def test_default_filter_drops_text_chatter_even_with_a_high_null_z() -> None:
+    from howtocap.align import filter_counts
+
+    df = _chatter_table()
+    out, thr = apply_filter(df, AlignConfig())
+    assert thr == -math.inf
+    assert out["chatter"].tolist() == [True, False, True, False]
+    assert out["chatter"].dtype == bool
+    assert out["kept"].tolist() == [False, True, False, True]
+    assert filter_counts(out, AlignConfig()) == {
+        "no_null_z": 0, "chatter_dropped": 2, "chatter_dropped_only_by_text": 1}
+    assert describe_filter(AlignConfig(), thr).endswith(", and channel chatter dropped")
+    # --keep-chatter: the visual test alone; the verdict is still recorded
+    keep = AlignConfig(drop_chatter=False)
+    out, _ = apply_filter(df, keep)
+    assert out["kept"].tolist() == [True, True, False, True]
+    assert out["chatter"].tolist() == [True, False, True, False]
+    assert filter_counts(out, keep) == {
+        "no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    assert "chatter" not in describe_filter(keep, -math.inf)
+    # NaN null z (no reference) is still kept unless the text flags it
+    out, _ = apply_filter(df.assign(null_z=np.nan), AlignConfig())
+    assert out["kept"].tolist() == [False, True, False, True]
+    assert filter_counts(out, AlignConfig())["no_null_z"] == 4
+
+
+def test_explicit_modes_and_keep_all_do_not_apply_the_text_test() -> None:
+    from howtocap.align import filter_counts
+
+    df = _chatter_table()
+    for cfg, kept in ((AlignConfig(threshold=0.2), [True, True, False, True]),
+                      (AlignConfig(keep_top=1), [True, False, False, False]),
+                      (AlignConfig(quantile=0.5), [True, True, False, False]),
+                      (AlignConfig(keep_all=True), [True, True, True, True])):
+        out, _ = apply_filter(df, cfg)
+        assert out["kept"].tolist() == kept, cfg
+        assert out["chatter"].tolist() == [True, False, True, False]
+        assert filter_counts(out, cfg)["chatter_dropped"] == 0
+        assert "chatter" not in describe_filter(cfg, 0.2)
+
+
+def test_empty_and_textless_tables_get_a_chatter_column() -> None:
+    from howtocap.align import empty_aligned
+
+    out, _ = apply_filter(empty_aligned(), AlignConfig())
+    assert len(out) == 0 and out["chatter"].dtype == bool and out["kept"].dtype == bool
+    out, _ = apply_filter(_table([1.0, 2.0], ["a", "b"]), AlignConfig())
+    assert out["chatter"].tolist() == [False, False]
+
+
+def test_report_counts_and_lists_text_chatter(tmp_path: Path) -> None:
+    from howtocap.align import filter_counts
+
+    df = _chatter_table().assign(start=0.0, end=8.0, orig_start=[1.0, 2.0, 3.0, 4.0],
+                                 offset=0.0, partial=False)
+    cfg = AlignConfig()
+    out, thr = apply_filter(df, cfg)
+    config = {**cfg.model_dump(), "filter": describe_filter(cfg, thr),
+              **filter_counts(out, cfg)}
+    assert config["drop_chatter"] is True
+    html = write_align_report(out, thr, config, tmp_path / "r.html").read_text()
+    assert ("<th>dropped: channel chatter (text test)</th><td>2 (1 of them above the null z "
+            "bar)</td>") in html
+    assert "Dropped: channel chatter (2)" in html
+    assert "Don&#x27;t forget to like and subscribe." in html
+    assert html.count("data:image/png;base64,") == 4  # the null z histogram too
+    # --keep-chatter: nothing dropped by the text test, no list
+    keep = AlignConfig(drop_chatter=False)
+    out, thr = apply_filter(df, keep)
+    html = write_align_report(out, thr, {"filter": describe_filter(keep, thr),
+                                         **filter_counts(out, keep)},
+                              tmp_path / "k.html").read_text()
+    assert "<th>dropped: channel chatter (text test)</th><td>0</td>" in html
+    assert "Dropped: channel chatter" not in html
+
+
+def test_keep_chatter_option_maps_onto_drop_chatter() -> None:
+    from howtocap.align_cli import align_settings
+
+    base = {"offset_seconds": 10.0, "offset_step": 1.0, "clip_seconds": 8.0, "fps": 1.0,
+            "threshold": None, "quantile": None, "keep_top": None, "sample_videos": 1000,
+            "seed": 0, "renormalize": False}
+    assert align_settings(base).drop_chatter is True
+    assert align_settings({**base, "keep_chatter": False}).drop_chatter is True
+    assert align_settings({**base, "keep_chatter": True}).drop_chatter is False
+    # with an explicit mode the flag is accepted (`run` shares it with the LLM stage)
+    cfg = align_settings({**base, "keep_chatter": True, "threshold": 0.3})
+    assert filter_mode(cfg) == "threshold" and cfg.drop_chatter is False
+
+
+def test_null_z_help_names_the_default_bar() -> None:
+    """The CLI's help is static text (no numpy at start-up): it must follow DEFAULT_NULL_Z."""
+    import inspect
+
+    from howtocap.align_cli import align_cmd
+
+    param = inspect.signature(align_cmd, eval_str=True).parameters["null_z"]
+    help_text = next(m.help for m in param.annotation.__metadata__ if hasattr(m, "help"))
+    assert f"Default {DEFAULT_NULL_Z:g}." in help_text

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from howtocap.align import AlignConfig
+from howtocap.align import DEFAULT_NULL_Z, AlignConfig
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.align import align_run, read_aligned
 from howtocap.rundir import RunDir
@@ -75,18 +75,19 @@ def test_default_filter_keeps_steps_and_drops_chatter(chatter_run: dict[str, Any
     kept_steps = float(steps["kept"].mean())
     dropped_chatter = 1.0 - float(chatter["kept"].mean())
     detail = al[["text", "kind", "score", "null_z", "kept"]].round(3).to_string()
-    # The issue's target is >= 90 % / >= 80 %; with the embedded encoder no setting of any
-    # filter reaches both on the 10-video benchmark (benchmarks/results/filter.md: the default
-    # keeps 82 % / drops 82 %). On 40 captions one caption is 4-6 %, so this checks a lower
-    # level (the old default, keep all, drops 0 %) and that null_z ranks steps above chatter.
-    assert kept_steps >= 0.8, detail
-    assert dropped_chatter >= 0.6, detail
+    # The issue's target, >= 90 % / >= 80 %, on videos the default's bar was not chosen on
+    # (benchmarks/bench_filter.py chose it on its seed-1 set): the null z bar plus the text
+    # chatter test keep 24/24 steps and drop 14/16 chatter here (the old visual-only 1.5:
+    # 23/24, 11/16). One caption is 4-6 %, so a change of two captions fails this.
+    assert kept_steps >= 0.9, detail
+    assert dropped_chatter >= 0.8, detail
     z = al["null_z"].to_numpy()
     is_step = (al["kind"] == "step").to_numpy()
     auc = float((z[is_step][:, None] > z[~is_step][None, :]).mean())
     assert auc >= 0.85, (auc, detail)
     cfg = chatter_run["rundir"].read_config("align")
     assert cfg["filter"].startswith("default filter") and cfg["kept"] == int(al["kept"].sum())
+    assert cfg["drop_chatter"] is True and cfg["chatter_dropped"] > 0
     html = (chatter_run["rundir"].root / "align_report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "default filter: null z" in html
     # the reference captions were drawn once and recorded with the run
@@ -117,3 +118,107 @@ def test_video_file_is_real(chatter_run: dict[str, Any], tmp_path: Path) -> None
     path = chatter_run["rundir"].videos().set_index("video_id").loc["v0", "video_path"]
     chat, step = sample_frames(Path(path), [3.0, 9.0], size=64)
     assert np.abs(np.asarray(chat, dtype=float) - np.asarray(step, dtype=float)).mean() > 10
+
+
+def test_chatter_column_and_count_in_the_run(chatter_run: dict[str, Any]) -> None:
+    """The default's text test through the pipeline: the verdict is a column, every flagged
+    caption is dropped, and config + report count them."""
+    from howtocap.llm.chatter import is_chatter
+
+    rundir: RunDir = chatter_run["rundir"]
+    align_run(rundir, [], AlignConfig(), encoders=[chatter_run["encoder"]], progress=False)
+    al = _labelled(chatter_run)
+    assert al["chatter"].dtype == bool
+    assert al["chatter"].tolist() == [is_chatter(t) for t in al["text"]]
+    flagged = al["chatter"].to_numpy()
+    assert not flagged[(al["kind"] == "step").to_numpy()].any()  # no step looks like chatter
+    assert 8 <= int(flagged.sum()) < int((al["kind"] == "chatter").sum())  # not all of it
+    assert not al.loc[flagged, "kept"].any()
+    cfg = rundir.read_config("align")
+    assert cfg["drop_chatter"] is True and cfg["chatter_dropped"] == int(flagged.sum())
+    bar = cfg["null_z"] if cfg["null_z"] is not None else DEFAULT_NULL_Z
+    above = int((flagged & (al["null_z"] >= bar).to_numpy()).sum())
+    assert cfg["chatter_dropped_only_by_text"] == above
+    assert cfg["filter"].endswith("and channel chatter dropped")
+    html = (rundir.root / "align_report.html").read_text()
+    assert f"Dropped: channel chatter ({int(flagged.sum())})" in html
+
+
+def test_keep_chatter_and_threshold_refilter_without_rescoring(
+        chatter_run: dict[str, Any]) -> None:
+    rundir: RunDir = chatter_run["rundir"]
+    enc = [chatter_run["encoder"]]
+    align_run(rundir, [], AlignConfig(), encoders=enc, progress=False)
+    default = _labelled(chatter_run)
+    part = rundir.part_path("align_scores", "v0")
+    before = part.stat().st_mtime_ns
+    s = align_run(rundir, [], AlignConfig(drop_chatter=False), encoders=enc, progress=False)
+    assert s.done == 0 and part.stat().st_mtime_ns == before  # re-filtered, not rescored
+    keep = read_aligned(rundir)
+    np.testing.assert_array_equal(keep["score"], default["score"])
+    passes = ~(keep["null_z"] < DEFAULT_NULL_Z).to_numpy()
+    np.testing.assert_array_equal(keep["kept"].to_numpy(), passes)  # the visual test alone
+    np.testing.assert_array_equal(default["kept"].to_numpy(),
+                                  passes & ~default["chatter"].to_numpy())
+    cfg = rundir.read_config("align")
+    assert cfg["drop_chatter"] is False and cfg["chatter_dropped"] == 0
+    assert "chatter" not in cfg["filter"]
+    # an explicit threshold means exactly "score >= X": flagged chatter above it stays
+    thr = float(keep.loc[keep["chatter"], "score"].max())  # the best-scoring chatter
+    align_run(rundir, [], AlignConfig(threshold=thr), encoders=enc, progress=False)
+    exp = read_aligned(rundir)
+    np.testing.assert_array_equal(exp["kept"].to_numpy(), (exp["score"] >= thr).to_numpy())
+    assert bool((exp["chatter"] & exp["kept"]).any())
+    assert rundir.read_config("align")["chatter_dropped"] == 0
+
+
+def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``align --keep-chatter`` and ``run --keep-chatter`` hand ``drop_chatter=False`` on;
+    scoring is replaced by the reduce step over the fixture's scores."""
+    import typer
+    from typer.testing import CliRunner
+
+    import howtocap.pipeline.align as pipeline_align
+    import howtocap.pipeline.run as pipeline_run
+    from howtocap.align_cli import register
+    from howtocap.cli import app as main_app
+    from howtocap.pipeline.core import StageSummary
+
+    rundir: RunDir = chatter_run["rundir"]
+    seen: list[AlignConfig] = []
+
+    def fake_align_run(rd: RunDir, names: list[str], cfg: AlignConfig,
+                       **_: Any) -> StageSummary:
+        seen.append(cfg)
+        pipeline_align.finish_align(rd, cfg, [chatter_run["encoder"].name])
+        return StageSummary("align")
+
+    monkeypatch.setattr(pipeline_align, "align_run", fake_align_run)
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)
+    root = str(rundir.root)
+    res = CliRunner().invoke(app, ["align", root, "--keep-chatter", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert seen[-1].drop_chatter is False
+    assert rundir.read_config("align")["drop_chatter"] is False
+    assert "dropped as channel chatter" not in res.output
+    res = CliRunner().invoke(app, ["align", root, "--quiet"])
+    assert res.exit_code == 0, res.output
+    n = rundir.read_config("align")["chatter_dropped"]
+    assert seen[-1].drop_chatter is True and n > 0
+    assert f"; {n} dropped as channel chatter" in " ".join(res.output.split())
+    # `run` shares the flag with the LLM stage's chatter filter
+    runs: list[dict[str, Any]] = []
+
+    def fake_pipeline(inputs: Any, out: Any, **kw: Any) -> list[StageSummary]:
+        runs.append(kw)
+        return []
+
+    monkeypatch.setattr(pipeline_run, "run_pipeline", fake_pipeline)
+    for flags, drop in (([], True), (["--keep-chatter"], False)):
+        res = CliRunner().invoke(main_app, ["run", "--out", root, "--quiet", *flags])
+        assert res.exit_code == 0, res.output
+        assert runs[-1]["align"].drop_chatter is drop
+        assert runs[-1]["caption"].caption.drop_chatter is drop

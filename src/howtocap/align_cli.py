@@ -47,7 +47,12 @@ def align_cmd(
     null_z: Annotated[float | None, typer.Option(
         help="The default filter's bar: keep a caption whose score stands at least Z standard "
              "deviations above other videos' captions on its clip and its own scores on other "
-             "videos' clips (the mean of the two). Default 1.5.")] = None,
+             "videos' clips (the mean of the two); it also drops channel chatter by its text "
+             "(see --keep-chatter). Default 0.75.")] = None,
+    keep_chatter: Annotated[bool, typer.Option(
+        help="The default filter without its text test: keep captions such as 'Subscribe to "
+             "the channel.' when their null z passes (--threshold/--quantile/--keep-top/"
+             "--keep-all never apply the text test).")] = False,
     keep_all: Annotated[bool, typer.Option(
         help="No filter: keep every caption (chatter too).")] = False,
     reference_captions: Annotated[int, typer.Option(
@@ -96,7 +101,8 @@ def align_settings(v: dict[str, Any]) -> Any:
         "offset_seconds", "offset_step", "clip_seconds", "fps", "threshold", "quantile",
         "keep_top", "sample_videos", "seed", "renormalize")},
         **{k: v.get(k) for k in ("null_z", "keep_all", "reference_captions",
-                                 "reference_videos")})
+                                 "reference_videos")},
+        drop_chatter=not v.get("keep_chatter", False))
 
 
 def align_from_options(v: dict[str, Any]) -> StageSummary:
@@ -135,8 +141,10 @@ def print_align_result(root: Path, shard: str | None) -> None:
     info = rundir.read_config("align") or {}
     rule = info.get("filter") or "no filter"
     outside = int(info.get("outside_video", 0))
-    dropped = (f"; {outside} dropped: no window within ±{info.get('offset_seconds', 10):g} s "
-               "inside the video" if outside else "")
+    chatter = int(info.get("chatter_dropped", 0))
+    dropped = (f"; {chatter} dropped as channel chatter" if chatter else "") + (
+        f"; {outside} dropped: no window within ±{info.get('offset_seconds', 10):g} s "
+        "inside the video" if outside else "")
     err.print(f"aligned {info.get('pairs', 0)} pairs, kept {info.get('kept', 0)} "
               f"({rule}){dropped} -> {rundir.table_path('aligned')}, "
               f"{root / 'align_report.html'}", highlight=False)

@@ -127,7 +127,8 @@ def caption(
                                                  "(grammar; servers that reject it are asked "
                                                  "without).")] = True,
     keep_chatter: Annotated[bool, typer.Option(help="Keep captions such as 'Subscribe to the "
-                                                    "channel.'")] = False,
+                                                    "channel.' (`run`: in the align filter "
+                                                    "too).")] = False,
     temperature: Annotated[float | None, typer.Option()] = None,
     max_tokens: Annotated[int | None, typer.Option()] = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,

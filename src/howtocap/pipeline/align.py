@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig, apply_filter, describe_filter, empty_aligned, filter_mode
+from howtocap.align import (
+    AlignConfig,
+    apply_filter,
+    describe_filter,
+    empty_aligned,
+    filter_counts,
+)
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
@@ -85,15 +91,15 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
         if "outside" in merged else np.zeros(len(merged), dtype=bool)
     outside = merged[out_mask].reset_index(drop=True)
     merged = merged[~out_mask].reset_index(drop=True)
+    # The text chatter test runs here, on the merged captions, not in the per-video stage:
+    # it is part of the filter, so switching it (``--keep-chatter``) re-filters old scores.
     aligned, thr = apply_filter(merged, cfg)
     atomic_write_parquet(aligned, rundir.table_path("aligned"))
-    no_z = int(aligned["null_z"].isna().sum()) if "null_z" in aligned else len(aligned)
     config = {**cfg.model_dump(), "encoders": list(encoder_names),
               "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
               "filter": describe_filter(cfg, thr),
               "kept": int(aligned["kept"].sum()), "pairs": len(aligned),
-              "outside_video": len(outside),
-              "no_null_z": no_z if filter_mode(cfg) == "null_z" else 0}
+              "outside_video": len(outside), **filter_counts(aligned, cfg)}
     rundir.write_config(STAGE, config)
     if report:
         from howtocap.report.align_report import write_align_report

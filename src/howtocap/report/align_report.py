@@ -71,10 +71,15 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     z = df["null_z"].to_numpy(dtype=float)
     kept = df["kept"].to_numpy(dtype=bool)
+    # the text test's drops get their own colour: they may stand above the bar
+    chat = df["chatter"].to_numpy(dtype=bool) & ~kept if "chatter" in df \
+        else np.zeros(len(df), dtype=bool)
     ok = np.isfinite(z)
     if ok.any():
-        ax.hist([z[ok & kept], z[ok & ~kept]], bins=min(50, max(5, int(ok.sum()) // 4)),
-                stacked=True, color=["tab:green", "tab:gray"], label=["kept", "dropped"])
+        ax.hist([z[ok & kept], z[ok & ~kept & ~chat], z[ok & chat]],
+                bins=min(50, max(5, int(ok.sum()) // 4)), stacked=True,
+                color=["tab:green", "tab:gray", "tab:orange"],
+                label=["kept", "dropped", "dropped: channel chatter (text)"])
     ax.axvline(bar, color="tab:red", linestyle="--", label=f"default bar z = {bar:g}")
     ax.set_xlabel("null z: mean of z vs other videos' captions on the clip and vs other "
                   "videos' clips")
@@ -101,9 +106,12 @@ def _per_video_plot(df: pd.DataFrame) -> str:
 
 
 def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
-                    rule: str | None = None) -> dict[str, Any]:
+                    rule: str | None = None, chatter: int = 0,
+                    chatter_only: int = 0) -> dict[str, Any]:
     """The headline numbers shown in the report's table (``outside``: captions the guard
-    dropped because no window within ±T lies inside the video)."""
+    dropped because no window within ±T lies inside the video; ``chatter``: captions the
+    default filter's text test dropped, ``chatter_only`` of them the null z bar alone would
+    have kept)."""
     n = len(df)
     kept = int(df["kept"].sum()) if n else 0
     off = df["offset"].to_numpy(dtype=float) if n else np.zeros(0)
@@ -116,6 +124,8 @@ def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
         "filter": rule or ("score threshold" if math.isfinite(thr) else "none"),
         "threshold": round(thr, 6) if math.isfinite(thr) else "none (no score threshold)",
         "dropped: window outside the video (±T)": outside,
+        "dropped: channel chatter (text test)":
+            f"{chatter} ({chatter_only} of them above the null z bar)" if chatter else 0,
         "mean score": round(float(df["score"].mean()), 6) if n else float("nan"),
         "moved (offset ≠ 0)": int((np.abs(off) > 1e-9).sum()),
         "mean |offset| (s)": round(float(np.abs(off).mean()), 3) if n else 0.0,
@@ -128,7 +138,9 @@ def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[
     """Write the report; ``config`` is what ``DIR/config/align.json`` records; ``outside``
     the captions the guard dropped (counted, and the first 20 listed)."""
     outside = outside if outside is not None else pd.DataFrame()
-    nums = summary_numbers(aligned, threshold, len(outside), config.get("filter"))
+    nums = summary_numbers(aligned, threshold, len(outside), config.get("filter"),
+                           int(config.get("chatter_dropped", 0)),
+                           int(config.get("chatter_dropped_only_by_text", 0)))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                    for k, v in nums.items())
     cfg_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
@@ -149,6 +161,19 @@ def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[
                    "they were not moved further than T but dropped, as the reference does."
                    f"</p><table><tr><th>video</th><th>start (s)</th><th>text</th></tr>{cells}"
                    "</table>")
+    if config.get("chatter_dropped") and "chatter" in aligned:
+        chat = aligned[aligned["chatter"] & ~aligned["kept"]]
+        cells = "".join(
+            f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
+            f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>"
+            f"<td>{html.escape(str(r.text))}</td></tr>"
+            for r in chat.head(20).itertuples())
+        dropped += (f"<h2>Dropped: channel chatter ({len(chat)})</h2>"
+                    "<p>The default filter also drops captions the LLM stage's chatter "
+                    "patterns flag (subscribing, sponsors, greetings; column "
+                    "<code>chatter</code>); <code>--keep-chatter</code> keeps them when their "
+                    f"null z passes.</p><table><tr><th>video</th><th>start (s)</th>"
+                    f"<th>null z</th><th>text</th></tr>{cells}</table>")
     figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
                    f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
     doc = f"""<!doctype html>
