@@ -376,6 +376,7 @@ def bench_model(model: str, runs: list[Run], fixture: list[Video], scorer: Score
               f"{agg['realtime_factor']:.1f}x real time", flush=True)
         results.append({"model": run.model, "template": run.template,
                         "constrain": run.constrain, "label": run.label, "load_s": load_s,
+                        "measured": time.strftime("%Y-%m-%d %H:%M"),
                         "load_avg_start": load_avg, "load_avg_end": os.getloadavg()[0],
                         **agg, "block_rows": rows})
     return results
@@ -521,14 +522,14 @@ def write_md(res: dict) -> str:
         "| prompt tok/s | parse ok | retried | captions/block | verbatim copies "
         "| whole-line copies | fillers "
         "| fillers before filter | precision-cos | recall-cos | (P+R)/2 | time err (s) "
-        "| load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| load avg | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["runs"]:
         grammar = "yes" if r["constrain"] else "no"
         if "skipped" in r:
             lines.append(f"| {r['model']} | {r['template']} | {grammar} | skipped: "
-                         f"{_cell(r['skipped'])} |" + " |" * 16)
+                         f"{_cell(r['skipped'])} |" + " |" * 17)
             continue
         mark = " **(chosen)**" if r["label"] == ch["label"] else ""
         lines.append(
@@ -542,14 +543,16 @@ def write_md(res: dict) -> str:
             f"{_pct(r['filler_rate_before_filter'])} | "
             f"{r['precision_cos']:.3f} | {r['recall_cos']:.3f} | {r['quality']:.3f} | "
             f"{_num(r['time_err_s'], '.1f')} | "
-            f"{r['load_avg_start']:.1f}–{r['load_avg_end']:.1f} |")
+            f"{r['load_avg_start']:.1f}–{r['load_avg_end']:.1f} | "
+            f"{r.get('measured', 'earlier')} |")
     for b in res["baselines"]:
         lines.append(
             f"| {b['label']} (baseline) | - | - | - | - | - | - | - | - | - | "
             f"{b['captions_per_block']:.1f} | {_pct(b['verbatim_copy_rate'])} | "
             f"{_pct(b.get('whole_line_copy_rate'))} | {_pct(b['filler_rate'])} | - | "
             f"{b['precision_cos']:.3f} | "
-            f"{b['recall_cos']:.3f} | {b['quality']:.3f} | {_num(b['time_err_s'], '.1f')} | - |")
+            f"{b['recall_cos']:.3f} | {b['quality']:.3f} | {_num(b['time_err_s'], '.1f')} | - "
+            "| - |")
     lines += [
         "",
         "- **real-time**: narration seconds (words / 2.5, i.e. 150 words/min) over wall "
@@ -703,6 +706,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite md/png (and baselines) from the folder's llm.json")
+    ap.add_argument("--only", action="append", default=None, metavar="LABEL",
+                    help="re-run only this run (a label as in the table, e.g. "
+                         "'qwen2.5-coder-1.5b/actions'; repeatable); the other runs and the "
+                         "OpenAI part are kept from the folder's llm.json")
     ap.add_argument("--refilter", action="store_true",
                     help="with --render: apply today's chatter filter to the stored captions "
                          "(the filter runs after parsing, so this equals a re-run)")
@@ -718,11 +725,21 @@ def main() -> None:
         fixture = fixture[:2]
     scorer = Scorer()
     runs = plan(args.quick)
+    if args.only:
+        unknown = sorted(set(args.only) - {r.label for r in runs})
+        if unknown:
+            raise SystemExit(f"--only: unknown run {', '.join(unknown)}; the runs are: "
+                             f"{', '.join(r.label for r in runs)}")
+        runs = [r for r in runs if r.label in args.only]
     results = []
     for model in dict.fromkeys(r.model for r in runs):
         results += bench_model(model, [r for r in runs if r.model == model], fixture, scorer)
     if all("skipped" in r for r in results):
         raise SystemExit("every model was skipped")
+    earlier: dict[str, Any] = {}
+    if args.only:
+        earlier = json.loads((out_dir / "llm.json").read_text())
+        results = merge_runs(earlier["runs"], results, plan(args.quick))
     res: dict[str, Any] = {
         "fixture_blocks": len(fixture), "fixture_words": sum(v.words for v in fixture),
         "fixture_narration_s": sum(v.narration_s for v in fixture),
@@ -730,14 +747,29 @@ def main() -> None:
         "baselines": bench_baselines(fixture, scorer),
     }
     res["choice"] = choose_default(results, res["baselines"][0])
-    if not args.quick:
+    if earlier:
+        res["openai"] = earlier.get("openai")
+        res["refiltered"] = earlier.get("refiltered", False)
+    elif not args.quick:
         print("OpenAI throughput", flush=True)
         res["openai"] = bench_openai(fixture)
     res["seconds"] = time.perf_counter() - t_all
     load_end = os.getloadavg()
     res["machine"] = (f"{machine_line()}, load average {load_start[0]:.2f} at start, "
                       f"{load_end[0]:.2f} at end")
+    if earlier:
+        res["machine"] += (f" (this session, which re-ran {', '.join(args.only)}; the other "
+                           "runs are kept from an earlier session: see the measured and load "
+                           f"avg columns; earlier session: {earlier['machine']})")
     write_outputs(res, out_dir)
+
+
+def merge_runs(old: list[dict], new: list[dict], order: list[Run]) -> list[dict]:
+    """The earlier runs with the re-run ones replaced, in the plan's order."""
+    by_label = {r["label"]: r for r in old}
+    by_label.update({r["label"]: r for r in new})
+    labels = [r.label for r in order if r.label in by_label]
+    return [by_label[k] for k in labels + [k for k in by_label if k not in labels]]
 
 
 def render(out_dir: Path, refilter: bool = False) -> None:

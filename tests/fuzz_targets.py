@@ -223,7 +223,7 @@ def yaml_file(draw: st.DrawFn) -> bytes:
 
 CAPTION_VALUES = st.fixed_dictionaries({}, optional={
     "block_words": NUM, "clip_seconds": NUM, "template": st.one_of(LINE, st.sampled_from(
-        ["paper", "fewshot", "actions", "{asr}", "<block>", "/nonexistent.txt"])),
+        ["paper", "fewshot", "actions", "concise", "{asr}", "<block>", "/nonexistent.txt"])),
     "range_slack": NUM, "constrain": JSON_LEAF, "retries": NUM,
     "generation": st.one_of(JSON_LEAF, st.dictionaries(st.sampled_from(
         ["temperature", "top_p", "max_tokens", "stop", "seed", "x"]), JSON_LEAF, max_size=3))})

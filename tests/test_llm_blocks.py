@@ -94,3 +94,28 @@ def test_template_files(tmp_path: Path) -> None:
     broken.write_text("prompt: [unclosed")
     with pytest.raises(InputError, match="invalid YAML"):
         load_template(broken)
+
+
+def test_every_builtin_template_renders_with_examples_in_caption_format() -> None:
+    """Shipped templates (actions, concise, fewshot) load, hold the block, and their worked
+    answers parse as captions: a broken example would teach the model a broken format."""
+    from howtocap.llm.parse import parse_reply
+    from howtocap.llm.prompt import BUILTIN
+
+    subs = pd.DataFrame({"start": [0.0, 4.0], "end": [4.0, 8.0],
+                         "text": ["take the flour", "pour the milk"]})
+    block = make_blocks(subs, 200)[0]
+    assert {"actions", "concise", "fewshot"} <= set(BUILTIN)
+    for name in BUILTIN:
+        tpl = resolve_template(name)
+        msgs = build_messages(block, name)
+        assert "0s: take the flour" in msgs[-1]["content"], name
+        assert tpl.examples, name
+        for asr, answer in tpl.examples:
+            ex = pd.DataFrame({"start": [float(line.split("s:", 1)[0])
+                                         for line in asr.splitlines()],
+                               "text": [line.split(": ", 1)[1] for line in asr.splitlines()]})
+            ex["end"] = ex["start"] + 4
+            ex_block = make_blocks(ex, 400)[0]
+            caps = parse_reply(answer, ex_block, 8.0, 10.0).captions
+            assert len(caps) == len(answer.splitlines()), (name, answer)

@@ -7,8 +7,9 @@ A template is plain text holding one placeholder where the block goes: ``{asr}``
 the model's own chat template, so the same template works for every model.
 
 Built-in names: ``paper`` (the paper's final prompt, word for word), ``fewshot`` (the paper's
-prompt plus one worked example) and ``actions`` (our own instructions and two worked examples
-that show chatter being skipped); ``DEFAULT_TEMPLATE_NAME`` is the one the benchmark chose.
+prompt plus one worked example), ``actions`` (our own instructions and two worked examples
+that show chatter being skipped) and ``concise`` (the same idea pushed to 3-8 word captions in
+the model's own words); ``DEFAULT_TEMPLATE_NAME`` is the one the benchmark chose.
 The examples are ours and about onions, a topic the benchmark fixture avoids, so the
 benchmark does not reward templates for having seen its answers.
 """
@@ -31,7 +32,8 @@ PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # As in the paper's config, the block sits in quotes and (as the reference's blocks did) starts
 # on a new line.
 _TEMPLATES = Path(__file__).with_name("templates")
-BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json"}
+BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json",
+           "concise": _TEMPLATES / "concise.json"}
 TEMPLATE_NAMES = ("paper", *BUILTIN)
 # Chosen by benchmarks/bench_llm.py (benchmarks/results/llm.md).
 DEFAULT_TEMPLATE_NAME = "actions"
