@@ -146,6 +146,18 @@ class ScoredSet:
                 "first_run_seconds": self.first_run_seconds}
 
 
+def defaults_compared(chosen: float) -> dict[str, AlignConfig]:
+    """The old default, the new bar without the text test, and the new default: the rows
+    both sets report."""
+    return {
+        f"old default: null z >= {OLD_DEFAULT:g}, visual only":
+            AlignConfig(null_z=OLD_DEFAULT, drop_chatter=False),
+        f"null z >= {chosen:g}, visual only (--keep-chatter)":
+            AlignConfig(null_z=chosen, drop_chatter=False),
+        f"new default: null z >= {chosen:g} + text chatter test": AlignConfig(null_z=chosen),
+    }
+
+
 def run(quick: bool, encoder_name: str) -> dict[str, Any]:
     encoder = create(encoder_name)
     n_videos = 4 if quick else 10
@@ -189,11 +201,7 @@ def run(quick: bool, encoder_name: str) -> dict[str, Any]:
             "--quantile 0.7": AlignConfig(quantile=0.7),
             f"--keep-top {n_steps} (oracle count of steps)": AlignConfig(keep_top=n_steps),
             "text chatter test alone (no null z bar)": AlignConfig(null_z=-1e9),
-            f"old default: null z >= {OLD_DEFAULT:g}, visual only":
-                AlignConfig(null_z=OLD_DEFAULT, drop_chatter=False),
-            f"null z >= {chosen:g}, visual only (--keep-chatter)":
-                AlignConfig(null_z=chosen, drop_chatter=False),
-            f"new default: null z >= {chosen:g} + text chatter test": AlignConfig(null_z=chosen),
+            **defaults_compared(chosen),
         }
         res["modes"] = {label: tune.rates(cfg) for label, cfg in modes.items()}
         frames = []
@@ -208,14 +216,7 @@ def run(quick: bool, encoder_name: str) -> dict[str, Any]:
         # -- held-out set: only reported, never tuned on ----------------------------------
         held = ScoredSet(tmp / "held_out", HELD_OUT_SEED, n_videos, encoder)
         res["held_out"] = held.describe()
-        held_modes = {
-            "keep all": AlignConfig(keep_all=True),
-            f"old default: null z >= {OLD_DEFAULT:g}, visual only":
-                AlignConfig(null_z=OLD_DEFAULT, drop_chatter=False),
-            f"null z >= {chosen:g}, visual only (--keep-chatter)":
-                AlignConfig(null_z=chosen, drop_chatter=False),
-            f"new default: null z >= {chosen:g} + text chatter test": AlignConfig(null_z=chosen),
-        }
+        held_modes = {"keep all": AlignConfig(keep_all=True), **defaults_compared(chosen)}
         res["held_out_modes"] = {label: held.rates(cfg) for label, cfg in held_modes.items()}
         new = res["held_out_modes"][f"new default: null z >= {chosen:g} + text chatter test"]
         res["held_out_meets_both"] = meets(new)
