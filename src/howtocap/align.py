@@ -396,8 +396,7 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
     Only the default filter (``null_z``) with ``drop_chatter`` drops flagged captions: the
     paper's explicit modes and ``keep_all`` mean exactly what they say."""
     df = aligned.copy()
-    df["chatter"] = chatter_flags(df["text"]) if "text" in df and len(df) \
-        else np.zeros(len(df), dtype=bool)
+    df["chatter"] = chatter_flags(df["text"]) if "text" in df else np.zeros(len(df), bool)
     if len(df) == 0:
         df["kept"] = pd.Series(dtype=bool)
         return df, (cfg.threshold if cfg.threshold is not None else -math.inf)
@@ -421,15 +420,17 @@ def filter_counts(filtered: pd.DataFrame, cfg: AlignConfig) -> dict[str, int]:
     """What the default filter's parts did, for ``config/align.json`` and the report:
     captions without a ``null_z`` (kept untested), captions the text test dropped, and of
     those the ones the null z bar alone would have kept (0 when another filter applied)."""
-    default = filter_mode(cfg) == "null_z"
-    n = len(filtered)
-    no_z = (int(filtered["null_z"].isna().sum()) if "null_z" in filtered else n) if default \
-        else 0
-    if not default or not cfg.drop_chatter or n == 0 or "chatter" not in filtered:
-        return {"no_null_z": no_z, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    out = {"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    if filter_mode(cfg) != "null_z":
+        return out
+    out["no_null_z"] = (int(filtered["null_z"].isna().sum()) if "null_z" in filtered
+                        else len(filtered))
+    if not cfg.drop_chatter or "chatter" not in filtered:
+        return out
     flagged = filtered["chatter"].to_numpy(dtype=bool)
-    return {"no_null_z": no_z, "chatter_dropped": int(flagged.sum()),
-            "chatter_dropped_only_by_text": int((flagged & null_z_pass(filtered, cfg)).sum())}
+    out["chatter_dropped"] = int(flagged.sum())
+    out["chatter_dropped_only_by_text"] = int((flagged & null_z_pass(filtered, cfg)).sum())
+    return out
 
 
 def empty_aligned() -> pd.DataFrame:
