@@ -731,14 +731,18 @@ def main() -> None:
             raise SystemExit(f"--only: unknown run {', '.join(unknown)}; the runs are: "
                              f"{', '.join(r.label for r in runs)}")
         runs = [r for r in runs if r.label in args.only]
+    earlier: dict[str, Any] = {}
+    if args.only:  # read before the runs: a missing file must not cost an hour of models
+        try:
+            earlier = json.loads((out_dir / "llm.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--only needs an earlier {out_dir / 'llm.json'} ({exc})") from None
     results = []
     for model in dict.fromkeys(r.model for r in runs):
         results += bench_model(model, [r for r in runs if r.model == model], fixture, scorer)
     if all("skipped" in r for r in results):
         raise SystemExit("every model was skipped")
-    earlier: dict[str, Any] = {}
-    if args.only:
-        earlier = json.loads((out_dir / "llm.json").read_text())
+    if earlier:
         results = merge_runs(earlier["runs"], results, plan(args.quick))
     res: dict[str, Any] = {
         "fixture_blocks": len(fixture), "fixture_words": sum(v.words for v in fixture),
