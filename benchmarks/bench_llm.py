@@ -502,13 +502,22 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
+def machine_text(res: dict) -> str:
+    """Where the runs were measured; after ``--only`` also the sessions that ran the rest."""
+    if not res.get("earlier_sessions"):
+        return res["machine"]
+    return (f"{res['machine']} (this session re-ran {', '.join(res['reran'])}; the other runs "
+            "are kept from earlier sessions, see the measured and load avg columns; earlier "
+            f"sessions: {'; '.join(res['earlier_sessions'])})")
+
+
 def write_md(res: dict) -> str:
     base = {b["label"]: b for b in res["baselines"]}
     copy = base[COPY_BASELINE]
     ch = res["choice"]
     lines = [
         "# LLM benchmark (howtocap stage 1, issue #9)", "",
-        f"{res['machine']}. Fixture: {res['fixture_blocks']} ASR blocks "
+        f"{machine_text(res)}. Fixture: {res['fixture_blocks']} ASR blocks "
         f"({res['fixture_words']} words, {res['fixture_narration_s']:.0f} s of narration at "
         f"150 words/min) with chatter labels and reference captions "
         f"(`benchmarks/data/llm_fixture.json`). Every block runs through the real stage "
@@ -761,10 +770,9 @@ def main() -> None:
     load_end = os.getloadavg()
     res["machine"] = (f"{machine_line()}, load average {load_start[0]:.2f} at start, "
                       f"{load_end[0]:.2f} at end")
-    if earlier:
-        res["machine"] += (f" (this session, which re-ran {', '.join(args.only)}; the other "
-                           "runs are kept from an earlier session: see the measured and load "
-                           f"avg columns; earlier session: {earlier['machine']})")
+    if earlier:  # one flat list of earlier sessions, so re-runs do not nest their lines
+        res["reran"] = list(args.only)
+        res["earlier_sessions"] = [*earlier.get("earlier_sessions", []), earlier["machine"]]
     write_outputs(res, out_dir)
 
 
