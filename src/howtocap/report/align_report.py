@@ -141,10 +141,8 @@ def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[
     nums = summary_numbers(aligned, threshold, len(outside), config.get("filter"),
                            int(config.get("chatter_dropped", 0)),
                            int(config.get("chatter_dropped_only_by_text", 0)))
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
-                   for k, v in nums.items())
-    cfg_rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                       for k, v in config.items())
+    rows = _kv_rows(nums)
+    cfg_rows = _kv_rows(config)
     imgs = [("Scores", _score_plot(aligned, threshold)), ("Offsets", _offset_plot(aligned)),
             ("Per video", _per_video_plot(aligned))]
     if str(config.get("filter", "")).startswith("default filter") and "null_z" in aligned:
@@ -153,27 +151,16 @@ def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[
             bar if bar is not None else _default_bar()))))
     dropped = ""
     if len(outside):
-        cells = "".join(
-            f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
-            f"<td>{html.escape(str(r.text))}</td></tr>" for r in outside.head(20).itertuples())
-        dropped = (f"<h2>Dropped: window outside the video ({len(outside)})</h2>"
-                   "<p>No clip within ±T of these captions lies inside the (decoded) video, so "
-                   "they were not moved further than T but dropped, as the reference does."
-                   f"</p><table><tr><th>video</th><th>start (s)</th><th>text</th></tr>{cells}"
-                   "</table>")
+        dropped = _dropped_table(
+            "window outside the video", outside,
+            "No clip within ±T of these captions lies inside the (decoded) video, so they were "
+            "not moved further than T but dropped, as the reference does.", with_z=False)
     if config.get("chatter_dropped") and "chatter" in aligned:
-        chat = aligned[aligned["chatter"] & ~aligned["kept"]]
-        cells = "".join(
-            f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
-            f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>"
-            f"<td>{html.escape(str(r.text))}</td></tr>"
-            for r in chat.head(20).itertuples())
-        dropped += (f"<h2>Dropped: channel chatter ({len(chat)})</h2>"
-                    "<p>The default filter also drops captions the LLM stage's chatter "
-                    "patterns flag (subscribing, sponsors, greetings; column "
-                    "<code>chatter</code>); <code>--keep-chatter</code> keeps them when their "
-                    f"null z passes.</p><table><tr><th>video</th><th>start (s)</th>"
-                    f"<th>null z</th><th>text</th></tr>{cells}</table>")
+        dropped += _dropped_table(
+            "channel chatter", aligned[aligned["chatter"] & ~aligned["kept"]],
+            "The default filter also drops captions the LLM stage's chatter patterns flag "
+            "(subscribing, sponsors, greetings; column <code>chatter</code>); "
+            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True)
     figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
                    f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
     doc = f"""<!doctype html>
@@ -190,6 +177,22 @@ text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head
 """
     atomic_write_text(path, doc)
     return path
+
+
+def _kv_rows(items: dict) -> str:
+    return "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in items.items())
+
+
+def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool) -> str:
+    """One section listing (up to 20 of) the captions a rule dropped, so users can audit it."""
+    z_head = "<th>null z</th>" if with_z else ""
+    cells = "".join(
+        f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
+        + (f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>" if with_z else "")
+        + f"<td>{html.escape(str(r.text))}</td></tr>" for r in rows.head(20).itertuples())
+    return (f"<h2>Dropped: {why} ({len(rows)})</h2><p>{explain}</p><table><tr><th>video</th>"
+            f"<th>start (s)</th>{z_head}<th>text</th></tr>{cells}</table>")
 
 
 def _default_bar() -> float:
