@@ -33,9 +33,7 @@ PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # on a new line.
 _TEMPLATES = Path(__file__).with_name("templates")
 BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json",
-           "concise": _TEMPLATES / "concise.json",
-           "actions_first": _TEMPLATES / "actions_first.json",
-           "concise_first": _TEMPLATES / "concise_first.json"}
+           "concise": _TEMPLATES / "concise.json"}
 TEMPLATE_NAMES = ("paper", *BUILTIN)
 # Chosen by benchmarks/bench_llm.py (benchmarks/results/llm.md).
 DEFAULT_TEMPLATE_NAME = "actions"
