@@ -569,8 +569,9 @@ def write_md(res: dict) -> str:
                          f"{_cell(r['skipped'])} |" + " |" * 17)
             continue
         mark = " **(chosen)**" if r["label"] == ch["label"] else ""
+        order = " (block first)" if r.get("block_first") else ""
         lines.append(
-            f"| {r['model']}{mark} | {r['template']} | {grammar} | "
+            f"| {r['model']}{mark} | {r['template']}{order} | {grammar} | "
             f"{r['seconds_per_block']:.1f} | {r['cpu_seconds_per_block']:.1f} | "
             f"{r['realtime_factor']:.1f}x | "
             f"{_num(r['gen_tok_per_s'], '.1f')} | {_num(r['prompt_tok_per_s'], '.0f')} | "
