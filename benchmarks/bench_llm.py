@@ -104,7 +104,7 @@ class Run:
         return (f"{self.model}/{self.template}" + ("" if self.constrain else " (free)")
                 + (" (block first)" if self.block_first else ""))
 
-    def template_arg(self, tmp: Path) -> str:
+    def template_arg(self) -> str:
         """What ``CaptionConfig.template`` gets: the name, or for the order ablation a file
         with the same words and the block moved before the instructions."""
         if not self.block_first:
@@ -113,7 +113,7 @@ class Run:
         parts = t.prompt.split("\n\n")
         assert parts[-1] == "{asr}", "the ablation expects a template ending in its block"
         prompt = "\n\n".join([*parts[-2:], *parts[:-2]])
-        path = tmp / f"{self.template}-block-first.json"
+        path = Path(tempfile.mkdtemp(prefix="bench_llm-")) / f"{self.template}-block-first.json"
         path.write_text(json.dumps({"prompt": prompt, "system": t.system,
                                     "examples": [list(e) for e in t.examples]}))
         return str(path)
@@ -382,7 +382,7 @@ def bench_model(model: str, runs: list[Run], fixture: list[Video], scorer: Score
         print(f"{run.label} (constrain={run.constrain})", flush=True)
         load_avg = os.getloadavg()[0]
         rows = []
-        template = run.template_arg(Path(tempfile.mkdtemp(prefix="bench_llm-")))
+        template = run.template_arg()
         for i, video in enumerate(fixture, 1):
             row = bench_block(video, proxy, run, scorer, template)
             rows.append(row)
