@@ -234,9 +234,8 @@ def main() -> None:
                      for k in ("R@1", "R@5", "R@10", "MedR")}
         r["std"] = {k: round(float(np.std([x[k] for x in runs])), 2)
                     for k in ("R@1", "R@5", "R@10", "MedR")}
-    order = ORDER
-    r1 = [results[k]["mean"]["R@1"] for k in order]
-    r5 = [results[k]["mean"]["R@5"] for k in order]
+    r1 = [results[k]["mean"]["R@1"] for k in ORDER]
+    r5 = [results[k]["mean"]["R@5"] for k in ORDER]
     paper_order = all(r1[i] < r1[i + 1] for i in range(3))
     eval_truth = pd.read_csv(WORK / "eval_truth.csv")
     out = {
@@ -254,8 +253,8 @@ def main() -> None:
         "train_photographs": sorted(set(truth["image"])),
         "results": results,
         "paper_order_R@1": paper_order,
-        "R@1_by_variant": dict(zip(order, r1, strict=True)),
-        "R@5_by_variant": dict(zip(order, r5, strict=True)),
+        "R@1_by_variant": dict(zip(ORDER, r1, strict=True)),
+        "R@5_by_variant": dict(zip(ORDER, r5, strict=True)),
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "table3.json").write_text(json.dumps(out, indent=1))
@@ -275,18 +274,15 @@ def verdict(res: dict) -> list[str]:
     """Whether the paper's ordering appears, step by step, read against the seed spread."""
     out = []
     for metric, better in (("R@1", 1), ("R@5", 1), ("R@10", 1), ("MedR", -1)):
-        steps = []
+        steps, holds = [], True
         for lo, hi in zip(ORDER, ORDER[1:], strict=False):
-            gap = better * (res[hi]["mean"][metric] - res[lo]["mean"][metric])
+            diff = res[hi]["mean"][metric] - res[lo]["mean"][metric]
+            holds &= better * diff > 0  # lower MedR is better
             spread = res[hi]["std"][metric] + res[lo]["std"][metric]
-            sign = "<" if gap > 0 else ("=" if gap == 0 else ">")
-            if better < 0:  # lower MedR is better: print the relation of the values
-                sign = {"<": ">", ">": "<", "=": "="}[sign]
-            steps.append(f"{lo[0]} {sign} {hi[0]}" + ("" if abs(gap) > spread else " (within "
+            sign = "<" if diff > 0 else ("=" if diff == 0 else ">")  # relation of the values
+            steps.append(f"{lo[0]} {sign} {hi[0]}" + ("" if abs(diff) > spread else " (within "
                                                       "the seed spread)"))
         vals = ", ".join(f"{k[0]} {res[k]['mean'][metric]}" for k in ORDER)
-        holds = all(better * (res[hi]["mean"][metric] - res[lo]["mean"][metric]) > 0
-                    for lo, hi in zip(ORDER, ORDER[1:], strict=False))
         out.append(f"- **{metric}** ({vals}): the paper's ordering "
                    f"{'appears' if holds else 'does NOT fully appear'}; {'; '.join(steps)}.")
     zs = res["zero_shot"]["mean"]["R@1"]

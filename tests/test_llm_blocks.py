@@ -127,13 +127,13 @@ def test_every_builtin_template_puts_the_block_last_so_its_prompt_prefix_is_reus
     only itself: 8.8 vs 11.8 s per block for `actions` (benchmarks/results/llm.md)."""
     from howtocap.llm.prompt import TEMPLATE_NAMES
 
-    def one(text: str) -> list[dict[str, str]]:
+    def one(name: str, text: str) -> list[dict[str, str]]:
         block = make_blocks(pd.DataFrame({"start": [3.0], "end": [6.0], "text": [text]}),
                             200)[0]
         return build_messages(block, name)
 
     for name in TEMPLATE_NAMES:
-        a, b = one("whisk the eggs"), one("fold the towel")
+        a, b = one(name, "whisk the eggs"), one(name, "fold the towel")
         assert a[:-1] == b[:-1], name
         head, tail = a[-1]["content"].split("3s: whisk the eggs")
         assert b[-1]["content"] == f"{head}3s: fold the towel{tail}", name
