@@ -1,0 +1,404 @@
+"""Figures in README.md and docs/*.md come from ``benchmarks/results/``, never from a keyboard.
+
+Run: ``python benchmarks/render_docs.py`` rewrites every marker in place; ``--check`` changes
+nothing and exits 1 listing each marker whose text differs from its results file or names a
+missing file or path; ``--cli`` regenerates ``docs/cli.md`` from the Typer app (the only
+part that imports howtocap). Standard library only otherwise, so the check runs anywhere.
+
+Markers (kept in the rendered file, so a re-render finds them again):
+
+* ``<!--fig FILE.json:dotted.path FORMAT-->VALUE<!--/fig-->``: one value of a results file.
+  FILE is relative to ``benchmarks/results/``; the path is dict keys and list indices joined
+  by dots (a key may itself contain dots or spaces: the longest matching key wins); FORMAT is
+  a Python format spec, optionally followed by a literal suffix (``.1f×``, ``.0f %``);
+* ``<!--fig @NAME FORMAT-->VALUE<!--/fig-->``: a figure derived from several results (the
+  ``DERIVED`` registry below, e.g. docs/scaling.md's plan);
+* ``<!--table FILE.md#K-->`` … ``<!--/table-->``: the K-th Markdown table (1-based) of a
+  results ``.md``, which its benchmark wrote from the same json; ``cols=a|b`` keeps only
+  these columns (by header), ``rows=x|y`` only rows whose first cell is listed, in that order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+CLI_DOC = ROOT / "docs" / "cli.md"
+
+FIG_RE = re.compile(r"<!--fig (?P<spec>.*?)-->(?P<value>.*?)<!--/fig-->")
+TABLE_RE = re.compile(r"(?P<open><!--table (?P<spec>[^\n]*?)-->)\n(?P<body>.*?)(?P<close><!--/table-->)",
+                      re.S)
+# [[fill]align][sign][z][#][0][width][grouping][.precision][type]; what follows is a suffix.
+SPEC_RE = re.compile(r"(?:.?[<>=^])?[+\- ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?")
+
+
+class FigureError(Exception):
+    """A marker naming a file, path or derived figure that does not exist."""
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    """The pages whose figures are rendered: the README and every docs page."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+class Results:
+    """Results files read once per render."""
+
+    def __init__(self, folder: Path = RESULTS) -> None:
+        self.folder = folder
+        self._cache: dict[str, Any] = {}
+
+    def load(self, name: str) -> Any:
+        if name not in self._cache:
+            path = self.folder / name
+            if not path.is_file():
+                raise FigureError(f"no results file benchmarks/results/{name}")
+            text = path.read_text(encoding="utf-8")
+            self._cache[name] = json.loads(text) if name.endswith(".json") else text
+        return self._cache[name]
+
+    def get(self, name: str, path: str) -> Any:
+        return resolve(self.load(name), path, f"{name}:{path}")
+
+
+def resolve(data: Any, path: str, where: str) -> Any:
+    """Follow a dotted path; keys may contain dots themselves (the longest match wins)."""
+    parts = path.split(".") if path else []
+    i = 0
+    while i < len(parts):
+        if isinstance(data, dict):
+            for j in range(len(parts), i, -1):
+                key = ".".join(parts[i:j])
+                if key in data:
+                    data, i = data[key], j
+                    break
+            else:
+                raise FigureError(f"{where}: no key {parts[i]!r}")
+        elif isinstance(data, list):
+            try:
+                data, i = data[int(parts[i])], i + 1
+            except (ValueError, IndexError):
+                raise FigureError(f"{where}: no list index {parts[i]!r}") from None
+        else:
+            raise FigureError(f"{where}: {parts[i]!r} below a {type(data).__name__}")
+    return data
+
+
+def fmt(value: Any, spec: str, where: str) -> str:
+    """``format(value, spec)``, with any text after the spec kept as a literal suffix."""
+    if value is None or isinstance(value, float) and math.isnan(value):
+        raise FigureError(f"{where}: no value (null)")
+    if isinstance(value, (dict, list)):
+        raise FigureError(f"{where}: a {type(value).__name__}, not a figure")
+    m = SPEC_RE.match(spec)
+    head, suffix = (m.group(0), spec[m.end():]) if m else ("", spec)
+    try:
+        return format(value, head) + suffix
+    except (ValueError, TypeError) as exc:
+        raise FigureError(f"{where}: format {spec!r}: {exc}") from None
+
+
+# ---- figures derived from several results -------------------------------------------------
+# docs/scaling.md's plan: its inputs are results files, its constants published figures
+# (cited on the page) or the dataset's size.
+HTM_HOURS = 134_000  # HowTo100M, ≈134k h of video [S1]
+HTM_CAPTIONS = 70e6  # LLM captions before filtering (the brief's figure, an assumption)
+HTM_SUBTITLES = 136e6  # ASR lines shipped with HowTo100M [S1]
+HTM_PAIRS = 25e6  # aligned pairs kept by HowToCaption [S3]
+BLOCK_WORDS = 200
+A100_VIT_B_IMG_S = 2226  # [S13], PyTorch eager, batch 256
+A100_TRAIN_FRACTION = 358 / 1014  # [S16], ViT-B/16 train vs inference samples/s
+TRAIN_FRAMES = 300_000 * 128 * 4  # [S5]: 600 × 500 iterations, batch 128, 4 frames
+
+
+def _llm_run(r: Results, label: str) -> dict:
+    """One run (model/template) of llm.json by its label."""
+    for row in r.get("llm.json", "runs"):
+        if row.get("label") == label:
+            return row
+    raise FigureError(f"llm.json: no run {label!r}")
+
+
+def _default_llm(r: Results) -> dict:
+    return _llm_run(r, r.get("llm.json", "choice.label"))
+
+
+def _block_mean(r: Results, label: str, key: str) -> float:
+    rows = [b[key] for b in _llm_run(r, label)["block_rows"] if b.get(key) is not None]
+    if not rows:
+        raise FigureError(f"llm.json: run {label!r} has no {key}")
+    return sum(rows) / len(rows)
+
+
+def _captions_per_block(r: Results) -> float:
+    return _default_llm(r)["captions_per_block"]
+
+
+def _blocks_total(r: Results) -> float:
+    return HTM_CAPTIONS / _captions_per_block(r)
+
+
+def _qwen_cpb(r: Results, pick: Callable[..., float]) -> float:
+    return pick(x["captions_per_block"] for x in r.get("llm.json", "runs")
+                if x["model"].startswith("qwen"))
+
+
+def _gen_tokens_total(r: Results) -> float:
+    return _blocks_total(r) * _block_mean(r, PAPER_RUN, "predicted_n")
+
+
+def _stats_vm_hours(r: Results) -> float:
+    return (HTM_CAPTIONS + HTM_SUBTITLES) / r.get("stats.json", "end_to_end.texts_per_s") / 3600
+
+
+PAPER_RUN = "qwen2.5-coder-1.5b/paper"  # HowToCaption's prompt: its token counts
+SMALL_PAPER_RUN = "qwen2.5-coder-0.5b/paper"  # the fastest Qwen on our CPU
+
+
+def _faults(r: Results, kind: str) -> int:
+    return sum(r.get("faults.json", f"faults.{kind}").values())
+
+
+DERIVED: dict[str, Callable[[Results], float]] = {
+    "faults.injected": lambda r: _faults(r, "injected"),
+    "faults.survived": lambda r: _faults(r, "survived"),
+    "scaling.captions_per_block": _captions_per_block,
+    "scaling.captions_per_block_min": lambda r: _qwen_cpb(r, min),
+    "scaling.captions_per_block_max": lambda r: _qwen_cpb(r, max),
+    "scaling.blocks_total": _blocks_total,
+    "scaling.blocks_total_min": lambda r: HTM_CAPTIONS / _qwen_cpb(r, max),
+    "scaling.blocks_total_max": lambda r: HTM_CAPTIONS / _qwen_cpb(r, min),
+    # only the first block is read without llama.cpp's prompt cache: its whole prompt
+    "scaling.prompt_tokens_per_block": lambda r: _llm_run(r, PAPER_RUN)["block_rows"][0][
+        "prompt_n"],
+    "scaling.first_block_words": lambda r: _llm_run(r, PAPER_RUN)["block_rows"][0]["words"],
+    "scaling.gen_tokens_per_block": lambda r: _block_mean(r, PAPER_RUN, "predicted_n"),
+    "scaling.block_words": lambda r: _block_mean(r, PAPER_RUN, "words"),
+    "scaling.prompt_tokens_total": lambda r: _blocks_total(r) * _llm_run(
+        r, PAPER_RUN)["block_rows"][0]["prompt_n"],
+    "scaling.gen_tokens_total": _gen_tokens_total,
+    "scaling.cpu_llm_vm_hours": lambda r: _gen_tokens_total(r) / _llm_run(
+        r, SMALL_PAPER_RUN)["gen_tok_per_s"] / 3600,
+    "scaling.asr_words_total": lambda r: _blocks_total(r) * BLOCK_WORDS,
+    "scaling.blocks_per_video": lambda r: _blocks_total(r) / 1.2e6,
+    "scaling.frames_total": lambda r: HTM_HOURS * 3600,
+    "scaling.asr_core_hours_per_1000h": lambda r: 1000 / r.get("asr.json", "configs.0.rtf") * 2,
+    "scaling.decode_core_hours": lambda r: HTM_HOURS / r.get(
+        "decode.json", "iter_frames.realtime_x") * 2,
+    "scaling.decode_realtime_per_core": lambda r: r.get(
+        "decode.json", "iter_frames.realtime_x") / 2,
+    "scaling.cores_per_gpu": lambda r: A100_VIT_B_IMG_S / (r.get(
+        "decode.json", "iter_frames.realtime_x") / 2),
+    "scaling.embed_vm_hours": lambda r: HTM_HOURS * 3600 / r.get(
+        "encoders.json", "speed.images_per_s") / 3600,
+    "scaling.text_embed_vm_hours": lambda r: HTM_CAPTIONS / r.get(
+        "encoders.json", "speed.texts_per_s") / 3600,
+    "scaling.stats_vm_hours": _stats_vm_hours,
+    "scaling.exact_query_s_at_pairs": lambda r: r.get(
+        "serve.json", "exact_vs_hnsw.exact_ms_per_query") / 1000 * HTM_PAIRS / r.get(
+        "serve.json", "exact_vs_hnsw.n"),
+    "scaling.mee_cpu_hours": lambda r: 300_000 * 128 / r.get(
+        "train.json", "throughput.mee_on_cached_embeddings.pairs_per_s") / 3600,
+    "scaling.a100_train_img_s": lambda r: A100_VIT_B_IMG_S * A100_TRAIN_FRACTION,
+    "scaling.a100_train_hours": lambda r: TRAIN_FRAMES / (A100_VIT_B_IMG_S
+                                                          * A100_TRAIN_FRACTION) / 3600,
+}
+
+
+def derived(name: str, r: Results) -> Any:
+    if name not in DERIVED:
+        raise FigureError(f"no derived figure @{name} (known: {', '.join(sorted(DERIVED))})")
+    try:
+        return DERIVED[name](r)
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise FigureError(f"@{name}: {type(exc).__name__} {exc}") from None
+
+
+def render_fig(spec: str, r: Results) -> str:
+    """The text a ``fig`` marker's spec renders to now."""
+    spec = spec.strip()
+    if spec.startswith("@"):
+        name, _, form = spec[1:].partition(" ")
+        return fmt(derived(name, r), form, f"@{name}")
+    file, sep, rest = spec.partition(":")
+    if not sep or " " not in rest:
+        raise FigureError(f"malformed marker spec {spec!r} (FILE.json:path FORMAT)")
+    path, form = rest.rsplit(" ", 1)
+    return fmt(r.get(file, path), form, f"{file}:{path}")
+
+
+# ---- whole tables ---------------------------------------------------------------------------
+def md_tables(text: str) -> list[list[str]]:
+    """Every Markdown table of a page, as lists of its lines."""
+    tables: list[list[str]] = []
+    current: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def render_table(spec: str, r: Results) -> str:
+    """The table a ``table`` marker's spec renders to now (ending with a newline)."""
+    head, *opts = spec.split(" ", 1)
+    file, _, k = head.partition("#")
+    if not file.endswith(".md") or not k.isdigit():
+        raise FigureError(f"malformed table spec {spec!r} (FILE.md#K [cols=a|b] [rows=x|y])")
+    tables = md_tables(r.load(file))
+    if not 1 <= int(k) <= len(tables):
+        raise FigureError(f"{file}: no table #{k} (it has {len(tables)})")
+    lines = tables[int(k) - 1]
+    options = dict(o.split("=", 1) for o in re.findall(r"(?:cols|rows)=[^=]*?(?= (?:cols|rows)=|$)",
+                                                       opts[0] if opts else ""))
+    header, rows = _cells(lines[0]), [_cells(x) for x in lines[2:]]
+    keep = list(range(len(header)))
+    if "cols" in options:
+        want = options["cols"].split("|")
+        missing = [c for c in want if c not in header]
+        if missing:
+            raise FigureError(f"{file}#{k}: no column {missing[0]!r}")
+        keep = [header.index(c) for c in want]
+    if "rows" in options:
+        by_first = {row[0]: row for row in rows}
+        want = options["rows"].split("|")
+        missing = [x for x in want if x not in by_first]
+        if missing:
+            raise FigureError(f"{file}#{k}: no row {missing[0]!r}")
+        rows = [by_first[x] for x in want]
+    out = ["| " + " | ".join(header[i] for i in keep) + " |",
+           "|" + "|".join("---" for _ in keep) + "|"]
+    out += ["| " + " | ".join(row[i] if i < len(row) else "" for i in keep) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+# ---- rendering and checking pages -----------------------------------------------------------
+@dataclass
+class Problem:
+    """One marker that is stale (its text differs from the results) or broken."""
+
+    file: Path
+    line: int
+    spec: str
+    message: str
+
+    def __str__(self) -> str:
+        try:
+            where = self.file.relative_to(ROOT)
+        except ValueError:
+            where = self.file
+        return f"{where}:{self.line}: {self.spec}: {self.message}"
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def render_text(text: str, r: Results, file: Path) -> tuple[str, list[Problem]]:
+    """``text`` with every marker re-rendered, and every marker that was stale or broken."""
+    problems: list[Problem] = []
+
+    def table(m: re.Match[str]) -> str:
+        try:
+            new = render_table(m["spec"], r)
+        except FigureError as exc:
+            problems.append(Problem(file, _line_of(text, m.start()), m["spec"], str(exc)))
+            return m.group(0)
+        if new != m["body"]:
+            problems.append(Problem(file, _line_of(text, m.start()), m["spec"],
+                                    "table differs from its results file"))
+        return f"{m['open']}\n{new}{m['close']}"
+
+    def fig(m: re.Match[str]) -> str:
+        try:
+            new = render_fig(m["spec"], r)
+        except FigureError as exc:
+            problems.append(Problem(file, _line_of(text, m.start()), m["spec"], str(exc)))
+            return m.group(0)
+        if new != m["value"]:
+            problems.append(Problem(file, _line_of(text, m.start()), m["spec"],
+                                    f"says {m['value']!r}, results say {new!r}"))
+        return f"<!--fig {m['spec']}-->{new}<!--/fig-->"
+
+    return FIG_RE.sub(fig, TABLE_RE.sub(table, text)), problems
+
+
+def markers(text: str) -> Iterator[str]:
+    """Every marker spec of a page (tables and figures)."""
+    yield from (m["spec"] for m in TABLE_RE.finditer(text))
+    yield from (m["spec"] for m in FIG_RE.finditer(text))
+
+
+def process(files: list[Path], r: Results, write: bool) -> list[Problem]:
+    """Check (and with ``write``, rewrite) every page; returns what was stale or broken."""
+    problems: list[Problem] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        new, found = render_text(text, r, path)
+        problems += found
+        if write and new != text:
+            path.write_text(new, encoding="utf-8")
+    return problems
+
+
+# ---- the CLI reference ---------------------------------------------------------------------
+def cli_reference() -> str:
+    """docs/cli.md as Typer's own docs generator writes it for the ``howtocap`` app."""
+    import typer.cli
+    from typer.main import get_command
+
+    from howtocap.cli import app
+
+    body = typer.cli.get_docs_for_click(obj=get_command(app), ctx=typer.Context(
+        get_command(app)), name="howtocap", title="`howtocap` command reference")
+    note = ("<!-- generated by `python benchmarks/render_docs.py --cli` from the Typer app; "
+            "do not edit by hand -->\n\n")
+    return note + body.strip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="change nothing; exit 1 listing stale or broken markers")
+    ap.add_argument("--cli", action="store_true", help="also regenerate docs/cli.md")
+    ap.add_argument("files", nargs="*", type=Path, help="pages (default: README.md, docs/*.md)")
+    args = ap.parse_args(argv)
+    failed = False
+    if args.cli:
+        text = cli_reference()
+        if args.check:
+            if not CLI_DOC.is_file() or CLI_DOC.read_text(encoding="utf-8") != text:
+                print(f"{CLI_DOC.relative_to(ROOT)}: differs from the app; run "
+                      "python benchmarks/render_docs.py --cli")
+                failed = True
+        else:
+            CLI_DOC.write_text(text, encoding="utf-8")
+    problems = process(args.files or doc_files(), Results(), write=not args.check)
+    for p in problems:
+        print(p)
+    if args.check:
+        failed |= bool(problems)
+    else:
+        broken = [p for p in problems if not p.message.startswith(("says ", "table differs"))]
+        print(f"rendered {len(problems) - len(broken)} changed marker(s); {len(broken)} broken")
+        failed |= bool(broken)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
