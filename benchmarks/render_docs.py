@@ -170,6 +170,12 @@ def _faults(r: Results, kind: str) -> int:
 
 DERIVED: dict[str, Callable[[Results], float]] = {
     "faults.injected": lambda r: _faults(r, "injected"),
+    "bench.textonly_minutes": lambda r: r.get("textonly.json", "total_seconds") / 60,
+    "bench.llm_minutes": lambda r: r.get("llm.json", "seconds") / 60,
+    "bench.mee_negatives_minutes": lambda r: r.get("mee_negatives.json", "seconds_total") / 60,
+    "textonly.caption_run_minutes": lambda r: r.get("textonly.json", "caption_run.seconds") / 60,
+    "textonly.videos_per_s": lambda r: r.get("textonly.json", "caption_run.done") / r.get(
+        "textonly.json", "caption_run.seconds"),
     "faults.survived": lambda r: _faults(r, "survived"),
     "scaling.captions_per_block": _captions_per_block,
     "scaling.captions_per_block_min": lambda r: _qwen_cpb(r, min),
