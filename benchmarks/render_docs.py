@@ -118,6 +118,9 @@ BLOCK_WORDS = 200
 A100_VIT_B_IMG_S = 2226  # [S13], PyTorch eager, batch 256
 A100_TRAIN_FRACTION = 358 / 1014  # [S16], ViT-B/16 train vs inference samples/s
 TRAIN_FRAMES = 300_000 * 128 * 4  # [S5]: 600 × 500 iterations, batch 128, 4 frames
+A100_VIT_B_IMG_S_COMPILED = 5273  # [S13], AITemplate
+VLLM_GEN_TOK_S = {"a40_14b": 530, "a40_8b": 1017, "a100_8b": 495, "a100_80_14b": 3004}  # [S9-S11]
+MEAN_VIDEO_MIN = HTM_HOURS * 60 / 1.2e6
 
 
 def _llm_run(r: Results, label: str) -> dict:
@@ -156,6 +159,24 @@ def _gen_tokens_total(r: Results) -> float:
     return _blocks_total(r) * _block_mean(r, PAPER_RUN, "predicted_n")
 
 
+def _llm_gpu_hours(r: Results, tok_s: float) -> float:
+    return _gen_tokens_total(r) / tok_s / 3600
+
+
+def _gpu_hours(r: Results, end: str) -> float:
+    """The plan's A100-class GPU-hours: LLM + frame embedding + training (low or high end)."""
+    frames = HTM_HOURS * 3600
+    if end == "low":
+        return (_llm_gpu_hours(r, max(VLLM_GEN_TOK_S.values()))
+                + frames / A100_VIT_B_IMG_S_COMPILED / 3600 + _train_hours(r))
+    return (_llm_gpu_hours(r, min(VLLM_GEN_TOK_S.values())) + frames / A100_VIT_B_IMG_S / 3600
+            + 2 * _train_hours(r))
+
+
+def _train_hours(r: Results) -> float:
+    return TRAIN_FRAMES / (A100_VIT_B_IMG_S * A100_TRAIN_FRACTION) / 3600
+
+
 def _stats_vm_hours(r: Results) -> float:
     return (HTM_CAPTIONS + HTM_SUBTITLES) / r.get("stats.json", "end_to_end.texts_per_s") / 3600
 
@@ -180,23 +201,34 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "scaling.captions_per_block": _captions_per_block,
     "scaling.captions_per_block_min": lambda r: _qwen_cpb(r, min),
     "scaling.captions_per_block_max": lambda r: _qwen_cpb(r, max),
-    "scaling.blocks_total": _blocks_total,
-    "scaling.blocks_total_min": lambda r: HTM_CAPTIONS / _qwen_cpb(r, max),
-    "scaling.blocks_total_max": lambda r: HTM_CAPTIONS / _qwen_cpb(r, min),
+    "scaling.blocks_total_m": lambda r: _blocks_total(r) / 1e6,
+    "scaling.blocks_total_min_m": lambda r: HTM_CAPTIONS / _qwen_cpb(r, max) / 1e6,
+    "scaling.blocks_total_max_m": lambda r: HTM_CAPTIONS / _qwen_cpb(r, min) / 1e6,
+    "scaling.words_per_video": lambda r: _blocks_total(r) / 1.2e6 * BLOCK_WORDS,
+    "scaling.words_per_minute": lambda r: _blocks_total(r) / 1.2e6 * BLOCK_WORDS
+    / MEAN_VIDEO_MIN,
     # only the first block is read without llama.cpp's prompt cache: its whole prompt
     "scaling.prompt_tokens_per_block": lambda r: _llm_run(r, PAPER_RUN)["block_rows"][0][
         "prompt_n"],
     "scaling.first_block_words": lambda r: _llm_run(r, PAPER_RUN)["block_rows"][0]["words"],
     "scaling.gen_tokens_per_block": lambda r: _block_mean(r, PAPER_RUN, "predicted_n"),
     "scaling.block_words": lambda r: _block_mean(r, PAPER_RUN, "words"),
-    "scaling.prompt_tokens_total": lambda r: _blocks_total(r) * _llm_run(
-        r, PAPER_RUN)["block_rows"][0]["prompt_n"],
-    "scaling.gen_tokens_total": _gen_tokens_total,
+    "scaling.prompt_tokens_total_b": lambda r: _blocks_total(r) * _llm_run(
+        r, PAPER_RUN)["block_rows"][0]["prompt_n"] / 1e9,
+    "scaling.gen_tokens_total_b": lambda r: _gen_tokens_total(r) / 1e9,
+    **{f"scaling.llm_gpu_hours_{k}": (lambda r, v=v: _llm_gpu_hours(r, v))
+       for k, v in VLLM_GEN_TOK_S.items()},
+    "scaling.llm_gpu_hours_low": lambda r: _llm_gpu_hours(r, max(VLLM_GEN_TOK_S.values())),
+    "scaling.llm_gpu_hours_high": lambda r: _llm_gpu_hours(r, min(VLLM_GEN_TOK_S.values())),
+    "scaling.gpu_hours_low": lambda r: _gpu_hours(r, "low"),
+    "scaling.gpu_hours_high": lambda r: _gpu_hours(r, "high"),
+    "scaling.node_hours_low": lambda r: _gpu_hours(r, "low") / 8,
+    "scaling.node_hours_high": lambda r: _gpu_hours(r, "high") / 8,
     "scaling.cpu_llm_vm_hours": lambda r: _gen_tokens_total(r) / _llm_run(
         r, SMALL_PAPER_RUN)["gen_tok_per_s"] / 3600,
-    "scaling.asr_words_total": lambda r: _blocks_total(r) * BLOCK_WORDS,
+    "scaling.asr_words_total_b": lambda r: _blocks_total(r) * BLOCK_WORDS / 1e9,
     "scaling.blocks_per_video": lambda r: _blocks_total(r) / 1.2e6,
-    "scaling.frames_total": lambda r: HTM_HOURS * 3600,
+    "scaling.frames_total_m": lambda r: HTM_HOURS * 3600 / 1e6,
     "scaling.asr_core_hours_per_1000h": lambda r: 1000 / r.get("asr.json", "configs.0.rtf") * 2,
     "scaling.decode_core_hours": lambda r: HTM_HOURS / r.get(
         "decode.json", "iter_frames.realtime_x") * 2,
@@ -215,8 +247,8 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "scaling.mee_cpu_hours": lambda r: 300_000 * 128 / r.get(
         "train.json", "throughput.mee_on_cached_embeddings.pairs_per_s") / 3600,
     "scaling.a100_train_img_s": lambda r: A100_VIT_B_IMG_S * A100_TRAIN_FRACTION,
-    "scaling.a100_train_hours": lambda r: TRAIN_FRAMES / (A100_VIT_B_IMG_S
-                                                          * A100_TRAIN_FRACTION) / 3600,
+    "scaling.a100_train_hours": _train_hours,
+    "scaling.a100_train_hours_x2": lambda r: 2 * _train_hours(r),
 }
 
 
