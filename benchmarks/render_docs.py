@@ -9,7 +9,8 @@ Markers (kept in the rendered file, so a re-render finds them again):
 
 * ``<!--fig FILE.json:dotted.path FORMAT-->VALUE<!--/fig-->``: one value of a results file.
   FILE is relative to ``benchmarks/results/``; the path is dict keys and list indices joined
-  by dots (a key may itself contain dots or spaces: the longest matching key wins); FORMAT is
+  by dots (a key may itself contain dots or spaces: the longest matching key wins; in a list,
+  ``key=value`` picks the first item whose ``key`` is ``value``); FORMAT is
   a Python format spec, optionally followed by a literal suffix (``.1f×``, ``.0f %``);
 * ``<!--fig @NAME FORMAT-->VALUE<!--/fig-->``: a figure derived from several results (the
   ``DERIVED`` registry below, e.g. docs/scaling.md's plan);
@@ -35,8 +36,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 CLI_DOC = ROOT / "docs" / "cli.md"
 
 FIG_RE = re.compile(r"<!--fig (?P<spec>.*?)-->(?P<value>.*?)<!--/fig-->")
-TABLE_RE = re.compile(r"(?P<open><!--table (?P<spec>[^\n]*?)-->)\n(?P<body>.*?)(?P<close><!--/table-->)",
-                      re.S)
+TABLE_RE = re.compile(r"(?P<open><!--table (?P<spec>[^\n]*?)-->)\n(?P<body>.*?)"
+                      r"(?P<close><!--/table-->)", re.S)
 # [[fill]align][sign][z][#][0][width][grouping][.precision][type]; what follows is a suffix.
 SPEC_RE = re.compile(r"(?:.?[<>=^])?[+\- ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?")
 
@@ -83,6 +84,15 @@ def resolve(data: Any, path: str, where: str) -> Any:
                     break
             else:
                 raise FigureError(f"{where}: no key {parts[i]!r}")
+        elif isinstance(data, list) and "=" in parts[i]:  # the row whose key has this value
+            for j in range(len(parts), i, -1):
+                key, _, value = ".".join(parts[i:j]).partition("=")
+                rows = [x for x in data if isinstance(x, dict) and str(x.get(key)) == value]
+                if rows:
+                    data, i = rows[0], j
+                    break
+            else:
+                raise FigureError(f"{where}: no list item with {parts[i]!r}")
         elif isinstance(data, list):
             try:
                 data, i = data[int(parts[i])], i + 1

@@ -19,6 +19,7 @@ from howtocap.cliutil import (
     RetryFailedOpt,
     RunnerName,
     RunnerOpt,
+    WorkersOpt,
     err,
     load_yaml_config,
     parse_shard,
@@ -71,9 +72,7 @@ def align_cmd(
         "--videos", help="Video files for a run captioned from --subtitles alone: a folder "
                          "(file name = video id) or a manifest CSV video_id,video_path; "
                          "recorded in DIR/videos.parquet for this and later commands.")] = None,
-    workers: Annotated[int | None, typer.Option(
-        min=1, help="Videos in parallel (local: threads; ray: actors). Default: each stage's "
-                    "own (1 per model; --concurrency for an LLM server).")] = None,
+    workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,

@@ -22,6 +22,7 @@ from howtocap.cliutil import (
     RetryFailedOpt,
     RunnerName,
     RunnerOpt,
+    WorkersOpt,
     err,
     load_yaml_config,
     out,
@@ -137,6 +138,7 @@ def caption(
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
     max_attempts: MaxAttemptsOpt = 3,
+    workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
@@ -303,6 +305,7 @@ def framecaps(
     top_k: Annotated[int, typer.Option(min=1, help="Captions kept per captioner (K).")] = 2,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (default: cuda if "
                                                     "available).")] = None,
+    workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,

@@ -35,6 +35,10 @@ RayGpusOpt = Annotated[str | None, typer.Option(
     "--ray-gpus-per-stage", help="--runner ray: GPUs per worker by stage kind, e.g. "
                                  "encoder=0.25,asr=0.5,llm=1.")]
 
+WorkersOpt = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="Videos in parallel (local: threads; ray: actors). Default: each "
+                             "stage's own (1 per model; --concurrency for an LLM server).")]
+
 RedoOpt = Annotated[bool, typer.Option(
     "--redo", help="The run's results were made with other settings: recompute this stage "
                    "and clear the stages computed from it (caption -> align).")]
