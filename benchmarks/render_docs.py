@@ -357,11 +357,24 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+CODE_RE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+
+
+def _in_code(text: str) -> list[tuple[int, int]]:
+    """Spans of code (fenced blocks, inline code): a marker shown there is an example."""
+    return [m.span() for m in CODE_RE.finditer(text)]
+
+
 def render_text(text: str, r: Results, file: Path) -> tuple[str, list[Problem]]:
     """``text`` with every marker re-rendered, and every marker that was stale or broken."""
     problems: list[Problem] = []
 
+    def example(m: re.Match[str], spans: list[tuple[int, int]]) -> bool:
+        return any(a <= m.start() < b for a, b in spans)
+
     def table(m: re.Match[str]) -> str:
+        if example(m, code):
+            return m.group(0)
         try:
             new = render_table(m["spec"], r)
         except FigureError as exc:
@@ -373,6 +386,8 @@ def render_text(text: str, r: Results, file: Path) -> tuple[str, list[Problem]]:
         return f"{m['open']}\n{new}{m['close']}"
 
     def fig(m: re.Match[str]) -> str:
+        if example(m, code):
+            return m.group(0)
         try:
             new = render_fig(m["spec"], r)
         except FigureError as exc:
@@ -383,13 +398,18 @@ def render_text(text: str, r: Results, file: Path) -> tuple[str, list[Problem]]:
                                     f"says {m['value']!r}, results say {new!r}"))
         return f"<!--fig {m['spec']}-->{new}<!--/fig-->"
 
-    return FIG_RE.sub(fig, TABLE_RE.sub(table, text)), problems
+    code = _in_code(text)
+    text = TABLE_RE.sub(table, text)
+    code = _in_code(text)
+    return FIG_RE.sub(fig, text), problems
 
 
 def markers(text: str) -> Iterator[str]:
-    """Every marker spec of a page (tables and figures)."""
-    yield from (m["spec"] for m in TABLE_RE.finditer(text))
-    yield from (m["spec"] for m in FIG_RE.finditer(text))
+    """Every marker spec of a page (tables and figures), examples in code left out."""
+    code = _in_code(text)
+    for regex in (TABLE_RE, FIG_RE):
+        yield from (m["spec"] for m in regex.finditer(text)
+                    if not any(a <= m.start() < b for a, b in code))
 
 
 def process(files: list[Path], r: Results, write: bool) -> list[Problem]:

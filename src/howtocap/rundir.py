@@ -666,9 +666,11 @@ class RunDir:
     def claim(self, stage: str, video_id: str, owner: Owner) -> bool:
         """Take ``video_id`` for this process, unless a live process holds it.
 
-        Claims are files created with O_EXCL, so of two processes on one run directory (also
-        over NFS) exactly one gets each video. A claim whose owner died is taken over: on the
-        same host when its process is gone, elsewhere when it is older than ``owner.lease``.
+        Claims are files created with O_EXCL, so of two processes on one run directory exactly
+        one gets each video (tested on a local directory; on NFS this relies on the server's
+        exclusive create, which NFSv3 and later provide). A claim whose owner died is taken
+        over: on the same host when its process is gone, elsewhere when it is older than
+        ``owner.lease``.
         """
         path = self.claim_path(stage, video_id)
         path.parent.mkdir(parents=True, exist_ok=True)
