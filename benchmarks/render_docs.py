@@ -205,6 +205,13 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "bench.llm_minutes": lambda r: r.get("llm.json", "seconds") / 60,
     "bench.mee_negatives_minutes": lambda r: r.get("mee_negatives.json", "seconds_total") / 60,
     "textonly.caption_run_minutes": lambda r: r.get("textonly.json", "caption_run.seconds") / 60,
+    "textonly.ms_per_video": lambda r: r.get(
+        "textonly.json", "caption_run.phases.captioning, per video (stage + part files + status)")
+    / r.get("textonly.json", "caption_run.done") * 1000,
+    "tdr.train_s_per_video_epoch_max": lambda r: max(
+        x["train_s_per_video_epoch"] for x in r.get("tdr.json", "rows")
+        if x.get("train_s_per_video_epoch") is not None),
+    "tdr.ndcg1_sd_max": lambda r: max(x.get("NDCG@1_sd", 0) for x in r.get("tdr.json", "rows")),
     "textonly.videos_per_s": lambda r: r.get("textonly.json", "caption_run.done") / r.get(
         "textonly.json", "caption_run.seconds"),
     "faults.survived": lambda r: _faults(r, "survived"),
