@@ -208,6 +208,8 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "textonly.ms_per_video": lambda r: r.get(
         "textonly.json", "caption_run.phases.captioning, per video (stage + part files + status)")
     / r.get("textonly.json", "caption_run.done") * 1000,
+    "webdataset.ms_per_clip": lambda r: 1000 / r.get(
+        "webdataset.json", "data_only.webdataset.clips_per_s"),
     "tdr.train_s_per_video_epoch_max": lambda r: max(
         x["train_s_per_video_epoch"] for x in r.get("tdr.json", "rows")
         if x.get("train_s_per_video_epoch") is not None),
