@@ -10,8 +10,9 @@ Markers (kept in the rendered file, so a re-render finds them again):
 * ``<!--fig FILE.json:dotted.path FORMAT-->VALUE<!--/fig-->``: one value of a results file.
   FILE is relative to ``benchmarks/results/``; the path is dict keys and list indices joined
   by dots (a key may itself contain dots or spaces: the longest matching key wins; in a list,
-  ``key=value`` picks the first item whose ``key`` is ``value``); FORMAT is
-  a Python format spec, optionally followed by a literal suffix (``.1f×``, ``.0f %``);
+  ``key=value`` picks the first item whose ``key`` is ``value``); FORMAT, the text after the
+  last space, is a Python format spec, optionally followed by a literal suffix without spaces
+  (``.1f×``, ``.0f%``, ``.1%``); a unit after a space goes outside the marker;
 * ``<!--fig @NAME FORMAT-->VALUE<!--/fig-->``: a figure derived from several results (the
   ``DERIVED`` registry below, e.g. docs/scaling.md's plan);
 * ``<!--table FILE.md#K-->`` … ``<!--/table-->``: the K-th Markdown table (1-based) of a
@@ -130,7 +131,10 @@ A100_TRAIN_FRACTION = 358 / 1014  # [S16], ViT-B/16 train vs inference samples/s
 TRAIN_FRAMES = 300_000 * 128 * 4  # [S5]: 600 × 500 iterations, batch 128, 4 frames
 A100_VIT_B_IMG_S_COMPILED = 5273  # [S13], AITemplate
 VLLM_GEN_TOK_S = {"a40_14b": 530, "a40_8b": 1017, "a100_8b": 495, "a100_80_14b": 3004}  # [S9-S11]
-MEAN_VIDEO_MIN = HTM_HOURS * 60 / 1.2e6
+HTM_VIDEOS = 1.2e6  # [S1]
+MEAN_VIDEO_MIN = HTM_HOURS * 60 / HTM_VIDEOS
+PAPER_RUN = "qwen2.5-coder-1.5b/paper"  # llm.json run with HowToCaption's prompt: token counts
+SMALL_PAPER_RUN = "qwen2.5-coder-0.5b/paper"  # the fastest Qwen on our CPU
 
 
 def _llm_run(r: Results, label: str) -> dict:
@@ -187,12 +191,14 @@ def _train_hours(r: Results) -> float:
     return TRAIN_FRAMES / (A100_VIT_B_IMG_S * A100_TRAIN_FRACTION) / 3600
 
 
+def _shard_kb_per_frame(r: Results) -> float:
+    """Our exported shards' size per stored 224-px JPEG frame (4 frames per clip)."""
+    return r.get("webdataset.json", "setup.shards_mb") * 1000 / (
+        4 * r.get("webdataset.json", "setup.clips"))
+
+
 def _stats_vm_hours(r: Results) -> float:
     return (HTM_CAPTIONS + HTM_SUBTITLES) / r.get("stats.json", "end_to_end.texts_per_s") / 3600
-
-
-PAPER_RUN = "qwen2.5-coder-1.5b/paper"  # HowToCaption's prompt: its token counts
-SMALL_PAPER_RUN = "qwen2.5-coder-0.5b/paper"  # the fastest Qwen on our CPU
 
 
 def _faults(r: Results, kind: str) -> int:
@@ -223,8 +229,8 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "scaling.blocks_total_m": lambda r: _blocks_total(r) / 1e6,
     "scaling.blocks_total_min_m": lambda r: HTM_CAPTIONS / _qwen_cpb(r, max) / 1e6,
     "scaling.blocks_total_max_m": lambda r: HTM_CAPTIONS / _qwen_cpb(r, min) / 1e6,
-    "scaling.words_per_video": lambda r: _blocks_total(r) / 1.2e6 * BLOCK_WORDS,
-    "scaling.words_per_minute": lambda r: _blocks_total(r) / 1.2e6 * BLOCK_WORDS
+    "scaling.words_per_video": lambda r: _blocks_total(r) / HTM_VIDEOS * BLOCK_WORDS,
+    "scaling.words_per_minute": lambda r: _blocks_total(r) / HTM_VIDEOS * BLOCK_WORDS
     / MEAN_VIDEO_MIN,
     # only the first block is read without llama.cpp's prompt cache: its whole prompt
     "scaling.prompt_tokens_per_block": lambda r: _llm_run(r, PAPER_RUN)["block_rows"][0][
@@ -246,7 +252,7 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "scaling.cpu_llm_vm_hours": lambda r: _gen_tokens_total(r) / _llm_run(
         r, SMALL_PAPER_RUN)["gen_tok_per_s"] / 3600,
     "scaling.asr_words_total_b": lambda r: _blocks_total(r) * BLOCK_WORDS / 1e9,
-    "scaling.blocks_per_video": lambda r: _blocks_total(r) / 1.2e6,
+    "scaling.blocks_per_video": lambda r: _blocks_total(r) / HTM_VIDEOS,
     "scaling.frames_total_m": lambda r: HTM_HOURS * 3600 / 1e6,
     "scaling.asr_core_hours_per_1000h": lambda r: 1000 / r.get("asr.json", "configs.0.rtf") * 2,
     "scaling.decode_core_hours": lambda r: HTM_HOURS / r.get(
@@ -267,6 +273,9 @@ DERIVED: dict[str, Callable[[Results], float]] = {
         "train.json", "throughput.mee_on_cached_embeddings.pairs_per_s") / 3600,
     "scaling.a100_train_img_s": lambda r: A100_VIT_B_IMG_S * A100_TRAIN_FRACTION,
     "scaling.a100_train_hours": _train_hours,
+    "scaling.shard_kb_per_frame": lambda r: _shard_kb_per_frame(r),
+    "scaling.shards_tb": lambda r: HTM_PAIRS * 4 * _shard_kb_per_frame(r) / 1e9,
+    "scaling.clips_per_s_per_gpu": lambda r: A100_VIT_B_IMG_S * A100_TRAIN_FRACTION / 4,
     "scaling.a100_train_hours_x2": lambda r: 2 * _train_hours(r),
 }
 
@@ -276,7 +285,7 @@ def derived(name: str, r: Results) -> Any:
         raise FigureError(f"no derived figure @{name} (known: {', '.join(sorted(DERIVED))})")
     try:
         return DERIVED[name](r)
-    except (KeyError, TypeError, ZeroDivisionError) as exc:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise FigureError(f"@{name}: {type(exc).__name__} {exc}") from None
 
 
