@@ -180,3 +180,21 @@ def count_peak_requests(srv: Any) -> dict[str, int]:
 
     handler.do_POST = do_post
     return state
+
+
+def test_framecaps_workers_labels_every_video(tmp_path: Path) -> None:
+    """`framecaps --workers 2` labels videos on two threads sharing the models: every video
+    gets its frames' captions, as with one (the labels are checked in test_framecaps.py)."""
+    from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+
+    videos = tmp_path / "videos"
+    for i in range(3):
+        make_narrated_video(videos, f"v{i}", DEFAULT_STEPS[i:i + 2], seconds_per_step=2.0, fps=5,
+                            size=96, audio=False, subtitles=None)
+    out = tmp_path / "run"
+    res = run_cli("framecaps", str(videos), "--out", str(out), "--frames", "2",
+                  "--workers", "2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "framecaps: 3 done" in res.stderr
+    df = pd.read_parquet(out / "framecaps.parquet")
+    assert df.groupby("video_id").size().to_dict() == {"v0": 2, "v1": 2, "v2": 2}
