@@ -11,8 +11,8 @@ Markers (kept in the rendered file, so a re-render finds them again):
   FILE is relative to ``benchmarks/results/``; the path is dict keys and list indices joined
   by dots (a key may itself contain dots or spaces: the longest matching key wins; in a list,
   ``key=value`` picks the first item whose ``key`` is ``value``); FORMAT, the text after the
-  last space, is a Python format spec, optionally followed by a literal suffix without spaces
-  (``.1f×``, ``.0f%``, ``.1%``); a unit after a space goes outside the marker;
+  path, is a Python format spec, optionally followed by a literal suffix (``.1f×``, ``.1%``,
+  ``.0f %``);
 * ``<!--fig @NAME FORMAT-->VALUE<!--/fig-->``: a figure derived from several results (the
   ``DERIVED`` registry below, e.g. docs/scaling.md's plan);
 * ``<!--table FILE.md#K-->`` … ``<!--/table-->``: the K-th Markdown table (1-based) of a
@@ -298,8 +298,18 @@ def render_fig(spec: str, r: Results) -> str:
     file, sep, rest = spec.partition(":")
     if not sep or " " not in rest:
         raise FigureError(f"malformed marker spec {spec!r} (FILE.json:path FORMAT)")
-    path, form = rest.rsplit(" ", 1)
-    return fmt(r.get(file, path), form, f"{file}:{path}")
+    # FORMAT is the last word; should that path not exist, a suffix with a space (".1f %")
+    # is tried, the longest path that exists winning
+    splits = [i for i, c in enumerate(rest) if c == " "][::-1]
+    first: FigureError | None = None
+    for i in splits:
+        try:
+            value = r.get(file, rest[:i])
+        except FigureError as exc:
+            first = first or exc
+            continue
+        return fmt(value, rest[i + 1:], f"{file}:{rest[:i]}")
+    raise first  # type: ignore[misc]
 
 
 # ---- whole tables ---------------------------------------------------------------------------

@@ -52,7 +52,8 @@ def test_checker_reports_planted_wrong_values_and_render_fixes_them(tmp_path: Pa
         "dotted key <!--fig m.json:speed.default (clip 8 s).after .2f-->0.90<!--/fig--> "
         "percent <!--fig m.json:wer .1%-->1.7%<!--/fig--> "
         "numeric key <!--fig m.json:0.5.x d-->3<!--/fig--> "
-        "row by value <!--fig m.json:rows.rtf=27.74.rtf .0f-->28<!--/fig-->\n"
+        "row by value <!--fig m.json:rows.rtf=27.74.rtf .0f-->28<!--/fig--> "
+        "a suffix with a space <!--fig m.json:speed.ratio .0f ×-->12 ×<!--/fig-->\n"
         "an example in code is not a figure: `<!--fig FILE.json:path FORMAT-->VALUE<!--/fig-->`\n"
         "<!--table t.md#1 cols=a|c rows=two-->\n| stale |\n<!--/table-->\n")
     problems = render_docs.process([doc], results, write=False)
