@@ -218,7 +218,8 @@ def plot(r: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = r["rows"]
-    names = ["text" if k == "text" else f"{v['frames']} frames" for k, v in rows.items()]
+    names = ["text" if k == "text" else f"{v['frames']} frame{'s' if v['frames'] > 1 else ''}"
+             for k, v in rows.items()]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     a.bar(names, [v["request_bytes"] / 1024 for v in rows.values()], color="#4a7ab5")
     a.set_ylabel("KiB per request")
