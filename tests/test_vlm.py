@@ -153,6 +153,23 @@ def test_a_text_only_collection_is_refused_up_front(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_yaml_config_keys(video: Path, tmp_path: Path) -> None:
+    """``vlm-url``, ``vlm-model`` and ``vlm-frames`` in a YAML config, as the flags."""
+    from typer.testing import CliRunner
+
+    from howtocap.cli import app
+
+    with vision_server() as srv:
+        cfg = tmp_path / "cfg.yaml"
+        cfg.write_text(f"vlm-url: {srv.url}\nvlm-model: qwen2-vl\nvlm-frames: 2\n"
+                       f"block-words: {BLOCK_WORDS}\nquiet: true\n")
+        res = CliRunner().invoke(app, ["caption", str(video), "--out", str(tmp_path / "run"),
+                                       "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    check_requests(srv, 2, (448, 336))
+    assert set(RunDir(tmp_path / "run").read_table("captions")["model"]) == {"openai:qwen2-vl"}
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "howtocap.cli", *args], capture_output=True,
