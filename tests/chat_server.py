@@ -2,10 +2,16 @@
 
 It answers deterministically from the prompt (one caption per ``<n>s:`` line it was given), so
 two runs of the pipeline produce identical tables, and it can be told to fail or stall.
+``VisionServer`` is the multimodal one (``--vlm-url``): it checks each request's frames and
+captions what it sees. ``python -m tests.chat_server [--vision]`` serves one in its own
+process and prints its URL (for benchmarks).
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
+import io
 import json
 import re
 import threading
@@ -15,7 +21,19 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
+
 LINE = re.compile(r"^(\d+)s: (.+)$", re.M)
+# Test videos for the vision server encode their time in brightness: grey level = this x t.
+GREY_PER_SECOND = 6
+
+
+def prompt_text(content: Any) -> str:
+    """A message's text: the string, or a multimodal message's text parts joined."""
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content
+                         if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
 
 
 def echo_reply(prompt: str) -> str:
@@ -53,7 +71,7 @@ class ChatServer:
                 if server.status:
                     self._send(server.status, {"error": {"message": "scripted failure"}})
                     return
-                prompt = body["messages"][-1]["content"]
+                prompt = prompt_text(body["messages"][-1]["content"])
                 self._send(200, {"choices": [{"message": {"role": "assistant",
                                                           "content": echo_reply(prompt)}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
@@ -67,6 +85,101 @@ class ChatServer:
                 self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+class Frame(Exception):
+    """A request's frames are not what a VLM server accepts (sent back as a 400)."""
+
+
+def read_frames(content: Any) -> list[dict[str, Any]]:
+    """Each image part of a multimodal message, checked: a JPEG data URI that decodes, with
+    its size, the time its brightness encodes and the ``Frame at <t>s:`` label before it."""
+    from PIL import Image
+
+    if not isinstance(content, list):
+        raise Frame("the user message has no content parts (no images)")
+    out: list[dict[str, Any]] = []
+    label = None
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            m = re.fullmatch(r"Frame at ([0-9.]+)s:", part.get("text", ""))
+            label = float(m.group(1)) if m else label
+        elif kind == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            head, _, data = url.partition(",")
+            if head != "data:image/jpeg;base64":
+                raise Frame(f"image_url is not a JPEG data URI: {url[:40]!r}")
+            try:
+                with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as im:
+                    fmt, size = im.format, im.size
+                    grey = float(np.asarray(im.convert("L"), dtype=float).mean())
+            except Exception as exc:
+                raise Frame(f"image does not decode ({type(exc).__name__})") from None
+            if fmt != "JPEG":
+                raise Frame(f"image is {fmt}, not JPEG")
+            out.append({"size": size, "time": grey / GREY_PER_SECOND, "label": label})
+            label = None
+        else:
+            raise Frame(f"unknown content part {kind!r}")
+    if not out:
+        raise Frame("no image_url part")
+    return out
+
+
+class VisionServer:
+    """A multimodal chat server that reads the frames: a request whose images are missing,
+    not JPEG data URIs or undecodable gets a 400 naming why; otherwise it answers one caption
+    per frame, ``<t>s: The frame shows second <t>.``, from the time the frame's brightness
+    encodes. Every request is kept in ``seen`` (text, frame times, sizes, labels, body size)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.problems: list[str] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._send(200, {"data": [{"id": "vision-echo"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                content = json.loads(raw)["messages"][-1]["content"]
+                try:
+                    frames = read_frames(content)
+                except Frame as exc:
+                    with server.lock:
+                        server.problems.append(str(exc))
+                    self._send(400, {"error": {"message": str(exc)}})
+                    return
+                with server.lock:
+                    server.seen.append({"text": prompt_text(content), "bytes": len(raw),
+                                        "times": [f["time"] for f in frames],
+                                        "sizes": [f["size"] for f in frames],
+                                        "labels": [f["label"] for f in frames]})
+                reply = "\n".join(f"{int(f['time'])}s: The frame shows second "
+                                  f"{f['time']:.1f}." for f in frames)
+                self._send(200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant",
+                                                          "content": reply}}]})
+
+            def _send(self, code: int, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
 
@@ -87,3 +200,23 @@ def chat_server(**kw: Any) -> Iterator[ChatServer]:
     with serving(ChatServer(**kw)) as srv:
         yield srv
 
+
+
+@contextmanager
+def vision_server() -> Iterator[VisionServer]:
+    with serving(VisionServer()) as srv:
+        yield srv
+
+
+def main() -> None:
+    """Serve in this process until it is ended; the URL is the first line on stdout."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--vision", action="store_true", help="the multimodal server")
+    args = ap.parse_args()
+    srv = VisionServer() if args.vision else ChatServer()
+    print(srv.url, flush=True)
+    srv.httpd.serve_forever()  # until the benchmark ends the process
+
+
+if __name__ == "__main__":
+    main()

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.chat_server import echo_reply, serving
+from tests.chat_server import echo_reply, prompt_text, serving
 
 FAULTS = ("500", "429", "503", "timeout", "badjson", "nochoices", "notimestamp", "reset")
 
@@ -54,6 +54,7 @@ class FaultServer:
         self.injected: Counter[str] = Counter()
         self.answered = 0
         self.requests = 0
+        self.images = 0  # image_url parts received (a multimodal client's requests)
         self.times: list[float] = []  # arrival time of every POST (monotonic)
         self.wall: list[float] = []  # the same, as time.time()
         owner = self
@@ -79,7 +80,11 @@ class FaultServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][-1]["content"]
+                content = body["messages"][-1]["content"]
+                prompt = prompt_text(content)
+                if isinstance(content, list):
+                    with owner.lock:
+                        owner.images += sum(p.get("type") == "image_url" for p in content)
                 fault = owner._fault_for(prompt)
                 with contextlib.suppress(OSError):  # the client may have given up on us
                     self._answer(fault, prompt)

@@ -56,6 +56,17 @@ def test_each_fault_is_retried_then_answered(fault: str) -> None:
         assert llm.stats["retries"] == 1
 
 
+def test_a_multimodal_request_is_retried_whole() -> None:
+    """A --vlm-url request (content parts with an image) gets the same retries, images and
+    all."""
+    parts = [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
+             {"type": "text", "text": MSG[0]["content"]}]
+    with fault_server(retry_after="0") as srv:
+        srv.plan = ["500", "503"]
+        assert client(srv.url).chat([{"role": "user", "content": parts}], GEN) == CLEAN
+        assert srv.requests == 3 and srv.images == 3
+
+
 def test_a_reply_without_timestamps_is_asked_again_by_the_captioner() -> None:
     subs = pd.DataFrame({"start": [0.0, 4.0], "end": [3.0, 7.0],
                          "text": ["crack the eggs", "whisk them well"]})

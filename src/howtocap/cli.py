@@ -69,6 +69,16 @@ def _caption_config(v: dict[str, Any]) -> Any:
                            "generation": validated(GenerationConfig, **gen)}
     if v.get("template"):
         cap["template"] = str(v["template"])
+    vlm = None
+    if v.get("vlm_url"):
+        from howtocap.errors import HowtocapError
+        from howtocap.llm.vlm import VLMOptions
+
+        if v.get("llm_url"):
+            raise HowtocapError("give --llm-url or --vlm-url, not both: the VLM writes the "
+                                "captions")
+        vlm = validated(VLMOptions, url=v["vlm_url"], model=v.get("vlm_model"),
+                        frames=v["vlm_frames"])
     return validated(
         CaptionRunConfig,
         subtitles=str(v["subtitles"]) if v.get("subtitles") else None,
@@ -77,7 +87,7 @@ def _caption_config(v: dict[str, Any]) -> Any:
         llm=validated(LLMOptions, name=v["llm"], url=v["llm_url"], model=v["llm_model"],
                       api_key_env=v["api_key_env"], concurrency=v["concurrency"],
                       timeout=v["llm_timeout"], max_retries=v["llm_retries"]),
-        caption=validated(CaptionConfig, **cap))
+        caption=validated(CaptionConfig, **cap), vlm=vlm)
 
 
 def _runner(v: dict[str, Any]) -> Any:
@@ -114,6 +124,13 @@ def caption(
     llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. "
                                                      "http://127.0.0.1:8080/v1")] = None,
     llm_model: Annotated[str | None, typer.Option(help="Model name sent to --llm-url.")] = None,
+    vlm_url: Annotated[str | None, typer.Option(
+        help="OpenAI-compatible multimodal server (e.g. vLLM serving Qwen2-VL): each block "
+             "is sent with --vlm-frames frames of its time span; needs the video files.")]
+    = None,
+    vlm_model: Annotated[str | None, typer.Option(help="Model name sent to --vlm-url.")] = None,
+    vlm_frames: Annotated[int, typer.Option(min=1, max=32, help="Frames per block sent to "
+                                                              "--vlm-url.")] = 4,
     api_key_env: Annotated[str, typer.Option(help="Env variable holding the API key.")]
     = "OPENAI_API_KEY",
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight (--llm-url).")] = 4,

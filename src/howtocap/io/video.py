@@ -93,11 +93,13 @@ def _centre_crop(img: np.ndarray, size: int | None) -> np.ndarray:
     return np.ascontiguousarray(img[top:top + size, left:left + size])
 
 
-def _to_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
+def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.ndarray:
+    if fit and size is not None:  # the whole frame, shorter side down to ``size``, never up
+        size = min(size, frame.width, frame.height)
     w, h = _target_size(frame.width, frame.height, size)
     # AREA filtering avoids aliasing on big downscales (720p -> 224) at a small cost.
     img = frame.to_ndarray(format="rgb24", width=w, height=h, interpolation="AREA")
-    return _centre_crop(img, size)
+    return img if fit else _centre_crop(img, size)
 
 
 def resize_frame(img: np.ndarray, size: int) -> np.ndarray:
@@ -221,10 +223,12 @@ def segment_times(start: float, end: float, n: int,
 
 
 def sample_frames(path: str | Path, times: Sequence[float],
-                  size: int | None = 224) -> np.ndarray:
+                  size: int | None = 224, *, fit: bool = False) -> np.ndarray:
     """Frames nearest to each time (seconds), by seeking; for training and evaluation.
 
-    Times past the end give the last frame. Raises ``InputError`` if nothing decodes.
+    ``fit``: keep the whole frame (no centre crop) with its shorter side scaled down to
+    ``size`` (never up), as a multimodal LLM is sent it. Times past the end give the last
+    frame. Raises ``InputError`` if nothing decodes.
     """
     path = Path(path)
     times = [float(t) for t in times]
@@ -258,7 +262,7 @@ def sample_frames(path: str | Path, times: Sequence[float],
                         while pos < len(order) and t >= times[order[pos]] - frame_dur / 2:
                             want = times[order[pos]]
                             best = frame if prev is None or t - want <= want - prev[0] else prev[1]
-                            out[order[pos]] = last = _to_rgb(best, size)
+                            out[order[pos]] = last = _to_rgb(best, size, fit)
                             pos += 1
                         prev = (t, frame)
                         # once this seek has served a time, a far-away next time is cheaper to
@@ -271,7 +275,7 @@ def sample_frames(path: str | Path, times: Sequence[float],
                         break
                 else:  # end of file: the remaining times get the last frame
                     if prev is not None:
-                        last = _to_rgb(prev[1], size)
+                        last = _to_rgb(prev[1], size, fit)
                     while pos < len(order):
                         out[order[pos]] = last
                         pos += 1

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Messages = list[dict[str, str]]
+# A message's content is text, or a list of parts (text, image_url) for a multimodal server.
+Messages = list[dict[str, Any]]
 
 
 class GenerationConfig(BaseModel):

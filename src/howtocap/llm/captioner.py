@@ -6,13 +6,14 @@ and where the rows go is the runner's business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import LLM, GenerationConfig, drop_cut_line
+from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
 from howtocap.llm.blocks import Block, make_blocks
 from howtocap.llm.chatter import is_chatter
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
@@ -108,7 +109,9 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
 
 
 def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
-                  cfg: CaptionConfig | None = None) -> tuple[pd.DataFrame, CaptionStats]:
+                  cfg: CaptionConfig | None = None, *,
+                  attach: Callable[[Block, Messages], Messages] | None = None
+                  ) -> tuple[pd.DataFrame, CaptionStats]:
     """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
 
     A block whose reply gives no caption is asked again (``cfg.retries`` times, sampling with
@@ -116,6 +119,8 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     other blocks' captions are kept. Raises ``CaptionError`` only when no block gave a
     caption and some failed (a video of pure chatter has no captions and no error).
     Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
+    ``attach``: turns a block's text messages into the ones sent (frames for a VLM); called
+    once per block, before the first request.
     """
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
@@ -127,10 +132,13 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
         return empty_table("captions"), stats
     rows: dict[int, list[dict[str, object]] | None] = {}
     why: dict[int, str] = {}
+    prompts = {b.index: build_messages(b, template) for b in blocks}
+    if attach is not None:
+        prompts = {b.index: attach(b, prompts[b.index]) for b in blocks}
     todo = list(blocks)
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
-        replies = llm.chat_many([build_messages(b, template) for b in todo], gen)
+        replies = llm.chat_many([prompts[b.index] for b in todo], gen)
         down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
         if down is not None:  # the server is gone: no block failed, the run stops
             raise down

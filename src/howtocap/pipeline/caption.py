@@ -17,6 +17,7 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
 from howtocap.llm import LLMOptions
 from howtocap.llm.captioner import CaptionConfig
+from howtocap.llm.vlm import VLMOptions
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import Runner
 from howtocap.rundir import RunDir
@@ -40,6 +41,7 @@ class CaptionRunConfig(BaseModel):
     asr_model: str = "default"
     llm: LLMOptions = Field(default_factory=LLMOptions)
     caption: CaptionConfig = Field(default_factory=CaptionConfig)
+    vlm: VLMOptions | None = None  # --vlm-url: a multimodal server captions blocks + frames
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -74,6 +76,10 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
     if not config.subtitles:
         raise HowtocapError("nothing to caption: give video files, folders or manifest CSVs, "
                             "or --subtitles SRC to caption from subtitles alone")
+    if config.vlm is not None:
+        raise HowtocapError("--vlm-url sends video frames, and a --subtitles run without "
+                            "INPUTS has no video files; give the videos (or a manifest CSV "
+                            "naming them) or use --llm-url")
     if config.asr == "always":
         raise HowtocapError("--asr always transcribes video files, and a --subtitles run "
                             "without INPUTS has none; use --asr auto or never, or give the "
@@ -109,7 +115,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
     items, source = _items_and_source(inputs, rundir, config, progress)
     subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
-    cap_stage = CaptionStage(config.llm, config.caption, model=llm)
+    cap_stage = CaptionStage(config.llm, config.caption, model=llm, vlm=config.vlm)
     if also_check and not redo:
         prepare_stages(rundir, [subs_stage, cap_stage, *also_check], check_only=True)
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)

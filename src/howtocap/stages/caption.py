@@ -9,7 +9,10 @@ from typing import Any
 
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
+from howtocap.llm.base import Messages
+from howtocap.llm.blocks import Block
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.llm.vlm import VLMOptions, attach_frames, block_frames
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 
@@ -18,9 +21,13 @@ class CaptionStage(BaseStage):
     reads = ("subtitles",)
     writes = ("captions",)
 
-    def __init__(self, llm: LLMOptions, cfg: CaptionConfig, *, model: Any | None = None) -> None:
+    def __init__(self, llm: LLMOptions, cfg: CaptionConfig, *, model: Any | None = None,
+                 vlm: VLMOptions | None = None) -> None:
+        if vlm is not None:  # the VLM writes the captions, through the same client as --llm-url
+            llm = llm.model_copy(update={"url": vlm.url, "model": vlm.model})
         self.llm = llm
         self.cfg = cfg
+        self.vlm = vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
         self.model_name = str(getattr(model, "name", type(model).__name__)) \
             if model is not None else None
@@ -42,6 +49,8 @@ class CaptionStage(BaseStage):
 
         llm = {"kind": "object", "name": self.model_name} if self.model_name else \
             llm_identity(self.llm)
+        if self.vlm is not None:
+            llm = {**llm, **self.vlm.identity()}
         cfg = self.cfg.model_dump(mode="json")
         cfg["template"] = template_text(self.cfg.template)
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
@@ -50,8 +59,15 @@ class CaptionStage(BaseStage):
         subs = video.tables["subtitles"]
         if not len(subs):
             raise HowtocapError("no subtitles to caption")
+        attach = None
+        if self.vlm is not None:
+            vlm, path = self.vlm, video.item.video_path
+
+            def attach(block: Block, msgs: Messages) -> Messages:
+                return attach_frames(msgs, block_frames(path, block, vlm))
         try:
-            captions, stats = caption_video(video.video_id, subs, self._model, self.cfg)
+            captions, stats = caption_video(video.video_id, subs, self._model, self.cfg,
+                                            attach=attach)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]
             if whys and all(w.startswith("LLM server") for w in whys):

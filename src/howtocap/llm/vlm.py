@@ -1,0 +1,83 @@
+"""Visually grounded captions (HowToCaption A.1, the MiniGPT-4 variant): each block's prompt
+goes to a multimodal chat server with frames sampled across the block's time span.
+
+What is sent: the block's usual chat messages (the same template, few-shot turns and all),
+except that the last user message becomes a list of content parts: for each of ``frames``
+frames, in time order, a text part ``Frame at <t>s:`` and an ``image_url`` part holding the
+frame as a ``data:image/jpeg;base64,…`` URI (the whole frame, shorter side scaled down to at
+most ``frame_side`` px), then one text part: ``VLM_INSTRUCTION`` followed by the rendered
+template with the block. The reply is parsed, constrained, retried and circuit-broken exactly
+as an ``--llm-url`` reply (the same ``OpenAIChatLLM`` client sends it).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from howtocap.errors import HowtocapError
+
+if TYPE_CHECKING:  # blocks loads pandas; the CLI builds these options at start-up
+    from howtocap.llm.base import Messages
+    from howtocap.llm.blocks import Block
+
+# Put before the template's text when frames are attached: the templates only speak of speech.
+VLM_INSTRUCTION = (
+    "The images above are {n} frames of this video segment, in time order, each after its "
+    "time in seconds. Write timestamped captions of what is seen and said: name the actions "
+    "and the objects visible in the frames, and use the speech for what the frames do not "
+    "show. Follow the instructions below for the form of each caption.\n\n"
+)
+
+
+class VLMOptions(BaseModel):
+    """The multimodal server and what is sent to it per block (the CLI's --vlm-* flags).
+
+    API key, concurrency, timeout and retries are the --llm-url ones (``LLMOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    model: str | None = None
+    frames: int = Field(4, ge=1, le=32)  # per block, evenly across its time span
+    frame_side: int = Field(336, ge=28, le=4096)  # the shorter side at most this (px)
+    jpeg_quality: int = Field(85, ge=1, le=100)
+
+    def identity(self) -> dict[str, Any]:
+        """What changes a caption: the server, the model, the frames and the added words."""
+        return {"kind": "server", "url": self.url.rstrip("/"), "model": self.model or "",
+                "frames": self.frames, "frame_side": self.frame_side,
+                "jpeg_quality": self.jpeg_quality, "instruction": VLM_INSTRUCTION}
+
+
+def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
+    """``(time, JPEG)`` of ``opts.frames`` frames at the centres of equal parts of the block's
+    span, decoded by seeking (PyAV). A video without readable frames raises one line."""
+    from howtocap.io.video import sample_frames, segment_times
+    from howtocap.io.webdataset import encode_jpeg
+
+    if path is None:
+        raise HowtocapError("--vlm-url needs the video file to take frames from, and this "
+                            "video has none (subtitles only); give the video or drop "
+                            "--vlm-url")
+    times = segment_times(block.start, max(block.end, block.start), opts.frames)
+    imgs = sample_frames(path, times, size=opts.frame_side, fit=True)
+    return [(float(t), encode_jpeg(img, opts.jpeg_quality)) for t, img in zip(times, imgs,
+                                                                               strict=True)]
+
+
+def attach_frames(messages: Messages, frames: list[tuple[float, bytes]]) -> Messages:
+    """The same messages with the frames and ``VLM_INSTRUCTION`` in the last (user) turn."""
+    last = messages[-1]
+    parts: list[dict[str, Any]] = []
+    for t, jpeg in frames:
+        parts.append({"type": "text", "text": f"Frame at {t:.1f}s:"})
+        data = base64.b64encode(jpeg).decode("ascii")
+        parts.append({"type": "image_url",
+                      "image_url": {"url": f"data:image/jpeg;base64,{data}"}})
+    text = VLM_INSTRUCTION.format(n=len(frames)) + str(last["content"])
+    parts.append({"type": "text", "text": text})
+    return [*messages[:-1], {**last, "content": parts}]
