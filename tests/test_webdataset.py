@@ -18,10 +18,9 @@ from tests.tiny_models import TinyEncoder
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
-from howtocap.io.video import sample_frames
+from howtocap.io.video import decode_jpeg, sample_frames
 from howtocap.io.webdataset import (
     clip_key,
-    decode_jpeg,
     decode_npy,
     export_webdataset,
     frame_names,

@@ -11,6 +11,7 @@ cache means.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -293,3 +294,18 @@ def sample_frames(path: str | Path, times: Sequence[float],
 def expected_frames(duration: float, fps: float = 1.0) -> int:
     """How many frames ``iter_frames`` yields for a stream of ``duration`` seconds."""
     return max(0, math.ceil(duration * fps - 0.5 - 1e-6))
+
+
+def encode_jpeg(img: np.ndarray, quality: int = 90) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def decode_jpeg(data: bytes) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))

@@ -35,6 +35,7 @@ import pandas as pd
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
+from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
 from howtocap.rundir import RunDir, atomic_write_parquet, atomic_write_text, hash_text
 
@@ -62,21 +63,6 @@ def frame_names(n: int) -> list[str]:
     """Member fields of a sample's frames, zero-padded so they sort in time order."""
     width = max(2, len(str(n - 1)))
     return [f"frames.{i:0{width}d}.jpg" for i in range(n)]
-
-
-def encode_jpeg(img: np.ndarray, quality: int = 90) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=quality)
-    return buf.getvalue()
-
-
-def decode_jpeg(data: bytes) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))
 
 
 def encode_npy(arr: np.ndarray) -> bytes:

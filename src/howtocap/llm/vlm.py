@@ -13,16 +13,12 @@ as an ``--llm-url`` reply (the same ``OpenAIChatLLM`` client sends it).
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from howtocap.errors import HowtocapError
-
 if TYPE_CHECKING:  # blocks loads pandas; the CLI builds these options at start-up
     from howtocap.llm.base import Messages
-    from howtocap.llm.blocks import Block
 
 # Put before the template's text when frames are attached: the templates only speak of speech.
 VLM_INSTRUCTION = (
@@ -51,22 +47,6 @@ class VLMOptions(BaseModel):
         return {"kind": "server", "url": self.url.rstrip("/"), "model": self.model or "",
                 "frames": self.frames, "frame_side": self.frame_side,
                 "jpeg_quality": self.jpeg_quality, "instruction": VLM_INSTRUCTION}
-
-
-def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
-    """``(time, JPEG)`` of ``opts.frames`` frames at the centres of equal parts of the block's
-    span, decoded by seeking (PyAV). A video without readable frames raises one line."""
-    from howtocap.io.video import sample_frames, segment_times
-    from howtocap.io.webdataset import encode_jpeg
-
-    if path is None:
-        raise HowtocapError("--vlm-url needs the video file to take frames from, and this "
-                            "video has none (subtitles only); give the video or drop "
-                            "--vlm-url")
-    times = segment_times(block.start, max(block.end, block.start), opts.frames)
-    imgs = sample_frames(path, times, size=opts.frame_side, fit=True)
-    return [(float(t), encode_jpeg(img, opts.jpeg_quality)) for t, img in zip(times, imgs,
-                                                                               strict=True)]
 
 
 def attach_frames(messages: Messages, frames: list[tuple[float, bytes]]) -> Messages:

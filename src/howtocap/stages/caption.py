@@ -5,6 +5,7 @@ are the ``subtitles`` stage's output)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
@@ -12,8 +13,23 @@ from howtocap.llm import LLMOptions, from_options
 from howtocap.llm.base import Messages
 from howtocap.llm.blocks import Block
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
-from howtocap.llm.vlm import VLMOptions, attach_frames, block_frames
+from howtocap.llm.vlm import VLMOptions, attach_frames
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+
+
+def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
+    """``(time, JPEG)`` of ``opts.frames`` frames at the centres of equal parts of the block's
+    span, decoded by seeking (PyAV). A video without readable frames raises one line."""
+    from howtocap.io.video import encode_jpeg, sample_frames, segment_times  # PyAV: when used
+
+    if path is None:
+        raise HowtocapError("--vlm-url needs the video file to take frames from, and this "
+                            "video has none (subtitles only); give the video or drop "
+                            "--vlm-url")
+    times = segment_times(block.start, max(block.end, block.start), opts.frames)
+    imgs = sample_frames(path, times, size=opts.frame_side, fit=True)
+    return [(float(t), encode_jpeg(img, opts.jpeg_quality)) for t, img in zip(times, imgs,
+                                                                               strict=True)]
 
 
 class CaptionStage(BaseStage):

@@ -454,7 +454,7 @@ class DualItem:
     crop_scale: tuple[float, float] | None = None
 
     def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str, int]:
-        from howtocap.io.webdataset import decode_jpeg
+        from howtocap.io.video import decode_jpeg
 
         j = s["json"]
         rng = _sample_rng(self.seed, self.epoch, s["__key__"]) if self.train else None
