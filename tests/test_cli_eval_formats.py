@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from tests.test_caption_pipeline import run_cli
 
+from howtocap.errors import HowtocapError
+from howtocap.evaluate.benchmarks import read_benchmark
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 STEP = {s[0]: s for s in DEFAULT_STEPS}
@@ -97,6 +99,28 @@ def test_youcook2_annotations_json_cuts_segments(media: Path, tmp_path: Path) ->
     ann.write_text(json.dumps({"database": db}, separators=(",", ":")))
     r = evaluate(tmp_path, "youcook2", ann, tmp_path / "raw_videos")
     # the two halves of one video are two clips: coffee and rocket must not be confused
+    assert_found_above_chance(r, 4, 4)
+
+
+def test_youcook2_mil_nce_validation_csv(media: Path, tmp_path: Path) -> None:
+    # MIL-NCE's validation_youcook.csv: header end,start,task,text,video_id (end BEFORE
+    # start), whole seconds, task = the recipe type
+    vids = tmp_path / "raw_videos" / "validation" / "113"
+    vids.mkdir(parents=True)
+    shutil.copy(media / "pair.mp4", vids / "xHr8X2Wpmno.mp4")
+    place(media, "chelsea", vids / "GLd3aX16zBg.mp4")
+    place(media, "astronaut", vids / "-aqmc2pmt5M.mp4")
+    ann = tmp_path / "validation_youcook.csv"
+    ann.write_text("end,start,task,text,video_id\n"
+                   f"2,0,113,{STEP['coffee'][2]},xHr8X2Wpmno\n"
+                   f"4,2,113,{STEP['rocket'][2]},xHr8X2Wpmno\n"
+                   f"2,0,113,{STEP['chelsea'][2]},GLd3aX16zBg\n"
+                   f"2,0,113,{STEP['astronaut'][2]},-aqmc2pmt5M\n")
+    samples = read_benchmark("youcook2", ann, tmp_path / "raw_videos")
+    assert [(s.start, s.end) for s in samples] == [(0, 2), (2, 4), (0, 2), (0, 2)]
+    with pytest.raises(HowtocapError, match="validation_youcook.csv: a YouCook2 CSV holds"):
+        read_benchmark("youcook2", ann, None, subset="training")
+    r = evaluate(tmp_path, "youcook2", ann, tmp_path / "raw_videos")
     assert_found_above_chance(r, 4, 4)
 
 
