@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,27 +21,30 @@ PHOTOS = ["coffee", "chelsea", "rocket", "astronaut"]  # one clip each, distinct
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``single/<photo>.mp4`` (2 s each) and ``pair.mp4`` (coffee 0-2 s, then rocket 2-4 s)."""
+    """``videos/<photo>.mp4`` (2 s each), ``videos/pair.mp4`` (coffee 0-2 s, then rocket
+    2-4 s), and ``cache/`` for clip embeddings."""
     d = tmp_path_factory.mktemp("eval_media")
     for p in PHOTOS:
-        make_narrated_video(d / "single", p, [STEP[p]], seconds_per_step=2.0, fps=5, size=96,
+        make_narrated_video(d / "videos", p, [STEP[p]], seconds_per_step=2.0, fps=5, size=96,
                             audio=False, subtitles=None)
-    make_narrated_video(d, "pair", [STEP["coffee"], STEP["rocket"]], seconds_per_step=2.0,
-                        fps=5, size=96, audio=False, subtitles=None)
+    make_narrated_video(d / "videos", "pair", [STEP["coffee"], STEP["rocket"]],
+                        seconds_per_step=2.0, fps=5, size=96, audio=False, subtitles=None)
     return d
 
 
-def place(media: Path, photo: str, dest: Path) -> None:
-    """A copy of the single-photo video under the benchmark's own file name."""
+def place(media: Path, name: str, dest: Path) -> None:
+    """A generated video under the benchmark's own file name: a symlink, so that every
+    format's clip of it shares one entry of the clip-embedding cache (``--cache-dir`` keys
+    by the resolved path): the tests pay for reading formats, not for the same CNN passes."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(media / "single" / f"{photo}.mp4", dest)
+    dest.symlink_to(media / "videos" / f"{name}.mp4")
 
 
-def evaluate(tmp_path: Path, benchmark: str, annotations: Path, videos: Path | None,
-             *flags: str) -> dict:
+def evaluate(tmp_path: Path, media: Path, benchmark: str, annotations: Path,
+             videos: Path | None) -> dict:
     out = tmp_path / f"{benchmark}.json"
-    args = ["eval", "-b", benchmark, "--annotations", str(annotations), "--frames", "3",
-            "--out", str(out), *flags]
+    args = ["eval", "-b", benchmark, "--annotations", str(annotations), "--frames", "2",
+            "--cache-dir", str(media / "cache"), "--out", str(out)]
     res = run_cli(*args, *(["--videos", str(videos)] if videos else []), timeout=300)
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
@@ -69,7 +71,7 @@ def test_msrvtt_jsfusion_csv(media: Path, tmp_path: Path) -> None:
         lines.append(f"ret{i},msr{n},video{n},{STEP[p][2]}")
         place(media, p, tmp_path / "MSRVTT" / "videos" / "all" / f"video{n}.mp4")
     (tmp_path / "MSRVTT_JSFUSION_test.csv").write_text("\n".join(lines) + "\n")
-    r = evaluate(tmp_path, "msrvtt", tmp_path / "MSRVTT_JSFUSION_test.csv",
+    r = evaluate(tmp_path, media, "msrvtt", tmp_path / "MSRVTT_JSFUSION_test.csv",
                  tmp_path / "MSRVTT" / "videos")
     assert_found_above_chance(r, 4, 4)
 
@@ -79,7 +81,7 @@ def test_youcook2_annotations_json_cuts_segments(media: Path, tmp_path: Path) ->
     # string, whole-second segments; only the validation subset is evaluated
     vids = tmp_path / "raw_videos" / "validation" / "113"
     vids.mkdir(parents=True)
-    shutil.copy(media / "pair.mp4", vids / "xHr8X2Wpmno.mp4")
+    place(media, "pair", vids / "xHr8X2Wpmno.mp4")
     place(media, "chelsea", vids / "GLd3aX16zBg.mp4")
     place(media, "astronaut", vids / "-aqmc2pmt5M.mp4")
     place(media, "rocket", tmp_path / "raw_videos" / "training" / "113" / "trainvid001.mp4")
@@ -97,7 +99,7 @@ def test_youcook2_annotations_json_cuts_segments(media: Path, tmp_path: Path) ->
           "trainvid001": entry("training", [([0, 2], "this clip is not in the test set")])}
     ann = tmp_path / "youcookii_annotations_trainval.json"
     ann.write_text(json.dumps({"database": db}, separators=(",", ":")))
-    r = evaluate(tmp_path, "youcook2", ann, tmp_path / "raw_videos")
+    r = evaluate(tmp_path, media, "youcook2", ann, tmp_path / "raw_videos")
     # the two halves of one video are two clips: coffee and rocket must not be confused
     assert_found_above_chance(r, 4, 4)
 
@@ -107,7 +109,7 @@ def test_youcook2_mil_nce_validation_csv(media: Path, tmp_path: Path) -> None:
     # start), whole seconds, task = the recipe type
     vids = tmp_path / "raw_videos" / "validation" / "113"
     vids.mkdir(parents=True)
-    shutil.copy(media / "pair.mp4", vids / "xHr8X2Wpmno.mp4")
+    place(media, "pair", vids / "xHr8X2Wpmno.mp4")
     place(media, "chelsea", vids / "GLd3aX16zBg.mp4")
     place(media, "astronaut", vids / "-aqmc2pmt5M.mp4")
     ann = tmp_path / "validation_youcook.csv"
@@ -120,7 +122,7 @@ def test_youcook2_mil_nce_validation_csv(media: Path, tmp_path: Path) -> None:
     assert [(s.start, s.end) for s in samples] == [(0, 2), (2, 4), (0, 2), (0, 2)]
     with pytest.raises(HowtocapError, match="validation_youcook.csv: a YouCook2 CSV holds"):
         read_benchmark("youcook2", ann, None, subset="training")
-    r = evaluate(tmp_path, "youcook2", ann, tmp_path / "raw_videos")
+    r = evaluate(tmp_path, media, "youcook2", ann, tmp_path / "raw_videos")
     assert_found_above_chance(r, 4, 4)
 
 
@@ -137,7 +139,7 @@ def test_msvd_list_and_caption_pickle(media: Path, tmp_path: Path) -> None:
     (folder / "test_list.txt").write_text("\n".join(ids.values()) + "\n")
     with (folder / "raw-captions.pkl").open("wb") as fh:
         pickle.dump(caps, fh)
-    r = evaluate(tmp_path, "msvd", folder, tmp_path / "YouTubeClips")
+    r = evaluate(tmp_path, media, "msvd", folder, tmp_path / "YouTubeClips")
     assert_found_above_chance(r, 4, 8)
 
 
@@ -153,13 +155,13 @@ def test_lsmdc_challenge_tsv(media: Path, tmp_path: Path) -> None:
                                 "00.00.55.000", f"SOMEONE wants to {STEP[p][2]}."]))
     ann = tmp_path / "LSMDC16_challenge_1000_publictect.csv"
     ann.write_text("\n".join(lines) + "\n")
-    r = evaluate(tmp_path, "lsmdc", ann, tmp_path / "lsmdc")
+    r = evaluate(tmp_path, media, "lsmdc", ann, tmp_path / "lsmdc")
     assert_found_above_chance(r, 4, 4)
 
 
 def test_own_csv_with_clip_times_and_no_videos_flag(media: Path, tmp_path: Path) -> None:
     # video_path relative to the CSV's folder (no --videos); start/end cut one video in two
-    shutil.copy(media / "pair.mp4", tmp_path / "pair.mp4")
+    place(media, "pair", tmp_path / "pair.mp4")
     for p in ("chelsea", "astronaut"):
         place(media, p, tmp_path / "clips" / f"{p}.mp4")
     ann = tmp_path / "own.csv"
@@ -168,7 +170,7 @@ def test_own_csv_with_clip_times_and_no_videos_flag(media: Path, tmp_path: Path)
                    f"pair,pair.mp4,{STEP['rocket'][2]},2,4\n"
                    f"chelsea,clips/chelsea.mp4,{STEP['chelsea'][2]},,\n"
                    f"astronaut,clips/astronaut.mp4,{STEP['astronaut'][2]},,\n")
-    r = evaluate(tmp_path, "csv", ann, None)
+    r = evaluate(tmp_path, media, "csv", ann, None)
     assert_found_above_chance(r, 4, 4)
 
 
