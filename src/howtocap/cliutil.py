@@ -100,7 +100,10 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
         if name not in values:
             raise HowtocapError(f"{path}: unknown option {key!r}; known: "
                                 f"{', '.join(sorted(k for k in values if k != 'config'))}")
-        if ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
+        # by name: Typer (0.29 here) vendors its own click, whose ParameterSource is another enum
+        # than ``click.core.ParameterSource`` (comparing members let the file win every time)
+        source = ctx.get_parameter_source(name)
+        if getattr(source, "name", None) != "COMMANDLINE":
             merged[name] = val
     return merged
 

@@ -45,10 +45,13 @@ def _is_checkpoint(name: str) -> bool:
 def create(name: str = "default", *, device: str | torch.device | None = None) -> Encoder:
     """Build an encoder from its name (see ``available()``); CUDA when present by default."""
     name = name.strip()
-    if name in ("default", "embedded"):
-        from howtocap.encoders.embedded import EmbeddedEncoder
+    if name in ("default", "embedded") or name.startswith("default-"):
+        from howtocap.encoders.embedded import VERSION, EmbeddedEncoder
 
-        return EmbeddedEncoder(device=device)
+        # also its own name, as an index built from an Encoder object records it, so that
+        # `howtocap search/serve` can re-create it (variants with other settings cannot be)
+        if name in ("default", "embedded", f"default-{VERSION}"):
+            return EmbeddedEncoder(device=device)
     if name.startswith("hf:") and len(name) > 3:
         from howtocap.encoders.hf import HFEncoder
 

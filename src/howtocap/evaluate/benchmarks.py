@@ -100,7 +100,13 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
 
     The standard text-to-video test uses the ``validation`` subset (~3.3k clips); each clip
     is ``[segment[0], segment[1]]`` seconds of the raw video ``<youtube id>.{mp4,mkv,webm}``.
+    A ``.csv`` is MIL-NCE's ``validation_youcook.csv`` of the same clips instead.
     """
+    if Path(annotation_path).suffix.lower() == ".csv":
+        if subset != "validation":
+            raise HowtocapError(f"{annotation_path}: a YouCook2 CSV holds validation clips "
+                                f"only; --subset {subset} needs the annotations JSON")
+        return _read_youcook2_csv(Path(annotation_path), video_root)
     try:
         data = json.loads(read_text(annotation_path))
     except json.JSONDecodeError as exc:
@@ -132,6 +138,22 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
                                   float(seg[0]), float(seg[1])))
     if not out:
         raise InputError(annotation_path, f"no annotated clips in subset {subset!r}")
+    return out
+
+
+def _read_youcook2_csv(path: Path, video_root: Path | None) -> list[EvalSample]:
+    """MIL-NCE's ``validation_youcook.csv``: ``end,start,task,text,video_id`` (columns found by
+    name, so its end-before-start order does not matter), whole seconds."""
+    videos = index_videos(video_root)
+    out = []
+    for i, row in enumerate(_csv_rows(path, ("video_id", "start", "end", "text")), start=2):
+        start = _float_or_none(row["start"], path, i, "start")
+        end = _float_or_none(row["end"], path, i, "end")
+        if not row["video_id"] or not row["text"] or start is None or end is None \
+                or end <= start:
+            raise InputError(path, f"line {i}: needs video_id, text, start and end > start")
+        out.append(EvalSample(row["video_id"], videos.get(row["video_id"]), row["text"],
+                              start, end))
     return out
 
 

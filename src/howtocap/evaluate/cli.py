@@ -41,7 +41,8 @@ class TiesOpt(str, Enum):
 def eval_command(
     benchmark: Annotated[BenchmarkOpt, typer.Option(
         "--benchmark", "-b", help="Annotation format: msrvtt (1k-A JSFusion CSV), youcook2 "
-        "(annotations JSON, validation clips), msvd (test_list.txt + raw-captions.pkl), lsmdc "
+        "(annotations JSON or MIL-NCE's validation_youcook.csv, validation clips), msvd "
+        "(test_list.txt + raw-captions.pkl), lsmdc "
         "(challenge 1000 TSV), csv (video_id,video_path,caption[,start,end]), crosstask "
         "(step localisation recall; --annotations is the release folder).")],
     annotations: Annotated[Path, typer.Option(help="The benchmark's annotation file "

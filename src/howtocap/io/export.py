@@ -90,6 +90,8 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
         path = Path(out) if out else rundir.root / f"{kind}_pairs.csv"
         videos = rundir.videos()[["video_id", "video_path"]]
         cols = ["video_id", "video_path", "text", "start", "end"]
+        if unfiltered:  # as promised by --unfiltered: every pair with its score and verdict
+            cols += ["score", "kept"]
         merged = df.merge(videos, on="video_id", how="left").rename(columns={"text": "caption"})
         atomic_write_text(path, merged[[c if c != "text" else "caption" for c in cols]]
                           .to_csv(index=False))
