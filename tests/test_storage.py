@@ -39,6 +39,28 @@ def no_temp_files(run: Path) -> list[Path]:
     return [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
 
+def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
+    """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
+    the next run must sweep that temp file, but never a live writer's."""
+    from howtocap.rundir import _WRITER, sweep_temp_files
+
+    host = _WRITER.split("~")[0]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folders = [tmp_path, tmp_path / "parts", tmp_path / "parts" / "captions",
+               tmp_path / "parts" / "status" / "caption"]
+    stale, live = [], []
+    for i, folder in enumerate(folders):
+        folder.mkdir(parents=True, exist_ok=True)
+        stale.append(folder / f".v{i}.json.{host}~{dead.pid}.abc123.tmp")
+        live.append(folder / f".w{i}.json.{host}~{os.getpid()}.abc123.tmp")
+    for p in stale + live:
+        p.write_text("{")
+    assert sweep_temp_files(tmp_path) == len(stale)
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in live)
+
+
 def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
                                                                  base_video: Path) -> None:
     from howtocap.train.tiny import make_tiny_clip

@@ -160,11 +160,12 @@ _TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
 
 def sweep_temp_files(root: Path) -> int:
     """Remove temp files a killed writer of this host left (never another host's, never a
-    live process's) in ``root`` and two levels below; returns how many went."""
+    live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
+    per-video status files); returns how many went."""
     host = _WRITER.split("~")[0]
     removed = 0
     folders = [root]
-    for depth in range(3):
+    for depth in range(4):
         nxt: list[Path] = []
         for folder in folders:
             try:
@@ -173,7 +174,7 @@ def sweep_temp_files(root: Path) -> int:
                 continue
             for e in entries:
                 if e.is_dir(follow_symlinks=False):
-                    if depth < 2 and e.name not in ("cache", "index"):
+                    if depth < 3 and e.name not in ("cache", "index"):
                         nxt.append(Path(e.path))
                     continue
                 m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
