@@ -178,6 +178,7 @@ class CachedLLM:
         self.row, self.cache, self.live = row, cache, live
         self.name = row.model
         self.requests: list[dict[str, Any]] = []
+        self.missing = False
 
     def _server(self) -> LlamaCppLLM:
         # WORKERS slots: the videos of a row are asked WORKERS at a time (batched decoding).
@@ -192,6 +193,7 @@ class CachedLLM:
         hit = self.cache.records.get(key)
         if hit is None:
             if not self.live:
+                self.missing = True  # the captioner turns exceptions into failed blocks
                 raise MissingReply(f"{self.row.label}: a request is not in the reply cache")
             rec = RecordingLLM(self._server())
             try:
@@ -226,6 +228,8 @@ def caption_row(row: Row, videos: list[Video], cache: ReplyCache, live: bool) ->
             caps = [(float(s), str(t)) for s, t in zip(df["start"], df["text"], strict=True)]
         except CaptionError as exc:
             stats, caps = exc.stats, []
+        if llm.missing:  # never measured: not a failed block
+            raise MissingReply(f"{row.label}: {v.video_id} is not in the reply cache")
         reqs = llm.requests
         rec = {"video_id": v.video_id, "split": v.split, "blocks": stats.blocks,
                "failed_blocks": len(stats.failed_blocks),
@@ -359,7 +363,8 @@ def split_metrics(videos: list[Video], per_video: list[dict], judge: Judge,
                load_avg=[min(loads), max(loads)] if loads else None,
                measured=[when[0], when[-1]] if when else None)
     rates = quiet_rates().get(model or "")
-    if rates:  # the same tokens at the quiet machine's rates: a load-independent speed
+    # the same tokens at the quiet machine's rates: a load-independent speed
+    if rates and out["prompt_tokens"] + out["gen_tokens"]:
         quiet_s = out["prompt_tokens"] / rates[0] + out["gen_tokens"] / rates[1]
         out.update(quiet_seconds_per_block=quiet_s / blocks,
                    quiet_realtime_factor=(words / WORDS_PER_SECOND) / quiet_s)
