@@ -37,7 +37,8 @@ def test_grammar_makes_a_tiny_model_answer_only_caption_lines() -> None:
     every reply is '<n>s: <sentence>' and parses."""
     llm = LlamaCppLLM(SMOLLM2).load()
     subs = pd.DataFrame(RAMBLE, columns=["start", "end", "text"])
-    cfg = CaptionConfig(template="paper", generation=GenerationConfig(max_tokens=160))
+    cfg = CaptionConfig(template="paper", constrain=True,
+                        generation=GenerationConfig(max_tokens=160))
     constrained = cfg.resolved_generation()
     assert constrained.grammar and not cfg.generation.grammar
     for words in (12, 30, 200):  # one sentence per block, a few, and everything in one block

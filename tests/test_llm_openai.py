@@ -265,7 +265,7 @@ def test_unparseable_replies_and_server_errors_fail_one_video(server: FakeServer
 def test_constraint_fields_are_sent_and_dropped_for_a_server_that_rejects_them(
         server: FakeServer) -> None:
     subs = subtitles(3)
-    df, _ = caption_video("v", subs, client(server.url))
+    df, _ = caption_video("v", subs, client(server.url), CaptionConfig(constrain=True))
     sent = server.requests[-1]
     assert sent["grammar"] == CAPTION_GBNF  # llama.cpp server
     assert sent["structured_outputs"] == {"regex": CAPTION_REGEX}  # vLLM
@@ -278,7 +278,8 @@ def test_constraint_fields_are_sent_and_dropped_for_a_server_that_rejects_them(
     server.requests.clear()
     server.reject = {"grammar"}
     llm = client(server.url, concurrency=1)
-    df, stats = caption_video("v", subtitles(4, tag="x"), llm, CaptionConfig(block_words=8))
+    df, stats = caption_video("v", subtitles(4, tag="x"), llm,
+                              CaptionConfig(block_words=8, constrain=True))
     assert stats.blocks == 2 and len(df) == 4 and not stats.failed_blocks
     assert llm.constraints_rejected
     # asked once with the fields, then again without; later requests leave them out

@@ -143,7 +143,8 @@ def caption(
              ".txt/.yaml/.json template file.")] = None,
     constrain: Annotated[bool, typer.Option(help="Constrain decoding to '<n>s: caption' lines "
                                                  "(grammar; servers that reject it are asked "
-                                                 "without).")] = True,
+                                                 "without). Off by default (benchmarks/"
+                                                 "results/captions.md).")] = False,
     keep_chatter: Annotated[bool, typer.Option(help="Keep captions such as 'Subscribe to the "
                                                     "channel.' (`run`: in the align filter "
                                                     "too).")] = False,

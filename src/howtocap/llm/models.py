@@ -67,5 +67,5 @@ REGISTRY: dict[str, BundledGGUF] = {m.name: m for m in (
         about="SmolLM2-135M-Instruct Q4_1, 93 MB (fast; ignores the caption format)"),
 )}
 
-# Chosen by benchmarks/bench_llm.py (results in benchmarks/results/llm.md).
+# Chosen by benchmarks/bench_captions.py (results in benchmarks/results/captions.md).
 EMBEDDED_DEFAULT = QWEN_1_5B

@@ -37,7 +37,7 @@ _TEMPLATES = Path(__file__).with_name("templates")
 BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json",
            "concise": _TEMPLATES / "concise.json"}
 TEMPLATE_NAMES = ("paper", *BUILTIN)
-# Chosen by benchmarks/bench_llm.py (benchmarks/results/llm.md).
+# Chosen by benchmarks/bench_captions.py (benchmarks/results/captions.md).
 DEFAULT_TEMPLATE_NAME = "actions"
 
 PAPER_PROMPT = (
