@@ -7,6 +7,7 @@ and where the rows go is the runner's business.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,7 @@ from howtocap.llm.base import LLM, GenerationConfig, drop_cut_line
 from howtocap.llm.blocks import Block, make_blocks
 from howtocap.llm.chatter import is_chatter
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.llm.filler import reject_reasons
 from howtocap.llm.parse import norm_text, parse_reply
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, Template, build_messages, resolve_template
 from howtocap.rundir import conform, empty_table
@@ -34,6 +36,8 @@ class CaptionConfig(BaseModel):
     range_slack: float = Field(0.0, ge=0)  # seconds allowed outside a block's time range
     constrain: bool = True  # grammar-constrained decoding (backends that support it)
     drop_chatter: bool = True  # drop captions such as "Subscribe to the channel."
+    # mark captions that show nothing ("So yeah, let's see.") in the `rejected` column
+    reject_fillers: bool = True
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 
@@ -58,6 +62,7 @@ class CaptionStats:
     empty: int = 0
     duplicates: int = 0
     chatter: int = 0  # captions dropped as channel chatter
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> captions (llm.filler)
     truncated_replies: int = 0  # hit max_tokens; their cut-off last line was dropped
     retried_blocks: int = 0
     failed_blocks: list[tuple[int, str]] = field(default_factory=list)  # (block, why)
@@ -108,7 +113,8 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
 
 
 def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
-                  cfg: CaptionConfig | None = None) -> tuple[pd.DataFrame, CaptionStats]:
+                  cfg: CaptionConfig | None = None, *, nlp: Any | None = None
+                  ) -> tuple[pd.DataFrame, CaptionStats]:
     """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
 
     A block whose reply gives no caption is asked again (``cfg.retries`` times, sampling with
@@ -116,6 +122,9 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     other blocks' captions are kept. Raises ``CaptionError`` only when no block gave a
     caption and some failed (a video of pure chatter has no captions and no error).
     Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
+    With ``cfg.reject_fillers`` every caption that shows nothing gets its reason in the
+    ``rejected`` column (``llm.filler``; ``nlp``: its spaCy parser, loaded once when None);
+    the row stays, so the table keeps all the LLM said.
     """
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
@@ -163,5 +172,7 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     df.insert(0, "video_id", video_id)
     df["source"] = "llm"
     df["model"] = llm.name
+    df["rejected"] = reject_reasons(df["text"], nlp) if cfg.reject_fillers else ""
+    stats.rejected = df.loc[df["rejected"] != "", "rejected"].value_counts().to_dict()
     stats.captions = len(df)
     return conform(df, "captions"), stats

@@ -36,38 +36,44 @@ from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
 
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # Verbs about thinking, perceiving or talking to the viewer: no visible action of their own.
-META_VERBS = frozenset(
+META_VERBS = _words(
     "see know think hope believe guess mean say tell talk show trust love like enjoy remember "
     "forget promise bet wonder care worry imagine feel thank welcome subscribe comment watch "
-    "wish swear admit suppose figure realize notice understand learn want appreciate".split())
+    "wish swear admit suppose figure realize notice understand learn want appreciate")
 # Light verbs: they show something only together with a concrete noun.
-LIGHT_VERBS = frozenset(
+LIGHT_VERBS = _words(
     "take give get go keep come do have make look check try start begin continue need use "
-    "hang hold wait be let help finish move get find seem happen stop work".split())
+    "hang hold wait be let help finish move get find seem happen stop work")
 # Nouns no camera films: time, people, abstractions, the channel's business.
-TIME_NOUNS = frozenset("time minute second sec hour while moment day week year today tonight "
-                       "morning night overnight patience".split())
-PERSON_NOUNS = frozenset("guy everyone everybody folk friend people kid child family mom mother "
+TIME_NOUNS = _words("time minute second sec hour while moment day week year today tonight "
+                       "morning night overnight patience")
+PERSON_NOUNS = _words("guy everyone everybody folk friend people kid child family mom mother "
                          "dad father sister brother wife husband boy girl man woman viewer "
-                         "audience subscriber lady gentleman".split())
-GREETINGS = frozenset("bye goodbye cheers hello hi hey welcome thanks".split())
-ABSTRACT_NOUNS = frozenset(
+                         "audience subscriber lady gentleman")
+GREETINGS = _words("bye goodbye cheers hello hi hey welcome thanks")
+ABSTRACT_NOUNS = _words(
     "bit lot part way thing stuff step process video channel comment question story idea "
     "point end one kind sort type trick tip secret reason problem mistake difference note "
     "everything something nothing anything job fun luck sense matter course sure rest place "
     "sale college trip recipe version favorite favourite description link bell button "
-    "episode series today's".split())
+    "episode series today's")
 NON_CONTENT_NOUNS = TIME_NOUNS | PERSON_NOUNS | ABSTRACT_NOUNS | GREETINGS
 # Roots that evaluate instead of describing ("Perfect.", "Looks good.").
-EVALUATIONS = frozenset("perfect nice good great easy done ready beautiful delicious awesome "
+EVALUATIONS = _words("perfect nice good great easy done ready beautiful delicious awesome "
                         "cool lovely amazing simple fine right okay ok yes yeah sure wonderful "
-                        "fantastic excellent gorgeous yummy tasty incredible".split())
-SPEAKER_VIEWER = frozenset("i me my mine we us our ours you your yours y'all ya".split())
+                        "fantastic excellent gorgeous yummy tasty incredible")
+SPEAKER_VIEWER = _words("i me my mine we us our ours you your yours y'all ya")
 
 _SIGNOFF = re.compile(
-    r"\b(?:bye|goodbye|see you|see ya|that(?:'?s| is) (?:pretty much |about )?(?:it|all)|thanks?(?: you)?"
-    r"(?: so much)? for|happy (?:cooking|baking)|until next time|cheers|take care)\b"
+    r"\b(?:bye|goodbye|see you|see ya|that(?:'?s| is) (?:pretty much |about )?(?:it|all)|"
+    r"thanks?(?: you)?(?: so much)? for|happy (?:cooking|baking)|until next time|cheers|"
+    r"take care)\b"
     r"|^(?:and )?(?:enjoy|done|we'?re done|all done)\W*$", re.IGNORECASE)
 # A whole caption that is a farewell formula, whatever its parse ("Happy cooking.").
 _FAREWELL = re.compile(r"^\W*(?:and |so )?(?:happy (?:cooking|baking|eating)|bon appetit|"

@@ -26,7 +26,7 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text
+from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text, kept_captions
 from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name
@@ -66,7 +66,9 @@ def _load_inputs(rundir: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not need <= set(captions.columns):
         raise InputError(rundir.table_path("captions"),
                          f"lacks columns {sorted(need - set(captions.columns))}")
-    return captions, rundir.videos()
+    # Captions rejected as showing nothing are not aligned: not scored, not in the filter's
+    # reference, not in aligned.parquet (they stay in captions.parquet with their reason).
+    return kept_captions(captions), rundir.videos()
 
 
 def read_aligned(rundir: RunDir) -> pd.DataFrame:
