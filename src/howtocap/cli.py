@@ -171,7 +171,7 @@ def report_rejected(run_dir: Path) -> None:
 
     counts = rejected_counts(RunDir(run_dir, create=False))
     if counts:
-        by = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda x: -x[1]))
+        by = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
         err.print(f"rejected {sum(counts.values())} captions that show nothing ({by}): not "
                   "aligned, kept in captions.parquet's `rejected` column (--keep-fillers "
                   "keeps them)", highlight=False)
