@@ -191,7 +191,8 @@ def pipeline_rates(run_dir: Path, gt: pd.DataFrame) -> dict[str, Any]:
         "rejected_captions": [f"{t} [{k}, {w}]" for t, (k, _), w in
                               zip(rej["text"], rej["seg"], rej["rejected"], strict=True)],
         "fillers_kept_after_align": sorted(
-            al.loc[[k == "filler" for k, _ in al["seg"]] & al["kept"].astype(bool), "text"]),
+            t for t, (k, _), kept in zip(al["text"], al["seg"], al["kept"], strict=True)
+            if k == "filler" and kept),
     }
 
 
