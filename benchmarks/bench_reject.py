@@ -149,6 +149,31 @@ class ReplayLLM:
     def chat(self, messages: Any, gen: Any) -> Any:
         return self.chat_many([messages], gen)[0]
 
+    def prefill(self, run_dir: Path, cfg: Any) -> int:
+        """Replies for prompts this process did not ask (a resumed baseline run): each block's
+        captions in ``run_dir`` written back as ``<t>s: caption`` lines, which parse to the
+        very same captions. Returns how many prompts were added."""
+        from howtocap.llm.blocks import make_blocks
+        from howtocap.llm.prompt import build_messages
+        from howtocap.rundir import RunDir
+
+        rd = RunDir(run_dir, create=False)
+        gen, template = cfg.resolved_generation(), cfg.resolved_template()
+        added = 0
+        for path in sorted(rd.part_dir("captions").glob("*.parquet")):
+            caps = pd.read_parquet(path)
+            if not len(caps):
+                continue
+            vid = str(caps["video_id"].iloc[0])
+            for block in make_blocks(rd.read_part("subtitles", vid), cfg.block_words):
+                b = caps[caps["block"] == block.index]
+                key = json.dumps([build_messages(block, template), gen.model_dump(mode="json")],
+                                 sort_keys=True)
+                if key not in self.cache and len(b):
+                    self.cache[key] = "\n".join(f"{r.start:g}s: {r.text}" for r in b.itertuples())
+                    added += 1
+        return added
+
 
 def _segment_of(gt: pd.DataFrame) -> Any:
     by_video = {v: g.sort_values("start") for v, g in gt.groupby("video_id")}
@@ -196,7 +221,17 @@ def pipeline_rates(run_dir: Path, gt: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def pipeline(n_videos: int) -> dict[str, Any]:
+def pipeline(n_videos: int, work: Path | None = None) -> dict[str, Any]:
+    """Both runs in ``work`` (kept, and resumed when run again: the runs are resumable and the
+    videos and ground truth are reused) or in a temporary folder."""
+    if work is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        return _pipeline(n_videos, work)
+    with tempfile.TemporaryDirectory(prefix="bench-reject-") as tmp_name:
+        return _pipeline(n_videos, Path(tmp_name))
+
+
+def _pipeline(n_videos: int, tmp: Path) -> dict[str, Any]:
     from howtocap.llm import LLMOptions, from_options
     from howtocap.llm.captioner import CaptionConfig
     from howtocap.pipeline.caption import CaptionRunConfig
@@ -205,23 +240,30 @@ def pipeline(n_videos: int) -> dict[str, Any]:
 
     res: dict[str, Any] = {"videos": n_videos, "seed": SEED, "fillers_per_video": FILLERS,
                            "chatter_per_video": CHATTER}
-    with tempfile.TemporaryDirectory(prefix="bench-reject-") as tmp_name:
-        tmp = Path(tmp_name)
-        videos = make_fixture_set(tmp / "videos", n_videos=n_videos, seed=SEED, fillers=FILLERS,
-                                  chatter=CHATTER)
+    truth = tmp / "ground_truth.csv"
+    if truth.exists():
+        gt = pd.read_csv(truth)
+    else:
+        videos = make_fixture_set(tmp / "videos", n_videos=n_videos, seed=SEED,
+                                  fillers=FILLERS, chatter=CHATTER)
         gt = ground_truth(videos)
-        res["segments"] = dict(Counter(gt["kind"]))
-        llm = ReplayLLM(from_options(LLMOptions()))
-        res["llm"] = llm.name
-        rows: dict[str, Any] = {}
-        for label, reject in (("keep_fillers", False), ("default", True)):
-            cfg = CaptionRunConfig(caption=CaptionConfig(reject_fillers=reject))
-            t0 = time.perf_counter()
-            run_pipeline([tmp / "videos"], tmp / label, caption=cfg, llm=llm, progress=False)
-            rows[label] = {**pipeline_rates(tmp / label, gt),
-                           "seconds": round(time.perf_counter() - t0, 1)}
-        res["llm_requests"] = llm.asked
-        res["runs"] = rows
+        gt.to_csv(truth, index=False)
+    if gt["video_id"].nunique() != n_videos:
+        raise SystemExit(f"{truth} holds other videos than --videos {n_videos}")
+    res["segments"] = dict(Counter(gt["kind"]))
+    llm = ReplayLLM(from_options(LLMOptions()))
+    res["llm"] = llm.name
+    rows: dict[str, Any] = {}
+    for label, reject in (("keep_fillers", False), ("default", True)):
+        cfg = CaptionRunConfig(caption=CaptionConfig(reject_fillers=reject))
+        if reject:
+            res["replies_from_baseline_captions"] = llm.prefill(tmp / "keep_fillers", cfg.caption)
+        t0 = time.perf_counter()
+        run_pipeline([tmp / "videos"], tmp / label, caption=cfg, llm=llm, progress=False)
+        rows[label] = {**pipeline_rates(tmp / label, gt),
+                       "seconds": round(time.perf_counter() - t0, 1)}
+    res["llm_requests"] = llm.asked
+    res["runs"] = rows
     return res
 
 
@@ -343,6 +385,8 @@ def verdict(res: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="2 videos")
+    ap.add_argument("--videos", type=int, default=N_VIDEOS, help="sample videos in the run")
+    ap.add_argument("--work", type=Path, help="keep (and resume) the runs in this folder")
     ap.add_argument("--no-pipeline", action="store_true", help="only the test on text")
     args = ap.parse_args()
     res: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -352,7 +396,7 @@ def main() -> None:
     res["generated"] = generated_set(nlp)
     res["spoken_youcook2"] = spoken_set(nlp)
     if not args.no_pipeline:
-        res["pipeline"] = pipeline(2 if args.quick else N_VIDEOS)
+        res["pipeline"] = pipeline(2 if args.quick else args.videos, args.work)
     res["verdict"] = verdict(res)
     res["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     RESULTS.mkdir(exist_ok=True)
