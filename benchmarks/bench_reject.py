@@ -20,8 +20,10 @@ Run: python benchmarks/bench_reject.py [--quick] [--no-pipeline]
    espeak-ng speech, WebVTT subtitles), once with ``--keep-fillers`` (the baseline) and once
    with the default rejection, in the same process. The LLM is asked once: the second run
    replays the first run's replies (same prompts, greedy decoding), so the two rows differ
-   only by the rejection. A caption belongs to the segment its original start falls in;
-   a step is covered when a kept caption (``aligned.parquet``, ``kept``) starts in it.
+   only by the rejection. A caption belongs to the segment whose narration shares most of
+   its words (the LLM's timestamps are often one segment off; no shared word: the segment
+   its start falls in); a step is covered when a kept caption (``aligned.parquet``,
+   ``kept``) belongs to it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -175,11 +178,27 @@ class ReplayLLM:
         return added
 
 
+_STOP = frozenset("the and a an of to in on into it its this that then now so okay just "
+                  "with from for out one all our your my you we i is are be".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 2 and w not in _STOP}
+
+
 def _segment_of(gt: pd.DataFrame) -> Any:
+    """The segment a caption came from: the one whose narration shares most of its words
+    (the LLM's timestamps are often a segment off), else the one its start falls in."""
     by_video = {v: g.sort_values("start") for v, g in gt.groupby("video_id")}
 
-    def find(video_id: str, t: float) -> tuple[str, int]:
+    def find(video_id: str, t: float, text: str) -> tuple[str, int]:
         g = by_video[video_id]
+        words = _words(text)
+        overlap = [len(words & _words(n)) for n in g["narration"]]
+        if max(overlap, default=0) > 0:
+            best = max(range(len(g)), key=lambda i: (overlap[i],
+                                                     -abs(g["start"].iloc[i] - t)))
+            return str(g["kind"].iloc[best]), int(g["step"].iloc[best])
         hit = g[(g["start"] - 0.5 <= t) & (t < g["end"])]
         return (str(hit.iloc[0]["kind"]), int(hit.iloc[0]["step"])) if len(hit) else ("none", -1)
 
@@ -191,8 +210,10 @@ def pipeline_rates(run_dir: Path, gt: pd.DataFrame) -> dict[str, Any]:
     find = _segment_of(gt)
     caps = pd.read_parquet(run_dir / "captions.parquet")
     al = pd.read_parquet(run_dir / "aligned.parquet")
-    caps["seg"] = [find(v, t) for v, t in zip(caps["video_id"], caps["start"], strict=True)]
-    al["seg"] = [find(v, t) for v, t in zip(al["video_id"], al["orig_start"], strict=True)]
+    caps["seg"] = [find(v, t, x) for v, t, x in zip(caps["video_id"], caps["start"],
+                                                      caps["text"], strict=True)]
+    al["seg"] = [find(v, t, x) for v, t, x in zip(al["video_id"], al["orig_start"], al["text"],
+                                                  strict=True)]
     steps = {(r.video_id, int(r.step)) for r in gt.itertuples() if r.kind == "step"}
 
     def rates(df: pd.DataFrame) -> dict[str, Any]:

@@ -66,9 +66,7 @@ def _load_inputs(rundir: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not need <= set(captions.columns):
         raise InputError(rundir.table_path("captions"),
                          f"lacks columns {sorted(need - set(captions.columns))}")
-    # Captions rejected as showing nothing are not aligned: not scored, not in the filter's
-    # reference, not in aligned.parquet (they stay in captions.parquet with their reason).
-    return kept_captions(captions), rundir.videos()
+    return captions, rundir.videos()
 
 
 def read_aligned(rundir: RunDir) -> pd.DataFrame:
@@ -219,7 +217,12 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     names_in = list(encoder_names) or ["default"]
     from_names = encoders is None
     captions, videos = _load_inputs(rundir)
+    # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
+    # too: they are "other captions" all the same, and so the rejection never changes which
+    # of the other captions the filter keeps. Rejected captions themselves are not aligned:
+    # not scored, not in aligned.parquet (they stay in captions.parquet with their reason).
     reference = draw_reference(rundir, captions, videos, cfg, redo=redo)
+    captions = kept_captions(captions)
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
