@@ -178,8 +178,8 @@ class ReplayLLM:
         return added
 
 
-_STOP = frozenset("the and a an of to in on into it its this that then now so okay just "
-                  "with from for out one all our your my you we i is are be".split())
+_STOP = set(re.findall(r"\S+", "the and a an of to in on into it its this that then now so okay "
+                        "just with from for out one all our your my you we i is are be"))
 
 
 def _words(text: str) -> set[str]:
