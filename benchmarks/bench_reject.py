@@ -329,8 +329,13 @@ def write_md(res: dict[str, Any], path: Path) -> None:
     if pl:
         lines += ["", "## After a default `run`", "",
                   f"{pl['videos']} narrated sample videos (seed {pl['seed']}; segments: "
-                  f"{pl['segments']}), LLM `{pl['llm']}` asked {pl['llm_requests']} times "
-                  "(the second run replays its replies). Targets: ≤ "
+                  f"{pl['segments']}), LLM `{pl['llm']}`: {pl['llm_requests']} prompts asked "
+                  "in this invocation (the baseline resumes its run in `--work`, so captions "
+                  "made by an earlier invocation are kept), "
+                  f"{pl.get('replies_from_baseline_captions', 0)} replies replayed to the "
+                  "default run from the baseline's captions, which parse back to the same "
+                  "captions. Captions are matched to the segment whose narration shares most "
+                  "of their words. Targets: ≤ "
                   f"{TARGETS['filler_kept_max']:.0%} filler among kept captions and ≥ "
                   f"{TARGETS['steps_covered_min']:.0%} of steps covered.", "",
                   "| run | stage | captions | filler share | chatter share | steps covered |",
