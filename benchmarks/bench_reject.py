@@ -11,7 +11,7 @@ Run: python benchmarks/bench_reject.py [--quick] [--no-pipeline]
        ``benchmarks/spoken.py`` from YouCook2's human annotations; read from this worktree or
        the ``capbench`` worktree): its narration lines (kind step / filler / chatter / aside)
        and YouCook2's own step sentences. The rules were tuned on its ``tune`` split only;
-       ``report`` and ``extra`` were never looked at while writing them.
+       ``report`` and ``extra`` were never used to tune them.
    Positives are fillers (a: every non-step label; b: kind ``filler``); precision and recall
    are over step + filler lines; chatter and asides are reported apart (chatter is the chatter
    patterns' job, ``llm.chatter``).
