@@ -35,6 +35,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
+# Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
+RULES_VERSION = 1
 
 
 def _words(text: str) -> frozenset[str]:

@@ -49,6 +49,10 @@ class CaptionStage(BaseStage):
             llm_identity(self.llm)
         cfg = self.cfg.model_dump(mode="json")
         cfg["template"] = template_text(self.cfg.template)
+        if self.cfg.reject_fillers:  # new rules reject other captions
+            from howtocap.llm.filler import RULES_VERSION
+
+            cfg["filler_rules"] = RULES_VERSION
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
     def process(self, video: VideoInput) -> StageOutput:
