@@ -175,7 +175,7 @@ def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_vide
     vids = tmp_path / "videos"
     add_video(vids, "htm1", base_video)  # no sidecar: its subtitles come from caption.json
     source = {"htm1": {"start": [0.0, 2.0], "end": [2.0, 4.0],
-                       "text": ["today we make a simple omelette", "crack the eggs into a bowl"]}}
+                       "text": ["first we heat the butter in a pan", "crack the eggs into a bowl"]}}
     (tmp_path / "caption.json").write_text(json.dumps(source))
     out = tmp_path / "run"
     with chat_server() as srv:

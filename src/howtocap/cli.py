@@ -66,6 +66,7 @@ def _caption_config(v: dict[str, Any]) -> Any:
         gen["stop"] = list(v["stop"])
     cap: dict[str, Any] = {"block_words": v["block_words"], "clip_seconds": v["clip_seconds"],
                            "constrain": v["constrain"], "drop_chatter": not v["keep_chatter"],
+                           "reject_fillers": not v["keep_fillers"],
                            "generation": validated(GenerationConfig, **gen)}
     if v.get("template"):
         cap["template"] = str(v["template"])
@@ -148,6 +149,11 @@ def caption(
     keep_chatter: Annotated[bool, typer.Option(help="Keep captions such as 'Subscribe to the "
                                                     "channel.' (`run`: in the align filter "
                                                     "too).")] = False,
+    keep_fillers: Annotated[bool, typer.Option(help="Keep captions that show nothing ('So "
+                                                    "yeah, let's see.', 'Take your time.') as "
+                                                    "training text; by default they are marked "
+                                                    "in captions.parquet's `rejected` column "
+                                                    "and not aligned.")] = False,
     temperature: Annotated[float | None, typer.Option()] = None,
     max_tokens: Annotated[int | None, typer.Option()] = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
@@ -174,7 +180,21 @@ def caption(
                             shard=parse_shard(v["shard"]), redo=v["redo"],
                             retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     show_captions(v["out_dir"], limit=0)
+    report_rejected(v["out_dir"])
     report_summary(*summaries)
+
+
+def report_rejected(run_dir: Path) -> None:
+    """One line: how many captions were rejected as showing nothing, by reason."""
+    from howtocap.pipeline.caption import rejected_counts
+    from howtocap.rundir import RunDir
+
+    counts = rejected_counts(RunDir(run_dir, create=False))
+    if counts:
+        by = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+        err.print(f"rejected {sum(counts.values())} captions that show nothing ({by}): not "
+                  "aligned, kept in captions.parquet's `rejected` column (--keep-fillers "
+                  "keeps them)", highlight=False)
 
 
 def _run(**v: Any) -> None:
@@ -195,6 +215,7 @@ def _run(**v: Any) -> None:
                              retry_failed=v["retry_failed"], max_attempts=v["max_attempts"])
     print_align_result(Path(v["out_dir"]), v["shard"])
     show_captions(v["out_dir"], limit=0)
+    report_rejected(v["out_dir"])
     report_summary(*summaries)
 
 

@@ -31,8 +31,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # config_id: the fingerprint of the stage run that made the row (DIR/parts/fingerprints/)
     "subtitles": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                   "source": "str", "config_id": "str"},
+    # rejected: "" = kept, else why the caption shows nothing (llm.filler); align, export and
+    # index read only kept rows (``kept_captions``)
     "captions": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                 "source": "str", "block": "int64", "model": "str", "config_id": "str"},
+                 "source": "str", "block": "int64", "model": "str", "config_id": "str",
+                 "rejected": "str"},
     "aligned": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                 "orig_start": "float64", "orig_end": "float64", "offset": "float64",
                 "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
@@ -48,7 +51,17 @@ SCHEMAS: dict[str, dict[str, str]] = {
                "cause": "str", "attempts": "int64", "config_id": "str"},
 }
 # Columns older tables (or a stage's raw output) may lack, filled by ``conform``.
-DEFAULTS: dict[str, Any] = {"config_id": "", "cause": "", "attempts": 1}
+# (captions without ``rejected`` were made before the filler test: all kept)
+DEFAULTS: dict[str, Any] = {"config_id": "", "cause": "", "attempts": 1, "rejected": ""}
+
+
+def kept_captions(captions: pd.DataFrame) -> pd.DataFrame:
+    """The captions that are training text: rows not rejected as showing nothing, without the
+    ``rejected`` column (a table from before the column exists is kept whole)."""
+    if "rejected" not in captions.columns:
+        return captions
+    keep = captions["rejected"].fillna("").astype(str) == ""
+    return captions[keep].drop(columns="rejected").reset_index(drop=True)
 
 
 def empty_table(name: str) -> pd.DataFrame:

@@ -79,6 +79,24 @@ CHATTER_LINES: list[tuple[str, str]] = [
      "I hope you enjoyed this one."),
 ]
 
+# Spoken filler and meta-talk, labelled: the narrator pauses over the work (the step's photo
+# stays on screen) and says something no frame shows. ``make_fixture_set(fillers=K)`` inserts
+# K such segments per video after random steps; they are ``kind="filler"`` in ``ground_truth``.
+# Captions a small LLM turns them into pass the chatter patterns and the visual filter alike
+# (the frames still show the task), which is what ``llm.filler`` is for.
+FILLER_LINES: list[tuple[str, str]] = [
+    ("So yeah, let's see, okay.", "So yeah, let's see."),
+    ("Okay, hang on a second, hang on.", "Hang on a second."),
+    ("Let me know what you think of this one, honestly.", "Let me know what you think."),
+    ("Take your time with this, there is no rush at all.", "Take your time."),
+    ("Alright, I think that's pretty much it for this part.", "That's it for this part."),
+    ("Oh boy, okay, here we go again.", "Here we go."),
+    ("Just give it a minute or two, be patient.", "Give it a minute."),
+    ("Hmm, okay, where was I, oh right.", "Where was I?"),
+    ("This part is always my favourite, I have to say.", "This is my favourite part."),
+    ("Okay cool, let's keep going then.", "Let's keep going."),
+]
+
 SAMPLE_RATE = 22050  # espeak-ng's native rate; the muxer keeps it
 _MIN_GAP = 0.15  # seconds of silence kept between consecutive narrations
 
@@ -94,7 +112,8 @@ class Step:
     caption: str
     narration_start: float = 0.0
     narration_end: float = 0.0
-    kind: str = "step"  # "chatter": talk about the channel over the presenter's portrait
+    kind: str = "step"  # "chatter": talk about the channel over the presenter's portrait;
+    # "filler": talk that shows nothing, over the step's photo (``FILLER_LINES``)
 
 
 @dataclass
@@ -279,9 +298,10 @@ def make_narrated_video(out_dir: Path, video_id: str,
     frames_per_step = max(1, int(round(seconds_per_step * fps)))
     step_len = frames_per_step / fps
     duration = step_len * len(step_specs)
-    plan = [Step(img, round(i * step_len, 3), round((i + 1) * step_len, 3), narr, cap,
-                 kind="chatter" if img == CHATTER_IMAGE else "step")
-            for i, (img, narr, cap) in enumerate(step_specs)]
+    plan = [Step(spec[0], round(i * step_len, 3), round((i + 1) * step_len, 3), spec[1],
+                 spec[2], kind=str(spec[3]) if len(spec) > 3 else
+                 "chatter" if spec[0] == CHATTER_IMAGE else "step")  # type: ignore[misc]
+            for i, spec in enumerate(step_specs)]
     rng = random.Random(f"{seed}:{video_id}")
     video_path = out_dir / f"{video_id}.mp4"
 
@@ -328,10 +348,11 @@ def make_narrated_video(out_dir: Path, video_id: str,
 
 
 def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: int = 0,
-                     steps: list[tuple[str, str, str]] | None = None,
+                     steps: list[tuple[str, str, str]] | None = None, fillers: int = 0,
                      **kw: object) -> list[SampleVideo]:
     """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps,
-    plus ``chatter`` labelled chatter segments each (intro, outro, then between steps).
+    plus ``chatter`` labelled chatter segments each (intro, outro, then between steps) and
+    ``fillers`` labelled filler segments each (after random steps, over the step's photo).
     ``steps`` is the pool of (photo, narration, caption) to draw from [``DEFAULT_STEPS``];
     pass ``photos=`` (see ``howtocap.photos``) when it names photographs outside scikit-image."""
     rng = random.Random(seed)
@@ -345,6 +366,8 @@ def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: i
             if key not in seen:
                 break
         seen.add(key)
+        if fillers:  # their own generator: the steps and chatter stay as without fillers
+            chosen = _with_fillers(chosen, fillers, random.Random(f"{seed}:fillers:{v}"))
         chosen = _with_chatter(chosen, chatter, rng)
         videos.append(make_narrated_video(Path(out_dir), f"sample_{v:03d}", chosen,
                                           seed=seed, **kw))  # type: ignore[arg-type]
@@ -359,6 +382,16 @@ def _with_chatter(steps: list[tuple[str, str, str]], k: int, rng: random.Random
     for i, (narr, cap) in enumerate(lines):
         pos = 0 if i == 0 else len(out) if i == 1 else rng.randint(1, len(out) - 1)
         out.insert(pos, (CHATTER_IMAGE, narr, cap))
+    return out
+
+
+def _with_fillers(steps: list[tuple[str, str, str]], k: int, rng: random.Random
+                  ) -> list[tuple[str, ...]]:
+    """Insert ``k`` filler segments, each after a random step and over that step's photo."""
+    out: list[tuple[str, ...]] = list(steps)
+    for narr, cap in rng.sample(FILLER_LINES, min(k, len(FILLER_LINES))):
+        pos = rng.randint(1, len(out))
+        out.insert(pos, (out[pos - 1][0], narr, cap, "filler"))
     return out
 
 

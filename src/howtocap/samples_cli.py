@@ -27,6 +27,10 @@ def register(app: typer.Typer) -> None:
         chatter: int = typer.Option(0, min=0, help="Channel-chatter segments per video (a "
                                                    "presenter talks about the channel; kind="
                                                    "chatter in ground_truth.csv)."),
+        fillers: int = typer.Option(0, min=0, help="Filler segments per video (spoken filler "
+                                                   "or meta-talk over a step, e.g. 'so yeah, "
+                                                   "let's see'; kind=filler in "
+                                                   "ground_truth.csv)."),
         tdr: bool = typer.Option(
             False, "--tdr", help="Write a `howtocap tdr` dataset instead: N videos per goal "
                                  "(3 goals), annotations.json (YouCook2 form), scripts.json."),
@@ -47,7 +51,7 @@ def register(app: typer.Typer) -> None:
             videos = make_fixture_set(out_dir, n_videos=n_videos, seed=seed,
                                       seconds_per_step=seconds_per_step, subtitles=subs,
                                       audio=audio, narration_lead=narration_lead,
-                                      chatter=chatter)
+                                      chatter=chatter, fillers=fillers)
         ground_truth(videos).to_csv(Path(out_dir) / "ground_truth.csv", index=False)
         for v in videos:
             typer.echo(f"{v.video_path}  {v.duration:.0f} s  {len(v.steps)} steps")

@@ -10,7 +10,7 @@ from typing import Literal
 import pandas as pd
 
 from howtocap.errors import HowtocapError
-from howtocap.rundir import RunDir, atomic_write_text
+from howtocap.rundir import RunDir, atomic_write_text, kept_captions
 
 ExportFormat = Literal["howtocaption", "csv", "webdataset"]
 ExportWhat = Literal["auto", "captions", "aligned", "framecaps"]
@@ -46,7 +46,7 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bo
                             "framecaps")
     if not _has(rundir, "captions"):
         raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
-    return rundir.read_table("captions"), "captions"
+    return kept_captions(rundir.read_table("captions")), "captions"
 
 
 def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str, dict[str, list]]:

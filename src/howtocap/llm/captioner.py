@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,7 @@ from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
 from howtocap.llm.blocks import Block, make_blocks
 from howtocap.llm.chatter import is_chatter
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.llm.filler import reject_reasons
 from howtocap.llm.parse import norm_text, parse_reply
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, Template, build_messages, resolve_template
 from howtocap.rundir import conform, empty_table
@@ -37,6 +39,8 @@ class CaptionConfig(BaseModel):
     # benchmarks/bench_captions.py (results/captions.md), a tie on F broken by fillers.
     constrain: bool = False
     drop_chatter: bool = True  # drop captions such as "Subscribe to the channel."
+    # mark captions that show nothing ("So yeah, let's see.") in the `rejected` column
+    reject_fillers: bool = True
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 
@@ -61,6 +65,7 @@ class CaptionStats:
     empty: int = 0
     duplicates: int = 0
     chatter: int = 0  # captions dropped as channel chatter
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> captions (llm.filler)
     truncated_replies: int = 0  # hit max_tokens; their cut-off last line was dropped
     retried_blocks: int = 0
     failed_blocks: list[tuple[int, str]] = field(default_factory=list)  # (block, why)
@@ -112,7 +117,8 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
 
 def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
                   cfg: CaptionConfig | None = None, *,
-                  attach: Callable[[Block, Messages], Messages] | None = None
+                  attach: Callable[[Block, Messages], Messages] | None = None,
+                  nlp: Any | None = None
                   ) -> tuple[pd.DataFrame, CaptionStats]:
     """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
 
@@ -123,6 +129,9 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
     ``attach``: turns a block's text messages into the ones sent (frames for a VLM); called
     once per block, before the first request.
+    With ``cfg.reject_fillers`` every caption that shows nothing gets its reason in the
+    ``rejected`` column (``llm.filler``; ``nlp``: its spaCy parser, loaded once when None);
+    the row stays, so the table keeps all the LLM said.
     """
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
@@ -173,5 +182,7 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     df.insert(0, "video_id", video_id)
     df["source"] = "llm"
     df["model"] = llm.name
+    df["rejected"] = reject_reasons(df["text"], nlp) if cfg.reject_fillers else ""
+    stats.rejected = df.loc[df["rejected"] != "", "rejected"].value_counts().to_dict()
     stats.captions = len(df)
     return conform(df, "captions"), stats

@@ -26,7 +26,7 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text
+from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text, kept_captions
 from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name
@@ -217,7 +217,12 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     names_in = list(encoder_names) or ["default"]
     from_names = encoders is None
     captions, videos = _load_inputs(rundir)
+    # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
+    # too: they are "other captions" all the same, and so the rejection never changes which
+    # of the other captions the filter keeps. Rejected captions themselves are not aligned:
+    # not scored, not in aligned.parquet (they stay in captions.parquet with their reason).
     reference = draw_reference(rundir, captions, videos, cfg, redo=redo)
+    captions = kept_captions(captions)
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded

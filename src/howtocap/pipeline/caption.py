@@ -144,5 +144,19 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         if not rundir.corrupted:
             break
         rundir.corrupted.clear()
+    rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
     rundir.status_table()
     return subs, caps
+
+
+def rejected_counts(rundir: RunDir) -> dict[str, int]:
+    """Captions rejected as showing nothing, by reason (``llm.filler``), over the whole run;
+    only the ``rejected`` column is read."""
+    import pyarrow.parquet as pq
+
+    path = rundir.table_path("captions")
+    if not path.exists() or "rejected" not in pq.read_schema(path).names:
+        return {}
+    why = pq.read_table(path, columns=["rejected"]).column("rejected").to_pandas()
+    counts = why[why.fillna("") != ""].value_counts()
+    return {str(k): int(n) for k, n in counts.items()}

@@ -21,18 +21,20 @@ DISABLED = ("parser", "ner", "senter")
 
 
 @functools.lru_cache(maxsize=4)
-def load_spacy(name: str | None = None) -> Any:
-    """The English pipeline with only tagging and lemmatisation enabled.
+def load_spacy(name: str | None = None, *, parser: bool = False) -> Any:
+    """The English pipeline with only tagging and lemmatisation enabled (``parser``: with the
+    dependency parser too, for the filler test of ``llm.filler``).
 
     ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``.
     """
     import spacy
 
     names = (name,) if name else MODEL_CANDIDATES
+    disabled = [c for c in DISABLED if not (parser and c == "parser")]
     problems = []
     for cand in names:
         try:
-            nlp = spacy.load(cand, disable=[c for c in DISABLED])
+            nlp = spacy.load(cand, disable=disabled)
         except (OSError, ImportError, ValueError) as exc:
             problems.append(f"{cand} ({type(exc).__name__})")
             continue

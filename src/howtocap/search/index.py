@@ -33,6 +33,7 @@ from howtocap.rundir import (
     atomic_write_parquet,
     atomic_write_text,
     hash_text,
+    kept_captions,
     safe_name,
 )
 
@@ -88,7 +89,7 @@ def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
         df = df[df["kept"].astype(bool)]
         source = "aligned"
     elif has("captions"):
-        df = rd.read_table("captions").copy()
+        df = kept_captions(rd.read_table("captions")).copy()
         df["orig_start"] = df["start"]
         df["orig_end"] = df["end"]
         df["score"] = np.nan

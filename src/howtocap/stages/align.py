@@ -16,7 +16,7 @@ import pandas as pd
 
 from howtocap.align import AlignConfig, align_video, empty_aligned
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import hash_text
+from howtocap.rundir import hash_text, kept_captions
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"
@@ -77,7 +77,7 @@ class AlignStage(BaseStage):
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
 
-        caps = video.tables["captions"]
+        caps = kept_captions(video.tables["captions"])  # rejected rows are never aligned
         if len(caps) == 0:
             return StageOutput({SCORES: empty_aligned()})
         path = video.item.video_path

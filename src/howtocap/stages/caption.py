@@ -45,6 +45,7 @@ class CaptionStage(BaseStage):
         self.cfg = cfg
         self.vlm = vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
+        self._nlp: Any | None = None  # the filler test's spaCy parser, loaded per worker
         self.model_name = str(getattr(model, "name", type(model).__name__)) \
             if model is not None else None
 
@@ -57,6 +58,10 @@ class CaptionStage(BaseStage):
     def load(self) -> None:
         if self._model is None:
             self._model = from_options(self.llm)
+        if self.cfg.reject_fillers:
+            from howtocap.llm.filler import load_parser
+
+            self._nlp = load_parser()
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
@@ -69,6 +74,10 @@ class CaptionStage(BaseStage):
             llm = {**llm, **self.vlm.identity()}
         cfg = self.cfg.model_dump(mode="json")
         cfg["template"] = template_text(self.cfg.template)
+        if self.cfg.reject_fillers:  # new rules reject other captions
+            from howtocap.llm.filler import RULES_VERSION
+
+            cfg["filler_rules"] = RULES_VERSION
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
     def process(self, video: VideoInput) -> StageOutput:
@@ -83,7 +92,7 @@ class CaptionStage(BaseStage):
                 return attach_frames(msgs, block_frames(path, block, vlm))
         try:
             captions, stats = caption_video(video.video_id, subs, self._model, self.cfg,
-                                            attach=attach)
+                                            attach=attach, nlp=self._nlp)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]
             if whys and all(w.startswith("LLM server") for w in whys):
@@ -92,6 +101,7 @@ class CaptionStage(BaseStage):
         warnings = [stats.failure_summary()] if stats.failed_blocks else []
         if stats.blocks and not len(captions):
             warnings.append("no caption: the LLM found only channel chatter")
+        rejected = {f"rejected_{why}": float(n) for why, n in stats.rejected.items()}
         return StageOutput({"captions": captions}, warnings,
                            metrics={"captions": float(len(captions)),
-                                    "llm_blocks": float(stats.blocks)})
+                                    "llm_blocks": float(stats.blocks), **rejected})

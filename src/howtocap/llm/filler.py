@@ -1,0 +1,174 @@
+"""Captions that show nothing: spoken filler, talk to the viewer, patience remarks, sign-offs.
+
+A small LLM turns "so yeah let's see" into the caption "So yeah, let's see." just as readily as
+it turns "now whisk the eggs" into "Whisk the eggs.". Such a caption names no action or object
+a frame could show, so as training text it only teaches the retrieval model noise, and the
+align filter cannot catch it when it is spoken over the task (the frames still show the food).
+
+The test reads spaCy's parse (tagger + dependency parser of ``en_core_web_sm``): a caption
+*shows something* when it has a content word a camera could film, namely
+
+- a verb that is not a discourse, perception or talk verb and not a light verb ("stir",
+  "whisk", "simmer": "Stir." and "Let it simmer." are steps), or
+- a concrete noun ("the eggs", "the pan", "Sliced onions in the pan.") that is not a unit of
+  time, a person (guys, kids), an abstraction (part, way, video) and not inside a clause of
+  talk between speaker and viewer ("let me know what you think of the sauce").
+
+Light verbs (take, give, get, keep, go, look, wait, hang …) show something only through a
+concrete noun: "Take the pan off the heat." is a step, "Take your time." is not; "Let it rest
+for 10 minutes." is a step (rest), "Give it a minute." is not. spaCy's small model often tags a
+lower-case imperative as a noun or adjective ("Season with salt", "Stir."); such a root counts
+as a content word too unless it is an evaluation ("Perfect.", "Nice.").
+
+A caption that shows nothing is named by the first kind that fits: ``signoff`` ("That's it
+for today."), ``filler`` ("So yeah, let's see.", "Okay, hang on a second."), ``time`` ("Take
+your time.", "Wait a few minutes."), ``meta`` ("Let me know what you think.") or ``no-action``
+(anything else without a content word, e.g. "My kids love this one."). The reason only
+explains; whether a caption is rejected is decided by the parse alone.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+REASONS = ("filler", "meta", "time", "signoff", "no-action")
+# Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
+RULES_VERSION = 1
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Verbs about thinking, perceiving or talking to the viewer: no visible action of their own.
+META_VERBS = _words(
+    "see know think hope believe guess mean say tell talk show trust love like enjoy remember "
+    "forget promise bet wonder care worry imagine feel thank welcome subscribe comment watch "
+    "wish swear admit suppose figure realize notice understand learn want appreciate")
+# Light verbs: they show something only together with a concrete noun.
+LIGHT_VERBS = _words(
+    "take give get go keep come do have make look check try start begin continue need use "
+    "hang hold wait be let help finish move get find seem happen stop work")
+# Nouns no camera films: time, people, abstractions, the channel's business.
+TIME_NOUNS = _words("time minute second sec hour while moment day week year today tonight "
+                       "morning night overnight patience")
+PERSON_NOUNS = _words("guy everyone everybody folk friend people kid child family mom mother "
+                         "dad father sister brother wife husband boy girl man woman viewer "
+                         "audience subscriber lady gentleman")
+GREETINGS = _words("bye goodbye cheers hello hi hey welcome thanks")
+ABSTRACT_NOUNS = _words(
+    "bit lot part way thing stuff step process video channel comment question story idea "
+    "point end one kind sort type trick tip secret reason problem mistake difference note "
+    "everything something nothing anything job fun luck sense matter course sure rest place "
+    "sale college trip recipe version favorite favourite description link bell button "
+    "episode series today's")
+NON_CONTENT_NOUNS = TIME_NOUNS | PERSON_NOUNS | ABSTRACT_NOUNS | GREETINGS
+# Roots that evaluate instead of describing ("Perfect.", "Looks good.").
+EVALUATIONS = _words("perfect nice good great easy done ready beautiful delicious awesome "
+                        "cool lovely amazing simple fine right okay ok yes yeah sure wonderful "
+                        "fantastic excellent gorgeous yummy tasty incredible")
+SPEAKER_VIEWER = _words("i me my mine we us our ours you your yours y'all ya")
+
+_SIGNOFF = re.compile(
+    r"\b(?:bye|goodbye|see you|see ya|that(?:'?s| is) (?:pretty much |about )?(?:it|all)|"
+    r"thanks?(?: you)?(?: so much)? for|happy (?:cooking|baking)|until next time|cheers|"
+    r"take care)\b"
+    r"|^(?:and )?(?:enjoy|done|we'?re done|all done)\W*$", re.IGNORECASE)
+# A whole caption that is a farewell formula, whatever its parse ("Happy cooking.").
+_FAREWELL = re.compile(r"^\W*(?:and |so )?(?:happy (?:cooking|baking|eating)|bon appetit|"
+                       r"(?:good)?bye(?: for now)?|cheers|enjoy(?: your meal)?)\W*$",
+                       re.IGNORECASE)
+_FILLER = re.compile(
+    r"\b(?:hang on|hold on|let'?s see|let me see|where (?:was|were) (?:i|we)|where'?s my|"
+    r"keep going|here we go|there we go|moving on|let'?s get (?:started|going)|let'?s go|"
+    r"one sec|um+|uh+|hmm+|oh boy|anyway)\b", re.IGNORECASE)
+_TIME = re.compile(r"\b(?:take (?:your|my|our|some) time|wait|patien(?:t|ce)|a while|"
+                   r"(?:a|one|few|couple|some)\b.{0,10}\b(?:minutes?|seconds?|hours?|moment))\b",
+                   re.IGNORECASE)
+
+_NLP_LOCK = threading.Lock()
+
+
+def _nearest_verb(tok: Any) -> Any | None:
+    """The closest ancestor that heads a clause (a verb, or a mis-tagged root)."""
+    for anc in tok.ancestors:
+        if anc.pos_ in ("VERB", "AUX") or anc.dep_ == "ROOT":
+            return anc
+    return None
+
+
+def _talks_to_viewer(verb: Any) -> bool:
+    """A talk/think verb whose clause has the speaker or viewer in it ("let me know")."""
+    if verb.lemma_.lower() not in META_VERBS:
+        return False
+    near = [verb, *verb.children, *(verb.head.children if verb.dep_ != "ROOT" else ())]
+    return any(t.lower_ in SPEAKER_VIEWER for t in near)
+
+
+def _content_word(tok: Any) -> bool:
+    """Whether a token names something a frame could show (see the module docstring)."""
+    lemma = tok.lemma_.lower()
+    if tok.pos_ == "VERB":
+        return lemma not in META_VERBS and lemma not in LIGHT_VERBS
+    root_like = tok.dep_ == "ROOT" or (tok.dep_ == "conj" and tok.head.dep_ == "ROOT")
+    if tok.pos_ == "ADJ":  # a mis-tagged imperative ("Stir.") names the action
+        return root_like and tok.i == tok.sent.start and lemma not in EVALUATIONS
+    if tok.pos_ not in ("NOUN", "PROPN") or lemma in NON_CONTENT_NOUNS \
+            or tok.lower_ in NON_CONTENT_NOUNS or lemma in EVALUATIONS:
+        return False
+    if lemma in META_VERBS | LIGHT_VERBS and root_like and tok.i == tok.sent.start:
+        return False  # "Look." / "Wait." tagged as a noun
+    verb = _nearest_verb(tok)
+    while verb is not None:  # blocked by talk between speaker and viewer anywhere above
+        if _talks_to_viewer(verb):
+            return False
+        verb = _nearest_verb(verb)
+    return True
+
+
+def shows_something(doc: Any) -> bool:
+    """True when the parsed caption names a visible action or object."""
+    return not _FAREWELL.match(doc.text) and any(_content_word(t) for t in doc)
+
+
+def reason(doc: Any) -> str:
+    """Why a caption that shows nothing is rejected: one of ``REASONS``."""
+    text = doc.text
+    if _SIGNOFF.search(text):
+        return "signoff"
+    if _FILLER.search(text):
+        return "filler"
+    if _TIME.search(text) or any(t.lemma_.lower() in TIME_NOUNS for t in doc):
+        return "time"
+    if any(_talks_to_viewer(t) for t in doc) or any(
+            t.lower_ in ("you", "your") for t in doc):
+        return "meta"
+    content = [t for t in doc if t.pos_ in ("NOUN", "PROPN", "VERB")
+               and t.lemma_.lower() not in LIGHT_VERBS]
+    return "no-action" if content else "filler"
+
+
+def verdict(doc: Any) -> str:
+    """"" when the caption shows something, else the reason for rejecting it."""
+    return "" if shows_something(doc) else reason(doc)
+
+
+def load_parser(name: str | None = None) -> Any:
+    """The project's spaCy English pipeline with its dependency parser (loaded once)."""
+    from howtocap.report.nlp import load_spacy
+
+    return load_spacy(name, parser=True)
+
+
+def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
+                   batch_size: int = 256) -> list[str]:
+    """One verdict per caption ("" = kept), from one batched ``nlp.pipe`` pass."""
+    nlp = nlp or load_parser()
+    items: Sequence[str] = [str(t) for t in texts]
+    if not items:
+        return []
+    with _NLP_LOCK:  # one pipeline per process, shared by the stage's threads
+        return [verdict(doc) for doc in nlp.pipe(items, batch_size=batch_size)]

@@ -1,0 +1,205 @@
+"""Captions that show nothing (``llm.filler``): the parse test on step/filler pairs, the
+``rejected`` column, align ignoring rejected rows, ``--keep-fillers`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tests.chat_server import chat_server
+from tests.test_caption_pipeline import add_video, run_cli, vtt
+from tests.tiny_models import TinyEncoder
+
+from howtocap.align import AlignConfig
+from howtocap.io.export import pairs_for_export
+from howtocap.io.inputs import VideoItem
+from howtocap.llm import LLMOptions
+from howtocap.llm.base import GenerationConfig
+from howtocap.llm.captioner import CaptionConfig, caption_video
+from howtocap.llm.filler import REASONS, load_parser, reject_reasons
+from howtocap.pipeline.align import align_run
+from howtocap.rundir import RunDir
+from howtocap.samples import FILLER_LINES, make_fixture_set
+from howtocap.stages.caption import CaptionStage
+
+# (a real step, a caption that shows nothing and shares its words or shape, the reason)
+PAIRS = [
+    ("Whisk the eggs until smooth.", "So yeah, let's see.", "filler"),
+    ("Hang the towel on the rail.", "Okay, hang on a second.", "filler"),
+    ("Let it simmer.", "Let's see here.", "filler"),
+    ("Stir.", "Alright.", "filler"),
+    ("Serve.", "Perfect.", "filler"),
+    ("Keep stirring.", "Okay, let's keep going.", "filler"),
+    ("Look at the color of the sauce.", "Look at that.", "filler"),
+    ("Here, fold the dough over the filling.", "Here we go.", "filler"),
+    ("Let it rest for 10 minutes.", "Give it a minute.", "time"),
+    ("Give it a quick stir.", "Give it a minute.", "time"),
+    ("Take the pan off the heat.", "Take your time.", "time"),
+    ("Wait for the water to boil.", "Wait a few minutes.", "time"),
+    ("Bake for 25 minutes.", "This is going to take a while.", "time"),
+    ("Let the dough rise for an hour.", "Be patient.", "time"),
+    ("Taste the sauce and adjust the seasoning.", "Let me know what you think.", "meta"),
+    ("Serve with rice.", "I hope you enjoy it.", "meta"),
+    ("Show the guests the finished cake.", "I'll show you how.", "meta"),
+    ("Roll out the dough.", "You know what I mean.", "meta"),
+    ("Preheat the oven to 350 degrees.", "That's it for today.", "signoff"),
+    ("Season with salt and pepper.", "Happy cooking.", "signoff"),
+    ("Done, transfer the cookies to a rack.", "So that's pretty much it for that part.",
+     "signoff"),
+    ("Sliced onions in the pan.", "My kids absolutely love this one.", "no-action"),
+    ("The finished omelette on a plate.", "This is my favorite part.", "no-action"),
+]
+
+# Step sentences as YouCook2's annotators write them: lower case, imperative, often without
+# an object, with times and temperatures inside the step.
+YOUCOOK2_STYLE = [
+    "crack two eggs in a bowl", "whisk the eggs together", "melt butter in a hot pan",
+    "season the chicken with salt and pepper", "stir", "mix well", "serve",
+    "let the dough rest for 30 minutes", "cook for 5 minutes", "bake at 180 degrees for 20 "
+    "minutes", "set aside", "drain the pasta", "add the garlic and cook until fragrant",
+    "flip the pancake", "cover and simmer", "bring the water to a boil",
+    "wait until the oil is hot", "leave it to marinate overnight", "cut into pieces",
+    "garnish with parsley", "fry until golden brown", "put the lid on", "roll the dough",
+    "spread the sauce on the base", "top with cheese", "blend until smooth",
+    "repeat with the rest of the dough", "turn it over", "heat oil in a wok",
+    "pour the mixture into the mold", "place the tray in the oven", "chill in the fridge",
+    "combine flour sugar and salt", "knead for a few minutes", "slice the tomatoes thinly",
+]
+
+
+@pytest.fixture(scope="module")
+def nlp() -> object:
+    return load_parser()
+
+
+@pytest.mark.parametrize(("step", "filler", "why"), PAIRS)
+def test_keeps_the_step_and_rejects_its_filler_twin(nlp: object, step: str, filler: str,
+                                                    why: str) -> None:
+    assert reject_reasons([step, filler], nlp) == ["", why]
+
+
+def test_youcook2_style_steps_are_all_kept(nlp: object) -> None:
+    why = reject_reasons(YOUCOOK2_STYLE, nlp)
+    assert [t for t, w in zip(YOUCOOK2_STYLE, why, strict=True) if w] == []
+
+
+def test_every_reason_is_named_and_empty_input_is_fine(nlp: object) -> None:
+    assert reject_reasons([], nlp) == []
+    why = reject_reasons([p[1] for p in PAIRS], nlp)
+    assert set(why) == set(REASONS)  # each reason is reachable, none is made up
+
+
+class Scripted:
+    """An LLM that answers every block with the same caption lines."""
+
+    name = "scripted"
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    def chat(self, messages: list, gen: GenerationConfig) -> str:
+        return self.reply
+
+    def chat_many(self, batch: list, gen: GenerationConfig) -> list:
+        return [self.chat(m, gen) for m in batch]
+
+
+SUBS = pd.DataFrame([(0.0, 1.0, "so now crack the eggs into the bowl"),
+                     (1.0, 2.0, "so yeah let's see"), (2.0, 3.0, "whisk until smooth"),
+                     (3.0, 4.0, "take your time")], columns=["start", "end", "text"])
+REPLY = ("0s: Crack the eggs into the bowl.\n1s: So yeah, let's see.\n"
+         "2s: Whisk until smooth.\n3s: Take your time.")
+
+
+def test_rejected_column_holds_the_reason_and_keep_fillers_keeps_all(nlp: object) -> None:
+    df, stats = caption_video("eggs", SUBS, Scripted(REPLY), nlp=nlp)
+    assert df["rejected"].tolist() == ["", "filler", "", "time"]  # every row stays
+    assert stats.rejected == {"filler": 1, "time": 1}
+    df, stats = caption_video("eggs", SUBS, Scripted(REPLY),
+                              CaptionConfig(reject_fillers=False), nlp=nlp)
+    assert len(df) == 4 and (df["rejected"] == "").all() and stats.rejected == {}
+
+
+def test_fingerprint_changes_with_the_setting() -> None:
+    fps = [CaptionStage(LLMOptions(), CaptionConfig(reject_fillers=r),
+                        model=Scripted(REPLY)).fingerprint() for r in (True, False)]
+    assert fps[0]["caption"]["reject_fillers"] is True
+    assert fps[0] != fps[1]
+
+
+def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
+                                                          base_video: Path) -> None:
+    """Rejected rows are not aligned or exported; a captions part from before the column (no
+    ``rejected``) aligns whole."""
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos([VideoItem("new", base_video), VideoItem("old", base_video)])
+    new, _ = caption_video("new", SUBS, Scripted(REPLY), nlp=load_parser())
+    rd.write_part("captions", "new", new)
+    old = new.drop(columns="rejected").assign(video_id="old")
+    rd.part_path("captions", "old").parent.mkdir(parents=True, exist_ok=True)
+    old.to_parquet(rd.part_path("captions", "old"), index=False)  # as an old run wrote it
+    align_run(rd, [], AlignConfig(keep_all=True), encoders=[TinyEncoder()], progress=False)
+    al = pd.read_parquet(rd.table_path("aligned"))
+    got = {v: sorted(g["text"]) for v, g in al.groupby("video_id")}
+    assert got == {"new": ["Crack the eggs into the bowl.", "Whisk until smooth."],
+                   "old": sorted(old["text"])}
+    assert "rejected" not in al.columns
+    # the filter's reference holds every caption the LLM wrote: the rejection does not move
+    # the bar for the others
+    ref = json.loads((rd.root / "config" / "align_reference.json").read_text())["captions"]
+    assert ["new", "So yeah, let's see."] in ref and len(ref) == 8
+    caps = rd.read_table("captions")  # old rows: no reason (null) = kept
+    assert caps.set_index("video_id").loc["old", "rejected"].isna().all()
+    pairs, what = pairs_for_export(rd, "captions")
+    assert what == "captions" and "Take your time." not in pairs.loc[
+        pairs["video_id"] == "new", "text"].tolist() and len(pairs) == 6
+
+
+def test_keep_fillers_through_the_cli(tmp_path: Path, base_video: Path) -> None:
+    vids = tmp_path / "videos"
+    add_video(vids, "cook", base_video, vtt([(0.5, 2.0, "now crack the eggs into the bowl"),
+                                             (2.5, 3.0, "so yeah let's see"),
+                                             (3.2, 3.8, "take your time")]))
+    out = tmp_path / "run"
+    with chat_server() as srv:
+        res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet")
+        assert res.returncode == 0, res.stderr
+        assert "rejected 2 captions that show nothing (filler 1, time 1)" in \
+            " ".join(res.stderr.split())
+        caps = pd.read_parquet(out / "captions.parquet")
+        assert caps["rejected"].tolist() == ["", "filler", "time"]
+        conf = json.loads((out / "config" / "caption.json").read_text())
+        assert conf["rejected"] == {"filler": 1, "time": 1}
+        assert conf["caption"]["reject_fillers"] is True
+        res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet",
+                      "--keep-fillers")
+        assert res.returncode == 2 and "reject_fillers" in res.stderr
+        assert "Traceback" not in res.stderr
+        yaml = tmp_path / "c.yaml"
+        yaml.write_text("keep-fillers: true\n")
+        res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet",
+                      "--config", str(yaml), "--redo")
+        assert res.returncode == 0, res.stderr
+    caps = pd.read_parquet(out / "captions.parquet")
+    assert len(caps) == 3 and (caps["rejected"] == "").all()
+    assert "rejected" not in res.stderr
+
+
+def test_samples_with_labelled_fillers(tmp_path: Path) -> None:
+    kw = {"n_videos": 2, "seed": 3, "audio": False, "subtitles": None, "size": 32,
+          "fps": 2, "seconds_per_step": 1.0}
+    plain = make_fixture_set(tmp_path / "a", chatter=1, **kw)
+    mixed = make_fixture_set(tmp_path / "b", fillers=2, chatter=1, **kw)
+    fillers = {f[0] for f in FILLER_LINES}
+    for p, m in zip(plain, mixed, strict=True):
+        kinds = [s.kind for s in m.steps]
+        assert kinds.count("filler") == 2 and kinds.count("chatter") == 1
+        # the steps do not move when fillers are added
+        assert [s.narration for s in m.steps if s.kind == "step"] == \
+            [s.narration for s in p.steps if s.kind == "step"]
+        for i, s in enumerate(m.steps):
+            if s.kind == "filler":
+                assert s.narration in fillers and i > 0
+                assert s.image == m.steps[i - 1].image  # spoken over the step's photo
