@@ -191,3 +191,18 @@ def test_a_bad_tdr_annotation_is_one_line(tmp_path: Path, ann: Any, problem: str
         "recipe_type": "113", "annotations": [ann]}}}).encode())
     with pytest.raises(HowtocapError, match=rf"ann\.json: video 'v', annotation 0.*{problem}"):
         read_annotations(path, key_objects=False)
+
+
+@pytest.mark.parametrize("ref", ["", "..."])
+def test_dvc_eval_with_references_that_tokenize_to_nothing_scores_zero(ref: str) -> None:
+    """Was ``ValueError: max() arg is an empty sequence`` from pycocoevalcap's CIDEr."""
+    import warnings
+
+    from howtocap.dvc.evaluate import evaluate
+
+    gt = {"v_a": {"duration": 60.0, "timestamps": [[0.0, 5.0]], "sentences": [ref]}}
+    pred = {"results": {"v_a": [{"sentence": "crack the eggs", "timestamp": [0.0, 5.0]}]}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = evaluate(pred, gt, meteor=False)
+    assert res["scores"]["CIDEr"] == 0.0 and res["scores"]["Recall"] == 1.0
