@@ -6,9 +6,12 @@ Run: .venv/bin/python benchmarks/bench_fuzz.py [--cases 10000]
 The targets and their contracts live in ``tests/fuzz_targets.py`` (``tests/test_fuzz.py`` runs
 the same ones with a few examples): VTT/SRT files, caption.json / pickle dumps, CSV sources,
 manifests and ``--ids`` lists, the LLM reply parser, the YAML config loader and the settings
-models. A case passes with a valid result (checked: columns, finite sorted times, end >= start,
-captions inside the block) or the project's one-line error; anything else is a crash. Crashes
-do not stop the run (every distinct one is listed). ``--cases`` is split over the targets by
+models, the ``eval`` annotation readers (MSR-VTT, YouCook2, MSVD, LSMDC, CSV), a CrossTask
+release, ``dvc-eval`` predictions and ground truth, TDR annotations and scripts, ``--template``
+files and training-pair CSVs. A case passes with a valid result (checked: columns, finite
+sorted times, end >= start, captions inside the block, clips with finite spans) or the
+project's one-line error; anything else is a crash. Crashes do not stop the run (every
+distinct one is listed). ``--cases`` is split over the targets by
 weight (the cheap in-memory parser gets more, the file-converting readers fewer).
 """
 
@@ -33,7 +36,10 @@ from tests.fuzz_targets import TARGETS, Tally  # noqa: E402
 OUT = HERE / "results"
 WEIGHTS = {"vtt/srt files": 3, "caption.json / pickle dumps": 1.5,
            "CSV sources (dump + per video)": 1, "manifests + --ids lists": 1,
-           "LLM reply parser": 6, "config loader + settings": 2.5}
+           "LLM reply parser": 6, "config loader + settings": 2.5,
+           "eval annotations (MSR-VTT, YouCook2, MSVD, LSMDC, CSV)": 1.5,
+           "CrossTask release": 1, "dvc-eval predictions + ground truth": 0.5,
+           "TDR annotations + scripts": 1, "--template files": 1, "training-pair CSVs": 1}
 
 
 def fuzz(name: str, n: int, seed: int) -> dict[str, Any]:
@@ -110,14 +116,27 @@ naming the file); any other exception is a crash.
 Inputs are the field's real shapes (WebVTT/SRT cues with YouTube timing tags, HowTo100M
 caption.json entries and sentencified records, HowToCaption score pairs, pickles, CSV dumps and
 manifests, LLM replies in every timestamp form the parser accepts, YAML configs with the CLI's
-option names), then truncated, byte-flipped, re-encoded (UTF-16, BOM) or replaced by junk.
+option names, MSR-VTT/LSMDC/YouCook2/MSVD annotations, CrossTask release folders, densevid_eval
+submissions and PDVC/YouCook2 ground truth, TDR scripts in both forms, template files and
+training-pair CSVs), then truncated, byte-flipped, re-encoded (UTF-16, BOM) or replaced by junk;
+JSON and CSV files also get one or two places replaced by junk (a key dropped, a cell cut) so
+most cases get past the first check. In a case of several files (a release folder, predictions
++ ground truth) one file is broken and the others stay valid, so the reader gets to it.
 
 Crashes in this run: {crashes}
 
 Crashes found while building this fuzzer, each fixed in the reader (now one line) and pinned by
 a regression test in `tests/test_fuzz.py`: a YAML config that is not UTF-8
 (`UnicodeDecodeError`; UTF-16 with a BOM is now read), a manifest path holding a NUL byte and
-a `--template` value holding one (`ValueError: embedded null byte`). What it cannot show:
+a `--template` value holding one (`ValueError: embedded null byte`); then, with the later
+targets: a NUL byte in a path of an `eval` CSV or a training-pair CSV (`ValueError`), NaN/inf
+clip times accepted by the `eval` CSV, YouCook2 and training-pair readers, a YouCook2 segment
+that is not two numbers (`ValueError`/`TypeError`), an empty YouCook2 sentence or video id
+accepted as a query, a damaged MSVD `raw-captions.pkl` (`KeyError`, `TypeError`, ...), a TDR
+annotation `id` that is not an integer (`ValueError`) and non-finite TDR times. An earlier
+version of the manifest target counted any crash of the manifest reader as a one-line error
+(the `--ids` reading of the same bytes ran in a `finally`); `tests/test_fuzz.py` now plants a
+`ValueError` there and checks that it is reported as a crash. What it cannot show:
 inputs far outside these shapes (multi-GB files, deep nesting beyond Hypothesis's sizes), and
 whether a *valid* result is the
 right one (the readers' own tests check that).

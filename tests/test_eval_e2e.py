@@ -65,13 +65,35 @@ def test_evaluate_csv_end_to_end(eval_videos: Path, default_encoder: Encoder,
     for direction, n in (("t2v", 5), ("v2t", 4)):
         m = res[direction]
         assert m["n"] == n
-        assert 0 <= m["R@1"] <= m["R@5"] <= m["R@10"] <= m["R@50"] == 100
-        assert 1 <= m["MedR"] <= 4 and 1 <= m["MeanR"] <= 4
+        assert 0 <= m["R@1"] <= m["R@5"] <= m["R@10"] <= m["R@50"]
+        assert 1 <= m["MedR"] <= m["MeanR"] * 2
     # the second run reads every clip embedding from the cache and gives the same numbers
     again = evaluate("csv", ann, eval_videos, default_encoder, n_frames=4,
                      cache_dir=tmp_path / "cache", progress=False, show=False)
     assert len(list((tmp_path / "cache" / "eval").glob("*.npy"))) == 4
     assert (again["t2v"], again["v2t"]) == (res["t2v"], res["v2t"])
+
+
+def test_each_caption_retrieves_its_own_clip_well_above_chance(default_encoder: Encoder,
+                                                                tmp_path: Path) -> None:
+    """Twelve clips, each a different photograph, each captioned with what it shows: chance
+    is R@1 = 1/12 (8.3 %) and a median rank of 6.5. The embedded encoder must find a caption's
+    own clip first for at least 4x chance (R@1 >= 33 %), rank it in the top 5 for most
+    captions, and put the median at rank <= 3, in both directions."""
+    make_narrated_video(tmp_path, "twelve", DEFAULT_STEPS, seconds_per_step=2.0, fps=2,
+                        size=96, audio=False, subtitles=None)
+    ann = tmp_path / "twelve.csv"
+    ann.write_text("video_id,video_path,caption,start,end\n" + "".join(
+        f"twelve,twelve.mp4,{cap},{2 * i},{2 * i + 2}\n"
+        for i, (_, _, cap) in enumerate(DEFAULT_STEPS)))
+    res = evaluate("csv", ann, tmp_path, default_encoder, n_frames=2,
+                   cache_dir=tmp_path / "cache", progress=False, show=False)
+    n = len(DEFAULT_STEPS)
+    assert res["n_clips"] == n == 12
+    for direction in ("t2v", "v2t"):
+        m = res[direction]
+        assert m["R@1"] >= 4 * 100 / n, (direction, m)
+        assert m["R@5"] > 50 and m["MedR"] <= 3, (direction, m)
 
 
 def test_clip_times_select_the_right_frames(eval_videos: Path,

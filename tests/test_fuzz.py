@@ -52,6 +52,34 @@ def test_the_tally_catches_a_crash() -> None:
         Tally().run(reader, 1, keep_going=False)
 
 
+def test_a_crash_in_a_reader_is_not_hidden_by_a_later_one_line_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``ValueError`` planted in ``resolve_inputs`` on a non-UTF-8 manifest is a crash, even
+    though reading the same bytes as an ``--ids`` list then fails with a one-line error (the
+    harness once let that error replace the crash)."""
+    import howtocap.io.inputs as inputs
+
+    real = inputs.resolve_inputs
+
+    def planted(paths: list[Any]) -> Any:
+        data = Path(paths[0]).read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("planted") from None
+        return real(paths)
+
+    monkeypatch.setattr(inputs, "resolve_inputs", planted)
+    _, run_manifest = TARGETS["manifests + --ids lists"]
+    tally = Tally()
+    tally.run(run_manifest, b"video_id,video_path\nv1,a.mp4\n", keep_going=True)
+    tally.run(run_manifest, b"video_id,video_path\n\xff\xfe,\x80.mp4\n", keep_going=True)
+    assert tally.cases == 2 and len(tally.crashes) == 1, tally.crashes
+    assert tally.crashes[0].startswith("ValueError: planted")
+    with pytest.raises(ValueError, match="planted"):
+        Tally().run(run_manifest, b"video_id,video_path\n\xff,x\n", keep_going=False)
+
+
 def write(tmp_path: Path, name: str, data: bytes) -> Path:
     path = tmp_path / name
     path.write_bytes(data)
@@ -92,3 +120,89 @@ def test_a_template_name_with_a_nul_byte_is_one_line() -> None:
 
     with pytest.raises(HowtocapError, match="cannot read prompt template"):
         resolve_template("my\x00template.txt")
+
+
+@pytest.mark.parametrize("ann", [
+    {"segment": ["a", 5], "sentence": "crack the eggs"},       # was ValueError from float()
+    {"segment": {"0": 1, "5": 2}, "sentence": "crack the eggs"},
+    {"segment": [float("nan"), 5], "sentence": "crack the eggs"},  # was a NaN clip
+    {"segment": [0, 5], "sentence": "  "},                      # was an empty query
+    "not an annotation",                                          # was TypeError
+])
+def test_a_bad_youcook2_annotation_is_one_line(tmp_path: Path, ann: Any) -> None:
+    import json
+
+    from howtocap.evaluate.benchmarks import read_youcook2
+
+    path = write(tmp_path, "yc2.json", json.dumps({"database": {"GLd3aX16zBg": {
+        "subset": "validation", "annotations": [ann]}}}).encode())
+    with pytest.raises(HowtocapError, match=r"yc2\.json: database\['GLd3aX16zBg'\]"):
+        read_youcook2(path, None)
+
+
+@pytest.mark.parametrize("row,problem", [
+    ("v1,a\x00b.mp4,crack eggs,0,5", "a path holds a NUL byte"),   # was ValueError
+    ("v1,,crack eggs,nan,5", "start must be seconds"),              # was a NaN clip
+    ("v1,,crack eggs,0,inf", "end must be seconds"),
+])
+def test_a_bad_eval_csv_row_is_one_line(tmp_path: Path, row: str, problem: str) -> None:
+    from howtocap.evaluate.benchmarks import read_csv
+
+    path = write(tmp_path, "mine.csv", f"video_id,video_path,caption,start,end\n{row}\n".encode())
+    with pytest.raises(HowtocapError, match=rf"mine\.csv: line 2: {problem}"):
+        read_csv(path, None)
+
+
+@pytest.mark.parametrize("row,problem", [
+    ("v1,a\x00b.mp4,crack eggs,0,5", "a path holds a NUL byte"),
+    ("v1,v.mp4,crack eggs,0,inf", "start/end must be numbers"),     # was a clip ending at inf
+])
+def test_a_bad_training_pair_is_one_line(tmp_path: Path, row: str, problem: str) -> None:
+    from howtocap.train.data import read_pairs
+
+    path = write(tmp_path, "pairs.csv", f"video_id,video_path,caption,start,end\n{row}\n".encode())
+    with pytest.raises(HowtocapError, match=rf"pairs\.csv: line 2: {problem}"):
+        read_pairs(path)
+
+
+@pytest.mark.parametrize("pkl", [b"\x80\x04K", b"\x80\x04}\x94(X\x01\x00\x00\x00v\x94K\x05u.",
+                                 b"\x80\x04\x95\x10"])
+def test_a_damaged_msvd_pickle_is_one_line(tmp_path: Path, pkl: bytes) -> None:
+    """Damaged bytes (any exception type from the unpickler) or captions that are not a list
+    (was TypeError) in raw-captions.pkl."""
+    from howtocap.evaluate.benchmarks import read_msvd
+
+    write(tmp_path, "test_list.txt", b"v\n")
+    write(tmp_path, "raw-captions.pkl", pkl)
+    with pytest.raises(HowtocapError, match=r"raw-captions\.pkl: "):
+        read_msvd(tmp_path / "test_list.txt", None)
+
+
+@pytest.mark.parametrize("ann,problem", [
+    ({"id": "x", "segment": [0, 5], "sentence": "whisk"}, "'id' must be an integer"),
+    ({"id": 0, "segment": [0, float("inf")], "sentence": "whisk"}, "expected a number"),
+])
+def test_a_bad_tdr_annotation_is_one_line(tmp_path: Path, ann: Any, problem: str) -> None:
+    import json
+
+    from howtocap.tdr.data import read_annotations
+
+    path = write(tmp_path, "ann.json", json.dumps({"database": {"v": {
+        "recipe_type": "113", "annotations": [ann]}}}).encode())
+    with pytest.raises(HowtocapError, match=rf"ann\.json: video 'v', annotation 0.*{problem}"):
+        read_annotations(path, key_objects=False)
+
+
+@pytest.mark.parametrize("ref", ["", "..."])
+def test_dvc_eval_with_references_that_tokenize_to_nothing_scores_zero(ref: str) -> None:
+    """Was ``ValueError: max() arg is an empty sequence`` from pycocoevalcap's CIDEr."""
+    import warnings
+
+    from howtocap.dvc.evaluate import evaluate
+
+    gt = {"v_a": {"duration": 60.0, "timestamps": [[0.0, 5.0]], "sentences": [ref]}}
+    pred = {"results": {"v_a": [{"sentence": "crack the eggs", "timestamp": [0.0, 5.0]}]}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = evaluate(pred, gt, meteor=False)
+    assert res["scores"]["CIDEr"] == 0.0 and res["scores"]["Recall"] == 1.0

@@ -72,6 +72,20 @@ def test_search_get_and_post(client: httpx.Client) -> None:
     assert r.json()["hits"][0]["text"] == "count and sort the coins"
 
 
+def test_search_by_meaning_not_by_string(client: httpx.Client) -> None:
+    """Over HTTP: a paraphrase finds its clip through the text embedding, and ``by=video``
+    answers a query naming what a clip's photograph shows (that the frames alone decide is
+    checked in test_search.py on an index whose captions say nothing)."""
+    r = client.get("/api/search", params={"q": "the spaceship takes off", "k": 2})
+    top = r.json()["hits"][0]
+    assert (top["video_id"], top["start"], top["text"]) == ("kitchen", 6.0, "launch the rocket")
+    r = client.post("/api/search", json={"q": "a photo of a motorcycle", "k": 6, "by": "video"})
+    hits = r.json()["hits"]
+    assert len(hits) == 6
+    assert (hits[0]["video_id"], hits[0]["start"]) == ("garage", 0.0)
+    assert hits[0]["text"] == "check the motorcycle tires"
+
+
 def test_video_list_detail_and_thumbnail(client: httpx.Client, run: Path) -> None:
     assert [v["video_id"] for v in client.get("/api/videos").json()] == ["garage", "kitchen"]
     d = client.get("/api/videos/kitchen").json()

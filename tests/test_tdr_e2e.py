@@ -32,7 +32,7 @@ def test_train_eval_export_on_generated_videos(tmp_path: Path) -> None:
     common = ["--annotations", str(ann_path), "--scripts", str(scripts), "--videos", str(videos)]
 
     ckpt = tmp_path / "ckpt"
-    res = runner.invoke(app, ["tdr", "train", *common, "--out", str(ckpt), "--epochs", "2"])
+    res = runner.invoke(app, ["tdr", "train", *common, "--out", str(ckpt), "--epochs", "30"])
     assert res.exit_code == 1, res.output  # 1: some videos failed, the rest are done
     lines = res.output.splitlines()
     assert sum("tdr_broken" in ln for ln in lines if "Traceback" not in ln) >= 1
@@ -40,7 +40,7 @@ def test_train_eval_export_on_generated_videos(tmp_path: Path) -> None:
     assert any("tdr_gone" in ln and "no video file" in ln for ln in lines)
     assert (ckpt / "tdr.pt").is_file()
     log = pd.read_csv(ckpt / "train_log.csv")
-    assert len(log) == 2 and np.isfinite(log["loss_tdr"]).all()
+    assert len(log) == 30 and np.isfinite(log["loss_tdr"]).all()
 
     out = tmp_path / "eval.json"
     res = runner.invoke(app, ["tdr", "eval", *common, "--checkpoint", str(ckpt),
@@ -57,7 +57,11 @@ def test_train_eval_export_on_generated_videos(tmp_path: Path) -> None:
     res = runner.invoke(app, ["tdr", "eval", *common, "--baseline", "bm25", "--out", str(bm),
                               "--work", str(ckpt / "work")])
     assert res.exit_code == 0, res.output
-    assert json.loads(bm.read_text())["frames"] == m["frames"]
+    base = json.loads(bm.read_text())
+    assert base["frames"] == m["frames"]
+    # the trained model must beat the untrained lexical baseline on the same frames (the
+    # paper's first claim; bench_tdr.py measures the margin on a larger set)
+    assert m["R@1"] > base["R@1"] and m["NDCG@1"] > base["NDCG@1"], (m, base)
 
     feats = tmp_path / "features"
     res = runner.invoke(app, ["tdr", "export", *common, "--checkpoint", str(ckpt),

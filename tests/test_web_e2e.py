@@ -72,6 +72,14 @@ def test_search_click_and_play(page, server: ServerThread) -> None:  # type: ign
     assert page.evaluate("document.getElementById('player').error") is None
     page.screenshot(path=str(ARTIFACTS / "web_search.png"), full_page=True)
 
+    # a paraphrase sharing no word with its caption: found by meaning, not by string
+    page.fill("#q", "a cat being groomed with a brush")
+    page.press("#q", "Enter")
+    page.wait_for_function("document.querySelector('.card .caption')?.textContent"
+                           " === \"brush the cat's fur\"", timeout=20_000)
+    assert page.locator(".card").nth(0).get_attribute("data-video") == "kitchen"
+    assert float(page.locator(".card").nth(0).get_attribute("data-start")) == 3.0
+
     page.fill("#q", "")
     page.evaluate("document.getElementById('q').required = false")
     page.press("#q", "Enter")

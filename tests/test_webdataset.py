@@ -386,22 +386,77 @@ def test_cli_export_then_train(run: dict[str, Any], tiny_clip: str,  # noqa: F81
     assert (tmp_path / "t" / "ckpt" / "last.pt").exists()
 
 
+def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: str,
+                          spec: str) -> None:
+    """``_ddp_worker`` that also writes what this rank read from the shards (shard, sample key)
+    and what it trained on (clip keys of its batches), to check the ranks' disjointness."""
+    from tests.test_train import _ddp_worker
+
+    import howtocap.train.loop as loop
+
+    given: list[str] = []  # the shards this rank's stream was given
+    read: list[list[str]] = []  # (shard, key) of each training sample it streamed
+    trained: list[int] = []  # clip keys of the batches it trained on
+    real_batches = loop.stream_batches
+
+    class Recording(ShardStream):
+        def __init__(self, urls: list[str], held: frozenset[str], item: Any,
+                     **kw: Any) -> None:
+            given.extend(Path(u).name for u in urls)
+
+            def recorded(s: dict[str, Any]) -> Any:
+                read.append([Path(s["__url__"]).name, s["__key__"]])
+                return item(s)
+
+            super().__init__(urls, held, recorded, **kw)
+
+    def stream_batches(*a: Any, **kw: Any) -> Any:
+        for batch in real_batches(*a, **kw):
+            trained.extend(int(b[3]) for b in batch)
+            yield batch
+
+    loop.ShardStream, loop.stream_batches = Recording, stream_batches
+    _ddp_worker(rank, world, port, shards, out, spec)
+    (Path(out) / f"rank{rank}_seen.json").write_text(json.dumps(
+        {"given": given, "read": read, "trained": trained}))
+
+
 def test_ddp_two_processes_stream_disjoint_shards(shards: dict[str, Any], tiny_clip: str,  # noqa: F811
                                                   tmp_path: Path) -> None:
     import socket
 
     import torch.multiprocessing as mp
-    from tests.test_train import _ddp_worker
+
+    from howtocap.train.data import clip_key as train_clip_key
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(2, port, str(shards["out"]), str(tmp_path / "ddp"), tiny_clip),
-             nprocs=2)
+    mp.spawn(_ddp_recording_worker, args=(2, port, str(shards["out"]), str(tmp_path / "ddp"),
+                                          tiny_clip), nprocs=2)
     src = shard_source(shards["out"], 0.25, seed=0, world=2)
     n = src.plan(0, 0, 0, 2, 3)[1]
     ck = torch.load(tmp_path / "ddp" / "ckpt" / "last.pt", weights_only=True)
     assert n >= 1 and ck["step"] == n  # both ranks ran the same number of steps
+    # what each rank really read and trained on: disjoint shards, disjoint samples
+    seen = [json.loads((tmp_path / "ddp" / f"rank{r}_seen.json").read_text()) for r in (0, 1)]
+    shards_of = [set(s["given"]) for s in seen]
+    keys_of = [[k for _, k in s["read"]] for s in seen]
+    assert all(shards_of) and not shards_of[0] & shards_of[1], shards_of
+    assert all({sh for sh, _ in s["read"]} <= set(s["given"]) for s in seen)
+    assert all(len(k) == len(set(k)) for k in keys_of)  # no sample twice within a rank
+    assert not set(keys_of[0]) & set(keys_of[1])
+    index = pd.read_parquet(shards["out"] / "index.parquet")
+    for r in (0, 1):  # every sample read came from one of the rank's own shards
+        assert set(keys_of[r]) <= set(index[index["shard"].isin(shards_of[r])]["key"])
+    trained = [s["trained"] for s in seen]
+    assert [len(t) for t in trained] == [3 * n, 3 * n]  # n batches of 3 each
+    assert not set(trained[0]) & set(trained[1])  # no clip trained by both ranks
+    held = src.held
+    train_keys = {train_clip_key(v, s, e) for v, s, e in
+                  zip(index["video_id"], index["start"], index["end"], strict=True)
+                  if v not in held}
+    assert set(trained[0]) | set(trained[1]) <= train_keys  # never a held-out clip
     r0 = torch.load(tmp_path / "ddp" / "rank0.pt", weights_only=True)
     r1 = torch.load(tmp_path / "ddp" / "rank1.pt", weights_only=True)
     for k in r0:

@@ -108,7 +108,11 @@ class Scorers:
             out[f"Bleu_{n}"] = float(b)
         out["METEOR"] = self._meteor_score(gts, res)
         out["ROUGE_L"] = float(self._rouge.compute_score(gts, res)[0])
-        out["CIDEr"] = float(self._cider.compute_score(gts, res)[0])
+        # CIDEr weighs n-grams by how many references hold them; references with no token at
+        # all (an empty or punctuation-only sentence) leave it nothing to weigh: it scores 0
+        # (pycocoevalcap would raise ``max() arg is an empty sequence``)
+        out["CIDEr"] = float(self._cider.compute_score(gts, res)[0]) \
+            if any(r.split() for refs in gts.values() for r in refs) else 0.0
         return out
 
     def _meteor_score(self, gts: dict[int, list[str]],

@@ -9,15 +9,17 @@ whose file is missing keeps ``video_path=None`` and is reported as skipped by th
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import math
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import VIDEO_EXTS
+from howtocap.io.inputs import VIDEO_EXTS, listed_path
 
 KINDS = ("msrvtt", "youcook2", "msvd", "lsmdc", "csv")
 
@@ -118,24 +120,34 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
     videos = index_videos(video_root)
     out = []
     for vid, entry in data["database"].items():
-        if not isinstance(entry, dict):
-            raise InputError(annotation_path, f"database[{vid!r}] is not an object")
+        if not isinstance(entry, dict) or not vid.strip():
+            raise InputError(annotation_path, f"database[{vid!r}] is not an object keyed by a "
+                                              "video id")
         for key in ("subset", "annotations"):
             if key not in entry:
                 raise InputError(annotation_path, f"database[{vid!r}]: missing key {key!r}")
         if entry["subset"] != subset:
             continue
+        if not isinstance(entry["annotations"], list):
+            raise InputError(annotation_path, f"database[{vid!r}]: 'annotations' is not a list")
         for j, ann in enumerate(entry["annotations"]):
             for key in ("segment", "sentence"):
-                if key not in ann:
+                if not isinstance(ann, dict) or key not in ann:
                     raise InputError(annotation_path,
                                      f"database[{vid!r}].annotations[{j}]: missing key {key!r}")
+            where = f"database[{vid!r}].annotations[{j}]"
             seg = ann["segment"]
-            if not (isinstance(seg, list) and len(seg) == 2) or float(seg[1]) <= float(seg[0]):
-                raise InputError(annotation_path, f"database[{vid!r}].annotations[{j}]: "
-                                                  f"segment must be [start, end], got {seg!r}")
-            out.append(EvalSample(vid, videos.get(vid), str(ann["sentence"]).strip(),
-                                  float(seg[0]), float(seg[1])))
+            start = end = math.nan
+            if isinstance(seg, list) and len(seg) == 2:
+                with contextlib.suppress(TypeError, ValueError):
+                    start, end = float(seg[0]), float(seg[1])
+            if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
+                raise InputError(annotation_path, f"{where}: segment must be [start, end] "
+                                                  f"seconds, got {seg!r:.60}")
+            text = ann["sentence"]
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(annotation_path, f"{where}: sentence must be non-empty text")
+            out.append(EvalSample(vid, videos.get(vid), text.strip(), start, end))
     if not out:
         raise InputError(annotation_path, f"no annotated clips in subset {subset!r}")
     return out
@@ -184,8 +196,9 @@ def read_msvd(annotation_path: Path, video_root: Path | None, *,
     try:
         with cap_path.open("rb") as fh:
             caps = _CaptionUnpickler(fh).load()
-    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-        raise InputError(cap_path, f"is not a caption pickle ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle raises almost any type
+        raise InputError(cap_path, f"is not a caption pickle ({type(exc).__name__}: "
+                                   f"{' '.join(str(exc).split())[:80]})") from None
     if not isinstance(caps, dict):
         raise InputError(cap_path, "must hold a dict video_id -> list of captions")
     videos = index_videos(video_root)
@@ -193,7 +206,12 @@ def read_msvd(annotation_path: Path, video_root: Path | None, *,
     for vid in ids:
         if vid not in caps:
             raise InputError(cap_path, f"no captions for video {vid!r} listed in {list_path}")
+        if not isinstance(caps[vid], list | tuple):
+            raise InputError(cap_path, f"captions of {vid!r} must be a list, got "
+                                       f"{type(caps[vid]).__name__}")
         for cap in caps[vid]:
+            if isinstance(cap, list | tuple) and not all(isinstance(t, str) for t in cap):
+                raise InputError(cap_path, f"a caption of {vid!r} holds a non-word token")
             text = " ".join(cap) if isinstance(cap, list | tuple) else str(cap)
             if text.strip():
                 out.append(EvalSample(vid, videos.get(vid), text.strip()))
@@ -230,9 +248,12 @@ def _float_or_none(value: str | None, path: Path, line: int, col: str) -> float 
     if value is None or value == "":
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}") from None
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}")
+    return seconds
 
 
 def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
@@ -247,6 +268,7 @@ def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]
     base = Path(video_root) if video_root is not None else path.parent
     videos: dict[str, Path] | None = None
     out = []
+    full: Path | None
     for i, row in enumerate(rows, start=2):
         vid, vp, text = row["video_id"], row["video_path"], row["caption"]
         if not vid or not text:
@@ -256,8 +278,8 @@ def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]
         if (start is None) != (end is None) or (start is not None and end <= start):
             raise InputError(path, f"line {i}: give both start and end (end > start) or neither")
         if vp:
-            full: Path | None = (base / vp).resolve()
-            if not full.exists():
+            full = listed_path(path, i, vp, base)
+            if full is not None and not full.exists():
                 full = None
         else:
             if videos is None:

@@ -93,8 +93,9 @@ def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
                                    "integer") from None
         steps = [s.strip() for s in steps_txt.split(",")]
         if n < 1 or len(steps) != n or not all(steps):
+            empty = sum(1 for s in steps if not s)
             raise InputError(path, f"line {i + 5}: task {task_id} declares {n} steps but "
-                                   f"lists {len(steps)}")
+                                   f"lists {len(steps)}" + (f" ({empty} empty)" if empty else ""))
         if task_id in tasks:
             raise InputError(path, f"line {i + 1}: task {task_id} appears twice")
         tasks[task_id] = CrossTaskTask(task_id, title, url, steps)

@@ -54,14 +54,19 @@ def _read_manifest(path: Path) -> list[VideoItem]:
             raise InputError(path, f"line {i}: empty video_id")
         vp = (row.get("video_path") or "").strip()
         sp = (row.get("subtitle_path") or "").strip()
-        if "\0" in vp + sp:  # no file system takes it (and Path.resolve would raise)
-            raise InputError(path, f"line {i}: a path holds a NUL byte")
-        items.append(VideoItem(
-            vid,
-            (path.parent / vp).resolve() if vp else None,
-            (path.parent / sp).resolve() if sp else None,
-        ))
+        items.append(VideoItem(vid, listed_path(path, i, vp, path.parent),
+                               listed_path(path, i, sp, path.parent)))
     return items
+
+
+def listed_path(table: Path, line: int, value: str, base: Path) -> Path | None:
+    """A path cell of a CSV (``None`` when empty), resolved from ``base``; a NUL byte, which no
+    file system takes (and ``Path.resolve`` raises on), is one line naming the table."""
+    if not value:
+        return None
+    if "\0" in value:
+        raise InputError(table, f"line {line}: a path holds a NUL byte")
+    return (base / value).resolve()
 
 
 def resolve_inputs(inputs: list[str | Path]) -> list[VideoItem]:

@@ -8,6 +8,7 @@ so a user can point the commands at real data. A malformed file is one line nami
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -63,8 +64,9 @@ def _load_json(path: Path) -> Any:
 
 
 def _num(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(path, f"{where}: expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value):
+        raise InputError(path, f"{where}: expected a number, got {value!r:.60}")
     return float(value)
 
 
@@ -109,7 +111,10 @@ def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str,
                                        "of words")
             if objs is None and key_objects:
                 todo.append((str(vid), k, sent))
-            steps.append(StepAnn(int(a.get("id", k)), s, e, sent.strip(),
+            sid = a.get("id", k)
+            if isinstance(sid, bool) or not isinstance(sid, int):
+                raise InputError(path, f"{where}, annotation {k}: 'id' must be an integer")
+            steps.append(StepAnn(sid, s, e, sent.strip(),
                                  frozenset(o.lower() for o in objs or [])))
         dur = entry.get("duration")
         duration = _num(path, f"{where}: duration", dur) if dur is not None else \

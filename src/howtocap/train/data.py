@@ -9,6 +9,7 @@ from ``(seed, epoch)``, which makes a resumed run draw exactly what an uninterru
 from __future__ import annotations
 
 import csv
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import torch
 from rich.console import Console
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.io.inputs import listed_path
 from howtocap.io.video import segment_times
 from howtocap.progress import console
 from howtocap.rundir import RunDir, atomic_write_bytes, hash_text, safe_name
@@ -108,12 +110,14 @@ def _read_csv(path: Path) -> pd.DataFrame:
     for i, r in enumerate(rows, start=2):
         try:
             start, end = float(r["start"]), float(r["end"])
+            if not (math.isfinite(start) and math.isfinite(end)):
+                raise ValueError
         except (TypeError, ValueError):
-            raise InputError(path, f"line {i}: start/end must be numbers "
+            raise InputError(path, f"line {i}: start/end must be numbers of seconds "
                                    f"(got {r['start']!r}, {r['end']!r})") from None
-        vp = (r["video_path"] or "").strip()
+        vp = listed_path(path, i, (r["video_path"] or "").strip(), path.parent)
         out.append({"video_id": (r["video_id"] or "").strip(),
-                    "video_path": str((path.parent / vp).resolve()) if vp else "",
+                    "video_path": str(vp) if vp else "",
                     "start": start, "end": end, "text": (r["caption"] or "").strip()})
     return pd.DataFrame(out, columns=["video_id", "video_path", "start", "end", "text"])
 
