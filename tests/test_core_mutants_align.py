@@ -17,9 +17,16 @@ from howtocap.align import (
     AlignConfig,
     align_config,
     align_video,
+    apply_filter,
     best_offsets,
+    candidate_windows,
+    chatter_flags,
+    choose_threshold,
+    describe_filter,
     empty_aligned,
+    filter_counts,
     reference_z,
+    video_extent,
     window_scores,
 )
 from howtocap.errors import HowtocapError
@@ -255,3 +262,101 @@ def test_bad_align_options_name_each_option_on_one_line() -> None:
     assert re.fullmatch(r"align: clip_seconds: [^;]+; fps: [^;]+", msg), msg
     with pytest.raises(HowtocapError, match=r"^align: options: .*choose one filter"):
         align_config(threshold=0.2, keep_top=3)
+
+
+# -- extent and windows -----------------------------------------------------------------------
+
+def test_video_extent_ignores_a_missing_or_negative_duration() -> None:
+    assert video_extent(10, 0.5, 1.0) == 0.5  # a real (short) duration counts
+    assert video_extent(10, 25.0, 2.0) == 5.0  # rows decoded: 10 at 2 fps
+    for bad in (0.0, -5.0):
+        assert video_extent(10, bad, 1.0) == 10.0
+
+
+def test_a_one_row_video_has_windows_and_no_rows_is_an_error() -> None:
+    ws, we, lo, hi, _ = candidate_windows(np.array([0.0]), 1, 1.0, AlignConfig())
+    assert np.all(ws == 0.0) and np.all(we == 1.0) and np.all(lo == 0) and np.all(hi == 1)
+    with pytest.raises(ValueError, match="no frame"):
+        candidate_windows(np.array([0.0]), 0, 1.0, AlignConfig())
+
+
+# -- the global filter ------------------------------------------------------------------------
+
+def _table(scores: list[float], videos: list[str], **extra: list) -> pd.DataFrame:
+    return pd.DataFrame({"video_id": videos, "score": scores, **extra})
+
+
+def test_threshold_from_a_plain_array_and_the_trivial_cases() -> None:
+    scores = np.arange(20, dtype=np.float32).reshape(4, 5)  # any shape: every pair counts
+    assert choose_threshold(scores, AlignConfig(keep_top=3)) == 17.0
+    assert choose_threshold(scores, AlignConfig(quantile=0.5)) == pytest.approx(9.5)
+    assert choose_threshold(scores, AlignConfig(quantile=1.0)) == 0.0  # keep everything
+    assert choose_threshold(scores, AlignConfig()) == -np.inf  # no score filter: keep all
+    assert choose_threshold([], AlignConfig(keep_top=5)) == -np.inf
+    assert choose_threshold([np.array([0.3])], AlignConfig(keep_top=1)) == pytest.approx(0.3)
+
+
+def test_sampled_threshold_is_reproducible_and_follows_the_given_rng() -> None:
+    rng = np.random.default_rng(20)
+    groups = [rng.normal(loc=i / 50, size=10) for i in range(200)]
+    cfg = AlignConfig(keep_top=300, sample_videos=20)
+    once = choose_threshold(groups, cfg)
+    assert choose_threshold(groups, cfg) == once  # seeded by cfg.seed, not the clock
+    assert choose_threshold(groups, cfg, np.random.default_rng(cfg.seed)) == once
+    other = choose_threshold(groups, cfg, np.random.default_rng(7))
+    assert other == choose_threshold(groups, AlignConfig(keep_top=300, sample_videos=20, seed=7))
+    assert other != once
+    # sampling every video is no sampling: the exact count is kept
+    exact = choose_threshold(groups[:20], AlignConfig(keep_top=37, sample_videos=20))
+    assert sum(int((g >= exact).sum()) for g in groups[:20]) == 37
+
+
+def test_sampling_one_video_estimates_from_that_video_alone() -> None:
+    groups = [np.arange(10.0) + 100 * i for i in range(3)]
+    thr = choose_threshold(groups, AlignConfig(keep_top=3, sample_videos=1))
+    assert any(thr == pytest.approx(np.quantile(g, 0.9)) for g in groups)
+
+
+def test_apply_filter_threshold_does_not_depend_on_row_order() -> None:
+    rng = np.random.default_rng(21)
+    df = _table(rng.normal(size=600).tolist(), [f"v{i % 150:03d}" for i in range(600)],
+                text=["step"] * 600)
+    cfg = AlignConfig(keep_top=60, sample_videos=10)
+    a, ta = apply_filter(df, cfg)
+    b, tb = apply_filter(df.sample(frac=1.0, random_state=3).reset_index(drop=True), cfg)
+    assert ta == tb and int(a["kept"].sum()) == int(b["kept"].sum())
+    assert apply_filter(df, cfg)[1] == ta  # and again, the same
+
+
+def test_filter_on_one_row_tables_without_text_or_kept() -> None:
+    one = _table([0.4], ["v"])
+    out, thr = apply_filter(one, AlignConfig(threshold=0.5))
+    assert thr == 0.5 and out["kept"].tolist() == [False]
+    assert out["chatter"].dtype == bool and out["chatter"].tolist() == [False]
+    out, _ = apply_filter(one, AlignConfig(keep_all=True))
+    assert out["kept"].dtype == bool and out["kept"].tolist() == [True]
+    assert chatter_flags(["Subscribe to my channel!"]).tolist() == [True]
+    empty = _table([], [])
+    out, thr = apply_filter(empty, AlignConfig(threshold=0.5))
+    assert thr == 0.5 and out["kept"].dtype == bool and len(out) == 0
+    assert apply_filter(empty, AlignConfig())[1] == -np.inf
+
+
+def test_filter_counts_only_for_the_default_filter() -> None:
+    df = _table([0.1, 0.2, 0.3], ["a", "b", "c"], text=["Like and subscribe!", "Cut it.", "x"],
+                null_z=[2.0, np.nan, -1.0])
+    out, _ = apply_filter(df, AlignConfig())
+    assert filter_counts(out, AlignConfig()) == {
+        "no_null_z": 1, "chatter_dropped": 1, "chatter_dropped_only_by_text": 1}
+    explicit, _ = apply_filter(df, AlignConfig(threshold=0.0))
+    assert set(filter_counts(explicit, AlignConfig(threshold=0.0)).values()) == {0}
+    no_z, _ = apply_filter(df.drop(columns="null_z"), AlignConfig())
+    assert filter_counts(no_z, AlignConfig())["no_null_z"] == 3
+
+
+def test_describe_filter_names_the_filter_that_applied() -> None:
+    assert "keep-all" in describe_filter(AlignConfig(keep_all=True), -np.inf)
+    custom = describe_filter(AlignConfig(null_z=2.5, drop_chatter=False), -np.inf)
+    assert "null z >= 2.5" in custom and "chatter" not in custom
+    assert custom.endswith("clips")  # nothing appended when chatter is kept
+    assert describe_filter(AlignConfig(keep_top=5), 0.25) == "--keep-top: score >= 0.2500"
