@@ -29,6 +29,7 @@ from howtocap.align import (
     video_extent,
     window_scores,
 )
+from howtocap.encoders.cache import rows_covering, window_means
 from howtocap.errors import HowtocapError
 
 
@@ -49,9 +50,10 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def _rows(a: float, b: float, n: int, fps: float = 1.0) -> list[int]:
-    """The documented coverage: rows whose middle ``(i + 0.5) / fps`` lies in ``[a, b)``."""
+    """The documented coverage: rows whose middle ``(i + 0.5) / fps`` lies in ``[a, b)``; a
+    window too short to hold one gets the row (``[i/fps, (i+1)/fps)``) holding its middle."""
     rows = [i for i in range(n) if a - 1e-9 <= (i + 0.5) / fps < b - 1e-9]
-    return rows or [min(int((a + b) / 2 * fps), n - 1)]
+    return rows or [min(max(int(np.floor((a + b) / 2 * fps)), 0), n - 1)]
 
 
 def _max_pool(emb: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -360,3 +362,33 @@ def test_describe_filter_names_the_filter_that_applied() -> None:
     assert "null z >= 2.5" in custom and "chatter" not in custom
     assert custom.endswith("clips")  # nothing appended when chatter is kept
     assert describe_filter(AlignConfig(keep_top=5), 0.25) == "--keep-top: score >= 0.2500"
+
+
+# -- window maths (encoders/cache.py) ---------------------------------------------------------
+
+@pytest.mark.parametrize("fps", [1.0, 2.0, 0.5])
+def test_rows_covering_matches_the_documented_rule(fps: float) -> None:
+    """Long, short, sub-row, partly and wholly outside windows, against the rule one by one."""
+    n = 12
+    rng = np.random.default_rng(int(fps * 10))
+    a = np.round(rng.uniform(-4, n / fps + 4, size=300), 1)
+    b = a + np.round(rng.choice([0.1, 0.3, 0.6, 1.0, 2.5, 8.0], size=300), 1)
+    pairs = [*zip(a, b, strict=True), (0.6 / fps, 0.9 / fps), (0.1 / fps, 0.4 / fps),
+             (50.0, 58.0), (-9.0, -1.0), (0.0, n / fps)]
+    s, e = np.array(pairs).T
+    lo, hi = rows_covering(s, e, n, fps)
+    assert lo.dtype.kind == "i" and hi.dtype.kind == "i"
+    for (x, y), first, end in zip(pairs, lo, hi, strict=True):
+        rows = _rows(x, y, n, fps)
+        assert (int(first), int(end)) == (rows[0], rows[-1] + 1), (x, y, fps)
+
+
+def test_window_means_are_plain_means_unless_renormalized() -> None:
+    emb = _video(20, seed=30)
+    lo, hi = np.array([[0, 3]]), np.array([[20, 5]])
+    means = window_means(emb, lo, hi)
+    np.testing.assert_allclose(means[0, 0], emb.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(means[0, 1], emb[3:5].mean(axis=0), atol=1e-12)
+    assert np.linalg.norm(means[0, 0]) < 0.9  # disagreeing frames: a shorter mean
+    unit = window_means(emb, lo, hi, renormalize=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=-1), 1.0, atol=1e-12)
