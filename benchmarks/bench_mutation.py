@@ -276,8 +276,6 @@ def main() -> None:
         raise SystemExit(f"unknown modules {unknown}; choose from {list(MODULES)}")
     os.nice(10)  # the machine is shared; mutmut's workers inherit this
     out = Path(args.out)
-    prev_path = out.with_suffix(".json")
-    prev = json.loads(prev_path.read_text()) if prev_path.exists() else {}
     suites = ("before", "after") if args.suite == "both" else (args.suite,)
     t0 = time.perf_counter()
     res: dict[str, Any] = {"tool": "mutmut", "version": version("mutmut"),
@@ -286,8 +284,9 @@ def main() -> None:
     for suite in suites:
         res[suite] = run_suite(suite, names, args.max_children)
     res["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    if "before" not in res:
-        old = prev.get("before")
+    if "before" not in res:  # read now, not at the start: a baseline may have landed meanwhile
+        prev_path = out.with_suffix(".json")
+        old = json.loads(prev_path.read_text()).get("before") if prev_path.exists() else None
         if old and old.get("sources") == res["after"]["sources"] \
                 and list(old["modules"]) == names:
             res["before"] = old
