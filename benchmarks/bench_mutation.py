@@ -84,7 +84,38 @@ MODULES: dict[str, dict[str, Any]] = {
 
 # Survivors read and judged equivalent (no observable behaviour changes), keyed by mutant name;
 # the md shows each one's diff next to the reason so the judgement can be checked.
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    "howtocap.llm.parse.x_norm_text__mutmut_5":
+        "the key is only compared with keys built the same way: upper- or lower-casing "
+        "finds the same duplicates",
+    "howtocap.llm.parse.x_norm_text__mutmut_6":
+        "the text is lower-cased first, so an upper-case X is never there to strip",
+    "howtocap.llm.parse.x_clean_text__mutmut_13":
+        "parse_reply removed every `**` from the line already; clean_text never sees one",
+    "howtocap.llm.blocks.x__sentences__mutmut_31":
+        "a NaN end stays NaN, but `max(start, nan)` is `start`: the same end as the fallback",
+    "howtocap.llm.blocks.x__sentences__mutmut_47": "numpy reads `kind` case-insensitively",
+    "howtocap.align.x_align_video__mutmut_96":
+        "reach is all or nothing per caption (clamping only moves a window towards its "
+        "caption), and an unreachable caption's start and score are replaced anyway",
+    "howtocap.align.x_best_offsets__mutmut_21":
+        "`>` and `>=` against `top - 1e-6` differ only for a score exactly 1e-6 below the top",
+    "howtocap.align.x_candidate_windows__mutmut_30":
+        "when the video is exactly one clip long both branches give the window [0, extent)",
+    "howtocap.align.x_choose_threshold__mutmut_61":
+        "with keep_top == pool size the partition's element 0 is the minimum as well",
+    "howtocap.align.xǁAlignConfigǁscoring_key__mutmut_19":
+        "the dict literal's order is fixed, so the JSON is the same with or without sort_keys",
+    "howtocap.encoders.cache.x_window_means__mutmut_4":
+        "cumsum into a float64 `out` accumulates in float64 whatever the input dtype",
+    "howtocap.evaluate.metrics.x_metrics_from_ranks__mutmut_18": "float('NAN') is NaN too",
+    "howtocap.evaluate.metrics.x_reference_ranks__mutmut_56":
+        "`one_order(None)`: None is falsy like False",
+}
+# Survivors not reviewed one by one but of a kind that rarely changes behaviour here: an
+# argument dropped or set to None where the default does the same on the inputs the code gets.
+ARGUMENT_ONLY = re.compile(r"\b(dtype|strict|sort_keys|kind|errors|invalid|divide)=None\b"
+                           r"|, \)")
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests",
           34: "skipped", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout",
@@ -183,6 +214,12 @@ def _short_diff(diff: str | None) -> str:
                      if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
 
 
+def _inline(diff: str) -> str:
+    """A changed-lines diff on one line: `- old` → `+ new`."""
+    parts = [" ".join(ln.split()).replace("`", "'") for ln in diff.splitlines()]
+    return " → ".join(f"`{p}`" for p in parts) or "(no diff)"
+
+
 def _score(c: dict[str, int]) -> float:
     return round((c["killed"] + c["timeout"]) / c["mutants"], 4) if c["mutants"] else 0.0
 
@@ -224,23 +261,23 @@ def write_md(res: dict[str, Any], path: Path) -> None:
     lines += ["## Test files per module", ""]
     for name, m in after["modules"].items():
         lines.append(f"- {name}: " + ", ".join(f"`{t}`" for t in m["tests"]))
-    eq = [(s, m) for m in after["modules"].values() for s in m["survivors"]
-          if s["name"] in EQUIVALENT]
-    lines += ["", "## Survivors judged equivalent (no behaviour changes)", ""]
-    if not eq:
-        lines.append("None listed.")
-    for s, _ in eq:
-        lines += [f"- `{s['name']}`: {EQUIVALENT[s['name']]}", "", "  ```diff",
-                  *["  " + ln for ln in s["diff"].splitlines()], "  ```"]
-    lines += ["", "## Other survivors (after)", "",
-              "Not yet killed and not judged equivalent; each is a candidate for a test.", ""]
-    rest = [s for m in after["modules"].values() for s in m["survivors"]
-            if s["name"] not in EQUIVALENT]
-    if not rest:
-        lines.append("None.")
-    for s in rest:
-        lines += [f"- `{s['name']}`", "", "  ```diff", *["  " + ln for ln in
-                                                       s["diff"].splitlines()], "  ```"]
+    survivors = [s for m in after["modules"].values() for s in m["survivors"]]
+    eq = [s for s in survivors if s["name"] in EQUIVALENT]
+    args_only = [s for s in survivors if s["name"] not in EQUIVALENT
+                 and ARGUMENT_ONLY.search(s["diff"].split("\n+", 1)[-1])]
+    rest = [s for s in survivors if s not in eq and s not in args_only]
+    lines += ["", "## Survivors read and judged equivalent (no behaviour changes)", ""]
+    lines += [f"- `{s['name']}`: {EQUIVALENT[s['name']]}; {_inline(s['diff'])}"
+              for s in eq] or ["None listed."]
+    lines += ["", f"## Argument-only survivors ({len(args_only)}, not reviewed one by one)", "",
+              "An argument dropped or set to None (`dtype=`, `strict=`, `sort_keys=`...) "
+              "where the default does the same on the inputs the code is given: mostly "
+              "equivalent, listed so the claim can be checked.", ""]
+    lines += [f"- `{s['name']}`: {_inline(s['diff'])}" for s in args_only] or ["None."]
+    lines += ["", f"## Other survivors ({len(rest)})", "",
+              "Not killed and not judged equivalent: each is a candidate for a test (or a "
+              "string/message change no test should pin).", ""]
+    lines += [f"- `{s['name']}`: {_inline(s['diff'])}" for s in rest] or ["None."]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -269,7 +306,13 @@ def main() -> None:
                     help="after alone keeps the 'before' of an earlier run on the same sources")
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--out", default=str(OUT / "mutation"))
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite the .md from the .json (after editing EQUIVALENT)")
     args = ap.parse_args()
+    if args.render:
+        out = Path(args.out)
+        write_md(json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".md"))
+        return
     names = [n.strip() for n in args.modules.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODULES]
     if unknown:
