@@ -117,3 +117,38 @@ def test_crosstask_with_no_steps_present_is_nan_and_bad_inputs_are_named() -> No
         crosstask_recall([np.zeros((2, 2))] * 2, [np.zeros((2, 2))] * 2, tasks=["t"])
     with pytest.raises(HowtocapError, match="n_seconds, n_steps"):
         crosstask_recall([np.zeros((3, 2))], [np.zeros((2, 2))])
+
+
+def test_minus_infinity_scores_are_allowed_only_nan_is_refused() -> None:
+    """-inf is how callers mask items out; only NaN makes a rank meaningless."""
+    sim = np.array([[0.2, -np.inf, 0.1], [-np.inf, 0.5, np.inf]])
+    assert ranks(sim).tolist() == [1.0, 2.0]
+    with pytest.raises(HowtocapError, match="NaN"):
+        ranks(np.array([[0.2, np.nan], [0.1, 0.3]]))
+
+
+def test_a_mask_with_several_correct_items_ranks_the_best_of_them() -> None:
+    sim = np.array([[0.9, 0.5, 0.7, 0.1], [0.2, 0.3, 0.8, 0.6], [0.4, 0.4, 0.4, 0.4]])
+    mask = np.array([[False, True, True, False], [True, False, False, True],
+                     [False, False, True, True]])
+    # row 0: best correct 0.7, one wrong above; row 1: best correct 0.6, one wrong (0.8)
+    # above; row 2: all tie, two wrong items tie with the best correct
+    assert ranks(sim, mask).tolist() == [2.0, 2.0, 3.0]
+    assert ranks(sim, mask, ties="optimistic").tolist() == [2.0, 2.0, 1.0]
+    for chunk in (1, 2):
+        assert ranks(sim, mask, chunk=chunk).tolist() == [2.0, 2.0, 3.0]
+
+
+def test_ground_truth_bounds_are_checked_at_the_edges() -> None:
+    sim = np.zeros((3, 3))
+    with pytest.raises(HowtocapError, match=r"\[0, 3\)"):
+        ranks(sim, np.array([0, 1, 3]))  # one past the last item
+    with pytest.raises(HowtocapError, match="at least one correct item"):
+        ranks(sim, np.array([[True, False, False], [False, False, False],
+                             [False, False, True]]))
+    with pytest.raises(HowtocapError, match="either gt or owner"):
+        ranks(sim, np.array([0, 1, 2]), owner=np.array([0, 1, 2]))
+    with pytest.raises(HowtocapError, match=r"owner indices must lie in \[0, 3\)"):
+        ranks(np.zeros((3, 4)), owner=np.array([0, 1, 2, 3]))  # item 3: a query not there
+    with pytest.raises(HowtocapError, match="at least one correct item"):
+        ranks(sim, owner=np.array([0, 0, 1]))  # the last query owns nothing
