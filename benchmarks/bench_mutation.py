@@ -179,7 +179,7 @@ def run_module(name: str, suite: str, spec: dict[str, Any], children: int) -> di
     (d / "mutmut.log").write_text(proc.stdout[-20000:] + "\n" + proc.stderr[-20000:])
     dump = subprocess.run([str(PY), "-c", _DUMP], cwd=d, env=env, capture_output=True,
                           text=True)
-    if dump.returncode != 0:
+    if proc.returncode != 0 or dump.returncode != 0:
         raise SystemExit(f"{name}: mutmut run failed (exit {proc.returncode}), see "
                          f"{d / 'mutmut.log'}\n{dump.stderr[-2000:]}")
     mutants = json.loads(dump.stdout)
@@ -244,18 +244,20 @@ def write_md(res: dict[str, Any], path: Path) -> None:
           f"{s['load'][0]} at start, {s['load'][1]} at end" for name, s in
           (("before", before), ("after", after))], "",
         "| module | functions | mutants | killed before | killed after | survived after "
-        "| timeout | score before | score after | wall s (after) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "| no test reaches it (after) | timeout | score before | score after | wall s (after) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, m in after["modules"].items():
         b = before["modules"].get(name, {})
         funcs = m["functions"] if m["functions"] == "all" else ", ".join(m["functions"])
         lines.append(f"| {name} (`{m['file'].removeprefix('src/howtocap/')}`) | {funcs} | "
                      f"{m['mutants']} | {b.get('killed', '-')} | {m['killed']} | "
-                     f"{m['survived']} | {m['timeout']} | {b.get('score', 0):.1%} | "
+                     f"{m['survived']} | {m['no_tests']} | {m['timeout']} | "
+                     f"{b.get('score', 0):.1%} | "
                      f"{m['score']:.1%} | {m['seconds']:.0f} |")
     bt, at = before["total"], after["total"]
     lines.append(f"| **total** | | {at['mutants']} | {bt['killed']} | {at['killed']} | "
-                 f"{at['survived']} | {at['timeout']} | {bt['score']:.1%} | {at['score']:.1%} "
+                 f"{at['survived']} | {at['no_tests']} | {at['timeout']} | {bt['score']:.1%} | "
+                 f"{at['score']:.1%} "
                  f"| {at['seconds']:.0f} |")
     lines += [""]
     lines += ["## Test files per module", ""]
