@@ -357,7 +357,7 @@ def test_filter_counts_only_for_the_default_filter() -> None:
 
 
 def test_describe_filter_names_the_filter_that_applied() -> None:
-    assert "keep-all" in describe_filter(AlignConfig(keep_all=True), -np.inf)
+    assert describe_filter(AlignConfig(keep_all=True), -np.inf) == "no filter (--keep-all)"
     custom = describe_filter(AlignConfig(null_z=2.5, drop_chatter=False), -np.inf)
     assert "null z >= 2.5" in custom and "chatter" not in custom
     assert custom.endswith("clips")  # nothing appended when chatter is kept
@@ -392,3 +392,22 @@ def test_window_means_are_plain_means_unless_renormalized() -> None:
     assert np.linalg.norm(means[0, 0]) < 0.9  # disagreeing frames: a shorter mean
     unit = window_means(emb, lo, hi, renormalize=True)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=-1), 1.0, atol=1e-12)
+
+
+def test_renormalized_windows_are_also_the_clips_null_z_scores() -> None:
+    """With ``renormalize`` the caption is scored on the unit-length window mean, and the
+    z against other videos' captions uses that same clip."""
+    rng = np.random.default_rng(31)
+    emb = _video(30, seed=32)
+    text = _unit(rng.normal(size=(1, 8)))
+    ref = _unit(rng.normal(size=(12, 8)))
+    cfg = AlignConfig(renormalize=True)
+    out = align_video("v", _caps([6.0]), [Frames(emb, duration=30.0)], [text], ["e"], cfg,
+                      reference=[ref], reference_videos=[f"o{i}" for i in range(12)])
+    r = out.iloc[0]
+    clip = _unit(emb[_rows(r["start"], r["end"], 30)].mean(axis=0))
+    assert r["score"] == pytest.approx(float(text[0] @ clip), abs=1e-9)
+    null = ref @ clip
+    med = np.median(null)
+    z = (float(text[0] @ clip) - med) / (1.4826 * np.median(np.abs(null - med)))
+    assert r["null_z"] == pytest.approx(z, abs=1e-9)
