@@ -100,6 +100,15 @@ EQUIVALENT: dict[str, str] = {
     "howtocap.align.x_align_video__mutmut_96":
         "reach is all or nothing per caption (clamping only moves a window towards its "
         "caption), and an unreachable caption's start and score are replaced anyway",
+    "howtocap.align.x_video_extent__mutmut_10":
+        "`duration and ...` already short-circuits on 0, so `> 0` and `>= 0` agree",
+    "howtocap.align.x_window_scores__mutmut_49": "einsum accepts upper-case subscripts alike",
+    "howtocap.align.x_align_video__mutmut_22":
+        "`f.duration or 1` is only reached when every duration is truthy, so never used",
+    "howtocap.align.x_align_video__mutmut_18":
+        "without the guard the min still meets the 0 of a missing duration: the same 0.0",
+    "howtocap.align.x_align_video__mutmut_222":
+        "an outside caption keeps its start, so its computed offset is 0 anyway",
     "howtocap.align.x_best_offsets__mutmut_21":
         "`>` and `>=` against `top - 1e-6` differ only for a score exactly 1e-6 below the top",
     "howtocap.align.x_candidate_windows__mutmut_30":
