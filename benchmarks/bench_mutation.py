@@ -94,6 +94,10 @@ EQUIVALENT: dict[str, str] = {
         "the text is lower-cased first, so an upper-case X is never there to strip",
     "howtocap.llm.parse.x_clean_text__mutmut_13":
         "parse_reply removed every `**` from the line already; clean_text never sees one",
+    "howtocap.llm.parse.x_clean_text__mutmut_14": "the same: no `**` is left to replace",
+    "howtocap.llm.parse.x_clean_text__mutmut_20":
+        "the text was stripped of those characters just before and only lost a quote before "
+        "its final punctuation, so only whitespace can be left to strip, which None strips too",
     "howtocap.llm.blocks.x__sentences__mutmut_31":
         "a NaN end stays NaN, but `max(start, nan)` is `start`: the same end as the fallback",
     "howtocap.llm.blocks.x__sentences__mutmut_47": "numpy reads `kind` case-insensitively",
