@@ -272,9 +272,11 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         "the suite without `tests/test_core_mutants_*.py`, `after` with them, on the same "
         "sources. Score = (killed + timeout) / mutants; a mutant no mapped test reaches "
         "counts as not killed.", "",
-        *[f"- {name}: measured {s['date']}, {s['wall_seconds']:.0f} s wall, load average "
-          f"{s['load'][0]} at start, {s['load'][1]} at end" for name, s in
-          (("before", before), ("after", after))], "",
+        *[f"- {name}: measured {' to '.join(dict.fromkeys([s['dates'][0], s['dates'][-1]]))}"
+          f", {s['wall_seconds']:.0f} s of mutmut runs"
+          + (f", load average {s['load'][0]}–{s['load'][1]} (2 cores shared with other jobs)"
+             if s.get("load") else "") for name, s in (("before", before), ("after", after))],
+        "",
         "| module | functions | mutants | killed before | killed after | survived after "
         "| no test reaches it (after) | timeout | score before | score after | wall s (after) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -325,8 +327,10 @@ def run_suite(suite: str, names: list[str], children: int) -> dict[str, Any]:
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     mods = {}
     for n in names:
+        load, date = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         mods[n] = run_module(n, suite, MODULES[n], children)
-        mods[n]["sources"] = file_hash(n)
+        mods[n].update(sources=file_hash(n), date=date,
+                       load=[round(load, 2), round(os.getloadavg()[0], 2)])
     return {"modules": mods, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "wall_seconds": round(time.perf_counter() - t0, 1),
             "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
@@ -340,8 +344,13 @@ def finish(res: dict[str, Any]) -> None:
             if m.get("untested") and twin:
                 m["mutants"] = m["no_tests"] = twin["mutants"]
     for suite in ("before", "after"):
-        if suite in res:
+        if suite in res:  # a suite may combine modules measured in several runs
+            mods = res[suite]["modules"].values()
             res[suite]["total"] = total(res[suite]["modules"])
+            dates = sorted({m["date"] for m in mods if m.get("date")})
+            loads = [x for m in mods for x in (m.get("load") or [])]
+            res[suite].update(dates=dates, wall_seconds=res[suite]["total"]["seconds"],
+                              load=[min(loads), max(loads)] if loads else None)
     res["total"] = res.get("after", res.get("before"))["total"]
 
 
