@@ -122,7 +122,10 @@ def test_sentences_with_the_same_start_keep_their_file_order() -> None:
     assert [s.text for s in block.sentences] == expected
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the end strip takes the closing quote of a "
-                   "caption that ends in a quoted phrase (found by the mutation check)")
 def test_a_caption_ending_in_a_quoted_phrase_keeps_its_closing_quote() -> None:
     assert texts('20s: Add the "secret sauce"') == [(20.0, 'Add the "secret sauce"')]
+    assert texts('20s: Add the “secret sauce”.') == [(20.0, 'Add the “secret sauce”.')]
+    assert texts('20s: "Add the sauce"') == [(20.0, "Add the sauce")]
+    assert texts('20s: "Add the sauce') == [(20.0, "Add the sauce")]
+    assert texts("20s: Add the sauce'") == [(20.0, "Add the sauce")]
+    assert texts("20s: Stir the cooks' pot") == [(20.0, "Stir the cooks' pot")]

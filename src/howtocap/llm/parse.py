@@ -38,6 +38,8 @@ _TRAILING_TS = re.compile(rf"\s*[\[(]\s*(?P<t>{_ANY_TIME})\s*[\])]\s*[.!]?\s*$",
 _MARKER = re.compile(r"^\s*(?:[-*•·‣▪◦–—>]+|\d{1,3}[.)](?=\s)|\(\d{1,3}\)|#+)\s*")
 _QUOTE_END = re.compile(r"[\"”]\s*([.!?]?)$")
 _STRIP_CHARS = " \t\"'“”‘’`*_-–—:|,>"
+_EDGE_CHARS = " \t*_-–—:|,>"  # _STRIP_CHARS but the quotes
+_QUOTE_PAIRS = {'"': '"', "“": "”", "'": "'", "‘": "’", "`": "`"}
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,38 @@ def norm_text(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".!?;,")
 
 
+def _strip_quotes(text: str) -> str:
+    """Quotes off the ends only when they wrap the whole caption or pair with nothing, so
+    ``Add the "secret sauce"`` keeps its closing quote."""
+    while text:
+        first, last = text[0], text[-1]
+        close = _QUOTE_PAIRS.get(first)
+        if close and len(text) > 1 and last == close and text.count(first) + \
+                (text.count(close) if close != first else 0) == 2:
+            text = text[1:-1]  # the pair wraps the caption
+        elif first in _QUOTE_PAIRS and text.count(close or first) < (2 if close == first else 1):
+            text = text[1:]  # an opening quote that nothing closes
+        elif last in _QUOTE_PAIRS.values() and _unpaired_close(text):
+            text = text[:-1]
+        else:
+            return text
+        text = text.strip(_EDGE_CHARS)
+    return text
+
+
+def _unpaired_close(text: str) -> bool:
+    last = text[-1]
+    opens = [o for o, c in _QUOTE_PAIRS.items() if c == last]
+    if last in ('"', "'", "`"):
+        return text.count(last) % 2 == 1
+    return sum(text.count(o) for o in opens) < text.count(last)
+
+
 def clean_text(text: str) -> str:
     text = _TRAILING_TS.sub("", text)
-    text = text.replace("**", "").strip(_STRIP_CHARS)
+    text = _strip_quotes(text.replace("**", "").strip(_EDGE_CHARS))
     if text.count('"') % 2:  # an unbalanced '".' closing an echoed block
-        text = _QUOTE_END.sub(r"\1", text).strip(_STRIP_CHARS)
+        text = _strip_quotes(_QUOTE_END.sub(r"\1", text).strip(_EDGE_CHARS))
     text = " ".join(text.split())
     if not any(c.isalpha() for c in text):
         return ""
