@@ -42,6 +42,7 @@ PAIRS = [
     ("Let the dough rise for an hour.", "Be patient.", "time"),
     ("Taste the sauce and adjust the seasoning.", "Let me know what you think.", "meta"),
     ("Serve with rice.", "I hope you enjoy it.", "meta"),
+    ("Serve the others a slice.", "Tell others what you think.", "meta"),
     ("Show the guests the finished cake.", "I'll show you how.", "meta"),
     ("Roll out the dough.", "You know what I mean.", "meta"),
     ("Preheat the oven to 350 degrees.", "That's it for today.", "signoff"),

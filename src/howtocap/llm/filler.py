@@ -36,7 +36,7 @@ from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
 # Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
-RULES_VERSION = 1
+RULES_VERSION = 2
 
 
 def _words(text: str) -> frozenset[str]:
@@ -57,7 +57,8 @@ TIME_NOUNS = _words("time minute second sec hour while moment day week year toda
                        "morning night overnight patience")
 PERSON_NOUNS = _words("guy everyone everybody folk friend people kid child family mom mother "
                          "dad father sister brother wife husband boy girl man woman viewer "
-                         "audience subscriber lady gentleman")
+                         "audience subscriber lady gentleman other others someone somebody "
+                         "anyone anybody")
 GREETINGS = _words("bye goodbye cheers hello hi hey welcome thanks")
 ABSTRACT_NOUNS = _words(
     "bit lot part way thing stuff step process video channel comment question story idea "
