@@ -46,11 +46,14 @@ def echo_reply(prompt: str) -> str:
 
 
 class ChatServer:
-    """Counts requests; ``fail_first`` 500s, ``status`` forces a status, ``delay`` stalls."""
+    """Counts requests; ``status`` forces a status, ``delay`` stalls, ``fail_when`` 500s
+    (``Retry-After: 0``, so retries do not wait) every prompt that contains that text."""
 
-    def __init__(self, *, delay: float = 0.0, status: int | None = None) -> None:
+    def __init__(self, *, delay: float = 0.0, status: int | None = None,
+                 fail_when: str | None = None) -> None:
         self.delay = delay
         self.status = status
+        self.fail_when = fail_when
         self.requests = 0
         self.lock = threading.Lock()
         server = self
@@ -72,15 +75,22 @@ class ChatServer:
                     self._send(server.status, {"error": {"message": "scripted failure"}})
                     return
                 prompt = prompt_text(body["messages"][-1]["content"])
+                if server.fail_when and server.fail_when in prompt:
+                    self._send(500, {"error": {"message": "scripted failure"}},
+                               {"Retry-After": "0"})
+                    return
                 self._send(200, {"choices": [{"message": {"role": "assistant",
                                                           "content": echo_reply(prompt)}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
 
-            def _send(self, code: int, obj: dict) -> None:
+            def _send(self, code: int, obj: dict, headers: dict[str, str] | None = None
+                      ) -> None:
                 data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
