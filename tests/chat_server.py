@@ -45,6 +45,19 @@ def echo_reply(prompt: str) -> str:
     return "Sure! Here is the summary:\n" + "\n".join(lines)
 
 
+
+def send_json(handler: BaseHTTPRequestHandler, code: int, obj: dict,
+              headers: dict[str, str] | None = None) -> None:
+    """One JSON response, with ``headers`` added (both fake servers answer this way)."""
+    data = json.dumps(obj).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(data)
+
 class ChatServer:
     """Counts requests; ``status`` forces a status, ``delay`` stalls, ``fail_when`` 500s
     (``Retry-After: 0``, so retries do not wait) every prompt that contains that text."""
@@ -85,14 +98,7 @@ class ChatServer:
 
             def _send(self, code: int, obj: dict, headers: dict[str, str] | None = None
                       ) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, obj, headers)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -181,12 +187,7 @@ class VisionServer:
                                                           "content": reply}}]})
 
             def _send(self, code: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, obj)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
