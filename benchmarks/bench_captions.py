@@ -717,7 +717,7 @@ def write_png(res: dict, path: Path) -> None:
         ax.annotate(r["label"].split("/", 1)[1] + (" (default)" if chosen else ""),
                     (m["filler_share"] or 0, m["f"]), textcoords="offset points",
                     xytext=(6, 3), fontsize=7, fontweight="bold" if chosen else "normal")
-    for b, mk in zip(res["baselines"], ("*", "P"), strict=True):
+    for b, mk in zip(res["baselines"], ("*", "P", "D"), strict=True):
         m = b["report"]
         ax.scatter(m["filler_share"], m["f"], marker=mk, s=150, color="black", zorder=3,
                    label=f"{b['label']} ({m['f']:.3f})")
@@ -725,7 +725,7 @@ def write_png(res: dict, path: Path) -> None:
         ax.scatter([], [], marker="s", color=c, label=model)
     ax.scatter([], [], marker="o", color="gray", label="grammar on")
     ax.scatter([], [], marker="X", color="gray", label="grammar off")
-    ax.set_xlabel("filler share of captions (report split)")
+    ax.set_xlabel("filler share of the kept captions (report split)")
     ax.set_ylabel("F = (precision-cos + recall-cos) / 2 vs YouCook2 references")
     ax.set_title("Caption quality vs fillers, report split (black edge: the default)",
                  fontsize=11)
@@ -734,43 +734,6 @@ def write_png(res: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def fig(res: dict, path: str, spec: str) -> str:
-    """A docs figure marker (``<!--fig FILE:path SPEC-->VALUE<!--/fig-->``) for one value."""
-    v: Any = res
-    for k in path.split("."):
-        v = v[int(k)] if isinstance(v, list) else v[k]
-    return f"<!--fig captions.json:{path} {spec}-->{format(v, spec)}<!--/fig-->"
-
-
-def docs_table(res: dict) -> str:
-    """The report-split table for docs/captions.md, every figure a marker into captions.json."""
-    out = ["| model | template | grammar | F | precision-cos | recall-cos | steps covered | "
-           "fillers | whole-line copies | s/block (quiet, est.) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for i, r in enumerate(res["rows"]):
-        if "report" not in r:
-            continue
-        p = f"rows.{i}.report"
-        mark = " **(default)**" if r["label"] == res["choice"]["label"] else ""
-        out.append(f"| {r['model']}{mark} | {r['template']} | "
-                   f"{'yes' if r['constrain'] else 'no'} | {fig(res, p + '.f', '.3f')} | "
-                   f"{fig(res, p + '.precision_cos', '.3f')} | "
-                   f"{fig(res, p + '.recall_cos', '.3f')} | "
-                   f"{fig(res, p + '.steps_covered', '.0%')} | "
-                   f"{fig(res, p + '.filler_share', '.0%')} | "
-                   f"{fig(res, p + '.whole_line_copies', '.0%')} | "
-                   f"{fig(res, p + '.quiet_seconds_per_block', '.1f')} |")
-    for i, b in enumerate(res["baselines"]):
-        p = f"baselines.{i}.report"
-        out.append(f"| {b['label']} | – | – | {fig(res, p + '.f', '.3f')} | "
-                   f"{fig(res, p + '.precision_cos', '.3f')} | "
-                   f"{fig(res, p + '.recall_cos', '.3f')} | "
-                   f"{fig(res, p + '.steps_covered', '.0%')} | "
-                   f"{fig(res, p + '.filler_share', '.0%')} | "
-                   f"{fig(res, p + '.whole_line_copies', '.0%')} | – |")
-    return "\n".join(out)
 
 
 def main() -> None:
@@ -783,12 +746,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smollm2 on 2 videos (development)")
     ap.add_argument("--report-only", action="store_true",
                     help="ask only the report split's blocks (the tune split stays as cached)")
-    ap.add_argument("--docs-table", action="store_true",
-                    help="print the report table with figure markers for docs/captions.md")
     args = ap.parse_args()
-    if args.docs_table:
-        print(docs_table(json.loads(((args.out or OUT) / "captions.json").read_text())))
-        return
     out_dir = args.out or (QUICK_OUT if args.quick else OUT)
     plan = QUICK_PLAN if args.quick else PLAN
     videos = load_videos()

@@ -60,11 +60,13 @@ def test_chatter_patterns() -> None:
                  "Leave a comment below.", "Thanks for watching!", "Welcome back to my channel.",
                  "Hey guys, today we fix a chair.", "Check out my other video.",
                  "The link is in the description.", "This video is sponsored by Acme.",
-                 "Smash that like button.", "See you next time."]:
+                 "Smash that like button.", "See you next time.",
+                 "Use code cozy for fifteen percent off."]:
         assert is_chatter(text), text
     for text in ["Fold the edge like this.", "Add a comment card to the gift box.",
                  "Link the chain to the sprocket.", "Tighten the bell on the handlebar.",
-                 "Welcome the guests at the door.", "Stir the sauce for five minutes."]:
+                 "Welcome the guests at the door.", "Stir the sauce for five minutes.",
+                 "Use the code on the box to set the timer.", "Cut off the ends with a knife."]:
         assert not is_chatter(text), text
 
 

@@ -130,6 +130,23 @@ def test_fingerprint_changes_with_the_setting() -> None:
     assert fps[0] != fps[1]
 
 
+def test_fingerprint_changes_when_the_rules_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New filler rules or chatter patterns keep or drop other captions: a run made with the
+    old ones must not be resumed as if nothing changed."""
+    import howtocap.llm.chatter as chatter
+    import howtocap.llm.filler as filler
+
+    def fp() -> dict:
+        return CaptionStage(LLMOptions(), CaptionConfig(), model=Scripted(REPLY)).fingerprint()
+
+    before = fp()
+    monkeypatch.setattr(filler, "RULES_VERSION", filler.RULES_VERSION + 1)
+    after_filler = fp()
+    monkeypatch.setattr(chatter, "RULES_ID", "0" * 12)
+    after_chatter = fp()
+    assert before != after_filler != after_chatter
+
+
 def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
                                                           base_video: Path) -> None:
     """Rejected rows are not aligned or exported; a captions part from before the column (no

@@ -9,6 +9,7 @@ itself), never cooking or repair verbs, so "Like this, fold the edge." is kept.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 _PATTERNS = [
@@ -27,6 +28,7 @@ _PATTERNS = [
     r"\bdescription box\b",
     r"\bcheck out (?:my|our|the) (?:other )?(?:videos?|channel|playlist|website|store|shop)\b",
     r"\b(?:sponsor(?:ed)?|patreon|affiliate|promo code|discount code)\b",
+    r"\buse (?:the |my |our )?code\b.{0,30}\b(?:off|discount|percent)\b",
     r"\bfollow (?:me|us)\b.{0,25}\b(?:on|instagram|twitter|tiktok|facebook)\b",
     r"\b(?:this|today'?s|in this|the next|my last) video\b",
     r"^(?:start|watch|share|enjoy)\b.{0,12}\bvideo\b",
@@ -43,6 +45,8 @@ _PATTERNS = [
     r"\b(?:\d+|a few|fifteen|ten|twenty|five) bucks\b|\bnot sponsored\b",
 ]
 _CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
+# In the caption stage's fingerprint: other patterns drop other captions.
+RULES_ID = hashlib.sha256("\n".join(_PATTERNS).encode()).hexdigest()[:12]
 
 
 def is_chatter(text: str) -> bool:

@@ -78,6 +78,10 @@ class CaptionStage(BaseStage):
             from howtocap.llm.filler import RULES_VERSION
 
             cfg["filler_rules"] = RULES_VERSION
+        if self.cfg.drop_chatter:
+            from howtocap.llm.chatter import RULES_ID
+
+            cfg["chatter_rules"] = RULES_ID
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
     def process(self, video: VideoInput) -> StageOutput:
