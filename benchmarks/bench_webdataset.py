@@ -27,6 +27,7 @@ import torch
 from _timing import best_time
 
 from howtocap.io.inputs import VideoItem
+from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.webdataset import export_webdataset
 from howtocap.rundir import RunDir, conform
 from howtocap.samples import make_fixture_set
@@ -37,9 +38,7 @@ from howtocap.train.data import (
     PixelCache,
     ShardStream,
     batch_loader,
-    build_clips,
     epoch_draws,
-    read_pairs,
     shard_batches,
     shard_source,
     stream_batches,

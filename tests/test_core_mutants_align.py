@@ -29,7 +29,7 @@ from howtocap.align import (
     video_extent,
     window_scores,
 )
-from howtocap.encoders.cache import rows_covering, window_means
+from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
 
 
