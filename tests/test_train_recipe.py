@@ -263,7 +263,7 @@ def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
 def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tmp_path):
     from howtocap.align import AlignConfig, window_scores
     from howtocap.encoders.cache import frame_embeddings
-    from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip, window_pool
+    from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
     from howtocap.evaluate.benchmarks import EvalSample
     from howtocap.evaluate.embed import video_embeddings
 
@@ -288,7 +288,7 @@ def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tm
     text = np.eye(12, dtype=np.float32)  # unit "texts": the scores are the window embedding
     cfg = AlignConfig(offset_seconds=0, clip_seconds=end - start)
     scores, _ = window_scores(np.asarray(fe.emb), text, np.full(12, start), fe.duration, cfg,
-                              window_pool(mee))
+                              mee.pool_clips)
     assert np.allclose(scores[:, 0], v_train, atol=1e-5)
     # what the issue found: averaging per-frame unit outputs is another embedding
     per_frame = mee.encode_images(np.stack([f for f in _frames(sv.video_path, [0.5, 1.5, 2.5,
@@ -297,7 +297,7 @@ def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tm
     err_eval, err_mean = np.abs(ev.emb[0] - v_train).max(), np.abs(mean - v_train).max()
     assert err_mean > 0.02 and err_mean > 5 * err_eval
     # and the frame cache of an MEE encoder is its base's (pooled before the unit)
-    assert window_pool(base) is None
+    assert mee.frame_encoder is base and base.frame_encoder is base
 
 
 def _frames(path: Path, times: list[float]) -> np.ndarray:
