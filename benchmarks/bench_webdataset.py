@@ -29,8 +29,9 @@ from _timing import best_time
 from howtocap.io.inputs import VideoItem
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.webdataset import export_webdataset
-from howtocap.rundir import RunDir, conform
+from howtocap.rundir import RunDir
 from howtocap.samples import make_fixture_set
+from howtocap.schemas import conform
 from howtocap.train import train
 from howtocap.train.data import (
     ClipBatches,

@@ -24,7 +24,8 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "howtocap"
 # import may go down or stay on its floor; one going up is a back edge, allowed only if listed
 # in BACK_EDGES. ``howtocap`` is the package's own ``__init__``.
 FLOORS: list[tuple[str, set[str]]] = [
-    ("base", {"howtocap", "errors", "progress", "rundir", "bundled"}),
+    ("base", {"howtocap", "errors", "progress", "atomic", "hashing", "schemas", "rundir",
+              "bundled"}),
     ("io", {"io", "samples", "photos"}),
     ("models", {"asr", "llm", "encoders"}),
     ("stage contract", {"stage", "fingerprint"}),
@@ -207,6 +208,16 @@ def test_models_live_in_encoders_not_in_the_trainer() -> None:
     assert offenders(modules("encoders"), "howtocap.train") == {}
     users = [f for f in PKG.rglob("*.py") if f.parent.name != "train" and f != PKG / "cli.py"]
     assert offenders(users, "howtocap.train") == {}
+
+
+def test_the_bottom_layer_imports_nothing_of_the_package_but_errors() -> None:
+    """Atomic files, hashing, schemas, errors and the console are pure: anyone may use them
+    without pulling in the run-directory layout or anything above it."""
+    bottom = [PKG / f"{m}.py" for m in ("errors", "progress", "atomic", "hashing", "schemas")]
+    assert {str(f.relative_to(PKG)): sorted(m for m in imports(f) if m.startswith("howtocap")
+                                             and m != "howtocap.errors")
+            for f in bottom} == {f"{m}.py": [] for m in ("errors", "progress", "atomic",
+                                                         "hashing", "schemas")}
 
 
 def test_only_rundir_knows_the_layout() -> None:

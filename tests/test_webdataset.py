@@ -27,8 +27,9 @@ from howtocap.io.webdataset import (
     frame_names,
     open_shards,
 )
-from howtocap.rundir import RunDir, conform
+from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from howtocap.schemas import conform
 from howtocap.train import train
 from howtocap.train.data import DualItem, ShardStream, shard_source, stream_batches
 

@@ -48,7 +48,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
-from howtocap.rundir import conform, empty_table, hash_text
+from howtocap.hashing import hash_text
+from howtocap.schemas import conform, empty_table
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.encoders.base import Encoder
 from howtocap.errors import InputError
 from howtocap.io import video as _video
-from howtocap.rundir import atomic_write_bytes
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20  # bytes hashed from each of head, middle and tail

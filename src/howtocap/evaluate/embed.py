@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample
+from howtocap.hashing import hash_text
 from howtocap.io.video import probe, sample_frames, segment_times
 from howtocap.progress import progress_bar
-from howtocap.rundir import atomic_write_bytes, hash_text
 
 
 @dataclass

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from howtocap.atomic import atomic_write
 from howtocap.errors import InputError
+from howtocap.hashing import hash_text, safe_name
 from howtocap.io.inputs import VideoItem
 from howtocap.io.subtitle_dump import (
     FORMAT_VERSION,
@@ -35,7 +37,6 @@ from howtocap.io.subtitle_dump import (
     is_converted,
 )
 from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
-from howtocap.rundir import atomic_write, hash_text, safe_name
 
 if TYPE_CHECKING:
     from howtocap.asr import ASR

@@ -33,12 +33,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import hash_text
 from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
 from howtocap.io.pairs import build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
-from howtocap.rundir import RunDir, atomic_write_parquet, atomic_write_text, hash_text
+from howtocap.rundir import RunDir
 
 FORMAT = "howtocap-webdataset"
 VERSION = 1

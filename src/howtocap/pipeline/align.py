@@ -22,11 +22,14 @@ from howtocap.align import (
     empty_aligned,
     filter_counts,
 )
+from howtocap.atomic import atomic_write_parquet
 from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import hash_text
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text, kept_captions
+from howtocap.rundir import RunDir
+from howtocap.schemas import conform, kept_captions
 from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name

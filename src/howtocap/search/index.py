@@ -26,16 +26,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import (
-    RunDir,
-    atomic_write_bytes,
-    atomic_write_parquet,
-    atomic_write_text,
-    hash_text,
-    kept_captions,
-    safe_name,
-)
+from howtocap.hashing import hash_text, safe_name
+from howtocap.rundir import RunDir
+from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
     import faiss

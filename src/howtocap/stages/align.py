@@ -16,7 +16,8 @@ import pandas as pd
 
 from howtocap.align import AlignConfig, align_video, empty_aligned
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import hash_text, kept_captions
+from howtocap.hashing import hash_text
+from howtocap.schemas import kept_captions
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"

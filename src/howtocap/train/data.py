@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import hash_text, safe_name
 from howtocap.io.pairs import Clip, PairSet, frame_times
-from howtocap.rundir import atomic_write_bytes, hash_text, safe_name
 
 
 def held_out_videos(video_ids: Iterable[str], eval_fraction: float, seed: int) -> set[str]:

@@ -45,6 +45,7 @@ import torch.distributed as dist
 from rich.progress import TextColumn
 from torch import nn
 
+from howtocap.atomic import atomic_write_text
 from howtocap.encoders import checkpoint as ck
 from howtocap.encoders.base import Encoder
 from howtocap.encoders.dual import DualModel
@@ -52,7 +53,6 @@ from howtocap.encoders.mee import JointEmbedding, max_pool_clip
 from howtocap.errors import HowtocapError
 from howtocap.io.pairs import Clip
 from howtocap.progress import console, progress_bar
-from howtocap.rundir import atomic_write_text
 from howtocap.train.data import (
     ClipBatches,
     DecodeFrames,
