@@ -5,7 +5,8 @@ The import graph counts EVERY import: at module top, inside functions, and under
 fails the same way when that code moves or breaks), and a type-only import still means one
 part knows another's classes; hiding an import in a function is how circles are papered over,
 so it must not make one disappear from the plan. Relative imports are resolved, and
-``from pkg import name`` counts as importing the submodule ``pkg.name`` when there is one.
+``from pkg import name`` counts as importing ``pkg`` (its ``__init__`` runs) and, when ``name``
+is a submodule, ``pkg.name`` too.
 """
 
 from __future__ import annotations

@@ -43,8 +43,7 @@ def no_temp_files(run: Path) -> list[Path]:
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
     """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
     the next run must sweep that temp file, but never a live writer's."""
-    from howtocap.atomic import sweep_temp_files
-    from howtocap.rundir import _WRITER
+    from howtocap.atomic import _WRITER, sweep_temp_files
 
     host = _WRITER.split("~")[0]
     dead = subprocess.Popen(["true"])
@@ -207,7 +206,7 @@ def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: P
 
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
-    from howtocap.rundir import _WRITER
+    from howtocap.atomic import _WRITER
 
     vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
     dead = subprocess.Popen(["true"])

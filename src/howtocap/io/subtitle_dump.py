@@ -27,6 +27,9 @@ by video (a video's rows are gathered from every run of them).
 
 A pickle cannot be streamed (unpickling builds the whole object): it is loaded once, converted,
 and freed. ``howtocap subtitles convert X.pickle X.parquet`` does that once for good.
+
+This module knows rows and Parquet, not sources: ``io.subtitles`` opens a ``SubtitleSource``'s
+store (``open_store``) and converts a source (``convert_subtitles``) with the pieces here.
 """
 
 from __future__ import annotations
