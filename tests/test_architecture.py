@@ -121,16 +121,23 @@ def part_graph(files: nx.DiGraph) -> nx.DiGraph:
 
 
 def circles(g: nx.DiGraph, limit: int = 10) -> list[str]:
-    """Each circle as a path ``a -> b -> a``, at most ``limit`` per knot."""
+    """Each circle as a path ``a -> b -> a``: per knot (strongly connected set), the shortest
+    circle through each of its edges, shortest first, at most ``limit`` per knot."""
     out = []
     for knot in nx.strongly_connected_components(g):
-        if len(knot) > 1:
-            for i, cycle in enumerate(nx.simple_cycles(g.subgraph(knot))):
-                if i == limit:
-                    out.append(f"... (knot of {len(knot)}: {sorted(knot)})")
-                    break
-                out.append(" -> ".join([*cycle, cycle[0]]))
-    return sorted(out)
+        if len(knot) < 2:
+            continue
+        sub = g.subgraph(knot)
+        found: set[tuple[str, ...]] = set()
+        for u, v in sub.edges:
+            cycle = [u, *nx.shortest_path(sub, v, u)[:-1]]
+            i = cycle.index(min(cycle))  # one spelling per circle
+            found.add(tuple(cycle[i:] + cycle[:i]))
+        ordered = sorted(found, key=lambda c: (len(c), c))
+        out += [" -> ".join([*c, c[0]]) for c in ordered[:limit]]
+        if len(ordered) > limit:
+            out.append(f"... {len(ordered) - limit} more circles in {sorted(knot)}")
+    return out
 
 
 def floor_of() -> dict[str, int]:
