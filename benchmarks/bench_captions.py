@@ -55,6 +55,8 @@ from howtocap.errors import HowtocapError  # noqa: E402
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each  # noqa: E402
 from howtocap.llm.blocks import make_blocks  # noqa: E402
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video  # noqa: E402
+from howtocap.llm.chatter import is_chatter  # noqa: E402
+from howtocap.llm.filler import load_parser, reject_reasons  # noqa: E402
 from howtocap.llm.llamacpp import LlamaCppLLM  # noqa: E402
 from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, QWEN_1_5B, SMOLLM2  # noqa: E402
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME  # noqa: E402
@@ -68,6 +70,7 @@ LOCAL_S = 10.0  # best-match: captions starting within a step's segment +- 10 s
 COVERED_COS = 0.6  # a spoken step is covered when some caption has cosine >= 0.6 to it
 NON_STEP = ("filler", "chatter", "aside")
 COPY_BASELINE = "copy ASR lines"
+REJECT_BASELINE = "copy ASR lines, chatter filter and filler rejection applied"
 ORACLE_BASELINE = "copy ASR step lines (labelled filler, chatter, asides removed: an oracle)"
 # The choice rule, fixed before any report-split number was seen (see choose_default).
 MIN_PARSE = 0.95
@@ -225,7 +228,11 @@ def caption_row(row: Row, videos: list[Video], cache: ReplyCache, live: bool) ->
         llm = CachedLLM(row, cache, live)
         try:
             df, stats = caption_video(v.video_id, v.subs, llm, cfg)
-            caps = [(float(s), str(t)) for s, t in zip(df["start"], df["text"], strict=True)]
+            # (start, text, why rejected): the stage keeps every caption and marks the ones
+            # that show nothing (llm.filler); scores read the kept ones, as align does
+            why = df["rejected"] if "rejected" in df else [""] * len(df)
+            caps = [(float(s), str(t), str(r))
+                    for s, t, r in zip(df["start"], df["text"], why, strict=True)]
         except CaptionError as exc:
             stats, caps = exc.stats, []
         if llm.missing:  # never measured: not a failed block
@@ -334,18 +341,28 @@ def quiet_rates() -> dict[str, tuple[float, float]]:
     return out
 
 
+def kept(captions: list, *, everything: bool = False) -> list[tuple[float, str]]:
+    """(start, text) of the captions a default run keeps (all of them with ``everything``)."""
+    return [(float(c[0]), str(c[1])) for c in captions
+            if everything or len(c) < 3 or not c[2]]
+
+
 def split_metrics(videos: list[Video], per_video: list[dict], judge: Judge,
                   split: str, model: str | None = None) -> dict[str, Any]:
     by_id = {v.video_id: v for v in videos}
     recs = [r for r in per_video if r["split"] == split]
-    scores = [judge.video(by_id[r["video_id"]], [tuple(c) for c in r["captions"]])
-              for r in recs]
+    scores = [judge.video(by_id[r["video_id"]], kept(r["captions"])) for r in recs]
     out: dict[str, Any] = {"videos": len(recs), **pooled(scores),
                            "per_video": [{k: s[k] for k in s if k != "notes"} | {
                                "video_id": r["video_id"]} for s, r in zip(scores, recs,
                                                                           strict=True)]}
     if "blocks" not in recs[0]:  # a baseline: no LLM
         return out
+    every = pooled([judge.video(by_id[r["video_id"]], kept(r["captions"], everything=True))
+                    for r in recs])
+    out.update(rejected=every["captions"] - out["captions"],
+               filler_share_before_rejection=every["filler_share"],
+               f_before_rejection=every["f"])
     blocks = sum(r["blocks"] for r in recs)
     secs = sum(r["llm_share_seconds"] for r in recs)
     words = sum(by_id[r["video_id"]].words for r in recs)
@@ -379,6 +396,12 @@ def baselines(videos: list[Video]) -> dict[str, list[dict]]:
             (float(s), str(t)) for s, t, k in zip(v.subs["start"], v.subs["text"], v.kinds,
                                                  strict=True)
             if name == COPY_BASELINE or k == "step"]} for v in videos]
+    # the stage's own rejection applied to the ASR lines: what the LLM adds beyond it
+    nlp = load_parser()
+    out[REJECT_BASELINE] = [{"video_id": v.video_id, "split": v.split, "captions": [
+        (float(s), str(t)) for s, t, why in zip(
+            v.subs["start"], v.subs["text"], reject_reasons(v.subs["text"], nlp), strict=True)
+        if not why and not is_chatter(str(t))]} for v in videos]
     return out
 
 
@@ -550,15 +573,16 @@ def _num(v: float | None, fmt: str) -> str:
 def table(res: dict, split: str) -> list[str]:
     ch = res["choice"]["label"]
     out = ["| model | template | grammar | parse | precision-cos | recall-cos | **F** | "
-           "best-match (±10 s) | steps covered | fillers | whole-line copies | verbatim "
+           "best-match (±10 s) | steps covered | rejected | fillers (before rejection) | "
+           "whole-line copies | verbatim "
            "copies | captions/step | s/block | real-time | s/block quiet (est.) | real-time "
            "quiet (est.) | load avg | measured |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         g = "yes" if r["constrain"] else "no"
         if split not in r:
             why = r.get("skipped", "not run")
-            out.append(f"| {r['model']} | {r['template']} | {g} | {why} |" + " |" * 15)
+            out.append(f"| {r['model']} | {r['template']} | {g} | {why} |" + " |" * 16)
             continue
         m = r[split]
         mark = " **(default)**" if r["label"] == ch else ""
@@ -568,7 +592,9 @@ def table(res: dict, split: str) -> list[str]:
             f"| {r['model']}{mark} | {r['template']} | {g} | {_pct(m['parse_rate'])} | "
             f"{m['precision_cos']:.3f} | {m['recall_cos']:.3f} | **{m['f']:.3f}** | "
             f"{m['best_match_cos']:.3f} | {_pct(m['steps_covered'])} | "
-            f"{_pct(m['filler_share'])} | {_pct(m['whole_line_copies'])} | "
+            f"{m.get('rejected', '-')} | {_pct(m['filler_share'])} "
+            f"({_pct(m.get('filler_share_before_rejection'))}) | "
+            f"{_pct(m['whole_line_copies'])} | "
             f"{_pct(m['verbatim_copies'])} | {m['captions_per_step']:.2f} | "
             f"{m['seconds_per_block']:.1f} | {_num(m['realtime_factor'], '.1f')}x | "
             f"{_num(m.get('quiet_seconds_per_block'), '.1f')} | "
@@ -579,7 +605,7 @@ def table(res: dict, split: str) -> list[str]:
         m = b[split]
         out.append(f"| {b['label']} (baseline) | - | - | - | {m['precision_cos']:.3f} | "
                    f"{m['recall_cos']:.3f} | **{m['f']:.3f}** | {m['best_match_cos']:.3f} | "
-                   f"{_pct(m['steps_covered'])} | {_pct(m['filler_share'])} | "
+                   f"{_pct(m['steps_covered'])} | - | {_pct(m['filler_share'])} | "
                    f"{_pct(m['whole_line_copies'])} | {_pct(m['verbatim_copies'])} | "
                    f"{m['captions_per_step']:.2f} | - | - | - | - | - | - |")
     return out
@@ -635,8 +661,12 @@ def write_md(res: dict) -> str:
         f"whose timestamp lies in its segment ± {LOCAL_S:.0f} s (0 if none): similarity *and* "
         f"time. **steps covered**: spoken steps with some caption at cosine >= {COVERED_COS} "
         "(a fixed threshold, not tuned).",
+        "- **Scored captions** are the ones the stage keeps: it marks those that show nothing "
+        "(`llm/filler.py`, on by default; **rejected** counts them) and align, export and "
+        "index skip them; the baselines are never rejected.",
         "- **fillers**: captions whose most similar narration line (MiniLM cosine) is one "
-        "labelled filler, chatter or aside, i.e. the caption repeats talk that shows nothing. "
+        "labelled filler, chatter or aside, i.e. the caption repeats talk that shows nothing; "
+        "in brackets, the same over every caption before the rejection. "
         "**whole-line copies**: >= 80 % of the caption's words are in one narration line and "
         ">= 80 % of that line's words in the caption; **verbatim copies**: only the first "
         "half (a short caption reusing the narrator's words counts).",
@@ -751,6 +781,8 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=None, metavar="LABEL",
                     help="run only this row (repeatable); the others are kept from captions.json")
     ap.add_argument("--quick", action="store_true", help="smollm2 on 2 videos (development)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="ask only the report split's blocks (the tune split stays as cached)")
     ap.add_argument("--docs-table", action="store_true",
                     help="print the report table with figure markers for docs/captions.md")
     args = ap.parse_args()
@@ -782,7 +814,8 @@ def main() -> None:
         # The report split of every row first: if the machine is slow, the rows the choice
         # needs are complete before any tune-split block is asked.
         rows = run(plan_run, videos, out_dir, live=True, earlier=earlier, splits=("report",))
-        run(plan_run, videos, out_dir, live=True, earlier=rows)
+        if not args.report_only:
+            run(plan_run, videos, out_dir, live=True, earlier=rows)
         if args.only:  # one render over the full plan, so the md keeps every row's order
             run(plan, videos, out_dir, live=False, earlier={})
     res = json.loads((out_dir / "captions.json").read_text())

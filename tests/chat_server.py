@@ -45,12 +45,28 @@ def echo_reply(prompt: str) -> str:
     return "Sure! Here is the summary:\n" + "\n".join(lines)
 
 
-class ChatServer:
-    """Counts requests; ``fail_first`` 500s, ``status`` forces a status, ``delay`` stalls."""
 
-    def __init__(self, *, delay: float = 0.0, status: int | None = None) -> None:
+def send_json(handler: BaseHTTPRequestHandler, code: int, obj: dict,
+              headers: dict[str, str] | None = None) -> None:
+    """One JSON response, with ``headers`` added (both fake servers answer this way)."""
+    data = json.dumps(obj).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+class ChatServer:
+    """Counts requests; ``status`` forces a status, ``delay`` stalls, ``fail_when`` 500s
+    (``Retry-After: 0``, so retries do not wait) every prompt that contains that text."""
+
+    def __init__(self, *, delay: float = 0.0, status: int | None = None,
+                 fail_when: str | None = None) -> None:
         self.delay = delay
         self.status = status
+        self.fail_when = fail_when
         self.requests = 0
         self.lock = threading.Lock()
         server = self
@@ -72,17 +88,17 @@ class ChatServer:
                     self._send(server.status, {"error": {"message": "scripted failure"}})
                     return
                 prompt = prompt_text(body["messages"][-1]["content"])
+                if server.fail_when and server.fail_when in prompt:
+                    self._send(500, {"error": {"message": "scripted failure"}},
+                               {"Retry-After": "0"})
+                    return
                 self._send(200, {"choices": [{"message": {"role": "assistant",
                                                           "content": echo_reply(prompt)}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
 
-            def _send(self, code: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            def _send(self, code: int, obj: dict, headers: dict[str, str] | None = None
+                      ) -> None:
+                send_json(self, code, obj, headers)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -171,12 +187,7 @@ class VisionServer:
                                                           "content": reply}}]})
 
             def _send(self, code: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, obj)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

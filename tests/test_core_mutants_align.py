@@ -6,11 +6,11 @@ and ``howtocap.encoders.cache``) computed the slow way, never from the code's ow
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pytest
+from tests.test_align import Frames, _unit
 
 from howtocap.align import (
     MIN_REFERENCE,
@@ -31,22 +31,6 @@ from howtocap.align import (
 )
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
-
-
-@dataclass
-class Frames:
-    """Duck-typed stand-in for ``howtocap.encoders.cache.FrameEmbeddings``."""
-
-    emb: np.ndarray
-    fps: float = 1.0
-    duration: float = 0.0
-    partial: bool = False
-    encoder: str = "synthetic"
-    key: str = "k"
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def _rows(a: float, b: float, n: int, fps: float = 1.0) -> list[int]:

@@ -91,24 +91,44 @@ def gap(srv: FaultServer) -> float:
     return srv.times[1] - srv.times[0]
 
 
-def test_retry_after_seconds_is_honoured() -> None:
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every wait the client chose before a retry. Upper bounds are asserted on these, not on
+    the wall clock (a loaded machine only makes the retry later); lower bounds on the server's
+    arrival times (no load makes it earlier)."""
+    chosen: list[float] = []
+    real = OpenAIChatLLM._delay
+
+    def delay(self: OpenAIChatLLM, attempt: int, retry_after: float | None) -> float:
+        chosen.append(real(self, attempt, retry_after))
+        return chosen[-1]
+
+    monkeypatch.setattr(OpenAIChatLLM, "_delay", delay)
+    return chosen
+
+
+def test_retry_after_seconds_is_honoured(waits: list[float]) -> None:
     with fault_server(retry_after="1") as srv:
         srv.plan = ["429"]
         assert client(srv.url, timeout=5.0).chat(MSG, GEN) == CLEAN
         # the server's wait, not our 10-ms backoff; at most 10 % jitter on top
-        assert 1.0 <= gap(srv) < 1.1 + 0.5
+        assert len(waits) == 1 and 1.0 <= waits[0] <= 1.1
+        assert gap(srv) >= 1.0
 
 
-def test_retry_after_http_date_is_honoured_and_capped() -> None:
+def test_retry_after_http_date_is_honoured_and_capped(waits: list[float]) -> None:
     when = float(int(time.time()) + 2)  # HTTP dates have whole seconds
     with fault_server(retry_after=formatdate(when, usegmt=True)) as srv:
         srv.plan = ["503"]
         assert client(srv.url, timeout=5.0).chat(MSG, GEN) == CLEAN
-        assert when - 0.05 <= srv.wall[1] < when + 0.2 * gap(srv) + 0.5
+        assert srv.wall[1] >= when - 0.05  # not retried before the date
+        # the wait chosen at the 503 runs to the date (+ at most 10 % jitter), no further
+        assert len(waits) == 1 and waits[0] <= 1.1 * (when - srv.wall[0]) + 0.05
+    waits.clear()
     with fault_server(retry_after="3600") as srv:
         srv.plan = ["429"]
         client(srv.url, timeout=5.0, retry_after_max=0.2).chat(MSG, GEN)
-        assert 0.2 <= gap(srv) < 0.22 + 0.5
+        assert len(waits) == 1 and 0.2 <= waits[0] <= 0.22 and gap(srv) >= 0.2
 
 
 def test_retry_after_parsing() -> None:
@@ -131,22 +151,25 @@ def test_backoff_grows_exponentially_with_jitter() -> None:
 
 
 def test_a_slow_server_is_cut_off_per_request() -> None:
-    with fault_server(stall=3.0) as srv:
+    with fault_server(stall=1.5) as srv:
+        srv.plan = ["timeout"]  # baseline, measured here: one stalled reply, waited for
+        t0 = time.perf_counter()
+        assert client(srv.url, timeout=10.0, max_retries=0).chat(MSG, GEN) == CLEAN
+        stalled = time.perf_counter() - t0
         srv.plan = ["timeout", "timeout"]
         t0 = time.perf_counter()
-        with pytest.raises(HowtocapError, match=r"timed out after 0.3s after 2 tries") as exc:
-            client(srv.url, timeout=0.3, max_retries=1).chat(MSG, GEN)
-        assert time.perf_counter() - t0 < 2.0
+        with pytest.raises(HowtocapError, match=r"timed out after 0.1s after 2 tries") as exc:
+            client(srv.url, timeout=0.1, max_retries=1).chat(MSG, GEN)
+        # both tries were cut off: together shorter than one stalled reply
+        assert time.perf_counter() - t0 < stalled
         assert not isinstance(exc.value, ServiceUnavailable)  # slow is not gone
 
 
 def test_breaker_opens_on_a_closed_port_and_stays_open() -> None:
     port = closed_port()
     llm = client(f"http://127.0.0.1:{port}", max_retries=20, breaker_after=5)
-    t0 = time.perf_counter()
-    with pytest.raises(ServiceUnavailable) as exc:
+    with pytest.raises(ServiceUnavailable) as exc:  # after 5 of the 21 tries (attempts below)
         llm.chat(MSG, GEN)
-    assert time.perf_counter() - t0 < 2.0
     assert str(exc.value).startswith(f"LLM server at http://127.0.0.1:{port}/v1 unreachable "
                                      "after 5 attempts (")
     assert str(exc.value).endswith("; nothing lost; re-run to resume")
@@ -237,16 +260,14 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
     out = tmp_path / "run"
     port = closed_port()
     url = f"http://127.0.0.1:{port}/v1"
-    t0 = time.perf_counter()
     res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", url)
-    took = time.perf_counter() - t0
     assert res.returncode == 75, res.stderr
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and re.fullmatch(
         rf"error: LLM server at {re.escape(url)} unreachable after 8 attempts \(.*(refused|"
         r"failed).*\); nothing lost; re-run to resume", errors[0]), errors
     assert "Traceback" not in res.stderr and "✗" not in res.stderr
-    assert took < 30  # interpreter start + ~1.5 s of backoff, not 12 videos x 4 tries
+    # 8 attempts in all, not 12 videos x 4 tries (benchmarks/bench_faults.py times the stop)
     status = RunDir(out).status_table()
     assert (status["status"] == "error").sum() == 0
     assert (status["stage"] == "subtitles").sum() == 12  # the subtitles stage did finish

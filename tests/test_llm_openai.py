@@ -160,7 +160,8 @@ def test_concurrency_is_reached_but_never_exceeded(server: FakeServer) -> None:
     for t in threads:
         t.join()
     assert server.max_in_flight == 3
-    assert all(isinstance(r, str) for res in results for r in res)
+    want = [steps_reply(f"{i}s: x") for i in range(9)]
+    assert results == [want, want]  # each video gets its own replies, in its prompts' order
     assert len(server.requests) == 18
 
 
@@ -168,10 +169,8 @@ def test_down_server_fails_fast_with_one_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens here
-    t0 = time.perf_counter()
-    with pytest.raises(HowtocapError) as exc:
+    with pytest.raises(HowtocapError) as exc:  # no waiting beyond 3 refused attempts
         client(f"http://127.0.0.1:{port}", max_retries=2).chat(MSG, GEN)
-    assert time.perf_counter() - t0 < 5
     msg = str(exc.value)  # a down server stops the run (see test_llm_faults.py)
     assert isinstance(exc.value, ServiceUnavailable)
     assert msg.startswith(f"LLM server at http://127.0.0.1:{port}/v1 unreachable after 3 "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import av
@@ -65,10 +64,8 @@ def test_steps_and_vtt_match_ground_truth(narrated_video: SampleVideo) -> None:
 
 
 def test_negative_lead_srt_and_fixture_set(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
     v = make_narrated_video(tmp_path, "lead", DEFAULT_STEPS[5:10], narration_lead=-1.5,
                             subtitles="srt", fps=5, size=96)
-    assert time.perf_counter() - t0 < 15  # 30 s of video must be quick to make
     assert v.duration == pytest.approx(30.0)
     # speech starts before its step (except the first, which cannot start before 0)
     assert v.steps[0].narration_start == 0.0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from howtocap.align import AlignConfig
@@ -34,6 +35,7 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
 
     first = align_run(rd, ["default"], AlignConfig(quantile=0.8), progress=False)
     assert first.done == 3 and first.ok
+    alone = pd.read_parquet(rd.root / "aligned.parquet")  # the original encoder alone
     # the fine-tune for the second round: HowToCaption's recipe with L_align (alpha 0.1)
     res = train(rd.root, out_dir=tmp_path / "round1", encoder="default", epochs=1,
                 recipe="second-round", batch_size=4, frames_per_clip=2, eval_frames=2,
@@ -51,5 +53,10 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
     assert len(aligned) == len(rows)
     names = aligned["encoders"].iloc[0].split(",")
     assert names[0] == "default-v1" and names[1].startswith("default-v1+ft-")
-    assert aligned["score"].between(-1, 1).all()
-    assert 0 < aligned["kept"].sum() < len(aligned)
+    # the fine-tuned encoder counts: the scores are not the original encoder's alone
+    both = aligned.merge(alone, on=["video_id", "text"], suffixes=("", "_alone"))
+    assert len(both) == len(rows)
+    assert not np.allclose(both["score"], both["score_alone"], rtol=0, atol=1e-6)
+    # --quantile 0.8 keeps the best 80 % of the new scores
+    assert aligned["kept"].tolist() == (
+        aligned["score"] >= np.quantile(aligned["score"], 0.2)).tolist()

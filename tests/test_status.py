@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, add_video, run_cli, vtt
 
@@ -28,7 +30,9 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
     vids, out = batch(tmp_path, base_video), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        t0 = time.monotonic()
         caption_run([vids], out, cfg, progress=False)
+        elapsed = time.monotonic() - t0  # the stages' wall times lie within this
     info = run_status(out)
     assert info["videos"] == 4
     stages = {s["stage"]: s for s in info["stages"]}
@@ -40,10 +44,14 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
     assert cap["failures"] == {"model output": {"count": 1, "examples": ["noparse"]}}
     assert cap["failed_attempts"] == {"1": 1}
     # throughput from the recorded wall time and the stages' counts
-    t = cap["throughput"]
-    assert cap["wall_seconds"] > 0 and t["videos_per_s"] > 0 and t["captions_per_s"] > 0
-    assert abs(t["videos_per_s"] - 3 / cap["wall_seconds"]) < 0.01 * t["videos_per_s"] + 1e-3
-    assert sub["throughput"]["audio_hours_per_hour"] > 0
+    t, wall = cap["throughput"], cap["wall_seconds"]
+    assert 0 < wall <= elapsed + 1e-3 and 0 < sub["wall_seconds"] <= elapsed + 1e-3
+    assert t["videos_per_s"] == pytest.approx(3 / wall, rel=0.01)  # 2 done + 1 failed
+    n_captions = len(pd.read_parquet(out / "captions.parquet"))
+    assert n_captions > 0 and t["captions_per_s"] == pytest.approx(n_captions / wall, rel=0.01)
+    # audio: the subtitles of good_a, good_b (end at 3.8 s) and noparse (2.0 s); not broken_subs
+    assert sub["throughput"]["audio_hours_per_hour"] == pytest.approx(
+        (3.8 + 3.8 + 2.0) / sub["wall_seconds"], rel=0.01)
     table = pd.read_parquet(out / "status.parquet").set_index(["stage", "video_id"])
     assert table.loc[("caption", "noparse"), "cause"] == "model output"
     assert table.loc[("subtitles", "broken_subs"), "cause"] == "bad input"

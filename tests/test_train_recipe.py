@@ -216,7 +216,11 @@ def test_alpha_is_off_by_default_and_on_in_second_round(videos, tmp_path):
                 queue_size=0, momentum=0.0, soft_labels=0.0,
                 **{**SMALL, "epochs": 1, "eval_fraction": 0.34, "eval_frames": 3})
     cfg = json.loads((tmp_path / "two" / "train_config.json").read_text())
-    assert cfg["alpha"] == 0.1 and "reg" in two.history[-1] and two.history[-1]["reg"] >= 0
+    row = two.history[-1]
+    assert cfg["alpha"] == 0.1 and row["reg"] > 1e-4  # moved away from its frozen copy
+    # L_align is in the optimised loss with weight alpha (the logged terms are step means)
+    assert row["loss"] == pytest.approx(row["loss_main"] + 0.1 * row["reg"], rel=1e-6)
+    assert plain.history[-1]["loss"] == plain.history[-1]["loss_main"]
     assert "R@1" in two.history[-1] and two.n_eval_clips == 3  # held-out video, 3 eval frames
     with pytest.raises(HowtocapError, match="--queue-size needs --momentum"):
         train(pairs, out_dir=tmp_path / "bad", encoder=TinyEncoder(), queue_size=8,

@@ -188,31 +188,66 @@ def test_export_errors_and_overwrite(run: dict[str, Any], tmp_path: Path) -> Non
     assert res.shards == ["000000.tar"]
 
 
-def test_killed_export_leaves_no_shard_that_looks_complete(run: dict[str, Any], tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
-    import howtocap.io.webdataset as w
+def _shard_keys(out: Path) -> list[str]:
+    """The sample keys of every finished shard, read with plain webdataset (which raises on a
+    shard that is not a whole tar), in shard order; duplicates kept."""
+    import webdataset as wds
 
-    real, calls = w._video_samples, []
+    keys = []
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tf:  # a whole tar: its end-of-archive blocks are there
+            assert tf.getmembers(), shard
+        keys += [s["__key__"] for s in wds.WebDataset(str(shard), shardshuffle=False)]
+    return keys
 
-    def dies_on_the_fourth_video(*a: Any, **kw: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*a, **kw)
 
-    monkeypatch.setattr(w, "_video_samples", dies_on_the_fourth_video)
+def test_sigkilled_export_then_rerun_equals_a_clean_export(run: dict[str, Any],
+                                                           tmp_path: Path) -> None:
+    """SIGKILL ``howtocap export --format webdataset`` mid-write (no Python clean-up runs): it
+    leaves only whole shards and no meta.json; the same export run again leaves no temp file
+    and the samples, index and meta of a clean export."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.test_caption_pipeline import HOWTOCAP
+
+    root = run["rundir"].root
+    clean = tmp_path / "clean"
+    export_webdataset(root, clean, image_size=SIZE, shard_size=2, progress=False)
     out = tmp_path / "cut"
-    with pytest.raises(KeyboardInterrupt):
-        export_webdataset(run["rundir"].root, out, image_size=SIZE, shard_size=4,
-                          progress=False)
-    names = sorted(p.name for p in out.iterdir())
-    assert names == ["000000.tar", "000001.tar"]  # 9 clips written: two full shards, the
-    # third (1 clip) was still a hidden temp file and is gone; no index, no meta.json
-    for shard in names:  # the finished shards are whole tar files
-        assert len(_members(out / shard)) == 4 * 5
+    args = [*HOWTOCAP, "export", str(root), "--format", "webdataset", "--out", str(out),
+            "--image-size", str(SIZE), "--shard-size", "2", "--quiet"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "NO_COLOR": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and \
+            len(list(out.glob("*.tar"))) < 2:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the kill must land before the export ends"
+    n_clean = len(list(clean.glob("*.tar")))
+    finished = sorted(p.name for p in out.glob("*.tar"))
+    assert 2 <= len(finished) < n_clean and not (out / "meta.json").exists()
+    assert list(out.glob(".*.tar.tmp")), "the kill must land while a shard is being written"
+    keys = _shard_keys(out)  # what a kill leaves: whole shards only, each of 2 samples
+    assert len(keys) == 2 * len(finished) and len(set(keys)) == len(keys)
     with pytest.raises(InputError, match="the export did not finish"):
         train(out, out_dir=tmp_path / "t", encoder=TinyEncoder(), progress=False)
+
+    res = subprocess.run(args, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "NO_COLOR": "1"})
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files remain
+    keys, want = _shard_keys(out), _shard_keys(clean)
+    assert len(keys) == len(set(keys)) == 18 and set(keys) == set(want)  # each sample once
+    assert _samples(out) == _samples(clean)  # same frames and captions, byte for byte
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "index.parquet"),
+                                  pd.read_parquet(clean / "index.parquet"))
+    got, ref = (json.loads((d / "meta.json").read_text()) for d in (out, clean))
+    assert got.pop("created") and ref.pop("created") and got == ref
 
 
 # -- training --------------------------------------------------------------------------------
