@@ -74,10 +74,10 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
         import torch
 
         torch.set_num_threads(1)
+        from howtocap.atomic import CorruptPartWarning
         from howtocap.llm import LLMOptions
         from howtocap.pipeline.caption import CaptionRunConfig
         from howtocap.pipeline.run import run_pipeline
-        from howtocap.rundir import CorruptPartWarning
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CorruptPartWarning)

@@ -66,7 +66,7 @@ MODULES: dict[str, dict[str, Any]] = {
         "new": ["tests/test_core_mutants_align.py"],
     },
     "window maths": {
-        "file": "src/howtocap/encoders/cache.py", "functions": ["rows_covering", "window_means"],
+        "file": "src/howtocap/encoders/windows.py", "functions": ["rows_covering", "window_means"],
         "tests": ["tests/test_align.py", "tests/test_cache.py"],
         "new": ["tests/test_core_mutants_align.py"],
     },
@@ -127,11 +127,12 @@ EQUIVALENT: dict[str, str] = {
     "howtocap.align.x_apply_filter__mutmut_30":
         "keep_all then takes the explicit-threshold path, whose threshold without a setting is "
         "-inf: every caption is kept either way",
-    "howtocap.encoders.cache.x_window_means__mutmut_4":
+    "howtocap.encoders.windows.x_window_means__mutmut_4":
         "cumsum into a float64 `out` accumulates in float64 whatever the input dtype",
-    "howtocap.encoders.cache.x_rows_covering__mutmut_58":
+    "howtocap.encoders.windows.x_rows_covering__mutmut_58":
         "an empty window's hi is at most lo = mid, and the clip to lo + 1 makes it mid + 1",
-    "howtocap.encoders.cache.x_rows_covering__mutmut_64": "the same clip lifts mid - 1 to mid + 1",
+    "howtocap.encoders.windows.x_rows_covering__mutmut_64":
+        "the same clip lifts mid - 1 to mid + 1",
     "howtocap.evaluate.metrics.x_metrics_from_ranks__mutmut_18": "float('NAN') is NaN too",
     "howtocap.evaluate.metrics.x_ranks__mutmut_62":
         "the chunk size bounds memory only: ranks are per row, whatever the chunking",

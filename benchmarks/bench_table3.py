@@ -197,8 +197,8 @@ def main() -> None:
         return
     import torch
 
-    from howtocap.encoders import create
-    from howtocap.train import load_encoder, train
+    from howtocap.encoders import create, load_encoder
+    from howtocap.train import train
 
     torch.set_num_threads(2)
     load0 = os.getloadavg()

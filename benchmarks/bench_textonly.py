@@ -168,7 +168,8 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
     from howtocap.io.inputs import VideoItem
     from howtocap.io.subtitles import SubtitleSource, choose_subtitles
     from howtocap.llm.captioner import CaptionConfig, caption_video
-    from howtocap.rundir import RunDir, StatusRecord, conform
+    from howtocap.rundir import RunDir, StatusRecord
+    from howtocap.schemas import conform
 
     work = WORK / "breakdown"
     shutil.rmtree(work, ignore_errors=True)

@@ -25,20 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from howtocap.encoders import create
+from howtocap.encoders import create, load_encoder
+from howtocap.encoders.dual import DualModel
 from howtocap.evaluate.metrics import retrieval_metrics
+from howtocap.io.pairs import build_clips, frame_times, read_pairs
 from howtocap.io.video import sample_frames
 from howtocap.samples import make_fixture_set, make_narrated_video
-from howtocap.train import load_encoder, train
-from howtocap.train.data import (
-    DecodeFrames,
-    PixelCache,
-    build_clips,
-    epoch_draws,
-    frame_times,
-    read_pairs,
-)
-from howtocap.train.model import DualModel
+from howtocap.train import train
+from howtocap.train.data import DecodeFrames, PixelCache, epoch_draws
 from howtocap.train.tiny import make_tiny_clip
 
 RESULTS = Path(__file__).parent / "results"
@@ -91,7 +85,7 @@ def retrieval(enc, videos: list, frames_per_clip: int = 4) -> dict:
     """Text -> clip on the given videos; a caption's correct clips are all clips of its step."""
     model = DualModel(enc).eval()
     clips = [(v, s) for v in videos for s in v.steps]
-    from howtocap.train.data import Clip
+    from howtocap.io.pairs import Clip
 
     vids = []
     for v, s in clips:

@@ -27,9 +27,11 @@ import torch
 from _timing import best_time
 
 from howtocap.io.inputs import VideoItem
+from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.webdataset import export_webdataset
-from howtocap.rundir import RunDir, conform
+from howtocap.rundir import RunDir
 from howtocap.samples import make_fixture_set
+from howtocap.schemas import conform
 from howtocap.train import train
 from howtocap.train.data import (
     ClipBatches,
@@ -37,9 +39,7 @@ from howtocap.train.data import (
     PixelCache,
     ShardStream,
     batch_loader,
-    build_clips,
     epoch_draws,
-    read_pairs,
     shard_batches,
     shard_source,
     stream_batches,

@@ -689,7 +689,7 @@ def run_pairs(case: bytes) -> None:
     """A CSV of training pairs as ``howtocap train`` reads it, then grouped into clips (a probe
     that knows one video file stands in for PyAV's)."""
     from howtocap.errors import InputError
-    from howtocap.train.data import build_clips, read_pairs
+    from howtocap.io.pairs import build_clips, read_pairs
 
     with tempfile.TemporaryDirectory() as d:
         video = _write(Path(d), "v.mp4", b"")

@@ -26,7 +26,7 @@ from howtocap.align import (
 )
 from howtocap.errors import HowtocapError
 from howtocap.report.align_report import write_align_report
-from howtocap.rundir import SCHEMAS
+from howtocap.schemas import SCHEMAS
 
 
 @dataclass

@@ -1,23 +1,178 @@
-"""The architecture doc's rules, checked by reading every module's imports."""
+"""The floor plan in docs/architecture.md, checked by reading every module's imports.
+
+The import graph counts EVERY import: at module top, inside functions, and under
+``TYPE_CHECKING``. A lazy import still makes the importer depend on the imported code (it
+fails the same way when that code moves or breaks), and a type-only import still means one
+part knows another's classes; hiding an import in a function is how circles are papered over,
+so it must not make one disappear from the plan. Relative imports are resolved, and
+``from pkg import name`` counts as importing ``pkg`` (its ``__init__`` runs) and, when ``name``
+is a submodule, ``pkg.name`` too.
+"""
 
 from __future__ import annotations
 
 import ast
 import re
+from collections import defaultdict
+from functools import cache
 from pathlib import Path
+
+import networkx as nx
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "howtocap"
 
+# Floors of the top-level parts (``howtocap/<x>.py`` or ``howtocap/<x>/``), bottom first. An
+# import may go down or stay on its floor; one going up is a back edge, allowed only if listed
+# in BACK_EDGES. ``howtocap`` is the package's own ``__init__``.
+FLOORS: list[tuple[str, set[str]]] = [
+    ("base", {"howtocap", "errors", "progress", "atomic", "hashing", "schemas", "rundir",
+              "bundled"}),
+    ("io", {"io", "samples", "photos"}),
+    ("models", {"asr", "llm", "encoders"}),
+    ("stage contract", {"stage", "fingerprint"}),
+    ("steps", {"stages", "align", "framecaps", "train", "tdr", "dvc"}),
+    ("evaluation and reports", {"evaluate", "report", "search"}),
+    ("serving", {"serve"}),
+    ("engine", {"pipeline"}),
+    ("cli", {"cli", "cliutil", "align_cli", "samples_cli", "status_cli", "subtitles_cli"}),
+]
 
-def imports(path: Path) -> set[str]:
-    """Every module a file imports, at top level or inside functions."""
+# The part-level imports that go up a floor today: the work left of issue #21. This list may
+# only shrink: the test fails on a new back edge and on a listed one that no longer exists.
+BACK_EDGES: set[tuple[str, str]] = {
+    ("io", "asr"),  # io/subtitles.py: the --asr policy belongs to the subtitles step
+    ("io", "encoders"),  # io/webdataset.py embeds frames when writing shards
+    ("llm", "report"),  # llm/filler.py: the spaCy loader lives in report/nlp.py
+    ("encoders", "cliutil"),  # encoders/cli.py: commands outside the CLI package
+    ("encoders", "pipeline"),  # encoders/cli.py
+    ("train", "cliutil"),  # train/cli.py
+    ("train", "evaluate"),  # train/loop.py: in-training retrieval metrics
+    ("tdr", "cliutil"),  # tdr/cli.py
+    ("tdr", "pipeline"),  # tdr/api.py runs the tdr_frames stage
+    ("dvc", "cliutil"),  # dvc/cli.py
+    ("evaluate", "cliutil"),  # evaluate/cli.py
+    ("report", "cliutil"),  # report/cli.py
+    ("search", "cliutil"),  # search/cli.py
+    ("search", "serve"),  # search/cli.py starts the server
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _known(name: str) -> str | None:
+    """The package module a dotted name lives in (``howtocap.rundir.RunDir`` -> rundir)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@cache
+def imports(path: Path) -> frozenset[str]:
+    """Every module a file imports (absolute names; package names resolved to modules)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                full = ".".join(base + ([node.module] if node.module else []))
+            else:
+                full = node.module or ""
+            out.add(full)
+            out |= {f"{full}.{a.name}" for a in node.names if f"{full}.{a.name}" in MODULES}
+    return frozenset(out)
+
+
+def file_graph() -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(MODULES)
+    for name, path in MODULES.items():
+        for imported in imports(path):
+            if (target := _known(imported)) and target != name:
+                g.add_edge(name, target)
+    return g
+
+
+def part(module: str) -> str:
+    bits = module.split(".")
+    return bits[1] if len(bits) > 1 else bits[0]
+
+
+def part_graph(files: nx.DiGraph) -> nx.DiGraph:
+    """Top-level parts; each edge keeps the file imports that make it (to name them)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(part(m) for m in files)
+    why: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for a, b in files.edges:
+        if part(a) != part(b):
+            why[part(a), part(b)].append(f"{a} -> {b}")
+    for edge, lines in why.items():
+        g.add_edge(*edge, why=sorted(lines))
+    return g
+
+
+def circles(g: nx.DiGraph, limit: int = 10) -> list[str]:
+    """Each circle as a path ``a -> b -> a``: per knot (strongly connected set), the shortest
+    circle through each of its edges, shortest first, at most ``limit`` per knot."""
+    out = []
+    for knot in nx.strongly_connected_components(g):
+        if len(knot) < 2:
+            continue
+        sub = g.subgraph(knot)
+        found: set[tuple[str, ...]] = set()
+        for u, v in sub.edges:
+            cycle = [u, *nx.shortest_path(sub, v, u)[:-1]]
+            i = cycle.index(min(cycle))  # one spelling per circle
+            found.add(tuple(cycle[i:] + cycle[:i]))
+        ordered = sorted(found, key=lambda c: (len(c), c))
+        out += [" -> ".join([*c, c[0]]) for c in ordered[:limit]]
+        if len(ordered) > limit:
+            out.append(f"... {len(ordered) - limit} more circles in {sorted(knot)}")
     return out
+
+
+def floor_of() -> dict[str, int]:
+    return {p: i for i, (_, parts) in enumerate(FLOORS) for p in parts}
+
+
+def test_no_import_circle_between_files() -> None:
+    found = circles(file_graph())
+    assert not found, "import circles between files:\n" + "\n".join(found)
+
+
+def test_every_part_has_a_floor() -> None:
+    parts = set(part_graph(file_graph()))
+    assert parts - set(floor_of()) == set(), "put the new part on a floor in FLOORS"
+    assert set(floor_of()) - parts == set(), "a part in FLOORS no longer exists"
+
+
+def test_parts_only_import_down_the_floors_except_the_listed_back_edges() -> None:
+    g = part_graph(file_graph())
+    floor = floor_of()
+    up = {(a, b): g.edges[a, b]["why"] for a, b in g.edges
+          if floor.get(a, -1) < floor.get(b, -1)}
+    new = [f"{a} -> {b} ({'; '.join(why)})" for (a, b), why in sorted(up.items())
+           if (a, b) not in BACK_EDGES]
+    assert not new, ("imports that go up a floor (move the shared code down instead):\n"
+                     + "\n".join(new))
+    gone = sorted(e for e in BACK_EDGES if e not in up)
+    assert not gone, f"listed back edges that no longer go up; remove them from BACK_EDGES: {gone}"
+
+
+def test_no_import_circle_between_parts_without_the_listed_back_edges() -> None:
+    g = part_graph(file_graph())
+    g.remove_edges_from(BACK_EDGES)
+    found = circles(g)
+    assert not found, "import circles between parts:\n" + "\n".join(found)
 
 
 def modules(*parts: str) -> list[Path]:
@@ -55,10 +210,22 @@ def test_runners_never_touch_the_run_directory() -> None:
     assert offenders(modules("pipeline", "runners"), "howtocap.rundir") == {}
 
 
-def test_encoders_and_training_do_not_import_each_other_in_a_cycle() -> None:
-    enc_to_train = offenders(modules("encoders"), "howtocap.train")
-    train_to_enc = offenders(modules("train", "checkpoint"), "howtocap.encoders")
-    assert not (enc_to_train and train_to_enc), (enc_to_train, train_to_enc)
+def test_models_live_in_encoders_not_in_the_trainer() -> None:
+    """The models, checkpoints and clip pooling are the library's (as open_clip's): the trainer
+    imports them, never the other way round, and nothing but the trainer imports it."""
+    assert offenders(modules("encoders"), "howtocap.train") == {}
+    users = [f for f in PKG.rglob("*.py") if f.parent.name != "train" and f != PKG / "cli.py"]
+    assert offenders(users, "howtocap.train") == {}
+
+
+def test_the_bottom_layer_imports_nothing_of_the_package_but_errors() -> None:
+    """Atomic files, hashing, schemas, errors and the console are pure: anyone may use them
+    without pulling in the run-directory layout or anything above it."""
+    bottom = [PKG / f"{m}.py" for m in ("errors", "progress", "atomic", "hashing", "schemas")]
+    assert {str(f.relative_to(PKG)): sorted(m for m in imports(f) if m.startswith("howtocap")
+                                             and m != "howtocap.errors")
+            for f in bottom} == {f"{m}.py": [] for m in ("errors", "progress", "atomic",
+                                                         "hashing", "schemas")}
 
 
 def test_only_rundir_knows_the_layout() -> None:

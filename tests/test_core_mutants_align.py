@@ -29,7 +29,7 @@ from howtocap.align import (
     video_extent,
     window_scores,
 )
-from howtocap.encoders.cache import rows_covering, window_means
+from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
 
 
@@ -40,8 +40,10 @@ def _rows(a: float, b: float, n: int, fps: float = 1.0) -> list[int]:
     return rows or [min(max(int(np.floor((a + b) / 2 * fps)), 0), n - 1)]
 
 
-def _max_pool(emb: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """A pooling unlike the mean (the MEE baseline's kind), written one window at a time."""
+def _max_pool(emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              renormalize: bool = False) -> np.ndarray:
+    """A pooling unlike the mean (the MEE baseline's kind), written one window at a time, with
+    ``Encoder.pool_clips``'s signature (``renormalize`` does not apply to it)."""
     out = np.empty((*lo.shape, emb.shape[1]))
     for idx in np.ndindex(lo.shape):
         out[idx] = np.asarray(emb, dtype=np.float64)[lo[idx]:hi[idx]].max(axis=0)

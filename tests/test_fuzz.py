@@ -158,7 +158,7 @@ def test_a_bad_eval_csv_row_is_one_line(tmp_path: Path, row: str, problem: str) 
     ("v1,v.mp4,crack eggs,0,inf", "start/end must be numbers"),     # was a clip ending at inf
 ])
 def test_a_bad_training_pair_is_one_line(tmp_path: Path, row: str, problem: str) -> None:
-    from howtocap.train.data import read_pairs
+    from howtocap.io.pairs import read_pairs
 
     path = write(tmp_path, "pairs.csv", f"video_id,video_path,caption,start,end\n{row}\n".encode())
     with pytest.raises(HowtocapError, match=rf"pairs\.csv: line 2: {problem}"):

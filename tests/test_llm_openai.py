@@ -26,7 +26,8 @@ from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.openai import OpenAIChatLLM
 from howtocap.pipeline.core import run_stage
-from howtocap.rundir import SCHEMAS, RunDir
+from howtocap.rundir import RunDir
+from howtocap.schemas import SCHEMAS
 from howtocap.stages.caption import CaptionStage
 
 MSG = [{"role": "user", "content": "10s: hello"}]

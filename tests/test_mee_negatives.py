@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from howtocap.train.data import Clip, grouped_batches
+from howtocap.io.pairs import Clip
+from howtocap.train.data import grouped_batches
 from howtocap.train.losses import max_margin_ranking
 
 

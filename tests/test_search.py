@@ -27,6 +27,7 @@ from search_support import (
     shared_run,
     shared_sample,
 )
+from tiny_models import TinyEncoder
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,8 @@ def test_video_and_both_rankings_are_consistent(searcher: Searcher) -> None:
 def test_clip_vector_is_mean_of_its_frames() -> None:
     rng = np.random.default_rng(0)
     frames = rng.standard_normal((10, 8)).astype(np.float32)
-    out = clip_vectors(frames, np.array([2.0, 4.2]), np.array([5.0, 4.3]), fps=1.0)
+    out = clip_vectors(TinyEncoder(dim=8), frames, np.array([2.0, 4.2]), np.array([5.0, 4.3]),
+                       fps=1.0)
     want = frames[2:5].mean(0)  # centres 2.5, 3.5, 4.5 lie in [2, 5)
     assert np.allclose(out[0], want / np.linalg.norm(want), atol=1e-6)
     assert np.allclose(out[1], frames[4] / np.linalg.norm(frames[4]), atol=1e-6)  # nearest

@@ -19,9 +19,10 @@ import pytest
 from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, HOWTOCAP, add_video, run_cli
 
+from howtocap.atomic import CorruptPartWarning, DiskFull, looks_complete, read_parquet
 from howtocap.llm import LLMOptions
 from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.rundir import CorruptPartWarning, DiskFull, RunDir, looks_complete, read_parquet
+from howtocap.rundir import RunDir
 
 
 def videos(tmp_path: Path, base: Path, n: int) -> Path:
@@ -42,7 +43,7 @@ def no_temp_files(run: Path) -> list[Path]:
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
     """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
     the next run must sweep that temp file, but never a live writer's."""
-    from howtocap.rundir import _WRITER, sweep_temp_files
+    from howtocap.atomic import _WRITER, sweep_temp_files
 
     host = _WRITER.split("~")[0]
     dead = subprocess.Popen(["true"])
@@ -153,11 +154,11 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
             free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
             filler.write_bytes(b"\0" * max(0, free - 40_000))
         else:  # not root: the write fails as a full disk would, after part of the bytes
-            import howtocap.rundir as rundir_mod
+            import howtocap.atomic as atomic_mod
 
             out, filler = tmp_path / "run", None
             calls = {"n": 0}
-            real = rundir_mod._fsync_file
+            real = atomic_mod._fsync_file
 
             def fail_later(name: str) -> None:
                 calls["n"] += 1
@@ -165,7 +166,7 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
                     raise OSError(errno.ENOSPC, "No space left on device", name)
                 real(name)
 
-            monkeypatch.setattr(rundir_mod, "_fsync_file", fail_later)
+            monkeypatch.setattr(atomic_mod, "_fsync_file", fail_later)
         with pytest.raises(DiskFull) as exc:
             caption_run([vids], out, cfg, progress=False)
         msg = str(exc.value)
@@ -205,7 +206,7 @@ def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: P
 
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
-    from howtocap.rundir import _WRITER
+    from howtocap.atomic import _WRITER
 
     vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
     dead = subprocess.Popen(["true"])

@@ -11,9 +11,9 @@ import pytest
 
 from howtocap.errors import InputError
 from howtocap.io.inputs import VideoItem
+from howtocap.io.subtitle_rows import clean_text
 from howtocap.io.subtitles import (
     SubtitleSource,
-    clean_text,
     read_srt,
     read_subtitle_file,
     read_vtt,
@@ -336,7 +336,7 @@ def test_json_errors_name_line_and_column(tmp_path: Path) -> None:
 
 def test_convert_keeps_bad_videos_as_per_video_errors(tmp_path: Path) -> None:
     """A malformed entry fails its own video (one line), not the whole collection."""
-    from howtocap.io.subtitle_dump import convert_subtitles
+    from howtocap.io.subtitles import convert_subtitles
 
     data = {"good": {"start": [0], "end": [1], "text": ["fine"]},
             "bad": {"start": [0, 1], "end": [1], "text": ["a", "b"]},

@@ -15,14 +15,15 @@ import torch
 import torch.nn.functional as F
 from tests.tiny_models import TinyEncoder
 
+from howtocap.encoders.dual import DualModel
+from howtocap.encoders.mee import GatedEmbeddingUnit
 from howtocap.errors import HowtocapError
+from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.video import sample_frames
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train
-from howtocap.train.data import build_clips, epoch_draws, read_pairs
+from howtocap.train.data import epoch_draws
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
-from howtocap.train.mee import GatedEmbeddingUnit
-from howtocap.train.model import DualModel
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -321,7 +322,8 @@ def test_ddp_two_processes_gloo(videos, tiny_clip, tmp_path):
 
 def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
     from howtocap.io.inputs import VideoItem
-    from howtocap.rundir import RunDir, conform
+    from howtocap.rundir import RunDir
+    from howtocap.schemas import conform
 
     rd = RunDir(tmp_path / "run")
     rd.record_videos([VideoItem(v.video_id, v.video_path) for v in videos[:2]])

@@ -16,10 +16,11 @@ from tests.tiny_models import TinyEncoder
 from torch import nn
 
 from howtocap.errors import HowtocapError
+from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train
 from howtocap.train.api import RECIPES, resolve_options
-from howtocap.train.data import apply_crop, build_clips, crop_box, epoch_draws, read_pairs
+from howtocap.train.data import apply_crop, crop_box, epoch_draws
 from howtocap.train.losses import (
     FeatureQueue,
     ema_update,
@@ -176,7 +177,7 @@ def test_momentum_queue_soft_labels_train_and_resume_exactly(videos, tmp_path):
     assert torch.allclose(v.norm(dim=1), torch.ones(5), atol=1e-5)
     # the momentum model trails the online one: different, but closer to it than the start
     init = {k: x.clone() for k, x in st["model"].items()}
-    from howtocap.train.model import DualModel
+    from howtocap.encoders.dual import DualModel
 
     start = DualModel(TinyEncoder()).state_dict()
     w = "encoder.text_proj.weight"
@@ -266,9 +267,9 @@ def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
 def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tmp_path):
     from howtocap.align import AlignConfig, window_scores
     from howtocap.encoders.cache import frame_embeddings
+    from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
     from howtocap.evaluate.benchmarks import EvalSample
     from howtocap.evaluate.embed import video_embeddings
-    from howtocap.train.mee import JointEmbedding, MEEEncoder, max_pool_clip, window_pool
 
     base = TinyEncoder()
     with torch.random.fork_rng():
@@ -291,7 +292,7 @@ def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tm
     text = np.eye(12, dtype=np.float32)  # unit "texts": the scores are the window embedding
     cfg = AlignConfig(offset_seconds=0, clip_seconds=end - start)
     scores, _ = window_scores(np.asarray(fe.emb), text, np.full(12, start), fe.duration, cfg,
-                              window_pool(mee))
+                              mee.pool_clips)
     assert np.allclose(scores[:, 0], v_train, atol=1e-5)
     # what the issue found: averaging per-frame unit outputs is another embedding
     per_frame = mee.encode_images(np.stack([f for f in _frames(sv.video_path, [0.5, 1.5, 2.5,
@@ -300,7 +301,7 @@ def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tm
     err_eval, err_mean = np.abs(ev.emb[0] - v_train).max(), np.abs(mean - v_train).max()
     assert err_mean > 0.02 and err_mean > 5 * err_eval
     # and the frame cache of an MEE encoder is its base's (pooled before the unit)
-    assert window_pool(base) is None
+    assert mee.frame_encoder is base and base.frame_encoder is base
 
 
 def _frames(path: Path, times: list[float]) -> np.ndarray:
@@ -311,10 +312,10 @@ def _frames(path: Path, times: list[float]) -> np.ndarray:
 
 def test_mee_alignment_stage_uses_max_pooling(videos, tmp_path):
     from howtocap.align import AlignConfig
+    from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
     from howtocap.io.inputs import VideoItem
     from howtocap.stage import VideoInput
     from howtocap.stages.align import AlignStage
-    from howtocap.train.mee import JointEmbedding, MEEEncoder, max_pool_clip
 
     base = TinyEncoder()
     with torch.random.fork_rng():

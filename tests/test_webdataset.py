@@ -18,6 +18,7 @@ from tests.tiny_models import TinyEncoder
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
+from howtocap.io.pairs import build_clips, frame_times, read_pairs
 from howtocap.io.video import decode_jpeg, sample_frames
 from howtocap.io.webdataset import (
     clip_key,
@@ -26,18 +27,11 @@ from howtocap.io.webdataset import (
     frame_names,
     open_shards,
 )
-from howtocap.rundir import RunDir, conform
+from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from howtocap.schemas import conform
 from howtocap.train import train
-from howtocap.train.data import (
-    DualItem,
-    ShardStream,
-    build_clips,
-    frame_times,
-    read_pairs,
-    shard_source,
-    stream_batches,
-)
+from howtocap.train.data import DualItem, ShardStream, shard_source, stream_batches
 
 SIZE = 32  # exported frame size (the tiny encoders' input size)
 
@@ -353,7 +347,8 @@ def test_shard_training_errors_are_one_line(shards: dict[str, Any], tmp_path: Pa
 def test_mee_trains_from_embedding_shards(run: dict[str, Any], tiny_clip: str,  # noqa: F811
                                           tmp_path: Path) -> None:
     from howtocap.encoders import create
-    from howtocap.encoders.cache import frame_embeddings, rows_covering
+    from howtocap.encoders.cache import frame_embeddings
+    from howtocap.encoders.windows import rows_covering
 
     out = tmp_path / "emb"
     res = export_webdataset(run["rundir"].root, out, content="embeddings", encoder=tiny_clip,

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from howtocap.encoders.base import Encoder
-from howtocap.rundir import hash_text
+from howtocap.hashing import hash_text
 
 
 class TinyEncoder(Encoder):

@@ -46,9 +46,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
-from howtocap.encoders.cache import rows_covering, window_means
+from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
-from howtocap.rundir import conform, empty_table, hash_text
+from howtocap.hashing import hash_text
+from howtocap.schemas import conform, empty_table
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
@@ -180,16 +181,15 @@ def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarra
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Similarity of each caption to each shifted window: ``(scores (n_cap, n_off), offsets)``.
 
-    ``pool(frame_emb, lo, hi)`` replaces the window mean (``train.mee.window_pool``: the MEE
-    baseline's max pooling, as it was trained)."""
+    ``pool(frame_emb, lo, hi, renormalize)`` replaces the window mean: an encoder's
+    ``pool_clips`` (the MEE baseline's is the max pooling it was trained with)."""
     text = np.asarray(text_emb, dtype=np.float64)
     if text.ndim != 2 or len(text) != len(np.asarray(starts).reshape(-1)):
         raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} captions")
     _, _, lo, hi, offsets = candidate_windows(starts, len(frame_emb), duration, cfg)
     if len(text) == 0:
         return np.zeros((0, len(offsets))), offsets
-    means = window_means(frame_emb, lo, hi, cfg.renormalize) if pool is None \
-        else pool(frame_emb, lo, hi)
+    means = (pool or window_means)(frame_emb, lo, hi, cfg.renormalize)
     return np.einsum("cd,cod->co", text, means), offsets
 
 
@@ -210,7 +210,7 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
                 clips: Sequence[np.ndarray] | None = None,
                 clip_videos: Sequence[str] | None = None) -> pd.DataFrame:
     """One video's captions moved to their best window, with scores (``kept`` is set later).
-    ``pools``: per encoder, a window pooling for ``window_scores`` (``None`` = the mean).
+    ``pools``: per encoder, its ``pool_clips`` for ``window_scores`` (``None`` = the mean).
 
     The guard: only shifts whose (clamped) window starts within ±T of the caption count; a
     caption with none (its window lies outside the decoded video) gets ``outside = True``, no
@@ -255,8 +255,7 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     if reference is not None and reference_videos is not None and len(reference_videos):
         b_lo, b_hi = lo[rows, best][:, None], hi[rows, best][:, None]
         z_text = reference_z(video_id, score, [
-            (window_means(f.emb[:n_rows], b_lo, b_hi, cfg.renormalize) if pool is None
-             else pool(f.emb[:n_rows], b_lo, b_hi))[:, 0]
+            (pool or window_means)(f.emb[:n_rows], b_lo, b_hi, cfg.renormalize)[:, 0]
             for f, pool in zip(frames, pools or [None] * len(frames), strict=True)],
             reference, reference_videos)
     out = pd.DataFrame({

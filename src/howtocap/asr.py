@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.bundled import cache_root, concat_parts, package_dir
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import atomic_write_bytes
 
 SAMPLE_RATE = 16000
 TINY_NAMES = ("default", "tiny.en")

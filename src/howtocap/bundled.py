@@ -68,7 +68,7 @@ def concat_parts(parts: list[Path], dest: Path, *, size: int, sha256: str) -> Pa
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    from howtocap.rundir import atomic_write_text
+    from howtocap.atomic import atomic_write_text
 
     atomic_write_text(marker, sha256 + "\n")  # written last: it vouches for the file
     return dest

@@ -48,7 +48,7 @@ def _load_hash_cache() -> dict[str, str]:
 def file_hash(path: str | os.PathLike[str]) -> str:
     """blake2b of a file's bytes, computed once per (path, size, mtime) and remembered in the
     user cache, so a model file is hashed on first use only."""
-    from howtocap.rundir import atomic_write_text
+    from howtocap.atomic import atomic_write_text
 
     p = Path(path).resolve()
     st = p.stat()

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
-from howtocap.rundir import conform
+from howtocap.schemas import conform
 
 
 class Captioner(Protocol):

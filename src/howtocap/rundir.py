@@ -1,5 +1,10 @@
 """The run directory: per-video part files, the status table, and merged tables.
 
+Only this module knows the layout (parts, status, claims, fingerprints, config, logs, cache,
+index). What it is built on sits in the bottom layer and knows no layout: ``atomic`` (whole
+files, a full disk, corrupt Parquet), ``hashing`` (stable hashes, file-safe names) and
+``schemas`` (the tables' columns and ``conform``).
+
 A stage writes one part file per video (temp file + rename), then one status record. A killed
 run therefore leaves, per video, either a finished part or nothing, and a re-run redoes only
 what has no ``ok`` record. Merged tables (``captions.parquet`` …) are rebuilt from the parts, so
@@ -8,287 +13,29 @@ they never hold duplicates.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from howtocap.errors import HowtocapError
-
-# Column order of every table the pipeline writes; see docs/architecture.md.
-SCHEMAS: dict[str, dict[str, str]] = {
-    # What the run was given: one row per video (written by the caption stage).
-    "videos": {"video_id": "str", "video_path": "str", "subtitle_path": "str"},
-    # config_id: the fingerprint of the stage run that made the row (DIR/parts/fingerprints/)
-    "subtitles": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                  "source": "str", "config_id": "str"},
-    # rejected: "" = kept, else why the caption shows nothing (llm.filler); align, export and
-    # index read only kept rows (``kept_captions``)
-    "captions": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                 "source": "str", "block": "int64", "model": "str", "config_id": "str",
-                 "rejected": "str"},
-    "aligned": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                "orig_start": "float64", "orig_end": "float64", "offset": "float64",
-                "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
-                "block": "int64", "model": "str", "config_id": "str"},
-    # Frame captions as labels (Ventura et al.): one row per caption of one sampled frame.
-    "framecaps": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                  "captioner": "str", "frame_time": "float64", "clipscore": "float64",
-                  "kept": "bool", "config_id": "str"},
-    # message: the error, or the warnings of an ``ok`` video (``warnings`` counts them);
-    # cause of an error: bad input | model output | service | internal; attempts so far
-    "status": {"video_id": "str", "stage": "str", "status": "str", "message": "str",
-               "seconds": "float64", "finished_at": "float64", "warnings": "int64",
-               "cause": "str", "attempts": "int64", "config_id": "str"},
-}
-# Columns older tables (or a stage's raw output) may lack, filled by ``conform``.
-# (captions without ``rejected`` were made before the filler test: all kept)
-DEFAULTS: dict[str, Any] = {"config_id": "", "cause": "", "attempts": 1, "rejected": ""}
-
-
-def kept_captions(captions: pd.DataFrame) -> pd.DataFrame:
-    """The captions that are training text: rows not rejected as showing nothing, without the
-    ``rejected`` column (a table from before the column exists is kept whole)."""
-    if "rejected" not in captions.columns:
-        return captions
-    keep = captions["rejected"].fillna("").astype(str) == ""
-    return captions[keep].drop(columns="rejected").reset_index(drop=True)
-
-
-def empty_table(name: str) -> pd.DataFrame:
-    """An empty frame with the table's columns and dtypes (so concat keeps the schema)."""
-    return pd.DataFrame({c: pd.Series(dtype=t if t != "str" else object)
-                         for c, t in SCHEMAS[name].items()})
-
-
-def conform(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    """Columns in schema order with schema dtypes; extra columns are kept after them."""
-    schema = SCHEMAS[name]
-    missing = [c for c in schema if c not in df.columns]
-    if missing and all(c in DEFAULTS for c in missing):
-        df = df.assign(**{c: DEFAULTS[c] for c in missing})
-        missing = []
-    if missing:
-        raise ValueError(f"{name} table lacks columns {missing}")
-    # Already conforming (a stage's output, conformed again by write_part): a shallow copy is
-    # enough under copy-on-write, and saves ~2 ms a call, a minute per 10k videos.
-    if list(df.columns[:len(schema)]) == list(schema) and isinstance(df.index, pd.RangeIndex) \
-            and df.index.start == 0 and df.index.step == 1 \
-            and [str(t) for t in df.dtypes.iloc[:len(schema)]] == \
-            ["object" if t == "str" else t for t in schema.values()]:
-        return df.copy(deep=False)
-    # One frame built from converted columns: assigning column by column costs ~5 ms a table
-    # (pandas block consolidation), most of the per-video overhead of a text-only run.
-    idx = pd.RangeIndex(len(df))
-    data = {}
-    for col, dtype in schema.items():
-        kind = object if dtype == "str" else dtype
-        values = df[col]
-        if values.dtype != kind:
-            values = values.astype(kind)
-        data[col] = pd.Series(values.to_numpy(), index=idx, name=col, dtype=kind)
-    data.update({c: pd.Series(df[c].array, index=idx, name=c)
-                 for c in df.columns if c not in schema})
-    return pd.DataFrame(data, index=idx)
-
-
-def safe_name(video_id: str) -> str:
-    """A file name for a video id that cannot escape its folder and stays unique."""
-    clean = re.sub(r"[^A-Za-z0-9._-]", "_", video_id)[:120]
-    if clean != video_id:
-        clean += "-" + format(abs(hash_text(video_id)) % 16**8, "08x")
-    return clean
-
-
-def hash_text(text: str) -> int:
-    """A stable (process-independent) 64-bit hash."""
-    import hashlib
-
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
-
-
-class DiskFull(HowtocapError):
-    """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and (
-        exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
-        or "Disk quota exceeded" in str(exc))
-
-
-def disk_full_error(path: Path) -> DiskFull:
-    return DiskFull(f"{path}: no space left on device; the run stopped and left no "
-                    "half-written file: free space and run the same command to resume")
-
-
-def _fsync_file(name: str) -> None:
-    fd = os.open(name, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot sync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
-def _writer_tag() -> str:
-    import socket
-
-    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] + "~" + str(os.getpid())
-
-
-_WRITER = _writer_tag()  # in temp names: which host and process is writing
-_TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
-
-
-def sweep_temp_files(root: Path) -> int:
-    """Remove temp files a killed writer of this host left (never another host's, never a
-    live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
-    per-video status files); returns how many went."""
-    host = _WRITER.split("~")[0]
-    removed = 0
-    folders = [root]
-    for depth in range(4):
-        nxt: list[Path] = []
-        for folder in folders:
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for e in entries:
-                if e.is_dir(follow_symlinks=False):
-                    if depth < 3 and e.name not in ("cache", "index"):
-                        nxt.append(Path(e.path))
-                    continue
-                m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
-                if m and m.group(1) == host and not _alive(int(m.group(2))):
-                    Path(e.path).unlink(missing_ok=True)
-                    removed += 1
-        folders = nxt
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
-    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
-    raises ``DiskFull`` (one line) after removing the temp file."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_WRITER}.",
-                                   suffix=".tmp")
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise
-    os.close(fd)
-    try:
-        write(tmp)
-        _fsync_file(tmp)
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-
-    atomic_write(path, write)
-
-
-def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
-    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-class CorruptPartWarning(UserWarning):
-    """A corrupt or truncated file was found and removed; it will be recomputed."""
-
-
-class CorruptFile(HowtocapError):
-    """A Parquet file that is truncated or whose checksums do not match."""
-
-
-def read_parquet(path: Path, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_parquet`` verifying page checksums; a torn or corrupt file raises
-    ``CorruptFile`` naming it (a missing file stays ``FileNotFoundError``)."""
-    import pyarrow as pa
-
-    try:
-        return pd.read_parquet(path, page_checksum_verification=True, **kwargs)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                          f"({' '.join(str(exc).split())[:120]})") from None
-
-
-def looks_complete(path: Path) -> bool:
-    """Cheap check that a Parquet file was written to its end (footer magic and length),
-    without reading it: a truncated part is redone on resume."""
-    try:
-        size = path.stat().st_size
-        if size < 12:
-            return False
-        with path.open("rb") as fh:
-            fh.seek(size - 8)
-            tail = fh.read(8)
-            fh.seek(0)
-            head = fh.read(4)
-    except OSError:
-        return False
-    footer = int.from_bytes(tail[:4], "little")
-    return head == b"PAR1" and tail[4:] == b"PAR1" and 0 < footer <= size - 12
+from howtocap.atomic import (
+    FILE_MODE,
+    CorruptFile,
+    CorruptPartWarning,
+    atomic_write,
+    atomic_write_parquet,
+    atomic_write_text,
+    looks_complete,
+    read_parquet,
+)
+from howtocap.hashing import safe_name
+from howtocap.schemas import DEFAULTS, SCHEMAS, conform, empty_table
 
 
 def _start_ticks(pid: int) -> str:
@@ -690,7 +437,7 @@ class RunDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(2):
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
             except FileExistsError:
                 if not owner.is_stale(path):
                     return False
@@ -772,8 +519,3 @@ def _only_value(md: Any, column: int) -> str | None:
             return None
         value = st.min
     return value if isinstance(value, str) else None
-
-
-def concat_or_empty(frames: Iterable[pd.DataFrame], table: str) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return conform(pd.concat(frames, ignore_index=True), table) if frames else empty_table(table)

@@ -28,7 +28,7 @@ def convert_cmd(
     """Convert once, read fast: a pickle cannot be streamed (each run would load it whole), and
     a JSON dump is otherwise streamed again into each new run directory."""
     from howtocap.io.inputs import read_id_list
-    from howtocap.io.subtitle_dump import convert_subtitles
+    from howtocap.io.subtitles import convert_subtitles
 
     n_videos, n_rows = convert_subtitles(src, out, ids=read_id_list(ids) if ids else None,
                                          limit=limit, progress=not quiet)

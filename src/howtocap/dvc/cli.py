@@ -31,9 +31,9 @@ def dvc_eval_cmd(
 ) -> None:
     """Dense video captioning scores (ActivityNet protocol): BLEU-4, METEOR, CIDEr, ROUGE-L on
     segments matched at each tIoU, plus segment recall/precision, averaged over thresholds."""
+    from howtocap.atomic import atomic_write_text
     from howtocap.dvc.data import load_ground_truth, load_predictions
     from howtocap.dvc.evaluate import evaluate
-    from howtocap.rundir import atomic_write_text
 
     result = evaluate(load_predictions(pred), load_ground_truth(gt),
                       tuple(tiou) if tiou else DEFAULT_TIOUS, split=split, meteor=meteor,

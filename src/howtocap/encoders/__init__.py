@@ -27,7 +27,7 @@ def __getattr__(name: str) -> Any:
         return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["Encoder", "available", "create", "pick_device"]
+__all__ = ["Encoder", "available", "create", "load_encoder", "pick_device"]
 
 _CHOICES = ["default", "hf:<id|folder>", "openclip:<arch>/<pretrained>", "<checkpoint.pt>"]
 
@@ -61,9 +61,20 @@ def create(name: str = "default", *, device: str | torch.device | None = None) -
 
         return OpenClipEncoder(name[9:], device=device)
     if _is_checkpoint(name):
-        from howtocap.encoders.finetuned import load_encoder
-
         return load_encoder(name, device)
     if name.endswith(".pt"):
         raise HowtocapError(f"encoder checkpoint '{name}' does not exist")
     raise HowtocapError(f"unknown encoder '{name}'; choose one of: {', '.join(_CHOICES)}")
+
+
+def load_encoder(path: str | Path, device: str | torch.device | None = None) -> Encoder:
+    """A training checkpoint (a ``.pt``, its ``ckpt`` folder or the training ``--out`` folder) as
+    a ready ``Encoder`` for align, eval and search: the base model is rebuilt by ``create`` from
+    the encoder spec recorded at training time, then the trained weights are loaded."""
+    from howtocap.encoders.base import pick_device
+    from howtocap.encoders.checkpoint import load_checkpoint
+    from howtocap.encoders.finetuned import from_checkpoint
+
+    dev = pick_device(device)
+    state = load_checkpoint(path)
+    return from_checkpoint(path, state, create(state["meta"]["encoder"], device=dev), dev)

@@ -2,6 +2,10 @@
 
 Subclasses implement the four torch-level methods; ``encode_images``/``encode_texts`` (batched,
 no-grad, L2-normalised numpy) come for free, and training uses the torch-level ones directly.
+
+A clip is embedded in one place, ``pool_clips``: from the per-second rows of ``frame_encoder``
+(what the frame cache holds), so align, eval and search score a clip the same way for every
+model; a head trained on pooled features (the MEE baseline) overrides it with its own pooling.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from howtocap.encoders.windows import window_means
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -28,6 +34,7 @@ class Encoder(nn.Module, ABC):
     name: str
     dim: int
     image_size: int = 224
+    pooling: str = "mean"  # how ``pool_clips`` pools; keys cached clip vectors (eval, search)
 
     # -- torch level (used by training) ----------------------------------------------------
     @abstractmethod
@@ -82,3 +89,22 @@ class Encoder(nn.Module, ABC):
             out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
         self.train(was_training)
         return np.concatenate(out)
+
+    # -- clips (align, eval, search) -------------------------------------------------------
+    @property
+    def frame_encoder(self) -> Encoder:
+        """The encoder whose per-frame embeddings ``pool_clips`` reads (the frame cache's key)."""
+        return self
+
+    def pool_clips(self, frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   renormalize: bool = True) -> np.ndarray:
+        """Clip embeddings ``(*lo.shape, dim)`` (float64): clip ``i`` pools rows ``lo[i]:hi[i]``
+        of ``frame_encoder``'s embeddings. Here the mean of the unit frame vectors (re-normalised
+        when ``renormalize``), computed from one prefix sum however many clips."""
+        return window_means(frame_emb, np.asarray(lo), np.asarray(hi), renormalize)
+
+    def encode_clip(self, frames: np.ndarray) -> np.ndarray:
+        """One clip's decoded frames ``(k, H, W, 3)`` -> its embedding, pooled by ``pool_clips``
+        (not re-normalised: callers that need a unit vector normalise it)."""
+        rows = self.frame_encoder.encode_images(frames)
+        return self.pool_clips(rows, np.array([0]), np.array([len(rows)]), renormalize=False)[0]

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.encoders.base import Encoder
 from howtocap.errors import InputError
 from howtocap.io import video as _video
-from howtocap.rundir import atomic_write_bytes
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20  # bytes hashed from each of head, middle and tail
@@ -54,35 +54,6 @@ class FrameEmbeddings:
     def times(self) -> np.ndarray:
         """Centre time (seconds) of every row."""
         return (np.arange(len(self.emb)) + 0.5) / self.fps
-
-
-def rows_covering(starts: np.ndarray, ends: np.ndarray, n_rows: int,
-                  fps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``lo:hi`` of a ``FrameEmbeddings.emb`` that a window ``[start, end)`` covers: those
-    whose frame time ``(i + 0.5) / fps`` lies inside. A window too short to hold one gets the
-    row containing its middle, so every window has at least one row. Works elementwise."""
-    s = np.asarray(starts, dtype=np.float64)
-    e = np.asarray(ends, dtype=np.float64)
-    lo = np.ceil(s * fps - 0.5 - 1e-9)
-    hi = np.ceil(e * fps - 0.5 - 1e-9)
-    empty = hi <= lo
-    mid = np.floor((s + e) / 2 * fps)
-    lo = np.clip(np.where(empty, mid, lo), 0, n_rows - 1).astype(np.int64)
-    hi = np.clip(np.where(empty, mid + 1, hi), lo + 1, n_rows).astype(np.int64)
-    return lo, hi
-
-
-def window_means(frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 renormalize: bool = False) -> np.ndarray:
-    """Mean embedding of rows ``lo:hi`` for every entry, from one prefix sum (float64 sums):
-    any number of windows costs one pass over the video, never a pass per window."""
-    emb = np.asarray(frame_emb, dtype=np.float64)
-    prefix = np.zeros((len(emb) + 1, emb.shape[1]), dtype=np.float64)
-    np.cumsum(emb, axis=0, out=prefix[1:])
-    means = (prefix[hi] - prefix[lo]) / (hi - lo)[..., None]
-    if renormalize:
-        means /= np.maximum(np.linalg.norm(means, axis=-1, keepdims=True), 1e-12)
-    return means
 
 
 def content_key(path: str | Path) -> str:

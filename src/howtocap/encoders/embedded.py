@@ -34,11 +34,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.bundled import cache_root
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, frames_to_tensor
 from howtocap.errors import HowtocapError
-from howtocap.rundir import atomic_write_bytes
 
 VERSION = "v1"
 PROMPTS = {

@@ -1,45 +1,35 @@
 """A howtocap training checkpoint as a ready ``Encoder``: what ``encoders.create`` returns for
-a ``*.pt`` path. It lives here, beside the other encoders, so the dependency runs one way:
-encoders read training checkpoints; training never imports the encoder factory's module."""
+a ``*.pt`` path. The models (``dual``, ``mee``) and the checkpoint format live beside it in
+``encoders``, so the trainer imports the models and never the other way round. The base model
+comes from the caller (the factory builds it from the spec the checkpoint records), so this
+module does not import the factory that imports it."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from howtocap.encoders.base import Encoder, pick_device
+from howtocap.encoders.checkpoint import arch_identity, check_same_arch, find_checkpoint
+from howtocap.encoders.dual import DualModel
+from howtocap.encoders.mee import JointEmbedding, MEEEncoder
 from howtocap.errors import InputError
-from howtocap.train.checkpoint import (
-    arch_identity,
-    check_same_arch,
-    find_checkpoint,
-    load_checkpoint,
-)
 
 
-def _create(spec: str, device: torch.device) -> Encoder:
-    from howtocap.encoders import create  # the base model a checkpoint was trained from
+def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
+                    device: str | torch.device | None = None) -> Encoder:
+    """A loaded checkpoint (``checkpoint.load_checkpoint``) on its freshly built ``base``
+    encoder (the spec ``state["meta"]["encoder"]`` names) as a ready ``Encoder`` (eval mode).
 
-    return create(spec, device=device)
-
-
-def load_encoder(path: str | Path, device: str | torch.device | None = None) -> Encoder:
-    """A trained checkpoint as a ready ``Encoder`` (eval mode) for align, eval and search.
-
-    The base architecture is rebuilt from the encoder spec recorded at training time, then the
-    trained weights are loaded; the encoder's ``name`` gets the run id and epoch, so cached
-    frame embeddings of the base model are never mistaken for the fine-tuned ones.
+    The encoder's ``name`` gets the run id and epoch, so cached frame embeddings of the base
+    model are never mistaken for the fine-tuned ones.
     """
-    from howtocap.train.mee import JointEmbedding, MEEEncoder
-    from howtocap.train.model import DualModel
-
     dev = pick_device(device)
-    state = load_checkpoint(path)
     meta = state["meta"]
     pt = find_checkpoint(path)
-    base = _create(meta["encoder"], dev)
     tag = f"ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
     module: nn.Module
     if meta["model"] == "dual":

@@ -352,7 +352,7 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
         "seconds": round(time.perf_counter() - t0, 2),
     }
     if out is not None:
-        from howtocap.rundir import atomic_write_text
+        from howtocap.atomic import atomic_write_text
 
         atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
     if show:

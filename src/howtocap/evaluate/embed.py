@@ -2,10 +2,11 @@
 
 Standard zero-shot protocol (CLIP4Clip-style mean pooling): ``n_frames`` frames at the middles
 of ``n_frames`` equal slices of the clip, each embedded and L2-normalised, averaged and
-normalised again. The HowTo100M baseline (MEE) takes the max of its base features instead, the
-pooling it was trained with (``train.mee.encode_clip``). Decoding (PyAV, releases the GIL)
-runs a few clips ahead of the encoder in a small thread pool, bounded so memory stays flat
-on benchmarks with thousands of clips.
+normalised again: ``Encoder.encode_clip``, pooled by the encoder's ``pool_clips`` as align and
+search pool, so the HowTo100M baseline (MEE) takes the max of its base features instead, the
+pooling it was trained with. Decoding (PyAV, releases the GIL) runs a few clips ahead of the
+encoder in a small thread pool, bounded so memory stays flat on benchmarks with thousands of
+clips.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample
+from howtocap.hashing import hash_text
 from howtocap.io.video import probe, sample_frames, segment_times
 from howtocap.progress import progress_bar
-from howtocap.rundir import atomic_write_bytes, hash_text
-from howtocap.train.mee import MEEEncoder, encode_clip
 
 
 @dataclass
@@ -54,7 +55,7 @@ def _cache_file(cache_dir: Path, sample: EvalSample, encoder: Encoder, n_frames:
     st = p.stat()
     key = f"{encoder.name}|{p.resolve()}|{st.st_size}|{st.st_mtime_ns}|{sample.start}|" \
           f"{sample.end}|{n_frames}|{encoder.image_size}" + \
-          ("|max" if isinstance(encoder, MEEEncoder) else "")
+          ("" if encoder.pooling == "mean" else f"|{encoder.pooling}")
     return cache_dir / "eval" / f"{hash_text(key):016x}.npy"
 
 
@@ -113,7 +114,7 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
             s = first[i]
             try:
                 frames = fut.result()
-                v = encode_clip(encoder, frames)  # MEE: max-pooled, as trained
+                v = encoder.encode_clip(frames)  # MEE: max-pooled, as trained
                 norm = float(np.linalg.norm(v))
                 if not np.isfinite(norm) or norm == 0:
                     raise HowtocapError("the encoder returned a zero or non-finite embedding")

@@ -19,12 +19,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from howtocap.atomic import atomic_write_text
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample, read_benchmark
 from howtocap.evaluate.embed import video_embeddings
 from howtocap.evaluate.metrics import RECALL_AT, multi_caption_metrics
-from howtocap.rundir import atomic_write_text
 
 
 def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:

@@ -9,8 +9,10 @@ from typing import Literal
 
 import pandas as pd
 
+from howtocap.atomic import atomic_write_text
 from howtocap.errors import HowtocapError
-from howtocap.rundir import RunDir, atomic_write_text, kept_captions
+from howtocap.rundir import RunDir
+from howtocap.schemas import kept_captions
 
 ExportFormat = Literal["howtocaption", "csv", "webdataset"]
 ExportWhat = Literal["auto", "captions", "aligned", "framecaps"]

@@ -27,23 +27,22 @@ by video (a video's rows are gathered from every run of them).
 
 A pickle cannot be streamed (unpickling builds the whole object): it is loaded once, converted,
 and freed. ``howtocap subtitles convert X.pickle X.parquet`` does that once for good.
+
+This module knows rows and Parquet, not sources: ``io.subtitles`` opens a ``SubtitleSource``'s
+store (``open_store``) and converts a source (``convert_subtitles``) with the pieces here.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-import os
 import pickle
-import shutil
-import tempfile
 import threading
-import weakref
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,17 +51,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from howtocap.errors import InputError
-from howtocap.io.subtitles import (
+from howtocap.io.subtitle_rows import (
     COLUMNS,
     Row,
     entry_rows,
     rows_frame,
     tidy_rows,
 )
-from howtocap.rundir import atomic_write, hash_text, safe_name
-
-if TYPE_CHECKING:
-    from howtocap.io.subtitles import SubtitleSource
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
@@ -575,101 +570,3 @@ def is_converted(path: Path) -> bool:
     except Exception:  # noqa: BLE001 - a torn or foreign file is simply not ours
         return False
     return FORMAT_KEY in meta
-
-
-def _cache_file(source: SubtitleSource, cache_dir: Path) -> Path:
-    """One converted file per (source file as it is now, selection): a changed dump or another
-    --ids/--limit converts again; a resumed or sharded run finds it."""
-    st = source.path.stat()
-    sel = "\n".join(sorted(source.select)) if source.select is not None else "*"
-    key = hash_text(f"{FORMAT_VERSION}|{source.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
-                    f"{source.limit}|{sel}")
-    return cache_dir / f"{safe_name(source.path.stem)}-{key:016x}.parquet"
-
-
-def open_store(source: SubtitleSource) -> ParquetStore:
-    """The store behind a ``SubtitleSource``: the Parquet file itself, or the dump converted."""
-    if source.kind == "parquet":
-        return ParquetStore(source.path, source.path, select=source.select, limit=source.limit)
-    if source.cache_dir is not None:
-        cache_dir = source.cache_dir
-    else:  # a private folder, removed with the source
-        cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
-        weakref.finalize(source, shutil.rmtree, cache_dir, True)
-    out = _cache_file(source, cache_dir)
-    high_water = 0
-    if not is_converted(out):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=source.select,
-                                        limit=source.limit, progress=source.progress))
-
-        atomic_write(out, write)
-        high_water = written[0].max_buffered_rows
-    store = ParquetStore(out, source.path, select=source.select, limit=source.limit)
-    store.max_buffered_rows = high_water
-    return store
-
-
-def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | None = None,
-                      limit: int | None = None, progress: bool = False) -> tuple[int, int]:
-    """Any subtitle source -> one clean Parquet file that ``--subtitles`` reads by row groups
-    without converting again; returns ``(videos, rows)``. Do it once for a pickle (which cannot
-    be streamed) or a dump read by many runs."""
-    from howtocap.io.subtitles import SubtitleSource
-
-    out = Path(out)
-    if out.suffix.lower() != ".parquet":
-        raise InputError(out, "the converted file must end in .parquet")
-    select = frozenset(ids) if ids is not None else None
-    source = SubtitleSource.open(src, select=select, limit=limit, progress=progress)
-    if source.kind in ("json", "pickle", "csv"):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=select,
-                                        limit=limit, progress=progress))
-
-        atomic_write(out, write)
-        if written[0].layout == "videos":
-            return written[0].videos, written[0].rows
-        # records: group each video's rows now, so readers need not
-        tmp_src = out.with_name(f".{out.name}.records.parquet")
-        os.replace(out, tmp_src)
-        try:
-            source = SubtitleSource.open(tmp_src, select=select, limit=limit)
-            return _write_clean(source, out)
-        finally:
-            tmp_src.unlink(missing_ok=True)
-    return _write_clean(source, out)
-
-
-def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
-    """Every video of ``source`` via ``get``, as whole clean videos (errors kept per video)."""
-    counts: list[int] = []
-
-    def write(tmp: str) -> None:
-        writer = DumpWriter(tmp, "videos")
-        try:
-            for vid in source.video_ids():
-                try:
-                    df = source.get(vid)
-                except InputError as exc:  # kept per video; a folder's message names its file
-                    writer.add_video(vid, None,
-                                     str(exc) if source.kind == "folder" else exc.problem)
-                    continue
-                if df is None:
-                    continue
-                score = df["score"].tolist() if "score" in df.columns else [None] * len(df)
-                writer.add_video(vid, [(s, e, t, None if sc is None or sc != sc else sc)
-                                       for s, e, t, sc in zip(df["start"].tolist(),
-                                                              df["end"].tolist(),
-                                                              df["text"].tolist(), score,
-                                                              strict=True)])
-        finally:
-            writer.close()
-        counts.extend([writer.videos, writer.rows])
-
-    atomic_write(out, write)
-    return counts[0], counts[1]

@@ -12,57 +12,38 @@ silently keep YouTube's rolling duplicates, and we want our own one-line errors 
 
 from __future__ import annotations
 
-import html
 import logging
-import math
+import os
 import re
+import shutil
+import tempfile
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from howtocap.atomic import atomic_write
 from howtocap.errors import InputError
+from howtocap.hashing import hash_text, safe_name
 from howtocap.io.inputs import VideoItem
+from howtocap.io.subtitle_dump import (
+    FORMAT_VERSION,
+    DumpWriter,
+    ParquetStore,
+    convert_dump,
+    is_converted,
+)
+from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
 
 if TYPE_CHECKING:
     from howtocap.asr import ASR
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["start", "end", "text"]
 SUBTITLE_SUFFIXES = (".vtt", ".srt")
-
-# -- text cleaning ------------------------------------------------------------------------------
-_TIMING_TAG = re.compile(r"<\d{1,2}:\d{2}(?::\d{2})?[.,]\d{1,3}>")
-_TAG = re.compile(r"</?[A-Za-z][^<>]*>|</?(?:c|i|b|u|v|lang|ruby|rt)(?:\.[\w.-]+)?>")
-_SOUND = re.compile(r"\[[^\[\]]*\]|♪+|♫+")
-_SHORT_PAREN = re.compile(r"\((?:\s*[^()\s]+){1,3}\s*\)")
-_SPEAKER = re.compile(r"(?:^|\s)(?:>>+|&gt;&gt;)\s*")
-_DASH = re.compile(r"^\s*-\s+")
-_WS = re.compile(r"\s+")
-# Nothing above can change a line without one of these: most ASR lines are plain words, and a
-# HowTo100M dump has tens of millions of lines, so they skip the seven substitutions.
-_NEEDS_CLEANING = re.compile(r"[<>&\[(♪♫\u200b]|^\s*-|\s\s|[^\S ]|^\s|\s$")
-
-
-def clean_text(text: str) -> str:
-    """Spoken words only: no markup, no ``[Music]``/``(applause)``, no ``>>`` speaker turns.
-
-    Parentheses are removed only when they hold at most three words (sound descriptions such as
-    ``(laughs)``); longer parentheticals are more likely real speech and are kept.
-    """
-    if not _NEEDS_CLEANING.search(text):
-        return text
-    text = _TIMING_TAG.sub("", text)
-    text = _TAG.sub("", text)
-    text = html.unescape(text).replace("\u200b", "")
-    text = _SPEAKER.sub(" ", text)
-    text = _SOUND.sub(" ", text)
-    text = _SHORT_PAREN.sub(" ", text)
-    text = _DASH.sub("", text)
-    return _WS.sub(" ", text).strip()
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -270,81 +251,6 @@ def read_subtitle_file(path: Path) -> pd.DataFrame:
 
 
 # -- HowTo100M-style sources --------------------------------------------------------------------
-Row = tuple[float, float, str, "float | None"]  # start, end, text, score (HowToCaption pairs)
-
-
-def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
-    """One video's entry, validated and flattened (text not yet cleaned).
-
-    ``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
-    HowToCaption files hold a list of captions (or ``(caption, score)`` pairs) per position: each
-    becomes its own row with its score.
-    """
-    def bad(problem: str) -> InputError:
-        return InputError(where, f"video {video_id!r}: {problem}")
-
-    if isinstance(entry, pd.DataFrame):
-        entry = entry.to_dict(orient="list")
-    if isinstance(entry, list):
-        if not all(isinstance(e, dict) for e in entry):
-            raise bad("expected a list of {start, end, text} objects")
-        try:
-            entry = {k: [e[k] for e in entry] for k in ("start", "end", "text")}
-        except KeyError as exc:
-            raise bad(f"an item lacks {exc.args[0]!r}") from None
-    if not isinstance(entry, dict):
-        raise bad(f"expected an object with start/end/text lists, got {type(entry).__name__}")
-    missing = [k for k in COLUMNS if k not in entry]
-    if missing:
-        raise bad(f"missing {', '.join(missing)}")
-    starts, ends, texts = entry["start"], entry["end"], entry["text"]
-    if not all(isinstance(x, (list, tuple)) for x in (starts, ends, texts)):
-        raise bad("start, end and text must be lists")
-    if not len(starts) == len(ends) == len(texts):
-        raise bad(f"start/end/text lengths differ ({len(starts)}/{len(ends)}/{len(texts)})")
-    rows: list[Row] = []
-    try:
-        for s, e, t in zip(starts, ends, texts, strict=True):
-            s, e = float(s), float(e)
-            if isinstance(t, str):  # the common case first: one plain line
-                rows.append((s, e, t, None))
-                continue
-            for item in (t if isinstance(t, (list, tuple)) else [t]):
-                if isinstance(item, (list, tuple)) and len(item) == 2:
-                    rows.append((s, e, str(item[0]), float(item[1])))
-                else:
-                    rows.append((s, e, "" if item is None else str(item), None))
-    except (TypeError, ValueError):
-        raise bad("start/end values must be numbers") from None
-    return rows
-
-
-def tidy_rows(rows: list[Row], clean: bool = True) -> list[Row]:
-    """Cleaned text, no empty lines or end<start rows, sorted by (start, end) (stable), and an
-    end that runs into the next line's start clipped to it: ``_tidy`` in plain Python, because a
-    DataFrame per video costs more than the work itself on a million videos."""
-    if clean:
-        rows = [(s, e, clean_text(t), sc) for s, e, t, sc in rows]
-    rows = [r for r in rows if r[2] and r[1] >= r[0]]  # NaN times fail the comparison
-    rows.sort(key=lambda r: (r[0], r[1]))
-    for i in range(len(rows) - 1):
-        s, e, t, sc = rows[i]
-        nxt = rows[i + 1][0]
-        if e > nxt > s:
-            rows[i] = (s, nxt, t, sc)
-    return rows
-
-
-def rows_frame(rows: list[Row]) -> pd.DataFrame:
-    """``start, end, text`` (+ ``score`` when any row has one) from tidy rows."""
-    df = pd.DataFrame({"start": pd.Series([r[0] for r in rows], dtype="float64"),
-                       "end": pd.Series([r[1] for r in rows], dtype="float64"),
-                       "text": pd.Series([r[2] for r in rows], dtype=object)})
-    if any(r[3] is not None for r in rows):
-        df["score"] = pd.Series([math.nan if r[3] is None else r[3] for r in rows],
-                                dtype="float64")
-    return df
-
 
 def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
     """One video's entry as a clean ``start, end, text[, score]`` table (see ``entry_rows``)."""
@@ -425,8 +331,6 @@ class SubtitleSource:
     def store(self) -> Any:
         """The Parquet store behind a dump (converted on first use; a failure is kept, so a
         broken dump is reported once per video without being re-read each time)."""
-        from howtocap.io.subtitle_dump import open_store
-
         with self._lock:
             if self._failed is not None:
                 raise self._failed
@@ -569,3 +473,100 @@ def _kind_of(path: Path) -> str:
         return _sniff(read_text(path)) or "srt"
     except InputError:
         return path.suffix.lower().lstrip(".") or "srt"
+
+
+# -- the Parquet store behind a dump ---------------------------------------------------------
+def _cache_file(source: SubtitleSource, cache_dir: Path) -> Path:
+    """One converted file per (source file as it is now, selection): a changed dump or another
+    --ids/--limit converts again; a resumed or sharded run finds it."""
+    st = source.path.stat()
+    sel = "\n".join(sorted(source.select)) if source.select is not None else "*"
+    key = hash_text(f"{FORMAT_VERSION}|{source.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+                    f"{source.limit}|{sel}")
+    return cache_dir / f"{safe_name(source.path.stem)}-{key:016x}.parquet"
+
+
+def open_store(source: SubtitleSource) -> ParquetStore:
+    """The store behind a ``SubtitleSource``: the Parquet file itself, or the dump converted."""
+    if source.kind == "parquet":
+        return ParquetStore(source.path, source.path, select=source.select, limit=source.limit)
+    if source.cache_dir is not None:
+        cache_dir = source.cache_dir
+    else:  # a private folder, removed with the source
+        cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
+        weakref.finalize(source, shutil.rmtree, cache_dir, True)
+    out = _cache_file(source, cache_dir)
+    high_water = 0
+    if not is_converted(out):
+        written: list[DumpWriter] = []
+
+        def write(tmp: str) -> None:
+            written.append(convert_dump(source.path, source.kind, tmp, select=source.select,
+                                        limit=source.limit, progress=source.progress))
+
+        atomic_write(out, write)
+        high_water = written[0].max_buffered_rows
+    store = ParquetStore(out, source.path, select=source.select, limit=source.limit)
+    store.max_buffered_rows = high_water
+    return store
+
+
+def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | None = None,
+                      limit: int | None = None, progress: bool = False) -> tuple[int, int]:
+    """Any subtitle source -> one clean Parquet file that ``--subtitles`` reads by row groups
+    without converting again; returns ``(videos, rows)``. Do it once for a pickle (which cannot
+    be streamed) or a dump read by many runs."""
+    out = Path(out)
+    if out.suffix.lower() != ".parquet":
+        raise InputError(out, "the converted file must end in .parquet")
+    select = frozenset(ids) if ids is not None else None
+    source = SubtitleSource.open(src, select=select, limit=limit, progress=progress)
+    if source.kind in ("json", "pickle", "csv"):
+        written: list[DumpWriter] = []
+
+        def write(tmp: str) -> None:
+            written.append(convert_dump(source.path, source.kind, tmp, select=select,
+                                        limit=limit, progress=progress))
+
+        atomic_write(out, write)
+        if written[0].layout == "videos":
+            return written[0].videos, written[0].rows
+        # records: group each video's rows now, so readers need not
+        tmp_src = out.with_name(f".{out.name}.records.parquet")
+        os.replace(out, tmp_src)
+        try:
+            source = SubtitleSource.open(tmp_src, select=select, limit=limit)
+            return _write_clean(source, out)
+        finally:
+            tmp_src.unlink(missing_ok=True)
+    return _write_clean(source, out)
+
+
+def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
+    """Every video of ``source`` via ``get``, as whole clean videos (errors kept per video)."""
+    counts: list[int] = []
+
+    def write(tmp: str) -> None:
+        writer = DumpWriter(tmp, "videos")
+        try:
+            for vid in source.video_ids():
+                try:
+                    df = source.get(vid)
+                except InputError as exc:  # kept per video; a folder's message names its file
+                    writer.add_video(vid, None,
+                                     str(exc) if source.kind == "folder" else exc.problem)
+                    continue
+                if df is None:
+                    continue
+                score = df["score"].tolist() if "score" in df.columns else [None] * len(df)
+                writer.add_video(vid, [(s, e, t, None if sc is None or sc != sc else sc)
+                                       for s, e, t, sc in zip(df["start"].tolist(),
+                                                              df["end"].tolist(),
+                                                              df["text"].tolist(), score,
+                                                              strict=True)])
+        finally:
+            writer.close()
+        counts.extend([writer.videos, writer.rows])
+
+    atomic_write(out, write)
+    return counts[0], counts[1]

@@ -33,11 +33,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import hash_text
 from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
+from howtocap.io.pairs import build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
-from howtocap.rundir import RunDir, atomic_write_parquet, atomic_write_text, hash_text
+from howtocap.rundir import RunDir
 
 FORMAT = "howtocap-webdataset"
 VERSION = 1
@@ -165,8 +168,6 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     """Write one sample per clip (pairs grouped by ``(video, start, end)``, as training groups
     them) into tar shards of ``shard_size`` samples; videos that are missing or do not decode
     are reported in one line each and skipped."""
-    from howtocap.train.data import build_clips, frame_times
-
     rundir = RunDir(run_dir, create=False)
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
@@ -269,7 +270,8 @@ def _video_samples(clips: list[Any], content: str, k: int, size: int, enc: Any, 
             sample["json"] = _json(c, frame_times=[round(t, 3) for t in ts])
             yield c, sample
         return
-    from howtocap.encoders.cache import frame_embeddings, rows_covering
+    from howtocap.encoders.cache import frame_embeddings
+    from howtocap.encoders.windows import rows_covering
 
     fe = frame_embeddings(first.video_path, enc, fps=1.0, cache_dir=cache)
     emb = np.asarray(fe.emb)

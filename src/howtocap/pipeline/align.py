@@ -22,11 +22,14 @@ from howtocap.align import (
     empty_aligned,
     filter_counts,
 )
+from howtocap.atomic import atomic_write_parquet
 from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import hash_text
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir, atomic_write_parquet, conform, hash_text, kept_captions
+from howtocap.rundir import RunDir
+from howtocap.schemas import conform, kept_captions
 from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name
@@ -155,8 +158,8 @@ def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
     """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos, per encoder,
     pooled as alignment pools them; from the frame cache the stage fills and reuses. A video
     that does not decode is left out (the stage reports it)."""
-    from howtocap.encoders.cache import frame_embeddings_multi, rows_covering, window_means
-    from howtocap.train.mee import frame_encoder, window_pool
+    from howtocap.encoders.cache import frame_embeddings_multi
+    from howtocap.encoders.windows import rows_covering
 
     if not clip_videos or not models:
         return None
@@ -165,7 +168,7 @@ def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
     owners: list[str] = []
     for vid in clip_videos:
         try:
-            frames = frame_embeddings_multi(Path(paths[vid]), [frame_encoder(m) for m in models],
+            frames = frame_embeddings_multi(Path(paths[vid]), [m.frame_encoder for m in models],
                                             fps=cfg.fps, cache_dir=rundir.cache_dir)
         except Exception:  # noqa: BLE001 - a broken video fails in the stage, one line
             continue
@@ -176,10 +179,7 @@ def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
         ws = np.arange(0.0, max(extent - cfg.clip_seconds, 0.0) + 1e-9, 1.0)
         lo, hi = rows_covering(ws, np.minimum(ws + cfg.clip_seconds, extent), n, cfg.fps)
         for bank, f, m in zip(banks, frames, models, strict=True):
-            pool = window_pool(m)
-            emb = f.emb[:n]
-            pooled = window_means(emb, lo[:, None], hi[:, None], cfg.renormalize) \
-                if pool is None else pool(emb, lo[:, None], hi[:, None])
+            pooled = m.pool_clips(f.emb[:n], lo[:, None], hi[:, None], cfg.renormalize)
             bank.append(np.asarray(pooled, dtype=np.float32)[:, 0])
         owners += [vid] * len(ws)
     if not owners:

@@ -16,21 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.progress import TextColumn
 
+from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.fingerprint import config_id, describe_change
+from howtocap.hashing import hash_text
 from howtocap.io.inputs import VideoItem
 from howtocap.progress import progress_bar
-from howtocap.rundir import (
-    SCHEMAS,
-    Owner,
-    RunDir,
-    StatusRecord,
-    disk_full_error,
-    empty_table,
-    hash_text,
-    is_disk_full,
-    sweep_temp_files,
-)
+from howtocap.rundir import Owner, RunDir, StatusRecord
+from howtocap.schemas import SCHEMAS, empty_table
 from howtocap.stage import Stage, VideoInput, VideoResult
 
 if TYPE_CHECKING:

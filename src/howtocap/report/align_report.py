@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from howtocap.rundir import atomic_write_text  # noqa: E402
+from howtocap.atomic import atomic_write_text
 
 
 def _png(fig: Any) -> str:

@@ -26,16 +26,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import (
-    RunDir,
-    atomic_write_bytes,
-    atomic_write_parquet,
-    atomic_write_text,
-    hash_text,
-    kept_captions,
-    safe_name,
-)
+from howtocap.hashing import hash_text, safe_name
+from howtocap.rundir import RunDir
+from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
     import faiss
@@ -107,13 +102,15 @@ def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
     return df.reset_index(drop=True), source
 
 
-def _video_key(encoder_name: str, fps: float, rows: pd.DataFrame, video_path: Path | None) -> str:
-    """Changes whenever anything that went into a video's vectors changes."""
+def _video_key(encoder: Encoder, fps: float, rows: pd.DataFrame, video_path: Path | None) -> str:
+    """Changes whenever anything that went into a video's vectors changes (a pooling other than
+    the mean is named, so mean-pooled parts keep their old keys)."""
     stat = ""
     if video_path is not None and video_path.is_file():
         st = video_path.stat()
         stat = f"{video_path}|{st.st_size}|{st.st_mtime_ns}"
-    payload = json.dumps([INDEX_VERSION, encoder_name, fps, stat,
+    name = encoder.name if encoder.pooling == "mean" else f"{encoder.name}|{encoder.pooling}"
+    payload = json.dumps([INDEX_VERSION, name, fps, stat,
                           rows[["start", "end", "text"]].values.tolist()])
     return format(hash_text(payload), "016x")
 
@@ -121,24 +118,25 @@ def _video_key(encoder_name: str, fps: float, rows: pd.DataFrame, video_path: Pa
 # -- frame embeddings ---------------------------------------------------------------------------
 def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
                  cache_dir: Path) -> np.ndarray:
-    """``(n_seconds, dim)`` float32 frame embeddings from the run's frame cache (shared with
-    ``align``, so an aligned run decodes nothing here)."""
+    """``(n_seconds, dim)`` float32 rows of ``encoder.frame_encoder`` from the run's frame cache
+    (shared with ``align``, so an aligned run decodes nothing here)."""
     from howtocap.encoders.cache import frame_embeddings
 
-    fe = frame_embeddings(video_path, encoder, fps=fps, cache_dir=cache_dir)
+    fe = frame_embeddings(video_path, encoder.frame_encoder, fps=fps, cache_dir=cache_dir)
     return np.asarray(fe.emb, dtype=np.float32)
 
 
-def clip_vectors(frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                  fps: float) -> np.ndarray:
-    """Unit mean of the frame embeddings whose time lies in ``[start, end)`` (the same rows as
-    ``align`` uses; a clip shorter than a frame interval takes the frame at its middle)."""
-    from howtocap.encoders.cache import rows_covering, window_means
+    """Unit clip vectors pooled by the encoder (``pool_clips``, as align and eval pool them) from
+    the frame rows whose time lies in ``[start, end)`` (the same rows as ``align`` uses; a clip
+    shorter than a frame interval takes the frame at its middle)."""
+    from howtocap.encoders.windows import rows_covering
 
     if len(frames) == 0:
-        return np.zeros((len(starts), frames.shape[1]), np.float32)
+        return np.zeros((len(starts), encoder.dim), np.float32)
     lo, hi = rows_covering(starts, ends, len(frames), fps)
-    return window_means(frames, lo, hi, renormalize=True).astype(np.float32)
+    return encoder.pool_clips(frames, lo, hi, renormalize=True).astype(np.float32)
 
 
 # -- parts ----------------------------------------------------------------------------------------
@@ -286,7 +284,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
         task = bar.add_task("indexing videos", total=len(groups))
         for vid, rows in groups.items():
             vpath = paths.get(vid)
-            key = _video_key(encoder.name, fps, rows, vpath)
+            key = _video_key(encoder, fps, rows, vpath)
             keys[vid] = key
             part_path = parts_dir / f"{safe_name(vid)}.npz"
             part = _read_part(part_path) if part_path.exists() else None
@@ -336,7 +334,7 @@ def _embed_video(rows: pd.DataFrame, video_path: Path | None, encoder: Encoder, 
             warnings.warn(f"{video_path}: no video embeddings ({exc})", stacklevel=2)
         else:
             if len(frames):
-                video = clip_vectors(frames, rows["start"].to_numpy(), rows["end"].to_numpy(),
-                                     fps)
+                video = clip_vectors(encoder, frames, rows["start"].to_numpy(),
+                                     rows["end"].to_numpy(), fps)
                 ok = True
     return {"text": text, "video": video, "has_video": ok}

@@ -34,8 +34,10 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import RunDir, atomic_write_bytes, safe_name
+from howtocap.hashing import safe_name
+from howtocap.rundir import RunDir
 from howtocap.search.index import read_meta
 from howtocap.search.query import BY_CHOICES, Hit, Ranked, Searcher
 from howtocap.serve.guard import Guard, Limits, Metrics, check_listen

@@ -16,7 +16,8 @@ import pandas as pd
 
 from howtocap.align import AlignConfig, align_video, empty_aligned
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import hash_text, kept_captions
+from howtocap.hashing import hash_text
+from howtocap.schemas import kept_captions
 from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"
@@ -87,9 +88,7 @@ class AlignStage(BaseStage):
         if not Path(path).is_file():
             raise InputError(path, "video file not found")
         models = self._models or []
-        from howtocap.train.mee import frame_encoder, window_pool  # MEE: max-pool, as trained
-
-        frames = frame_embeddings_multi(Path(path), [frame_encoder(m) for m in models],
+        frames = frame_embeddings_multi(Path(path), [m.frame_encoder for m in models],
                                         fps=self.cfg.fps, cache_dir=self.cache_dir)
         if not frames or min(len(f.emb) for f in frames) == 0:
             raise InputError(path, "no video frames could be decoded")
@@ -97,7 +96,7 @@ class AlignStage(BaseStage):
         text_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32) for m in models]
         return StageOutput({SCORES: align_video(video.video_id, caps, frames, text_embs,
                                                 [m.name for m in models], self.cfg,
-                                                [window_pool(m) for m in models],
+                                                [m.pool_clips for m in models],
                                                 self._reference_embs(models),
                                                 self.reference["video_id"].tolist(),
                                                 *(self.clips or (None, None)))},

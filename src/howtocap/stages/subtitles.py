@@ -69,7 +69,7 @@ class SubtitlesStage(BaseStage):
 
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.io.subtitles import choose_subtitles
-        from howtocap.rundir import conform
+        from howtocap.schemas import conform
 
         if video.item.video_path is not None:  # fail early, naming the file we cannot read
             from howtocap.io.video import probe

@@ -18,10 +18,10 @@ import pandas as pd
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
 from howtocap.pipeline.tdr import FrameFeatures, tdr_features_run
-from howtocap.rundir import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.tdr.data import (
     SPLITS,
     VideoAnn,

@@ -14,8 +14,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from howtocap.atomic import atomic_write_text
 from howtocap.errors import HowtocapError
-from howtocap.rundir import atomic_write_text
 from howtocap.samples import make_narrated_video
 
 

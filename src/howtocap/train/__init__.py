@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrainConfig", "TrainResult", "load_encoder", "train"]
+__all__ = ["TrainConfig", "TrainResult", "train"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,7 @@
 captions, an ``aligned.parquet``, or a CSV), drops pairs whose video is missing or unreadable,
 holds out whole videos for per-epoch evaluation and runs the loop in ``train.loop``. The result
 is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``align``,
-``eval``, ``search``) loads through ``load_encoder``.
+``eval``, ``search``) loads through ``howtocap.encoders.load_encoder``.
 
 ``source`` may also be a folder of WebDataset shards (``howtocap export --format webdataset``):
 then clips stream from the shards (frames for ``dual``, frame embeddings for ``mee``) and only
@@ -24,19 +24,13 @@ from typing import Any
 import torch
 
 from howtocap.encoders.base import Encoder
-from howtocap.encoders.finetuned import load_encoder
 from howtocap.errors import HowtocapError
-from howtocap.train.data import (
-    build_clips,
-    console,
-    read_pairs,
-    require_pairs,
-    shard_source,
-    split_by_video,
-)
+from howtocap.io.pairs import build_clips, read_pairs
+from howtocap.progress import console
+from howtocap.train.data import require_pairs, shard_source, split_by_video
 from howtocap.train.loop import TrainConfig, dist_info, run
 
-__all__ = ["TrainResult", "train", "load_encoder", "TrainConfig", "RECIPES", "resolve_options"]
+__all__ = ["TrainResult", "train", "TrainConfig", "RECIPES", "resolve_options"]
 
 DEFAULT_LR = {"dual": 1e-5, "mee": 1e-3}
 

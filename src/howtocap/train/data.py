@@ -1,166 +1,27 @@
-"""Caption–clip pairs: where they come from, which survive, and what each epoch draws.
+"""What each training epoch draws from the clips (``io.pairs``: reading pairs, grouping clips).
 
-A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
-often repeat a span). Following the image-captioning protocol, each epoch draws one caption per
-clip, so a clip with many captions does not dominate the epoch. All randomness of an epoch comes
-from ``(seed, epoch)``, which makes a resumed run draw exactly what an uninterrupted one would.
+A clip may carry several captions (aligned captions often repeat a span). Following the
+image-captioning protocol, each epoch draws one caption per clip, so a clip with many captions
+does not dominate the epoch. All randomness of an epoch comes from ``(seed, epoch)``, which makes
+a resumed run draw exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
-from rich.console import Console
 
+from howtocap.atomic import atomic_write_bytes
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import listed_path
-from howtocap.io.video import segment_times
-from howtocap.progress import console
-from howtocap.rundir import RunDir, atomic_write_bytes, hash_text, safe_name
-
-CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
-
-
-@dataclass
-class Clip:
-    video_id: str
-    video_path: Path
-    start: float
-    end: float
-    captions: list[str]
-    duration: float = 0.0  # of the whole video (0 when unknown)
-
-
-@dataclass
-class PairSet:
-    clips: list[Clip]
-    n_pairs: int
-    skipped: dict[str, str] = field(default_factory=dict)  # video_id -> why
-    skipped_pairs: int = 0
-
-
-# -- reading pairs ---------------------------------------------------------------------------
-def read_pairs(source: str | Path) -> pd.DataFrame:
-    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet,
-    framecaps.parquet or CSV.
-
-    A run directory gives its aligned captions, or, without them, its frame captions (clips are
-    whole videos with several captions each). Only rows with ``kept`` are used; video paths
-    come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
-    (relative paths are taken from the CSV's folder).
-    """
-    src = Path(source)
-    if not src.exists():
-        raise InputError(src, "does not exist (expected a run directory, aligned.parquet "
-                              "or a CSV of pairs)")
-    if src.is_dir() or src.suffix == ".parquet":
-        root = src if src.is_dir() else src.parent
-        table = src
-        if src.is_dir():
-            table = next((src / f"{t}.parquet" for t in ("aligned", "framecaps")
-                          if (src / f"{t}.parquet").exists()), src / "aligned.parquet")
-        rd = RunDir(root, create=False)
-        if src.is_dir() and not table.exists() and not rd.part_dir("aligned").exists():
-            raise InputError(src, "has no aligned.parquet or framecaps.parquet: run "
-                                  "`howtocap align` or `howtocap framecaps` first, or pass a "
-                                  "CSV of pairs")
-        try:
-            df = pd.read_parquet(table) if table.exists() else rd.read_table("aligned")
-        except Exception as exc:  # pyarrow raises several types for a bad file
-            raise InputError(table, f"not a readable Parquet table ({exc})") from None
-        need = {"video_id", "start", "end", "text"}
-        if not need <= set(df.columns):
-            raise InputError(table, f"needs columns {sorted(need)}; found {list(df.columns)}")
-        if "kept" in df.columns:
-            df = df[df["kept"].astype(bool)]
-        videos = rd.videos()
-        paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
-        df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])
-        return df[["video_id", "video_path", "start", "end", "text"]].reset_index(drop=True)
-    return _read_csv(src)
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            cols = set(reader.fieldnames or [])
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
-    if "caption" not in cols and "text" in cols:
-        for r in rows:
-            r["caption"] = r["text"]
-        cols.add("caption")
-    missing = [c for c in CSV_COLUMNS if c not in cols]
-    if missing:
-        raise InputError(path, f"CSV of pairs needs columns {','.join(CSV_COLUMNS)}; "
-                               f"missing {','.join(missing)}")
-    out = []
-    for i, r in enumerate(rows, start=2):
-        try:
-            start, end = float(r["start"]), float(r["end"])
-            if not (math.isfinite(start) and math.isfinite(end)):
-                raise ValueError
-        except (TypeError, ValueError):
-            raise InputError(path, f"line {i}: start/end must be numbers of seconds "
-                                   f"(got {r['start']!r}, {r['end']!r})") from None
-        vp = listed_path(path, i, (r["video_path"] or "").strip(), path.parent)
-        out.append({"video_id": (r["video_id"] or "").strip(),
-                    "video_path": str(vp) if vp else "",
-                    "start": start, "end": end, "text": (r["caption"] or "").strip()})
-    return pd.DataFrame(out, columns=["video_id", "video_path", "start", "end", "text"])
-
-
-# -- clips -----------------------------------------------------------------------------------
-def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = None,
-                log: Console | None = console) -> PairSet:
-    """Group pairs into clips; drop pairs whose video is missing or unreadable (one line each).
-
-    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
-    """
-    if check is None:
-        from howtocap.io.video import probe
-
-        def check(p: Path) -> float:
-            return probe(p).duration
-
-    pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
-                  & (pairs["end"].astype(float) > pairs["start"].astype(float))]
-    durations: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    for vid, path in pairs.groupby("video_id", sort=True)["video_path"].first().items():
-        if not path:
-            skipped[vid] = "no video file known for this video id"
-            continue
-        try:
-            durations[vid] = float(check(Path(path)))
-        except InputError as exc:
-            skipped[vid] = str(exc)
-    skipped_pairs = int(pairs["video_id"].isin(list(skipped)).sum())
-    if log is not None:
-        for vid, why in skipped.items():
-            log.print(f"[yellow]skip[/] {vid}: {why}", highlight=False)
-        if skipped:
-            log.print(f"skipped {len(skipped)} video(s), {skipped_pairs} pair(s) "
-                      "(missing or unreadable)", highlight=False)
-    good = pairs[pairs["video_id"].isin(list(durations))]
-    clips = []
-    for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True):
-        path = Path(grp["video_path"].iloc[0])
-        clips.append(Clip(str(vid), path, float(start), float(end),
-                          [str(t) for t in grp["text"]], durations[vid]))
-    return PairSet(clips, int(len(good)), skipped, skipped_pairs)
+from howtocap.hashing import hash_text, safe_name
+from howtocap.io.pairs import Clip, PairSet, frame_times
 
 
 def held_out_videos(video_ids: Iterable[str], eval_fraction: float, seed: int) -> set[str]:
@@ -227,13 +88,6 @@ def apply_crop(frames: np.ndarray, box: tuple[float, float, float, float] | None
 def clip_key(video_id: str, start: float, end: float) -> int:
     """A stable integer id of a clip: the queue's positives are the rows with the same id."""
     return int(hash_text(f"{video_id}|{float(start):.3f}|{float(end):.3f}")) & ((1 << 62) - 1)
-
-
-def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[float, ...]:
-    """``k`` times in the clip: one random time per equal segment (training) or the centres."""
-    end = min(clip.end, clip.duration) if clip.duration > 0 else clip.end
-    start = min(clip.start, max(end - 1e-3, 0.0))
-    return tuple(float(t) for t in segment_times(start, end, k, rng))
 
 
 def epoch_draws(clips: Sequence[Clip], epoch: int, seed: int, frames_per_clip: int,
@@ -485,7 +339,7 @@ class MEEItem:
         j = s["json"]
         cap = int(_sample_rng(self.seed, self.epoch, s["__key__"]).integers(
             len(j["captions"]))) if self.train else 0
-        from howtocap.train.mee import max_pool_frames
+        from howtocap.encoders.mee import max_pool_frames
 
         return (max_pool_frames(decode_npy(s["emb.npy"])), j["captions"][cap], j["video_id"])
 

@@ -45,13 +45,15 @@ import torch.distributed as dist
 from rich.progress import TextColumn
 from torch import nn
 
+from howtocap.atomic import atomic_write_text
+from howtocap.encoders import checkpoint as ck
 from howtocap.encoders.base import Encoder
+from howtocap.encoders.dual import DualModel
+from howtocap.encoders.mee import JointEmbedding, max_pool_clip
 from howtocap.errors import HowtocapError
+from howtocap.io.pairs import Clip
 from howtocap.progress import console, progress_bar
-from howtocap.rundir import atomic_write_text
-from howtocap.train import checkpoint as ck
 from howtocap.train.data import (
-    Clip,
     ClipBatches,
     DecodeFrames,
     DualItem,
@@ -77,8 +79,6 @@ from howtocap.train.losses import (
     max_margin_ranking,
     soft_info_nce,
 )
-from howtocap.train.mee import JointEmbedding, max_pool_clip
-from howtocap.train.model import DualModel
 
 
 @dataclass

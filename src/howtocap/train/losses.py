@@ -6,34 +6,9 @@ the video batch.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-# CLIP's initial temperature (0.07) and its cap on the logit scale (100).
-INIT_LOGIT_SCALE = math.log(1 / 0.07)
-MAX_LOGIT_SCALE = math.log(100.0)
-
-
-class LogitScale(nn.Module):
-    """``exp(s)`` multiplying cosine similarities; learnable (clamped) or fixed (``1/temperature``).
-
-    A fixed temperature is a buffer, so it still travels with checkpoints but never trains.
-    """
-
-    def __init__(self, temperature: float | None = None) -> None:
-        super().__init__()
-        self.learnable = temperature is None
-        init = INIT_LOGIT_SCALE if temperature is None else math.log(1.0 / temperature)
-        if self.learnable:
-            self.log_scale = nn.Parameter(torch.tensor(init))
-        else:
-            self.register_buffer("log_scale", torch.tensor(init))
-
-    def forward(self) -> torch.Tensor:
-        return self.log_scale.clamp(0.0, MAX_LOGIT_SCALE).exp()
 
 
 def info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Tensor | float,

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from howtocap.atomic import atomic_write_bytes, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import atomic_write_bytes, atomic_write_text
 
 FORMAT = "howtocap-checkpoint/1"
 META_NAME = "howtocap_checkpoint.json"

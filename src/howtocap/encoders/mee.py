@@ -8,14 +8,15 @@ package). ``MEEEncoder`` wraps the frozen encoder plus the two units as an ``Enc
 trained baseline can be used by align, eval and search like any other model.
 
 One pooling everywhere: the units were trained on the *max* over a clip's frame features, so
-training (``max_pool_clip``), evaluation (``encode_clip``) and alignment (``window_pool``) all
-take the max over the clip's frames of the frozen base encoder, L2-normalise it and apply the
-video unit once. Averaging the unit's per-frame outputs instead gives a different embedding.
+training (``max_pool_clip``) and ``MEEEncoder.pool_clips`` (which align, eval and search call,
+as for every encoder) take the max over the clip's frames of the frozen base encoder,
+L2-normalise it and apply the video unit once. Averaging the unit's per-frame outputs instead
+gives a different embedding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from howtocap.encoders.base import Encoder
+from howtocap.encoders.windows import rows_covering
 
 
 class GatedEmbeddingUnit(nn.Module):
@@ -65,8 +67,6 @@ def max_pool_frames(frame_emb: np.ndarray) -> np.ndarray:
 def max_pool_clip(frame_emb: np.ndarray, fps: float, start: float, end: float) -> np.ndarray:
     """Max over the per-second rows a clip ``[start, end)`` covers (the rows alignment uses
     for that window: ``encoders.cache.rows_covering``)."""
-    from howtocap.encoders.cache import rows_covering
-
     if len(frame_emb) == 0:
         raise ValueError("no frame embeddings")
     lo, hi = rows_covering(np.array([start]), np.array([end]), len(frame_emb), fps)
@@ -77,9 +77,11 @@ class MEEEncoder(Encoder):
     """A frozen base encoder followed by the trained gated units (usable wherever an Encoder is).
 
     ``encode_images`` embeds single frames (a one-frame clip); a clip of several frames goes
-    through ``encode_clip`` / ``window_pool`` (max over the base features, then the unit), the
-    pooling it was trained with.
+    through ``pool_clips`` (max over the base features, then the unit), the pooling it was
+    trained with, from the base encoder's cached frame rows (``frame_encoder``).
     """
+
+    pooling = "max"
 
     def __init__(self, base: Encoder, joint: JointEmbedding, name: str | None = None) -> None:
         super().__init__()
@@ -118,41 +120,21 @@ class MEEEncoder(Encoder):
         x = torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32)).to(self.device)
         return self.joint.video_unit(F.normalize(x, dim=-1)).float().cpu().numpy()
 
-    def encode_clip(self, frames: np.ndarray) -> np.ndarray:
-        """One clip's frames ``(k, H, W, 3)`` -> its embedding: max over base features, unit."""
-        return self.embed_pooled(max_pool_frames(self.base.encode_images(frames)))
+    @property
+    def frame_encoder(self) -> Encoder:
+        return self.base
 
-
-def frame_encoder(encoder: Encoder) -> Encoder:
-    """The encoder whose per-second frame embeddings a clip is pooled from (MEE: its base)."""
-    return encoder.base if isinstance(encoder, MEEEncoder) else encoder
-
-
-def encode_clip(encoder: Encoder, frames: np.ndarray) -> np.ndarray:
-    """A clip embedding from its frames: MEE max-pools (as trained), others take the mean."""
-    if isinstance(encoder, MEEEncoder):
-        return encoder.encode_clip(frames)
-    return encoder.encode_images(frames).mean(0)
-
-
-WindowPool = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-def window_pool(encoder: Encoder) -> WindowPool | None:
-    """For alignment: ``(base frame rows, lo, hi) -> window embeddings`` of an MEE encoder
-    (max over rows ``lo:hi``, then the unit), or ``None`` for the usual window means."""
-    if not isinstance(encoder, MEEEncoder):
-        return None
-
-    def pool(frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def pool_clips(self, frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   renormalize: bool = True) -> np.ndarray:
+        """Max over the base rows ``lo:hi`` of each clip, then the unit (as trained; the unit's
+        output is unit length, so ``renormalize`` changes nothing). Each distinct span is pooled
+        and embedded once."""
         emb = np.asarray(frame_emb, dtype=np.float32)
-        spans = {(int(a), int(b)) for a, b in zip(lo.ravel(), hi.ravel(), strict=True)}
-        keys = sorted(spans)
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        keys = sorted({(int(a), int(b)) for a, b in zip(lo.ravel(), hi.ravel(), strict=True)})
         pooled = np.stack([max_pool_frames(emb[a:b]) for a, b in keys])
-        out = encoder.embed_pooled(pooled)
+        out = self.embed_pooled(pooled)
         index = {k: i for i, k in enumerate(keys)}
         rows = np.array([index[(int(a), int(b))] for a, b in zip(lo.ravel(), hi.ravel(),
                                                                   strict=True)])
         return out[rows].reshape(*lo.shape, out.shape[-1]).astype(np.float64)
-
-    return pool

@@ -1,0 +1,195 @@
+"""Files that are whole or absent: atomic writes (temp file + fsync + rename), a full disk as one
+line (``DiskFull``), and telling a torn or corrupt Parquet file from a good one.
+
+Bottom layer: imports nothing of the package but ``errors``, so every writer (run directory,
+caches, exports, checkpoints) uses it without pulling in the run-directory layout.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from howtocap.errors import HowtocapError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
+
+
+class DiskFull(HowtocapError):
+    """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and (
+        exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
+        or "Disk quota exceeded" in str(exc))
+
+
+def disk_full_error(path: Path) -> DiskFull:
+    return DiskFull(f"{path}: no space left on device; the run stopped and left no "
+                    "half-written file: free space and run the same command to resume")
+
+
+def _fsync_file(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _writer_tag() -> str:
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] + "~" + str(os.getpid())
+
+
+_WRITER = _writer_tag()  # in temp names: which host and process is writing
+_TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
+
+
+def sweep_temp_files(root: Path) -> int:
+    """Remove temp files a killed writer of this host left (never another host's, never a
+    live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
+    per-video status files); returns how many went."""
+    host = _WRITER.split("~")[0]
+    removed = 0
+    folders = [root]
+    for depth in range(4):
+        nxt: list[Path] = []
+        for folder in folders:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    if depth < 3 and e.name not in ("cache", "index"):
+                        nxt.append(Path(e.path))
+                    continue
+                m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
+                if m and m.group(1) == host and not _alive(int(m.group(2))):
+                    Path(e.path).unlink(missing_ok=True)
+                    removed += 1
+        folders = nxt
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
+    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
+    raises ``DiskFull`` (one line) after removing the temp file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_WRITER}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
+        raise
+    os.close(fd)
+    try:
+        write(tmp)
+        _fsync_file(tmp)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    atomic_write(path, write)
+
+
+def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+class CorruptPartWarning(UserWarning):
+    """A corrupt or truncated file was found and removed; it will be recomputed."""
+
+
+class CorruptFile(HowtocapError):
+    """A Parquet file that is truncated or whose checksums do not match."""
+
+
+def read_parquet(path: Path, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_parquet`` verifying page checksums; a torn or corrupt file raises
+    ``CorruptFile`` naming it (a missing file stays ``FileNotFoundError``)."""
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(path, page_checksum_verification=True, **kwargs)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptFile(f"{path}: corrupt or truncated Parquet file "
+                          f"({' '.join(str(exc).split())[:120]})") from None
+
+
+def looks_complete(path: Path) -> bool:
+    """Cheap check that a Parquet file was written to its end (footer magic and length),
+    without reading it: a truncated part is redone on resume."""
+    try:
+        size = path.stat().st_size
+        if size < 12:
+            return False
+        with path.open("rb") as fh:
+            fh.seek(size - 8)
+            tail = fh.read(8)
+            fh.seek(0)
+            head = fh.read(4)
+    except OSError:
+        return False
+    footer = int.from_bytes(tail[:4], "little")
+    return head == b"PAR1" and tail[4:] == b"PAR1" and 0 < footer <= size - 12

@@ -1,0 +1,167 @@
+"""Caption–clip pairs as every consumer reads them: training, WebDataset shards, eval.
+
+A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
+often repeat a span). Reading pairs (a run directory, ``aligned.parquet``, ``framecaps.parquet``
+or a CSV) and grouping them into clips lives here, below both the trainer and the shard writer,
+so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+
+from howtocap.errors import InputError
+from howtocap.io.inputs import listed_path
+from howtocap.io.video import segment_times
+from howtocap.progress import console
+from howtocap.rundir import RunDir
+
+CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
+
+
+@dataclass
+class Clip:
+    video_id: str
+    video_path: Path
+    start: float
+    end: float
+    captions: list[str]
+    duration: float = 0.0  # of the whole video (0 when unknown)
+
+
+@dataclass
+class PairSet:
+    clips: list[Clip]
+    n_pairs: int
+    skipped: dict[str, str] = field(default_factory=dict)  # video_id -> why
+    skipped_pairs: int = 0
+
+
+# -- reading pairs ---------------------------------------------------------------------------
+def read_pairs(source: str | Path) -> pd.DataFrame:
+    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet,
+    framecaps.parquet or CSV.
+
+    A run directory gives its aligned captions, or, without them, its frame captions (clips are
+    whole videos with several captions each). Only rows with ``kept`` are used; video paths
+    come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
+    (relative paths are taken from the CSV's folder).
+    """
+    src = Path(source)
+    if not src.exists():
+        raise InputError(src, "does not exist (expected a run directory, aligned.parquet "
+                              "or a CSV of pairs)")
+    if src.is_dir() or src.suffix == ".parquet":
+        root = src if src.is_dir() else src.parent
+        table = src
+        if src.is_dir():
+            table = next((src / f"{t}.parquet" for t in ("aligned", "framecaps")
+                          if (src / f"{t}.parquet").exists()), src / "aligned.parquet")
+        rd = RunDir(root, create=False)
+        if src.is_dir() and not table.exists() and not rd.part_dir("aligned").exists():
+            raise InputError(src, "has no aligned.parquet or framecaps.parquet: run "
+                                  "`howtocap align` or `howtocap framecaps` first, or pass a "
+                                  "CSV of pairs")
+        try:
+            df = pd.read_parquet(table) if table.exists() else rd.read_table("aligned")
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise InputError(table, f"not a readable Parquet table ({exc})") from None
+        need = {"video_id", "start", "end", "text"}
+        if not need <= set(df.columns):
+            raise InputError(table, f"needs columns {sorted(need)}; found {list(df.columns)}")
+        if "kept" in df.columns:
+            df = df[df["kept"].astype(bool)]
+        videos = rd.videos()
+        paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
+        df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])
+        return df[["video_id", "video_path", "start", "end", "text"]].reset_index(drop=True)
+    return _read_csv(src)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            cols = set(reader.fieldnames or [])
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+    if "caption" not in cols and "text" in cols:
+        for r in rows:
+            r["caption"] = r["text"]
+        cols.add("caption")
+    missing = [c for c in CSV_COLUMNS if c not in cols]
+    if missing:
+        raise InputError(path, f"CSV of pairs needs columns {','.join(CSV_COLUMNS)}; "
+                               f"missing {','.join(missing)}")
+    out = []
+    for i, r in enumerate(rows, start=2):
+        try:
+            start, end = float(r["start"]), float(r["end"])
+            if not (math.isfinite(start) and math.isfinite(end)):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InputError(path, f"line {i}: start/end must be numbers of seconds "
+                                   f"(got {r['start']!r}, {r['end']!r})") from None
+        vp = listed_path(path, i, (r["video_path"] or "").strip(), path.parent)
+        out.append({"video_id": (r["video_id"] or "").strip(),
+                    "video_path": str(vp) if vp else "",
+                    "start": start, "end": end, "text": (r["caption"] or "").strip()})
+    return pd.DataFrame(out, columns=["video_id", "video_path", "start", "end", "text"])
+
+
+# -- clips -----------------------------------------------------------------------------------
+def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = None,
+                log: Console | None = console) -> PairSet:
+    """Group pairs into clips; drop pairs whose video is missing or unreadable (one line each).
+
+    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
+    """
+    if check is None:
+        from howtocap.io.video import probe
+
+        def check(p: Path) -> float:
+            return probe(p).duration
+
+    pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
+                  & (pairs["end"].astype(float) > pairs["start"].astype(float))]
+    durations: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    for vid, path in pairs.groupby("video_id", sort=True)["video_path"].first().items():
+        if not path:
+            skipped[vid] = "no video file known for this video id"
+            continue
+        try:
+            durations[vid] = float(check(Path(path)))
+        except InputError as exc:
+            skipped[vid] = str(exc)
+    skipped_pairs = int(pairs["video_id"].isin(list(skipped)).sum())
+    if log is not None:
+        for vid, why in skipped.items():
+            log.print(f"[yellow]skip[/] {vid}: {why}", highlight=False)
+        if skipped:
+            log.print(f"skipped {len(skipped)} video(s), {skipped_pairs} pair(s) "
+                      "(missing or unreadable)", highlight=False)
+    good = pairs[pairs["video_id"].isin(list(durations))]
+    clips = []
+    for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True):
+        path = Path(grp["video_path"].iloc[0])
+        clips.append(Clip(str(vid), path, float(start), float(end),
+                          [str(t) for t in grp["text"]], durations[vid]))
+    return PairSet(clips, int(len(good)), skipped, skipped_pairs)
+
+
+def frame_times(clip: Clip, k: int, rng: np.random.Generator | None) -> tuple[float, ...]:
+    """``k`` times in the clip: one random time per equal segment (training) or the centres."""
+    end = min(clip.end, clip.duration) if clip.duration > 0 else clip.end
+    start = min(clip.start, max(end - 1e-3, 0.0))
+    return tuple(float(t) for t in segment_times(start, end, k, rng))
+
