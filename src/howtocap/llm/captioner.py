@@ -21,7 +21,7 @@ from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.filler import reject_reasons
 from howtocap.llm.parse import norm_text, parse_reply
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, Template, build_messages, resolve_template
-from howtocap.rundir import conform, empty_table
+from howtocap.schemas import conform, empty_table
 
 
 class CaptionConfig(BaseModel):
