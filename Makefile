@@ -13,6 +13,9 @@ APT_PACKAGES := ffmpeg espeak-ng chromium default-jre-headless
 EXTRA_APT ?=
 DEMO_DATA ?= demo-data
 DEMO_RUN ?= demo-run
+# pytest-xdist workers; --dist loadfile keeps a file's module fixtures (one ASR run, one
+# Ray cluster) in one worker
+TEST_WORKERS ?= 2
 
 .PHONY: all install system demo test lint bench clean
 
@@ -53,7 +56,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # The benchmarks also compare the optional models (the llm-small extra) and evaluate on
 # photographs no training video used (opencv-doc's examples, see howtocap.photos).
