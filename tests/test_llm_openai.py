@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests.chat_server import send_json
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
@@ -61,14 +62,7 @@ class FakeServer:
                 pass
 
             def send(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body, headers)
 
             def do_GET(self) -> None:  # noqa: N802
                 self.send(200, {"object": "list", "data": [{"id": "fake-model"}]})
