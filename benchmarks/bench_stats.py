@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from howtocap.report.nlp import MODEL_CANDIDATES, iter_verb_lemmas, load_spacy, verb_lemmas
+from howtocap.nlp import MODEL_CANDIDATES, iter_verb_lemmas, load_spacy, verb_lemmas
 from howtocap.report.stats import compute_stats
 from howtocap.rundir import RunDir
 

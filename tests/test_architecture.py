@@ -28,7 +28,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("base", {"howtocap", "errors", "progress", "atomic", "hashing", "schemas", "rundir",
               "bundled"}),
     ("io", {"io", "samples", "photos"}),
-    ("models", {"asr", "llm", "encoders"}),
+    ("models", {"asr", "llm", "encoders", "nlp"}),
     ("stage contract", {"stage", "fingerprint"}),
     ("steps", {"stages", "align", "framecaps", "train", "tdr", "dvc"}),
     ("evaluation and reports", {"evaluate", "report", "search"}),
@@ -42,7 +42,6 @@ FLOORS: list[tuple[str, set[str]]] = [
 BACK_EDGES: set[tuple[str, str]] = {
     ("io", "asr"),  # io/subtitles.py: the --asr policy belongs to the subtitles step
     ("io", "encoders"),  # io/webdataset.py embeds frames when writing shards
-    ("llm", "report"),  # llm/filler.py: the spaCy loader lives in report/nlp.py
     ("encoders", "cliutil"),  # encoders/cli.py: commands outside the CLI package
     ("encoders", "pipeline"),  # encoders/cli.py
     ("train", "cliutil"),  # train/cli.py

@@ -17,8 +17,8 @@ import typer
 from typer.testing import CliRunner
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.cli import register
-from howtocap.report.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.stats import (
     compute_stats,
     ngram_ratios,

@@ -159,7 +159,7 @@ def verdict(doc: Any) -> str:
 
 def load_parser(name: str | None = None) -> Any:
     """The project's spaCy English pipeline with its dependency parser (loaded once)."""
-    from howtocap.report.nlp import load_spacy
+    from howtocap.nlp import load_spacy
 
     return load_spacy(name, parser=True)
 
