@@ -79,20 +79,25 @@ class FakeServer:
                     time.sleep(owner.delay)
                     prompt = body["messages"][-1]["content"]
                     rejected = sorted(owner.reject & set(body))
+                    headers = None
                     if forced:
-                        self.send(forced[0], {"error": {"message": "forced"}}, forced[1])
+                        code, reply, headers = forced[0], {"error": {"message": "forced"}}, \
+                            forced[1]
                     elif rejected:
-                        self.send(400, {"error": {"message": "Unrecognized request argument "
-                                                             f"supplied: {rejected[0]}"}})
+                        why = f"Unrecognized request argument supplied: {rejected[0]}"
+                        code, reply = 400, {"error": {"message": why}}
                     elif owner.fail_if(prompt):
-                        self.send(500, {"error": {"message": "boom"}})
+                        code, reply = 500, {"error": {"message": "boom"}}
                     else:
-                        self.send(200, {"choices": [{
+                        code, reply = 200, {"choices": [{
                             "index": 0, "finish_reason": owner.finish,
-                            "message": {"role": "assistant", "content": owner.reply(prompt)}}]})
+                            "message": {"role": "assistant", "content": owner.reply(prompt)}}]}
                 finally:
+                    # out of flight before the reply leaves: the client may send its next
+                    # request the moment it has this one's answer
                     with owner.lock:
                         owner.in_flight -= 1
+                self.send(code, reply, headers)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
