@@ -84,9 +84,16 @@ def files_hash(paths: Iterable[Path]) -> str:
 
 
 def llm_identity(opts: Any) -> dict[str, Any]:
-    """Which LLM answers: server URL + model name, or the GGUF's content hash."""
+    """Which LLM answers: server URL + model name, or the GGUF's content hash. Replicas of a
+    named model (several ``--llm-url`` with ``--llm-model``) are interchangeable: a resumed run
+    may add or lose one; unnamed, the set of URLs identifies them."""
+    if isinstance(opts.url, list) and len(opts.url) > 1:
+        urls = sorted(u.rstrip("/") for u in opts.url)
+        return {"kind": "servers", "model": opts.model} if opts.model else \
+            {"kind": "servers", "urls": urls, "model": ""}
     if opts.url:
-        return {"kind": "server", "url": opts.url.rstrip("/"), "model": opts.model or ""}
+        url = opts.url if isinstance(opts.url, str) else opts.url[0]
+        return {"kind": "server", "url": url.rstrip("/"), "model": opts.model or ""}
     from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
     key = EMBEDDED_DEFAULT if opts.name == "embedded" else opts.name

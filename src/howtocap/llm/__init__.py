@@ -1,14 +1,16 @@
 """LLM backends behind one interface, built by one factory from a name.
 
 ``create("embedded")`` runs the default bundled GGUF in-process with llama.cpp;
-``create("openai", url=...)`` talks to any OpenAI-compatible server.
+``create("openai", url=...)`` talks to any OpenAI-compatible server; several URLs (or a file
+of them) make one pool that keeps every server busy (``llm.pool``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from howtocap.errors import HowtocapError
 from howtocap.llm.base import LLM, GenerationConfig
@@ -27,12 +29,30 @@ class LLMOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "embedded"
-    url: str | None = None
+    url: str | list[str] | None = None  # one server, or several replicas of one model
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = Field(4, ge=1, le=256)
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0, le=20)
+
+    @field_validator("url")
+    @classmethod
+    def _servers(cls, value: str | list[str] | None) -> str | list[str] | None:
+        """Files of URLs read, duplicates dropped; one server stays a plain string (so a
+        one-server run's fingerprint is what it always was)."""
+        if value is None:
+            return None
+        from howtocap.llm.pool import read_urls
+
+        urls = read_urls(value)
+        return urls[0] if len(urls) == 1 else urls
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight at most: ``concurrency`` per server."""
+        n = 1 if not self.url or isinstance(self.url, str) else len(self.url)
+        return self.concurrency * max(1, n)
 
 
 def from_options(opts: LLMOptions) -> LLM:
@@ -44,21 +64,26 @@ def from_options(opts: LLMOptions) -> LLM:
     return create(opts.name)
 
 
-def create(name: str = "embedded", *, url: str | None = None, model: str | None = None,
+def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,
+           model: str | None = None,
            api_key_env: str | None = "OPENAI_API_KEY", concurrency: int = 4,
            timeout: float = 120.0, max_retries: int = 3, n_ctx: int = 4096,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
     """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
 
-    A ``url`` always selects the OpenAI-compatible client (``name`` may then stay "embedded").
+    A ``url`` always selects the OpenAI-compatible client (``name`` may then stay "embedded");
+    several URLs, or a file of URLs, make a ``ServerPool`` (``concurrency`` per server).
     """
     if url or name == "openai":
         if not url:
             raise HowtocapError("--llm openai needs --llm-url (e.g. http://127.0.0.1:8000/v1)")
         from howtocap.llm.openai import OpenAIChatLLM
+        from howtocap.llm.pool import ServerPool, read_urls
 
-        return OpenAIChatLLM(url, model=model, api_key_env=api_key_env, timeout=timeout,
-                             concurrency=concurrency, max_retries=max_retries)
+        clients = [OpenAIChatLLM(u, model=model, api_key_env=api_key_env, timeout=timeout,
+                                 concurrency=concurrency, max_retries=max_retries)
+                   for u in read_urls(url)]
+        return clients[0] if len(clients) == 1 else ServerPool(clients)
     key = EMBEDDED_DEFAULT if name == "embedded" else name
     if key in REGISTRY or key.lower().endswith(".gguf") or os.sep in key:
         return LlamaCppLLM(key, n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)

@@ -51,8 +51,8 @@ class CaptionStage(BaseStage):
 
     @property
     def resources(self) -> Resources:  # type: ignore[override]
-        if self.llm.url:  # an HTTP client: in the driver, `concurrency` requests in flight
-            return Resources(kind="llm", threads=self.llm.concurrency, remote=False)
+        if self.llm.url:  # an HTTP client: in the driver, `concurrency` per server in flight
+            return Resources(kind="llm", threads=self.llm.in_flight, remote=False)
         return Resources(kind="llm", models=True)
 
     def load(self) -> None:
