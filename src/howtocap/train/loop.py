@@ -52,6 +52,7 @@ from howtocap.encoders.dual import DualModel
 from howtocap.encoders.mee import JointEmbedding, max_pool_clip
 from howtocap.errors import HowtocapError
 from howtocap.io.pairs import Clip
+from howtocap.metrics import retrieval_metrics
 from howtocap.progress import console, progress_bar
 from howtocap.train.data import (
     ClipBatches,
@@ -566,8 +567,6 @@ def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
 def evaluate(task: DualTask | MEETask) -> dict[str, float]:
     if len(task.eval_clips) < 2:
         return {}
-    from howtocap.evaluate.metrics import retrieval_metrics
-
     task.model.eval()  # the next epoch sets train mode again
     t, v = task.embed_eval()
     # a caption that several held-out clips share (a repeated step) is right for each of them
