@@ -348,11 +348,15 @@ def test_mee_trains_from_embedding_shards(run: dict[str, Any], tiny_clip: str,  
                                           tmp_path: Path) -> None:
     from howtocap.encoders import create
     from howtocap.encoders.cache import frame_embeddings
+    from howtocap.encoders.clip_rows import ClipRows
     from howtocap.encoders.windows import rows_covering
 
     out = tmp_path / "emb"
-    res = export_webdataset(run["rundir"].root, out, content="embeddings", encoder=tiny_clip,
-                            shard_size=5, progress=False)
+    with pytest.raises(HowtocapError, match="--content embeddings needs the frame embeddings' "
+                                            "encoder"):
+        export_webdataset(run["rundir"].root, out, content="embeddings", progress=False)
+    res = export_webdataset(run["rundir"].root, out, content="embeddings",
+                            embed=ClipRows(tiny_clip), shard_size=5, progress=False)
     assert res.n_samples == 18 and len(res.shards) == 4
     enc = create(tiny_clip)
     meta = json.loads((out / "meta.json").read_text())
