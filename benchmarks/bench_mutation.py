@@ -71,7 +71,7 @@ MODULES: dict[str, dict[str, Any]] = {
         "new": ["tests/test_core_mutants_align.py"],
     },
     "metrics": {
-        "file": "src/howtocap/evaluate/metrics.py", "functions": None,
+        "file": "src/howtocap/metrics.py", "functions": None,
         "tests": ["tests/test_eval_metrics.py", "tests/test_crosstask.py"],
         "new": ["tests/test_core_mutants_metrics.py"],
     },
@@ -133,17 +133,17 @@ EQUIVALENT: dict[str, str] = {
         "an empty window's hi is at most lo = mid, and the clip to lo + 1 makes it mid + 1",
     "howtocap.encoders.windows.x_rows_covering__mutmut_64":
         "the same clip lifts mid - 1 to mid + 1",
-    "howtocap.evaluate.metrics.x_metrics_from_ranks__mutmut_18": "float('NAN') is NaN too",
-    "howtocap.evaluate.metrics.x_ranks__mutmut_62":
+    "howtocap.metrics.x_metrics_from_ranks__mutmut_18": "float('NAN') is NaN too",
+    "howtocap.metrics.x_ranks__mutmut_62":
         "the chunk size bounds memory only: ranks are per row, whatever the chunking",
-    "howtocap.evaluate.metrics.x_ranks__mutmut_80":
+    "howtocap.metrics.x_ranks__mutmut_80":
         "a step of 1 recomputes each row as the first of an overlapping chunk: the same "
         "ranks, only slower",
-    "howtocap.evaluate.metrics.x_ranks__mutmut_86":
+    "howtocap.metrics.x_ranks__mutmut_86":
         "the cheap pre-check skipped: the exact NaN test alone gives the same verdict",
-    "howtocap.evaluate.metrics.x__gt_tensor__mutmut_9":
+    "howtocap.metrics.x__gt_tensor__mutmut_9":
         "np.asarray of a CPU tensor is the same array (on CUDA it would differ: no GPU here)",
-    "howtocap.evaluate.metrics.x_reference_ranks__mutmut_56":
+    "howtocap.metrics.x_reference_ranks__mutmut_56":
         "`one_order(None)`: None is falsy like False",
 }
 # Survivors not reviewed one by one but of a kind that rarely changes behaviour here: an

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pandas as pd
@@ -19,7 +21,7 @@ from howtocap.errors import HowtocapError
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train import train
-from howtocap.train.api import RECIPES, resolve_options
+from howtocap.train.config import RECIPES, Recipe, RecipeName, TrainConfig, make_config
 from howtocap.train.data import apply_crop, crop_box, epoch_draws
 from howtocap.train.losses import (
     FeatureQueue,
@@ -102,28 +104,131 @@ def test_crop_boxes_follow_scale_and_crop_resizes_back():
     assert np.array_equal(apply_crop(frames, None), frames)
 
 
-# -- presets ---------------------------------------------------------------------------------
+# -- presets and the typed config --------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
 def test_recipe_values_and_explicit_flags_override():
-    h = resolve_options("howtocaption", {})
-    assert (h["optimizer"], h["lr"], h["weight_decay"], h["batch_size"]) == ("adamw", 1e-6,
-                                                                             0.05, 128)
-    assert (h["frames_per_clip"], h["eval_frames"]) == (4, 12)
-    assert (h["momentum"], h["queue_size"], h["soft_labels"]) == (0.995, 2048, 0.6)
-    assert h["crop_scale"] == (0.5, 1.0) and h["alpha"] == 0.0
-    v = resolve_options("ventura", {})
-    assert (v["optimizer"], v["lr"], v["batch_size"], v["frames_per_clip"], v["epochs"]) == (
+    h = make_config(out_dir="o", recipe="howtocaption")
+    assert (h.optimizer, h.lr, h.weight_decay, h.batch_size) == ("adamw", 1e-6, 0.05, 128)
+    assert (h.frames_per_clip, h.eval_frames) == (4, 12)
+    assert (h.momentum, h.queue_size, h.soft_labels) == (0.995, 2048, 0.6)
+    assert h.crop_scale == (0.5, 1.0) and h.alpha == 0.0 and h.recipe == "howtocaption"
+    v = make_config(out_dir="o", recipe="ventura")
+    assert (v.optimizer, v.lr, v.batch_size, v.frames_per_clip, v.epochs) == (
         "adam", 1e-4, 16, 10, 10)
-    assert v["alpha"] == 0 and v["momentum"] == 0 and v["queue_size"] == 0
-    assert v["warmup"] == 0.0  # cosine decay from the first step
-    assert resolve_options("second-round", {})["alpha"] == 0.1
-    assert {k: x for k, x in resolve_options("second-round", {}).items() if k != "alpha"} == \
-        {k: x for k, x in h.items() if k != "alpha"}
-    o = resolve_options("howtocaption", {"lr": 1e-4, "queue_size": 64, "momentum": None})
-    assert o["lr"] == 1e-4 and o["queue_size"] == 64 and o["momentum"] == 0.995
-    assert resolve_options(None, {})["alpha"] == 0.0  # L_align is off unless asked for
-    assert set(RECIPES) == {"howtocaption", "second-round", "ventura"}
-    with pytest.raises(HowtocapError, match="--recipe must be one of"):
-        resolve_options("blip", {})
+    assert v.alpha == 0 and v.momentum == 0 and v.queue_size == 0
+    assert v.warmup == 0.0  # cosine decay from the first step
+    two = make_config(out_dir="o", recipe="second-round")
+    assert two.alpha == 0.1
+    assert two.model_dump(exclude={"alpha", "recipe"}) == h.model_dump(exclude={"alpha",
+                                                                                  "recipe"})
+    o = make_config(out_dir="o", recipe="howtocaption", lr=1e-4, queue_size=64, momentum=None)
+    assert o.lr == 1e-4 and o.queue_size == 64 and o.momentum == 0.995
+    assert make_config(out_dir="o").alpha == 0.0  # L_align is off unless asked for
+    assert make_config(out_dir="o", model="mee").lr == 1e-3  # the model's default lr
+    assert set(RECIPES) == set(get_args(RecipeName)) == {"howtocaption", "second-round",
+                                                         "ventura"}
+    assert all(isinstance(r, Recipe) for r in RECIPES.values())
+    # a recipe sets only TrainConfig's fields, with TrainConfig's types
+    for r in RECIPES.values():
+        assert set(r.settings()) <= set(TrainConfig.model_fields)
+        assert TrainConfig(out_dir="o", **r.settings()).model_dump(include=set(r.settings())) \
+            == r.settings()
+
+
+def _docs_recipe_table() -> dict[str, dict[str, str]]:
+    """docs/train.md's recipe table: row name -> column (recipe or "no recipe") -> cell, a
+    "=" cell replaced by the howtocaption column's."""
+    section = (ROOT / "docs" / "train.md").read_text().split("## Recipes (`--recipe`)")[1]
+    first = section[section.index("\n|") + 1:]
+    lines = first[:first.find("\n\n")].splitlines()  # the first table only
+    cols = [c.strip(" `") for c in lines[0].strip("|").split("|")][1:]
+    table = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        row = dict(zip(cols, cells[1:], strict=True))
+        table[cells[0]] = {c: row["howtocaption"] if x.startswith("=") else x
+                           for c, x in row.items()}
+    return table
+
+
+def _documented(cell: dict[str, str]) -> dict:
+    """The TrainConfig values a column of the table states."""
+    opt = re.fullmatch(r"(AdamW|Adam) ([\d.e-]+)(?: \(mee [\d.e-]+\))?, "
+                       r"(?:decay ([\d.]+)|no decay)", cell["optimizer, lr"])
+    batch = re.fullmatch(r"(\d+), (\d+) / (\d+)", cell["batch, frames train / eval"])
+    warm = re.fullmatch(r"(?:warmup (\d+) % \+ cosine|cosine from step 0)", cell["schedule"])
+    blip = cell["momentum model, queue, soft labels"]
+    crop = cell["random-resized crop (area)"]
+    assert opt and batch and warm, cell
+    mom, queue, soft = (0.0, 0, 0.0) if blip == "–" else (
+        float(blip.split(", ")[0]), int(blip.split(", ")[1]), float(blip.split(", ")[2]))
+    return {"optimizer": opt[1].lower(), "lr": float(opt[2]),
+            "weight_decay": float(opt[3] or 0), "batch_size": int(batch[1]),
+            "frames_per_clip": int(batch[2]), "eval_frames": int(batch[3]),
+            "warmup": int(warm[1] or 0) / 100, "epochs": int(cell["epochs"].split()[0]),
+            "momentum": mom, "queue_size": queue, "soft_labels": soft,
+            "crop_scale": None if crop == "–" else tuple(float(x) for x in crop.split("–")),
+            "alpha": float(cell["L_align `alpha`"].strip("*"))}
+
+
+def test_each_preset_equals_what_the_docs_table_says():
+    table = _docs_recipe_table()
+    columns = {c for row in table.values() for c in row}
+    assert columns == {*RECIPES, "no recipe"}  # a new recipe needs its column
+    for col in columns:
+        want = _documented({row: cells[col] for row, cells in table.items()})
+        cfg = make_config(out_dir="o", recipe=None if col == "no recipe" else col)
+        got = cfg.model_dump(include=set(want))
+        got["eval_frames"] = cfg.eval_frames or cfg.frames_per_clip  # None: the training count
+        assert got == want, col
+
+
+@pytest.mark.parametrize(("options", "line"), [
+    ({"recipe": "blip"}, "--recipe must be one of howtocaption, second-round, ventura, not "
+                         "'blip'"),
+    ({"model": "clip4clip"}, "--model must be dual or mee, not 'clip4clip'"),
+    ({"optimizer": "sgd"}, "--optimizer must be adamw or adam, not 'sgd'"),
+    ({"frames": "gpu"}, "--frames must be one of decode, pixels, webdataset, not 'gpu'"),
+    ({"epochs": "many"}, "--epochs: Input should be a valid integer"),
+    ({"model": "mee", "recipe": "howtocaption"}, "--recipe howtocaption is a dual-encoder recipe"),
+    ({"momentum": 1.5}, "--momentum must be in [0, 1) (got 1.5; 0 = off)"),
+    ({"crop_scale": (0.9, 0.2)}, "--crop-scale needs two area fractions 0 < MIN <= MAX <= 1"),
+])
+def test_a_wrong_option_is_one_line_before_any_data_is_read(tmp_path, options, line):
+    """Checked where it enters: the pairs file does not even exist, and the error is the
+    option's, in one line."""
+    with pytest.raises(HowtocapError) as e:
+        train(tmp_path / "no-such-pairs.csv", out_dir=tmp_path / "o", encoder=TinyEncoder(),
+              progress=False, **options)
+    msg = str(e.value)
+    assert msg.startswith(line) and "\n" not in msg
+    assert not (tmp_path / "o").exists()
+
+
+def test_several_wrong_options_share_one_line():
+    with pytest.raises(HowtocapError) as e:
+        make_config(out_dir="o", model="x", optimizer="y", shuffle_bufer=3)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.split("; ") == ["--model must be dual or mee, not 'x'",
+                               "--optimizer must be adamw or adam, not 'y'",
+                               "'shuffle_bufer' is not a training option"]
+
+
+def test_cli_reports_a_wrong_option_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from howtocap.cli import app
+
+    pairs = tmp_path / "p.csv"
+    pairs.write_text("video_id,video_path,caption,start,end\n")
+    r = CliRunner().invoke(app, ["train", str(pairs), "--out", str(tmp_path / "o"),
+                                 "--momentum", "1.5"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines == ["error: --momentum must be in [0, 1) (got 1.5; 0 = off)"]
 
 
 # -- real tiny runs ----------------------------------------------------------------------------

@@ -348,11 +348,15 @@ def test_mee_trains_from_embedding_shards(run: dict[str, Any], tiny_clip: str,  
                                           tmp_path: Path) -> None:
     from howtocap.encoders import create
     from howtocap.encoders.cache import frame_embeddings
+    from howtocap.encoders.clip_rows import ClipRows
     from howtocap.encoders.windows import rows_covering
 
     out = tmp_path / "emb"
-    res = export_webdataset(run["rundir"].root, out, content="embeddings", encoder=tiny_clip,
-                            shard_size=5, progress=False)
+    with pytest.raises(HowtocapError, match="--content embeddings needs the frame embeddings' "
+                                            "encoder"):
+        export_webdataset(run["rundir"].root, out, content="embeddings", progress=False)
+    res = export_webdataset(run["rundir"].root, out, content="embeddings",
+                            embed=ClipRows(tiny_clip), shard_size=5, progress=False)
     assert res.n_samples == 18 and len(res.shards) == 4
     enc = create(tiny_clip)
     meta = json.loads((out / "meta.json").read_text())
@@ -422,12 +426,12 @@ def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: st
     and what it trained on (clip keys of its batches), to check the ranks' disjointness."""
     from tests.test_train import _ddp_worker
 
-    import howtocap.train.loop as loop
+    import howtocap.train.tasks as tasks
 
     given: list[str] = []  # the shards this rank's stream was given
     read: list[list[str]] = []  # (shard, key) of each training sample it streamed
     trained: list[int] = []  # clip keys of the batches it trained on
-    real_batches = loop.stream_batches
+    real_batches = tasks.stream_batches
 
     class Recording(ShardStream):
         def __init__(self, urls: list[str], held: frozenset[str], item: Any,
@@ -445,7 +449,7 @@ def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: st
             trained.extend(int(b[3]) for b in batch)
             yield batch
 
-    loop.ShardStream, loop.stream_batches = Recording, stream_batches
+    tasks.ShardStream, tasks.stream_batches = Recording, stream_batches
     _ddp_worker(rank, world, port, shards, out, spec)
     (Path(out) / f"rank{rank}_seen.json").write_text(json.dumps(
         {"given": given, "read": read, "trained": trained}))

@@ -310,6 +310,7 @@ def export(
     """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs, or
     WebDataset tar shards of clips (frames or embeddings + captions) to train at scale."""
     if format == ExportFmt.webdataset:
+        from howtocap.encoders.clip_rows import ClipRows
         from howtocap.errors import HowtocapError
         from howtocap.io.webdataset import export_webdataset
 
@@ -317,8 +318,9 @@ def export(
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
         res = export_webdataset(run_dir, out_file, what=what.value, content=content,
                                 frames_per_clip=frames_per_clip, image_size=image_size,
-                                shard_size=shard_size, encoder=encoder, device=device,
-                                progress=not quiet)
+                                shard_size=shard_size, progress=not quiet,
+                                embed=ClipRows(encoder, device=device)
+                                if content == "embeddings" else None)
         err.print(f"wrote {res.n_samples} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",

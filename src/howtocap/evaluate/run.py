@@ -24,7 +24,7 @@ from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.evaluate.benchmarks import EvalSample, read_benchmark
 from howtocap.evaluate.embed import video_embeddings
-from howtocap.evaluate.metrics import RECALL_AT, multi_caption_metrics
+from howtocap.metrics import RECALL_AT, multi_caption_metrics
 
 
 def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:

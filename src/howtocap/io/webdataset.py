@@ -15,6 +15,10 @@ them. Layout of ``SHARDS_DIR``::
 
 A shard is written under a hidden temp name and renamed when complete, so a killed export leaves
 no half shard that looks complete (and no ``meta.json``, which training requires).
+
+A format's reader and writer import no model: for ``content: embeddings`` the caller passes a
+``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the frame
+cache.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -37,7 +41,7 @@ from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
-from howtocap.io.pairs import build_clips, frame_times
+from howtocap.io.pairs import Clip, build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
 from howtocap.rundir import RunDir
@@ -79,6 +83,20 @@ def decode_npy(data: bytes) -> np.ndarray:
 
 
 # -- writing ---------------------------------------------------------------------------------
+class ClipEmbedder(Protocol):
+    """Frame-embedding rows of clips (``content: embeddings``), supplied by the caller."""
+
+    def meta(self) -> dict[str, Any]:
+        """``encoder``, ``encoder_name``, ``dim``, ``fps``: recorded in ``meta.json``."""
+        ...
+
+    def __call__(self, clips: list[Clip], cache_dir: Path
+                 ) -> list[tuple[np.ndarray, dict[str, Any]]]:
+        """Each clip's rows (of one video) and the fields its JSON records; ``InputError``
+        when the video does not decode."""
+        ...
+
+
 @dataclass
 class WebDatasetExport:
     out: Path
@@ -163,16 +181,20 @@ def _prepare_out(out: Path) -> None:
 def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
                       what: ExportWhat = "auto", content: str = "frames",
                       frames_per_clip: int = 4, image_size: int = 224, shard_size: int = 1000,
-                      encoder: str = "default", device: str | None = None,
-                      jpeg_quality: int = 90, progress: bool = True) -> WebDatasetExport:
+                      embed: ClipEmbedder | None = None, jpeg_quality: int = 90,
+                      progress: bool = True) -> WebDatasetExport:
     """Write one sample per clip (pairs grouped by ``(video, start, end)``, as training groups
     them) into tar shards of ``shard_size`` samples; videos that are missing or do not decode
-    are reported in one line each and skipped."""
+    are reported in one line each and skipped. ``content="embeddings"`` stores the rows
+    ``embed`` gives (e.g. ``ClipRows("default")``: the run's cached frame embeddings)."""
     rundir = RunDir(run_dir, create=False)
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
     if content not in CONTENTS:
         raise HowtocapError(f"--content must be frames or embeddings, not {content!r}")
+    if content == "embeddings" and embed is None:
+        raise HowtocapError("--content embeddings needs the frame embeddings' encoder: pass "
+                            "embed=ClipRows(<encoder>) (howtocap.encoders.clip_rows)")
     for name, val in (("frames-per-clip", frames_per_clip), ("shard-size", shard_size),
                       ("image-size", image_size)):
         if val < 1:
@@ -189,14 +211,9 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     if not ps.clips:
         raise HowtocapError(f"{rundir.root}: no clips to export ({len(df)} {kind} rows, "
                             f"{len(skipped)} video(s) skipped)")
-    enc = None
     meta_extra: dict[str, Any] = {}
-    if content == "embeddings":
-        from howtocap.encoders import create
-
-        enc = create(encoder, device=device)
-        meta_extra = {"encoder": encoder, "encoder_name": enc.name, "dim": int(enc.dim),
-                      "fps": 1.0}
+    if content == "embeddings" and embed is not None:
+        meta_extra = embed.meta()
     else:
         meta_extra = {"frames_per_clip": frames_per_clip, "image_size": image_size,
                       "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
@@ -215,8 +232,7 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
             for vid, clips in by_video.items():
                 try:
                     samples = list(_video_samples(clips, content, frames_per_clip, image_size,
-                                                  enc, rundir.cache_dir, jpeg_quality,
-                                                  frame_times))
+                                                  embed, rundir.cache_dir, jpeg_quality))
                 except InputError as exc:
                     skipped[vid] = str(exc)
                     console.print(f"[yellow]skip[/] {vid}: {exc}", highlight=False)
@@ -255,8 +271,9 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     return WebDatasetExport(out, len(rows), n_captions, shards, kind, skipped)
 
 
-def _video_samples(clips: list[Any], content: str, k: int, size: int, enc: Any, cache: Path,
-                   quality: int, frame_times: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
+def _video_samples(clips: list[Clip], content: str, k: int, size: int,
+                   embed: ClipEmbedder | None, cache: Path, quality: int
+                   ) -> Iterator[tuple[Clip, dict[str, Any]]]:
     """Every clip of one video as a sample (decoding the video once); raises ``InputError``."""
     first = clips[0]
     if content == "frames":
@@ -270,16 +287,10 @@ def _video_samples(clips: list[Any], content: str, k: int, size: int, enc: Any, 
             sample["json"] = _json(c, frame_times=[round(t, 3) for t in ts])
             yield c, sample
         return
-    from howtocap.encoders.cache import frame_embeddings
-    from howtocap.encoders.windows import rows_covering
-
-    fe = frame_embeddings(first.video_path, enc, fps=1.0, cache_dir=cache)
-    emb = np.asarray(fe.emb)
-    starts = np.array([c.start for c in clips])
-    lo, hi = rows_covering(starts, np.array([c.end for c in clips]), len(emb), fe.fps)
-    for c, a, b in zip(clips, lo, hi, strict=True):
-        yield c, {"emb.npy": encode_npy(np.ascontiguousarray(emb[a:b], dtype=np.float16)),
-                  "json": _json(c, rows=[int(a), int(b)], fps=fe.fps, partial=fe.partial)}
+    assert embed is not None  # checked by export_webdataset
+    for c, (rows, extra) in zip(clips, embed(clips, cache), strict=True):
+        yield c, {"emb.npy": encode_npy(np.ascontiguousarray(rows, dtype=np.float16)),
+                  "json": _json(c, **extra)}
 
 
 def _json(clip: Any, **extra: Any) -> bytes:

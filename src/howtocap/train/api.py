@@ -10,8 +10,9 @@ is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``
 then clips stream from the shards (frames for ``dual``, frame embeddings for ``mee``) and only
 the shard index is held in memory.
 
-``recipe`` presets the papers' settings (``RECIPES``); any option given explicitly (not
-``None``) overrides the recipe's value, and options neither gives take ``DEFAULTS``.
+``recipe`` presets the papers' settings (``train.config.RECIPES``); any option given explicitly
+(not ``None``) overrides the recipe's value, and options neither gives take ``TrainConfig``'s
+defaults. Every value is checked once, by ``train.config.make_config``: a bad one is one line.
 """
 
 from __future__ import annotations
@@ -27,46 +28,12 @@ from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.progress import console
+from howtocap.train.config import RECIPES, TrainConfig, make_config
 from howtocap.train.data import require_pairs, shard_source, split_by_video
-from howtocap.train.loop import TrainConfig, dist_info, run
+from howtocap.train.distributed import dist_info
+from howtocap.train.loop import run
 
-__all__ = ["TrainResult", "train", "TrainConfig", "RECIPES", "resolve_options"]
-
-DEFAULT_LR = {"dual": 1e-5, "mee": 1e-3}
-
-# Settings that a recipe may set; ``None`` in ``train()`` means "not given".
-DEFAULTS: dict[str, Any] = {
-    "epochs": 5, "batch_size": 32, "lr": None, "weight_decay": 0.05, "frames_per_clip": 4,
-    "eval_frames": None, "alpha": 0.0, "warmup": 0.05, "optimizer": "adamw", "momentum": 0.0,
-    "queue_size": 0, "soft_labels": 0.0, "crop_scale": None,
-}
-
-_HOWTOCAPTION: dict[str, Any] = {
-    # HowToCaption A.4 / its dual_encoder_retrieval.yaml: BLIP's ITC fine-tune
-    "optimizer": "adamw", "lr": 1e-6, "weight_decay": 0.05, "batch_size": 128,
-    "frames_per_clip": 4, "eval_frames": 12, "momentum": 0.995, "queue_size": 2048,
-    "soft_labels": 0.6, "crop_scale": (0.5, 1.0), "alpha": 0.0,
-}
-RECIPES: dict[str, dict[str, Any]] = {
-    "howtocaption": _HOWTOCAPTION,
-    # the fine-tune of the second filter-&-align round: the same plus L_align (alpha 0.1)
-    "second-round": {**_HOWTOCAPTION, "alpha": 0.1},
-    # Ventura et al.: Adam, lr 1e-4 with cosine decay, batch 16, 10 frames, 10 epochs; a
-    # random one of a clip's captions per epoch (always done here); no L_align, no momentum
-    "ventura": {"optimizer": "adam", "lr": 1e-4, "weight_decay": 0.0, "warmup": 0.0,
-                "batch_size": 16, "frames_per_clip": 10, "eval_frames": 10, "epochs": 10,
-                "alpha": 0.0, "momentum": 0.0, "queue_size": 0, "soft_labels": 0.0,
-                "crop_scale": None},
-}
-
-
-def resolve_options(recipe: str | None, given: dict[str, Any]) -> dict[str, Any]:
-    """Explicit options (not ``None``) > the recipe's values > ``DEFAULTS``."""
-    if recipe is not None and recipe not in RECIPES:
-        raise HowtocapError(f"--recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
-    out = {**DEFAULTS, **(RECIPES[recipe] if recipe else {})}
-    out.update({k: v for k, v in given.items() if v is not None})
-    return out
+__all__ = ["TrainResult", "train", "TrainConfig", "RECIPES"]
 
 
 @dataclass
@@ -91,45 +58,6 @@ class TrainResult:
 
 def rank_zero() -> bool:
     return dist_info()[0] == 0
-
-
-def _check_options(o: dict[str, Any], model: str, recipe: str | None, *, log: bool) -> None:
-    """One line per bad value; the BLIP-style parts need the dual encoder (and a queue needs
-    the momentum model whose embeddings it holds)."""
-    if not 0 <= o["momentum"] < 1:
-        raise HowtocapError(f"--momentum must be in [0, 1) (got {o['momentum']}; 0 = off)")
-    if o["queue_size"] < 0:
-        raise HowtocapError(f"--queue-size must be >= 0 (got {o['queue_size']})")
-    if not 0 <= o["soft_labels"] <= 1:
-        raise HowtocapError(f"--soft-labels must be in [0, 1] (got {o['soft_labels']})")
-    if o["alpha"] < 0:
-        raise HowtocapError(f"--alpha must be >= 0 (got {o['alpha']})")
-    if o["optimizer"] not in ("adamw", "adam"):
-        raise HowtocapError(f"--optimizer must be adamw or adam, not {o['optimizer']!r}")
-    if o["eval_frames"] is not None and o["eval_frames"] < 1:
-        raise HowtocapError(f"--eval-frames must be at least 1 (got {o['eval_frames']})")
-    cs = o["crop_scale"]
-    if cs is not None:
-        if len(cs) != 2 or not 0 < cs[0] <= cs[1] <= 1:
-            raise HowtocapError(f"--crop-scale needs two area fractions 0 < MIN <= MAX <= 1 "
-                                f"(got {' '.join(map(str, cs))})")
-        if cs[0] == cs[1] == 1:
-            o["crop_scale"] = None  # the whole frame: no crop
-    if o["queue_size"] > 0 and o["momentum"] == 0:
-        raise HowtocapError("--queue-size needs --momentum: the queue holds the momentum "
-                            "model's embeddings (e.g. --momentum 0.995)")
-    if model == "mee":
-        if recipe is not None:
-            raise HowtocapError(f"--recipe {recipe} is a dual-encoder recipe; --model mee "
-                                "trains with its own max-margin loss")
-        if o["momentum"] or o["queue_size"] or o["soft_labels"]:
-            raise HowtocapError("--momentum, --queue-size and --soft-labels apply to --model "
-                                "dual only")
-        if o["crop_scale"] is not None:
-            if log:
-                console.print("[yellow]warning[/] --crop-scale ignored: mee trains on cached "
-                              "frame embeddings, which cannot be cropped", highlight=False)
-            o["crop_scale"] = None
 
 
 def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[Encoder, str]:
@@ -171,24 +99,17 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     From a shard folder, ``shuffle_buffer`` samples per loader worker are shuffled (``--resume``
     restarts the interrupted epoch: checkpoints are per epoch).
     """
-    if model not in DEFAULT_LR:
-        raise HowtocapError(f"--model must be dual or mee, not {model!r}")
-    o = resolve_options(recipe, {
-        "epochs": epochs, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-        "frames_per_clip": frames_per_clip, "eval_frames": eval_frames, "alpha": alpha,
-        "warmup": warmup, "optimizer": optimizer, "momentum": momentum,
-        "queue_size": queue_size, "soft_labels": soft_labels,
-        "crop_scale": tuple(crop_scale) if crop_scale is not None else None})
-    _check_options(o, model, recipe, log=rank_zero())
-    epochs, batch_size, frames_per_clip = o["epochs"], o["batch_size"], o["frames_per_clip"]
-    for name, val in (("epochs", epochs), ("batch-size", batch_size),
-                      ("frames-per-clip", frames_per_clip), ("shuffle-buffer", shuffle_buffer)):
-        if val < 1:
-            raise HowtocapError(f"--{name} must be at least 1 (got {val})")
-    if not 0 <= eval_fraction < 1:
-        raise HowtocapError(f"--eval-fraction must be in [0, 1) (got {eval_fraction})")
-    if temperature is not None and temperature <= 0:
-        raise HowtocapError(f"--temperature must be positive (got {temperature})")
+    cfg = make_config(
+        recipe=recipe, log=rank_zero(), out_dir=str(out_dir), model=model,
+        encoder=encoder if isinstance(encoder, str) else None, epochs=epochs,
+        batch_size=batch_size, lr=lr, weight_decay=weight_decay, frames_per_clip=frames_per_clip,
+        eval_frames=eval_frames, alpha=alpha, temperature=temperature, warmup=warmup,
+        grad_clip=grad_clip, seed=seed, optimizer=optimizer, momentum=momentum,
+        queue_size=queue_size, soft_labels=soft_labels,
+        crop_scale=tuple(crop_scale) if crop_scale is not None else None,
+        eval_fraction=eval_fraction, frames=frames, num_workers=num_workers, amp=amp,
+        mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
+        train_params=train_params, shuffle_buffer=shuffle_buffer)
     rank, world, _ = dist_info()
     from howtocap.io.webdataset import is_shard_dir
 
@@ -212,21 +133,10 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
         if cache_dir is None and Path(pairs_source).is_dir():
             cache_dir = Path(pairs_source) / "cache"  # reuse the run's frame embeddings (align)
     enc, spec = _encoder(encoder, device)
-    lr = o["lr"]
-    cfg = TrainConfig(out_dir=str(out_dir), model=model, encoder=spec, epochs=epochs,
-                      batch_size=batch_size, lr=DEFAULT_LR[model] if lr is None else lr,
-                      weight_decay=o["weight_decay"], frames_per_clip=frames_per_clip,
-                      alpha=o["alpha"], temperature=temperature, warmup=o["warmup"],
-                      grad_clip=grad_clip, seed=seed, optimizer=o["optimizer"],
-                      momentum=o["momentum"], queue_size=o["queue_size"],
-                      soft_labels=o["soft_labels"], crop_scale=o["crop_scale"],
-                      eval_frames=o["eval_frames"], recipe=recipe,
-                      eval_fraction=eval_fraction, frames=frames,
-                      cache_dir=str(cache_dir) if cache_dir else None, num_workers=num_workers,
-                      amp=amp, mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
-                      train_params=train_params,
-                      webdataset=str(shards.root) if shards is not None else None,
-                      shuffle_buffer=shuffle_buffer)
+    # what only the source and the encoder tell (set by this module, so not validated again)
+    cfg = cfg.model_copy(update={
+        "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,
+        "webdataset": str(shards.root) if shards is not None else None})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
               progress=progress, on_epoch_end=on_epoch_end, shards=shards)

@@ -1,0 +1,450 @@
+"""What is trained, on what, and how it is scored: one class per model and data source.
+
+``DualTask`` fine-tunes the whole dual encoder with InfoNCE (plus ``alpha`` times the pull to a
+frozen copy); with HowToCaption's BLIP-style recipe it adds a momentum model (EMA of the trained
+one), a FIFO queue of its text and video embeddings used as extra candidates, soft targets
+mixing its softmax similarities with the positives, and random-resized crops of the frames.
+``MEETask`` trains HowTo100M's gated embedding units on frozen, cached features (max-margin
+ranking). ``ShardDualTask`` and ``ShardMEETask`` stream this rank's share of WebDataset shards
+through a shuffle buffer instead of indexing clips held in memory; an epoch is still a function
+of ``(seed, epoch)``. ``held_out_metrics`` scores a task on its held-out videos (text-to-video
+R@K) after every epoch.
+
+The loop (``train.loop``) sees a task through ``identity``, ``prepare``, ``batches``, ``loss``,
+``after_step``, ``extra_state``/``load_extra_state`` (momentum model and queue travel in the
+checkpoint, so resume stays exact) and ``embed_eval``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from howtocap.encoders import checkpoint as ck
+from howtocap.encoders.base import Encoder
+from howtocap.encoders.dual import DualModel
+from howtocap.encoders.mee import JointEmbedding, max_pool_clip
+from howtocap.errors import HowtocapError
+from howtocap.io.pairs import Clip
+from howtocap.metrics import retrieval_metrics
+from howtocap.progress import progress_bar
+from howtocap.train.config import TrainConfig
+from howtocap.train.data import (
+    ClipBatches,
+    DecodeFrames,
+    DualItem,
+    MEEItem,
+    PixelCache,
+    SampleFrames,
+    ShardSource,
+    ShardStream,
+    batch_loader,
+    epoch_draws,
+    grouped_batches,
+    held_out_samples,
+    sample_clip,
+    shard_batches,
+    stream_batches,
+)
+from howtocap.train.distributed import barrier, gather_all, gather_nograd
+from howtocap.train.losses import (
+    FeatureQueue,
+    ema_update,
+    frozen_copy_regulariser,
+    info_nce,
+    itc_targets,
+    max_margin_ranking,
+    soft_info_nce,
+)
+
+
+def freeze_except(model: DualModel, pattern: str) -> None:
+    """Train only parameters whose name matches ``pattern`` (and a learnable temperature).
+
+    Freezing the towers and training a small head is far cheaper: no backward pass runs through
+    a frozen tower.
+    """
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise HowtocapError(f"--train-params {pattern!r} is not a regular expression ({exc})"
+                            ) from None
+    names = [n for n, _ in model.named_parameters() if not n.startswith("logit_scale.")]
+    hits = [n for n in names if rx.search(n)]
+    if not hits:
+        raise HowtocapError(f"--train-params {pattern!r} matches no parameter; names look like "
+                            f"{', '.join(names[:3])} … {', '.join(names[-3:])}")
+    for n, p in model.named_parameters():
+        if not n.startswith("logit_scale.") and n not in hits:
+            p.requires_grad_(False)
+
+
+class DualTask:
+    """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
+
+    kind = "dual"
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
+                 device: torch.device, rank: int, world: int) -> None:
+        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
+        self.rank, self.world, self.device = rank, world, device
+        self.model = DualModel(encoder, cfg.temperature).to(device)
+        if cfg.train_params:
+            freeze_except(self.model, cfg.train_params)
+        self.frozen: DualModel | None = None
+        if cfg.alpha > 0:
+            self.frozen = copy.deepcopy(self.model).eval()
+            for p in self.frozen.parameters():
+                p.requires_grad_(False)
+        self.momentum_model: DualModel | None = None
+        if cfg.momentum > 0:
+            self.momentum_model = copy.deepcopy(self.model).eval()
+            for p in self.momentum_model.parameters():
+                p.requires_grad_(False)
+        self.queue = FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
+            if cfg.queue_size > 0 else None
+        self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
+        self.net: nn.Module = self.model
+        self.soft_labels = cfg.soft_labels
+
+    def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
+        if cfg.frames == "pixels":
+            root = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out_dir) / "cache"
+            return PixelCache(root / "pixels", size)
+        if cfg.frames == "decode":
+            return DecodeFrames(size)
+        raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
+
+    def identity(self) -> dict:
+        return ck.arch_identity("dual", self.cfg.encoder, self.model,
+                                temperature=self.cfg.temperature)
+
+    def prepare(self, show: bool) -> None:
+        if not isinstance(self.frames, PixelCache):
+            return
+        if self.rank == 0:
+            vids = {c.video_id: c for c in self.train_clips + self.eval_clips}
+            for c in _track(list(vids.values()), "caching frames", show):
+                self.frames.build(c)
+        barrier(self.world)
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
+                            crop_scale=self.cfg.crop_scale)
+        plan = shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
+        ds = ClipBatches(self.train_clips, plan, self.frames)
+        return len(plan), batch_loader(ds, self.cfg.num_workers)
+
+    @property
+    def blip_style(self) -> bool:
+        return self.momentum_model is not None or self.queue is not None or self.soft_labels > 0
+
+    def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        frames, texts = batch[0], batch[1]
+        t, v, scale = self.net(frames, texts)
+        if self.blip_style:
+            main = self.itc_loss(frames, texts, batch[3], t, v, scale)
+        elif self.world > 1:
+            main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
+                            video_all=gather_all(v, self.world), offset=self.rank * len(t))
+        else:
+            main = info_nce(t, v, scale)
+        parts = {"loss_main": main.item(), "logit_scale": scale.item()}
+        if self.frozen is None:
+            return main, parts
+        with torch.no_grad():
+            t_ref, v_ref, _ = self.frozen(frames, texts)
+        reg = frozen_copy_regulariser(t, v, t_ref, v_ref)
+        parts["reg"] = reg.item()
+        return main + self.cfg.alpha * reg, parts
+
+    def itc_loss(self, frames: np.ndarray, texts: list[str], keys: list[int], t: torch.Tensor,
+                 v: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """BLIP's ITC: candidates are the momentum model's embeddings of every rank's batch
+        plus the queue (the online ones without a momentum model); targets are the positives,
+        mixed with the teacher's softmax when ``soft_labels`` > 0; then the batch is queued."""
+        ids = torch.as_tensor(keys, dtype=torch.long, device=t.device)
+        with torch.no_grad():
+            if self.momentum_model is not None:
+                t_m, v_m, _ = self.momentum_model(frames, texts)
+            else:
+                t_m, v_m = t.detach(), v.detach()
+            t_all, v_all = gather_nograd(t_m, self.world), gather_nograd(v_m, self.world)
+            ids_all = gather_nograd(ids, self.world)
+            tk, vk, idk = t_all, v_all, ids_all
+            if self.queue is not None:
+                tq, vq, iq = self.queue.contents()
+                tk, vk, idk = torch.cat([t_all, tq]), torch.cat([v_all, vq]), torch.cat([ids_all,
+                                                                                          iq])
+            s = scale.detach()
+            t2v_m = s * t_m.float() @ vk.float().t() if self.soft_labels > 0 else None
+            v2t_m = s * v_m.float() @ tk.float().t() if self.soft_labels > 0 else None
+            tgt_t2v = itc_targets(ids, idk, t2v_m, self.soft_labels)
+            tgt_v2t = itc_targets(ids, idk, v2t_m, self.soft_labels)
+        if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
+            tk, vk = gather_all(t, self.world), gather_all(v, self.world)
+        loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
+        if self.queue is not None:
+            self.queue.enqueue(t_all, v_all, ids_all)
+        return loss
+
+    def after_step(self) -> None:
+        if self.momentum_model is not None:
+            ema_update(self.model, self.momentum_model, self.cfg.momentum)
+
+    def extra_state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.momentum_model is not None:
+            out["momentum_model"] = self.momentum_model.state_dict()
+        if self.queue is not None:
+            out["queue"] = self.queue.state_dict()
+        return out
+
+    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        for name, mod in (("momentum_model", self.momentum_model), ("queue", self.queue)):
+            if mod is None:
+                continue
+            if name not in state:
+                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
+                                    "resume with the recipe/options it was trained with")
+            try:
+                mod.load_state_dict(state[name])
+            except RuntimeError:
+                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
+                                    "run's (another --queue-size?); resume with the same "
+                                    "options") from None
+
+    @torch.no_grad()
+    def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
+        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.eval_frames or self.cfg.frames_per_clip,
+                            train=False)
+        plan = shard_batches(draws, self.cfg.eval_batch_size)
+        ts, vs = [], []
+        for frames, texts, *_ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
+                                             self.cfg.num_workers):
+            t, v, _ = self.model(frames, texts)
+            ts.append(t.float().cpu())
+            vs.append(v.float().cpu())
+        return torch.cat(ts), torch.cat(vs)
+
+
+class MEETask:
+    """HowTo100M's gated embedding units on frozen, cached features (max-margin ranking)."""
+
+    kind = "mee"
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
+                 device: torch.device, rank: int, world: int) -> None:
+        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
+        self.rank, self.world, self.device = rank, world, device
+        self.encoder = encoder.eval()
+        for p in self.encoder.parameters():
+            p.requires_grad_(False)
+        self.model = JointEmbedding(encoder.dim, encoder.dim, cfg.mee_dim).to(device)
+        self.net: nn.Module = self.model
+
+    def identity(self) -> dict:
+        return ck.arch_identity("mee", self.cfg.encoder, self.model, video_dim=self.encoder.dim,
+                                text_dim=self.encoder.dim, dim=self.cfg.mee_dim)
+
+    def after_step(self) -> None:
+        """No momentum model for the baseline."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        """Nothing beyond the weights."""
+
+    def prepare(self, show: bool) -> None:
+        """Frozen features, once: max-pooled frame embeddings per clip, one vector per caption."""
+        from howtocap.encoders.cache import frame_embeddings
+
+        cache = Path(self.cfg.cache_dir) if self.cfg.cache_dir else Path(self.cfg.out_dir) / "cache"
+        clips = self.train_clips + self.eval_clips
+        per_video: dict[str, Any] = {}
+        for c in _track(list({c.video_id: c for c in clips}.values()), "frame embeddings", show):
+            per_video[c.video_id] = frame_embeddings(c.video_path, self.encoder, fps=1.0,
+                                                     cache_dir=cache)
+        self.video = torch.from_numpy(np.stack([
+            max_pool_clip(np.asarray(per_video[c.video_id].emb), per_video[c.video_id].fps,
+                          c.start, c.end) for c in clips]))
+        texts = [t for c in clips for t in c.captions]
+        emb = torch.from_numpy(self.encoder.encode_texts(texts))
+        self.text: list[torch.Tensor] = []
+        i = 0
+        for c in clips:
+            self.text.append(emb[i:i + len(c.captions)])
+            i += len(c.captions)
+        self.n_train = len(self.train_clips)
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        groups = grouped_batches(self.train_clips, self.cfg.batch_size, self.cfg.clips_per_video,
+                                 epoch, self.cfg.seed)
+        n = len(groups) // self.world
+        mine = groups[self.rank:n * self.world:self.world]
+        rng = np.random.default_rng([self.cfg.seed, epoch, 3])
+        pick = [int(rng.integers(len(c.captions))) for c in self.train_clips]
+        out = [(self.video[idx], torch.stack([self.text[i][pick[i]] for i in idx]),
+                [self.train_clips[i].video_id for i in idx]) for idx in mine]
+        return len(out), out
+
+    def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        video, text, vids = batch
+        v, t = self.net(video.to(self.device), text.to(self.device))
+        loss = max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
+        return loss, {"loss_main": loss.item()}
+
+    @torch.no_grad()
+    def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = list(range(self.n_train, self.n_train + len(self.eval_clips)))
+        v, t = self.model(self.video[idx].to(self.device),
+                          torch.stack([self.text[i][0] for i in idx]).to(self.device))
+        return t.cpu(), v.cpu()
+
+
+class ShardDualTask(DualTask):
+    """``DualTask`` streaming frames from WebDataset shards (``content: frames``)."""
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+                 device: torch.device, rank: int, world: int) -> None:
+        meta = source.shards.meta
+        if meta["content"] != "frames":
+            raise HowtocapError(f"{source.root}: holds frame embeddings; the dual encoder "
+                                "fine-tunes on frames: export with --content frames (or train "
+                                "--model mee on these shards)")
+        if cfg.frames_per_clip > int(meta["frames_per_clip"]):
+            raise HowtocapError(f"{source.root}: the shards hold {meta['frames_per_clip']} "
+                                f"frames per clip; pass --frames-per-clip "
+                                f"{meta['frames_per_clip']} or less, or export more frames")
+        self.source = source
+        self.frame_keys = list(meta["frame_keys"])
+        super().__init__(cfg, encoder, [], [], device, rank, world)
+
+    def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
+        return DecodeFrames(size)  # not used: frames come from the shards
+
+    def item(self, epoch: int, train: bool = True) -> DualItem:
+        k = self.cfg.frames_per_clip if train else min(
+            self.cfg.eval_frames or self.cfg.frames_per_clip, len(self.frame_keys))
+        return DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
+                        self.cfg.crop_scale if train else None)
+
+    def prepare(self, show: bool) -> None:
+        if self.rank == 0:
+            held = held_out_samples(self.source)
+            self.eval_clips = [sample_clip(s) for s in held]
+            self.frames = SampleFrames(held, self.item(0, train=False))
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
+                                   self.cfg.batch_size)
+        ds = ShardStream(urls, self.source.held, self.item(epoch), seed=self.cfg.seed,
+                         epoch=epoch, rank=self.rank, buffer=self.cfg.shuffle_buffer,
+                         chunk=self.cfg.batch_size)
+        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+        return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
+                    [b[2] for b in batch], [b[3] for b in batch]) for batch in batches)
+
+
+class ShardMEETask(MEETask):
+    """``MEETask`` streaming per-second frame embeddings from shards (``content: embeddings``);
+    captions are embedded per batch by the frozen encoder."""
+
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+                 device: torch.device, rank: int, world: int) -> None:
+        meta = source.shards.meta
+        if meta["content"] != "embeddings":
+            raise HowtocapError(f"{source.root}: holds frames; mee trains on frozen frame "
+                                "embeddings: export with --content embeddings --encoder "
+                                f"{cfg.encoder} (or train mee on the run directory)")
+        if meta["encoder_name"] != encoder.name:
+            raise HowtocapError(f"{source.root}: holds embeddings of encoder "
+                                f"{meta['encoder_name']!r}, not {encoder.name!r}; train with "
+                                f"--encoder {meta['encoder']}")
+        self.source = source
+        super().__init__(cfg, encoder, [], [], device, rank, world)
+
+    def prepare(self, show: bool) -> None:
+        self.n_train = 0
+        if self.rank != 0:
+            return
+        held = held_out_samples(self.source)
+        self.eval_clips = [sample_clip(s) for s in held]
+        if not held:
+            return
+        item = MEEItem(self.cfg.seed, 0, train=False)
+        self.video = torch.from_numpy(np.stack([item(s)[0] for s in held]))
+        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0]
+                                                          for c in self.eval_clips]))
+        self.text = [emb[i:i + 1] for i in range(len(held))]
+
+    def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
+        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
+                                   self.cfg.batch_size)
+        ds = ShardStream(urls, self.source.held, MEEItem(self.cfg.seed, epoch),
+                         seed=self.cfg.seed, epoch=epoch, rank=self.rank,
+                         buffer=self.cfg.shuffle_buffer, chunk=self.cfg.batch_size,
+                         group=self.cfg.clips_per_video)
+        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+
+        def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+            texts = torch.from_numpy(self.encoder.encode_texts([b[1] for b in batch]))
+            return torch.from_numpy(np.stack([b[0] for b in batch])), texts, \
+                [b[2] for b in batch]
+
+        return n, (assemble(b) for b in batches)
+
+
+def set_train_mode(task: DualTask | MEETask) -> None:
+    """Train mode, except batch norms: a few correlated frames per batch would wreck their
+    running statistics (and they stay as pretrained, like the frozen copy's)."""
+    task.model.train()
+    if isinstance(task, MEETask):
+        task.encoder.eval()
+    for m in task.model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.eval()
+
+
+def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
+    if not show:
+        yield from items
+        return
+    with progress_bar(what, transient=True) as prog:
+        task = prog.add_task(what, total=len(items))
+        for it in items:
+            yield it
+            prog.advance(task)
+
+
+def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
+              eval_clips: list[Clip], shards: ShardSource | None, device: torch.device,
+              rank: int, world: int) -> DualTask | MEETask:
+    """The task for ``cfg.model`` (the encoder moved to ``device``); ``shards``: streamed."""
+    if shards is not None:
+        return (ShardDualTask if cfg.model == "dual" else ShardMEETask)(
+            cfg, encoder.to(device), shards, device, rank, world)
+    if cfg.model == "dual":
+        return DualTask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
+    return MEETask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
+
+
+def held_out_metrics(task: DualTask | MEETask) -> dict[str, float]:
+    """Text-to-video R@1/5/10/50, MedR, MeanR on the held-out clips (none below two)."""
+    if len(task.eval_clips) < 2:
+        return {}
+    task.model.eval()  # the next epoch sets train mode again
+    t, v = task.embed_eval()
+    # a caption that several held-out clips share (a repeated step) is right for each of them
+    caps = [c.captions[0].strip().lower() for c in task.eval_clips]
+    gt = np.array([[a == b for b in caps] for a in caps])
+    m = retrieval_metrics(t @ v.t(), gt)
+    return {k: float(m[k]) for k in ("R@1", "R@5", "R@10", "R@50", "MedR", "MeanR")}
