@@ -223,8 +223,9 @@ def main() -> None:
     """Serve in this process until it is ended; the URL is the first line on stdout."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--vision", action="store_true", help="the multimodal server")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = ap.parse_args()
-    srv = VisionServer() if args.vision else ChatServer()
+    srv = VisionServer() if args.vision else ChatServer(delay=args.delay)
     print(srv.url, flush=True)
     srv.httpd.serve_forever()  # until the benchmark ends the process
 
