@@ -57,16 +57,27 @@ GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
     "subtitles": (subtitles.HELP, {"convert": subtitles.convert_cmd}),
 }
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Narrated videos -> timestamped, video-aligned captions; retrieval "
-                       "training, evaluation, search.")
-for _name, _fn in COMMANDS.items():
-    app.command(_name)(_fn)
-for _name, (_help, _commands) in GROUPS.items():
-    _group = typer.Typer(help=_help, no_args_is_help=True)
-    for _sub, _fn in _commands.items():
-        _group.command(_sub)(_fn)
-    app.add_typer(_group, name=_name)
+
+
+def add_commands(target: typer.Typer, *names: str) -> typer.Typer:
+    """Mount the named commands and groups of the tables on ``target`` (all when no name is
+    given): the ``howtocap`` app, or a test's app that holds one command."""
+    for name in names or (*COMMANDS, *GROUPS):
+        if name in COMMANDS:
+            target.command(name)(COMMANDS[name])
+            continue
+        doc, commands = GROUPS[name]
+        group = typer.Typer(help=doc, no_args_is_help=True)
+        for sub, fn in commands.items():
+            group.command(sub)(fn)
+        target.add_typer(group, name=name)
+    return target
+
+
+app = add_commands(typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Narrated videos -> timestamped, video-aligned captions; retrieval training, "
+         "evaluation, search."))
 
 
 def main() -> None:  # pragma: no cover - console entry point

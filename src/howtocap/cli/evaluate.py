@@ -1,4 +1,4 @@
-"""``howtocap eval``: retrieval benchmarks and CrossTask step localisation (``howtocap.evaluate``)."""
+"""``howtocap eval``: retrieval benchmarks and CrossTask step localisation."""
 
 from __future__ import annotations
 

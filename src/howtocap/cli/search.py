@@ -1,4 +1,5 @@
-"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library argument."""
+"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library
+argument."""
 
 from __future__ import annotations
 
