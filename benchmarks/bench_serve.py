@@ -162,7 +162,7 @@ def one_thread() -> None:
 def serve_main(root: Path, port: int, rate: float) -> None:
     import uvicorn
 
-    from howtocap.search import Searcher
+    from howtocap.search.query import Searcher
     from howtocap.serve import create_app
     from howtocap.serve.guard import Limits
 
@@ -399,7 +399,7 @@ def rate_limit(port: int) -> dict:
 
 # -- in-process baselines -------------------------------------------------------------------
 def in_process(root: Path, sequential: int, threaded_s: float) -> dict:
-    from howtocap.search import Searcher
+    from howtocap.search.query import Searcher
 
     one_thread()
     s = Searcher.open(root, FixedQueries(np.load(root / "queries.npy")))

@@ -198,7 +198,7 @@ def main() -> None:
     import torch
 
     from howtocap.encoders import create, load_encoder
-    from howtocap.train import train
+    from howtocap.train.api import train
 
     torch.set_num_threads(2)
     load0 = os.getloadavg()

@@ -31,7 +31,7 @@ from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.pairs import build_clips, frame_times, read_pairs
 from howtocap.io.video import sample_frames
 from howtocap.samples import make_fixture_set, make_narrated_video
-from howtocap.train import train
+from howtocap.train.api import train
 from howtocap.train.data import DecodeFrames, PixelCache, epoch_draws
 from howtocap.train.tiny import make_tiny_clip
 

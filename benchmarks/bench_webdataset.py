@@ -32,7 +32,7 @@ from howtocap.io.webdataset import export_webdataset
 from howtocap.rundir import RunDir
 from howtocap.samples import make_fixture_set
 from howtocap.schemas import conform
-from howtocap.train import train
+from howtocap.train.api import train
 from howtocap.train.data import (
     ClipBatches,
     DualItem,

@@ -326,7 +326,7 @@ def run_reply(case: tuple[str, float, float, float]) -> None:
 
 
 def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
-    from howtocap.cliutil import load_yaml_config, validated
+    from howtocap.cli.common import load_yaml_config, validated
     from howtocap.llm import LLMOptions
     from howtocap.llm.captioner import CaptionConfig
 

@@ -60,7 +60,7 @@ def shared_run(tmp_root: Path) -> Path:
     Tests that use it must not modify it.
     """
     if "run" not in _SHARED:
-        from howtocap.search import build_index
+        from howtocap.search.index import build_index
 
         run = tmp_root / "run"
         samples = {vid: make_video(tmp_root / "media", vid) for vid in STEPS}

@@ -472,16 +472,16 @@ def test_report_counts_and_lists_text_chatter(tmp_path: Path) -> None:
 
 
 def test_keep_chatter_option_maps_onto_drop_chatter() -> None:
-    from howtocap.align_cli import align_settings
+    from howtocap.cli.align import align_settings
 
     base = {"offset_seconds": 10.0, "offset_step": 1.0, "clip_seconds": 8.0, "fps": 1.0,
             "threshold": None, "quantile": None, "keep_top": None, "sample_videos": 1000,
             "seed": 0, "renormalize": False}
-    assert align_settings(base).drop_chatter is True
-    assert align_settings({**base, "keep_chatter": False}).drop_chatter is True
-    assert align_settings({**base, "keep_chatter": True}).drop_chatter is False
+    assert align_settings(**base).drop_chatter is True
+    assert align_settings(**base, keep_chatter=False).drop_chatter is True
+    assert align_settings(**base, keep_chatter=True).drop_chatter is False
     # with an explicit mode the flag is accepted (`run` shares it with the LLM stage)
-    cfg = align_settings({**base, "keep_chatter": True, "threshold": 0.3})
+    cfg = align_settings(**{**base, "keep_chatter": True, "threshold": 0.3})
     assert filter_mode(cfg) == "threshold" and cfg.drop_chatter is False
 
 
@@ -489,7 +489,7 @@ def test_null_z_help_names_the_default_bar() -> None:
     """The CLI's help is static text (no numpy at start-up): it must follow DEFAULT_NULL_Z."""
     import inspect
 
-    from howtocap.align_cli import align_cmd
+    from howtocap.cli.align import align_cmd
 
     param = inspect.signature(align_cmd, eval_str=True).parameters["null_z"]
     help_text = next(m.help for m in param.annotation.__metadata__ if hasattr(m, "help"))

@@ -188,10 +188,10 @@ def test_cli_command(run: dict[str, Any]) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from howtocap.align_cli import register
+    from howtocap.cli import add_commands
 
     app = typer.Typer()
-    register(app)
+    add_commands(app, "align")
     app.command("noop")(lambda: None)  # a second command keeps `align` a sub-command
     root = str(run["rundir"].root)
     bad = CliRunner().invoke(app, ["align", root, "--threshold", "0.1", "--keep-top", "3"])

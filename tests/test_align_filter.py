@@ -181,7 +181,7 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
 
     import howtocap.pipeline.align as pipeline_align
     import howtocap.pipeline.run as pipeline_run
-    from howtocap.align_cli import register
+    from howtocap.cli import add_commands
     from howtocap.cli import app as main_app
     from howtocap.pipeline.core import StageSummary
 
@@ -196,7 +196,7 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
 
     monkeypatch.setattr(pipeline_align, "align_run", fake_align_run)
     app = typer.Typer()
-    register(app)
+    add_commands(app, "align")
     app.command("noop")(lambda: None)
     root = str(rundir.root)
     res = CliRunner().invoke(app, ["align", root, "--keep-chatter", "--quiet"])

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import howtocap.io.video as video
-from howtocap.encoders import Encoder, create
+from howtocap.encoders import create
+from howtocap.encoders.base import Encoder
 from howtocap.encoders.cache import (
     cache_path,
     content_key,
@@ -204,10 +205,10 @@ def test_frames_command_fills_the_cache_and_reports_bad_files(
     import typer
     from typer.testing import CliRunner
 
-    from howtocap.encoders.cli import register
+    from howtocap.cli import add_commands
 
     app = typer.Typer()
-    register(app)
+    add_commands(app, "encoders", "frames")
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(b"not a video")
     res = CliRunner().invoke(app, ["frames", str(clip_video), str(junk), "--out",

@@ -17,7 +17,7 @@ def _results() -> dict:
 
 
 def test_code_default_is_the_benchmarks_choice() -> None:
-    from howtocap.cli import caption
+    from howtocap.cli.caption import caption_cmd as caption
     from howtocap.llm.captioner import CaptionConfig
     from howtocap.llm.models import EMBEDDED_DEFAULT
     from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME

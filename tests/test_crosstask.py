@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from howtocap.cli import add_commands
 from howtocap.errors import HowtocapError, InputError
-from howtocap.evaluate.cli import register
 from howtocap.evaluate.crosstask import (
     dp_inference,
     evaluate_crosstask,
@@ -199,7 +199,7 @@ def test_cli_with_features_reports_and_skips_broken_videos(tmp_path: Path,
     root = _write_release(tmp_path / "rel")
     _crafted_features(root, tmp_path / "feat", tiny_clip)
     app = typer.Typer()
-    register(app)
+    add_commands(app, "eval")
     out = tmp_path / "eval.json"
     res = CliRunner().invoke(app, ["--benchmark", "crosstask", "--annotations", str(root),
                                    "--features", str(tmp_path / "feat"), "--encoder",
@@ -241,7 +241,7 @@ def test_cli_end_to_end_on_generated_videos(tmp_path: Path, tiny_clip: str) -> N
                                  p_drop=0.0, seed=1)
     assert len(fx.videos) == 2 and fx.videos[0].video_id.startswith("_")
     app = typer.Typer()
-    register(app)
+    add_commands(app, "eval")
     out = tmp_path / "eval.json"
     cache = tmp_path / "cache"
     args = ["-b", "crosstask", "--annotations", str(fx.release), "--videos",

@@ -193,11 +193,11 @@ def write_json(path: Path, data: dict) -> Path:
 def test_cli_end_to_end(tmp_path, monkeypatch):
     import typer
 
-    from howtocap.dvc.cli import register
+    from howtocap.cli import add_commands
 
     app = typer.Typer()
     app.callback()(lambda: None)
-    register(app)
+    add_commands(app, "dvc-eval")
     monkeypatch.setenv("PATH", str(tmp_path))  # fast and deterministic: no JVM
     gt = youcook2(GT_SEGS)
     gt["database"]["t"] = youcook2({"t": [(0, 3, "x")]}, "training")["database"]["t"]

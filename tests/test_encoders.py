@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from howtocap.encoders import Encoder, available, create
+from howtocap.encoders import available, create
+from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
 
 WORDS = ["a", "photo", "of", "the", "cat", "dog", "cup", "coffee", "rocket", "launch", "pour",

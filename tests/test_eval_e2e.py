@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from howtocap.cli import add_commands
 from howtocap.encoders.base import Encoder
 from howtocap.evaluate.benchmarks import EvalSample
-from howtocap.evaluate.cli import register
 from howtocap.evaluate.embed import video_embeddings
 from howtocap.evaluate.run import evaluate
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
@@ -112,7 +112,7 @@ def test_clip_times_select_the_right_frames(eval_videos: Path,
 
 def test_cli_eval(eval_videos: Path, tmp_path: Path) -> None:
     app = typer.Typer()
-    register(app)
+    add_commands(app, "eval")
     app.command("noop")(lambda: None)  # a second command keeps "eval" a sub-command
     runner = CliRunner()
     ann = _write_csv(tmp_path)

@@ -120,7 +120,7 @@ def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
 
     from howtocap.io.pairs import read_pairs
     from howtocap.rundir import RunDir
-    from howtocap.train import train
+    from howtocap.train.api import train
 
     videos = tmp_path / "videos"
     rd = RunDir(tmp_path / "fc")

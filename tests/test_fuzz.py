@@ -92,7 +92,7 @@ def test_a_config_that_is_not_utf8_is_one_line_and_utf16_is_read(tmp_path: Path)
     """Was a UnicodeDecodeError traceback (``Path.read_text`` before YAML saw the bytes)."""
     import click
 
-    from howtocap.cliutil import load_yaml_config
+    from howtocap.cli.common import load_yaml_config
 
     ctx = click.Context(click.Command("caption"))
     values = {"config": None, "block_words": 200}

@@ -131,3 +131,29 @@ def test_replicas_of_a_named_model_are_one_setting() -> None:
     assert llm_identity(unnamed) != llm_identity(LLMOptions(url=["http://a/v1", "http://c/v1"]))
     assert llm_identity(LLMOptions(url="http://a/v1/")) == {"kind": "server", "url": "http://a/v1",
                                                            "model": ""}
+
+
+def test_cli_takes_several_servers_stops_when_all_are_down_and_resumes_on_others(
+        tmp_path: Path) -> None:
+    """``--llm-url`` twice: both down -> exit 75, one line, nothing failed; the same model on
+    another set of replicas resumes the run (the dead one of them is dropped)."""
+    from tests.test_llm_faults import cli, write_caption_json
+
+    from howtocap.rundir import RunDir
+
+    src, out = tmp_path / "caption.json", tmp_path / "run"
+    write_caption_json(src, 12)
+    dead = [f"http://127.0.0.1:{closed_port()}/v1" for _ in range(2)]
+    args = ["caption", "--subtitles", str(src), "--out", str(out), "--llm-model", "m"]
+    res = cli(*args, "--llm-url", dead[0], "--llm-url", dead[1])
+    assert res.returncode == 75, res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: all 2 LLM servers are down (")
+    assert "Traceback" not in res.stderr
+    assert not (RunDir(out).status_table()["status"] == "error").any()
+    listing = tmp_path / "servers.txt"
+    with fault_server() as live:
+        listing.write_text(f"{dead[0]}\n{live.url}\n")
+        res = cli(*args, "--llm-url", str(listing))
+    assert res.returncode == 0, res.stderr
+    assert "caption: 12 done" in res.stderr and live.answered == 12

@@ -95,10 +95,10 @@ def test_samples_command_writes_videos_and_ground_truth(tmp_path: Path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from howtocap import samples_cli
+    from howtocap.cli import add_commands
 
     app = typer.Typer()
-    samples_cli.register(app)
+    add_commands(app, "samples")
     app.command("noop")(lambda: None)  # a second command keeps typer in sub-command mode
     res = CliRunner().invoke(app, ["samples", str(tmp_path), "-n", "2", "--no-audio",
                                    "--seconds-per-step", "2", "--subtitles", "srt"])

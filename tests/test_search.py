@@ -13,11 +13,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from howtocap.cli import add_commands
 from howtocap.errors import HowtocapError, InputError
 from howtocap.rundir import RunDir
-from howtocap.search import Searcher, build_index
-from howtocap.search.cli import register
-from howtocap.search.index import clip_vectors, make_faiss, read_meta
+from howtocap.search.index import build_index, clip_vectors, make_faiss, read_meta
+from howtocap.search.query import Searcher
 from search_support import (
     STEPS,
     Renamed,
@@ -212,7 +212,7 @@ def test_cli_search_json_and_errors(run: Path, tmp_path: Path,
     # reuse the session's encoder instead of loading the same weights again
     monkeypatch.setattr(encoders_pkg, "create", lambda *a, **k: encoder(), raising=False)
     app = typer.Typer()
-    register(app)
+    add_commands(app, "index", "search", "serve")
     cli = CliRunner()
     res = cli.invoke(app, ["search", str(run), "pour coffee into a cup", "-k", "2", "--json"])
     assert res.exit_code == 0, res.output

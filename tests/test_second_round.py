@@ -14,7 +14,7 @@ from howtocap.io.inputs import resolve_inputs
 from howtocap.pipeline.align import align_run
 from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
-from howtocap.train import train
+from howtocap.train.api import train
 
 
 def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> None:

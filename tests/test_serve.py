@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from howtocap.errors import HowtocapError, InputError
-from howtocap.search import Searcher
+from howtocap.search.query import Searcher
 from howtocap.serve import create_app
 from howtocap.serve.guard import Limits
 from search_support import LLM_SHIFT, Renamed, ServerThread, encoder, shared_run

@@ -16,9 +16,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from howtocap.cli import add_commands
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy
-from howtocap.report.cli import register
 from howtocap.report.stats import (
     compute_stats,
     ngram_ratios,
@@ -271,7 +271,7 @@ def test_unknown_spacy_model_is_a_clear_error():
 def test_cli_command(tmp_path):
     app = typer.Typer()
     app.callback()(lambda: None)
-    register(app)
+    add_commands(app, "stats")
     runner = CliRunner()
     build_run(tmp_path / "run")
     res = runner.invoke(app, ["stats", str(tmp_path / "run"), "--videos", "100",

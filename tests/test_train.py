@@ -21,7 +21,7 @@ from howtocap.errors import HowtocapError
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.video import sample_frames
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
-from howtocap.train import train
+from howtocap.train.api import train
 from howtocap.train.data import epoch_draws
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
 
@@ -421,10 +421,10 @@ def test_cli_trains_and_reports_user_errors_in_one_line(videos, tiny_clip, tmp_p
     import typer
     from typer.testing import CliRunner
 
-    from howtocap.train.cli import register
+    from howtocap.cli import add_commands
 
     app = typer.Typer()
-    register(app)
+    add_commands(app, "train")
 
     @app.command()
     def other() -> None:  # a second command so "train" is a sub-command, as in howtocap

@@ -20,7 +20,7 @@ from torch import nn
 from howtocap.errors import HowtocapError
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
-from howtocap.train import train
+from howtocap.train.api import train
 from howtocap.train.config import RECIPES, Recipe, RecipeName, TrainConfig, make_config
 from howtocap.train.data import apply_crop, crop_box, epoch_draws
 from howtocap.train.losses import (
@@ -336,12 +336,12 @@ def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from howtocap.train.cli import register
+    from howtocap.cli import add_commands
     from howtocap.train.tiny import make_tiny_clip
 
     spec = make_tiny_clip(tmp_path / "clip", width=16, dim=8, image_size=32, patch_size=16)
     app = typer.Typer()
-    register(app)
+    add_commands(app, "train")
 
     @app.command()
     def other() -> None:  # keeps "train" a sub-command

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from howtocap.search import Searcher
+from howtocap.search.query import Searcher
 from howtocap.serve import create_app
 from search_support import ServerThread, encoder, shared_run
 

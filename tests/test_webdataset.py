@@ -30,7 +30,7 @@ from howtocap.io.webdataset import (
 from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.schemas import conform
-from howtocap.train import train
+from howtocap.train.api import train
 from howtocap.train.data import DualItem, ShardStream, shard_source, stream_batches
 
 SIZE = 32  # exported frame size (the tiny encoders' input size)

@@ -8,26 +8,17 @@ and a howtocap training checkpoint (``*.pt`` or a folder with ``howtocap_checkpo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from howtocap.errors import HowtocapError
 
 if TYPE_CHECKING:
     import torch
 
-    from howtocap.encoders.base import Encoder, pick_device
+    from howtocap.encoders.base import Encoder
 
-
-def __getattr__(name: str) -> Any:
-    """``Encoder``/``pick_device`` load torch: only on first use, so importing a submodule
-    (the CLI imports ``encoders.cli``) keeps ``howtocap --help`` fast."""
-    if name in ("Encoder", "pick_device"):
-        from howtocap.encoders import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-__all__ = ["Encoder", "available", "create", "load_encoder", "pick_device"]
+# ``Encoder`` and ``pick_device`` live in ``encoders.base`` (they load torch): import them there.
+__all__ = ["available", "create", "load_encoder"]
 
 _CHOICES = ["default", "hf:<id|folder>", "openclip:<arch>/<pretrained>", "<checkpoint.pt>"]
 

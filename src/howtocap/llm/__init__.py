@@ -41,7 +41,7 @@ class LLMOptions(BaseModel):
     def _servers(cls, value: str | list[str] | None) -> str | list[str] | None:
         """Files of URLs read, duplicates dropped; one server stays a plain string (so a
         one-server run's fingerprint is what it always was)."""
-        if value is None:
+        if not value:
             return None
         from howtocap.llm.pool import read_urls
 

@@ -178,7 +178,7 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
           encoder_model: Any | None = None,
           on_epoch: Callable[[int, float], None] | None = None) -> TrainResult:
     """Train on the ``training`` split; writes ``OUT/tdr.pt`` and ``OUT/train_log.csv``."""
-    from howtocap.encoders import pick_device
+    from howtocap.encoders.base import pick_device
 
     cfg = cfg or TdrConfig()
     inp = load_inputs(annotations, scripts, videos, "training")
@@ -256,7 +256,7 @@ def _epochs(model: TdrModel, opt: torch.optim.Optimizer, batches: list[VideoBatc
 
 
 def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrModel, TdrConfig]:
-    from howtocap.encoders import pick_device
+    from howtocap.encoders.base import pick_device
 
     p = Path(path)
     p = p / CKPT_FILE if p.is_dir() else p

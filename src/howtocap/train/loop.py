@@ -34,13 +34,12 @@ from howtocap.io.pairs import Clip
 from howtocap.progress import console, progress_bar
 from howtocap.train.config import TrainConfig
 from howtocap.train.data import ShardSource
-from howtocap.train.distributed import barrier, dist_info, setup_distributed
+from howtocap.train.distributed import barrier, setup_distributed
 from howtocap.train.logs import write_logs
 from howtocap.train.schedule import make_optimizer, make_scheduler
 from howtocap.train.tasks import DualTask, held_out_metrics, make_task, set_train_mode
 
-# dist_info: train/cli.py imports it from here
-__all__ = ["LoopResult", "dist_info", "run"]
+__all__ = ["LoopResult", "run"]
 
 
 @dataclass

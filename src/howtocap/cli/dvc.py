@@ -8,10 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from howtocap.cliutil import out, user_errors
+from howtocap.cli.common import out, user_errors
 from howtocap.dvc.evaluate import DEFAULT_TIOUS, MAX_PROPOSALS
 
 
+@user_errors
 def dvc_eval_cmd(
     pred: Annotated[Path, typer.Option("--pred", help="Predictions: {\"results\": {vid: "
                                        "[{\"timestamp\": [s, e], \"sentence\": ...}]}} "
@@ -62,8 +63,3 @@ def _print_table(result: dict[str, Any]) -> None:
     out.print(table)
     out.print(f"tokenizer: {result['tokenizer']}; METEOR: {result['meteor'] or 'not computed'}",
               highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``dvc-eval`` to a Typer app."""
-    app.command("dvc-eval")(user_errors(dvc_eval_cmd))

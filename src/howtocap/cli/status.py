@@ -1,5 +1,5 @@
 """``howtocap status DIR``: per-stage counts, failures by cause, throughput (``--json`` for
-scripts). The main CLI calls ``register(app)``."""
+scripts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from howtocap.cliutil import out, user_errors
+from howtocap.cli.common import out, user_errors
 
 
 def _fmt_rate(v: float | None, unit: str) -> str:
@@ -42,21 +42,17 @@ def print_status(info: dict[str, Any]) -> None:
                   "(the reasons are in DIR/status.parquet)", highlight=False)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``status`` to a Typer app."""
+@user_errors
+def status_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per stage: done / failed / pending, failures by cause (bad input, model output,
+    service, internal) with example videos, wall time and throughput."""
+    from howtocap.pipeline.status import run_status
 
-    @app.command("status")
-    @user_errors
-    def status_cmd(
-        run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """Per stage: done / failed / pending, failures by cause (bad input, model output,
-        service, internal) with example videos, wall time and throughput."""
-        from howtocap.pipeline.status import run_status
-
-        info = run_status(run_dir)
-        if as_json:
-            typer.echo(json.dumps(info, indent=2))
-        else:
-            print_status(info)
+    info = run_status(run_dir)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        print_status(info)

@@ -1,4 +1,5 @@
-"""Shared by every command module: one-line user errors, warnings as notes, the consoles."""
+"""Shared by every command module: one-line user errors, warnings as notes, the consoles, the
+options several commands take, ``--config`` YAML files, ``--shard`` and ``--runner``."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ MaxAttemptsOpt = Annotated[int, typer.Option(
 
 SHARD_HELP = ("K/N: process only this machine's share of the videos (0 <= K < N); run the "
               "same command without --shard afterwards to merge (and, for align, filter).")
+Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of videos, or manifest "
+                                              "CSVs (video_id,video_path[,subtitle_path]).")]
+OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
+ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
+QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
+ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
 
 
 def user_errors(fn: F) -> F:
@@ -108,6 +115,17 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
     return merged
 
 
+def yaml_config(fn: F) -> F:
+    """``--config FILE.yaml`` for a command that takes ``ctx`` and ``config``: the command is
+    called with the file's values for the options not typed on the command line."""
+
+    @functools.wraps(fn)
+    def wrapper(**options: Any) -> Any:
+        return fn(**load_yaml_config(options["ctx"], options["config"], options))
+
+    return wrapper  # type: ignore[return-value]
+
+
 M = TypeVar("M")
 
 
@@ -149,3 +167,12 @@ def parse_shard(text: str | None) -> Any:
     from howtocap.pipeline.core import Shard
 
     return Shard.parse(text)
+
+
+def make_runner(runner: str, *, workers: int | None, ray_address: str | None,
+                ray_gpus_per_stage: str | None) -> Any:
+    """The ``--runner`` and its options as a runner (Ray loads only when a command asks)."""
+    from howtocap.pipeline.runners import make_runner as runner_named
+
+    return runner_named(RunnerName(runner).value, workers=workers, ray_address=ray_address,
+                        ray_gpus=ray_gpus_per_stage)

@@ -1,4 +1,4 @@
-"""The ``howtocap eval`` command; ``register(app)`` adds it to the main Typer app."""
+"""``howtocap eval``: retrieval benchmarks and CrossTask step localisation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import user_errors
+from howtocap.cli.common import user_errors
 from howtocap.errors import HowtocapError
 
 
@@ -38,7 +38,8 @@ class TiesOpt(str, Enum):
     mean = "mean"
 
 
-def eval_command(
+@user_errors
+def eval_cmd(
     benchmark: Annotated[BenchmarkOpt, typer.Option(
         "--benchmark", "-b", help="Annotation format: msrvtt (1k-A JSFusion CSV), youcook2 "
         "(annotations JSON or MIL-NCE's validation_youcook.csv, validation clips), msvd "
@@ -104,8 +105,3 @@ def eval_command(
     kw = {"subset": subset} if benchmark == BenchmarkOpt.youcook2 else {}
     evaluate(benchmark.value, annotations, videos, encoder, n_frames=frames, out=out,
              device=device, limit=limit, ties=ties.value, cache_dir=cache_dir, **kw)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``eval`` to ``app``; user mistakes print one line and exit 2."""
-    app.command("eval")(user_errors(eval_command))

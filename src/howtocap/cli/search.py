@@ -1,8 +1,5 @@
-"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library argument.
-
-The main CLI calls ``register(app)``; the commands are self-contained so they can also be
-mounted on any other Typer app (the tests do that).
-"""
+"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library
+argument."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import err, user_errors
+from howtocap.cli.common import err, user_errors
 
 
 class By(str, Enum):
@@ -35,6 +32,7 @@ DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (defa
                                                      "available).")]
 
 
+@user_errors
 def index_cmd(
     run_dir: RunDirArg,
     encoder: EncoderOpt = None,
@@ -63,6 +61,7 @@ def index_cmd(
                   highlight=False)
 
 
+@user_errors
 def search_cmd(
     run_dir: RunDirArg,
     query: Annotated[str, typer.Argument(help="What to look for, e.g. \"cut the tomato\".")],
@@ -81,6 +80,7 @@ def search_cmd(
     typer.echo(format_hits(searcher.search(query, k=k, by=by.value), as_json=as_json))
 
 
+@user_errors
 def serve_cmd(
     run_dir: RunDirArg,
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but loopback "
@@ -112,10 +112,3 @@ def serve_cmd(
           max_query_chars=max_query_chars,
           api_key=api_key_from_env(api_key_env) if api_key_env else None, public=public,
           rate_limit=rate_limit, max_body_bytes=max_body_bytes)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``index``, ``search`` and ``serve`` to a Typer app."""
-    app.command("index")(user_errors(index_cmd))
-    app.command("search")(user_errors(search_cmd))
-    app.command("serve")(user_errors(serve_cmd))

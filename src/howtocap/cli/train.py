@@ -1,7 +1,6 @@
-"""The ``howtocap train`` command (flags map one-to-one onto ``howtocap.train.train``).
+"""``howtocap train`` (flags map one-to-one onto ``howtocap.train.api.train``).
 
-``register(app)`` adds it to the main CLI; ``python -m howtocap.train`` runs it alone, which is
-what ``torchrun --nproc_per_node N -m howtocap.train ...`` needs for multi-GPU training.
+Several GPUs: ``torchrun --nproc_per_node N -m howtocap.cli train ...``.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import err, user_errors
+from howtocap.cli.common import err, user_errors
 
 
 class ModelKind(str, Enum):
@@ -36,7 +35,8 @@ class Optimizer(str, Enum):
     adam = "adam"
 
 
-def train_command(
+@user_errors
+def train_cmd(
     source: Annotated[Path, typer.Argument(
         help="Pairs: a run directory (kept rows of aligned.parquet), an aligned.parquet, a "
              "CSV with video_id,video_path,caption,start,end, or a folder of WebDataset shards "
@@ -115,7 +115,7 @@ def train_command(
         help="WebDataset shards: samples shuffled in memory per loading process.")] = 1000,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
-    from howtocap.train import train
+    from howtocap.train.api import train
 
     res = train(source, out_dir=out, model=model.value, encoder=encoder,
                 recipe=recipe.value if recipe else None, epochs=epochs,
@@ -129,7 +129,7 @@ def train_command(
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
                 margin=margin, clips_per_video=clips_per_video, train_params=train_params,
                 shuffle_buffer=shuffle_buffer)
-    from howtocap.train.loop import dist_info
+    from howtocap.train.distributed import dist_info
 
     if dist_info()[0] != 0:
         return  # under torchrun only the first process reports
@@ -139,13 +139,3 @@ def train_command(
               f"{len(res.skipped_videos)} video(s) skipped); held-out {res.n_eval_clips} clips"
               f"{': ' + metrics if metrics else ''}\ncheckpoint: {res.checkpoint}",
               highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("train")(user_errors(train_command))
-
-
-def main() -> None:  # pragma: no cover - `python -m howtocap.train` / torchrun entry point
-    solo = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    solo.command()(user_errors(train_command))
-    solo()

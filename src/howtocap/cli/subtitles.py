@@ -1,5 +1,5 @@
 """``howtocap subtitles convert SRC OUT.parquet``: a subtitle collection as one clean Parquet
-file that ``--subtitles`` reads by row groups, never whole (the main CLI calls ``register``)."""
+file that ``--subtitles`` reads by row groups, never whole."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cliutil import err, user_errors
+from howtocap.cli.common import QuietOpt, err, user_errors
 
-subtitles_app = typer.Typer(no_args_is_help=True, help="Subtitle collections (HowTo100M-style).")
+HELP = "Subtitle collections (HowTo100M-style)."
 
 
-@subtitles_app.command("convert")
 @user_errors
 def convert_cmd(
     src: Annotated[Path, typer.Argument(
@@ -23,7 +22,7 @@ def convert_cmd(
     ids: Annotated[Path | None, typer.Option(help="Keep only these videos: a text file, one "
                                                   "video id a line.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Keep the first N videos.")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Convert once, read fast: a pickle cannot be streamed (each run would load it whole), and
     a JSON dump is otherwise streamed again into each new run directory."""
@@ -34,8 +33,3 @@ def convert_cmd(
                                          limit=limit, progress=not quiet)
     err.print(f"wrote {n_videos} videos ({n_rows} subtitle lines) to {out}; use it as "
               f"--subtitles {out}", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``subtitles convert`` to a Typer app."""
-    app.add_typer(subtitles_app, name="subtitles")

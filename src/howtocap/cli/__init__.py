@@ -1,0 +1,84 @@
+"""The ``howtocap`` command: a thin Typer layer over library functions.
+
+One module per command (or per tight group), each command a module-level function whose typed
+options map onto a library call; this table is the whole command line. User mistakes
+(HowtocapError) print one red line and exit 2; a batch where some videos failed exits 1 after
+finishing the rest. Importing the commands loads no model code: ``howtocap --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from howtocap.cli import (
+    align,
+    caption,
+    dvc,
+    encoders,
+    evaluate,
+    export,
+    framecaps,
+    frames,
+    run,
+    samples,
+    search,
+    stats,
+    status,
+    subtitles,
+    tdr,
+    train,
+)
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "caption": caption.caption_cmd,
+    "export": export.export_cmd,
+    "framecaps": framecaps.framecaps_cmd,
+    "align": align.align_cmd,
+    "run": run.run_cmd,
+    "encoders": encoders.encoders_cmd,
+    "frames": frames.frames_cmd,
+    "samples": samples.samples_cmd,
+    "index": search.index_cmd,
+    "search": search.search_cmd,
+    "serve": search.serve_cmd,
+    "train": train.train_cmd,
+    "eval": evaluate.eval_cmd,
+    "dvc-eval": dvc.dvc_eval_cmd,
+    "stats": stats.stats_cmd,
+    "status": status.status_cmd,
+}
+
+# command groups: name -> (help, {sub-command: function})
+GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
+    "tdr": (tdr.HELP, {"train": tdr.train_cmd, "eval": tdr.eval_cmd, "export": tdr.export_cmd}),
+    "subtitles": (subtitles.HELP, {"convert": subtitles.convert_cmd}),
+}
+
+
+
+def add_commands(target: typer.Typer, *names: str) -> typer.Typer:
+    """Mount the named commands and groups of the tables on ``target`` (all when no name is
+    given): the ``howtocap`` app, or a test's app that holds one command."""
+    for name in names or (*COMMANDS, *GROUPS):
+        if name in COMMANDS:
+            target.command(name)(COMMANDS[name])
+            continue
+        doc, commands = GROUPS[name]
+        group = typer.Typer(help=doc, no_args_is_help=True)
+        for sub, fn in commands.items():
+            group.command(sub)(fn)
+        target.add_typer(group, name=name)
+    return target
+
+
+app = add_commands(typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Narrated videos -> timestamped, video-aligned captions; retrieval training, "
+         "evaluation, search."))
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

@@ -1,0 +1,77 @@
+"""``howtocap export DIR``: a run's captions as HowToCaption JSON, a CSV, or WebDataset shards."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from howtocap.cli.common import QuietOpt, err, user_errors
+
+
+class ExportFmt(str, Enum):
+    howtocaption = "howtocaption"
+    csv = "csv"
+    webdataset = "webdataset"
+
+
+class ExportWhatOpt(str, Enum):
+    auto = "auto"
+    captions = "captions"
+    aligned = "aligned"
+    framecaps = "framecaps"
+
+
+@user_errors
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    format: Annotated[ExportFmt, typer.Option("--format", "-f")] = ExportFmt.howtocaption,
+    what: Annotated[ExportWhatOpt, typer.Option(
+        help="auto: kept aligned pairs if aligned, else captions (webdataset: else frame "
+             "captions, as `train` does).")] = ExportWhatOpt.auto,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="File, or for webdataset a folder [default: DIR/webdataset].")]
+    = None,
+    unfiltered: Annotated[bool, typer.Option(help="All aligned pairs with their scores, as "
+                                                   "HowToCaption's unfiltered release.")] = False,
+    content: Annotated[str, typer.Option(
+        help="webdataset: frames (JPEGs, for the dual encoder) or embeddings (per-second "
+             "frame embeddings of --encoder from the run's cache, for mee).")] = "frames",
+    frames_per_clip: Annotated[int, typer.Option(help="webdataset: frames stored per clip "
+                                                      "(segment centres).")] = 4,
+    image_size: Annotated[int, typer.Option(help="webdataset: frame size (shorter side, "
+                                                 "centre crop).")] = 224,
+    shard_size: Annotated[int, typer.Option(help="webdataset: clips per shard.")] = 1000,
+    encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
+                                              "whose cached frame embeddings are stored.")]
+    = "default",
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, … (embeddings not cached "
+                                                    "yet are computed).")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs, or
+    WebDataset tar shards of clips (frames or embeddings + captions) to train at scale."""
+    if format == ExportFmt.webdataset:
+        from howtocap.encoders.clip_rows import ClipRows
+        from howtocap.errors import HowtocapError
+        from howtocap.io.webdataset import export_webdataset
+
+        if unfiltered:
+            raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
+        res = export_webdataset(run_dir, out_file, what=what.value, content=content,
+                                frames_per_clip=frames_per_clip, image_size=image_size,
+                                shard_size=shard_size, progress=not quiet,
+                                embed=ClipRows(encoder, device=device)
+                                if content == "embeddings" else None)
+        err.print(f"wrote {res.n_samples} clips ({res.n_captions} {res.kind} captions) in "
+                  f"{len(res.shards)} shard(s) to {res.out}"
+                  f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",
+                  highlight=False)
+        return
+    from howtocap.io.export import export_run
+
+    path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
+                         unfiltered=unfiltered)
+    err.print(f"wrote {n} captions to {path}")

@@ -1,0 +1,132 @@
+"""``howtocap tdr train | eval | export``: a thin Typer layer over ``howtocap.tdr.api``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from howtocap.cli.common import err, user_errors, validated
+
+AnnOpt = Annotated[Path, typer.Option(
+    "--annotations", help="YouCook2-format annotations JSON ({\"database\": {vid: ...}}).")]
+ScriptsOpt = Annotated[Path, typer.Option(
+    "--scripts", help="Scripts JSON: {goal: [[sentence, ...], ...]} or "
+                      "{goal: [{\"split_ins\": [...]}, ...]}; goal = the video's recipe_type.")]
+VideosOpt = Annotated[Path, typer.Option("--videos", help="Folder holding <video_id>.<ext>.")]
+SubsOpt = Annotated[str | None, typer.Option(
+    "--subtitles", help="Transcripts for videos without a sidecar .vtt/.srt (HowTo100M "
+                        "caption.json, pickle, CSV folder).")]
+AsrOpt = Annotated[str, typer.Option(
+    "--asr", help="auto: sidecar/--subtitles, else Whisper; always; never.")]
+WorkOpt = Annotated[Path | None, typer.Option(
+    "--work", help="Where per-video frame features are kept (resumable) [default: "
+                   "CHECKPOINT/work, or .howtocap-tdr for a baseline].")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 [default: auto].")]
+
+HELP = ("Temporal description retrieval (Jung et al. 2023): retrieve the script sentence of "
+        "each frame's step.")
+
+
+def _problems(problems: list[str]) -> None:
+    for p in problems:
+        err.print(f"[yellow]skipped[/yellow] {p}", highlight=False)
+
+
+@user_errors
+def train_cmd(
+    annotations: AnnOpt, scripts: ScriptsOpt, videos: VideosOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder.")],
+    encoder: Annotated[str, typer.Option(help="Frozen image–text encoder.")] = "default",
+    every: Annotated[float, typer.Option(help="Seconds between sampled frames.")] = 4.5,
+    window: Annotated[float | None, typer.Option(
+        help="Seconds of transcript around a frame [default: --every].")] = None,
+    context: Annotated[str, typer.Option(
+        help="I² context over the frame sequence: none, lstm, cnn, transformer.")] = "lstm",
+    modality: Annotated[str, typer.Option(
+        help="Frame query: joint (image + transcript), text, image.")] = "joint",
+    aux: Annotated[str, typer.Option(
+        help="Auxiliary loss: kofcl (key-object IoU > --mu), fcl (same step), none.")
+    ] = "kofcl",
+    lam: Annotated[float, typer.Option("--lambda", help="Weight of the auxiliary loss.")
+                   ] = 0.05,
+    mu: Annotated[float, typer.Option(help="KOFCL key-object IoU threshold.")] = 0.1,
+    epochs: Annotated[int, typer.Option(help="Passes over the training videos.")] = 20,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
+    seed: Annotated[int, typer.Option()] = 0,
+    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    device: DeviceOpt = None,
+) -> None:
+    """Train on the training split; writes OUT/tdr.pt and OUT/train_log.csv."""
+    from howtocap.tdr.api import TdrConfig, train
+
+    cfg = validated(TdrConfig, encoder=encoder, every=every, window=window, context=context,
+                    modality=modality, aux=aux, lam=lam, mu=mu, epochs=epochs, lr=lr,
+                    seed=seed)
+    res = train(annotations, scripts, videos, out, cfg, subtitles=subtitles, asr=asr,
+                work=work, device=device)
+    _problems(res.problems)
+    last = res.log[-1]
+    err.print(f"[green]tdr train[/green]: {res.videos} videos, {res.frames} frames, "
+              f"{cfg.epochs} epochs in {res.seconds:.1f} s, last L_TDR "
+              f"{last['loss_tdr']:.3f} → {res.checkpoint}", highlight=False)
+    if res.problems:
+        raise typer.Exit(1)
+
+
+@user_errors
+def eval_cmd(
+    annotations: AnnOpt, scripts: ScriptsOpt, videos: VideosOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Metrics JSON.")],
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="A `tdr train` folder (or its tdr.pt).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help="Instead of a checkpoint: bm25 (transcript), text, image or joint (frozen "
+             "encoder cosine).")] = None,
+    split: Annotated[str, typer.Option(help="training, validation or testing.")
+                     ] = "validation",
+    encoder: Annotated[str, typer.Option(help="Baselines: the frozen encoder.")
+                       ] = "default",
+    every: Annotated[float, typer.Option(help="Baselines: seconds between frames.")] = 4.5,
+    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    device: DeviceOpt = None,
+) -> None:
+    """R@1/3/5 among the video's gold captions, NDCG@1/3/5 over the goal's script sentences
+    (ROUGE-L relevance), R@1 on isolated frames."""
+    from howtocap.tdr.api import evaluate, summary_line
+
+    res = evaluate(annotations, scripts, videos, checkpoint=checkpoint, baseline=baseline,
+                   split=split, subtitles=subtitles, asr=asr, work=work, encoder=encoder,
+                   every=every, device=device)
+    _problems(res["problems"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    err.print(f"[green]tdr eval[/green] {res['method']} on {res['videos']} videos, "
+              f"{res['frames']} frames: {summary_line(res)} → {out}", highlight=False)
+    if res["problems"]:
+        raise typer.Exit(1)
+
+
+@user_errors
+def export_cmd(
+    annotations: AnnOpt, scripts: ScriptsOpt, videos: VideosOpt,
+    checkpoint: Annotated[Path, typer.Option(help="A `tdr train` folder (or its tdr.pt).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Features folder.")],
+    split: Annotated[str | None, typer.Option(help="Only this split [default: all].")
+                     ] = None,
+    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    device: DeviceOpt = None,
+) -> None:
+    """OUT/<vid>.npy, frames × (d_g + d_r): frame ⊕ retrieved sentence, for PDVC-style DVC
+    training, and OUT/retrieved.parquet (video_id, time, sentence, score)."""
+    from howtocap.tdr.api import export
+
+    info = export(annotations, scripts, videos, out, checkpoint=checkpoint, split=split,
+                  subtitles=subtitles, asr=asr, work=work, device=device)
+    _problems(info["problems"])
+    err.print(f"[green]tdr export[/green]: {info['videos']} videos, "
+              f"{info['d_g']}+{info['d_r']} dims per frame → {out}", highlight=False)
+    if info["problems"]:
+        raise typer.Exit(1)
