@@ -42,9 +42,9 @@ import pandas as pd
 
 from howtocap.align import DEFAULT_NULL_Z, AlignConfig, chatter_flags
 from howtocap.encoders import create
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.align import align_run, finish_align
-from howtocap.rundir import RunDir
 from howtocap.samples import CHATTER_LINES, ground_truth, make_fixture_set
 
 RESULTS = Path(__file__).parent / "results"

@@ -126,7 +126,7 @@ def where(out: Path, n: int) -> str:
 
 def corrupt(out: Path, rng: random.Random) -> list[str]:
     """Truncate one finished part and flip a byte inside another's data page."""
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(out, create=False)
     done = [rd.part_path(t, r.video_id) for st, t in (("subtitles", "subtitles"),

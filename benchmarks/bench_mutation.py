@@ -78,7 +78,7 @@ MODULES: dict[str, dict[str, Any]] = {
     # No fast test covered fingerprint.py before: only tests/test_fingerprint.py's whole caption
     # runs reached it (3 tests, ~33 s a mutant), which a first run found far too slow to use.
     "fingerprint": {
-        "file": "src/howtocap/fingerprint.py", "functions": None,
+        "file": "src/howtocap/engine/fingerprint.py", "functions": None,
         "tests": [],
         "new": ["tests/test_core_mutants_fingerprint.py"],
     },

@@ -153,9 +153,9 @@ class ReplayLLM:
         """Replies for prompts this process did not ask (a resumed baseline run): each block's
         captions in ``run_dir`` written back as ``<t>s: caption`` lines, which parse to the
         very same captions. Returns how many prompts were added."""
+        from howtocap.engine.rundir import RunDir
         from howtocap.llm.blocks import make_blocks
         from howtocap.llm.prompt import build_messages
-        from howtocap.rundir import RunDir
 
         rd = RunDir(run_dir, create=False)
         gen, template = cfg.resolved_generation(), cfg.resolved_template()

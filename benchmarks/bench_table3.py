@@ -105,7 +105,7 @@ def caption_sets(work: Path, encoder) -> dict[str, pd.DataFrame]:
     """The four training sets as pairs ``video_id, video_path, caption, start, end``."""
     from howtocap.align import AlignConfig, align_video, apply_filter
     from howtocap.encoders.cache import frame_embeddings
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(work / "run", create=False)
     paths = dict(zip(rd.videos()["video_id"], rd.videos()["video_path"], strict=True))

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from howtocap.align import DEFAULT_NULL_Z, AlignConfig
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.pipeline.align import align_run, read_aligned
-from howtocap.rundir import RunDir
 from howtocap.samples import (
     CHATTER_IMAGE,
     CHATTER_LINES,
@@ -183,7 +183,7 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
     import howtocap.pipeline.run as pipeline_run
     from howtocap.align_cli import register
     from howtocap.cli import app as main_app
-    from howtocap.pipeline.core import StageSummary
+    from howtocap.engine.core import StageSummary
 
     rundir: RunDir = chatter_run["rundir"]
     seen: list[AlignConfig] = []

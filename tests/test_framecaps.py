@@ -118,8 +118,8 @@ def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
     """A framecaps run trains directly: clips are whole videos, several kept captions each."""
     from tests.tiny_models import TinyEncoder
 
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.pairs import read_pairs
-    from howtocap.rundir import RunDir
     from howtocap.train import train
 
     videos = tmp_path / "videos"

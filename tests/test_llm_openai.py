@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 from tests.chat_server import send_json
 
+from howtocap.engine.core import run_stage
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions, create
@@ -26,8 +28,6 @@ from howtocap.llm.base import GenerationConfig
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.openai import OpenAIChatLLM
-from howtocap.pipeline.core import run_stage
-from howtocap.rundir import RunDir
 from howtocap.schemas import SCHEMAS
 from howtocap.stages.caption import CaptionStage
 

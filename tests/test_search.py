@@ -13,8 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import RunDir
 from howtocap.search import Searcher, build_index
 from howtocap.search.cli import register
 from howtocap.search.index import clip_vectors, make_faiss, read_meta

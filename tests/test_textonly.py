@@ -309,7 +309,7 @@ def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path
 def test_subtitles_stage_uses_the_one_choice(tmp_path: Path, narrated: Path) -> None:
     """The subtitles stage asks choose_subtitles: with --asr always its subtitles come from ASR
     even though a sidecar sits next to the video (the stage alone, no runner)."""
-    from howtocap.stage import VideoInput
+    from howtocap.engine.stage import VideoInput
     from howtocap.stages.subtitles import SubtitlesStage
 
     video = tmp_path / "cook.mp4"

@@ -313,8 +313,8 @@ def _frames(path: Path, times: list[float]) -> np.ndarray:
 def test_mee_alignment_stage_uses_max_pooling(videos, tmp_path):
     from howtocap.align import AlignConfig
     from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
+    from howtocap.engine.stage import VideoInput
     from howtocap.io.inputs import VideoItem
-    from howtocap.stage import VideoInput
     from howtocap.stages.align import AlignStage
 
     base = TinyEncoder()

@@ -28,8 +28,8 @@ from howtocap.cliutil import (
 )
 
 if TYPE_CHECKING:
-    from howtocap.pipeline.core import StageSummary
-    from howtocap.rundir import RunDir
+    from howtocap.engine.core import StageSummary
+    from howtocap.engine.rundir import RunDir
 
 
 def align_cmd(
@@ -106,10 +106,10 @@ def align_settings(v: dict[str, Any]) -> Any:
 
 def align_from_options(v: dict[str, Any]) -> StageSummary:
     """Run ``align`` from the command's option values."""
+    from howtocap.engine.rundir import RunDir
+    from howtocap.engine.runners import make_runner
     from howtocap.errors import InputError
     from howtocap.pipeline.align import align_run
-    from howtocap.pipeline.runners import make_runner
-    from howtocap.rundir import RunDir
 
     root = Path(v["run_dir"])
     if not root.is_dir():
@@ -130,7 +130,7 @@ def align_from_options(v: dict[str, Any]) -> StageSummary:
 
 def print_align_result(root: Path, shard: str | None) -> None:
     """One line: pairs aligned and kept by the filter, or what a shard still waits for."""
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     if shard:
         err.print(f"shard {shard} scored; run `howtocap align {root}` without --shard "

@@ -92,7 +92,7 @@ def _caption_config(v: dict[str, Any]) -> Any:
 
 
 def _runner(v: dict[str, Any]) -> Any:
-    from howtocap.pipeline.runners import make_runner
+    from howtocap.engine.runners import make_runner
 
     return make_runner(RunnerName(v["runner"]).value, workers=v.get("workers"),
                        ray_address=v["ray_address"], ray_gpus=v["ray_gpus_per_stage"])
@@ -186,8 +186,8 @@ def caption(
 
 def report_rejected(run_dir: Path) -> None:
     """One line: how many captions were rejected as showing nothing, by reason."""
+    from howtocap.engine.rundir import RunDir
     from howtocap.pipeline.caption import rejected_counts
-    from howtocap.rundir import RunDir
 
     counts = rejected_counts(RunDir(run_dir, create=False))
     if counts:
@@ -201,8 +201,8 @@ def _run(**v: Any) -> None:
     """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
     DIR/align_report.html. Takes every flag of `caption` and of `align`."""
     from howtocap.align_cli import align_settings, attach_videos, print_align_result
+    from howtocap.engine.rundir import RunDir
     from howtocap.pipeline.run import run_pipeline
-    from howtocap.rundir import RunDir
 
     v = load_yaml_config(v["ctx"], v["config"], v)
     cap_cfg, align_cfg = _caption_config(v), align_settings(v)
@@ -242,7 +242,7 @@ def show_captions(run_dir: Path, limit: int = 20) -> None:
     """Print a run's captions as a table (all of them when ``limit`` is 0)."""
     from rich.table import Table
 
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(run_dir, create=False)
     aligned = rd.table_path("aligned").exists()

@@ -14,8 +14,8 @@ import click
 import typer
 from rich.console import Console
 
+from howtocap.engine.runners import RUNNERS
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.pipeline.runners import RUNNERS
 from howtocap.progress import console
 
 err = console  # errors and progress bars share one stderr console
@@ -146,6 +146,6 @@ def report_summary(*summaries: Any) -> None:
 def parse_shard(text: str | None) -> Any:
     """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
     runs, not for ``--help``."""
-    from howtocap.pipeline.core import Shard
+    from howtocap.engine.core import Shard
 
     return Shard.parse(text)

@@ -65,8 +65,8 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
     ) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
+        from howtocap.engine.runners import make_runner
         from howtocap.pipeline.frames import frames_run
-        from howtocap.pipeline.runners import make_runner
 
         run_on = make_runner(RunnerName(runner).value, workers=workers,
                              ray_address=ray_address, ray_gpus=ray_gpus_per_stage)

@@ -23,12 +23,12 @@ from howtocap.align import (
     filter_counts,
 )
 from howtocap.atomic import atomic_write_parquet
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import LocalRunner, Runner
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
-from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir
 from howtocap.schemas import conform, kept_captions
 from howtocap.stages.align import SCORES, AlignStage
 

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.engine.stage import Stage
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem, resolve_inputs
 from howtocap.llm import LLMOptions
 from howtocap.llm.captioner import CaptionConfig
 from howtocap.llm.vlm import VLMOptions
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
-from howtocap.stage import Stage
 from howtocap.stages.caption import CaptionStage
 from howtocap.stages.subtitles import AsrMode, SubtitlesStage
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError
 from howtocap.framecaps import FrameCapsConfig
 from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
 from howtocap.stages.framecaps import FrameCapsStage
 from howtocap.stages.frames import FramesStage
 

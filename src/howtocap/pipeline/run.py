@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.align import AlignConfig
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
 from howtocap.pipeline.align import align_run, align_stage
 from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
 
 
 def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,

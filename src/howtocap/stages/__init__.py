@@ -1,4 +1,4 @@
-"""Every per-video stage in the one shape of ``howtocap.stage``: settings in, ``setup`` loads the
+"""Every per-video stage in the one shape of ``howtocap.engine.stage``: settings in, ``setup`` loads the
 models once per worker, ``process`` maps one video's inputs to its tables or an error.
 
 | stage | reads | writes | models |

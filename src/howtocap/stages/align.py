@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from howtocap.align import AlignConfig, align_video, empty_aligned
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.schemas import kept_captions
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"
 _REF_LOCK = threading.Lock()
@@ -61,7 +61,7 @@ class AlignStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The encoders (by weights) and the scoring settings; not the filter, which is a
         reduce step over every video's scores and re-runs freely."""
-        from howtocap.fingerprint import encoder_identity
+        from howtocap.encoders.identity import encoder_identity
 
         encs = [encoder_identity(n) for n in self.encoders] if self.models_from_names else \
             [{"name": m.name} for m in self._models or []]

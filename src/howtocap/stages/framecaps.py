@@ -7,8 +7,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.framecaps import FrameCapsConfig, create_captioner, framecaps_video
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 
 class FrameCapsStage(BaseStage):
@@ -33,7 +33,7 @@ class FrameCapsStage(BaseStage):
         self._lock = threading.Lock()  # the models are shared; one video at a time uses them
 
     def fingerprint(self) -> dict[str, Any]:
-        from howtocap.fingerprint import encoder_identity
+        from howtocap.encoders.identity import encoder_identity
 
         return {**super().fingerprint(), "captioners": list(self.captioners),
                 "scorer": encoder_identity(self.scorer), "framecaps": self.cfg.model_dump()}

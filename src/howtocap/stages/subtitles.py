@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 
 if TYPE_CHECKING:  # the CLI reads ASR_MODES at start-up; pandas loads when a stage runs
     import pandas as pd
@@ -53,7 +53,7 @@ class SubtitlesStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The ASR mode and model (a local model folder by its weights' hash) and the
         ``--subtitles`` collection (path and size: a multi-GB dump is not re-hashed)."""
-        from howtocap.fingerprint import files_hash
+        from howtocap.engine.fingerprint import files_hash
 
         asr: dict[str, Any] = {"mode": self.asr_mode, "model": self.asr_model}
         folder = Path(self.asr_model)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.stages.subtitles import AsrMode, LazyASR
 
 TDR_TABLE = "tdr_frames"  # video_id, time, transcript, image (list), text (list)

@@ -18,8 +18,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from howtocap.engine.stage import Stage, VideoInput, VideoResult, run_one
 from howtocap.errors import HowtocapError
-from howtocap.stage import Stage, VideoInput, VideoResult, run_one
 
 Emit = Callable[[VideoResult], None]
 RUNNERS = ("local", "ray")

@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
+from howtocap.engine.fingerprint import config_id, describe_change
+from howtocap.engine.rundir import Owner, RunDir, StatusRecord
+from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.fingerprint import config_id, describe_change
 from howtocap.hashing import hash_text
-from howtocap.io.inputs import VideoItem
 from howtocap.progress import progress_bar
-from howtocap.rundir import Owner, RunDir, StatusRecord
 from howtocap.schemas import SCHEMAS, empty_table
-from howtocap.stage import Stage, VideoInput, VideoResult
 
 if TYPE_CHECKING:
-    from howtocap.pipeline.runners import Runner
+    from howtocap.engine.runners import Runner
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class StageSummary:
         return self
 
 
-def _inputs(rundir: RunDir, stage: Stage, item: VideoItem) -> VideoInput | None:
+def _inputs(rundir: RunDir, stage: Stage, item: Any) -> VideoInput | None:
     """The video's rows of the tables the stage reads; None when one of them turned out
     corrupt (removed: its own stage redoes it first, then this video runs)."""
     tables = {}
@@ -153,7 +152,7 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     return ids
 
 
-def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: Stage, *,
+def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None) -> StageSummary:
@@ -164,7 +163,7 @@ def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: Stage, *,
     and it has failed fewer than ``max_attempts`` times; one that failed because a service
     was down is retried anyway (its input is fine). ``cid``: the stage's config id, from
     ``prepare_stages`` (called here when not given: it refuses changed settings)."""
-    from howtocap.pipeline.runners import LocalRunner
+    from howtocap.engine.runners import LocalRunner
 
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]

@@ -10,9 +10,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.stage import CAUSES
 from howtocap.errors import InputError
-from howtocap.rundir import RunDir
-from howtocap.stage import CAUSES
 
 STAGE_ORDER = ("subtitles", "caption", "frames", "align", "framecaps")
 EXAMPLES = 3  # video ids shown per failure cause
