@@ -75,8 +75,8 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
 
         torch.set_num_threads(1)
         from howtocap.atomic import CorruptPartWarning
+        from howtocap.caption.config import CaptionRunConfig
         from howtocap.llm import LLMOptions
-        from howtocap.pipeline.caption import CaptionRunConfig
         from howtocap.pipeline.run import run_pipeline
 
         with warnings.catch_warnings(record=True) as caught:

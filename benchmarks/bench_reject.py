@@ -250,9 +250,9 @@ def pipeline(n_videos: int, work: Path | None = None) -> dict[str, Any]:
 
 
 def _pipeline(n_videos: int, tmp: Path) -> dict[str, Any]:
+    from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions, from_options
     from howtocap.llm.captioner import CaptionConfig
-    from howtocap.pipeline.caption import CaptionRunConfig
     from howtocap.pipeline.run import run_pipeline
     from howtocap.samples import ground_truth, make_fixture_set
 

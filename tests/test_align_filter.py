@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from howtocap.align import DEFAULT_NULL_Z, AlignConfig
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import DEFAULT_NULL_Z
+from howtocap.align.run import align_run, read_aligned
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.align import align_run, read_aligned
 from howtocap.samples import (
     CHATTER_IMAGE,
     CHATTER_LINES,
@@ -179,7 +180,7 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
     import typer
     from typer.testing import CliRunner
 
-    import howtocap.pipeline.align as pipeline_align
+    import howtocap.align.run as pipeline_align
     import howtocap.pipeline.run as pipeline_run
     from howtocap.align_cli import register
     from howtocap.cli import app as main_app

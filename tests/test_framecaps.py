@@ -7,16 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from howtocap.framecaps.label.run import framecaps_run
 
 from howtocap.errors import HowtocapError
-from howtocap.framecaps import (
-    FrameCapsConfig,
-    clipscore,
-    create_captioner,
-    select_captions,
-)
+from howtocap.framecaps.config import FrameCapsConfig
+from howtocap.framecaps.label import clipscore, create_captioner, select_captions
 from howtocap.io.video import segment_times
-from howtocap.pipeline.frames import framecaps_run
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 

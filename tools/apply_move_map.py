@@ -147,7 +147,8 @@ def rewrite_text(text: str, mover: Mover) -> str:
 
     def path(m: re.Match[str]) -> str:
         dotted = m.group(0)[:-3].replace("/", ".")
-        new = mover.dotted(dotted)
+        # ``howtocap/align.py`` is the old module even when ``howtocap/align/`` is a package now
+        new = mover.map.get(dotted) or mover.dotted(dotted)
         if new == dotted:
             return m.group(0)
         if is_module(new) and (SRC.joinpath(*new.split(".")) / "__init__.py").is_file():

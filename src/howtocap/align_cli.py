@@ -94,7 +94,7 @@ def align_cmd(
 
 def align_settings(v: dict[str, Any]) -> Any:
     """The ``AlignConfig`` of the command's option values (one line on a bad value)."""
-    from howtocap.align import align_config
+    from howtocap.align.config import align_config
 
     return align_config(**{k: v[k] for k in (
         "offset_seconds", "offset_step", "clip_seconds", "fps", "threshold", "quantile",
@@ -106,10 +106,10 @@ def align_settings(v: dict[str, Any]) -> Any:
 
 def align_from_options(v: dict[str, Any]) -> StageSummary:
     """Run ``align`` from the command's option values."""
+    from howtocap.align.run import align_run
     from howtocap.engine.rundir import RunDir
     from howtocap.engine.runners import make_runner
     from howtocap.errors import InputError
-    from howtocap.pipeline.align import align_run
 
     root = Path(v["run_dir"])
     if not root.is_dir():

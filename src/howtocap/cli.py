@@ -33,7 +33,7 @@ from howtocap.cliutil import (
 )
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
-from howtocap.stages.subtitles import ASR_MODES
+from howtocap.subtitles.policy import ASR_MODES
 
 LLM_NAMES = tuple(REGISTRY)
 
@@ -56,10 +56,10 @@ OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (create
 
 def _caption_config(v: dict[str, Any]) -> Any:
     """The typed settings of `caption` (and `run`), validated before anything is written."""
+    from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions
     from howtocap.llm.base import GenerationConfig
     from howtocap.llm.captioner import CaptionConfig
-    from howtocap.pipeline.caption import CaptionRunConfig
 
     gen = {k: v[k] for k in ("temperature", "max_tokens", "seed") if v.get(k) is not None}
     if v.get("stop"):
@@ -172,7 +172,7 @@ def caption(
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions.parquet."""
-    from howtocap.pipeline.caption import caption_run
+    from howtocap.caption.run import caption_run
 
     v = load_yaml_config(ctx, config, dict(locals()))
     summaries = caption_run(v["inputs"], v["out_dir"], _caption_config(v), force=v["force"],
@@ -186,8 +186,8 @@ def caption(
 
 def report_rejected(run_dir: Path) -> None:
     """One line: how many captions were rejected as showing nothing, by reason."""
+    from howtocap.caption.run import rejected_counts
     from howtocap.engine.rundir import RunDir
-    from howtocap.pipeline.caption import rejected_counts
 
     counts = rejected_counts(RunDir(run_dir, create=False))
     if counts:
@@ -356,8 +356,8 @@ def framecaps(
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
     the K best by CLIPScore -> DIR/framecaps.parquet (train on it with `howtocap train`)."""
-    from howtocap.framecaps import FrameCapsConfig
-    from howtocap.pipeline.frames import framecaps_run
+    from howtocap.framecaps.config import FrameCapsConfig
+    from howtocap.framecaps.label.run import framecaps_run
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,

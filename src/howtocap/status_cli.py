@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Per stage: done / failed / pending, failures by cause (bad input, model output,
         service, internal) with example videos, wall time and throughput."""
-        from howtocap.engine.status import run_status
+        from howtocap.pipeline.run import run_status
 
         info = run_status(run_dir)
         if as_json:

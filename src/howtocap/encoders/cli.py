@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decode each video once and cache its per-second frame embeddings (float16)."""
         from howtocap.engine.runners import make_runner
-        from howtocap.pipeline.frames import frames_run
+        from howtocap.frames.run import frames_run
 
         run_on = make_runner(RunnerName(runner).value, workers=workers,
                              ray_address=ray_address, ray_gpus=ray_gpus_per_stage)

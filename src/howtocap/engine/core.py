@@ -18,6 +18,7 @@ from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
 from howtocap.engine.fingerprint import config_id, describe_change
+from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.rundir import Owner, RunDir, StatusRecord
 from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
@@ -93,13 +94,6 @@ def _inputs(rundir: RunDir, stage: Stage, item: Any) -> VideoInput | None:
     return VideoInput(item, {k: v for k, v in tables.items() if v is not None})
 
 
-# Stages whose results are computed from a stage's output: ``--redo`` of a stage clears them.
-DOWNSTREAM: dict[str, tuple[str, ...]] = {
-    "subtitles": ("caption", "align"), "caption": ("align",), "frames": ("align", "framecaps")}
-# Tables each stage's results live in (parts and merged), cleared with it.
-STAGE_TABLES: dict[str, tuple[str, ...]] = {
-    "subtitles": ("subtitles",), "caption": ("captions",), "align": ("align_scores", "aligned"),
-    "framecaps": ("framecaps",), "frames": ()}
 MAX_ATTEMPTS = 3
 
 
@@ -114,11 +108,13 @@ def stage_fingerprint(stage: Stage) -> dict[str, Any]:
 
 def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = False,
                    check_only: bool = False,
-                   fingerprints: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
+                   fingerprints: dict[str, dict[str, Any]] | None = None,
+                   graph: StageGraph | None = None) -> dict[str, str]:
     """Compare each stage's fingerprint with the one its results were made with, before any
     work: equal resumes; different refuses (one line naming the changed settings) unless
-    ``redo``, which clears that stage and the stages downstream of it. Returns the
-    ``config_id`` of each stage."""
+    ``redo``, which clears that stage and the stages downstream of it (``graph``: derived from
+    the stages' declarations; by default every step's, found by ``graph.discover``). Returns
+    the ``config_id`` of each stage."""
     ids: dict[str, str] = {}
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
@@ -131,9 +127,11 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
         old = olds[st.name]
         if old is not None and old["config_id"] != ids[st.name] and rundir.has_results(st.name):
             changed.append((st, old.get("fingerprint") or {}, fp))
+    if changed:
+        graph = (graph or discover()).with_stages(stages)
     if changed and not redo:
         st, old_fp, fp = changed[0]
-        below = DOWNSTREAM.get(st.name, ())
+        below = graph.downstream(st.name)
         also = f" and invalidate {', '.join(below)}" if below else ""
         raise SettingsChanged(
             f"{rundir.root}: {st.name} results were made with other settings "
@@ -142,8 +140,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     if check_only:
         return ids
     for st, _, _ in changed:
-        for name in (st.name, *DOWNSTREAM.get(st.name, ())):
-            rundir.invalidate(name, STAGE_TABLES.get(name, ()))
+        for name in (st.name, *graph.downstream(st.name)):
+            rundir.invalidate(name, graph.tables(name))
             olds[name] = None  # its fingerprint went with its results
     for st in stages:
         old = olds[st.name]
@@ -258,7 +256,7 @@ def commit_result(rundir: RunDir, stage: Stage, res: VideoResult, *, config_id: 
     """Parts first, then the status record, then the claim goes: the order a kill respects.
     Every row and the record carry the stage's ``config_id``."""
     for name, df in res.tables.items():
-        if "config_id" in SCHEMAS.get(name, {}) or name == "align_scores":
+        if "config_id" in SCHEMAS.get(name, {}):
             df = df.assign(config_id=config_id)
         rundir.write_part(name, res.video_id, df)
     main = stage.writes[0] if stage.writes else None

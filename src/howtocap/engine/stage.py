@@ -89,6 +89,12 @@ class BaseStage:
     name: ClassVar[str] = ""
     reads: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
+    # What the stage graph (``engine.graph``) is derived from besides the tables: caches it
+    # fills or reads outside the run's tables (the frame-embedding cache), and the tables its
+    # reduce step makes from its results (cleared with them by ``--redo``).
+    reads_cache: ClassVar[tuple[str, ...]] = ()
+    writes_cache: ClassVar[tuple[str, ...]] = ()
+    reduce_writes: ClassVar[tuple[str, ...]] = ()
     resources: Resources = Resources()
 
     def load(self) -> None:

@@ -1,7 +1,7 @@
 """Alignment scoring of one video: its captions against every shifted window of its frames.
 
 The scores do not depend on the filter, so they are the stage's output (``align_scores``); the
-global filter is a reduce step in ``pipeline.align``.
+global filter is the step's reduce step, in ``align.run``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig, align_video, empty_aligned
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import align_video, empty_aligned
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
@@ -28,6 +29,8 @@ class AlignStage(BaseStage):
     name = "align"
     reads = ("captions",)
     writes = (SCORES,)
+    reads_cache = ("frames",)  # the frames step's embeddings (filled here when missing)
+    reduce_writes = ("aligned",)  # the global filter over every video's scores (``run``)
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoders: Sequence[str], cfg: AlignConfig, cache_dir: Path, *,

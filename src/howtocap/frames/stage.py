@@ -16,6 +16,7 @@ class FramesStage(BaseStage):
     name = "frames"
     reads = ()
     writes = ()
+    writes_cache = ("frames",)  # the per-second frame embeddings, keyed by content + encoder
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoders: Sequence[str], cache_dir: Path, *, fps: float = 1.0,

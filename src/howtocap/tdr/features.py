@@ -15,7 +15,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.stages.tdr import TDR_TABLE, TdrFramesStage
+from howtocap.tdr.stage import TDR_TABLE, TdrFramesStage
 
 
 @dataclass

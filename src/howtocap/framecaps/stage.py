@@ -8,13 +8,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
-from howtocap.framecaps import FrameCapsConfig, create_captioner, framecaps_video
+from howtocap.framecaps.config import FrameCapsConfig
+from howtocap.framecaps.label import create_captioner, framecaps_video
 
 
 class FrameCapsStage(BaseStage):
     name = "framecaps"
     reads = ()
     writes = ("framecaps",)
+    # Redone with the frames step, as before the graph was derived (``--redo frames`` cleared
+    # framecaps); it samples and encodes its own frames, not the frame cache's rows.
+    reads_cache = ("frames",)
     resources = Resources(kind="captioner", models=True)
 
     def __init__(self, captioners: Sequence[str], scorer: str, cfg: FrameCapsConfig, *,
