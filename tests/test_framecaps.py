@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from howtocap.framecaps.label.run import framecaps_run
 
 from howtocap.errors import HowtocapError
 from howtocap.framecaps.config import FrameCapsConfig
 from howtocap.framecaps.label import clipscore, create_captioner, select_captions
+from howtocap.framecaps.run import framecaps_run
 from howtocap.io.video import segment_times
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 

@@ -52,7 +52,8 @@ def is_module(dotted: str) -> bool:
 class Mover:
     def __init__(self, mapping: dict[str, str]) -> None:
         self.map = mapping
-        self.values = set(mapping.values())
+        # new modules, and the modules a moved name went to (which may not exist yet)
+        self.values = set(mapping.values()) | {v.rpartition(".")[0] for v in mapping.values()}
 
     def _bare_is_new(self, key: str) -> bool:
         """The old module's name is now a package that holds its code (align -> align/)."""
