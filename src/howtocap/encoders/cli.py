@@ -1,5 +1,5 @@
 """``howtocap encoders`` and ``howtocap frames``: list/check encoders, pre-fill the frame cache
-(``pipeline.frames.frames_run``). The main CLI calls ``register(app)``."""
+(``frames.run.frames_run``). The main CLI calls ``register(app)``."""
 
 from __future__ import annotations
 

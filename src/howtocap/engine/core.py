@@ -127,11 +127,11 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
         old = olds[st.name]
         if old is not None and old["config_id"] != ids[st.name] and rundir.has_results(st.name):
             changed.append((st, old.get("fingerprint") or {}, fp))
-    if changed:
-        graph = (graph or discover()).with_stages(stages)
+    # the whole graph only when something changed (discovery imports every step's stage)
+    g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
     if changed and not redo:
         st, old_fp, fp = changed[0]
-        below = graph.downstream(st.name)
+        below = g.downstream(st.name)
         also = f" and invalidate {', '.join(below)}" if below else ""
         raise SettingsChanged(
             f"{rundir.root}: {st.name} results were made with other settings "
@@ -140,8 +140,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     if check_only:
         return ids
     for st, _, _ in changed:
-        for name in (st.name, *graph.downstream(st.name)):
-            rundir.invalidate(name, graph.tables(name))
+        for name in (st.name, *g.downstream(st.name)):
+            rundir.invalidate(name, g.tables(name))
             olds[name] = None  # its fingerprint went with its results
     for st in stages:
         old = olds[st.name]
