@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig, align_video, candidate_windows, offset_grid
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import align_video, candidate_windows, offset_grid
 from howtocap.encoders import create
 from howtocap.encoders.cache import frame_embeddings
 from howtocap.io.video import sample_frames

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))  # tests.fault_server
 import pandas as pd  # noqa: E402
 from tests.fault_server import fault_server  # noqa: E402
 
-from howtocap.rundir import RunDir  # noqa: E402
+from howtocap.engine.rundir import RunDir  # noqa: E402
 
 WORK = HERE / "work" / "faults"
 OUT = HERE / "results"

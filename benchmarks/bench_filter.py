@@ -40,11 +40,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align import DEFAULT_NULL_Z, AlignConfig, chatter_flags
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import DEFAULT_NULL_Z, chatter_flags
+from howtocap.align.run import align_run, finish_align
 from howtocap.encoders import create
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.align import align_run, finish_align
-from howtocap.rundir import RunDir
 from howtocap.samples import CHATTER_LINES, ground_truth, make_fixture_set
 
 RESULTS = Path(__file__).parent / "results"
@@ -302,7 +303,7 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         f"Visual-only bars meeting both targets on the tuning set: "
         f"{', '.join(visual_meet) or 'none'}."
         + ("" if res["code_default_null_z"] == chosen else
-           f" NOTE: `DEFAULT_NULL_Z` in src/howtocap/align.py was "
+           f" NOTE: `DEFAULT_NULL_Z` in src/howtocap/align/filter.py was "
            f"{res['code_default_null_z']:g} when this ran, not the chosen bar."),
         "",
         f"Steps the new default dropped (tuning): "

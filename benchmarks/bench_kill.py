@@ -75,8 +75,8 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
 
         torch.set_num_threads(1)
         from howtocap.atomic import CorruptPartWarning
+        from howtocap.caption.config import CaptionRunConfig
         from howtocap.llm import LLMOptions
-        from howtocap.pipeline.caption import CaptionRunConfig
         from howtocap.pipeline.run import run_pipeline
 
         with warnings.catch_warnings(record=True) as caught:
@@ -126,7 +126,7 @@ def where(out: Path, n: int) -> str:
 
 def corrupt(out: Path, rng: random.Random) -> list[str]:
     """Truncate one finished part and flip a byte inside another's data page."""
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(out, create=False)
     done = [rd.part_path(t, r.video_id) for st, t in (("subtitles", "subtitles"),

@@ -61,7 +61,7 @@ MODULES: dict[str, dict[str, Any]] = {
         "new": ["tests/test_core_mutants_llm.py"],
     },
     "align": {
-        "file": "src/howtocap/align.py", "functions": None,
+        "file": "src/howtocap/align/filter.py", "functions": None,
         "tests": ["tests/test_align.py"],
         "new": ["tests/test_core_mutants_align.py"],
     },
@@ -78,7 +78,7 @@ MODULES: dict[str, dict[str, Any]] = {
     # No fast test covered fingerprint.py before: only tests/test_fingerprint.py's whole caption
     # runs reached it (3 tests, ~33 s a mutant), which a first run found far too slow to use.
     "fingerprint": {
-        "file": "src/howtocap/fingerprint.py", "functions": None,
+        "file": "src/howtocap/engine/fingerprint.py", "functions": None,
         "tests": [],
         "new": ["tests/test_core_mutants_fingerprint.py"],
     },
@@ -101,30 +101,31 @@ EQUIVALENT: dict[str, str] = {
     "howtocap.llm.blocks.x__sentences__mutmut_31":
         "a NaN end stays NaN, but `max(start, nan)` is `start`: the same end as the fallback",
     "howtocap.llm.blocks.x__sentences__mutmut_47": "numpy reads `kind` case-insensitively",
-    "howtocap.align.x_align_video__mutmut_96":
+    "howtocap.align.filter.x_align_video__mutmut_96":
         "reach is all or nothing per caption (clamping only moves a window towards its "
         "caption), and an unreachable caption's start and score are replaced anyway",
-    "howtocap.align.x_video_extent__mutmut_10":
+    "howtocap.align.filter.x_video_extent__mutmut_10":
         "`duration and ...` already short-circuits on 0, so `> 0` and `>= 0` agree",
-    "howtocap.align.x_window_scores__mutmut_49": "einsum accepts upper-case subscripts alike",
-    "howtocap.align.x_align_video__mutmut_22":
+    "howtocap.align.filter.x_window_scores__mutmut_49":
+        "einsum accepts upper-case subscripts alike",
+    "howtocap.align.filter.x_align_video__mutmut_22":
         "`f.duration or 1` is only reached when every duration is truthy, so never used",
-    "howtocap.align.x_align_video__mutmut_18":
+    "howtocap.align.filter.x_align_video__mutmut_18":
         "without the guard the min still meets the 0 of a missing duration: the same 0.0",
-    "howtocap.align.x_align_video__mutmut_222":
+    "howtocap.align.filter.x_align_video__mutmut_222":
         "an outside caption keeps its start, so its computed offset is 0 anyway",
-    "howtocap.align.x_best_offsets__mutmut_21":
+    "howtocap.align.filter.x_best_offsets__mutmut_21":
         "`>` and `>=` against `top - 1e-6` differ only for a score exactly 1e-6 below the top",
-    "howtocap.align.x_candidate_windows__mutmut_30":
+    "howtocap.align.filter.x_candidate_windows__mutmut_30":
         "when the video is exactly one clip long both branches give the window [0, extent)",
-    "howtocap.align.x_choose_threshold__mutmut_61":
+    "howtocap.align.filter.x_choose_threshold__mutmut_61":
         "with keep_top == pool size the partition's element 0 is the minimum as well",
-    "howtocap.align.xǁAlignConfigǁscoring_key__mutmut_19":
+    "howtocap.align.filter.xǁAlignConfigǁscoring_key__mutmut_19":
         "the dict literal's order is fixed, so the JSON is the same with or without sort_keys",
-    "howtocap.align.xǁAlignConfigǁscoring_key__mutmut_6":
+    "howtocap.align.filter.xǁAlignConfigǁscoring_key__mutmut_6":
         "a renamed key changes every config's key alike, so equal settings still match and "
         "different ones still differ (scores cached by an older version would be recomputed)",
-    "howtocap.align.x_apply_filter__mutmut_30":
+    "howtocap.align.filter.x_apply_filter__mutmut_30":
         "keep_all then takes the explicit-threshold path, whose threshold without a setting is "
         "-inf: every caption is kept either way",
     "howtocap.encoders.windows.x_window_means__mutmut_4":

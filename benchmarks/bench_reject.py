@@ -153,9 +153,9 @@ class ReplayLLM:
         """Replies for prompts this process did not ask (a resumed baseline run): each block's
         captions in ``run_dir`` written back as ``<t>s: caption`` lines, which parse to the
         very same captions. Returns how many prompts were added."""
+        from howtocap.engine.rundir import RunDir
         from howtocap.llm.blocks import make_blocks
         from howtocap.llm.prompt import build_messages
-        from howtocap.rundir import RunDir
 
         rd = RunDir(run_dir, create=False)
         gen, template = cfg.resolved_generation(), cfg.resolved_template()
@@ -250,9 +250,9 @@ def pipeline(n_videos: int, work: Path | None = None) -> dict[str, Any]:
 
 
 def _pipeline(n_videos: int, tmp: Path) -> dict[str, Any]:
+    from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions, from_options
     from howtocap.llm.captioner import CaptionConfig
-    from howtocap.pipeline.caption import CaptionRunConfig
     from howtocap.pipeline.run import run_pipeline
     from howtocap.samples import ground_truth, make_fixture_set
 

@@ -25,14 +25,14 @@ sys.path.insert(0, str(HERE.parent))  # tests.chat_server, tests.stage_support
 from tests.chat_server import chat_server  # noqa: E402
 from tests.stage_support import SquareStage  # noqa: E402
 
-from howtocap.align import AlignConfig  # noqa: E402
+from howtocap.align.config import AlignConfig  # noqa: E402
+from howtocap.caption.config import CaptionRunConfig  # noqa: E402
+from howtocap.engine.core import run_stage  # noqa: E402
+from howtocap.engine.rundir import RunDir  # noqa: E402
+from howtocap.engine.runners import LocalRunner, RayRunner  # noqa: E402
 from howtocap.io.inputs import VideoItem  # noqa: E402
 from howtocap.llm import LLMOptions  # noqa: E402
-from howtocap.pipeline.caption import CaptionRunConfig  # noqa: E402
-from howtocap.pipeline.core import run_stage  # noqa: E402
 from howtocap.pipeline.run import run_pipeline  # noqa: E402
-from howtocap.pipeline.runners import LocalRunner, RayRunner  # noqa: E402
-from howtocap.rundir import RunDir  # noqa: E402
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video  # noqa: E402
 
 WORK = HERE / "work" / "runners"

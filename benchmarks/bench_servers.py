@@ -38,9 +38,10 @@ OUT = HERE / "results"
 
 from benchmarks.bench_textonly import write_caption_json  # noqa: E402
 
+from howtocap.caption.config import CaptionRunConfig  # noqa: E402
+from howtocap.caption.run import caption_run  # noqa: E402
+from howtocap.engine.rundir import RunDir  # noqa: E402
 from howtocap.llm import LLMOptions  # noqa: E402
-from howtocap.pipeline.caption import CaptionRunConfig, caption_run  # noqa: E402
-from howtocap.rundir import RunDir  # noqa: E402
 
 
 @contextmanager

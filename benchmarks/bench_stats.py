@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from howtocap.engine.rundir import RunDir
 from howtocap.nlp import MODEL_CANDIDATES, iter_verb_lemmas, load_spacy, verb_lemmas
 from howtocap.report.stats import compute_stats
-from howtocap.rundir import RunDir
 
 VERBS = ["cut", "add", "stir", "pour", "mix", "fry", "wash", "peel", "sand", "paint", "drill",
          "screw", "fold", "glue", "measure", "remove", "place", "press", "heat", "bake"]

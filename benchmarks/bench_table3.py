@@ -69,8 +69,9 @@ UNSEEN_STEPS: list[tuple[str, str, str]] = [
 
 def prepare(work: Path, n_train: int, quick: bool, caption: bool = True) -> dict:
     """Generate training/eval videos and LLM captions once (cached under ``work``)."""
+    from howtocap.caption.config import CaptionRunConfig
+    from howtocap.caption.run import caption_run
     from howtocap.photos import packaged_photos
-    from howtocap.pipeline.caption import CaptionRunConfig, caption_run
     from howtocap.samples import ground_truth, make_fixture_set
 
     work.mkdir(parents=True, exist_ok=True)
@@ -103,9 +104,10 @@ def prepare(work: Path, n_train: int, quick: bool, caption: bool = True) -> dict
 
 def caption_sets(work: Path, encoder) -> dict[str, pd.DataFrame]:
     """The four training sets as pairs ``video_id, video_path, caption, start, end``."""
-    from howtocap.align import AlignConfig, align_video, apply_filter
+    from howtocap.align.config import AlignConfig
+    from howtocap.align.filter import align_video, apply_filter
     from howtocap.encoders.cache import frame_embeddings
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(work / "run", create=False)
     paths = dict(zip(rd.videos()["video_id"], rd.videos()["video_path"], strict=True))

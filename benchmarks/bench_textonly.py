@@ -88,7 +88,7 @@ def peak_rss_mb() -> float:
 def child_import(src: Path) -> dict:
     import pandas  # noqa: F401
 
-    from howtocap.pipeline.caption import caption_run  # noqa: F401
+    from howtocap.caption.run import caption_run  # noqa: F401
 
     return {}
 
@@ -122,9 +122,9 @@ def child_reader(src: Path) -> dict:
 
 def child_caption_run(src: Path) -> dict:
     child_import(src)
+    from howtocap.caption import run as cap_mod
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.subtitles import SubtitleSource
-    from howtocap.pipeline import caption as cap_mod
-    from howtocap.rundir import RunDir
 
     phases: dict[str, float] = {}
 
@@ -165,11 +165,12 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
     """Milliseconds a video for each step of one caption-stage call and its writes (the first
     ``n`` videos, one thread): what the per-video phase above is made of."""
     child_import(src)
+    from howtocap.engine.rundir import RunDir, StatusRecord
     from howtocap.io.inputs import VideoItem
-    from howtocap.io.subtitles import SubtitleSource, choose_subtitles
+    from howtocap.io.subtitles import SubtitleSource
     from howtocap.llm.captioner import CaptionConfig, caption_video
-    from howtocap.rundir import RunDir, StatusRecord
     from howtocap.schemas import conform
+    from howtocap.subtitles.policy import choose_subtitles
 
     work = WORK / "breakdown"
     shutil.rmtree(work, ignore_errors=True)

@@ -26,10 +26,10 @@ import pandas as pd
 import torch
 from _timing import best_time
 
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.io.pairs import build_clips, read_pairs
 from howtocap.io.webdataset import export_webdataset
-from howtocap.rundir import RunDir
 from howtocap.samples import make_fixture_set
 from howtocap.schemas import conform
 from howtocap.train.api import train

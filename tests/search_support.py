@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 
 from howtocap.encoders.base import Encoder
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
-from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, SampleVideo, make_narrated_video
 
 # Two videos with disjoint steps, so every caption has exactly one right clip.

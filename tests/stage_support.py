@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 
 class SquareStage(BaseStage):

@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from howtocap.align import (
+from howtocap.align.config import AlignConfig, align_config
+from howtocap.align.filter import (
     DEFAULT_NULL_Z,
-    AlignConfig,
-    align_config,
     align_video,
     apply_filter,
     candidate_windows,
@@ -24,8 +23,8 @@ from howtocap.align import (
     offset_grid,
     window_scores,
 )
+from howtocap.align.report import write_align_report
 from howtocap.errors import HowtocapError
-from howtocap.report.align_report import write_align_report
 from howtocap.schemas import SCHEMAS
 
 
@@ -396,7 +395,7 @@ def _chatter_table() -> pd.DataFrame:
 
 
 def test_default_filter_drops_text_chatter_even_with_a_high_null_z() -> None:
-    from howtocap.align import filter_counts
+    from howtocap.align.filter import filter_counts
 
     df = _chatter_table()
     out, thr = apply_filter(df, AlignConfig())
@@ -422,7 +421,7 @@ def test_default_filter_drops_text_chatter_even_with_a_high_null_z() -> None:
 
 
 def test_explicit_modes_and_keep_all_do_not_apply_the_text_test() -> None:
-    from howtocap.align import filter_counts
+    from howtocap.align.filter import filter_counts
 
     df = _chatter_table()
     for cfg, kept in ((AlignConfig(threshold=0.2), [True, True, False, True]),
@@ -437,7 +436,7 @@ def test_explicit_modes_and_keep_all_do_not_apply_the_text_test() -> None:
 
 
 def test_empty_and_textless_tables_get_a_chatter_column() -> None:
-    from howtocap.align import empty_aligned
+    from howtocap.align.filter import empty_aligned
 
     out, _ = apply_filter(empty_aligned(), AlignConfig())
     assert len(out) == 0 and out["chatter"].dtype == bool and out["kept"].dtype == bool
@@ -446,7 +445,7 @@ def test_empty_and_textless_tables_get_a_chatter_column() -> None:
 
 
 def test_report_counts_and_lists_text_chatter(tmp_path: Path) -> None:
-    from howtocap.align import filter_counts
+    from howtocap.align.filter import filter_counts
 
     df = _chatter_table().assign(start=0.0, end=8.0, orig_start=[1.0, 2.0, 3.0, 4.0],
                                  offset=0.0, partial=False)

@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from howtocap.align import AlignConfig, window_scores
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import window_scores
+from howtocap.align.run import align_run, read_aligned
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.align import align_run, read_aligned
-from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from howtocap.align import DEFAULT_NULL_Z, AlignConfig
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import DEFAULT_NULL_Z
+from howtocap.align.run import align_run, read_aligned
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.align import align_run, read_aligned
-from howtocap.rundir import RunDir
 from howtocap.samples import (
     CHATTER_IMAGE,
     CHATTER_LINES,
@@ -179,11 +180,11 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
     import typer
     from typer.testing import CliRunner
 
-    import howtocap.pipeline.align as pipeline_align
+    import howtocap.align.run as pipeline_align
     import howtocap.pipeline.run as pipeline_run
     from howtocap.cli import add_commands
     from howtocap.cli import app as main_app
-    from howtocap.pipeline.core import StageSummary
+    from howtocap.engine.core import StageSummary
 
     rundir: RunDir = chatter_run["rundir"]
     seen: list[AlignConfig] = []

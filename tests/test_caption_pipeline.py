@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from tests.chat_server import chat_server
 
-from howtocap.rundir import RunDir
+from howtocap.engine.rundir import RunDir
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 

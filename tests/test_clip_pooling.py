@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from howtocap.align import AlignConfig, window_scores
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import window_scores
 from howtocap.encoders import create
 from howtocap.encoders.cache import frame_embeddings
 from howtocap.encoders.checkpoint import FORMAT, META_NAME, signature

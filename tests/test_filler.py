@@ -12,17 +12,17 @@ from tests.chat_server import chat_server
 from tests.test_caption_pipeline import add_video, run_cli, vtt
 from tests.tiny_models import TinyEncoder
 
-from howtocap.align import AlignConfig
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.rundir import RunDir
 from howtocap.io.export import pairs_for_export
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions
 from howtocap.llm.base import GenerationConfig
 from howtocap.llm.captioner import CaptionConfig, caption_video
 from howtocap.llm.filler import REASONS, load_parser, reject_reasons
-from howtocap.pipeline.align import align_run
-from howtocap.rundir import RunDir
 from howtocap.samples import FILLER_LINES, make_fixture_set
-from howtocap.stages.caption import CaptionStage
 
 # (a real step, a caption that shows nothing and shares its words or shape, the reason)
 PAIRS = [

@@ -12,13 +12,14 @@ from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, add_video, run_cli
 from tests.tiny_models import TinyEncoder
 
-from howtocap.align import AlignConfig
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run
+from howtocap.caption.config import CaptionRunConfig
+from howtocap.caption.run import caption_run
+from howtocap.engine.core import SettingsChanged
+from howtocap.engine.rundir import RunDir
 from howtocap.llm import LLMOptions
 from howtocap.llm.captioner import CaptionConfig
-from howtocap.pipeline.align import align_run
-from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.pipeline.core import SettingsChanged
-from howtocap.rundir import RunDir
 
 
 def videos(tmp_path: Path, base: Path, n: int = 3) -> Path:

@@ -9,14 +9,10 @@ import pandas as pd
 import pytest
 
 from howtocap.errors import HowtocapError
-from howtocap.framecaps import (
-    FrameCapsConfig,
-    clipscore,
-    create_captioner,
-    select_captions,
-)
+from howtocap.framecaps.config import FrameCapsConfig
+from howtocap.framecaps.label import clipscore, create_captioner, select_captions
+from howtocap.framecaps.run import framecaps_run
 from howtocap.io.video import segment_times
-from howtocap.pipeline.frames import framecaps_run
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 
 
@@ -118,8 +114,8 @@ def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
     """A framecaps run trains directly: clips are whole videos, several kept captions each."""
     from tests.tiny_models import TinyEncoder
 
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.pairs import read_pairs
-    from howtocap.rundir import RunDir
     from howtocap.train.api import train
 
     videos = tmp_path / "videos"

@@ -19,15 +19,15 @@ import pandas as pd
 import pytest
 from tests.fault_server import FaultServer, fault_server
 
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.core import run_stage
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions
 from howtocap.llm.base import GenerationConfig
 from howtocap.llm.captioner import CaptionConfig, caption_video
 from howtocap.llm.openai import OpenAIChatLLM, retry_after_seconds
-from howtocap.pipeline.core import run_stage
-from howtocap.rundir import RunDir
-from howtocap.stages.caption import CaptionStage
 
 MSG = [{"role": "user", "content": "3s: crack the eggs into a bowl"}]
 GEN = GenerationConfig(max_tokens=32)

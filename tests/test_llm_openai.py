@@ -19,6 +19,9 @@ import pandas as pd
 import pytest
 from tests.chat_server import send_json
 
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.core import run_stage
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions, create
@@ -26,10 +29,7 @@ from howtocap.llm.base import GenerationConfig
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.openai import OpenAIChatLLM
-from howtocap.pipeline.core import run_stage
-from howtocap.rundir import RunDir
 from howtocap.schemas import SCHEMAS
-from howtocap.stages.caption import CaptionStage
 
 MSG = [{"role": "user", "content": "10s: hello"}]
 GEN = GenerationConfig(max_tokens=16)

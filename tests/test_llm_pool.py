@@ -15,14 +15,14 @@ from tests.chat_server import chat_server
 from tests.fault_server import fault_server
 from tests.test_llm_faults import CLEAN, GEN, MSG, closed_port, subtitle_parts
 
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.core import run_stage
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm import LLMOptions, create
 from howtocap.llm.captioner import CaptionConfig
 from howtocap.llm.openai import OpenAIChatLLM
 from howtocap.llm.pool import ServerPool, read_urls
-from howtocap.pipeline.core import run_stage
-from howtocap.rundir import RunDir
-from howtocap.stages.caption import CaptionStage
 
 
 def pool(urls: list[str], **kw: object) -> ServerPool:
@@ -120,7 +120,7 @@ def test_urls_from_flags_and_files(tmp_path: Path) -> None:
 
 def test_replicas_of_a_named_model_are_one_setting() -> None:
     """Losing or adding a replica between runs resumes; another model or URL set does not."""
-    from howtocap.fingerprint import llm_identity
+    from howtocap.llm.identity import llm_identity
 
     ab = LLMOptions(url=["http://a/v1", "http://b/v1"], model="m")
     abc = LLMOptions(url=["http://c/v1", "http://a/v1", "http://b/v1"], model="m")
@@ -139,7 +139,7 @@ def test_cli_takes_several_servers_stops_when_all_are_down_and_resumes_on_others
     another set of replicas resumes the run (the dead one of them is dropped)."""
     from tests.test_llm_faults import cli, write_caption_json
 
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     src, out = tmp_path / "caption.json", tmp_path / "run"
     write_caption_json(src, 12)

@@ -12,7 +12,7 @@ import pandas as pd
 from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, add_video, run_cli
 
-from howtocap.rundir import RunDir
+from howtocap.engine.rundir import RunDir
 
 
 def captions(run: Path) -> pd.DataFrame:

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from tests.stage_support import SquareStage, done_ids, setups
 
+from howtocap.engine.core import run_stage
+from howtocap.engine.rundir import Owner, RunDir
+from howtocap.engine.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
+from howtocap.engine.stage import VideoInput, run_one
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.core import run_stage
-from howtocap.pipeline.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
-from howtocap.rundir import Owner, RunDir
-from howtocap.stage import VideoInput, run_one
 
 ITEMS = [VideoItem(f"v_{i}", None) for i in range(10)] + [VideoItem("bad_3", None)]
 
@@ -75,9 +75,9 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str) -> s
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         from tests.stage_support import SquareStage
         from howtocap.io.inputs import VideoItem
-        from howtocap.pipeline.core import run_stage
-        from howtocap.pipeline.runners import make_runner
-        from howtocap.rundir import RunDir
+        from howtocap.engine.core import run_stage
+        from howtocap.engine.runners import make_runner
+        from howtocap.engine.rundir import RunDir
         items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
         s = run_stage(RunDir({str(run)!r}), items, SquareStage({str(log)!r}, delay={delay}),
                       runner=make_runner({runner!r}, workers=1), progress=False)

@@ -14,8 +14,8 @@ import typer
 from typer.testing import CliRunner
 
 from howtocap.cli import add_commands
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
-from howtocap.rundir import RunDir
 from howtocap.search.index import build_index, clip_vectors, make_faiss, read_meta
 from howtocap.search.query import Searcher
 from search_support import (

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run
+from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import resolve_inputs
-from howtocap.pipeline.align import align_run
-from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train.api import train
 

@@ -17,6 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from howtocap.cli import add_commands
+from howtocap.engine.rundir import RunDir, StatusRecord
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.stats import (
@@ -27,7 +28,6 @@ from howtocap.report.stats import (
     to_pct,
     verb_stats,
 )
-from howtocap.rundir import RunDir, StatusRecord
 
 # Verbs (all unambiguous imperatives): cut x3, add x3, stir x2, cook x2, pour x2, fry, wash.
 CAPTIONS = {

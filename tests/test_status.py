@@ -11,10 +11,11 @@ import pytest
 from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, add_video, run_cli, vtt
 
+from howtocap.caption.config import CaptionRunConfig
+from howtocap.caption.run import caption_run
+from howtocap.engine.rundir import RunDir
 from howtocap.llm import LLMOptions
-from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.pipeline.status import run_status
-from howtocap.rundir import RunDir
+from howtocap.pipeline.run import run_status
 
 
 def batch(tmp_path: Path, base: Path) -> Path:

@@ -20,9 +20,10 @@ from tests.chat_server import chat_server
 from tests.test_caption_pipeline import GOOD, HOWTOCAP, add_video, run_cli
 
 from howtocap.atomic import CorruptPartWarning, DiskFull, looks_complete, read_parquet
+from howtocap.caption.config import CaptionRunConfig
+from howtocap.caption.run import caption_run
+from howtocap.engine.rundir import RunDir
 from howtocap.llm import LLMOptions
-from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.rundir import RunDir
 
 
 def videos(tmp_path: Path, base: Path, n: int) -> Path:

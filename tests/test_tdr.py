@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from howtocap.errors import InputError
-from howtocap.stages.tdr import frame_times, words_around
 from howtocap.tdr.data import goal_sentences, iou, key_objects_of, read_annotations, read_scripts
 from howtocap.tdr.losses import aux_loss, fcl_labels, kofcl_labels, pair_mask, tdr_loss
 from howtocap.tdr.metrics import gold_ranks, isolated_steps, ndcg_at, recall_at, rouge_l
 from howtocap.tdr.model import TdrModel
+from howtocap.tdr.stage import frame_times, words_around
 
 
 def test_tdr_loss_is_softmax_cross_entropy_over_the_video_captions() -> None:

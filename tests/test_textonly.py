@@ -20,8 +20,9 @@ from tests.chat_server import chat_server
 from howtocap.errors import InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.io.subtitle_dump import ROWS_PER_GROUP
-from howtocap.io.subtitles import SubtitleSource, choose_subtitles, read_vtt
+from howtocap.io.subtitles import SubtitleSource, read_vtt
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+from howtocap.subtitles.policy import choose_subtitles
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 WORDS = ["first", "we", "take", "the", "eggs", "and", "crack", "them", "into", "a", "bowl",
@@ -309,8 +310,8 @@ def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path
 def test_subtitles_stage_uses_the_one_choice(tmp_path: Path, narrated: Path) -> None:
     """The subtitles stage asks choose_subtitles: with --asr always its subtitles come from ASR
     even though a sidecar sits next to the video (the stage alone, no runner)."""
-    from howtocap.stage import VideoInput
-    from howtocap.stages.subtitles import SubtitlesStage
+    from howtocap.engine.stage import VideoInput
+    from howtocap.subtitles.stage import SubtitlesStage
 
     video = tmp_path / "cook.mp4"
     shutil.copy(narrated, video)

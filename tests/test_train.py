@@ -321,8 +321,8 @@ def test_ddp_two_processes_gloo(videos, tiny_clip, tmp_path):
 
 
 def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.inputs import VideoItem
-    from howtocap.rundir import RunDir
     from howtocap.schemas import conform
 
     rd = RunDir(tmp_path / "run")

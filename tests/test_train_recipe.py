@@ -370,7 +370,8 @@ def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
 
 # -- MEE: one pooling in training, evaluation and alignment ------------------------------------
 def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tmp_path):
-    from howtocap.align import AlignConfig, window_scores
+    from howtocap.align.config import AlignConfig
+    from howtocap.align.filter import window_scores
     from howtocap.encoders.cache import frame_embeddings
     from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
     from howtocap.evaluate.benchmarks import EvalSample
@@ -416,11 +417,11 @@ def _frames(path: Path, times: list[float]) -> np.ndarray:
 
 
 def test_mee_alignment_stage_uses_max_pooling(videos, tmp_path):
-    from howtocap.align import AlignConfig
+    from howtocap.align.config import AlignConfig
+    from howtocap.align.stage import AlignStage
     from howtocap.encoders.mee import JointEmbedding, MEEEncoder, max_pool_clip
+    from howtocap.engine.stage import VideoInput
     from howtocap.io.inputs import VideoItem
-    from howtocap.stage import VideoInput
-    from howtocap.stages.align import AlignStage
 
     base = TinyEncoder()
     with torch.random.fork_rng():

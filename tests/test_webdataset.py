@@ -16,6 +16,7 @@ import torch
 from tests.test_train import _weights, tiny_clip  # noqa: F401 - a fixture
 from tests.tiny_models import TinyEncoder
 
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.io.pairs import build_clips, frame_times, read_pairs
@@ -27,7 +28,6 @@ from howtocap.io.webdataset import (
     frame_names,
     open_shards,
 )
-from howtocap.rundir import RunDir
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.schemas import conform
 from howtocap.train.api import train

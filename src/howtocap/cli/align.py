@@ -31,8 +31,8 @@ from howtocap.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from howtocap.align import AlignConfig
-    from howtocap.rundir import RunDir
+    from howtocap.align.config import AlignConfig
+    from howtocap.engine.rundir import RunDir
 
 EncoderOpt = Annotated[list[str] | None, typer.Option(
     "--encoder", help="Image–text encoder (repeatable: similarities are averaged, e.g. "
@@ -110,9 +110,9 @@ def align_cmd(
 ) -> None:
     """Move each caption to its best-matching clip (±offset) and keep the best pairs ->
     DIR/aligned.parquet, DIR/align_report.html."""
+    from howtocap.align.run import align_run
+    from howtocap.engine.rundir import RunDir
     from howtocap.errors import InputError
-    from howtocap.pipeline.align import align_run
-    from howtocap.rundir import RunDir
 
     root = Path(run_dir)
     if not root.is_dir():
@@ -144,7 +144,7 @@ def align_settings(
 ) -> AlignConfig:
     """The ``AlignConfig`` of the command's options (``None``: the config's default; one line
     on a bad value)."""
-    from howtocap.align import align_config
+    from howtocap.align.config import align_config
 
     return align_config(
         offset_seconds=offset_seconds, offset_step=offset_step, clip_seconds=clip_seconds,
@@ -156,7 +156,7 @@ def align_settings(
 
 def print_align_result(root: Path, shard: str | None) -> None:
     """One line: pairs aligned and kept by the filter, or what a shard still waits for."""
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     if shard:
         err.print(f"shard {shard} scored; run `howtocap align {root}` without --shard "

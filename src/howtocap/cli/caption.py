@@ -36,7 +36,7 @@ from howtocap.cli.common import (
 )
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
-from howtocap.stages.subtitles import ASR_MODES
+from howtocap.subtitles.policy import ASR_MODES
 
 LLM_NAMES = tuple(REGISTRY)
 
@@ -143,7 +143,7 @@ def caption_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions.parquet."""
-    from howtocap.pipeline.caption import caption_run
+    from howtocap.caption.run import caption_run
 
     cfg = caption_config(
         subtitles=subtitles, ids=ids, limit=limit, asr=asr, asr_model=asr_model, llm=llm,
@@ -173,10 +173,10 @@ def caption_config(
     temperature: float | None, max_tokens: int | None, stop: list[str] | None, seed: int | None,
 ) -> Any:
     """The typed settings of `caption` (and `run`), validated before anything is written."""
+    from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions
     from howtocap.llm.base import GenerationConfig
     from howtocap.llm.captioner import CaptionConfig
-    from howtocap.pipeline.caption import CaptionRunConfig
 
     gen: dict[str, Any] = {k: x for k, x in (("temperature", temperature),
                                              ("max_tokens", max_tokens), ("seed", seed))
@@ -210,8 +210,8 @@ def caption_config(
 
 def report_rejected(run_dir: Path) -> None:
     """One line: how many captions were rejected as showing nothing, by reason."""
-    from howtocap.pipeline.caption import rejected_counts
-    from howtocap.rundir import RunDir
+    from howtocap.caption.run import rejected_counts
+    from howtocap.engine.rundir import RunDir
 
     counts = rejected_counts(RunDir(run_dir, create=False))
     if counts:
@@ -225,7 +225,7 @@ def show_captions(run_dir: Path, limit: int = 20) -> None:
     """Print a run's captions as a table (all of them when ``limit`` is 0)."""
     from rich.table import Table
 
-    from howtocap.rundir import RunDir
+    from howtocap.engine.rundir import RunDir
 
     rd = RunDir(run_dir, create=False)
     aligned = rd.table_path("aligned").exists()

@@ -15,8 +15,8 @@ import click
 import typer
 from rich.console import Console
 
+from howtocap.engine.runners import RUNNERS
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.pipeline.runners import RUNNERS
 from howtocap.progress import console
 
 err = console  # errors and progress bars share one stderr console
@@ -164,7 +164,7 @@ def report_summary(*summaries: Any) -> None:
 def parse_shard(text: str | None) -> Any:
     """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
     runs, not for ``--help``."""
-    from howtocap.pipeline.core import Shard
+    from howtocap.engine.core import Shard
 
     return Shard.parse(text)
 
@@ -172,7 +172,7 @@ def parse_shard(text: str | None) -> Any:
 def make_runner(runner: str, *, workers: int | None, ray_address: str | None,
                 ray_gpus_per_stage: str | None) -> Any:
     """The ``--runner`` and its options as a runner (Ray loads only when a command asks)."""
-    from howtocap.pipeline.runners import make_runner as runner_named
+    from howtocap.engine.runners import make_runner as runner_named
 
     return runner_named(RunnerName(runner).value, workers=workers, ray_address=ray_address,
                         ray_gpus=ray_gpus_per_stage)

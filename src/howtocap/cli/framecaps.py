@@ -50,8 +50,8 @@ def framecaps_cmd(
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
     the K best by CLIPScore -> DIR/framecaps.parquet (train on it with `howtocap train`)."""
-    from howtocap.framecaps import FrameCapsConfig
-    from howtocap.pipeline.frames import framecaps_run
+    from howtocap.framecaps.config import FrameCapsConfig
+    from howtocap.framecaps.run import framecaps_run
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,

@@ -44,7 +44,7 @@ def frames_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Decode each video once and cache its per-second frame embeddings (float16)."""
-    from howtocap.pipeline.frames import frames_run
+    from howtocap.frames.run import frames_run
 
     summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
                          batch_size=batch_size, device=device,

@@ -142,8 +142,8 @@ def run_cmd(
 ) -> None:
     """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
     DIR/align_report.html. Takes every flag of `caption` and of `align`."""
+    from howtocap.engine.rundir import RunDir
     from howtocap.pipeline.run import run_pipeline
-    from howtocap.rundir import RunDir
 
     cap_cfg = caption_config(
         subtitles=subtitles, ids=ids, limit=limit, asr=asr, asr_model=asr_model, llm=llm,

@@ -49,7 +49,7 @@ def status_cmd(
 ) -> None:
     """Per stage: done / failed / pending, failures by cause (bad input, model output,
     service, internal) with example videos, wall time and throughput."""
-    from howtocap.pipeline.status import run_status
+    from howtocap.pipeline.run import run_status
 
     info = run_status(run_dir)
     if as_json:

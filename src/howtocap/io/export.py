@@ -10,8 +10,8 @@ from typing import Literal
 import pandas as pd
 
 from howtocap.atomic import atomic_write_text
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
-from howtocap.rundir import RunDir
 from howtocap.schemas import kept_captions
 
 ExportFormat = Literal["howtocaption", "csv", "webdataset"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from howtocap.errors import InputError
+from howtocap.errors import HowtocapError, InputError
 
 VIDEO_EXTS = {".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".ts"}
 SUBTITLE_EXTS = (".vtt", ".srt")
@@ -114,3 +115,11 @@ def read_id_list(path: str | Path) -> list[str]:
         raise InputError(path, "no video ids (one a line; blank lines and # comments are "
                                "ignored)")
     return list(dict.fromkeys(ids))
+
+
+def resolve_videos(inputs: Sequence[str | Path]) -> list[VideoItem]:
+    """``resolve_inputs``, or one line when the inputs hold no video at all."""
+    items = resolve_inputs(list(inputs))
+    if not items:
+        raise HowtocapError(f"no videos found in {', '.join(map(str, inputs))}")
+    return items

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
 from howtocap.io.inputs import listed_path
 from howtocap.io.video import segment_times
 from howtocap.progress import console
-from howtocap.rundir import RunDir
 
 CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
 

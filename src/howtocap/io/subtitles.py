@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -38,8 +38,11 @@ from howtocap.io.subtitle_dump import (
 )
 from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
 
-if TYPE_CHECKING:
-    from howtocap.asr import ASR
+
+class ASR(Protocol):
+    """A speech recognizer (``howtocap.asr``): what ``subtitles_for_video`` falls back to."""
+
+    def transcribe(self, path: Path) -> pd.DataFrame: ...
 
 log = logging.getLogger(__name__)
 
@@ -400,10 +403,10 @@ def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None
     Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
     the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
     """
-    return _subtitles_and_origin(item, source=source, asr=asr)[0]
+    return subtitles_and_origin(item, source=source, asr=asr)[0]
 
 
-def _subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = None,
+def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = None,
                           asr: ASR | None = None, sidecars: bool = True
                           ) -> tuple[pd.DataFrame, Path | str]:
     """``subtitles_for_video`` plus where the rows came from: the file read, "htm" or "asr"."""
@@ -434,37 +437,6 @@ def _subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = No
                         "text": pd.Series(df["text"].to_numpy(dtype=object), dtype=object),
                         "source": pd.Series([kind] * n, dtype=object)})
     return out, origin
-
-
-def choose_subtitles(item: VideoItem, mode: str, source: SubtitleSource | None = None,
-                     asr: ASR | None = None) -> pd.DataFrame:
-    """The one place that decides where a video's narration comes from (``--asr`` mode).
-
-    ``always``: Whisper on the video file, ignoring manifest, sidecar and ``--subtitles`` text;
-    ``auto``: subtitles in ``subtitles_for_video`` order, Whisper only when there are none;
-    ``never``: subtitles only, a video without them is an error. Empty text is an error naming
-    where it came from, so a caption run never sends the LLM nothing.
-    """
-    if mode not in ("always", "auto", "never"):
-        raise ValueError(f"unknown --asr mode {mode!r}")
-    if mode == "always":
-        if item.video_path is None:
-            raise InputError(item.video_id, "--asr always needs a video file")
-        if asr is None:
-            raise InputError(item.video_path, "--asr always needs a speech recognizer")
-        subs, origin = _subtitles_and_origin(VideoItem(item.video_id, item.video_path),
-                                             asr=asr, sidecars=False)
-    else:
-        subs, origin = _subtitles_and_origin(item, source=source,
-                                             asr=asr if mode == "auto" else None)
-    if subs.empty:
-        if isinstance(origin, Path):
-            raise InputError(origin, "subtitles have no text")
-        if origin == "htm" and source is not None:
-            raise InputError(source.path, f"video {item.video_id!r}: subtitles have no text")
-        raise InputError(item.video_path or item.video_id,
-                         "no speech found (the subtitles or the ASR transcript are empty)")
-    return subs
 
 
 def _kind_of(path: Path) -> str:

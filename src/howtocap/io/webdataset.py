@@ -38,13 +38,13 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import atomic_write_parquet, atomic_write_text
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
 from howtocap.io.pairs import Clip, build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
-from howtocap.rundir import RunDir
 
 FORMAT = "howtocap-webdataset"
 VERSION = 1

@@ -1,1 +1,1 @@
-"""Stages (pure per-video functions) and the runner that orchestrates them."""
+"""The composition above the steps: ``run`` (every step in order) and ``status``."""

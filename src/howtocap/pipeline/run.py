@@ -1,5 +1,8 @@
-"""``howtocap run``: the whole pipeline in one resumable call — subtitles, LLM captions,
-alignment scoring (per-video stages), then the align filter (a reduce step)."""
+"""The composition above the steps: ``howtocap run`` (the whole pipeline in one resumable call —
+subtitles, LLM captions, alignment scoring (per-video stages), then the align filter, a reduce
+step) and ``howtocap status`` over every step's stages, in pipeline order.
+
+The only module that knows every step; the steps know the engine, the engine knows none."""
 
 from __future__ import annotations
 
@@ -7,12 +10,41 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from howtocap.align import AlignConfig
-from howtocap.pipeline.align import align_run, align_stage
-from howtocap.pipeline.caption import CaptionRunConfig, caption_run
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run, align_stage
+from howtocap.align.stage import AlignStage
+from howtocap.caption.config import CaptionRunConfig
+from howtocap.caption.run import caption_run
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary
+from howtocap.engine.graph import StageGraph
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.engine.status import status_of
+from howtocap.framecaps.stage import FrameCapsStage
+from howtocap.frames.stage import FramesStage
+from howtocap.subtitles.stage import SubtitlesStage
+from howtocap.tdr.stage import TdrFramesStage
+
+# Every step's stages in pipeline order (the order `howtocap status` lists them in); what feeds
+# what is derived from their declared reads and writes (``engine.graph``).
+PIPELINE = (SubtitlesStage, CaptionStage, FramesStage, AlignStage, FrameCapsStage, TdrFramesStage)
+
+
+def stage_graph() -> StageGraph:
+    return StageGraph(PIPELINE)
+
+
+# `howtocap status`'s throughput columns: the counts the stages report (``StageOutput.metrics``)
+# per wall second (audio seconds per second = audio hours per hour)
+RATES = {"audio_hours_per_hour": "audio_seconds", "llm_tokens_per_s": "llm_tokens",
+         "captions_per_s": "captions", "frames_per_s": "frames"}
+
+
+def run_status(run_dir: str | Path) -> dict[str, Any]:
+    """``howtocap status DIR``: per stage done / failed / pending, failures by cause, attempts,
+    wall time and throughput (``engine.status.status_of`` over every step's stages)."""
+    return status_of(run_dir, stage_graph(), RATES)
 
 
 def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,

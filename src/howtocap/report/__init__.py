@@ -1,4 +1,5 @@
-"""Reports over a run directory: dataset statistics (stats) and alignment (align_report)."""
+"""Reports over a run directory: dataset statistics (stats); the align report is the align
+step's (``align.report``)."""
 
 # Sample defaults of `howtocap stats`, here so the CLI reads them without loading pandas/spaCy.
 DEFAULT_VIDEOS = 5_000  # the paper's sample: 5,000 random videos

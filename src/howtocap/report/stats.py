@@ -42,10 +42,10 @@ import pandas as pd
 
 from howtocap import __version__
 from howtocap.atomic import atomic_write_text
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy, model_label
 from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
-from howtocap.rundir import RunDir
 
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
-from howtocap.rundir import RunDir
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def mismatch_message(run_dir: str | Path, built_with: str, now: str) -> str:
 def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[str, Any]:
     """What the vectors depend on: the encoder (by weights when built from a name), the frame
     rate and the index format; a re-run with another one is refused, as for the stages."""
-    from howtocap.fingerprint import encoder_identity
+    from howtocap.encoders.identity import encoder_identity
 
     enc = encoder_identity(spec) if spec else {"name": encoder.name}
     enc["name"] = encoder.name
@@ -259,7 +259,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
         if old.get("encoder") != encoder.name:
             raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
         if old.get("fingerprint") and old["fingerprint"] != fingerprint:
-            from howtocap.fingerprint import describe_change
+            from howtocap.engine.fingerprint import describe_change
 
             raise HowtocapError(
                 f"index in {root} was built with other settings "
@@ -312,7 +312,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
     video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
     clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
-    from howtocap.fingerprint import config_id
+    from howtocap.engine.fingerprint import config_id
 
     meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,
             "fps": fps, "videos": keys, "fingerprint": fingerprint,

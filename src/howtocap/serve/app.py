@@ -35,9 +35,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from howtocap.atomic import atomic_write_bytes
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import safe_name
-from howtocap.rundir import RunDir
 from howtocap.search.index import read_meta
 from howtocap.search.query import BY_CHOICES, Hit, Ranked, Searcher
 from howtocap.serve.guard import Guard, Limits, Metrics, check_listen

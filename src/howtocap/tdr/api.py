@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
-from howtocap.pipeline.tdr import FrameFeatures, tdr_features_run
 from howtocap.tdr.data import (
     SPLITS,
     VideoAnn,
@@ -29,6 +28,7 @@ from howtocap.tdr.data import (
     read_annotations,
     read_scripts,
 )
+from howtocap.tdr.features import FrameFeatures, tdr_features_run
 from howtocap.tdr.losses import (
     AUX_KINDS,
     aux_loss,

@@ -1,36 +1,13 @@
 """A video's narration: its subtitle file, a ``--subtitles`` collection, or Whisper ASR, as the
-``--asr`` mode says (``io.subtitles.choose_subtitles`` is the one place that decides)."""
+``--asr`` mode says (``subtitles.policy.choose_subtitles`` is the one place that decides)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
-
-if TYPE_CHECKING:  # the CLI reads ASR_MODES at start-up; pandas loads when a stage runs
-    import pandas as pd
-
-AsrMode = Literal["auto", "always", "never"]
-ASR_MODES: tuple[str, ...] = ("auto", "always", "never")
-
-
-class LazyASR:
-    """Loads Whisper on the first video that has no subtitles (most runs never need it)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._asr: Any = None
-        self._lock = threading.Lock()
-
-    def transcribe(self, path: Path) -> pd.DataFrame:
-        with self._lock:
-            if self._asr is None:
-                from howtocap import asr
-
-                self._asr = asr.create(self.name)
-        return self._asr.transcribe(path)
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
+from howtocap.subtitles.policy import AsrMode, LazyASR
 
 
 class SubtitlesStage(BaseStage):
@@ -53,7 +30,7 @@ class SubtitlesStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The ASR mode and model (a local model folder by its weights' hash) and the
         ``--subtitles`` collection (path and size: a multi-GB dump is not re-hashed)."""
-        from howtocap.fingerprint import files_hash
+        from howtocap.engine.fingerprint import files_hash
 
         asr: dict[str, Any] = {"mode": self.asr_mode, "model": self.asr_model}
         folder = Path(self.asr_model)
@@ -68,8 +45,8 @@ class SubtitlesStage(BaseStage):
         return {**super().fingerprint(), "asr": asr, "subtitles": source}
 
     def process(self, video: VideoInput) -> StageOutput:
-        from howtocap.io.subtitles import choose_subtitles
         from howtocap.schemas import conform
+        from howtocap.subtitles.policy import choose_subtitles
 
         if video.item.video_path is not None:  # fail early, naming the file we cannot read
             from howtocap.io.video import probe

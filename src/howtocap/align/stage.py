@@ -1,7 +1,7 @@
 """Alignment scoring of one video: its captions against every shifted window of its frames.
 
 The scores do not depend on the filter, so they are the stage's output (``align_scores``); the
-global filter is a reduce step in ``pipeline.align``.
+global filter is the step's reduce step, in ``align.run``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align import AlignConfig, align_video, empty_aligned
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import align_video, empty_aligned
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.schemas import kept_captions
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 SCORES = "align_scores"
 _REF_LOCK = threading.Lock()
@@ -28,6 +29,8 @@ class AlignStage(BaseStage):
     name = "align"
     reads = ("captions",)
     writes = (SCORES,)
+    reads_cache = ("frames",)  # the frames step's embeddings (filled here when missing)
+    reduce_writes = ("aligned",)  # the global filter over every video's scores (``run``)
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoders: Sequence[str], cfg: AlignConfig, cache_dir: Path, *,
@@ -61,7 +64,7 @@ class AlignStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The encoders (by weights) and the scoring settings; not the filter, which is a
         reduce step over every video's scores and re-runs freely."""
-        from howtocap.fingerprint import encoder_identity
+        from howtocap.encoders.identity import encoder_identity
 
         encs = [encoder_identity(n) for n in self.encoders] if self.models_from_names else \
             [{"name": m.name} for m in self._models or []]

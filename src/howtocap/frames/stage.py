@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 
 class FramesStage(BaseStage):
     name = "frames"
     reads = ()
     writes = ()
+    writes_cache = ("frames",)  # the per-second frame embeddings, keyed by content + encoder
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoders: Sequence[str], cache_dir: Path, *, fps: float = 1.0,
@@ -33,7 +34,7 @@ class FramesStage(BaseStage):
             self._models = [create(n, device=self.device) for n in self.encoders]
 
     def fingerprint(self) -> dict[str, Any]:
-        from howtocap.fingerprint import encoder_identity
+        from howtocap.encoders.identity import encoder_identity
 
         return {**super().fingerprint(), "encoders": [encoder_identity(n) for n in self.encoders],
                 "fps": self.fps}

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from howtocap.engine.core import StageSummary, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.core import StageSummary, run_stage
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
-from howtocap.stages.tdr import TDR_TABLE, TdrFramesStage
+from howtocap.tdr.stage import TDR_TABLE, TdrFramesStage
 
 
 @dataclass

@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
 from howtocap.llm.base import Messages
 from howtocap.llm.blocks import Block
 from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.llm.vlm import VLMOptions, attach_frames
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
@@ -66,7 +66,7 @@ class CaptionStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
         server is pushed: concurrency, timeouts and retries do not change a caption)."""
-        from howtocap.fingerprint import llm_identity, template_text
+        from howtocap.llm.identity import llm_identity, template_text
 
         llm = {"kind": "object", "name": self.model_name} if self.model_name else \
             llm_identity(self.llm)

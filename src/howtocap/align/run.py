@@ -15,22 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align import (
-    AlignConfig,
-    apply_filter,
-    describe_filter,
-    empty_aligned,
-    filter_counts,
-)
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import apply_filter, describe_filter, empty_aligned, filter_counts
+from howtocap.align.stage import SCORES, AlignStage
 from howtocap.atomic import atomic_write_parquet
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.io.inputs import VideoItem
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
-from howtocap.pipeline.runners import LocalRunner, Runner
-from howtocap.rundir import RunDir
 from howtocap.schemas import conform, kept_captions
-from howtocap.stages.align import SCORES, AlignStage
 
 STAGE = AlignStage.name
 
@@ -105,7 +100,7 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
               "outside_video": len(outside), **filter_counts(aligned, cfg)}
     rundir.write_config(STAGE, config)
     if report:
-        from howtocap.report.align_report import write_align_report
+        from howtocap.align.report import write_align_report
 
         write_align_report(aligned, thr, config, rundir.root / "align_report.html",
                            outside=outside)
@@ -213,7 +208,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     ``encoders`` (already built, e.g. in tests) overrides the names. With a ``shard`` only that
     shard's videos are scored and the global filter is left to a final run without a shard.
     """
-    runner = runner or LocalRunner()
+    in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
     names_in = list(encoder_names) or ["default"]
     from_names = encoders is None
     captions, videos = _load_inputs(rundir)
@@ -226,7 +221,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
-    if encoders is None and isinstance(runner, LocalRunner):
+    if encoders is None and in_process:
         from howtocap.encoders import create  # loaded here once, shared with the stage
 
         encoders = [create(n, device=device) for n in names_in]

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
-from howtocap.stages.subtitles import AsrMode, LazyASR
+from howtocap.subtitles.policy import AsrMode, LazyASR
 
 TDR_TABLE = "tdr_frames"  # video_id, time, transcript, image (list), text (list)
 
@@ -59,8 +59,8 @@ class TdrFramesStage(BaseStage):
         self._asr = LazyASR(self.asr_model)
 
     def process(self, video: VideoInput) -> StageOutput:
-        from howtocap.io.subtitles import choose_subtitles
         from howtocap.io.video import probe, sample_frames
+        from howtocap.subtitles.policy import choose_subtitles
 
         path = video.item.video_path
         if path is None:

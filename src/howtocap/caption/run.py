@@ -1,5 +1,5 @@
 """``howtocap caption``: each video's subtitles (or ASR), then LLM captions — two stages
-(``stages.subtitles``, ``stages.caption``) over the videos, then the merge (a reduce step).
+(``subtitles.stage``, ``caption.stage``) over the videos, then the merge (a reduce step).
 
 This module only orchestrates: which videos, which settings (validated, then recorded in
 ``DIR/config/caption.json``), resume, merge. The stages do the work.
@@ -11,37 +11,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from howtocap.caption.config import CaptionRunConfig
+from howtocap.caption.stage import CaptionStage
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.engine.stage import Stage
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import VideoItem, resolve_inputs
-from howtocap.llm import LLMOptions
-from howtocap.llm.captioner import CaptionConfig
-from howtocap.llm.vlm import VLMOptions
-from howtocap.pipeline.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
-from howtocap.pipeline.runners import Runner
-from howtocap.rundir import RunDir
-from howtocap.stage import Stage
-from howtocap.stages.caption import CaptionStage
-from howtocap.stages.subtitles import AsrMode, SubtitlesStage
+from howtocap.io.inputs import VideoItem, resolve_videos
+from howtocap.subtitles.stage import SubtitlesStage
 
 if TYPE_CHECKING:
     from howtocap.io.subtitles import SubtitleSource
-
-
-class CaptionRunConfig(BaseModel):
-    """Everything ``howtocap caption`` needs; recorded in ``DIR/config/caption.json``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    subtitles: str | None = None  # HowTo100M-style source (caption.json, pickle, CSV folder)
-    ids: str | list[str] | None = None  # --ids: a file of video ids (or the ids) to caption
-    limit: int | None = Field(None, ge=1)  # --limit: the first N videos
-    asr: AsrMode = "auto"
-    asr_model: str = "default"
-    llm: LLMOptions = Field(default_factory=LLMOptions)
-    caption: CaptionConfig = Field(default_factory=CaptionConfig)
-    vlm: VLMOptions | None = None  # --vlm-url: a multimodal server captions blocks + frames
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -60,9 +41,7 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
         if ids is not None else None
     cache = rundir.cache_dir / "subtitles"
     if inputs:
-        items = resolve_inputs(list(inputs))
-        if not items:
-            raise HowtocapError(f"no videos found in {', '.join(map(str, inputs))}")
+        items = resolve_videos(inputs)
         if wanted is not None:
             keep = set(wanted)
             items = [it for it in items if it.video_id in keep]

@@ -7,14 +7,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from howtocap.framecaps import FrameCapsConfig, create_captioner, framecaps_video
-from howtocap.stage import BaseStage, Resources, StageOutput, VideoInput
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
+from howtocap.framecaps.config import FrameCapsConfig
+from howtocap.framecaps.label import create_captioner, framecaps_video
 
 
 class FrameCapsStage(BaseStage):
     name = "framecaps"
     reads = ()
     writes = ("framecaps",)
+    # Redone with the frames step, as before the graph was derived (``--redo frames`` cleared
+    # framecaps); it samples and encodes its own frames, not the frame cache's rows.
+    reads_cache = ("frames",)
     resources = Resources(kind="captioner", models=True)
 
     def __init__(self, captioners: Sequence[str], scorer: str, cfg: FrameCapsConfig, *,
@@ -33,7 +37,7 @@ class FrameCapsStage(BaseStage):
         self._lock = threading.Lock()  # the models are shared; one video at a time uses them
 
     def fingerprint(self) -> dict[str, Any]:
-        from howtocap.fingerprint import encoder_identity
+        from howtocap.encoders.identity import encoder_identity
 
         return {**super().fingerprint(), "captioners": list(self.captioners),
                 "scorer": encoder_identity(self.scorer), "framecaps": self.cfg.model_dump()}

@@ -37,61 +37,22 @@ video are scored in one ``einsum``: the image encoder runs once per second of vi
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field, model_validator
 
+from howtocap.align.config import AlignConfig
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
-from howtocap.hashing import hash_text
 from howtocap.schemas import conform, empty_table
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
 
 _TIE_EPS = 1e-6
-
-
-class AlignConfig(BaseModel):
-    """Defaults are the paper's: ±10 s of 1-s shifts around 8-s clips, frames at 1 fps."""
-
-    offset_seconds: float = Field(10.0, ge=0)
-    clip_seconds: float = Field(8.0, gt=0)
-    fps: float = Field(1.0, gt=0)
-    offset_step: float = Field(1.0, gt=0)
-    renormalize: bool = False
-    threshold: float | None = None
-    quantile: float | None = Field(None, gt=0, le=1)
-    keep_top: int | None = Field(None, ge=0)
-    null_z: float | None = None  # the default filter's bar; None: DEFAULT_NULL_Z
-    # the default filter also drops text-flagged channel chatter (``--keep-chatter``: off);
-    # the explicit modes and ``keep_all`` never apply the text test
-    drop_chatter: bool = True
-    keep_all: bool = False
-    reference_captions: int = Field(256, ge=0)
-    reference_videos: int = Field(16, ge=0)
-    sample_videos: int = Field(1000, ge=0)
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _one_filter(self) -> AlignConfig:
-        given = [n for n in ("threshold", "quantile", "keep_top", "null_z")
-                 if getattr(self, n) is not None] + (["keep_all"] if self.keep_all else [])
-        if len(given) > 1:
-            raise ValueError(f"choose one filter, not {' and '.join(given)}")
-        return self
-
-    def scoring_key(self, encoder_names: Sequence[str]) -> str:
-        """What the per-video scores depend on (not the filter): a change forces a recompute."""
-        blob = json.dumps({"encoders": list(encoder_names), "offset": self.offset_seconds,
-                           "clip": self.clip_seconds, "fps": self.fps, "step": self.offset_step,
-                           "renorm": self.renormalize}, sort_keys=True)
-        return format(hash_text(blob), "016x")
 
 
 # The default filter keeps a caption whose ``null_z`` (the mean of two robust z-scores: its
@@ -126,17 +87,6 @@ def describe_filter(cfg: AlignConfig, threshold: float) -> str:
         return (f"default filter: null z >= {z:g} against other videos' captions and clips"
                 + (", and channel chatter dropped" if cfg.drop_chatter else ""))
     return f"--{mode.replace('_', '-')}: score >= {threshold:.4f}"
-
-
-def align_config(**options: Any) -> AlignConfig:
-    """``AlignConfig`` from CLI options (``None`` means "not given"); bad values -> one line."""
-    from pydantic import ValidationError
-
-    try:
-        return AlignConfig(**{k: v for k, v in options.items() if v is not None})
-    except ValidationError as exc:
-        msgs = [f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()]
-        raise HowtocapError("align: " + "; ".join(msgs)) from None
 
 
 # -- the vectorised core ---------------------------------------------------------------------
@@ -440,7 +390,7 @@ def empty_aligned() -> pd.DataFrame:
     return out
 
 
-__all__ = ["DEFAULT_NULL_Z", "AlignConfig", "align_config", "align_video", "apply_filter",
+__all__ = ["DEFAULT_NULL_Z", "align_video", "apply_filter",
            "candidate_windows", "chatter_flags", "choose_threshold", "describe_filter",
            "empty_aligned", "filter_counts", "filter_mode", "null_z_pass", "offset_grid",
            "reference_z", "window_scores"]

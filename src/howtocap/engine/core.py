@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
+from howtocap.engine.fingerprint import config_id, describe_change
+from howtocap.engine.graph import StageGraph, discover
+from howtocap.engine.rundir import Owner, RunDir, StatusRecord
+from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.fingerprint import config_id, describe_change
 from howtocap.hashing import hash_text
-from howtocap.io.inputs import VideoItem
 from howtocap.progress import progress_bar
-from howtocap.rundir import Owner, RunDir, StatusRecord
 from howtocap.schemas import SCHEMAS, empty_table
-from howtocap.stage import Stage, VideoInput, VideoResult
 
 if TYPE_CHECKING:
-    from howtocap.pipeline.runners import Runner
+    from howtocap.engine.runners import Runner
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class StageSummary:
         return self
 
 
-def _inputs(rundir: RunDir, stage: Stage, item: VideoItem) -> VideoInput | None:
+def _inputs(rundir: RunDir, stage: Stage, item: Any) -> VideoInput | None:
     """The video's rows of the tables the stage reads; None when one of them turned out
     corrupt (removed: its own stage redoes it first, then this video runs)."""
     tables = {}
@@ -94,13 +94,6 @@ def _inputs(rundir: RunDir, stage: Stage, item: VideoItem) -> VideoInput | None:
     return VideoInput(item, {k: v for k, v in tables.items() if v is not None})
 
 
-# Stages whose results are computed from a stage's output: ``--redo`` of a stage clears them.
-DOWNSTREAM: dict[str, tuple[str, ...]] = {
-    "subtitles": ("caption", "align"), "caption": ("align",), "frames": ("align", "framecaps")}
-# Tables each stage's results live in (parts and merged), cleared with it.
-STAGE_TABLES: dict[str, tuple[str, ...]] = {
-    "subtitles": ("subtitles",), "caption": ("captions",), "align": ("align_scores", "aligned"),
-    "framecaps": ("framecaps",), "frames": ()}
 MAX_ATTEMPTS = 3
 
 
@@ -115,11 +108,13 @@ def stage_fingerprint(stage: Stage) -> dict[str, Any]:
 
 def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = False,
                    check_only: bool = False,
-                   fingerprints: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
+                   fingerprints: dict[str, dict[str, Any]] | None = None,
+                   graph: StageGraph | None = None) -> dict[str, str]:
     """Compare each stage's fingerprint with the one its results were made with, before any
     work: equal resumes; different refuses (one line naming the changed settings) unless
-    ``redo``, which clears that stage and the stages downstream of it. Returns the
-    ``config_id`` of each stage."""
+    ``redo``, which clears that stage and the stages downstream of it (``graph``: derived from
+    the stages' declarations; by default every step's, found by ``graph.discover``). Returns
+    the ``config_id`` of each stage."""
     ids: dict[str, str] = {}
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
@@ -132,9 +127,11 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
         old = olds[st.name]
         if old is not None and old["config_id"] != ids[st.name] and rundir.has_results(st.name):
             changed.append((st, old.get("fingerprint") or {}, fp))
+    # the whole graph only when something changed (discovery imports every step's stage)
+    g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
     if changed and not redo:
         st, old_fp, fp = changed[0]
-        below = DOWNSTREAM.get(st.name, ())
+        below = g.downstream(st.name)
         also = f" and invalidate {', '.join(below)}" if below else ""
         raise SettingsChanged(
             f"{rundir.root}: {st.name} results were made with other settings "
@@ -143,8 +140,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     if check_only:
         return ids
     for st, _, _ in changed:
-        for name in (st.name, *DOWNSTREAM.get(st.name, ())):
-            rundir.invalidate(name, STAGE_TABLES.get(name, ()))
+        for name in (st.name, *g.downstream(st.name)):
+            rundir.invalidate(name, g.tables(name))
             olds[name] = None  # its fingerprint went with its results
     for st in stages:
         old = olds[st.name]
@@ -153,7 +150,7 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     return ids
 
 
-def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: Stage, *,
+def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None) -> StageSummary:
@@ -164,7 +161,7 @@ def run_stage(rundir: RunDir, items: Sequence[VideoItem], stage: Stage, *,
     and it has failed fewer than ``max_attempts`` times; one that failed because a service
     was down is retried anyway (its input is fine). ``cid``: the stage's config id, from
     ``prepare_stages`` (called here when not given: it refuses changed settings)."""
-    from howtocap.pipeline.runners import LocalRunner
+    from howtocap.engine.runners import LocalRunner
 
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
@@ -259,7 +256,7 @@ def commit_result(rundir: RunDir, stage: Stage, res: VideoResult, *, config_id: 
     """Parts first, then the status record, then the claim goes: the order a kill respects.
     Every row and the record carry the stage's ``config_id``."""
     for name, df in res.tables.items():
-        if "config_id" in SCHEMAS.get(name, {}) or name == "align_scores":
+        if "config_id" in SCHEMAS.get(name, {}):
             df = df.assign(config_id=config_id)
         rundir.write_part(name, res.video_id, df)
     main = stage.writes[0] if stage.writes else None

@@ -3,10 +3,10 @@
 A stage (in the spirit of video2dataset's subsamplers) declares the tables it reads and writes,
 loads its models once per worker in ``setup``, and maps one video's inputs to its outputs or an
 error in ``process`` — nothing else: no paths, no status, no progress. Runners (local threads,
-Ray actors) call ``setup`` once and ``run_one`` per video; ``pipeline`` alone reads inputs from
-and writes results to the run directory.
+Ray actors) call ``setup`` once and ``run_one`` per video; ``engine.core`` alone reads inputs
+from and writes results to the run directory.
 
-Stages import this module, never ``pipeline`` (a test reads the imports to keep it so).
+Steps import this module; the engine never imports a step (a test reads the imports).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from howtocap.errors import (
     ServiceError,
     ServiceUnavailable,
 )
-from howtocap.io.inputs import VideoItem
 
 if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
     import pandas as pd
@@ -47,7 +46,7 @@ class StageOutput:
 class VideoInput:
     """One video as a stage sees it: its files, and its rows of the tables the stage reads."""
 
-    item: VideoItem
+    item: Any  # an ``io.inputs.VideoItem``; the engine reads only its ``video_id``
     tables: Tables = field(default_factory=dict)
 
     @property
@@ -90,6 +89,12 @@ class BaseStage:
     name: ClassVar[str] = ""
     reads: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
+    # What the stage graph (``engine.graph``) is derived from besides the tables: caches it
+    # fills or reads outside the run's tables (the frame-embedding cache), and the tables its
+    # reduce step makes from its results (cleared with them by ``--redo``).
+    reads_cache: ClassVar[tuple[str, ...]] = ()
+    writes_cache: ClassVar[tuple[str, ...]] = ()
+    reduce_writes: ClassVar[tuple[str, ...]] = ()
     resources: Resources = Resources()
 
     def load(self) -> None:
@@ -116,7 +121,7 @@ class BaseStage:
         """Everything that changes this stage's output (settings, model identity, prompt
         text, schema version): its hash is the ``config_id`` of every row the stage writes,
         and a re-run with another fingerprint is refused instead of mixing results."""
-        from howtocap.fingerprint import SCHEMA_VERSION
+        from howtocap.engine.fingerprint import SCHEMA_VERSION
 
         return {"stage": self.name, "schema": SCHEMA_VERSION}
 

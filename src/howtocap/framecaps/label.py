@@ -12,10 +12,10 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, Field
 
 from howtocap.encoders.base import Encoder, pick_device
 from howtocap.errors import HowtocapError, InputError
+from howtocap.framecaps.config import FrameCapsConfig
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform
 
@@ -97,14 +97,6 @@ def create_captioner(name: str = "default", *, device: str | None = None) -> Cap
         return HFCaptioner(name[3:], device=device)
     raise HowtocapError(f"unknown image captioner '{name}'; choose one of: default, "
                         "hf:<id|folder> (e.g. hf:Salesforce/blip-image-captioning-base)")
-
-
-class FrameCapsConfig(BaseModel):
-    """The paper's defaults: M = 10 frames, top K = 2 captions per captioner."""
-
-    frames: int = Field(10, ge=1)
-    top_k: int = Field(2, ge=1)
-    clipscore_weight: float = 2.5  # CLIPScore = w · max(cos, 0) (Hessel et al. 2021)
 
 
 def clipscore(image_emb: np.ndarray, text_emb: np.ndarray, weight: float = 2.5) -> np.ndarray:

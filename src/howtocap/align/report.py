@@ -196,6 +196,6 @@ def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool) -> 
 
 
 def _default_bar() -> float:
-    from howtocap.align import DEFAULT_NULL_Z
+    from howtocap.align.filter import DEFAULT_NULL_Z
 
     return DEFAULT_NULL_Z

@@ -16,16 +16,20 @@ import pickle
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+from howtocap.engine.stage import Stage, VideoInput, VideoResult, run_one
 from howtocap.errors import HowtocapError
-from howtocap.stage import Stage, VideoInput, VideoResult, run_one
 
 Emit = Callable[[VideoResult], None]
 RUNNERS = ("local", "ray")
 
 
 class Runner(Protocol):
+    # stages run in this process: models the caller built can be handed to them (the caller
+    # then loads them once, e.g. align's encoders, shared with its reduce step)
+    in_process: bool
+
     def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None: ...
 
 
@@ -36,6 +40,7 @@ class LocalRunner:
     (``resources.threads``, e.g. the requests in flight to an LLM server)."""
 
     workers: int | None = None
+    in_process: ClassVar[bool] = True
 
     def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
         n = max(1, self.workers or getattr(stage.resources, "threads", 1))
@@ -116,6 +121,7 @@ class RayRunner:
     cpus_per_worker: float | None = None
     window: int = 2000
     _started: bool = False
+    in_process: ClassVar[bool] = False  # stages travel to actors as their settings
 
     def _init(self) -> Any:
         try:

@@ -1,0 +1,13 @@
+"""The framecaps step's typed settings (recorded in ``DIR/config/framecaps.json``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class FrameCapsConfig(BaseModel):
+    """The paper's defaults: M = 10 frames, top K = 2 captions per captioner."""
+
+    frames: int = Field(10, ge=1)
+    top_k: int = Field(2, ge=1)
+    clipscore_weight: float = 2.5  # CLIPScore = w · max(cos, 0) (Hessel et al. 2021)

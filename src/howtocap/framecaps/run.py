@@ -1,0 +1,41 @@
+"""``howtocap framecaps``: the framecaps stage over input videos, then the merge into
+``DIR/framecaps.parquet``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.framecaps.config import FrameCapsConfig
+from howtocap.framecaps.stage import FrameCapsStage
+from howtocap.io.inputs import resolve_videos
+
+
+def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
+                  captioners: Sequence[str] = ("default",), scorer: str = "default",
+                  cfg: FrameCapsConfig | None = None, device: str | None = None,
+                  runner: Runner | None = None, progress: bool = True,
+                  shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
+                  max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+    """The ``howtocap framecaps`` command: writes ``DIR/framecaps.parquet``."""
+    cfg = cfg or FrameCapsConfig()
+    items = resolve_videos(inputs)
+    rundir = RunDir(out)
+    stage = FrameCapsStage(captioners, scorer, cfg, device=device)
+    cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
+    rundir.record_videos(items)
+    rundir.write_config("framecaps", {"captioners": list(captioners), "scorer": scorer,
+                                      **cfg.model_dump()})
+    opts = {"runner": runner, "progress": progress, "shard": shard,
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+    summary = run_stage(rundir, items, stage, **opts)
+    rundir.merge("framecaps")
+    if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
+        rundir.corrupted.clear()
+        summary.absorb(run_stage(rundir, items, stage, **opts))
+        rundir.merge("framecaps")
+    rundir.status_table()
+    return summary
