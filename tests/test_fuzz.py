@@ -116,7 +116,7 @@ def test_a_manifest_path_with_a_nul_byte_is_one_line(tmp_path: Path) -> None:
 
 def test_a_template_name_with_a_nul_byte_is_one_line() -> None:
     """Was ``ValueError: embedded null byte`` from reading the 'file' it names."""
-    from howtocap.llm.prompt import resolve_template
+    from howtocap.caption.prompt import resolve_template
 
     with pytest.raises(HowtocapError, match="cannot read prompt template"):
         resolve_template("my\x00template.txt")
