@@ -232,11 +232,17 @@ class RunDir:
         return removed
 
     def _index(self, stage: str, refresh: bool = False) -> _StageIndex:
+        """The stage's index, read again when ``refresh`` or when its manifest folder or
+        per-video status folder changed (their mtimes: cheap enough for every lookup; a
+        rename within the same clock tick as the last look can be missed, so the claim path
+        always passes ``refresh``)."""
         idx = self._indexes.get(stage)
         if idx is None:
             idx = self._indexes[stage] = _StageIndex(stage)
             refresh = True
-        if refresh:
+        stamp = (_mtime(self.batch_dir(stage)), _mtime(self.status_dir / stage))
+        if refresh or stamp != idx.stamp:
+            idx.stamp = stamp
             idx.refresh(self)
         return idx
 
@@ -864,6 +870,7 @@ class _StageIndex:
         self.writes: list[str] = []
         self.newest = 0  # the newest batch's time (ns): new batch ids sort after it
         self.batches: set[str] = set()
+        self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
         self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
         self._view: pd.DataFrame | None = None
         self._pos: dict[str, int] | None = None
@@ -875,6 +882,10 @@ class _StageIndex:
                            if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
         except FileNotFoundError:
             names = []
+        if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
+            stamp = self.stamp
+            self.__init__(self.stage)  # type: ignore[misc]
+            self.stamp = stamp
         for name in names:
             if name in self.seen:
                 continue
@@ -957,6 +968,13 @@ class _StageIndex:
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
                                   "warnings": 0, "cause": "", "attempts": 1, "config_id": "",
                                   "metrics": "{}"}
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 def _record(video_id: str, row: dict[str, Any]) -> StatusRecord:
