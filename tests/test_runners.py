@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
-from tests.stage_support import SquareStage, done_ids, setups
+from tests.stage_support import SquareStage, committed, done_ids, setups
 
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import Owner, RunDir
@@ -160,12 +159,6 @@ def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> N
               SquareStage(tmp_path / "clog"), progress=False)
     pd.testing.assert_frame_equal(resumed, clean.merge("squares"))
     assert (RunDir(run).status_table()["status"] == "ok").sum() == n
-
-
-def committed(run: Path, stage: str) -> int:
-    """Videos in the stage's batch manifests (each written whole, by rename)."""
-    return sum(pq.read_metadata(p).num_rows for p in
-               (run / "parts" / "batches" / stage).glob("batch-*.parquet"))
 
 
 def test_sigkill_between_a_batchs_tables_and_its_manifest(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ from howtocap.atomic import (
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
+    disk_full_error,
+    is_disk_full,
     looks_complete,
     read_parquet,
 )
@@ -317,7 +319,8 @@ class RunDir:
             except CorruptFile as exc:
                 self.drop_corrupt(path, exc)
                 return None
-            except FileNotFoundError:
+            except FileNotFoundError:  # its manifest says ok: lost (dropped as corrupt)
+                self.corrupted.append(path)
                 return None
             ids = df["video_id"].to_numpy() if "video_id" in df.columns else np.array([])
             starts = {}
@@ -728,8 +731,7 @@ class RunDir:
             self._claims += 1
             path = folder / f"claim-{time.time_ns():020d}-{_WRITER_ID}-{self._claims}.json"
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps({**json.loads(owner.token), "videos": taken}))
+            _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": taken}))
             return path, taken, elsewhere
 
     @contextlib.contextmanager
@@ -748,9 +750,8 @@ class RunDir:
                     continue
                 time.sleep(0.002)
                 waited += 0.002
-        with os.fdopen(fd, "w") as fh:
-            fh.write(owner.token)
         try:
+            _write_fd(fd, lock, owner.token)
             yield
         finally:
             lock.unlink(missing_ok=True)
@@ -968,6 +969,18 @@ class _StageIndex:
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
                                   "warnings": 0, "cause": "", "attempts": 1, "config_id": "",
                                   "metrics": "{}"}
+
+
+def _write_fd(fd: int, path: Path, text: str) -> None:
+    """Write a claim or lock file just created; a full disk removes it and is one line."""
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
+        raise
 
 
 def _mtime(path: Path) -> int:
