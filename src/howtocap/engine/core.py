@@ -27,7 +27,7 @@ from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.hashing import hash_text
 from howtocap.progress import progress_bar
-from howtocap.schemas import SCHEMAS, conform, empty_table
+from howtocap.schemas import SCHEMAS, empty_table
 
 if TYPE_CHECKING:
     from howtocap.engine.runners import Runner
@@ -379,8 +379,7 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
             for name, df in res.tables.items():
                 if "config_id" in SCHEMAS.get(name, {}):
                     df = df.assign(config_id=config_id)
-                tables.setdefault(name, []).append(
-                    conform(df, name) if name in SCHEMAS else df)
+                tables.setdefault(name, []).append(df)  # conformed once, per batch
         if res.internal:
             _log_error(rundir, stage, res)
         records.append(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
