@@ -279,8 +279,18 @@ class RunDir:
 
     # -- parts ---------------------------------------------------------------------------
     def write_part(self, table: str, video_id: str, df: pd.DataFrame) -> None:
-        """One video's part in the per-video layout (runs before batches; tests build such
-        run directories with it). Stages commit batches (``commit_batch``)."""
+        """Replace one video's rows of ``table`` (tests; tools that edit a table). A video a
+        batch holds gets a batch of its own (its record, these rows and its rows of the
+        stage's other tables), so the newest manifest still says where its rows are; else
+        a part in the per-video layout (runs before batches)."""
+        for st in self.writers(table):
+            row = self._index(st).lookup(video_id)
+            if row is not None and row["batch"]:
+                idx = self._index(st)
+                tables = {t: self.read_part(t, video_id) for t in idx.writes if t != table}
+                tables = {t: v for t, v in tables.items() if v is not None}
+                self.commit_batch(st, idx.writes, [_record(video_id, row)], {**tables, table: df})
+                return
         atomic_write_parquet(conform(df, table) if table in SCHEMAS else df,
                              self.part_path(table, video_id))
 
