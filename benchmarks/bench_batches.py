@@ -12,7 +12,8 @@ peak RSS (``ru_maxrss``) is its own. Per size and code:
 * ``caption_run(None, DIR, CaptionRunConfig(subtitles=SRC), llm=InstantLLM())`` end to end:
   wall time, videos/s, peak RSS;
 * files under ``DIR/parts/`` per table/stage folder, per 100 videos;
-* ``howtocap status DIR --json`` as a user runs it (a fresh process, import included), wall s.
+* ``howtocap status DIR --json`` as a user runs it (a fresh process, import included), wall s,
+  and ``run_status(DIR)`` alone (imports done): what reading the run directory costs.
 
 The child results are cached in benchmarks/work/batches/ (``--only`` measures one side and
 keeps the other's cached figure, so the two sides may come from different invocations of
@@ -81,6 +82,15 @@ def files_per_folder(parts: Path) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+STATUS_INPROC = """
+import sys, time
+from howtocap.pipeline.run import run_status
+t0 = time.perf_counter()
+run_status(sys.argv[1])
+print(time.perf_counter() - t0)
+"""
+
+
 def measure(code: str, n: int, src: Path, before: str) -> dict[str, Any]:
     base = tree(code, before)
     out = WORK / f"run-{code}-{n}"
@@ -103,6 +113,11 @@ def measure(code: str, n: int, src: Path, before: str) -> dict[str, Any]:
         raise SystemExit(f"status {code} {n}: {st.stderr[-2000:]}")
     stages = {s["stage"]: s["done"] for s in json.loads(st.stdout)["stages"]}
     res["status_done"] = stages
+    timed = subprocess.run([sys.executable, "-c", STATUS_INPROC, str(out)], capture_output=True,
+                           text=True, env=env)
+    if timed.returncode != 0:
+        raise SystemExit(f"status (in process) {code} {n}: {timed.stderr[-2000:]}")
+    res["status_inproc_seconds"] = float(timed.stdout.split()[-1])
     res["taken_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     res["load_avg"] = round(os.getloadavg()[0], 1)
     shutil.rmtree(out, ignore_errors=True)
@@ -119,8 +134,9 @@ def write_md(r: dict[str, Any]) -> str:
             "per stage per batch). Synthetic HowTo100M-style ASR (20-60 lines a video); the "
             "LLM answers instantly, so the figures are our own overhead. Each cell is its own "
             "process.", "",
-            "| videos | code | videos/s | peak RSS | files per 100 videos | `status` |",
-            "|---:|---|---:|---:|---:|---:|"]
+            "| videos | code | videos/s | peak RSS | files per 100 videos | `status` | "
+            "`status`, imports done |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
     for n in r["sizes"]:
         for code in ("before", "after"):
             m = r["runs"].get(f"{code}_{n}")
@@ -128,7 +144,9 @@ def write_md(r: dict[str, Any]) -> str:
                 continue
             rows.append(f"| {int(n):,} | {code} | {m['videos_per_s']:.1f} | "
                         f"{m['peak_rss_mb']:.0f} MB | {100 * m['files_total'] / int(n):.2f} | "
-                        f"{m['status_seconds']:.2f} s |")
+                        f"{m['status_seconds']:.2f} s | "
+                        + (f"{m['status_inproc_seconds']:.2f} s |"
+                           if "status_inproc_seconds" in m else "- |"))
     rows += ["", "Files under `parts/` by folder (per 100 videos):", "",
              "| videos | code | folders |", "|---:|---|---|"]
     for n in r["sizes"]:
@@ -138,7 +156,9 @@ def write_md(r: dict[str, Any]) -> str:
                 per = ", ".join(f"`{k}` {v:g}" for k, v in m["files_per_100_videos"].items())
                 rows.append(f"| {int(n):,} | {code} | {per} |")
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process (import "
-             "included). Each side's cell says when it was measured in the json "
+             "included: most of it is importing the pipeline, torch among it); \"imports "
+             "done\" times `run_status(DIR)` alone in a fresh process. Each side's cell "
+             "says when it was measured in the json "
              "(`taken_at`, `load_avg`: other jobs on the 2 cores add time, not memory).", ""]
     return "\n".join(rows)
 
