@@ -119,7 +119,11 @@ def test_an_old_per_video_run_directory_is_read_and_resumed(tmp_path: Path) -> N
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
 
 
-def test_newest_manifest_wins_across_batches(tmp_path: Path) -> None:
+def test_newest_manifest_wins_across_batches(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import howtocap.engine.rundir as rundir_mod
+
+    monkeypatch.setattr(rundir_mod, "STREAM_ROWS", 2)  # a video's rows span record batches
     rd = RunDir(tmp_path / "run")
     s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batch_size=3)
     assert s.done == 8 and len(s.failed) == 2

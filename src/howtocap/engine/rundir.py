@@ -179,15 +179,14 @@ class RunDir:
 
     def commit_batch(self, stage: str, writes: Sequence[str], records: Sequence[StatusRecord],
                      tables: dict[str, pd.DataFrame]) -> str:
-        """Write one batch: a file per table (rows sorted by video), then the manifest
+        """Write one batch: a file per table (rows grouped by video), then the manifest
         (``records``, one per video; ``writes``: every table the stage declares, so readers
         know whose rows these are). Returns the batch id."""
         bid = self.new_batch_id(stage)
         for table, df in tables.items():
             df = conform(df, table) if table in SCHEMAS else df
-            keys = [k for k in ("video_id", "start", "end", "text") if k in df.columns]
-            if keys and len(df):
-                df = df.sort_values(keys, kind="stable").reset_index(drop=True)
+            if "video_id" in df.columns and len(df):  # grouped by video, each in its order
+                df = df.sort_values("video_id", kind="stable").reset_index(drop=True)
             atomic_write_parquet(df, self.batch_part_path(table, bid))
         manifest = _records_frame(records)
         meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
@@ -440,9 +439,9 @@ class RunDir:
         """``merge`` without holding the table in memory: the same rows in the same order,
         written ``batch_rows`` at a time (a HowTo100M-size run has millions of subtitle rows).
 
-        Batch files are sorted by video when written, and a per-video part holds one video,
-        so a k-way merge by video id over them (a record batch of each file at a time) is
-        ``merge``'s order. Returns the row count. A table it cannot order that way (no
+        Batch files are grouped by video id (sorted) when written, and a per-video part holds
+        one video, so a k-way merge by video id over them (a record batch of each file at a
+        time), each written chunk sorted by start, end, text, is ``merge``'s order. Returns the row count. A table it cannot order that way (no
         video_id/start) goes to ``merge``.
         """
         import heapq
@@ -501,12 +500,14 @@ class RunDir:
                 total += len(out)
 
             try:
-                for _, group in heapq.merge(*streams, key=lambda x: x[0]):
-                    batch.append(group)
-                    rows += group.num_rows
-                    if rows >= batch_rows:
+                last = None
+                for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
+                    if rows >= batch_rows and vid != last:  # a chunk holds whole videos
                         flush()
                         batch, rows = [], 0
+                    batch.append(group)
+                    rows += group.num_rows
+                    last = vid
                 if batch or writer is None:
                     flush()
             finally:
@@ -534,7 +535,7 @@ class RunDir:
             return
         try:
             pf = pq.ParquetFile(path, page_checksum_verification=True)
-            for rb in pf.iter_batches(batch_size=8192):
+            for rb in pf.iter_batches(batch_size=STREAM_ROWS):
                 t = pa.Table.from_batches([rb])
                 if keep is not None:
                     import pyarrow.compute as pc
@@ -832,6 +833,7 @@ class RunDir:
 BATCH_PREFIX = "batch-"
 FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
 MANIFEST_META = b"howtocap_batch"
+STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
 LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
