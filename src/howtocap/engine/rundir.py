@@ -441,7 +441,8 @@ class RunDir:
 
         Batch files are grouped by video id (sorted) when written, and a per-video part holds
         one video, so a k-way merge by video id over them (a record batch of each file at a
-        time), each written chunk sorted by start, end, text, is ``merge``'s order. Returns the row count. A table it cannot order that way (no
+        time), each written chunk holding whole videos sorted by start, end, text, is
+        ``merge``'s order. Returns the row count. A table it cannot order that way (no
         video_id/start) goes to ``merge``.
         """
         import heapq
