@@ -2,7 +2,7 @@
 with an instant in-process LLM, on the code before batching and on this tree, same machine.
 
 Run: .venv/bin/python benchmarks/bench_batches.py [--videos 1000 10000] [--only before|after]
-     -> benchmarks/results/batches.{json,md}
+     -> benchmarks/results/batches.{json,md}   (``--report-only``: the md from the json)
 
 "before" is the commit named by ``--before`` (default: the last commit without batches),
 extracted with ``git archive`` into benchmarks/work/ (git-ignored); "after" is this tree.
@@ -135,8 +135,8 @@ def write_md(r: dict[str, Any]) -> str:
             "LLM answers instantly, so the figures are our own overhead. Each cell is its own "
             "process.", "",
             "| videos | code | videos/s | peak RSS | files per 100 videos | `status` | "
-            "`status`, imports done |",
-            "|---:|---|---:|---:|---:|---:|---:|"]
+            "`status`, imports done | load avg |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for n in r["sizes"]:
         for code in ("before", "after"):
             m = r["runs"].get(f"{code}_{n}")
@@ -146,7 +146,8 @@ def write_md(r: dict[str, Any]) -> str:
                         f"{m['peak_rss_mb']:.0f} MB | {100 * m['files_total'] / int(n):.2f} | "
                         f"{m['status_seconds']:.2f} s | "
                         + (f"{m['status_inproc_seconds']:.2f} s |"
-                           if "status_inproc_seconds" in m else "- |"))
+                           if "status_inproc_seconds" in m else "- |")
+                        + f" {m.get('load_avg', '-')} |")
     rows += ["", "Files under `parts/` by folder (per 100 videos):", "",
              "| videos | code | folders |", "|---:|---|---|"]
     for n in r["sizes"]:
@@ -159,7 +160,11 @@ def write_md(r: dict[str, Any]) -> str:
              "included: most of it is importing the pipeline, torch among it); \"imports "
              "done\" times `run_status(DIR)` alone in a fresh process. Each side's cell "
              "says when it was measured in the json "
-             "(`taken_at`, `load_avg`: other jobs on the 2 cores add time, not memory).", ""]
+             "(`taken_at`; `load avg` is the 1-minute load when the cell finished: other "
+             "jobs on the 2 cores, test runs among them, add time, not memory, so the "
+             "videos/s are noisy; the file counts are exact). What is left of the time is "
+             "the stages' own work per video (subtitles conform, blocks, prompt, parse, the "
+             "filler test), not the commits.", ""]
     return "\n".join(rows)
 
 
@@ -170,7 +175,12 @@ def main() -> None:
     ap.add_argument("--before", default=BEFORE)
     ap.add_argument("--child", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--report-only", action="store_true",
+                    help="Rewrite batches.md from batches.json (no measuring).")
     args = ap.parse_args()
+    if args.report_only:
+        (OUT / "batches.md").write_text(write_md(json.loads((OUT / "batches.json").read_text())))
+        return
     if args.child:
         print(json.dumps(child(args.child, args.out)))
         return
