@@ -51,15 +51,15 @@ from bench_llm import (  # noqa: E402  (a sibling script, not a package)
     whole_line_copy,
 )
 
+from howtocap.caption.blocks import make_blocks  # noqa: E402
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video  # noqa: E402
+from howtocap.caption.chatter import is_chatter  # noqa: E402
+from howtocap.caption.filler import load_parser, reject_reasons  # noqa: E402
+from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME  # noqa: E402
 from howtocap.errors import HowtocapError  # noqa: E402
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each  # noqa: E402
-from howtocap.llm.blocks import make_blocks  # noqa: E402
-from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video  # noqa: E402
-from howtocap.llm.chatter import is_chatter  # noqa: E402
-from howtocap.llm.filler import load_parser, reject_reasons  # noqa: E402
 from howtocap.llm.llamacpp import LlamaCppLLM  # noqa: E402
 from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, QWEN_1_5B, SMOLLM2  # noqa: E402
-from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME  # noqa: E402
 
 DATA = HERE / "data" / "spoken_youcook2.json"
 OUT = HERE / "results"
@@ -229,7 +229,7 @@ def caption_row(row: Row, videos: list[Video], cache: ReplyCache, live: bool) ->
         try:
             df, stats = caption_video(v.video_id, v.subs, llm, cfg)
             # (start, text, why rejected): the stage keeps every caption and marks the ones
-            # that show nothing (llm.filler); scores read the kept ones, as align does
+            # that show nothing (caption.filler); scores read the kept ones, as align does
             why = df["rejected"] if "rejected" in df else [""] * len(df)
             caps = [(float(s), str(t), str(r))
                     for s, t, r in zip(df["start"], df["text"], why, strict=True)]
@@ -662,7 +662,7 @@ def write_md(res: dict) -> str:
         f"time. **steps covered**: spoken steps with some caption at cosine >= {COVERED_COS} "
         "(a fixed threshold, not tuned).",
         "- **Scored captions** are the ones the stage keeps: it marks those that show nothing "
-        "(`llm/filler.py`, on by default; **rejected** counts them) and align, export and "
+        "(`caption/filler.py`, on by default; **rejected** counts them) and align, export and "
         "index skip them; the baselines are never rejected.",
         "- **fillers**: captions whose most similar narration line (MiniLM cosine) is one "
         "labelled filler, chatter or aside, i.e. the caption repeats talk that shows nothing; "

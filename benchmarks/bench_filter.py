@@ -265,7 +265,7 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         "`howtocap/samples.py` (and their steps from the same 12 photographs), so **the text "
         "patterns are not tested on unseen chatter phrasing here**: of the "
         f"{res['chatter_lines']['texts']} distinct chatter texts (8 spoken lines and their "
-        f"captions) the text test (`howtocap.llm.chatter.is_chatter`) flags "
+        f"captions) the text test (`howtocap.caption.chatter.is_chatter`) flags "
         f"{res['chatter_lines']['flagged']}; of the tuning set's "
         f"{tu['distinct_chatter_texts']} distinct chatter texts it flags "
         f"{tu['distinct_chatter_texts_flagged']}, of the held-out set's "

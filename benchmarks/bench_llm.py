@@ -33,21 +33,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.errors import HowtocapError
-from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each, drop_cut_line
-from howtocap.llm.blocks import Block, make_blocks
-from howtocap.llm.captioner import CaptionConfig, CaptionError, CaptionStats, caption_video
-from howtocap.llm.chatter import is_chatter
-from howtocap.llm.llamacpp import LlamaCppLLM, default_threads
-from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, QWEN_1_5B, SMOLLM2
-from howtocap.llm.openai import OpenAIChatLLM
-from howtocap.llm.parse import parse_reply
-from howtocap.llm.prompt import (
+from howtocap.caption.blocks import Block, make_blocks
+from howtocap.caption.captioner import CaptionConfig, CaptionError, CaptionStats, caption_video
+from howtocap.caption.chatter import is_chatter
+from howtocap.caption.parse import parse_reply
+from howtocap.caption.prompt import (
     DEFAULT_TEMPLATE_NAME,
     TEMPLATE_NAMES,
     build_messages,
     resolve_template,
 )
+from howtocap.errors import HowtocapError
+from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each, drop_cut_line
+from howtocap.llm.llamacpp import LlamaCppLLM, default_threads
+from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, QWEN_1_5B, SMOLLM2
+from howtocap.llm.openai import OpenAIChatLLM
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"

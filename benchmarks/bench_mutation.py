@@ -43,18 +43,18 @@ MUTMUT = PY.parent / "mutmut"
 # (existing ones = the "before" suite; "new" ones join for "after").
 MODULES: dict[str, dict[str, Any]] = {
     "parse": {
-        "file": "src/howtocap/llm/parse.py", "functions": None,
+        "file": "src/howtocap/caption/parse.py", "functions": None,
         "tests": ["tests/test_llm_parse.py",
                   "tests/test_fuzz.py::test_reader_gives_a_result_or_one_line[LLM reply parser]"],
         "new": ["tests/test_core_mutants_llm.py"],
     },
     "blocks": {
-        "file": "src/howtocap/llm/blocks.py", "functions": None,
+        "file": "src/howtocap/caption/blocks.py", "functions": None,
         "tests": ["tests/test_llm_blocks.py", "tests/test_llm_parse.py"],
         "new": ["tests/test_core_mutants_llm.py"],
     },
     "chatter": {
-        "file": "src/howtocap/llm/chatter.py", "functions": None,
+        "file": "src/howtocap/caption/chatter.py", "functions": None,
         "tests": ["tests/test_caption_quality.py::test_chatter_patterns",
                   "tests/test_caption_quality.py::test_chatter_signoffs_and_digressions",
                   "tests/test_caption_quality.py::test_chatter_captions_are_dropped_and_counted"],
@@ -87,20 +87,20 @@ MODULES: dict[str, dict[str, Any]] = {
 # Survivors read and judged equivalent (no observable behaviour changes), keyed by mutant name;
 # the md shows each one's diff next to the reason so the judgement can be checked.
 EQUIVALENT: dict[str, str] = {
-    "howtocap.llm.parse.x_norm_text__mutmut_5":
+    "howtocap.caption.parse.x_norm_text__mutmut_5":
         "the key is only compared with keys built the same way: upper- or lower-casing "
         "finds the same duplicates",
-    "howtocap.llm.parse.x_norm_text__mutmut_6":
+    "howtocap.caption.parse.x_norm_text__mutmut_6":
         "the text is lower-cased first, so an upper-case X is never there to strip",
-    "howtocap.llm.parse.x_clean_text__mutmut_13":
+    "howtocap.caption.parse.x_clean_text__mutmut_13":
         "parse_reply removed every `**` from the line already; clean_text never sees one",
-    "howtocap.llm.parse.x_clean_text__mutmut_14": "the same: no `**` is left to replace",
-    "howtocap.llm.parse.x_clean_text__mutmut_20":
+    "howtocap.caption.parse.x_clean_text__mutmut_14": "the same: no `**` is left to replace",
+    "howtocap.caption.parse.x_clean_text__mutmut_20":
         "the text was stripped of those characters just before and only lost a quote before "
         "its final punctuation, so only whitespace can be left to strip, which None strips too",
-    "howtocap.llm.blocks.x__sentences__mutmut_31":
+    "howtocap.caption.blocks.x__sentences__mutmut_31":
         "a NaN end stays NaN, but `max(start, nan)` is `start`: the same end as the fallback",
-    "howtocap.llm.blocks.x__sentences__mutmut_47": "numpy reads `kind` case-insensitively",
+    "howtocap.caption.blocks.x__sentences__mutmut_47": "numpy reads `kind` case-insensitively",
     "howtocap.align.filter.x_align_video__mutmut_96":
         "reach is all or nothing per caption (clamping only moves a window towards its "
         "caption), and an unreachable caption's start and score are replaced anyway",

@@ -1,4 +1,4 @@
-"""Rejecting captions that show nothing (``llm.filler``): precision/recall against labels, and
+"""Rejecting captions that show nothing (``caption.filler``): precision/recall against labels, and
 filler kept / steps covered after a default ``run`` with and without ``--keep-fillers``.
 
 Run: python benchmarks/bench_reject.py [--quick] [--no-pipeline]
@@ -14,7 +14,7 @@ Run: python benchmarks/bench_reject.py [--quick] [--no-pipeline]
        ``report`` and ``extra`` were never used to tune them.
    Positives are fillers (a: every non-step label; b: kind ``filler``); precision and recall
    are over step + filler lines; chatter and asides are reported apart (chatter is the chatter
-   patterns' job, ``llm.chatter``).
+   patterns' job, ``caption.chatter``).
 2. **A default run** (embedded LLM, default template and align) on narrated sample videos
    with labelled filler and chatter segments (``make_fixture_set(fillers=3, chatter=2)``,
    espeak-ng speech, WebVTT subtitles), once with ``--keep-fillers`` (the baseline) and once
@@ -46,8 +46,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from howtocap.llm.chatter import is_chatter  # noqa: E402
-from howtocap.llm.filler import REASONS, load_parser, reject_reasons  # noqa: E402
+from howtocap.caption.chatter import is_chatter  # noqa: E402
+from howtocap.caption.filler import REASONS, load_parser, reject_reasons  # noqa: E402
 
 RESULTS = HERE / "results"
 GENERATED = HERE / "data" / "filler_captions.json"
@@ -153,9 +153,9 @@ class ReplayLLM:
         """Replies for prompts this process did not ask (a resumed baseline run): each block's
         captions in ``run_dir`` written back as ``<t>s: caption`` lines, which parse to the
         very same captions. Returns how many prompts were added."""
+        from howtocap.caption.blocks import make_blocks
+        from howtocap.caption.prompt import build_messages
         from howtocap.engine.rundir import RunDir
-        from howtocap.llm.blocks import make_blocks
-        from howtocap.llm.prompt import build_messages
 
         rd = RunDir(run_dir, create=False)
         gen, template = cfg.resolved_generation(), cfg.resolved_template()
@@ -250,9 +250,9 @@ def pipeline(n_videos: int, work: Path | None = None) -> dict[str, Any]:
 
 
 def _pipeline(n_videos: int, tmp: Path) -> dict[str, Any]:
+    from howtocap.caption.captioner import CaptionConfig
     from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions, from_options
-    from howtocap.llm.captioner import CaptionConfig
     from howtocap.pipeline.run import run_pipeline
     from howtocap.samples import ground_truth, make_fixture_set
 

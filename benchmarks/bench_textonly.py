@@ -165,10 +165,10 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
     """Milliseconds a video for each step of one caption-stage call and its writes (the first
     ``n`` videos, one thread): what the per-video phase above is made of."""
     child_import(src)
+    from howtocap.caption.captioner import CaptionConfig, caption_video
     from howtocap.engine.rundir import RunDir, StatusRecord
     from howtocap.io.inputs import VideoItem
     from howtocap.io.subtitles import SubtitleSource
-    from howtocap.llm.captioner import CaptionConfig, caption_video
     from howtocap.schemas import conform
     from howtocap.subtitles.policy import choose_subtitles
 

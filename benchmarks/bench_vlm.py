@@ -37,13 +37,13 @@ sys.path.insert(0, str(HERE.parent))  # tests.chat_server
 import pandas as pd  # noqa: E402
 from _timing import best_time  # noqa: E402
 
+from howtocap.caption.blocks import make_blocks  # noqa: E402
+from howtocap.caption.captioner import CaptionConfig  # noqa: E402
 from howtocap.caption.stage import CaptionStage, block_frames  # noqa: E402
+from howtocap.caption.vlm import VLMOptions  # noqa: E402
 from howtocap.engine.stage import VideoInput  # noqa: E402
 from howtocap.io.inputs import VideoItem  # noqa: E402
 from howtocap.llm import LLMOptions  # noqa: E402
-from howtocap.llm.blocks import make_blocks  # noqa: E402
-from howtocap.llm.captioner import CaptionConfig  # noqa: E402
-from howtocap.llm.vlm import VLMOptions  # noqa: E402
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video  # noqa: E402
 
 WORK = HERE / "work" / "vlm"

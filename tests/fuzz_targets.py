@@ -312,8 +312,8 @@ def run_manifest(case: bytes) -> None:
 
 
 def run_reply(case: tuple[str, float, float, float]) -> None:
-    from howtocap.llm.blocks import Block
-    from howtocap.llm.parse import norm_text, parse_reply
+    from howtocap.caption.blocks import Block
+    from howtocap.caption.parse import norm_text, parse_reply
 
     text, start, length, slack = case
     block = Block(0, start, start + length, "")
@@ -326,9 +326,9 @@ def run_reply(case: tuple[str, float, float, float]) -> None:
 
 
 def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
+    from howtocap.caption.captioner import CaptionConfig
     from howtocap.cli.common import load_yaml_config, validated
     from howtocap.llm import LLMOptions
-    from howtocap.llm.captioner import CaptionConfig
 
     data, cap, llm = case
     values = {"config": None, "block_words": 200, "clip_seconds": 8.0, "llm_url": None,
@@ -677,7 +677,7 @@ def run_tdr(files: dict[str, bytes]) -> None:
 
 
 def run_template(case: tuple[str, bytes]) -> None:
-    from howtocap.llm.prompt import resolve_template
+    from howtocap.caption.prompt import resolve_template
 
     with tempfile.TemporaryDirectory() as d:
         tpl = resolve_template(_write(Path(d), "mine" + case[0], case[1]))

@@ -124,7 +124,7 @@ def test_video_file_is_real(chatter_run: dict[str, Any], tmp_path: Path) -> None
 def test_chatter_column_and_count_in_the_run(chatter_run: dict[str, Any]) -> None:
     """The default's text test through the pipeline: the verdict is a column, every flagged
     caption is dropped, and config + report count them."""
-    from howtocap.llm.chatter import is_chatter
+    from howtocap.caption.chatter import is_chatter
 
     rundir: RunDir = chatter_run["rundir"]
     align_run(rundir, [], AlignConfig(), encoders=[chatter_run["encoder"]], progress=False)

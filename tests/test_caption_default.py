@@ -17,10 +17,10 @@ def _results() -> dict:
 
 
 def test_code_default_is_the_benchmarks_choice() -> None:
+    from howtocap.caption.captioner import CaptionConfig
+    from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME
     from howtocap.cli.caption import caption_cmd as caption
-    from howtocap.llm.captioner import CaptionConfig
     from howtocap.llm.models import EMBEDDED_DEFAULT
-    from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME
 
     choice = _results()["choice"]
     cli_constrain = inspect.signature(caption).parameters["constrain"].default

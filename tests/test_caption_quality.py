@@ -11,15 +11,15 @@ import pytest
 from tests.chat_server import chat_server
 from tests.test_caption_pipeline import add_video, run_cli, vtt
 
+from howtocap.caption.blocks import make_blocks
+from howtocap.caption.captioner import CaptionConfig, caption_video
+from howtocap.caption.chatter import is_chatter
+from howtocap.caption.constrain import CAPTION_REGEX
+from howtocap.caption.parse import parse_reply
+from howtocap.caption.prompt import build_messages
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.blocks import make_blocks
-from howtocap.llm.captioner import CaptionConfig, caption_video
-from howtocap.llm.chatter import is_chatter
-from howtocap.llm.constrain import CAPTION_REGEX
 from howtocap.llm.llamacpp import LlamaCppLLM
 from howtocap.llm.models import SMOLLM2
-from howtocap.llm.parse import parse_reply
-from howtocap.llm.prompt import build_messages
 
 RAMBLE = [
     (3.2, 9.0, "hey guys welcome back so today um we are going to fix a wobbly chair"),

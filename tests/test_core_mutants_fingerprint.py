@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from howtocap.caption.prompt import template_text
 from howtocap.encoders.identity import encoder_identity
 from howtocap.engine import fingerprint as fp
 from howtocap.llm import LLMOptions
-from howtocap.llm.identity import llm_identity, template_text
+from howtocap.llm.identity import llm_identity
 from howtocap.llm.models import EMBEDDED_DEFAULT, QWEN_0_5B, REGISTRY, BundledGGUF
 
 
@@ -224,8 +225,8 @@ def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
     import howtocap
 
     monkeypatch.setitem(REGISTRY, "local", BundledGGUF(
-        "local", "chatter.py", (("howtocap", "llm/chatter.py"),), install="-"))
-    path = Path(howtocap.__file__).parent / "llm" / "chatter.py"
+        "local", "chatter.py", (("howtocap", "caption/chatter.py"),), install="-"))
+    path = Path(howtocap.__file__).parent / "caption" / "chatter.py"
     assert llm_identity(LLMOptions(name="local")) == {
         "kind": "gguf", "name": "local", "hash": fp.file_hash(path)}
     assert llm_identity(LLMOptions(name="no-such-model")) == {

@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
+from howtocap.caption.blocks import Block, make_blocks
+from howtocap.caption.parse import parse_reply
 from howtocap.errors import HowtocapError
-from howtocap.llm.blocks import Block, make_blocks
-from howtocap.llm.parse import parse_reply
 
 BLOCK = Block(index=0, start=10.4, end=95.6, text="")
 

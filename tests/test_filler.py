@@ -1,4 +1,4 @@
-"""Captions that show nothing (``llm.filler``): the parse test on step/filler pairs, the
+"""Captions that show nothing (``caption.filler``): the parse test on step/filler pairs, the
 ``rejected`` column, align ignoring rejected rows, ``--keep-fillers`` through the CLI."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from tests.tiny_models import TinyEncoder
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
+from howtocap.caption.captioner import CaptionConfig, caption_video
+from howtocap.caption.filler import REASONS, load_parser, reject_reasons
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.rundir import RunDir
 from howtocap.io.export import pairs_for_export
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.captioner import CaptionConfig, caption_video
-from howtocap.llm.filler import REASONS, load_parser, reject_reasons
 from howtocap.samples import FILLER_LINES, make_fixture_set
 
 # (a real step, a caption that shows nothing and shares its words or shape, the reason)
@@ -133,8 +133,8 @@ def test_fingerprint_changes_with_the_setting() -> None:
 def test_fingerprint_changes_when_the_rules_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """New filler rules or chatter patterns keep or drop other captions: a run made with the
     old ones must not be resumed as if nothing changed."""
-    import howtocap.llm.chatter as chatter
-    import howtocap.llm.filler as filler
+    import howtocap.caption.chatter as chatter
+    import howtocap.caption.filler as filler
 
     def fp() -> dict:
         return CaptionStage(LLMOptions(), CaptionConfig(), model=Scripted(REPLY)).fingerprint()

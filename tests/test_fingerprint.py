@@ -14,12 +14,12 @@ from tests.tiny_models import TinyEncoder
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
+from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.run import caption_run
 from howtocap.engine.core import SettingsChanged
 from howtocap.engine.rundir import RunDir
 from howtocap.llm import LLMOptions
-from howtocap.llm.captioner import CaptionConfig
 
 
 def videos(tmp_path: Path, base: Path, n: int = 3) -> Path:

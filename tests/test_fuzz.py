@@ -116,7 +116,7 @@ def test_a_manifest_path_with_a_nul_byte_is_one_line(tmp_path: Path) -> None:
 
 def test_a_template_name_with_a_nul_byte_is_one_line() -> None:
     """Was ``ValueError: embedded null byte`` from reading the 'file' it names."""
-    from howtocap.llm.prompt import resolve_template
+    from howtocap.caption.prompt import resolve_template
 
     with pytest.raises(HowtocapError, match="cannot read prompt template"):
         resolve_template("my\x00template.txt")
@@ -206,3 +206,17 @@ def test_dvc_eval_with_references_that_tokenize_to_nothing_scores_zero(ref: str)
         warnings.simplefilter("ignore")
         res = evaluate(pred, gt, meteor=False)
     assert res["scores"]["CIDEr"] == 0.0 and res["scores"]["Recall"] == 1.0
+
+
+def test_config_keys_that_are_not_option_names_are_one_line(tmp_path: Path) -> None:
+    """Found by the fuzzer: a YAML null or number key crashed ``--config`` with a traceback."""
+    import click
+
+    from howtocap.cli.common import load_yaml_config
+
+    ctx = click.Context(click.Command("caption"))
+    for text in ("?", "1: 2", "~: 3"):
+        cfg = tmp_path / "cfg.yaml"
+        cfg.write_text(text)
+        with pytest.raises(HowtocapError, match=r"cfg.yaml: config keys must be option names"):
+            load_yaml_config(ctx, cfg, {"config": None, "block_words": 200})

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from howtocap.caption.blocks import make_blocks
+from howtocap.caption.prompt import PAPER_PROMPT, build_messages, load_template, resolve_template
 from howtocap.errors import HowtocapError, InputError
-from howtocap.llm.blocks import make_blocks
-from howtocap.llm.prompt import PAPER_PROMPT, build_messages, load_template, resolve_template
 
 
 def subs(rows: list[tuple[float, float, str]]) -> pd.DataFrame:
@@ -99,8 +99,8 @@ def test_template_files(tmp_path: Path) -> None:
 def test_every_builtin_template_renders_with_examples_in_caption_format() -> None:
     """Shipped templates (actions, concise, fewshot) load, hold the block, and their worked
     answers parse as captions: a broken example would teach the model a broken format."""
-    from howtocap.llm.parse import parse_reply
-    from howtocap.llm.prompt import BUILTIN
+    from howtocap.caption.parse import parse_reply
+    from howtocap.caption.prompt import BUILTIN
 
     subs = pd.DataFrame({"start": [0.0, 4.0], "end": [4.0, 8.0],
                          "text": ["take the flour", "pour the milk"]})
@@ -125,7 +125,7 @@ def test_every_builtin_template_puts_the_block_last_so_its_prompt_prefix_is_reus
     """llama.cpp reuses the cached prompt up to the first token that differs. With the block
     at the end (rules first, as in the paper's prompt) every block after the first re-reads
     only itself: 8.8 vs 11.8 s per block for `actions` (benchmarks/results/llm.md)."""
-    from howtocap.llm.prompt import TEMPLATE_NAMES
+    from howtocap.caption.prompt import TEMPLATE_NAMES
 
     def one(name: str, text: str) -> list[dict[str, str]]:
         block = make_blocks(pd.DataFrame({"start": [3.0], "end": [6.0], "text": [text]}),

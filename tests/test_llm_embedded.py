@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from howtocap.caption.captioner import CaptionConfig, caption_video
+from howtocap.caption.parse import norm_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.llm import EMBEDDED_DEFAULT, create
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.captioner import CaptionConfig, caption_video
 from howtocap.llm.llamacpp import LlamaCppLLM
 from howtocap.llm.models import REGISTRY, SMOLLM2, BundledGGUF
-from howtocap.llm.parse import norm_text
 
 pytestmark = pytest.mark.slow
 

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from tests.fault_server import FaultServer, fault_server
 
+from howtocap.caption.captioner import CaptionConfig, caption_video
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import RunDir
@@ -26,7 +27,6 @@ from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.captioner import CaptionConfig, caption_video
 from howtocap.llm.openai import OpenAIChatLLM, retry_after_seconds
 
 MSG = [{"role": "user", "content": "3s: crack the eggs into a bowl"}]

@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 from tests.chat_server import send_json
 
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import RunDir
@@ -26,8 +28,6 @@ from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from howtocap.llm import LLMOptions, create
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
-from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.llm.openai import OpenAIChatLLM
 from howtocap.schemas import SCHEMAS
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from howtocap.llm.blocks import Block
-from howtocap.llm.parse import parse_reply
+from howtocap.caption.blocks import Block
+from howtocap.caption.parse import parse_reply
 
 BLOCK = Block(index=0, start=10.4, end=95.6, text="")
 

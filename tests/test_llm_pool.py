@@ -15,12 +15,12 @@ from tests.chat_server import chat_server
 from tests.fault_server import fault_server
 from tests.test_llm_faults import CLEAN, GEN, MSG, closed_port, subtitle_parts
 
+from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm import LLMOptions, create
-from howtocap.llm.captioner import CaptionConfig
 from howtocap.llm.openai import OpenAIChatLLM
 from howtocap.llm.pool import ServerPool, read_urls
 

@@ -45,9 +45,9 @@ def no_temp_files(run: Path) -> list[Path]:
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
     """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
     the next run must sweep that temp file, but never a live writer's."""
-    from howtocap.atomic import _WRITER, sweep_temp_files
+    from howtocap.atomic import _HOST as host
+    from howtocap.atomic import sweep_temp_files
 
-    host = _WRITER.split("~")[0]
     dead = subprocess.Popen(["true"])
     dead.wait()
     folders = [tmp_path, tmp_path / "parts", tmp_path / "parts" / "captions",
@@ -211,14 +211,35 @@ def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: P
     assert "Traceback" not in res.stderr
 
 
+def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -> None:
+    """A child forked after import (multiprocessing, bench_kill's runs) killed mid-write: its
+    temp file must name the child, so the resume sweep (parent still alive) removes it."""
+    import signal
+
+    from howtocap.atomic import atomic_write, sweep_temp_files
+
+    target = tmp_path / "parts" / "captions" / "v00.parquet"
+    pid = os.fork()
+    if pid == 0:  # the child: start a write and never finish it
+        def stall(tmp: str) -> None:
+            Path(tmp).write_bytes(b"PAR1 half")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        atomic_write(target, stall)
+        os._exit(1)
+    os.waitpid(pid, 0)
+    (left,) = target.parent.glob(".v00.parquet.*.tmp")
+    assert f"~{pid}." in left.name
+    assert sweep_temp_files(tmp_path) == 1 and not left.exists()
+
+
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
-    from howtocap.atomic import _WRITER
+    from howtocap.atomic import _HOST as host
 
     vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = _WRITER.split("~")[0]
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
         caption_run([vids], out, cfg, progress=False)

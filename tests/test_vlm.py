@@ -24,15 +24,15 @@ from tests.chat_server import GREY_PER_SECOND, VisionServer, vision_server
 from tests.fault_server import fault_server
 from tests.test_llm_faults import closed_port
 
+from howtocap.caption.blocks import make_blocks
+from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.run import caption_run
+from howtocap.caption.vlm import VLM_INSTRUCTION, VLMOptions
 from howtocap.engine.core import SettingsChanged
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
 from howtocap.io.video import segment_times
-from howtocap.llm.blocks import make_blocks
-from howtocap.llm.captioner import CaptionConfig
-from howtocap.llm.vlm import VLM_INSTRUCTION, VLMOptions
 
 SECONDS, FPS = 30, 2  # grey 0..232: one level per 1/8 s, frames 0.5 s apart
 CUES = [(3.0 * i, 3.0 * i + 2.5, f"now step {i} of the recipe") for i in range(SECONDS // 3)]

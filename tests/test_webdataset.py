@@ -223,8 +223,8 @@ def test_sigkilled_export_then_rerun_equals_a_clean_export(run: dict[str, Any],
                             env={**os.environ, "NO_COLOR": "1"})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and \
-            len(list(out.glob("*.tar"))) < 2:
-        time.sleep(0.005)
+            (len(list(out.glob("*.tar"))) < 2 or not list(out.glob(".*.tar.tmp"))):
+        time.sleep(0.002)  # two whole shards and a third being written
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the kill must land before the export ends"
     n_clean = len(list(clean.glob("*.tar")))

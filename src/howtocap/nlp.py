@@ -23,7 +23,7 @@ DISABLED = ("parser", "ner", "senter")
 @functools.lru_cache(maxsize=4)
 def load_spacy(name: str | None = None, *, parser: bool = False) -> Any:
     """The English pipeline with only tagging and lemmatisation enabled (``parser``: with the
-    dependency parser too, for the filler test of ``llm.filler``).
+    dependency parser too, for the filler test of ``caption.filler``).
 
     ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``.
     """

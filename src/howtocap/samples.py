@@ -83,7 +83,7 @@ CHATTER_LINES: list[tuple[str, str]] = [
 # stays on screen) and says something no frame shows. ``make_fixture_set(fillers=K)`` inserts
 # K such segments per video after random steps; they are ``kind="filler"`` in ``ground_truth``.
 # Captions a small LLM turns them into pass the chatter patterns and the visual filter alike
-# (the frames still show the task), which is what ``llm.filler`` is for.
+# (the frames still show the task), which is what ``caption.filler`` is for.
 FILLER_LINES: list[tuple[str, str]] = [
     ("So yeah, let's see, okay.", "So yeah, let's see."),
     ("Okay, hang on a second, hang on.", "Hang on a second."),

@@ -18,7 +18,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # config_id: the fingerprint of the stage run that made the row (DIR/parts/fingerprints/)
     "subtitles": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                   "source": "str", "config_id": "str"},
-    # rejected: "" = kept, else why the caption shows nothing (llm.filler); align, export and
+    # rejected: "" = kept, else why the caption shows nothing (caption.filler); align, export and
     # index read only kept rows (``kept_captions``)
     "captions": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                  "source": "str", "block": "int64", "model": "str", "config_id": "str",

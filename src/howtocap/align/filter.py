@@ -29,7 +29,7 @@ Exact definitions (tested in ``tests/test_align.py``):
 * The default filter (``null_z``): the caption's score on its chosen window, in standard
   deviations above the scores of a fixed sample of *other videos'* captions on that window;
   with ``drop_chatter`` (on by default) a caption the LLM stage's channel-chatter patterns
-  flag (``howtocap.llm.chatter.is_chatter``) is dropped too, and the ``chatter`` column says so.
+  flag (``howtocap.caption.chatter.is_chatter``) is dropped too, and the ``chatter`` column says so.
 
 Window means come from prefix sums over the cached rows, and all captions × all shifts of a
 video are scored in one ``einsum``: the image encoder runs once per second of video.
@@ -320,8 +320,8 @@ def choose_threshold(scores: ScoresArg, cfg: AlignConfig,
 
 def chatter_flags(texts: pd.Series | Sequence[str]) -> np.ndarray:
     """The text test of the default filter per caption: the LLM stage's channel-chatter
-    patterns (``howtocap.llm.chatter``), one regex per distinct text."""
-    from howtocap.llm.chatter import is_chatter  # lazily: the CLI starts without the LLM code
+    patterns (``howtocap.caption.chatter``), one regex per distinct text."""
+    from howtocap.caption.chatter import is_chatter  # lazily: the CLI starts without the LLM code
 
     values = pd.Series(texts, dtype=object).astype(str)
     if len(values) == 0:

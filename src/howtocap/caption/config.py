@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from howtocap.caption.captioner import CaptionConfig
+from howtocap.caption.vlm import VLMOptions
 from howtocap.llm import LLMOptions
-from howtocap.llm.captioner import CaptionConfig
-from howtocap.llm.vlm import VLMOptions
 from howtocap.subtitles.policy import AsrMode
 
 

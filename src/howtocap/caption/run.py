@@ -128,7 +128,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
 
 
 def rejected_counts(rundir: RunDir) -> dict[str, int]:
-    """Captions rejected as showing nothing, by reason (``llm.filler``), over the whole run;
+    """Captions rejected as showing nothing, by reason (``caption.filler``), over the whole run;
     only the ``rejected`` column is read."""
     import pyarrow.parquet as pq
 

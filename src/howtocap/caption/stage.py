@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from howtocap.caption.blocks import Block
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.caption.vlm import VLMOptions, attach_frames
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
 from howtocap.llm.base import Messages
-from howtocap.llm.blocks import Block
-from howtocap.llm.captioner import CaptionConfig, CaptionError, caption_video
-from howtocap.llm.vlm import VLMOptions, attach_frames
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
@@ -59,14 +59,15 @@ class CaptionStage(BaseStage):
         if self._model is None:
             self._model = from_options(self.llm)
         if self.cfg.reject_fillers:
-            from howtocap.llm.filler import load_parser
+            from howtocap.caption.filler import load_parser
 
             self._nlp = load_parser()
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
         server is pushed: concurrency, timeouts and retries do not change a caption)."""
-        from howtocap.llm.identity import llm_identity, template_text
+        from howtocap.caption.prompt import template_text
+        from howtocap.llm.identity import llm_identity
 
         llm = {"kind": "object", "name": self.model_name} if self.model_name else \
             llm_identity(self.llm)
@@ -75,11 +76,11 @@ class CaptionStage(BaseStage):
         cfg = self.cfg.model_dump(mode="json")
         cfg["template"] = template_text(self.cfg.template)
         if self.cfg.reject_fillers:  # new rules reject other captions
-            from howtocap.llm.filler import RULES_VERSION
+            from howtocap.caption.filler import RULES_VERSION
 
             cfg["filler_rules"] = RULES_VERSION
         if self.cfg.drop_chatter:
-            from howtocap.llm.chatter import RULES_ID
+            from howtocap.caption.chatter import RULES_ID
 
             cfg["chatter_rules"] = RULES_ID
         return {**super().fingerprint(), "llm": llm, "caption": cfg}

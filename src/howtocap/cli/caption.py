@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
 from howtocap.cli.common import (
     BatchSecondsOpt,
     BatchSizeOpt,
@@ -37,7 +38,6 @@ from howtocap.cli.common import (
     yaml_config,
 )
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
-from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
 from howtocap.subtitles.policy import ASR_MODES
 
 LLM_NAMES = tuple(REGISTRY)
@@ -178,10 +178,10 @@ def caption_config(
     temperature: float | None, max_tokens: int | None, stop: list[str] | None, seed: int | None,
 ) -> Any:
     """The typed settings of `caption` (and `run`), validated before anything is written."""
+    from howtocap.caption.captioner import CaptionConfig
     from howtocap.caption.config import CaptionRunConfig
     from howtocap.llm import LLMOptions
     from howtocap.llm.base import GenerationConfig
-    from howtocap.llm.captioner import CaptionConfig
 
     gen: dict[str, Any] = {k: x for k, x in (("temperature", temperature),
                                              ("max_tokens", max_tokens), ("seed", seed))
@@ -196,8 +196,8 @@ def caption_config(
         cap["template"] = str(template)
     vlm = None
     if vlm_url:
+        from howtocap.caption.vlm import VLMOptions
         from howtocap.errors import HowtocapError
-        from howtocap.llm.vlm import VLMOptions
 
         if llm_url:
             raise HowtocapError("give --llm-url or --vlm-url, not both: the VLM writes the "

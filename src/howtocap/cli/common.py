@@ -110,6 +110,8 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
         raise HowtocapError(f"{path}: config must be a mapping of option names to values")
     merged = dict(values)
     for key, val in data.items():
+        if not isinstance(key, str):
+            raise HowtocapError(f"{path}: config keys must be option names, got {key!r}")
         name = key.replace("-", "_")
         if name not in values:
             raise HowtocapError(f"{path}: unknown option {key!r}; known: "

@@ -1,5 +1,5 @@
-"""What a caption fingerprint says of the LLM and the prompt (``engine.fingerprint`` hashes
-the files; this module knows which files and names identify an LLM)."""
+"""What a caption fingerprint says of the LLM (``engine.fingerprint`` hashes the files; this
+module knows which files and names identify an LLM)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,3 @@ def llm_identity(opts: Any) -> dict[str, Any]:
     if path.is_file():
         return {"kind": "gguf", "name": path.stem, "hash": file_hash(path)}
     return {"kind": "gguf", "name": key, "hash": "missing"}
-
-
-def template_text(template: str) -> dict[str, Any]:
-    """The prompt as the LLM sees it (a template file's edit changes the fingerprint)."""
-    from howtocap.llm.prompt import resolve_template
-
-    t = resolve_template(template)
-    return {"prompt": t.prompt, "system": t.system, "examples": [list(e) for e in t.examples]}

@@ -13,14 +13,19 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from howtocap.caption.blocks import Block, make_blocks
+from howtocap.caption.chatter import is_chatter
+from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.caption.filler import reject_reasons
+from howtocap.caption.parse import norm_text, parse_reply
+from howtocap.caption.prompt import (
+    DEFAULT_TEMPLATE_NAME,
+    Template,
+    build_messages,
+    resolve_template,
+)
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
-from howtocap.llm.blocks import Block, make_blocks
-from howtocap.llm.chatter import is_chatter
-from howtocap.llm.constrain import CAPTION_GBNF, CAPTION_REGEX
-from howtocap.llm.filler import reject_reasons
-from howtocap.llm.parse import norm_text, parse_reply
-from howtocap.llm.prompt import DEFAULT_TEMPLATE_NAME, Template, build_messages, resolve_template
 from howtocap.schemas import conform, empty_table
 
 
@@ -65,7 +70,7 @@ class CaptionStats:
     empty: int = 0
     duplicates: int = 0
     chatter: int = 0  # captions dropped as channel chatter
-    rejected: dict[str, int] = field(default_factory=dict)  # reason -> captions (llm.filler)
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> captions (caption.filler)
     truncated_replies: int = 0  # hit max_tokens; their cut-off last line was dropped
     retried_blocks: int = 0
     failed_blocks: list[tuple[int, str]] = field(default_factory=list)  # (block, why)
@@ -130,7 +135,7 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     ``attach``: turns a block's text messages into the ones sent (frames for a VLM); called
     once per block, before the first request.
     With ``cfg.reject_fillers`` every caption that shows nothing gets its reason in the
-    ``rejected`` column (``llm.filler``; ``nlp``: its spaCy parser, loaded once when None);
+    ``rejected`` column (``caption.filler``; ``nlp``: its spaCy parser, loaded once when None);
     the row stays, so the table keeps all the LLM said.
     """
     cfg = cfg or CaptionConfig()

@@ -21,14 +21,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from howtocap.errors import InputError
 
 if TYPE_CHECKING:  # blocks loads pandas; the CLI reads the template names at start-up
-    from howtocap.llm.blocks import Block
+    from howtocap.caption.blocks import Block
 
 PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # As in the paper's config, the block sits in quotes and (as the reference's blocks did) starts
@@ -131,3 +131,9 @@ def build_messages(block: Block, template: Template | str | None = None) -> list
         msgs.append({"role": "assistant", "content": answer.strip()})
     msgs.append({"role": "user", "content": tpl.render(block.text)})
     return msgs
+
+
+def template_text(template: str) -> dict[str, Any]:
+    """The prompt as the LLM sees it (a template file's edit changes the fingerprint)."""
+    t = resolve_template(template)
+    return {"prompt": t.prompt, "system": t.system, "examples": [list(e) for e in t.examples]}

@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from howtocap.llm.blocks import Block
+from howtocap.caption.blocks import Block
 
 _SEC_UNIT = r"(?:seconds?|secs?|s)\b"
 _CLOCK = r"(?:\d{1,2}:)?\d{1,2}:\d{2}(?:\.\d+)?"
