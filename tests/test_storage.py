@@ -45,7 +45,7 @@ def no_temp_files(run: Path) -> list[Path]:
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
     """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
     the next run must sweep that temp file, but never a live writer's."""
-    from howtocap.atomic import _HOST as host
+    from howtocap.atomic import HOST as host
     from howtocap.atomic import sweep_temp_files
 
     dead = subprocess.Popen(["true"])
@@ -235,7 +235,7 @@ def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -
 
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
-    from howtocap.atomic import _HOST as host
+    from howtocap.atomic import HOST as host
 
     vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
     dead = subprocess.Popen(["true"])

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import (
-    _WRITER,
     FILE_MODE,
+    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
@@ -41,6 +41,7 @@ from howtocap.atomic import (
     is_disk_full,
     looks_complete,
     read_parquet,
+    writer_tag,
 )
 from howtocap.hashing import safe_name
 from howtocap.schemas import SCHEMAS, conform, empty_table
@@ -175,7 +176,7 @@ class RunDir:
         idx = self._index(stage)
         ns = max(time.time_ns(), idx.newest + 1)
         idx.newest = ns
-        return f"{BATCH_PREFIX}{ns:020d}-{_WRITER_ID}"
+        return f"{BATCH_PREFIX}{ns:020d}-{writer_tag()}"
 
     def commit_batch(self, stage: str, writes: Sequence[str], records: Sequence[StatusRecord],
                      tables: dict[str, pd.DataFrame]) -> str:
@@ -741,7 +742,7 @@ class RunDir:
             if not taken:
                 return None, [], elsewhere
             self._claims += 1
-            path = folder / f"claim-{time.time_ns():020d}-{_WRITER_ID}-{self._claims}.json"
+            path = folder / f"claim-{time.time_ns():020d}-{writer_tag()}-{self._claims}.json"
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
             _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": taken}))
             return path, taken, elsewhere
@@ -838,7 +839,6 @@ STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
 LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
-_WRITER_ID = _WRITER.rsplit(".", 1)[0]  # host~pid: whose batch (an orphan's writer alive?)
 _BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
 _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
 
@@ -850,7 +850,7 @@ def _writer_alive(batch: str) -> bool:
     m = _BATCH_RE.match(batch)
     if m is None:
         return True  # not ours to judge
-    if m.group(1) != _WRITER_ID.split("~")[0]:
+    if m.group(1) != HOST:
         ns = int(batch.split("-")[1])
         return time.time() - ns / 1e9 < Owner.me().lease
     return _alive(int(m.group(2)))
