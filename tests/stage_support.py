@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
@@ -47,3 +48,9 @@ def setups(log_dir: Path) -> list[int]:
 def done_ids(log_dir: Path) -> list[str]:
     path = Path(log_dir) / "done.log"
     return [ln.split()[0] for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def committed(run: Path, stage: str) -> int:
+    """Videos in the stage's batch manifests (each written whole, by rename)."""
+    return sum(pq.read_metadata(p).num_rows for p in
+               (Path(run) / "parts" / "batches" / stage).glob("batch-*.parquet"))

@@ -158,18 +158,20 @@ def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) ->
 
 def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
-    part = rundir.part_path("align_scores", "good")
+    batch = rundir.status("align", "good").batch  # the batch holding its scores
+    part = rundir.batch_part_path("align_scores", batch)
     before = part.stat().st_mtime_ns
     s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=[run["encoder"]],
                   progress=False)
     assert s.done == 0 and s.skipped == 4 and part.stat().st_mtime_ns == before
+    assert rundir.status("align", "good").batch == batch
     assert int(read_aligned(rundir)["kept"].sum()) == 2
     two = [run["encoder"], Renamed(run["encoder"], "default-copy")]
     with pytest.raises(HowtocapError, match="--redo"):  # other settings: refused …
         align_run(rundir, [], AlignConfig(keep_top=2), encoders=two, progress=False)
     s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=two, progress=False,
                   redo=True)  # … unless asked to recompute
-    assert s.done == 4 and s.skipped == 0 and part.stat().st_mtime_ns != before
+    assert s.done == 4 and s.skipped == 0 and rundir.status("align", "good").batch != batch
     al = read_aligned(rundir)
     assert set(al["encoders"]) == {f"{run['encoder'].name},default-copy"}
     shutil.rmtree(rundir.root / "logs", ignore_errors=True)

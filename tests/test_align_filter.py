@@ -151,7 +151,7 @@ def test_keep_chatter_and_threshold_refilter_without_rescoring(
     enc = [chatter_run["encoder"]]
     align_run(rundir, [], AlignConfig(), encoders=enc, progress=False)
     default = _labelled(chatter_run)
-    part = rundir.part_path("align_scores", "v0")
+    part = rundir.batch_part_path("align_scores", rundir.status("align", "v0").batch)
     before = part.stat().st_mtime_ns
     s = align_run(rundir, [], AlignConfig(drop_chatter=False), encoders=enc, progress=False)
     assert s.done == 0 and part.stat().st_mtime_ns == before  # re-filtered, not rescored

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 from tests.chat_server import chat_server
+from tests.stage_support import committed
 
 from howtocap.engine.rundir import RunDir
 
@@ -145,18 +146,18 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
     for i in range(10):
         add_video(vids, f"v{i:02d}", base_video, GOOD.replace("eggs", f"egg{i}"))
     with chat_server(delay=0.25) as srv:
-        args = ["caption", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--quiet"]
+        args = ["caption", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--quiet",
+                "--batch-size", "2"]
         killed = tmp_path / "killed"
         proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(killed)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        parts = killed / "parts" / "captions"
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(parts.glob("*.parquet"))) < 3:
+        while time.monotonic() < deadline and committed(killed, "caption") < 3:
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        n_parts = len(list(parts.glob("*.parquet")))
-        assert 3 <= n_parts < 10, "the kill must land mid-run"
+        n_done = committed(killed, "caption")
+        assert 3 <= n_done < 10, "the kill must land mid-run"
         assert run_cli(*args, "--out", str(killed)).returncode == 0
         clean = tmp_path / "clean"
         assert run_cli(*args, "--out", str(clean)).returncode == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.stage_support import SquareStage, done_ids, setups
+from tests.stage_support import SquareStage, committed, done_ids, setups
 
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import Owner, RunDir
@@ -69,10 +69,22 @@ def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
     assert again.done == 0 and again.skipped == 10 and again.failed_before == 1
 
 
-def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str) -> str:
+def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
+                   batch: int = 4, die_at_manifest: int = 0) -> str:
+    """A process running SquareStage on ``n`` videos; ``die_at_manifest``: SIGKILL itself
+    just before writing its K-th batch manifest (that batch's table files are written)."""
     return textwrap.dedent(f"""
-        import sys
+        import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        if {die_at_manifest}:
+            from howtocap.engine.rundir import RunDir as R
+            real, seen = R._write_manifest, []
+            def die(self, *a, **k):
+                seen.append(1)
+                if len(seen) == {die_at_manifest}:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(self, *a, **k)
+            R._write_manifest = die
         from tests.stage_support import SquareStage
         from howtocap.io.inputs import VideoItem
         from howtocap.engine.core import run_stage
@@ -80,12 +92,15 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str) -> s
         from howtocap.engine.rundir import RunDir
         items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
         s = run_stage(RunDir({str(run)!r}), items, SquareStage({str(log)!r}, delay={delay}),
-                      runner=make_runner({runner!r}, workers=1), progress=False)
+                      runner=make_runner({runner!r}, workers=1), progress=False,
+                      batch_size={batch})
         print("DONE", s.done, s.claimed_elsewhere, s.skipped)
     """)
 
 
 def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> None:
+    """Batches of 4: each process claims a batch at a time, so both get work, and no video
+    (hence no batch) is done by both."""
     run, log = tmp_path / "run", tmp_path / "log"
     script = _worker_script(run, log, 16, 0.1, "local")
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -96,19 +111,26 @@ def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> 
     assert sorted(done) == sorted(set(done)) and len(done) == 16  # each video exactly once
     counts = [int(o[0].split()[1]) for o in outs]
     assert sum(counts) == 16 and min(counts) > 0  # both did a share
+    rd = RunDir(run)
+    batches = [set(m["video_id"]) for m in (pd.read_parquet(p) for p in
+                                            sorted(rd.batch_dir("square").glob("*.parquet")))]
+    assert sum(len(b) for b in batches) == 16 and set().union(*batches) == \
+        {f"v_{i}" for i in range(16)}  # each video in exactly one batch
+    assert not list((run / "parts" / "claims").rglob("*.json"))
 
 
 def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run")
     dead = Owner(Owner.me().host, 2**22 + 7, "gone")  # no such process
     assert rd.claim("square", "v_1", dead)
-    assert rd.claim("square", "v_2", Owner("elsewhere", 1, "x"))
+    elsewhere = rd.claim("square", "v_2", Owner("elsewhere", 1, "x"))
+    assert elsewhere is not None
     summary = run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False)
     # v_1's owner is gone: taken over; v_2's owner is alive elsewhere and within its lease
     assert summary.done == 2 and summary.claimed_elsewhere == 1
     assert sorted(done_ids(tmp_path / "log")) == ["v_0", "v_1"]
     old = time.time() - Owner.me().lease - 60
-    os.utime(rd.claim_path("square", "v_2"), (old, old))  # past the lease: taken over too
+    os.utime(elsewhere, (old, old))  # past the lease: taken over too
     assert run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False).done == 1
 
 
@@ -117,16 +139,16 @@ def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
 def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> None:
     run, log = tmp_path / "run", tmp_path / "log"
     n = 12
-    proc = subprocess.Popen([sys.executable, "-c", _worker_script(run, log, n, 0.4, runner)],
+    proc = subprocess.Popen([sys.executable, "-c", _worker_script(run, log, n, 0.4, runner,
+                                                                  batch=2)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    status = RunDir(run).status_dir / "square"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(status.glob("*.json"))) < 3:
+    while time.monotonic() < deadline and committed(run, "square") < 3:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and, for Ray, its workers
     proc.wait()
-    finished = len(list(status.glob("*.json")))
+    finished = committed(run, "square")
     assert 3 <= finished < n, "the kill must land mid-run"
     out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, runner)],
                          capture_output=True, text=True, timeout=300)
@@ -137,6 +159,34 @@ def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> N
               SquareStage(tmp_path / "clog"), progress=False)
     pd.testing.assert_frame_equal(resumed, clean.merge("squares"))
     assert (RunDir(run).status_table()["status"] == "ok").sum() == n
+
+
+def test_sigkill_between_a_batchs_tables_and_its_manifest(tmp_path: Path) -> None:
+    """A real SIGKILL after a batch's table file and before its manifest: that batch is not
+    done (its file is an orphan, ignored, then swept), the first batch is, and the resumed
+    run equals a clean one."""
+    run, log, n = tmp_path / "run", tmp_path / "log", 6
+    proc = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, "local",
+                                                                batch=2, die_at_manifest=2)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    rd = RunDir(run)
+    tables = sorted((run / "parts" / "squares").glob("batch-*.parquet"))
+    assert len(tables) == 2 and committed(run, "square") == 2  # one orphan, one batch
+    orphan = next(p for p in tables if not rd.manifest_path("square", p.stem).exists())
+    assert len(pd.read_parquet(orphan)) == 4  # its two videos' rows were written ...
+    ok = set(rd.records("square").index)
+    assert len(ok) == 2 and not ok & set(pd.read_parquet(orphan)["video_id"])  # ... not done
+    assert len(rd.merge("squares")) == 4  # the orphan's rows are not merged
+    out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, "local",
+                                                               batch=2)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split()[1:] == ["4", "0", "2"], out
+    assert not orphan.exists()  # swept on resume (its writer is dead)
+    clean = RunDir(tmp_path / "clean")
+    run_stage(clean, [VideoItem(f"v_{i}", None) for i in range(n)],
+              SquareStage(tmp_path / "clog"), progress=False)
+    pd.testing.assert_frame_equal(RunDir(run).merge("squares"), clean.merge("squares"))
 
 
 def test_runner_choices_and_resources() -> None:

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from tests.chat_server import chat_server
+from tests.stage_support import committed
 from tests.test_caption_pipeline import GOOD, HOWTOCAP, add_video, run_cli
 
 from howtocap.atomic import CorruptPartWarning, DiskFull, looks_complete, read_parquet
@@ -44,7 +45,7 @@ def no_temp_files(run: Path) -> list[Path]:
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
     """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
     the next run must sweep that temp file, but never a live writer's."""
-    from howtocap.atomic import _HOST as host
+    from howtocap.atomic import HOST as host
     from howtocap.atomic import sweep_temp_files
 
     dead = subprocess.Popen(["true"])
@@ -71,24 +72,24 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
     vids = videos(tmp_path, base_video, 5)
     with chat_server(delay=0.15) as srv:
         args = ["run", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--encoder",
-                enc, "--quiet"]
+                enc, "--quiet", "--batch-size", "2"]
         clean = tmp_path / "clean"
         assert run_cli(*args, "--out", str(clean)).returncode == 0
         want = tables(clean, ("subtitles", "captions", "aligned"))
         assert len(want["aligned"]) and want["aligned"]["config_id"].nunique() == 1
-        # kill while captioning and while aligning (benchmarks/bench_kill.py: 20 moments)
-        for i, (folder, count) in enumerate([("captions", 2), ("align_scores", 2)]):
+        # kill while captioning and while aligning (benchmarks/bench_kill.py: 20 moments),
+        # batches of 2 videos: the kill lands after one batch, in the middle of the next
+        for i, (stage, count) in enumerate([("caption", 2), ("align", 2)]):
             run = tmp_path / f"killed{i}"
             proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(run)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            parts = run / "parts" / folder
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and proc.poll() is None and \
-                    len(list(parts.glob("*.parquet"))) < count:
+                    committed(run, stage) < count:
                 time.sleep(0.01)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            assert len(list(parts.glob("*.parquet"))) < 5, "the kill must land mid-stage"
+            assert committed(run, stage) < 5, "the kill must land mid-stage"
             res = run_cli(*args, "--out", str(run))
             assert res.returncode == 0, res.stderr
             got = tables(run, ("subtitles", "captions", "aligned"))
@@ -104,9 +105,10 @@ def test_corrupt_parts_are_detected_and_recomputed(tmp_path: Path, base_video: P
         caption_run([vids], out, cfg, progress=False)
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
-        truncated = rd.part_path("captions", "v01")
+        # the batch files holding v01's captions and v02's subtitles (one batch each here)
+        truncated = rd.batch_part_path("captions", rd.status("caption", "v01").batch)
         truncated.write_bytes(truncated.read_bytes()[:-40])  # torn: footer gone
-        flipped = rd.part_path("subtitles", "v02")
+        flipped = rd.batch_part_path("subtitles", rd.status("subtitles", "v02").batch)
         data = bytearray(flipped.read_bytes())
         col = pq.read_metadata(flipped).row_group(0).column(1)  # "start"
         at = col.data_page_offset + col.total_compressed_size - 2  # a page's payload
@@ -119,11 +121,15 @@ def test_corrupt_parts_are_detected_and_recomputed(tmp_path: Path, base_video: P
         with pytest.warns(CorruptPartWarning) as caught:
             subs, caps = caption_run([vids], out, cfg, progress=False)
         named = " ".join(str(w.message) for w in caught)
-        assert "v01.parquet" in named and "v02.parquet" in named
+        assert truncated.name in named and flipped.name in named
         assert caps.done >= 1 and srv.requests > n  # v01's captions were asked for again
         for name, df in tables(out, ("subtitles", "captions")).items():
             pd.testing.assert_frame_equal(df, want[name])
-        assert looks_complete(truncated) and len(read_parquet(flipped))
+        # redone into new batches (the old files were dropped, nothing merged them twice)
+        assert not truncated.exists() and not flipped.exists()
+        for stage, table in (("caption", "captions"), ("subtitles", "subtitles")):
+            path = rd.batch_part_path(table, rd.status(stage, "v01").batch)
+            assert looks_complete(path) and len(read_parquet(path))
 
 
 @contextlib.contextmanager
@@ -229,7 +235,7 @@ def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -
 
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
-    from howtocap.atomic import _HOST as host
+    from howtocap.atomic import HOST as host
 
     vids, out = videos(tmp_path, base_video, 2), tmp_path / "run"
     dead = subprocess.Popen(["true"])

@@ -65,20 +65,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _host_tag() -> str:
+def host_tag() -> str:
     import socket
 
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40]
 
 
-_HOST = _host_tag()
+HOST = host_tag()
 
 
-def _writer_tag() -> str:
+def writer_tag() -> str:
     """Which host and process is writing (in temp names). The pid is read at each write, not
     at import: a forked child (multiprocessing, a benchmark's workers) must not sign its temp
     files with its parent's pid, or a resume would take them for a live writer's and keep them."""
-    return f"{_HOST}~{os.getpid()}"
+    return f"{HOST}~{os.getpid()}"
 
 _TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
 
@@ -87,7 +87,7 @@ def sweep_temp_files(root: Path) -> int:
     """Remove temp files a killed writer of this host left (never another host's, never a
     live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
     per-video status files); returns how many went."""
-    host = _HOST
+    host = HOST
     removed = 0
     folders = [root]
     for depth in range(4):
@@ -126,7 +126,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
     raises ``DiskFull`` (one line) after removing the temp file."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer_tag()}.",
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{writer_tag()}.",
                                    suffix=".tmp")
     except OSError as exc:
         if is_disk_full(exc):

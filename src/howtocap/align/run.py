@@ -45,10 +45,7 @@ def _forget_changed_videos(rundir: RunDir, captions: pd.DataFrame,
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again."""
     now = _fingerprints(captions, items)
     old = rundir.read_config("align_inputs") or {}
-    for vid, fp in now.items():
-        if vid in old and old[vid] != fp:
-            rundir.part_path(SCORES, vid).unlink(missing_ok=True)
-            rundir.status_path(STAGE, vid).unlink(missing_ok=True)
+    rundir.forget(STAGE, [vid for vid, fp in now.items() if vid in old and old[vid] != fp])
     rundir.write_config("align_inputs", {**old, **now})
 
 

@@ -102,9 +102,8 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     rundir.record_videos(items)
     rundir.write_config("caption", config.model_dump())
     if force:
-        for it in items:
-            for stage in (subs_stage, cap_stage):
-                rundir.status_path(stage.name, it.video_id).unlink(missing_ok=True)
+        for stage in (subs_stage, cap_stage):
+            rundir.forget(stage.name, [it.video_id for it in items])
     opts = {"runner": runner, "shard": shard, "progress": progress,
             "retry_failed": retry_failed, "max_attempts": max_attempts}
     summaries: list[StageSummary] = []

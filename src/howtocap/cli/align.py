@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from howtocap.cli.common import (
+    BatchSecondsOpt,
+    BatchSizeOpt,
     ConfigOpt,
     MaxAttemptsOpt,
     QuietOpt,
@@ -101,6 +103,8 @@ def align_cmd(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: ShardOpt = None,
+    batch_size: BatchSizeOpt = None,
+    batch_seconds: BatchSecondsOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
     max_attempts: MaxAttemptsOpt = 3,
@@ -129,7 +133,8 @@ def align_cmd(
     if videos:
         attach_videos(rundir, videos)
     summary = align_run(rundir, encoder or ["default"], cfg, runner=run_on, device=device,
-                        progress=not quiet, shard=parse_shard(shard), redo=redo,
+                        progress=not quiet, shard=parse_shard(shard, (batch_size, batch_seconds)),
+                        redo=redo,
                         retry_failed=retry_failed, max_attempts=max_attempts)
     print_align_result(root, shard)
     report_summary(summary)

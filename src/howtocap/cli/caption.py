@@ -14,6 +14,8 @@ import typer
 
 from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
 from howtocap.cli.common import (
+    BatchSecondsOpt,
+    BatchSizeOpt,
     ConfigOpt,
     MaxAttemptsOpt,
     OutDir,
@@ -139,6 +141,8 @@ def caption_cmd(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: ShardOpt = None,
+    batch_size: BatchSizeOpt = None,
+    batch_seconds: BatchSecondsOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -156,7 +160,8 @@ def caption_cmd(
     summaries = caption_run(inputs, out_dir, cfg, force=force, progress=not quiet,
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
-                            shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
+                            shard=parse_shard(shard, (batch_size, batch_seconds)),
+                            redo=redo, retry_failed=retry_failed,
                             max_attempts=max_attempts)
     show_captions(out_dir, limit=0)
     report_rejected(out_dir)

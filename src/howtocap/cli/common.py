@@ -56,6 +56,13 @@ Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of vide
                                               "CSVs (video_id,video_path[,subtitle_path]).")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
 ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
+BatchSizeOpt = Annotated[int | None, typer.Option(
+    "--batch-size", min=1, help="Commit results in batches of at most this many videos (one "
+                                "file per table per batch; a kill loses the batch in "
+                                "flight). Default 1000.")]
+BatchSecondsOpt = Annotated[float | None, typer.Option(
+    "--batch-seconds", min=0, help="Commit a batch once its first result waited this long, "
+                                   "full or not. Default 60.")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
 
@@ -163,11 +170,21 @@ def report_summary(*summaries: Any) -> None:
         raise typer.Exit(1)
 
 
-def parse_shard(text: str | None) -> Any:
-    """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
-    runs, not for ``--help``."""
+def parse_shard(text: str | None, batches: tuple[int | None, float | None] = (None, None)
+                ) -> Any:
+    """``--shard K/N`` as a ``Shard``, and ``--batch-size`` / ``--batch-seconds`` for every
+    stage this command runs (the engine reads them from ``HOWTOCAP_BATCH_SIZE`` /
+    ``HOWTOCAP_BATCH_SECONDS``); the pipeline (and pandas) load only when a command runs, not
+    for ``--help``."""
+    import os
+
     from howtocap.engine.core import Shard
 
+    size, seconds = batches
+    if size is not None:
+        os.environ["HOWTOCAP_BATCH_SIZE"] = str(size)
+    if seconds is not None:
+        os.environ["HOWTOCAP_BATCH_SECONDS"] = str(seconds)
     return Shard.parse(text)
 
 

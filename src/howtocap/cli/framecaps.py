@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import (
+    BatchSecondsOpt,
+    BatchSizeOpt,
     Inputs,
     MaxAttemptsOpt,
     OutDir,
@@ -43,6 +45,8 @@ def framecaps_cmd(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: ShardOpt = None,
+    batch_size: BatchSizeOpt = None,
+    batch_seconds: BatchSecondsOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
     max_attempts: MaxAttemptsOpt = 3,
@@ -55,7 +59,8 @@ def framecaps_cmd(
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
-                            progress=not quiet, shard=parse_shard(shard),
+                            progress=not quiet,
+                            shard=parse_shard(shard, (batch_size, batch_seconds)),
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
                             redo=redo, retry_failed=retry_failed, max_attempts=max_attempts)

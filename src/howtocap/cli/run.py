@@ -61,6 +61,8 @@ from howtocap.cli.caption import (
     show_captions,
 )
 from howtocap.cli.common import (
+    BatchSecondsOpt,
+    BatchSizeOpt,
     ConfigOpt,
     MaxAttemptsOpt,
     OutDir,
@@ -122,6 +124,8 @@ def run_cmd(
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,
     shard: ShardOpt = None,
+    batch_size: BatchSizeOpt = None,
+    batch_seconds: BatchSecondsOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
     encoder: EncoderOpt = None,
@@ -166,7 +170,8 @@ def run_cmd(
                              encoders=encoder or ["default"],
                              runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                 ray_gpus_per_stage=ray_gpus_per_stage),
-                             shard=parse_shard(shard), force=force, device=device,
+                             shard=parse_shard(shard, (batch_size, batch_seconds)),
+                             force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
                              max_attempts=max_attempts)
     print_align_result(Path(out_dir), shard)

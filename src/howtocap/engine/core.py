@@ -1,10 +1,10 @@
-"""Orchestration of one stage over many videos: pick what is left, claim it, feed a runner,
-commit each result to the run directory, show progress.
+"""Orchestration of one stage over many videos: pick what is left, claim it a batch at a
+time, feed a runner, commit results in batches to the run directory, show progress.
 
-Only this module (through ``RunDir``) writes parts, status records and claims; stages compute,
-runners decide where they compute. A committed video has its parts written (temp file +
-rename) before its status record, so a kill leaves a finished part or nothing, and a re-run
-redoes only what has no ``ok`` record.
+Only this module (through ``RunDir``) writes batches, status records and claims; stages
+compute, runners decide where they compute. A batch has its table files written (temp file +
+rename) before its manifest (the batch's status records), so a kill leaves whole batches or
+no manifest, and a re-run redoes only what has no ``ok`` record.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
@@ -119,6 +122,7 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
+        rundir.sweep_orphans()  # table files of a batch whose manifest never came
     fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
     olds = {st.name: rundir.read_fingerprint(st.name) for st in stages}
     for st in stages:
@@ -150,67 +154,174 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     return ids
 
 
+BATCH_SIZE = 1000  # videos a batch commits at most (``--batch-size``)
+BATCH_SECONDS = 60.0  # a batch is committed once its oldest result waited this long
+
+
+def batch_settings(size: int | None = None, seconds: float | None = None) -> tuple[int, float]:
+    """The batch size and time: the arguments, else ``HOWTOCAP_BATCH_SIZE`` /
+    ``HOWTOCAP_BATCH_SECONDS`` (the CLI's ``--batch-size`` / ``--batch-seconds`` set them,
+    so every step's ``run_stage`` sees them), else 1,000 videos / 60 s."""
+    import os
+
+    try:
+        size = size or int(os.environ.get("HOWTOCAP_BATCH_SIZE") or BATCH_SIZE)
+        seconds = seconds if seconds is not None else float(
+            os.environ.get("HOWTOCAP_BATCH_SECONDS") or BATCH_SECONDS)
+    except ValueError as exc:
+        raise HowtocapError(f"HOWTOCAP_BATCH_SIZE / HOWTOCAP_BATCH_SECONDS: {exc}") from None
+    if size < 1 or seconds < 0:
+        raise HowtocapError(f"--batch-size must be >= 1 and --batch-seconds >= 0, got {size}, "
+                            f"{seconds}")
+    return size, seconds
+
+
+def _select(rundir: RunDir, stage: Stage, items: Sequence[Any], main: str | None, cid: str,
+            skip_done: bool, retry_failed: bool, max_attempts: int,
+            summary: StageSummary) -> tuple[list[Any], dict[str, int]]:
+    """What is left to do, from the stage's newest records (column-wise: a HowTo100M run
+    lists 1.2M videos), and the attempts each listed video has had."""
+    view = rundir.records(stage.name)
+    ids = [it.video_id for it in items]
+    pos = view.index.get_indexer(ids) if len(view) else np.full(len(ids), -1)
+    col = {c: view[c].to_numpy() for c in ("status", "config_id", "cause", "attempts",
+                                            "batch")} if len(view) else {}
+    todo: list[Any] = []
+    attempts: dict[str, int] = {}
+    whole: dict[str, bool] = {}  # per batch: its main table file is whole
+    for it, p in zip(items, pos, strict=True):
+        if p < 0:
+            todo.append(it)
+            continue
+        status, rec_cid, cause = col["status"][p], col["config_id"][p], col["cause"][p]
+        attempts[it.video_id] = int(col["attempts"][p])
+        if not skip_done:
+            todo.append(it)
+            continue
+        done = status == "ok" and (not rec_cid or rec_cid == cid)
+        if done and main is not None:
+            batch = col["batch"][p]
+            if batch:
+                if batch not in whole:
+                    whole[batch] = rundir.is_done(stage.name, it.video_id, main, cid)
+                done = whole[batch]
+            else:
+                done = rundir.is_done(stage.name, it.video_id, main, cid)
+        if done:
+            summary.skipped += 1
+        elif status == "ok" or rec_cid not in ("", cid) or cause == "service":
+            todo.append(it)  # a lost or torn part, or a record of other settings: redo
+        elif not retry_failed:
+            summary.failed_before += 1
+        elif attempts[it.video_id] >= max_attempts:
+            summary.failed_before += 1
+            summary.gave_up += 1
+        else:
+            todo.append(it)
+    if stage.reads and len(todo) > 1:  # visit the inputs batch by batch (read once each)
+        src = rundir.source_batches(stage.reads[0], [it.video_id for it in todo])
+        order = sorted(range(len(todo)), key=lambda i: src[i])
+        todo = [todo[i] for i in order]
+    return todo, attempts
+
+
 def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
-              max_attempts: int = MAX_ATTEMPTS, cid: str | None = None) -> StageSummary:
+              max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
+              batch_size: int | None = None, batch_seconds: float | None = None
+              ) -> StageSummary:
     """Run ``stage`` on every item (of this ``shard``) that has no ``ok`` status yet (every
     item when ``skip_done`` is off: for stages whose own cache makes a repeat cheap).
 
     A video that failed before stays failed (``status`` lists it) unless ``retry_failed``
     and it has failed fewer than ``max_attempts`` times; one that failed because a service
     was down is retried anyway (its input is fine). ``cid``: the stage's config id, from
-    ``prepare_stages`` (called here when not given: it refuses changed settings)."""
+    ``prepare_stages`` (called here when not given: it refuses changed settings).
+
+    Videos are claimed ``batch_size`` at a time and their results committed in batches of up
+    to ``batch_size`` videos or ``batch_seconds`` (``batch_settings``), each batch atomically
+    (``RunDir.commit_batch``): a kill loses the batch in flight, nothing else."""
     from howtocap.engine.runners import LocalRunner
 
+    size, seconds = batch_settings(batch_size, batch_seconds)
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
     main = stage.writes[0] if stage.writes else None
     summary = StageSummary(stage.name)
-    todo = []
-    attempts: dict[str, int] = {}
-    for it in items if shard is None else [it for it in items if shard.owns(it.video_id)]:
-        rec = rundir.status(stage.name, it.video_id)
-        if rec is not None:
-            attempts[it.video_id] = rec.attempts
-        if not skip_done or rec is None:
-            todo.append(it)
-        elif rundir.record_done(rec, main, cid):
-            summary.skipped += 1
-        elif rec.status == "ok" or rec.config_id not in ("", cid) or rec.cause == "service":
-            todo.append(it)  # a lost or torn part, or a record of other settings: redo
-        elif not retry_failed:
-            summary.failed_before += 1
-        elif rec.attempts >= max_attempts:
-            summary.failed_before += 1
-            summary.gave_up += 1
-        else:
-            todo.append(it)
+    mine = items if shard is None else [it for it in items if shard.owns(it.video_id)]
+    todo, attempts = _select(rundir, stage, mine, main, cid, skip_done, retry_failed,
+                             max_attempts, summary)
     owner = Owner.me()
-    held: set[str] = set()  # claimed and not yet committed
+    claims: dict[Path, set[str]] = {}  # claim file -> its videos not yet committed
+    claim_of: dict[str, Path] = {}
     totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
     down: list[VideoResult] = []  # a fatal result (the LLM server is gone): stop feeding work
+    pending: list[VideoResult] = []  # finished, not yet committed
     t0 = time.perf_counter()
+    first = [0.0]  # when the oldest pending result arrived
+
+    mark = [rundir.manifests_read(stage.name)]  # manifests read when listing
+    recent: list[set[str]] = [set()]  # ok in manifests read since (ours or another's)
+
+    def still_to_do(vid: str) -> bool:
+        if skip_done and vid in recent[0]:
+            summary.skipped += 1  # finished elsewhere while we were listing
+            return False
+        return True
 
     def claimed() -> Iterator[VideoInput]:
-        """Claims are taken as the runner asks for work, so two processes share a batch."""
-        for it in todo:
+        """Claims are taken a batch at a time as the runner asks for work, so two processes
+        share a run: each holds whole batches the other does not."""
+        for lo in range(0, len(todo), size):
             if down:
                 return
-            if not rundir.claim(stage.name, it.video_id, owner):
-                summary.claimed_elsewhere += 1
+            chunk = todo[lo:lo + size]
+
+            def keep(vid: str) -> bool:  # called under the claim lock, manifests re-read
+                if mark[0] != rundir.manifests_read(stage.name):
+                    more, mark[0] = rundir.finished_since(stage.name, mark[0])
+                    recent[0] |= more
+                return still_to_do(vid)
+
+            path, taken, elsewhere = rundir.claim_batch(
+                stage.name, [it.video_id for it in chunk], owner, keep)
+            summary.claimed_elsewhere += elsewhere
+            if path is None:
                 continue
-            if skip_done and rundir.is_done(stage.name, it.video_id, main, cid):
-                rundir.release(stage.name, it.video_id)  # finished while we were listing
-                summary.skipped += 1
-                continue
-            video = _inputs(rundir, stage, it)
-            if video is None:  # an input part was corrupt: not this video's failure
-                rundir.release(stage.name, it.video_id)
-                continue
-            held.add(it.video_id)
-            yield video
+            claims[path] = set(taken)
+            keep = set(taken)
+            for it in chunk:
+                if it.video_id not in keep:
+                    continue
+                if down:
+                    return
+                video = _inputs(rundir, stage, it)
+                if video is None:  # an input part was corrupt: not this video's failure
+                    _settle(it.video_id)
+                    continue
+                claim_of[it.video_id] = path
+                yield video
+
+    def _settle(vid: str) -> None:
+        """The video is committed or given back: its claim file goes with its last video."""
+        path = claim_of.pop(vid, None) or next((p for p, v in claims.items() if vid in v),
+                                               None)
+        if path is not None and path in claims:
+            claims[path].discard(vid)
+            if not claims[path]:
+                del claims[path]
+                rundir.release_claim(path)
+
+    def flush() -> None:
+        if not pending:
+            return
+        batch = list(pending)
+        commit_batch(rundir, stage, batch, config_id=cid, attempts=attempts)
+        pending.clear()
+        for res in batch:
+            _settle(res.video_id)
 
     with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
                       disable=not progress) as bar:
@@ -220,9 +331,9 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             if res.fatal:  # not the video's fault: no status, its claim goes back below
                 down.append(res)
                 return
-            commit_result(rundir, stage, res, config_id=cid,
-                          attempts=attempts.get(res.video_id, 0) + 1)
-            held.discard(res.video_id)
+            if not pending:
+                first[0] = time.monotonic()
+            pending.append(res)
             for k, v in res.metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
             if not res.ok:
@@ -236,12 +347,17 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
                     bar.console.print(f"[yellow]![/yellow] {stage.name} {res.video_id}: "
                                       f"{res.message}", markup=True, highlight=False)
             bar.update(task, advance=1, last=res.video_id)
+            if len(pending) >= size or time.monotonic() - first[0] >= seconds:
+                flush()
 
         try:
-            runner.map(stage, claimed(), commit)
+            try:
+                runner.map(stage, claimed(), commit)
+            finally:  # finished work is kept, whatever stopped the runner
+                flush()
         finally:  # claims of videos a crash or Ctrl-C left unfinished go back
-            for vid in held:
-                rundir.release(stage.name, vid)
+            for path in list(claims):
+                rundir.release_claim(path)
     summary.seconds = time.perf_counter() - t0
     if summary.done or summary.failed:
         rundir.add_stats(stage.name, wall_seconds=summary.seconds, videos=summary.done,
@@ -251,32 +367,40 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
     return summary
 
 
-def commit_result(rundir: RunDir, stage: Stage, res: VideoResult, *, config_id: str = "",
-                  attempts: int = 1) -> None:
-    """Parts first, then the status record, then the claim goes: the order a kill respects.
-    Every row and the record carry the stage's ``config_id``."""
-    for name, df in res.tables.items():
-        if "config_id" in SCHEMAS.get(name, {}):
-            df = df.assign(config_id=config_id)
-        rundir.write_part(name, res.video_id, df)
-    main = stage.writes[0] if stage.writes else None
-    if not res.ok and main:
-        # a part left by an earlier run must not be merged beside this failure
-        rundir.part_path(main, res.video_id).unlink(missing_ok=True)
-    if res.internal:
-        log = rundir.log_path("errors")
-        try:  # an append-only log, not a result: a torn last entry harms nothing
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as fh:
-                fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise disk_full_error(log) from None
-            raise
-    rundir.write_status(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
-                                     " ".join(res.message.split())[:500], res.seconds,
-                                     warnings=len(res.warnings),
-                                     cause="" if res.ok else (res.cause or "internal"),
-                                     attempts=attempts, config_id=config_id,
-                                     metrics={k: float(v) for k, v in res.metrics.items()}))
-    rundir.release(stage.name, res.video_id)
+def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *,
+                 config_id: str = "", attempts: dict[str, int] | None = None) -> str:
+    """One batch of results, atomically: a file per table, then the manifest (``RunDir.
+    commit_batch``). Every row and record carry the stage's ``config_id``; a failed video has
+    no rows (its newest record, the failure, supersedes an older result)."""
+    tables: dict[str, list[pd.DataFrame]] = {}
+    records = []
+    for res in results:
+        if res.ok:
+            for name, df in res.tables.items():
+                if "config_id" in SCHEMAS.get(name, {}):
+                    df = df.assign(config_id=config_id)
+                tables.setdefault(name, []).append(df)  # conformed once, per batch
+        if res.internal:
+            _log_error(rundir, stage, res)
+        records.append(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
+                                    " ".join(res.message.split())[:500], res.seconds,
+                                    warnings=len(res.warnings),
+                                    cause="" if res.ok else (res.cause or "internal"),
+                                    attempts=(attempts or {}).get(res.video_id, 0) + 1,
+                                    config_id=config_id,
+                                    metrics={k: float(v) for k, v in res.metrics.items()}))
+    merged = {name: pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]
+              for name, dfs in tables.items()}
+    return rundir.commit_batch(stage.name, stage.writes, records, merged)
+
+
+def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
+    log = rundir.log_path("errors")
+    try:  # an append-only log, not a result: a torn last entry harms nothing
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as fh:
+            fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(log) from None
+        raise

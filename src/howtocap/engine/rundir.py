@@ -1,41 +1,50 @@
-"""The run directory: per-video part files, the status table, and merged tables.
+"""The run directory: batches of results, the status table, and merged tables.
 
-Only this module knows the layout (parts, status, claims, fingerprints, config, logs, cache,
+Only this module knows the layout (parts, batches, claims, fingerprints, config, logs, cache,
 index). What it is built on sits in the bottom layer and knows no layout: ``atomic`` (whole
 files, a full disk, corrupt Parquet), ``hashing`` (stable hashes, file-safe names) and
 ``schemas`` (the tables' columns and ``conform``).
 
-A stage writes one part file per video (temp file + rename), then one status record. A killed
-run therefore leaves, per video, either a finished part or nothing, and a re-run redoes only
-what has no ``ok`` record. Merged tables (``captions.parquet`` …) are rebuilt from the parts, so
-they never hold duplicates.
+A stage commits a batch of videos: one Parquet file per table (temp file + rename), then one
+manifest holding the batch's status records. A killed run therefore leaves, per batch, every
+file of it or no manifest (its table files are then orphans, ignored and swept), and a re-run
+redoes only what has no ``ok`` record. Merged tables (``captions.parquet`` …) are rebuilt from
+the batches, so they never hold duplicates. Run directories written before batches (a part
+file and a status JSON per video) are read beside them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from howtocap.atomic import (
     FILE_MODE,
+    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
+    disk_full_error,
+    is_disk_full,
     looks_complete,
     read_parquet,
+    writer_tag,
 )
 from howtocap.hashing import safe_name
-from howtocap.schemas import DEFAULTS, SCHEMAS, conform, empty_table
+from howtocap.schemas import SCHEMAS, conform, empty_table
 
 
 def _start_ticks(pid: int) -> str:
@@ -96,6 +105,7 @@ class StatusRecord:
     attempts: int = 1  # times this stage ran on this video (counted across runs)
     config_id: str = ""  # fingerprint of the settings that made it ("" = before fingerprints)
     metrics: dict[str, float] = field(default_factory=dict)  # for throughput (`status`)
+    batch: str = ""  # the batch whose manifest holds it ("": a per-video record, older runs)
 
 
 class RunDir:
@@ -104,6 +114,10 @@ class RunDir:
     def __init__(self, root: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(root)
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
+        self._indexes: dict[str, _StageIndex] = {}
+        self._whole: dict[Path, bool] = {}  # batch files found whole (written once)
+        self._batch_cache: dict[Path, tuple[pd.DataFrame, dict[str, tuple[int, int]]]] = {}
+        self._claims = 0
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -115,14 +129,16 @@ class RunDir:
         return self.root / "parts" / table
 
     def part_path(self, table: str, video_id: str) -> Path:
+        """A video's part file in the per-video layout (runs written before batches)."""
         return self.part_dir(table) / f"{safe_name(video_id)}.parquet"
 
     def status_path(self, stage: str, video_id: str) -> Path:
+        """A video's status JSON in the per-video layout (runs written before batches)."""
         return self.status_dir / stage / f"{safe_name(video_id)}.json"
 
     @property
     def status_dir(self) -> Path:
-        """Where the per-video status records live (one folder per stage)."""
+        """Where per-video status records of older runs live (one folder per stage)."""
         return self.root / "parts" / "status"
 
     @property
@@ -137,52 +153,277 @@ class RunDir:
     def cache_dir(self) -> Path:
         return self.root / "cache"
 
+    # -- batches ---------------------------------------------------------------------------
+    # A stage commits a batch of videos as one Parquet file per table it writes
+    # (``parts/<table>/<batch>.parquet``) and then ONE manifest
+    # (``parts/batches/<stage>/<batch>.parquet``: a status row per video), temp file + fsync +
+    # rename each, so a batch exists iff its manifest does. Batch ids sort in commit order;
+    # for a video the newest manifest wins (a retry supersedes a failure, ``forget`` a
+    # result). Runs written before batches (a part and a status JSON per video) are read
+    # beside them: a per-video record counts until a manifest names the video.
+    def batch_dir(self, stage: str) -> Path:
+        return self.root / "parts" / "batches" / stage
+
+    def manifest_path(self, stage: str, batch: str) -> Path:
+        return self.batch_dir(stage) / f"{batch}.parquet"
+
+    def batch_part_path(self, table: str, batch: str) -> Path:
+        return self.part_dir(table) / f"{batch}.parquet"
+
+    def new_batch_id(self, stage: str) -> str:
+        """Later than every batch this process has seen of ``stage`` (clocks of two hosts
+        may disagree; claims make a video's batches sequential)."""
+        idx = self._index(stage)
+        ns = max(time.time_ns(), idx.newest + 1)
+        idx.newest = ns
+        return f"{BATCH_PREFIX}{ns:020d}-{writer_tag()}"
+
+    def commit_batch(self, stage: str, writes: Sequence[str], records: Sequence[StatusRecord],
+                     tables: dict[str, pd.DataFrame]) -> str:
+        """Write one batch: a file per table (rows grouped by video), then the manifest
+        (``records``, one per video; ``writes``: every table the stage declares, so readers
+        know whose rows these are). Returns the batch id."""
+        bid = self.new_batch_id(stage)
+        for table, df in tables.items():
+            df = conform(df, table) if table in SCHEMAS else df
+            if "video_id" in df.columns and len(df):  # grouped by video, each in its order
+                df = df.sort_values("video_id", kind="stable").reset_index(drop=True)
+            atomic_write_parquet(df, self.batch_part_path(table, bid))
+        manifest = _records_frame(records)
+        meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
+        self._write_manifest(self.manifest_path(stage, bid), manifest, meta)
+        self._index(stage).add(bid, manifest, list(writes))
+        return bid
+
+    def _write_manifest(self, path: Path, df: pd.DataFrame, meta: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               MANIFEST_META: meta.encode()})
+        atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+
+    def forget(self, stage: str, video_ids: Iterable[str]) -> None:
+        """Forget these videos' results of ``stage`` (one manifest of ``forgotten`` rows,
+        newest wins): they are redone, their rows leave the merged tables."""
+        ids = sorted(set(video_ids))
+        if ids:
+            idx = self._index(stage)
+            self.commit_batch(stage, idx.writes, [StatusRecord(v, stage, FORGOTTEN)
+                                                  for v in ids], {})
+
+    def sweep_orphans(self) -> int:
+        """Remove batch table files no manifest names whose writer is dead (a kill between
+        a batch's table files and its manifest); never a live writer's. Returns how many."""
+        parts = self.root / "parts"
+        if not parts.is_dir():
+            return 0
+        known: set[str] = set()
+        batches = parts / "batches"
+        for d in batches.iterdir() if batches.is_dir() else []:
+            known |= {p.stem for p in d.glob(f"{BATCH_PREFIX}*.parquet")}
+        removed = 0
+        for d in parts.iterdir():
+            if not d.is_dir() or d.name in _NOT_TABLES:
+                continue
+            for p in d.glob(f"{BATCH_PREFIX}*.parquet"):
+                if p.stem not in known and not _writer_alive(p.stem):
+                    p.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    def _index(self, stage: str, refresh: bool = False) -> _StageIndex:
+        """The stage's index, read again when ``refresh`` or when its manifest folder or
+        per-video status folder changed (their mtimes: cheap enough for every lookup; a
+        rename within the same clock tick as the last look can be missed, so the claim path
+        always passes ``refresh``)."""
+        idx = self._indexes.get(stage)
+        if idx is None:
+            idx = self._indexes[stage] = _StageIndex(stage)
+            refresh = True
+        stamp = (_mtime(self.batch_dir(stage)), _mtime(self.status_dir / stage))
+        if refresh or stamp != idx.stamp:
+            idx.stamp = stamp
+            idx.refresh(self)
+        return idx
+
+    def records(self, stage: str, refresh: bool = True) -> pd.DataFrame:
+        """The newest status row of every video of ``stage`` (index: video_id; columns: the
+        status record's and ``batch``, "" for a per-video record of an older run)."""
+        return self._index(stage, refresh).view()
+
+    def finished_since(self, stage: str, mark: int) -> tuple[set[str], int]:
+        """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
+        what finished since a listing, without rebuilding the whole index."""
+        log = self._index(stage).log
+        return set().union(*log[mark:]) if len(log) > mark else set(), len(log)
+
+    def manifests_read(self, stage: str) -> int:
+        """How many manifests of ``stage`` this process has read (a mark for
+        ``finished_since``)."""
+        return len(self._index(stage).log)
+
+    def writers(self, table: str) -> list[str]:
+        """The stages whose batches hold rows of ``table`` (from their manifests)."""
+        root = self.root / "parts" / "batches"
+        stages = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        return [st for st in stages if table in self._index(st).writes]
+
+    def stages_with_results(self) -> set[str]:
+        found: set[str] = set()
+        for root in (self.status_dir, self.root / "parts" / "batches"):
+            if root.is_dir():
+                found |= {p.name for p in root.iterdir() if p.is_dir()}
+        return found
+
     # -- parts ---------------------------------------------------------------------------
     def write_part(self, table: str, video_id: str, df: pd.DataFrame) -> None:
+        """Replace one video's rows of ``table`` (tests; tools that edit a table). A video a
+        batch holds gets a batch of its own (its record, these rows and its rows of the
+        stage's other tables), so the newest manifest still says where its rows are; else
+        a part in the per-video layout (runs before batches)."""
+        for st in self.writers(table):
+            row = self._index(st).lookup(video_id)
+            if row is not None and row["batch"]:
+                idx = self._index(st)
+                tables = {t: self.read_part(t, video_id) for t in idx.writes if t != table}
+                tables = {t: v for t, v in tables.items() if v is not None}
+                self.commit_batch(st, idx.writes, [_record(video_id, row)], {**tables, table: df})
+                return
         atomic_write_parquet(conform(df, table) if table in SCHEMAS else df,
                              self.part_path(table, video_id))
 
+    def _live_batch(self, table: str, video_id: str) -> str | None:
+        """Which batch holds ``video_id``'s rows of ``table``: a batch id, "" for its
+        per-video part (older runs, or no stage records it), None when it has none (its
+        newest record is a failure or forgotten)."""
+        for st in self.writers(table):
+            idx = self._index(st)
+            row = idx.lookup(video_id)
+            if row is not None and row["batch"]:
+                return row["batch"] if row["status"] == "ok" else None
+        return ""
+
     def read_part(self, table: str, video_id: str) -> pd.DataFrame | None:
-        """A video's part, or None when it is missing or corrupt (then removed with a
-        warning, so the stage that writes it redoes the video)."""
-        path = self.part_path(table, video_id)
-        if not path.exists():
+        """A video's rows of ``table``, or None when it has none or its file is missing or
+        corrupt (then removed with a warning, so the stage that writes it redoes it)."""
+        batch = self._live_batch(table, video_id)
+        if batch is None:
             return None
-        try:
-            return read_parquet(path)
-        except CorruptFile as exc:
-            self.drop_corrupt(path, exc)
-            return None
-        except FileNotFoundError:
-            return None
+        path = self.batch_part_path(table, batch) if batch else self.part_path(table, video_id)
+        if not batch:
+            if not path.exists():
+                return None
+            try:
+                return read_parquet(path)
+            except CorruptFile as exc:
+                self.drop_corrupt(path, exc)
+                return None
+            except FileNotFoundError:
+                return None
+        cached = self._batch_cache.get(path)
+        if cached is None:
+            try:
+                df = read_parquet(path)
+            except CorruptFile as exc:
+                self.drop_corrupt(path, exc)
+                return None
+            except FileNotFoundError:  # its manifest says ok: lost (dropped as corrupt)
+                self.corrupted.append(path)
+                return None
+            ids = df["video_id"].to_numpy() if "video_id" in df.columns else np.array([])
+            starts = {}
+            if len(ids):
+                cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+                bounds = np.concatenate([[0], cut, [len(ids)]])
+                starts = {ids[a]: (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:],
+                                                                    strict=True)}
+            cached = (df, starts)
+            self._batch_cache[path] = cached
+            while len(self._batch_cache) > BATCH_CACHE:
+                self._batch_cache.pop(next(iter(self._batch_cache)))
+        df, starts = cached
+        a, b = starts.get(video_id, (0, 0))
+        return df.iloc[a:b].reset_index(drop=True)
+
+    def source_batches(self, table: str, video_ids: Sequence[str]) -> list[str]:
+        """Per video, the batch its ``table`` rows are in ("" for none or a per-video
+        part): ``run_stage`` visits a stage's inputs batch by batch."""
+        out = [""] * len(video_ids)
+        for st in self.writers(table):
+            view = self._index(st).view()
+            pos = view.index.get_indexer(list(video_ids))
+            batch = view["batch"].to_numpy()
+            for i, p in enumerate(pos):
+                if p >= 0 and batch[p]:
+                    out[i] = batch[p]
+        return out
 
     def part_ok(self, table: str, video_id: str) -> bool:
-        """The part exists and was written to its end (cheap: no full read)."""
-        return looks_complete(self.part_path(table, video_id))
+        """The video's rows were written to the end of their file (cheap: no full read)."""
+        batch = self._live_batch(table, video_id)
+        if batch is None:
+            return False
+        return looks_complete(self.batch_part_path(table, batch) if batch
+                              else self.part_path(table, video_id))
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
         """Remove a corrupt file so it is recomputed; the warning names it."""
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
                       stacklevel=3)
         self.corrupted.append(path)
+        self._whole.pop(path, None)
+        self._batch_cache.pop(path, None)
         path.unlink(missing_ok=True)
 
-    def _read_parts(self, table: str) -> list[pd.DataFrame]:
-        frames = []
-        for p in sorted(self.part_dir(table).glob("*.parquet")):
-            try:
-                frames.append(read_parquet(p))
-            except CorruptFile as exc:
-                self.drop_corrupt(p, exc)
-            except FileNotFoundError:
-                continue
-        return frames
+    def _sources(self, table: str) -> Iterator[tuple[Path, Any]]:
+        """The files holding ``table``'s live rows, each with the video ids to keep (None:
+        all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
+        per-video parts of older runs unless a manifest has named their video since."""
+        import pyarrow as pa
+
+        named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
+        for st in self.writers(table):
+            view = self._index(st, refresh=True).view()
+            named.append(view.index[view["batch"].to_numpy() != ""])
+            ok = view[(view["status"] == "ok").to_numpy() & (view["batch"] != "").to_numpy()]
+            for batch, ids in ok.groupby("batch", sort=True).groups.items():
+                yield self.batch_part_path(table, str(batch)), pa.array(list(ids), pa.string())
+        skip = pa.array(sorted(set().union(*named)) if named else [], pa.string())
+        folder = self.part_dir(table)
+        for p in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+            if not p.name.startswith(BATCH_PREFIX):
+                yield p, ("not", skip) if len(skip) else None
+
+    def _read_source(self, path: Path, keep: Any) -> Any:
+        """A source's live rows as an Arrow table, or None (missing; corrupt: dropped)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        try:
+            t = pq.read_table(path, page_checksum_verification=True)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, OSError) as exc:
+            self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet file "
+                                                f"({' '.join(str(exc).split())[:80]})"))
+            return None
+        if keep is None or "video_id" not in t.column_names:
+            return t
+        if isinstance(keep, tuple):
+            return t.filter(pc.invert(pc.is_in(t["video_id"], value_set=keep[1])))
+        return t.filter(pc.is_in(t["video_id"], value_set=keep))
 
     def merge(self, table: str) -> pd.DataFrame:
-        """Rebuild ``DIR/<table>.parquet`` from its parts (sorted, so runs compare equal).
-        A corrupt part is dropped with a warning (and listed in ``corrupted``)."""
-        frames = self._read_parts(table)
-        frames = [f for f in frames if len(f)]
+        """Rebuild ``DIR/<table>.parquet`` from its batches and parts (sorted, so runs compare
+        equal). A corrupt file is dropped with a warning (and listed in ``corrupted``)."""
+        frames = []
+        for path, keep in self._sources(table):
+            t = self._read_source(path, keep)
+            if t is not None and t.num_rows:
+                frames.append(t.to_pandas())
         if frames:
             df = pd.concat(frames, ignore_index=True)
         else:
@@ -199,39 +440,38 @@ class RunDir:
         """``merge`` without holding the table in memory: the same rows in the same order,
         written ``batch_rows`` at a time (a HowTo100M-size run has millions of subtitle rows).
 
-        A part holds one video, so parts in video-id order, each sorted by start, end, text,
-        is ``merge``'s order; the video id comes from the part's footer statistics, so each
-        part is opened twice but read once. Returns the row count. A table it cannot order
-        that way (no video_id/start, a part holding several videos) goes to ``merge``.
+        Batch files are grouped by video id (sorted) when written, and a per-video part holds
+        one video, so a k-way merge by video id over them (a record batch of each file at a
+        time), each written chunk holding whole videos sorted by start, end, text, is
+        ``merge``'s order. Returns the row count. A table it cannot order that way (no
+        video_id/start) goes to ``merge``.
         """
+        import heapq
+
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = SCHEMAS.get(table, {})
         if not {"video_id", "start"} <= set(schema):
             return len(self.merge(table))
-        order: list[tuple[str, Path]] = []
+        _raise_open_files_limit()
+        streams: list[Iterator[tuple[str, Any]]] = []
         extras: dict[str, pa.DataType] = {}
-        for path in sorted(self.part_dir(table).glob("*.parquet")):
+        for path, keep in self._sources(table):
             try:
                 md = pq.read_metadata(path)
+            except FileNotFoundError:
+                continue
             except (pa.ArrowException, OSError) as exc:
                 self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
                                                     f"file ({' '.join(str(exc).split())[:80]})"))
                 continue
             if md.num_rows == 0:
                 continue
-            part_schema = md.schema.to_arrow_schema()
-            vid = _only_value(md, part_schema.get_field_index("video_id"))
-            if vid is None:
-                return len(self.merge(table))
-            for f in part_schema:
+            for f in md.schema.to_arrow_schema():
                 if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
                     extras[f.name] = f.type
-            order.append((vid, path))
-        if not order:
-            return len(self.merge(table))
-        order.sort(key=lambda x: x[0])
+            streams.append(self._video_groups(path, keep))
         arrow = {"str": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
                  "bool": pa.bool_()}
         target = pa.schema([(c, arrow[t]) for c, t in schema.items()] + list(extras.items()))
@@ -241,12 +481,15 @@ class RunDir:
         def write(tmp: str) -> None:
             nonlocal total
             writer: pq.ParquetWriter | None = None
-            batch: list[pa.Table] = []
+            batch: list[Any] = []
             rows = 0
 
             def flush() -> None:
                 nonlocal writer, total
-                df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
+                if batch:
+                    df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
+                else:
+                    df = empty_table(table)
                 for c in extras:
                     if c not in df.columns:
                         df[c] = pd.Series([None] * len(df), dtype=object)
@@ -259,19 +502,15 @@ class RunDir:
                 total += len(out)
 
             try:
-                for _, path in order:
-                    try:
-                        part = pq.read_table(path, page_checksum_verification=True)
-                    except (pa.ArrowException, OSError) as exc:
-                        self.drop_corrupt(path, CorruptFile(
-                            f"{path}: corrupt Parquet part ({' '.join(str(exc).split())[:80]})"))
-                        continue
-                    batch.append(part)
-                    rows += len(part)
-                    if rows >= batch_rows:
+                last = None
+                for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
+                    if rows >= batch_rows and vid != last:  # a chunk holds whole videos
                         flush()
                         batch, rows = [], 0
-                if batch:
+                    batch.append(group)
+                    rows += group.num_rows
+                    last = vid
+                if batch or writer is None:
                     flush()
             finally:
                 if writer is not None:
@@ -280,12 +519,49 @@ class RunDir:
         atomic_write(self.table_path(table), write)
         return total
 
+    def _video_groups(self, path: Path, keep: Any) -> Iterator[tuple[str, Any]]:
+        """``(video_id, rows)`` of a file in video order, a record batch read at a time."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not path.name.startswith(BATCH_PREFIX):  # a per-video part: one small group
+            t = self._read_source(path, keep)
+            if t is not None and t.num_rows:
+                ids = t["video_id"].to_pylist()
+                if len(set(ids)) == 1:
+                    yield ids[0], t
+                else:  # not a per-video part after all: its videos in order
+                    df = t.to_pandas().sort_values(["video_id"], kind="stable")
+                    for vid, g in df.groupby("video_id", sort=True):
+                        yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
+            return
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            for rb in pf.iter_batches(batch_size=STREAM_ROWS):
+                t = pa.Table.from_batches([rb])
+                if keep is not None:
+                    import pyarrow.compute as pc
+
+                    t = t.filter(pc.is_in(t["video_id"], value_set=keep))
+                ids = t["video_id"].to_numpy(zero_copy_only=False)
+                if not len(ids):
+                    continue
+                cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+                bounds = np.concatenate([[0], cut, [len(ids)]])
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                    yield str(ids[a]), t.slice(int(a), int(b - a))
+        except FileNotFoundError:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            self.drop_corrupt(path, CorruptFile(f"{path}: corrupt Parquet part "
+                                                f"({' '.join(str(exc).split())[:80]})"))
+
     def read_table(self, table: str) -> pd.DataFrame:
         """The merged table, or the parts merged now when the merge has not happened yet."""
         path, parts = self.table_path(table), self.part_dir(table)
         # Adding or replacing a part renames into the folder, which bumps its mtime.
         if path.exists() and (not parts.exists()
-                              or path.stat().st_mtime_ns >= parts.stat().st_mtime_ns):
+                              or path.stat().st_mtime_ns >= self._newest_part(table)):
             try:
                 return read_parquet(path)
             except CorruptFile as exc:
@@ -294,26 +570,33 @@ class RunDir:
                 self.drop_corrupt(path, exc)  # rebuilt from the parts just below
         return self.merge(table)
 
+    def _newest_part(self, table: str) -> int:
+        """When ``table``'s rows last changed: its parts folder, or a manifest of a stage
+        that writes it (a ``forget`` changes the rows without touching the folder)."""
+        newest = self.part_dir(table).stat().st_mtime_ns
+        for st in self.writers(table):
+            d = self.batch_dir(st)
+            if d.is_dir():
+                newest = max(newest, d.stat().st_mtime_ns)
+        return newest
+
     # -- status --------------------------------------------------------------------------
     def write_status(self, rec: StatusRecord) -> None:
-        rec_d = dict(rec.__dict__)
+        """One video's status record in the per-video layout (runs before batches; tests
+        build such run directories with it)."""
+        rec_d = {k: v for k, v in rec.__dict__.items() if k != "batch"}
         rec_d["finished_at"] = rec.finished_at or time.time()
         atomic_write_text(self.status_path(rec.stage, rec.video_id), json.dumps(rec_d))
 
     def status(self, stage: str, video_id: str) -> StatusRecord | None:
-        path = self.status_path(stage, video_id)
-        try:
-            data = json.loads(path.read_text())
-            known = {f.name for f in fields(StatusRecord)}
-            return StatusRecord(**{k: v for k, v in data.items() if k in known})
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError, AttributeError, OSError):
-            return None  # a torn or foreign file: treat as not done
+        """The video's newest record of ``stage`` (as of this process's last look at the
+        run directory: ``run_stage`` looks again before it claims)."""
+        row = self._index(stage).lookup(video_id)
+        return None if row is None else _record(video_id, row)
 
     def is_done(self, stage: str, video_id: str, table: str | None = None,
                 config_id: str | None = None) -> bool:
-        """An ``ok`` record (made with ``config_id`` when given) whose part is whole."""
+        """An ``ok`` record (made with ``config_id`` when given) whose rows' file is whole."""
         rec = self.status(stage, video_id)
         return self.record_done(rec, table, config_id) if rec is not None else False
 
@@ -325,30 +608,29 @@ class RunDir:
             return False
         if table is None:
             return True
-        path = self.part_path(table, rec.video_id)
-        if not path.exists():
-            return False
-        if not looks_complete(path):
-            self.drop_corrupt(path, f"{path}: truncated Parquet part")
-            return False
-        return True
+        path = self.batch_part_path(table, rec.batch) if rec.batch \
+            else self.part_path(table, rec.video_id)
+        whole = self._whole.get(path)
+        if whole is None:
+            if not path.exists():
+                return False
+            whole = looks_complete(path)
+            if not whole:
+                self.drop_corrupt(path, f"{path}: truncated Parquet part")
+                return False
+            if rec.batch:  # a batch file is written once: remember it
+                self._whole[path] = True
+        return whole
 
     def status_table(self) -> pd.DataFrame:
-        root = self.status_dir
-        rows: list[dict[str, Any]] = []
-        for path in sorted(root.glob("*/*.json")) if root.exists() else []:
-            try:
-                rows.append(json.loads(path.read_text()))
-            except ValueError:
-                continue
-        df = pd.DataFrame(rows) if rows else empty_table("status")
-        if "warnings" not in df.columns:  # records written before warnings were counted
-            df["warnings"] = 0
-        df["warnings"] = df["warnings"].fillna(0)
-        for col, default in DEFAULTS.items():  # records written before causes/attempts
-            if col in df.columns:
-                df[col] = df[col].fillna(default)
-        df = df.drop(columns=[c for c in ("metrics",) if c in df.columns])
+        """``DIR/status.parquet``: every stage's newest record of every video."""
+        frames = []
+        for stage in sorted(self.stages_with_results()):
+            view = self.records(stage)
+            if len(view):
+                frames.append(view.reset_index().drop(columns=["batch", "metrics"],
+                                                      errors="ignore"))
+        df = pd.concat(frames, ignore_index=True) if frames else empty_table("status")
         df = conform(df, "status").sort_values(["stage", "video_id"]).reset_index(drop=True)
         atomic_write_parquet(df, self.table_path("status"))
         return df
@@ -375,29 +657,33 @@ class RunDir:
 
     def has_results(self, stage: str) -> bool:
         """Whether any video has a status record for ``stage`` (done or failed)."""
-        folder = self.status_dir / stage
-        return folder.is_dir() and next(folder.glob("*.json"), None) is not None
+        for folder, pattern in ((self.batch_dir(stage), f"{BATCH_PREFIX}*.parquet"),
+                                (self.status_dir / stage, "*.json")):
+            if folder.is_dir() and next(folder.glob(pattern), None) is not None:
+                return len(self.records(stage)) > 0
+        return False
 
     def status_records(self, stage: str) -> list[StatusRecord]:
-        folder = self.status_dir / stage
-        recs = []
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                data = json.loads(path.read_text())
-                known = {f.name for f in fields(StatusRecord)}
-                recs.append(StatusRecord(**{k: v for k, v in data.items() if k in known}))
-            except (OSError, ValueError, TypeError):
-                continue
-        return recs
+        """Every video's newest record of ``stage`` (small runs and tests; ``records`` is
+        the same as columns)."""
+        view = self.records(stage)
+        cols = {c: view[c].tolist() for c in view.columns}
+        return [_record(str(v), {c: cols[c][i] for c in cols}) for i, v in enumerate(view.index)]
 
     def invalidate(self, stage: str, tables: Iterable[str]) -> None:
-        """Forget a stage's results (``--redo``): its status records, parts, merged tables,
-        fingerprint and timing. The fingerprint goes last, so a kill midway still refuses."""
+        """Forget a stage's results (``--redo``): its status records and manifests, parts,
+        merged tables, fingerprint and timing. The fingerprint goes last, so a kill midway
+        still refuses."""
         import shutil
 
-        for path in [self.status_dir / stage, *(self.part_dir(t) for t in tables)]:
+        tables = list(tables)
+        for path in [self.status_dir / stage, self.batch_dir(stage),
+                     *(self.part_dir(t) for t in tables)]:
             if path.exists():
                 shutil.rmtree(path)
+        self._indexes.clear()
+        self._whole.clear()
+        self._batch_cache.clear()
         for t in tables:
             self.table_path(t).unlink(missing_ok=True)
         self.stats_path(stage).unlink(missing_ok=True)
@@ -421,35 +707,75 @@ class RunDir:
         atomic_write_text(self.stats_path(stage), json.dumps(stats))
 
     # -- claims ---------------------------------------------------------------------------
-    def claim_path(self, stage: str, video_id: str) -> Path:
-        return self.root / "parts" / "claims" / stage / f"{safe_name(video_id)}.json"
+    def claims_dir(self, stage: str) -> Path:
+        return self.root / "parts" / "claims" / stage
 
-    def claim(self, stage: str, video_id: str, owner: Owner) -> bool:
-        """Take ``video_id`` for this process, unless a live process holds it.
+    def claim_batch(self, stage: str, video_ids: Sequence[str], owner: Owner,
+                    keep: Callable[[str], bool] | None = None
+                    ) -> tuple[Path | None, list[str], int]:
+        """Take the videos of ``video_ids`` no live process holds, as one claim file:
+        ``(its path or None, the videos taken, how many a live claim held)``.
 
-        Claims are files created with O_EXCL, so of two processes on one run directory exactly
-        one gets each video (tested on a local directory; on NFS this relies on the server's
-        exclusive create, which NFSv3 and later provide). A claim whose owner died is taken
-        over: on the same host when its process is gone, elsewhere when it is older than
-        ``owner.lease``.
+        Under the stage's lock (a file created with O_EXCL, held for the time of a listing),
+        this process reads the live claims (a dead owner's go: same host when its process is
+        gone, elsewhere when older than ``owner.lease``), looks again at the manifests (what
+        finished since), keeps a video when ``keep(video_id)`` says it is still to do, and
+        writes its claim listing them. So two processes on one run directory never hold
+        the same video, and a batch of one holds videos no other batch has (tested on a
+        local directory; on NFS this relies on the server's exclusive create).
         """
-        path = self.claim_path(stage, video_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-            except FileExistsError:
-                if not owner.is_stale(path):
-                    return False
-                path.unlink(missing_ok=True)  # a dead owner's claim; race for it once more
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(owner.token)
-            return True
-        return False
+        folder = self.claims_dir(stage)
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._claim_lock(folder, owner):
+            held: set[str] = set()
+            for path in folder.glob("claim-*.json"):
+                if owner.is_stale(path):
+                    path.unlink(missing_ok=True)
+                    continue
+                try:
+                    held.update(json.loads(path.read_text()).get("videos", []))
+                except (OSError, ValueError, AttributeError):
+                    continue  # gone meanwhile
+            self._index(stage, refresh=True)
+            taken = [v for v in video_ids if v not in held and (keep is None or keep(v))]
+            elsewhere = sum(1 for v in video_ids if v in held)
+            if not taken:
+                return None, [], elsewhere
+            self._claims += 1
+            path = folder / f"claim-{time.time_ns():020d}-{writer_tag()}-{self._claims}.json"
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+            _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": taken}))
+            return path, taken, elsewhere
 
-    def release(self, stage: str, video_id: str) -> None:
-        self.claim_path(stage, video_id).unlink(missing_ok=True)
+    @contextlib.contextmanager
+    def _claim_lock(self, folder: Path, owner: Owner) -> Iterator[None]:
+        lock = folder / ".lock"
+        waited = 0.0
+        while True:
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+                break
+            except FileExistsError:
+                # a holder that died (same host: process gone; elsewhere: the lock is old)
+                lease = Owner(owner.host, owner.pid, owner.started, LOCK_LEASE)
+                if waited > 0.05 and lease.is_stale(lock):
+                    lock.unlink(missing_ok=True)
+                    continue
+                time.sleep(0.002)
+                waited += 0.002
+        try:
+            _write_fd(fd, lock, owner.token)
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+
+    def claim(self, stage: str, video_id: str, owner: Owner) -> Path | None:
+        """Claim one video (its claim file, or None when a live process holds it)."""
+        return self.claim_batch(stage, [video_id], owner)[0]
+
+    def release_claim(self, path: Path | None) -> None:
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     # -- videos ---------------------------------------------------------------------------
     def record_videos(self, items: Iterable[Any]) -> pd.DataFrame:
@@ -506,16 +832,223 @@ class RunDir:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-def _only_value(md: Any, column: int) -> str | None:
-    """The one value a Parquet column holds in every row (from the footer's statistics), or
-    None when it holds several or the statistics do not say."""
-    if column < 0:
-        return None
-    value = None
-    for i in range(md.num_row_groups):
-        st = md.row_group(i).column(column).statistics
-        if st is None or not st.has_min_max or st.min != st.max or \
-                (value is not None and st.min != value):
+BATCH_PREFIX = "batch-"
+FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
+MANIFEST_META = b"howtocap_batch"
+STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
+BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
+_NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
+_BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
+_RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
+
+
+def _writer_alive(batch: str) -> bool:
+    """Whether the process that writes batch ``batch`` may still be writing it."""
+    from howtocap.atomic import _alive
+
+    m = _BATCH_RE.match(batch)
+    if m is None:
+        return True  # not ours to judge
+    if m.group(1) != HOST:
+        ns = int(batch.split("-")[1])
+        return time.time() - ns / 1e9 < Owner.me().lease
+    return _alive(int(m.group(2)))
+
+
+def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
+    """A manifest's rows, column-wise (``metrics`` as JSON text)."""
+    now = time.time()
+    cols: dict[str, list[Any]] = {c: [] for c in _RECORD_COLS}
+    for r in records:
+        for c in _RECORD_COLS:
+            v = getattr(r, c)
+            cols[c].append(json.dumps(v) if c == "metrics" else
+                           (v or now) if c == "finished_at" else v)
+    df = pd.DataFrame(cols)
+    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
+                      "attempts": "int64"})
+
+
+class _StageIndex:
+    """Every video's newest status row of one stage, as columns (index: video_id), from its
+    manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.seen: set[str] = set()
+        self.batched: list[pd.DataFrame] = []  # manifests read, not yet folded in
+        self.folded: pd.DataFrame | None = None  # newest batched row per video
+        self.legacy: pd.DataFrame | None = None
+        self.legacy_stamp: tuple[int, int] | None = None
+        self.writes: list[str] = []
+        self.newest = 0  # the newest batch's time (ns): new batch ids sort after it
+        self.batches: set[str] = set()
+        self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
+        self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
+        self._view: pd.DataFrame | None = None
+        self._pos: dict[str, int] | None = None
+
+    def refresh(self, rd: RunDir) -> None:
+        folder = rd.batch_dir(self.stage)
+        try:
+            names = sorted(n for n in os.listdir(folder)
+                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+        except FileNotFoundError:
+            names = []
+        if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
+            stamp = self.stamp
+            self.__init__(self.stage)  # type: ignore[misc]
+            self.stamp = stamp
+        for name in names:
+            if name in self.seen:
+                continue
+            path = folder / name
+            try:
+                df, meta = _read_manifest(path)
+            except FileNotFoundError:
+                continue
+            except CorruptFile as exc:
+                rd.drop_corrupt(path, exc)  # its videos are redone
+                continue
+            self.add(path.stem, df, meta.get("writes", []))
+        self._refresh_legacy(rd)
+
+    def add(self, batch: str, df: pd.DataFrame, writes: list[str]) -> None:
+        self.seen.add(f"{batch}.parquet")
+        self.batched.append(df.assign(batch=batch))
+        self.log.append(pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
+        if writes and batch >= max(self.batches, default=""):
+            self.writes = list(writes)
+        self.batches.add(batch)
+        m = _BATCH_RE.match(batch)
+        if m:
+            self.newest = max(self.newest, int(batch.split("-")[1]))
+        self._view = self._pos = None
+
+    def _refresh_legacy(self, rd: RunDir) -> None:
+        folder = rd.status_dir / self.stage
+        try:
+            st = folder.stat()
+            stamp = (st.st_mtime_ns, st.st_nlink)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self.legacy_stamp:
+            return
+        self.legacy_stamp = stamp
+        rows = []
+        for path in sorted(folder.glob("*.json")) if stamp is not None else []:
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a torn or foreign file: not done
+            if isinstance(data, dict) and "video_id" in data:
+                rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
+        self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
+            if rows else None
+        self._view = self._pos = None
+
+    def view(self) -> pd.DataFrame:
+        if self._view is None:
+            if self.batched:
+                parts = ([self.folded] if self.folded is not None else []) + self.batched
+                df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+                df = df.sort_values("batch", kind="stable")
+                self.folded = df.drop_duplicates("video_id", keep="last")
+                self.batched = []
+            frames = [f for f in (self.legacy, self.folded) if f is not None]
+            if not frames:
+                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*_RECORD_COLS, "batch"]})
+            elif len(frames) == 1:
+                df = frames[0]
+            else:
+                df = pd.concat(frames, ignore_index=True).drop_duplicates("video_id",
+                                                                          keep="last")
+            df = df[(df["status"] != FORGOTTEN).to_numpy()]
+            self._view = df.set_index("video_id", drop=True)
+        return self._view
+
+    def lookup(self, video_id: str) -> dict[str, Any] | None:
+        view = self.view()
+        if self._pos is None:
+            self._pos = {v: i for i, v in enumerate(view.index)}
+            self._cols = {c: view[c].to_numpy() for c in view.columns}
+        i = self._pos.get(video_id)
+        if i is None:
             return None
-        value = st.min
-    return value if isinstance(value, str) else None
+        return {c: _plain(a[i]) for c, a in self._cols.items()}
+
+
+DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
+                                  "warnings": 0, "cause": "", "attempts": 1, "config_id": "",
+                                  "metrics": "{}"}
+
+
+def _write_fd(fd: int, path: Path, text: str) -> None:
+    """Write a claim or lock file just created; a full disk removes it and is one line."""
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path) from None
+        raise
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def _record(video_id: str, row: dict[str, Any]) -> StatusRecord:
+    known = {f.name for f in fields(StatusRecord)} - {"video_id"}
+    values = {k: v for k, v in row.items() if k in known}
+    values["metrics"] = json.loads(values.get("metrics") or "{}")
+    return StatusRecord(video_id=video_id, **values)
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Status rows of any age with every record column (older records lack some)."""
+    for c, d in DEFAULT_RECORD.items():
+        if c not in df.columns:
+            df[c] = d
+        else:
+            df[c] = df[c].where(df[c].notna(), d) if df[c].isna().any() else df[c]
+    df["metrics"] = [m if isinstance(m, str) else json.dumps(m or {}) for m in df["metrics"]]
+    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
+                      "attempts": "int64"})
+
+
+def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(path, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFile(f"{path}: corrupt or truncated manifest "
+                          f"({' '.join(str(exc).split())[:80]})") from None
+    meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
+    return _normalise(t.to_pandas()), meta
+
+
+def _raise_open_files_limit() -> None:
+    """A k-way merge opens every batch file of a table at once (1,200 at HowTo100M with
+    1,000-video batches): raise the soft limit on open files to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass

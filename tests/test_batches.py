@@ -1,0 +1,192 @@
+"""Batched commits: a run directory written before batches (a part and a status JSON per
+video) is read and resumed; the newest manifest wins across batches (--retry-failed, forget,
+--redo); the streamed merge equals the in-memory one over batches and old parts together.
+SIGKILL tests: tests/test_runners.py (between a batch's tables and its manifest; two
+processes), tests/test_storage.py and tests/test_caption_pipeline.py (the real CLI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from howtocap.engine.core import (
+    SettingsChanged,
+    batch_settings,
+    prepare_stages,
+    run_stage,
+    stage_fingerprint,
+)
+from howtocap.engine.fingerprint import config_id
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.stage import BaseStage, StageOutput, VideoInput
+from howtocap.errors import HowtocapError, InputError
+from howtocap.hashing import safe_name
+from howtocap.io.inputs import VideoItem
+
+
+class Lines(BaseStage):
+    """Three subtitle-like rows per video (so ``merge_streaming`` applies); fails for the
+    ids in ``fail`` (not a setting: a retry may succeed); ``offset`` is a setting."""
+
+    name = "lines"
+    writes = ("subtitles",)
+
+    def __init__(self, fail: set[str] | None = None, offset: float = 0.0) -> None:
+        self.fail = fail or set()
+        self.offset = offset
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**super().fingerprint(), "offset": self.offset}
+
+    def process(self, video: VideoInput) -> StageOutput:
+        if video.video_id in self.fail:
+            raise InputError(video.video_id, "scripted failure")
+        return StageOutput({"subtitles": rows(video.video_id, self.offset)})
+
+
+def rows(vid: str, offset: float = 0.0) -> pd.DataFrame:
+    n = int(vid.split("_")[1])
+    return pd.DataFrame({"video_id": [vid] * 3, "start": [2.0, 0.0, 1.0],  # not sorted
+                         "end": [3.0, 1.0, 2.0],
+                         "text": [f"{vid} c {n + offset}", f"{vid} a", f"{vid} b"],
+                         "source": ["vtt"] * 3})
+
+
+ITEMS = [VideoItem(f"v_{i:02d}", None) for i in range(10)]
+
+
+def write_old_layout(root: Path, ok: list[str], failed: list[str]) -> None:
+    """What the code before batches left: parts/<table>/<video>.parquet,
+    parts/status/<stage>/<video>.json (the record's fields then) and the stage's
+    fingerprint."""
+    fp = stage_fingerprint(Lines())
+    cid = config_id(fp)
+    (root / "parts" / "fingerprints").mkdir(parents=True)
+    (root / "parts" / "fingerprints" / "lines.json").write_text(
+        json.dumps({"config_id": cid, "fingerprint": fp}))
+    for vid in ok:
+        part = root / "parts" / "subtitles" / f"{safe_name(vid)}.parquet"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        rows(vid).assign(config_id=cid).to_parquet(part, index=False)
+    for vid, status in [(v, "ok") for v in ok] + [(v, "error") for v in failed]:
+        rec = {"video_id": vid, "stage": "lines", "status": status,
+               "message": "" if status == "ok" else f"{vid}: scripted failure",
+               "seconds": 0.5, "finished_at": 1.0, "warnings": 0,
+               "cause": "" if status == "ok" else "bad input", "attempts": 1,
+               "config_id": cid, "metrics": {}}
+        path = root / "parts" / "status" / "lines" / f"{safe_name(vid)}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+
+
+def test_an_old_per_video_run_directory_is_read_and_resumed(tmp_path: Path) -> None:
+    old_ok, old_failed = [f"v_{i:02d}" for i in range(5)], ["v_05"]
+    write_old_layout(tmp_path / "run", old_ok, old_failed)
+    rd = RunDir(tmp_path / "run")
+    assert rd.has_results("lines") and rd.is_done("lines", "v_03", "subtitles")
+    assert len(rd.read_part("subtitles", "v_03")) == 3
+    calls: list[str] = []
+
+    class Counting(Lines):
+        def process(self, video: VideoInput) -> StageOutput:
+            calls.append(video.video_id)
+            return super().process(video)
+
+    s = run_stage(rd, ITEMS, Counting(), progress=False, batch_size=3)
+    # the old results count as done, its failure stays failed; the rest is done in batches
+    assert (s.skipped, s.failed_before, s.done) == (5, 1, 4)
+    assert sorted(calls) == [f"v_{i:02d}" for i in range(6, 10)]
+    assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 2  # 4 videos, batches of 3
+    merged = rd.merge("subtitles")
+    assert sorted(merged["video_id"].unique()) == [v.video_id for v in ITEMS if
+                                                   v.video_id != "v_05"]
+    status = rd.status_table()
+    assert len(status) == 10 and list(status["status"]).count("error") == 1
+    # --retry-failed: the batch's row supersedes the old per-video failure
+    s = run_stage(rd, ITEMS, Counting(), progress=False, retry_failed=True)
+    assert (s.done, s.skipped, calls[-1]) == (1, 9, "v_05")
+    rec = rd.status("lines", "v_05")
+    assert rec is not None and rec.status == "ok" and rec.attempts == 2 and rec.batch
+    clean = RunDir(tmp_path / "clean")
+    run_stage(clean, ITEMS, Lines(), progress=False)
+    pd.testing.assert_frame_equal(rd.merge("subtitles"), clean.merge("subtitles"))
+    want = pd.read_parquet(clean.table_path("subtitles"))
+    assert rd.merge_streaming("subtitles") == len(want)  # old parts and batches, k-way
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
+
+
+def test_newest_manifest_wins_across_batches(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import howtocap.engine.rundir as rundir_mod
+
+    monkeypatch.setattr(rundir_mod, "STREAM_ROWS", 2)  # a video's rows span record batches
+    rd = RunDir(tmp_path / "run")
+    s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batch_size=3)
+    assert s.done == 8 and len(s.failed) == 2
+    assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 4  # 3 + 3 + 3 + 1
+    # a plain re-run leaves the failures alone; --retry-failed tries them in a new batch
+    s = run_stage(rd, ITEMS, Lines(), progress=False, batch_size=3)
+    assert (s.done, s.failed_before) == (0, 2)
+    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False, batch_size=3,
+                  retry_failed=True, max_attempts=3)
+    assert s.done == 1 and [v for v, _ in s.failed] == ["v_07"]
+    assert [rd.status("lines", v).attempts for v in ("v_01", "v_07")] == [2, 2]
+    assert "v_07" not in set(rd.merge("subtitles")["video_id"])
+    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False, retry_failed=True,
+                  max_attempts=2)
+    assert (s.done, s.gave_up) == (0, 1)  # failed twice: left alone
+    # forget: one manifest takes a result back; its rows leave the merge, it is redone
+    rd.forget("lines", ["v_04"])
+    assert "v_04" not in set(rd.merge("subtitles")["video_id"])
+    s = run_stage(rd, ITEMS, Lines(), progress=False)
+    assert s.done == 1 and rd.status("lines", "v_04").status == "ok"
+    want = pd.concat([rows(v.video_id) for v in ITEMS if v.video_id != "v_07"])
+    got = rd.merge("subtitles")
+    assert len(got) == len(want) and not got.duplicated(["video_id", "start"]).any()
+    got = pd.read_parquet(rd.table_path("subtitles"))
+    assert rd.merge_streaming("subtitles", batch_rows=5) == len(got)  # k-way, small writes
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)
+    # other settings: refused, then --redo clears every batch and recomputes
+    with pytest.raises(SettingsChanged):
+        run_stage(rd, ITEMS, Lines(offset=10.0), progress=False)
+    prepare_stages(rd, [Lines(offset=10.0)], redo=True)
+    assert not list(rd.batch_dir("lines").glob("*.parquet"))
+    s = run_stage(rd, ITEMS, Lines(offset=10.0), progress=False, batch_size=4)
+    assert s.done == 10
+    texts = set(rd.merge("subtitles")["text"])
+    assert "v_03 c 13.0" in texts and "v_03 c 3" not in texts
+
+
+def test_orphan_table_files_are_ignored_and_swept_only_when_their_writer_is_dead(
+        tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    run_stage(rd, ITEMS[:4], Lines(), progress=False)
+    live = rd.batch_part_path("subtitles", rd.new_batch_id("lines"))  # this process: alive
+    dead = rd.batch_part_path("subtitles", "batch-00000000000000000001-"
+                                           f"{live.stem.split('-', 2)[2].split('~')[0]}~"
+                                           f"{2**22 + 7}")
+    for p in (live, dead):
+        rows("v_09").to_parquet(p, index=False)
+    assert "v_09" not in set(rd.merge("subtitles")["video_id"])  # no manifest: not merged
+    assert rd.sweep_orphans() == 1 and live.exists() and not dead.exists()
+
+
+def test_batch_settings_come_from_arguments_then_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert batch_settings() == (1000, 60.0)
+    monkeypatch.setenv("HOWTOCAP_BATCH_SIZE", "7")
+    monkeypatch.setenv("HOWTOCAP_BATCH_SECONDS", "2.5")
+    assert batch_settings() == (7, 2.5) and batch_settings(3, 0) == (3, 0.0)
+    monkeypatch.setenv("HOWTOCAP_BATCH_SIZE", "many")
+    with pytest.raises(HowtocapError, match="HOWTOCAP_BATCH_SIZE"):
+        batch_settings()
+
+
+def test_batch_seconds_commits_a_batch_that_is_not_full(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    run_stage(rd, ITEMS[:4], Lines(), progress=False, batch_size=1000, batch_seconds=0)
+    assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 4  # every result at once
