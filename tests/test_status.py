@@ -47,12 +47,15 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
     # throughput from the recorded wall time and the stages' counts
     t, wall = cap["throughput"], cap["wall_seconds"]
     assert 0 < wall <= elapsed + 1e-3 and 0 < sub["wall_seconds"] <= elapsed + 1e-3
-    assert t["videos_per_s"] == pytest.approx(3 / wall, rel=0.01)  # 2 done + 1 failed
+    def tol(w: float) -> float:  # wall_seconds is shown to the ms: a fast stage's rate moves
+        return 0.01 + 0.0005 / w
+
+    assert t["videos_per_s"] == pytest.approx(3 / wall, rel=tol(wall))  # 2 done + 1 failed
     n_captions = len(pd.read_parquet(out / "captions.parquet"))
-    assert n_captions > 0 and t["captions_per_s"] == pytest.approx(n_captions / wall, rel=0.01)
+    assert n_captions > 0 and t["captions_per_s"] == pytest.approx(n_captions / wall, rel=tol(wall))
     # audio: the subtitles of good_a, good_b (end at 3.8 s) and noparse (2.0 s); not broken_subs
     assert sub["throughput"]["audio_hours_per_hour"] == pytest.approx(
-        (3.8 + 3.8 + 2.0) / sub["wall_seconds"], rel=0.01)
+        (3.8 + 3.8 + 2.0) / sub["wall_seconds"], rel=tol(sub["wall_seconds"]))
     table = pd.read_parquet(out / "status.parquet").set_index(["stage", "video_id"])
     assert table.loc[("caption", "noparse"), "cause"] == "model output"
     assert table.loc[("subtitles", "broken_subs"), "cause"] == "bad input"
