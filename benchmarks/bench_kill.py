@@ -106,33 +106,36 @@ def wait(pid: int) -> int:
 
 
 def where(out: Path, n: int) -> str:
-    """Which step the kill interrupted, from what it left on disk."""
-    def count(table: str) -> int:
-        d = out / "parts" / table
-        return len(list(d.glob("*.parquet"))) if d.exists() else 0
+    """Which step the kill interrupted, from the committed status records."""
+    from howtocap.engine.rundir import RunDir
+
+    rd = RunDir(out, create=False)
+
+    def count(stage: str) -> int:
+        return sum(r.status == "ok" for r in rd.status_records(stage))
 
     if (out / "aligned.parquet").exists():
         return "after align"
-    if count("align_scores") == n:
+    if count("align") == n:
         return "align filter"
-    if count("align_scores"):
+    if count("align"):
         return "align"
-    if count("captions") == n:
+    if count("caption") == n:
         return "caption merge / align start"
-    if count("captions"):
+    if count("caption"):
         return "caption"
     return "start / subtitles"
 
 
 def corrupt(out: Path, rng: random.Random) -> list[str]:
-    """Truncate one finished part and flip a byte inside another's data page."""
+    """Truncate one committed batch file and flip a byte inside another's data page."""
     from howtocap.engine.rundir import RunDir
 
     rd = RunDir(out, create=False)
-    done = [rd.part_path(t, r.video_id) for st, t in (("subtitles", "subtitles"),
-                                                     ("caption", "captions"))
-            for r in rd.status_records(st) if r.status == "ok"]
-    done = [p for p in done if p.exists()]
+    # committed batch files (their manifest exists; a file without one is never read)
+    done = [p for st, t in (("subtitles", "subtitles"), ("caption", "captions"))
+            for p in sorted((out / "parts" / t).glob("batch-*.parquet"))
+            if rd.manifest_path(st, p.stem).exists()]
     if len(done) < 2:
         return []
     a, b = rng.sample(done, 2)
@@ -155,8 +158,11 @@ def main() -> None:
     ap.add_argument("--corrupt-every", type=int, default=4, help="corrupt parts before every "
                     "Nth resume")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=2, help="videos per committed batch: "
+                    "small, so kills land between batches and inside them")
     ap.add_argument("--work", type=Path, default=HERE / "work" / "kill")
     args = ap.parse_args()
+    os.environ["HOWTOCAP_BATCH_SIZE"] = str(args.batch_size)  # the forked runs inherit it
     rng = random.Random(args.seed)
     if args.work.exists():
         shutil.rmtree(args.work)
@@ -227,6 +233,7 @@ def main() -> None:
     for t in trials:
         steps[t["step"]] = steps.get(t["step"], 0) + 1
     res = {"kills": len(trials), "draws": tries, "videos": args.videos, "seed": args.seed,
+           "batch_size": args.batch_size,
            "clean_run_s": round(clean_s, 2), "equal_after_resume": n_equal,
            "corrupt_parts_injected": injected, "corrupt_parts_detected": detected,
            "kills_by_step": steps, "rows": {t: len(df) for t, df in want.items()},
@@ -238,7 +245,8 @@ def main() -> None:
     lines = [
         "# Kill and resume (`benchmarks/bench_kill.py`)", "",
         f"A {args.videos}-video `run` (subtitles -> LLM captions -> align scores -> filter; "
-        "fake OpenAI server, tiny random CLIP encoder) SIGKILLed at "
+        f"fake OpenAI server, tiny random CLIP encoder; results committed {args.batch_size} "
+        "videos a batch) SIGKILLed at "
         f"{args.kills} random moments of its {clean_s:.1f} s, then resumed with the same "
         "call. Every resumed run's `subtitles`, `captions` and `aligned` tables are compared "
         "with an uninterrupted run's (pandas `assert_frame_equal`: same rows, order, values, "
