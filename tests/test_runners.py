@@ -60,7 +60,8 @@ def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a[cols], b[cols])
     pids = setups(tmp_path / "rlog")
     assert len(pids) == len(set(pids)) <= 2 and os.getpid() not in pids  # once per actor
-    assert {int(p) for p in pids} == {int(ln.split()[1]) for ln in
+    # every video ran in an actor that had set up (Ray may give one actor all the videos)
+    assert {int(p) for p in pids} >= {int(ln.split()[1]) for ln in
                                       (tmp_path / "rlog" / "done.log").read_text().splitlines()}
     # a re-run has nothing left to do
     again = run_stage(ray_dir, ITEMS, SquareStage(tmp_path / "rlog"), runner=RayRunner(2),
