@@ -40,8 +40,8 @@ from howtocap.encoders.embedded import (
     class_names,
 )
 from howtocap.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, frames_to_tensor
-from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.video import iter_frames
+from howtocap.metrics import retrieval_metrics
 from howtocap.samples import make_fixture_set
 
 RESULTS = Path(__file__).parent / "results"

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_metrics.py [--n 10000]``. Writes
 ``benchmarks/results/metrics.json`` and ``metrics.md``. Baselines measured in the same run:
 
-* ``reference``: :func:`howtocap.evaluate.metrics.reference_metrics`, a per-row lexsort with
+* ``reference``: :func:`howtocap.metrics.reference_metrics`, a per-row lexsort with
   an explicit tie key (exact, tie-aware; what the fast code must equal);
 * ``argsort``: the usual one-shot ``np.argsort(-sim, axis=1)`` recipe (fast-ish, but leaves
   ties to the sort order), timed for context.
@@ -20,12 +20,7 @@ import numpy as np
 import torch
 from _timing import best_time
 
-from howtocap.evaluate.metrics import (
-    TIE_RULES,
-    metrics_from_ranks,
-    reference_metrics,
-    retrieval_metrics,
-)
+from howtocap.metrics import TIE_RULES, metrics_from_ranks, reference_metrics, retrieval_metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -162,7 +162,7 @@ def label_quality(pairs: pd.DataFrame, truth: pd.DataFrame) -> dict:
 def evaluate(encoder, work: Path) -> dict:
     from howtocap.evaluate.benchmarks import EvalSample
     from howtocap.evaluate.embed import video_embeddings
-    from howtocap.evaluate.metrics import retrieval_metrics
+    from howtocap.metrics import retrieval_metrics
 
     truth = pd.read_csv(work / "eval_truth.csv")
     samples = [EvalSample(r.video_id, work / "videos_eval" / f"{r.video_id}.mp4", r.caption,

@@ -27,9 +27,9 @@ import torch
 
 from howtocap.encoders import create, load_encoder
 from howtocap.encoders.dual import DualModel
-from howtocap.evaluate.metrics import retrieval_metrics
 from howtocap.io.pairs import build_clips, frame_times, read_pairs
 from howtocap.io.video import sample_frames
+from howtocap.metrics import retrieval_metrics
 from howtocap.samples import make_fixture_set, make_narrated_video
 from howtocap.train.api import train
 from howtocap.train.data import DecodeFrames, PixelCache, epoch_draws

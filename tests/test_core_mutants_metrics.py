@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from howtocap.errors import HowtocapError
-from howtocap.evaluate.metrics import (
+from howtocap.metrics import (
     caption_mask,
     crosstask_recall,
     metrics_from_ranks,

@@ -23,7 +23,7 @@ from howtocap.evaluate.crosstask import (
     step_recall,
 )
 from howtocap.evaluate.crosstask_samples import write_crosstask_release
-from howtocap.evaluate.metrics import crosstask_recall
+from howtocap.metrics import crosstask_recall
 from howtocap.train.tiny import make_tiny_clip
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from howtocap.errors import HowtocapError
-from howtocap.evaluate.metrics import (
+from howtocap.metrics import (
     TIE_RULES,
     caption_mask,
     crosstask_recall,

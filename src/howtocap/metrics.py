@@ -19,8 +19,8 @@ from sorting, which is also much faster: ``O(n*m)`` comparisons in row chunks, o
 ``sim`` is a CUDA tensor.
 
 The maths is pure (numpy and torch, nothing of the package but ``errors``), so it sits at the
-bottom: training reports held-out R@K with it without importing ``evaluate``, which re-exports
-every name (``howtocap.evaluate.metrics``) for its users.
+bottom: training and ``evaluate`` both use it, and training does not import ``evaluate``
+(code that imported ``howtocap.evaluate.metrics``: ``tools/apply_move_map.py``).
 """
 
 from __future__ import annotations

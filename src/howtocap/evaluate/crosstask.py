@@ -9,7 +9,7 @@ inside an annotated interval of that step. Recall per task = correct / annotated
 over the task's videos; the headline is the mean over tasks (the official protocol).
 
 ``inference="independent"`` instead takes each step's best second on its own (what
-:func:`howtocap.evaluate.metrics.crosstask_recall` does): it can put steps in any order, so it
+:func:`howtocap.metrics.crosstask_recall` does): it can put steps in any order, so it
 is reported for comparison, not as the paper's number.
 
 Release layout read here: ``tasks_primary.txt`` (records of 6 lines: id, title, URL, number of

@@ -2,7 +2,7 @@
 
 Reads the benchmark's annotations, embeds each clip as the mean of ``n_frames`` frame
 embeddings and each caption with the text tower, then scores text-to-video and video-to-text
-retrieval (see :mod:`howtocap.evaluate.metrics` for ranks and ties). Clips whose video is
+retrieval (see :mod:`howtocap.metrics` for ranks and ties). Clips whose video is
 missing or unreadable are dropped together with their captions and listed in the output, so
 the numbers say exactly which subset they were measured on.
 """
