@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # Column order of every table the pipeline writes; see docs/architecture.md.
@@ -68,12 +69,39 @@ def empty_table(name: str) -> pd.DataFrame:
                          for c, t in SCHEMAS[name].items()})
 
 
+def rows_table(name: str, n: int, **columns: Any) -> pd.DataFrame:
+    """A conforming table of ``n`` rows from plain columns (a list, or one value for every
+    row), built once with the schema's dtypes: what ``conform`` would return, without pandas
+    assembling and converting a frame per video."""
+    schema = SCHEMAS[name]
+    unknown = set(columns) - set(schema)
+    if unknown:
+        raise ValueError(f"{name} table has no columns {sorted(unknown)}")
+    idx = pd.RangeIndex(n)
+    data = {}
+    for col, dtype in schema.items():
+        value = columns[col] if col in columns else DEFAULTS[col]
+        kind = object if dtype == "str" else dtype
+        if isinstance(value, (list, tuple, np.ndarray)):
+            if len(value) != n:
+                raise ValueError(f"{name}.{col}: {len(value)} values for {n} rows")
+            arr = np.asarray(value, dtype=kind) if kind is not object else \
+                np.array(value, dtype=object) if len(value) else np.empty(0, dtype=object)
+        else:
+            arr = np.full(n, value, dtype=kind)
+        data[col] = pd.Series(arr, index=idx, name=col, dtype=kind, copy=False)
+    return pd.DataFrame(data, index=idx, copy=False)
+
+
 def conform(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """Columns in schema order with schema dtypes; extra columns are kept after them."""
     schema = SCHEMAS[name]
     missing = [c for c in schema if c not in df.columns]
     if missing and all(c in DEFAULTS for c in missing):
-        df = df.assign(**{c: DEFAULTS[c] for c in missing})
+        # in the schema's dtypes: a scalar "" would become pandas' own string dtype, and the
+        # frame would miss the fast path below (a few ms a video)
+        df = df.assign(**{c: pd.Series(DEFAULTS[c], index=df.index, dtype=object
+                                       if schema[c] == "str" else schema[c]) for c in missing})
         missing = []
     if missing:
         raise ValueError(f"{name} table lacks columns {missing}")

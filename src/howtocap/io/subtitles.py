@@ -37,6 +37,7 @@ from howtocap.io.subtitle_dump import (
     is_converted,
 )
 from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
+from howtocap.schemas import rows_table
 
 
 class ASR(Protocol):
@@ -430,12 +431,10 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
         raise InputError(where, "no subtitles found (no sidecar .vtt/.srt, not in --subtitles)"
                          + ("" if asr is not None and item.video_path is not None
                             else " and ASR is off"))
-    n = len(df)  # built in the subtitles table's own dtypes: conforming it is then free
-    out = pd.DataFrame({"video_id": pd.Series([item.video_id] * n, dtype=object),
-                        "start": df["start"].to_numpy(dtype="float64"),
-                        "end": df["end"].to_numpy(dtype="float64"),
-                        "text": pd.Series(df["text"].to_numpy(dtype=object), dtype=object),
-                        "source": pd.Series([kind] * n, dtype=object)})
+    out = rows_table("subtitles", len(df), video_id=item.video_id,  # conforming it is free
+                     start=df["start"].to_numpy(dtype="float64"),
+                     end=df["end"].to_numpy(dtype="float64"),
+                     text=df["text"].to_numpy(dtype=object), source=kind)
     return out, origin
 
 

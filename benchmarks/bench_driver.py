@@ -1,0 +1,191 @@
+"""The driver's own cost per video on a text-only run (issue #22 part 3), before and after, in
+the same run: ``howtocap caption --subtitles caption.json`` as a user runs it.
+
+Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --base REV]
+     -> benchmarks/results/driver.{json,md,png}
+
+``--base`` (default: the last commit before part 3) is checked out into a git worktree under
+benchmarks/work/; every measurement is its own child process with that tree's or this tree's
+sources first on the path, so both versions see the same machine, file and load:
+
+* ``in-process``: ``caption_run`` with an LLM object that answers at once (one caption per
+  block), so nothing but our own code is timed;
+* ``http``: the CLI, ``--llm-url`` to one real OpenAI-compatible server on 127.0.0.1 that
+  answers at once with one caption per ASR line it was given (``tests.chat_server``, its own
+  process), ``--concurrency 32``: the issue's setting.
+
+Each with the filler test on (the default: spaCy's parser reads every caption) and off
+(``--keep-fillers``). Figures: videos/s, ms of wall per video, peak RSS of the child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / "work" / "driver"
+OUT = HERE / "results"
+# The last commit before the driver's per-video pandas was replaced by plain columns.
+BASE = "66beb05"
+
+CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+mode, src, out, fillers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+t0 = time.perf_counter()
+if mode == "in-process":
+    sys.path.insert(0, {bench!r})
+    from bench_textonly import InstantLLM
+    from howtocap.caption.captioner import CaptionConfig
+    from howtocap.caption.config import CaptionRunConfig
+    from howtocap.caption.run import caption_run
+    cfg = CaptionRunConfig(subtitles=src, caption=CaptionConfig(reject_fillers=not fillers))
+    _, cap = caption_run(None, out, cfg, llm=InstantLLM(), progress=False)
+    done = cap.done
+else:
+    from howtocap.cli import app
+    args = ["caption", "--out", out, "--subtitles", src, "--llm-url", sys.argv[5],
+            "--llm-model", "echo", "--concurrency", "32", "--quiet"]
+    if fillers:
+        args.append("--keep-fillers")
+    try:
+        app(args, standalone_mode=False)
+    except SystemExit:
+        pass
+    from howtocap.engine.rundir import RunDir
+    st = RunDir(out, create=False).read_table("status")
+    done = int(((st["stage"] == "caption") & (st["status"] == "ok")).sum())
+wall = time.perf_counter() - t0
+print(json.dumps({"wall_s": wall, "done": done,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def worktree(rev: str) -> Path:
+    path = WORK / f"base-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT,
+                       check=True, capture_output=True)
+    return path
+
+
+def child(src_tree: Path, mode: str, data: Path, fillers: bool, url: str) -> dict[str, Any]:
+    out = WORK / "run"
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": f"{src_tree / 'src'}:{ROOT}"}
+    code = CHILD.replace("{bench!r}", repr(str(HERE)))
+    res = subprocess.run([sys.executable, "-c", code, mode, str(data), str(out),
+                          "1" if fillers else "0", url], env=env, cwd=ROOT, text=True,
+                         capture_output=True, check=False)
+    if res.returncode:
+        raise SystemExit(f"{mode} child failed:\n{res.stderr[-3000:]}")
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    row["videos_per_s"] = row["done"] / row["wall_s"]
+    row["ms_per_video"] = 1000 * row["wall_s"] / max(1, row["done"])
+    return row
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted({(r["mode"], r["fillers"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.38
+    for k, version in enumerate(("before", "after")):
+        ys = [next(r["videos_per_s"] for r in rows if r["version"] == version
+                   and (r["mode"], r["fillers"]) == lab) for lab in labels]
+        ax.bar([i + (k - 0.5) * width for i in range(len(labels))], ys, width, label=version)
+    ax.set_xticks(range(len(labels)),
+                  [f"{m}\n{'--keep-fillers' if f else 'filler test on'}" for m, f in labels])
+    ax.set_ylabel("videos / s (higher is better)")
+    ax.set_title("Text-only captioning, instant LLM: the driver's own speed")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--videos", type=int, default=1000)
+    ap.add_argument("--base", default=BASE)
+    args = ap.parse_args()
+    sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+    from benchmarks.bench_textonly import write_caption_json
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    data = WORK / f"caption-{args.videos}.json"
+    if not data.exists():
+        write_caption_json(data, args.videos)
+    trees = {"before": worktree(args.base), "after": ROOT}
+    server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    load0 = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    try:
+        url = (server.stdout.readline() if server.stdout else "").strip()
+        for mode in ("in-process", "http"):
+            for fillers in (True, False):
+                for version, tree in trees.items():  # the two versions back to back
+                    row = child(tree, mode, data, fillers, url)
+                    rows.append({"version": version, "mode": mode, "fillers": fillers, **row})
+                    print(f"{version:6s} {mode:10s} keep_fillers={fillers!s:5s} "
+                          f"{row['videos_per_s']:7.1f} videos/s {row['rss_mb']:6.0f} MB",
+                          flush=True)
+    finally:
+        server.kill()
+        server.wait()
+    load1 = os.getloadavg()
+
+    def get(version: str, mode: str, fillers: bool) -> dict[str, Any]:
+        return next(r for r in rows if (r["version"], r["mode"], r["fillers"]) ==
+                    (version, mode, fillers))
+
+    summary = {f"{mode}{'_keep_fillers' if fillers else ''}": {
+        "before": round(get("before", mode, fillers)["videos_per_s"], 1),
+        "after": round(get("after", mode, fillers)["videos_per_s"], 1),
+        "speedup": round(get("after", mode, fillers)["videos_per_s"]
+                         / get("before", mode, fillers)["videos_per_s"], 2),
+        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2)}
+        for mode in ("in-process", "http") for fillers in (True, False)}
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "load_avg": [round(load0[0], 2), round(load1[0], 2)], "videos": args.videos,
+              "base": args.base, "rows": rows, "summary": summary,
+              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    OUT.mkdir(exist_ok=True)
+    (OUT / "driver.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = ["# The driver's own cost per video (text-only, instant LLM)", "",
+             f"{result['machine']}; load average {load0[0]:.1f} → {load1[0]:.1f} (other jobs "
+             f"add time); {args.videos:,} HowTo100M-style videos (bench_textonly's generator); "
+             f"before = commit {args.base}, after = this tree, measured back to back in one "
+             "run. How to read: benchmarks/bench_driver.py docstring.", "",
+             "| setting | before videos/s | after videos/s | speedup | after ms/video | "
+             "after peak RSS |", "|---|---:|---:|---:|---:|---:|"]
+    for mode in ("in-process", "http"):
+        for fillers in (False, True):
+            b, a = get("before", mode, fillers), get("after", mode, fillers)
+            lines.append(f"| {mode}, {'--keep-fillers' if fillers else 'filler test on'} | "
+                         f"{b['videos_per_s']:.1f} | {a['videos_per_s']:.1f} | "
+                         f"{a['videos_per_s'] / b['videos_per_s']:.2f}x | "
+                         f"{a['ms_per_video']:.1f} | {a['rss_mb']:.0f} MB |")
+    lines += ["", "Targets (issue #22): ≥ 1,000 videos/s in-process, ≥ 300 over HTTP, on 2 "
+              "cores.", ""]
+    (OUT / "driver.md").write_text("\n".join(lines))
+    plot(rows, OUT / "driver.png")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
