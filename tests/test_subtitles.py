@@ -19,6 +19,7 @@ from howtocap.io.subtitles import (
     read_vtt,
     subtitles_for_video,
 )
+from howtocap.schemas import SCHEMAS
 
 # What yt-dlp --write-auto-subs writes: every cue repeats the previous line, new words carry
 # <time><c> tags, and 10-ms "transition" cues hold the finished line alone.
@@ -263,13 +264,16 @@ def test_subtitles_for_video_precedence(tmp_path: Path) -> None:
     source = SubtitleSource.open(src_file)
 
     df = subtitles_for_video(VideoItem("v1", video, explicit), source=source)
-    assert df.values.tolist() == [["v1", 3.0, 4.0, "explicit", "srt"]]
+    assert df.values.tolist() == [["v1", 3.0, 4.0, "explicit", "srt", ""]]
     df = subtitles_for_video(VideoItem("v1", video), source=source)
-    assert df.values.tolist() == [["v1", 1.0, 2.0, "sidecar line", "vtt"]]
-    assert list(df.columns) == ["video_id", "start", "end", "text", "source"]
+    assert df.values.tolist() == [["v1", 1.0, 2.0, "sidecar line", "vtt", ""]]
+    # the subtitles table itself (config_id is set when the stage's batch is committed)
+    assert list(df.columns) == list(SCHEMAS["subtitles"])
+    assert df.dtypes.astype(str).tolist() == \
+        ["object", "float64", "float64", "object", "object", "object"]
     (tmp_path / "v1.en.vtt").unlink()
     df = subtitles_for_video(VideoItem("v1", video), source=source)
-    assert df.values.tolist() == [["v1", 5.0, 6.0, "from htm", "htm"]]
+    assert df.values.tolist() == [["v1", 5.0, 6.0, "from htm", "htm", ""]]
     with pytest.raises(InputError, match=r"v2\.mp4: no subtitles found .* ASR is off"):
         subtitles_for_video(VideoItem("v2", tmp_path / "v2.mp4"), source=source)
 

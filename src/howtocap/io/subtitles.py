@@ -399,7 +399,8 @@ class SubtitleSource:
 # -- the per-video stage function ---------------------------------------------------------------
 def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None,
                         asr: ASR | None = None) -> pd.DataFrame:
-    """One video's subtitles as a ``subtitles`` table (``video_id, start, end, text, source``).
+    """One video's subtitles as a ``subtitles`` table (its schema; ``config_id`` is set when the
+    stage commits).
 
     Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
     the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
