@@ -354,7 +354,8 @@ def fetch_ytdlp(url: str, dest_stem: Path, cfg: DownloadConfig) -> Fetched:
 
     try:
         opts = yt_dlp.parse_options(ytdlp_args(url, str(work / "media.%(ext)s"), cfg)).ydl_opts
-        opts.update(logger=log, progress_hooks=[limit])
+        # the command line's default ignores extraction errors ('only_download'): raise them
+        opts.update(logger=log, progress_hooks=[limit], ignoreerrors=False)
         target = url if not YOUTUBE_ID.match(url) else f"https://www.youtube.com/watch?v={url}"
         try:
             with yt_dlp.YoutubeDL(opts) as ydl:

@@ -177,6 +177,15 @@ def read_id_list(path: str | Path) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def select_videos(items: list[VideoItem], ids: str | Path | Sequence[str] | None,
+                  limit: int | None) -> list[VideoItem]:
+    """The videos ``--ids`` (a file or a list) and ``--limit`` keep, in input order."""
+    if ids is not None:
+        keep = set(read_id_list(ids) if isinstance(ids, (str, Path)) else ids)
+        items = [it for it in items if it.video_id in keep]
+    return items[:limit] if limit is not None else items
+
+
 def resolve_videos(inputs: Sequence[str | Path | VideoItem]) -> list[VideoItem]:
     """``resolve_inputs``, or one line when the inputs hold no video at all."""
     items = resolve_inputs(list(inputs))
