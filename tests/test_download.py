@@ -180,8 +180,30 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
         www.trickle = 0.0
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
-        assert [p.name for p in media.iterdir()] == ["slow.mp4"]
+        assert sorted(p.name for p in media.iterdir()) == ["slow.download.json", "slow.mp4"]
         assert (media / "slow.mp4").read_bytes() == (root / "big.mp4").read_bytes()
+
+
+def test_whole_but_uncommitted_downloads_are_not_fetched_again(tmp_path: Path,
+                                                               base_video: Path) -> None:
+    """A kill after files were whole but before their batch was committed (simulated by
+    taking the results back): the next run finds them by their markers, no request; other
+    settings (another size limit) fetch again."""
+    from howtocap.download.run import download_run
+
+    root = served(tmp_path, base_video)
+    run = tmp_path / "run"
+    with media_server(root) as www:
+        csv = manifest(tmp_path / "m.csv", [("a", f"{www.url}/a.mp4", f"{www.url}/a.vtt"),
+                                            ("b", f"{www.url}/b.mp4", "")])
+        items, first = download_run([csv], run, DownloadConfig(), progress=False)
+        assert first.done == 2 and www.requests.total() == 3
+        RunDir(run, create=False).forget("download", ["a", "b"])
+        again, second = download_run([csv], run, DownloadConfig(), progress=False)
+        assert second.done == 2 and www.requests.total() == 3 and again == items
+        other = DownloadConfig(max_size=10**9)
+        _, third = download_run([csv], run, other, progress=False, redo=True)
+        assert third.done == 2 and www.requests.total() == 6
 
 
 def test_fetch_retries_transient_failures_only(tmp_path: Path, base_video: Path) -> None:

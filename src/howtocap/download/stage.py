@@ -4,9 +4,11 @@ network, so a worker runs many at a time (threads, ``--workers``)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from howtocap.atomic import atomic_write_text
 from howtocap.download.config import DownloadConfig
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError
@@ -41,6 +43,10 @@ class DownloadStage(BaseStage):
 
         item, cfg = video.item, self.config
         stem = self.media_dir / safe_name(item.video_id)
+        marker = stem.with_name(stem.name + MARKER)
+        if (row := _finished(marker, item, cfg)) is not None:  # whole, not yet committed
+            return StageOutput({"downloads": pd.DataFrame([row])},
+                               metrics={"bytes": 0.0, "reused": 1.0})
         warnings: list[str] = []
         row: dict[str, Any] = {"video_id": item.video_id, "url": item.video_url,
                                "video_path": str(item.video_path or ""), "bytes": 0,
@@ -68,5 +74,30 @@ class DownloadStage(BaseStage):
                                 f"--asr")
         if not row["video_path"]:
             raise failure("not found", f"{item.video_id}: no video file or URL")
+        atomic_write_text(marker, json.dumps({**row, "settings": cfg.fingerprint()}))
         return StageOutput({"downloads": pd.DataFrame([row])}, warnings,
                            metrics={"bytes": float(row["bytes"])})
+
+
+# Beside each finished download: its row and settings. A run killed after a file was whole
+# but before its batch was committed finds it here and does not fetch it again.
+MARKER = ".download.json"
+
+
+def _finished(marker: Path, item: Any, cfg: DownloadConfig) -> dict[str, Any] | None:
+    """The row of a finished download of the same URLs with the same settings whose files
+    are all still there, else None."""
+    try:
+        done = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if (done.get("url"), done.get("subtitle_url"), done.get("settings")) != (
+            item.video_url, item.subtitle_url, cfg.fingerprint()):
+        return None
+    files = [done.get("video_path"), done.get("subtitle_path") if item.subtitle_url else ""]
+    if not all(Path(f).is_file() for f in files if f):
+        return None
+    if item.video_url and Path(done["video_path"]).stat().st_size != done.get("bytes"):
+        return None
+    done.pop("settings")
+    return done
