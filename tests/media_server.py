@@ -1,7 +1,8 @@
 """A real HTTP file server on 127.0.0.1 for the download tests and benchmark, with scripted
 misbehaviour by path prefix: ``/hang/…`` never answers (until the server stops), ``/nolen/…``
 sends no Content-Length (a size limit must abort mid-stream), ``/slow/…`` trickles its bytes
-(a kill lands mid-download), ``/page/NAME`` serves NAME.mp4 at a URL without an extension;
+(a kill lands mid-download), ``/page/NAME`` serves NAME.mp4 at a URL without an extension,
+``/status/CODE/…`` answers that HTTP status;
 ``delay`` adds a fixed wait to every request (so concurrency
 matters in the benchmark). It counts requests and bytes sent per path."""
 
@@ -38,6 +39,9 @@ class MediaServer:
                 if server.delay:
                     time.sleep(server.delay)
                 mode, _, rest = path.lstrip("/").partition("/")
+                if mode == "status":  # /status/429/… answers that code
+                    self.send_error(int(rest.split("/")[0]))
+                    return
                 if mode == "hang":
                     server.stop.wait(60)  # bounded: the server's end releases it
                     return
