@@ -44,6 +44,7 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
     stage = download_stage(rundir, config)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     remote = [it for it in items if it.remote]
+    need_backends(remote)
     from howtocap.download.fetch import sweep_media
 
     sweep_media(media_dir(rundir))
@@ -58,6 +59,26 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
                         retry_failed=retry_failed, max_attempts=max_attempts, cid=cid)
     rundir.merge_streaming(TABLE)
     return local_items(rundir, items), summary
+
+
+BACKENDS = {"s3": ("s3fs", "s3://"), "gs": ("gcsfs", "gs://"), "gcs": ("gcsfs", "gs://")}
+
+
+def need_backends(items: Iterable[VideoItem]) -> None:
+    """One line before any work when a URL's file system is not installed (not one failed
+    video per URL)."""
+    import importlib.util
+    from urllib.parse import urlsplit
+
+    from howtocap.errors import HowtocapError
+
+    schemes = {urlsplit(u).scheme.lower() for it in items
+               for u in (it.video_url, it.subtitle_url) if "://" in u}
+    for scheme in sorted(schemes & set(BACKENDS)):
+        module, prefix = BACKENDS[scheme]
+        if importlib.util.find_spec(module) is None:
+            raise HowtocapError(f"{prefix} inputs need {module}: pip install "
+                                f"'howtocap[download]'")
 
 
 def _rows(rundir: RunDir) -> dict[str, dict[str, str]]:
