@@ -5,6 +5,7 @@ mapping of yt-dlp's real error messages to causes are tested instead."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -106,6 +107,12 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
             assert Path(dl.loc[vid, "video_path"]).exists() == (vid in ref)
             assert Path(dl.loc[vid, "subtitle_path"]).exists()
         assert not [p for p in (run / "cache" / "media").iterdir() if p.name.startswith(".")]
+        # `howtocap status` lists the download stage first, its failures by cause
+        res = run_cli("status", str(run), "--json")
+        stages = {s["stage"]: s for s in json.loads(res.stdout)["stages"]}
+        assert list(stages)[0] == "download" and stages["download"]["done"] == 2
+        assert {c: f["count"] for c, f in stages["download"]["failures"].items()} == {
+            "bad input": 3, "service": 1}
         # a re-run: nothing downloaded again (no file request at all), the same result
         before = sum(n for p, n in www.requests.items() if not p.startswith("/hang"))
         res = run_cli(*args)

@@ -79,7 +79,7 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
     summaries: list[StageSummary] = []
     fetched: list[str] = []
     if inputs:
-        items = resolve_videos(inputs)
+        inputs = items = resolve_videos(inputs)  # resolved once; caption_run takes items
         if any(it.remote for it in items):  # only what --ids / --limit select is fetched
             items = select_videos(items, caption.ids, caption.limit)
             fetched = [it.video_id for it in items if it.remote]
