@@ -253,6 +253,13 @@ def test_youtube_command_line() -> None:
     o2 = yt_dlp.parse_options(ytdlp_args("dQw4w9WgXcQ", "o.%(ext)s", other)).ydl_opts
     assert o2["format"].split("/")[0] == "bv[height<=?240][ext=webm]" and "+" not in o2["format"]
     assert not o2.get("writeautomaticsub") and o2["merge_output_format"] == "webm"
+    # docs/download.md shows this command line: it must be the one built
+    import shlex
+
+    page = (Path(__file__).parent.parent / "docs" / "download.md").read_text()
+    shown = page.split("```\nyt-dlp ", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    built = ytdlp_args("abcdefghijk", "<tmp>/media.%(ext)s", cfg)
+    assert shlex.split(shown) == [a.replace("abcdefghijk", "<id>") for a in built]
     # what changes the files is fingerprinted; workers, timeouts and retries are not
     from howtocap.download.stage import DownloadStage
 
