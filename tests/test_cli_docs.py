@@ -111,27 +111,29 @@ def unknown(args: list[str]) -> str | None:
 
 def test_run_takes_every_option_of_caption_and_align() -> None:
     """`run` spells out its options: each one of `caption` and of `align` (caption's first on
-    a shared name) with the same type, flags, help and default, so the three cannot drift."""
+    a shared name), then `download`'s, with the same type, flags, help and default, so they
+    cannot drift; `--keep-media` is run's own (it deletes media once align used it)."""
     import inspect
 
     from howtocap.cli.align import align_cmd
     from howtocap.cli.caption import caption_cmd
+    from howtocap.cli.download import download_cmd
     from howtocap.cli.run import run_cmd
 
     want: dict[str, inspect.Parameter] = {}
-    for cmd in (caption_cmd, align_cmd):
+    for cmd in (caption_cmd, align_cmd, download_cmd):
         for p in inspect.signature(cmd, eval_str=True).parameters.values():
-            if p.name != "run_dir":
+            if p.name != "run_dir":  # (caption's `inputs` comes first: run's are caption's)
                 want.setdefault(p.name, p)
     got = inspect.signature(run_cmd, eval_str=True).parameters
-    assert list(got) == list(want)
+    assert list(got) == [*want, "keep_media"]
     for name, p in want.items():
         assert (got[name].annotation, got[name].default) == (p.annotation, p.default), name
     run = root().commands["run"]
     flags = {o for p in run.params for o in p.opts}
-    for name in ("caption", "align"):
+    for name in ("caption", "align", "download"):
         assert flags >= {o for p in root().commands[name].params for o in p.opts
-                         if p.name != "run_dir"}, name
+                         if p.name not in ("run_dir", "inputs")}, name
 
 
 def test_every_documented_invocation_exists() -> None:

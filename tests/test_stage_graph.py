@@ -32,8 +32,10 @@ def test_derived_graph_is_the_one_the_pipeline_always_had() -> None:
         assert (graph.feeder("caption"), graph.is_source("subtitles")) == ("subtitles", True)
         assert (graph.feeder("align"), graph.is_source("caption")) == ("caption", False)
         assert graph.feeder("framecaps") is None and graph.feeder("subtitles") is None
-    assert stage_graph().names == ["subtitles", "caption", "frames", "align", "framecaps",
-                                   "tdr_frames"]
+    assert stage_graph().names == ["download", "subtitles", "caption", "frames", "align",
+                                   "framecaps", "tdr_frames"]
+    # downloads feed later stages as local files (the run resolves them), not as a table
+    assert stage_graph().downstream("download") == ()
 
 
 def test_discovery_finds_every_step_the_pipeline_composes() -> None:

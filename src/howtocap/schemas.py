@@ -16,6 +16,12 @@ import pandas as pd
 SCHEMAS: dict[str, dict[str, str]] = {
     # What the run was given: one row per video (written by the caption stage).
     "videos": {"video_id": "str", "video_path": "str", "subtitle_path": "str"},
+    # Remote inputs fetched by the download stage: where each came from (url, subtitle_url),
+    # where it is now in DIR/cache/media (video_path, subtitle_path: what later stages read),
+    # its size and how (fsspec | yt-dlp)
+    "downloads": {"video_id": "str", "url": "str", "video_path": "str", "bytes": "int64",
+                  "subtitle_url": "str", "subtitle_path": "str", "method": "str",
+                  "config_id": "str"},
     # config_id: the fingerprint of the stage run that made the row (DIR/parts/fingerprints/)
     "subtitles": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                   "source": "str", "config_id": "str"},

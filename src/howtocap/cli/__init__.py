@@ -16,6 +16,7 @@ import typer
 from howtocap.cli import (
     align,
     caption,
+    download,
     dvc,
     encoders,
     evaluate,
@@ -38,6 +39,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "framecaps": framecaps.framecaps_cmd,
     "align": align.align_cmd,
     "run": run.run_cmd,
+    "download": download.download_cmd,
     "encoders": encoders.encoders_cmd,
     "frames": frames.frames_cmd,
     "samples": samples.samples_cmd,

@@ -81,6 +81,21 @@ from howtocap.cli.common import (
     user_errors,
     yaml_config,
 )
+from howtocap.cli.download import (
+    AudioOpt,
+    ConnectTimeoutOpt,
+    FormatOpt,
+    Formats,
+    KeepMediaOpt,
+    MaxHeightOpt,
+    MaxSizeOpt,
+    ReadTimeoutOpt,
+    RetriesOpt,
+    StorageOpt,
+    SubLangsOpt,
+    Switch,
+    download_config,
+)
 
 
 @user_errors
@@ -143,9 +158,20 @@ def run_cmd(
     renormalize: RenormalizeOpt = False,
     videos: VideosOpt = None,
     device: DeviceOpt = None,
+    format: FormatOpt = Formats.mp4,
+    max_height: MaxHeightOpt = 360,
+    audio: AudioOpt = True,
+    max_size: MaxSizeOpt = "2G",
+    sub_langs: SubLangsOpt = "en",
+    connect_timeout: ConnectTimeoutOpt = 10.0,
+    read_timeout: ReadTimeoutOpt = 30.0,
+    retries: RetriesOpt = 3,
+    storage_options: StorageOpt = None,
+    keep_media: KeepMediaOpt = Switch.true,
 ) -> None:
     """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
-    DIR/align_report.html. Takes every flag of `caption` and of `align`."""
+    DIR/align_report.html. Takes every flag of `caption` and of `align`; remote inputs
+    (URLs, YouTube ids in a manifest) are downloaded first (the flags of `download`)."""
     from howtocap.engine.rundir import RunDir
     from howtocap.pipeline.run import run_pipeline
 
@@ -164,6 +190,11 @@ def run_cmd(
         keep_chatter=keep_chatter, keep_all=keep_all, reference_captions=reference_captions,
         reference_videos=reference_videos, sample_videos=sample_videos, seed=seed,
         renormalize=renormalize)
+    dl_cfg = download_config(format=format, max_height=max_height, audio=audio,
+                             max_size=max_size, sub_langs=sub_langs,
+                             connect_timeout=connect_timeout, read_timeout=read_timeout,
+                             retries=retries, storage_options=storage_options,
+                             keep_media=keep_media)
     if videos:
         attach_videos(RunDir(out_dir, create=False), videos)
     summaries = run_pipeline(inputs, out_dir, caption=cap_cfg, align=align_cfg,
@@ -173,7 +204,7 @@ def run_cmd(
                              shard=parse_shard(shard, (batch_size, batch_seconds)),
                              force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
-                             max_attempts=max_attempts)
+                             max_attempts=max_attempts, download=dl_cfg)
     print_align_result(Path(out_dir), shard)
     show_captions(out_dir, limit=0)
     report_rejected(out_dir)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from howtocap.errors import HowtocapError, InputError
 
@@ -16,11 +17,19 @@ SUBTITLE_EXTS = (".vtt", ".srt")
 
 @dataclass(frozen=True)
 class VideoItem:
-    """One video to process; ``subtitle_path`` is an explicit subtitle file, if any."""
+    """One video to process; ``subtitle_path`` is an explicit subtitle file, if any.
+    ``video_url`` / ``subtitle_url``: where a remote input lives (``remote_source``), passed
+    through untouched for the ``download`` step, which turns them into local paths."""
 
     video_id: str
     video_path: Path | None
     subtitle_path: Path | None = None
+    video_url: str = ""
+    subtitle_url: str = ""
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.video_url or self.subtitle_url)
 
     def sidecar_subtitle(self) -> Path | None:
         """``<stem>.vtt`` / ``.srt`` (also ``<stem>.en.vtt`` as yt-dlp writes) next to the video."""
@@ -55,9 +64,53 @@ def _read_manifest(path: Path) -> list[VideoItem]:
             raise InputError(path, f"line {i}: empty video_id")
         vp = (row.get("video_path") or "").strip()
         sp = (row.get("subtitle_path") or "").strip()
-        items.append(VideoItem(vid, listed_path(path, i, vp, path.parent),
-                               listed_path(path, i, sp, path.parent)))
+        vu, su = (remote_source(v, path.parent, f"{path}: line {i}") for v in (vp, sp))
+        items.append(VideoItem(vid, None if vu else listed_path(path, i, vp, path.parent),
+                               None if su else listed_path(path, i, sp, path.parent),
+                               vu or "", su or ""))
     return items
+
+
+URL_SCHEMES = ("http", "https", "s3", "gs", "gcs")
+# A YouTube video id (what HowTo100M's CSVs list): 11 of [A-Za-z0-9_-]
+YOUTUBE_ID = re.compile(r"^[A-Za-z0-9_-]{11}$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def remote_source(value: str, base: Path, where: str) -> str | None:
+    """``value`` when it names a remote input (``http(s)://``, ``s3://``, ``gs://`` or a
+    YouTube id), else None (a local path). A malformed URL is one line naming ``where``.
+
+    An 11-character YouTube id is taken as a local path when such a file exists there."""
+    m = _SCHEME.match(value)
+    if m is None:
+        if YOUTUBE_ID.match(value) and not (base / value).exists():
+            return value
+        return None
+    scheme = m.group(1).lower()
+    if scheme not in URL_SCHEMES:
+        raise HowtocapError(f"{where}: unsupported URL {value!r} (take http(s)://, s3://, "
+                            f"gs:// or a YouTube id)")
+    try:
+        host = urlsplit(value).netloc
+    except ValueError as exc:
+        raise HowtocapError(f"{where}: malformed URL {value!r} ({exc})") from None
+    if not host or any(c.isspace() for c in value) or "\0" in value:
+        raise HowtocapError(f"{where}: malformed URL {value!r} (no host or bucket, or a "
+                            f"space in it)")
+    return value
+
+
+def url_video_id(url: str) -> str:
+    """A video id for a URL given as an INPUT: YouTube's id, else the file name's stem."""
+    parts = urlsplit(url)
+    if YOUTUBE_ID.match(url):
+        return url
+    query = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q)
+    if "youtube" in parts.netloc and YOUTUBE_ID.match(query.get("v", "")):
+        return query["v"]
+    name = parts.path.rstrip("/").rsplit("/", 1)[-1]
+    return Path(name).stem or parts.netloc
 
 
 def listed_path(table: Path, line: int, value: str, base: Path) -> Path | None:
@@ -70,10 +123,17 @@ def listed_path(table: Path, line: int, value: str, base: Path) -> Path | None:
     return (base / value).resolve()
 
 
-def resolve_inputs(inputs: list[str | Path]) -> list[VideoItem]:
-    """Videos from files, folders (recursive) and ``.csv`` manifests; duplicates keep the first."""
+def resolve_inputs(inputs: list[str | Path | VideoItem]) -> list[VideoItem]:
+    """Videos from files, folders (recursive), ``.csv`` manifests and URLs (``http(s)://``,
+    ``s3://``, ``gs://``, YouTube); duplicates keep the first."""
     items: list[VideoItem] = []
     for raw in inputs:
+        if isinstance(raw, VideoItem):  # already resolved (``run`` after ``download``)
+            items.append(raw)
+            continue
+        if isinstance(raw, str) and (url := remote_source(raw, Path.cwd(), raw)):
+            items.append(VideoItem(url_video_id(url), None, video_url=url))
+            continue
         path = Path(raw)
         if not path.exists():
             raise InputError(path, "no such file or folder")
@@ -117,7 +177,16 @@ def read_id_list(path: str | Path) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def resolve_videos(inputs: Sequence[str | Path]) -> list[VideoItem]:
+def select_videos(items: list[VideoItem], ids: str | Path | Sequence[str] | None,
+                  limit: int | None) -> list[VideoItem]:
+    """The videos ``--ids`` (a file or a list) and ``--limit`` keep, in input order."""
+    if ids is not None:
+        keep = set(read_id_list(ids) if isinstance(ids, (str, Path)) else ids)
+        items = [it for it in items if it.video_id in keep]
+    return items[:limit] if limit is not None else items
+
+
+def resolve_videos(inputs: Sequence[str | Path | VideoItem]) -> list[VideoItem]:
     """``resolve_inputs``, or one line when the inputs hold no video at all."""
     items = resolve_inputs(list(inputs))
     if not items:

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.align.config import AlignConfig
-from howtocap.align.run import align_run, align_stage
+from howtocap.align.run import align_run, align_stage, recorded_reference
 from howtocap.align.stage import AlignStage
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.run import caption_run
 from howtocap.caption.stage import CaptionStage
+from howtocap.download.config import DownloadConfig
+from howtocap.download.run import download_run, drop_media
+from howtocap.download.stage import DownloadStage
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.rundir import RunDir
@@ -23,12 +26,14 @@ from howtocap.engine.runners import Runner
 from howtocap.engine.status import status_of
 from howtocap.framecaps.stage import FrameCapsStage
 from howtocap.frames.stage import FramesStage
+from howtocap.io.inputs import resolve_videos, select_videos
 from howtocap.subtitles.stage import SubtitlesStage
 from howtocap.tdr.stage import TdrFramesStage
 
 # Every step's stages in pipeline order (the order `howtocap status` lists them in); what feeds
 # what is derived from their declared reads and writes (``engine.graph``).
-PIPELINE = (SubtitlesStage, CaptionStage, FramesStage, AlignStage, FrameCapsStage, TdrFramesStage)
+PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, AlignStage, FrameCapsStage,
+            TdrFramesStage)
 
 
 def stage_graph() -> StageGraph:
@@ -38,7 +43,8 @@ def stage_graph() -> StageGraph:
 # `howtocap status`'s throughput columns: the counts the stages report (``StageOutput.metrics``)
 # per wall second (audio seconds per second = audio hours per hour)
 RATES = {"audio_hours_per_hour": "audio_seconds", "llm_tokens_per_s": "llm_tokens",
-         "captions_per_s": "captions", "frames_per_s": "frames"}
+         "captions_per_s": "captions", "frames_per_s": "frames",
+         "download_bytes_per_s": "bytes"}
 
 
 def run_status(run_dir: str | Path) -> dict[str, Any]:
@@ -52,21 +58,43 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  encoders: Sequence[str] = ("default",), runner: Runner | None = None,
                  shard: Shard | None = None, force: bool = False, device: str | None = None,
                  llm: Any | None = None, progress: bool = True, redo: bool = False,
-                 retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS
-                 ) -> list[StageSummary]:
+                 retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
+                 download: DownloadConfig | None = None) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
     then align. Each stage skips what is done, so the same call resumes a killed run; with a
     ``shard`` only that shard's videos are processed and the filter waits for a final run
     without one. Every stage's settings are checked before any work (``redo``: recompute the
-    stages whose settings changed, and those downstream). Returns one summary per stage."""
+    stages whose settings changed, and those downstream). Returns one summary per stage.
+
+    Remote inputs (URLs, YouTube ids in a manifest) are downloaded first (``download``) and
+    the later stages see their local files; with ``download.keep_media`` off a downloaded
+    video is deleted once align has used its frames (the default filter's reference videos
+    stay: later videos are scored against them)."""
     caption = caption or CaptionRunConfig()
     align = align or AlignConfig()
+    download = download or DownloadConfig()
     rundir = RunDir(out, create=False)
     check = [align_stage(rundir, list(encoders), align, device=device)]
     retry = {"retry_failed": retry_failed, "max_attempts": max_attempts, "redo": redo}
-    summaries = list(caption_run(inputs, out, caption, force=force, progress=progress,
-                                 llm=llm, runner=runner, shard=shard, also_check=check,
-                                 **retry))
+    summaries: list[StageSummary] = []
+    fetched: list[str] = []
+    if inputs:
+        inputs = items = resolve_videos(inputs)  # resolved once; caption_run takes items
+        if any(it.remote for it in items):  # only what --ids / --limit select is fetched
+            items = select_videos(items, caption.ids, caption.limit)
+            fetched = [it.video_id for it in items if it.remote]
+            inputs, got = download_run(items, out, download, runner=runner,
+                                       progress=progress, shard=shard,
+                                       refetch_missing=download.keep_media, **retry)
+            summaries.append(got)
+            if not inputs:  # every download failed: nothing for the later stages
+                return summaries
+    summaries += caption_run(inputs, out, caption, force=force, progress=progress,
+                             llm=llm, runner=runner, shard=shard, also_check=check, **retry)
     summaries.append(align_run(rundir, list(encoders), align, runner=runner, device=device,
                                progress=progress, shard=shard, **retry))
+    if fetched and not download.keep_media:
+        keep = set(recorded_reference(rundir, align)[1])
+        drop_media(rundir, [vid for vid in fetched if vid not in keep
+                            and rundir.is_done(AlignStage.name, vid)])
     return summaries

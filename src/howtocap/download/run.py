@@ -1,0 +1,126 @@
+"""``howtocap download`` (and the first stage of ``howtocap run`` when an input is remote):
+fetch every remote input into ``DIR/cache/media``, then hand later stages the same videos with
+local paths (``local_items``: each item's video_path / subtitle_path resolved through the
+``downloads`` table). Resumable like every stage: a finished download is not fetched again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from howtocap.download.config import DownloadConfig
+from howtocap.download.stage import DownloadStage
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.io.inputs import VideoItem, resolve_videos
+
+TABLE = "downloads"
+
+
+def media_dir(rundir: RunDir) -> Path:
+    """Absolute: later stages and the ``downloads`` table name files from anywhere."""
+    return (rundir.cache_dir / "media").resolve()
+
+
+def download_stage(rundir: RunDir, config: DownloadConfig) -> DownloadStage:
+    return DownloadStage(config, media_dir(rundir))
+
+
+def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
+                 config: DownloadConfig | None = None, *, runner: Runner | None = None,
+                 progress: bool = True, shard: Shard | None = None, redo: bool = False,
+                 retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
+                 refetch_missing: bool = True) -> tuple[list[VideoItem], StageSummary]:
+    """Download every remote input (of this ``shard``); returns every input as later stages
+    should see it (``local_items``: failed downloads left out, their cause in the status
+    table) and the stage's summary.
+
+    ``refetch_missing``: a done download whose file is gone (deleted by hand, or by
+    ``--keep-media false``) is fetched again; ``run`` turns it off when it deletes media."""
+    config = config or DownloadConfig()
+    items = resolve_videos(inputs)
+    rundir = RunDir(out)
+    stage = download_stage(rundir, config)
+    cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
+    remote = [it for it in items if it.remote]
+    need_backends(remote)
+    from howtocap.download.fetch import sweep_media
+
+    sweep_media(media_dir(rundir))
+    # storage options can hold credentials: never written to the run directory
+    rundir.write_config(stage.name, config.model_dump(exclude={"storage_options"}))
+    if refetch_missing and rundir.table_path(TABLE).exists():
+        gone = [vid for vid, row in _rows(rundir).items()
+                if row["video_path"] and not Path(row["video_path"]).exists()]
+        if gone:
+            rundir.forget(stage.name, gone)
+    summary = run_stage(rundir, remote, stage, runner=runner, progress=progress, shard=shard,
+                        retry_failed=retry_failed, max_attempts=max_attempts, cid=cid)
+    rundir.merge_streaming(TABLE)
+    return local_items(rundir, items), summary
+
+
+BACKENDS = {"s3": ("s3fs", "s3://"), "gs": ("gcsfs", "gs://"), "gcs": ("gcsfs", "gs://")}
+
+
+def need_backends(items: Iterable[VideoItem]) -> None:
+    """One line before any work when a URL's file system is not installed (not one failed
+    video per URL)."""
+    import importlib.util
+    from urllib.parse import urlsplit
+
+    from howtocap.errors import HowtocapError
+
+    schemes = {urlsplit(u).scheme.lower() for it in items
+               for u in (it.video_url, it.subtitle_url) if "://" in u}
+    for scheme in sorted(schemes & set(BACKENDS)):
+        module, prefix = BACKENDS[scheme]
+        if importlib.util.find_spec(module) is None:
+            raise HowtocapError(f"{prefix} inputs need {module}: pip install "
+                                f"'howtocap[download]'")
+
+
+def _rows(rundir: RunDir) -> dict[str, dict[str, str]]:
+    import pandas as pd
+
+    path = rundir.table_path(TABLE)
+    if not path.exists():
+        return {}
+    df = pd.read_parquet(path, columns=["video_id", "video_path", "subtitle_path"])
+    return {str(r.video_id): {"video_path": str(r.video_path),
+                              "subtitle_path": str(r.subtitle_path)}
+            for r in df.itertuples()}
+
+
+def local_items(rundir: RunDir, items: Iterable[VideoItem]) -> list[VideoItem]:
+    """``items`` with each remote one's local files (from the ``downloads`` table); a remote
+    one whose download is not done is left out (its failure is the download stage's)."""
+    rows = _rows(rundir)
+    out: list[VideoItem] = []
+    for it in items:
+        if not it.remote:
+            out.append(it)
+            continue
+        row = rows.get(it.video_id)
+        if row is None or not rundir.is_done(DownloadStage.name, it.video_id, TABLE):
+            continue
+        out.append(VideoItem(it.video_id,
+                             Path(row["video_path"]) if row["video_path"] else it.video_path,
+                             Path(row["subtitle_path"]) if row["subtitle_path"]
+                             else it.subtitle_path))
+    return out
+
+
+def drop_media(rundir: RunDir, video_ids: Iterable[str]) -> int:
+    """``--keep-media false``: delete these videos' downloaded files (only files inside the
+    media cache; subtitles stay, they are small). Returns how many went."""
+    rows = _rows(rundir)
+    media = media_dir(rundir)
+    n = 0
+    for vid in video_ids:
+        path = Path(rows.get(vid, {}).get("video_path") or "")
+        if path.name and path.resolve().parent == media and path.exists():
+            path.unlink()
+            n += 1
+    return n
