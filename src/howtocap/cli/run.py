@@ -23,6 +23,7 @@ from howtocap.cli.align import (
     SampleVideosOpt,
     ThresholdOpt,
     VideosOpt,
+    WithinShotOpt,
     align_settings,
     attach_videos,
     print_align_result,
@@ -141,6 +142,7 @@ def run_cmd(
     reference_videos: ReferenceVideosOpt = 16,
     sample_videos: SampleVideosOpt = 1000,
     renormalize: RenormalizeOpt = False,
+    within_shot: WithinShotOpt = False,
     videos: VideosOpt = None,
     device: DeviceOpt = None,
 ) -> None:
@@ -163,7 +165,7 @@ def run_cmd(
         fps=fps, threshold=threshold, quantile=quantile, keep_top=keep_top, null_z=null_z,
         keep_chatter=keep_chatter, keep_all=keep_all, reference_captions=reference_captions,
         reference_videos=reference_videos, sample_videos=sample_videos, seed=seed,
-        renormalize=renormalize)
+        renormalize=renormalize, within_shot=within_shot)
     if videos:
         attach_videos(RunDir(out_dir, create=False), videos)
     summaries = run_pipeline(inputs, out_dir, caption=cap_cfg, align=align_cfg,
