@@ -32,8 +32,10 @@ def test_derived_graph_is_the_one_the_pipeline_always_had() -> None:
         assert (graph.feeder("caption"), graph.is_source("subtitles")) == ("subtitles", True)
         assert (graph.feeder("align"), graph.is_source("caption")) == ("caption", False)
         assert graph.feeder("framecaps") is None and graph.feeder("subtitles") is None
-    assert stage_graph().names == ["subtitles", "caption", "frames", "align", "framecaps",
-                                   "tdr_frames"]
+        # shots feed align only when it is asked for (--within-shot: the instance reads them)
+        assert graph.downstream("shots") == () and graph.tables("shots") == ("shots",)
+    assert stage_graph().names == ["subtitles", "caption", "frames", "shots", "align",
+                                   "framecaps", "tdr_frames"]
 
 
 def test_discovery_finds_every_step_the_pipeline_composes() -> None:
