@@ -26,7 +26,7 @@ STEP = 3.0  # seconds per planted shot: shorter than align's 8-s clip, as in rea
 
 
 def _video(d: Path, vid: str, steps: int) -> SampleVideo:
-    return make_narrated_video(d, vid, DEFAULT_STEPS[:steps], seconds_per_step=STEP, fps=10,
+    return make_narrated_video(d, vid, DEFAULT_STEPS[:steps], seconds_per_step=STEP, fps=25,
                                size=96, audio=False, subtitles=None)
 
 
@@ -41,8 +41,8 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _items(videos: dict[str, Any]) -> list[VideoItem]:
-    return [VideoItem("cuts", videos["cuts"].video_path), VideoItem("one", videos["one"].video_path),
-            VideoItem("bad", videos["bad"])]
+    return [VideoItem("cuts", videos["cuts"].video_path),
+            VideoItem("one", videos["one"].video_path), VideoItem("bad", videos["bad"])]
 
 
 @pytest.fixture(scope="module")
@@ -53,18 +53,40 @@ def run(tmp_path_factory: pytest.TempPathFactory, videos: dict[str, Any]) -> dic
     return {"rundir": rundir, "summary": summary}
 
 
+def _found_all(planted: list[float], found: list[float]) -> bool:
+    """Every planted cut has its own detected cut within ±0.5 s."""
+    left = list(found)
+    for p in planted:
+        near = [f for f in left if abs(f - p) <= 0.5]
+        if not near:
+            return False
+        left.remove(min(near, key=lambda f: abs(f - p)))
+    return True
+
+
 def test_planted_hard_cuts_are_found_within_half_a_second(run: dict[str, Any],
                                                           videos: dict[str, Any]) -> None:
     shots = read_shots(run["rundir"].table_path("shots"))["cuts"]
     planted = [s.start for s in videos["cuts"].steps[1:]]
-    found = [start for start, _ in shots[1:]]
-    assert len(found) == len(planted)
-    for want, got in zip(planted, found, strict=True):
-        assert abs(got - want) <= 0.5
+    assert _found_all(planted, [start for start, _ in shots[1:]])
     # consecutive shots covering the whole video
     assert shots[0][0] == 0.0
     assert shots[-1][1] == pytest.approx(videos["cuts"].duration, abs=0.15)
     assert all(a[1] == b[0] for a, b in zip(shots, shots[1:], strict=False))
+
+
+def test_the_default_threshold_finds_what_pyscenedetects_does(videos: dict[str, Any]) -> None:
+    """PySceneDetect's own threshold (27) finds exactly the planted cuts here; the default
+    (17, docs/shots.md) finds them too and may add a false one (this tiny encode pumps at its
+    keyframes), never fewer."""
+    from howtocap.shots.detect import detect_shots
+
+    planted = [s.start for s in videos["cuts"].steps[1:]]
+    strict = [s for s, _ in detect_shots(videos["cuts"].video_path,
+                                         ShotsConfig(threshold=27.0)).shots[1:]]
+    assert len(strict) == len(planted) and _found_all(planted, strict)
+    default = [s for s, _ in detect_shots(videos["cuts"].video_path, ShotsConfig()).shots[1:]]
+    assert set(strict) <= set(default)
 
 
 def test_a_video_without_a_cut_is_one_shot(run: dict[str, Any], videos: dict[str, Any]) -> None:
@@ -146,7 +168,7 @@ def test_within_shot_keeps_every_window_inside_one_shot(tmp_path: Path,
                         progress=False)
     assert summary.ok
     shots = read_shots(inside.table_path("shots"))["cuts"]
-    assert len(shots) == 4
+    assert _found_all([s.start for s in videos["cuts"].steps[1:]], [a for a, _ in shots[1:]])
     al = read_aligned(inside)
     assert len(al) == int(videos["cuts"].duration)
     assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))

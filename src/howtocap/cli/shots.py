@@ -27,8 +27,9 @@ from howtocap.cli.common import (
     user_errors,
     validated,
 )
+from howtocap.shots.config import DETECTORS
 
-Detector = Enum("Detector", {d: d for d in ("content", "adaptive")}, type=str)  # type: ignore[misc]
+Detector = Enum("Detector", {d: d for d in DETECTORS}, type=str)  # type: ignore[misc]
 
 
 @user_errors
@@ -44,7 +45,8 @@ def shots_cmd(
         help="PySceneDetect detector: content (frame difference above --threshold) or "
              "adaptive (difference against its neighbours' average).")] = Detector.content,  # type: ignore[attr-defined]
     threshold: Annotated[float, typer.Option(
-        help="content: HSV + edge difference of two frames that makes a cut.")] = 27.0,
+        help="content: HSV difference of two frames that makes a cut (PySceneDetect's "
+             "default is 27; 17 finds more dissolves, docs/shots.md).")] = 17.0,
     adaptive_threshold: Annotated[float, typer.Option(
         help="adaptive: how many times its neighbours' average a difference must be.")] = 3.0,
     min_content_val: Annotated[float, typer.Option(
