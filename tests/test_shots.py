@@ -4,6 +4,7 @@ decoding), a real run directory; ``align --within-shot`` keeps windows inside on
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,28 @@ def test_within_shot_changes_the_align_config_id(tmp_path: Path) -> None:
     assert config_id(other.fingerprint()) != config_id(within.fingerprint())
     assert config_id(align_stage(rundir, ["default"], AlignConfig()).fingerprint()) == \
         config_id(plain.fingerprint())
+
+
+def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
+    """`howtocap run --within-shot`: subtitles, caption (a real chat server on 127.0.0.1), the
+    shots stage, then align, whose windows stay inside the shots it wrote."""
+    import os
+    import subprocess
+
+    from tests.chat_server import chat_server
+
+    vids = tmp_path / "videos"
+    make_narrated_video(vids, "steps", DEFAULT_STEPS[:4], seconds_per_step=STEP, fps=25,
+                        size=96, audio=False, subtitles="vtt")
+    out = tmp_path / "run"
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    with chat_server() as srv:
+        res = subprocess.run([sys.executable, "-m", "howtocap.cli", "run", str(vids), "--out",
+                              str(out), "--llm-url", srv.url, "--within-shot", "--keep-all",
+                              "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.index("shots: 1 done") < res.stderr.index("align: 1 done")
+    shots = read_shots(out / "shots.parquet")["steps"]
+    al = pd.read_parquet(out / "aligned.parquet")
+    assert len(al) > 0
+    assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))
