@@ -15,7 +15,7 @@ class ShotsConfig(BaseModel):
     """PySceneDetect's defaults but ``threshold``, with the minimum shot length in seconds
     rather than frames (videos of a run have different frame rates).
 
-    ``content`` cuts where the HSV + edge difference of two consecutive frames passes
+    ``content`` cuts where the HSV difference of two consecutive frames reaches
     ``threshold`` (``ContentDetector``); ``adaptive`` where that difference stands
     ``adaptive_threshold`` times above its neighbours' average and above ``min_content_val``
     (``AdaptiveDetector``: fewer false cuts on fast motion). ``benchmarks/bench_shots.py``

@@ -55,7 +55,7 @@ def detect_shots(path: str | Path, cfg: ShotsConfig) -> Detection:
     except Exception as e:  # noqa: BLE001 - any open failure is this file's problem
         raise InputError(path, f"not a readable video file ({_short(e)})") from None
     manager = SceneManager()
-    manager.auto_downscale = True  # PySceneDetect's default width (256 px): fast, as accurate
+    manager.auto_downscale = True  # compare at PySceneDetect's default width (256 px)
     manager.add_detector(make_detector(cfg, float(video.frame_rate)))
     try:
         frames = manager.detect_scenes(video)
