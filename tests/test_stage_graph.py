@@ -32,7 +32,9 @@ def test_derived_graph_is_the_one_the_pipeline_always_had() -> None:
         assert (graph.feeder("caption"), graph.is_source("subtitles")) == ("subtitles", True)
         assert (graph.feeder("align"), graph.is_source("caption")) == ("caption", False)
         assert graph.feeder("framecaps") is None and graph.feeder("subtitles") is None
-    assert stage_graph().names == ["download", "subtitles", "caption", "frames", "align",
+        # shots feed align only when it is asked for (--within-shot: the instance reads them)
+        assert graph.downstream("shots") == () and graph.tables("shots") == ("shots",)
+    assert stage_graph().names == ["download", "subtitles", "caption", "frames", "shots", "align",
                                    "framecaps", "tdr_frames"]
     # downloads feed later stages as local files (the run resolves them), not as a table
     assert stage_graph().downstream("download") == ()

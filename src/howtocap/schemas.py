@@ -49,6 +49,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "framecaps": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
                   "captioner": "str", "frame_time": "float64", "clipscore": "float64",
                   "kept": "bool", "config_id": "str"},
+    # Shots (``howtocap shots``, PySceneDetect): one row per shot, consecutive, covering the
+    # whole video (a video without a cut is one shot); read by ``shots.bounds.read_shots``
+    "shots": {"video_id": "str", "start": "float64", "end": "float64", "config_id": "str"},
     # message: the error, or the warnings of an ``ok`` video (``warnings`` counts them);
     # cause of an error: bad input | model output | service | internal; attempts so far
     "status": {"video_id": "str", "stage": "str", "status": "str", "message": "str",

@@ -36,6 +36,9 @@ class AlignConfig(BaseModel):
     reference_videos: int = Field(16, ge=0)
     sample_videos: int = Field(1000, ge=0)
     seed: int = 0
+    # keep each caption's window inside one shot (needs DIR/shots.parquet: ``howtocap shots``,
+    # run first by ``align``/``run`` when missing); see align.filter's docstring
+    within_shot: bool = False
 
     @model_validator(mode="after")
     def _one_filter(self) -> AlignConfig:
@@ -49,7 +52,9 @@ class AlignConfig(BaseModel):
         """What the per-video scores depend on (not the filter): a change forces a recompute."""
         blob = json.dumps({"encoders": list(encoder_names), "offset": self.offset_seconds,
                            "clip": self.clip_seconds, "fps": self.fps, "step": self.offset_step,
-                           "renorm": self.renormalize}, sort_keys=True)
+                           "renorm": self.renormalize,
+                           **({"within_shot": True} if self.within_shot else {})},
+                          sort_keys=True)
         return format(hash_text(blob), "016x")
 
 

@@ -26,6 +26,12 @@ Exact definitions (tested in ``tests/test_align.py``):
   thresholds on the same scale as one encoder).
 * Ties (e.g. shifts that clamp to the same window) go to the smallest ``|δ|``; the ``offset``
   column holds the shift actually applied (``start - orig_start``), always within ±T.
+* ``within_shot`` (``--within-shot``, needs the run's shots): every clamped candidate window
+  is then cut back to the shot holding its middle (``shots.bounds.clamp_to_shot``, the rule
+  the clip export uses), *before* it is scored, so the score, the filter and the window kept
+  all describe the same frames of one shot. Not "only shifts whose full window fits in a
+  shot": instructional videos cut every few seconds, shorter than a clip, and such a caption
+  would have no candidate at all; a window cut back near a cut is shorter than ``clip``.
 * The default filter (``null_z``): the caption's score on its chosen window, in standard
   deviations above the scores of a fixed sample of *other videos'* captions on that window;
   with ``drop_chatter`` (on by default) a caption the LLM stage's channel-chatter patterns
@@ -48,6 +54,7 @@ from howtocap.align.config import AlignConfig
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
 from howtocap.schemas import conform, empty_table
+from howtocap.shots.bounds import Bounds, clamp_to_shot
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
@@ -103,11 +110,13 @@ def video_extent(n_rows: int, duration: float, fps: float) -> float:
     return min(duration, covered) if duration and duration > 0 else covered
 
 
-def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: AlignConfig
+def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: AlignConfig,
+                      shots: Bounds | None = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Clamped windows of every caption × shift: ``(win_start, win_end, lo, hi, offsets)``.
 
     ``win_*`` are seconds ``(n_cap, n_off)``; ``lo:hi`` the rows each window covers.
+    ``shots`` (``within_shot``): each window is then cut back to one shot (module docstring).
     """
     if n_rows <= 0:
         raise ValueError("no frame embeddings")
@@ -122,13 +131,25 @@ def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: Ali
     else:
         ws = np.zeros(shape)
         we = np.full(shape, extent)
+    if shots:
+        ws, we = within_shots(shots, ws, we)
     lo, hi = rows_covering(ws, we, n_rows, cfg.fps)
     return ws, we, lo, hi, offsets
 
 
+def within_shots(shots: Bounds, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every window ``[ws, we)`` cut back to the shot holding its middle (``clamp_to_shot``,
+    elementwise: one rule with the clip export)."""
+    pairs = [clamp_to_shot(shots, a, b) for a, b in zip(ws.ravel(), we.ravel(), strict=True)]
+    if not pairs:
+        return ws, we
+    out = np.asarray(pairs, dtype=np.float64)
+    return out[:, 0].reshape(ws.shape), out[:, 1].reshape(we.shape)
+
+
 def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarray,
-                  duration: float, cfg: AlignConfig, pool: Any = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  duration: float, cfg: AlignConfig, pool: Any = None,
+                  shots: Bounds | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Similarity of each caption to each shifted window: ``(scores (n_cap, n_off), offsets)``.
 
     ``pool(frame_emb, lo, hi, renormalize)`` replaces the window mean: an encoder's
@@ -136,7 +157,7 @@ def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarra
     text = np.asarray(text_emb, dtype=np.float64)
     if text.ndim != 2 or len(text) != len(np.asarray(starts).reshape(-1)):
         raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} captions")
-    _, _, lo, hi, offsets = candidate_windows(starts, len(frame_emb), duration, cfg)
+    _, _, lo, hi, offsets = candidate_windows(starts, len(frame_emb), duration, cfg, shots)
     if len(text) == 0:
         return np.zeros((0, len(offsets))), offsets
     means = (pool or window_means)(frame_emb, lo, hi, cfg.renormalize)
@@ -158,7 +179,8 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
                 reference: Sequence[np.ndarray] | None = None,
                 reference_videos: Sequence[str] | None = None,
                 clips: Sequence[np.ndarray] | None = None,
-                clip_videos: Sequence[str] | None = None) -> pd.DataFrame:
+                clip_videos: Sequence[str] | None = None,
+                shots: Bounds | None = None) -> pd.DataFrame:
     """One video's captions moved to their best window, with scores (``kept`` is set later).
     ``pools``: per encoder, its ``pool_clips`` for ``window_scores`` (``None`` = the mean).
 
@@ -170,7 +192,8 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     ``reference`` (per encoder, text embeddings of other captions of the run, from
     ``reference_videos``) gives ``z_text``, ``clips`` (per encoder, clip embeddings of other
     videos of the run, from ``clip_videos``) gives ``z_clip`` (see ``reference_z``);
-    ``null_z`` is their mean (or the one there is)."""
+    ``null_z`` is their mean (or the one there is). ``shots``: the video's shots, each
+    candidate window cut back to one of them (``within_shot``)."""
     if not (len(frames) == len(text_embs) == len(encoder_names)) or not frames:
         raise ValueError("need one frame table and one text table per encoder")
     if len(captions) == 0:
@@ -184,11 +207,11 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     starts = captions["start"].to_numpy(dtype=np.float64)
     total = None
     for f, t, pool in zip(frames, text_embs, pools or [None] * len(frames), strict=True):
-        s, offsets = window_scores(f.emb[:n_rows], t, starts, duration, cfg, pool)
+        s, offsets = window_scores(f.emb[:n_rows], t, starts, duration, cfg, pool, shots)
         total = s if total is None else total + s
     assert total is not None
     total = total / len(frames)
-    ws, we, lo, hi, offsets = candidate_windows(starts, n_rows, duration, cfg)
+    ws, we, lo, hi, offsets = candidate_windows(starts, n_rows, duration, cfg, shots)
     reach = np.abs(ws - np.nan_to_num(starts, nan=0.0)[:, None]) <= cfg.offset_seconds + 1e-9
     outside = ~reach.any(axis=1)
     total = np.where(reach, total, -np.inf)

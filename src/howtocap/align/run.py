@@ -184,12 +184,26 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
                 from_names: bool = True, reference: Reference | None = None,
                 clips: tuple[list[np.ndarray], list[str]] | None = None) -> AlignStage:
     """The align stage of these settings (its fingerprint is what a re-run is checked by);
-    no ``reference``: the one recorded in the run directory."""
+    no ``reference``: the one recorded in the run directory. With ``within_shot`` the shots
+    settings recorded in the run (the defaults before any) are part of it."""
+    from howtocap.shots.run import recorded_config
+
     ref_caps, ref_videos = reference if reference is not None \
         else recorded_reference(rundir, cfg)
+    shots = recorded_config(rundir).model_dump() if cfg.within_shot else None
     return AlignStage(list(encoder_names) or ["default"], cfg, rundir.cache_dir, device=device,
                       models=encoders, models_from_names=from_names, reference=ref_caps,
-                      clip_videos=ref_videos, clips=clips)
+                      clip_videos=ref_videos, clips=clips, shots_settings=shots)
+
+
+def ensure_shots(rundir: RunDir, items: Sequence[VideoItem], *, runner: Runner | None = None,
+                 progress: bool = True, shard: Shard | None = None) -> StageSummary:
+    """``--within-shot`` needs every video's shots: the shots stage with the run's recorded
+    settings (a no-op for videos already done, so ``run`` may have run it just before)."""
+    from howtocap.shots.run import shots_run
+
+    return shots_run(rundir, items=[it for it in items if it.video_path], runner=runner,
+                     progress=progress, shard=shard)
 
 
 def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
@@ -240,6 +254,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
 
     items = [it for it in items if captioned(it.video_id)]
     _forget_changed_videos(rundir, captions, items)
+    if cfg.within_shot:  # a run without shots computes them first
+        ensure_shots(rundir, items, runner=runner, progress=progress, shard=shard)
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
         from howtocap.encoders import create

@@ -37,12 +37,18 @@ class AlignStage(BaseStage):
                  device: str | None = None, models: Sequence[Any] | None = None,
                  models_from_names: bool = False,
                  reference: pd.DataFrame | None = None, clip_videos: Sequence[str] = (),
-                 clips: tuple[list[np.ndarray], list[str]] | None = None) -> None:
+                 clips: tuple[list[np.ndarray], list[str]] | None = None,
+                 shots_settings: dict[str, Any] | None = None) -> None:
         """``models``: encoders already built (from ``encoders`` when ``models_from_names``,
         else given by the caller, e.g. tests: then their names identify them).
         ``reference``: ``video_id, text`` of the captions the default filter's null
         distribution is made of, ``clip_videos`` the videos whose clips it uses and ``clips``
-        those clips (per encoder, and each clip's video), computed by the pipeline."""
+        those clips (per encoder, and each clip's video), computed by the pipeline.
+        ``cfg.within_shot``: the stage also reads each video's rows of ``shots``, made with
+        ``shots_settings`` (part of the fingerprint: other shots, other scores)."""
+        if cfg.within_shot:  # an instance's declaration: the graph reads it (engine.graph)
+            self.reads = (*self.reads, "shots")
+        self.shots_settings = dict(shots_settings or {})
         self.reference = (reference[["video_id", "text"]].astype(str).reset_index(drop=True)
                           if reference is not None else pd.DataFrame(columns=["video_id", "text"]))
         self._ref_embs: list[np.ndarray] | None = None
@@ -76,7 +82,9 @@ class AlignStage(BaseStage):
                               "clip_videos": self.clip_videos},
                 "scoring": {"offset_seconds": c.offset_seconds, "offset_step": c.offset_step,
                             "clip_seconds": c.clip_seconds, "fps": c.fps,
-                            "renormalize": c.renormalize}}
+                            "renormalize": c.renormalize,
+                            **({"within_shot": True, "shots": self.shots_settings}
+                               if c.within_shot else {})}}
 
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
@@ -95,6 +103,14 @@ class AlignStage(BaseStage):
                                         fps=self.cfg.fps, cache_dir=self.cache_dir)
         if not frames or min(len(f.emb) for f in frames) == 0:
             raise InputError(path, "no video frames could be decoded")
+        shots = None
+        if self.cfg.within_shot:
+            table = video.tables.get("shots")
+            if table is None or len(table) == 0:
+                raise InputError(path, "no shots for this video (--within-shot: its shots "
+                                       "stage failed, see `howtocap status`)")
+            shots = sorted(zip(table["start"].astype(float), table["end"].astype(float),
+                               strict=True))
         texts = caps["text"].astype(str).tolist()
         text_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32) for m in models]
         return StageOutput({SCORES: align_video(video.video_id, caps, frames, text_embs,
@@ -102,7 +118,8 @@ class AlignStage(BaseStage):
                                                 [m.pool_clips for m in models],
                                                 self._reference_embs(models),
                                                 self.reference["video_id"].tolist(),
-                                                *(self.clips or (None, None)))},
+                                                *(self.clips or (None, None)),
+                                                shots=shots)},
                            metrics={"frames": float(len(frames[0].emb)),
                                     "captions": float(len(caps))})
 

@@ -68,6 +68,11 @@ SampleVideosOpt = Annotated[int, typer.Option(
 SeedOpt = Annotated[int, typer.Option(help="Seed of that sample.")]
 RenormalizeOpt = Annotated[bool, typer.Option(
     help="Cosine to the clip mean instead of the plain dot product.")]
+WithinShotOpt = Annotated[bool, typer.Option(
+    "--within-shot", help="Keep each caption's window inside one shot (PySceneDetect's cuts, "
+                          "DIR/shots.parquet: detected first when the run has none; `howtocap "
+                          "shots` sets the detector). A window is cut back to the shot that "
+                          "holds its middle before it is scored.")]
 VideosOpt = Annotated[Path | None, typer.Option(
     "--videos", help="Video files for a run captioned from --subtitles alone: a folder "
                      "(file name = video id) or a manifest CSV video_id,video_path; "
@@ -97,6 +102,7 @@ def align_cmd(
     sample_videos: SampleVideosOpt = 1000,
     seed: SeedOpt = 0,
     renormalize: RenormalizeOpt = False,
+    within_shot: WithinShotOpt = False,
     videos: VideosOpt = None,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
@@ -126,7 +132,7 @@ def align_cmd(
         fps=fps, threshold=threshold, quantile=quantile, keep_top=keep_top, null_z=null_z,
         keep_chatter=keep_chatter, keep_all=keep_all, reference_captions=reference_captions,
         reference_videos=reference_videos, sample_videos=sample_videos, seed=seed,
-        renormalize=renormalize)
+        renormalize=renormalize, within_shot=within_shot)
     run_on = make_runner(runner, workers=workers, ray_address=ray_address,
                          ray_gpus_per_stage=ray_gpus_per_stage)
     rundir = RunDir(root, create=False)
@@ -145,7 +151,7 @@ def align_settings(
     threshold: float | None, quantile: float | None, keep_top: int | None,
     sample_videos: int, seed: int | None, renormalize: bool, null_z: float | None = None,
     keep_all: bool | None = None, reference_captions: int | None = None,
-    reference_videos: int | None = None, keep_chatter: bool = False,
+    reference_videos: int | None = None, keep_chatter: bool = False, within_shot: bool = False,
 ) -> AlignConfig:
     """The ``AlignConfig`` of the command's options (``None``: the config's default; one line
     on a bad value)."""
@@ -156,7 +162,8 @@ def align_settings(
         fps=fps, threshold=threshold, quantile=quantile, keep_top=keep_top,
         sample_videos=sample_videos, seed=seed, renormalize=renormalize, null_z=null_z,
         keep_all=keep_all, reference_captions=reference_captions,
-        reference_videos=reference_videos, drop_chatter=not keep_chatter)
+        reference_videos=reference_videos, drop_chatter=not keep_chatter,
+        within_shot=within_shot)
 
 
 def print_align_result(root: Path, shard: str | None) -> None:

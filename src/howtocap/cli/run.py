@@ -23,6 +23,7 @@ from howtocap.cli.align import (
     SampleVideosOpt,
     ThresholdOpt,
     VideosOpt,
+    WithinShotOpt,
     align_settings,
     attach_videos,
     print_align_result,
@@ -156,6 +157,7 @@ def run_cmd(
     reference_videos: ReferenceVideosOpt = 16,
     sample_videos: SampleVideosOpt = 1000,
     renormalize: RenormalizeOpt = False,
+    within_shot: WithinShotOpt = False,
     videos: VideosOpt = None,
     device: DeviceOpt = None,
     format: FormatOpt = Formats.mp4,
@@ -189,7 +191,7 @@ def run_cmd(
         fps=fps, threshold=threshold, quantile=quantile, keep_top=keep_top, null_z=null_z,
         keep_chatter=keep_chatter, keep_all=keep_all, reference_captions=reference_captions,
         reference_videos=reference_videos, sample_videos=sample_videos, seed=seed,
-        renormalize=renormalize)
+        renormalize=renormalize, within_shot=within_shot)
     dl_cfg = download_config(format=format, max_height=max_height, audio=audio,
                              max_size=max_size, sub_langs=sub_langs,
                              connect_timeout=connect_timeout, read_timeout=read_timeout,

@@ -27,13 +27,14 @@ from howtocap.engine.status import status_of
 from howtocap.framecaps.stage import FrameCapsStage
 from howtocap.frames.stage import FramesStage
 from howtocap.io.inputs import resolve_videos, select_videos
+from howtocap.shots.stage import ShotsStage
 from howtocap.subtitles.stage import SubtitlesStage
 from howtocap.tdr.stage import TdrFramesStage
 
 # Every step's stages in pipeline order (the order `howtocap status` lists them in); what feeds
 # what is derived from their declared reads and writes (``engine.graph``).
-PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, AlignStage, FrameCapsStage,
-            TdrFramesStage)
+PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, ShotsStage, AlignStage,
+            FrameCapsStage, TdrFramesStage)
 
 
 def stage_graph() -> StageGraph:
@@ -61,10 +62,11 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
                  download: DownloadConfig | None = None) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
-    then align. Each stage skips what is done, so the same call resumes a killed run; with a
-    ``shard`` only that shard's videos are processed and the filter waits for a final run
-    without one. Every stage's settings are checked before any work (``redo``: recompute the
-    stages whose settings changed, and those downstream). Returns one summary per stage.
+    then (``align.within_shot``) detect shots, then align. Each stage skips what is done, so
+    the same call resumes a killed run; with a ``shard`` only that shard's videos are
+    processed and the filter waits for a final run without one. Every stage's settings are
+    checked before any work (``redo``: recompute the stages whose settings changed, and those
+    downstream). Returns one summary per stage.
 
     Remote inputs (URLs, YouTube ids in a manifest) are downloaded first (``download``) and
     the later stages see their local files; with ``download.keep_media`` off a downloaded
@@ -91,6 +93,10 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                 return summaries
     summaries += caption_run(inputs, out, caption, force=force, progress=progress,
                              llm=llm, runner=runner, shard=shard, also_check=check, **retry)
+    if align.within_shot:  # align keeps windows inside shots: the shots stage first
+        from howtocap.shots.run import shots_run
+
+        summaries.append(shots_run(rundir, runner=runner, progress=progress, shard=shard))
     summaries.append(align_run(rundir, list(encoders), align, runner=runner, device=device,
                                progress=progress, shard=shard, **retry))
     if fetched and not download.keep_media:

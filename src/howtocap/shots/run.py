@@ -1,0 +1,61 @@
+"""``howtocap shots DIR``: the shots stage over the run's videos, then the merge into
+``DIR/shots.parquet`` (read with ``shots.bounds.read_shots``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.errors import InputError
+from howtocap.io.inputs import VideoItem
+from howtocap.shots.config import ShotsConfig
+from howtocap.shots.stage import SHOTS, ShotsStage
+
+CONFIG = "shots"  # DIR/config/shots.json: the settings the table was made with
+
+
+def run_videos(rundir: RunDir) -> list[VideoItem]:
+    """The run's videos with a file (``videos.parquet``); those known by id alone are left
+    to ``howtocap align --videos``."""
+    videos = rundir.videos()
+    items = [VideoItem(str(r.video_id), Path(str(r.video_path)))
+             for r in videos.itertuples() if r.video_path]
+    if not items:
+        raise InputError(rundir.root, "no videos with a file in videos.parquet (run "
+                                      "`howtocap caption` or give --videos)")
+    return items
+
+
+def recorded_config(rundir: RunDir) -> ShotsConfig:
+    """The settings this run's shots were made with (the defaults when it has none), so a
+    step that needs shots (``align --within-shot``) extends them rather than refusing."""
+    old = rundir.read_config(CONFIG)
+    return ShotsConfig(**old) if old else ShotsConfig()
+
+
+def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
+              items: Sequence[VideoItem] | None = None, runner: Runner | None = None,
+              progress: bool = True, shard: Shard | None = None, redo: bool = False,
+              retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+    """Detect the shots of every video of the run (``items``: these instead), resumably;
+    without a shard, merge them into ``DIR/shots.parquet``. ``cfg`` None: the recorded
+    settings. A video that does not decode fails alone, one status line."""
+    cfg = cfg or recorded_config(rundir)
+    items = list(items) if items is not None else run_videos(rundir)
+    stage = ShotsStage(cfg)
+    cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
+    rundir.write_config(CONFIG, cfg.model_dump())
+    opts = {"runner": runner, "progress": progress, "shard": shard,
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+    summary = run_stage(rundir, items, stage, **opts)
+    if shard is None:
+        rundir.merge(SHOTS)
+        if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
+            rundir.corrupted.clear()
+            summary.absorb(run_stage(rundir, items, stage, **opts))
+            rundir.merge(SHOTS)
+    rundir.status_table()
+    return summary
