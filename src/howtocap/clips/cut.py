@@ -2,10 +2,13 @@
 happens outside Python, so a thread pool runs several videos at once).
 
 ``fast`` seeks the input to the keyframe at or before the window's start and copies the
-streams (``-c copy``): no decoding, the clip starts on that keyframe, so it may begin up to
-one GOP early; its end is the window's end. ``exact`` seeks the same way, then decodes from
-the keyframe and re-encodes from the window's start (H.264 + AAC, ``-crf``, ``-preset``),
-scaled so its longer side is at most ``max_side``. Both write ``-bitexact`` MP4s without the
+streams (``-c copy``): no decoding. The clip holds the packets from that keyframe (a decoder
+needs them) and an MP4 edit list that starts playback at the window's start, so players that
+honour edit lists (ffmpeg, PyAV, browsers) show the window, give or take the few frames that
+whole-packet copying adds at the end; ones that ignore edit lists show up to one GOP more at
+the start. ``exact`` seeks the same way, then decodes from the keyframe and re-encodes from
+the window's start (H.264 + AAC, ``-crf``, ``-preset``), scaled so its longer side is at most
+``max_side``. Both write ``-bitexact`` MP4s without the
 source's metadata, so the same export run twice gives the same bytes.
 """
 
@@ -47,7 +50,9 @@ def cut_command(src: Path, dst: Path, start: float, end: float, cfg: ClipsConfig
     if has_audio:
         cmd += ["-map", "0:a:0"]
     if cfg.cut == "fast":
-        cmd += ["-c", "copy", "-avoid_negative_ts", "make_zero"]
+        # no -avoid_negative_ts: the packets before the window keep negative times, which the
+        # MP4 muxer turns into an edit list (playback starts at the window, not the keyframe)
+        cmd += ["-c", "copy"]
     else:
         if cfg.max_side is not None:
             cmd += ["-vf", scale_filter(cfg.max_side)]
@@ -99,7 +104,7 @@ class ClipFiles:
     mp4: Path
     jpg: bytes
     end: float  # cut to the video's duration
-    clip_start: float  # where the clip's first frame lies in the video
+    keyframe: float | None  # fast: where the clip's copied packets start in the video
     duration: float  # the clip file's own duration (its container's)
     middle: float  # the time of the .jpg
 
@@ -124,8 +129,8 @@ def cut_video(video_path: Path, jobs: list[ClipJob], cfg: ClipsConfig, work: Pat
                     left_out[job.key] = (f"window {job.start:.2f}-{job.end:.2f} s lies outside "
                                          f"the video ({info.duration:.2f} s)")
                     continue
-                clip_start = job.start if cfg.cut == "exact" else \
-                    keyframe_before(container, job.start)
+                key_t = None if cfg.cut == "exact" else \
+                    round(keyframe_before(container, job.start), 6)
                 mp4 = work / f"{job.key}.mp4"
                 run_ffmpeg(cut_command(video_path, mp4, job.start, end, cfg, info.has_audio),
                            video_path, f"{job.start:.2f}-{end:.2f} s")
@@ -135,7 +140,7 @@ def cut_video(video_path: Path, jobs: list[ClipJob], cfg: ClipsConfig, work: Pat
                     img.thumbnail((cfg.max_side, cfg.max_side))
                 buf = io.BytesIO()
                 img.save(buf, format="JPEG", quality=cfg.jpeg_quality)
-                out.append(ClipFiles(job, mp4, buf.getvalue(), end, round(clip_start, 6),
+                out.append(ClipFiles(job, mp4, buf.getvalue(), end, key_t,
                                      round(probe(mp4).duration, 6), round(middle, 6)))
     except av.FFmpegError as exc:
         for c in out:

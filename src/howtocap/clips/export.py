@@ -47,7 +47,7 @@ from howtocap.shots.bounds import clamp_to_shot, read_shots
 FORMAT = "howtocap-clips"
 VERSION = 1
 INDEX_COLUMNS = ["shard", "key", "video_id", "start", "end", "caption", "n_captions", "score",
-                 "config_id", "window_start", "window_end", "clip_start", "duration", "middle",
+                 "config_id", "window_start", "window_end", "keyframe", "duration", "middle",
                  "mp4_bytes"]
 _OURS_RE = re.compile(r"^(\d{5}\.tar|\d{5}\.parquet|\d{5}_stats\.json|index\.parquet|"
                       r"clips\.json|\.work|\..*\.tmp)$")
@@ -184,7 +184,7 @@ def _add_clip(tar: tarfile.TarFile, c: ClipFiles, shard: str) -> dict[str, Any]:
 
     job = c.job
     record = {"key": job.key, "shard": shard, **job.meta, "start": job.start, "end": c.end,
-              "clip_start": c.clip_start, "duration": c.duration, "middle": c.middle}
+              "keyframe": c.keyframe, "duration": c.duration, "middle": c.middle}
     mp4_bytes = c.mp4.stat().st_size
     for ext, data in (("jpg", c.jpg),
                       ("json", json.dumps(record, ensure_ascii=False).encode()),
@@ -199,7 +199,8 @@ def _add_clip(tar: tarfile.TarFile, c: ClipFiles, shard: str) -> dict[str, Any]:
             "n_captions": len(job.meta["captions"]),
             "score": scores[0] if scores else float("nan"), "config_id": job.meta["config_id"],
             "window_start": job.meta["window_start"], "window_end": job.meta["window_end"],
-            "clip_start": c.clip_start, "duration": c.duration, "middle": c.middle,
+            "keyframe": float("nan") if c.keyframe is None else c.keyframe,
+            "duration": c.duration, "middle": c.middle,
             "mp4_bytes": mp4_bytes}
 
 
