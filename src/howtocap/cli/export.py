@@ -58,7 +58,8 @@ def export_cmd(
     = 1000,
     cut: Annotated[CutOpt, typer.Option(
         help="clips: fast = stream copy from the keyframe at or before the window's start "
-             "(may start up to one GOP early); exact = re-encoded to the window.")]
+             "(an edit list starts playback at the window); exact = re-encoded to the "
+             "window.")]
     = CutOpt.fast,
     max_side: Annotated[int | None, typer.Option(
         help="clips (--cut exact): scale the longer side down to this many pixels.")] = None,

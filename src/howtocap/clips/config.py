@@ -14,9 +14,9 @@ CUTS = ("fast", "exact")
 
 
 class ClipsConfig(BaseModel):
-    """``fast``: stream copy from the keyframe at or before the window's start (no decoding,
-    the clip may start up to one GOP early); ``exact``: re-encoded (H.264 + AAC) to the
-    window."""
+    """``fast``: stream copy from the keyframe at or before the window's start (no decoding;
+    an MP4 edit list starts playback at the window); ``exact``: re-encoded (H.264 + AAC) to
+    the window."""
 
     cut: Cut = "fast"
     max_side: int | None = Field(None, ge=16)  # longer side scaled down to this (exact only)

@@ -26,9 +26,10 @@ import shutil
 import tarfile
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -218,6 +219,49 @@ def _results(pool: ThreadPoolExecutor, tasks: list[_Task], cfg: ClipsConfig, wor
         yield queue.popleft()
 
 
+class _Feed:
+    """The cut videos in plan order, handed to the writer one shard at a time."""
+
+    def __init__(self, results: Iterator[tuple[_Task, Future[Any]]]) -> None:
+        self.results = results
+        self.current = next(results, None)
+
+    def of_shard(self, i: int) -> Iterator[tuple[_Task, Future[Any]]]:
+        while self.current is not None and self.current[0].shard == i:
+            yield self.current
+            self.current = next(self.results, None)
+
+
+@dataclass
+class _ShardRecord:
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the shard's index rows
+    skips: dict[str, str] = field(default_factory=dict)  # video_id -> why
+    left_out: dict[str, str] = field(default_factory=dict)  # key -> why
+
+
+def _write_tar(tmp: str, items: Iterator[tuple[_Task, Future[Any]]], name: str,
+               rec: _ShardRecord, skipped: dict[str, str],
+               advance: Callable[[int], None]) -> None:
+    """One shard's tar: its videos' clips as they come back from the workers, in plan order;
+    a video that cannot be cut is one line (the first time) and left out."""
+    with open(tmp, "wb") as fh, \
+            tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for task, fut in items:
+            try:
+                clips, left_out = fut.result()
+            except HowtocapError as exc:  # this video only (no ffmpeg at all is raised)
+                if not isinstance(exc, InputError) and task.video_path:
+                    raise
+                if task.video_id not in skipped:
+                    console.print(f"[yellow]skip[/] {task.video_id}: {exc}", highlight=False)
+                rec.skips[task.video_id] = skipped[task.video_id] = str(exc)
+                clips, left_out = [], {}
+            rec.left_out.update(left_out)
+            for c in clips:
+                rec.rows.append(_add_clip(tar, c, name))
+            advance(len(task.jobs))
+
+
 def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                  rows: pd.DataFrame | None = None, what: ExportWhat = "auto",
                  config: ClipsConfig | None = None, progress: bool = True) -> ClipsExport:
@@ -278,44 +322,16 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
             bar = prog.add_task("clips", total=sum(len(p) for p in shards))
             prog.advance(bar, sum(len(shards[i]) for i in done))
             results = _results(pool, tasks, cfg, work, ahead=2 * cfg.workers)
-            current: tuple[_Task, Future[Any]] | None = next(results, None)
+            feed = _Feed(results)
             for i in sorted(set(range(len(shards))) - set(done)):
-                name, index_rows = names[i], []
-                shard_skips: dict[str, str] = {}
-                left_out: dict[str, str] = {}
-                t_shard = time.perf_counter()
-
-                def write(tmp: str, i: int = i, name: str = name,
-                          index_rows: list[dict[str, Any]] = index_rows,
-                          shard_skips: dict[str, str] = shard_skips,
-                          left_out: dict[str, str] = left_out) -> None:
-                    nonlocal current
-                    with open(tmp, "wb") as fh, \
-                            tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) \
-                            as tar:
-                        while current is not None and current[0].shard == i:
-                            task, fut = current
-                            try:
-                                clips, lo = fut.result()
-                            except HowtocapError as exc:  # this video only
-                                if not isinstance(exc, InputError) and task.video_path:
-                                    raise
-                                if task.video_id not in skipped:
-                                    console.print(f"[yellow]skip[/] {task.video_id}: {exc}",
-                                                  highlight=False)
-                                shard_skips[task.video_id] = skipped[task.video_id] = str(exc)
-                                clips, lo = [], {}
-                            left_out.update(lo)
-                            for c in clips:
-                                index_rows.append(_add_clip(tar, c, name))
-                            prog.advance(bar, len(task.jobs))
-                            current = next(results, None)
-
-                atomic_write(out / f"{name}.tar", write)
-                table = pd.DataFrame(index_rows, columns=INDEX_COLUMNS)
+                name, rec, t_shard = names[i], _ShardRecord(), time.perf_counter()
+                atomic_write(out / f"{name}.tar", partial(
+                    _write_tar, items=feed.of_shard(i), name=name, rec=rec, skipped=skipped,
+                    advance=partial(prog.advance, bar)))
+                table = pd.DataFrame(rec.rows, columns=INDEX_COLUMNS)
                 atomic_write_parquet(table, out / f"{name}.parquet")
-                stats = {"shard": name, "count": len(index_rows), "planned": len(shards[i]),
-                         "skipped_videos": shard_skips, "left_out": left_out,
+                stats = {"shard": name, "count": len(rec.rows), "planned": len(shards[i]),
+                         "skipped_videos": rec.skips, "left_out": rec.left_out,
                          "tar_bytes": (out / f"{name}.tar").stat().st_size,
                          "seconds": round(time.perf_counter() - t_shard, 3),
                          "fingerprint": fingerprints[i]}
