@@ -35,7 +35,7 @@ HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 VIDEOS = {"alpha": (8.0, 10, 20, 160, 120, True), "beta": (6.0, 10, 10, 320, 180, False),
           "gamma.v2": (5.0, 8, 16, 128, 96, True)}
 # (video, start, end, caption, score, kept): two captions share alpha's 3-6 window; beta's
-# last window runs past the video's end; one row is not kept
+# last window runs past the video's end, gamma's last lies after it; one row is not kept
 ROWS = [("alpha", 0.5, 2.5, "open the box", 0.4, True),
         ("alpha", 3.0, 6.0, "lift the lid", 0.3, True),
         ("alpha", 3.0, 6.0, "raise the cover", 0.7, True),
@@ -44,6 +44,7 @@ ROWS = [("alpha", 0.5, 2.5, "open the box", 0.4, True),
         ("beta", 4.5, 7.0, "stir the tea", 0.6, True),
         ("beta", 0.0, 1.0, "a dropped caption", 0.1, False),
         ("gamma.v2", 0.7, 4.2, "fold the paper", 0.5, True),
+        ("gamma.v2", 5.5, 7.0, "after the end", 0.5, True),
         ("broken", 0.0, 2.0, "anything", 0.5, True),
         ("gone", 0.0, 2.0, "anything else", 0.5, True)]
 
@@ -139,7 +140,8 @@ def unpack(tmp: Path, key: str, sample: dict[str, bytes]) -> Path:
 
 
 def kept_windows() -> set[tuple[str, float, float]]:
-    return {(v, s, e) for v, s, e, _, _, k in ROWS if k and v in VIDEOS}
+    """The windows that must become clips: kept, of a readable video, not past its end."""
+    return {(v, s, e) for v, s, e, _, _, k in ROWS if k and v in VIDEOS and s < VIDEOS[v][0]}
 
 
 def test_exact_clips_play_and_last_their_windows(exact: tuple[Any, str], run: Path,
@@ -184,8 +186,11 @@ def test_layout_is_video2dataset_s(exact: tuple[Any, str]) -> None:
     ``<5-digit shard><position>``, and an index that is the shards' tables joined."""
     res, _ = exact
     names = sorted(p.name for p in res.out.iterdir())
-    n = len(res.shards)
-    assert n == 4  # 8 planned clips (2 of them skipped videos') in shards of 2
+    n = len(list(res.out.glob("*_stats.json")))
+    assert n == 5  # 9 planned clips (2 of skipped videos, 1 past its end) in shards of 2
+    # the last holds only the missing video's clip: kept as done, not listed to read
+    assert res.shards == [f"{i:05d}.tar" for i in range(4)]
+    assert json.loads((res.out / "clips.json").read_text())["empty_shards"] == ["00004.tar"]
     assert names == sorted([f"{i:05d}{ext}" for i in range(n)
                             for ext in (".tar", ".parquet", "_stats.json")]
                            + ["clips.json", "index.parquet"])
@@ -202,6 +207,8 @@ def test_layout_is_video2dataset_s(exact: tuple[Any, str]) -> None:
     assert meta["clips"] == len(index) and meta["captions"] == 7
     stats = [json.loads((res.out / f"{i:05d}_stats.json").read_text()) for i in range(n)]
     assert sum(s["count"] for s in stats) == len(index)
+    left_out = {k: why for s in stats for k, why in s["left_out"].items()}
+    assert len(left_out) == 1 and "lies outside the video" in next(iter(left_out.values()))
     assert meta["shard_bytes"] == {f"{i:05d}.tar": (res.out / f"{i:05d}.tar").stat().st_size
                                    for i in range(n)}
 
@@ -306,7 +313,8 @@ def _digest(out: Path) -> dict[str, str]:
 
 def test_killed_export_resumes_to_the_clean_export(run: Path, tmp_path: Path) -> None:
     """SIGKILL the CLI after two shards: the re-run keeps them, redoes the half-written one
-    whole and ends with the shards, tables and keys of a clean run, each clip once."""
+    whole and ends with the shards, tables and keys of a clean run, each clip once (the clean
+    run used 2 workers, the killed one 1: the plan does not depend on timing)."""
     clean, _ = export(run, tmp_path / "clean", cut="exact", shard_size=1)
     out = tmp_path / "cut"
     args = [*HOWTOCAP, "export", str(run), "--format", "clips", "--out", str(out),
@@ -321,7 +329,7 @@ def test_killed_export_resumes_to_the_clean_export(run: Path, tmp_path: Path) ->
     assert proc.wait() == -signal.SIGKILL, "the kill must land before the export ends"
     finished = {p.name[:5]: p.stat().st_mtime_ns for p in out.glob("*_stats.json")}
     planned = len(list(clean.out.glob("*_stats.json")))
-    assert planned == 8 and len(clean.shards) == 6  # the skipped videos' shards are empty
+    assert planned == 9 and len(clean.shards) == 6  # skipped videos' shards are empty
     assert 2 <= len(finished) < planned and not (out / "clips.json").exists()
     res = subprocess.run(args, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "NO_COLOR": "1"})

@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from howtocap.atomic import atomic_write, atomic_write_parquet, atomic_write_text
+from howtocap.atomic import atomic_write, atomic_write_text
 from howtocap.clips.config import ClipsConfig
 from howtocap.clips.cut import ClipFiles, ClipJob, cut_video
 from howtocap.engine.rundir import RunDir
@@ -47,9 +49,14 @@ from howtocap.shots.bounds import clamp_to_shot, read_shots
 
 FORMAT = "howtocap-clips"
 VERSION = 1
-INDEX_COLUMNS = ["shard", "key", "video_id", "start", "end", "caption", "n_captions", "score",
-                 "config_id", "window_start", "window_end", "keyframe", "duration", "middle",
-                 "mp4_bytes"]
+_F, _I, _S = pa.float64(), pa.int64(), pa.string()
+# every shard's table and the index have these columns and types, empty or not
+INDEX_SCHEMA = pa.schema([("shard", _S), ("key", _S), ("video_id", _S), ("start", _F),
+                          ("end", _F), ("caption", _S), ("n_captions", _I), ("score", _F),
+                          ("config_id", _S), ("window_start", _F), ("window_end", _F),
+                          ("keyframe", _F), ("duration", _F), ("middle", _F),
+                          ("mp4_bytes", _I)])
+INDEX_COLUMNS = INDEX_SCHEMA.names
 _OURS_RE = re.compile(r"^(\d{5}\.tar|\d{5}\.parquet|\d{5}_stats\.json|index\.parquet|"
                       r"clips\.json|\.work|\..*\.tmp)$")
 TAR_MTIME = 0  # fixed member times: the same export gives the same bytes
@@ -328,8 +335,8 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                 atomic_write(out / f"{name}.tar", partial(
                     _write_tar, items=feed.of_shard(i), name=name, rec=rec, skipped=skipped,
                     advance=partial(prog.advance, bar)))
-                table = pd.DataFrame(rec.rows, columns=INDEX_COLUMNS)
-                atomic_write_parquet(table, out / f"{name}.parquet")
+                _write_table(pa.Table.from_pylist(rec.rows, schema=INDEX_SCHEMA),
+                             out / f"{name}.parquet")
                 stats = {"shard": name, "count": len(rec.rows), "planned": len(shards[i]),
                          "skipped_videos": rec.skips, "left_out": rec.left_out,
                          "tar_bytes": (out / f"{name}.tar").stat().st_size,
@@ -343,12 +350,13 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     for i in range(len(shards)):  # videos a previous run skipped are still skipped
         for vid, why in done[i].get("skipped_videos", {}).items():
             skipped.setdefault(vid, why)
-    index = pd.concat([pd.read_parquet(out / f"{n}.parquet") for n in names],
-                      ignore_index=True)
+    index = pa.concat_tables([pq.read_table(out / f"{n}.parquet", schema=INDEX_SCHEMA)
+                              for n in names]).to_pandas()
     if not len(index):
         raise HowtocapError(f"{rundir.root}: no clip could be exported ({len(skipped)} "
                             "video(s) skipped)")
-    atomic_write_parquet(index, out / "index.parquet")
+    _write_table(pa.Table.from_pandas(index, schema=INDEX_SCHEMA, preserve_index=False),
+                 out / "index.parquet")
     n_captions = int(index["n_captions"].sum())
     meta = {"format": FORMAT, "version": VERSION, "source": str(rundir.root.resolve()),
             "table": kind, "settings": cfg.model_dump(), "clips": len(index),
@@ -364,6 +372,11 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     atomic_write_text(out / "clips.json", json.dumps(meta, indent=2))
     return ClipsExport(out, len(index), n_captions, meta["shards"], kind, skipped,
                        meta["reused_shards"])
+
+
+def _write_table(table: pa.Table, path: Path) -> None:
+    """Parquet with page checksums (as ``atomic.atomic_write_parquet``), typed by the schema."""
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def _cut(task: _Task, cfg: ClipsConfig, work: Path
