@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("io", {"io", "samples", "photos"}),
     ("models", {"asr", "llm", "encoders", "nlp"}),
     ("steps", {"subtitles", "caption", "frames", "align", "framecaps", "tdr", "train", "dvc",
-               "shots", "download"}),
+               "shots", "download", "clips"}),
     ("evaluation and reports", {"evaluate", "report", "search"}),
     ("serving", {"serve"}),
     ("pipeline", {"pipeline"}),

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -101,6 +102,34 @@ def test_video_list_detail_and_thumbnail(client: httpx.Client, run: Path) -> Non
     again = client.get("/api/videos/kitchen/thumbnail", params={"t": 4.0})
     assert again.content == r.content
     assert client.get("/api/videos/kitchen/thumbnail", params={"t": -1}).status_code == 422
+
+
+def test_thumbnails_show_the_middle_of_the_window(client: httpx.Client, run: Path) -> None:
+    """A hit's thumbnail is the frame at its window's middle (the clip export's .jpg rule,
+    ``clips.window.window_middle``), never at its start, which after alignment is where the
+    step before ends; the served picture is that frame and not the previous step's."""
+    from urllib.parse import parse_qs, urlparse
+
+    from howtocap.clips.window import window_middle
+    from howtocap.io.video import decode_jpeg, frame_at
+    from howtocap.serve.app import thumbnail_jpeg
+
+    paths = pd.read_parquet(run / "videos.parquet").set_index("video_id")["video_path"]
+    hits = client.get("/api/search", params={"q": "launch the rocket", "k": 6}).json()["hits"]
+    assert len(hits) == 6
+    for hit in hits:
+        t = float(parse_qs(urlparse(hit["thumbnail"]).query)["t"][0])
+        assert hit["end"] - hit["start"] >= 1.0
+        assert t == pytest.approx(window_middle(hit["start"], hit["end"]), abs=0.05)
+        assert abs(t - hit["start"]) >= 0.5
+        jpeg = client.get(hit["thumbnail"]).content
+        path = Path(paths[hit["video_id"]])
+        assert jpeg == thumbnail_jpeg(path, t)
+        if hit["start"] >= 1.0:  # a step before it exists: the picture is not that step
+            shown = decode_jpeg(jpeg).astype(float)
+            own, before = (np.asarray(frame_at(path, x).resize(shown.shape[1::-1]), float)
+                           for x in (t, hit["start"] - 1.0))
+            assert np.abs(shown - own).mean() < 0.5 * np.abs(shown - before).mean()
 
 
 def test_range_requests_return_the_right_bytes(client: httpx.Client, run: Path) -> None:

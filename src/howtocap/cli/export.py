@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from howtocap.cli.common import QuietOpt, err, user_errors
+from howtocap.cli.common import QuietOpt, err, user_errors, validated
+from howtocap.errors import HowtocapError
+
+if TYPE_CHECKING:
+    from howtocap.clips.config import ClipsConfig
 
 
 class ExportFmt(str, Enum):
     howtocaption = "howtocaption"
     csv = "csv"
     webdataset = "webdataset"
+    clips = "clips"
+
+
+class CutOpt(str, Enum):
+    fast = "fast"
+    exact = "exact"
 
 
 class ExportWhatOpt(str, Enum):
@@ -32,7 +42,8 @@ def export_cmd(
         help="auto: kept aligned pairs if aligned, else captions (webdataset: else frame "
              "captions, as `train` does).")] = ExportWhatOpt.auto,
     out_file: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="File, or for webdataset a folder [default: DIR/webdataset].")]
+        "--out", "-o", help="File, or for webdataset and clips a folder [default: "
+                            "DIR/webdataset, DIR/clips].")]
     = None,
     unfiltered: Annotated[bool, typer.Option(help="All aligned pairs with their scores, as "
                                                    "HowToCaption's unfiltered release.")] = False,
@@ -43,7 +54,19 @@ def export_cmd(
                                                       "(segment centres).")] = 4,
     image_size: Annotated[int, typer.Option(help="webdataset: frame size (shorter side, "
                                                  "centre crop).")] = 224,
-    shard_size: Annotated[int, typer.Option(help="webdataset: clips per shard.")] = 1000,
+    shard_size: Annotated[int, typer.Option(help="webdataset, clips: clips per shard.")]
+    = 1000,
+    cut: Annotated[CutOpt, typer.Option(
+        help="clips: fast = stream copy from the keyframe at or before the window's start "
+             "(an edit list starts playback at the window); exact = re-encoded to the "
+             "window.")]
+    = CutOpt.fast,
+    max_side: Annotated[int | None, typer.Option(
+        help="clips (--cut exact): scale the longer side down to this many pixels.")] = None,
+    cross_shots: Annotated[bool, typer.Option(
+        help="clips: keep windows that cross a cut of DIR/shots.parquet (default: a window "
+             "is cut back to the shot that holds its middle).")] = False,
+    workers: Annotated[int, typer.Option(help="clips: videos cut at a time.")] = 2,
     encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
                                               "whose cached frame embeddings are stored.")]
     = "default",
@@ -51,11 +74,25 @@ def export_cmd(
                                                     "yet are computed).")] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs, or
-    WebDataset tar shards of clips (frames or embeddings + captions) to train at scale."""
+    """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs,
+    WebDataset tar shards of clips (frames or embeddings + captions) to train at scale, or the
+    clips themselves (MP4 + JSON + caption + middle frame, video2dataset's layout)."""
+    if format == ExportFmt.clips:
+        from howtocap.clips.export import export_clips
+
+        if unfiltered:
+            raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
+        res = export_clips(run_dir, out_file, what=what.value, config=clips_config(
+            cut=cut.value, max_side=max_side, shard_size=shard_size, workers=workers,
+            cross_shots=cross_shots), progress=not quiet)
+        err.print(f"wrote {res.n_clips} clips ({res.n_captions} {res.kind} captions) in "
+                  f"{len(res.shards)} shard(s) to {res.out}"
+                  f"{f' ({res.reused} finished earlier)' if res.reused else ''}"
+                  f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",
+                  highlight=False)
+        return
     if format == ExportFmt.webdataset:
         from howtocap.encoders.clip_rows import ClipRows
-        from howtocap.errors import HowtocapError
         from howtocap.io.webdataset import export_webdataset
 
         if unfiltered:
@@ -75,3 +112,12 @@ def export_cmd(
     path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
                          unfiltered=unfiltered)
     err.print(f"wrote {n} captions to {path}")
+
+
+def clips_config(**options: Any) -> ClipsConfig:
+    """``--format clips``'s options as the step's typed settings (a bad value is one line)."""
+    from howtocap.clips.config import ClipsConfig
+
+    cfg = validated(ClipsConfig, **options)
+    cfg.check()
+    return cfg

@@ -16,11 +16,15 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import av
 import numpy as np
 
 from howtocap.errors import HowtocapError, InputError
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = ["VideoInfo", "FrameStream", "probe", "iter_frames", "sample_frames", "resize_frame"]
 
@@ -289,6 +293,32 @@ def sample_frames(path: str | Path, times: Sequence[float],
     if any(o is None for o in out):
         raise InputError(path, "no decodable video frames")
     return np.stack(out)  # type: ignore[arg-type]
+
+
+def frame_at(path: str | Path, t: float) -> Image.Image:
+    """The first frame at or after ``t`` seconds (the last frame if ``t`` is past the end):
+    the frame a player shows when seeking to ``t``. The search page's thumbnails and the clip
+    export's ``.jpg`` both take it at a window's middle (``clips.window.window_middle``), so
+    they show the same picture. Raises ``InputError`` when nothing decodes."""
+    path = Path(path)
+    with _open(path) as container:
+        if not container.streams.video:
+            raise InputError(path, "has no video stream")
+        stream = container.streams.video[0]
+        last = None
+        try:
+            if t > 0 and stream.time_base:
+                container.seek(int(t / stream.time_base), stream=stream, backward=True)
+            for frame in container.decode(stream):
+                last = frame
+                if frame.time is not None and frame.time >= t - 1e-3:
+                    break
+        except (av.FFmpegError, EOFError) as exc:
+            if last is None:
+                raise InputError(path, f"cannot decode video ({_short(exc)})") from None
+        if last is None:
+            raise InputError(path, f"no frame at {t:.2f} s")
+        return last.to_image().convert("RGB")
 
 
 def expected_frames(duration: float, fps: float = 1.0) -> int:

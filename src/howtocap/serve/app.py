@@ -35,6 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from howtocap.atomic import atomic_write_bytes
+from howtocap.clips.window import window_middle
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import safe_name
@@ -250,8 +251,8 @@ class HitRecords:
         return {"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
                 "orig_start": o_start, "orig_end": o_end, "row": i,
                 "media": f"/media/{q}" if has_file else None,
-                "thumbnail": f"/api/videos/{q}/thumbnail?t={start or 0.0:.1f}" if has_file
-                else None,
+                "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
+                if has_file else None,
                 "page": f"/video/{q}", "context": data.context(vid, lo, hi)}
 
     def fragment(self, i: int) -> bytes:
@@ -282,27 +283,19 @@ def _score(x: float) -> bytes:
     return repr(round(x, 6)).encode() if math.isfinite(x) else b"null"
 
 
-def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
-    """The first frame at or after ``t`` (the last frame if ``t`` is past the end), as JPEG."""
-    import av
+def thumb_time(start: float | None, end: float | None) -> float:
+    """A hit's thumbnail shows its window's middle, as the clip export's ``.jpg`` does: the
+    start of an aligned window is where the step before it ends."""
+    if start is None:
+        return 0.0
+    return max(window_middle(start, end if end is not None else start), 0.0)
 
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise InputError(path, "has no video stream")
-            stream = container.streams.video[0]
-            if t > 0 and stream.time_base:
-                container.seek(int(t / stream.time_base), stream=stream, backward=True)
-            last = None
-            for frame in container.decode(stream):
-                last = frame
-                if frame.time is not None and frame.time >= t - 1e-3:
-                    break
-    except av.error.FFmpegError as exc:
-        raise InputError(path, f"cannot decode video ({exc})") from None
-    if last is None:
-        raise InputError(path, f"no frame at {t:.2f} s")
-    img = last.to_image()
+
+def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
+    """The frame shown at ``t`` (``io.video.frame_at``), at most ``width`` wide, as JPEG."""
+    from howtocap.io.video import frame_at
+
+    img = frame_at(path, t)
     if img.width > width:
         img = img.resize((width, max(1, round(img.height * width / img.width))))
     buf = io.BytesIO()

@@ -1,0 +1,38 @@
+"""The clip export's typed settings (recorded in ``OUT/clips.json`` and in every shard's
+fingerprint, so a re-run with other settings redoes the shards instead of mixing them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from howtocap.errors import HowtocapError
+
+Cut = Literal["fast", "exact"]
+CUTS = ("fast", "exact")
+
+
+class ClipsConfig(BaseModel):
+    """``fast``: stream copy from the keyframe at or before the window's start (no decoding;
+    an MP4 edit list starts playback at the window); ``exact``: re-encoded (H.264 + AAC) to
+    the window."""
+
+    cut: Cut = "fast"
+    max_side: int | None = Field(None, ge=16)  # longer side scaled down to this (exact only)
+    shard_size: int = Field(1000, ge=1)  # clips per shard
+    workers: int = Field(2, ge=1)  # videos cut at a time (ffmpeg processes)
+    cross_shots: bool = False  # keep windows that run across a cut of shots.parquet
+    crf: int = Field(23, ge=0, le=51)  # exact: x264 quality (lower = better, larger)
+    preset: str = "veryfast"  # exact: x264 speed preset
+    jpeg_quality: int = Field(90, ge=1, le=100)
+
+    def check(self) -> None:
+        """Combinations no single field can refuse; one line, before any file is written."""
+        if self.max_side is not None and self.cut == "fast":
+            raise HowtocapError("--max-side scales the picture, which re-encodes it: use it "
+                                "with --cut exact (--cut fast copies the stream as it is)")
+
+    def fingerprint_fields(self) -> dict[str, object]:
+        """What changes the bytes of a shard (not how many workers made it)."""
+        return self.model_dump(exclude={"workers"})
