@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -90,6 +92,49 @@ def test_every_reason_is_named_and_empty_input_is_fine(nlp: object) -> None:
     assert reject_reasons([], nlp) == []
     why = reject_reasons([p[1] for p in PAIRS], nlp)
     assert set(why) == set(REASONS)  # each reason is reachable, none is made up
+
+
+class CountingParser:
+    """The real parser, counting its ``pipe`` calls; the first call holds the parser until
+    it is released, so the other threads' requests are surely waiting by then."""
+
+    def __init__(self, nlp: object) -> None:
+        self.nlp, self.sizes = nlp, []
+        self.release = threading.Event()
+
+    def pipe(self, texts: list[str], batch_size: int = 256) -> object:
+        self.sizes.append(len(texts))
+        if len(self.sizes) == 1:
+            self.release.wait(timeout=30)
+        return self.nlp.pipe(texts, batch_size=batch_size)  # type: ignore[attr-defined]
+
+
+def test_threads_waiting_for_the_parser_are_parsed_in_one_batch(nlp: object) -> None:
+    """Each thread gets its own verdicts, as when alone; those that waited share one call."""
+    from howtocap.caption import filler
+
+    texts = [[p[0], p[1]] for p in PAIRS[:8]]
+    alone = [reject_reasons(t, nlp) for t in texts]
+    counting = CountingParser(nlp)
+    got: dict[int, list[str]] = {}
+
+    def call(i: int) -> None:
+        got[i] = reject_reasons(texts[i], counting)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(texts))]
+    threads[0].start()
+    deadline = time.monotonic() + 30
+    while not counting.sizes and time.monotonic() < deadline:  # the first holds the parser
+        time.sleep(0.005)
+    for t in threads[1:]:
+        t.start()
+    while len(filler._COMBINE._waiting) < len(texts) - 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    counting.release.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert [got[i] for i in range(len(texts))] == alone
+    assert counting.sizes == [2, 2 * (len(texts) - 1)]
 
 
 class Scripted:

@@ -90,7 +90,6 @@ _TIME = re.compile(r"\b(?:take (?:your|my|our|some) time|wait|patien(?:t|ce)|a w
                    r"(?:a|one|few|couple|some)\b.{0,10}\b(?:minutes?|seconds?|hours?|moment))\b",
                    re.IGNORECASE)
 
-_NLP_LOCK = threading.Lock()
 
 
 def _nearest_verb(tok: Any) -> Any | None:
@@ -164,12 +163,62 @@ def load_parser(name: str | None = None) -> Any:
     return load_spacy(name, parser=True)
 
 
+class _Request:
+    __slots__ = ("nlp", "texts", "verdicts", "error")
+
+    def __init__(self, nlp: Any, texts: Sequence[str]) -> None:
+        self.nlp, self.texts = nlp, texts
+        self.verdicts: list[str] | None = None
+        self.error: BaseException | None = None
+
+
+class _Combiner:
+    """Requests from many threads parsed as one ``nlp.pipe`` call: the thread that gets the
+    pipeline takes every request waiting for it. A caption run over HTTP has dozens of videos
+    in flight, each with a few dozen captions; spaCy is far cheaper per text in big batches,
+    and the parse of every caption is the driver's largest own cost."""
+
+    def __init__(self) -> None:
+        self._run = threading.Lock()  # one pipeline per process: one parse at a time
+        self._queue = threading.Lock()
+        self._waiting: list[_Request] = []
+
+    def __call__(self, nlp: Any, texts: Sequence[str], batch_size: int) -> list[str]:
+        me = _Request(nlp, texts)
+        with self._queue:
+            self._waiting.append(me)
+        with self._run:
+            if me.verdicts is None and me.error is None:  # nobody took it: take all waiting
+                with self._queue:
+                    batch, self._waiting = self._waiting, []
+                for same in {id(r.nlp): r.nlp for r in batch}.values():
+                    group = [r for r in batch if r.nlp is same]
+                    try:
+                        docs = same.pipe([t for r in group for t in r.texts],
+                                         batch_size=batch_size)
+                        found = [verdict(doc) for doc in docs]
+                    except BaseException as exc:  # every caller of the batch sees it
+                        for r in group:
+                            r.error = exc
+                        continue
+                    at = 0
+                    for r in group:
+                        r.verdicts, at = found[at:at + len(r.texts)], at + len(r.texts)
+        if me.error is not None:
+            raise me.error
+        assert me.verdicts is not None
+        return me.verdicts
+
+
+_COMBINE = _Combiner()
+
+
 def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
                    batch_size: int = 256) -> list[str]:
-    """One verdict per caption ("" = kept), from one batched ``nlp.pipe`` pass."""
+    """One verdict per caption ("" = kept), from one batched ``nlp.pipe`` pass (shared with
+    the other threads' captions waiting at the same time)."""
     nlp = nlp or load_parser()
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []
-    with _NLP_LOCK:  # one pipeline per process, shared by the stage's threads
-        return [verdict(doc) for doc in nlp.pipe(items, batch_size=batch_size)]
+    return _COMBINE(nlp, items, batch_size)
