@@ -495,3 +495,13 @@ def test_ddp_two_processes_stream_disjoint_shards(shards: dict[str, Any], tiny_c
     r1 = torch.load(tmp_path / "ddp" / "rank1.pt", weights_only=True)
     for k in r0:
         assert torch.equal(r0[k], r1[k]), k
+
+
+def test_a_clip_export_is_named_as_such_not_as_an_unfinished_one(tmp_path: Path) -> None:
+    (tmp_path / "00000.tar").write_bytes(b"")
+    (tmp_path / "clips.json").write_text("{}")
+    with pytest.raises(InputError, match="is a clip export"):
+        open_shards(tmp_path)
+    (tmp_path / "clips.json").unlink()
+    with pytest.raises(InputError, match="the export did not finish"):
+        open_shards(tmp_path)

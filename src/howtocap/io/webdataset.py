@@ -331,6 +331,10 @@ def open_shards(path: str | Path) -> ShardSet:
     """Check an export is complete (meta.json, index, every shard at its recorded size)."""
     root = Path(path)
     meta_path = root / "meta.json"
+    if not meta_path.exists() and (root / "clips.json").exists():
+        raise InputError(root, "is a clip export (MP4 clips, `--format clips`, docs/clips.md); "
+                               "training reads frame shards: `howtocap export DIR --format "
+                               "webdataset`, or the run directory itself")
     if not meta_path.exists():
         raise InputError(root, "has shards but no meta.json: the export did not finish; run "
                                "`howtocap export … --format webdataset` again")
