@@ -16,6 +16,7 @@ import typer
 from howtocap.cli import (
     align,
     caption,
+    duplicates,
     dvc,
     encoders,
     evaluate,
@@ -40,6 +41,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "run": run.run_cmd,
     "encoders": encoders.encoders_cmd,
     "frames": frames.frames_cmd,
+    "duplicates": duplicates.duplicates_cmd,
     "samples": samples.samples_cmd,
     "index": search.index_cmd,
     "search": search.search_cmd,
