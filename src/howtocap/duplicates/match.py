@@ -69,6 +69,21 @@ def _band(sim: np.ndarray) -> np.ndarray:
     return out
 
 
+def _best_shift(raw: np.ndarray, a0: int, a1: int, off: int) -> int:
+    """The offset among ``off - 1 .. off + 1`` whose own cells (not the band's) match rows
+    ``a0..a1`` best: the band finds a run, this puts its window in B on the right second."""
+    rows = np.arange(a0, a1 + 1)
+    best, best_mean = off, -np.inf
+    for shift in (off, off - 1, off + 1):
+        cols = rows + shift
+        if cols[0] < 0 or cols[-1] >= raw.shape[1]:
+            continue  # the window would leave B
+        mean = float(raw[rows, cols].mean())
+        if mean > best_mean + 1e-6:
+            best, best_mean = shift, mean
+    return best
+
+
 def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seconds: int,
                    gap: int = 1) -> list[Segment]:
     """Non-overlapping pieces of shared footage of two videos (unit rows ``ea``, ``eb``).
@@ -80,7 +95,8 @@ def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seco
     na, nb = len(ea), len(eb)
     if na == 0 or nb == 0:
         return []
-    sim = _band(ea @ eb.T)
+    raw = ea @ eb.T
+    sim = _band(raw)
     runs: list[Segment] = []
     for off in range(-(na - 1), nb):
         diag = np.diagonal(sim, offset=off)
@@ -93,7 +109,8 @@ def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seco
             if len(group) < min_seconds:
                 continue
             a0, a1 = i0 + int(group[0]), i0 + int(group[-1])
-            runs.append(Segment(a0, a1, a0 + off, a1 + off, len(group),
+            shift = _best_shift(raw, a0, a1, off)
+            runs.append(Segment(a0, a1, a0 + shift, a1 + shift, len(group),
                                 float(diag[group].mean())))
     runs.sort(key=lambda s: (-s.seconds, -s.similarity, s.a0, s.b0))
     kept: list[Segment] = []
