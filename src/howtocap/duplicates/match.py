@@ -89,9 +89,11 @@ def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seco
     """Non-overlapping pieces of shared footage of two videos (unit rows ``ea``, ``eb``).
 
     For every offset (B row minus A row) the seconds whose cosine is at least ``threshold``
-    form runs (``gap`` unmatched seconds may interrupt a run: a keyframe flash, a transition);
-    runs of at least ``min_seconds`` matched seconds are kept, longest first, skipping any
-    that overlaps a kept one in A or in B (a static shot matches along several offsets)."""
+    (or whose neighbour one second either side is: ``_band``) form runs (``gap`` unmatched
+    seconds may interrupt a run: a keyframe flash, a transition); each run is put on its best
+    offset (``_best_shift``) and counts the seconds that match there; runs of at least
+    ``min_seconds`` of them are kept, longest first, skipping any that overlaps a kept one in
+    A or in B (a static shot matches along several offsets)."""
     na, nb = len(ea), len(eb)
     if na == 0 or nb == 0:
         return []
@@ -110,8 +112,16 @@ def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seco
                 continue
             a0, a1 = i0 + int(group[0]), i0 + int(group[-1])
             shift = _best_shift(raw, a0, a1, off)
-            runs.append(Segment(a0, a1, a0 + shift, a1 + shift, len(group),
-                                float(diag[group].mean())))
+            # counted on that offset's own cells: the band lengthens a run by a second at
+            # each end (a shared 2-s shot would look like 4 matched seconds)
+            rows = np.arange(a0, a1 + 1)
+            own = raw[rows, rows + shift]
+            good = np.flatnonzero(own >= threshold)
+            if len(good) < min_seconds:
+                continue
+            a0, a1 = int(rows[good[0]]), int(rows[good[-1]])
+            runs.append(Segment(a0, a1, a0 + shift, a1 + shift, len(good),
+                                float(own[good].mean())))
     runs.sort(key=lambda s: (-s.seconds, -s.similarity, s.a0, s.b0))
     kept: list[Segment] = []
     for s in runs:
