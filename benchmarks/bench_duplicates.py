@@ -8,9 +8,11 @@ videos: five 2-s shots of real photographs (``howtocap.photos``, with the sample
 zoom), no two videos sharing an ordered pair of consecutive shots (they may share single
 photographs: a shared 2-s shot is not a duplicate). Planted among them, made with ffmpeg from
 distinct videos with parameters drawn per set: re-encodes (another bitrate), crops (70-90 % of
-the frame, scaled back), resizes (64-112 px instead of 144), trimmed copies (5-7 s of the 10);
-and repeated clips: a new video made of 5 s of a distinct video and 5 s of new shots. Copies
-get random ids, so the id order tells nothing.
+the frame), resizes (64-112 px instead of 144), trimmed copies (5-7 s of the 10); and repeated
+clips: a new video made of 5 s of a distinct video and 5 s of new shots (photographs the source
+does not show). Copies get random ids, so the id order tells nothing. The photographs include
+look-alikes (two dark speckled micrographs, a blurred clock and a colour chart): distinct
+footage that a generic image encoder finds close, as real videos have.
 
 * TUNING: ``duplicates_run`` (the real command, the embedded default encoder) at every
   per-second threshold of the sweep; the threshold is chosen by ``RULE``.
@@ -146,7 +148,9 @@ def make_set(root: Path, seed: int, n_distinct: int, n_copies: int, n_clips: int
     for k in range(n_clips):
         src = f"v{seed}_{n_copies + k:02d}"  # not a copied video: one truth per footage
         cid = f"x{seed}_{ids[n_copies + k]}"
-        new = make(f"new{seed}_{k}", seqs[n_distinct + k][:3])
+        # new shots: none of the source's photographs (that would be more shared footage)
+        fresh = [p for p in seqs[n_distinct + k] + pool if p not in seqs[n_copies + k]]
+        new = make(f"new{seed}_{k}", list(dict.fromkeys(fresh))[:3])
         start = rng.choice([0.0, 2.0, 4.0])
         first = rng.random() < 0.5
         parts = [("-ss", str(start), "-t", "5", "-i", str(videos[src])),

@@ -4,21 +4,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from howtocap.cli.common import QuietOpt, err, user_errors, validated
+from howtocap.duplicates.config import DuplicatesConfig
 
-if TYPE_CHECKING:
-    from howtocap.duplicates.config import DuplicatesConfig
+_DEFAULT = DuplicatesConfig()  # the options' defaults are the step's
 
 
 def duplicates_settings(threshold: float, min_seconds: int, video_cover: float, gap: int,
                         neighbours: int) -> DuplicatesConfig:
     """The options as the step's typed settings (a bad value is one line)."""
-    from howtocap.duplicates.config import DuplicatesConfig
-
     return validated(DuplicatesConfig, threshold=threshold, min_seconds=min_seconds,
                      video_cover=video_cover, gap=gap, neighbours=neighbours)
 
@@ -28,15 +26,18 @@ def duplicates_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (after `run` or `frames`).")],
     threshold: Annotated[float, typer.Option(
         help="Cosine of two seconds' frame embeddings at which they show the same footage "
-             "(tuned for the default encoder; docs/duplicates.md).")] = 0.8,
+             "(tuned for the default encoder; docs/duplicates.md).")] = _DEFAULT.threshold,
     min_seconds: Annotated[int, typer.Option(
-        help="Matched seconds in temporal order that make a repeated clip.")] = 3,
+        help="Matched seconds in temporal order that make a repeated clip.")
+    ] = _DEFAULT.min_seconds,
     video_cover: Annotated[float, typer.Option(
         help="Share of the shorter video matched that makes the pair near-duplicate videos "
-             "(below: repeated clips).")] = 0.8,
-    gap: Annotated[int, typer.Option(help="Unmatched seconds a matched run may bridge.")] = 1,
+             "(below: repeated clips).")] = _DEFAULT.video_cover,
+    gap: Annotated[int, typer.Option(help="Unmatched seconds a matched run may bridge.")
+                   ] = _DEFAULT.gap,
     neighbours: Annotated[int, typer.Option(
-        help="k of the FAISS k-NN over keyframes that proposes pairs to check.")] = 10,
+        help="k of the FAISS k-NN over keyframes that proposes pairs to check.")
+    ] = _DEFAULT.neighbours,
     encoder: Annotated[str, typer.Option(
         help="Encoder whose cached frame embeddings are compared (missing ones are computed "
              "into the cache).")] = "default",
