@@ -117,12 +117,15 @@ def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
 def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                     load: Callable[[int], np.ndarray], durations: Sequence[float],
                     pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = 1.0,
-                    progress: bool = False, index_type: str = "auto"
+                    progress: bool = False, index_type: str = "auto",
+                    cands: dict[tuple[int, int], int] | None = None
                     ) -> tuple[pd.DataFrame, int]:
     """The duplicates table (without ``config_id``) of videos ``ids``: ``keys[i]`` their
     keyframe vectors (unit), ``load(i)`` every per-second row, ``pixels(i)`` the frame size
-    (asked only of videos in a group or a repeated clip); and the number of candidate pairs."""
-    cands = candidate_pairs(keys, cfg, index_type)
+    (asked only of videos in a group or a repeated clip); and the number of candidate pairs
+    (``cands``: ``candidate_pairs`` already computed)."""
+    if cands is None:
+        cands = candidate_pairs(keys, cfg, index_type)
     rows = _Rows(load)
     video_pairs: dict[tuple[int, int], list[Segment]] = {}
     clip_pairs: dict[tuple[int, int], list[Segment]] = {}
