@@ -379,8 +379,8 @@ def write_md(res: dict[str, Any], path: Path) -> None:
               f"Real command, held-out set, warm frame cache: "
               f"{held['at_chosen']['seconds_warm']:.2f} s for {held['videos']} videos "
               f"({res['time']['real_per_1000_videos_s']:.1f} s per 1,000, loading the encoder "
-              f"and hashing each file to find its cache entry included); embedding them first (the frames stage's work, "
-              f"cold cache): {held['cold_seconds']:.1f} s.", "",
+              f"and hashing each file to find its cache entry included); embedding them first "
+              f"(the frames stage's work, cold cache): {held['cold_seconds']:.1f} s.", "",
               "Synthetic per-second embeddings (60 s videos, 384-d; keyframes + k-NN + pair "
               "check + grouping, no file I/O):", "",
               "| videos | keyframes | index MB | candidate pairs | k-NN s | all s | "
