@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 # The per-second cosine above which two seconds show the same footage, for the embedded default
 # encoder: chosen on the tuning set of benchmarks/bench_duplicates.py (docs/duplicates.md).
-THRESHOLD = 0.6
+THRESHOLD = 0.9
 
 
 class DuplicatesConfig(BaseModel):
