@@ -476,7 +476,7 @@ def over_http(port: int, pid: int, sequential: int, seconds: float) -> dict:
 def exact_vs_hnsw(text: np.ndarray, queries: np.ndarray, hnsw=None) -> dict:
     import faiss
 
-    from howtocap.search.index import HNSW_EF_SEARCH, make_faiss
+    from howtocap.knn import HNSW_EF_SEARCH, make_faiss
 
     faiss.omp_set_num_threads(os.cpu_count() or 1)  # builds use every core
     t0 = time.perf_counter()

@@ -26,12 +26,12 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "howtocap"
 # in BACK_EDGES. ``howtocap`` is the package's own ``__init__``.
 FLOORS: list[tuple[str, set[str]]] = [
     ("base", {"howtocap", "errors", "progress", "atomic", "hashing", "schemas", "bundled",
-              "metrics"}),
+              "metrics", "knn"}),
     ("engine", {"engine"}),
     ("io", {"io", "samples", "photos"}),
     ("models", {"asr", "llm", "encoders", "nlp"}),
     ("steps", {"subtitles", "caption", "frames", "align", "framecaps", "tdr", "train", "dvc",
-               "shots", "download", "clips"}),
+               "shots", "download", "clips", "duplicates"}),
     ("evaluation and reports", {"evaluate", "report", "search"}),
     ("serving", {"serve"}),
     ("pipeline", {"pipeline"}),

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from howtocap.cli import add_commands
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
-from howtocap.search.index import build_index, clip_vectors, make_faiss, read_meta
+from howtocap.knn import make_faiss
+from howtocap.search.index import build_index, clip_vectors, read_meta
 from howtocap.search.query import Searcher
 from search_support import (
     STEPS,

@@ -52,6 +52,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # Shots (``howtocap shots``, PySceneDetect): one row per shot, consecutive, covering the
     # whole video (a video without a cut is one shot); read by ``shots.bounds.read_shots``
     "shots": {"video_id": "str", "start": "float64", "end": "float64", "config_id": "str"},
+    # Near-duplicate videos and repeated clips (``howtocap duplicates``): kind "video" = video_id
+    # is a copy of duplicate_of (its group's kept id); kind "clip" = [start, end) of video_id
+    # shows [dup_start, dup_end) of duplicate_of. similarity: mean cosine of the matched
+    # seconds; seconds: how many matched (0: grouped through another copy, windows NaN)
+    "duplicates": {"video_id": "str", "duplicate_of": "str", "kind": "str",
+                   "similarity": "float64", "seconds": "int64", "start": "float64",
+                   "end": "float64", "dup_start": "float64", "dup_end": "float64",
+                   "config_id": "str"},
     # message: the error, or the warnings of an ``ok`` video (``warnings`` counts them);
     # cause of an error: bad input | model output | service | internal; attempts so far
     "status": {"video_id": "str", "stage": "str", "status": "str", "message": "str",

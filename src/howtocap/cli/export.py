@@ -72,6 +72,10 @@ def export_cmd(
     = "default",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (embeddings not cached "
                                                     "yet are computed).")] = None,
+    drop_duplicates: Annotated[bool, typer.Option(
+        "--drop-duplicates", help="Leave out near-duplicate videos (all but each group's kept "
+                                  "id) and repeated clips found by `howtocap duplicates DIR`.")
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs,
@@ -101,7 +105,8 @@ def export_cmd(
                                 frames_per_clip=frames_per_clip, image_size=image_size,
                                 shard_size=shard_size, progress=not quiet,
                                 embed=ClipRows(encoder, device=device)
-                                if content == "embeddings" else None)
+                                if content == "embeddings" else None,
+                                drop_duplicates=drop_duplicates)
         err.print(f"wrote {res.n_samples} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",
@@ -110,7 +115,7 @@ def export_cmd(
     from howtocap.io.export import export_run
 
     path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
-                         unfiltered=unfiltered)
+                         unfiltered=unfiltered, drop_duplicates=drop_duplicates)
     err.print(f"wrote {n} captions to {path}")
 
 

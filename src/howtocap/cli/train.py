@@ -113,6 +113,9 @@ def train_cmd(
              "the default encoder's head) [default: all].")] = None,
     shuffle_buffer: Annotated[int, typer.Option(
         help="WebDataset shards: samples shuffled in memory per loading process.")] = 1000,
+    drop_duplicates: Annotated[bool, typer.Option(
+        "--drop-duplicates", help="Run directory: leave out near-duplicate videos and repeated "
+                                  "clips found by `howtocap duplicates SOURCE`.")] = False,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
     from howtocap.train.api import train
@@ -128,7 +131,7 @@ def train_cmd(
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
                 margin=margin, clips_per_video=clips_per_video, train_params=train_params,
-                shuffle_buffer=shuffle_buffer)
+                shuffle_buffer=shuffle_buffer, drop_duplicates=drop_duplicates)
     from howtocap.train.distributed import dist_info
 
     if dist_info()[0] != 0:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from howtocap.atomic import atomic_write_text
@@ -26,10 +27,41 @@ def _has(rundir: RunDir, table: str) -> bool:
     return rundir.table_path(table).exists() or rundir.part_dir(table).exists()
 
 
+def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
+    """``rows`` (video_id, start, end, …) without the duplicates ``howtocap duplicates`` found:
+    every row of a video that is not its group's kept id (kind ``video``), and every row whose
+    window's middle lies in a repeated clip of another video (kind ``clip``: the other video
+    keeps that footage). The one filter ``export`` and ``train`` apply before any writer."""
+    path = rundir.table_path("duplicates")
+    if not path.exists():
+        raise HowtocapError(f"{rundir.root}: no duplicates.parquet; run `howtocap duplicates "
+                            f"{rundir.root}` first (--drop-duplicates reads it)")
+    dups = pd.read_parquet(path, columns=["video_id", "kind", "start", "end"])
+    vid = rows["video_id"].astype(str)
+    drop = vid.isin(set(dups.loc[dups["kind"] == "video", "video_id"].astype(str)))
+    clips = dups[dups["kind"] == "clip"]
+    if len(clips) and len(rows):
+        mid = pd.DataFrame({"row": range(len(rows)), "video_id": vid.to_numpy(),
+                            "mid": (rows["start"].to_numpy(float)
+                                    + rows["end"].to_numpy(float)) / 2})
+        hit = mid.merge(clips.astype({"video_id": str}), on="video_id")
+        inside = hit.loc[(hit["mid"] >= hit["start"]) & (hit["mid"] < hit["end"]), "row"]
+        drop |= np.isin(np.arange(len(rows)), inside.to_numpy())
+    return rows[~drop.to_numpy()].reset_index(drop=True)
+
+
 def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bool = True,
-                     order: tuple[str, ...] = AUTO_ORDER) -> tuple[pd.DataFrame, str]:
+                     order: tuple[str, ...] = AUTO_ORDER, drop_duplicates: bool = False
+                     ) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
-    frame captions; ``what`` names one table instead."""
+    frame captions; ``what`` names one table instead. ``drop_duplicates``: without the rows
+    of duplicate videos and repeated clips (``drop_duplicate_rows``)."""
+    df, kind = _pairs(rundir, what, kept_only=kept_only, order=order)
+    return (drop_duplicate_rows(df, rundir) if drop_duplicates else df), kind
+
+
+def _pairs(rundir: RunDir, what: ExportWhat, *, kept_only: bool, order: tuple[str, ...]
+           ) -> tuple[pd.DataFrame, str]:
     if what == "auto":
         what = next((t for t in order if _has(rundir, t)), "captions")  # type: ignore[assignment]
     if what == "aligned":
@@ -73,12 +105,13 @@ def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str,
 
 def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
                what: ExportWhat = "auto", out: str | Path | None = None,
-               unfiltered: bool = False) -> tuple[Path, int]:
+               unfiltered: bool = False, drop_duplicates: bool = False) -> tuple[Path, int]:
     """Write the export file; returns its path and the number of captions in it."""
     rundir = RunDir(run_dir, create=False)
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
-    df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered)
+    df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered,
+                                drop_duplicates=drop_duplicates)
     if fmt == "webdataset":
         raise HowtocapError("--format webdataset writes a folder of shards: use "
                             "howtocap.io.webdataset.export_webdataset")

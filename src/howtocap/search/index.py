@@ -30,6 +30,7 @@ from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_wri
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
+from howtocap.knn import make_faiss
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
@@ -38,13 +39,6 @@ if TYPE_CHECKING:
     from howtocap.encoders.base import Encoder
 
 INDEX_VERSION = 1
-# Exact search grows linearly (~6-18 ms per query at 100k x 384-d on one core); above this size
-# an HNSW graph answers in ~1 ms. Its recall@10 is ~1.0 on clustered (real-looking) embeddings
-# but low on structureless random vectors: see benchmarks/results/serve.md.
-EXACT_MAX = 50_000
-HNSW_M = 32
-HNSW_EF_CONSTRUCTION = 64
-HNSW_EF_SEARCH = 128
 CLIP_COLUMNS = ["video_id", "start", "end", "text", "orig_start", "orig_end", "score"]
 
 
@@ -158,25 +152,6 @@ def _read_part(path: Path) -> dict[str, Any] | None:
 
 
 # -- faiss ------------------------------------------------------------------------------------
-def make_faiss(vectors: np.ndarray, index_type: str = "auto") -> tuple[faiss.Index, str]:
-    """Exact inner product up to ``EXACT_MAX`` vectors (``auto``), an HNSW graph above."""
-    import faiss
-
-    n, dim = vectors.shape
-    kind = index_type if index_type != "auto" else ("flat" if n <= EXACT_MAX else "hnsw")
-    if kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        index.hnsw.efSearch = HNSW_EF_SEARCH
-    else:
-        raise HowtocapError(f"unknown index type {index_type!r}: use auto, flat or hnsw")
-    if n:
-        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-    return index, kind
-
-
 def write_faiss(index: faiss.Index, path: Path) -> None:
     import faiss
 

@@ -21,8 +21,8 @@ import pandas as pd
 from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.knn import HNSW_EF_SEARCH
 from howtocap.search.index import (
-    HNSW_EF_SEARCH,
     INDEX_VERSION,
     index_dir,
     mismatch_message,

@@ -1,0 +1,273 @@
+"""``howtocap duplicates DIR``: near-duplicate videos and repeated clips of a run, written to
+``DIR/duplicates.parquet``.
+
+A reduce step over every video, after the frames stage: (1) each video's per-second frame
+embeddings come from the run's frame cache (computed through it when missing, so nothing is
+decoded twice), reduced to keyframes (a static stretch is one vector); (2) a FAISS k-NN over
+all keyframes gives candidate pairs of videos (a keyframe of one among the ``neighbours``
+nearest of another, at cosine >= ``threshold``); (3) each candidate pair is checked second by
+second (``match.match_segments``: runs of matching seconds along one time offset); (4) a pair
+whose matches cover most of the shorter video is a near-duplicate video, otherwise each run
+is a repeated clip; near-duplicate videos are grouped and each group keeps one id
+(``match.kept_rank``: longest, then most pixels, then smallest id).
+
+Memory: only keyframe vectors stay in memory (the FAISS index: dim x 4 bytes each); the
+per-second rows of a pair are read back from the cache when the pair is checked (a small LRU).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from howtocap.atomic import atomic_write_parquet
+from howtocap.duplicates.config import DuplicatesConfig
+from howtocap.duplicates.match import (
+    Segment,
+    coverage,
+    groups,
+    kept_rank,
+    keyframes,
+    match_segments,
+    mean_similarity,
+    unit_rows,
+)
+from howtocap.engine.fingerprint import config_id
+from howtocap.engine.rundir import RunDir
+from howtocap.errors import InputError
+from howtocap.knn import make_faiss
+from howtocap.progress import console, progress_bar
+from howtocap.schemas import conform
+
+VERSION = 1
+QUERY_BATCH = 4096  # keyframes searched per FAISS call
+LRU_VIDEOS = 256  # per-second matrices kept while checking pairs
+
+
+@dataclass
+class DuplicatesResult:
+    """What ``duplicates_run`` found (printed by the CLI)."""
+
+    path: Path
+    n_videos: int
+    duplicate_videos: int  # rows of kind video: videos that are not their group's kept id
+    groups: int
+    clips: int  # rows of kind clip
+    candidate_pairs: int
+    skipped: dict[str, str] = field(default_factory=dict)  # video_id -> why
+    seconds: float = 0.0
+
+
+def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
+                    index_type: str = "auto") -> dict[tuple[int, int], int]:
+    """``(i, j) -> hits`` (i < j): keyframes of video i among the k nearest of a keyframe of
+    video j (or back), at cosine >= ``cfg.threshold``; a video's own keyframes are skipped."""
+    owner = np.concatenate([np.full(len(k), i, dtype=np.int64) for i, k in enumerate(keys)]) \
+        if keys else np.zeros(0, dtype=np.int64)
+    if len(owner) < 2:
+        return {}
+    vectors = np.concatenate(keys).astype(np.float32)
+    index, _ = make_faiss(vectors, index_type)
+    k = min(cfg.neighbours + 1, len(owner))  # +1: the query itself comes back first
+    hits: dict[tuple[int, int], int] = {}
+    for lo in range(0, len(owner), QUERY_BATCH):
+        sims, nbrs = index.search(vectors[lo:lo + QUERY_BATCH], k)
+        q_owner = owner[lo:lo + QUERY_BATCH, None]
+        ok = (nbrs >= 0) & (sims >= cfg.threshold)
+        other = owner[np.where(nbrs >= 0, nbrs, 0)]
+        ok &= other != q_owner
+        qi, col = np.nonzero(ok)
+        a = q_owner[qi, 0]
+        b = other[qi, col]
+        for x, y in zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), strict=True):
+            hits[(x, y)] = hits.get((x, y), 0) + 1
+    return hits
+
+
+class _Rows:
+    """Per-second unit rows of video ``i`` by ``load(i)``, the last ``size`` kept."""
+
+    def __init__(self, load: Callable[[int], np.ndarray], size: int = LRU_VIDEOS) -> None:
+        self.load, self.size, self.memo = load, size, OrderedDict[int, np.ndarray]()
+
+    def __call__(self, i: int) -> np.ndarray:
+        if i in self.memo:
+            self.memo.move_to_end(i)
+            return self.memo[i]
+        rows = unit_rows(self.load(i))
+        self.memo[i] = rows
+        if len(self.memo) > self.size:
+            self.memo.popitem(last=False)
+        return rows
+
+
+def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
+    lo = min(getattr(s, f"{side}0") for s in segs)
+    hi = max(getattr(s, f"{side}1") for s in segs)
+    return round(lo / fps, 3), round((hi + 1) / fps, 3)
+
+
+def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
+                    load: Callable[[int], np.ndarray], durations: Sequence[float],
+                    pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = 1.0,
+                    progress: bool = False, index_type: str = "auto",
+                    cands: dict[tuple[int, int], int] | None = None
+                    ) -> tuple[pd.DataFrame, int]:
+    """The duplicates table (without ``config_id``) of videos ``ids``: ``keys[i]`` their
+    keyframe vectors (unit), ``load(i)`` every per-second row, ``pixels(i)`` the frame size
+    (asked only of videos in a group or a repeated clip); and the number of candidate pairs
+    (``cands``: ``candidate_pairs`` already computed)."""
+    if cands is None:
+        cands = candidate_pairs(keys, cfg, index_type)
+    rows = _Rows(load)
+    video_pairs: dict[tuple[int, int], list[Segment]] = {}
+    clip_pairs: dict[tuple[int, int], list[Segment]] = {}
+    with progress_bar("checking pairs", transient=True, disable=not progress) as prog:
+        bar = prog.add_task("pairs", total=len(cands))
+        for i, j in sorted(cands):
+            ea, eb = rows(i), rows(j)
+            segs = match_segments(ea, eb, threshold=cfg.threshold,
+                                  min_seconds=cfg.min_seconds, gap=cfg.gap)
+            if segs:
+                if coverage(segs, len(ea), len(eb)) >= cfg.video_cover:
+                    video_pairs[(i, j)] = segs
+                else:
+                    clip_pairs[(i, j)] = segs
+            prog.advance(bar)
+    px: dict[int, int] = {}
+
+    def rank(i: int) -> tuple[float, int, str]:
+        if i not in px:
+            px[i] = pixels(i)
+        return kept_rank(durations[i], px[i], ids[i])
+
+    out: list[dict[str, Any]] = []
+    dropped: set[int] = set()
+    for group in groups(len(ids), list(video_pairs)):
+        kept = min(group, key=rank)
+        for m in group:
+            if m == kept:
+                continue
+            dropped.add(m)
+            pair = (min(m, kept), max(m, kept))
+            row: dict[str, Any] = {"video_id": ids[m], "duplicate_of": ids[kept],
+                                   "kind": "video"}
+            if pair in video_pairs:  # matched directly: its windows in both videos
+                segs = video_pairs[pair]
+                mine, theirs = ("a", "b") if m < kept else ("b", "a")
+                (row["start"], row["end"]) = _span(segs, mine, fps)
+                (row["dup_start"], row["dup_end"]) = _span(segs, theirs, fps)
+                row["similarity"] = mean_similarity(segs)
+                row["seconds"] = sum(s.seconds for s in segs)
+            else:  # in the group through another copy: its best match there
+                best = max(mean_similarity(s) for (a, b), s in video_pairs.items()
+                           if m in (a, b) and a in group and b in group)
+                row.update(similarity=best, seconds=0, start=np.nan, end=np.nan,
+                           dup_start=np.nan, dup_end=np.nan)
+            out.append(row)
+    for (i, j), segs in sorted(clip_pairs.items()):
+        if i in dropped or j in dropped:
+            continue  # a dropped video's footage goes with it; its source's pairs remain
+        lose, win = (j, i) if rank(i) < rank(j) else (i, j)
+        mine, theirs = ("a", "b") if lose == i else ("b", "a")
+        for s in segs:
+            (start, end), (d0, d1) = _span([s], mine, fps), _span([s], theirs, fps)
+            out.append({"video_id": ids[lose], "duplicate_of": ids[win], "kind": "clip",
+                        "similarity": s.similarity, "seconds": s.seconds, "start": start,
+                        "end": end, "dup_start": d0, "dup_end": d1})
+    df = pd.DataFrame(out, columns=["video_id", "duplicate_of", "kind", "similarity", "seconds",
+                                    "start", "end", "dup_start", "dup_end"])
+    return df.sort_values(["kind", "video_id", "start"], kind="stable",
+                          ignore_index=True), len(cands)
+
+
+def duplicates_fingerprint(cfg: DuplicatesConfig, encoder: str, fps: float) -> dict[str, Any]:
+    from howtocap.encoders.identity import encoder_identity
+
+    return {"stage": "duplicates", "version": VERSION, "encoder": encoder_identity(encoder),
+            "fps": fps, **cfg.model_dump()}
+
+
+def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
+                   encoder: str = "default", fps: float = 1.0, device: str | None = None,
+                   progress: bool = True) -> DuplicatesResult:
+    """Find the run's duplicates and write ``DIR/duplicates.parquet`` (rewritten whole: a
+    reduce over every video). A video that has no cached embeddings and does not decode is
+    one line and left out; the rest are compared."""
+    from howtocap.encoders import create
+    from howtocap.encoders.cache import cache_path as frames_path
+    from howtocap.encoders.cache import frame_embeddings, load
+    from howtocap.io.video import probe
+
+    t0 = time.time()
+    cfg = cfg or DuplicatesConfig()
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(root, "not a run directory (run `howtocap run` or `howtocap frames` "
+                               "first)")
+    rd = RunDir(root, create=False)
+    videos = rd.videos()
+    videos = videos[videos["video_path"].fillna("").astype(str) != ""]
+    if videos.empty:
+        raise InputError(rd.table_path("videos"), "no videos with a video file in this run "
+                                                  "(run `howtocap run` or `howtocap frames`)")
+    enc = create(encoder, device=device).frame_encoder
+    ids: list[str] = []
+    paths: list[Path] = []
+    keys: list[np.ndarray] = []
+    durations: list[float] = []
+    cache_files: list[tuple[Path, str]] = []
+    skipped: dict[str, str] = {}
+    with progress_bar("frame embeddings", transient=True, disable=not progress) as prog:
+        bar = prog.add_task("videos", total=len(videos))
+        for vid, path in zip(videos["video_id"].astype(str), videos["video_path"], strict=True):
+            try:
+                fe = frame_embeddings(Path(path), enc, fps=fps, cache_dir=rd.cache_dir)
+            except InputError as exc:
+                skipped[vid] = str(exc)
+                console.print(f"[yellow]skip[/] {vid}: {exc}", highlight=False)
+                prog.advance(bar)
+                continue
+            rows = unit_rows(fe.emb)
+            ids.append(vid)
+            paths.append(Path(path))
+            keys.append(rows[keyframes(rows, cfg.keyframe_same)].astype(np.float16))
+            durations.append(fe.duration)
+            cache_files.append((frames_path(rd.cache_dir, enc.name, fe.key, fps), fe.key))
+            prog.advance(bar)
+    if not ids:
+        raise InputError(root, "no video has frame embeddings or decodes: nothing to compare")
+
+    def load_rows(i: int) -> np.ndarray:
+        path, key = cache_files[i]
+        fe = load(path, encoder=enc.name, key=key, fps=fps)
+        if fe is None:  # removed or corrupt since it was read: through the cache again
+            fe = frame_embeddings(paths[i], enc, fps=fps, cache_dir=rd.cache_dir)
+        return fe.emb
+
+    def pixels(i: int) -> int:
+        try:
+            info = probe(paths[i])
+        except InputError:
+            return 0
+        return info.width * info.height
+
+    df, n_cands = find_duplicates(ids, keys, load_rows,
+                                  durations, pixels, cfg, fps=fps, progress=progress)
+    fingerprint = duplicates_fingerprint(cfg, encoder, fps)
+    df["config_id"] = config_id(fingerprint)
+    out = rd.table_path("duplicates")
+    atomic_write_parquet(conform(df, "duplicates"), out)
+    rd.write_config("duplicates", {"encoder": encoder, "fps": fps, **cfg.model_dump()})
+    n_video = int((df["kind"] == "video").sum())
+    return DuplicatesResult(out, len(ids), n_video,
+                            int(df.loc[df["kind"] == "video", "duplicate_of"].nunique()),
+                            int((df["kind"] == "clip").sum()), n_cands, skipped,
+                            round(time.time() - t0, 3))
