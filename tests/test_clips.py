@@ -291,6 +291,23 @@ def test_rows_argument_exports_just_those_rows(run: Path, tmp_path: Path) -> Non
     assert set(index["video_id"]) == {"beta"} and len(index) == 2 and res.kind == "rows"
 
 
+def test_drop_duplicates_leaves_out_a_copy_s_clips(run: Path, tmp_path: Path) -> None:
+    """``--drop-duplicates`` reaches the clip export: a video found to be a copy has no clip."""
+    dups = run / "duplicates.parquet"
+    with pytest.raises(HowtocapError, match="no duplicates.parquet"):
+        export_clips(run, tmp_path / "none", drop_duplicates=True, progress=False)
+    pd.DataFrame({"video_id": ["beta"], "duplicate_of": ["alpha"], "kind": ["video"],
+                  "similarity": [0.97], "seconds": [6], "start": [0.0], "end": [6.0],
+                  "dup_start": [0.0], "dup_end": [6.0], "config_id": ["x"]}).to_parquet(dups)
+    try:
+        with console.capture():
+            res = export_clips(run, tmp_path / "dropped", drop_duplicates=True, progress=False)
+    finally:
+        dups.unlink()
+    index = pd.read_parquet(res.out / "index.parquet")
+    assert "beta" not in set(index["video_id"]) and "alpha" in set(index["video_id"])
+
+
 def test_a_foreign_folder_and_bad_options_are_one_line(run: Path, tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")

@@ -88,7 +88,7 @@ def export_cmd(
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
         res = export_clips(run_dir, out_file, what=what.value, config=clips_config(
             cut=cut.value, max_side=max_side, shard_size=shard_size, workers=workers,
-            cross_shots=cross_shots), progress=not quiet)
+            cross_shots=cross_shots), progress=not quiet, drop_duplicates=drop_duplicates)
         err.print(f"wrote {res.n_clips} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f' ({res.reused} finished earlier)' if res.reused else ''}"

@@ -271,10 +271,12 @@ def _write_tar(tmp: str, items: Iterator[tuple[_Task, Future[Any]]], name: str,
 
 def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                  rows: pd.DataFrame | None = None, what: ExportWhat = "auto",
-                 config: ClipsConfig | None = None, progress: bool = True) -> ClipsExport:
+                 config: ClipsConfig | None = None, progress: bool = True,
+                 drop_duplicates: bool = False) -> ClipsExport:
     """Write the clips of ``rows`` (default: what every export format takes,
     ``io.export.pairs_for_export``; a filter such as ``--drop-duplicates`` passes its own)
-    into ``OUT`` [``DIR/clips``]; a missing or undecodable video is one line and skipped."""
+    into ``OUT`` [``DIR/clips``]; a missing or undecodable video is one line and skipped.
+    ``drop_duplicates``: the default rows without what ``howtocap duplicates`` found."""
     cfg = config or ClipsConfig()
     cfg.check()
     rundir = RunDir(run_dir, create=False)
@@ -282,7 +284,7 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: not a run directory")
     kind = "rows"
     if rows is None:
-        rows, kind = pairs_for_export(rundir, what)
+        rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates)
     out = Path(out) if out is not None else rundir.root / "clips"
     videos = rundir.videos()
     paths = {str(v): str(p or "") for v, p in zip(videos["video_id"], videos["video_path"],
