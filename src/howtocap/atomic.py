@@ -103,14 +103,15 @@ def sweep_temp_files(root: Path) -> int:
                         nxt.append(Path(e.path))
                     continue
                 m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
-                if m and m.group(1) == host and not _alive(int(m.group(2))):
+                if m and m.group(1) == host and not pid_alive(int(m.group(2))):
                     Path(e.path).unlink(missing_ok=True)
                     removed += 1
         folders = nxt
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host runs with this pid (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -44,6 +44,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
 from howtocap.io.export import ExportWhat, pairs_for_export
+from howtocap.io.webdataset import shard_folder
 from howtocap.progress import console, progress_bar
 from howtocap.shots.bounds import clamp_to_shot, read_shots
 
@@ -143,15 +144,7 @@ def shard_fingerprint(part: list[tuple[str, ClipJob]], paths: dict[str, str],
 def _prepare_out(out: Path) -> None:
     """A folder that is empty, new, or holds only (part of) an earlier clip export: leftovers
     of a killed run (temp files, ``.work/``) go, finished shards stay for the resume."""
-    if out.exists() and not out.is_dir():
-        raise InputError(out, "is a file; --out needs a folder for the shards")
-    out.mkdir(parents=True, exist_ok=True)
-    names = sorted(p.name for p in out.iterdir())
-    foreign = [n for n in names if not _OURS_RE.match(n)]
-    if foreign:
-        raise InputError(out, f"holds other files ({', '.join(foreign[:3])}"
-                              f"{' …' if len(foreign) > 3 else ''}); choose an empty or new "
-                              "folder, or an earlier --format clips export to resume")
+    names = shard_folder(out, _OURS_RE, ", or an earlier --format clips export to resume")
     # the summary first: a reader never pairs an old clips.json with new shards
     for name in ("clips.json", "index.parquet"):
         (out / name).unlink(missing_ok=True)

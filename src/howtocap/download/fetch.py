@@ -89,27 +89,17 @@ _WRITER = re.compile(r"\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
 def sweep_media(media: Path) -> int:
     """Remove what killed downloads of this host left in ``media``: temp files (the
     project's sweep) and yt-dlp's temp folders (whose writer is dead)."""
-    from howtocap.atomic import HOST, sweep_temp_files
+    from howtocap.atomic import HOST, pid_alive, sweep_temp_files
 
     if not media.is_dir():
         return 0
     removed = sweep_temp_files(media)
     for d in media.iterdir():
         m = _WRITER.search(d.name) if d.name.endswith(YTDLP_TMP) else None
-        if m and d.is_dir() and m.group(1) == HOST and not _alive(int(m.group(2))):
+        if m and d.is_dir() and m.group(1) == HOST and not pid_alive(int(m.group(2))):
             shutil.rmtree(d, ignore_errors=True)
             removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 # -- fsspec ---------------------------------------------------------------------------------

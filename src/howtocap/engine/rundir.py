@@ -845,7 +845,7 @@ _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)
 
 def _writer_alive(batch: str) -> bool:
     """Whether the process that writes batch ``batch`` may still be writing it."""
-    from howtocap.atomic import _alive
+    from howtocap.atomic import pid_alive
 
     m = _BATCH_RE.match(batch)
     if m is None:
@@ -853,7 +853,7 @@ def _writer_alive(batch: str) -> bool:
     if m.group(1) != HOST:
         ns = int(batch.split("-")[1])
         return time.time() - ns / 1e9 < Owner.me().lease
-    return _alive(int(m.group(2)))
+    return pid_alive(int(m.group(2)))
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:

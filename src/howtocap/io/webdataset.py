@@ -162,18 +162,26 @@ class _ShardFiles:
         self.files.clear()
 
 
-def _prepare_out(out: Path) -> None:
-    """An empty folder, or one holding only an earlier export (removed: meta.json first, so a
-    reader never pairs an old meta.json with new shards)."""
+def shard_folder(out: Path, ours: re.Pattern[str], resume: str) -> list[str]:
+    """``out`` made, or checked to hold nothing but what an export of this kind writes (names
+    ``ours`` matches); returns its names. Shared by the frame and the clip export, so a typo in
+    ``--out`` never empties someone's folder. ``resume``: what else the user may choose."""
     if out.exists() and not out.is_dir():
         raise InputError(out, "is a file; --out needs a folder for the shards")
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in out.iterdir())
-    foreign = [n for n in names if not _OURS_RE.match(n)]
+    foreign = [n for n in names if not ours.match(n)]
     if foreign:
         raise InputError(out, f"holds other files ({', '.join(foreign[:3])}"
                               f"{' …' if len(foreign) > 3 else ''}); choose an empty or new "
-                              "folder for the shards")
+                              f"folder{resume}")
+    return names
+
+
+def _prepare_out(out: Path) -> None:
+    """An empty folder, or one holding only an earlier export (removed: meta.json first, so a
+    reader never pairs an old meta.json with new shards)."""
+    names = shard_folder(out, _OURS_RE, " for the shards")
     for name in ["meta.json", "index.parquet", *names]:
         (out / name).unlink(missing_ok=True)
 
