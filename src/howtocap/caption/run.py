@@ -33,7 +33,7 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
     With no ``inputs`` the run is text-only: one item per video of the source (ids only, in the
     source's order; each video's rows are read when its turn comes), with no video file yet.
     """
-    from howtocap.io.inputs import read_id_list
+    from howtocap.io.inputs import read_id_list, select_videos
     from howtocap.io.subtitles import SubtitleSource
 
     ids = config.ids
@@ -41,11 +41,7 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
         if ids is not None else None
     cache = rundir.cache_dir / "subtitles"
     if inputs:
-        items = resolve_videos(inputs)
-        if wanted is not None:
-            keep = set(wanted)
-            items = [it for it in items if it.video_id in keep]
-        items = items[:config.limit] if config.limit is not None else items
+        items = select_videos(resolve_videos(inputs), wanted, config.limit)
         if not items:
             raise HowtocapError("--ids selects none of the input videos")
         source = SubtitleSource.open(config.subtitles, cache_dir=cache,
