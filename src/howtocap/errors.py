@@ -29,3 +29,10 @@ class ModelOutputError(HowtocapError):
 class ServiceError(HowtocapError):
     """A service (the LLM server) failed this video's requests after retries: cause
     "service"; a plain re-run retries such videos, since their input is fine."""
+
+
+def short_reason(exc: BaseException, limit: int = 200) -> str:
+    """A library's exception as one short line for a status message (the caller names the
+    file or server): an OS error's own words, else its text with whitespace collapsed."""
+    text = getattr(exc, "strerror", None) or str(exc)
+    return " ".join(str(text).split())[:limit] or type(exc).__name__

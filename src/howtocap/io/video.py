@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import av
 import numpy as np
 
-from howtocap.errors import HowtocapError, InputError
+from howtocap.errors import HowtocapError, InputError, short_reason
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -48,13 +48,7 @@ def _open(path: Path) -> av.container.InputContainer:
     try:
         return av.open(str(path), metadata_errors="ignore")
     except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(path, f"not a readable video file ({_short(e)})") from None
-
-
-def _short(e: BaseException) -> str:
-    """One line, without the file name (the caller's ``InputError`` already names it)."""
-    msg = getattr(e, "strerror", None) or str(e).strip() or type(e).__name__
-    return str(msg).splitlines()[0][:200]
+        raise InputError(path, f"not a readable video file ({short_reason(e)})") from None
 
 
 def _declared_duration(container: av.container.InputContainer, vs: av.VideoStream) -> float:
@@ -162,7 +156,7 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
                     yield frame
         except (av.FFmpegError, EOFError) as e:
             self.partial = True
-            self.error = _short(e)
+            self.error = short_reason(e)
 
     def _select(self, container: av.container.InputContainer,
                 stream: av.VideoStream) -> Iterator[tuple[float, np.ndarray]]:
@@ -286,7 +280,7 @@ def sample_frames(path: str | Path, times: Sequence[float],
                         pos += 1
             except (av.FFmpegError, EOFError) as e:
                 if last is None:
-                    raise InputError(path, f"could not decode frames ({_short(e)})") from None
+                    raise InputError(path, f"could not decode frames ({short_reason(e)})") from None
                 while pos < len(order):
                     out[order[pos]] = last
                     pos += 1
@@ -315,7 +309,7 @@ def frame_at(path: str | Path, t: float) -> Image.Image:
                     break
         except (av.FFmpegError, EOFError) as exc:
             if last is None:
-                raise InputError(path, f"cannot decode video ({_short(exc)})") from None
+                raise InputError(path, f"cannot decode video ({short_reason(exc)})") from None
         if last is None:
             raise InputError(path, f"no frame at {t:.2f} s")
         return last.to_image().convert("RGB")

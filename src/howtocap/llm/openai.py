@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from howtocap.errors import HowtocapError, ServiceUnavailable
+from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
 from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -80,11 +80,6 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:160]
 
 
 class OpenAIChatLLM:
@@ -269,7 +264,7 @@ class OpenAIChatLLM:
                     refused += isinstance(exc, httpx.ConnectTimeout)
                     epoch = self._outage(reason, epoch)
                 except httpx.TransportError as exc:
-                    reason = _short(exc)
+                    reason = short_reason(exc, 160)
                     problem = f"is unreachable ({reason})"
                     refused += 1
                     absent = isinstance(exc, httpx.ConnectError)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from howtocap.errors import InputError
+from howtocap.errors import InputError, short_reason
 from howtocap.shots.config import ShotsConfig
 
 
@@ -46,21 +46,21 @@ def detect_shots(path: str | Path, cfg: ShotsConfig) -> Detection:
     from scenedetect import SceneManager
     from scenedetect.backends.pyav import VideoStreamAv
 
-    from howtocap.io.video import _short, probe
+    from howtocap.io.video import probe
 
     path = Path(path)
     probe(path)  # no file / not a video / no video stream: one line naming it
     try:
         video = VideoStreamAv(str(path))
     except Exception as e:  # noqa: BLE001 - any open failure is this file's problem
-        raise InputError(path, f"not a readable video file ({_short(e)})") from None
+        raise InputError(path, f"not a readable video file ({short_reason(e)})") from None
     manager = SceneManager()
     manager.auto_downscale = True  # compare at PySceneDetect's default width (256 px)
     manager.add_detector(make_detector(cfg, float(video.frame_rate)))
     try:
         frames = manager.detect_scenes(video)
     except Exception as e:  # noqa: BLE001 - a decode error mid-stream
-        raise InputError(path, f"could not decode frames ({_short(e)})") from None
+        raise InputError(path, f"could not decode frames ({short_reason(e)})") from None
     if frames == 0:
         raise InputError(path, "no decodable video frames")
     duration = frames / float(video.frame_rate)
