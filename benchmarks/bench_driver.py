@@ -147,6 +147,8 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
+        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
+                       check=False, capture_output=True)
     load1 = os.getloadavg()
 
     def get(version: str, mode: str, fillers: bool) -> dict[str, Any]:
