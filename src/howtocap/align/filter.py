@@ -27,7 +27,7 @@ Exact definitions (tested in ``tests/test_align.py``):
 * Ties (e.g. shifts that clamp to the same window) go to the smallest ``|δ|``; the ``offset``
   column holds the shift actually applied (``start - orig_start``), always within ±T.
 * ``within_shot`` (``--within-shot``, needs the run's shots): every clamped candidate window
-  is then cut back to the shot holding its middle (``shots.bounds.clamp_to_shot``, the rule
+  is then cut back to the shot holding its middle (``shots.bounds.clamp_windows``, the rule
   the clip export uses), *before* it is scored, so the score, the filter and the window kept
   all describe the same frames of one shot. Not "only shifts whose full window fits in a
   shot": instructional videos cut every few seconds, shorter than a clip, and such a caption
@@ -54,7 +54,7 @@ from howtocap.align.config import AlignConfig
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
 from howtocap.schemas import conform, empty_table
-from howtocap.shots.bounds import Bounds, clamp_to_shot
+from howtocap.shots.bounds import Bounds, clamp_windows
 
 if TYPE_CHECKING:
     from howtocap.encoders.cache import FrameEmbeddings
@@ -132,19 +132,9 @@ def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: Ali
         ws = np.zeros(shape)
         we = np.full(shape, extent)
     if shots:
-        ws, we = within_shots(shots, ws, we)
+        ws, we = clamp_windows(shots, ws, we)
     lo, hi = rows_covering(ws, we, n_rows, cfg.fps)
     return ws, we, lo, hi, offsets
-
-
-def within_shots(shots: Bounds, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every window ``[ws, we)`` cut back to the shot holding its middle (``clamp_to_shot``,
-    elementwise: one rule with the clip export)."""
-    pairs = [clamp_to_shot(shots, a, b) for a, b in zip(ws.ravel(), we.ravel(), strict=True)]
-    if not pairs:
-        return ws, we
-    out = np.asarray(pairs, dtype=np.float64)
-    return out[:, 0].reshape(ws.shape), out[:, 1].reshape(we.shape)
 
 
 def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarray,

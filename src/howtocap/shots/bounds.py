@@ -7,6 +7,7 @@ import bisect
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 Bounds = Sequence[tuple[float, float]]
@@ -32,11 +33,27 @@ def shot_at(bounds: Bounds, t: float) -> tuple[float, float] | None:
     return None
 
 
+def clamp_windows(bounds: Bounds, start: np.ndarray, end: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every window ``[start, end]`` (arrays of one shape) cut back to the shot that holds
+    its middle, as ``clamp_to_shot`` does for one: align scores every caption x shift of a
+    video this way, so it is one vectorised pass, not a Python call per window."""
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    if not len(bounds):
+        return start, end
+    s0 = np.asarray([s for s, _ in bounds], dtype=np.float64)
+    s1 = np.asarray([e for _, e in bounds], dtype=np.float64)
+    mid = (start + end) / 2
+    i = np.searchsorted(s0, mid, side="right") - 1  # the last shot starting at or before
+    j = np.clip(i, 0, None)
+    held = (i >= 0) & (mid < s1[j])  # outside every shot: unchanged
+    return (np.where(held, np.maximum(start, s0[j]), start),
+            np.where(held, np.minimum(end, s1[j]), end))
+
+
 def clamp_to_shot(bounds: Bounds, start: float, end: float) -> tuple[float, float]:
     """The part of ``[start, end]`` inside the shot that holds its middle: the window loses
     what lies across a cut rather than showing two scenes. Unchanged when no shot holds the
     middle (no shots known for the video, or the window lies past the last shot)."""
-    shot = shot_at(bounds, (start + end) / 2)
-    if shot is None:
-        return start, end
-    return max(start, shot[0]), min(end, shot[1])
+    a, b = clamp_windows(bounds, np.float64(start), np.float64(end))
+    return float(a), float(b)
