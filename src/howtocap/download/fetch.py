@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from howtocap.atomic import writer_tag
+from howtocap.atomic import atomic_write, writer_tag
 from howtocap.download.config import DownloadConfig
 from howtocap.errors import HowtocapError, ServiceError
 from howtocap.io.inputs import VIDEO_EXTS, YOUTUBE_ID
@@ -194,41 +194,39 @@ def _copy_once(url: str, tmp: Path, cfg: DownloadConfig) -> int:
                 if n > cfg.max_size:
                     raise _too_large(url, n, cfg)
                 out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
     return n
 
 
 def fetch_file(url: str, dest: Path, cfg: DownloadConfig, *, video: bool) -> int:
-    """``url`` -> ``dest`` (atomic), with retries of transient failures (``cfg.retries``,
-    backoff doubling from ``cfg.backoff``); a ``video`` must probe as one before it is
-    kept. Returns its bytes."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """``url`` -> ``dest`` (``atomic.atomic_write``: a whole file or none, a full disk one
+    line), with retries of transient failures (``cfg.retries``, backoff doubling from
+    ``cfg.backoff``); a ``video`` must probe as one before it is kept. Returns its bytes."""
+    got: list[int] = []
+
+    def write(tmp: str) -> None:
+        got.append(_copy_once(url, Path(tmp), cfg))
+        if video:
+            check_video(Path(tmp), url)
+
     attempt = 0
     while True:
-        tmp = temp_beside(dest)
         try:
             try:
-                n = _copy_once(url, tmp, cfg)
-            except HowtocapError:
+                atomic_write(dest, write)
+                return got[-1]
+            except HowtocapError:  # too large, not a video, a full disk
                 raise
             except Exception as exc:  # noqa: BLE001 - classified; unknown ones re-raised
                 found = _classify(exc, url, cfg)
                 if found is exc:
                     raise
                 raise found from None
-            if video:
-                check_video(tmp, url)
-            os.replace(tmp, dest)
-            return n
         except _Transient as t:
             if attempt >= cfg.retries:
                 raise failure(t.kind, t.detail + (f" (after {attempt + 1} tries)"
                                                    if attempt else "")) from None
             time.sleep(cfg.backoff * 2 ** attempt)
             attempt += 1
-        finally:
-            tmp.unlink(missing_ok=True)
 
 
 def check_video(path: Path, url: str) -> None:
