@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from howtocap.errors import HowtocapError, InputError
 
@@ -106,9 +106,9 @@ def url_video_id(url: str) -> str:
     parts = urlsplit(url)
     if YOUTUBE_ID.match(url):
         return url
-    query = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q)
-    if "youtube" in parts.netloc and YOUTUBE_ID.match(query.get("v", "")):
-        return query["v"]
+    v = parse_qs(parts.query).get("v", [""])[0]
+    if "youtube" in parts.netloc and YOUTUBE_ID.match(v):
+        return v
     name = parts.path.rstrip("/").rsplit("/", 1)[-1]
     return Path(name).stem or parts.netloc
 
