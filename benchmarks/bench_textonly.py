@@ -169,7 +169,6 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
     from howtocap.engine.rundir import RunDir, StatusRecord
     from howtocap.io.inputs import VideoItem
     from howtocap.io.subtitles import SubtitleSource
-    from howtocap.schemas import conform
     from howtocap.subtitles.policy import choose_subtitles
 
     work = WORK / "breakdown"
@@ -186,7 +185,7 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
 
     for vid in ids:
         t = time.perf_counter()
-        subs = conform(choose_subtitles(VideoItem(vid, None), "auto", source, None), "subtitles")
+        subs = choose_subtitles(VideoItem(vid, None), "auto", source, None).to_pandas()
         t = step("subtitles: Parquet row group -> conformed table", t)
         cfg.resolved_template()
         t = step("  (inside caption_video) resolving the prompt template", t)

@@ -275,7 +275,7 @@ def test_asr_modes(tmp_path: Path, narrated: Path, mode: str, sidecar: bool) -> 
     assert set(subs["source"]) == {expect}
     assert asr.calls == ([video] if expect == "asr" else [])
     if expect == "asr":
-        assert subs["text"].tolist() == [asr.text]
+        assert list(subs["text"]) == [asr.text]
 
 
 def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path) -> None:
@@ -290,13 +290,13 @@ def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path
     source = SubtitleSource.open(dump)
     asr = FakeASR()
     subs = choose_subtitles(VideoItem("cook", video, explicit), "always", source, asr)
-    assert subs["source"].tolist() == ["asr"] and len(asr.calls) == 1
+    assert list(subs["source"]) == ["asr"] and len(asr.calls) == 1
     # auto keeps the documented order: manifest file, sidecar, --subtitles, ASR
-    assert choose_subtitles(VideoItem("cook", video, explicit), "auto", source, asr)[
-        "source"].tolist() == ["srt"]
+    assert list(choose_subtitles(VideoItem("cook", video, explicit), "auto", source, asr)[
+        "source"]) == ["srt"]
     (tmp_path / "cook.en.vtt").unlink()
-    assert choose_subtitles(VideoItem("cook", video), "never", source, asr)[
-        "text"].tolist() == ["from htm"]
+    assert list(choose_subtitles(VideoItem("cook", video), "never", source, asr)[
+        "text"]) == ["from htm"]
     with pytest.raises(InputError, match="--asr always needs a video file"):
         choose_subtitles(VideoItem("cook", None), "always", source, asr)
     with pytest.raises(InputError, match=r"cook\.mp4: no speech found"):
@@ -321,4 +321,4 @@ def test_subtitles_stage_uses_the_one_choice(tmp_path: Path, narrated: Path) -> 
     stage.setup()
     stage._asr = asr  # the recognizer setup loaded, replaced by a fake that counts calls
     tables = stage.process(VideoInput(VideoItem("cook", video))).tables
-    assert tables["subtitles"]["source"].tolist() == ["asr"] and len(asr.calls) == 1
+    assert list(tables["subtitles"]["source"]) == ["asr"] and len(asr.calls) == 1

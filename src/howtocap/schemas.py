@@ -86,6 +86,97 @@ def empty_table(name: str) -> pd.DataFrame:
                          for c, t in SCHEMAS[name].items()})
 
 
+class Rows:
+    """One video's rows of a table as plain columns (a list or array, or one value for every
+    row): what text-only stages hand the engine, which builds one Arrow table per batch from
+    them. A pandas frame per video cost 1–3 ms, more than the driver's whole budget on a
+    million-video run; ``to_pandas`` gives the frame when a caller wants one."""
+
+    __slots__ = ("cols", "n", "table")
+
+    def __init__(self, table: str, n: int, cols: dict[str, Any]) -> None:
+        self.table, self.n, self.cols = table, n, cols
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def empty(self) -> bool:
+        return self.n == 0
+
+    @property
+    def columns(self) -> list[str]:
+        return list(SCHEMAS[self.table])
+
+    def __getitem__(self, col: str) -> Any:
+        """The column as a list or array of ``n`` values (a shared value repeated)."""
+        value = self.cols[col] if col in self.cols else DEFAULTS[col]
+        return value if isinstance(value, (list, np.ndarray)) else [value] * self.n
+
+    def to_pandas(self) -> pd.DataFrame:
+        return rows_table(self.table, self.n, **self.cols)
+
+
+def rows(name: str, n: int, **columns: Any) -> Rows:
+    """``Rows`` of table ``name``, checked like ``rows_table`` (names and lengths)."""
+    schema = SCHEMAS[name]
+    for col, value in columns.items():
+        if col not in schema:
+            raise ValueError(f"{name} table has no column {col!r}")
+        if isinstance(value, (list, tuple, np.ndarray)):
+            if len(value) != n:
+                raise ValueError(f"{name}.{col}: {len(value)} values for {n} rows")
+            if isinstance(value, tuple):
+                columns[col] = list(value)
+    return Rows(name, n, columns)
+
+
+_ARROW_TYPES = {"str": "string", "float64": "float64", "int64": "int64", "bool": "bool_"}
+
+
+def arrow_schema(name: str) -> Any:
+    """The Arrow schema pandas writes for table ``name`` (its metadata included), so a batch
+    built from ``Rows`` and one written from a frame are the same file to every reader."""
+    cached = _SCHEMA_CACHE.get(name)
+    if cached is None:
+        import pyarrow as pa
+
+        fields = [pa.field(c, getattr(pa, _ARROW_TYPES[t])()) for c, t in SCHEMAS[name].items()
+                  if t in _ARROW_TYPES]
+        if len(fields) < len(SCHEMAS[name]):
+            raise ValueError(f"{name}: a table with object columns has no fixed Arrow schema")
+        dummy = {"str": "", "float64": 0.0, "int64": 0, "bool": False}
+        sample = rows_table(name, 1, **{c: dummy[t] for c, t in SCHEMAS[name].items()})
+        meta = pa.Table.from_pandas(sample, preserve_index=False).schema.metadata
+        cached = _SCHEMA_CACHE[name] = pa.schema(fields, metadata=meta)
+    return cached
+
+
+_SCHEMA_CACHE: dict[str, Any] = {}
+
+
+def rows_to_arrow(name: str, parts: Iterable[Rows]) -> Any:
+    """One Arrow table of every part's rows, in order, with the schema's types: a batch's
+    file built once, column by column, instead of a frame per video concatenated."""
+    import pyarrow as pa
+
+    schema = arrow_schema(name)
+    parts = list(parts)
+    arrays = []
+    for f in schema:
+        values: list[Any] = []
+        for part in parts:
+            v = part.cols[f.name] if f.name in part.cols else DEFAULTS[f.name]
+            if isinstance(v, np.ndarray):
+                values.extend(v.tolist())
+            elif isinstance(v, list):
+                values.extend(v)
+            else:
+                values.extend([v] * part.n)
+        arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def rows_table(name: str, n: int, **columns: Any) -> pd.DataFrame:
     """A conforming table of ``n`` rows from plain columns (a list, or one value for every
     row), built once with the schema's dtypes: what ``conform`` would return, without pandas

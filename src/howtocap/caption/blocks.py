@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from howtocap.errors import HowtocapError
+
+if TYPE_CHECKING:
+    from howtocap.schemas import Rows
 
 
 @dataclass(frozen=True)
@@ -45,23 +49,36 @@ class Block:
         return sum(s.n_words for s in self.sentences)
 
 
-def _sentences(subtitles: pd.DataFrame) -> list[Sentence]:
+def _floats(values: Any) -> np.ndarray:
+    """A column as floats, anything unreadable NaN (a frame's column or a ``Rows`` one)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return values.astype(float, copy=False)
+    series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+
+
+def _sentences(subtitles: pd.DataFrame | Rows) -> list[tuple[Sentence, int]]:
+    """Clean sentences in time order, each with its word count (counted once)."""
     missing = [c for c in ("start", "end", "text") if c not in subtitles.columns]
     if missing:
         raise HowtocapError(f"subtitles table lacks columns {missing}")
-    # Plain arrays, not pandas row access: this runs once per video, a million times.
-    starts = pd.to_numeric(subtitles["start"], errors="coerce").to_numpy(dtype=float)
-    ends = pd.to_numeric(subtitles["end"], errors="coerce").to_numpy(dtype=float)
-    ends = np.where(np.isnan(ends), starts, ends)
-    texts = subtitles["text"].tolist()
+    # Plain lists, not pandas or numpy scalars: this runs once per video, a million times.
+    starts = _floats(subtitles["start"])
+    ends = _floats(subtitles["end"])
+    ends = np.where(np.isnan(ends), starts, ends).tolist()
+    texts = subtitles["text"]
+    texts = texts.tolist() if not isinstance(texts, list) else texts
+    order = np.argsort(starts, kind="stable").tolist()  # NaN starts sort last, dropped
+    starts = starts.tolist()
     out = []
-    for i in np.argsort(starts, kind="stable"):  # NaN starts sort last and are dropped
-        start, text = float(starts[i]), texts[i]
+    for i in order:
+        start, text = starts[i], texts[i]
         if start != start:
             break
-        clean = " ".join(text.split()) if isinstance(text, str) else ""
-        if clean:
-            out.append(Sentence(max(0.0, start), max(start, float(ends[i])), clean))
+        words = text.split() if isinstance(text, str) else []
+        if words:
+            out.append((Sentence(max(0.0, start), max(start, ends[i]), " ".join(words)),
+                        len(words)))
     return out
 
 
@@ -70,19 +87,19 @@ def _block(index: int, sents: list[Sentence]) -> Block:
                  text="\n".join(s.line() for s in sents), sentences=tuple(sents))
 
 
-def make_blocks(subtitles: pd.DataFrame, max_words: int = 200) -> list[Block]:
+def make_blocks(subtitles: pd.DataFrame | Rows, max_words: int = 200) -> list[Block]:
     """Greedy packing in time order; a sentence longer than ``max_words`` is a block alone."""
     if max_words < 1:
         raise HowtocapError(f"--block-words must be at least 1, got {max_words}")
     blocks: list[Block] = []
     cur: list[Sentence] = []
     cur_words = 0
-    for sent in _sentences(subtitles):
-        if cur and cur_words + sent.n_words > max_words:
+    for sent, n_words in _sentences(subtitles):
+        if cur and cur_words + n_words > max_words:
             blocks.append(_block(len(blocks), cur))
             cur, cur_words = [], 0
         cur.append(sent)
-        cur_words += sent.n_words
+        cur_words += n_words
     if cur:
         blocks.append(_block(len(blocks), cur))
     return blocks

@@ -26,7 +26,7 @@ from howtocap.caption.prompt import (
 )
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
-from howtocap.schemas import empty_table, rows_table
+from howtocap.schemas import SCHEMAS, Rows, rows
 
 
 class CaptionConfig(BaseModel):
@@ -105,14 +105,14 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     stats.out_of_range += res.n_out_of_range
     stats.empty += res.n_empty
     stats.duplicates += res.n_duplicates
-    rows = []
+    out = []
     for c in res.captions:
         if cfg.drop_chatter and is_chatter(c.text):
             stats.chatter += 1
         else:
-            rows.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index})
-    if rows or res.captions:
-        return rows, ""
+            out.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index})
+    if out or res.captions:
+        return out, ""
     if res.n_out_of_range:
         return None, f"{res.n_out_of_range} captions outside the block's time range"
     if cut:
@@ -120,7 +120,7 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     return None, "reply had no timestamped caption line"
 
 
-def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
+def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                   cfg: CaptionConfig | None = None, *,
                   attach: Callable[[Block, Messages], Messages] | None = None,
                   nlp: Any | None = None
@@ -138,6 +138,16 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     ``rejected`` column (``caption.filler``; ``nlp``: its spaCy parser, loaded once when None);
     the row stays, so the table keeps all the LLM said.
     """
+    out, stats = caption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp)
+    return out.to_pandas(), stats
+
+
+def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
+                 cfg: CaptionConfig | None = None, *,
+                 attach: Callable[[Block, Messages], Messages] | None = None,
+                 nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
+    """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
+    pandas frame per video on a million-video run."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -145,8 +155,8 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     blocks = make_blocks(subtitles, cfg.block_words)
     stats.blocks = len(blocks)
     if not blocks:
-        return empty_table("captions"), stats
-    rows: dict[int, list[dict[str, object]] | None] = {}
+        return _no_captions(), stats
+    got: dict[int, list[dict[str, object]] | None] = {}
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
     if attach is not None:
@@ -166,19 +176,19 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
                 failed.append(block.index)
                 continue
             stats.replies += 1
-            rows[block.index], why[block.index] = _block_rows(block, reply, cfg, stats)
-        todo = [b for b in todo if rows.get(b.index) is None and b.index not in failed]
+            got[block.index], why[block.index] = _block_rows(block, reply, cfg, stats)
+        todo = [b for b in todo if got.get(b.index) is None and b.index not in failed]
         if not todo or attempt == cfg.retries:
             break
         stats.retried_blocks += len(todo)
         gen = gen.retry()
     lost = sorted({b.index for b in todo} | set(failed))
     stats.failed_blocks = [(i, why[i]) for i in lost]
-    flat = [r for b in blocks for r in rows.get(b.index) or []]
+    flat = [r for b in blocks for r in got.get(b.index) or []]
     if not flat:
         if lost:
             raise CaptionError(stats.failure_summary(), stats)
-        return empty_table("captions"), stats
+        return _no_captions(), stats
     # Plain lists, one frame built in schema order: per-video pandas (sorting, inserts, dtype
     # fixes) was most of the driver's own cost on a text-only run of a million videos.
     flat.sort(key=lambda r: (r["start"], r["block"]))  # stable: a block's order stays
@@ -192,12 +202,16 @@ def caption_video(video_id: str, subtitles: pd.DataFrame, llm: LLM,
     stats.duplicates += len(flat) - len(kept)
     texts = [str(r["text"]) for r in kept]
     rejected = reject_reasons(texts, nlp) if cfg.reject_fillers else [""] * len(kept)
-    df = rows_table("captions", len(kept), video_id=video_id,
-                    start=[r["start"] for r in kept], end=[r["end"] for r in kept],
-                    text=texts, source="llm", block=[r["block"] for r in kept],
-                    model=llm.name, config_id="", rejected=rejected)
+    out = rows("captions", len(kept), video_id=video_id,
+               start=[r["start"] for r in kept], end=[r["end"] for r in kept],
+               text=texts, source="llm", block=[r["block"] for r in kept],
+               model=llm.name, config_id="", rejected=rejected)
     for why_not in rejected:
         if why_not:
             stats.rejected[why_not] = stats.rejected.get(why_not, 0) + 1
-    stats.captions = len(df)
-    return df, stats
+    stats.captions = len(out)
+    return out, stats
+
+
+def _no_captions() -> Rows:
+    return rows("captions", 0, **{c: [] for c in SCHEMAS["captions"]})

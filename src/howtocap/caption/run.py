@@ -105,8 +105,8 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     summaries: list[StageSummary] = []
     for _ in range(2):  # a second pass only when the merge found corrupt parts
         subs = run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts)
-        ready = [it for it in items
-                 if rundir.is_done(subs_stage.name, it.video_id, "subtitles")]
+        done = rundir.done_among(subs_stage.name, [it.video_id for it in items], "subtitles")
+        ready = [it for it, ok in zip(items, done, strict=True) if ok]
         caps = run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts)
         if summaries:  # the redone videos count as done by this call
             subs, caps = (first.absorb(again) for first, again in zip(summaries,

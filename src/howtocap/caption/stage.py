@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.caption.blocks import Block
-from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_rows
 from howtocap.caption.vlm import VLMOptions, attach_frames
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
@@ -36,6 +36,7 @@ class CaptionStage(BaseStage):
     name = "caption"
     reads = ("subtitles",)
     writes = ("captions",)
+    columnar = True  # subtitles in, captions out as plain columns: no frame per video
 
     def __init__(self, llm: LLMOptions, cfg: CaptionConfig, *, model: Any | None = None,
                  vlm: VLMOptions | None = None) -> None:
@@ -96,7 +97,7 @@ class CaptionStage(BaseStage):
             def attach(block: Block, msgs: Messages) -> Messages:
                 return attach_frames(msgs, block_frames(path, block, vlm))
         try:
-            captions, stats = caption_video(video.video_id, subs, self._model, self.cfg,
+            captions, stats = caption_rows(video.video_id, subs, self._model, self.cfg,
                                             attach=attach, nlp=self._nlp)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]

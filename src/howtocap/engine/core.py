@@ -27,7 +27,7 @@ from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.hashing import hash_text
 from howtocap.progress import progress_bar
-from howtocap.schemas import SCHEMAS, empty_table
+from howtocap.schemas import SCHEMAS, Rows, empty_table, rows, rows_to_arrow
 
 if TYPE_CHECKING:
     from howtocap.engine.runners import Runner
@@ -86,14 +86,17 @@ class StageSummary:
 def _inputs(rundir: RunDir, stage: Stage, item: Any) -> VideoInput | None:
     """The video's rows of the tables the stage reads; None when one of them turned out
     corrupt (removed: its own stage redoes it first, then this video runs)."""
-    tables = {}
+    tables: dict[str, Any] = {}
     seen = len(rundir.corrupted)
+    columnar = getattr(stage, "columnar", False)
     for name in stage.reads:
-        part = rundir.read_part(name, item.video_id)
+        part = (rundir.read_rows if columnar else rundir.read_part)(name, item.video_id)
         if len(rundir.corrupted) > seen:
             return None
-        tables[name] = part if part is not None else (
-            empty_table(name) if name in SCHEMAS else None)
+        if part is None and name in SCHEMAS:
+            part = rows(name, 0, **{c: [] for c in SCHEMAS[name]}) if columnar \
+                else empty_table(name)
+        tables[name] = part
     return VideoInput(item, {k: v for k, v in tables.items() if v is not None})
 
 
@@ -372,13 +375,16 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
     """One batch of results, atomically: a file per table, then the manifest (``RunDir.
     commit_batch``). Every row and record carry the stage's ``config_id``; a failed video has
     no rows (its newest record, the failure, supersedes an older result)."""
-    tables: dict[str, list[pd.DataFrame]] = {}
+    tables: dict[str, list[Any]] = {}
     records = []
     for res in results:
         if res.ok:
             for name, df in res.tables.items():
                 if "config_id" in SCHEMAS.get(name, {}):
-                    df = df.assign(config_id=config_id)
+                    if isinstance(df, Rows):
+                        df.cols["config_id"] = config_id
+                    else:
+                        df = df.assign(config_id=config_id)
                 tables.setdefault(name, []).append(df)  # conformed once, per batch
         if res.internal:
             _log_error(rundir, stage, res)
@@ -389,9 +395,17 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
                                     attempts=(attempts or {}).get(res.video_id, 0) + 1,
                                     config_id=config_id,
                                     metrics={k: float(v) for k, v in res.metrics.items()}))
-    merged = {name: pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]
-              for name, dfs in tables.items()}
-    return rundir.commit_batch(stage.name, stage.writes, records, merged)
+    return rundir.commit_batch(stage.name, stage.writes, records,
+                               {name: _one_table(name, parts) for name, parts in tables.items()})
+
+
+def _one_table(name: str, parts: list[Any]) -> Any:
+    """A batch's rows of one table: an Arrow table when every video gave plain columns
+    (``Rows``: no pandas on the text-only path), else one frame."""
+    if all(isinstance(p, Rows) for p in parts) and name in SCHEMAS:
+        return rows_to_arrow(name, parts)
+    dfs = [p.to_pandas() if isinstance(p, Rows) else p for p in parts]
+    return pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]
 
 
 def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:

@@ -44,7 +44,7 @@ from howtocap.atomic import (
     writer_tag,
 )
 from howtocap.hashing import safe_name
-from howtocap.schemas import SCHEMAS, conform, empty_table
+from howtocap.schemas import SCHEMAS, Rows, conform, empty_table, rows
 
 
 def _start_ticks(pid: int) -> str:
@@ -116,8 +116,9 @@ class RunDir:
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
         self._indexes: dict[str, _StageIndex] = {}
         self._whole: dict[Path, bool] = {}  # batch files found whole (written once)
-        self._batch_cache: dict[Path, tuple[pd.DataFrame, dict[str, tuple[int, int]]]] = {}
+        self._batch_cache: dict[Path, _BatchFile] = {}  # decoded for read_part
         self._claims = 0
+        self._index_dirs: dict[str, tuple[Path, Path]] = {}
         self._stages: tuple[int, list[str]] = (-1, [])  # (folder mtime, stages with batches)
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -180,16 +181,21 @@ class RunDir:
         return f"{BATCH_PREFIX}{ns:020d}-{writer_tag()}"
 
     def commit_batch(self, stage: str, writes: Sequence[str], records: Sequence[StatusRecord],
-                     tables: dict[str, pd.DataFrame]) -> str:
+                     tables: dict[str, Any]) -> str:
         """Write one batch: a file per table (rows grouped by video), then the manifest
         (``records``, one per video; ``writes``: every table the stage declares, so readers
-        know whose rows these are). Returns the batch id."""
+        know whose rows these are). A table is a frame, or an Arrow table in the schema's
+        types (``schemas.rows_to_arrow``). Returns the batch id."""
         bid = self.new_batch_id(stage)
         for table, df in tables.items():
+            path = self.batch_part_path(table, bid)
+            if not isinstance(df, pd.DataFrame):
+                _write_arrow_batch(df, path)
+                continue
             df = conform(df, table) if table in SCHEMAS else df
             if "video_id" in df.columns and len(df):  # grouped by video, each in its order
                 df = df.sort_values("video_id", kind="stable").reset_index(drop=True)
-            atomic_write_parquet(df, self.batch_part_path(table, bid))
+            atomic_write_parquet(df, path)
         manifest = _records_frame(records)
         meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
         self._write_manifest(self.manifest_path(stage, bid), manifest, meta)
@@ -243,7 +249,10 @@ class RunDir:
         if idx is None:
             idx = self._indexes[stage] = _StageIndex(stage)
             refresh = True
-        stamp = (_mtime(self.batch_dir(stage)), _mtime(self.status_dir / stage))
+        dirs = self._index_dirs.get(stage)
+        if dirs is None:  # asked for every video: no paths built each time
+            dirs = self._index_dirs[stage] = (self.batch_dir(stage), self.status_dir / stage)
+        stamp = (_mtime(dirs[0]), _mtime(dirs[1]))
         if refresh or stamp != idx.stamp:
             idx.stamp = stamp
             idx.refresh(self)
@@ -306,6 +315,16 @@ class RunDir:
         """Which batch holds ``video_id``'s rows of ``table``: a batch id, "" for its
         per-video part (older runs, or no stage records it), None when it has none (its
         newest record is a failure or forgotten)."""
+        # First the indexes as this process last read them (its own commits are in them): no
+        # stat per video; a video not found there is looked up again after a fresh listing.
+        if self._stages[0] != -1:
+            for st in self._stages[1]:
+                idx = self._indexes.get(st)
+                if idx is None or table not in idx.writes:
+                    continue
+                row = idx.lookup(video_id)
+                if row is not None and row["batch"]:
+                    return row["batch"] if row["status"] == "ok" else None
         for cached in (True, False):
             for st in self.writers(table, cached=cached):
                 row = self._index(st).lookup(video_id)
@@ -316,11 +335,41 @@ class RunDir:
     def read_part(self, table: str, video_id: str) -> pd.DataFrame | None:
         """A video's rows of ``table``, or None when it has none or its file is missing or
         corrupt (then removed with a warning, so the stage that writes it redoes it)."""
+        found = self._locate(table, video_id)
+        if found is None:
+            return None
+        if isinstance(found, pd.DataFrame):
+            return found
+        entry, (a, b) = found
+        if entry.df is None:
+            entry.df = entry.arrow.to_pandas()
+        return entry.df.iloc[a:b].reset_index(drop=True)
+
+    def read_rows(self, table: str, video_id: str) -> Rows | None:
+        """``read_part`` as plain columns (``schemas.Rows``): slices of the batch's columns,
+        decoded once per batch, for stages that take no pandas frame per video."""
+        found = self._locate(table, video_id)
+        if found is None:
+            return None
+        if isinstance(found, pd.DataFrame):
+            return rows(table, len(found), **{c: found[c].tolist() for c in found.columns
+                                              if c in SCHEMAS.get(table, {})})
+        entry, (a, b) = found
+        if entry.cols is None:
+            entry.cols = {c: col.to_numpy() if pa_is_number(col.type) else col.to_pylist()
+                          for c, col in zip(entry.arrow.column_names, entry.arrow.columns,
+                                            strict=True)}
+        return Rows(table, b - a, {c: v[a:b] for c, v in entry.cols.items()})
+
+    def _locate(self, table: str, video_id: str
+                ) -> pd.DataFrame | tuple[_BatchFile, tuple[int, int]] | None:
+        """Where a video's rows are: a per-video part's frame (older runs), or a decoded batch
+        file and the video's row range in it; None when it has none (or the file is lost)."""
         batch = self._live_batch(table, video_id)
         if batch is None:
             return None
-        path = self.batch_part_path(table, batch) if batch else self.part_path(table, video_id)
         if not batch:
+            path = self.part_path(table, video_id)
             if not path.exists():
                 return None
             try:
@@ -330,30 +379,25 @@ class RunDir:
                 return None
             except FileNotFoundError:
                 return None
-        cached = self._batch_cache.get(path)
-        if cached is None:
+        path = self.batch_part_path(table, batch)
+        entry = self._batch_cache.get(path)
+        if entry is None:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
             try:
-                df = read_parquet(path)
-            except CorruptFile as exc:
-                self.drop_corrupt(path, exc)
-                return None
+                arrow = pq.read_table(path, page_checksum_verification=True)
             except FileNotFoundError:  # its manifest says ok: lost (dropped as corrupt)
                 self.corrupted.append(path)
                 return None
-            ids = df["video_id"].to_numpy() if "video_id" in df.columns else np.array([])
-            starts = {}
-            if len(ids):
-                cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-                bounds = np.concatenate([[0], cut, [len(ids)]])
-                starts = {ids[a]: (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:],
-                                                                    strict=True)}
-            cached = (df, starts)
-            self._batch_cache[path] = cached
+            except (pa.ArrowException, OSError) as exc:
+                self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
+                                                    f"file ({' '.join(str(exc).split())[:120]})"))
+                return None
+            entry = self._batch_cache[path] = _BatchFile(arrow, _video_ranges(arrow))
             while len(self._batch_cache) > BATCH_CACHE:
                 self._batch_cache.pop(next(iter(self._batch_cache)))
-        df, starts = cached
-        a, b = starts.get(video_id, (0, 0))
-        return df.iloc[a:b].reset_index(drop=True)
+        return entry, entry.starts.get(video_id, (0, 0))
 
     def source_batches(self, table: str, video_ids: Sequence[str]) -> list[str]:
         """Per video, the batch its ``table`` rows are in ("" for none or a per-video
@@ -608,6 +652,29 @@ class RunDir:
         rec = self.status(stage, video_id)
         return self.record_done(rec, table, config_id) if rec is not None else False
 
+    def done_among(self, stage: str, video_ids: Sequence[str], table: str | None = None
+                   ) -> list[bool]:
+        """``is_done`` of many videos at once, from the stage's columns (a run lists a
+        million videos; a batch file is checked once)."""
+        view = self.records(stage)
+        if not len(view):
+            return [False] * len(video_ids)
+        pos = view.index.get_indexer(list(video_ids))
+        status, batch = view["status"].to_numpy(), view["batch"].to_numpy()
+        whole: dict[str, bool] = {}
+        out = []
+        for vid, p in zip(video_ids, pos, strict=True):
+            if p < 0 or status[p] != "ok":
+                out.append(False)
+            elif not batch[p] or table is None:
+                out.append(self.is_done(stage, vid, table))
+            else:
+                b = batch[p]
+                if b not in whole:
+                    whole[b] = self.is_done(stage, vid, table)
+                out.append(whole[b])
+        return out
+
     def record_done(self, rec: StatusRecord, table: str | None,
                     config_id: str | None = None) -> bool:
         if rec.status != "ok":
@@ -845,6 +912,34 @@ FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``fo
 MANIFEST_META = b"howtocap_batch"
 STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+
+
+@dataclass
+class _BatchFile:
+    """A batch file read once: its Arrow table, each video's row range, and the frame or
+    plain columns decoded from it on the first ``read_part`` / ``read_rows``."""
+
+    arrow: Any
+    starts: dict[str, tuple[int, int]]
+    df: pd.DataFrame | None = None
+    cols: dict[str, Any] | None = None
+
+
+def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
+    """Each video's ``[first, end)`` rows in a batch file (grouped by video when written)."""
+    if "video_id" not in arrow.column_names or not arrow.num_rows:
+        return {}
+    ids = np.asarray(arrow.column("video_id").to_numpy(zero_copy_only=False), dtype=object)
+    cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    bounds = [0, *cut.tolist(), len(ids)]
+    return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+
+
+def pa_is_number(kind: Any) -> bool:
+    """Arrow types whose column slices stay numpy arrays in ``Rows`` (floats, ints, bools)."""
+    import pyarrow.types as pat
+
+    return bool(pat.is_floating(kind) or pat.is_integer(kind) or pat.is_boolean(kind))
 LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
 _BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
@@ -862,6 +957,17 @@ def _writer_alive(batch: str) -> bool:
         ns = int(batch.split("-")[1])
         return time.time() - ns / 1e9 < Owner.me().lease
     return pid_alive(int(m.group(2)))
+
+
+def _write_arrow_batch(table: Any, path: Path) -> None:
+    """An Arrow batch table, grouped by video like a frame's (a stable sort keeps each
+    video's rows in their order), with page checksums."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if "video_id" in table.column_names and table.num_rows:
+        table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:

@@ -28,7 +28,11 @@ from howtocap.errors import (
 if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
     import pandas as pd
 
-Tables = dict[str, "pd.DataFrame"]
+    from howtocap.schemas import Rows
+
+# A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path, which
+# the engine turns into one Arrow table per batch
+Tables = dict[str, "pd.DataFrame | Rows"]
 
 
 @dataclass
@@ -95,6 +99,9 @@ class BaseStage:
     reads_cache: ClassVar[tuple[str, ...]] = ()
     writes_cache: ClassVar[tuple[str, ...]] = ()
     reduce_writes: ClassVar[tuple[str, ...]] = ()
+    # True: the stage is given its inputs as ``schemas.Rows`` (slices of a batch's columns)
+    # instead of a pandas frame per video, which costs more than a text-only stage's work
+    columnar: ClassVar[bool] = False
     resources: Resources = Resources()
 
     def load(self) -> None:

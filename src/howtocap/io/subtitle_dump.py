@@ -510,8 +510,10 @@ class ParquetStore:
             g += 1
         return parts
 
-    def get(self, video_id: str) -> pd.DataFrame | None:
-        """The video's clean ``start, end, text[, score]`` rows, or None when not in the file."""
+    def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
+        """The video's clean ``start, end, text[, score]`` rows, or None when not in the file.
+        ``frame=False``: plain ``start, end, text`` columns where the file is clean (no pandas
+        frame: the subtitles stage of a million-video run builds none)."""
         with self._lock:
             run = self._first.get(video_id)
             if run is None:
@@ -525,8 +527,16 @@ class ParquetStore:
             if errors:
                 raise InputError(self.shown_as, errors[0])
         if self.layout == "videos":
-            return self._from_clean(table)
+            return self._from_clean(table) if frame else self._columns(table)
         return self._from_raw(video_id, table)
+
+    @staticmethod
+    def _columns(table: pa.Table) -> dict[str, Any]:
+        text = table.column("text")
+        if text.null_count:  # the placeholder row of a video without text
+            table = table.filter(pc.is_valid(text))
+        return {"start": table.column("start").to_numpy(), "end": table.column("end").to_numpy(),
+                "text": table.column("text").to_pylist()}
 
     @staticmethod
     def _from_clean(table: pa.Table) -> pd.DataFrame:

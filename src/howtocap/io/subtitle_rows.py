@@ -25,9 +25,10 @@ _SHORT_PAREN = re.compile(r"\((?:\s*[^()\s]+){1,3}\s*\)")
 _SPEAKER = re.compile(r"(?:^|\s)(?:>>+|&gt;&gt;)\s*")
 _DASH = re.compile(r"^\s*-\s+")
 _WS = re.compile(r"\s+")
-# Nothing above can change a line without one of these: most ASR lines are plain words, and a
-# HowTo100M dump has tens of millions of lines, so they skip the seven substitutions.
-_NEEDS_CLEANING = re.compile(r"[<>&\[(♪♫\u200b]|^\s*-|\s\s|[^\S ]|^\s|\s$")
+# Nothing above can change a line without one of these or whitespace other than single spaces
+# between words: most ASR lines are plain words, and a HowTo100M dump has tens of millions of
+# lines, so they skip the seven substitutions (the check costs ~1.5 µs a line).
+_SPECIAL = re.compile(r"[<>&\[(♪♫\u200b]")
 
 
 def clean_text(text: str) -> str:
@@ -36,7 +37,7 @@ def clean_text(text: str) -> str:
     Parentheses are removed only when they hold at most three words (sound descriptions such as
     ``(laughs)``); longer parentheticals are more likely real speech and are kept.
     """
-    if not _NEEDS_CLEANING.search(text):
+    if text[:1] != "-" and " ".join(text.split()) == text and not _SPECIAL.search(text):
         return text
     text = _TIMING_TAG.sub("", text)
     text = _TAG.sub("", text)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from howtocap.atomic import atomic_write
@@ -37,7 +38,7 @@ from howtocap.io.subtitle_dump import (
     is_converted,
 )
 from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
-from howtocap.schemas import rows_table
+from howtocap.schemas import Rows, rows
 
 
 class ASR(Protocol):
@@ -373,8 +374,9 @@ class SubtitleSource:
             return video_id in self._folder()
         return video_id in self.store()
 
-    def get(self, video_id: str) -> pd.DataFrame | None:
-        """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it."""
+    def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
+        """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it
+        (``frame=False``: maybe as plain columns, see ``ParquetStore.get``)."""
         if self.kind == "folder":
             file = self._folder().get(video_id)
             if file is None:
@@ -382,7 +384,7 @@ class SubtitleSource:
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
             return _frame_from_lists(file, video_id, _read_csv_part(file)[COLUMNS])
-        return self.store().get(video_id)
+        return self.store().get(video_id, frame)
 
     def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
         for vid in self.video_ids():
@@ -405,13 +407,14 @@ def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None
     Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
     the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
     """
-    return subtitles_and_origin(item, source=source, asr=asr)[0]
+    return subtitles_and_origin(item, source=source, asr=asr)[0].to_pandas()
 
 
 def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = None,
                           asr: ASR | None = None, sidecars: bool = True
-                          ) -> tuple[pd.DataFrame, Path | str]:
-    """``subtitles_for_video`` plus where the rows came from: the file read, "htm" or "asr"."""
+                          ) -> tuple[Rows, Path | str]:
+    """``subtitles_for_video`` as plain columns (``schemas.Rows``, what the subtitles stage
+    commits), plus where the rows came from: the file read, "htm" or "asr"."""
     df: pd.DataFrame | None = None
     kind = ""
     origin: Path | str = ""
@@ -421,7 +424,7 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
     if df is None and sidecars and (side := item.sidecar_subtitle()) is not None:
         df, kind, origin = read_subtitle_file(side), _kind_of(side), side
     if df is None and source is not None:
-        df, kind, origin = source.get(item.video_id), "htm", "htm"
+        df, kind, origin = source.get(item.video_id, frame=False), "htm", "htm"
     if df is None and asr is not None and item.video_path is not None:
         df, kind, origin = asr.transcribe(item.video_path), "asr", "asr"
     if df is None:
@@ -432,10 +435,9 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
         raise InputError(where, "no subtitles found (no sidecar .vtt/.srt, not in --subtitles)"
                          + ("" if asr is not None and item.video_path is not None
                             else " and ASR is off"))
-    out = rows_table("subtitles", len(df), video_id=item.video_id,  # conforming it is free
-                     start=df["start"].to_numpy(dtype="float64"),
-                     end=df["end"].to_numpy(dtype="float64"),
-                     text=df["text"].to_numpy(dtype=object), source=kind)
+    start = np.asarray(df["start"], dtype="float64")
+    out = rows("subtitles", len(start), video_id=item.video_id, start=start,
+               end=np.asarray(df["end"], dtype="float64"), text=list(df["text"]), source=kind)
     return out, origin
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the CLI reads ASR_MODES at start-up; pandas loads when a st
     import pandas as pd
 
     from howtocap.io.subtitles import ASR, SubtitleSource
+    from howtocap.schemas import Rows
 
 AsrMode = Literal["auto", "always", "never"]
 ASR_MODES: tuple[str, ...] = ("auto", "always", "never")
@@ -38,13 +39,14 @@ class LazyASR:
 
 
 def choose_subtitles(item: VideoItem, mode: str, source: SubtitleSource | None = None,
-                     asr: ASR | None = None) -> pd.DataFrame:
+                     asr: ASR | None = None) -> Rows:
     """The one place that decides where a video's narration comes from (``--asr`` mode).
 
     ``always``: Whisper on the video file, ignoring manifest, sidecar and ``--subtitles`` text;
     ``auto``: subtitles in ``subtitles_for_video`` order, Whisper only when there are none;
     ``never``: subtitles only, a video without them is an error. Empty text is an error naming
-    where it came from, so a caption run never sends the LLM nothing.
+    where it came from, so a caption run never sends the LLM nothing. Returns plain columns
+    (``schemas.Rows``; ``.to_pandas()`` for a frame).
     """
     from howtocap.io.subtitles import subtitles_and_origin
 

@@ -45,7 +45,6 @@ class SubtitlesStage(BaseStage):
         return {**super().fingerprint(), "asr": asr, "subtitles": source}
 
     def process(self, video: VideoInput) -> StageOutput:
-        from howtocap.schemas import conform
         from howtocap.subtitles.policy import choose_subtitles
 
         if video.item.video_path is not None:  # fail early, naming the file we cannot read
@@ -53,6 +52,6 @@ class SubtitlesStage(BaseStage):
 
             probe(video.item.video_path)
         subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr)
-        audio = float(subs["end"].max()) if len(subs) else 0.0
-        return StageOutput({"subtitles": conform(subs, "subtitles")},
+        audio = float(max(subs["end"])) if len(subs) else 0.0
+        return StageOutput({"subtitles": subs},
                            metrics={"audio_seconds": audio, "lines": float(len(subs))})

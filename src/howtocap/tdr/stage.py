@@ -69,7 +69,7 @@ class TdrFramesStage(BaseStage):
         times = frame_times(info.duration, self.every)
         if not times:
             raise InputError(path, "video has no duration")
-        subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr)
+        subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr).to_pandas()
         model = self._model
         frames = sample_frames(Path(path), times, size=getattr(model, "image_size", 224))
         img = model.encode_images(frames).astype(np.float32)
