@@ -42,6 +42,8 @@ PAIRS = [
     ("Wait for the water to boil.", "Wait a few minutes.", "time"),
     ("Bake for 25 minutes.", "This is going to take a while.", "time"),
     ("Let the dough rise for an hour.", "Be patient.", "time"),
+    ("Rush the tray into the hot oven.", "Take your time with this, there is no rush at all.",
+     "time"),
     ("Taste the sauce and adjust the seasoning.", "Let me know what you think.", "meta"),
     ("Serve with rice.", "I hope you enjoy it.", "meta"),
     ("Serve the others a slice.", "Tell others what you think.", "meta"),

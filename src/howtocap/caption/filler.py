@@ -36,7 +36,7 @@ from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
 # Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 
 def _words(text: str) -> frozenset[str]:
@@ -54,7 +54,7 @@ LIGHT_VERBS = _words(
     "hang hold wait be let help finish move get find seem happen stop work")
 # Nouns no camera films: time, people, abstractions, the channel's business.
 TIME_NOUNS = _words("time minute second sec hour while moment day week year today tonight "
-                       "morning night overnight patience")
+                       "morning night overnight patience rush hurry")
 PERSON_NOUNS = _words("guy everyone everybody folk friend people kid child family mom mother "
                          "dad father sister brother wife husband boy girl man woman viewer "
                          "audience subscriber lady gentleman other others someone somebody "
