@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
 OUT = HERE / "results"
-# The last commit before the driver's per-video pandas was replaced by plain columns.
-BASE = "66beb05"
+# The last commit before plain columns, the shared LLM pool and the verdict table.
+BASE = "451c70b"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -170,7 +170,9 @@ def main() -> None:
         "after": round(get("after", mode, fillers)["videos_per_s"], 1),
         "speedup": round(get("after", mode, fillers)["videos_per_s"]
                          / get("before", mode, fillers)["videos_per_s"], 2),
-        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2)}
+        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2),
+        "before_cpu_s": round(get("before", mode, fillers)["cpu_s"], 2),
+        "after_cpu_s": round(get("after", mode, fillers)["cpu_s"], 2)}
         for mode in ("in-process", "http") for fillers in (True, False)}
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "load_avg": [round(load0[0], 2), round(load1[0], 2)], "videos": args.videos,
