@@ -11,11 +11,14 @@ sources first on the path, so both versions see the same machine, file and load:
 * ``in-process``: ``caption_run`` with an LLM object that answers at once (one caption per
   block), so nothing but our own code is timed;
 * ``http``: the CLI, ``--llm-url`` to one real OpenAI-compatible server on 127.0.0.1 that
-  answers at once with one caption per ASR line it was given (``tests.chat_server``, its own
-  process), ``--concurrency 32``: the issue's setting.
+  answers at once with one caption per ASR line it was given (``tests.chat_server
+  --keep-alive``, its own process: HTTP/1.1 with connections kept open and TCP_NODELAY, as
+  vLLM's and llama.cpp's servers answer; until 2026-11-26 it was HTTP/1.0, a new connection
+  per request), ``--concurrency 32``: the issue's setting.
 
 Each with the filler test on (the default: spaCy's parser reads every caption) and off
-(``--keep-fillers``). Figures: videos/s, ms of wall per video, peak RSS of the child.
+(``--keep-fillers``). Figures: videos/s, ms of wall per video, CPU seconds of the child
+(user + system: less swayed by other jobs on the machine than wall time), peak RSS.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
 OUT = HERE / "results"
-# The last commit before the driver's per-video pandas was replaced by plain columns.
-BASE = "66beb05"
+# The last commit before plain columns, the shared LLM pool and the verdict table.
+BASE = "451c70b"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -66,8 +69,10 @@ else:
     st = RunDir(out, create=False).read_table("status")
     done = int(((st["stage"] == "caption") & (st["status"] == "ok")).sum())
 wall = time.perf_counter() - t0
-print(json.dumps({"wall_s": wall, "done": done,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+import howtocap
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "done": done, "howtocap": howtocap.__file__,
+                  "cpu_s": use.ru_utime + use.ru_stime, "rss_mb": use.ru_maxrss / 1024}))
 """
 
 
@@ -90,6 +95,10 @@ def child(src_tree: Path, mode: str, data: Path, fillers: bool, url: str) -> dic
     if res.returncode:
         raise SystemExit(f"{mode} child failed:\n{res.stderr[-3000:]}")
     row = json.loads(res.stdout.strip().splitlines()[-1])
+    # The venv's editable install points at another checkout: only PYTHONPATH makes the child
+    # run this tree's sources, so prove it did.
+    if not Path(row.pop("howtocap")).resolve().is_relative_to((src_tree / "src").resolve()):
+        raise SystemExit(f"{mode} child imported howtocap from outside {src_tree}")
     row["videos_per_s"] = row["done"] / row["wall_s"]
     row["ms_per_video"] = 1000 * row["wall_s"] / max(1, row["done"])
     return row
@@ -130,7 +139,8 @@ def main() -> None:
     if not data.exists():
         write_caption_json(data, args.videos)
     trees = {"before": worktree(args.base), "after": ROOT}
-    server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0",
+                               "--keep-alive"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     load0 = os.getloadavg()
     rows: list[dict[str, Any]] = []
@@ -160,7 +170,9 @@ def main() -> None:
         "after": round(get("after", mode, fillers)["videos_per_s"], 1),
         "speedup": round(get("after", mode, fillers)["videos_per_s"]
                          / get("before", mode, fillers)["videos_per_s"], 2),
-        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2)}
+        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2),
+        "before_cpu_s": round(get("before", mode, fillers)["cpu_s"], 2),
+        "after_cpu_s": round(get("after", mode, fillers)["cpu_s"], 2)}
         for mode in ("in-process", "http") for fillers in (True, False)}
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "load_avg": [round(load0[0], 2), round(load1[0], 2)], "videos": args.videos,
@@ -174,14 +186,16 @@ def main() -> None:
              f"before = commit {args.base}, after = this tree, measured back to back in one "
              "run. How to read: benchmarks/bench_driver.py docstring.", "",
              "| setting | before videos/s | after videos/s | speedup | after ms/video | "
-             "after peak RSS |", "|---|---:|---:|---:|---:|---:|"]
+             "before CPU s | after CPU s | after peak RSS |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode in ("in-process", "http"):
         for fillers in (False, True):
             b, a = get("before", mode, fillers), get("after", mode, fillers)
             lines.append(f"| {mode}, {'--keep-fillers' if fillers else 'filler test on'} | "
                          f"{b['videos_per_s']:.1f} | {a['videos_per_s']:.1f} | "
                          f"{a['videos_per_s'] / b['videos_per_s']:.2f}x | "
-                         f"{a['ms_per_video']:.1f} | {a['rss_mb']:.0f} MB |")
+                         f"{a['ms_per_video']:.1f} | {b['cpu_s']:.1f} | {a['cpu_s']:.1f} | "
+                         f"{a['rss_mb']:.0f} MB |")
     lines += ["", "Targets (issue #22): ≥ 1,000 videos/s in-process, ≥ 300 over HTTP, on 2 "
               "cores.", ""]
     (OUT / "driver.md").write_text("\n".join(lines))

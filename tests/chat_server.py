@@ -58,12 +58,19 @@ def send_json(handler: BaseHTTPRequestHandler, code: int, obj: dict,
     handler.end_headers()
     handler.wfile.write(data)
 
+class _Server(ThreadingHTTPServer):
+    """A listen backlog for dozens of clients connecting at once (``--concurrency 32``);
+    socketserver's default is 5."""
+
+    request_queue_size = 128
+
+
 class ChatServer:
     """Counts requests; ``status`` forces a status, ``delay`` stalls, ``fail_when`` 500s
     (``Retry-After: 0``, so retries do not wait) every prompt that contains that text."""
 
     def __init__(self, *, delay: float = 0.0, status: int | None = None,
-                 fail_when: str | None = None) -> None:
+                 fail_when: str | None = None, keep_alive: bool = False) -> None:
         self.delay = delay
         self.status = status
         self.fail_when = fail_when
@@ -72,6 +79,13 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.1 keeps connections open between requests, as vLLM and llama.cpp do;
+            # 1.0 (the tests' default) closes each one, so a stopped server is gone at once.
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+            # Headers and body leave in two writes: without TCP_NODELAY the body of a kept
+            # connection waits for the client's delayed ACK (~40 ms a reply).
+            disable_nagle_algorithm = keep_alive
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -100,7 +114,7 @@ class ChatServer:
                       ) -> None:
                 send_json(self, code, obj, headers)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
 
@@ -224,8 +238,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--vision", action="store_true", help="the multimodal server")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    ap.add_argument("--keep-alive", action="store_true",
+                    help="HTTP/1.1: connections stay open between requests")
     args = ap.parse_args()
-    srv = VisionServer() if args.vision else ChatServer(delay=args.delay)
+    srv = VisionServer() if args.vision else ChatServer(delay=args.delay,
+                                                        keep_alive=args.keep_alive)
     print(srv.url, flush=True)
     srv.httpd.serve_forever()  # until the benchmark ends the process
 

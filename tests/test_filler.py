@@ -268,3 +268,84 @@ def test_samples_with_labelled_fillers(tmp_path: Path) -> None:
             if s.kind == "filler":
                 assert s.narration in fillers and i > 0
                 assert s.image == m.steps[i - 1].image  # spoken over the step's photo
+
+
+DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+
+
+def labelled_texts() -> list[str]:
+    """Every caption of filler_captions.json and every narration line of
+    spoken_youcook2.json: the texts the rules were tuned and judged on."""
+    caps = json.loads((DATA / "filler_captions.json").read_text())["captions"]
+    spoken = json.loads((DATA / "spoken_youcook2.json").read_text())["videos"]
+    return [str(c[0]) for c in caps] + [str(ln["text"]) for v in spoken for ln in v["lines"]]
+
+
+@pytest.fixture(scope="module")
+def full_verdicts() -> tuple[list[str], list[str], object]:
+    """The verdicts of spaCy's whole shipped pipeline (nothing disabled), each text parsed on
+    its own without the verdict table: what the rules mean, the reference for the fast path."""
+    import spacy
+
+    from howtocap.caption.filler import verdict
+    from howtocap.nlp import MODEL_CANDIDATES
+
+    texts = labelled_texts()
+    for name in MODEL_CANDIDATES:
+        try:
+            full = spacy.load(name)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no spaCy English model")
+    return texts, [verdict(doc) for doc in full.pipe(texts, batch_size=1)], full
+
+
+def test_fast_path_gives_the_full_pipelines_verdicts(nlp: object, full_verdicts: tuple
+                                                     ) -> None:
+    """The parser ``load_parser`` loads (only the components the rules read) and the verdict
+    table give every labelled text the verdict of the whole pipeline: a component the rules
+    need dropped from ``nlp.load_spacy``, or a stale or mixed-up table entry, fails here."""
+    texts, want, _ = full_verdicts
+    assert len(texts) > 800 and len(set(want)) == len(REASONS) + 1  # all reasons and kept
+    first = reject_reasons(texts, nlp)
+    assert first == want
+    again = reject_reasons(list(reversed(texts)), nlp)  # answered from the table now
+    assert again == list(reversed(want))
+    assert [reject_reasons([t], nlp)[0] for t in texts[:50]] == want[:50]
+
+
+@pytest.mark.filterwarnings("ignore:.*W108")  # the lemmatizer's "no POS": expected here
+@pytest.mark.parametrize("component", ["parser", "tagger", "attribute_ruler", "lemmatizer"])
+def test_every_loaded_component_decides_some_verdict(full_verdicts: tuple, component: str
+                                                     ) -> None:
+    """The reference above is sensitive to each component the fast path keeps: without any
+    one of them some labelled text gets another verdict (so none could be dropped)."""
+    from howtocap.caption.filler import verdict
+
+    texts, want, full = full_verdicts
+    with full.select_pipes(disable=[component]):  # type: ignore[attr-defined]
+        got = [verdict(doc) for doc in full.pipe(texts)]  # type: ignore[attr-defined]
+    assert got != want
+
+
+def test_verdict_table_is_per_parser_and_bounded(nlp: object, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """A text another parser judged is parsed again by this one; the table keeps at most its
+    size, the oldest leaving first, and a dropped text is parsed again when it comes back."""
+    from howtocap.caption import filler
+
+    monkeypatch.setattr(filler, "_VERDICTS", filler._Verdicts(size=3))
+    counting = CountingParser(nlp)
+    counting.release.set()
+    assert reject_reasons(["Stir.", "So yeah.", "Stir."], nlp) == ["", "filler", ""]
+    assert reject_reasons(["Stir.", "So yeah."], counting) == ["", "filler"]
+    assert counting.sizes == [2]  # repeated texts parsed once; nlp's table not used
+    assert reject_reasons(["So yeah.", "Serve.", "Take your time."], counting) == \
+        ["filler", "", "time"]
+    assert counting.sizes == [2, 2]
+    assert reject_reasons(["Stir."], counting) == [""]  # the oldest, dropped at size 3
+    assert counting.sizes == [2, 2, 1]
+    assert reject_reasons(["Serve.", "Take your time."], counting) == ["", "time"]
+    assert counting.sizes == [2, 2, 1]

@@ -291,3 +291,38 @@ def test_other_400s_are_not_taken_for_a_rejected_constraint(server: FakeServer) 
     with pytest.raises(HowtocapError, match="returned 400: forced"):
         llm.chat(MSG, GenerationConfig(grammar=CAPTION_GBNF))
     assert len(server.requests) == 1 and not llm.constraints_rejected
+
+
+def test_fanout_keeps_order_and_exceptions_on_one_pool(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """``chat_many`` of a client runs on one pool for its life: replies in order, a failing
+    request's exception in its place, and no new threads per call (a pool per video cost
+    most of the HTTP driver's time)."""
+    from howtocap.llm.base import Fanout
+
+    def chat(msgs: list, gen: GenerationConfig) -> str:
+        text = msgs[0]["content"]
+        if text == "bad":
+            raise ValueError("bad request")
+        time.sleep(0.001)
+        return text.upper()
+
+    fan = Fanout(4)
+    batch = [[{"role": "user", "content": c}] for c in ("a", "bad", "c", "d", "e")]
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    first = fan.map(chat, batch, GEN)
+    for _ in range(30):
+        out = fan.map(chat, batch, GEN)
+    assert 1 <= len(started) <= 4  # the pool's 4 threads at most, over 31 calls
+    for got in (first, out):
+        assert [r if isinstance(r, str) else type(r).__name__ for r in got] == \
+            ["A", "ValueError", "C", "D", "E"]
+    fan.close()
+    assert fan.map(chat, batch[:1], GEN) == ["A"]

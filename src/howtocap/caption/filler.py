@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -213,12 +215,56 @@ class _Combiner:
 _COMBINE = _Combiner()
 
 
+class _Verdicts:
+    """Verdicts already found, per parser, for at most ``size`` texts each (the oldest go
+    first). A verdict depends on the text and the parser alone, and short captions repeat
+    across videos ("Stir.", "Serve.", "Let it simmer."): a text seen before is not parsed
+    again. One table per parser object, so another pipeline never sees this one's verdicts."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._by_nlp: weakref.WeakKeyDictionary[Any, OrderedDict[str, str]] = \
+            weakref.WeakKeyDictionary()
+
+    def known(self, nlp: Any, texts: Iterable[str]) -> dict[str, str] | None:
+        """The verdicts this parser already gave for some of ``texts`` (None: the parser
+        cannot be weakly referenced, so nothing is kept for it)."""
+        with self._lock:
+            try:
+                table = self._by_nlp.setdefault(nlp, OrderedDict())
+            except TypeError:
+                return None
+            return {t: table[t] for t in texts if t in table}
+
+    def add(self, nlp: Any, found: dict[str, str]) -> None:
+        with self._lock:
+            table = self._by_nlp.setdefault(nlp, OrderedDict())
+            for text, why in found.items():
+                if text not in table and len(table) >= self.size:
+                    table.popitem(last=False)  # first in, first out
+                table[text] = why
+
+
+_VERDICTS = _Verdicts()
+
+
 def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
                    batch_size: int = 256) -> list[str]:
-    """One verdict per caption ("" = kept), from one batched ``nlp.pipe`` pass (shared with
-    the other threads' captions waiting at the same time)."""
+    """One verdict per caption ("" = kept). Texts seen before by this parser are answered from
+    a bounded table; the others are parsed once each, in one batched ``nlp.pipe`` pass shared
+    with the other threads' captions waiting at the same time."""
     nlp = nlp or load_parser()
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []
-    return _COMBINE(nlp, items, batch_size)
+    unique = list(dict.fromkeys(items))
+    known = _VERDICTS.known(nlp, unique)
+    if known is None:
+        return _COMBINE(nlp, items, batch_size)
+    new = [t for t in unique if t not in known]
+    if new:
+        found = dict(zip(new, _COMBINE(nlp, new, batch_size), strict=True))
+        _VERDICTS.add(nlp, found)
+        known.update(found)
+    return [known[t] for t in items]

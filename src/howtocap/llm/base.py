@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
@@ -94,18 +95,61 @@ class LLM(Protocol):
                   gen: GenerationConfig) -> list[str | Exception]: ...
 
 
+def _one(chat: Callable[[Messages, GenerationConfig], str], msgs: Messages,
+         gen: GenerationConfig) -> str | Exception:
+    try:
+        return chat(msgs, gen)
+    except Exception as exc:  # returned, not raised: the caller decides per video
+        return exc
+
+
 def chat_each(chat: Callable[[Messages, GenerationConfig], str], batch: Sequence[Messages],
               gen: GenerationConfig, workers: int = 1) -> list[str | Exception]:
     """Every request's reply, or the exception it raised (the caller decides per video);
-    ``workers`` requests in flight at once."""
-
-    def one(msgs: Messages) -> str | Exception:
-        try:
-            return chat(msgs, gen)
-        except Exception as exc:  # returned, not raised
-            return exc
-
+    ``workers`` requests in flight at once, on a pool made for this call (a client that
+    serves many videos keeps a ``Fanout`` instead)."""
     if workers <= 1 or len(batch) <= 1:
-        return [one(m) for m in batch]
+        return [_one(chat, m, gen) for m in batch]
     with ThreadPoolExecutor(max_workers=min(workers, len(batch))) as pool:
-        return list(pool.map(one, batch))
+        return list(pool.map(lambda m: _one(chat, m, gen), batch))
+
+
+class Fanout:
+    """``chat_each`` on one thread pool kept for the client's life; the calling thread sends
+    the first request itself.
+
+    Why: a pool made per ``chat_many`` call (one per video) starts and joins threads for every
+    video, and ``concurrent.futures`` starts them under one process-wide lock; with 32 videos
+    in flight over HTTP, threads waiting on that lock were most of the driver's wall time
+    (py-spy). Pool threads only send requests and never wait on the pool, so sharing it
+    cannot deadlock; the client's own limit (its semaphore) still bounds what is in flight.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, int(workers))
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers,
+                                                thread_name_prefix="howtocap-llm")
+            return self._pool
+
+    def map(self, chat: Callable[[Messages, GenerationConfig], str],
+            batch: Sequence[Messages], gen: GenerationConfig) -> list[str | Exception]:
+        """Replies (or exceptions) in ``batch``'s order."""
+        if self.workers <= 1 or len(batch) <= 1:
+            return [_one(chat, m, gen) for m in batch]
+        pool = self._get()
+        rest = [pool.submit(_one, chat, m, gen) for m in batch[1:]]
+        first = _one(chat, batch[0], gen)
+        return [first, *(f.result() for f in rest)]
+
+    def close(self) -> None:
+        """Let the pool's threads end (a later ``map`` starts a new pool)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
+from howtocap.llm.base import Fanout, GenerationConfig, Messages, Reply
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
@@ -107,6 +107,7 @@ class OpenAIChatLLM:
         self._model_checked = model is not None
         self._model_lock = threading.Lock()
         self._sem = threading.BoundedSemaphore(self.concurrency)
+        self._fanout = Fanout(self.concurrency)
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
         self._breaker_lock = threading.Lock()
@@ -124,6 +125,7 @@ class OpenAIChatLLM:
         return f"openai:{self._model}" if self._model else "openai"
 
     def close(self) -> None:
+        self._fanout.close()
         self._client.close()
 
     def _resolve_model(self) -> str | None:
@@ -308,4 +310,4 @@ class OpenAIChatLLM:
 
     def chat_many(self, batch: Sequence[Messages],
                   gen: GenerationConfig) -> list[str | Exception]:
-        return chat_each(self.chat, batch, gen, workers=self.concurrency)
+        return self._fanout.map(self.chat, batch, gen)

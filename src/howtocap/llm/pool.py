@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import GenerationConfig, Messages, chat_each
+from howtocap.llm.base import Fanout, GenerationConfig, Messages
 from howtocap.llm.openai import OpenAIChatLLM
 
 
@@ -45,6 +45,7 @@ class ServerPool:
             raise HowtocapError("an LLM server pool needs at least one server")
         self.clients = list(clients)
         self.concurrency = sum(c.concurrency for c in self.clients)
+        self._fanout = Fanout(self.concurrency)
         self._lock = threading.Lock()
         self._outstanding = [0] * len(self.clients)
         self._down: dict[int, ServiceUnavailable] = {}
@@ -65,6 +66,7 @@ class ServerPool:
         return {**total, "resent": self.resent, "servers_down": len(self._down)}
 
     def close(self) -> None:
+        self._fanout.close()
         for c in self.clients:
             c.close()
 
@@ -101,4 +103,4 @@ class ServerPool:
 
     def chat_many(self, batch: Sequence[Messages],
                   gen: GenerationConfig) -> list[str | Exception]:
-        return chat_each(self.chat, batch, gen, workers=self.concurrency)
+        return self._fanout.map(self.chat, batch, gen)
