@@ -16,6 +16,7 @@ file and a status JSON per video) are read beside them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -263,6 +264,63 @@ class RunDir:
         status record's and ``batch``, "" for a per-video record of an older run)."""
         return self._index(stage, refresh).view()
 
+    def newest(self, stage: str, columns: Sequence[str] = ("status",),
+               forgotten: bool = False) -> Any:
+        """The newest record of every video of ``stage`` (forgotten ones left out unless
+        ``forgotten``) as an Arrow table of ``video_id``, ``status``, ``columns`` and
+        ``batch`` (dictionary-encoded; "" for a per-video record of an older run). Read
+        afresh, only these columns of each manifest, folded with Arrow and numpy: what
+        ``status``, the merge and ``status.parquet`` need at a million videos without a
+        pandas row (or a Python object) per video; ``records`` is the same rows as a frame."""
+        import pyarrow as pa
+
+        cols = ["video_id", "status", *dict.fromkeys(c for c in columns
+                                                     if c not in ("video_id", "status", "batch"))]
+        folder = self.batch_dir(stage)
+        try:
+            names = sorted(n[:-len(".parquet")] for n in os.listdir(folder)
+                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+        except FileNotFoundError:
+            names = []
+        parts: list[Any] = []
+        codes: list[Any] = []
+        legacy = self._legacy_records(stage)
+        if legacy is not None and len(legacy):
+            parts.append(_with_defaults(pa.Table.from_pandas(
+                legacy[[c for c in cols if c in legacy.columns]], preserve_index=False), cols))
+            codes.append(np.zeros(len(legacy), np.int32))
+        found = _read_manifests([folder / f"{n}.parquet" for n in names], cols)
+        for i, (path, got) in enumerate(zip([folder / f"{n}.parquet" for n in names], found,
+                                            strict=True)):
+            if isinstance(got, CorruptFile):
+                self.drop_corrupt(path, got)  # its videos are redone
+            elif got is not None and got.num_rows:
+                parts.append(got)
+                codes.append(np.full(got.num_rows, i + 1, np.int32))
+        labels = pa.array(["", *names], pa.string())
+        if not parts:
+            empty = {c: pa.array([], _record_types().get(c, pa.string())) for c in cols}
+            return pa.table({**empty, "batch": pa.DictionaryArray.from_arrays(
+                pa.array([], pa.int32()), labels)})
+        table = pa.concat_tables(parts, promote_options="permissive")
+        order = np.concatenate(codes)
+        keep = _last_per_key(table.column("video_id"))
+        table = table.take(keep).append_column("batch", pa.DictionaryArray.from_arrays(
+            pa.array(order[keep]), labels))
+        import pyarrow.compute as pc
+
+        return table if forgotten else table.filter(pc.not_equal(table.column("status"),
+                                                                  FORGOTTEN))
+
+    def _legacy_records(self, stage: str) -> pd.DataFrame | None:
+        """An older run's per-video status records of ``stage`` (None when it has none)."""
+        folder = self.status_dir / stage
+        if not folder.is_dir():
+            return None
+        idx = _StageIndex(stage)
+        idx._refresh_legacy(self)
+        return idx.legacy
+
     def finished_since(self, stage: str, mark: int) -> tuple[set[str], int]:
         """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
         what finished since a listing, without rebuilding the whole index."""
@@ -285,7 +343,33 @@ class RunDir:
         if not cached or stamp != self._stages[0]:
             self._stages = (stamp, sorted(p.name for p in root.iterdir() if p.is_dir())
                             if stamp else [])
+        if not cached:  # the newest manifest's footer, not the whole index (merges, status)
+            return [st for st in self._stages[1] if table in self._stage_writes(st)]
         return [st for st in self._stages[1] if table in self._index(st).writes]
+
+    def _stage_writes(self, stage: str) -> list[str]:
+        """The tables ``stage`` writes, as its newest readable manifest says (one footer;
+        the index this process holds, when it has read every manifest already)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        idx = self._indexes.get(stage)
+        if idx is not None and idx.stamp == (_mtime(self.batch_dir(stage)),
+                                             _mtime(self.status_dir / stage)):
+            return idx.writes
+        try:
+            names = sorted((n for n in os.listdir(self.batch_dir(stage))
+                            if n.startswith(BATCH_PREFIX) and n.endswith(".parquet")),
+                           reverse=True)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            try:
+                meta = pq.read_schema(self.batch_dir(stage) / name).metadata or {}
+                return list(json.loads(meta.get(MANIFEST_META, b"{}")).get("writes", []))
+            except (FileNotFoundError, pa.ArrowException, OSError, ValueError):
+                continue  # gone, or corrupt (the index drops it when it reads it)
+        return []
 
     def stages_with_results(self) -> set[str]:
         found: set[str] = set()
@@ -432,20 +516,35 @@ class RunDir:
     def _sources(self, table: str) -> Iterator[tuple[Path, Any]]:
         """The files holding ``table``'s live rows, each with the video ids to keep (None:
         all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
-        per-video parts of older runs unless a manifest has named their video since."""
+        per-video parts of older runs unless a manifest has named their video since. From
+        each stage's newest records as Arrow columns (``newest``), not a frame per video."""
         import pyarrow as pa
 
         named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
         for st in self.writers(table):
-            view = self._index(st, refresh=True).view()
-            named.append(view.index[view["batch"].to_numpy() != ""])
-            ok = view[(view["status"] == "ok").to_numpy() & (view["batch"] != "").to_numpy()]
-            for batch, ids in ok.groupby("batch", sort=True).groups.items():
-                yield self.batch_part_path(table, str(batch)), pa.array(list(ids), pa.string())
-        skip = pa.array(sorted(set().union(*named)) if named else [], pa.string())
+            t = self.newest(st, ("status",), forgotten=True)  # a forgotten video is named
+            batch = t.column("batch").combine_chunks()
+            code = batch.indices.to_numpy(zero_copy_only=False)
+            ids = t.column("video_id").combine_chunks()
+            named.append(ids.filter(pa.array(code > 0)))
+            ok = (code > 0) & (t.column("status").combine_chunks().to_numpy(
+                zero_copy_only=False) == "ok")
+            live, live_code = ids.filter(pa.array(ok)), code[ok]
+            order = np.argsort(live_code, kind="stable")
+            ranked = live_code[order]
+            cut = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(ranked)], strict=True):
+                if hi > lo:
+                    name = batch.dictionary[int(ranked[lo])].as_py()
+                    yield self.batch_part_path(table, name), live.take(pa.array(order[lo:hi]))
         folder = self.part_dir(table)
-        for p in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            if not p.name.startswith(BATCH_PREFIX):
+        legacy = sorted(p for p in folder.glob("*.parquet")
+                        if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
+        if legacy:
+            import pyarrow.compute as pc
+
+            skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
+            for p in legacy:
                 yield p, ("not", skip) if len(skip) else None
 
     def _read_source(self, path: Path, keep: Any) -> Any:
@@ -495,10 +594,14 @@ class RunDir:
         Batch files are grouped by video id (sorted) when written, and a per-video part holds
         one video, so a k-way merge by video id over them (a record batch of each file at a
         time), each written chunk holding whole videos sorted by start, end, text, is
-        ``merge``'s order. Returns the row count. A table it cannot order that way (no
+        ``merge``'s order. At most ``MERGE_FAN_IN`` files are open at once: with more, groups
+        of that many are first merged into sorted files under ``cache/`` (removed after), and
+        those merged again, so memory does not grow with the number of batches (1,200 per
+        table at HowTo100M). Returns the row count. A table it cannot order that way (no
         video_id/start) goes to ``merge``.
         """
-        import heapq
+        import shutil
+        import tempfile
 
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -506,8 +609,7 @@ class RunDir:
         schema = SCHEMAS.get(table, {})
         if not {"video_id", "start"} <= set(schema):
             return len(self.merge(table))
-        _raise_open_files_limit()
-        streams: list[Iterator[tuple[str, Any]]] = []
+        sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
         extras: dict[str, pa.DataType] = {}
         for path, keep in self._sources(table):
             try:
@@ -523,60 +625,98 @@ class RunDir:
             for f in md.schema.to_arrow_schema():
                 if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
                     extras[f.name] = f.type
-            streams.append(self._video_groups(path, keep))
+            sources.append((path, keep, path.name.startswith(BATCH_PREFIX)))
         arrow = {"str": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
                  "bool": pa.bool_()}
         target = pa.schema([(c, arrow[t]) for c, t in schema.items()] + list(extras.items()))
-        keys = [k for k in ("video_id", "start", "end", "text") if k in schema]
-        total = 0
+        merged = 0
+        scratch: Path | None = None
+        try:
+            while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
+                if scratch is None:
+                    self.cache_dir.mkdir(parents=True, exist_ok=True)
+                    scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
+                                                    dir=self.cache_dir))
+                level = []
+                for lo in range(0, len(sources), MERGE_FAN_IN):
+                    merged += 1
+                    out = scratch / f"level-{merged:06d}.parquet"
+                    self._merge_into(str(out), sources[lo:lo + MERGE_FAN_IN], table, target,
+                                     extras, batch_rows)
+                    level.append((out, None, True))
+                for path, _, _ in sources:
+                    if scratch in path.parents:
+                        path.unlink(missing_ok=True)  # merged into the next level
+                sources = level
+            total = [0]
 
-        def write(tmp: str) -> None:
-            nonlocal total
-            writer: pq.ParquetWriter | None = None
-            batch: list[Any] = []
-            rows = 0
+            def write(tmp: str) -> None:
+                total[0] = self._merge_into(tmp, sources, table, target, extras, batch_rows)
 
-            def flush() -> None:
-                nonlocal writer, total
-                if batch:
-                    df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
-                else:
-                    df = empty_table(table)
-                for c in extras:
-                    if c not in df.columns:
-                        df[c] = pd.Series([None] * len(df), dtype=object)
-                df = conform(df, table)[target.names].sort_values(keys, kind="stable")
-                out = pa.Table.from_pandas(df, preserve_index=False)
-                out = out.cast(target.with_metadata(out.schema.metadata))
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, out.schema)
-                writer.write_table(out)
-                total += len(out)
+            atomic_write(self.table_path(table), write)
+            return total[0]
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
-            try:
-                last = None
-                for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
-                    if rows >= batch_rows and vid != last:  # a chunk holds whole videos
-                        flush()
-                        batch, rows = [], 0
-                    batch.append(group)
-                    rows += group.num_rows
-                    last = vid
-                if batch or writer is None:
-                    flush()
-            finally:
-                if writer is not None:
-                    writer.close()
+    def _merge_into(self, sink: Any, sources: Sequence[tuple[Path, Any, bool]], table: str,
+                    target: Any, extras: dict[str, Any], batch_rows: int) -> int:
+        """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
+        chunks of whole videos sorted by start, end, text, conformed to ``target``."""
+        import heapq
 
-        atomic_write(self.table_path(table), write)
-        return total
-
-    def _video_groups(self, path: Path, keep: Any) -> Iterator[tuple[str, Any]]:
-        """``(video_id, rows)`` of a file in video order, a record batch read at a time."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not path.name.startswith(BATCH_PREFIX):  # a per-video part: one small group
+        keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
+        streams = [self._video_groups(path, keep, grouped) for path, keep, grouped in sources]
+        writer: pq.ParquetWriter | None = None
+        batch: list[Any] = []
+        total = rows = 0
+
+        def flush() -> None:
+            nonlocal writer, total
+            if batch:
+                df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
+            else:
+                df = empty_table(table)
+            for c in extras:
+                if c not in df.columns:
+                    df[c] = pd.Series([None] * len(df), dtype=object)
+            df = conform(df, table)[target.names].sort_values(keys, kind="stable")
+            out = pa.Table.from_pandas(df, preserve_index=False)
+            out = out.cast(target.with_metadata(out.schema.metadata))
+            if writer is None:
+                writer = pq.ParquetWriter(sink, out.schema)
+            writer.write_table(out)
+            total += len(out)
+
+        try:
+            last = None
+            for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
+                if rows >= batch_rows and vid != last:  # a chunk holds whole videos
+                    flush()
+                    batch, rows = [], 0
+                batch.append(group)
+                rows += group.num_rows
+                last = vid
+            if batch or writer is None:
+                flush()
+        finally:
+            if writer is not None:
+                writer.close()
+            for stream in streams:
+                stream.close()
+        return total
+
+    def _video_groups(self, path: Path, keep: Any, grouped: bool = True
+                      ) -> Iterator[tuple[str, Any]]:
+        """``(video_id, rows)`` of a file in video order, a record batch read at a time
+        (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not grouped:  # a per-video part: one small group
             t = self._read_source(path, keep)
             if t is not None and t.num_rows:
                 ids = t["video_id"].to_pylist()
@@ -588,7 +728,8 @@ class RunDir:
                         yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
             return
         try:
-            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
+                                buffer_size=STREAM_BUFFER)  # not a whole column chunk each
             for rb in pf.iter_batches(batch_size=STREAM_ROWS):
                 t = pa.Table.from_batches([rb])
                 if keep is not None:
@@ -698,17 +839,38 @@ class RunDir:
         return whole
 
     def status_table(self) -> pd.DataFrame:
-        """``DIR/status.parquet``: every stage's newest record of every video."""
-        frames = []
-        for stage in sorted(self.stages_with_results()):
-            view = self.records(stage)
-            if len(view):
-                frames.append(view.reset_index().drop(columns=["batch", "metrics"],
-                                                      errors="ignore"))
-        df = pd.concat(frames, ignore_index=True) if frames else empty_table("status")
-        df = conform(df, "status").sort_values(["stage", "video_id"]).reset_index(drop=True)
-        atomic_write_parquet(df, self.table_path("status"))
-        return df
+        """``DIR/status.parquet``: every stage's newest record of every video (written by
+        ``write_status_table``, then read back as a frame for callers that want one)."""
+        self.write_status_table()
+        return read_parquet(self.table_path("status"))
+
+    def write_status_table(self) -> int:
+        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time from
+        its newest records as Arrow columns: no frame of every video and stage (2.4M rows
+        for a HowTo100M caption run). Returns the row count."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from howtocap.schemas import arrow_schema
+
+        target = arrow_schema("status")
+        cols = [c for c in target.names if c not in ("video_id", "stage")]
+        total = [0]
+
+        def write(tmp: str) -> None:
+            with pq.ParquetWriter(tmp, target) as writer:
+                for stage in sorted(self.stages_with_results()):
+                    t = self.newest(stage, cols)
+                    if not t.num_rows:
+                        continue
+                    t = t.take(pc.sort_indices(t, sort_keys=[("video_id", "ascending")]))
+                    t = t.append_column("stage", pa.array([stage] * t.num_rows, pa.string()))
+                    writer.write_table(t.select(target.names).cast(target))
+                    total[0] += t.num_rows
+
+        atomic_write(self.table_path("status"), write)
+        return total[0]
 
     # -- fingerprints, stats, invalidation ------------------------------------------------
     def fingerprint_path(self, stage: str) -> Path:
@@ -910,8 +1072,10 @@ class RunDir:
 BATCH_PREFIX = "batch-"
 FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
 MANIFEST_META = b"howtocap_batch"
-STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
+STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
+MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
 
 
 @dataclass
@@ -982,6 +1146,78 @@ def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
     df = pd.DataFrame(cols)
     return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
                       "attempts": "int64"})
+
+
+@functools.cache
+def _record_types() -> dict[str, Any]:
+    """The Arrow type of each status record column (pyarrow imported on first use)."""
+    import pyarrow as pa
+
+    return {"status": pa.string(), "message": pa.string(), "seconds": pa.float64(),
+            "finished_at": pa.float64(), "warnings": pa.int64(), "cause": pa.string(),
+            "attempts": pa.int64(), "config_id": pa.string(), "metrics": pa.string(),
+            "stage": pa.string(), "video_id": pa.string()}
+
+
+MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
+
+
+def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
+    """``table`` with exactly ``cols``, a missing record column filled with its default."""
+    import pyarrow as pa
+
+    out = {}
+    for c in cols:
+        kind = _record_types().get(c, pa.string())
+        if c in table.column_names:
+            col = table.column(c)
+            out[c] = col.cast(kind) if col.type != kind else col
+        else:
+            d = DEFAULT_RECORD.get(c, "")
+            out[c] = pa.array([d] * table.num_rows, kind)
+    return pa.table(out)
+
+
+def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
+    """Only ``cols`` of each manifest (page checksums verified), a few files at a time on
+    threads: per path an Arrow table, None (gone) or the ``CorruptFile`` it raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def one(path: Path) -> Any:
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            have = set(pf.schema_arrow.names)
+            return _with_defaults(pf.read(columns=[c for c in cols if c in have],
+                                          use_threads=False), cols)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, OSError) as exc:
+            return CorruptFile(f"{path}: corrupt or truncated manifest "
+                               f"({' '.join(str(exc).split())[:80]})")
+
+    if len(paths) < 8:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(MANIFEST_THREADS) as pool:
+        return list(pool.map(one, paths))
+
+
+def _last_per_key(keys: Any) -> Any:
+    """Row positions of the last occurrence of each key (rows in commit order: the newest
+    record of each video), in row order; numpy over dictionary codes, no Python per row."""
+    import pyarrow.compute as pc
+
+    keys = keys.combine_chunks() if hasattr(keys, "combine_chunks") else keys
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    codes = pc.dictionary_encode(keys).indices.to_numpy()
+    order = np.argsort(codes, kind="stable")
+    ranked = codes[order]
+    last = order[np.append(ranked[1:] != ranked[:-1], True)]
+    last.sort()
+    return last
 
 
 class _StageIndex:
@@ -1153,16 +1389,3 @@ def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
                           f"({' '.join(str(exc).split())[:80]})") from None
     meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
     return _normalise(t.to_pandas()), meta
-
-
-def _raise_open_files_limit() -> None:
-    """A k-way merge opens every batch file of a table at once (1,200 at HowTo100M with
-    1,000-video batches): raise the soft limit on open files to the hard one."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass

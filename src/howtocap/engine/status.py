@@ -2,14 +2,15 @@
 
 Read-only: it reads the batch manifests (and an older run's per-video status records), the
 stage fingerprints and the per-stage totals ``run_stage`` keeps (wall time and the stages'
-counts), never the parts; each stage's records as columns, never one object per video. Which stages
+counts), never the parts; each stage's newest records as Arrow columns (only the five it
+counts), never one object per video: a million videos in a few seconds. Which stages
 exist, in which order, and which stage feeds which comes from the ``StageGraph`` the caller
 gives (``pipeline.run.run_status``: every step's, in pipeline order).
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,18 @@ def status_of(run_dir: str | Path, graph: StageGraph,
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "not a run directory")
+    import numpy as np
+    import pyarrow.compute as pc
+
     rd = RunDir(root, create=False)
-    videos = rd.videos()
-    n_videos = len(videos)
-    records = {st: rd.records(st) for st in _stages(rd, graph.names)}
-    if not records and not n_videos:
+    n_videos = _count_videos(rd)
+    cols = ("status", "cause", "attempts", "warnings", "seconds")
+    records = {st: rd.newest(st, cols) for st in _stages(rd, graph.names)}
+    if not records and n_videos is None:
         raise InputError(root, "not a howtocap run directory (no videos.parquet, no status)")
-    is_ok = {st: (df["status"] == "ok").to_numpy() for st, df in records.items()}
+    n_videos = n_videos or 0
+    is_ok = {st: pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
+             for st, t in records.items()}
     count_ok = {st: int(ok.sum()) for st, ok in is_ok.items()}
     count_failed = {st: len(ok) - count_ok[st] for st, ok in is_ok.items()}
     out: list[dict[str, Any]] = []
@@ -72,23 +78,45 @@ def status_of(run_dir: str | Path, graph: StageGraph,
             total = count_ok[feeder]
         else:
             total = max(n_videos, done + failed)
-        bad = recs[~is_ok[stage]]
-        causes: dict[str, list[str]] = defaultdict(list)
-        for vid, cause in zip(bad.index, bad["cause"], strict=True):
-            causes[cause or "internal"].append(str(vid))
-        attempts = Counter(int(a) for a in bad["attempts"])
+        bad = recs.filter(~is_ok[stage]).select(["video_id", "cause", "attempts"])
+        causes = _failures(bad)  # only the failed rows leave Arrow
+        attempts = Counter(int(a) for a in bad.column("attempts").to_numpy())
         stats = rd.read_stats(stage)
         fp = rd.read_fingerprint(stage)
+        warned = is_ok[stage] & (recs.column("warnings").to_numpy() > 0)
         out.append({
             "stage": stage, "done": done, "failed": failed,
             "pending": max(0, total - done - failed),
-            "warned": int((is_ok[stage] & (recs["warnings"].to_numpy() > 0)).sum()),
-            "failures": {c: {"count": len(causes[c]), "examples": sorted(causes[c])[:EXAMPLES]}
-                         for c in (*CAUSES, *sorted(set(causes) - set(CAUSES))) if causes[c]},
+            "warned": int(np.count_nonzero(warned)),
+            "failures": {c: causes[c] for c in (*CAUSES, *sorted(set(causes) - set(CAUSES)))
+                         if c in causes},
             "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
             "wall_seconds": round(stats.get("wall_seconds", 0.0), 3),
-            "video_seconds": round(float(recs["seconds"].sum()), 3),
+            "video_seconds": round(float(pc.sum(recs.column("seconds")).as_py() or 0.0), 3),
             "throughput": _throughput(stats, rates or {}),
             "config_id": fp["config_id"] if fp else None,
         })
     return {"run_dir": str(root), "videos": n_videos, "stages": out}
+
+
+def _count_videos(rd: RunDir) -> int | None:
+    """Rows of ``videos.parquet`` from its footer (None: no such file), not the table."""
+    import pyarrow.parquet as pq
+
+    path = rd.table_path("videos")
+    if not path.exists():
+        return None
+    return pq.read_metadata(path).num_rows
+
+
+def _failures(bad: Any) -> dict[str, dict[str, Any]]:
+    """Per cause ("" counts as internal): how many, and the first ids in sorted order."""
+    import pyarrow.compute as pc
+
+    cause = pc.if_else(pc.equal(bad.column("cause"), ""), "internal", bad.column("cause"))
+    out: dict[str, dict[str, Any]] = {}
+    for c in sorted(set(pc.unique(cause).to_pylist())):
+        ids = bad.column("video_id").filter(pc.equal(cause, c))
+        first = pc.take(ids, pc.sort_indices(ids)[:EXAMPLES]).to_pylist()
+        out[str(c)] = {"count": len(ids), "examples": first}
+    return out
