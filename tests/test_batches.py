@@ -222,7 +222,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
     assert rd.merge_streaming("subtitles", batch_rows=4) == len(want)
-    assert most[0] == 3 and open_now[0] == 0
+    assert 1 < most[0] <= 3 and open_now[0] == 0
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
     ids = set(want["video_id"])
     assert "v_00" in ids and not ids & {"v_01", "v_09", "v_12"} and len(ids) == 20

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import time
@@ -118,6 +119,7 @@ class RunDir:
         self._indexes: dict[str, _StageIndex] = {}
         self._whole: dict[Path, bool] = {}  # batch files found whole (written once)
         self._batch_cache: dict[Path, _BatchFile] = {}  # decoded for read_part
+        self._manifests: dict[Path, pd.DataFrame] = {}  # decoded for ``status``
         self._claims = 0
         self._index_dirs: dict[str, tuple[Path, Path]] = {}
         self._stages: tuple[int, list[str]] = (-1, [])  # (folder mtime, stages with batches)
@@ -390,7 +392,9 @@ class RunDir:
                 idx = self._index(st)
                 tables = {t: self.read_part(t, video_id) for t in idx.writes if t != table}
                 tables = {t: v for t, v in tables.items() if v is not None}
-                self.commit_batch(st, idx.writes, [_record(video_id, row)], {**tables, table: df})
+                rec = self.status(st, video_id)
+                assert rec is not None
+                self.commit_batch(st, idx.writes, [rec], {**tables, table: df})
                 return
         atomic_write_parquet(conform(df, table) if table in SCHEMAS else df,
                              self.part_path(table, video_id))
@@ -638,10 +642,14 @@ class RunDir:
                     scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
                                                     dir=self.cache_dir))
                 level = []
-                for lo in range(0, len(sources), MERGE_FAN_IN):
+                # as few levels as the fan-in allows, groups as small as they allow (memory
+                # goes with the files open at once): 1,200 batches -> 35 files of 35 -> 1
+                levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
+                group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+                for lo in range(0, len(sources), group):
                     merged += 1
                     out = scratch / f"level-{merged:06d}.parquet"
-                    self._merge_into(str(out), sources[lo:lo + MERGE_FAN_IN], table, target,
+                    self._merge_into(str(out), sources[lo:lo + group], table, target,
                                      extras, batch_rows)
                     level.append((out, None, True))
                 for path, _, _ in sources:
@@ -784,14 +792,37 @@ class RunDir:
     def status(self, stage: str, video_id: str) -> StatusRecord | None:
         """The video's newest record of ``stage`` (as of this process's last look at the
         run directory: ``run_stage`` looks again before it claims)."""
-        row = self._index(stage).lookup(video_id)
-        return None if row is None else _record(video_id, row)
+        idx = self._index(stage)
+        row = idx.lookup(video_id)
+        return None if row is None else _record(video_id, {**self._rest(idx, video_id, row),
+                                                           **row, "stage": stage})
+
+    def _rest(self, idx: _StageIndex, video_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The columns of a video's record the index leaves out (message, seconds, ...):
+        from its manifest (a few decoded at a time) or its per-video record."""
+        if not row["batch"]:
+            return idx.legacy_row(video_id)
+        path = self.manifest_path(idx.stage, row["batch"])
+        rows = self._manifests.get(path)
+        if rows is None:
+            try:
+                df, _ = _read_manifest(path)
+            except (FileNotFoundError, CorruptFile):
+                return {}
+            rows = self._manifests[path] = df.drop_duplicates("video_id", keep="last") \
+                .set_index("video_id")
+            while len(self._manifests) > BATCH_CACHE:
+                self._manifests.pop(next(iter(self._manifests)))
+        if video_id not in rows.index:
+            return {}
+        return {c: _plain(v) for c, v in rows.loc[video_id].items()}
 
     def is_done(self, stage: str, video_id: str, table: str | None = None,
                 config_id: str | None = None) -> bool:
         """An ``ok`` record (made with ``config_id`` when given) whose rows' file is whole."""
-        rec = self.status(stage, video_id)
-        return self.record_done(rec, table, config_id) if rec is not None else False
+        row = self._index(stage).lookup(video_id)  # what the check needs: no manifest read
+        return self.record_done(_record(video_id, {**row, "stage": stage}), table, config_id) \
+            if row is not None else False
 
     def done_among(self, stage: str, video_ids: Sequence[str], table: str | None = None
                    ) -> list[bool]:
@@ -901,11 +932,12 @@ class RunDir:
         return False
 
     def status_records(self, stage: str) -> list[StatusRecord]:
-        """Every video's newest record of ``stage`` (small runs and tests; ``records`` is
-        the same as columns)."""
-        view = self.records(stage)
-        cols = {c: view[c].tolist() for c in view.columns}
-        return [_record(str(v), {c: cols[c][i] for c in cols}) for i, v in enumerate(view.index)]
+        """Every video's newest record of ``stage``, whole (small runs and tests; ``records``
+        is the index's columns, ``newest`` any columns as Arrow)."""
+        t = self.newest(stage, _RECORD_COLS)
+        cols = {c: t.column(c).to_pylist() for c in t.column_names}
+        return [_record(v, {c: cols[c][i] for c in cols if c != "video_id"})
+                for i, v in enumerate(cols["video_id"])]
 
     def invalidate(self, stage: str, tables: Iterable[str]) -> None:
         """Forget a stage's results (``--redo``): its status records and manifests, parts,
@@ -921,6 +953,7 @@ class RunDir:
         self._indexes.clear()
         self._whole.clear()
         self._batch_cache.clear()
+        self._manifests.clear()
         for t in tables:
             self.table_path(t).unlink(missing_ok=True)
         self.stats_path(stage).unlink(missing_ok=True)
@@ -1108,6 +1141,9 @@ LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as de
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
 _BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
 _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
+# what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
+INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
+_LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
 
 
 def _writer_alive(batch: str) -> bool:
@@ -1237,7 +1273,8 @@ class _StageIndex:
         self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
         self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
         self._view: pd.DataFrame | None = None
-        self._pos: dict[str, int] | None = None
+        self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
+        self._legacy_by_id: pd.DataFrame | None = None
 
     def refresh(self, rd: RunDir) -> None:
         folder = rd.batch_dir(self.stage)
@@ -1266,7 +1303,7 @@ class _StageIndex:
 
     def add(self, batch: str, df: pd.DataFrame, writes: list[str]) -> None:
         self.seen.add(f"{batch}.parquet")
-        self.batched.append(df.assign(batch=batch))
+        self.batched.append(df[INDEX_COLS].assign(batch=batch))
         self.log.append(pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
@@ -1296,37 +1333,77 @@ class _StageIndex:
                 rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
         self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
             if rows else None
-        self._view = self._pos = None
+        self._view = self._pos = self._legacy_by_id = None
+
+    def legacy_row(self, video_id: str) -> dict[str, Any]:
+        """An older run's per-video record of ``video_id`` (every column), or {}."""
+        if self.legacy is None:
+            return {}
+        if self._legacy_by_id is None:
+            self._legacy_by_id = self.legacy.drop_duplicates("video_id", keep="last") \
+                .set_index("video_id")
+        if video_id not in self._legacy_by_id.index:
+            return {}
+        return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
 
     def view(self) -> pd.DataFrame:
+        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
+        index video_id; the few-valued columns are categories (a byte a video)."""
         if self._view is None:
             if self.batched:
                 parts = ([self.folded] if self.folded is not None else []) + self.batched
+                parts = [_plain_columns(f) for f in parts]
                 df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
                 df = df.sort_values("batch", kind="stable")
-                self.folded = df.drop_duplicates("video_id", keep="last")
+                self.folded = _categories(df.drop_duplicates("video_id", keep="last"))
                 self.batched = []
-            frames = [f for f in (self.legacy, self.folded) if f is not None]
+            legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
+            frames = [f for f in (legacy, self.folded) if f is not None]
             if not frames:
-                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*_RECORD_COLS, "batch"]})
+                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*INDEX_COLS, "batch"]})
             elif len(frames) == 1:
                 df = frames[0]
             else:
-                df = pd.concat(frames, ignore_index=True).drop_duplicates("video_id",
-                                                                          keep="last")
-            df = df[(df["status"] != FORGOTTEN).to_numpy()]
+                df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
+                df = df.drop_duplicates("video_id", keep="last")
+            df = _categories(df[(df["status"] != FORGOTTEN).to_numpy()])
             self._view = df.set_index("video_id", drop=True)
         return self._view
 
     def lookup(self, video_id: str) -> dict[str, Any] | None:
+        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
+        binary search over the ids' 64-bit hashes (16 bytes a video) rather than a dict of
+        every id (a Python string and a slot each: hundreds of MB at 1.2M videos)."""
         view = self.view()
         if self._pos is None:
-            self._pos = {v: i for i, v in enumerate(view.index)}
-            self._cols = {c: view[c].to_numpy() for c in view.columns}
-        i = self._pos.get(video_id)
-        if i is None:
-            return None
-        return {c: _plain(a[i]) for c, a in self._cols.items()}
+            ids = view.index.to_numpy(dtype=object)
+            hashes = pd.util.hash_array(ids) if len(ids) else np.zeros(0, np.uint64)
+            order = np.argsort(hashes, kind="stable")
+            self._pos = (hashes[order], order)
+            self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
+                          if isinstance(view[c].dtype, pd.CategoricalDtype)
+                          else (view[c].to_numpy(), None) for c in view.columns}
+        hashes, order = self._pos
+        h = pd.util.hash_array(np.array([video_id], dtype=object))[0]
+        lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
+        for k in range(int(lo), int(hi)):
+            i = int(order[k])
+            if view.index[i] == video_id:
+                return {c: _plain(a[i] if cats is None else
+                                  (cats[a[i]] if a[i] >= 0 else None))
+                        for c, (a, cats) in self._cols.items()}
+        return None
+
+
+def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Categories back to values (frames with other categories concatenate as objects)."""
+    cats = [c for c in _LOW_CARDINALITY if c in df.columns
+            and isinstance(df[c].dtype, pd.CategoricalDtype)]
+    return df.astype({c: object for c in cats}) if cats else df
+
+
+def _categories(df: pd.DataFrame) -> pd.DataFrame:
+    return df.astype({c: "category" for c in _LOW_CARDINALITY if c in df.columns})
 
 
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
