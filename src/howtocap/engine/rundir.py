@@ -46,7 +46,7 @@ from howtocap.atomic import (
     writer_tag,
 )
 from howtocap.hashing import safe_name
-from howtocap.schemas import SCHEMAS, Rows, conform, empty_table, rows
+from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
 
 
 def _start_ticks(pid: int) -> str:
@@ -682,18 +682,22 @@ class RunDir:
         batch: list[Any] = []
         total = rows = 0
 
+        meta = arrow_schema(table).metadata if table in SCHEMAS and not extras else None
+
         def flush() -> None:
             nonlocal writer, total
-            if batch:
-                df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
-            else:
-                df = empty_table(table)
-            for c in extras:
-                if c not in df.columns:
-                    df[c] = pd.Series([None] * len(df), dtype=object)
-            df = conform(df, table)[target.names].sort_values(keys, kind="stable")
-            out = pa.Table.from_pandas(df, preserve_index=False)
-            out = out.cast(target.with_metadata(out.schema.metadata))
+            out = _sorted_as_is(batch, target, keys, meta) if meta is not None else None
+            if out is None:  # other columns or types, or nulls: conform through pandas
+                if batch:
+                    df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
+                else:
+                    df = empty_table(table)
+                for c in extras:
+                    if c not in df.columns:
+                        df[c] = pd.Series([None] * len(df), dtype=object)
+                df = conform(df, table)[target.names].sort_values(keys, kind="stable")
+                out = pa.Table.from_pandas(df, preserve_index=False)
+                out = out.cast(target.with_metadata(out.schema.metadata))
             if writer is None:
                 writer = pq.ParquetWriter(sink, out.schema)
             writer.write_table(out)
@@ -882,8 +886,6 @@ class RunDir:
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
-
-        from howtocap.schemas import arrow_schema
 
         target = arrow_schema("status")
         cols = [c for c in target.names if c not in ("video_id", "stage")]
@@ -1157,6 +1159,22 @@ def _writer_alive(batch: str) -> bool:
         ns = int(batch.split("-")[1])
         return time.time() - ns / 1e9 < Owner.me().lease
     return pid_alive(int(m.group(2)))
+
+
+def _sorted_as_is(parts: list[Any], target: Any, keys: list[str], meta: Any) -> Any:
+    """A merge chunk sorted by ``keys`` in Arrow (a stable sort, the order pandas gives),
+    when its parts already have ``target``'s columns and types and no nulls (what batch files
+    and merge levels hold), so ``conform`` has nothing to change; else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not parts or any(not p.schema.equals(target, check_metadata=False) for p in parts):
+        return None
+    t = pa.concat_tables(parts).combine_chunks()
+    if any(col.null_count for col in t.columns):
+        return None
+    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
+    return t.replace_schema_metadata(meta)
 
 
 def _write_arrow_batch(table: Any, path: Path) -> None:
