@@ -1390,19 +1390,20 @@ class _StageIndex:
 
     def lookup(self, video_id: str) -> dict[str, Any] | None:
         """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
-        binary search over the ids' 64-bit hashes (16 bytes a video) rather than a dict of
-        every id (a Python string and a slot each: hundreds of MB at 1.2M videos)."""
+        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
+        the index) rather than a dict of every id (a Python string and a slot each: hundreds
+        of MB at 1.2M videos)."""
         view = self.view()
         if self._pos is None:
             ids = view.index.to_numpy(dtype=object)
-            hashes = pd.util.hash_array(ids) if len(ids) else np.zeros(0, np.uint64)
+            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
             order = np.argsort(hashes, kind="stable")
             self._pos = (hashes[order], order)
             self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
                           if isinstance(view[c].dtype, pd.CategoricalDtype)
                           else (view[c].to_numpy(), None) for c in view.columns}
         hashes, order = self._pos
-        h = pd.util.hash_array(np.array([video_id], dtype=object))[0]
+        h = hash(video_id)  # Python's: the same in this process, cheap for one string
         lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
         for k in range(int(lo), int(hi)):
             i = int(order[k])
