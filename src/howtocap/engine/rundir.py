@@ -202,7 +202,7 @@ class RunDir:
         manifest = _records_frame(records)
         meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
         self._write_manifest(self.manifest_path(stage, bid), manifest, meta)
-        self._index(stage).add(bid, manifest, list(writes))
+        self._index(stage).add(bid, manifest, list(writes), own=True)
         return bid
 
     def _write_manifest(self, path: Path, df: pd.DataFrame, meta: str) -> None:
@@ -304,15 +304,17 @@ class RunDir:
             empty = {c: pa.array([], _record_types().get(c, pa.string())) for c in cols}
             return pa.table({**empty, "batch": pa.DictionaryArray.from_arrays(
                 pa.array([], pa.int32()), labels)})
-        table = pa.concat_tables(parts, promote_options="permissive")
-        order = np.concatenate(codes)
-        keep = _last_per_key(table.column("video_id"))
-        table = table.take(keep).append_column("batch", pa.DictionaryArray.from_arrays(
-            pa.array(order[keep]), labels))
         import pyarrow.compute as pc
 
-        return table if forgotten else table.filter(pc.not_equal(table.column("status"),
-                                                                  FORGOTTEN))
+        table = pa.concat_tables(parts, promote_options="permissive")
+        order = np.concatenate(codes)
+        del parts, codes, found  # the table holds the columns: one copy alive, not two
+        keep = _last_per_key(table.column("video_id"))
+        if not forgotten:  # left out before the copy below, not filtered after it
+            live = pc.not_equal(pc.take(table.column("status"), pa.array(keep)), FORGOTTEN)
+            keep = keep[live.to_numpy(zero_copy_only=False)]
+        return table.take(keep).append_column("batch", pa.DictionaryArray.from_arrays(
+            pa.array(order[keep]), labels))
 
     def _legacy_records(self, stage: str) -> pd.DataFrame | None:
         """An older run's per-video status records of ``stage`` (None when it has none)."""
@@ -523,6 +525,7 @@ class RunDir:
         per-video parts of older runs unless a manifest has named their video since. From
         each stage's newest records as Arrow columns (``newest``), not a frame per video."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
         for st in self.writers(table):
@@ -531,8 +534,8 @@ class RunDir:
             code = batch.indices.to_numpy(zero_copy_only=False)
             ids = t.column("video_id").combine_chunks()
             named.append(ids.filter(pa.array(code > 0)))
-            ok = (code > 0) & (t.column("status").combine_chunks().to_numpy(
-                zero_copy_only=False) == "ok")
+            ok = (code > 0) & pc.equal(t.column("status"), "ok").to_numpy(
+                zero_copy_only=False)
             live, live_code = ids.filter(pa.array(ok)), code[ok]
             order = np.argsort(live_code, kind="stable")
             ranked = live_code[order]
@@ -545,8 +548,6 @@ class RunDir:
         legacy = sorted(p for p in folder.glob("*.parquet")
                         if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
         if legacy:
-            import pyarrow.compute as pc
-
             skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
             for p in legacy:
                 yield p, ("not", skip) if len(skip) else None
@@ -897,9 +898,12 @@ class RunDir:
                     t = self.newest(stage, cols)
                     if not t.num_rows:
                         continue
-                    t = t.take(pc.sort_indices(t, sort_keys=[("video_id", "ascending")]))
-                    t = t.append_column("stage", pa.array([stage] * t.num_rows, pa.string()))
-                    writer.write_table(t.select(target.names).cast(target))
+                    order = pc.sort_indices(t.column("video_id"))
+                    for lo in range(0, t.num_rows, STATUS_ROWS):  # a slice copied at a time
+                        part = t.take(order[lo:lo + STATUS_ROWS])
+                        part = part.append_column("stage", pa.array([stage] * part.num_rows,
+                                                                    pa.string()))
+                        writer.write_table(part.select(target.names).cast(target))
                     total[0] += t.num_rows
 
         atomic_write(self.table_path("status"), write)
@@ -1109,6 +1113,7 @@ FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``fo
 MANIFEST_META = b"howtocap_batch"
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+STATUS_ROWS = 65_536  # rows of status.parquet sorted and written at a time
 STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
 MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
 
@@ -1213,11 +1218,13 @@ def _record_types() -> dict[str, Any]:
             "stage": pa.string(), "video_id": pa.string()}
 
 
+_DICT_COLS = ("status", "cause", "config_id", "message", "stage")
 MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
 
 
 def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
-    """``table`` with exactly ``cols``, a missing record column filled with its default."""
+    """``table`` with exactly ``cols``, a missing record column filled with its default;
+    the few-valued text columns (``_DICT_COLS``) dictionary-encoded (a few bytes a row)."""
     import pyarrow as pa
 
     out = {}
@@ -1225,10 +1232,14 @@ def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
         kind = _record_types().get(c, pa.string())
         if c in table.column_names:
             col = table.column(c)
-            out[c] = col.cast(kind) if col.type != kind else col
         else:
-            d = DEFAULT_RECORD.get(c, "")
-            out[c] = pa.array([d] * table.num_rows, kind)
+            col = pa.array([DEFAULT_RECORD.get(c, "")] * table.num_rows, kind)
+        if c in _DICT_COLS:
+            if not pa.types.is_dictionary(col.type):
+                col = col.cast(kind).dictionary_encode()
+        elif col.type != kind:
+            col = col.cast(kind)
+        out[c] = col
     return pa.table(out)
 
 
@@ -1242,7 +1253,8 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
 
     def one(path: Path) -> Any:
         try:
-            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            pf = pq.ParquetFile(path, page_checksum_verification=True,
+                                read_dictionary=[c for c in cols if c in _DICT_COLS])
             have = set(pf.schema_arrow.names)
             return _with_defaults(pf.read(columns=[c for c in cols if c in have],
                                           use_threads=False), cols)
@@ -1260,16 +1272,18 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
 
 def _last_per_key(keys: Any) -> Any:
     """Row positions of the last occurrence of each key (rows in commit order: the newest
-    record of each video), in row order; numpy over dictionary codes, no Python per row."""
+    record of each video), in row order. A stable sort of the keys (Arrow) and a look at
+    neighbours (numpy): no hash table of every id, no Python object per row."""
     import pyarrow.compute as pc
 
-    keys = keys.combine_chunks() if hasattr(keys, "combine_chunks") else keys
     if not len(keys):
         return np.zeros(0, np.int64)
-    codes = pc.dictionary_encode(keys).indices.to_numpy()
-    order = np.argsort(codes, kind="stable")
-    ranked = codes[order]
-    last = order[np.append(ranked[1:] != ranked[:-1], True)]
+    order = pc.sort_indices(keys)  # stable: equal ids keep their commit order
+    ranked = keys.take(order)
+    if hasattr(ranked, "combine_chunks"):
+        ranked = ranked.combine_chunks()
+    differs = pc.not_equal(ranked.slice(1), ranked.slice(0, len(ranked) - 1))
+    last = order.to_numpy()[np.append(differs.to_numpy(zero_copy_only=False), True)]
     last.sort()
     return last
 
@@ -1319,10 +1333,14 @@ class _StageIndex:
             self.add(path.stem, df, meta.get("writes", []))
         self._refresh_legacy(rd)
 
-    def add(self, batch: str, df: pd.DataFrame, writes: list[str]) -> None:
+    def add(self, batch: str, df: pd.DataFrame, writes: list[str], own: bool = False) -> None:
+        """Fold in a manifest read (or, ``own``, just committed by this process: not logged
+        for ``finished_since``, whose callers never claim their own results again, so a
+        long run does not gather every id it finished)."""
         self.seen.add(f"{batch}.parquet")
         self.batched.append(df[INDEX_COLS].assign(batch=batch))
-        self.log.append(pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
+        self.log.append(pd.Index([]) if own else
+                        pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
         self.batches.add(batch)
