@@ -420,15 +420,20 @@ def main() -> None:
               "forget_rate": FORGET_RATE})
     r.setdefault("runs", {})
     r.setdefault("driver", {})
-    for n in args.sizes:
-        got = measure_size(n, trees)
-        r["runs"][str(n)] = {**r["runs"].get(str(n), {}), **got}
-        r["sizes"] = sorted(r["runs"], key=int)
-        res_path.write_text(json.dumps(r, indent=1) + "\n")
-    for n in args.driver:
-        got = measure_driver(n, trees)
-        r["driver"][str(n)] = {**r["driver"].get(str(n), {}), **got}
-        res_path.write_text(json.dumps(r, indent=1) + "\n")
+    try:
+        for n in args.sizes:
+            got = measure_size(n, trees)
+            r["runs"][str(n)] = {**r["runs"].get(str(n), {}), **got}
+            r["sizes"] = sorted(r["runs"], key=int)
+            res_path.write_text(json.dumps(r, indent=1) + "\n")
+        for n in args.driver:
+            got = measure_driver(n, trees)
+            r["driver"][str(n)] = {**r["driver"].get(str(n), {}), **got}
+            res_path.write_text(json.dumps(r, indent=1) + "\n")
+    finally:  # the before worktree is registered in the shared .git: not left behind
+        if "before" in trees:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(trees["before"].parent)], capture_output=True)
     r["sizes"] = sorted(r["runs"], key=int)
     summarise(r)
     res_path.write_text(json.dumps(r, indent=1) + "\n")
