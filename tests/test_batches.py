@@ -190,3 +190,119 @@ def test_batch_seconds_commits_a_batch_that_is_not_full(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run")
     run_stage(rd, ITEMS[:4], Lines(), progress=False, batch_size=1000, batch_seconds=0)
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 4  # every result at once
+
+
+def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More batch files than ``MERGE_FAN_IN``: merged in levels, never more than that many
+    read at once (the old merge opened every batch file of the table together), and the
+    same rows in the same order as the in-memory merge, old per-video parts included."""
+    import howtocap.engine.rundir as rundir_mod
+
+    monkeypatch.setattr(rundir_mod, "MERGE_FAN_IN", 3)
+    monkeypatch.setattr(rundir_mod, "STREAM_ROWS", 2)
+    write_old_layout(tmp_path / "run", ["v_00", "v_01", "v_02", "v_03"], [])
+    rd = RunDir(tmp_path / "run")
+    many = [VideoItem(f"v_{i:02d}", None) for i in range(23)]
+    run_stage(rd, many, Lines(fail={"v_09"}), progress=False, batch_size=2)
+    rd.forget("lines", ["v_01", "v_12"])  # a per-video part and a batch's video
+    assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 11
+    open_now, most = [0], [0]
+    groups = rundir_mod.RunDir._video_groups
+
+    def counted(self: RunDir, *args: Any, **kwargs: Any) -> Any:
+        open_now[0] += 1
+        most[0] = max(most[0], open_now[0])
+        try:
+            yield from groups(self, *args, **kwargs)
+        finally:
+            open_now[0] -= 1
+
+    monkeypatch.setattr(rundir_mod.RunDir, "_video_groups", counted)
+    rd.merge("subtitles")
+    want = pd.read_parquet(rd.table_path("subtitles"))
+    assert rd.merge_streaming("subtitles", batch_rows=4) == len(want)
+    assert 1 < most[0] <= 3 and open_now[0] == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
+    ids = set(want["video_id"])
+    assert "v_00" in ids and not ids & {"v_01", "v_09", "v_12"} and len(ids) == 20
+    assert not list((rd.cache_dir).glob(".merge-*"))  # the levels' files are gone
+
+
+def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
+        tmp_path: Path) -> None:
+    """``status`` (column-wise over manifests) against a per-video replay of every record
+    committed: retries supersede failures, forgotten videos are pending, old per-video
+    records count until a manifest names their video, a corrupt manifest is dropped (with
+    a warning) and its videos fall back to their older records."""
+    import random
+
+    from howtocap.atomic import CorruptPartWarning
+    from howtocap.engine.graph import StageGraph
+    from howtocap.engine.rundir import FORGOTTEN, StatusRecord
+    from howtocap.engine.stage import CAUSES
+    from howtocap.engine.status import status_of
+
+    rng = random.Random(7)
+    ids = [f"v{rng.getrandbits(32):08x}_{i}" for i in range(400)]
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos(VideoItem(v, None) for v in ids)
+    legacy = [StatusRecord(v, "lines", rng.choice(["ok", "error"]), cause=rng.choice(CAUSES))
+              for v in ids[:60]]  # an older run's per-video records
+    for rec in legacy:
+        rd.write_status(rec)
+    commits: list[list[StatusRecord]] = []  # in manifest order
+    attempts: dict[str, int] = {r.video_id: 1 for r in legacy}
+    for _ in range(12):  # rounds of batches over random subsets: retries, new failures
+        recs = []
+        for vid in rng.sample(ids, rng.randint(20, 90)):
+            ok = rng.random() < 0.7
+            attempts[vid] = attempts.get(vid, 0) + 1
+            recs.append(StatusRecord(vid, "lines", "ok" if ok else "error",
+                                     cause="" if ok else rng.choice([*CAUSES, ""]),
+                                     attempts=attempts[vid], seconds=0.25,
+                                     warnings=int(rng.random() < 0.2)))
+        rd.commit_batch("lines", ["subtitles"], recs, {})
+        commits.append(recs)
+    gone = rng.sample(sorted(attempts), 15)
+    rd.forget("lines", gone)
+    commits.append([StatusRecord(v, "lines", FORGOTTEN) for v in sorted(set(gone))])
+
+    def replay(skip: int | None = None) -> dict[str, StatusRecord]:
+        newest = {r.video_id: r for r in legacy}
+        for i, recs in enumerate(commits):
+            if i != skip:
+                newest.update({r.video_id: r for r in recs})
+        return {v: r for v, r in newest.items() if r.status != FORGOTTEN}
+
+    def expected(live: dict[str, StatusRecord]) -> dict[str, Any]:
+        bad = sorted((r for r in live.values() if r.status != "ok"), key=lambda r: r.video_id)
+        causes: dict[str, list[str]] = {}
+        tries: dict[str, int] = {}
+        for r in bad:
+            causes.setdefault(r.cause or "internal", []).append(r.video_id)
+            tries[str(r.attempts)] = tries.get(str(r.attempts), 0) + 1
+        done = sum(r.status == "ok" for r in live.values())
+        return {"done": done, "failed": len(bad), "pending": len(ids) - len(live),
+                "warned": sum(r.status == "ok" and r.warnings > 0 for r in live.values()),
+                "failures": {c: {"count": len(causes[c]), "examples": causes[c][:3]}
+                             for c in CAUSES if c in causes},
+                "failed_attempts": dict(sorted(tries.items())),
+                "video_seconds": round(sum(r.seconds for r in live.values()), 3)}
+
+    def answer() -> dict[str, Any]:
+        (stage,) = status_of(rd.root, StageGraph([Lines]))["stages"]
+        return {k: stage[k] for k in ("done", "failed", "pending", "warned", "failures",
+                                      "failed_attempts", "video_seconds")}
+
+    truth = replay()
+    assert answer() == expected(truth)
+    per_video = {r.video_id: r.status for r in RunDir(rd.root).status_records("lines")}
+    assert per_video == {v: r.status for v, r in truth.items()}  # the per-video reader agrees
+    # a corrupt manifest (the 6th batch): dropped, its videos back to their older records
+    manifests = sorted(rd.batch_dir("lines").glob("*.parquet"))
+    manifests[5].write_bytes(manifests[5].read_bytes()[:-40])
+    with pytest.warns(CorruptPartWarning):
+        got = answer()
+    assert not manifests[5].exists()
+    assert got == expected(replay(skip=5)) != expected(truth)

@@ -16,7 +16,9 @@ file and a status JSON per video) are read beside them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
 import os
 import re
 import time
@@ -44,7 +46,7 @@ from howtocap.atomic import (
     writer_tag,
 )
 from howtocap.hashing import safe_name
-from howtocap.schemas import SCHEMAS, Rows, conform, empty_table, rows
+from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
 
 
 def _start_ticks(pid: int) -> str:
@@ -117,6 +119,7 @@ class RunDir:
         self._indexes: dict[str, _StageIndex] = {}
         self._whole: dict[Path, bool] = {}  # batch files found whole (written once)
         self._batch_cache: dict[Path, _BatchFile] = {}  # decoded for read_part
+        self._manifests: dict[Path, pd.DataFrame] = {}  # decoded for ``status``
         self._claims = 0
         self._index_dirs: dict[str, tuple[Path, Path]] = {}
         self._stages: tuple[int, list[str]] = (-1, [])  # (folder mtime, stages with batches)
@@ -199,7 +202,7 @@ class RunDir:
         manifest = _records_frame(records)
         meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
         self._write_manifest(self.manifest_path(stage, bid), manifest, meta)
-        self._index(stage).add(bid, manifest, list(writes))
+        self._index(stage).add(bid, manifest, list(writes), own=True)
         return bid
 
     def _write_manifest(self, path: Path, df: pd.DataFrame, meta: str) -> None:
@@ -263,6 +266,65 @@ class RunDir:
         status record's and ``batch``, "" for a per-video record of an older run)."""
         return self._index(stage, refresh).view()
 
+    def newest(self, stage: str, columns: Sequence[str] = ("status",),
+               forgotten: bool = False) -> Any:
+        """The newest record of every video of ``stage`` (forgotten ones left out unless
+        ``forgotten``) as an Arrow table of ``video_id``, ``status``, ``columns`` and
+        ``batch`` (dictionary-encoded; "" for a per-video record of an older run). Read
+        afresh, only these columns of each manifest, folded with Arrow and numpy: what
+        ``status``, the merge and ``status.parquet`` need at a million videos without a
+        pandas row (or a Python object) per video; ``records`` is the same rows as a frame."""
+        import pyarrow as pa
+
+        cols = ["video_id", "status", *dict.fromkeys(c for c in columns
+                                                     if c not in ("video_id", "status", "batch"))]
+        folder = self.batch_dir(stage)
+        try:
+            names = sorted(n[:-len(".parquet")] for n in os.listdir(folder)
+                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+        except FileNotFoundError:
+            names = []
+        parts: list[Any] = []
+        codes: list[Any] = []
+        legacy = self._legacy_records(stage)
+        if legacy is not None and len(legacy):
+            parts.append(_with_defaults(pa.Table.from_pandas(
+                legacy[[c for c in cols if c in legacy.columns]], preserve_index=False), cols))
+            codes.append(np.zeros(len(legacy), np.int32))
+        found = _read_manifests([folder / f"{n}.parquet" for n in names], cols)
+        for i, (path, got) in enumerate(zip([folder / f"{n}.parquet" for n in names], found,
+                                            strict=True)):
+            if isinstance(got, CorruptFile):
+                self.drop_corrupt(path, got)  # its videos are redone
+            elif got is not None and got.num_rows:
+                parts.append(got)
+                codes.append(np.full(got.num_rows, i + 1, np.int32))
+        labels = pa.array(["", *names], pa.string())
+        if not parts:
+            empty = {c: pa.array([], _record_types().get(c, pa.string())) for c in cols}
+            return pa.table({**empty, "batch": pa.DictionaryArray.from_arrays(
+                pa.array([], pa.int32()), labels)})
+        import pyarrow.compute as pc
+
+        table = pa.concat_tables(parts, promote_options="permissive")
+        order = np.concatenate(codes)
+        del parts, codes, found  # the table holds the columns: one copy alive, not two
+        keep = _last_per_key(table.column("video_id"))
+        if not forgotten:  # left out before the copy below, not filtered after it
+            live = pc.not_equal(pc.take(table.column("status"), pa.array(keep)), FORGOTTEN)
+            keep = keep[live.to_numpy(zero_copy_only=False)]
+        return table.take(keep).append_column("batch", pa.DictionaryArray.from_arrays(
+            pa.array(order[keep]), labels))
+
+    def _legacy_records(self, stage: str) -> pd.DataFrame | None:
+        """An older run's per-video status records of ``stage`` (None when it has none)."""
+        folder = self.status_dir / stage
+        if not folder.is_dir():
+            return None
+        idx = _StageIndex(stage)
+        idx._refresh_legacy(self)
+        return idx.legacy
+
     def finished_since(self, stage: str, mark: int) -> tuple[set[str], int]:
         """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
         what finished since a listing, without rebuilding the whole index."""
@@ -285,7 +347,33 @@ class RunDir:
         if not cached or stamp != self._stages[0]:
             self._stages = (stamp, sorted(p.name for p in root.iterdir() if p.is_dir())
                             if stamp else [])
+        if not cached:  # the newest manifest's footer, not the whole index (merges, status)
+            return [st for st in self._stages[1] if table in self._stage_writes(st)]
         return [st for st in self._stages[1] if table in self._index(st).writes]
+
+    def _stage_writes(self, stage: str) -> list[str]:
+        """The tables ``stage`` writes, as its newest readable manifest says (one footer;
+        the index this process holds, when it has read every manifest already)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        idx = self._indexes.get(stage)
+        if idx is not None and idx.stamp == (_mtime(self.batch_dir(stage)),
+                                             _mtime(self.status_dir / stage)):
+            return idx.writes
+        try:
+            names = sorted((n for n in os.listdir(self.batch_dir(stage))
+                            if n.startswith(BATCH_PREFIX) and n.endswith(".parquet")),
+                           reverse=True)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            try:
+                meta = pq.read_schema(self.batch_dir(stage) / name).metadata or {}
+                return list(json.loads(meta.get(MANIFEST_META, b"{}")).get("writes", []))
+            except (FileNotFoundError, pa.ArrowException, OSError, ValueError):
+                continue  # gone, or corrupt (the index drops it when it reads it)
+        return []
 
     def stages_with_results(self) -> set[str]:
         found: set[str] = set()
@@ -306,7 +394,9 @@ class RunDir:
                 idx = self._index(st)
                 tables = {t: self.read_part(t, video_id) for t in idx.writes if t != table}
                 tables = {t: v for t, v in tables.items() if v is not None}
-                self.commit_batch(st, idx.writes, [_record(video_id, row)], {**tables, table: df})
+                rec = self.status(st, video_id)
+                assert rec is not None
+                self.commit_batch(st, idx.writes, [rec], {**tables, table: df})
                 return
         atomic_write_parquet(conform(df, table) if table in SCHEMAS else df,
                              self.part_path(table, video_id))
@@ -432,20 +522,34 @@ class RunDir:
     def _sources(self, table: str) -> Iterator[tuple[Path, Any]]:
         """The files holding ``table``'s live rows, each with the video ids to keep (None:
         all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
-        per-video parts of older runs unless a manifest has named their video since."""
+        per-video parts of older runs unless a manifest has named their video since. From
+        each stage's newest records as Arrow columns (``newest``), not a frame per video."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
         for st in self.writers(table):
-            view = self._index(st, refresh=True).view()
-            named.append(view.index[view["batch"].to_numpy() != ""])
-            ok = view[(view["status"] == "ok").to_numpy() & (view["batch"] != "").to_numpy()]
-            for batch, ids in ok.groupby("batch", sort=True).groups.items():
-                yield self.batch_part_path(table, str(batch)), pa.array(list(ids), pa.string())
-        skip = pa.array(sorted(set().union(*named)) if named else [], pa.string())
+            t = self.newest(st, ("status",), forgotten=True)  # a forgotten video is named
+            batch = t.column("batch").combine_chunks()
+            code = batch.indices.to_numpy(zero_copy_only=False)
+            ids = t.column("video_id").combine_chunks()
+            named.append(ids.filter(pa.array(code > 0)))
+            ok = (code > 0) & pc.equal(t.column("status"), "ok").to_numpy(
+                zero_copy_only=False)
+            live, live_code = ids.filter(pa.array(ok)), code[ok]
+            order = np.argsort(live_code, kind="stable")
+            ranked = live_code[order]
+            cut = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(ranked)], strict=True):
+                if hi > lo:
+                    name = batch.dictionary[int(ranked[lo])].as_py()
+                    yield self.batch_part_path(table, name), live.take(pa.array(order[lo:hi]))
         folder = self.part_dir(table)
-        for p in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            if not p.name.startswith(BATCH_PREFIX):
+        legacy = sorted(p for p in folder.glob("*.parquet")
+                        if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
+        if legacy:
+            skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
+            for p in legacy:
                 yield p, ("not", skip) if len(skip) else None
 
     def _read_source(self, path: Path, keep: Any) -> Any:
@@ -495,10 +599,14 @@ class RunDir:
         Batch files are grouped by video id (sorted) when written, and a per-video part holds
         one video, so a k-way merge by video id over them (a record batch of each file at a
         time), each written chunk holding whole videos sorted by start, end, text, is
-        ``merge``'s order. Returns the row count. A table it cannot order that way (no
+        ``merge``'s order. At most ``MERGE_FAN_IN`` files are open at once: with more, groups
+        of that many are first merged into sorted files under ``cache/`` (removed after), and
+        those merged again, so memory does not grow with the number of batches (1,200 per
+        table at HowTo100M). Returns the row count. A table it cannot order that way (no
         video_id/start) goes to ``merge``.
         """
-        import heapq
+        import shutil
+        import tempfile
 
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -506,8 +614,7 @@ class RunDir:
         schema = SCHEMAS.get(table, {})
         if not {"video_id", "start"} <= set(schema):
             return len(self.merge(table))
-        _raise_open_files_limit()
-        streams: list[Iterator[tuple[str, Any]]] = []
+        sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
         extras: dict[str, pa.DataType] = {}
         for path, keep in self._sources(table):
             try:
@@ -523,21 +630,65 @@ class RunDir:
             for f in md.schema.to_arrow_schema():
                 if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
                     extras[f.name] = f.type
-            streams.append(self._video_groups(path, keep))
+            sources.append((path, keep, path.name.startswith(BATCH_PREFIX)))
         arrow = {"str": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
                  "bool": pa.bool_()}
         target = pa.schema([(c, arrow[t]) for c, t in schema.items()] + list(extras.items()))
-        keys = [k for k in ("video_id", "start", "end", "text") if k in schema]
-        total = 0
+        merged = 0
+        scratch: Path | None = None
+        try:
+            while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
+                if scratch is None:
+                    self.cache_dir.mkdir(parents=True, exist_ok=True)
+                    scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
+                                                    dir=self.cache_dir))
+                level = []
+                # as few levels as the fan-in allows, groups as small as they allow (memory
+                # goes with the files open at once): 1,200 batches -> 35 files of 35 -> 1
+                levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
+                group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+                for lo in range(0, len(sources), group):
+                    merged += 1
+                    out = scratch / f"level-{merged:06d}.parquet"
+                    self._merge_into(str(out), sources[lo:lo + group], table, target,
+                                     extras, batch_rows)
+                    level.append((out, None, True))
+                for path, _, _ in sources:
+                    if scratch in path.parents:
+                        path.unlink(missing_ok=True)  # merged into the next level
+                sources = level
+            total = [0]
 
-        def write(tmp: str) -> None:
-            nonlocal total
-            writer: pq.ParquetWriter | None = None
-            batch: list[Any] = []
-            rows = 0
+            def write(tmp: str) -> None:
+                total[0] = self._merge_into(tmp, sources, table, target, extras, batch_rows)
 
-            def flush() -> None:
-                nonlocal writer, total
+            atomic_write(self.table_path(table), write)
+            return total[0]
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def _merge_into(self, sink: Any, sources: Sequence[tuple[Path, Any, bool]], table: str,
+                    target: Any, extras: dict[str, Any], batch_rows: int) -> int:
+        """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
+        chunks of whole videos sorted by start, end, text, conformed to ``target``."""
+        import heapq
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
+        streams = [self._video_groups(path, keep, grouped) for path, keep, grouped in sources]
+        writer: pq.ParquetWriter | None = None
+        batch: list[Any] = []
+        total = rows = 0
+
+        meta = arrow_schema(table).metadata if table in SCHEMAS and not extras else None
+
+        def flush() -> None:
+            nonlocal writer, total
+            out = _sorted_as_is(batch, target, keys, meta) if meta is not None else None
+            if out is None:  # other columns or types, or nulls: conform through pandas
                 if batch:
                     df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
                 else:
@@ -548,35 +699,37 @@ class RunDir:
                 df = conform(df, table)[target.names].sort_values(keys, kind="stable")
                 out = pa.Table.from_pandas(df, preserve_index=False)
                 out = out.cast(target.with_metadata(out.schema.metadata))
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, out.schema)
-                writer.write_table(out)
-                total += len(out)
+            if writer is None:
+                writer = pq.ParquetWriter(sink, out.schema)
+            writer.write_table(out)
+            total += len(out)
 
-            try:
-                last = None
-                for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
-                    if rows >= batch_rows and vid != last:  # a chunk holds whole videos
-                        flush()
-                        batch, rows = [], 0
-                    batch.append(group)
-                    rows += group.num_rows
-                    last = vid
-                if batch or writer is None:
+        try:
+            last = None
+            for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
+                if rows >= batch_rows and vid != last:  # a chunk holds whole videos
                     flush()
-            finally:
-                if writer is not None:
-                    writer.close()
-
-        atomic_write(self.table_path(table), write)
+                    batch, rows = [], 0
+                batch.append(group)
+                rows += group.num_rows
+                last = vid
+            if batch or writer is None:
+                flush()
+        finally:
+            if writer is not None:
+                writer.close()
+            for stream in streams:
+                stream.close()
         return total
 
-    def _video_groups(self, path: Path, keep: Any) -> Iterator[tuple[str, Any]]:
-        """``(video_id, rows)`` of a file in video order, a record batch read at a time."""
+    def _video_groups(self, path: Path, keep: Any, grouped: bool = True
+                      ) -> Iterator[tuple[str, Any]]:
+        """``(video_id, rows)`` of a file in video order, a record batch read at a time
+        (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not path.name.startswith(BATCH_PREFIX):  # a per-video part: one small group
+        if not grouped:  # a per-video part: one small group
             t = self._read_source(path, keep)
             if t is not None and t.num_rows:
                 ids = t["video_id"].to_pylist()
@@ -588,7 +741,8 @@ class RunDir:
                         yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
             return
         try:
-            pf = pq.ParquetFile(path, page_checksum_verification=True)
+            pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
+                                buffer_size=STREAM_BUFFER)  # not a whole column chunk each
             for rb in pf.iter_batches(batch_size=STREAM_ROWS):
                 t = pa.Table.from_batches([rb])
                 if keep is not None:
@@ -643,14 +797,37 @@ class RunDir:
     def status(self, stage: str, video_id: str) -> StatusRecord | None:
         """The video's newest record of ``stage`` (as of this process's last look at the
         run directory: ``run_stage`` looks again before it claims)."""
-        row = self._index(stage).lookup(video_id)
-        return None if row is None else _record(video_id, row)
+        idx = self._index(stage)
+        row = idx.lookup(video_id)
+        return None if row is None else _record(video_id, {**self._rest(idx, video_id, row),
+                                                           **row, "stage": stage})
+
+    def _rest(self, idx: _StageIndex, video_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The columns of a video's record the index leaves out (message, seconds, ...):
+        from its manifest (a few decoded at a time) or its per-video record."""
+        if not row["batch"]:
+            return idx.legacy_row(video_id)
+        path = self.manifest_path(idx.stage, row["batch"])
+        rows = self._manifests.get(path)
+        if rows is None:
+            try:
+                df, _ = _read_manifest(path)
+            except (FileNotFoundError, CorruptFile):
+                return {}
+            rows = self._manifests[path] = df.drop_duplicates("video_id", keep="last") \
+                .set_index("video_id")
+            while len(self._manifests) > BATCH_CACHE:
+                self._manifests.pop(next(iter(self._manifests)))
+        if video_id not in rows.index:
+            return {}
+        return {c: _plain(v) for c, v in rows.loc[video_id].items()}
 
     def is_done(self, stage: str, video_id: str, table: str | None = None,
                 config_id: str | None = None) -> bool:
         """An ``ok`` record (made with ``config_id`` when given) whose rows' file is whole."""
-        rec = self.status(stage, video_id)
-        return self.record_done(rec, table, config_id) if rec is not None else False
+        row = self._index(stage).lookup(video_id)  # what the check needs: no manifest read
+        return self.record_done(_record(video_id, {**row, "stage": stage}), table, config_id) \
+            if row is not None else False
 
     def done_among(self, stage: str, video_ids: Sequence[str], table: str | None = None
                    ) -> list[bool]:
@@ -698,17 +875,39 @@ class RunDir:
         return whole
 
     def status_table(self) -> pd.DataFrame:
-        """``DIR/status.parquet``: every stage's newest record of every video."""
-        frames = []
-        for stage in sorted(self.stages_with_results()):
-            view = self.records(stage)
-            if len(view):
-                frames.append(view.reset_index().drop(columns=["batch", "metrics"],
-                                                      errors="ignore"))
-        df = pd.concat(frames, ignore_index=True) if frames else empty_table("status")
-        df = conform(df, "status").sort_values(["stage", "video_id"]).reset_index(drop=True)
-        atomic_write_parquet(df, self.table_path("status"))
-        return df
+        """``DIR/status.parquet``: every stage's newest record of every video (written by
+        ``write_status_table``, then read back as a frame for callers that want one)."""
+        self.write_status_table()
+        return read_parquet(self.table_path("status"))
+
+    def write_status_table(self) -> int:
+        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time from
+        its newest records as Arrow columns: no frame of every video and stage (2.4M rows
+        for a HowTo100M caption run). Returns the row count."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        target = arrow_schema("status")
+        cols = [c for c in target.names if c not in ("video_id", "stage")]
+        total = [0]
+
+        def write(tmp: str) -> None:
+            with pq.ParquetWriter(tmp, target) as writer:
+                for stage in sorted(self.stages_with_results()):
+                    t = self.newest(stage, cols)
+                    if not t.num_rows:
+                        continue
+                    order = pc.sort_indices(t.column("video_id"))
+                    for lo in range(0, t.num_rows, STATUS_ROWS):  # a slice copied at a time
+                        part = t.take(order[lo:lo + STATUS_ROWS])
+                        part = part.append_column("stage", pa.array([stage] * part.num_rows,
+                                                                    pa.string()))
+                        writer.write_table(part.select(target.names).cast(target))
+                    total[0] += t.num_rows
+
+        atomic_write(self.table_path("status"), write)
+        return total[0]
 
     # -- fingerprints, stats, invalidation ------------------------------------------------
     def fingerprint_path(self, stage: str) -> Path:
@@ -739,11 +938,12 @@ class RunDir:
         return False
 
     def status_records(self, stage: str) -> list[StatusRecord]:
-        """Every video's newest record of ``stage`` (small runs and tests; ``records`` is
-        the same as columns)."""
-        view = self.records(stage)
-        cols = {c: view[c].tolist() for c in view.columns}
-        return [_record(str(v), {c: cols[c][i] for c in cols}) for i, v in enumerate(view.index)]
+        """Every video's newest record of ``stage``, whole (small runs and tests; ``records``
+        is the index's columns, ``newest`` any columns as Arrow)."""
+        t = self.newest(stage, _RECORD_COLS)
+        cols = {c: t.column(c).to_pylist() for c in t.column_names}
+        return [_record(v, {c: cols[c][i] for c in cols if c != "video_id"})
+                for i, v in enumerate(cols["video_id"])]
 
     def invalidate(self, stage: str, tables: Iterable[str]) -> None:
         """Forget a stage's results (``--redo``): its status records and manifests, parts,
@@ -759,6 +959,7 @@ class RunDir:
         self._indexes.clear()
         self._whole.clear()
         self._batch_cache.clear()
+        self._manifests.clear()
         for t in tables:
             self.table_path(t).unlink(missing_ok=True)
         self.stats_path(stage).unlink(missing_ok=True)
@@ -910,8 +1111,11 @@ class RunDir:
 BATCH_PREFIX = "batch-"
 FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
 MANIFEST_META = b"howtocap_batch"
-STREAM_ROWS = 8192  # rows of a batch file ``merge_streaming`` decodes at a time
+STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+STATUS_ROWS = 65_536  # rows of status.parquet sorted and written at a time
+STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
+MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
 
 
 @dataclass
@@ -944,6 +1148,9 @@ LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as de
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
 _BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
 _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
+# what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
+INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
+_LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
 
 
 def _writer_alive(batch: str) -> bool:
@@ -957,6 +1164,22 @@ def _writer_alive(batch: str) -> bool:
         ns = int(batch.split("-")[1])
         return time.time() - ns / 1e9 < Owner.me().lease
     return pid_alive(int(m.group(2)))
+
+
+def _sorted_as_is(parts: list[Any], target: Any, keys: list[str], meta: Any) -> Any:
+    """A merge chunk sorted by ``keys`` in Arrow (a stable sort, the order pandas gives),
+    when its parts already have ``target``'s columns and types and no nulls (what batch files
+    and merge levels hold), so ``conform`` has nothing to change; else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not parts or any(not p.schema.equals(target, check_metadata=False) for p in parts):
+        return None
+    t = pa.concat_tables(parts).combine_chunks()
+    if any(col.null_count for col in t.columns):
+        return None
+    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
+    return t.replace_schema_metadata(meta)
 
 
 def _write_arrow_batch(table: Any, path: Path) -> None:
@@ -984,6 +1207,87 @@ def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
                       "attempts": "int64"})
 
 
+@functools.cache
+def _record_types() -> dict[str, Any]:
+    """The Arrow type of each status record column (pyarrow imported on first use)."""
+    import pyarrow as pa
+
+    return {"status": pa.string(), "message": pa.string(), "seconds": pa.float64(),
+            "finished_at": pa.float64(), "warnings": pa.int64(), "cause": pa.string(),
+            "attempts": pa.int64(), "config_id": pa.string(), "metrics": pa.string(),
+            "stage": pa.string(), "video_id": pa.string()}
+
+
+_DICT_COLS = ("status", "cause", "config_id", "message", "stage")
+MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
+
+
+def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
+    """``table`` with exactly ``cols``, a missing record column filled with its default;
+    the few-valued text columns (``_DICT_COLS``) dictionary-encoded (a few bytes a row)."""
+    import pyarrow as pa
+
+    out = {}
+    for c in cols:
+        kind = _record_types().get(c, pa.string())
+        if c in table.column_names:
+            col = table.column(c)
+        else:
+            col = pa.array([DEFAULT_RECORD.get(c, "")] * table.num_rows, kind)
+        if c in _DICT_COLS:
+            if not pa.types.is_dictionary(col.type):
+                col = col.cast(kind).dictionary_encode()
+        elif col.type != kind:
+            col = col.cast(kind)
+        out[c] = col
+    return pa.table(out)
+
+
+def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
+    """Only ``cols`` of each manifest (page checksums verified), a few files at a time on
+    threads: per path an Arrow table, None (gone) or the ``CorruptFile`` it raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def one(path: Path) -> Any:
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True,
+                                read_dictionary=[c for c in cols if c in _DICT_COLS])
+            have = set(pf.schema_arrow.names)
+            return _with_defaults(pf.read(columns=[c for c in cols if c in have],
+                                          use_threads=False), cols)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, OSError) as exc:
+            return CorruptFile(f"{path}: corrupt or truncated manifest "
+                               f"({' '.join(str(exc).split())[:80]})")
+
+    if len(paths) < 8:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(MANIFEST_THREADS) as pool:
+        return list(pool.map(one, paths))
+
+
+def _last_per_key(keys: Any) -> Any:
+    """Row positions of the last occurrence of each key (rows in commit order: the newest
+    record of each video), in row order. A stable sort of the keys (Arrow) and a look at
+    neighbours (numpy): no hash table of every id, no Python object per row."""
+    import pyarrow.compute as pc
+
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    order = pc.sort_indices(keys)  # stable: equal ids keep their commit order
+    ranked = keys.take(order)
+    if hasattr(ranked, "combine_chunks"):
+        ranked = ranked.combine_chunks()
+    differs = pc.not_equal(ranked.slice(1), ranked.slice(0, len(ranked) - 1))
+    last = order.to_numpy()[np.append(differs.to_numpy(zero_copy_only=False), True)]
+    last.sort()
+    return last
+
+
 class _StageIndex:
     """Every video's newest status row of one stage, as columns (index: video_id), from its
     manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
@@ -1001,7 +1305,8 @@ class _StageIndex:
         self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
         self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
         self._view: pd.DataFrame | None = None
-        self._pos: dict[str, int] | None = None
+        self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
+        self._legacy_by_id: pd.DataFrame | None = None
 
     def refresh(self, rd: RunDir) -> None:
         folder = rd.batch_dir(self.stage)
@@ -1028,10 +1333,14 @@ class _StageIndex:
             self.add(path.stem, df, meta.get("writes", []))
         self._refresh_legacy(rd)
 
-    def add(self, batch: str, df: pd.DataFrame, writes: list[str]) -> None:
+    def add(self, batch: str, df: pd.DataFrame, writes: list[str], own: bool = False) -> None:
+        """Fold in a manifest read (or, ``own``, just committed by this process: not logged
+        for ``finished_since``, whose callers never claim their own results again, so a
+        long run does not gather every id it finished)."""
         self.seen.add(f"{batch}.parquet")
-        self.batched.append(df.assign(batch=batch))
-        self.log.append(pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
+        self.batched.append(df[INDEX_COLS].assign(batch=batch))
+        self.log.append(pd.Index([]) if own else
+                        pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
         self.batches.add(batch)
@@ -1060,37 +1369,78 @@ class _StageIndex:
                 rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
         self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
             if rows else None
-        self._view = self._pos = None
+        self._view = self._pos = self._legacy_by_id = None
+
+    def legacy_row(self, video_id: str) -> dict[str, Any]:
+        """An older run's per-video record of ``video_id`` (every column), or {}."""
+        if self.legacy is None:
+            return {}
+        if self._legacy_by_id is None:
+            self._legacy_by_id = self.legacy.drop_duplicates("video_id", keep="last") \
+                .set_index("video_id")
+        if video_id not in self._legacy_by_id.index:
+            return {}
+        return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
 
     def view(self) -> pd.DataFrame:
+        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
+        index video_id; the few-valued columns are categories (a byte a video)."""
         if self._view is None:
             if self.batched:
                 parts = ([self.folded] if self.folded is not None else []) + self.batched
+                parts = [_plain_columns(f) for f in parts]
                 df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
                 df = df.sort_values("batch", kind="stable")
-                self.folded = df.drop_duplicates("video_id", keep="last")
+                self.folded = _categories(df.drop_duplicates("video_id", keep="last"))
                 self.batched = []
-            frames = [f for f in (self.legacy, self.folded) if f is not None]
+            legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
+            frames = [f for f in (legacy, self.folded) if f is not None]
             if not frames:
-                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*_RECORD_COLS, "batch"]})
+                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*INDEX_COLS, "batch"]})
             elif len(frames) == 1:
                 df = frames[0]
             else:
-                df = pd.concat(frames, ignore_index=True).drop_duplicates("video_id",
-                                                                          keep="last")
-            df = df[(df["status"] != FORGOTTEN).to_numpy()]
+                df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
+                df = df.drop_duplicates("video_id", keep="last")
+            df = _categories(df[(df["status"] != FORGOTTEN).to_numpy()])
             self._view = df.set_index("video_id", drop=True)
         return self._view
 
     def lookup(self, video_id: str) -> dict[str, Any] | None:
+        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
+        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
+        the index) rather than a dict of every id (a Python string and a slot each: hundreds
+        of MB at 1.2M videos)."""
         view = self.view()
         if self._pos is None:
-            self._pos = {v: i for i, v in enumerate(view.index)}
-            self._cols = {c: view[c].to_numpy() for c in view.columns}
-        i = self._pos.get(video_id)
-        if i is None:
-            return None
-        return {c: _plain(a[i]) for c, a in self._cols.items()}
+            ids = view.index.to_numpy(dtype=object)
+            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            order = np.argsort(hashes, kind="stable")
+            self._pos = (hashes[order], order)
+            self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
+                          if isinstance(view[c].dtype, pd.CategoricalDtype)
+                          else (view[c].to_numpy(), None) for c in view.columns}
+        hashes, order = self._pos
+        h = hash(video_id)  # Python's: the same in this process, cheap for one string
+        lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
+        for k in range(int(lo), int(hi)):
+            i = int(order[k])
+            if view.index[i] == video_id:
+                return {c: _plain(a[i] if cats is None else
+                                  (cats[a[i]] if a[i] >= 0 else None))
+                        for c, (a, cats) in self._cols.items()}
+        return None
+
+
+def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Categories back to values (frames with other categories concatenate as objects)."""
+    cats = [c for c in _LOW_CARDINALITY if c in df.columns
+            and isinstance(df[c].dtype, pd.CategoricalDtype)]
+    return df.astype({c: object for c in cats}) if cats else df
+
+
+def _categories(df: pd.DataFrame) -> pd.DataFrame:
+    return df.astype({c: "category" for c in _LOW_CARDINALITY if c in df.columns})
 
 
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
@@ -1153,16 +1503,3 @@ def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
                           f"({' '.join(str(exc).split())[:80]})") from None
     meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
     return _normalise(t.to_pandas()), meta
-
-
-def _raise_open_files_limit() -> None:
-    """A k-way merge opens every batch file of a table at once (1,200 at HowTo100M with
-    1,000-video batches): raise the soft limit on open files to the hard one."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass

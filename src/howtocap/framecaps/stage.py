@@ -9,7 +9,6 @@ from typing import Any
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.framecaps.config import FrameCapsConfig
-from howtocap.framecaps.label import create_captioner, framecaps_video
 
 
 class FrameCapsStage(BaseStage):
@@ -31,6 +30,7 @@ class FrameCapsStage(BaseStage):
 
     def load(self) -> None:
         from howtocap.encoders import create
+        from howtocap.framecaps.label import create_captioner
 
         self._models = ([create_captioner(n, device=self.device) for n in self.captioners],
                         create(self.scorer, device=self.device))
@@ -43,6 +43,8 @@ class FrameCapsStage(BaseStage):
                 "scorer": encoder_identity(self.scorer), "framecaps": self.cfg.model_dump()}
 
     def process(self, video: VideoInput) -> StageOutput:
+        from howtocap.framecaps.label import framecaps_video  # torch: not for `status`
+
         assert self._models is not None
         caps, scorer = self._models
         with self._lock:
