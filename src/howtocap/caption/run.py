@@ -119,7 +119,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
             break
         rundir.corrupted.clear()
     rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
-    rundir.status_table()
+    rundir.write_status_table()
     return subs, caps
 
 

@@ -37,5 +37,5 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
         rundir.corrupted.clear()
         summary.absorb(run_stage(rundir, items, stage, **opts))
         rundir.merge("framecaps")
-    rundir.status_table()
+    rundir.write_status_table()
     return summary

@@ -57,5 +57,5 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
             rundir.corrupted.clear()
             summary.absorb(run_stage(rundir, items, stage, **opts))
             rundir.merge(SHOTS)
-    rundir.status_table()
+    rundir.write_status_table()
     return summary
