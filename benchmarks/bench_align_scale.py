@@ -22,7 +22,8 @@ copy of the run directory (the cache folder is shared, read only) with the "befo
 (``--base``, a git worktree under benchmarks/work/) or this tree first on ``PYTHONPATH``; the
 two versions run back to back on the same inputs and their ``aligned.parquet`` are compared
 (scores, z and offsets to 1e-6). A third child per version profiles the smallest size
-(cProfile; its wall time is not used).
+(cProfile; its wall time is not used). BLAS runs on one thread in every child
+(``ONE_THREAD``), the same for both trees.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ OUT = HERE / "results"
 BASE = "9d6059c"  # the last commit before align's overhead was cut
 DIM = 384  # the default encoder's
 BATCH = 1000  # videos per committed caption batch (the engine's default batch size)
+# BLAS on one thread in both trees: align's products are small (40 captions x 7k clips), and
+# on 2 cores shared with other jobs OpenBLAS's second thread made them ~3x slower (spinning)
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class StubEncoder:
@@ -168,6 +172,7 @@ from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
 from howtocap.engine.rundir import RunDir
 run, profile = sys.argv[1], sys.argv[2] == "1"
+PARTS = {parts!r}
 enc = StubEncoder()
 rd = RunDir(run, create=False)
 prof = cProfile.Profile() if profile else None
@@ -184,10 +189,31 @@ if prof:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(25)
         top[key] = s.getvalue()
+    named = {{}}
+    for (file, _, func), (_, _, _, ct, _) in pstats.Stats(prof).stats.items():
+        name = f"{{Path(file).parent.name}}/{{Path(file).stem}}.{{func}}"
+        if name in PARTS:
+            named[name] = named.get(name, 0.0) + ct
+    top["seconds"] = named
 print(json.dumps({{"wall_s": wall, "done": summary.done, "failed": len(summary.failed),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "profile": top}}))
 """
+
+
+# Where align's time goes, by cumulative seconds under cProfile (nested: run_stage holds the
+# per-video work, process one video, align_video its scoring, reference_z the null z)
+PARTS = {"align/run.align_run": "align_run, in all",
+         "engine/core.run_stage": "the per-video stage (engine: select, claim, commit)",
+         "align/stage.process": "one video (stage.process)",
+         "encoders/cache.frame_embeddings_multi": "reading the frame cache",
+         "align/filter.align_video": "scoring (align_video)",
+         "align/filter.reference_z": "the null z (reference_z, both halves)",
+         "engine/core.commit_batch": "committing batches (engine)",
+         "align/run.finish_align": "the reduce step (merge, filter, report)",
+         "align/report.write_align_report": "the HTML report",
+         "align/run.clip_bank": "the reference clip bank",
+         "align/run._forget_changed_videos": "caption fingerprints"}
 
 
 def worktree(rev: str) -> Path:
@@ -205,8 +231,9 @@ def fresh_copy(template: Path, dest: Path) -> None:
 
 
 def child(tree: Path, run: Path, profile: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    code = CHILD.replace("{bench!r}", repr(str(HERE))).replace("{{", "{").replace("}}", "}")
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
+    code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
+        "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
     res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
                          env=env, cwd=ROOT, text=True, capture_output=True, check=False)
     if res.returncode:
@@ -271,62 +298,51 @@ def top_lines(text: str, n: int = 12) -> list[str]:
     return [s.rstrip() for s in lines[start:start + n + 1]]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--videos", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--base", default=BASE)
-    ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
-    args = ap.parse_args()
-    sys.path[:0] = [str(ROOT / "src")]
-    WORK.mkdir(parents=True, exist_ok=True)
-    cache, videos = WORK / "cache", WORK / "videos"
-    cache.mkdir(exist_ok=True)
-    made: dict[int, dict[str, Any]] = {}
-    for n in sorted(args.videos):
-        template = WORK / f"template-{n}"
-        if not (template / "videos.parquet").exists():
-            shutil.rmtree(template, ignore_errors=True)
-            made[n] = synthesize(template, videos, cache, n)
-            print(f"made a run of {n:,} videos: {made[n]}", flush=True)
-    trees = {"before": worktree(args.base), "after": ROOT}
+def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
+    """One profiled child per version on the ``n``-video run: the top entries and the
+    seconds of the ``PARTS`` (cumulative, so nested)."""
+    out: dict[str, Any] = {}
+    for version, tree in trees.items():
+        run = WORK / f"run-{version}"
+        fresh_copy(WORK / f"template-{n}", run)
+        prof = child(tree, run, profile=True)["profile"]
+        out[version] = {"tottime": top_lines(prof["tottime"]),
+                        "cumulative": top_lines(prof["cumulative"]),
+                        "seconds": {PARTS[k]: round(v, 2)
+                                    for k, v in sorted(prof.get("seconds", {}).items(),
+                                                       key=lambda kv: -kv[1])}}
+    return out
+
+
+def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    """Both versions back to back at every size, the tables compared, then the profiles."""
+    import pandas as pd
+
     load0 = os.getloadavg()
     rows: list[dict[str, Any]] = []
-    profiles: dict[str, dict[str, str]] = {}
     equal: dict[str, Any] = {}
-    try:
-        for n in sorted(args.videos):
-            template = WORK / f"template-{n}"
-            for version, tree in trees.items():  # back to back on the same inputs
-                run = WORK / f"run-{version}"
-                fresh_copy(template, run)
-                row = child(tree, run, profile=False)
-                row.pop("profile")
-                import pandas as pd
-
-                st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
-                row.update(version=version, videos=n, captions=len(st),
-                           captions_per_s=len(st) / row["wall_s"],
-                           ms_per_video=1000 * row["wall_s"] / n)
-                rows.append(row)
-                print(f"{version:6s} {n:6,d} videos {row['captions_per_s']:8.0f} captions/s "
-                      f"{row['ms_per_video']:6.2f} ms/video {row['rss_mb']:6.0f} MB", flush=True)
-            equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
-            print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
-        n0 = min(args.videos)
-        for version, tree in trees.items():
+    for n in sorted(args.videos):
+        for version, tree in trees.items():  # back to back on the same inputs
             run = WORK / f"run-{version}"
-            fresh_copy(WORK / f"template-{n0}", run)
-            profiles[version] = child(tree, run, profile=True)["profile"]
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
-                       check=False, capture_output=True)
+            fresh_copy(WORK / f"template-{n}", run)
+            row = child(tree, run, profile=False)
+            row.pop("profile")
+            st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
+            row.update(version=version, videos=n, captions=len(st),
+                       captions_per_s=len(st) / row["wall_s"],
+                       ms_per_video=1000 * row["wall_s"] / n)
+            rows.append(row)
+            print(f"{version:6s} {n:6,d} videos {row['captions_per_s']:8.0f} captions/s "
+                  f"{row['ms_per_video']:6.2f} ms/video {row['rss_mb']:6.0f} MB", flush=True)
+        equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
+        print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
+    n0 = min(args.videos)
+    profiles = profile(trees, n0)
     load1 = os.getloadavg()
-    cache_files = sum(1 for _ in cache.rglob("*.npz"))
 
     def get(version: str, n: int) -> dict[str, Any]:
         return next(r for r in rows if (r["version"], r["videos"]) == (version, n))
 
-    big = max(args.videos)
     summary = {str(n): {"before_captions_per_s": round(get("before", n)["captions_per_s"]),
                         "after_captions_per_s": round(get("after", n)["captions_per_s"]),
                         "speedup": round(get("after", n)["captions_per_s"]
@@ -336,51 +352,103 @@ def main() -> None:
                         "before_rss_mb": round(get("before", n)["rss_mb"]),
                         "after_rss_mb": round(get("after", n)["rss_mb"])}
                for n in args.videos}
-    files_per_video = cache_files / max(args.videos)
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "load_avg": [round(load0[0], 2), round(load1[0], 2)], "base": args.base,
-              "videos": sorted(args.videos), "largest": summary[str(big)],
-              "summary": summary, "equal": equal, "rows": rows,
-              "cache": {"files_per_video": files_per_video, "encoders": 1,
-                        "files_at_1_2m_videos_m": round(1.2 * files_per_video, 2),
-                        "bytes_per_video_mb": round(sum(p.stat().st_size for p in
-                                                        cache.rglob("*.npz"))
-                                                    / max(1, cache_files) / 2**20, 3)},
-              "profile_videos": n0, "profile_top": {v: {k: top_lines(t) for k, t in p.items()}
-                                                    for v, p in profiles.items()},
-              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    cache = WORK / "cache"
+    sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
+    files_per_video = len(sizes) / max(args.videos)
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "load_avg": [round(load0[0], 2), round(load1[0], 2)], "base": args.base,
+            "videos": sorted(args.videos), "largest": summary[str(max(args.videos))],
+            "summary": summary, "equal": equal, "rows": rows,
+            "cache": {"files_per_video": files_per_video, "encoders": 1,
+                      "files_at_1_2m_videos_m": round(1.2 * files_per_video, 2),
+                      "bytes_per_video_mb": round(sum(sizes) / max(1, len(sizes)) / 2**20, 3),
+                      "tb_at_1_2m_videos": round(1.2e6 * sum(sizes) / max(1, len(sizes))
+                                                 / 1e12, 2)},
+            "blas_threads": 1, "profile_videos": n0, "profile": profiles,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def write_reports(result: dict[str, Any]) -> None:
+    """align_scale.{json,md,png} from the measurements (the md and plot only from the json)."""
     OUT.mkdir(exist_ok=True)
     (OUT / "align_scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    rows, equal, n0 = result["rows"], result["equal"], result["profile_videos"]
+
+    def get(version: str, n: int) -> dict[str, Any]:
+        return next(r for r in rows if (r["version"], r["videos"]) == (version, n))
+
+    load0, load1 = result["load_avg"]
     lines = ["# align over cached embeddings: our own overhead (issue #22)", "",
-             f"{result['machine']}; load average {load0[0]:.1f} → {load1[0]:.1f} (three other "
-             f"engineers' jobs add time); before = commit {args.base}, after = this tree, back "
-             "to back in one run on the same run directory; a stub text encoder and frames "
-             "from the cache, so nothing but align's own code is timed. How to read: "
-             "benchmarks/bench_align_scale.py docstring.", "",
+             f"{result['machine']}; load average {load0:.1f} → {load1:.1f} (three other "
+             f"engineers' jobs add time); BLAS on one thread; before = commit "
+             f"{result['base']}, after = this tree, back to back in one run on the same run "
+             "directory; a stub text encoder and frames from the cache, so nothing but "
+             "align's own code is timed. How to read: benchmarks/bench_align_scale.py "
+             "docstring.", "",
              "| videos | captions | before captions/s | after captions/s | speedup | "
              "before ms/video | after ms/video | before peak RSS | after peak RSS | "
              "aligned.parquet equal |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for n in sorted(args.videos):
+    for n in result["videos"]:
         b, a = get("before", n), get("after", n)
+        eq = equal[str(n)]
         lines.append(f"| {n:,} | {a['captions']:,} | {b['captions_per_s']:,.0f} | "
                      f"{a['captions_per_s']:,.0f} | "
                      f"{a['captions_per_s'] / b['captions_per_s']:.2f}x | "
                      f"{b['ms_per_video']:.2f} | {a['ms_per_video']:.2f} | "
                      f"{b['rss_mb']:.0f} MB | {a['rss_mb']:.0f} MB | "
-                     f"{'yes' if equal[str(n)]['equal'] else 'NO'} "
-                     f"(max diff {equal[str(n)].get('max_abs_diff', float('nan')):.1e}) |")
-    lines += ["", f"The frame cache: {files_per_video:g} file per video and encoder "
-              f"({result['cache']['bytes_per_video_mb']:.2f} MB at {DIM}-d float16), so "
-              f"{result['cache']['files_at_1_2m_videos_m']:g}M files at 1.2M videos per "
-              "encoder.", ""]
+                     f"{'yes' if eq['equal'] else 'NO'} "
+                     f"(max diff {eq.get('max_abs_diff', float('nan')):.1e}) |")
+    c = result["cache"]
+    lines += ["", f"The frame cache: {c['files_per_video']:g} file per video and encoder "
+              f"({c['bytes_per_video_mb']:.2f} MB at {DIM}-d float16), so "
+              f"{c['files_at_1_2m_videos_m']:g}M files ({c['tb_at_1_2m_videos']:g} TB) at "
+              "1.2M videos per encoder.", "",
+              f"## Where the time goes ({n0:,} videos, cProfile, cumulative seconds)", "",
+              "| part | before s | after s |", "|---|---:|---:|"]
+    prof = result["profile"]
+    for part in prof["after"]["seconds"]:
+        lines.append(f"| {part} | {prof['before']['seconds'].get(part, float('nan')):.1f} | "
+                     f"{prof['after']['seconds'][part]:.1f} |")
+    lines.append("")
     for version in ("before", "after"):
-        lines += [f"## Where the time goes, {version} ({n0:,} videos, cProfile, by own time)",
-                  "", "```", *result["profile_top"][version]["tottime"], "```", "",
-                  f"By cumulative time ({version}):", "", "```",
-                  *result["profile_top"][version]["cumulative"], "```", ""]
+        lines += [f"### Top entries, {version}, by own time", "", "```",
+                  *prof[version]["tottime"], "```", "",
+                  f"### Top entries, {version}, by cumulative time", "", "```",
+                  *prof[version]["cumulative"], "```", ""]
     (OUT / "align_scale.md").write_text("\n".join(lines))
     plot(rows, OUT / "align_scale.png")
-    print("\n".join(lines[:12]))
+    print("\n".join(lines[:14]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--videos", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="re-run only the profiles into the existing align_scale.json")
+    args = ap.parse_args()
+    sys.path[:0] = [str(ROOT / "src")]
+    WORK.mkdir(parents=True, exist_ok=True)
+    cache, videos = WORK / "cache", WORK / "videos"
+    cache.mkdir(exist_ok=True)
+    for n in sorted(args.videos):
+        template = WORK / f"template-{n}"
+        if not (template / "videos.parquet").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            made = synthesize(template, videos, cache, n)
+            print(f"made a run of {n:,} videos: {made}", flush=True)
+    trees = {"before": worktree(args.base), "after": ROOT}
+    try:
+        if args.profile_only:
+            result = json.loads((OUT / "align_scale.json").read_text())
+            result["profile"] = profile(trees, result["profile_videos"])
+        else:
+            result = measure(args, trees)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
+                       check=False, capture_output=True)
+    write_reports(result)
     if not args.keep:
         shutil.rmtree(WORK, ignore_errors=True)
 

@@ -280,16 +280,36 @@ def reference_z(video_id: str, score: np.ndarray, windows: Sequence[np.ndarray],
     if int(other.sum()) < MIN_REFERENCE or len(score) == 0:
         return np.full(len(score), np.nan)
     every = bool(other.all())  # the usual case: no copy of the (large) reference
-    sims = sum(np.asarray(w, dtype=np.float64)
-               @ (r64 if every else r64[other]).T
-               for w, r64 in ((w, np.asarray(r, dtype=np.float64))
-                              for w, r in zip(windows, reference, strict=True))) / len(windows)
+    sims = None
+    for w, r in zip(windows, reference, strict=True):
+        r64 = np.asarray(r, dtype=np.float64)
+        part = np.asarray(w, dtype=np.float64) @ (r64 if every else r64[other]).T
+        sims = part if sims is None else np.add(sims, part, out=sims)
+    assert sims is not None
+    sims /= len(windows)
     # robust centre and spread: other videos show the same things too (the same step in
     # another video of the task), and that right tail of true matches must not raise the bar
-    centre = np.median(sims, axis=1)
-    spread = 1.4826 * np.median(np.abs(sims - centre[:, None]), axis=1)
+    if np.isnan(sims).any():  # (a NaN embedding) np.median's NaN rows, as before
+        centre = np.median(sims, axis=1)
+        spread = 1.4826 * np.median(np.abs(sims - centre[:, None]), axis=1)
+    else:
+        centre = _row_medians(sims)  # sims is reordered: the deviations below are a set
+        np.subtract(sims, centre[:, None], out=sims)
+        spread = 1.4826 * _row_medians(np.abs(sims, out=sims))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(spread > 1e-12, (score - centre) / spread, np.nan)
+
+
+def _row_medians(a: np.ndarray) -> np.ndarray:
+    """``np.median(a, axis=1)`` of a NaN-free array, bit for bit, reordering ``a`` in place:
+    one selection per row (the lower middle of an even row is the largest value left of the
+    upper one), where np.median's two-point partition took ~9x as long on 7k clips."""
+    n = a.shape[1]
+    k = n // 2
+    a.partition(k, axis=1)
+    if n % 2:
+        return a[:, k].copy()
+    return (a[:, :k].max(axis=1) + a[:, k]) / 2
 
 
 def _with_partial(df: pd.DataFrame, partial: bool) -> pd.DataFrame:
