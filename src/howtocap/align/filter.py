@@ -396,7 +396,7 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
 
     Only the default filter (``null_z``) with ``drop_chatter`` drops flagged captions: the
     paper's explicit modes and ``keep_all`` mean exactly what they say."""
-    df = aligned.copy()
+    df = aligned.copy(deep=False)  # copy-on-write: the caller's table is never changed
     df["chatter"] = chatter_flags(df["text"]) if "text" in df else np.zeros(len(df), bool)
     if len(df) == 0:
         df["kept"] = pd.Series(dtype=bool)

@@ -288,6 +288,9 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
 
     items = [it for it in items if captioned(it.video_id)]
     _forget_changed_videos(rundir, captions, items)
+    # the whole table is not needed again (the stage reads each video's rows): ~340 MB at
+    # 10k videos that were held through scoring and the reduce step, the run's peak
+    del captions
     if cfg.within_shot:  # a run without shots computes them first
         ensure_shots(rundir, items, runner=runner, progress=progress, shard=shard)
     clips = None
