@@ -23,13 +23,16 @@ copy of the run directory (the cache folder is shared, read only) with the "befo
 two versions run back to back on the same inputs and their ``aligned.parquet`` are compared
 (scores, z and offsets to 1e-6). A third child per version profiles the smallest size
 (cProfile; its wall time is not used). BLAS runs on one thread in every child
-(``ONE_THREAD``), the same for both trees.
+(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S``
+(10 min; the machine is shared) and reported as not run; ``--before-max`` skips the base
+commit above a size.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -230,12 +233,20 @@ def fresh_copy(template: Path, dest: Path) -> None:
     shutil.copytree(template, dest, symlinks=True)
 
 
-def child(tree: Path, run: Path, profile: bool) -> dict[str, Any]:
+BUDGET_S = 600  # one measured run at most (the machine is shared): longer ones are stopped
+
+
+def child(tree: Path, run: Path, profile: bool) -> dict[str, Any] | None:
+    """One align run in its own process; None when it went over ``BUDGET_S``."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
     code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
         "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
-    res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
-                         env=env, cwd=ROOT, text=True, capture_output=True, check=False)
+    try:
+        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
+                             env=env, cwd=ROOT, text=True, capture_output=True, check=False,
+                             timeout=BUDGET_S)
+    except subprocess.TimeoutExpired:
+        return None
     if res.returncode:
         raise SystemExit(f"child failed ({tree}):\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -284,8 +295,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("videos in the run")
         ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
         ax.legend()
-    axes[1].set_ylim(bottom=0)
     fig.suptitle("align over cached embeddings: our own overhead")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -305,7 +316,10 @@ def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
     for version, tree in trees.items():
         run = WORK / f"run-{version}"
         fresh_copy(WORK / f"template-{n}", run)
-        prof = child(tree, run, profile=True)["profile"]
+        done = child(tree, run, profile=True)
+        if done is None:
+            raise SystemExit(f"the profiled {version} run went over {BUDGET_S} s")
+        prof = done["profile"]
         out[version] = {"tottime": top_lines(prof["tottime"]),
                         "cumulative": top_lines(prof["cumulative"]),
                         "seconds": {PARTS[k]: round(v, 2)
@@ -323,9 +337,14 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
     equal: dict[str, Any] = {}
     for n in sorted(args.videos):
         for version, tree in trees.items():  # back to back on the same inputs
+            if version == "before" and n > args.before_max:
+                continue
             run = WORK / f"run-{version}"
             fresh_copy(WORK / f"template-{n}", run)
             row = child(tree, run, profile=False)
+            if row is None:
+                print(f"{version:6s} {n:6,d} videos: over {BUDGET_S} s, stopped", flush=True)
+                continue
             row.pop("profile")
             st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
             row.update(version=version, videos=n, captions=len(st),
@@ -334,23 +353,28 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
             rows.append(row)
             print(f"{version:6s} {n:6,d} videos {row['captions_per_s']:8.0f} captions/s "
                   f"{row['ms_per_video']:6.2f} ms/video {row['rss_mb']:6.0f} MB", flush=True)
-        equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
-        print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
+        if {r["version"] for r in rows if r["videos"] == n} == set(trees):
+            equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
+            print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
     n0 = min(args.videos)
     profiles = profile(trees, n0)
     load1 = os.getloadavg()
 
     def get(version: str, n: int) -> dict[str, Any]:
-        return next(r for r in rows if (r["version"], r["videos"]) == (version, n))
+        return next((r for r in rows if (r["version"], r["videos"]) == (version, n)),
+                    {"captions_per_s": math.nan, "ms_per_video": math.nan, "rss_mb": math.nan})
 
-    summary = {str(n): {"before_captions_per_s": round(get("before", n)["captions_per_s"]),
-                        "after_captions_per_s": round(get("after", n)["captions_per_s"]),
-                        "speedup": round(get("after", n)["captions_per_s"]
-                                         / get("before", n)["captions_per_s"], 2),
-                        "before_ms_per_video": round(get("before", n)["ms_per_video"], 2),
-                        "after_ms_per_video": round(get("after", n)["ms_per_video"], 2),
-                        "before_rss_mb": round(get("before", n)["rss_mb"]),
-                        "after_rss_mb": round(get("after", n)["rss_mb"])}
+    def fig(x: float, nd: int) -> float | None:
+        return None if math.isnan(x) else round(x, nd)
+
+    summary = {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
+                        "after_captions_per_s": fig(get("after", n)["captions_per_s"], 0),
+                        "speedup": fig(get("after", n)["captions_per_s"]
+                                       / get("before", n)["captions_per_s"], 2),
+                        "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
+                        "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
+                        "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
+                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0)}
                for n in args.videos}
     cache = WORK / "cache"
     sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
@@ -364,7 +388,8 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
                       "bytes_per_video_mb": round(sum(sizes) / max(1, len(sizes)) / 2**20, 3),
                       "tb_at_1_2m_videos": round(1.2e6 * sum(sizes) / max(1, len(sizes))
                                                  / 1e12, 2)},
-            "blas_threads": 1, "profile_videos": n0, "profile": profiles,
+            "blas_threads": 1, "before_max": args.before_max, "profile_videos": n0,
+            "profile": profiles,
             "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -389,8 +414,14 @@ def write_reports(result: dict[str, Any]) -> None:
              "before ms/video | after ms/video | before peak RSS | after peak RSS | "
              "aligned.parquet equal |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for n in result["videos"]:
-        b, a = get("before", n), get("after", n)
-        eq = equal[str(n)]
+        a = get("after", n)
+        b = next((r for r in rows if (r["version"], r["videos"]) == ("before", n)), None)
+        eq = equal.get(str(n))
+        if b is None or eq is None:
+            lines.append(f"| {n:,} | {a['captions']:,} | not run | {a['captions_per_s']:,.0f} "
+                         f"| – | not run | {a['ms_per_video']:.2f} | not run | "
+                         f"{a['rss_mb']:.0f} MB | – |")
+            continue
         lines.append(f"| {n:,} | {a['captions']:,} | {b['captions_per_s']:,.0f} | "
                      f"{a['captions_per_s']:,.0f} | "
                      f"{a['captions_per_s'] / b['captions_per_s']:.2f}x | "
@@ -398,6 +429,10 @@ def write_reports(result: dict[str, Any]) -> None:
                      f"{b['rss_mb']:.0f} MB | {a['rss_mb']:.0f} MB | "
                      f"{'yes' if eq['equal'] else 'NO'} "
                      f"(max diff {eq.get('max_abs_diff', float('nan')):.1e}) |")
+    if any(str(n) not in equal for n in result["videos"]):
+        lines += ["", f"Not run: the base commit above {result['before_max']:,} videos, or a "
+                  f"run stopped at the {BUDGET_S // 60}-minute budget of one measured run on "
+                  "this shared machine."]
     c = result["cache"]
     lines += ["", f"The frame cache: {c['files_per_video']:g} file per video and encoder "
               f"({c['bytes_per_video_mb']:.2f} MB at {DIM}-d float16), so "
@@ -425,6 +460,8 @@ def main() -> None:
     ap.add_argument("--videos", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--base", default=BASE)
     ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
+    ap.add_argument("--before-max", type=int, default=10_000,
+                    help="run the base commit only up to this many videos")
     ap.add_argument("--profile-only", action="store_true",
                     help="re-run only the profiles into the existing align_scale.json")
     args = ap.parse_args()
