@@ -201,6 +201,20 @@ def _stats_vm_hours(r: Results) -> float:
     return (HTM_CAPTIONS + HTM_SUBTITLES) / r.get("stats.json", "end_to_end.texts_per_s") / 3600
 
 
+CONTENT_KEY_BYTES = 3 * 2**20  # encoders.cache.content_key: 1 MiB at head, middle and tail
+
+
+def _align_largest(r: Results, key: str) -> float:
+    big = max(r.get("align_scale.json", "videos"))
+    return r.get("align_scale.json", f"summary.{big}.{key}")
+
+
+def _align_part(r: Results, part: str) -> float:
+    """A part's share of align's profiled time (after the cut)."""
+    secs = r.get("align_scale.json", "profile.after.seconds")
+    return secs[part] / secs["align_run, in all"]
+
+
 def _faults(r: Results, kind: str) -> int:
     return sum(r.get("faults.json", f"faults.{kind}").values())
 
@@ -277,6 +291,14 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "scaling.shards_tb": lambda r: HTM_PAIRS * 4 * _shard_kb_per_frame(r) / 1e9,
     "scaling.clips_per_s_per_gpu": lambda r: A100_VIT_B_IMG_S * A100_TRAIN_FRACTION / 4,
     "scaling.a100_train_hours_x2": lambda r: 2 * _train_hours(r),
+    # align over cached embeddings (bench_align_scale): our own time at HowTo100M's size, the
+    # null z's share of it, and the video bytes the cache lookup's content key reads
+    "align_scale.core_hours_at_htm": lambda r: _align_largest(r, "after_ms_per_video")
+    * HTM_VIDEOS / 1000 / 3600,
+    "align_scale.null_z_share": lambda r: _align_part(r, "the null z (reference_z, both "
+                                                      "halves)"),
+    "align_scale.cache_read_share": lambda r: _align_part(r, "reading the frame cache"),
+    "align_scale.content_key_tb_at_htm": lambda r: HTM_VIDEOS * CONTENT_KEY_BYTES / 1e12,
 }
 
 

@@ -493,3 +493,30 @@ def test_null_z_help_names_the_default_bar() -> None:
     param = inspect.signature(align_cmd, eval_str=True).parameters["null_z"]
     help_text = next(m.help for m in param.annotation.__metadata__ if hasattr(m, "help"))
     assert f"Default {DEFAULT_NULL_Z:g}." in help_text
+
+
+def test_caption_fingerprint_text_is_the_per_video_csv() -> None:
+    """The fingerprint text is built by one ``to_csv`` per chunk of rows; it must equal the
+    per-video ``to_csv`` it replaced (recorded fingerprints are hashes of it): odd floats,
+    quotes, commas, line breaks, missing values, interleaved videos, Arrow strings."""
+    import pandas as pd
+
+    from howtocap.align.run import _csv_per_group, _csv_per_video
+
+    rng = np.random.default_rng(0)
+    odd = [np.nan, 1e-7, 1e16, -0.0, 0.1 + 0.2, 3.0, 1 / 3, -1e-300, np.inf]
+    texts = ["plain", "with, comma", 'with "quote"', "new\nline", "cr\rhere", "", "ünï",
+             "tab\there", '"', "a\r\nb", None]
+    for trial in range(60):
+        n = int(rng.integers(0, 50))
+        df = pd.DataFrame({
+            "video_id": rng.choice(["a", "b", "c d", "v,1", None], n),
+            "start": [odd[i] if rng.random() < 0.3 else float(rng.normal() * 100)
+                      for i in rng.integers(0, len(odd), n)],
+            "end": rng.normal(size=n) * 50,
+            "text": [texts[i] for i in rng.integers(0, len(texts), n)]})
+        if trial % 3 == 0:
+            df = df.astype({"video_id": "string[pyarrow]", "text": "string[pyarrow]"})
+        for cols in (["start", "end", "text"], ["start", "text"]):
+            want = _csv_per_group(df, cols)
+            assert _csv_per_video(df, cols, chunk=int(rng.integers(1, 20))) == want, trial

@@ -208,3 +208,91 @@ def test_cli_command(run: dict[str, Any]) -> None:
     assert re.search(r"; [2-3] dropped: no window within ±10 s inside the video", res.output)
     al = read_aligned(run["rundir"])
     assert int(al["kept"].sum()) == 3 and set(al["encoders"]) == {run["encoder"].name}
+
+
+# -- the same results as before align's overhead was cut (issue #22) --------------------------
+
+BASE = "9d6059c"  # the last commit before the cut
+REPO = Path(__file__).resolve().parents[1]
+_ALIGN_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from bench_align_scale import StubEncoder
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run
+from howtocap.engine.rundir import RunDir
+cfg = AlignConfig(**({"quantile": 0.5} if sys.argv[3] == "quantile" else {}))
+align_run(RunDir(sys.argv[1], create=False), [], cfg, encoders=[StubEncoder()],
+          progress=False)
+"""
+
+
+def _base_sources(dest: Path) -> Path | None:
+    """The base commit's ``src/`` (``git archive``), or None when git or the commit is not
+    at hand (a source tarball)."""
+    import subprocess
+
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "-C", str(REPO), "cat-file", "-e", f"{BASE}^{{commit}}"],
+            capture_output=True, check=False).returncode:
+        return None
+    dest.mkdir(parents=True)
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", BASE, "src"],
+                         capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest / "src"
+
+
+@pytest.mark.parametrize("mode", ["default", "quantile"])
+def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> None:
+    """A generated run (cached frames, the benchmark's stub text encoder) aligned by this tree
+    and by the base commit, each in its own process: equal ``aligned.parquet`` (numbers to
+    1e-6), so the faster code computes what the old one did. The default filter's null z
+    against other videos' captions and clips is exercised (16 reference videos)."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from bench_align_scale import compare, synthesize
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    base_src = _base_sources(tmp_path / "base")
+    if base_src is None:
+        pytest.skip(f"git or commit {BASE} not available")
+    (tmp_path / "cache").mkdir()
+    synthesize(tmp_path / "template", tmp_path / "videos", tmp_path / "cache", 24, seed=3)
+    outs = {}
+    for name, src in (("base", base_src), ("here", REPO / "src")):
+        run = tmp_path / f"run-{name}"
+        shutil.copytree(tmp_path / "template", run, symlinks=True)
+        env = {**__import__("os").environ, "PYTHONPATH": str(src)}
+        res = subprocess.run([sys.executable, "-c", _ALIGN_CHILD, str(run),
+                              str(REPO / "benchmarks"), mode], env=env, capture_output=True,
+                             text=True, check=False)
+        assert res.returncode == 0, res.stderr[-2000:]
+        outs[name] = run
+    same = compare(outs["base"], outs["here"])
+    assert same["rows"] > 500 and same["equal"], same
+    al = pd.read_parquet(outs["here"] / "aligned.parquet")
+    if mode == "default":  # both halves of the null z were computed
+        assert al["z_clip"].notna().all() and al["z_text"].notna().all()
+
+
+def test_kept_columns_match_kept_captions() -> None:
+    """The stage's columnar read keeps exactly the rows ``kept_captions`` keeps."""
+    from howtocap.align.stage import _kept_columns
+    from howtocap.schemas import kept_captions, rows
+
+    rej = ["", "filler", None, "", "filler"]
+    cols = {"video_id": ["v"] * 5, "start": np.arange(5.0), "end": np.arange(5.0) + 8,
+            "text": list("abcde"), "rejected": rej}
+    got = _kept_columns(rows("captions", 5, **cols))
+    want = kept_captions(pd.DataFrame(cols))
+    assert "rejected" not in got and list(got["text"]) == want["text"].tolist() == ["a", "c",
+                                                                                     "d"]
+    np.testing.assert_array_equal(got["start"], want["start"])
+    assert list(_kept_columns(pd.DataFrame(cols))["text"]) == ["a", "c", "d"]
+    every = _kept_columns(rows("captions", 2, video_id="v", start=[0.0, 1.0], end=[8.0, 9.0],
+                               text=["a", "b"]))
+    assert list(every["text"]) == ["a", "b"]

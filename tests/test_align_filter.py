@@ -223,3 +223,19 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
         assert res.exit_code == 0, res.output
         assert runs[-1]["align"].drop_chatter is drop
         assert runs[-1]["caption"].caption.drop_chatter is drop
+
+
+def test_row_medians_equal_numpys_bit_for_bit() -> None:
+    """The null z's medians (one selection per row, in place) equal ``np.median``'s exactly,
+    for odd and even rows, with ties, down to one column."""
+    from howtocap.align.filter import _row_medians
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 10, 11, 7000, 7001):
+        for ties in (False, True):
+            a = rng.standard_normal((6, n)) * 0.02
+            if ties:
+                a = np.round(a, 2)
+            want = np.median(a, axis=1)
+            got = _row_medians(a.copy())
+            assert np.array_equal(want, got), (n, ties)

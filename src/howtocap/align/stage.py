@@ -19,7 +19,7 @@ from howtocap.align.filter import align_video, empty_aligned
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
-from howtocap.schemas import kept_captions
+from howtocap.schemas import Rows, kept_captions
 
 SCORES = "align_scores"
 _REF_LOCK = threading.Lock()
@@ -32,6 +32,7 @@ class AlignStage(BaseStage):
     reads_cache = ("frames",)  # the frames step's embeddings (filled here when missing)
     reduce_writes = ("aligned",)  # the global filter over every video's scores (``run``)
     resources = Resources(kind="encoder", models=True)
+    columnar = True  # captions in as plain columns (``schemas.Rows``): no frame per video
 
     def __init__(self, encoders: Sequence[str], cfg: AlignConfig, cache_dir: Path, *,
                  device: str | None = None, models: Sequence[Any] | None = None,
@@ -54,6 +55,8 @@ class AlignStage(BaseStage):
         self._ref_embs: list[np.ndarray] | None = None
         self.clip_videos = sorted(map(str, clip_videos))
         self.clips = clips
+        # the clips as float64 and their videos as an array, made once per worker
+        self._clips64: tuple[list[np.ndarray], np.ndarray] | None = None
         self.encoders = list(encoders)
         self.models_from_names = models_from_names or models is None
         self.cfg = cfg
@@ -89,8 +92,8 @@ class AlignStage(BaseStage):
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
 
-        caps = kept_captions(video.tables["captions"])  # rejected rows are never aligned
-        if len(caps) == 0:
+        caps = _kept_columns(video.tables["captions"])  # rejected rows are never aligned
+        if len(caps["start"]) == 0:
             return StageOutput({SCORES: empty_aligned()})
         path = video.item.video_path
         if path is None or not str(path):
@@ -109,19 +112,31 @@ class AlignStage(BaseStage):
             if table is None or len(table) == 0:
                 raise InputError(path, "no shots for this video (--within-shot: its shots "
                                        "stage failed, see `howtocap status`)")
-            shots = sorted(zip(table["start"].astype(float), table["end"].astype(float),
-                               strict=True))
-        texts = caps["text"].astype(str).tolist()
+            shots = sorted(zip(np.asarray(table["start"], dtype=float).tolist(),
+                               np.asarray(table["end"], dtype=float).tolist(), strict=True))
+        texts = [str(t) for t in caps["text"]]
         text_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32) for m in models]
         return StageOutput({SCORES: align_video(video.video_id, caps, frames, text_embs,
                                                 [m.name for m in models], self.cfg,
                                                 [m.pool_clips for m in models],
                                                 self._reference_embs(models),
                                                 self.reference["video_id"].tolist(),
-                                                *(self.clips or (None, None)),
+                                                *self._clips_f64(),
                                                 shots=shots)},
                            metrics={"frames": float(len(frames[0].emb)),
-                                    "captions": float(len(caps))})
+                                    "captions": float(len(texts))})
+
+    def _clips_f64(self) -> tuple[list[np.ndarray] | None, np.ndarray | None]:
+        """The reference clips in float64, converted once per worker: ``reference_z`` would
+        otherwise convert the whole bank (thousands of clips) for every video."""
+        if self.clips is None:
+            return None, None
+        with _REF_LOCK:
+            if self._clips64 is None:
+                self._clips64 = ([np.ascontiguousarray(c, dtype=np.float64)
+                                  for c in self.clips[0]],
+                                 np.asarray(self.clips[1], dtype=object))
+        return self._clips64
 
     def _reference_embs(self, models: Sequence[Any]) -> list[np.ndarray] | None:
         """The reference captions' text embeddings, per encoder, computed once per worker."""
@@ -130,6 +145,25 @@ class AlignStage(BaseStage):
         with _REF_LOCK:  # module-level: a stage is pickled to Ray actors
             if self._ref_embs is None:
                 texts = self.reference["text"].tolist()
-                self._ref_embs = [np.asarray(m.encode_texts(texts), dtype=np.float32)
+                # float32 as encoded, held as float64: converted once, not per video
+                self._ref_embs = [np.asarray(np.asarray(m.encode_texts(texts),
+                                                        dtype=np.float32), dtype=np.float64)
                                   for m in models]
         return self._ref_embs
+
+
+def _kept_columns(table: pd.DataFrame | Rows) -> dict[str, Any]:
+    """A video's kept captions (not ``rejected``) as plain columns, from ``Rows`` (the
+    engine's columnar read) or a frame (a caller's own table)."""
+    if isinstance(table, pd.DataFrame):
+        df = kept_captions(table)
+        return {c: df[c].to_numpy() for c in df.columns}
+    cols = {c: table[c] for c in table.cols if c != "rejected"}
+    if "rejected" not in table.cols:
+        return cols
+    keep = [not r or r != r for r in table["rejected"]]  # "" or None/NaN: kept
+    if all(keep):
+        return cols
+    idx = np.flatnonzero(keep)
+    return {c: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx])
+            for c, v in cols.items()}

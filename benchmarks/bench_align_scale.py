@@ -1,0 +1,494 @@
+"""``align`` on a run of many videos with cached embeddings (issue #22's align target): the
+captions/s of our own overhead, before and after, in the same run.
+
+Run: .venv/bin/python benchmarks/bench_align_scale.py [--videos 1000 10000 --base REV]
+     -> benchmarks/results/align_scale.{json,md,png}
+
+The run directory is made the way the real code writes one: ``RunDir.record_videos``, the
+captions committed in batches of 1,000 videos through ``RunDir.commit_batch`` with the real
+``captions`` schema and ``caption`` status records (HowTo100M-like: 5-10 min videos, 30-50
+captions each, a few rejected fillers and channel chatter lines), and per video a frame-
+embedding cache file written through ``encoders.cache.save`` at the path ``cache_path`` gives
+for the video's ``content_key`` (random unit vectors at 1 fps, 384-d like the default encoder).
+The video files are tiny stand-ins: nothing is decoded (the stub's ``encode_images`` raises).
+
+The text encoder is a stub (``StubEncoder``: a fixed random unit vector per text, chosen by
+its CRC32). The real embedded encoder encodes ~800 texts/s on these 2 cores
+(``encoders.json``), i.e. ~50 ms of a 40-caption video, several times all of align's own
+overhead, and it is a model's cost, not the driver's.
+
+Each measurement is its own child process, ``align_run`` with the default filter, on a fresh
+copy of the run directory (the cache folder is shared, read only) with the "before" tree
+(``--base``, a git worktree under benchmarks/work/) or this tree first on ``PYTHONPATH``; the
+two versions run back to back on the same inputs and their ``aligned.parquet`` are compared
+(scores, z and offsets to 1e-6). A third child per version profiles the smallest size
+(cProfile; its wall time is not used). BLAS runs on one thread in every child
+(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S``
+(10 min; the machine is shared) and reported as not run; ``--before-max`` skips the base
+commit above a size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / "work" / "align_scale"
+OUT = HERE / "results"
+BASE = "9d6059c"  # the last commit before align's overhead was cut
+DIM = 384  # the default encoder's
+BATCH = 1000  # videos per committed caption batch (the engine's default batch size)
+# BLAS on one thread in both trees: align's products are small (40 captions x 7k clips), and
+# on 2 cores shared with other jobs OpenBLAS's second thread made them ~3x slower (spinning)
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class StubEncoder:
+    """The encoder interface align uses, without a model: texts map to fixed random unit
+    vectors (so the same text always scores the same in both trees), frames come only from
+    the cache, and clips pool as every encoder's default (``window_means``)."""
+
+    name = "stub-384"
+    dim = DIM
+    image_size = 224
+    pooling = "mean"
+
+    def __init__(self, table_size: int = 4096, seed: int = 7) -> None:
+        v = np.random.default_rng(seed).standard_normal((table_size, DIM))
+        self._table = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    @property
+    def frame_encoder(self) -> StubEncoder:
+        return self
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        idx = np.fromiter((zlib.crc32(t.encode()) for t in texts), dtype=np.int64,
+                          count=len(texts))
+        return self._table[idx % len(self._table)]
+
+    def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
+        raise RuntimeError("the benchmark's frames must all come from the cache")
+
+    def pool_clips(self, frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   renormalize: bool = True) -> np.ndarray:
+        from howtocap.encoders.windows import window_means
+
+        return window_means(frame_emb, np.asarray(lo), np.asarray(hi), renormalize)
+
+
+VERBS = ["add", "cut", "stir", "pour", "mix", "fold", "sand", "drill", "screw", "paint",
+         "wipe", "press", "place", "remove", "attach", "measure", "heat", "whisk", "roll",
+         "trim"]
+NOUNS = ["onions", "flour", "the board", "the hinge", "butter", "the dough", "a screw",
+         "the panel", "garlic", "the sauce", "the edge", "the frame", "eggs", "the pipe",
+         "sugar", "the fabric", "the lid", "tomatoes", "the wire", "the brush"]
+PLACES = ["into the bowl", "onto the tray", "with a knife", "on the table", "in the pan",
+          "along the line", "with the drill", "by hand", "into the corner", "over the top"]
+CHATTER = ["don't forget to subscribe to my channel", "thanks for watching this video",
+           "leave a comment down below"]
+
+
+def video_file(folder: Path, i: int) -> Path:
+    return folder / f"v{i:06d}.mp4"
+
+
+def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> dict[str, Any]:
+    """A captioned run of ``n`` videos (the first ``n`` of a fixed sequence, so a smaller run
+    is a prefix of a larger one) whose frames are all in ``cache`` (shared between sizes)."""
+    from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
+    from howtocap.engine.rundir import RunDir, StatusRecord
+    from howtocap.io.inputs import VideoItem
+    from howtocap.schemas import conform
+
+    videos.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True)
+    (root / "cache").symlink_to(cache, target_is_directory=True)
+    rd = RunDir(root)
+    enc = StubEncoder()
+    items = []
+    captions = 0
+    t0 = time.perf_counter()
+    for lo in range(0, n, BATCH):
+        frames: list[dict[str, Any]] = []
+        records = []
+        for i in range(lo, min(n, lo + BATCH)):
+            rng = np.random.default_rng([seed, i])
+            path = video_file(videos, i)
+            if not path.exists():
+                path.write_bytes(f"synthetic video {i}\n".encode() * 8)
+            vid = f"v{i:06d}"
+            items.append(VideoItem(vid, path))
+            duration = float(rng.uniform(300, 600))
+            k = int(rng.integers(30, 51))
+            starts = np.sort(rng.uniform(0, duration - 4, k)).round(2)
+            texts = [f"{VERBS[a]} {NOUNS[b]} {PLACES[c]}" for a, b, c in
+                     zip(rng.integers(0, len(VERBS), k), rng.integers(0, len(NOUNS), k),
+                         rng.integers(0, len(PLACES), k), strict=True)]
+            for j in np.flatnonzero(rng.random(k) < 0.03):
+                texts[j] = CHATTER[int(j) % len(CHATTER)]
+            rejected = np.where(rng.random(k) < 0.05, "filler", "").tolist()
+            frames.append({"video_id": [vid] * k, "start": starts,
+                           "end": starts + rng.uniform(2, 10, k).round(2), "text": texts,
+                           "source": ["llm"] * k, "block": np.arange(k) // 8,
+                           "model": ["synthetic"] * k, "config_id": [""] * k,
+                           "rejected": rejected})
+            records.append(StatusRecord(vid, "caption", "ok", config_id="",
+                                        metrics={"captions": float(k)}))
+            captions += k
+            fe_path = cache_path(cache, enc.name, content_key(path), 1.0)
+            if not fe_path.exists():
+                emb = rng.standard_normal((int(np.ceil(duration)), DIM))
+                emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+                save(fe_path, FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0,
+                                              duration=round(duration, 6), partial=False,
+                                              encoder=enc.name, key=content_key(path)))
+        import pandas as pd
+
+        df = conform(pd.concat([pd.DataFrame(f) for f in frames], ignore_index=True),
+                     "captions")
+        rd.commit_batch("caption", ("captions",), records, {"captions": df})
+    rd.record_videos(items)
+    return {"videos": n, "captions": captions, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+CHILD = r"""
+import cProfile, io, json, pstats, resource, sys, time
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from bench_align_scale import StubEncoder
+from howtocap.align.config import AlignConfig
+from howtocap.align.run import align_run
+from howtocap.engine.rundir import RunDir
+run, profile = sys.argv[1], sys.argv[2] == "1"
+PARTS = {parts!r}
+enc = StubEncoder()
+rd = RunDir(run, create=False)
+prof = cProfile.Profile() if profile else None
+t0 = time.perf_counter()
+if prof:
+    prof.enable()
+summary = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
+if prof:
+    prof.disable()
+wall = time.perf_counter() - t0
+top = {{}}
+if prof:
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats(key).print_stats(25)
+        top[key] = s.getvalue()
+    named = {{}}
+    for (file, _, func), (_, _, _, ct, _) in pstats.Stats(prof).stats.items():
+        name = f"{{Path(file).parent.name}}/{{Path(file).stem}}.{{func}}"
+        if name in PARTS:
+            named[name] = named.get(name, 0.0) + ct
+    top["seconds"] = named
+print(json.dumps({{"wall_s": wall, "done": summary.done, "failed": len(summary.failed),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "profile": top}}))
+"""
+
+
+# Where align's time goes, by cumulative seconds under cProfile (nested: run_stage holds the
+# per-video work, process one video, align_video its scoring, reference_z the null z)
+PARTS = {"align/run.align_run": "align_run, in all",
+         "engine/core.run_stage": "the per-video stage (engine: select, claim, commit)",
+         "align/stage.process": "one video (stage.process)",
+         "encoders/cache.frame_embeddings_multi": "reading the frame cache",
+         "align/filter.align_video": "scoring (align_video)",
+         "align/filter.reference_z": "the null z (reference_z, both halves)",
+         "engine/core.commit_batch": "committing batches (engine)",
+         "align/run.finish_align": "the reduce step (merge, filter, report)",
+         "align/report.write_align_report": "the HTML report",
+         "align/run.clip_bank": "the reference clip bank",
+         "align/run._forget_changed_videos": "caption fingerprints"}
+
+
+def worktree(rev: str) -> Path:
+    path = WORK / f"base-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT,
+                       check=True, capture_output=True)
+    return path
+
+
+def fresh_copy(template: Path, dest: Path) -> None:
+    """The template run without any align output; its cache folder stays the shared one."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(template, dest, symlinks=True)
+
+
+BUDGET_S = 600  # one measured run at most (the machine is shared): longer ones are stopped
+
+
+def child(tree: Path, run: Path, profile: bool) -> dict[str, Any] | None:
+    """One align run in its own process; None when it went over ``BUDGET_S``."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
+    code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
+        "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
+    try:
+        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
+                             env=env, cwd=ROOT, text=True, capture_output=True, check=False,
+                             timeout=BUDGET_S)
+    except subprocess.TimeoutExpired:
+        return None
+    if res.returncode:
+        raise SystemExit(f"child failed ({tree}):\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def compare(a: Path, b: Path) -> dict[str, Any]:
+    """The two versions' ``aligned.parquet``: same rows, same text columns, numbers to 1e-6."""
+    import pandas as pd
+
+    x, y = pd.read_parquet(a / "aligned.parquet"), pd.read_parquet(b / "aligned.parquet")
+    out: dict[str, Any] = {"rows": len(x), "same_columns": list(x.columns) == list(y.columns),
+                           "same_rows": len(x) == len(y)}
+    if not (out["same_columns"] and out["same_rows"]):
+        out["equal"] = False
+        return out
+    diff = 0.0
+    exact = True
+    for c in x.columns:
+        if pd.api.types.is_float_dtype(x[c]):
+            u, v = x[c].to_numpy(float), y[c].to_numpy(float)
+            if not np.array_equal(np.isnan(u), np.isnan(v)):
+                exact = False
+            both = ~np.isnan(u) & ~np.isnan(v)
+            diff = max(diff, float(np.abs(u[both] - v[both]).max()) if both.any() else 0.0)
+        elif not x[c].equals(y[c]):
+            exact = False
+    out["max_abs_diff"] = diff
+    out["equal"] = bool(exact and diff <= 1e-6)
+    return out
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for version, style in (("before", "o--"), ("after", "s-")):
+        rs = sorted((r for r in rows if r["version"] == version), key=lambda r: r["videos"])
+        xs = [r["videos"] for r in rs]
+        axes[0].plot(xs, [r["captions_per_s"] for r in rs], style, label=version)
+        axes[1].plot(xs, [r["rss_mb"] for r in rs], style, label=version)
+    for ax, label in zip(axes, ("captions / s (higher is better)", "peak RSS, MB"),
+                         strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel("videos in the run")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    fig.suptitle("align over cached embeddings: our own overhead")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def top_lines(text: str, n: int = 12) -> list[str]:
+    """The table lines of a pstats dump (header kept), shortened for the report."""
+    lines = text.splitlines()
+    start = next((i for i, s in enumerate(lines) if s.strip().startswith("ncalls")), 0)
+    return [s.rstrip() for s in lines[start:start + n + 1]]
+
+
+def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
+    """One profiled child per version on the ``n``-video run: the top entries and the
+    seconds of the ``PARTS`` (cumulative, so nested)."""
+    out: dict[str, Any] = {}
+    for version, tree in trees.items():
+        run = WORK / f"run-{version}"
+        fresh_copy(WORK / f"template-{n}", run)
+        done = child(tree, run, profile=True)
+        if done is None:
+            raise SystemExit(f"the profiled {version} run went over {BUDGET_S} s")
+        prof = done["profile"]
+        out[version] = {"tottime": top_lines(prof["tottime"]),
+                        "cumulative": top_lines(prof["cumulative"]),
+                        "seconds": {PARTS[k]: round(v, 2)
+                                    for k, v in sorted(prof.get("seconds", {}).items(),
+                                                       key=lambda kv: -kv[1])}}
+    return out
+
+
+def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    """Both versions back to back at every size, the tables compared, then the profiles."""
+    import pandas as pd
+
+    load0 = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    equal: dict[str, Any] = {}
+    for n in sorted(args.videos):
+        for version, tree in trees.items():  # back to back on the same inputs
+            if version == "before" and n > args.before_max:
+                continue
+            run = WORK / f"run-{version}"
+            fresh_copy(WORK / f"template-{n}", run)
+            row = child(tree, run, profile=False)
+            if row is None:
+                print(f"{version:6s} {n:6,d} videos: over {BUDGET_S} s, stopped", flush=True)
+                continue
+            row.pop("profile")
+            st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
+            row.update(version=version, videos=n, captions=len(st),
+                       captions_per_s=len(st) / row["wall_s"],
+                       ms_per_video=1000 * row["wall_s"] / n)
+            rows.append(row)
+            print(f"{version:6s} {n:6,d} videos {row['captions_per_s']:8.0f} captions/s "
+                  f"{row['ms_per_video']:6.2f} ms/video {row['rss_mb']:6.0f} MB", flush=True)
+        if {r["version"] for r in rows if r["videos"] == n} == set(trees):
+            equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
+            print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
+    n0 = min(args.videos)
+    profiles = profile(trees, n0)
+    load1 = os.getloadavg()
+
+    def get(version: str, n: int) -> dict[str, Any]:
+        return next((r for r in rows if (r["version"], r["videos"]) == (version, n)),
+                    {"captions_per_s": math.nan, "ms_per_video": math.nan, "rss_mb": math.nan})
+
+    def fig(x: float, nd: int) -> float | None:
+        return None if math.isnan(x) else round(x, nd)
+
+    summary = {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
+                        "after_captions_per_s": fig(get("after", n)["captions_per_s"], 0),
+                        "speedup": fig(get("after", n)["captions_per_s"]
+                                       / get("before", n)["captions_per_s"], 2),
+                        "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
+                        "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
+                        "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
+                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0)}
+               for n in args.videos}
+    cache = WORK / "cache"
+    sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
+    files_per_video = len(sizes) / max(args.videos)
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "load_avg": [round(load0[0], 2), round(load1[0], 2)], "base": args.base,
+            "videos": sorted(args.videos), "largest": summary[str(max(args.videos))],
+            "summary": summary, "equal": equal, "rows": rows,
+            "cache": {"files_per_video": files_per_video, "encoders": 1,
+                      "files_at_1_2m_videos_m": round(1.2 * files_per_video, 2),
+                      "bytes_per_video_mb": round(sum(sizes) / max(1, len(sizes)) / 2**20, 3),
+                      "tb_at_1_2m_videos": round(1.2e6 * sum(sizes) / max(1, len(sizes))
+                                                 / 1e12, 2)},
+            "blas_threads": 1, "before_max": args.before_max, "profile_videos": n0,
+            "profile": profiles,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def write_reports(result: dict[str, Any]) -> None:
+    """align_scale.{json,md,png} from the measurements (the md and plot only from the json)."""
+    OUT.mkdir(exist_ok=True)
+    (OUT / "align_scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    rows, equal, n0 = result["rows"], result["equal"], result["profile_videos"]
+
+    def get(version: str, n: int) -> dict[str, Any]:
+        return next(r for r in rows if (r["version"], r["videos"]) == (version, n))
+
+    load0, load1 = result["load_avg"]
+    lines = ["# align over cached embeddings: our own overhead (issue #22)", "",
+             f"{result['machine']}; load average {load0:.1f} → {load1:.1f} (three other "
+             f"engineers' jobs add time); BLAS on one thread; before = commit "
+             f"{result['base']}, after = this tree, back to back in one run on the same run "
+             "directory; a stub text encoder and frames from the cache, so nothing but "
+             "align's own code is timed. How to read: benchmarks/bench_align_scale.py "
+             "docstring.", "",
+             "| videos | captions | before captions/s | after captions/s | speedup | "
+             "before ms/video | after ms/video | before peak RSS | after peak RSS | "
+             "aligned.parquet equal |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for n in result["videos"]:
+        a = get("after", n)
+        b = next((r for r in rows if (r["version"], r["videos"]) == ("before", n)), None)
+        eq = equal.get(str(n))
+        if b is None or eq is None:
+            lines.append(f"| {n:,} | {a['captions']:,} | not run | {a['captions_per_s']:,.0f} "
+                         f"| – | not run | {a['ms_per_video']:.2f} | not run | "
+                         f"{a['rss_mb']:.0f} MB | – |")
+            continue
+        lines.append(f"| {n:,} | {a['captions']:,} | {b['captions_per_s']:,.0f} | "
+                     f"{a['captions_per_s']:,.0f} | "
+                     f"{a['captions_per_s'] / b['captions_per_s']:.2f}x | "
+                     f"{b['ms_per_video']:.2f} | {a['ms_per_video']:.2f} | "
+                     f"{b['rss_mb']:.0f} MB | {a['rss_mb']:.0f} MB | "
+                     f"{'yes' if eq['equal'] else 'NO'} "
+                     f"(max diff {eq.get('max_abs_diff', float('nan')):.1e}) |")
+    if any(str(n) not in equal for n in result["videos"]):
+        lines += ["", f"Not run: the base commit above {result['before_max']:,} videos, or a "
+                  f"run stopped at the {BUDGET_S // 60}-minute budget of one measured run on "
+                  "this shared machine."]
+    c = result["cache"]
+    lines += ["", f"The frame cache: {c['files_per_video']:g} file per video and encoder "
+              f"({c['bytes_per_video_mb']:.2f} MB at {DIM}-d float16), so "
+              f"{c['files_at_1_2m_videos_m']:g}M files ({c['tb_at_1_2m_videos']:g} TB) at "
+              "1.2M videos per encoder.", "",
+              f"## Where the time goes ({n0:,} videos, cProfile, cumulative seconds)", "",
+              "| part | before s | after s |", "|---|---:|---:|"]
+    prof = result["profile"]
+    for part in prof["after"]["seconds"]:
+        lines.append(f"| {part} | {prof['before']['seconds'].get(part, float('nan')):.1f} | "
+                     f"{prof['after']['seconds'][part]:.1f} |")
+    lines.append("")
+    for version in ("before", "after"):
+        lines += [f"### Top entries, {version}, by own time", "", "```",
+                  *prof[version]["tottime"], "```", "",
+                  f"### Top entries, {version}, by cumulative time", "", "```",
+                  *prof[version]["cumulative"], "```", ""]
+    (OUT / "align_scale.md").write_text("\n".join(lines))
+    plot(rows, OUT / "align_scale.png")
+    print("\n".join(lines[:14]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--videos", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
+    ap.add_argument("--before-max", type=int, default=10_000,
+                    help="run the base commit only up to this many videos")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="re-run only the profiles into the existing align_scale.json")
+    args = ap.parse_args()
+    sys.path[:0] = [str(ROOT / "src")]
+    WORK.mkdir(parents=True, exist_ok=True)
+    cache, videos = WORK / "cache", WORK / "videos"
+    cache.mkdir(exist_ok=True)
+    for n in sorted(args.videos):
+        template = WORK / f"template-{n}"
+        if not (template / "videos.parquet").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            made = synthesize(template, videos, cache, n)
+            print(f"made a run of {n:,} videos: {made}", flush=True)
+    trees = {"before": worktree(args.base), "after": ROOT}
+    try:
+        if args.profile_only:
+            result = json.loads((OUT / "align_scale.json").read_text())
+            result["profile"] = profile(trees, result["profile_videos"])
+        else:
+            result = measure(args, trees)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
+                       check=False, capture_output=True)
+    write_reports(result)
+    if not args.keep:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
