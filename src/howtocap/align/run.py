@@ -310,5 +310,5 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
             rundir.corrupted.clear()
             summary.absorb(run_stage(rundir, items, stage, **opts))
             finish_align(rundir, cfg, names)
-    rundir.status_table()
+    rundir.write_status_table()
     return summary
