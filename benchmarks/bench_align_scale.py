@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _worktree import add_worktree, remove_worktree
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -217,14 +218,6 @@ PARTS = {"align/run.align_run": "align_run, in all",
          "align/report.write_align_report": "the HTML report",
          "align/run.clip_bank": "the reference clip bank",
          "align/run._forget_changed_videos": "caption fingerprints"}
-
-
-def worktree(rev: str) -> Path:
-    path = WORK / f"base-{rev}"
-    if not path.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT,
-                       check=True, capture_output=True)
-    return path
 
 
 def fresh_copy(template: Path, dest: Path) -> None:
@@ -475,7 +468,7 @@ def main() -> None:
             shutil.rmtree(template, ignore_errors=True)
             made = synthesize(template, videos, cache, n)
             print(f"made a run of {n:,} videos: {made}", flush=True)
-    trees = {"before": worktree(args.base), "after": ROOT}
+    trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
     try:
         if args.profile_only:
             result = json.loads((OUT / "align_scale.json").read_text())
@@ -483,8 +476,7 @@ def main() -> None:
         else:
             result = measure(args, trees)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
-                       check=False, capture_output=True)
+        remove_worktree(trees["before"])
     write_reports(result)
     if not args.keep:
         shutil.rmtree(WORK, ignore_errors=True)

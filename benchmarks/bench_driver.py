@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _worktree import add_worktree, remove_worktree
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
@@ -74,14 +76,6 @@ use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "done": done, "howtocap": howtocap.__file__,
                   "cpu_s": use.ru_utime + use.ru_stime, "rss_mb": use.ru_maxrss / 1024}))
 """
-
-
-def worktree(rev: str) -> Path:
-    path = WORK / f"base-{rev}"
-    if not path.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT,
-                       check=True, capture_output=True)
-    return path
 
 
 def child(src_tree: Path, mode: str, data: Path, fillers: bool, url: str) -> dict[str, Any]:
@@ -138,7 +132,7 @@ def main() -> None:
     data = WORK / f"caption-{args.videos}.json"
     if not data.exists():
         write_caption_json(data, args.videos)
-    trees = {"before": worktree(args.base), "after": ROOT}
+    trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
     server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0",
                                "--keep-alive"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -157,8 +151,7 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
-        subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT,
-                       check=False, capture_output=True)
+        remove_worktree(trees["before"])
     load1 = os.getloadavg()
 
     def get(version: str, mode: str, fillers: bool) -> dict[str, Any]:

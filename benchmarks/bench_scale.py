@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _worktree import add_worktree, remove_worktree
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
@@ -201,16 +203,6 @@ def run_child(argv: list[str], src: Path) -> tuple[str, float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed ({proc.returncode}): {err.read_text()[-3000:]}")
     return log.read_text(), wall, usage.ru_maxrss / 1024
-
-
-def before_tree(rev: str) -> Path:
-    """``rev`` checked out once with ``git worktree`` (detached) under benchmarks/work/."""
-    dest = WORK / f"before-{rev}"
-    if not (dest / "src").is_dir():
-        WORK.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(dest), rev],
-                       check=True, capture_output=True)
-    return dest / "src"
 
 
 def check_status(info: dict[str, Any], truth: dict[str, Any]) -> list[str]:
@@ -410,7 +402,7 @@ def main() -> None:
         plot(r, OUT / "scale.png")
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    trees = {"before": before_tree(args.before), "after": ROOT / "src"}
+    trees = {"before": add_worktree(args.before, WORK, "before") / "src", "after": ROOT / "src"}
     if args.only:
         trees = {args.only: trees[args.only]}
     r: dict[str, Any] = json.loads(res_path.read_text()) if res_path.exists() else {}
@@ -432,8 +424,7 @@ def main() -> None:
             res_path.write_text(json.dumps(r, indent=1) + "\n")
     finally:  # the before worktree is registered in the shared .git: not left behind
         if "before" in trees:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(trees["before"].parent)], capture_output=True)
+            remove_worktree(trees["before"].parent)
     r["sizes"] = sorted(r["runs"], key=int)
     summarise(r)
     res_path.write_text(json.dumps(r, indent=1) + "\n")

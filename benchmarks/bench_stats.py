@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from howtocap.engine.rundir import RunDir
-from howtocap.nlp import MODEL_CANDIDATES, iter_verb_lemmas, load_spacy, verb_lemmas
+from howtocap.nlp import iter_verb_lemmas, load_spacy, verb_lemmas
 from howtocap.report.stats import compute_stats
 
 VERBS = ["cut", "add", "stir", "pour", "mix", "fry", "wash", "peel", "sand", "paint", "drill",
@@ -51,16 +51,7 @@ def synthetic_texts(n: int, seed: int, asr: bool) -> list[str]:
 
 def bench_tagging(n_texts: int) -> dict:
     texts = synthetic_texts(n_texts // 2, 1, asr=False) + synthetic_texts(n_texts // 2, 2, True)
-    import spacy
-
-    full = None
-    for name in MODEL_CANDIDATES:
-        try:
-            full = spacy.load(name)
-            break
-        except OSError:
-            continue
-    assert full is not None
+    full = load_spacy(whole=True)  # the reference: every component, nothing disabled
     fast = load_spacy()
     words = sum(len(t.split()) for t in texts)
 

@@ -285,19 +285,14 @@ def labelled_texts() -> list[str]:
 def full_verdicts() -> tuple[list[str], list[str], object]:
     """The verdicts of spaCy's whole shipped pipeline (nothing disabled), each text parsed on
     its own without the verdict table: what the rules mean, the reference for the fast path."""
-    import spacy
-
     from howtocap.caption.filler import verdict
-    from howtocap.nlp import MODEL_CANDIDATES
+    from howtocap.errors import HowtocapError
+    from howtocap.nlp import load_spacy
 
     texts = labelled_texts()
-    for name in MODEL_CANDIDATES:
-        try:
-            full = spacy.load(name)
-            break
-        except OSError:
-            continue
-    else:
+    try:
+        full = load_spacy(whole=True)
+    except HowtocapError:
         pytest.skip("no spaCy English model")
     return texts, [verdict(doc) for doc in full.pipe(texts, batch_size=1)], full
 

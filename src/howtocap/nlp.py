@@ -21,16 +21,17 @@ DISABLED = ("parser", "ner", "senter")
 
 
 @functools.lru_cache(maxsize=4)
-def load_spacy(name: str | None = None, *, parser: bool = False) -> Any:
+def load_spacy(name: str | None = None, *, parser: bool = False, whole: bool = False) -> Any:
     """The English pipeline with only tagging and lemmatisation enabled (``parser``: with the
-    dependency parser too, for the filler test of ``caption.filler``).
+    dependency parser too, for the filler test of ``caption.filler``; ``whole``: every
+    component, the reference that checks the lean pipelines give the same answers).
 
     ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``.
     """
     import spacy
 
     names = (name,) if name else MODEL_CANDIDATES
-    disabled = [c for c in DISABLED if not (parser and c == "parser")]
+    disabled = [] if whole else [c for c in DISABLED if not (parser and c == "parser")]
     problems = []
     for cand in names:
         try:
