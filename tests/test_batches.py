@@ -306,3 +306,31 @@ def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
         got = answer()
     assert not manifests[5].exists()
     assert got == expected(replay(skip=5)) != expected(truth)
+
+
+class SomeEmpty(Lines):
+    """``Lines`` whose videos in ``empty`` have no rows at all (every caption rejected, say)."""
+
+    name = "lines"
+
+    def __init__(self, empty: set[str]) -> None:
+        super().__init__()
+        self.empty = empty
+
+    def process(self, video: VideoInput) -> StageOutput:
+        if video.video_id in self.empty:
+            return StageOutput({"subtitles": rows(video.video_id).iloc[:0]})
+        return super().process(video)
+
+
+def test_a_batch_whose_videos_have_no_rows_merges(tmp_path: Path) -> None:
+    """A batch file of 0 rows (its text columns have no Arrow type of their own) beside batches
+    with rows: both merges keep every row and do not fail on the empty file."""
+    rd = RunDir(tmp_path / "run")
+    s = run_stage(rd, ITEMS, SomeEmpty({"v_00", "v_05"}), progress=False, batch_size=1)
+    assert s.done == 10
+    rd.merge("subtitles")
+    got = pd.read_parquet(rd.table_path("subtitles"))
+    assert len(got) == 8 * 3 and {"v_00", "v_05"}.isdisjoint(got["video_id"])
+    assert rd.merge_streaming("subtitles", batch_rows=4) == len(got)
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)

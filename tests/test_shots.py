@@ -219,3 +219,44 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     al = pd.read_parquet(out / "aligned.parquet")
     assert len(al) > 0
     assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))
+
+
+def test_run_within_shot_detects_shots_once(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --within-shot` runs the shots stage (and its merge and status table) once, before
+    align, and align does not run it again; `align --within-shot` alone still runs it."""
+    from howtocap import shots
+    from howtocap.caption.captioner import CaptionConfig
+    from howtocap.caption.config import CaptionRunConfig
+    from howtocap.pipeline.run import run_pipeline
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from bench_textonly import InstantLLM
+    finally:
+        sys.path.pop(0)
+    calls: list[str] = []
+    real = shots.run.shots_run
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls.append("shots")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(shots.run, "shots_run", counted)
+    vids = tmp_path / "videos"
+    make_narrated_video(vids, "steps", DEFAULT_STEPS[:3], seconds_per_step=STEP, fps=25,
+                        size=96, audio=False, subtitles="vtt")
+    out = tmp_path / "run"
+    # the instant LLM's "Do step N of the recipe." names nothing: kept with --keep-fillers
+    cap = CaptionRunConfig(caption=CaptionConfig(reject_fillers=False))
+    run_pipeline([vids], out, caption=cap, llm=InstantLLM(), progress=False,
+                 align=AlignConfig(within_shot=True, keep_all=True))
+    assert calls == ["shots"]
+    assert len(read_shots(out / "shots.parquet")["steps"]) > 1
+    assert len(pd.read_parquet(out / "aligned.parquet")) > 0
+    calls.clear()
+    (out / "shots.parquet").unlink()  # align alone, on a run without shots: it makes them
+    align_run(RunDir(out, create=False), [], AlignConfig(within_shot=True, keep_all=True),
+              progress=False, redo=True)
+    assert calls == ["shots"] and (out / "shots.parquet").exists()
+

@@ -244,13 +244,16 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               runner: Runner | None = None, device: str | None = None, progress: bool = True,
               encoders: Sequence[Any] | None = None, shard: Shard | None = None,
               redo: bool = False, retry_failed: bool = False,
-              max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+              max_attempts: int = MAX_ATTEMPTS, shots_ready: bool = False) -> StageSummary:
     """Score every captioned video (resumable), then filter globally.
 
     Re-running with only a different filter re-uses the per-video scores; different encoders
     or window settings are refused unless ``redo`` (then every video is rescored);
     re-captioned videos are rescored alone. No names: ``default``.
-    ``encoders`` (already built, e.g. in tests) overrides the names. With a ``shard`` only that
+    ``encoders`` (already built, e.g. in tests) overrides the names. ``shots_ready``: the
+    caller has just run the shots stage over the run's videos (``run --within-shot``), so
+    ``--within-shot`` does not run it, merge ``shots.parquet`` and rewrite the status table
+    a second time. With a ``shard`` only that
     shard's videos are scored and the global filter is left to a final run without a shard.
     """
     in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
@@ -291,7 +294,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     # the whole table is not needed again (the stage reads each video's rows): ~340 MB at
     # 10k videos that were held through scoring and the reduce step, the run's peak
     del captions
-    if cfg.within_shot:  # a run without shots computes them first
+    if cfg.within_shot and not shots_ready:  # a run without shots computes them first
         ensure_shots(rundir, items, runner=runner, progress=progress, shard=shard)
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders

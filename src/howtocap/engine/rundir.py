@@ -566,7 +566,8 @@ class RunDir:
             self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet file "
                                                 f"({' '.join(str(exc).split())[:80]})"))
             return None
-        if keep is None or "video_id" not in t.column_names:
+        # a file of no rows is skipped: its text columns have no Arrow type of their own
+        if keep is None or "video_id" not in t.column_names or not t.num_rows:
             return t
         if isinstance(keep, tuple):
             return t.filter(pc.invert(pc.is_in(t["video_id"], value_set=keep[1])))

@@ -98,7 +98,8 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
 
         summaries.append(shots_run(rundir, runner=runner, progress=progress, shard=shard))
     summaries.append(align_run(rundir, list(encoders), align, runner=runner, device=device,
-                               progress=progress, shard=shard, **retry))
+                               progress=progress, shard=shard, shots_ready=align.within_shot,
+                               **retry))
     if fetched and not download.keep_media:
         keep = set(recorded_reference(rundir, align)[1])
         drop_media(rundir, [vid for vid in fetched if vid not in keep
