@@ -15,12 +15,11 @@ file and a status JSON per video) are read beside them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,21 +29,17 @@ import pandas as pd
 
 import howtocap.engine.merge as merging
 from howtocap.atomic import (
-    FILE_MODE,
-    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
-    disk_full_error,
-    is_disk_full,
     looks_complete,
     read_parquet,
     writer_tag,
 )
+from howtocap.engine.claims import Owner, _writer_alive, claim_lock, live_claims, write_claim
 from howtocap.engine.records import (
-    _BATCH_RE,
     _RECORD_COLS,
     BATCH_PREFIX,
     FORGOTTEN,
@@ -62,51 +57,6 @@ from howtocap.engine.records import (
 )
 from howtocap.hashing import safe_name
 from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
-
-
-def _start_ticks(pid: int) -> str:
-    """A process's start time (Linux), so a reused pid is not taken for the old process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """This process, as written into the claims it holds."""
-
-    host: str
-    pid: int
-    started: str
-    lease: float = 6 * 3600.0  # seconds after which another host's claim counts as dead
-
-    @classmethod
-    def me(cls) -> Owner:
-        import socket
-
-        lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", 6 * 3600))
-        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
-
-    @property
-    def token(self) -> str:
-        return json.dumps({"host": self.host, "pid": self.pid, "started": self.started})
-
-    def is_stale(self, path: Path) -> bool:
-        """Whether the claim at ``path`` belongs to a process that is gone."""
-        try:
-            held = json.loads(path.read_text() or "{}")
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError):
-            return False  # being written right now
-        if held.get("host") != self.host:
-            return age > self.lease
-        pid = int(held.get("pid", 0))
-        if pid == self.pid:
-            return False
-        return _start_ticks(pid) != held.get("started") or not _start_ticks(pid)
 
 
 class RunDir:
@@ -769,16 +719,8 @@ class RunDir:
         """
         folder = self.claims_dir(stage)
         folder.mkdir(parents=True, exist_ok=True)
-        with self._claim_lock(folder, owner):
-            held: set[str] = set()
-            for path in folder.glob("claim-*.json"):
-                if owner.is_stale(path):
-                    path.unlink(missing_ok=True)
-                    continue
-                try:
-                    held.update(json.loads(path.read_text()).get("videos", []))
-                except (OSError, ValueError, AttributeError):
-                    continue  # gone meanwhile
+        with claim_lock(folder, owner):
+            held = live_claims(folder, owner)
             self._index(stage, refresh=True)
             taken = [v for v in video_ids if v not in held and (keep is None or keep(v))]
             elsewhere = sum(1 for v in video_ids if v in held)
@@ -786,31 +728,8 @@ class RunDir:
                 return None, [], elsewhere
             self._claims += 1
             path = folder / f"claim-{time.time_ns():020d}-{writer_tag()}-{self._claims}.json"
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-            _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": taken}))
+            write_claim(path, owner, taken)
             return path, taken, elsewhere
-
-    @contextlib.contextmanager
-    def _claim_lock(self, folder: Path, owner: Owner) -> Iterator[None]:
-        lock = folder / ".lock"
-        waited = 0.0
-        while True:
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-                break
-            except FileExistsError:
-                # a holder that died (same host: process gone; elsewhere: the lock is old)
-                lease = Owner(owner.host, owner.pid, owner.started, LOCK_LEASE)
-                if waited > 0.05 and lease.is_stale(lock):
-                    lock.unlink(missing_ok=True)
-                    continue
-                time.sleep(0.002)
-                waited += 0.002
-        try:
-            _write_fd(fd, lock, owner.token)
-            yield
-        finally:
-            lock.unlink(missing_ok=True)
 
     def claim(self, stage: str, video_id: str, owner: Owner) -> Path | None:
         """Claim one video (its claim file, or None when a live process holds it)."""
@@ -905,21 +824,7 @@ def pa_is_number(kind: Any) -> bool:
     import pyarrow.types as pat
 
     return bool(pat.is_floating(kind) or pat.is_integer(kind) or pat.is_boolean(kind))
-LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
-
-
-def _writer_alive(batch: str) -> bool:
-    """Whether the process that writes batch ``batch`` may still be writing it."""
-    from howtocap.atomic import pid_alive
-
-    m = _BATCH_RE.match(batch)
-    if m is None:
-        return True  # not ours to judge
-    if m.group(1) != HOST:
-        ns = int(batch.split("-")[1])
-        return time.time() - ns / 1e9 < Owner.me().lease
-    return pid_alive(int(m.group(2)))
 
 
 def _write_arrow_batch(table: Any, path: Path) -> None:
@@ -931,18 +836,6 @@ def _write_arrow_batch(table: Any, path: Path) -> None:
     if "video_id" in table.column_names and table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
     atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
-
-
-def _write_fd(fd: int, path: Path, text: str) -> None:
-    """Write a claim or lock file just created; a full disk removes it and is one line."""
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-    except OSError as exc:
-        path.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise
 
 
 def _mtime(path: Path) -> int:
