@@ -239,7 +239,7 @@ def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
 
     from howtocap.atomic import CorruptPartWarning
     from howtocap.engine.graph import StageGraph
-    from howtocap.engine.rundir import FORGOTTEN, StatusRecord
+    from howtocap.engine.records import FORGOTTEN, StatusRecord
     from howtocap.engine.stage import CAUSES
     from howtocap.engine.status import status_of
 

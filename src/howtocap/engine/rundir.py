@@ -1,9 +1,11 @@
 """The run directory: batches of results, the status table, and merged tables.
 
 Only this module knows the layout (parts, batches, claims, fingerprints, config, logs, cache,
-index). What it is built on sits in the bottom layer and knows no layout: ``atomic`` (whole
-files, a full disk, corrupt Parquet), ``hashing`` (stable hashes, file-safe names) and
-``schemas`` (the tables' columns and ``conform``).
+index). What it is built on knows no layout and is handed paths (or this ``RunDir``):
+``engine.records`` (status records, manifests, the per-stage index of newest records),
+``engine.merge`` (the merged tables), ``engine.claims`` (owners, claim files and their lock),
+and the bottom layer: ``atomic`` (whole files, a full disk, corrupt Parquet), ``hashing``
+(stable hashes, file-safe names) and ``schemas`` (the tables' columns and ``conform``).
 
 A stage commits a batch of videos: one Parquet file per table (temp file + rename), then one
 manifest holding the batch's status records. A killed run therefore leaves, per batch, every
