@@ -112,7 +112,8 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> 
     """A captioned run of ``n`` videos (the first ``n`` of a fixed sequence, so a smaller run
     is a prefix of a larger one) whose frames are all in ``cache`` (shared between sizes)."""
     from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
-    from howtocap.engine.rundir import RunDir, StatusRecord
+    from howtocap.engine.records import StatusRecord
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.inputs import VideoItem
     from howtocap.schemas import conform
 

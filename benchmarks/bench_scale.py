@@ -64,7 +64,8 @@ def generate(out: Path, n: int, seed: int = 0) -> dict[str, Any]:
     import numpy as np
     import pyarrow as pa
 
-    from howtocap.engine.rundir import RunDir, StatusRecord
+    from howtocap.engine.records import StatusRecord
+    from howtocap.engine.rundir import RunDir
     from howtocap.schemas import arrow_schema
 
     rng = np.random.default_rng(seed)

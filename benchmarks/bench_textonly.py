@@ -166,7 +166,8 @@ def child_breakdown(src: Path, n: int = 2000) -> dict:
     ``n`` videos, one thread): what the per-video phase above is made of."""
     child_import(src)
     from howtocap.caption.captioner import CaptionConfig, caption_video
-    from howtocap.engine.rundir import RunDir, StatusRecord
+    from howtocap.engine.records import StatusRecord
+    from howtocap.engine.rundir import RunDir
     from howtocap.io.inputs import VideoItem
     from howtocap.io.subtitles import SubtitleSource
     from howtocap.subtitles.policy import choose_subtitles

@@ -121,9 +121,9 @@ def test_an_old_per_video_run_directory_is_read_and_resumed(tmp_path: Path) -> N
 
 def test_newest_manifest_wins_across_batches(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import howtocap.engine.rundir as rundir_mod
+    import howtocap.engine.merge as merge_mod
 
-    monkeypatch.setattr(rundir_mod, "STREAM_ROWS", 2)  # a video's rows span record batches
+    monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)  # a video's rows span record batches
     rd = RunDir(tmp_path / "run")
     s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batch_size=3)
     assert s.done == 8 and len(s.failed) == 2
@@ -197,10 +197,10 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     """More batch files than ``MERGE_FAN_IN``: merged in levels, never more than that many
     read at once (the old merge opened every batch file of the table together), and the
     same rows in the same order as the in-memory merge, old per-video parts included."""
-    import howtocap.engine.rundir as rundir_mod
+    import howtocap.engine.merge as merge_mod
 
-    monkeypatch.setattr(rundir_mod, "MERGE_FAN_IN", 3)
-    monkeypatch.setattr(rundir_mod, "STREAM_ROWS", 2)
+    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 3)
+    monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)
     write_old_layout(tmp_path / "run", ["v_00", "v_01", "v_02", "v_03"], [])
     rd = RunDir(tmp_path / "run")
     many = [VideoItem(f"v_{i:02d}", None) for i in range(23)]
@@ -208,17 +208,17 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     rd.forget("lines", ["v_01", "v_12"])  # a per-video part and a batch's video
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 11
     open_now, most = [0], [0]
-    groups = rundir_mod.RunDir._video_groups
+    groups = merge_mod._video_groups
 
-    def counted(self: RunDir, *args: Any, **kwargs: Any) -> Any:
+    def counted(rd: RunDir, *args: Any, **kwargs: Any) -> Any:
         open_now[0] += 1
         most[0] = max(most[0], open_now[0])
         try:
-            yield from groups(self, *args, **kwargs)
+            yield from groups(rd, *args, **kwargs)
         finally:
             open_now[0] -= 1
 
-    monkeypatch.setattr(rundir_mod.RunDir, "_video_groups", counted)
+    monkeypatch.setattr(merge_mod, "_video_groups", counted)
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
     assert rd.merge_streaming("subtitles", batch_rows=4) == len(want)
@@ -239,7 +239,7 @@ def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
 
     from howtocap.atomic import CorruptPartWarning
     from howtocap.engine.graph import StageGraph
-    from howtocap.engine.rundir import FORGOTTEN, StatusRecord
+    from howtocap.engine.records import FORGOTTEN, StatusRecord
     from howtocap.engine.stage import CAUSES
     from howtocap.engine.status import status_of
 

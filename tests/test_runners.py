@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 from tests.stage_support import SquareStage, committed, done_ids, setups
 
+from howtocap.engine.claims import Owner
 from howtocap.engine.core import run_stage
-from howtocap.engine.rundir import Owner, RunDir
+from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
 from howtocap.engine.stage import VideoInput, run_one
 from howtocap.errors import HowtocapError

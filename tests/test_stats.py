@@ -17,7 +17,8 @@ import typer
 from typer.testing import CliRunner
 
 from howtocap.cli import add_commands
-from howtocap.engine.rundir import RunDir, StatusRecord
+from howtocap.engine.records import StatusRecord
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.stats import (

@@ -20,9 +20,11 @@ import pandas as pd
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
+from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
-from howtocap.engine.rundir import Owner, RunDir, StatusRecord
+from howtocap.engine.records import StatusRecord
+from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.hashing import hash_text

@@ -1,9 +1,11 @@
 """The run directory: batches of results, the status table, and merged tables.
 
 Only this module knows the layout (parts, batches, claims, fingerprints, config, logs, cache,
-index). What it is built on sits in the bottom layer and knows no layout: ``atomic`` (whole
-files, a full disk, corrupt Parquet), ``hashing`` (stable hashes, file-safe names) and
-``schemas`` (the tables' columns and ``conform``).
+index). What it is built on knows no layout and is handed paths (or this ``RunDir``):
+``engine.records`` (status records, manifests, the per-stage index of newest records),
+``engine.merge`` (the merged tables), ``engine.claims`` (owners, claim files and their lock),
+and the bottom layer: ``atomic`` (whole files, a full disk, corrupt Parquet), ``hashing``
+(stable hashes, file-safe names) and ``schemas`` (the tables' columns and ``conform``).
 
 A stage commits a batch of videos: one Parquet file per table (temp file + rename), then one
 manifest holding the batch's status records. A killed run therefore leaves, per batch, every
@@ -15,99 +17,48 @@ file and a status JSON per video) are read beside them.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
-import math
 import os
-import re
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+import howtocap.engine.merge as merging
 from howtocap.atomic import (
-    FILE_MODE,
-    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
-    disk_full_error,
-    is_disk_full,
     looks_complete,
     read_parquet,
     writer_tag,
 )
+from howtocap.engine.claims import Owner, _writer_alive, claim_lock, live_claims, write_claim
+from howtocap.engine.records import (
+    _RECORD_COLS,
+    BATCH_PREFIX,
+    FORGOTTEN,
+    MANIFEST_META,
+    StatusRecord,
+    _last_per_key,
+    _plain,
+    _read_manifest,
+    _read_manifests,
+    _record,
+    _record_types,
+    _records_frame,
+    _StageIndex,
+    _with_defaults,
+)
 from howtocap.hashing import safe_name
 from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
-
-
-def _start_ticks(pid: int) -> str:
-    """A process's start time (Linux), so a reused pid is not taken for the old process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """This process, as written into the claims it holds."""
-
-    host: str
-    pid: int
-    started: str
-    lease: float = 6 * 3600.0  # seconds after which another host's claim counts as dead
-
-    @classmethod
-    def me(cls) -> Owner:
-        import socket
-
-        lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", 6 * 3600))
-        return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
-
-    @property
-    def token(self) -> str:
-        return json.dumps({"host": self.host, "pid": self.pid, "started": self.started})
-
-    def is_stale(self, path: Path) -> bool:
-        """Whether the claim at ``path`` belongs to a process that is gone."""
-        try:
-            held = json.loads(path.read_text() or "{}")
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError):
-            return False  # being written right now
-        if held.get("host") != self.host:
-            return age > self.lease
-        pid = int(held.get("pid", 0))
-        if pid == self.pid:
-            return False
-        return _start_ticks(pid) != held.get("started") or not _start_ticks(pid)
-
-
-@dataclass(frozen=True)
-class StatusRecord:
-    video_id: str
-    stage: str
-    status: str  # "ok" | "error"
-    message: str = ""
-    seconds: float = 0.0
-    finished_at: float = 0.0
-    warnings: int = 0
-    cause: str = ""  # of an error: bad input | model output | service | internal
-    attempts: int = 1  # times this stage ran on this video (counted across runs)
-    config_id: str = ""  # fingerprint of the settings that made it ("" = before fingerprints)
-    metrics: dict[str, float] = field(default_factory=dict)  # for throughput (`status`)
-    batch: str = ""  # the batch whose manifest holds it ("": a per-video record, older runs)
 
 
 class RunDir:
@@ -519,249 +470,16 @@ class RunDir:
         self._batch_cache.pop(path, None)
         path.unlink(missing_ok=True)
 
-    def _sources(self, table: str) -> Iterator[tuple[Path, Any]]:
-        """The files holding ``table``'s live rows, each with the video ids to keep (None:
-        all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
-        per-video parts of older runs unless a manifest has named their video since. From
-        each stage's newest records as Arrow columns (``newest``), not a frame per video."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
-        for st in self.writers(table):
-            t = self.newest(st, ("status",), forgotten=True)  # a forgotten video is named
-            batch = t.column("batch").combine_chunks()
-            code = batch.indices.to_numpy(zero_copy_only=False)
-            ids = t.column("video_id").combine_chunks()
-            named.append(ids.filter(pa.array(code > 0)))
-            ok = (code > 0) & pc.equal(t.column("status"), "ok").to_numpy(
-                zero_copy_only=False)
-            live, live_code = ids.filter(pa.array(ok)), code[ok]
-            order = np.argsort(live_code, kind="stable")
-            ranked = live_code[order]
-            cut = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
-            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(ranked)], strict=True):
-                if hi > lo:
-                    name = batch.dictionary[int(ranked[lo])].as_py()
-                    yield self.batch_part_path(table, name), live.take(pa.array(order[lo:hi]))
-        folder = self.part_dir(table)
-        legacy = sorted(p for p in folder.glob("*.parquet")
-                        if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
-        if legacy:
-            skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
-            for p in legacy:
-                yield p, ("not", skip) if len(skip) else None
-
-    def _read_source(self, path: Path, keep: Any) -> Any:
-        """A source's live rows as an Arrow table, or None (missing; corrupt: dropped)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        try:
-            t = pq.read_table(path, page_checksum_verification=True)
-        except FileNotFoundError:
-            return None
-        except (pa.ArrowException, OSError) as exc:
-            self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                                                f"({' '.join(str(exc).split())[:80]})"))
-            return None
-        # a file of no rows is skipped: its text columns have no Arrow type of their own
-        if keep is None or "video_id" not in t.column_names or not t.num_rows:
-            return t
-        if isinstance(keep, tuple):
-            return t.filter(pc.invert(pc.is_in(t["video_id"], value_set=keep[1])))
-        return t.filter(pc.is_in(t["video_id"], value_set=keep))
-
     def merge(self, table: str) -> pd.DataFrame:
         """Rebuild ``DIR/<table>.parquet`` from its batches and parts (sorted, so runs compare
         equal). A corrupt file is dropped with a warning (and listed in ``corrupted``)."""
-        frames = []
-        for path, keep in self._sources(table):
-            t = self._read_source(path, keep)
-            if t is not None and t.num_rows:
-                frames.append(t.to_pandas())
-        if frames:
-            df = pd.concat(frames, ignore_index=True)
-        else:
-            df = empty_table(table) if table in SCHEMAS else pd.DataFrame()
-        if table in SCHEMAS:
-            df = conform(df, table)
-        if len(df) and {"video_id", "start"} <= set(df.columns):
-            keys = [k for k in ("video_id", "start", "end", "text") if k in df.columns]
-            df = df.sort_values(keys, kind="stable").reset_index(drop=True)
-        atomic_write_parquet(df, self.table_path(table))
-        return df
+        return merging.merge(self, table)
 
     def merge_streaming(self, table: str, batch_rows: int = 65_536) -> int:
-        """``merge`` without holding the table in memory: the same rows in the same order,
-        written ``batch_rows`` at a time (a HowTo100M-size run has millions of subtitle rows).
-
-        Batch files are grouped by video id (sorted) when written, and a per-video part holds
-        one video, so a k-way merge by video id over them (a record batch of each file at a
-        time), each written chunk holding whole videos sorted by start, end, text, is
-        ``merge``'s order. At most ``MERGE_FAN_IN`` files are open at once: with more, groups
-        of that many are first merged into sorted files under ``cache/`` (removed after), and
-        those merged again, so memory does not grow with the number of batches (1,200 per
-        table at HowTo100M). Returns the row count. A table it cannot order that way (no
-        video_id/start) goes to ``merge``.
-        """
-        import shutil
-        import tempfile
-
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = SCHEMAS.get(table, {})
-        if not {"video_id", "start"} <= set(schema):
-            return len(self.merge(table))
-        sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
-        extras: dict[str, pa.DataType] = {}
-        for path, keep in self._sources(table):
-            try:
-                md = pq.read_metadata(path)
-            except FileNotFoundError:
-                continue
-            except (pa.ArrowException, OSError) as exc:
-                self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
-                                                    f"file ({' '.join(str(exc).split())[:80]})"))
-                continue
-            if md.num_rows == 0:
-                continue
-            for f in md.schema.to_arrow_schema():
-                if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
-                    extras[f.name] = f.type
-            sources.append((path, keep, path.name.startswith(BATCH_PREFIX)))
-        arrow = {"str": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
-                 "bool": pa.bool_()}
-        target = pa.schema([(c, arrow[t]) for c, t in schema.items()] + list(extras.items()))
-        merged = 0
-        scratch: Path | None = None
-        try:
-            while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
-                if scratch is None:
-                    self.cache_dir.mkdir(parents=True, exist_ok=True)
-                    scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
-                                                    dir=self.cache_dir))
-                level = []
-                # as few levels as the fan-in allows, groups as small as they allow (memory
-                # goes with the files open at once): 1,200 batches -> 35 files of 35 -> 1
-                levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
-                group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
-                for lo in range(0, len(sources), group):
-                    merged += 1
-                    out = scratch / f"level-{merged:06d}.parquet"
-                    self._merge_into(str(out), sources[lo:lo + group], table, target,
-                                     extras, batch_rows)
-                    level.append((out, None, True))
-                for path, _, _ in sources:
-                    if scratch in path.parents:
-                        path.unlink(missing_ok=True)  # merged into the next level
-                sources = level
-            total = [0]
-
-            def write(tmp: str) -> None:
-                total[0] = self._merge_into(tmp, sources, table, target, extras, batch_rows)
-
-            atomic_write(self.table_path(table), write)
-            return total[0]
-        finally:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-
-    def _merge_into(self, sink: Any, sources: Sequence[tuple[Path, Any, bool]], table: str,
-                    target: Any, extras: dict[str, Any], batch_rows: int) -> int:
-        """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
-        chunks of whole videos sorted by start, end, text, conformed to ``target``."""
-        import heapq
-
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
-        streams = [self._video_groups(path, keep, grouped) for path, keep, grouped in sources]
-        writer: pq.ParquetWriter | None = None
-        batch: list[Any] = []
-        total = rows = 0
-
-        meta = arrow_schema(table).metadata if table in SCHEMAS and not extras else None
-
-        def flush() -> None:
-            nonlocal writer, total
-            out = _sorted_as_is(batch, target, keys, meta) if meta is not None else None
-            if out is None:  # other columns or types, or nulls: conform through pandas
-                if batch:
-                    df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
-                else:
-                    df = empty_table(table)
-                for c in extras:
-                    if c not in df.columns:
-                        df[c] = pd.Series([None] * len(df), dtype=object)
-                df = conform(df, table)[target.names].sort_values(keys, kind="stable")
-                out = pa.Table.from_pandas(df, preserve_index=False)
-                out = out.cast(target.with_metadata(out.schema.metadata))
-            if writer is None:
-                writer = pq.ParquetWriter(sink, out.schema)
-            writer.write_table(out)
-            total += len(out)
-
-        try:
-            last = None
-            for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
-                if rows >= batch_rows and vid != last:  # a chunk holds whole videos
-                    flush()
-                    batch, rows = [], 0
-                batch.append(group)
-                rows += group.num_rows
-                last = vid
-            if batch or writer is None:
-                flush()
-        finally:
-            if writer is not None:
-                writer.close()
-            for stream in streams:
-                stream.close()
-        return total
-
-    def _video_groups(self, path: Path, keep: Any, grouped: bool = True
-                      ) -> Iterator[tuple[str, Any]]:
-        """``(video_id, rows)`` of a file in video order, a record batch read at a time
-        (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if not grouped:  # a per-video part: one small group
-            t = self._read_source(path, keep)
-            if t is not None and t.num_rows:
-                ids = t["video_id"].to_pylist()
-                if len(set(ids)) == 1:
-                    yield ids[0], t
-                else:  # not a per-video part after all: its videos in order
-                    df = t.to_pandas().sort_values(["video_id"], kind="stable")
-                    for vid, g in df.groupby("video_id", sort=True):
-                        yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
-            return
-        try:
-            pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
-                                buffer_size=STREAM_BUFFER)  # not a whole column chunk each
-            for rb in pf.iter_batches(batch_size=STREAM_ROWS):
-                t = pa.Table.from_batches([rb])
-                if keep is not None:
-                    import pyarrow.compute as pc
-
-                    t = t.filter(pc.is_in(t["video_id"], value_set=keep))
-                ids = t["video_id"].to_numpy(zero_copy_only=False)
-                if not len(ids):
-                    continue
-                cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-                bounds = np.concatenate([[0], cut, [len(ids)]])
-                for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                    yield str(ids[a]), t.slice(int(a), int(b - a))
-        except FileNotFoundError:
-            return
-        except (pa.ArrowException, OSError) as exc:
-            self.drop_corrupt(path, CorruptFile(f"{path}: corrupt Parquet part "
-                                                f"({' '.join(str(exc).split())[:80]})"))
+        """``merge`` without holding the table in memory (``engine.merge.merge_streaming``):
+        the same rows in the same order, written ``batch_rows`` at a time. Returns the row
+        count."""
+        return merging.merge_streaming(self, table, batch_rows)
 
     def read_table(self, table: str) -> pd.DataFrame:
         """The merged table, or the parts merged now when the merge has not happened yet."""
@@ -1003,16 +721,8 @@ class RunDir:
         """
         folder = self.claims_dir(stage)
         folder.mkdir(parents=True, exist_ok=True)
-        with self._claim_lock(folder, owner):
-            held: set[str] = set()
-            for path in folder.glob("claim-*.json"):
-                if owner.is_stale(path):
-                    path.unlink(missing_ok=True)
-                    continue
-                try:
-                    held.update(json.loads(path.read_text()).get("videos", []))
-                except (OSError, ValueError, AttributeError):
-                    continue  # gone meanwhile
+        with claim_lock(folder, owner):
+            held = live_claims(folder, owner)
             self._index(stage, refresh=True)
             taken = [v for v in video_ids if v not in held and (keep is None or keep(v))]
             elsewhere = sum(1 for v in video_ids if v in held)
@@ -1020,31 +730,8 @@ class RunDir:
                 return None, [], elsewhere
             self._claims += 1
             path = folder / f"claim-{time.time_ns():020d}-{writer_tag()}-{self._claims}.json"
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-            _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": taken}))
+            write_claim(path, owner, taken)
             return path, taken, elsewhere
-
-    @contextlib.contextmanager
-    def _claim_lock(self, folder: Path, owner: Owner) -> Iterator[None]:
-        lock = folder / ".lock"
-        waited = 0.0
-        while True:
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-                break
-            except FileExistsError:
-                # a holder that died (same host: process gone; elsewhere: the lock is old)
-                lease = Owner(owner.host, owner.pid, owner.started, LOCK_LEASE)
-                if waited > 0.05 and lease.is_stale(lock):
-                    lock.unlink(missing_ok=True)
-                    continue
-                time.sleep(0.002)
-                waited += 0.002
-        try:
-            _write_fd(fd, lock, owner.token)
-            yield
-        finally:
-            lock.unlink(missing_ok=True)
 
     def claim(self, stage: str, video_id: str, owner: Owner) -> Path | None:
         """Claim one video (its claim file, or None when a live process holds it)."""
@@ -1109,14 +796,8 @@ class RunDir:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-BATCH_PREFIX = "batch-"
-FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
-MANIFEST_META = b"howtocap_batch"
-STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
 STATUS_ROWS = 65_536  # rows of status.parquet sorted and written at a time
-STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
-MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
 
 
 @dataclass
@@ -1145,42 +826,7 @@ def pa_is_number(kind: Any) -> bool:
     import pyarrow.types as pat
 
     return bool(pat.is_floating(kind) or pat.is_integer(kind) or pat.is_boolean(kind))
-LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
-_BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
-_RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
-# what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
-INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
-_LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
-
-
-def _writer_alive(batch: str) -> bool:
-    """Whether the process that writes batch ``batch`` may still be writing it."""
-    from howtocap.atomic import pid_alive
-
-    m = _BATCH_RE.match(batch)
-    if m is None:
-        return True  # not ours to judge
-    if m.group(1) != HOST:
-        ns = int(batch.split("-")[1])
-        return time.time() - ns / 1e9 < Owner.me().lease
-    return pid_alive(int(m.group(2)))
-
-
-def _sorted_as_is(parts: list[Any], target: Any, keys: list[str], meta: Any) -> Any:
-    """A merge chunk sorted by ``keys`` in Arrow (a stable sort, the order pandas gives),
-    when its parts already have ``target``'s columns and types and no nulls (what batch files
-    and merge levels hold), so ``conform`` has nothing to change; else None."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not parts or any(not p.schema.equals(target, check_metadata=False) for p in parts):
-        return None
-    t = pa.concat_tables(parts).combine_chunks()
-    if any(col.null_count for col in t.columns):
-        return None
-    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
-    return t.replace_schema_metadata(meta)
 
 
 def _write_arrow_batch(table: Any, path: Path) -> None:
@@ -1194,313 +840,8 @@ def _write_arrow_batch(table: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
-def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
-    """A manifest's rows, column-wise (``metrics`` as JSON text)."""
-    now = time.time()
-    cols: dict[str, list[Any]] = {c: [] for c in _RECORD_COLS}
-    for r in records:
-        for c in _RECORD_COLS:
-            v = getattr(r, c)
-            cols[c].append(json.dumps(v) if c == "metrics" else
-                           (v or now) if c == "finished_at" else v)
-    df = pd.DataFrame(cols)
-    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
-                      "attempts": "int64"})
-
-
-@functools.cache
-def _record_types() -> dict[str, Any]:
-    """The Arrow type of each status record column (pyarrow imported on first use)."""
-    import pyarrow as pa
-
-    return {"status": pa.string(), "message": pa.string(), "seconds": pa.float64(),
-            "finished_at": pa.float64(), "warnings": pa.int64(), "cause": pa.string(),
-            "attempts": pa.int64(), "config_id": pa.string(), "metrics": pa.string(),
-            "stage": pa.string(), "video_id": pa.string()}
-
-
-_DICT_COLS = ("status", "cause", "config_id", "message", "stage")
-MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
-
-
-def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
-    """``table`` with exactly ``cols``, a missing record column filled with its default;
-    the few-valued text columns (``_DICT_COLS``) dictionary-encoded (a few bytes a row)."""
-    import pyarrow as pa
-
-    out = {}
-    for c in cols:
-        kind = _record_types().get(c, pa.string())
-        if c in table.column_names:
-            col = table.column(c)
-        else:
-            col = pa.array([DEFAULT_RECORD.get(c, "")] * table.num_rows, kind)
-        if c in _DICT_COLS:
-            if not pa.types.is_dictionary(col.type):
-                col = col.cast(kind).dictionary_encode()
-        elif col.type != kind:
-            col = col.cast(kind)
-        out[c] = col
-    return pa.table(out)
-
-
-def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
-    """Only ``cols`` of each manifest (page checksums verified), a few files at a time on
-    threads: per path an Arrow table, None (gone) or the ``CorruptFile`` it raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def one(path: Path) -> Any:
-        try:
-            pf = pq.ParquetFile(path, page_checksum_verification=True,
-                                read_dictionary=[c for c in cols if c in _DICT_COLS])
-            have = set(pf.schema_arrow.names)
-            return _with_defaults(pf.read(columns=[c for c in cols if c in have],
-                                          use_threads=False), cols)
-        except FileNotFoundError:
-            return None
-        except (pa.ArrowException, OSError) as exc:
-            return CorruptFile(f"{path}: corrupt or truncated manifest "
-                               f"({' '.join(str(exc).split())[:80]})")
-
-    if len(paths) < 8:
-        return [one(p) for p in paths]
-    with ThreadPoolExecutor(MANIFEST_THREADS) as pool:
-        return list(pool.map(one, paths))
-
-
-def _last_per_key(keys: Any) -> Any:
-    """Row positions of the last occurrence of each key (rows in commit order: the newest
-    record of each video), in row order. A stable sort of the keys (Arrow) and a look at
-    neighbours (numpy): no hash table of every id, no Python object per row."""
-    import pyarrow.compute as pc
-
-    if not len(keys):
-        return np.zeros(0, np.int64)
-    order = pc.sort_indices(keys)  # stable: equal ids keep their commit order
-    ranked = keys.take(order)
-    if hasattr(ranked, "combine_chunks"):
-        ranked = ranked.combine_chunks()
-    differs = pc.not_equal(ranked.slice(1), ranked.slice(0, len(ranked) - 1))
-    last = order.to_numpy()[np.append(differs.to_numpy(zero_copy_only=False), True)]
-    last.sort()
-    return last
-
-
-class _StageIndex:
-    """Every video's newest status row of one stage, as columns (index: video_id), from its
-    manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-        self.seen: set[str] = set()
-        self.batched: list[pd.DataFrame] = []  # manifests read, not yet folded in
-        self.folded: pd.DataFrame | None = None  # newest batched row per video
-        self.legacy: pd.DataFrame | None = None
-        self.legacy_stamp: tuple[int, int] | None = None
-        self.writes: list[str] = []
-        self.newest = 0  # the newest batch's time (ns): new batch ids sort after it
-        self.batches: set[str] = set()
-        self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
-        self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
-        self._view: pd.DataFrame | None = None
-        self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
-        self._legacy_by_id: pd.DataFrame | None = None
-
-    def refresh(self, rd: RunDir) -> None:
-        folder = rd.batch_dir(self.stage)
-        try:
-            names = sorted(n for n in os.listdir(folder)
-                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-        except FileNotFoundError:
-            names = []
-        if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
-            stamp = self.stamp
-            self.__init__(self.stage)  # type: ignore[misc]
-            self.stamp = stamp
-        for name in names:
-            if name in self.seen:
-                continue
-            path = folder / name
-            try:
-                df, meta = _read_manifest(path)
-            except FileNotFoundError:
-                continue
-            except CorruptFile as exc:
-                rd.drop_corrupt(path, exc)  # its videos are redone
-                continue
-            self.add(path.stem, df, meta.get("writes", []))
-        self._refresh_legacy(rd)
-
-    def add(self, batch: str, df: pd.DataFrame, writes: list[str], own: bool = False) -> None:
-        """Fold in a manifest read (or, ``own``, just committed by this process: not logged
-        for ``finished_since``, whose callers never claim their own results again, so a
-        long run does not gather every id it finished)."""
-        self.seen.add(f"{batch}.parquet")
-        self.batched.append(df[INDEX_COLS].assign(batch=batch))
-        self.log.append(pd.Index([]) if own else
-                        pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
-        if writes and batch >= max(self.batches, default=""):
-            self.writes = list(writes)
-        self.batches.add(batch)
-        m = _BATCH_RE.match(batch)
-        if m:
-            self.newest = max(self.newest, int(batch.split("-")[1]))
-        self._view = self._pos = None
-
-    def _refresh_legacy(self, rd: RunDir) -> None:
-        folder = rd.status_dir / self.stage
-        try:
-            st = folder.stat()
-            stamp = (st.st_mtime_ns, st.st_nlink)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self.legacy_stamp:
-            return
-        self.legacy_stamp = stamp
-        rows = []
-        for path in sorted(folder.glob("*.json")) if stamp is not None else []:
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # a torn or foreign file: not done
-            if isinstance(data, dict) and "video_id" in data:
-                rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
-        self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
-            if rows else None
-        self._view = self._pos = self._legacy_by_id = None
-
-    def legacy_row(self, video_id: str) -> dict[str, Any]:
-        """An older run's per-video record of ``video_id`` (every column), or {}."""
-        if self.legacy is None:
-            return {}
-        if self._legacy_by_id is None:
-            self._legacy_by_id = self.legacy.drop_duplicates("video_id", keep="last") \
-                .set_index("video_id")
-        if video_id not in self._legacy_by_id.index:
-            return {}
-        return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
-
-    def view(self) -> pd.DataFrame:
-        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
-        index video_id; the few-valued columns are categories (a byte a video)."""
-        if self._view is None:
-            if self.batched:
-                parts = ([self.folded] if self.folded is not None else []) + self.batched
-                parts = [_plain_columns(f) for f in parts]
-                df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-                df = df.sort_values("batch", kind="stable")
-                self.folded = _categories(df.drop_duplicates("video_id", keep="last"))
-                self.batched = []
-            legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
-            frames = [f for f in (legacy, self.folded) if f is not None]
-            if not frames:
-                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*INDEX_COLS, "batch"]})
-            elif len(frames) == 1:
-                df = frames[0]
-            else:
-                df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
-                df = df.drop_duplicates("video_id", keep="last")
-            df = _categories(df[(df["status"] != FORGOTTEN).to_numpy()])
-            self._view = df.set_index("video_id", drop=True)
-        return self._view
-
-    def lookup(self, video_id: str) -> dict[str, Any] | None:
-        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
-        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
-        the index) rather than a dict of every id (a Python string and a slot each: hundreds
-        of MB at 1.2M videos)."""
-        view = self.view()
-        if self._pos is None:
-            ids = view.index.to_numpy(dtype=object)
-            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
-            order = np.argsort(hashes, kind="stable")
-            self._pos = (hashes[order], order)
-            self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
-                          if isinstance(view[c].dtype, pd.CategoricalDtype)
-                          else (view[c].to_numpy(), None) for c in view.columns}
-        hashes, order = self._pos
-        h = hash(video_id)  # Python's: the same in this process, cheap for one string
-        lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
-        for k in range(int(lo), int(hi)):
-            i = int(order[k])
-            if view.index[i] == video_id:
-                return {c: _plain(a[i] if cats is None else
-                                  (cats[a[i]] if a[i] >= 0 else None))
-                        for c, (a, cats) in self._cols.items()}
-        return None
-
-
-def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Categories back to values (frames with other categories concatenate as objects)."""
-    cats = [c for c in _LOW_CARDINALITY if c in df.columns
-            and isinstance(df[c].dtype, pd.CategoricalDtype)]
-    return df.astype({c: object for c in cats}) if cats else df
-
-
-def _categories(df: pd.DataFrame) -> pd.DataFrame:
-    return df.astype({c: "category" for c in _LOW_CARDINALITY if c in df.columns})
-
-
-DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
-                                  "warnings": 0, "cause": "", "attempts": 1, "config_id": "",
-                                  "metrics": "{}"}
-
-
-def _write_fd(fd: int, path: Path, text: str) -> None:
-    """Write a claim or lock file just created; a full disk removes it and is one line."""
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-    except OSError as exc:
-        path.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise
-
-
 def _mtime(path: Path) -> int:
     try:
         return path.stat().st_mtime_ns
     except FileNotFoundError:
         return 0
-
-
-def _record(video_id: str, row: dict[str, Any]) -> StatusRecord:
-    known = {f.name for f in fields(StatusRecord)} - {"video_id"}
-    values = {k: v for k, v in row.items() if k in known}
-    values["metrics"] = json.loads(values.get("metrics") or "{}")
-    return StatusRecord(video_id=video_id, **values)
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _normalise(df: pd.DataFrame) -> pd.DataFrame:
-    """Status rows of any age with every record column (older records lack some)."""
-    for c, d in DEFAULT_RECORD.items():
-        if c not in df.columns:
-            df[c] = d
-        else:
-            df[c] = df[c].where(df[c].notna(), d) if df[c].isna().any() else df[c]
-    df["metrics"] = [m if isinstance(m, str) else json.dumps(m or {}) for m in df["metrics"]]
-    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
-                      "attempts": "int64"})
-
-
-def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        t = pq.read_table(path, page_checksum_verification=True)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptFile(f"{path}: corrupt or truncated manifest "
-                          f"({' '.join(str(exc).split())[:80]})") from None
-    meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
-    return _normalise(t.to_pandas()), meta

@@ -1,0 +1,312 @@
+"""The merged tables (``DIR/<table>.parquet``), rebuilt from a run directory's batches.
+
+``merge`` reads every live file of a table into one frame; ``merge_streaming`` writes the
+same rows in the same order without holding the table: a k-way merge by video id over the
+batch files (grouped by video when written) and older per-video parts, a record batch of each
+at a time, at most ``MERGE_FAN_IN`` files open at once (more are merged in levels first).
+Which files and videos are live comes from the run directory (``MergeDir``: ``RunDir``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from howtocap.atomic import CorruptFile, atomic_write, atomic_write_parquet
+from howtocap.engine.records import BATCH_PREFIX
+from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
+
+STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
+STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
+MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
+
+
+class MergeDir(Protocol):
+    """What the merge asks of the run directory (``RunDir``)."""
+
+    @property
+    def cache_dir(self) -> Path: ...
+
+    def table_path(self, name: str) -> Path: ...
+
+    def part_dir(self, table: str) -> Path: ...
+
+    def batch_part_path(self, table: str, batch: str) -> Path: ...
+
+    def writers(self, table: str, cached: bool = False) -> list[str]: ...
+
+    def newest(self, stage: str, columns: Sequence[str] = ("status",),
+               forgotten: bool = False) -> Any: ...
+
+    def drop_corrupt(self, path: Path, exc: BaseException | str) -> None: ...
+
+
+def _sources(rd: MergeDir, table: str) -> Iterator[tuple[Path, Any]]:
+    """The files holding ``table``'s live rows, each with the video ids to keep (None:
+    all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
+    per-video parts of older runs unless a manifest has named their video since. From
+    each stage's newest records as Arrow columns (``newest``), not a frame per video."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
+    for st in rd.writers(table):
+        t = rd.newest(st, ("status",), forgotten=True)  # a forgotten video is named
+        batch = t.column("batch").combine_chunks()
+        code = batch.indices.to_numpy(zero_copy_only=False)
+        ids = t.column("video_id").combine_chunks()
+        named.append(ids.filter(pa.array(code > 0)))
+        ok = (code > 0) & pc.equal(t.column("status"), "ok").to_numpy(
+            zero_copy_only=False)
+        live, live_code = ids.filter(pa.array(ok)), code[ok]
+        order = np.argsort(live_code, kind="stable")
+        ranked = live_code[order]
+        cut = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(ranked)], strict=True):
+            if hi > lo:
+                name = batch.dictionary[int(ranked[lo])].as_py()
+                yield rd.batch_part_path(table, name), live.take(pa.array(order[lo:hi]))
+    folder = rd.part_dir(table)
+    legacy = sorted(p for p in folder.glob("*.parquet")
+                    if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
+    if legacy:
+        skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
+        for p in legacy:
+            yield p, ("not", skip) if len(skip) else None
+
+
+def _read_source(rd: MergeDir, path: Path, keep: Any) -> Any:
+    """A source's live rows as an Arrow table, or None (missing; corrupt: dropped)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(path, page_checksum_verification=True)
+    except FileNotFoundError:
+        return None
+    except (pa.ArrowException, OSError) as exc:
+        rd.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet file "
+                                            f"({' '.join(str(exc).split())[:80]})"))
+        return None
+    # a file of no rows is skipped: its text columns have no Arrow type of their own
+    if keep is None or "video_id" not in t.column_names or not t.num_rows:
+        return t
+    if isinstance(keep, tuple):
+        return t.filter(pc.invert(pc.is_in(t["video_id"], value_set=keep[1])))
+    return t.filter(pc.is_in(t["video_id"], value_set=keep))
+
+
+def merge(rd: MergeDir, table: str) -> pd.DataFrame:
+    """Rebuild ``DIR/<table>.parquet`` from its batches and parts (sorted, so runs compare
+    equal). A corrupt file is dropped with a warning (and listed in ``corrupted``)."""
+    frames = []
+    for path, keep in _sources(rd, table):
+        t = _read_source(rd, path, keep)
+        if t is not None and t.num_rows:
+            frames.append(t.to_pandas())
+    if frames:
+        df = pd.concat(frames, ignore_index=True)
+    else:
+        df = empty_table(table) if table in SCHEMAS else pd.DataFrame()
+    if table in SCHEMAS:
+        df = conform(df, table)
+    if len(df) and {"video_id", "start"} <= set(df.columns):
+        keys = [k for k in ("video_id", "start", "end", "text") if k in df.columns]
+        df = df.sort_values(keys, kind="stable").reset_index(drop=True)
+    atomic_write_parquet(df, rd.table_path(table))
+    return df
+
+
+def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
+    """``merge`` without holding the table in memory: the same rows in the same order,
+    written ``batch_rows`` at a time (a HowTo100M-size run has millions of subtitle rows).
+
+    Batch files are grouped by video id (sorted) when written, and a per-video part holds
+    one video, so a k-way merge by video id over them (a record batch of each file at a
+    time), each written chunk holding whole videos sorted by start, end, text, is
+    ``merge``'s order. At most ``MERGE_FAN_IN`` files are open at once: with more, groups
+    of that many are first merged into sorted files under ``cache/`` (removed after), and
+    those merged again, so memory does not grow with the number of batches (1,200 per
+    table at HowTo100M). Returns the row count. A table it cannot order that way (no
+    video_id/start) goes to ``merge``.
+    """
+    import shutil
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = SCHEMAS.get(table, {})
+    if not {"video_id", "start"} <= set(schema):
+        return len(merge(rd, table))
+    sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
+    extras: dict[str, pa.DataType] = {}
+    for path, keep in _sources(rd, table):
+        try:
+            md = pq.read_metadata(path)
+        except FileNotFoundError:
+            continue
+        except (pa.ArrowException, OSError) as exc:
+            rd.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
+                                                f"file ({' '.join(str(exc).split())[:80]})"))
+            continue
+        if md.num_rows == 0:
+            continue
+        for f in md.schema.to_arrow_schema():
+            if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
+                extras[f.name] = f.type
+        sources.append((path, keep, path.name.startswith(BATCH_PREFIX)))
+    arrow = {"str": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
+             "bool": pa.bool_()}
+    target = pa.schema([(c, arrow[t]) for c, t in schema.items()] + list(extras.items()))
+    merged = 0
+    scratch: Path | None = None
+    try:
+        while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
+            if scratch is None:
+                rd.cache_dir.mkdir(parents=True, exist_ok=True)
+                scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
+                                                dir=rd.cache_dir))
+            level = []
+            # as few levels as the fan-in allows, groups as small as they allow (memory
+            # goes with the files open at once): 1,200 batches -> 35 files of 35 -> 1
+            levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
+            group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+            for lo in range(0, len(sources), group):
+                merged += 1
+                out = scratch / f"level-{merged:06d}.parquet"
+                _merge_into(rd, str(out), sources[lo:lo + group], table, target,
+                                 extras, batch_rows)
+                level.append((out, None, True))
+            for path, _, _ in sources:
+                if scratch in path.parents:
+                    path.unlink(missing_ok=True)  # merged into the next level
+            sources = level
+        total = [0]
+
+        def write(tmp: str) -> None:
+            total[0] = _merge_into(rd, tmp, sources, table, target, extras, batch_rows)
+
+        atomic_write(rd.table_path(table), write)
+        return total[0]
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
+                table: str, target: Any, extras: dict[str, Any], batch_rows: int) -> int:
+    """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
+    chunks of whole videos sorted by start, end, text, conformed to ``target``."""
+    import heapq
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
+    streams = [_video_groups(rd, path, keep, grouped) for path, keep, grouped in sources]
+    writer: pq.ParquetWriter | None = None
+    batch: list[Any] = []
+    total = rows = 0
+
+    meta = arrow_schema(table).metadata if table in SCHEMAS and not extras else None
+
+    def flush() -> None:
+        nonlocal writer, total
+        out = _sorted_as_is(batch, target, keys, meta) if meta is not None else None
+        if out is None:  # other columns or types, or nulls: conform through pandas
+            if batch:
+                df = pa.concat_tables(batch, promote_options="permissive").to_pandas()
+            else:
+                df = empty_table(table)
+            for c in extras:
+                if c not in df.columns:
+                    df[c] = pd.Series([None] * len(df), dtype=object)
+            df = conform(df, table)[target.names].sort_values(keys, kind="stable")
+            out = pa.Table.from_pandas(df, preserve_index=False)
+            out = out.cast(target.with_metadata(out.schema.metadata))
+        if writer is None:
+            writer = pq.ParquetWriter(sink, out.schema)
+        writer.write_table(out)
+        total += len(out)
+
+    try:
+        last = None
+        for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
+            if rows >= batch_rows and vid != last:  # a chunk holds whole videos
+                flush()
+                batch, rows = [], 0
+            batch.append(group)
+            rows += group.num_rows
+            last = vid
+        if batch or writer is None:
+            flush()
+    finally:
+        if writer is not None:
+            writer.close()
+        for stream in streams:
+            stream.close()
+    return total
+
+
+def _video_groups(rd: MergeDir, path: Path, keep: Any, grouped: bool = True
+                  ) -> Iterator[tuple[str, Any]]:
+    """``(video_id, rows)`` of a file in video order, a record batch read at a time
+    (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not grouped:  # a per-video part: one small group
+        t = _read_source(rd, path, keep)
+        if t is not None and t.num_rows:
+            ids = t["video_id"].to_pylist()
+            if len(set(ids)) == 1:
+                yield ids[0], t
+            else:  # not a per-video part after all: its videos in order
+                df = t.to_pandas().sort_values(["video_id"], kind="stable")
+                for vid, g in df.groupby("video_id", sort=True):
+                    yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
+        return
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
+                            buffer_size=STREAM_BUFFER)  # not a whole column chunk each
+        for rb in pf.iter_batches(batch_size=STREAM_ROWS):
+            t = pa.Table.from_batches([rb])
+            if keep is not None:
+                import pyarrow.compute as pc
+
+                t = t.filter(pc.is_in(t["video_id"], value_set=keep))
+            ids = t["video_id"].to_numpy(zero_copy_only=False)
+            if not len(ids):
+                continue
+            cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+            bounds = np.concatenate([[0], cut, [len(ids)]])
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                yield str(ids[a]), t.slice(int(a), int(b - a))
+    except FileNotFoundError:
+        return
+    except (pa.ArrowException, OSError) as exc:
+        rd.drop_corrupt(path, CorruptFile(f"{path}: corrupt Parquet part "
+                                            f"({' '.join(str(exc).split())[:80]})"))
+
+
+def _sorted_as_is(parts: list[Any], target: Any, keys: list[str], meta: Any) -> Any:
+    """A merge chunk sorted by ``keys`` in Arrow (a stable sort, the order pandas gives),
+    when its parts already have ``target``'s columns and types and no nulls (what batch files
+    and merge levels hold), so ``conform`` has nothing to change; else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not parts or any(not p.schema.equals(target, check_metadata=False) for p in parts):
+        return None
+    t = pa.concat_tables(parts).combine_chunks()
+    if any(col.null_count for col in t.columns):
+        return None
+    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
+    return t.replace_schema_metadata(meta)

@@ -1,0 +1,356 @@
+"""Status records and the per-stage index of each video's newest one.
+
+A stage's manifests (``parts/batches/<stage>/<batch>.parquet``, one status row per video of a
+batch) are read here: whole (``_read_manifest``), or a few columns of many at once as Arrow
+(``_read_manifests``, ``_last_per_key``: what ``RunDir.newest`` folds). ``_StageIndex`` keeps
+every video's newest row of one stage as columns, from its manifests and an older run's
+per-video status JSONs. It knows no layout: the run directory hands it its folders.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from howtocap.atomic import CorruptFile
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    video_id: str
+    stage: str
+    status: str  # "ok" | "error"
+    message: str = ""
+    seconds: float = 0.0
+    finished_at: float = 0.0
+    warnings: int = 0
+    cause: str = ""  # of an error: bad input | model output | service | internal
+    attempts: int = 1  # times this stage ran on this video (counted across runs)
+    config_id: str = ""  # fingerprint of the settings that made it ("" = before fingerprints)
+    metrics: dict[str, float] = field(default_factory=dict)  # for throughput (`status`)
+    batch: str = ""  # the batch whose manifest holds it ("": a per-video record, older runs)
+
+BATCH_PREFIX = "batch-"
+FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
+MANIFEST_META = b"howtocap_batch"
+_BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
+_RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
+# what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
+INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
+_LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
+
+
+def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
+    """A manifest's rows, column-wise (``metrics`` as JSON text)."""
+    now = time.time()
+    cols: dict[str, list[Any]] = {c: [] for c in _RECORD_COLS}
+    for r in records:
+        for c in _RECORD_COLS:
+            v = getattr(r, c)
+            cols[c].append(json.dumps(v) if c == "metrics" else
+                           (v or now) if c == "finished_at" else v)
+    df = pd.DataFrame(cols)
+    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
+                      "attempts": "int64"})
+
+
+@functools.cache
+def _record_types() -> dict[str, Any]:
+    """The Arrow type of each status record column (pyarrow imported on first use)."""
+    import pyarrow as pa
+
+    return {"status": pa.string(), "message": pa.string(), "seconds": pa.float64(),
+            "finished_at": pa.float64(), "warnings": pa.int64(), "cause": pa.string(),
+            "attempts": pa.int64(), "config_id": pa.string(), "metrics": pa.string(),
+            "stage": pa.string(), "video_id": pa.string()}
+
+
+_DICT_COLS = ("status", "cause", "config_id", "message", "stage")
+MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
+
+
+def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
+    """``table`` with exactly ``cols``, a missing record column filled with its default;
+    the few-valued text columns (``_DICT_COLS``) dictionary-encoded (a few bytes a row)."""
+    import pyarrow as pa
+
+    out = {}
+    for c in cols:
+        kind = _record_types().get(c, pa.string())
+        if c in table.column_names:
+            col = table.column(c)
+        else:
+            col = pa.array([DEFAULT_RECORD.get(c, "")] * table.num_rows, kind)
+        if c in _DICT_COLS:
+            if not pa.types.is_dictionary(col.type):
+                col = col.cast(kind).dictionary_encode()
+        elif col.type != kind:
+            col = col.cast(kind)
+        out[c] = col
+    return pa.table(out)
+
+
+def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
+    """Only ``cols`` of each manifest (page checksums verified), a few files at a time on
+    threads: per path an Arrow table, None (gone) or the ``CorruptFile`` it raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def one(path: Path) -> Any:
+        try:
+            pf = pq.ParquetFile(path, page_checksum_verification=True,
+                                read_dictionary=[c for c in cols if c in _DICT_COLS])
+            have = set(pf.schema_arrow.names)
+            return _with_defaults(pf.read(columns=[c for c in cols if c in have],
+                                          use_threads=False), cols)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, OSError) as exc:
+            return CorruptFile(f"{path}: corrupt or truncated manifest "
+                               f"({' '.join(str(exc).split())[:80]})")
+
+    if len(paths) < 8:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(MANIFEST_THREADS) as pool:
+        return list(pool.map(one, paths))
+
+
+def _last_per_key(keys: Any) -> Any:
+    """Row positions of the last occurrence of each key (rows in commit order: the newest
+    record of each video), in row order. A stable sort of the keys (Arrow) and a look at
+    neighbours (numpy): no hash table of every id, no Python object per row."""
+    import pyarrow.compute as pc
+
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    order = pc.sort_indices(keys)  # stable: equal ids keep their commit order
+    ranked = keys.take(order)
+    if hasattr(ranked, "combine_chunks"):
+        ranked = ranked.combine_chunks()
+    differs = pc.not_equal(ranked.slice(1), ranked.slice(0, len(ranked) - 1))
+    last = order.to_numpy()[np.append(differs.to_numpy(zero_copy_only=False), True)]
+    last.sort()
+    return last
+
+
+class RunDirLike(Protocol):
+    """What the index asks of the run directory (``RunDir``): where a stage's manifests and
+    per-video records are, and how a corrupt file is dropped."""
+
+    @property
+    def status_dir(self) -> Path: ...
+
+    def batch_dir(self, stage: str) -> Path: ...
+
+    def drop_corrupt(self, path: Path, exc: BaseException | str) -> None: ...
+
+
+class _StageIndex:
+    """Every video's newest status row of one stage, as columns (index: video_id), from its
+    manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.seen: set[str] = set()
+        self.batched: list[pd.DataFrame] = []  # manifests read, not yet folded in
+        self.folded: pd.DataFrame | None = None  # newest batched row per video
+        self.legacy: pd.DataFrame | None = None
+        self.legacy_stamp: tuple[int, int] | None = None
+        self.writes: list[str] = []
+        self.newest = 0  # the newest batch's time (ns): new batch ids sort after it
+        self.batches: set[str] = set()
+        self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
+        self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
+        self._view: pd.DataFrame | None = None
+        self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
+        self._legacy_by_id: pd.DataFrame | None = None
+
+    def refresh(self, rd: RunDirLike) -> None:
+        folder = rd.batch_dir(self.stage)
+        try:
+            names = sorted(n for n in os.listdir(folder)
+                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+        except FileNotFoundError:
+            names = []
+        if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
+            stamp = self.stamp
+            self.__init__(self.stage)  # type: ignore[misc]
+            self.stamp = stamp
+        for name in names:
+            if name in self.seen:
+                continue
+            path = folder / name
+            try:
+                df, meta = _read_manifest(path)
+            except FileNotFoundError:
+                continue
+            except CorruptFile as exc:
+                rd.drop_corrupt(path, exc)  # its videos are redone
+                continue
+            self.add(path.stem, df, meta.get("writes", []))
+        self._refresh_legacy(rd)
+
+    def add(self, batch: str, df: pd.DataFrame, writes: list[str], own: bool = False) -> None:
+        """Fold in a manifest read (or, ``own``, just committed by this process: not logged
+        for ``finished_since``, whose callers never claim their own results again, so a
+        long run does not gather every id it finished)."""
+        self.seen.add(f"{batch}.parquet")
+        self.batched.append(df[INDEX_COLS].assign(batch=batch))
+        self.log.append(pd.Index([]) if own else
+                        pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
+        if writes and batch >= max(self.batches, default=""):
+            self.writes = list(writes)
+        self.batches.add(batch)
+        m = _BATCH_RE.match(batch)
+        if m:
+            self.newest = max(self.newest, int(batch.split("-")[1]))
+        self._view = self._pos = None
+
+    def _refresh_legacy(self, rd: RunDirLike) -> None:
+        folder = rd.status_dir / self.stage
+        try:
+            st = folder.stat()
+            stamp = (st.st_mtime_ns, st.st_nlink)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self.legacy_stamp:
+            return
+        self.legacy_stamp = stamp
+        rows = []
+        for path in sorted(folder.glob("*.json")) if stamp is not None else []:
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a torn or foreign file: not done
+            if isinstance(data, dict) and "video_id" in data:
+                rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
+        self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
+            if rows else None
+        self._view = self._pos = self._legacy_by_id = None
+
+    def legacy_row(self, video_id: str) -> dict[str, Any]:
+        """An older run's per-video record of ``video_id`` (every column), or {}."""
+        if self.legacy is None:
+            return {}
+        if self._legacy_by_id is None:
+            self._legacy_by_id = self.legacy.drop_duplicates("video_id", keep="last") \
+                .set_index("video_id")
+        if video_id not in self._legacy_by_id.index:
+            return {}
+        return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
+
+    def view(self) -> pd.DataFrame:
+        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
+        index video_id; the few-valued columns are categories (a byte a video)."""
+        if self._view is None:
+            if self.batched:
+                parts = ([self.folded] if self.folded is not None else []) + self.batched
+                parts = [_plain_columns(f) for f in parts]
+                df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+                df = df.sort_values("batch", kind="stable")
+                self.folded = _categories(df.drop_duplicates("video_id", keep="last"))
+                self.batched = []
+            legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
+            frames = [f for f in (legacy, self.folded) if f is not None]
+            if not frames:
+                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*INDEX_COLS, "batch"]})
+            elif len(frames) == 1:
+                df = frames[0]
+            else:
+                df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
+                df = df.drop_duplicates("video_id", keep="last")
+            df = _categories(df[(df["status"] != FORGOTTEN).to_numpy()])
+            self._view = df.set_index("video_id", drop=True)
+        return self._view
+
+    def lookup(self, video_id: str) -> dict[str, Any] | None:
+        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
+        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
+        the index) rather than a dict of every id (a Python string and a slot each: hundreds
+        of MB at 1.2M videos)."""
+        view = self.view()
+        if self._pos is None:
+            ids = view.index.to_numpy(dtype=object)
+            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            order = np.argsort(hashes, kind="stable")
+            self._pos = (hashes[order], order)
+            self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
+                          if isinstance(view[c].dtype, pd.CategoricalDtype)
+                          else (view[c].to_numpy(), None) for c in view.columns}
+        hashes, order = self._pos
+        h = hash(video_id)  # Python's: the same in this process, cheap for one string
+        lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
+        for k in range(int(lo), int(hi)):
+            i = int(order[k])
+            if view.index[i] == video_id:
+                return {c: _plain(a[i] if cats is None else
+                                  (cats[a[i]] if a[i] >= 0 else None))
+                        for c, (a, cats) in self._cols.items()}
+        return None
+
+
+def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Categories back to values (frames with other categories concatenate as objects)."""
+    cats = [c for c in _LOW_CARDINALITY if c in df.columns
+            and isinstance(df[c].dtype, pd.CategoricalDtype)]
+    return df.astype({c: object for c in cats}) if cats else df
+
+
+def _categories(df: pd.DataFrame) -> pd.DataFrame:
+    return df.astype({c: "category" for c in _LOW_CARDINALITY if c in df.columns})
+
+
+DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
+                                  "warnings": 0, "cause": "", "attempts": 1, "config_id": "",
+                                  "metrics": "{}"}
+
+
+
+def _record(video_id: str, row: dict[str, Any]) -> StatusRecord:
+    known = {f.name for f in fields(StatusRecord)} - {"video_id"}
+    values = {k: v for k, v in row.items() if k in known}
+    values["metrics"] = json.loads(values.get("metrics") or "{}")
+    return StatusRecord(video_id=video_id, **values)
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Status rows of any age with every record column (older records lack some)."""
+    for c, d in DEFAULT_RECORD.items():
+        if c not in df.columns:
+            df[c] = d
+        else:
+            df[c] = df[c].where(df[c].notna(), d) if df[c].isna().any() else df[c]
+    df["metrics"] = [m if isinstance(m, str) else json.dumps(m or {}) for m in df["metrics"]]
+    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
+                      "attempts": "int64"})
+
+
+def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(path, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFile(f"{path}: corrupt or truncated manifest "
+                          f"({' '.join(str(exc).split())[:80]})") from None
+    meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
+    return _normalise(t.to_pandas()), meta
