@@ -131,6 +131,11 @@ def rows(name: str, n: int, **columns: Any) -> Rows:
     return Rows(name, n, columns)
 
 
+def empty_rows(name: str) -> Rows:
+    """``Rows`` of table ``name`` with no row (``empty_table`` as plain columns)."""
+    return rows(name, 0, **{c: [] for c in SCHEMAS[name]})
+
+
 _ARROW_TYPES = {"str": "string", "float64": "float64", "int64": "int64", "bool": "bool_"}
 
 

@@ -26,7 +26,7 @@ from howtocap.caption.prompt import (
 )
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
-from howtocap.schemas import SCHEMAS, Rows, rows
+from howtocap.schemas import Rows, empty_rows, rows
 
 
 class CaptionConfig(BaseModel):
@@ -155,7 +155,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     blocks = make_blocks(subtitles, cfg.block_words)
     stats.blocks = len(blocks)
     if not blocks:
-        return _no_captions(), stats
+        return empty_rows("captions"), stats
     got: dict[int, list[dict[str, object]] | None] = {}
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
@@ -188,7 +188,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     if not flat:
         if lost:
             raise CaptionError(stats.failure_summary(), stats)
-        return _no_captions(), stats
+        return empty_rows("captions"), stats
     # Plain lists, one frame built in schema order: per-video pandas (sorting, inserts, dtype
     # fixes) was most of the driver's own cost on a text-only run of a million videos.
     flat.sort(key=lambda r: (r["start"], r["block"]))  # stable: a block's order stays
@@ -211,7 +211,3 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
             stats.rejected[why_not] = stats.rejected.get(why_not, 0) + 1
     stats.captions = len(out)
     return out, stats
-
-
-def _no_captions() -> Rows:
-    return rows("captions", 0, **{c: [] for c in SCHEMAS["captions"]})

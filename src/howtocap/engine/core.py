@@ -29,7 +29,7 @@ from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.hashing import hash_text
 from howtocap.progress import progress_bar
-from howtocap.schemas import SCHEMAS, Rows, empty_table, rows, rows_to_arrow
+from howtocap.schemas import SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
 
 if TYPE_CHECKING:
     from howtocap.engine.runners import Runner
@@ -96,8 +96,7 @@ def _inputs(rundir: RunDir, stage: Stage, item: Any) -> VideoInput | None:
         if len(rundir.corrupted) > seen:
             return None
         if part is None and name in SCHEMAS:
-            part = rows(name, 0, **{c: [] for c in SCHEMAS[name]}) if columnar \
-                else empty_table(name)
+            part = empty_rows(name) if columnar else empty_table(name)
         tables[name] = part
     return VideoInput(item, {k: v for k, v in tables.items() if v is not None})
 
