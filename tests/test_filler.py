@@ -344,3 +344,99 @@ def test_verdict_table_is_per_parser_and_bounded(nlp: object, monkeypatch: pytes
     assert counting.sizes == [2, 2, 1]
     assert reject_reasons(["Serve.", "Take your time."], counting) == ["", "time"]
     assert counting.sizes == [2, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def pool() -> object:
+    """One parser process for the module (it loads spaCy without torch: about a second)."""
+    from howtocap.caption.filler import ParserPool
+    from howtocap.errors import HowtocapError
+
+    try:
+        load_parser()
+    except HowtocapError:
+        pytest.skip("no spaCy English model")
+    p = ParserPool(1)
+    yield p
+    p.close()
+
+
+def test_parser_processes_give_the_full_pipelines_verdicts(pool: object, full_verdicts: tuple
+                                                            ) -> None:
+    """The filler test in worker processes (``--parse-workers``) judges every labelled text as
+    the whole pipeline does in process, also when many threads ask at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts, want, _ = full_verdicts
+    assert reject_reasons(texts, pool) == want
+    chunks = [texts[i:i + 37] for i in range(0, len(texts), 37)]
+    with ThreadPoolExecutor(8) as ex:  # ... its own table, then each chunk again in a thread
+        got = list(ex.map(lambda c: pool.verdicts(c), chunks))  # type: ignore[attr-defined]
+    assert [v for c in got for v in c] == want
+
+
+def test_parser_pool_errors_are_one_line(tmp_path: Path, pool: object) -> None:
+    """A model that cannot load is named before any video; a worker that dies mid-run stops
+    the run (ServiceUnavailable: nothing marked failed) with its exit code, never hangs it."""
+    from howtocap.caption.filler import ParserPool
+    from howtocap.errors import HowtocapError, ServiceUnavailable
+
+    with pytest.raises(HowtocapError, match="no spaCy English model could be loaded"):
+        ParserPool(1, name=str(tmp_path / "no-such-model"))
+    two = ParserPool(2)
+    try:
+        assert two.verdicts(["Stir.", "Take your time."]) == ["", "time"]
+        for w in two._all:  # type: ignore[attr-defined]
+            w.proc.kill()
+        with pytest.raises(ServiceUnavailable, match=r"parser process exited \(code -9\)"):
+            two.verdicts(["Whisk the eggs."])
+    finally:
+        two.close()
+
+
+def test_parser_pool_does_not_rerun_the_callers_script(tmp_path: Path) -> None:
+    """A user's script without a ``__main__`` guard starts the pool once: its workers are
+    ``python -m`` children, not ``multiprocessing`` spawns that would run the script again."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "mine.py"
+    marks = tmp_path / "marks.txt"
+    script.write_text(
+        "from howtocap.caption.filler import ParserPool, reject_reasons\n"
+        f"open({str(marks)!r}, 'a').write('ran\\n')\n"
+        "p = ParserPool(2)\n"
+        "print(reject_reasons(['Okay, hang on a second.', 'Dice the onion.'], p))\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    if "no spaCy English model" in res.stderr:
+        pytest.skip("no spaCy English model")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "['filler', '']"
+    assert marks.read_text() == "ran\n"
+
+
+def test_caption_stage_parses_in_workers_over_http(tmp_path: Path, base_video: Path) -> None:
+    """``--parse-workers`` changes where captions are parsed, never a verdict: the same run
+    directory's captions with 0 (in the driver) and 2 workers, and the setting is not part of
+    the fingerprint (changing it on a resumed run is allowed)."""
+    vids = tmp_path / "videos"
+    add_video(vids, "cook", base_video, vtt([(0.5, 2.0, "now crack the eggs into the bowl"),
+                                             (2.5, 3.0, "so yeah let's see"),
+                                             (3.2, 3.8, "take your time")]))
+    tables = []
+    with chat_server() as srv:
+        for workers in ("0", "2"):
+            out = tmp_path / f"run{workers}"
+            res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                          "--quiet", "--parse-workers", workers)
+            assert res.returncode == 0, res.stderr
+            tables.append(pd.read_parquet(out / "captions.parquet"))
+        res = run_cli("caption", str(vids), "--out", str(tmp_path / "run0"), "--llm-url",
+                      srv.url, "--quiet", "--parse-workers", "1")
+        assert res.returncode == 0 and "1 already done" in " ".join(res.stderr.split())
+    assert tables[0]["rejected"].tolist() == ["", "filler", "time"]
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    stage = CaptionStage(LLMOptions(url=["http://127.0.0.1:9/v1"]), CaptionConfig())
+    assert stage.fingerprint() == CaptionStage(LLMOptions(url=["http://127.0.0.1:9/v1"]),
+                                               CaptionConfig(), parse_workers=3).fingerprint()

@@ -29,6 +29,7 @@ explains; whether a caption is rejected is decided by the parse alone.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import weakref
@@ -249,22 +250,152 @@ class _Verdicts:
 _VERDICTS = _Verdicts()
 
 
+def default_parse_workers(remote_llm: bool) -> int:
+    """Parser processes when none are asked for: one core is left to the driver (its HTTP
+    client, commits and merges) and the rest parse, up to 8. An LLM in this process (llama.cpp,
+    the embedded model) already takes every core, so its captions are parsed in place."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 2)  # the cores this process may use (a SLURM or cgroup share)
+    return max(1, min(8, cores - 1)) if remote_llm else 0
+
+
+class ParserPool:
+    """The filler test's parse in ``workers`` processes of their own.
+
+    A caption run over HTTP has dozens of videos in flight and about 40 captions a video to
+    parse (≈0.5 ms of CPU each with ``en_core_web_sm``): in the driver's process that parse
+    holds the GIL the HTTP client and the commits need, and it cannot use more than one core.
+    Each request goes to an idle worker; verdicts are the same as in process (the same
+    pipeline and rules, ``caption.parse_worker``). Passed as ``nlp`` to ``reject_reasons``.
+
+    The workers are plain ``python -m`` children speaking length-prefixed JSON on their
+    pipes, not ``multiprocessing`` ones: a spawned ``multiprocessing`` child re-runs the
+    caller's main script, so a user's script without a ``__main__`` guard would caption
+    again inside every worker."""
+
+    def __init__(self, workers: int, name: str | None = None) -> None:
+        import os
+        import queue
+        import subprocess
+        import sys
+        import tempfile
+
+        if workers < 1:
+            raise ValueError("a parser pool needs at least one worker")
+        self.workers, self.name = workers, name
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._all: list[_Worker] = []
+        # the caller's import path (a checkout put first, a notebook's additions) goes along
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        for _ in range(workers):
+            log = tempfile.TemporaryFile()  # noqa: SIM115 - the worker's stderr, kept open
+            proc = subprocess.Popen([sys.executable, "-m", "howtocap.caption.parse_worker",
+                                     name or ""], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=log, env=env)
+            self._all.append(_Worker(proc, log))
+        weakref.finalize(self, _stop_all, list(self._all))
+        for w in self._all:  # each loads its parser: a missing model is one error, up front
+            w.ready()
+            self._idle.put(w)
+
+    def verdicts(self, texts: Sequence[str], batch_size: int = 256) -> list[str]:
+        if not texts:
+            return []
+        worker = self._idle.get()
+        try:
+            return worker.ask(list(texts), batch_size)
+        finally:
+            self._idle.put(worker)
+
+    def close(self) -> None:
+        _stop_all(self._all)
+
+
+class _Worker:
+    """One parser process and its pipes; used by one thread at a time (``ParserPool``)."""
+
+    def __init__(self, proc: Any, log: Any) -> None:
+        self.proc, self.log = proc, log
+
+    def _send(self, obj: object) -> None:
+        import json
+        import struct
+
+        data = json.dumps(obj).encode()
+        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        self.proc.stdin.flush()
+
+    def _recv(self) -> Any:
+        import json
+        import struct
+
+        head = self.proc.stdout.read(4)
+        if len(head) < 4:
+            raise self._died()
+        (size,) = struct.unpack(">I", head)
+        reply = json.loads(self.proc.stdout.read(size))
+        if isinstance(reply, dict) and "error" in reply:
+            from howtocap.errors import HowtocapError
+
+            raise HowtocapError(str(reply["error"]))
+        return reply
+
+    def _died(self) -> Exception:
+        """Every video needs the parse: the run stops, marking nothing failed (exit 75)."""
+        from howtocap.errors import ServiceUnavailable
+
+        code = self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read()[-600:].decode(errors="replace").strip().splitlines()
+        return ServiceUnavailable(f"the filler test's parser process exited (code {code})"
+                                  + (f": {tail[-1]}" if tail else ""))
+
+    def ready(self) -> None:
+        self._recv()
+
+    def ask(self, texts: list[str], batch_size: int) -> list[str]:
+        try:
+            self._send({"texts": texts, "batch_size": batch_size})
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        return [str(v) for v in self._recv()]
+
+
+def _stop_all(workers: list[_Worker]) -> None:
+    """Close the pipes (a worker exits at end of input); kill what does not exit."""
+    for w in workers:
+        with contextlib.suppress(OSError):
+            w.proc.stdin.close()
+    for w in workers:
+        try:
+            w.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - a worker that hangs is killed, whatever the reason
+            w.proc.kill()
+            w.proc.wait()
+        w.log.close()
+
+
 def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
                    batch_size: int = 256) -> list[str]:
     """One verdict per caption ("" = kept). Texts seen before by this parser are answered from
-    a bounded table; the others are parsed once each, in one batched ``nlp.pipe`` pass shared
-    with the other threads' captions waiting at the same time."""
+    a bounded table; the others are parsed once each: by a ``ParserPool``'s processes when
+    ``nlp`` is one, else in one batched ``nlp.pipe`` pass shared with the other threads'
+    captions waiting at the same time."""
     nlp = nlp or load_parser()
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []
     unique = list(dict.fromkeys(items))
     known = _VERDICTS.known(nlp, unique)
+    parse = nlp.verdicts if isinstance(nlp, ParserPool) else \
+        (lambda texts, size: _COMBINE(nlp, texts, size))
     if known is None:
-        return _COMBINE(nlp, items, batch_size)
+        return parse(items, batch_size)
     new = [t for t in unique if t not in known]
     if new:
-        found = dict(zip(new, _COMBINE(nlp, new, batch_size), strict=True))
+        found = dict(zip(new, parse(new, batch_size), strict=True))
         _VERDICTS.add(nlp, found)
         known.update(found)
     return [known[t] for t in items]

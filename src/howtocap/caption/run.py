@@ -90,7 +90,8 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
     items, source = _items_and_source(inputs, rundir, config, progress)
     subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
-    cap_stage = CaptionStage(config.llm, config.caption, model=llm, vlm=config.vlm)
+    cap_stage = CaptionStage(config.llm, config.caption, model=llm, vlm=config.vlm,
+                             parse_workers=config.parse_workers)
     if also_check and not redo:
         prepare_stages(rundir, [subs_stage, cap_stage, *also_check], check_only=True)
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)

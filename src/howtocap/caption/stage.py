@@ -39,7 +39,7 @@ class CaptionStage(BaseStage):
     columnar = True  # subtitles in, captions out as plain columns: no frame per video
 
     def __init__(self, llm: LLMOptions, cfg: CaptionConfig, *, model: Any | None = None,
-                 vlm: VLMOptions | None = None) -> None:
+                 vlm: VLMOptions | None = None, parse_workers: int | None = None) -> None:
         if vlm is not None:  # the VLM writes the captions, through the same client as --llm-url
             llm = llm.model_copy(update={"url": vlm.url, "model": vlm.model})
         self.llm = llm
@@ -47,6 +47,9 @@ class CaptionStage(BaseStage):
         self.vlm = vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
         self._nlp: Any | None = None  # the filler test's spaCy parser, loaded per worker
+        # processes that parse for the filler test (None: filler.default_parse_workers); not
+        # in the fingerprint: the verdicts do not depend on where they are found
+        self.parse_workers = parse_workers
         self.model_name = str(getattr(model, "name", type(model).__name__)) \
             if model is not None else None
 
@@ -60,9 +63,11 @@ class CaptionStage(BaseStage):
         if self._model is None:
             self._model = from_options(self.llm)
         if self.cfg.reject_fillers:
-            from howtocap.caption.filler import load_parser
+            from howtocap.caption.filler import ParserPool, default_parse_workers, load_parser
 
-            self._nlp = load_parser()
+            workers = self.parse_workers if self.parse_workers is not None else \
+                default_parse_workers(remote_llm=bool(self.llm.url) and self._model is None)
+            self._nlp = ParserPool(workers) if workers else load_parser()
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the

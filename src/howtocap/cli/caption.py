@@ -94,6 +94,9 @@ KeepFillersOpt = Annotated[bool, typer.Option(
     help="Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
          "training text; by default they are marked in captions.parquet's `rejected` column "
          "and not aligned.")]
+ParseWorkersOpt = Annotated[int | None, typer.Option(
+    min=0, help="Processes that parse captions for the filler test (default: one per core but "
+                "one with --llm-url, none with an LLM in this process; 0: in this process).")]
 TemperatureOpt = Annotated[float | None, typer.Option()]
 MaxTokensOpt = Annotated[int | None, typer.Option()]
 StopOpt = Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")]
@@ -128,6 +131,7 @@ def caption_cmd(
     constrain: ConstrainOpt = False,
     keep_chatter: KeepChatterOpt = False,
     keep_fillers: KeepFillersOpt = False,
+    parse_workers: ParseWorkersOpt = None,
     temperature: TemperatureOpt = None,
     max_tokens: MaxTokensOpt = None,
     stop: StopOpt = None,
@@ -155,8 +159,8 @@ def caption_cmd(
         vlm_frames=vlm_frames, api_key_env=api_key_env, concurrency=concurrency,
         llm_timeout=llm_timeout, llm_retries=llm_retries, block_words=block_words,
         clip_seconds=clip_seconds, template=template, constrain=constrain,
-        keep_chatter=keep_chatter, keep_fillers=keep_fillers, temperature=temperature,
-        max_tokens=max_tokens, stop=stop, seed=seed)
+        keep_chatter=keep_chatter, keep_fillers=keep_fillers, parse_workers=parse_workers,
+        temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
     summaries = caption_run(inputs, out_dir, cfg, force=force, progress=not quiet,
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
@@ -175,7 +179,8 @@ def caption_config(
     vlm_model: str | None, vlm_frames: int, api_key_env: str, concurrency: int,
     llm_timeout: float, llm_retries: int, block_words: int, clip_seconds: float,
     template: str | None, constrain: bool, keep_chatter: bool, keep_fillers: bool,
-    temperature: float | None, max_tokens: int | None, stop: list[str] | None, seed: int | None,
+    parse_workers: int | None = None, temperature: float | None, max_tokens: int | None,
+    stop: list[str] | None, seed: int | None,
 ) -> Any:
     """The typed settings of `caption` (and `run`), validated before anything is written."""
     from howtocap.caption.captioner import CaptionConfig
@@ -210,7 +215,7 @@ def caption_config(
         llm=validated(LLMOptions, name=llm, url=llm_url, model=llm_model,
                       api_key_env=api_key_env, concurrency=concurrency, timeout=llm_timeout,
                       max_retries=llm_retries),
-        caption=validated(CaptionConfig, **cap), vlm=vlm)
+        caption=validated(CaptionConfig, **cap), vlm=vlm, parse_workers=parse_workers)
 
 
 def report_rejected(run_dir: Path) -> None:

@@ -49,6 +49,7 @@ from howtocap.cli.caption import (
     LlmUrlOpt,
     MaxTokensOpt,
     OptionalInputs,
+    ParseWorkersOpt,
     SeedOpt,
     StopOpt,
     SubtitlesOpt,
@@ -127,6 +128,7 @@ def run_cmd(
     constrain: ConstrainOpt = False,
     keep_chatter: KeepChatterOpt = False,
     keep_fillers: KeepFillersOpt = False,
+    parse_workers: ParseWorkersOpt = None,
     temperature: TemperatureOpt = None,
     max_tokens: MaxTokensOpt = None,
     stop: StopOpt = None,
@@ -183,8 +185,8 @@ def run_cmd(
         vlm_frames=vlm_frames, api_key_env=api_key_env, concurrency=concurrency,
         llm_timeout=llm_timeout, llm_retries=llm_retries, block_words=block_words,
         clip_seconds=clip_seconds, template=template, constrain=constrain,
-        keep_chatter=keep_chatter, keep_fillers=keep_fillers, temperature=temperature,
-        max_tokens=max_tokens, stop=stop, seed=seed)
+        keep_chatter=keep_chatter, keep_fillers=keep_fillers, parse_workers=parse_workers,
+        temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
     # --clip-seconds, --keep-chatter and --seed are caption's and align's at once
     align_cfg = align_settings(
         offset_seconds=offset_seconds, offset_step=offset_step, clip_seconds=clip_seconds,
