@@ -183,15 +183,17 @@ def main() -> None:
         clean = args.work / "clean"
         for _ in range(2):
             shutil.rmtree(clean, ignore_errors=True)
-            t0 = time.perf_counter()
+            t0, asked = time.perf_counter(), srv.requests
             assert wait(start(vids, clean, srv.url, enc)) == 0, "the clean run failed"
             clean_s = time.perf_counter() - t0
+            clean_requests = srv.requests - asked  # LLM requests of an uninterrupted run
         want = tables(clean)
         i = tries = 0
         while i < args.kills and tries < 2 * args.kills:
             tries += 1
             out = args.work / f"killed{i:02d}"
             at = rng.uniform(0.02, 0.8) * clean_s
+            asked = srv.requests
             pid = start(vids, out, srv.url, enc)
             time.sleep(at)
             os.kill(pid, signal.SIGKILL)
@@ -204,6 +206,9 @@ def main() -> None:
             t1 = time.perf_counter()
             code = wait(start(vids, out, srv.url, enc, report))
             resume_s = time.perf_counter() - t1
+            # finished work the kill cost: LLM requests answered before the kill whose
+            # results were in a batch not yet committed, so the resumed run asked again
+            redone = srv.requests - asked - clean_requests
             detected = json.loads(report.read_text()) if report.exists() else []
             equal = code == 0
             if equal:
@@ -216,11 +221,13 @@ def main() -> None:
             temp_left = [str(p) for p in out.rglob("*.tmp")]
             trials.append({"kill_at_s": round(at, 3), "step": step,
                            "resume_exit": code, "resume_s": round(resume_s, 2),
+                           "requests_redone": redone,
                            "equal": equal and not temp_left, "temp_files_left": temp_left,
                            "injected": injected,
                            "detected": sum(any(Path(p).name in d for d in detected)
                                            for p in injected)})
-            print(f"kill {i:2d} at {at:5.2f}s ({step}): resume exit {code}, tables "
+            print(f"kill {i:2d} at {at:5.2f}s ({step}): {redone} requests redone, resume "
+                  f"exit {code}, tables "
                   f"{'equal' if equal else 'DIFFER'}"
                   + (f", corrupt parts {len(injected)} -> detected "
                      f"{trials[-1]['detected']}" if injected else ""), flush=True)
@@ -232,8 +239,14 @@ def main() -> None:
     steps: dict[str, int] = {}
     for t in trials:
         steps[t["step"]] = steps.get(t["step"], 0) + 1
+    per_video = clean_requests / args.videos
+    redone_all = [t["requests_redone"] for t in trials]
     res = {"kills": len(trials), "draws": tries, "videos": args.videos, "seed": args.seed,
-           "batch_size": args.batch_size,
+           "batch_size": args.batch_size, "clean_requests": clean_requests,
+           "requests_redone_mean": round(sum(redone_all) / max(1, len(trials)), 2),
+           "requests_redone_max": max(redone_all, default=0),
+           "videos_redone_mean": round(sum(redone_all) / max(1, len(trials)) / per_video, 2),
+           "videos_redone_max": round(max(redone_all, default=0) / per_video, 2),
            "clean_run_s": round(clean_s, 2), "equal_after_resume": n_equal,
            "corrupt_parts_injected": injected, "corrupt_parts_detected": detected,
            "kills_by_step": steps, "rows": {t: len(df) for t, df in want.items()},
@@ -257,20 +270,30 @@ def main() -> None:
         f"- Corrupt parts injected before every {args.corrupt_every}th resume (one truncated, "
         f"one with a flipped byte inside a data page): **{detected}/{injected} detected and "
         "recomputed** (a warning names each file)",
+        f"- **Finished work a kill cost**: the resumed run asked the LLM again "
+        f"{res['requests_redone_mean']:.2f} requests on average, at most "
+        f"{res['requests_redone_max']} ({res['videos_redone_mean']:.2f} and "
+        f"{res['videos_redone_max']:.2f} videos' worth, of {args.videos}; an uninterrupted run "
+        f"asks {clean_requests}): the answers of videos whose batch was not committed yet. "
+        "A kill loses at most the batches in flight, one per stage: up to `--batch-size` "
+        "videos or `--batch-seconds` of work each (1,000 videos or 60 s by default).",
         f"- Left-over temp files after resume: "
         f"{sum(len(t['temp_files_left']) for t in trials)}",
         "- Where the kills landed: " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())),
         f"- Load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after on "
         f"{os.cpu_count()} CPUs shared with other jobs: the times below are inflated by it.",
-        "", "| # | kill at (s) | step | resume (s) | corrupt parts -> detected | equal |",
-        "|---|---|---|---|---|---|"]
+        "", "| # | kill at (s) | step | LLM requests redone | resume (s) | "
+        "corrupt parts -> detected | equal |",
+        "|---|---|---|---:|---|---|---|"]
     for i, t in enumerate(trials):
-        lines.append(f"| {i} | {t['kill_at_s']:.2f} | {t['step']} | {t['resume_s']:.1f} | "
+        lines.append(f"| {i} | {t['kill_at_s']:.2f} | {t['step']} | {t['requests_redone']} | "
+                     f"{t['resume_s']:.1f} | "
                      f"{len(t['injected'])} -> {t['detected']} | "
                      f"{'yes' if t['equal'] else '**no**'} |")
-    lines += ["", "What this shows and does not: per-video parts are written temp file + "
-              "fsync + rename before their status record, so a kill leaves each video finished "
-              "or absent, and merged tables are rebuilt from parts. A truncated part is caught "
+    lines += ["", "What this shows and does not: a batch's files are written temp file + "
+              "fsync + rename before the manifest that lists its videos and their status "
+              "records, so a kill leaves each batch committed or absent (never half), and "
+              "merged tables are rebuilt from committed batches. A truncated part is caught "
               "on resume by its missing Parquet footer, a flipped byte by the page checksums "
               "(written since this change) when the parts are merged. Not covered: power loss "
               "on file systems that ignore fsync, and corruption of files written before page "
