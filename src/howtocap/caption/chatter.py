@@ -62,6 +62,6 @@ def is_chatter(text: str) -> bool:
     """True when a caption is about the channel rather than the task."""
     if text.isascii():  # ASCII: IGNORECASE is lower(); other text goes to the regex as it is
         low = text.lower()
-        if not any(word in low for word in _NEEDS):
+        if not any(map(low.__contains__, _NEEDS)):
             return False
     return bool(_CHATTER.search(text))
