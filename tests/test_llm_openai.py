@@ -348,8 +348,10 @@ def test_fanout_uses_only_spare_threads() -> None:
             peak = max(peak, running)
         if text.startswith("hold"):
             release.wait(5)
-        else:
-            time.sleep(0.01)
+        elif text.startswith("a"):  # until 4 are out at once (or 2 s: then peak says no)
+            deadline = time.monotonic() + 2
+            while peak < 4 and time.monotonic() < deadline:
+                time.sleep(0.002)
         with lock:
             running -= 1
         return text
