@@ -1,12 +1,13 @@
 """The driver's own cost per video on a text-only run (issue #22 part 3), before and after, in
 the same run: ``howtocap caption --subtitles caption.json`` as a user runs it.
 
-Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --base REV]
+Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --large 10000 --base REV]
      -> benchmarks/results/driver.{json,md,png}
 
-``--base`` (default: the last commit before part 3) is checked out into a git worktree under
-benchmarks/work/; every measurement is its own child process with that tree's or this tree's
-sources first on the path, so both versions see the same machine, file and load:
+``--base`` (default: main before the driver's own HTTP client, 52ce0ad) is checked out into
+a git worktree under benchmarks/work/; every measurement is its own child process with that
+tree's or this tree's sources first on the path, so both versions see the same machine, file
+and load:
 
 * ``in-process``: ``caption_run`` with an LLM object that answers at once (one caption per
   block), so nothing but our own code is timed;
@@ -14,11 +15,16 @@ sources first on the path, so both versions see the same machine, file and load:
   answers at once with one caption per ASR line it was given (``tests.chat_server
   --keep-alive``, its own process: HTTP/1.1 with connections kept open and TCP_NODELAY, as
   vLLM's and llama.cpp's servers answer; until 2026-11-26 it was HTTP/1.0, a new connection
-  per request), ``--concurrency 32``: the issue's setting.
+  per request, then Python's threaded ``http.server``; now a one-thread ``selectors`` loop,
+  ``LeanChatServer``, at ~0.08 ms of CPU a request instead of ~0.2, since it shares the 2
+  cores with the driver and stands for a server that answers from C or a GPU; both versions
+  talk to the same server), ``--concurrency 32``: the issue's setting.
 
 Each with the filler test on (the default: spaCy's parser reads every caption) and off
-(``--keep-fillers``). Figures: videos/s, ms of wall per video, CPU seconds of the child
-(user + system: less swayed by other jobs on the machine than wall time), peak RSS.
+(``--keep-fillers``), on ``--videos``; the ``--keep-fillers`` settings again on ``--large``
+videos, where the fixed costs (imports, the closing merges) weigh less. Figures: videos/s, ms
+of wall per video, CPU seconds of the child (user + system: less swayed by other jobs on the
+machine than wall time) and, over HTTP, of the server, peak RSS.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
 OUT = HERE / "results"
-# The last commit before plain columns, the shared LLM pool and the verdict table.
-BASE = "451c70b"
+# main before the driver's own HTTP client, the chatter prefilter and the plain-line parser
+# (the commit before those: plain columns, the shared LLM pool and the verdict table, 451c70b).
+BASE = "52ce0ad"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -78,6 +85,15 @@ print(json.dumps({"wall_s": wall, "done": done, "howtocap": howtocap.__file__,
 """
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child(src_tree: Path, mode: str, data: Path, fillers: bool, url: str) -> dict[str, Any]:
     out = WORK / "run"
     shutil.rmtree(out, ignore_errors=True)
@@ -104,15 +120,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = sorted({(r["mode"], r["fillers"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = sorted({(r["mode"], r["fillers"], r["videos"]) for r in rows},
+                    key=lambda lab: (lab[2], lab[0], lab[1]))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.38
     for k, version in enumerate(("before", "after")):
         ys = [next(r["videos_per_s"] for r in rows if r["version"] == version
-                   and (r["mode"], r["fillers"]) == lab) for lab in labels]
+                   and (r["mode"], r["fillers"], r["videos"]) == lab) for lab in labels]
         ax.bar([i + (k - 0.5) * width for i in range(len(labels))], ys, width, label=version)
     ax.set_xticks(range(len(labels)),
-                  [f"{m}\n{'--keep-fillers' if f else 'filler test on'}" for m, f in labels])
+                  [f"{m}, {n:,}\n{'--keep-fillers' if f else 'filler test on'}"
+                   for m, f, n in labels], fontsize=8)
     ax.set_ylabel("videos / s (higher is better)")
     ax.set_title("Text-only captioning, instant LLM: the driver's own speed")
     ax.legend()
@@ -123,72 +141,91 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--videos", type=int, default=1000)
+    ap.add_argument("--large", type=int, default=10000,
+                    help="videos of the --keep-fillers runs again (0: none)")
     ap.add_argument("--base", default=BASE)
     args = ap.parse_args()
     sys.path[:0] = [str(ROOT), str(ROOT / "src")]
     from benchmarks.bench_textonly import write_caption_json
 
     WORK.mkdir(parents=True, exist_ok=True)
-    data = WORK / f"caption-{args.videos}.json"
-    if not data.exists():
-        write_caption_json(data, args.videos)
+    sizes = [args.videos] + ([args.large] if args.large else [])
+    files = {}
+    for n in sizes:
+        files[n] = WORK / f"caption-{n}.json"
+        if not files[n].exists():
+            write_caption_json(files[n], n)
     trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
     server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0",
                                "--keep-alive"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     load0 = os.getloadavg()
     rows: list[dict[str, Any]] = []
+    plan = [(args.videos, mode, fillers) for mode in ("in-process", "http")
+            for fillers in (True, False)]
+    plan += [(args.large, mode, True) for mode in ("in-process", "http")] if args.large else []
     try:
         url = (server.stdout.readline() if server.stdout else "").strip()
-        for mode in ("in-process", "http"):
-            for fillers in (True, False):
-                for version, tree in trees.items():  # the two versions back to back
-                    row = child(tree, mode, data, fillers, url)
-                    rows.append({"version": version, "mode": mode, "fillers": fillers, **row})
-                    print(f"{version:6s} {mode:10s} keep_fillers={fillers!s:5s} "
-                          f"{row['videos_per_s']:7.1f} videos/s {row['rss_mb']:6.0f} MB",
-                          flush=True)
+        for n, mode, fillers in plan:
+            for version, tree in trees.items():  # the two versions back to back
+                s0 = cpu_seconds(server.pid)
+                row = child(tree, mode, files[n], fillers, url)
+                if mode == "http":
+                    row["server_cpu_s"] = cpu_seconds(server.pid) - s0
+                rows.append({"version": version, "mode": mode, "fillers": fillers,
+                             "videos": n, **row})
+                print(f"{version:6s} {mode:10s} {n:6d} keep_fillers={fillers!s:5s} "
+                      f"{row['videos_per_s']:7.1f} videos/s {row['cpu_s']:6.1f} CPU s "
+                      f"{row['rss_mb']:6.0f} MB", flush=True)
     finally:
         server.kill()
         server.wait()
         remove_worktree(trees["before"])
     load1 = os.getloadavg()
 
-    def get(version: str, mode: str, fillers: bool) -> dict[str, Any]:
-        return next(r for r in rows if (r["version"], r["mode"], r["fillers"]) ==
-                    (version, mode, fillers))
+    def get(version: str, mode: str, fillers: bool, n: int = args.videos) -> dict[str, Any]:
+        return next(r for r in rows if (r["version"], r["mode"], r["fillers"], r["videos"]) ==
+                    (version, mode, fillers, n))
 
-    summary = {f"{mode}{'_keep_fillers' if fillers else ''}": {
-        "before": round(get("before", mode, fillers)["videos_per_s"], 1),
-        "after": round(get("after", mode, fillers)["videos_per_s"], 1),
-        "speedup": round(get("after", mode, fillers)["videos_per_s"]
-                         / get("before", mode, fillers)["videos_per_s"], 2),
-        "after_ms_per_video": round(get("after", mode, fillers)["ms_per_video"], 2),
-        "before_cpu_s": round(get("before", mode, fillers)["cpu_s"], 2),
-        "after_cpu_s": round(get("after", mode, fillers)["cpu_s"], 2)}
-        for mode in ("in-process", "http") for fillers in (True, False)}
+    def entry(mode: str, fillers: bool, n: int) -> dict[str, Any]:
+        b, a = get("before", mode, fillers, n), get("after", mode, fillers, n)
+        out = {"before": round(b["videos_per_s"], 1), "after": round(a["videos_per_s"], 1),
+               "speedup": round(a["videos_per_s"] / b["videos_per_s"], 2),
+               "after_ms_per_video": round(a["ms_per_video"], 2),
+               "before_cpu_s": round(b["cpu_s"], 2), "after_cpu_s": round(a["cpu_s"], 2)}
+        if mode == "http":
+            out["before_server_cpu_s"] = round(b["server_cpu_s"], 2)
+            out["after_server_cpu_s"] = round(a["server_cpu_s"], 2)
+        return out
+
+    # keys: the mode on --videos (as before), with "_<n>" on --large
+    summary = {f"{mode}{'_keep_fillers' if fillers else ''}{'' if n == args.videos else f'_{n}'}":
+               entry(mode, fillers, n) for n, mode, fillers in plan}
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "load_avg": [round(load0[0], 2), round(load1[0], 2)], "videos": args.videos,
+              "large": args.large,
               "base": args.base, "rows": rows, "summary": summary,
               "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     OUT.mkdir(exist_ok=True)
     (OUT / "driver.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# The driver's own cost per video (text-only, instant LLM)", "",
              f"{result['machine']}; load average {load0[0]:.1f} → {load1[0]:.1f} (other jobs "
-             f"add time); {args.videos:,} HowTo100M-style videos (bench_textonly's generator); "
-             f"before = commit {args.base}, after = this tree, measured back to back in one "
-             "run. How to read: benchmarks/bench_driver.py docstring.", "",
-             "| setting | before videos/s | after videos/s | speedup | after ms/video | "
-             "before CPU s | after CPU s | after peak RSS |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for mode in ("in-process", "http"):
-        for fillers in (False, True):
-            b, a = get("before", mode, fillers), get("after", mode, fillers)
-            lines.append(f"| {mode}, {'--keep-fillers' if fillers else 'filler test on'} | "
-                         f"{b['videos_per_s']:.1f} | {a['videos_per_s']:.1f} | "
-                         f"{a['videos_per_s'] / b['videos_per_s']:.2f}x | "
-                         f"{a['ms_per_video']:.1f} | {b['cpu_s']:.1f} | {a['cpu_s']:.1f} | "
-                         f"{a['rss_mb']:.0f} MB |")
+             f"add time); HowTo100M-style videos (bench_textonly's generator); before = commit "
+             f"{args.base}, after = this tree, measured back to back in one run; CPU s: the "
+             "driver process (server: the HTTP server's own, on the same 2 cores). How to "
+             "read: benchmarks/bench_driver.py docstring.", "",
+             "| setting | videos | before videos/s | after videos/s | speedup | after ms/video "
+             "| before CPU s | after CPU s | server CPU s before → after | after peak RSS |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, mode, fillers in sorted(plan, key=lambda p: (p[0], p[1], not p[2])):
+        b, a = get("before", mode, fillers, n), get("after", mode, fillers, n)
+        server_cpu = f"{b['server_cpu_s']:.1f} → {a['server_cpu_s']:.1f}" \
+            if mode == "http" else ""
+        lines.append(f"| {mode}, {'--keep-fillers' if fillers else 'filler test on'} | {n:,} | "
+                     f"{b['videos_per_s']:.1f} | {a['videos_per_s']:.1f} | "
+                     f"{a['videos_per_s'] / b['videos_per_s']:.2f}x | "
+                     f"{a['ms_per_video']:.1f} | {b['cpu_s']:.1f} | {a['cpu_s']:.1f} | "
+                     f"{server_cpu} | {a['rss_mb']:.0f} MB |")
     lines += ["", "Targets (issue #22): ≥ 1,000 videos/s in-process, ≥ 300 over HTTP, on 2 "
               "cores.", ""]
     (OUT / "driver.md").write_text("\n".join(lines))

@@ -14,6 +14,8 @@ import base64
 import io
 import json
 import re
+import selectors
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -75,10 +77,16 @@ class ChatServer:
         self.status = status
         self.fail_when = fail_when
         self.requests = 0
+        self.connections = 0  # TCP connections accepted (a kept-alive client opens few)
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                super().setup()
+                with server.lock:
+                    server.connections += 1
+
             # HTTP/1.1 keeps connections open between requests, as vLLM and llama.cpp do;
             # 1.0 (the tests' default) closes each one, so a stopped server is gone at once.
             protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
@@ -116,6 +124,93 @@ class ChatServer:
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+class LeanChatServer:
+    """The echo server of ``--keep-alive`` benchmarks, on one thread: HTTP/1.1 with kept
+    connections, read and answered by a ``selectors`` loop (the same replies as
+    ``ChatServer``).
+
+    Why: it stands for vLLM or llama.cpp, whose HTTP front ends cost the client's machine
+    little; ``http.server`` parses headers with the email package and runs a thread per
+    connection, ~0.2 ms of CPU a request on the 2 cores the driver benchmark shares with the
+    server. Only what the benchmark sends is understood: ``Content-Length`` bodies, GET for
+    ``/models``, POST for the rest."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.sock.setblocking(False)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.requests = 0
+        self.connections = 0
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.sock, selectors.EVENT_READ)
+
+    @staticmethod
+    def _answer(method: bytes, body: bytes) -> bytes:
+        if method == b"GET":
+            obj: dict[str, Any] = {"data": [{"id": "echo"}]}
+        else:
+            prompt = prompt_text(json.loads(body)["messages"][-1]["content"])
+            obj = {"choices": [{"message": {"role": "assistant", "content": echo_reply(prompt)}}],
+                   "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+        data = json.dumps(obj).encode()
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(data)).encode() + b"\r\n\r\n" + data)
+
+    def _serve(self, conn: socket.socket, buf: bytearray) -> bool:
+        """Answer every whole request in ``buf``; False when the client has gone."""
+        try:
+            chunk = conn.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return False
+        buf += chunk
+        out = []
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = bytes(buf[:end]).split(b"\r\n")
+            length = 0
+            for line in head[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(buf) < end + 4 + length:
+                break
+            body = bytes(buf[end + 4:end + 4 + length])
+            del buf[:end + 4 + length]
+            self.requests += 1
+            out.append(self._answer(head[0].split(b" ", 1)[0], body))
+        if out:
+            conn.setblocking(True)  # replies are small: send them whole, then wait again
+            conn.sendall(b"".join(out))
+            conn.setblocking(False)
+        return True
+
+    def serve_forever(self) -> None:
+        bufs: dict[socket.socket, bytearray] = {}
+        while True:
+            for key, _ in self.sel.select():
+                sock = key.fileobj
+                if sock is self.sock:
+                    try:
+                        conn, _ = self.sock.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    self.connections += 1
+                    bufs[conn] = bytearray()
+                    self.sel.register(conn, selectors.EVENT_READ)
+                elif not self._serve(sock, bufs[sock]):  # type: ignore[arg-type]
+                    self.sel.unregister(sock)
+                    bufs.pop(sock).clear()  # type: ignore[call-overload]
+                    sock.close()
 
 
 class Frame(Exception):
@@ -240,7 +335,15 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     ap.add_argument("--keep-alive", action="store_true",
                     help="HTTP/1.1: connections stay open between requests")
+    ap.add_argument("--http-server", action="store_true",
+                    help="with --keep-alive: Python's http.server (threads) instead of the "
+                         "lean one-thread loop")
     args = ap.parse_args()
+    if args.keep_alive and not args.delay and not args.vision and not args.http_server:
+        lean = LeanChatServer()  # stands for vLLM: cheap on the shared cores
+        print(lean.url, flush=True)
+        lean.serve_forever()  # until the benchmark ends the process
+        return
     srv = VisionServer() if args.vision else ChatServer(delay=args.delay,
                                                         keep_alive=args.keep_alive)
     print(srv.url, flush=True)

@@ -326,3 +326,59 @@ def test_fanout_keeps_order_and_exceptions_on_one_pool(monkeypatch: pytest.Monke
             ["A", "ValueError", "C", "D", "E"]
     fan.close()
     assert fan.map(chat, batch[:1], GEN) == ["A"]
+
+
+def test_fanout_uses_only_spare_threads() -> None:
+    """A video's requests fan out while the pool has threads to spare; when ``workers``
+    requests are already out, the caller sends its own one after another (no hand-off)."""
+    from howtocap.llm.base import Fanout
+
+    lock = threading.Lock()
+    release = threading.Event()
+    running = 0
+    peak = 0
+    sender: dict[str, str] = {}
+
+    def chat(msgs: list, gen: GenerationConfig) -> str:
+        nonlocal running, peak
+        text = msgs[0]["content"]
+        sender[text] = threading.current_thread().name
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        if text.startswith("hold"):
+            release.wait(5)
+        elif text.startswith("a"):  # until 4 are out at once (or 2 s: then peak says no)
+            deadline = time.monotonic() + 2
+            while peak < 4 and time.monotonic() < deadline:
+                time.sleep(0.002)
+        with lock:
+            running -= 1
+        return text
+
+    fan = Fanout(4)
+    batch = [[{"role": "user", "content": f"a{i}"}] for i in range(6)]
+    assert fan.map(chat, batch, GEN) == [f"a{i}" for i in range(6)]  # alone: fans out
+    assert peak == 4
+    assert sum(sender[f"a{i}"].startswith("howtocap-llm") for i in range(6)) == 3
+    holders = [threading.Thread(target=fan.map, args=(chat, [[{"role": "user", "content":
+                                                               f"hold{k}-{i}"}]
+                                                             for i in range(2)], GEN),
+                                name=f"video{k}") for k in range(2)]
+    for t in holders:  # 2 videos x 2 requests: all 4 of the pool's slots taken
+        t.start()
+    deadline = time.monotonic() + 5
+    while running < 4 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert running == 4
+    got: list = []
+    late = threading.Thread(target=lambda: got.append(fan.map(
+        chat, [[{"role": "user", "content": f"b{i}"}] for i in range(3)], GEN)), name="late")
+    late.start()
+    late.join(5)
+    assert got == [["b0", "b1", "b2"]]
+    assert {sender[f"b{i}"] for i in range(3)} == {"late"}  # no thread to spare: sent itself
+    release.set()
+    for t in holders:
+        t.join()
+    fan.close()

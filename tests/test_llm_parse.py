@@ -84,3 +84,33 @@ def test_clip_length_and_unparseable_reply() -> None:
     res = parse_reply("The speaker talks about baking bread.\nIt was fun.", BLOCK)
     assert res.captions == [] and res.n_no_timestamp == 2
     assert parse_reply("", BLOCK).captions == []
+
+
+def test_fast_line_forms_split_as_the_general_parser() -> None:
+    """``_pieces`` answers plain ``12s: Text.`` lines and digit-free lines without the general
+    regexes: on lines of every form (markers, quotes, ranges, clocks, dashes, non-ASCII,
+    trailing stamps) it gives the same captions as ``_split_line``."""
+    import random
+
+    from howtocap.caption.parse import _pieces, _split_line, clean_text
+
+    rng = random.Random(3)
+    heads = ["12s:", "0s: ", "12s: ", "12 s:", "007s:", "123456s: ", "12s:-", "12s:|> ", "At 5s,",
+             "[12s] ", "(3 sec) ", "00:12 ", "1:02:03 - ", "12s-20s: ", "12.5s: ", "12S: ",
+             "", "- ", "* ", "1. ", "Step ", "12s:\t"]
+    words = ["add", "the", "eggs", "Stir", "salt,", "pan.", "well!", "2.5", "cups", '"soup"',
+             "'tis", "“hot”", "**bold**", "5s:", "(7s)", "[00:09]", "now.", "at", "to", "-",
+             "—", "é", "½", "٣s:", "x٣", "9s", ":", ";", "x2", "it's", "?", "|", ">", "_", "`"]
+    tails = ["", ".", " (14s)", " [00:20]", "!", "  ", ":", ",", "'", '"', "”"]
+    checked = plain = 0
+    for _ in range(20000):
+        body = " ".join(rng.choice(words) for _ in range(rng.randint(0, 7)))
+        line = (rng.choice(heads) + body + rng.choice(tails)).strip()
+        if not line:
+            continue
+        want = [(t, clean_text(p)) for t, p in _split_line(line)]
+        got = [(t, clean_text(p)) for t, p in _pieces(line)]
+        assert got == want, line
+        checked += 1
+        plain += bool(want) and line[:1].isdigit() and "s:" in line[:7]
+    assert checked > 15000 and plain > 1000  # the fuzz reaches both paths

@@ -47,8 +47,21 @@ _PATTERNS = [
 _CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
 # In the caption stage's fingerprint: other patterns drop other captions.
 RULES_ID = hashlib.sha256("\n".join(_PATTERNS).encode()).hexdigest()[:12]
+# Words without which no pattern above can match (each pattern holds one of them literally,
+# lower case): an ASCII caption holding none is not chatter, and is known so without the
+# regex, which tries all its alternatives at every character (~15 us a caption, 40 captions
+# a video). A new pattern needs its word here (tests/test_chatter_prefilter.py checks).
+_NEEDS = ("subscrib", "like", "thumbs up", "smash", "bell", "notification", "comment", "know",
+          "thank", "welcome", "guys", "every", "folks", "there", "friends", "see you",
+          "catch you", "description", "check out", "sponsor", "patreon", "affiliate",
+          "promo code", "discount code", "code", "follow ", "video", "shout", "that's",
+          "thats", "sorry", "trust me", "so satisfying", "funny story", "bucks")
 
 
 def is_chatter(text: str) -> bool:
     """True when a caption is about the channel rather than the task."""
+    if text.isascii():  # ASCII: IGNORECASE is lower(); other text goes to the regex as it is
+        low = text.lower()
+        if not any(map(low.__contains__, _NEEDS)):
+            return False
     return bool(_CHATTER.search(text))

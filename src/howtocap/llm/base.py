@@ -116,36 +116,57 @@ def chat_each(chat: Callable[[Messages, GenerationConfig], str], batch: Sequence
 
 class Fanout:
     """``chat_each`` on one thread pool kept for the client's life; the calling thread sends
-    the first request itself.
+    the first request itself, and hands the others to the pool only while it has threads to
+    spare.
 
-    Why: a pool made per ``chat_many`` call (one per video) starts and joins threads for every
-    video, and ``concurrent.futures`` starts them under one process-wide lock; with 32 videos
-    in flight over HTTP, threads waiting on that lock were most of the driver's wall time
-    (py-spy). Pool threads only send requests and never wait on the pool, so sharing it
-    cannot deadlock; the client's own limit (its semaphore) still bounds what is in flight.
+    Why one pool: a pool made per ``chat_many`` call (one per video) starts and joins threads
+    for every video, and ``concurrent.futures`` starts them under one process-wide lock; with
+    32 videos in flight over HTTP, threads waiting on that lock were most of the driver's wall
+    time (py-spy). Why only spare threads: when ``workers`` requests are already out (32
+    videos, each sending one), a request handed over only waits for a slot in another thread
+    and costs two hand-offs (submit, result) where the caller could send it next itself; a
+    video with many blocks and no other work still fans out across the pool. Pool threads
+    only send requests and never wait on the pool, so sharing it cannot deadlock; the
+    client's own limit (its semaphore) still bounds what is in flight.
     """
 
     def __init__(self, workers: int) -> None:
         self.workers = max(1, int(workers))
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._busy = 0  # requests being sent: by callers (one each) and by pool threads
 
     def _get(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.workers,
-                                                thread_name_prefix="howtocap-llm")
-            return self._pool
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers,
+                                            thread_name_prefix="howtocap-llm")
+        return self._pool
+
+    def _pooled(self, chat: Callable[[Messages, GenerationConfig], str], msgs: Messages,
+                gen: GenerationConfig) -> str | Exception:
+        try:
+            return _one(chat, msgs, gen)
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     def map(self, chat: Callable[[Messages, GenerationConfig], str],
             batch: Sequence[Messages], gen: GenerationConfig) -> list[str | Exception]:
         """Replies (or exceptions) in ``batch``'s order."""
         if self.workers <= 1 or len(batch) <= 1:
             return [_one(chat, m, gen) for m in batch]
-        pool = self._get()
-        rest = [pool.submit(_one, chat, m, gen) for m in batch[1:]]
-        first = _one(chat, batch[0], gen)
-        return [first, *(f.result() for f in rest)]
+        with self._lock:  # the caller sends one; the pool takes what spare threads there are
+            k = max(0, min(len(batch) - 1, self.workers - self._busy - 1))
+            self._busy += 1 + k
+            pool = self._get() if k else None
+        try:
+            rest = [pool.submit(self._pooled, chat, m, gen) for m in batch[1:1 + k]] \
+                if pool is not None else []
+            mine = [_one(chat, m, gen) for m in (batch[0], *batch[1 + k:])]
+        finally:
+            with self._lock:
+                self._busy -= 1
+        return [mine[0], *(f.result() for f in rest), *mine[1:]]
 
     def close(self) -> None:
         """Let the pool's threads end (a later ``map`` starts a new pool)."""

@@ -32,14 +32,31 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
 from howtocap.llm.base import Fanout, GenerationConfig, Messages, Reply
+from howtocap.llm.http import (
+    ConnectError,
+    ConnectTimeout,
+    Headers,
+    Origin,
+    TimeoutException,
+    TransportError,
+)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
 MAX_REPLY_BYTES = 32 << 20
+USER_AGENT = "howtocap"
+
+
+def _reason_phrase(status: int) -> str:
+    """``404`` -> ``Not Found`` (empty for a status HTTP does not name)."""
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class _Rejected(HowtocapError):
@@ -115,10 +132,13 @@ class OpenAIChatLLM:
         self._epoch = 0
         self._open: ServiceUnavailable | None = None
         self.stats = {"attempts": 0, "retries": 0, "outages": 0}
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-            limits=httpx.Limits(max_connections=self.concurrency * 2,
-                                max_keepalive_connections=self.concurrency))
+        # One kept connection per request in flight (http.client: see llm/http.py for why
+        # not httpx); proxies come from the environment, as httpx took them.
+        self._origin = Origin(self.endpoint, timeout=self.timeout,
+                              connect_timeout=min(self.timeout, 10.0),
+                              max_idle=self.concurrency)
+        self._path = urlsplit(self.endpoint).path
+        self._models_path = urlsplit(self.base_url).path + "/models"
 
     @property
     def name(self) -> str:
@@ -126,7 +146,7 @@ class OpenAIChatLLM:
 
     def close(self) -> None:
         self._fanout.close()
-        self._client.close()
+        self._origin.close()
 
     def _resolve_model(self) -> str | None:
         """Without ``--llm-model``, ask the server (``GET /models``) which model it serves."""
@@ -134,12 +154,15 @@ class OpenAIChatLLM:
             if not self._model_checked:
                 self._model_checked = True
                 try:
-                    r = self._client.get(f"{self.base_url}/models", headers=self._headers,
-                                         timeout=min(self.timeout, 10.0))
-                    data = r.json().get("data") or []
-                    if r.status_code == 200 and data and data[0].get("id"):
+                    wait = min(self.timeout, 10.0)
+                    status, _, raw = self._origin.request(
+                        "GET", self._models_path, None, dict(self._headers),
+                        deadline=time.monotonic() + wait, max_bytes=MAX_REPLY_BYTES,
+                        timeout=wait)
+                    data = json.loads(raw).get("data") or []
+                    if status == 200 and data and data[0].get("id"):
                         self._model = str(data[0]["id"])
-                except (httpx.HTTPError, ValueError, AttributeError, TypeError, IndexError):
+                except (TransportError, ValueError, AttributeError, TypeError, IndexError):
                     pass  # the chat request below reports a down server properly
             return self._model
 
@@ -209,22 +232,14 @@ class OpenAIChatLLM:
         except (ValueError, AttributeError):
             pass
         if not detail:
-            detail = body.decode("utf-8", "replace") or httpx.codes.get_reason_phrase(status)
+            detail = body.decode("utf-8", "replace") or _reason_phrase(status)
         return " ".join(str(detail).split())[:200]
 
-    def _send(self, payload: str, headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
+    def _send(self, payload: bytes, headers: dict[str, str]) -> tuple[int, Headers, bytes]:
         """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
-        deadline = time.monotonic() + self.timeout
-        with self._client.stream("POST", self.endpoint, content=payload, headers=headers) as r:
-            chunks, size = [], 0
-            for chunk in r.iter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout("reply not complete in time", request=r.request)
-                if size > MAX_REPLY_BYTES:
-                    return r.status_code, r.headers, b""
-            return r.status_code, r.headers, b"".join(chunks)
+        return self._origin.request("POST", self._path, payload, headers,
+                                    deadline=time.monotonic() + self.timeout,
+                                    max_bytes=MAX_REPLY_BYTES)
 
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
         self._check_breaker()
@@ -245,8 +260,9 @@ class OpenAIChatLLM:
             return self._post(body)
 
     def _post(self, body: dict[str, Any]) -> str:
-        payload = json.dumps(body)
-        headers = {"Content-Type": "application/json", **self._headers}
+        payload = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
+                   **self._headers}
         tries = self.max_retries + 1
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
@@ -261,15 +277,15 @@ class OpenAIChatLLM:
                 self._count("attempts")
                 try:
                     status, rheaders, data = self._send(payload, headers)
-                except httpx.TimeoutException as exc:
+                except TimeoutException as exc:
                     problem = reason = f"timed out after {self.timeout:g}s"
-                    refused += isinstance(exc, httpx.ConnectTimeout)
+                    refused += isinstance(exc, ConnectTimeout)
                     epoch = self._outage(reason, epoch)
-                except httpx.TransportError as exc:
+                except TransportError as exc:
                     reason = short_reason(exc, 160)
                     problem = f"is unreachable ({reason})"
                     refused += 1
-                    absent = isinstance(exc, httpx.ConnectError)
+                    absent = isinstance(exc, ConnectError)
                     last = self._outage(reason, None)
                     epoch = last if epoch is None else epoch
                 else:
