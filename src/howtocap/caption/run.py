@@ -157,6 +157,9 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                                                                        (subs, caps),
                                                                        strict=True))
         summaries = [subs, caps]
+        rundir.drop_caches()  # the merges read the run directory afresh
+        if source is not None:
+            source.close()  # reopened (not converted again) if a second pass needs it
         rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
         rundir.merge_streaming("captions")
         if not rundir.corrupted:

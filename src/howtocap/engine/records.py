@@ -49,6 +49,7 @@ _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
 _LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
+HASH_CHUNK = 65_536  # ids made Python strings at a time to hash them
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
@@ -277,8 +278,11 @@ class _StageIndex:
         change of the index)."""
         view = self.view()
         if self._pos is None:
-            ids = view.index.to_numpy(dtype=object)
-            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            hashes = np.empty(len(view), dtype=np.int64)
+            for lo in range(0, len(view), HASH_CHUNK):  # Python strings a chunk at a time
+                ids = view.index[lo:lo + HASH_CHUNK].to_numpy(dtype=object)
+                hashes[lo:lo + len(ids)] = np.fromiter(map(hash, ids), dtype=np.int64,
+                                                       count=len(ids))
             order = np.argsort(hashes, kind="stable")
             self._pos = (hashes[order], order)
             self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
@@ -300,7 +304,7 @@ class _StageIndex:
         at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
         hit = np.flatnonzero(hashes[at] == h)
         rows = order[at[hit]]
-        same = index.to_numpy(dtype=object)[rows] == want[hit]
+        same = index.take(rows).to_numpy(dtype=object) == want[hit]
         out[hit[same]] = rows[same]
         for i in hit[~same]:  # another id of the same hash first: look through them all
             k = int(at[i])
@@ -353,8 +357,8 @@ def _fold(folded: pd.DataFrame | None, batched: list[pd.DataFrame]) -> pd.DataFr
     for c in folded.columns:
         if isinstance(kept[c].dtype, pd.CategoricalDtype):
             cols[c] = union_categoricals([kept[c], df[c]], sort_categories=True)
-        else:
-            cols[c] = np.concatenate([kept[c].to_numpy(), df[c].to_numpy()])
+        else:  # the ids stay Arrow strings (pandas' str), not a Python object each
+            cols[c] = pd.concat([kept[c], df[c]], ignore_index=True)
     return pd.DataFrame(cols)
 
 

@@ -212,6 +212,14 @@ class RunDir:
             idx.refresh(self)
         return idx
 
+    def drop_caches(self) -> None:
+        """Let go of what this process keeps decoded (each stage's index of every video,
+        batch files, manifests), read again when next asked: the merges and the status
+        table read the run directory afresh, and need none of it."""
+        self._indexes.clear()
+        self._batch_cache.clear()
+        self._manifests.clear()
+
     def records(self, stage: str, refresh: bool = True) -> pd.DataFrame:
         """The newest status row of every video of ``stage`` (index: video_id; columns: the
         status record's and ``batch``, "" for a per-video record of an older run)."""
