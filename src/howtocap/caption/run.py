@@ -37,14 +37,27 @@ class _Videos:
 
     items: list[VideoItem] | None = None
     ids: list[str] | None = None
+    source: SubtitleSource | None = None  # where ``ids`` come from again after ``release``
+    extra: list[str] | None = None  # --ids the source lacks (each reported as a failure)
 
     def __len__(self) -> int:
-        return len(self.items if self.items is not None else self.ids or [])
+        return len(self.items if self.items is not None else self._ids())
+
+    def _ids(self) -> list[str]:
+        if self.ids is None:
+            self.ids = (self.source.video_ids() if self.source is not None else []) \
+                + list(self.extra or [])
+        return self.ids
+
+    def release(self) -> None:
+        """Let go of the list of ids (listed again from the source if asked for again)."""
+        if self.items is None and self.source is not None:
+            self.ids = None
 
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
-        return iter(self.ids or [])
+        return iter(self._ids())
 
     def all(self) -> Iterator[VideoItem]:
         for window in self.windows(WINDOW):
@@ -56,7 +69,7 @@ class _Videos:
             if self.items is not None:
                 yield self.items[lo:lo + size]
             else:
-                yield [VideoItem(vid, None) for vid in (self.ids or [])[lo:lo + size]]
+                yield [VideoItem(vid, None) for vid in self._ids()[lo:lo + size]]
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -98,12 +111,14 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                                  select=set(wanted) if wanted is not None else None,
                                  progress=progress)
     found = source.video_ids()
+    extra: list[str] = []
     if wanted is not None and config.limit is None:  # reported per video: not in the source
         have = set(found)
-        found += [vid for vid in wanted if vid not in have]
-    if not found:
+        extra = [vid for vid in wanted if vid not in have]
+        del have
+    if not found and not extra:
         raise InputError(config.subtitles, "holds no videos" + (" of --ids" if wanted else ""))
-    return _Videos(ids=found), source
+    return _Videos(ids=found + extra if extra else found, source=source, extra=extra), source
 
 
 def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
@@ -158,6 +173,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                                                                        strict=True))
         summaries = [subs, caps]
         rundir.drop_caches()  # the merges read the run directory afresh
+        videos.release()
         if source is not None:
             source.close()  # reopened (not converted again) if a second pass needs it
         rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
