@@ -197,3 +197,22 @@ def test_positions_match_pandas_and_survive_hash_collisions(tmp_path: Path,
     got = rd.newest_of("s", ask, ("status",))
     assert list(got["found"]) == [True, False, True, True, True, False]
     assert list(got["status"]) == ["ok", None, "ok", "ok", "ok", None]
+
+
+def test_ids_and_store_let_go_before_the_merge_come_back(source: Path, tmp_path: Path) -> None:
+    """A second pass (corrupt parts found by the merge) lists the videos again from the
+    source, whose store was closed: same ids, same rows, nothing converted again."""
+    from howtocap.caption.run import _items_and_source
+
+    rd = RunDir(tmp_path / "run")
+    videos, src = _items_and_source(None, rd, config(source), progress=False)
+    assert src is not None
+    first = [it.video_id for w in videos.windows(9) for it in w]
+    rows = src.get(first[3], frame=True)
+    cached = sorted((rd.cache_dir / "subtitles").iterdir())
+    videos.release()
+    src.close()
+    assert videos.ids is None and src._store is None
+    assert [it.video_id for w in videos.windows(9) for it in w] == first
+    pd.testing.assert_frame_equal(src.get(first[3], frame=True), rows)
+    assert sorted((rd.cache_dir / "subtitles").iterdir()) == cached
