@@ -24,7 +24,8 @@ process whose peak RSS is read with ``wait4`` (its own, not the parent's):
 * files per 100 videos per table folder;
 * ``--driver``: ``caption_run`` in process with ``InstantLLM`` (bench_textonly) and
   ``--keep-fillers`` (the filler parse is another engineer's per-video CPU cost, not
-  memory) at two sizes: wall, videos/s, peak RSS.
+  memory) at each size: wall, videos/s, peak RSS. Its "before" is ``DRIVER_BEFORE``
+  (``--driver-before``), the code before the driver went through the videos in windows.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
 OUT = HERE / "results"
 BEFORE = "710b85c"  # batched commits, status and merge before this benchmark (issue #22)
+DRIVER_BEFORE = "52ce0ad"  # the driver before it took the videos a window at a time
 BATCH = 1000
 SUB_LINES = 8
 CAP_LINES = 4
@@ -271,7 +273,7 @@ def measure_size(n: int, trees: dict[str, Path]) -> dict[str, Any]:
     return res
 
 
-def measure_driver(n: int, trees: dict[str, Path]) -> dict[str, Any]:
+def measure_driver(n: int, trees: dict[str, Path], before: str) -> dict[str, Any]:
     from bench_textonly import write_caption_json
 
     src = HERE / "work" / "textonly" / f"caption_{n}.json"
@@ -286,6 +288,7 @@ def measure_driver(n: int, trees: dict[str, Path]) -> dict[str, Any]:
         r = json.loads(out.splitlines()[-1])
         res[code] = {**r, "videos_per_s": n / r["seconds"], "peak_rss_mb": rss,
                      "cpu_seconds": LAST_CPU[0],
+                     "commit": before if code == "before" else "this tree",
                      "taken_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "load_avg": round(os.getloadavg()[0], 1)}
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -328,17 +331,20 @@ def write_md(r: dict[str, Any]) -> str:
         rows.append(f"| {s['videos']:,} | {per} |")
     if r.get("driver"):
         rows += ["", "The driver: `caption_run` in process, `InstantLLM`, `--keep-fillers` "
-                 "(HowTo100M-style ASR, 20-60 lines a video):", "",
-                 "| videos | code | wall | videos/s | peak RSS | load avg |",
-                 "|---:|---|---:|---:|---:|---:|"]
+                 "(HowTo100M-style ASR, 20-60 lines a video); \"before\" is the commit named "
+                 "in its row:", "",
+                 "| videos | code | wall | videos/s | peak RSS | load avg | taken |",
+                 "|---:|---|---:|---:|---:|---:|---|"]
         for key in sorted(r["driver"], key=int):
             d = r["driver"][key]
             for code in ("before", "after"):
                 m = d.get(code)
                 if m:
-                    rows.append(f"| {d['videos']:,} | {code} | {m['seconds']:.0f} s | "
+                    label = f"{code} (`{m['commit']}`)" if m.get("commit") and \
+                        code == "before" else code
+                    rows.append(f"| {d['videos']:,} | {label} | {m['seconds']:.0f} s | "
                                 f"{m['videos_per_s']:.0f} | {m['peak_rss_mb']:.0f} MB | "
-                                f"{m['load_avg']} |")
+                                f"{m['load_avg']} | {m['taken_at']} |")
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process, imports "
              "included; \"imports done\" times `run_status(DIR)` alone. The merge is the step "
              "`caption_run` ends with: `merge_streaming(\"subtitles\")`, "
@@ -388,6 +394,7 @@ def main() -> None:
     ap.add_argument("--driver", type=int, nargs="*", default=[])
     ap.add_argument("--only", choices=["before", "after"])
     ap.add_argument("--before", default=BEFORE)
+    ap.add_argument("--driver-before", default=DRIVER_BEFORE)
     ap.add_argument("--generate", type=int)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--report-only", action="store_true")
@@ -403,9 +410,16 @@ def main() -> None:
         plot(r, OUT / "scale.png")
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    trees = {"before": add_worktree(args.before, WORK, "before") / "src", "after": ROOT / "src"}
-    if args.only:
-        trees = {args.only: trees[args.only]}
+    codes = [args.only] if args.only else ["before", "after"]
+    trees: dict[str, Path] = {}
+    driver_trees: dict[str, Path] = {}
+    for code in codes:  # a worktree only for what this invocation measures
+        if args.sizes:
+            trees[code] = add_worktree(args.before, WORK, "before") / "src" \
+                if code == "before" else ROOT / "src"
+        if args.driver:
+            driver_trees[code] = add_worktree(args.driver_before, WORK, "before") / "src" \
+                if code == "before" else ROOT / "src"
     r: dict[str, Any] = json.loads(res_path.read_text()) if res_path.exists() else {}
     r.update({"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                          f"{platform.python_version()}", "before": args.before, "batch": BATCH,
@@ -420,12 +434,13 @@ def main() -> None:
             r["sizes"] = sorted(r["runs"], key=int)
             res_path.write_text(json.dumps(r, indent=1) + "\n")
         for n in args.driver:
-            got = measure_driver(n, trees)
+            got = measure_driver(n, driver_trees, args.driver_before)
             r["driver"][str(n)] = {**r["driver"].get(str(n), {}), **got}
             res_path.write_text(json.dumps(r, indent=1) + "\n")
-    finally:  # the before worktree is registered in the shared .git: not left behind
-        if "before" in trees:
-            remove_worktree(trees["before"].parent)
+    finally:  # the before worktrees are registered in the shared .git: not left behind
+        for tree in (trees.get("before"), driver_trees.get("before")):
+            if tree is not None:
+                remove_worktree(tree.parent)
     r["sizes"] = sorted(r["runs"], key=int)
     summarise(r)
     res_path.write_text(json.dumps(r, indent=1) + "\n")

@@ -7,7 +7,8 @@ This module only orchestrates: which videos, which settings (validated, then rec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +26,60 @@ if TYPE_CHECKING:
     from howtocap.io.subtitles import SubtitleSource
 
 
+WINDOW = 50_000  # videos taken through both stages at a time (``caption_run``)
+
+
+@dataclass
+class _Videos:
+    """The run's videos: the items of the inputs (video files), or, text-only, the ids of
+    the subtitle source, made into ``VideoItem`` s a window at a time (a HowTo100M source
+    lists 1.2M videos: a list of ids, not of items and their per-stage bookkeeping)."""
+
+    items: list[VideoItem] | None = None
+    ids: list[str] | None = None
+    source: SubtitleSource | None = None  # where ``ids`` come from again after ``release``
+    extra: list[str] | None = None  # --ids the source lacks (each reported as a failure)
+
+    def __len__(self) -> int:
+        return len(self.items if self.items is not None else self._ids())
+
+    def _ids(self) -> list[str]:
+        if self.ids is None:
+            self.ids = (self.source.video_ids() if self.source is not None else []) \
+                + list(self.extra or [])
+        return self.ids
+
+    def release(self) -> None:
+        """Let go of the list of ids (listed again from the source if asked for again)."""
+        if self.items is None and self.source is not None:
+            self.ids = None
+
+    def video_ids(self) -> Iterator[str]:
+        if self.items is not None:
+            return (it.video_id for it in self.items)
+        return iter(self._ids())
+
+    def all(self) -> Iterator[VideoItem]:
+        for window in self.windows(WINDOW):
+            yield from window
+
+    def windows(self, size: int) -> Iterator[list[VideoItem]]:
+        """The videos in order, ``size`` at a time."""
+        for lo in range(0, len(self), size):
+            if self.items is not None:
+                yield self.items[lo:lo + size]
+            else:
+                yield [VideoItem(vid, None) for vid in self._ids()[lo:lo + size]]
+
+
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                       config: CaptionRunConfig, progress: bool
-                      ) -> tuple[list[VideoItem], SubtitleSource | None]:
+                      ) -> tuple[_Videos, SubtitleSource | None]:
     """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``.
 
-    With no ``inputs`` the run is text-only: one item per video of the source (ids only, in the
-    source's order; each video's rows are read when its turn comes), with no video file yet.
+    With no ``inputs`` the run is text-only: one video per video of the source (ids only, in
+    the source's order; each video's rows are read when its turn comes), with no video file
+    yet.
     """
     from howtocap.io.inputs import read_id_list, select_videos
     from howtocap.io.subtitles import SubtitleSource
@@ -47,7 +95,7 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
         source = SubtitleSource.open(config.subtitles, cache_dir=cache,
                                      select={it.video_id for it in items}) \
             if config.subtitles else None
-        return items, source
+        return _Videos(items=items), source
     if not config.subtitles:
         raise HowtocapError("nothing to caption: give video files, folders or manifest CSVs, "
                             "or --subtitles SRC to caption from subtitles alone")
@@ -63,13 +111,14 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                                  select=set(wanted) if wanted is not None else None,
                                  progress=progress)
     found = source.video_ids()
-    items = [VideoItem(vid, None) for vid in found]
+    extra: list[str] = []
     if wanted is not None and config.limit is None:  # reported per video: not in the source
         have = set(found)
-        items += [VideoItem(vid, None) for vid in wanted if vid not in have]
-    if not items:
+        extra = [vid for vid in wanted if vid not in have]
+        del have
+    if not found and not extra:
         raise InputError(config.subtitles, "holds no videos" + (" of --ids" if wanted else ""))
-    return items, source
+    return _Videos(ids=found + extra if extra else found, source=source, extra=extra), source
 
 
 def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
@@ -77,18 +126,23 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 llm: Any | None = None, runner: Runner | None = None,
                 shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
                 max_attempts: int = MAX_ATTEMPTS,
-                also_check: Sequence[Stage] = ()) -> tuple[StageSummary, StageSummary]:
+                also_check: Sequence[Stage] = (),
+                window: int | None = None) -> tuple[StageSummary, StageSummary]:
     """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
     ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
     an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
     (else ``config.llm`` names it). Returns the two stages' summaries.
+
+    The videos go through both stages ``window`` at a time (``WINDOW``), so what the stages
+    keep per video to do (lists, claims, lookups) is a window's, not the whole run's; the
+    merged tables do not depend on it (they are sorted).
 
     Settings are checked against the run's before anything is written: other settings than
     the ones its results were made with are refused (``redo``: recompute, clearing the
     stages downstream). ``also_check``: later stages of the same command (``run``'s align),
     checked now too so a refusal comes before any work."""
     rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
-    items, source = _items_and_source(inputs, rundir, config, progress)
+    videos, source = _items_and_source(inputs, rundir, config, progress)
     subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
     cap_stage = CaptionStage(config.llm, config.caption, model=llm, vlm=config.vlm,
                              parse_workers=config.parse_workers)
@@ -96,24 +150,33 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         prepare_stages(rundir, [subs_stage, cap_stage, *also_check], check_only=True)
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
-    rundir.record_videos(items)
+    rundir.record_videos(videos.all())
     rundir.write_config("caption", config.model_dump())
     if force:
         for stage in (subs_stage, cap_stage):
-            rundir.forget(stage.name, [it.video_id for it in items])
+            rundir.forget(stage.name, videos.video_ids())
     opts = {"runner": runner, "shard": shard, "progress": progress,
             "retry_failed": retry_failed, "max_attempts": max_attempts}
     summaries: list[StageSummary] = []
     for _ in range(2):  # a second pass only when the merge found corrupt parts
-        subs = run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts)
-        done = rundir.done_among(subs_stage.name, [it.video_id for it in items], "subtitles")
-        ready = [it for it, ok in zip(items, done, strict=True) if ok]
-        caps = run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts)
+        subs, caps = StageSummary(subs_stage.name), StageSummary(cap_stage.name)
+        for items in videos.windows(window or WINDOW):
+            subs.add(run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts))
+            done = rundir.done_among(subs_stage.name, [it.video_id for it in items],
+                                     "subtitles")
+            ready = [it for it, ok in zip(items, done, strict=True) if ok]
+            del items, done
+            caps.add(run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts))
+            del ready
         if summaries:  # the redone videos count as done by this call
             subs, caps = (first.absorb(again) for first, again in zip(summaries,
                                                                        (subs, caps),
                                                                        strict=True))
         summaries = [subs, caps]
+        rundir.drop_caches()  # the merges read the run directory afresh
+        videos.release()
+        if source is not None:
+            source.close()  # reopened (not converted again) if a second pass needs it
         rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
         rundir.merge_streaming("captions")
         if not rundir.corrupted:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 from rich.progress import TextColumn
 
@@ -74,6 +73,19 @@ class StageSummary:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    def add(self, other: StageSummary) -> StageSummary:
+        """This summary plus the stage's run over other videos (a run taken a window of
+        videos at a time reports once for all of them)."""
+        self.done += other.done
+        self.skipped += other.skipped
+        self.claimed_elsewhere += other.claimed_elsewhere
+        self.failed += other.failed
+        self.warned += other.warned
+        self.seconds += other.seconds
+        self.failed_before += other.failed_before
+        self.gave_up += other.gave_up
+        return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
         """This summary plus a second pass over the same videos (corrupt parts redone)."""
@@ -185,16 +197,13 @@ def _select(rundir: RunDir, stage: Stage, items: Sequence[Any], main: str | None
             summary: StageSummary) -> tuple[list[Any], dict[str, int]]:
     """What is left to do, from the stage's newest records (column-wise: a HowTo100M run
     lists 1.2M videos), and the attempts each listed video has had."""
-    view = rundir.records(stage.name)
-    ids = [it.video_id for it in items]
-    pos = view.index.get_indexer(ids) if len(view) else np.full(len(ids), -1)
-    col = {c: view[c].to_numpy() for c in ("status", "config_id", "cause", "attempts",
-                                            "batch")} if len(view) else {}
+    col = rundir.newest_of(stage.name, [it.video_id for it in items],
+                           ("status", "config_id", "cause", "attempts", "batch"))
     todo: list[Any] = []
     attempts: dict[str, int] = {}
     whole: dict[str, bool] = {}  # per batch: its main table file is whole
-    for it, p in zip(items, pos, strict=True):
-        if p < 0:
+    for p, it in enumerate(items):
+        if not col["found"][p]:
             todo.append(it)
             continue
         status, rec_cid, cause = col["status"][p], col["config_id"][p], col["cause"][p]

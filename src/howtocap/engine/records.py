@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from howtocap.atomic import CorruptFile
 
@@ -48,6 +49,7 @@ _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
 _LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
+HASH_CHUNK = 65_536  # ids made Python strings at a time to hash them
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
@@ -256,11 +258,7 @@ class _StageIndex:
         index video_id; the few-valued columns are categories (a byte a video)."""
         if self._view is None:
             if self.batched:
-                parts = ([self.folded] if self.folded is not None else []) + self.batched
-                parts = [_plain_columns(f) for f in parts]
-                df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-                df = df.sort_values("batch", kind="stable")
-                self.folded = _categories(df.drop_duplicates("video_id", keep="last"))
+                self.folded = _fold(self.folded, self.batched)
                 self.batched = []
             legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
             frames = [f for f in (legacy, self.folded) if f is not None]
@@ -275,30 +273,93 @@ class _StageIndex:
             self._view = df.set_index("video_id", drop=True)
         return self._view
 
-    def lookup(self, video_id: str) -> dict[str, Any] | None:
-        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
-        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
-        the index) rather than a dict of every id (a Python string and a slot each: hundreds
-        of MB at 1.2M videos)."""
+    def _positions_index(self) -> tuple[Any, Any, Any]:
+        """The view's ids' 64-bit hashes sorted, their rows, and the ids (built once per
+        change of the index)."""
         view = self.view()
         if self._pos is None:
-            ids = view.index.to_numpy(dtype=object)
-            hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            hashes = np.empty(len(view), dtype=np.int64)
+            for lo in range(0, len(view), HASH_CHUNK):  # Python strings a chunk at a time
+                ids = view.index[lo:lo + HASH_CHUNK].to_numpy(dtype=object)
+                hashes[lo:lo + len(ids)] = np.fromiter(map(hash, ids), dtype=np.int64,
+                                                       count=len(ids))
             order = np.argsort(hashes, kind="stable")
             self._pos = (hashes[order], order)
             self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
                           if isinstance(view[c].dtype, pd.CategoricalDtype)
                           else (view[c].to_numpy(), None) for c in view.columns}
-        hashes, order = self._pos
+        return self._pos[0], self._pos[1], view.index
+
+    def positions(self, video_ids: Sequence[str]) -> Any:
+        """Each video's row in ``view()`` (-1: none), like ``view().index.get_indexer`` but
+        by a binary search over the hashes ``lookup`` keeps: no hash table of every id (a
+        run asks for a window of videos at a time, its index holds a million)."""
+        hashes, order, index = self._positions_index()
+        want = np.empty(len(video_ids), dtype=object)
+        want[:] = list(video_ids)
+        out = np.full(len(want), -1, dtype=np.int64)
+        if not len(hashes) or not len(want):
+            return out
+        h = np.fromiter(map(hash, want), dtype=np.int64, count=len(want))
+        at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
+        hit = np.flatnonzero(hashes[at] == h)
+        rows = order[at[hit]]
+        same = index.take(rows).to_numpy(dtype=object) == want[hit]
+        out[hit[same]] = rows[same]
+        for i in hit[~same]:  # another id of the same hash first: look through them all
+            k = int(at[i])
+            while k < len(hashes) and hashes[k] == h[i]:
+                if index[int(order[k])] == want[i]:
+                    out[i] = int(order[k])
+                    break
+                k += 1
+        return out
+
+    def lookup(self, video_id: str) -> dict[str, Any] | None:
+        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
+        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
+        the index) rather than a dict of every id (a Python string and a slot each: hundreds
+        of MB at 1.2M videos)."""
+        hashes, order, index = self._positions_index()
         h = hash(video_id)  # Python's: the same in this process, cheap for one string
         lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
         for k in range(int(lo), int(hi)):
             i = int(order[k])
-            if view.index[i] == video_id:
+            if index[i] == video_id:
                 return {c: _plain(a[i] if cats is None else
                                   (cats[a[i]] if a[i] >= 0 else None))
                         for c, (a, cats) in self._cols.items()}
         return None
+
+
+def _fold(folded: pd.DataFrame | None, batched: list[pd.DataFrame]) -> pd.DataFrame:
+    """The newest row per video of ``folded`` (already one a video) and the manifests read
+    since. When those are all newer than every batch folded (a run's own commits: batch ids
+    grow), only the few new rows are sorted and deduplicated, and the folded rows they
+    supersede dropped: one copy of the million folded rows, categories kept (a pass over
+    them all as Python objects, sorted and hashed, is hundreds of MB at 1.2M videos).
+    Either way the rows come out as the full fold orders them."""
+    new = [_plain_columns(f) for f in batched]
+    df = pd.concat(new, ignore_index=True) if len(new) > 1 else new[0]
+    df = df.sort_values("batch", kind="stable").drop_duplicates("video_id", keep="last")
+    if folded is None or not len(folded):
+        return _categories(df)
+    cats = folded["batch"].cat.categories if isinstance(folded["batch"].dtype,
+                                                        pd.CategoricalDtype) else None
+    if cats is None or not len(df) or (len(cats) and df["batch"].min() <= max(cats)):
+        parts = [_plain_columns(folded), df]  # an older batch came late: the full fold
+        full = pd.concat(parts, ignore_index=True).sort_values("batch", kind="stable")
+        return _categories(full.drop_duplicates("video_id", keep="last"))
+    stale = folded["video_id"].isin(df["video_id"]).to_numpy()
+    kept = folded[~stale] if stale.any() else folded
+    df = _categories(df)
+    cols: dict[str, Any] = {}
+    for c in folded.columns:
+        if isinstance(kept[c].dtype, pd.CategoricalDtype):
+            cols[c] = union_categoricals([kept[c], df[c]], sort_categories=True)
+        else:  # the ids stay Arrow strings (pandas' str), not a Python object each
+            cols[c] = pd.concat([kept[c], df[c]], ignore_index=True)
+    return pd.DataFrame(cols)
 
 
 def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:

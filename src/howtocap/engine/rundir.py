@@ -212,10 +212,37 @@ class RunDir:
             idx.refresh(self)
         return idx
 
+    def drop_caches(self) -> None:
+        """Let go of what this process keeps decoded (each stage's index of every video,
+        batch files, manifests), read again when next asked: the merges and the status
+        table read the run directory afresh, and need none of it."""
+        self._indexes.clear()
+        self._batch_cache.clear()
+        self._manifests.clear()
+
     def records(self, stage: str, refresh: bool = True) -> pd.DataFrame:
         """The newest status row of every video of ``stage`` (index: video_id; columns: the
         status record's and ``batch``, "" for a per-video record of an older run)."""
         return self._index(stage, refresh).view()
+
+    def newest_of(self, stage: str, video_ids: Sequence[str], columns: Sequence[str]
+                  ) -> dict[str, Any]:
+        """The newest record's ``columns`` (of ``records``) of each of ``video_ids``, as
+        object arrays aligned with them (None where a video has no record), plus ``found``
+        (bool): only these videos' values are taken out of the index, looked up by hash
+        (``_StageIndex.positions``), so asking for a window of a million-video run costs a
+        window."""
+        idx = self._index(stage, refresh=True)
+        view = idx.view()
+        pos = idx.positions(video_ids) if len(view) else np.full(len(video_ids), -1)
+        found = pos >= 0
+        out: dict[str, Any] = {"found": found}
+        for c in columns:
+            col = np.full(len(video_ids), None, dtype=object)
+            if found.any():
+                col[found] = view[c].iloc[pos[found]].to_numpy(dtype=object)
+            out[c] = col
+        return out
 
     def newest(self, stage: str, columns: Sequence[str] = ("status",),
                forgotten: bool = False) -> Any:
@@ -445,12 +472,10 @@ class RunDir:
         part): ``run_stage`` visits a stage's inputs batch by batch."""
         out = [""] * len(video_ids)
         for st in self.writers(table):
-            view = self._index(st).view()
-            pos = view.index.get_indexer(list(video_ids))
-            batch = view["batch"].to_numpy()
-            for i, p in enumerate(pos):
-                if p >= 0 and batch[p]:
-                    out[i] = batch[p]
+            got = self.newest_of(st, video_ids, ("batch",))
+            for i in np.flatnonzero(got["found"]):
+                if got["batch"][i]:
+                    out[i] = got["batch"][i]
         return out
 
     def part_ok(self, table: str, video_id: str) -> bool:
@@ -552,15 +577,14 @@ class RunDir:
                    ) -> list[bool]:
         """``is_done`` of many videos at once, from the stage's columns (a run lists a
         million videos; a batch file is checked once)."""
-        view = self.records(stage)
-        if not len(view):
+        got = self.newest_of(stage, video_ids, ("status", "batch"))
+        if not got["found"].any():
             return [False] * len(video_ids)
-        pos = view.index.get_indexer(list(video_ids))
-        status, batch = view["status"].to_numpy(), view["batch"].to_numpy()
+        status, batch = got["status"], got["batch"]
         whole: dict[str, bool] = {}
         out = []
-        for vid, p in zip(video_ids, pos, strict=True):
-            if p < 0 or status[p] != "ok":
+        for p, vid in enumerate(video_ids):
+            if not got["found"][p] or status[p] != "ok":
                 out.append(False)
             elif not batch[p] or table is None:
                 out.append(self.is_done(stage, vid, table))
@@ -750,12 +774,17 @@ class RunDir:
         run keeps the files ``howtocap align --videos`` attached. Built column-wise: a
         HowTo100M run records 1.2M ids.
         """
-        items = list(items)
-        new = pd.DataFrame({
-            "video_id": pd.Series([it.video_id for it in items], dtype=object),
-            "video_path": pd.Series([str(it.video_path or "") for it in items], dtype=object),
-            "subtitle_path": pd.Series([str(it.subtitle_path or "") for it in items],
-                                       dtype=object)})
+        ids: list[str] = []
+        paths: list[str] = []
+        subs: list[str] = []
+        for it in items:  # one pass over an iterator: the items are never all held
+            ids.append(it.video_id)
+            paths.append(str(it.video_path or ""))
+            subs.append(str(it.subtitle_path or ""))
+        new = pd.DataFrame({"video_id": pd.Series(ids, dtype=object),
+                            "video_path": pd.Series(paths, dtype=object),
+                            "subtitle_path": pd.Series(subs, dtype=object)})
+        del ids, paths, subs
         old = self.videos()
         if len(old) and len(new):
             before = old.drop_duplicates("video_id", keep="last").set_index("video_id")

@@ -347,6 +347,13 @@ class SubtitleSource:
                     raise
             return self._store
 
+    def close(self) -> None:
+        """Let go of the store and its index of every video id (1.2M on HowTo100M): the next
+        lookup opens the converted file again (``cache_dir``), without converting."""
+        with self._lock:
+            self._store = None
+            self._files = None
+
     def _folder(self) -> dict[str, Path]:
         with self._lock:
             if self._files is None:
