@@ -299,6 +299,9 @@ DERIVED: dict[str, Callable[[Results], float]] = {
                                                       "halves)"),
     "align_scale.cache_read_share": lambda r: _align_part(r, "reading the frame cache"),
     "align_scale.content_key_tb_at_htm": lambda r: HTM_VIDEOS * CONTENT_KEY_BYTES / 1e12,
+    # the filler test's parse (bench_parse): parser processes that 300 videos/s (issue #22's
+    # HTTP target) need, at one worker's measured rate
+    "parse.workers_for_300": lambda r: 300 / r.get("parse.json", "by_workers.1.videos_per_s"),
 }
 
 

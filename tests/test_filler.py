@@ -440,3 +440,34 @@ def test_caption_stage_parses_in_workers_over_http(tmp_path: Path, base_video: P
     stage = CaptionStage(LLMOptions(url=["http://127.0.0.1:9/v1"]), CaptionConfig())
     assert stage.fingerprint() == CaptionStage(LLMOptions(url=["http://127.0.0.1:9/v1"]),
                                                CaptionConfig(), parse_workers=3).fingerprint()
+
+
+def test_default_parse_workers_follow_the_llm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --llm-url and no --parse-workers the stage parses in worker processes (one per
+    core but one); with an LLM object in the process, or --parse-workers 0, in place."""
+    from howtocap.caption import filler
+
+    try:
+        load_parser()
+    except Exception:  # noqa: BLE001 - no model here: nothing to start
+        pytest.skip("no spaCy English model")
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
+    assert filler.default_parse_workers(remote_llm=True) == 2
+    assert filler.default_parse_workers(remote_llm=False) == 0
+    monkeypatch.setattr(filler, "default_parse_workers",
+                        lambda remote_llm: 1 if remote_llm else 0)
+    url = LLMOptions(url=["http://127.0.0.1:9/v1"])
+    remote = CaptionStage(url, CaptionConfig())
+    remote.setup()
+    try:
+        assert isinstance(remote._nlp, filler.ParserPool) and remote._nlp.workers == 1
+    finally:
+        remote._nlp.close()
+    given = CaptionStage(url, CaptionConfig(), model=object())
+    given.setup()
+    assert not isinstance(given._nlp, filler.ParserPool)
+    zero = CaptionStage(url, CaptionConfig(), parse_workers=0)
+    zero.setup()
+    assert not isinstance(zero._nlp, filler.ParserPool)

@@ -60,13 +60,14 @@ class CaptionStage(BaseStage):
         return Resources(kind="llm", models=True)
 
     def load(self) -> None:
+        remote = bool(self.llm.url) and self._model is None  # a server, not a model given
         if self._model is None:
             self._model = from_options(self.llm)
         if self.cfg.reject_fillers:
             from howtocap.caption.filler import ParserPool, default_parse_workers, load_parser
 
             workers = self.parse_workers if self.parse_workers is not None else \
-                default_parse_workers(remote_llm=bool(self.llm.url) and self._model is None)
+                default_parse_workers(remote_llm=remote)
             self._nlp = ParserPool(workers) if workers else load_parser()
 
     def fingerprint(self) -> dict[str, Any]:

@@ -1,0 +1,116 @@
+"""The filler test's parse (``caption.filler``) in the driver's process vs in parser processes
+(``--parse-workers``): captions judged per second, the measure of how many cores the
+default filler test needs to keep up with an LLM cluster.
+
+Run: .venv/bin/python benchmarks/bench_parse.py [--videos 200 --workers 0 1 2]
+     -> benchmarks/results/parse.{json,md}
+
+Captions: every labelled caption and narration line of ``benchmarks/data`` (the texts the
+filler rules are judged on), dealt out 40 a "video" (a HowTo100M video's captions, about one
+per ASR line) and sent by 32 threads at once, as a caption run over HTTP does with
+``--concurrency 32``. The verdict table is bypassed (every text is parsed), so the figure is
+the parse, not the cache. 0 workers: in this process, through the batching the driver uses
+(threads waiting at once are parsed in one ``nlp.pipe`` call). The machine's other jobs take
+cores too: its load average is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "results"
+PER_VIDEO = 40
+THREADS = 32
+
+
+def texts() -> list[str]:
+    data = HERE / "data"
+    caps = json.loads((data / "filler_captions.json").read_text())["captions"]
+    spoken = json.loads((data / "spoken_youcook2.json").read_text())["videos"]
+    return [str(c[0]) for c in caps] + [str(ln["text"]) for v in spoken for ln in v["lines"]]
+
+
+def measure(workers: int, videos: list[list[str]]) -> dict[str, Any]:
+    from howtocap.caption.filler import _COMBINE, ParserPool, load_parser
+
+    t0 = time.perf_counter()
+    pool = ParserPool(workers) if workers else None
+    nlp = None if pool else load_parser()
+    start_s = time.perf_counter() - t0
+
+    def judge(batch: list[str]) -> list[str]:
+        return pool.verdicts(batch) if pool else _COMBINE(nlp, batch, 256)
+
+    judge(videos[0])  # warm: the first parse of a pipeline allocates its buffers
+    load0 = os.getloadavg()[0]
+    c0 = time.process_time()
+    t1 = time.perf_counter()
+    with ThreadPoolExecutor(THREADS) as ex:
+        got = list(ex.map(judge, videos))
+    wall = time.perf_counter() - t1
+    own_cpu = time.process_time() - c0
+    if pool:
+        pool.close()
+    n = sum(len(v) for v in videos)
+    assert sum(len(g) for g in got) == n
+    return {"workers": workers, "start_s": round(start_s, 2), "wall_s": round(wall, 2),
+            "videos_per_s": round(len(videos) / wall, 1),
+            "captions_per_s": round(n / wall),
+            "driver_cpu_ms_per_video": round(1000 * own_cpu / len(videos), 2),
+            "load_avg": round(load0, 2), "verdicts": got}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--videos", type=int, default=200)
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    pool_texts = texts()
+    videos = [[pool_texts[(v * PER_VIDEO + i) % len(pool_texts)] for i in range(PER_VIDEO)]
+              for v in range(args.videos)]
+    rows = [measure(w, videos) for w in args.workers]
+    base = rows[0]
+    want = base["verdicts"]
+    for r in rows:
+        if r.pop("verdicts") != want:
+            raise SystemExit(f"{r['workers']} workers gave other verdicts than "
+                             f"{base['workers']}")
+        r["speedup"] = round(r["videos_per_s"] / base["videos_per_s"], 2)
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "videos": args.videos, "captions_per_video": PER_VIDEO, "threads": THREADS,
+              "distinct_texts": len(set(pool_texts)),
+              "rows": rows, "by_workers": {str(r["workers"]): r for r in rows},
+              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    OUT.mkdir(exist_ok=True)
+    (OUT / "parse.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = ["# The filler test's parse: in the driver vs parser processes", "",
+             f"{result['machine']}; {args.videos} videos × {PER_VIDEO} captions from "
+             f"{THREADS} threads (the labelled texts of benchmarks/data, every one parsed: "
+             "no verdict table). Same verdicts in every row (checked). How to read: "
+             "benchmarks/bench_parse.py docstring.", "",
+             "| --parse-workers | videos/s | captions/s | vs in the driver | driver CPU ms a "
+             "video | start (s) | load avg |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['workers']} | {r['videos_per_s']:.1f} | {r['captions_per_s']:,} | "
+                     f"{r['speedup']:.2f}x | {r['driver_cpu_ms_per_video']:.2f} | "
+                     f"{r['start_s']:.1f} | {r['load_avg']:.1f} |")
+    lines += ["", "0 = parsed in the driver's process (the only choice before `--parse-workers`)."
+              " Start: loading the pipeline (in the workers: without torch, which thinc would "
+              "import).", ""]
+    (OUT / "parse.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
