@@ -222,7 +222,7 @@ def main() -> None:
              f"{args.base}, after = this tree, measured back to back in one run; CPU s: the "
              "driver process (server: the HTTP server's own, on the same 2 cores; parser: the "
              "filler test's worker processes, `--parse-workers`, which the after tree starts "
-             "with --llm-url: one on these 2 cores). How to read: benchmarks/bench_driver.py "
+             "with --llm-url: two on these 2 cores). How to read: benchmarks/bench_driver.py "
              "docstring.", "",
              "| setting | videos | before videos/s | after videos/s | speedup | after ms/video "
              "| before CPU s | after CPU s | server CPU s before → after | after parser CPU s "

@@ -444,7 +444,7 @@ def test_caption_stage_parses_in_workers_over_http(tmp_path: Path, base_video: P
 
 def test_default_parse_workers_follow_the_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     """With --llm-url and no --parse-workers the stage parses in worker processes (one per
-    core but one); with an LLM object in the process, or --parse-workers 0, in place."""
+    core, up to 8); with an LLM object in the process, or --parse-workers 0, in place."""
     from howtocap.caption import filler
 
     try:
@@ -454,7 +454,7 @@ def test_default_parse_workers_follow_the_llm(monkeypatch: pytest.MonkeyPatch) -
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
-    assert filler.default_parse_workers(remote_llm=True) == 2
+    assert filler.default_parse_workers(remote_llm=True) == 3
     assert filler.default_parse_workers(remote_llm=False) == 0
     monkeypatch.setattr(filler, "default_parse_workers",
                         lambda remote_llm: 1 if remote_llm else 0)

@@ -25,6 +25,6 @@ class CaptionRunConfig(BaseModel):
     llm: LLMOptions = Field(default_factory=LLMOptions)
     caption: CaptionConfig = Field(default_factory=CaptionConfig)
     vlm: VLMOptions | None = None  # --vlm-url: a multimodal server captions blocks + frames
-    # --parse-workers: processes for the filler test's parse (None: one per core but one with
-    # --llm-url, none with an LLM in this process); changes speed, never a verdict
+    # --parse-workers: processes for the filler test's parse (None: one per core, up to 8, with
+    # --llm-url; none with an LLM in this process); changes speed, never a verdict
     parse_workers: int | None = Field(None, ge=0)

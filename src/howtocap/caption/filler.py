@@ -251,14 +251,16 @@ _VERDICTS = _Verdicts()
 
 
 def default_parse_workers(remote_llm: bool) -> int:
-    """Parser processes when none are asked for: one core is left to the driver (its HTTP
-    client, commits and merges) and the rest parse, up to 8. An LLM in this process (llama.cpp,
-    the embedded model) already takes every core, so its captions are parsed in place."""
+    """Parser processes when none are asked for: one per core, up to 8. The driver's own work
+    (HTTP client, commits, merges) is a few ms of CPU a video against ~20 ms of parse, so a core
+    kept idle for it would slow the run (on 2 cores: 43 videos/s with one parser, 75 with two,
+    benchmarks/bench_driver.py). An LLM in this process (llama.cpp, the embedded model)
+    already takes every core, so its captions are parsed in place."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 2)  # the cores this process may use (a SLURM or cgroup share)
-    return max(1, min(8, cores - 1)) if remote_llm else 0
+    return max(1, min(8, cores)) if remote_llm else 0
 
 
 class ParserPool:

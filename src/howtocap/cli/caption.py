@@ -95,8 +95,9 @@ KeepFillersOpt = Annotated[bool, typer.Option(
          "training text; by default they are marked in captions.parquet's `rejected` column "
          "and not aligned.")]
 ParseWorkersOpt = Annotated[int | None, typer.Option(
-    min=0, help="Processes that parse captions for the filler test (default: one per core but "
-                "one with --llm-url, none with an LLM in this process; 0: in this process).")]
+    min=0, help="Processes that parse captions for the filler test (default: with --llm-url "
+                "one per core, up to 8; none with an LLM in this process; 0: in this "
+                "process).")]
 TemperatureOpt = Annotated[float | None, typer.Option()]
 MaxTokensOpt = Annotated[int | None, typer.Option()]
 StopOpt = Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")]
