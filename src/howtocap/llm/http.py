@@ -67,7 +67,7 @@ def ssl_context() -> ssl.SSLContext:
         return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
     try:
         import certifi
-    except ImportError:  # pragma: no cover - httpx (a dependency) brings certifi
+    except ImportError:  # pragma: no cover - certifi is a dependency
         return ssl.create_default_context()
     return ssl.create_default_context(cafile=certifi.where())
 
