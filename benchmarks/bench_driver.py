@@ -34,14 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from _results import machine, stamp, write_results
 from _worktree import add_worktree, remove_worktree
 
 HERE = Path(__file__).resolve().parent
@@ -209,13 +208,11 @@ def main() -> None:
     # keys: the mode on --videos (as before), with "_<n>" on --large
     summary = {f"{mode}{'_keep_fillers' if fillers else ''}{'' if n == args.videos else f'_{n}'}":
                entry(mode, fillers, n) for n, mode, fillers in plan}
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    result = {"machine": machine(),
               "load_avg": [round(load0[0], 2), round(load1[0], 2)], "videos": args.videos,
               "large": args.large,
               "base": args.base, "rows": rows, "summary": summary,
-              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    OUT.mkdir(exist_ok=True)
-    (OUT / "driver.json").write_text(json.dumps(result, indent=2) + "\n")
+              "measured_at": stamp()}
     lines = ["# The driver's own cost per video (text-only, instant LLM)", "",
              f"{result['machine']}; load average {load0[0]:.1f} → {load1[0]:.1f} (other jobs "
              f"add time); HowTo100M-style videos (bench_textonly's generator); before = commit "
@@ -241,9 +238,8 @@ def main() -> None:
                      + " |")
     lines += ["", "Targets (issue #22): ≥ 1,000 videos/s in-process, ≥ 300 over HTTP, on 2 "
               "cores.", ""]
-    (OUT / "driver.md").write_text("\n".join(lines))
+    write_results("driver", result, lines)
     plot(rows, OUT / "driver.png")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -19,16 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _results import machine, stamp, write_results
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-OUT = HERE / "results"
 PER_VIDEO = 40
 THREADS = 32
 
@@ -87,13 +87,11 @@ def main() -> None:
             raise SystemExit(f"{r['workers']} workers gave other verdicts than "
                              f"{base['workers']}")
         r["speedup"] = round(r["videos_per_s"] / base["videos_per_s"], 2)
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    result = {"machine": machine(),
               "videos": args.videos, "captions_per_video": PER_VIDEO, "threads": THREADS,
               "distinct_texts": len(set(pool_texts)),
               "rows": rows, "by_workers": {str(r["workers"]): r for r in rows},
-              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    OUT.mkdir(exist_ok=True)
-    (OUT / "parse.json").write_text(json.dumps(result, indent=2) + "\n")
+              "measured_at": stamp()}
     lines = ["# The filler test's parse: in the driver vs parser processes", "",
              f"{result['machine']}; {args.videos} videos × {PER_VIDEO} captions from "
              f"{THREADS} threads (the labelled texts of benchmarks/data, every one parsed: "
@@ -108,8 +106,7 @@ def main() -> None:
     lines += ["", "0 = parsed in the driver's process (the only choice before `--parse-workers`)."
               " Start: loading the pipeline (in the workers: without torch, which thinc would "
               "import).", ""]
-    (OUT / "parse.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results("parse", result, lines)
 
 
 if __name__ == "__main__":
