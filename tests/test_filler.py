@@ -461,10 +461,18 @@ def test_default_parse_workers_follow_the_llm(monkeypatch: pytest.MonkeyPatch) -
     url = LLMOptions(url=["http://127.0.0.1:9/v1"])
     remote = CaptionStage(url, CaptionConfig())
     remote.setup()
+    pool = remote._nlp
     try:
-        assert isinstance(remote._nlp, filler.ParserPool) and remote._nlp.workers == 1
+        assert isinstance(pool, filler.ParserPool) and pool.workers == 1
+        assert all(w.proc.poll() is None for w in pool._all)
     finally:
-        remote._nlp.close()
+        remote.release()  # caption_run's end: the workers stop, a later setup starts new ones
+    assert all(w.proc.poll() is not None for w in pool._all)
+    remote.setup()
+    try:
+        assert isinstance(remote._nlp, filler.ParserPool) and remote._nlp is not pool
+    finally:
+        remote.release()
     given = CaptionStage(url, CaptionConfig(), model=object())
     given.setup()
     assert not isinstance(given._nlp, filler.ParserPool)

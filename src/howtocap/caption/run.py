@@ -168,6 +168,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
             del items, done
             caps.add(run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts))
             del ready
+        cap_stage.release()  # its parser processes: not needed by the merges or align
         if summaries:  # the redone videos count as done by this call
             subs, caps = (first.absorb(again) for first, again in zip(summaries,
                                                                        (subs, caps),

@@ -60,7 +60,7 @@ class CaptionStage(BaseStage):
         return Resources(kind="llm", models=True)
 
     def load(self) -> None:
-        remote = bool(self.llm.url) and self._model is None  # a server, not a model given
+        remote = bool(self.llm.url) and self.model_name is None  # a server, not a model given
         if self._model is None:
             self._model = from_options(self.llm)
         if self.cfg.reject_fillers:
@@ -69,6 +69,15 @@ class CaptionStage(BaseStage):
             workers = self.parse_workers if self.parse_workers is not None else \
                 default_parse_workers(remote_llm=remote)
             self._nlp = ParserPool(workers) if workers else load_parser()
+
+    def release(self) -> None:
+        """Stop the parser processes (a few hundred MB, idle once the videos are captioned:
+        ``run`` goes on to align); a later ``setup`` starts them again."""
+        close = getattr(self._nlp, "close", None)
+        if close is not None:
+            close()
+        self._nlp = None
+        self.__dict__.pop("_ready", None)
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
