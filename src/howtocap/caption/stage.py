@@ -70,14 +70,13 @@ class CaptionStage(BaseStage):
                 default_parse_workers(remote_llm=remote)
             self._nlp = ParserPool(workers) if workers else load_parser()
 
-    def release(self) -> None:
+    def unload(self) -> None:
         """Stop the parser processes (a few hundred MB, idle once the videos are captioned:
-        ``run`` goes on to align); a later ``setup`` starts them again."""
+        ``run`` goes on to align); the LLM client stays for a second pass."""
         close = getattr(self._nlp, "close", None)
         if close is not None:
             close()
         self._nlp = None
-        self.__dict__.pop("_ready", None)
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the

@@ -107,13 +107,25 @@ class BaseStage:
     def load(self) -> None:
         """Load models (override); called once per worker."""
 
-    def setup(self) -> None:
-        lock = self.__dict__.get("_setup_lock") or self.__dict__.setdefault(
+    def unload(self) -> None:
+        """Free what ``load`` took and no later step needs (override); see ``release``."""
+
+    def _setup_guard(self) -> threading.Lock:
+        return self.__dict__.get("_setup_lock") or self.__dict__.setdefault(
             "_setup_lock", threading.Lock())
-        with lock:
+
+    def setup(self) -> None:
+        with self._setup_guard():
             if not self.__dict__.get("_ready"):
                 self.load()
                 self._ready = True
+
+    def release(self) -> None:
+        """``unload`` once the stage's videos are done (a caller that goes on to other
+        stages); the next ``setup`` loads again."""
+        with self._setup_guard():
+            if self.__dict__.pop("_ready", False):
+                self.unload()
 
     def __getstate__(self) -> dict[str, object]:
         """A stage travels to workers as its settings: private attributes (models, locks)
