@@ -252,10 +252,10 @@ _VERDICTS = _Verdicts()
 
 def default_parse_workers(remote_llm: bool) -> int:
     """Parser processes when none are asked for: one per core, up to 8. The driver's own work
-    (HTTP client, commits, merges) is a few ms of CPU a video against ~20 ms of parse, so a core
-    kept idle for it would slow the run (on 2 cores: 43 videos/s with one parser, 75 with two,
-    benchmarks/bench_driver.py). An LLM in this process (llama.cpp, the embedded model)
-    already takes every core, so its captions are parsed in place."""
+    (HTTP client, commits, merges) is a small part of the parse's CPU a video, so a core kept
+    idle for it would slow the run (benchmarks/results/parse.md and driver.md). An LLM in this
+    process (llama.cpp, the embedded model) already takes every core, so its captions are
+    parsed in place."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
@@ -321,23 +321,10 @@ class _Worker:
     def __init__(self, proc: Any, log: Any) -> None:
         self.proc, self.log = proc, log
 
-    def _send(self, obj: object) -> None:
-        import json
-        import struct
-
-        data = json.dumps(obj).encode()
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-        self.proc.stdin.flush()
-
     def _recv(self) -> Any:
-        import json
-        import struct
-
-        head = self.proc.stdout.read(4)
-        if len(head) < 4:
+        reply = read_message(self.proc.stdout)
+        if reply is None:
             raise self._died()
-        (size,) = struct.unpack(">I", head)
-        reply = json.loads(self.proc.stdout.read(size))
         if isinstance(reply, dict) and "error" in reply:
             from howtocap.errors import HowtocapError
 
@@ -359,10 +346,32 @@ class _Worker:
 
     def ask(self, texts: list[str], batch_size: int) -> list[str]:
         try:
-            self._send({"texts": texts, "batch_size": batch_size})
-        except (BrokenPipeError, OSError):
+            send_message(self.proc.stdin, {"texts": texts, "batch_size": batch_size})
+        except OSError:  # a broken pipe: the worker is gone
             raise self._died() from None
         return [str(v) for v in self._recv()]
+
+
+def send_message(out: Any, obj: object) -> None:
+    """One message of the pool's pipes: JSON after its length (4 bytes, big-endian)."""
+    import json
+    import struct
+
+    data = json.dumps(obj).encode()
+    out.write(struct.pack(">I", len(data)) + data)
+    out.flush()
+
+
+def read_message(inp: Any) -> Any | None:
+    """The next message ``send_message`` wrote, or None at end of input."""
+    import json
+    import struct
+
+    head = inp.read(4)
+    if len(head) < 4:
+        return None
+    (size,) = struct.unpack(">I", head)
+    return json.loads(inp.read(size))
 
 
 def _stop_all(workers: list[_Worker]) -> None:
