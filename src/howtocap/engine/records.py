@@ -49,6 +49,8 @@ _RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
 _LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
+_NUMERIC_DTYPES = {"seconds": "float64", "finished_at": "float64", "warnings": "int64",
+                   "attempts": "int64"}
 HASH_CHUNK = 65_536  # ids made Python strings at a time to hash them
 
 
@@ -62,8 +64,7 @@ def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
             cols[c].append(json.dumps(v) if c == "metrics" else
                            (v or now) if c == "finished_at" else v)
     df = pd.DataFrame(cols)
-    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
-                      "attempts": "int64"})
+    return df.astype(_NUMERIC_DTYPES)
 
 
 @functools.cache
@@ -120,8 +121,7 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
         except FileNotFoundError:
             return None
         except (pa.ArrowException, OSError) as exc:
-            return CorruptFile(f"{path}: corrupt or truncated manifest "
-                               f"({' '.join(str(exc).split())[:80]})")
+            return _corrupt_manifest(path, exc)
 
     if len(paths) < 8:
         return [one(p) for p in paths]
@@ -177,6 +177,7 @@ class _StageIndex:
         self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
         self._view: pd.DataFrame | None = None
         self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
+        self._cols: dict[str, tuple[Any, Any]] = {}  # per column: values (or codes), categories
         self._legacy_by_id: pd.DataFrame | None = None
 
     def refresh(self, rd: RunDirLike) -> None:
@@ -292,7 +293,7 @@ class _StageIndex:
 
     def positions(self, video_ids: Sequence[str]) -> Any:
         """Each video's row in ``view()`` (-1: none), like ``view().index.get_indexer`` but
-        by a binary search over the hashes ``lookup`` keeps: no hash table of every id (a
+        by a binary search over the ids' sorted hashes: no hash table of every id (a
         run asks for a window of videos at a time, its index holds a million)."""
         hashes, order, index = self._positions_index()
         want = np.empty(len(video_ids), dtype=object)
@@ -307,29 +308,31 @@ class _StageIndex:
         same = index.take(rows).to_numpy(dtype=object) == want[hit]
         out[hit[same]] = rows[same]
         for i in hit[~same]:  # another id of the same hash first: look through them all
-            k = int(at[i])
-            while k < len(hashes) and hashes[k] == h[i]:
-                if index[int(order[k])] == want[i]:
-                    out[i] = int(order[k])
-                    break
-                k += 1
+            out[i] = self._walk(int(at[i]), int(h[i]), want[i])
         return out
+
+    def _walk(self, k: int, h: int, video_id: str) -> int:
+        """The row of ``video_id`` among the ids of hash ``h`` (sorted hashes from position
+        ``k`` on), or -1."""
+        hashes, order, index = self._positions_index()
+        while k < len(hashes) and hashes[k] == h:
+            if index[int(order[k])] == video_id:
+                return int(order[k])
+            k += 1
+        return -1
 
     def lookup(self, video_id: str) -> dict[str, Any] | None:
         """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
         binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
         the index) rather than a dict of every id (a Python string and a slot each: hundreds
         of MB at 1.2M videos)."""
-        hashes, order, index = self._positions_index()
+        hashes = self._positions_index()[0]
         h = hash(video_id)  # Python's: the same in this process, cheap for one string
-        lo, hi = np.searchsorted(hashes, h, "left"), np.searchsorted(hashes, h, "right")
-        for k in range(int(lo), int(hi)):
-            i = int(order[k])
-            if index[i] == video_id:
-                return {c: _plain(a[i] if cats is None else
-                                  (cats[a[i]] if a[i] >= 0 else None))
-                        for c, (a, cats) in self._cols.items()}
-        return None
+        i = self._walk(int(np.searchsorted(hashes, h, "left")), h, video_id)
+        if i < 0:
+            return None
+        return {c: _plain(a[i] if cats is None else (cats[a[i]] if a[i] >= 0 else None))
+                for c, (a, cats) in self._cols.items()}
 
 
 def _fold(folded: pd.DataFrame | None, batched: list[pd.DataFrame]) -> pd.DataFrame:
@@ -398,8 +401,12 @@ def _normalise(df: pd.DataFrame) -> pd.DataFrame:
         else:
             df[c] = df[c].where(df[c].notna(), d) if df[c].isna().any() else df[c]
     df["metrics"] = [m if isinstance(m, str) else json.dumps(m or {}) for m in df["metrics"]]
-    return df.astype({"seconds": "float64", "finished_at": "float64", "warnings": "int64",
-                      "attempts": "int64"})
+    return df.astype(_NUMERIC_DTYPES)
+
+
+def _corrupt_manifest(path: Path, exc: BaseException) -> CorruptFile:
+    return CorruptFile(f"{path}: corrupt or truncated manifest "
+                       f"({' '.join(str(exc).split())[:80]})")
 
 
 def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -411,7 +418,6 @@ def _read_manifest(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
-        raise CorruptFile(f"{path}: corrupt or truncated manifest "
-                          f"({' '.join(str(exc).split())[:80]})") from None
+        raise _corrupt_manifest(path, exc) from None
     meta = json.loads((t.schema.metadata or {}).get(MANIFEST_META, b"{}"))
     return _normalise(t.to_pandas()), meta
