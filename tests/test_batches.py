@@ -208,7 +208,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     rd.forget("lines", ["v_01", "v_12"])  # a per-video part and a batch's video
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 11
     open_now, most = [0], [0]
-    groups = merge_mod._video_groups
+    groups = merge_mod._chunks
 
     def counted(rd: RunDir, *args: Any, **kwargs: Any) -> Any:
         open_now[0] += 1
@@ -218,7 +218,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
         finally:
             open_now[0] -= 1
 
-    monkeypatch.setattr(merge_mod, "_video_groups", counted)
+    monkeypatch.setattr(merge_mod, "_chunks", counted)
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
     assert rd.merge_streaming("subtitles", batch_rows=4) == len(want)

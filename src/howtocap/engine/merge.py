@@ -203,14 +203,18 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
                 table: str, target: Any, extras: dict[str, Any], batch_rows: int) -> int:
     """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
-    chunks of whole videos sorted by start, end, text, conformed to ``target``."""
-    import heapq
+    chunks of whole videos sorted by start, end, text, conformed to ``target``.
 
+    Merged a record batch at a time, not a video at a time: every video below the smallest
+    "last video" of the streams' pending rows is complete, so those rows are taken from each
+    stream as one slice (a few Arrow objects per stream and step). A slice per video (what
+    this did before) is a C++ table of its own, a few kB outside Arrow's pool: a chunk of
+    captions (~2.5 rows a video) held ~25k of them, ~150 MB."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
-    streams = [_video_groups(rd, path, keep, grouped) for path, keep, grouped in sources]
+    streams = [_Pending(_chunks(rd, path, keep, grouped)) for path, keep, grouped in sources]
     writer: pq.ParquetWriter | None = None
     batch: list[Any] = []
     total = rows = 0
@@ -237,14 +241,22 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
         total += len(out)
 
     try:
-        last = None
-        for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
-            if rows >= batch_rows and vid != last:  # a chunk holds whole videos
+        live = [s for s in streams if s.fill()]
+        while live:
+            reading = [s for s in live if not s.exhausted]
+            bound = min(s.last for s in reading) if reading else None
+            for s in live:  # in source order: a video's rows from several files keep it
+                part = s.take_below(bound)
+                if part is not None:
+                    batch.append(part)
+                    rows += part.num_rows
+            for s in reading:
+                if s.last == bound:  # its last video may go on in its next record batch
+                    s.fill()
+            live = [s for s in live if s.rows]
+            if rows >= batch_rows:  # whole videos only: every row taken is below a bound
                 flush()
                 batch, rows = [], 0
-            batch.append(group)
-            rows += group.num_rows
-            last = vid
         if batch or writer is None:
             flush()
     finally:
@@ -255,23 +267,68 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
     return total
 
 
-def _video_groups(rd: MergeDir, path: Path, keep: Any, grouped: bool = True
-                  ) -> Iterator[tuple[str, Any]]:
-    """``(video_id, rows)`` of a file in video order, a record batch read at a time
-    (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
+class _Pending:
+    """The rows of one merge source read but not yet merged, in video order, with their
+    ids as a numpy array to cut them by a bound (``take_below``)."""
+
+    def __init__(self, chunks: Iterator[Any]) -> None:
+        self.chunks = chunks
+        self.table: Any = None
+        self.ids: Any = np.zeros(0, dtype=object)
+        self.exhausted = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def last(self) -> str:
+        return self.ids[-1]
+
+    def fill(self) -> bool:
+        """Append the source's next record batch (``exhausted`` when there is none); True
+        while rows are pending."""
+        import pyarrow as pa
+
+        for t in self.chunks:
+            ids = t["video_id"].to_numpy(zero_copy_only=False)
+            if self.table is None or not len(self.ids):
+                self.table, self.ids = t, ids
+            else:
+                self.table = pa.concat_tables([self.table, t])
+                self.ids = np.concatenate([self.ids, ids])
+            return True
+        self.exhausted = True
+        self.chunks.close()
+        return bool(len(self.ids))
+
+    def take_below(self, bound: str | None) -> Any:
+        """The pending rows of videos before ``bound`` (all when None), or None."""
+        k = len(self.ids) if bound is None else int(np.searchsorted(self.ids, bound, "left"))
+        if not k:
+            return None
+        part = self.table.slice(0, k)
+        self.table, self.ids = self.table.slice(k), self.ids[k:]
+        return part
+
+    def close(self) -> None:
+        self.chunks.close()
+
+
+def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterator[Any]:
+    """A file's live rows in video order as Arrow tables, a record batch read at a time
+    (``grouped``: its rows are grouped by video, sorted; else a per-video part, read whole
+    and sorted by video if it holds several)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    if not grouped:  # a per-video part: one small group
+    if not grouped:  # a per-video part: one small table
         t = _read_source(rd, path, keep)
         if t is not None and t.num_rows:
-            ids = t["video_id"].to_pylist()
-            if len(set(ids)) == 1:
-                yield ids[0], t
-            else:  # not a per-video part after all: its videos in order
-                df = t.to_pandas().sort_values(["video_id"], kind="stable")
-                for vid, g in df.groupby("video_id", sort=True):
-                    yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
+            if pc.count_distinct(t["video_id"]).as_py() > 1:  # not a per-video part after all
+                t = t.take(pc.sort_indices(t, sort_keys=[("video_id", "ascending")]))
+            yield t
         return
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
@@ -279,16 +336,9 @@ def _video_groups(rd: MergeDir, path: Path, keep: Any, grouped: bool = True
         for rb in pf.iter_batches(batch_size=STREAM_ROWS):
             t = pa.Table.from_batches([rb])
             if keep is not None:
-                import pyarrow.compute as pc
-
                 t = t.filter(pc.is_in(t["video_id"], value_set=keep))
-            ids = t["video_id"].to_numpy(zero_copy_only=False)
-            if not len(ids):
-                continue
-            cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-            bounds = np.concatenate([[0], cut, [len(ids)]])
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                yield str(ids[a]), t.slice(int(a), int(b - a))
+            if t.num_rows:
+                yield t
     except FileNotFoundError:
         return
     except (pa.ArrowException, OSError) as exc:
