@@ -49,7 +49,7 @@ ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
 OUT = HERE / "results"
 BEFORE = "710b85c"  # batched commits, status and merge before this benchmark (issue #22)
-DRIVER_BEFORE = "52ce0ad"  # the driver before it took the videos a window at a time
+DRIVER_BEFORE = "49d531a"  # the driver before its per-video state went to numpy/Arrow
 BATCH = 1000
 SUB_LINES = 8
 CAP_LINES = 4
@@ -194,8 +194,8 @@ def run_child(argv: list[str], src: Path) -> tuple[str, float, float]:
     """Run ``argv`` with ``src`` first on the path: ``(stdout, wall s, peak RSS MB)``, the
     RSS from ``wait4`` of that process alone (its CPU seconds go to ``LAST_CPU``)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "NO_COLOR": "1"}
-    log = WORK / "child.out"
-    err = WORK / "child.err"
+    log = WORK / f"child-{os.getpid()}.out"  # two invocations (before, after) may run at once
+    err = WORK / f"child-{os.getpid()}.err"
     with log.open("w") as fo, err.open("w") as fe:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=fo, stderr=fe, env=env)
@@ -427,16 +427,23 @@ def main() -> None:
               "forget_rate": FORGET_RATE})
     r.setdefault("runs", {})
     r.setdefault("driver", {})
+
+    def save(part: str, n: int, got: dict[str, Any]) -> None:
+        """Merge one cell into the results file as it is now: another invocation (``--only
+        before`` beside ``--only after``) may have written its own cells meanwhile."""
+        nonlocal r
+        now = json.loads(res_path.read_text()) if res_path.exists() else r
+        now.update({k: v for k, v in r.items() if k not in ("runs", "driver")})
+        now.setdefault(part, {})[str(n)] = {**now.get(part, {}).get(str(n), {}), **got}
+        now["sizes"] = sorted(now.get("runs", {}), key=int)
+        res_path.write_text(json.dumps(now, indent=1) + "\n")
+        r = now
+
     try:
         for n in args.sizes:
-            got = measure_size(n, trees)
-            r["runs"][str(n)] = {**r["runs"].get(str(n), {}), **got}
-            r["sizes"] = sorted(r["runs"], key=int)
-            res_path.write_text(json.dumps(r, indent=1) + "\n")
+            save("runs", n, measure_size(n, trees))
         for n in args.driver:
-            got = measure_driver(n, driver_trees, args.driver_before)
-            r["driver"][str(n)] = {**r["driver"].get(str(n), {}), **got}
-            res_path.write_text(json.dumps(r, indent=1) + "\n")
+            save("driver", n, measure_driver(n, driver_trees, args.driver_before))
     finally:  # the before worktrees are registered in the shared .git: not left behind
         for tree in (trees.get("before"), driver_trees.get("before")):
             if tree is not None:
