@@ -307,7 +307,17 @@ class RunDir:
         """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
         what finished since a listing, without rebuilding the whole index."""
         log = self._index(stage).log
-        return set().union(*log[mark:]) if len(log) > mark else set(), len(log)
+        names = [b for b in log[mark:] if b]  # another process's manifests, read again
+        done: set[str] = set()
+        folder = self.batch_dir(stage)
+        for t in _read_manifests([folder / f"{b}.parquet" for b in names], ["video_id",
+                                                                           "status"]):
+            if t is not None and not isinstance(t, CorruptFile) and t.num_rows:
+                import pyarrow.compute as pc
+
+                ok = t.filter(pc.equal(t.column("status"), "ok"))
+                done.update(ok.column("video_id").to_pylist())
+        return done, len(log)
 
     def manifests_read(self, stage: str) -> int:
         """How many manifests of ``stage`` this process has read (a mark for
