@@ -173,17 +173,40 @@ print(json.dumps(out))
 """
 
 DRIVER = """
-import json, shutil, sys, time
+import json, os, shutil, sys, threading, time
 sys.path.insert(0, sys.argv[3])
 from bench_textonly import InstantLLM
 from howtocap.caption import run as cap_mod
 from howtocap.caption.captioner import CaptionConfig
+from howtocap.engine.rundir import RunDir
+PAGE = os.sysconf("SC_PAGE_SIZE")
+phase, peaks = ["start"], {}
+def sample():  # each phase's peak RSS: where the process's peak is reached
+    while True:
+        with open("/proc/self/statm") as f:
+            mb = int(f.read().split()[1]) * PAGE / 2**20
+        peaks[phase[0]] = max(peaks.get(phase[0], 0.0), mb)
+        time.sleep(0.02)
+threading.Thread(target=sample, daemon=True).start()
+def during(owner, name, label, after=None):  # phase ``label`` from this call on
+    f = getattr(owner, name)
+    def g(*a, **k):
+        phase[0] = label
+        try:
+            return f(*a, **k)
+        finally:
+            phase[0] = after or label
+    setattr(owner, name, g)
+phase[0] = "source"  # imports, the dump's conversion and its index
+during(RunDir, "record_videos", "record_videos", "stages")
+during(RunDir, "drop_caches", "merges")
+during(RunDir, "write_status_table", "status_table")
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t0 = time.perf_counter()
 cfg = cap_mod.CaptionRunConfig(subtitles=sys.argv[1], caption=CaptionConfig(reject_fillers=False))
 subs, caps = cap_mod.caption_run(None, sys.argv[2], cfg, llm=InstantLLM(), progress=False)
 print(json.dumps({"seconds": time.perf_counter() - t0, "done": caps.done,
-                  "failed": len(caps.failed)}))
+                  "failed": len(caps.failed), "phase_peak_mb": peaks}))
 """
 
 

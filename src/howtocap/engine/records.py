@@ -129,6 +129,22 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
         return list(pool.map(one, paths))
 
 
+def read_manifest_table(path: Path, cols: Sequence[str]) -> Any:
+    """One manifest's ``cols`` (as ``_read_manifests``): an Arrow table, None (gone) or
+    the ``CorruptFile`` it raised."""
+    return _read_manifests([path], cols)[0]
+
+
+def plain_record_table(table: Any, cols: Sequence[str]) -> Any:
+    """``table`` with exactly ``cols`` in their record types, text columns plain strings
+    (not dictionaries: chunks of many files concatenate and sort as one)."""
+    import pyarrow as pa
+
+    t = _with_defaults(table, cols)
+    return pa.table({c: t.column(c).cast(_record_types().get(c, pa.string()))
+                     for c in cols})
+
+
 def _last_per_key(keys: Any) -> Any:
     """Row positions of the last occurrence of each key (rows in commit order: the newest
     record of each video), in row order. A stable sort of the keys (Arrow) and a look at

@@ -634,11 +634,11 @@ class RunDir:
         return read_parquet(self.table_path("status"))
 
     def write_status_table(self) -> int:
-        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time from
-        its newest records as Arrow columns: no frame of every video and stage (2.4M rows
-        for a HowTo100M caption run). Returns the row count."""
+        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time, a
+        chunk at a time from a k-way merge of its manifests (``merge.newest_sorted``): no
+        table of every video's record (2.4M rows and ~250 MB as Arrow columns for a
+        HowTo100M caption run). Returns the row count."""
         import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         target = arrow_schema("status")
@@ -648,16 +648,23 @@ class RunDir:
         def write(tmp: str) -> None:
             with pq.ParquetWriter(tmp, target) as writer:
                 for stage in sorted(self.stages_with_results()):
-                    t = self.newest(stage, cols)
-                    if not t.num_rows:
-                        continue
-                    order = pc.sort_indices(t.column("video_id"))
-                    for lo in range(0, t.num_rows, STATUS_ROWS):  # a slice copied at a time
-                        part = t.take(order[lo:lo + STATUS_ROWS])
+                    folder = self.batch_dir(stage)
+                    try:
+                        names = sorted(n for n in os.listdir(folder)
+                                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+                    except FileNotFoundError:
+                        names = []
+                    legacy = self._legacy_records(stage)
+                    old = pa.Table.from_pandas(legacy[[c for c in ["video_id", *cols]
+                                                       if c in legacy.columns]],
+                                               preserve_index=False) \
+                        if legacy is not None and len(legacy) else None
+                    for part in merging.newest_sorted(self, stage, [folder / n for n in names],
+                                                      old, cols, STATUS_ROWS):
                         part = part.append_column("stage", pa.array([stage] * part.num_rows,
                                                                     pa.string()))
                         writer.write_table(part.select(target.names).cast(target))
-                    total[0] += t.num_rows
+                        total[0] += part.num_rows
 
         atomic_write(self.table_path("status"), write)
         return total[0]
