@@ -301,7 +301,7 @@ class _StageIndex:
                 ids = view.index[lo:lo + HASH_CHUNK].to_numpy(dtype=object)
                 hashes[lo:lo + len(ids)] = np.fromiter(map(hash, ids), dtype=np.int64,
                                                        count=len(ids))
-            order = np.argsort(hashes, kind="stable")
+            order = np.argsort(hashes, kind="stable").astype(np.int32)  # < 2**31 videos
             self._pos = (hashes[order], order)
             self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
                           if isinstance(view[c].dtype, pd.CategoricalDtype)

@@ -638,8 +638,9 @@ class _Runs:
         hs = hashes[order]
         new = np.ones(n, dtype=bool)
         new[1:] = hs[1:] != hs[:-1]
+        length = length.astype(np.int32)  # a video's rows: fewer than 2**31
         if new.all():  # every run its own video: the common case, nothing more to keep
-            return cls(start, length, hs, order.astype(np.int64))
+            return cls(start, length, hs, order.astype(np.int32))
         label = np.arange(n, dtype=np.int64)  # each run's video: the id's first run
         single = new & np.append(new[1:], True)
         shared = order[~single]  # runs whose hash another run has, by hash then row
@@ -654,10 +655,12 @@ class _Runs:
         if last_wins:
             last = np.zeros(len(firsts), dtype=np.int64)
             np.maximum.at(last, video, np.arange(n))
-            return cls(start[last], length[last], hk[by_hash], by_hash, start[firsts])
+            return cls(start[last], length[last], hk[by_hash], by_hash.astype(np.int32),
+                       start[firsts])
         runs = np.argsort(video, kind="stable")
         ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(firsts)))])
-        return cls(start[runs], length[runs], hk[by_hash], by_hash, start[firsts], ptr)
+        return cls(start[runs], length[runs], hk[by_hash], by_hash.astype(np.int32),
+                   start[firsts], ptr)
 
     def candidates(self, h: int) -> list[int]:
         """The videos whose id hashes to ``h`` (almost always none or one)."""
