@@ -368,12 +368,52 @@ def write_md(r: dict[str, Any]) -> str:
                     rows.append(f"| {d['videos']:,} | {label} | {m['seconds']:.0f} s | "
                                 f"{m['videos_per_s']:.0f} | {m['peak_rss_mb']:.0f} MB | "
                                 f"{m['load_avg']} | {m['taken_at']} |")
+    if r.get("driver"):
+        rows += driver_growth(r)
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process, imports "
              "included; \"imports done\" times `run_status(DIR)` alone. The merge is the step "
              "`caption_run` ends with: `merge_streaming(\"subtitles\")`, "
              "`merge_streaming(\"captions\")`, `status_table()`. The 2 cores are shared with "
              "other jobs (`load avg`), which adds time, not memory.", ""]
     return "\n".join(rows)
+
+
+def driver_growth(r: dict[str, Any]) -> list[str]:
+    """The driver's growth per 100k videos (100k to the largest size), each phase's peak,
+    and the attribution notes kept in the results file (``driver_notes``)."""
+    d = r["driver"]
+    sizes = sorted((int(k) for k in d), key=int)
+    rows: list[str] = []
+    if 100_000 in sizes and sizes[-1] > 100_000:
+        big = sizes[-1]
+        per = []
+        for code in ("before", "after"):
+            lo, hi = d["100000"].get(code), d[str(big)].get(code)
+            if lo and hi:
+                a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
+                g = (b - a) / ((big - 100_000) / 100_000)
+                per.append(f"{code} {g:+.1f} MB ({a:.0f} → {b:.0f} MB, {b / a - 1:+.0%})")
+        rows += ["", f"**Growth of the driver's peak per 100k videos** (100k → {big:,}): "
+                 + "; ".join(per) + ". Target (issue #22): flat, ≤ ~5 MB per 100k videos "
+                 "(the peak at 1.2M within ~10% of the peak at 100k) and ≤ 1 GB at any size."]
+    phased = [(k, d[k]["after"]) for k in sorted(d, key=int)
+              if d[k].get("after", {}).get("phase_peak_mb")]
+    if phased:
+        names = ["source", "stages", "record_videos", "merges", "status_table"]
+        rows += ["", "Peak RSS of each phase of the driver (after; `source`: imports, the dump's "
+                 "conversion to Parquet and its index; `stages`: both stages over every window; "
+                 "`merges`: after the indexes are dropped, the two `merge_streaming`; "
+                 "`status_table`: `status.parquet`):", "",
+                 "| videos | " + " | ".join(f"`{n}`" for n in names) + " |",
+                 "|---:|" + "---:|" * len(names)]
+        for k, m in phased:
+            ph = m["phase_peak_mb"]
+            rows.append(f"| {int(k):,} | " + " | ".join(
+                f"{ph[n]:.0f} MB" if n in ph else "" for n in names) + " |")
+    notes = r.get("driver_notes")
+    if notes:
+        rows += ["", *notes]
+    return rows
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
@@ -501,6 +541,13 @@ def summarise(r: dict[str, Any]) -> None:
             if d.get(code):
                 summary[f"driver_{code}_{key}"] = {"rss_mb": d[code]["peak_rss_mb"],
                                                    "videos_per_s": d[code]["videos_per_s"]}
+    d = r.get("driver", {})
+    big = max((int(k) for k in d), default=0)
+    for code in ("before", "after"):
+        lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
+        if lo and hi and big > 100_000:
+            summary[f"driver_{code}_growth_per_100k_mb"] = \
+                (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
     r["summary"] = summary
 
 
