@@ -365,9 +365,13 @@ def write_md(r: dict[str, Any]) -> str:
                 if m:
                     label = f"{code} (`{m['commit']}`)" if m.get("commit") and \
                         code == "before" else code
-                    rows.append(f"| {d['videos']:,} | {label} | {m['seconds']:.0f} s | "
-                                f"{m['videos_per_s']:.0f} | {m['peak_rss_mb']:.0f} MB | "
-                                f"{m['load_avg']} | {m['taken_at']} |")
+                    if m.get("partial"):  # stopped before the end: the peak so far
+                        label += f" ({m['partial']})"
+                    wall = f"{m['seconds']:.0f} s" if "seconds" in m else "—"
+                    rate = f"{m['videos_per_s']:.0f}" if "videos_per_s" in m else "—"
+                    rows.append(f"| {d['videos']:,} | {label} | {wall} | {rate} | "
+                                f"{m['peak_rss_mb']:.0f} MB | {m['load_avg']} | "
+                                f"{m['taken_at']} |")
     if r.get("driver"):
         rows += driver_growth(r)
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process, imports "
@@ -389,7 +393,7 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
         per = []
         for code in ("before", "after"):
             lo, hi = d["100000"].get(code), d[str(big)].get(code)
-            if lo and hi:
+            if lo and hi and not hi.get("partial"):
                 a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
                 g = (b - a) / ((big - 100_000) / 100_000)
                 per.append(f"{code} {g:+.1f} MB ({a:.0f} → {b:.0f} MB, {b / a - 1:+.0%})")
@@ -540,12 +544,12 @@ def summarise(r: dict[str, Any]) -> None:
         for code in ("before", "after"):
             if d.get(code):
                 summary[f"driver_{code}_{key}"] = {"rss_mb": d[code]["peak_rss_mb"],
-                                                   "videos_per_s": d[code]["videos_per_s"]}
+                                                   "videos_per_s": d[code].get("videos_per_s")}
     d = r.get("driver", {})
     big = max((int(k) for k in d), default=0)
     for code in ("before", "after"):
         lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
-        if lo and hi and big > 100_000:
+        if lo and hi and big > 100_000 and not hi.get("partial"):
             summary[f"driver_{code}_growth_per_100k_mb"] = \
                 (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
     r["summary"] = summary
