@@ -49,7 +49,7 @@ ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
 OUT = HERE / "results"
 BEFORE = "710b85c"  # batched commits, status and merge before this benchmark (issue #22)
-DRIVER_BEFORE = "52ce0ad"  # the driver before it took the videos a window at a time
+DRIVER_BEFORE = "49d531a"  # the driver before its per-video state went to numpy/Arrow
 BATCH = 1000
 SUB_LINES = 8
 CAP_LINES = 4
@@ -173,17 +173,40 @@ print(json.dumps(out))
 """
 
 DRIVER = """
-import json, shutil, sys, time
+import json, os, shutil, sys, threading, time
 sys.path.insert(0, sys.argv[3])
 from bench_textonly import InstantLLM
 from howtocap.caption import run as cap_mod
 from howtocap.caption.captioner import CaptionConfig
+from howtocap.engine.rundir import RunDir
+PAGE = os.sysconf("SC_PAGE_SIZE")
+phase, peaks = ["start"], {}
+def sample():  # each phase's peak RSS: where the process's peak is reached
+    while True:
+        with open("/proc/self/statm") as f:
+            mb = int(f.read().split()[1]) * PAGE / 2**20
+        peaks[phase[0]] = max(peaks.get(phase[0], 0.0), mb)
+        time.sleep(0.02)
+threading.Thread(target=sample, daemon=True).start()
+def during(owner, name, label, after=None):  # phase ``label`` from this call on
+    f = getattr(owner, name)
+    def g(*a, **k):
+        phase[0] = label
+        try:
+            return f(*a, **k)
+        finally:
+            phase[0] = after or label
+    setattr(owner, name, g)
+phase[0] = "source"  # imports, the dump's conversion and its index
+during(RunDir, "record_videos", "record_videos", "stages")
+during(RunDir, "drop_caches", "merges")
+during(RunDir, "write_status_table", "status_table")
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t0 = time.perf_counter()
 cfg = cap_mod.CaptionRunConfig(subtitles=sys.argv[1], caption=CaptionConfig(reject_fillers=False))
 subs, caps = cap_mod.caption_run(None, sys.argv[2], cfg, llm=InstantLLM(), progress=False)
 print(json.dumps({"seconds": time.perf_counter() - t0, "done": caps.done,
-                  "failed": len(caps.failed)}))
+                  "failed": len(caps.failed), "phase_peak_mb": peaks}))
 """
 
 
@@ -194,8 +217,8 @@ def run_child(argv: list[str], src: Path) -> tuple[str, float, float]:
     """Run ``argv`` with ``src`` first on the path: ``(stdout, wall s, peak RSS MB)``, the
     RSS from ``wait4`` of that process alone (its CPU seconds go to ``LAST_CPU``)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "NO_COLOR": "1"}
-    log = WORK / "child.out"
-    err = WORK / "child.err"
+    log = WORK / f"child-{os.getpid()}.out"  # two invocations (before, after) may run at once
+    err = WORK / f"child-{os.getpid()}.err"
     with log.open("w") as fo, err.open("w") as fe:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=fo, stderr=fe, env=env)
@@ -342,15 +365,59 @@ def write_md(r: dict[str, Any]) -> str:
                 if m:
                     label = f"{code} (`{m['commit']}`)" if m.get("commit") and \
                         code == "before" else code
-                    rows.append(f"| {d['videos']:,} | {label} | {m['seconds']:.0f} s | "
-                                f"{m['videos_per_s']:.0f} | {m['peak_rss_mb']:.0f} MB | "
-                                f"{m['load_avg']} | {m['taken_at']} |")
+                    if m.get("partial"):  # stopped before the end: the peak so far
+                        label += f" ({m['partial']})"
+                    wall = f"{m['seconds']:.0f} s" if "seconds" in m else "—"
+                    rate = f"{m['videos_per_s']:.0f}" if "videos_per_s" in m else "—"
+                    rows.append(f"| {d['videos']:,} | {label} | {wall} | {rate} | "
+                                f"{m['peak_rss_mb']:.0f} MB | {m['load_avg']} | "
+                                f"{m['taken_at']} |")
+    if r.get("driver"):
+        rows += driver_growth(r)
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process, imports "
              "included; \"imports done\" times `run_status(DIR)` alone. The merge is the step "
              "`caption_run` ends with: `merge_streaming(\"subtitles\")`, "
              "`merge_streaming(\"captions\")`, `status_table()`. The 2 cores are shared with "
              "other jobs (`load avg`), which adds time, not memory.", ""]
     return "\n".join(rows)
+
+
+def driver_growth(r: dict[str, Any]) -> list[str]:
+    """The driver's growth per 100k videos (100k to the largest size), each phase's peak,
+    and the attribution notes kept in the results file (``driver_notes``)."""
+    d = r["driver"]
+    sizes = sorted((int(k) for k in d), key=int)
+    rows: list[str] = []
+    if 100_000 in sizes and sizes[-1] > 100_000:
+        big = sizes[-1]
+        per = []
+        for code in ("before", "after"):
+            lo, hi = d["100000"].get(code), d[str(big)].get(code)
+            if lo and hi and not hi.get("partial"):
+                a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
+                g = (b - a) / ((big - 100_000) / 100_000)
+                per.append(f"{code} {g:+.1f} MB ({a:.0f} → {b:.0f} MB, {b / a - 1:+.0%})")
+        rows += ["", f"**Growth of the driver's peak per 100k videos** (100k → {big:,}): "
+                 + "; ".join(per) + ". Target (issue #22): flat, ≤ ~5 MB per 100k videos "
+                 "(the peak at 1.2M within ~10% of the peak at 100k) and ≤ 1 GB at any size."]
+    phased = [(k, d[k]["after"]) for k in sorted(d, key=int)
+              if d[k].get("after", {}).get("phase_peak_mb")]
+    if phased:
+        names = ["source", "stages", "record_videos", "merges", "status_table"]
+        rows += ["", "Peak RSS of each phase of the driver (after; `source`: imports, the dump's "
+                 "conversion to Parquet and its index; `stages`: both stages over every window; "
+                 "`merges`: after the indexes are dropped, the two `merge_streaming`; "
+                 "`status_table`: `status.parquet`):", "",
+                 "| videos | " + " | ".join(f"`{n}`" for n in names) + " |",
+                 "|---:|" + "---:|" * len(names)]
+        for k, m in phased:
+            ph = m["phase_peak_mb"]
+            rows.append(f"| {int(k):,} | " + " | ".join(
+                f"{ph[n]:.0f} MB" if n in ph else "" for n in names) + " |")
+    notes = r.get("driver_notes")
+    if notes:
+        rows += ["", *notes]
+    return rows
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
@@ -427,16 +494,23 @@ def main() -> None:
               "forget_rate": FORGET_RATE})
     r.setdefault("runs", {})
     r.setdefault("driver", {})
+
+    def save(part: str, n: int, got: dict[str, Any]) -> None:
+        """Merge one cell into the results file as it is now: another invocation (``--only
+        before`` beside ``--only after``) may have written its own cells meanwhile."""
+        nonlocal r
+        now = json.loads(res_path.read_text()) if res_path.exists() else r
+        now.update({k: v for k, v in r.items() if k not in ("runs", "driver")})
+        now.setdefault(part, {})[str(n)] = {**now.get(part, {}).get(str(n), {}), **got}
+        now["sizes"] = sorted(now.get("runs", {}), key=int)
+        res_path.write_text(json.dumps(now, indent=1) + "\n")
+        r = now
+
     try:
         for n in args.sizes:
-            got = measure_size(n, trees)
-            r["runs"][str(n)] = {**r["runs"].get(str(n), {}), **got}
-            r["sizes"] = sorted(r["runs"], key=int)
-            res_path.write_text(json.dumps(r, indent=1) + "\n")
+            save("runs", n, measure_size(n, trees))
         for n in args.driver:
-            got = measure_driver(n, driver_trees, args.driver_before)
-            r["driver"][str(n)] = {**r["driver"].get(str(n), {}), **got}
-            res_path.write_text(json.dumps(r, indent=1) + "\n")
+            save("driver", n, measure_driver(n, driver_trees, args.driver_before))
     finally:  # the before worktrees are registered in the shared .git: not left behind
         for tree in (trees.get("before"), driver_trees.get("before")):
             if tree is not None:
@@ -470,7 +544,14 @@ def summarise(r: dict[str, Any]) -> None:
         for code in ("before", "after"):
             if d.get(code):
                 summary[f"driver_{code}_{key}"] = {"rss_mb": d[code]["peak_rss_mb"],
-                                                   "videos_per_s": d[code]["videos_per_s"]}
+                                                   "videos_per_s": d[code].get("videos_per_s")}
+    d = r.get("driver", {})
+    big = max((int(k) for k in d), default=0)
+    for code in ("before", "after"):
+        lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
+        if lo and hi and big > 100_000 and not hi.get("partial"):
+            summary[f"driver_{code}_growth_per_100k_mb"] = \
+                (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
     r["summary"] = summary
 
 

@@ -208,7 +208,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     rd.forget("lines", ["v_01", "v_12"])  # a per-video part and a batch's video
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 11
     open_now, most = [0], [0]
-    groups = merge_mod._video_groups
+    groups = merge_mod._chunks
 
     def counted(rd: RunDir, *args: Any, **kwargs: Any) -> Any:
         open_now[0] += 1
@@ -218,7 +218,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
         finally:
             open_now[0] -= 1
 
-    monkeypatch.setattr(merge_mod, "_video_groups", counted)
+    monkeypatch.setattr(merge_mod, "_chunks", counted)
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
     assert rd.merge_streaming("subtitles", batch_rows=4) == len(want)
@@ -230,7 +230,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
 
 
 def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``status`` (column-wise over manifests) against a per-video replay of every record
     committed: retries supersede failures, forgotten videos are pending, old per-video
     records count until a manifest names their video, a corrupt manifest is dropped (with
@@ -297,6 +297,17 @@ def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
 
     truth = replay()
     assert answer() == expected(truth)
+    import howtocap.engine.merge as merge_mod
+
+    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 3)  # 13 manifests and the old records
+    monkeypatch.setattr(merge_mod, "STREAM_ROWS", 7)
+    monkeypatch.setattr("howtocap.engine.rundir.STATUS_ROWS", 50)
+    table = rd.status_table()  # streamed: a k-way merge of the manifests, in levels
+    assert list(table["video_id"]) == sorted(truth)
+    assert [(r.status, r.attempts, r.cause, r.warnings) for r in
+            table.itertuples()] == [(truth[v].status, truth[v].attempts, truth[v].cause,
+                                     truth[v].warnings) for v in sorted(truth)]
+    assert not list(rd.cache_dir.glob(".newest-*"))  # the levels' files are gone
     per_video = {r.video_id: r.status for r in RunDir(rd.root).status_records("lines")}
     assert per_video == {v: r.status for v, r in truth.items()}  # the per-video reader agrees
     # a corrupt manifest (the 6th batch): dropped, its videos back to their older records

@@ -366,3 +366,30 @@ def test_read_id_list(tmp_path: Path) -> None:
     assert read_id_list(ids) == ["abc", "-x_Y9", "q#1"]
     with pytest.raises(InputError, match="no video ids"):
         read_id_list(_write(tmp_path, "empty.txt", "# nothing\n\n"))
+
+
+def test_the_store_index_tells_ids_of_one_hash_apart() -> None:
+    """``_Runs`` keeps hashes, not ids: runs of equal hash are told apart by the ids the
+    file holds (read back), a repeated id is one video (its last run for a "videos" file,
+    all of them for records), and the videos keep the file's order."""
+    import numpy as np
+
+    from howtocap.io.subtitle_dump import _Runs
+
+    names = ["a", "b", "a", "c", "b"]  # a run every 10 rows; "a" and "b" share a hash
+    start, length = np.arange(0, 50, 10), np.full(5, 10)
+    hashes = np.array([7, 7, 7, 9, 7])
+
+    def ids_at(rows: np.ndarray) -> list[str]:
+        return [names[int(r) // 10] for r in rows]
+
+    last = _Runs.build(start, length, hashes, True, ids_at)
+    assert last.videos == 3 and ids_at(last.name_rows(0, 3)) == ["a", "b", "c"]
+    assert (last.of(0), last.of(1), last.of(2)) == ([(20, 10)], [(40, 10)], [(30, 10)])
+    assert sorted(last.candidates(7)) == [0, 1] and last.candidates(9) == [2]
+    assert last.candidates(8) == []
+    every = _Runs.build(start, length, hashes, False, ids_at)
+    assert (every.of(0), every.of(1)) == ([(0, 10), (20, 10)], [(10, 10), (40, 10)])
+    assert ids_at(every.name_rows(0, 3)) == ["a", "b", "c"]
+    plain = _Runs.build(start[:2], length[:2], np.array([3, 1]), True, ids_at)
+    assert plain.ptr is None and plain.name_row is None and plain.of(1) == [(10, 10)]

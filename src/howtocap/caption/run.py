@@ -32,32 +32,35 @@ WINDOW = 50_000  # videos taken through both stages at a time (``caption_run``)
 @dataclass
 class _Videos:
     """The run's videos: the items of the inputs (video files), or, text-only, the ids of
-    the subtitle source, made into ``VideoItem`` s a window at a time (a HowTo100M source
-    lists 1.2M videos: a list of ids, not of items and their per-stage bookkeeping)."""
+    the subtitle source, read from it and made into ``VideoItem`` s a window at a time (a
+    HowTo100M source lists 1.2M videos: no list of every id, let alone of items)."""
 
     items: list[VideoItem] | None = None
-    ids: list[str] | None = None
-    source: SubtitleSource | None = None  # where ``ids`` come from again after ``release``
+    source: SubtitleSource | None = None
     extra: list[str] | None = None  # --ids the source lacks (each reported as a failure)
 
     def __len__(self) -> int:
-        return len(self.items if self.items is not None else self._ids())
-
-    def _ids(self) -> list[str]:
-        if self.ids is None:
-            self.ids = (self.source.video_ids() if self.source is not None else []) \
-                + list(self.extra or [])
-        return self.ids
+        if self.items is not None:
+            return len(self.items)
+        return (self.source.count() if self.source is not None else 0) + len(self.extra or [])
 
     def release(self) -> None:
-        """Let go of the list of ids (listed again from the source if asked for again)."""
-        if self.items is None and self.source is not None:
-            self.ids = None
+        """Nothing held per video (kept for callers: the source is closed by the run)."""
+
+    def _ids(self, lo: int, hi: int) -> list[str]:
+        """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
+        have = self.source.count() if self.source is not None else 0
+        out = self.source.ids_window(lo, min(hi, have)) \
+            if self.source is not None and lo < have else []
+        if hi > have and self.extra:
+            out += self.extra[max(0, lo - have):hi - have]
+        return out
 
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
-        return iter(self._ids())
+        return (vid for items in self.windows(WINDOW) for vid in
+                (it.video_id for it in items))
 
     def all(self) -> Iterator[VideoItem]:
         for window in self.windows(WINDOW):
@@ -69,7 +72,7 @@ class _Videos:
             if self.items is not None:
                 yield self.items[lo:lo + size]
             else:
-                yield [VideoItem(vid, None) for vid in self._ids()[lo:lo + size]]
+                yield [VideoItem(vid, None) for vid in self._ids(lo, lo + size)]
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -110,15 +113,12 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
     source = SubtitleSource.open(config.subtitles, cache_dir=cache, limit=config.limit,
                                  select=set(wanted) if wanted is not None else None,
                                  progress=progress)
-    found = source.video_ids()
     extra: list[str] = []
     if wanted is not None and config.limit is None:  # reported per video: not in the source
-        have = set(found)
-        extra = [vid for vid in wanted if vid not in have]
-        del have
-    if not found and not extra:
+        extra = [vid for vid in wanted if vid not in source]
+    if not source.count() and not extra:
         raise InputError(config.subtitles, "holds no videos" + (" of --ids" if wanted else ""))
-    return _Videos(ids=found + extra if extra else found, source=source, extra=extra), source
+    return _Videos(source=source, extra=extra), source
 
 
 def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
@@ -178,14 +178,33 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         videos.release()
         if source is not None:
             source.close()  # reopened (not converted again) if a second pass needs it
+        give_back_memory()
         rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
+        give_back_memory()
         rundir.merge_streaming("captions")
+        give_back_memory()
         if not rundir.corrupted:
             break
         rundir.corrupted.clear()
     rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
     rundir.write_status_table()
     return subs, caps
+
+
+def give_back_memory() -> None:
+    """Return freed memory to the system between phases: the stages' indexes and the
+    merges free hundreds of MB that glibc's heap and Arrow's allocator would otherwise
+    keep, so the next phase's peak adds to them (~50 MB at 100k videos)."""
+    import contextlib
+    import ctypes
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def rejected_counts(rundir: RunDir) -> dict[str, int]:

@@ -10,7 +10,7 @@ Which files and videos are live comes from the run directory (``MergeDir``: ``Ru
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import CorruptFile, atomic_write, atomic_write_parquet
-from howtocap.engine.records import BATCH_PREFIX
+from howtocap.engine.records import BATCH_PREFIX, _last_per_key
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -203,14 +203,18 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
                 table: str, target: Any, extras: dict[str, Any], batch_rows: int) -> int:
     """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
-    chunks of whole videos sorted by start, end, text, conformed to ``target``."""
-    import heapq
+    chunks of whole videos sorted by start, end, text, conformed to ``target``.
 
+    Merged a record batch at a time, not a video at a time: every video below the smallest
+    "last video" of the streams' pending rows is complete, so those rows are taken from each
+    stream as one slice (a few Arrow objects per stream and step). A slice per video (what
+    this did before) is a C++ table of its own, a few kB outside Arrow's pool: a chunk of
+    captions (~2.5 rows a video) held ~25k of them, ~150 MB."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
-    streams = [_video_groups(rd, path, keep, grouped) for path, keep, grouped in sources]
+    streams = [_Pending(_chunks(rd, path, keep, grouped)) for path, keep, grouped in sources]
     writer: pq.ParquetWriter | None = None
     batch: list[Any] = []
     total = rows = 0
@@ -237,14 +241,12 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
         total += len(out)
 
     try:
-        last = None
-        for vid, group in heapq.merge(*streams, key=lambda x: x[0]):
-            if rows >= batch_rows and vid != last:  # a chunk holds whole videos
+        for parts in _kway(streams):
+            batch += parts
+            rows += sum(p.num_rows for p in parts)
+            if rows >= batch_rows:  # whole videos only: every row taken is below a bound
                 flush()
                 batch, rows = [], 0
-            batch.append(group)
-            rows += group.num_rows
-            last = vid
         if batch or writer is None:
             flush()
     finally:
@@ -255,23 +257,181 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
     return total
 
 
-def _video_groups(rd: MergeDir, path: Path, keep: Any, grouped: bool = True
-                  ) -> Iterator[tuple[str, Any]]:
-    """``(video_id, rows)`` of a file in video order, a record batch read at a time
-    (``grouped``: its rows are grouped by video, sorted; else a per-video part)."""
+def _kway(streams: Sequence[_Pending]) -> Iterator[list[Any]]:
+    """The streams' rows merged by video id, as steps: each a list of slices (in stream
+    order) holding every row of the videos below the smallest last video pending in a
+    stream still reading; each video's rows are all in one step."""
+    live = [s for s in streams if s.fill()]
+    while live:
+        reading = [s for s in live if not s.exhausted]
+        bound = min(s.last for s in reading) if reading else None
+        parts = [p for p in (s.take_below(bound) for s in live) if p is not None]
+        if parts:
+            yield parts
+        for s in reading:
+            if s.last == bound:  # its last video may go on in its next record batch
+                s.fill()
+        live = [s for s in live if s.rows]
+
+
+def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
+                  cols: Sequence[str], chunk_rows: int) -> Iterator[Any]:
+    """Every video's newest record of ``stage`` (forgotten ones left out), sorted by video
+    id, ``chunk_rows`` rows at a time (the last chunk fewer): a k-way merge of its manifests
+    (``paths`` in commit order, ``legacy``: an
+    older run's per-video records, before them all), the last stream holding a video
+    winning. At most ``MERGE_FAN_IN`` manifests are read at once (more: merged in levels
+    first, forgotten rows kept so they still take older results back), so memory does not
+    grow with the number of videos (``newest`` holds every video's columns at once).
+    A manifest (a batch's records, in commit order) is small: read whole and sorted."""
+    import shutil
+    import tempfile
+
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    if not grouped:  # a per-video part: one small group
+    from howtocap.engine.records import FORGOTTEN, plain_record_table, read_manifest_table
+
+    cols = ["video_id", "status", *[c for c in cols if c not in ("video_id", "status")]]
+    schema = plain_record_table(pa.table({c: pa.array([], pa.string()) for c in cols}),
+                                cols).schema
+
+    def manifest(path: Path) -> Iterator[Any]:
+        t = read_manifest_table(path, cols)
+        if isinstance(t, CorruptFile):
+            rd.drop_corrupt(path, t)  # its videos are redone
+        elif t is not None and t.num_rows:  # in commit order: sorted (stable) by video
+            t = plain_record_table(t, cols)
+            yield t.take(pc.sort_indices(t.column("video_id")))
+
+    def table(t: Any) -> Iterator[Any]:
+        yield t
+
+    def level(path: Path) -> Iterator[Any]:
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=STREAM_BUFFER)
+        for rb in pf.iter_batches(batch_size=STREAM_ROWS):
+            yield pa.Table.from_batches([rb])
+
+    def newest_of(parts: list[Any], keep_forgotten: bool) -> Any:
+        t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        t = t.take(pa.array(_last_per_key(t.column("video_id"))))
+        if not keep_forgotten:
+            t = t.filter(pc.not_equal(t.column("status"), FORGOTTEN))
+        return t.take(pc.sort_indices(t.column("video_id")))
+
+    sources: list[Callable[[], Iterator[Any]]] = []
+    if legacy is not None and legacy.num_rows:
+        first = plain_record_table(legacy, cols)
+        first = first.take(pc.sort_indices(first.column("video_id")))
+        sources.append(lambda t=first: table(t))
+    sources += [lambda p=p: manifest(p) for p in paths]
+    scratch: Path | None = None
+    try:
+        while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
+            if scratch is None:
+                rd.cache_dir.mkdir(parents=True, exist_ok=True)
+                scratch = Path(tempfile.mkdtemp(prefix=f".newest-{stage}-", dir=rd.cache_dir))
+            levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
+            group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+            done: list[Callable[[], Iterator[Any]]] = []
+            for lo in range(0, len(sources), group):
+                out = scratch / f"level-{len(list(scratch.iterdir())):06d}.parquet"
+                streams = [_Pending(src()) for src in sources[lo:lo + group]]
+                try:
+                    with pq.ParquetWriter(out, schema) as writer:
+                        for parts in _kway(streams):
+                            writer.write_table(newest_of(parts, True))
+                finally:
+                    for st in streams:
+                        st.close()
+                done.append(lambda p=out: level(p))
+            sources = done
+        streams = [_Pending(src()) for src in sources]
+        held: list[Any] = []
+        rows = 0
+        try:
+            for parts in _kway(streams):
+                t = newest_of(parts, False)
+                held.append(t)
+                rows += t.num_rows
+                while rows >= chunk_rows:  # cut at multiples of ``chunk_rows``
+                    whole = pa.concat_tables(held)
+                    yield whole.slice(0, chunk_rows)
+                    rest = whole.slice(chunk_rows)
+                    held, rows = [rest], rest.num_rows
+            if rows:
+                yield pa.concat_tables(held)
+        finally:
+            for st in streams:
+                st.close()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _Pending:
+    """The rows of one merge source read but not yet merged, in video order, with their
+    ids as a numpy array to cut them by a bound (``take_below``)."""
+
+    def __init__(self, chunks: Iterator[Any]) -> None:
+        self.chunks = chunks
+        self.table: Any = None
+        self.ids: Any = np.zeros(0, dtype=object)
+        self.exhausted = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def last(self) -> str:
+        return self.ids[-1]
+
+    def fill(self) -> bool:
+        """Append the source's next record batch (``exhausted`` when there is none); True
+        while rows are pending."""
+        import pyarrow as pa
+
+        for t in self.chunks:
+            ids = t["video_id"].to_numpy(zero_copy_only=False)
+            if self.table is None or not len(self.ids):
+                self.table, self.ids = t, ids
+            else:
+                self.table = pa.concat_tables([self.table, t])
+                self.ids = np.concatenate([self.ids, ids])
+            return True
+        self.exhausted = True
+        self.chunks.close()
+        return bool(len(self.ids))
+
+    def take_below(self, bound: str | None) -> Any:
+        """The pending rows of videos before ``bound`` (all when None), or None."""
+        k = len(self.ids) if bound is None else int(np.searchsorted(self.ids, bound, "left"))
+        if not k:
+            return None
+        part = self.table.slice(0, k)
+        self.table, self.ids = self.table.slice(k), self.ids[k:]
+        return part
+
+    def close(self) -> None:
+        self.chunks.close()
+
+
+def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterator[Any]:
+    """A file's live rows in video order as Arrow tables, a record batch read at a time
+    (``grouped``: its rows are grouped by video, sorted; else a per-video part, read whole
+    and sorted by video if it holds several)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if not grouped:  # a per-video part: one small table
         t = _read_source(rd, path, keep)
         if t is not None and t.num_rows:
-            ids = t["video_id"].to_pylist()
-            if len(set(ids)) == 1:
-                yield ids[0], t
-            else:  # not a per-video part after all: its videos in order
-                df = t.to_pandas().sort_values(["video_id"], kind="stable")
-                for vid, g in df.groupby("video_id", sort=True):
-                    yield str(vid), pa.Table.from_pandas(g, preserve_index=False)
+            if pc.count_distinct(t["video_id"]).as_py() > 1:  # not a per-video part after all
+                t = t.take(pc.sort_indices(t, sort_keys=[("video_id", "ascending")]))
+            yield t
         return
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
@@ -279,16 +439,9 @@ def _video_groups(rd: MergeDir, path: Path, keep: Any, grouped: bool = True
         for rb in pf.iter_batches(batch_size=STREAM_ROWS):
             t = pa.Table.from_batches([rb])
             if keep is not None:
-                import pyarrow.compute as pc
-
                 t = t.filter(pc.is_in(t["video_id"], value_set=keep))
-            ids = t["video_id"].to_numpy(zero_copy_only=False)
-            if not len(ids):
-                continue
-            cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-            bounds = np.concatenate([[0], cut, [len(ids)]])
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                yield str(ids[a]), t.slice(int(a), int(b - a))
+            if t.num_rows:
+                yield t
     except FileNotFoundError:
         return
     except (pa.ArrowException, OSError) as exc:

@@ -129,6 +129,22 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
         return list(pool.map(one, paths))
 
 
+def read_manifest_table(path: Path, cols: Sequence[str]) -> Any:
+    """One manifest's ``cols`` (as ``_read_manifests``): an Arrow table, None (gone) or
+    the ``CorruptFile`` it raised."""
+    return _read_manifests([path], cols)[0]
+
+
+def plain_record_table(table: Any, cols: Sequence[str]) -> Any:
+    """``table`` with exactly ``cols`` in their record types, text columns plain strings
+    (not dictionaries: chunks of many files concatenate and sort as one)."""
+    import pyarrow as pa
+
+    t = _with_defaults(table, cols)
+    return pa.table({c: t.column(c).cast(_record_types().get(c, pa.string()))
+                     for c in cols})
+
+
 def _last_per_key(keys: Any) -> Any:
     """Row positions of the last occurrence of each key (rows in commit order: the newest
     record of each video), in row order. A stable sort of the keys (Arrow) and a look at
@@ -174,7 +190,7 @@ class _StageIndex:
         self.newest = 0  # the newest batch's time (ns): new batch ids sort after it
         self.batches: set[str] = set()
         self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
-        self.log: list[pd.Index] = []  # per manifest read, in order: the videos it made ok
+        self.log: list[str] = []  # per manifest read, in order: its batch ("" if our own)
         self._view: pd.DataFrame | None = None
         self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
         self._cols: dict[str, tuple[Any, Any]] = {}  # per column: values (or codes), categories
@@ -207,12 +223,12 @@ class _StageIndex:
 
     def add(self, batch: str, df: pd.DataFrame, writes: list[str], own: bool = False) -> None:
         """Fold in a manifest read (or, ``own``, just committed by this process: not logged
-        for ``finished_since``, whose callers never claim their own results again, so a
-        long run does not gather every id it finished)."""
+        for ``finished_since``, whose callers never claim their own results again). The log
+        names the batch, not its videos: ``finished_since`` reads them again when asked (a
+        list of every id read is ~25 MB a stage at 1.2M videos)."""
         self.seen.add(f"{batch}.parquet")
         self.batched.append(df[INDEX_COLS].assign(batch=batch))
-        self.log.append(pd.Index([]) if own else
-                        pd.Index(df["video_id"][(df["status"] == "ok").to_numpy()]))
+        self.log.append("" if own else batch)
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
         self.batches.add(batch)
@@ -270,7 +286,8 @@ class _StageIndex:
             else:
                 df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
                 df = df.drop_duplicates("video_id", keep="last")
-            df = _categories(df[(df["status"] != FORGOTTEN).to_numpy()])
+            live = (df["status"] != FORGOTTEN).to_numpy()
+            df = _categories(df if live.all() else df[live])  # no copy when none forgotten
             self._view = df.set_index("video_id", drop=True)
         return self._view
 
@@ -284,7 +301,7 @@ class _StageIndex:
                 ids = view.index[lo:lo + HASH_CHUNK].to_numpy(dtype=object)
                 hashes[lo:lo + len(ids)] = np.fromiter(map(hash, ids), dtype=np.int64,
                                                        count=len(ids))
-            order = np.argsort(hashes, kind="stable")
+            order = np.argsort(hashes, kind="stable").astype(np.int32)  # < 2**31 videos
             self._pos = (hashes[order], order)
             self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
                           if isinstance(view[c].dtype, pd.CategoricalDtype)

@@ -307,7 +307,17 @@ class RunDir:
         """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
         what finished since a listing, without rebuilding the whole index."""
         log = self._index(stage).log
-        return set().union(*log[mark:]) if len(log) > mark else set(), len(log)
+        names = [b for b in log[mark:] if b]  # another process's manifests, read again
+        done: set[str] = set()
+        folder = self.batch_dir(stage)
+        for t in _read_manifests([folder / f"{b}.parquet" for b in names], ["video_id",
+                                                                           "status"]):
+            if t is not None and not isinstance(t, CorruptFile) and t.num_rows:
+                import pyarrow.compute as pc
+
+                ok = t.filter(pc.equal(t.column("status"), "ok"))
+                done.update(ok.column("video_id").to_pylist())
+        return done, len(log)
 
     def manifests_read(self, stage: str) -> int:
         """How many manifests of ``stage`` this process has read (a mark for
@@ -624,11 +634,11 @@ class RunDir:
         return read_parquet(self.table_path("status"))
 
     def write_status_table(self) -> int:
-        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time from
-        its newest records as Arrow columns: no frame of every video and stage (2.4M rows
-        for a HowTo100M caption run). Returns the row count."""
+        """Write ``DIR/status.parquet`` (sorted by stage, then video) a stage at a time, a
+        chunk at a time from a k-way merge of its manifests (``merge.newest_sorted``): no
+        table of every video's record (2.4M rows and ~250 MB as Arrow columns for a
+        HowTo100M caption run). Returns the row count."""
         import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         target = arrow_schema("status")
@@ -638,16 +648,23 @@ class RunDir:
         def write(tmp: str) -> None:
             with pq.ParquetWriter(tmp, target) as writer:
                 for stage in sorted(self.stages_with_results()):
-                    t = self.newest(stage, cols)
-                    if not t.num_rows:
-                        continue
-                    order = pc.sort_indices(t.column("video_id"))
-                    for lo in range(0, t.num_rows, STATUS_ROWS):  # a slice copied at a time
-                        part = t.take(order[lo:lo + STATUS_ROWS])
+                    folder = self.batch_dir(stage)
+                    try:
+                        names = sorted(n for n in os.listdir(folder)
+                                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+                    except FileNotFoundError:
+                        names = []
+                    legacy = self._legacy_records(stage)
+                    old = pa.Table.from_pandas(legacy[[c for c in ["video_id", *cols]
+                                                       if c in legacy.columns]],
+                                               preserve_index=False) \
+                        if legacy is not None and len(legacy) else None
+                    for part in merging.newest_sorted(self, stage, [folder / n for n in names],
+                                                      old, cols, STATUS_ROWS):
                         part = part.append_column("stage", pa.array([stage] * part.num_rows,
                                                                     pa.string()))
                         writer.write_table(part.select(target.names).cast(target))
-                    total[0] += t.num_rows
+                        total[0] += part.num_rows
 
         atomic_write(self.table_path("status"), write)
         return total[0]
@@ -766,36 +783,42 @@ class RunDir:
             path.unlink(missing_ok=True)
 
     # -- videos ---------------------------------------------------------------------------
-    def record_videos(self, items: Iterable[Any]) -> pd.DataFrame:
-        """Remember which file each video id came from (later stages find videos here).
+    def record_videos(self, items: Iterable[Any]) -> int:
+        """Remember which file each video id came from (later stages find videos here);
+        returns how many videos the run now has.
 
         An empty ``video_path`` means "no video file known yet" (a caption run from
         ``--subtitles`` alone); it never erases a path recorded before, so re-running such a
-        run keeps the files ``howtocap align --videos`` attached. Built column-wise: a
-        HowTo100M run records 1.2M ids.
-        """
-        ids: list[str] = []
-        paths: list[str] = []
-        subs: list[str] = []
+        run keeps the files ``howtocap align --videos`` attached. Built as Arrow columns a
+        chunk of items at a time and folded with a sort (``_fold_videos``): a HowTo100M run
+        records 1.2M ids, which as Python lists and a pandas frame were ~130 MB."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = arrow_schema("videos")
+        chunks: list[Any] = []
+        cols: tuple[list[str], list[str], list[str]] = ([], [], [])
+
+        def flush() -> None:
+            chunks.append(pa.table([pa.array(c, pa.string()) for c in cols], schema=schema))
+            for c in cols:
+                c.clear()
+
         for it in items:  # one pass over an iterator: the items are never all held
-            ids.append(it.video_id)
-            paths.append(str(it.video_path or ""))
-            subs.append(str(it.subtitle_path or ""))
-        new = pd.DataFrame({"video_id": pd.Series(ids, dtype=object),
-                            "video_path": pd.Series(paths, dtype=object),
-                            "subtitle_path": pd.Series(subs, dtype=object)})
-        del ids, paths, subs
-        old = self.videos()
-        if len(old) and len(new):
-            before = old.drop_duplicates("video_id", keep="last").set_index("video_id")
-            for col in ("video_path", "subtitle_path"):
-                known = new["video_id"].map(before[col].astype(object)).fillna("")
-                new[col] = new[col].where(new[col] != "", known)
-        df = pd.concat([old, new], ignore_index=True) if len(new) else old
-        df = df.drop_duplicates("video_id", keep="last").sort_values("video_id")
-        df = conform(df, "videos")
-        atomic_write_parquet(df, self.table_path("videos"))
-        return df
+            cols[0].append(it.video_id)
+            cols[1].append(str(it.video_path or ""))
+            cols[2].append(str(it.subtitle_path or ""))
+            if len(cols[0]) >= VIDEO_CHUNK:
+                flush()
+        flush()
+        path = self.table_path("videos")
+        old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
+            else None
+        table = _fold_videos(old, pa.concat_tables(chunks), schema)
+        chunks.clear()  # the table holds the rows: one copy alive
+        old = None
+        atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+        return table.num_rows
 
     def videos(self) -> pd.DataFrame:
         """``video_id, video_path, subtitle_path`` of every video this run was given
@@ -826,6 +849,7 @@ class RunDir:
 
 
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
+VIDEO_CHUNK = 65_536  # items ``record_videos`` holds as Python strings at a time
 STATUS_ROWS = 65_536  # rows of status.parquet sorted and written at a time
 
 
@@ -848,6 +872,39 @@ def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     bounds = [0, *cut.tolist(), len(ids)]
     return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+
+
+def _fold_videos(old: Any, new: Any, schema: Any) -> Any:
+    """``videos.parquet``'s rows: the last row of each id of ``old`` then ``new``, sorted
+    by id, a new row's empty path taken from the id's last old row. A stable Arrow sort
+    of the ids and numpy over their positions: no Python object per video."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n_old = old.num_rows if old is not None else 0
+    both = pa.concat_tables([old, new]) if n_old else new
+    if not both.num_rows:
+        return both
+    order = pc.sort_indices(both.column("video_id")).to_numpy().astype(np.int64)  # stable
+    ranked = both.column("video_id").take(pa.array(order)).combine_chunks()
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = pc.not_equal(ranked.slice(1), ranked.slice(0, len(ranked) - 1)) \
+        .to_numpy(zero_copy_only=False)
+    del ranked
+    first = np.flatnonzero(starts)
+    last = order[np.append(first[1:] - 1, len(order) - 1)]  # each id's last row, id order
+    table = both.take(pa.array(last))
+    if n_old:
+        old_rows = np.maximum.reduceat(np.where(order < n_old, order, -1), first)
+        fill = pa.array((last >= n_old) & (old_rows >= 0))
+        cols = {}
+        for c in ("video_path", "subtitle_path"):
+            mine = pc.fill_null(table.column(c), "")
+            theirs = pc.fill_null(both.column(c).take(pa.array(np.maximum(old_rows, 0))), "")
+            cols[c] = pc.if_else(pc.and_(fill, pc.equal(mine, "")), theirs, mine)
+        table = pa.table([table.column("video_id"), cols["video_path"],
+                          cols["subtitle_path"]], schema=schema)
+    return table.cast(schema)
 
 
 def pa_is_number(kind: Any) -> bool:

@@ -417,6 +417,7 @@ class ParquetStore:
         self.group_starts = [0]
         for i in range(md.num_row_groups):
             self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
+        self._starts = np.asarray(self.group_starts, dtype=np.int64)
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._lock = threading.Lock()
@@ -426,18 +427,17 @@ class ParquetStore:
         self._index(select, limit)
 
     def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
-        """Runs of equal ids, from the ``video_id`` column one row group at a time."""
-        self._ids: list[str] = []
-        self._first: dict[str, int] = {}  # id -> its (first, or for "videos" last) run
-        self._more: dict[str, list[int]] = {}  # further runs of ids whose rows are scattered
-        self._run_start = array("q")
-        self._run_len = array("q")
+        """Runs of equal ids, from the ``video_id`` column one row group at a time, kept as
+        numpy arrays (``_Runs``): ~24 bytes a video, no Python string or dict slot per id
+        (a dict and a list of HowTo100M's 1.2M ids held ~200 MB for the whole run)."""
+        run_start, run_len, run_hash = array("q"), array("q"), array("q")
+        kept: set[str] | None = set() if limit is not None else None  # at most ``limit`` ids
         prev_id: str | None = None
         prev_end = -1  # absolute end row of the previous run
-        prev_run = -1  # its run number, or -1 when it was not kept
+        prev_kept = False
         last_wins = self.layout == "videos"
         for g in range(self.pf.metadata.num_row_groups):
-            if last_wins and limit is not None and len(self._ids) >= limit:
+            if last_wins and kept is not None and limit is not None and len(kept) >= limit:
                 break  # whole videos in order: nothing further can be selected
             col = self.pf.read_row_group(g, columns=["video_id"]).column(0).combine_chunks()
             if not pa.types.is_string(col.type):
@@ -458,32 +458,70 @@ class ParquetStore:
                 if vid == prev_id and prev_end == start and not (last_wins and s == 0):
                     # continues into the next row group (ours never split a video: a repeat)
                     prev_end += ln
-                    if prev_run >= 0:
-                        self._run_len[prev_run] += ln
+                    if prev_kept:
+                        run_len[-1] += ln
                     continue
-                prev_id, prev_end, prev_run = vid, start + ln, -1
+                prev_id, prev_end, prev_kept = vid, start + ln, False
                 if not vid or (select is not None and vid not in select):
                     continue
-                known = vid in self._first
-                if not known and limit is not None and len(self._ids) >= limit:
-                    continue
-                prev_run = len(self._run_start)
-                self._run_start.append(start)
-                self._run_len.append(ln)
-                if not known:
-                    self._first[vid] = prev_run
-                    self._ids.append(vid)
-                elif last_wins:
-                    self._first[vid] = prev_run
-                else:
-                    self._more.setdefault(vid, []).append(prev_run)
+                if kept is not None and limit is not None and vid not in kept:
+                    if len(kept) >= limit:
+                        continue
+                    kept.add(vid)
+                prev_kept = True
+                run_start.append(start)
+                run_len.append(ln)
+                run_hash.append(hash(vid))
+        self._runs = _Runs.build(np.frombuffer(run_start, np.int64).copy(),
+                                 np.frombuffer(run_len, np.int64).copy(),
+                                 np.frombuffer(run_hash, np.int64).copy(), last_wins,
+                                 self._ids_at)
 
     # -- lookups ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._runs.videos
+
     def video_ids(self) -> list[str]:
-        return list(self._ids)
+        """Every video id, in the file's order (a list of them all: ``ids_window`` for a
+        window of a large file)."""
+        return self.ids_window(0, len(self))
+
+    def ids_window(self, lo: int, hi: int) -> list[str]:
+        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file."""
+        return self._ids_at(self._runs.name_rows(lo, hi))
+
+    def _ids_at(self, rows: np.ndarray) -> list[str]:
+        """The ``video_id`` of each absolute row (its row group's id column, read once)."""
+        out: list[str] = [""] * len(rows)
+        if not len(rows):
+            return out
+        groups = np.searchsorted(self._starts, rows, "right") - 1
+        for g in np.unique(groups).tolist():
+            at = np.flatnonzero(groups == g)
+            cached = self._cache.get(g)
+            col = cached.column("video_id") if cached is not None else \
+                self.pf.read_row_group(g, columns=["video_id"]).column(0)
+            got = col.take(pa.array(rows[at] - self.group_starts[g])).to_pylist()
+            for i, vid in zip(at.tolist(), got, strict=True):
+                out[i] = str(vid)
+        return out
+
+    def _find(self, video_id: str) -> int:
+        """The video's number (file order), or -1: its hash's candidates, each checked
+        against the id the file holds."""
+        for k in self._runs.candidates(hash(video_id)):
+            row = int(self._runs.name_rows(k, k + 1)[0])
+            g = bisect.bisect_right(self.group_starts, row) - 1
+            cached = self._cache.get(g)  # in file order: the group ``get`` reads next
+            name = cached.column("video_id")[row - self.group_starts[g]].as_py() \
+                if cached is not None else self._ids_at(np.array([row]))[0]
+            if name == video_id:
+                return k
+        return -1
 
     def __contains__(self, video_id: str) -> bool:
-        return video_id in self._first
+        with self._lock:
+            return self._find(video_id) >= 0
 
     def _group(self, g: int) -> pa.Table:
         table = self._cache.get(g)
@@ -515,12 +553,12 @@ class ParquetStore:
         ``frame=False``: plain ``start, end, text`` columns where the file is clean (no pandas
         frame: the subtitles stage of a million-video run builds none)."""
         with self._lock:
-            run = self._first.get(video_id)
-            if run is None:
+            k = self._find(video_id)
+            if k < 0:
                 return None
             parts: list[pa.Table] = []
-            for r in [run, *self._more.get(video_id, [])]:
-                parts += self._slice(self._run_start[r], self._run_len[r])
+            for start, length in self._runs.of(k):
+                parts += self._slice(start, length)
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         if "error" in table.column_names:
             errors = [e for e in table.column("error").to_pylist() if e]
@@ -571,6 +609,80 @@ class ParquetStore:
     def stats(self) -> dict[str, int]:
         return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
                 "max_buffered_rows": self.max_buffered_rows}
+
+
+class _Runs:
+    """Where each video's rows are, as numpy arrays: per video (numbered in the file's
+    order) its run(s) of rows, the row naming it, and its id's hash sorted for lookups.
+
+    The common case, each video one run (a converted dump), stores only the runs and the
+    sorted hashes; videos with several runs (a repeated id: the last wins for "videos";
+    records scattered over the file: all of them) add a row per video and a CSR of runs."""
+
+    def __init__(self, start: np.ndarray, length: np.ndarray, hkeys: np.ndarray,
+                 hvid: np.ndarray, name_row: np.ndarray | None = None,
+                 ptr: np.ndarray | None = None) -> None:
+        self.start, self.length = start, length  # per stored run
+        self.hkeys, self.hvid = hkeys, hvid  # id hashes sorted, the video of each
+        self.name_row = name_row  # None: the start of video k's run k
+        self.ptr = ptr  # None: video k is run k; else its runs are ptr[k]:ptr[k + 1]
+        self.videos = len(hvid)
+
+    @classmethod
+    def build(cls, start: np.ndarray, length: np.ndarray, hashes: np.ndarray,
+              last_wins: bool, ids_at: Callable[[np.ndarray], list[str]]) -> _Runs:
+        """From every kept run in file order with its id's hash: runs of one id made one
+        video (ids of equal hash read back from the file to tell them apart)."""
+        n = len(start)
+        order = np.argsort(hashes, kind="stable")
+        hs = hashes[order]
+        new = np.ones(n, dtype=bool)
+        new[1:] = hs[1:] != hs[:-1]
+        length = length.astype(np.int32)  # a video's rows: fewer than 2**31
+        if new.all():  # every run its own video: the common case, nothing more to keep
+            return cls(start, length, hs, order.astype(np.int32))
+        label = np.arange(n, dtype=np.int64)  # each run's video: the id's first run
+        single = new & np.append(new[1:], True)
+        shared = order[~single]  # runs whose hash another run has, by hash then row
+        names = ids_at(start[shared])
+        first: dict[tuple[int, str], int] = {}
+        for r, h, name in zip(shared.tolist(), hashes[shared].tolist(), names, strict=True):
+            label[r] = first.setdefault((h, name), r)
+        firsts = np.flatnonzero(label == np.arange(n))  # a video's first run, file order
+        video = np.searchsorted(firsts, label)  # each run's video number
+        hk = hashes[firsts]
+        by_hash = np.argsort(hk, kind="stable")
+        if last_wins:
+            last = np.zeros(len(firsts), dtype=np.int64)
+            np.maximum.at(last, video, np.arange(n))
+            return cls(start[last], length[last], hk[by_hash], by_hash.astype(np.int32),
+                       start[firsts])
+        runs = np.argsort(video, kind="stable")
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(firsts)))])
+        return cls(start[runs], length[runs], hk[by_hash], by_hash.astype(np.int32),
+                   start[firsts], ptr)
+
+    def candidates(self, h: int) -> list[int]:
+        """The videos whose id hashes to ``h`` (almost always none or one)."""
+        i = int(np.searchsorted(self.hkeys, h, "left"))
+        out = []
+        while i < len(self.hkeys) and self.hkeys[i] == h:
+            out.append(int(self.hvid[i]))
+            i += 1
+        return out
+
+    def name_rows(self, lo: int, hi: int) -> np.ndarray:
+        """A row holding the id of each of videos ``lo`` to ``hi``."""
+        if self.name_row is not None:
+            return self.name_row[lo:hi]
+        return self.start[lo:hi] if self.ptr is None else self.start[self.ptr[lo:hi]]
+
+    def of(self, k: int) -> list[tuple[int, int]]:
+        """Video ``k``'s runs as ``(first row, rows)``."""
+        if self.ptr is None:
+            return [(int(self.start[k]), int(self.length[k]))]
+        a, b = int(self.ptr[k]), int(self.ptr[k + 1])
+        return list(zip(self.start[a:b].tolist(), self.length[a:b].tolist(), strict=True))
 
 
 def is_converted(path: Path) -> bool:

@@ -376,6 +376,19 @@ class SubtitleSource:
             return list(self._folder())
         return self.store().video_ids()
 
+    def count(self) -> int:
+        """How many (selected) videos: ``len(video_ids())`` without listing them."""
+        if self.kind == "folder":
+            return len(self._folder())
+        return len(self.store())
+
+    def ids_window(self, lo: int, hi: int) -> list[str]:
+        """``video_ids()[lo:hi]``, read a window at a time from a dump's converted file (a
+        run of 1.2M videos never lists them all)."""
+        if self.kind == "folder":
+            return list(self._folder())[lo:hi]
+        return self.store().ids_window(lo, hi)
+
     def __contains__(self, video_id: str) -> bool:
         if self.kind == "folder":
             return video_id in self._folder()
