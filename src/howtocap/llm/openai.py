@@ -146,6 +146,7 @@ class OpenAIChatLLM:
                               connect_timeout=min(self.timeout, 10.0),
                               max_idle=self.concurrency)
         self._path = urlsplit(self.endpoint).path
+        self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode
         self._models_path = urlsplit(self.base_url).path + "/models"
 
     @property
@@ -245,6 +246,27 @@ class OpenAIChatLLM:
             detail = body.decode("utf-8", "replace") or _reason_phrase(status)
         return " ".join(str(detail).split())[:200]
 
+    def _encode(self, body: dict[str, Any]) -> bytes:
+        """``json.dumps(body)``, with the messages before the last (the system prompt and
+        few-shot pairs every request of a run repeats, ~half of its bytes) encoded once."""
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or len(msgs) < 2:
+            return json.dumps(body).encode()
+        try:
+            key = tuple(tuple(m.items()) for m in msgs[:-1])
+            head = self._prefixes.get(key)
+        except (AttributeError, TypeError):  # content parts (lists): not cached
+            return json.dumps(body).encode()
+        if head is None:
+            head = json.dumps(msgs[:-1])[1:-1]
+            if len(self._prefixes) >= 32:
+                self._prefixes.clear()
+            self._prefixes[key] = head
+        rest = json.dumps({k: v for k, v in body.items() if k != "messages"})
+        text = f'{{"messages": [{head}, {json.dumps(msgs[-1])}]'
+        text += f", {rest[1:]}" if len(rest) > 2 else "}"
+        return text.encode()
+
     def _send(self, payload: bytes, headers: dict[str, str]) -> tuple[int, Headers, bytes]:
         """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
         return self._origin.request("POST", self._path, payload, headers,
@@ -270,7 +292,7 @@ class OpenAIChatLLM:
             return self._post(body)
 
     def _post(self, body: dict[str, Any]) -> str:
-        payload = json.dumps(body).encode()
+        payload = self._encode(body)
         headers = self._post_headers
         tries = self.max_retries + 1
         problem = reason = ""  # for the one line: this request's / the breaker's
