@@ -382,3 +382,40 @@ def test_fanout_uses_only_spare_threads() -> None:
     for t in holders:
         t.join()
     fan.close()
+
+
+def test_request_bodies_are_what_json_dumps_writes() -> None:
+    """The client encodes the messages before the last once (the template's system and
+    few-shot turns): every body is still byte for byte ``json.dumps`` of the request, and a
+    real server reads the same request back."""
+    from tests.chat_server import chat_server
+
+    from howtocap.caption.blocks import Block
+    from howtocap.caption.prompt import build_messages
+    from howtocap.llm.base import GenerationConfig
+    from howtocap.llm.openai import OpenAIChatLLM
+
+    llm = OpenAIChatLLM("http://127.0.0.1:9/v1", model="m", api_key_env=None)
+    system = {"role": "system", "content": 'Say "hi"\n\u00e9\u2014\U0001f600'}
+    bodies = [
+        {"messages": [system, {"role": "user", "content": "0s: x"}], "temperature": 0.0},
+        {"messages": [system, {"role": "user", "content": "5s: y \\ z"}], "model": "m"},
+        {"messages": [{"role": "user", "content": "only one"}], "seed": 1},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]},
+                      {"role": "user", "content": "parts before the last: not cached"}]},
+        {"messages": [system, {"role": "assistant", "content": "ok", "name": "n"},
+                      {"role": "user", "content": "3s: z"}]},
+    ]
+    for body in bodies * 2:  # the second time from the cache
+        assert llm._encode(body) == json.dumps(body).encode()
+    tpl = CaptionConfig().resolved_template()
+    a, b = (build_messages(Block(i, 0, 9, f"{i}s: stir"), tpl) for i in (1, 2))
+    assert a[:-1] == b[:-1] and all(x is y for x, y in zip(a[:-1], b[:-1], strict=True))
+    with chat_server(keep_alive=True) as srv:
+        llm = OpenAIChatLLM(srv.url, model="echo", api_key_env=None)
+        gen = GenerationConfig()
+        for msgs in (a, b):
+            llm.chat(msgs, gen)
+        seen = srv.bodies
+        assert [s["messages"] for s in seen] == [a, b]
+        assert all(s["model"] == "echo" and s["temperature"] == 0.0 for s in seen)
