@@ -419,3 +419,45 @@ def test_request_bodies_are_what_json_dumps_writes() -> None:
         seen = srv.bodies
         assert [s["messages"] for s in seen] == [a, b]
         assert all(s["model"] == "echo" and s["temperature"] == 0.0 for s in seen)
+
+
+def test_fanout_leaves_the_pool_alone_while_as_many_threads_as_slots_call_it() -> None:
+    """As many live calling threads as ``workers`` (the runner's video threads) fill the
+    slots themselves: even when some are between requests, their blocks are not handed to
+    the pool; once those threads are gone, a lone caller fans out again."""
+    from howtocap.llm.base import Fanout
+
+    sender: list[str] = []
+    lock = threading.Lock()
+
+    def chat(msgs: list, gen: GenerationConfig) -> str:
+        with lock:
+            sender.append(threading.current_thread().name)
+        return msgs[0]["content"]
+
+    fan = Fanout(4)
+    batch = [[{"role": "user", "content": f"a{i}"}] for i in range(3)]
+    go = threading.Barrier(4)
+    done = threading.Event()
+
+    def video() -> None:
+        go.wait(5)
+        for _ in range(20):
+            assert fan.map(chat, batch, GEN) == ["a0", "a1", "a2"]
+            time.sleep(0.001)  # "parsing": a slot looks spare meanwhile
+        done.wait(5)  # alive until every video thread has finished its calls
+
+    threads = [threading.Thread(target=video, name=f"video{k}") for k in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    done.set()
+    for t in threads:
+        t.join(5)
+    # the first calls may fan out before all 4 threads have called; after that none do
+    late = sender[len(sender) // 4:]
+    assert late and not any(name.startswith("howtocap-llm") for name in late)
+    sender.clear()
+    assert fan.map(chat, batch, GEN) == ["a0", "a1", "a2"]  # the video threads are gone
+    assert sum(name.startswith("howtocap-llm") for name in sender) == 2
+    fan.close()
