@@ -14,7 +14,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.caption.blocks import Block, make_blocks
-from howtocap.caption.chatter import is_chatter
+from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.caption.filler import reject_reasons
 from howtocap.caption.parse import parse_reply
@@ -106,8 +106,9 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     stats.empty += res.n_empty
     stats.duplicates += res.n_duplicates
     out = []
+    check = cfg.drop_chatter and may_hold_chatter(text)
     for c, key in zip(res.captions, res.keys, strict=True):
-        if cfg.drop_chatter and is_chatter(c.text):
+        if check and is_chatter(c.text):
             stats.chatter += 1
         else:
             out.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index,
