@@ -78,6 +78,7 @@ class ChatServer:
         self.fail_when = fail_when
         self.requests = 0
         self.connections = 0  # TCP connections accepted (a kept-alive client opens few)
+        self.bodies: list[dict[str, Any]] = []  # each POST's JSON, as the server read it
         self.lock = threading.Lock()
         server = self
 
@@ -104,6 +105,7 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.requests += 1
+                    server.bodies.append(body)
                 if server.delay:
                     time.sleep(server.delay)
                 if server.status:

@@ -90,3 +90,34 @@ def test_non_ascii_text_goes_to_the_regex_as_before() -> None:
     # U+017F (long s) matches "s" under IGNORECASE: no ASCII word test may skip it
     assert chatter.is_chatter("\u017fubscribe to the channel")
     assert not chatter.is_chatter("Füge das Salz hinzu.")
+
+
+def test_a_reply_without_chatter_words_needs_no_check_per_caption() -> None:
+    """``may_hold_chatter`` answers for a whole reply: whenever a caption parsed from a reply
+    is chatter, the reply was said to may hold it (replies of chatter split by ``**``, extra
+    spaces, tabs, list markers, quotes and trailing timestamps included)."""
+    from howtocap.caption.blocks import Block
+    from howtocap.caption.parse import parse_reply
+
+    rng = random.Random(11)
+    block = Block(0, 0.0, 100.0, "")
+    steps = ["Crack the eggs.", "Stir the pot", "Fold the edge."]
+    seen = 0
+    for pattern in chatter._PATTERNS:
+        for _ in range(60):
+            text = _sample(pattern, rng)
+            if rng.random() < 0.5 and len(text) > 3:  # split a word with ** or spaces
+                k = rng.randrange(1, len(text) - 1)
+                text = text[:k] + rng.choice(["**", "  ", "\t"]) + text[k:]
+            lines = [f"{rng.randint(0, 99)}s: {rng.choice(steps)}" for _ in range(3)]
+            lines.insert(rng.randint(0, 3), rng.choice(["", "- ", "1. ", "* "])
+                         + f"{rng.randint(0, 99)}s: " + rng.choice(['"', ""]) + text
+                         + rng.choice(["", " (12s)", '"']))
+            reply = rng.choice(["Sure!\n", ""]) + "\n".join(lines)
+            caps = parse_reply(reply, block).captions
+            if any(chatter.is_chatter(c.text) for c in caps):
+                seen += 1
+                assert chatter.may_hold_chatter(reply), reply
+    assert seen > 500
+    assert not chatter.may_hold_chatter("0s: Crack the eggs.\n5s: Stir the pot.")
+    assert chatter.may_hold_chatter("0s: Sub\u017fcribe.")  # not ASCII: asked per caption

@@ -22,7 +22,13 @@ from tests.chat_server import ChatServer, chat_server, echo_reply, serving
 
 from howtocap.errors import HowtocapError
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.http import proxy_for
+from howtocap.llm.http import (
+    Origin,
+    ReadTimeout,
+    TransportError,
+    proxy_for,
+    request_bytes,
+)
 from howtocap.llm.openai import OpenAIChatLLM
 
 GEN = GenerationConfig()
@@ -105,21 +111,141 @@ def test_a_connection_closed_while_idle_is_replaced_without_an_outage() -> None:
 def test_head_and_body_leave_in_one_write() -> None:
     """One send a request: http.client's two (head, then body) cost a syscall and a TCP
     segment more on each side."""
-    from howtocap.llm.http import _HTTPConnection
+    data = request_bytes("POST", "/v1/chat/completions", "127.0.0.1:8000",
+                         {"Content-Type": "application/json"}, b'{"messages": []}')
+    assert data.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
+    assert b"\r\nContent-Length: 16\r\n" in data
+    assert data.endswith(b'\r\n\r\n{"messages": []}')
+    assert request_bytes("GET", "/v1/models", "h", {}, None).endswith(b"identity\r\n\r\n")
 
-    sent: list[bytes] = []
 
-    class Sock:
-        def sendall(self, data: bytes) -> None:
-            sent.append(bytes(data))
+class _RawServer:
+    """Reads each request whole, then answers it with the next of ``replies`` (raw bytes,
+    sent in pieces split at ``|``, a pause between them), keeping the connection open."""
 
-    conn = _HTTPConnection("127.0.0.1", 9)
-    conn.sock = Sock()  # type: ignore[assignment]
-    conn.request("POST", "/v1/chat/completions", body=b'{"messages": []}',
-                 headers={"Content-Type": "application/json"})
-    assert len(sent) == 1
-    assert sent[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
-    assert sent[0].endswith(b'\r\n\r\n{"messages": []}')
+    def __init__(self, replies: list[bytes], pause: float = 0.02) -> None:
+        self.replies = list(replies)
+        self.pause = pause
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            buf = b""
+            while self.replies:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(1 << 16)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                size = next((int(ln.split(b":")[1]) for ln in head.split(b"\r\n")
+                             if ln.lower().startswith(b"content-length")), 0)
+                while len(buf) < size:
+                    buf += conn.recv(1 << 16)
+                self.requests.append(head + b"\r\n\r\n" + buf[:size])
+                buf = buf[size:]
+                for k, piece in enumerate(self.replies.pop(0).split(b"|")):
+                    if k:
+                        time.sleep(self.pause)
+                    try:
+                        conn.sendall(piece)
+                    except OSError:  # the client gave up on this reply
+                        return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _origin(url: str, timeout: float = 2.0) -> Origin:
+    return Origin(url + "/v1/chat/completions", timeout=timeout, connect_timeout=2.0,
+                  max_idle=4, env={})
+
+
+def _ask(origin: Origin, **kw: Any) -> tuple[int, str | None, bytes]:
+    status, headers, body = origin.request("POST", "/v1/chat/completions", b"{}",
+                                           {"Content-Type": "application/json"}, **kw)
+    return status, headers.get("x-tag"), body
+
+
+def test_responses_framed_every_way_are_read_whole() -> None:
+    """Content-Length (also split across packets), chunked with extensions and trailers, a
+    1xx interim response, HTTP/1.0 to the end of the connection: each body read whole, and
+    the connection kept only when it can carry another request."""
+    srv = _RawServer([
+        b"HTTP/1.1 200 OK\r\nX-Tag: a\r\nContent-Length: 11\r\n\r\nhello| world",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-tag: b\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhel|lo\r\n6\r\n wor|ld\r\n"
+        b"0\r\nTrailer: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nX-Tag: c\r\n\r\nuntil| the end",
+    ])
+    try:
+        origin = _origin(srv.url)
+        assert _ask(origin) == (200, "a", b"hello world")
+        assert _ask(origin) == (201, "b", b"hello world")
+        assert _ask(origin) == (200, None, b"ok")
+        assert srv.connections == 1  # kept alive through all three
+        assert _ask(origin) == (200, "c", b"until the end")  # then the server closes
+        assert origin._idle == []  # HTTP/1.0 without keep-alive: closed, not kept
+        assert all(r.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+                   and r.endswith(b"\r\n\r\n{}") for r in srv.requests)
+    finally:
+        srv.close()
+
+
+def test_a_body_past_max_bytes_comes_back_empty_and_the_connection_is_dropped() -> None:
+    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100,
+                      b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"40\r\n" + b"y" * 64 + b"\r\n40\r\n" + b"y" * 64 + b"\r\n0\r\n\r\n"])
+    try:
+        origin = _origin(srv.url)
+        assert _ask(origin, max_bytes=50) == (200, None, b"")
+        assert origin._idle == []
+        assert _ask(origin, max_bytes=100) == (200, None, b"")  # 128 bytes in chunks
+        assert srv.connections == 2
+    finally:
+        srv.close()
+
+
+def test_a_stalled_or_cut_response_is_an_error_not_a_hang() -> None:
+    """A reply that stops mid-way past the read timeout is a ReadTimeout (the kernel's
+    SO_RCVTIMEO on plain sockets), one past the whole-reply deadline too, and a connection
+    closed mid-body a TransportError."""
+    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc|defghij"],
+                     pause=1.0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ReadTimeout):
+            _ask(_origin(srv.url, timeout=0.3))
+        assert time.monotonic() - t0 < 0.9
+    finally:
+        srv.close()
+    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab|c|d|e|f|g|h|i|j"],
+                     pause=0.15)
+    try:
+        with pytest.raises(ReadTimeout, match="not complete in time"):
+            _ask(_origin(srv.url, timeout=1.0), deadline=time.monotonic() + 0.5)
+    finally:
+        srv.close()
+    cut = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"])
+    try:
+        with pytest.raises(TransportError, match="closed mid-response"):
+            _ask(_origin(cut.url))
+    finally:
+        cut.close()
 
 
 class _Proxy:

@@ -382,3 +382,82 @@ def test_fanout_uses_only_spare_threads() -> None:
     for t in holders:
         t.join()
     fan.close()
+
+
+def test_request_bodies_are_what_json_dumps_writes() -> None:
+    """The client encodes the messages before the last once (the template's system and
+    few-shot turns): every body is still byte for byte ``json.dumps`` of the request, and a
+    real server reads the same request back."""
+    from tests.chat_server import chat_server
+
+    from howtocap.caption.blocks import Block
+    from howtocap.caption.prompt import build_messages
+    from howtocap.llm.base import GenerationConfig
+    from howtocap.llm.openai import OpenAIChatLLM
+
+    llm = OpenAIChatLLM("http://127.0.0.1:9/v1", model="m", api_key_env=None)
+    system = {"role": "system", "content": 'Say "hi"\n\u00e9\u2014\U0001f600'}
+    bodies = [
+        {"messages": [system, {"role": "user", "content": "0s: x"}], "temperature": 0.0},
+        {"messages": [system, {"role": "user", "content": "5s: y \\ z"}], "model": "m"},
+        {"messages": [{"role": "user", "content": "only one"}], "seed": 1},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]},
+                      {"role": "user", "content": "parts before the last: not cached"}]},
+        {"messages": [system, {"role": "assistant", "content": "ok", "name": "n"},
+                      {"role": "user", "content": "3s: z"}]},
+    ]
+    for body in bodies * 2:  # the second time from the cache
+        assert llm._encode(body) == json.dumps(body).encode()
+    tpl = CaptionConfig().resolved_template()
+    a, b = (build_messages(Block(i, 0, 9, f"{i}s: stir"), tpl) for i in (1, 2))
+    assert a[:-1] == b[:-1] and all(x is y for x, y in zip(a[:-1], b[:-1], strict=True))
+    with chat_server(keep_alive=True) as srv:
+        llm = OpenAIChatLLM(srv.url, model="echo", api_key_env=None)
+        gen = GenerationConfig()
+        for msgs in (a, b):
+            llm.chat(msgs, gen)
+        seen = srv.bodies
+        assert [s["messages"] for s in seen] == [a, b]
+        assert all(s["model"] == "echo" and s["temperature"] == 0.0 for s in seen)
+
+
+def test_fanout_leaves_the_pool_alone_while_as_many_threads_as_slots_call_it() -> None:
+    """As many live calling threads as ``workers`` (the runner's video threads) fill the
+    slots themselves: even when some are between requests, their blocks are not handed to
+    the pool; once those threads are gone, a lone caller fans out again."""
+    from howtocap.llm.base import Fanout
+
+    sender: list[str] = []
+    lock = threading.Lock()
+
+    def chat(msgs: list, gen: GenerationConfig) -> str:
+        with lock:
+            sender.append(threading.current_thread().name)
+        return msgs[0]["content"]
+
+    fan = Fanout(4)
+    batch = [[{"role": "user", "content": f"a{i}"}] for i in range(3)]
+    go = threading.Barrier(4)
+    done = threading.Event()
+
+    def video() -> None:
+        go.wait(5)
+        for _ in range(20):
+            assert fan.map(chat, batch, GEN) == ["a0", "a1", "a2"]
+            time.sleep(0.001)  # "parsing": a slot looks spare meanwhile
+        done.wait(5)  # alive until every video thread has finished its calls
+
+    threads = [threading.Thread(target=video, name=f"video{k}") for k in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    done.set()
+    for t in threads:
+        t.join(5)
+    # the first calls may fan out before all 4 threads have called; after that none do
+    late = sender[len(sender) // 4:]
+    assert late and not any(name.startswith("howtocap-llm") for name in late)
+    sender.clear()
+    assert fan.map(chat, batch, GEN) == ["a0", "a1", "a2"]  # the video threads are gone
+    assert sum(name.startswith("howtocap-llm") for name in sender) == 2
+    fan.close()

@@ -9,8 +9,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,7 +23,7 @@ from howtocap.engine.claims import Owner
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
-from howtocap.engine.stage import VideoInput, run_one
+from howtocap.engine.stage import BaseStage, StageOutput, VideoInput, run_one
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
 
@@ -226,3 +229,69 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
     b = pd.read_parquet(tmp_path / "ray" / "status.parquet")[cols]
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
     assert len(pd.read_parquet(tmp_path / "ray" / "aligned.parquet")) > 0
+
+
+class _Gate(BaseStage):
+    """Each video waits for the test to open the gate; ``boom`` raises a BaseException
+    (not a per-video failure: ``run_one`` lets it through)."""
+
+    name = "gate"
+    writes: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.running = 0
+        self.most = 0
+        self.threads: set[int] = set()
+        self.lock = threading.Lock()
+
+    def process(self, video: VideoInput) -> StageOutput:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.threads.add(threading.get_ident())
+        try:
+            self.gate.wait(5)
+            if video.video_id == "boom":
+                raise KeyboardInterrupt
+            return StageOutput({})
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_local_runner_keeps_2n_in_flight_and_emits_every_result() -> None:
+    stage, taken, got = _Gate(), [], []
+
+    def videos() -> Iterator[VideoInput]:
+        for i in range(40):
+            taken.append(i)
+            yield VideoInput(VideoItem(f"v_{i}", None))
+
+    def emit(res: Any) -> None:
+        got.append(res.video_id)
+
+    t = threading.Thread(target=LocalRunner(4).map, args=(stage, videos(), emit))
+    t.start()
+    time.sleep(0.3)
+    assert len(taken) == 8 and stage.most == 4 and not got  # 2n taken, n running
+    stage.gate.set()
+    t.join(10)
+    assert sorted(got) == sorted(f"v_{i}" for i in range(40)) and len(got) == 40
+    assert len(stage.threads) == 4
+    assert not [th for th in threading.enumerate() if th.name.startswith("howtocap-video")]
+
+
+def test_local_runner_raises_what_escaped_a_worker_and_stops_its_threads() -> None:
+    stage = _Gate()
+    stage.gate.set()
+    items = [VideoInput(VideoItem(v, None)) for v in ("a", "b", "boom", *"cdefghij")]
+    with pytest.raises(KeyboardInterrupt):
+        LocalRunner(3).map(stage, iter(items), lambda res: None)
+    assert not [th for th in threading.enumerate() if th.name.startswith("howtocap-video")]
+    # an emit that raises (a full disk) stops the run the same way
+    with pytest.raises(OSError, match="disk full"):
+        LocalRunner(3).map(stage, iter(items[:2] + items[3:]),
+                           lambda res: (_ for _ in ()).throw(OSError("disk full")))
+    assert not [th for th in threading.enumerate() if th.name.startswith("howtocap-video")]

@@ -14,10 +14,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.caption.blocks import Block, make_blocks
-from howtocap.caption.chatter import is_chatter
+from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.caption.filler import reject_reasons
-from howtocap.caption.parse import norm_text, parse_reply
+from howtocap.caption.parse import parse_reply
 from howtocap.caption.prompt import (
     DEFAULT_TEMPLATE_NAME,
     Template,
@@ -106,11 +106,13 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     stats.empty += res.n_empty
     stats.duplicates += res.n_duplicates
     out = []
-    for c in res.captions:
-        if cfg.drop_chatter and is_chatter(c.text):
+    check = cfg.drop_chatter and may_hold_chatter(text)
+    for c, key in zip(res.captions, res.keys, strict=True):
+        if check and is_chatter(c.text):
             stats.chatter += 1
         else:
-            out.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index})
+            out.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index,
+                        "key": key})
     if out or res.captions:
         return out, ""
     if res.n_out_of_range:
@@ -195,7 +197,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     seen: set[str] = set()
     kept = []
     for r in flat:
-        key = norm_text(str(r["text"]))
+        key = r["key"]  # norm_text(text), from the parser
         if key not in seen:
             seen.add(key)
             kept.append(r)

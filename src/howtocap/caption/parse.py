@@ -58,6 +58,7 @@ class ParsedCaption:
 @dataclass
 class ParseResult:
     captions: list[ParsedCaption] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # each caption's norm_text (dedupe key)
     n_no_timestamp: int = 0  # non-blank lines without any usable timestamp
     n_out_of_range: int = 0  # timestamped sentences outside the block's time range
     n_empty: int = 0  # a timestamp followed by no text
@@ -182,4 +183,5 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
             else:
                 seen.add(key)
                 res.captions.append(ParsedCaption(float(t), float(t) + clip_seconds, text))
+                res.keys.append(key)
     return res

@@ -123,14 +123,21 @@ def resolve_template(template: str | Path | Template | None) -> Template:
 def build_messages(block: Block, template: Template | str | None = None) -> list[dict[str, str]]:
     """Chat messages for one block: optional system, few-shot pairs, then the block."""
     tpl = resolve_template(template)
+    return [*_prefix(tpl), {"role": "user", "content": tpl.render(block.text)}]
+
+
+@functools.lru_cache(maxsize=16)
+def _prefix(tpl: Template) -> tuple[dict[str, str], ...]:
+    """The messages before the block (system, few-shot pairs), rendered once per template:
+    every request of a run shares them (the same objects, so the client encodes them once;
+    nobody may change them)."""
     msgs: list[dict[str, str]] = []
     if tpl.system:
         msgs.append({"role": "system", "content": tpl.system})
     for asr, answer in tpl.examples:
         msgs.append({"role": "user", "content": tpl.render(asr.strip())})
         msgs.append({"role": "assistant", "content": answer.strip()})
-    msgs.append({"role": "user", "content": tpl.render(block.text)})
-    return msgs
+    return tuple(msgs)
 
 
 def template_text(template: str) -> dict[str, Any]:

@@ -127,7 +127,14 @@ class Fanout:
     and costs two hand-offs (submit, result) where the caller could send it next itself; a
     video with many blocks and no other work still fans out across the pool. Pool threads
     only send requests and never wait on the pool, so sharing it cannot deadlock; the
-    client's own limit (its semaphore) still bounds what is in flight.
+    client's own limit (its request slots) still bounds what is in flight.
+
+    Why not also when some callers are between requests: with as many live calling threads
+    as ``workers`` (the local runner's video threads), those threads fill the slots
+    themselves as they come back; handing their requests over only added two thread
+    hand-offs to a third of a text-only run's requests (a video thread parsing a reply left
+    a slot "spare" for a moment). So the pool is used only while fewer threads than
+    ``workers`` call this fanout (a few videos, or a caller of its own).
     """
 
     def __init__(self, workers: int) -> None:
@@ -135,6 +142,7 @@ class Fanout:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._busy = 0  # requests being sent: by callers (one each) and by pool threads
+        self._callers: set[threading.Thread] = set()  # threads that called map (pruned)
 
     def _get(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -155,8 +163,14 @@ class Fanout:
         """Replies (or exceptions) in ``batch``'s order."""
         if self.workers <= 1 or len(batch) <= 1:
             return [_one(chat, m, gen) for m in batch]
+        me = threading.current_thread()
         with self._lock:  # the caller sends one; the pool takes what spare threads there are
+            self._callers.add(me)
             k = max(0, min(len(batch) - 1, self.workers - self._busy - 1))
+            if k and len(self._callers) >= self.workers:  # enough callers, if all alive
+                self._callers = {t for t in self._callers if t.is_alive()}
+                if len(self._callers) >= self.workers:
+                    k = 0
             self._busy += 1 + k
             pool = self._get() if k else None
         try:

@@ -18,6 +18,8 @@ import os
 import select
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
 import urllib.request
@@ -86,27 +88,7 @@ def proxy_for(url: str, env: Mapping[str, str] | None = None) -> str | None:
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
-class _OneSend:
-    """Request head and body in one ``send``: ``http.client`` writes them apart, two
-    syscalls and two TCP segments a request for the server to read (with TCP_NODELAY)."""
-
-    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
-        buffer = getattr(self, "_buffer", None)
-        if not isinstance(message_body, bytes) or encode_chunked or not isinstance(buffer, list):
-            super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
-            return
-        buffer.extend((b"", b""))
-        head = b"\r\n".join(buffer)
-        del buffer[:]
-        self.send(head + message_body)  # type: ignore[attr-defined]
-
-
-class _HTTPConnection(_OneSend, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_OneSend, http.client.HTTPSConnection):
-    pass
+_PEEK = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 def _socket_gone(sock: socket.socket | None) -> bool:
@@ -114,6 +96,12 @@ def _socket_gone(sock: socket.socket | None) -> bool:
     if sock is None:
         return True
     try:
+        if type(sock) is socket.socket and hasattr(socket, "MSG_DONTWAIT"):
+            try:  # one syscall, where a poll object costs three calls and a syscall
+                sock.recv(1, _PEEK)
+            except BlockingIOError:
+                return False  # nothing to read: still open
+            return True  # the server's close (b"") or bytes nobody asked for
         if hasattr(select, "poll"):
             poller = select.poll()
             poller.register(sock, select.POLLIN)
@@ -121,6 +109,172 @@ def _socket_gone(sock: socket.socket | None) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
+
+
+def _set_timeout(sock: Any, seconds: float) -> None:
+    """Each send and receive on ``sock`` ends after ``seconds``. A plain socket stays in
+    blocking mode with the kernel's own timeouts (``SO_RCVTIMEO``/``SO_SNDTIMEO``: a timed
+    out call fails with EAGAIN): Python's ``settimeout`` polls before every call, a second
+    syscall and a second release of the GIL for each send and receive. TLS sockets keep
+    Python's timeouts."""
+    if type(sock) is socket.socket and sys.platform.startswith("linux"):
+        sock.settimeout(None)
+        sec = int(seconds)
+        usec = max(int((seconds - sec) * 1e6), 0 if sec else 1)  # 0 would mean "never"
+        tv = struct.pack("ll", sec, usec)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    else:
+        sock.settimeout(seconds)
+
+
+class _Conn:
+    """One open connection: ``http.client`` made it (TLS, proxy tunnel); requests and
+    responses go straight over its socket."""
+
+    __slots__ = ("http", "sock", "timeout")
+
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self.http = conn
+        self.sock: Any = conn.sock
+        self.timeout: float | None = None  # the timeout its socket has now
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def request_bytes(method: str, target: str, host: str, headers: Mapping[str, str],
+                  body: bytes | None) -> bytes:
+    """One HTTP/1.1 request, head and body in one buffer (one ``send``: ``http.client``
+    writes them apart, two syscalls and two TCP segments for the server to read)."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body or b'')}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + body if body else head
+
+
+MAX_HEAD = 1 << 16  # bytes of a response's status line and headers
+
+
+class _Response:
+    """One HTTP/1.1 response read from a socket: status, headers, body, and whether the
+    connection may carry another request. Content-Length, chunked, or (HTTP/1.0 style) to
+    the end of the connection; 1xx interim responses are skipped."""
+
+    def __init__(self, conn: _Conn, method: str, deadline: float | None,
+                 max_bytes: int | None) -> None:
+        self.recv = conn.sock.recv
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.buf = bytearray()
+        self.got = 0  # bytes received so far
+        self.too_big = False
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > MAX_HEAD:
+                    raise TransportError("response head too long")
+                self._more(first=not self.got)
+                continue
+            head = self.buf[:end].decode("latin-1").split("\r\n")
+            del self.buf[:end + 4]
+            version, _, rest = head[0].partition(" ")
+            code = rest[:3]
+            if not version.startswith("HTTP/1.") or not code.isdigit():
+                raise TransportError(f"not an HTTP/1.x response: {head[0][:80]!r}")
+            self.status = int(code)
+            if not 100 <= self.status < 200:
+                break
+        items = [(k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in head[1:])]
+        self.headers = Headers(items)
+        connection = (self.headers.get("connection") or "").lower()
+        self.will_close = "close" in connection or \
+            (version == "HTTP/1.0" and "keep-alive" not in connection)
+        length = self.headers.get("content-length")
+        try:
+            self.body = self._body(method, length)
+        except _TooBig:
+            self.body, self.will_close, self.too_big = b"", True, True
+        if self.buf:  # bytes past the response: the connection cannot be trusted
+            self.will_close = True
+
+    def _body(self, method: str, length: str | None) -> bytes:
+        if method == "HEAD" or self.status in (204, 304):
+            return b""
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            return self._chunked()
+        if length is not None:
+            try:
+                size = int(length)
+            except ValueError:
+                raise TransportError(f"bad Content-Length {length!r}") from None
+            return self._exactly(size)
+        self.will_close = True  # no length: the body ends with the connection
+        while self._more(first=False, eof_ok=True):
+            self._check_size(len(self.buf))
+        body, self.buf = bytes(self.buf), bytearray()
+        return body
+
+    def _more(self, first: bool, eof_ok: bool = False) -> bool:
+        """Append the next bytes to ``buf`` (False at the end of the connection)."""
+        if not first and self.deadline is not None and time.monotonic() > self.deadline:
+            raise ReadTimeout("reply not complete in time")
+        data = self.recv(CHUNK)  # OSError: the caller's (a timeout included)
+        if not data:
+            if eof_ok:
+                return False
+            raise TransportError("Remote end closed connection without response"
+                                 if not self.got else "connection closed mid-response")
+        self.got += len(data)
+        self.buf += data
+        return True
+
+    def _check_size(self, size: int) -> None:
+        if self.max_bytes is not None and size > self.max_bytes:
+            self.too_big = True
+            raise _TooBig
+
+    def _exactly(self, size: int) -> bytes:
+        self._check_size(size)
+        while len(self.buf) < size:
+            self._more(first=False)
+        body = bytes(self.buf[:size])
+        del self.buf[:size]
+        return body
+
+    def _line(self) -> bytes:
+        while (end := self.buf.find(b"\r\n")) < 0:
+            if len(self.buf) > MAX_HEAD:
+                raise TransportError("chunk size line too long")
+            self._more(first=False)
+        line = bytes(self.buf[:end])
+        del self.buf[:end + 2]
+        return line
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            line = self._line()
+            try:
+                n = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise TransportError(f"bad chunk size {line[:40]!r}") from None
+            if n == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            size += n
+            self._check_size(size)
+            parts.append(self._exactly(n))
+            if self._line():
+                raise TransportError("chunk not followed by CRLF")
+
+
+class _TooBig(Exception):
+    """The response body is larger than the caller takes."""
 
 
 class Origin:
@@ -137,7 +291,7 @@ class Origin:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_idle = max(1, max_idle)
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[_Conn] = []
         self._lock = threading.Lock()
         self._ctx: ssl.SSLContext | None = None
         self.proxy = proxy_for(url, env)
@@ -164,21 +318,23 @@ class Origin:
             self._ctx = ssl_context()
         return self._ctx
 
-    def _new(self) -> http.client.HTTPConnection:
+    def _new(self) -> _Conn:
         conn: http.client.HTTPConnection
         if self.proxy and self.https:  # TLS to the server inside a CONNECT tunnel
-            conn = _HTTPSConnection(*self._proxy_at, timeout=self.connect_timeout,
-                                    context=self._context())
+            conn = http.client.HTTPSConnection(*self._proxy_at, timeout=self.connect_timeout,
+                                               context=self._context())
             conn.set_tunnel(self.host, self.port, headers=self._proxy_headers)
         elif self.proxy:
-            cls = _HTTPSConnection if self._proxy_tls else _HTTPConnection
+            cls = http.client.HTTPSConnection if self._proxy_tls else http.client.HTTPConnection
             kw: dict[str, Any] = {"context": self._context()} if self._proxy_tls else {}
             conn = cls(*self._proxy_at, timeout=self.connect_timeout, **kw)
         elif self.https:
-            conn = _HTTPSConnection(self.host, self.port, timeout=self.connect_timeout,
-                                    context=self._context())
+            conn = http.client.HTTPSConnection(self.host, self.port,
+                                               timeout=self.connect_timeout,
+                                               context=self._context())
         else:
-            conn = _HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+            conn = http.client.HTTPConnection(self.host, self.port,
+                                              timeout=self.connect_timeout)
         try:
             conn.connect()
         except TimeoutError as exc:
@@ -188,9 +344,9 @@ class Origin:
             conn.close()
             raise ConnectError(getattr(exc, "strerror", None) or str(exc)
                                or type(exc).__name__) from None
-        return conn
+        return _Conn(conn)
 
-    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self) -> tuple[_Conn, bool]:
         """A kept connection still open (True), else a new one (False)."""
         while True:
             with self._lock:
@@ -201,7 +357,7 @@ class Origin:
                 return conn, True
             conn.close()
 
-    def _keep(self, conn: http.client.HTTPConnection) -> None:
+    def _keep(self, conn: _Conn) -> None:
         with self._lock:
             if len(self._idle) < self.max_idle:
                 self._idle.append(conn)
@@ -211,50 +367,37 @@ class Origin:
     def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str],
                 deadline: float | None = None, max_bytes: int | None = None,
                 timeout: float | None = None) -> tuple[int, Headers, bytes]:
-        """Status, headers and body of one request. The body is read in chunks; past the
-        monotonic ``deadline`` the read stops with ``ReadTimeout``; past ``max_bytes`` the
-        body is returned empty (and the connection dropped)."""
-        conn, _ = self._take()
+        """Status, headers and body of one request. Past the monotonic ``deadline`` the read
+        stops with ``ReadTimeout``; past ``max_bytes`` the body is returned empty (and the
+        connection dropped)."""
         read_timeout = self.timeout if timeout is None else timeout
         target = f"{'https' if self.https else 'http'}://{self._netloc}{path}" \
             if self._absolute else path
         if self._absolute and self._proxy_headers:
             headers = {**headers, **self._proxy_headers}
+        data = request_bytes(method, target, self._netloc, headers, body)
+        conn, _ = self._take()
         try:
-            if conn.sock is not None:
-                conn.sock.settimeout(read_timeout)
-            conn.timeout = read_timeout
-            conn.request(method, target, body=body, headers=headers)
-            resp = conn.getresponse()
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                chunk = resp.read(CHUNK)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if deadline is not None and time.monotonic() > deadline:
-                    conn.close()
-                    raise ReadTimeout("reply not complete in time")
-                if max_bytes is not None and size > max_bytes:
-                    conn.close()
-                    return resp.status, Headers(resp.getheaders()), b""
-        except TimeoutError:
+            if conn.timeout != read_timeout:
+                _set_timeout(conn.sock, read_timeout)
+                conn.timeout = read_timeout
+            conn.sock.sendall(data)
+            resp = _Response(conn, method, deadline, max_bytes)
+        except (TimeoutError, BlockingIOError):  # BlockingIOError: SO_RCVTIMEO ran out
             conn.close()
             raise ReadTimeout("read timed out") from None
-        except (OSError, http.client.HTTPException) as exc:
+        except OSError as exc:
             conn.close()
             raise TransportError(getattr(exc, "strerror", None) or str(exc)
                                  or type(exc).__name__) from None
         except BaseException:
             conn.close()
             raise
-        if resp.will_close:
+        if resp.will_close:  # also when the body was too big (returned empty)
             conn.close()
         else:
             self._keep(conn)
-        return resp.status, Headers(resp.getheaders()), b"".join(chunks)
+        return resp.status, resp.headers, resp.body
 
     def close(self) -> None:
         """Close every kept connection (a later request opens new ones)."""
