@@ -63,49 +63,23 @@ def test_connections_are_kept_alive() -> None:
         llm.close()
 
 
-class _ClosingServer:
-    """Answers each request as HTTP/1.1 (keep-alive implied), then closes the connection:
-    a server dropping idle connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        self.connections = 0
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                data = conn.recv(1 << 16)
-                head, _, body = data.partition(b"\r\n\r\n")
-                size = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
-                                if ln.lower().startswith(b"content-length")))
-                while len(body) < size:
-                    body += conn.recv(1 << 16)
-                reply = (b'{"choices": [{"message": {"content": "0s: Crack the eggs."}, '
-                         b'"finish_reason": "stop"}]}')
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: " + str(len(reply)).encode() + b"\r\n\r\n"
-                             + reply)
-                time.sleep(0.05)  # then the server drops the idle connection
-
-
 def test_a_connection_closed_while_idle_is_replaced_without_an_outage() -> None:
-    srv = _ClosingServer()
+    """A server dropping idle connections: HTTP/1.1 answers (keep-alive implied), then it
+    closes each connection."""
+    reply = (b'{"choices": [{"message": {"content": "0s: Crack the eggs."}, '
+             b'"finish_reason": "stop"}]}')
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(reply)).encode() + b"\r\n\r\n" + reply)
+    srv = _RawServer([answer] * 3, pause=0.05, per_connection=1)
     try:
-        llm = client(srv.url, max_retries=0)
+        llm = client(srv.url + "/v1", max_retries=0)
         for _ in range(3):
             assert llm.chat(MSG, GEN) == "0s: Crack the eggs."
             time.sleep(0.2)  # the server has closed it by now
         assert srv.connections == 3
         assert llm.stats["outages"] == 0 and llm.stats["attempts"] == 3
     finally:
-        srv.sock.close()
+        srv.close()
 
 
 def test_head_and_body_leave_in_one_write() -> None:
@@ -121,11 +95,14 @@ def test_head_and_body_leave_in_one_write() -> None:
 
 class _RawServer:
     """Reads each request whole, then answers it with the next of ``replies`` (raw bytes,
-    sent in pieces split at ``|``, a pause between them), keeping the connection open."""
+    sent in pieces split at ``|``, a pause between them), keeping the connection open, or
+    closing it a pause after ``per_connection`` answers."""
 
-    def __init__(self, replies: list[bytes], pause: float = 0.02) -> None:
+    def __init__(self, replies: list[bytes], pause: float = 0.02,
+                 per_connection: int = 0) -> None:
         self.replies = list(replies)
         self.pause = pause
+        self.per_connection = per_connection
         self.requests: list[bytes] = []
         self.connections = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -143,7 +120,7 @@ class _RawServer:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            buf = b""
+            buf, answered = b"", 0
             while self.replies:
                 while b"\r\n\r\n" not in buf:
                     data = conn.recv(1 << 16)
@@ -164,6 +141,10 @@ class _RawServer:
                         conn.sendall(piece)
                     except OSError:  # the client gave up on this reply
                         return
+                answered += 1
+                if answered == self.per_connection:
+                    time.sleep(self.pause)  # then the server drops the idle connection
+                    return
 
     def close(self) -> None:
         self.sock.close()
