@@ -52,7 +52,9 @@ ROOT = HERE.parent
 WORK = HERE / "work" / "align_scale"
 OUT = HERE / "results"
 BASE = "9d6059c"  # the last commit before align's overhead was cut
-DIM = 384  # the default encoder's
+DIM = int(os.environ.get("BENCH_ALIGN_DIM", "384"))  # the default encoder's; smaller for 100k
+SMALL_DIM_FROM = 50_000  # runs this large use ``--small-dim`` (the frame cache is 0.33 MB a
+# video at 384-d: 100k videos would be 33 GB of disk), said in the report
 BATCH = 1000  # videos per committed caption batch (the engine's default batch size)
 # BLAS on one thread in both trees: align's products are small (40 captions x 7k clips), and
 # on 2 cores shared with other jobs OpenBLAS's second thread made them ~3x slower (spinning)
@@ -64,13 +66,13 @@ class StubEncoder:
     vectors (so the same text always scores the same in both trees), frames come only from
     the cache, and clips pool as every encoder's default (``window_means``)."""
 
-    name = "stub-384"
-    dim = DIM
     image_size = 224
     pooling = "mean"
 
-    def __init__(self, table_size: int = 4096, seed: int = 7) -> None:
-        v = np.random.default_rng(seed).standard_normal((table_size, DIM))
+    def __init__(self, table_size: int = 4096, seed: int = 7, dim: int = DIM) -> None:
+        self.dim = dim
+        self.name = f"stub-{dim}"
+        v = np.random.default_rng(seed).standard_normal((table_size, dim))
         self._table = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
     @property
@@ -108,7 +110,8 @@ def video_file(folder: Path, i: int) -> Path:
     return folder / f"v{i:06d}.mp4"
 
 
-def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> dict[str, Any]:
+def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0,
+               dim: int = DIM) -> dict[str, Any]:
     """A captioned run of ``n`` videos (the first ``n`` of a fixed sequence, so a smaller run
     is a prefix of a larger one) whose frames are all in ``cache`` (shared between sizes)."""
     from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
@@ -118,10 +121,11 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> 
     from howtocap.schemas import conform
 
     videos.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True)
     (root / "cache").symlink_to(cache, target_is_directory=True)
     rd = RunDir(root)
-    enc = StubEncoder()
+    enc = StubEncoder(dim=dim)
     items = []
     captions = 0
     t0 = time.perf_counter()
@@ -154,7 +158,7 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> 
             captions += k
             fe_path = cache_path(cache, enc.name, content_key(path), 1.0)
             if not fe_path.exists():
-                emb = rng.standard_normal((int(np.ceil(duration)), DIM))
+                emb = rng.standard_normal((int(np.ceil(duration)), dim))
                 emb /= np.linalg.norm(emb, axis=1, keepdims=True)
                 save(fe_path, FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0,
                                               duration=round(duration, 6), partial=False,
@@ -178,7 +182,7 @@ from howtocap.align.run import align_run
 from howtocap.engine.rundir import RunDir
 run, profile = sys.argv[1], sys.argv[2] == "1"
 PARTS = {parts!r}
-enc = StubEncoder()
+enc = StubEncoder(dim=int(sys.argv[3]))
 rd = RunDir(run, create=False)
 prof = cProfile.Profile() if profile else None
 t0 = time.perf_counter()
@@ -230,15 +234,28 @@ def fresh_copy(template: Path, dest: Path) -> None:
 BUDGET_S = 600  # one measured run at most (the machine is shared): longer ones are stopped
 
 
-def child(tree: Path, run: Path, profile: bool) -> dict[str, Any] | None:
-    """One align run in its own process; None when it went over ``BUDGET_S``."""
+def dim_of(n: int, small_dim: int) -> int:
+    """The stub's dimension at ``n`` videos (``small_dim`` from ``SMALL_DIM_FROM`` on)."""
+    return small_dim if n >= SMALL_DIM_FROM else DIM
+
+
+def template_of(n: int, small_dim: int) -> Path:
+    d = dim_of(n, small_dim)
+    return WORK / (f"template-{n}" if d == DIM else f"template-{n}-d{d}")
+
+
+def child(tree: Path, run: Path, profile: bool, dim: int = DIM,
+          budget: float = 0) -> dict[str, Any] | None:
+    """One align run in its own process; None when it went over its budget (``BUDGET_S``
+    per 10k videos)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
     code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
         "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
     try:
-        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
+        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0",
+                              str(dim)],
                              env=env, cwd=ROOT, text=True, capture_output=True, check=False,
-                             timeout=BUDGET_S)
+                             timeout=budget or BUDGET_S)
     except subprocess.TimeoutExpired:
         return None
     if res.returncode:
@@ -310,7 +327,7 @@ def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
     for version, tree in trees.items():
         run = WORK / f"run-{version}"
         fresh_copy(WORK / f"template-{n}", run)
-        done = child(tree, run, profile=True)
+        done = child(tree, run, profile=True, dim=DIM)
         if done is None:
             raise SystemExit(f"the profiled {version} run went over {BUDGET_S} s")
         prof = done["profile"]
@@ -334,14 +351,15 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
             if version == "before" and n > args.before_max:
                 continue
             run = WORK / f"run-{version}"
-            fresh_copy(WORK / f"template-{n}", run)
-            row = child(tree, run, profile=False)
+            fresh_copy(template_of(n, args.small_dim), run)
+            row = child(tree, run, profile=False, dim=dim_of(n, args.small_dim),
+                        budget=BUDGET_S * max(1.0, n / 10_000))
             if row is None:
                 print(f"{version:6s} {n:6,d} videos: over {BUDGET_S} s, stopped", flush=True)
                 continue
             row.pop("profile")
             st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
-            row.update(version=version, videos=n, captions=len(st),
+            row.update(version=version, videos=n, captions=len(st), dim=dim_of(n, args.small_dim),
                        captions_per_s=len(st) / row["wall_s"],
                        ms_per_video=1000 * row["wall_s"] / n)
             rows.append(row)
@@ -456,6 +474,9 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
     ap.add_argument("--before-max", type=int, default=10_000,
                     help="run the base commit only up to this many videos")
+    ap.add_argument("--small-dim", type=int, default=64,
+                    help=f"the stub's dimension for runs of {SMALL_DIM_FROM:,}+ videos")
+    ap.add_argument("--make-only", action="store_true", help="only build the run templates")
     ap.add_argument("--profile-only", action="store_true",
                     help="re-run only the profiles into the existing align_scale.json")
     args = ap.parse_args()
@@ -464,11 +485,14 @@ def main() -> None:
     cache, videos = WORK / "cache", WORK / "videos"
     cache.mkdir(exist_ok=True)
     for n in sorted(args.videos):
-        template = WORK / f"template-{n}"
+        template, dim = template_of(n, args.small_dim), dim_of(n, args.small_dim)
         if not (template / "videos.parquet").exists():
             shutil.rmtree(template, ignore_errors=True)
-            made = synthesize(template, videos, cache, n)
-            print(f"made a run of {n:,} videos: {made}", flush=True)
+            made = synthesize(template, videos, cache if dim == DIM else WORK / f"cache-{dim}",
+                              n, dim=dim)
+            print(f"made a run of {n:,} videos at {dim}-d: {made}", flush=True)
+    if args.make_only:
+        return
     trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
     try:
         if args.profile_only:
