@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from howtocap.align import stream
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import (
     describe_filter,
@@ -25,7 +26,6 @@ from howtocap.align.filter import (
 )
 from howtocap.align.stage import SCORES, AlignStage
 from howtocap.align.stream import (
-    ROWS,
     columns_of,
     fresh_table,
     sorted_by_video,
@@ -127,7 +127,7 @@ def _recorded_fingerprints(rundir: RunDir) -> Iterator[tuple[str, str]]:
 
     path = _inputs_path(rundir)
     if path.exists():
-        for rb in pq.ParquetFile(path).iter_batches(batch_size=ROWS,
+        for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
                                                     columns=["video_id", "fingerprint"]):
             yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
         return
@@ -182,7 +182,7 @@ def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
                     changed.append(vid)
                 ids.append(vid)
                 fps.append(now if now is not None else str(old))
-                if len(ids) >= ROWS:
+                if len(ids) >= stream.ROWS:
                     writer.write_table(pa.table([ids, fps], schema=schema))
                     ids, fps = [], []
             writer.write_table(pa.table([ids, fps], schema=schema))
@@ -211,11 +211,11 @@ class _Captions:
                              f"lacks columns {sorted(need - set(self.columns))}")
         self.ordered = sorted_by_video(self.path)
 
-    def windows(self, columns: Sequence[str] | None = None, rows: int = ROWS
+    def windows(self, columns: Sequence[str] | None = None, rows: int | None = None
                 ) -> Iterator[pd.DataFrame]:
         return video_windows(self.path, columns, rows, ordered=self.ordered)
 
-    def kept(self, columns: Sequence[str] | None = None, rows: int = ROWS
+    def kept(self, columns: Sequence[str] | None = None, rows: int | None = None
              ) -> Iterator[pd.DataFrame]:
         """The kept captions (``kept_captions``), a window at a time."""
         cols = None if columns is None else \
@@ -233,7 +233,7 @@ def _video_items(rundir: RunDir) -> list[VideoItem]:
     out: list[VideoItem] = []
     if not path.exists():
         return out
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=ROWS,
+    for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
                                                 columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
             out.append(VideoItem(vid, Path(vp) if vp else None))
@@ -249,7 +249,7 @@ def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not path.exists():
         return out
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=ROWS,
+    for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
                                                 columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
             if vid in want:
@@ -257,11 +257,13 @@ def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _captioned(rundir: RunDir, items: list[VideoItem], chunk: int = ROWS) -> list[VideoItem]:
+def _captioned(rundir: RunDir, items: list[VideoItem], chunk: int | None = None
+               ) -> list[VideoItem]:
     """The items with something to align: a caption record ``ok``, or (captions brought in
     without status records, a copied table) no subtitles record either; looked up a chunk
     of ids at a time (``newest_of``), not a record per video."""
     out: list[VideoItem] = []
+    chunk = chunk or stream.ROWS
     for lo in range(0, len(items), chunk):
         part = items[lo:lo + chunk]
         ids = [it.video_id for it in part]

@@ -19,7 +19,8 @@ import pandas as pd
 from howtocap.atomic import CorruptFile
 from howtocap.engine.rundir import RunDir
 
-ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in)
+ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in); read at each
+# call, so a test can make windows tiny
 
 
 def fresh_table(rundir: RunDir, table: str) -> Path:
@@ -67,14 +68,14 @@ def columns_of(path: Path) -> list[str]:
     return list(_metadata(path).schema.to_arrow_schema().names)
 
 
-def sorted_by_video(path: Path, rows: int = ROWS) -> bool:
+def sorted_by_video(path: Path, rows: int | None = None) -> bool:
     """Whether the file's ``video_id`` never decreases (and has no nulls): one pass over
     that column, a record batch at a time."""
     import pyarrow.parquet as pq
 
     last: str | None = None
     pf = pq.ParquetFile(path, page_checksum_verification=True)
-    for rb in pf.iter_batches(batch_size=rows, columns=["video_id"]):
+    for rb in pf.iter_batches(batch_size=rows or ROWS, columns=["video_id"]):
         col = rb.column(0)
         if col.null_count:
             return False
@@ -87,7 +88,7 @@ def sorted_by_video(path: Path, rows: int = ROWS) -> bool:
     return True
 
 
-def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int = ROWS,
+def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None,
                   *, ordered: bool | None = None) -> Iterator[pd.DataFrame]:
     """The file's rows as frames of whole videos, in file order (``rows`` at a time, and the
     rest of the last video); the whole file as one frame when it is not sorted by video
@@ -95,6 +96,7 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int = 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rows = rows or ROWS
     if ordered is None:
         ordered = sorted_by_video(path, rows)
     cols = list(columns) if columns is not None else None
@@ -102,6 +104,9 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int = 
         yield pq.read_table(path, columns=cols, page_checksum_verification=True).to_pandas()
         return
     pf = pq.ParquetFile(path, page_checksum_verification=True)
+    if pf.metadata.num_rows == 0:  # no windows: the empty table itself, with its columns
+        yield _pandas(pf.read(columns=cols), pf)
+        return
     carry: pa.Table | None = None
     for rb in pf.iter_batches(batch_size=rows, columns=cols):
         t = pa.Table.from_batches([rb])
