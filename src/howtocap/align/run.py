@@ -123,11 +123,10 @@ def _recorded_fingerprints(rundir: RunDir) -> Iterator[tuple[str, str]]:
     """The fingerprints recorded by earlier runs, in video id order: the Parquet table, a
     record batch at a time, or an older run's ``align_inputs.json`` (read whole, once: this
     run writes the table)."""
-    import pyarrow.parquet as pq
 
     path = _inputs_path(rundir)
     if path.exists():
-        for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
+        for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
                                                     columns=["video_id", "fingerprint"]):
             yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
         return
@@ -227,13 +226,12 @@ class _Captions:
 def _video_items(rundir: RunDir) -> list[VideoItem]:
     """A ``VideoItem`` per row of ``videos.parquet`` (its order), read a batch at a time
     (two columns, no frame of the table)."""
-    import pyarrow.parquet as pq
 
     path = rundir.table_path("videos")
     out: list[VideoItem] = []
     if not path.exists():
         return out
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
+    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
                                                 columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
             out.append(VideoItem(vid, Path(vp) if vp else None))
@@ -242,14 +240,13 @@ def _video_items(rundir: RunDir) -> list[VideoItem]:
 
 def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
     """``video_path`` of these videos (``videos.parquet``, only their rows kept)."""
-    import pyarrow.parquet as pq
 
     path = rundir.table_path("videos")
     want = set(video_ids)
     out: dict[str, Any] = {}
     if not path.exists():
         return out
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=stream.ROWS,
+    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
                                                 columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
             if vid in want:

@@ -21,6 +21,17 @@ from howtocap.engine.rundir import RunDir
 
 ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
+BUFFER = 1 << 16  # bytes of a column chunk read ahead (not the whole chunk)
+
+
+def open_parquet(path: Path) -> Any:
+    """A Parquet file for reading a record batch at a time in bounded memory: without
+    ``pre_buffer`` (pyarrow's default), ``iter_batches`` buffered the file's column chunks as
+    it went: 1.5M rows of scores peaked at 126 MB of Arrow memory, against 35 MB without."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
+                          buffer_size=BUFFER)
 
 
 def fresh_table(rundir: RunDir, table: str) -> Path:
@@ -71,10 +82,9 @@ def columns_of(path: Path) -> list[str]:
 def sorted_by_video(path: Path, rows: int | None = None) -> bool:
     """Whether the file's ``video_id`` never decreases (and has no nulls): one pass over
     that column, a record batch at a time."""
-    import pyarrow.parquet as pq
 
     last: str | None = None
-    pf = pq.ParquetFile(path, page_checksum_verification=True)
+    pf = open_parquet(path)
     for rb in pf.iter_batches(batch_size=rows or ROWS, columns=["video_id"]):
         col = rb.column(0)
         if col.null_count:
@@ -103,7 +113,7 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | 
     if not ordered:
         yield pq.read_table(path, columns=cols, page_checksum_verification=True).to_pandas()
         return
-    pf = pq.ParquetFile(path, page_checksum_verification=True)
+    pf = open_parquet(path)
     if pf.metadata.num_rows == 0:  # no windows: the empty table itself, with its columns
         yield _pandas(pf.read(columns=cols), pf)
         return
