@@ -567,6 +567,16 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
     def g(x: float | None) -> str:
         return "–" if x is None else f"{x:+.1f} MB"
 
+    skipped = [r for r in mem["rows"] if r["version"] == "after" and str(r["videos"])
+               not in mem["before_rss_mb"]]
+    grow = mem["before_growth_per_10k_mb"] or mem["before_growth_per_10k_mb_384d"]
+    if skipped and grow is not None and mem["before_rss_mb"]:
+        n0, rss0 = max((int(k), v) for k, v in mem["before_rss_mb"].items())
+        lines += ["", "Not run: the base commit at " + ", ".join(
+            f"{r['videos']:,} videos (≈{rss0 + grow * (r['videos'] - n0) / 1e4:,.0f} MB at "
+            "its growth per 10k videos, and hours on these shared cores)" for r in skipped)
+            + "."]
+
     lines += ["", f"Growth per 10k videos: after {g(mem['after_growth_per_10k_mb'])} "
               f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
               f"{min(result['videos']):,} → {max(result['videos']):,}); before "
@@ -599,9 +609,18 @@ def main() -> None:
                     help="run only the memory series, its rows and comparisons into FILE")
     ap.add_argument("--memory-from", metavar="FILE",
                     help="take the memory series from a --memory-only run's FILE")
+    ap.add_argument("--add-memory", metavar="FILE",
+                    help="add a --memory-only run's FILE to the existing align_scale.json")
     ap.add_argument("--profile-only", action="store_true",
                     help="re-run only the profiles into the existing align_scale.json")
     args = ap.parse_args()
+    if args.add_memory:  # the memory series measured apart, added to the main results
+        result = json.loads((OUT / "align_scale.json").read_text())
+        got = json.loads(Path(args.add_memory).read_text())
+        result["equal"].update(got["equal"])
+        result["memory"] = finish_memory(args, got["rows"], result["rows"])
+        write_reports(result)
+        return
     sys.path[:0] = [str(ROOT / "src")]
     WORK.mkdir(parents=True, exist_ok=True)
     cache, videos = WORK / "cache", WORK / "videos"
