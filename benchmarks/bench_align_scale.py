@@ -379,7 +379,8 @@ def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: i
 
 def growth(rows: list[dict[str, Any]], version: str) -> float | None:
     """Peak RSS growth per 10k videos between the smallest and largest run of ``version``."""
-    rs = sorted((r for r in rows if r["version"] == version), key=lambda r: r["videos"])
+    rs = sorted((r for r in rows if r["version"] == version and not r.get("partial")),
+                key=lambda r: r["videos"])
     if len(rs) < 2:
         return None
     return round(1e4 * (rs[-1]["rss_mb"] - rs[0]["rss_mb"])
@@ -396,8 +397,12 @@ def memory(args: argparse.Namespace, trees: dict[str, Path], main: list[dict[str
 
 
 def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
-                  main: list[dict[str, Any]]) -> dict[str, Any]:
-    """The memory section from the series' rows and the main (384-d) rows."""
+                  main: list[dict[str, Any]], trace: Sequence[Sequence[float]] = ()
+                  ) -> dict[str, Any]:
+    """The memory section from the series' rows and the main (384-d) rows. A row marked
+    ``partial`` is a run stopped before its end (``videos_done`` scored; ``rss_mb`` the
+    peak so far); ``trace``: ``(videos done, RSS MB)`` samples of such a run, whose slope is
+    the per-video stage's growth."""
     out: dict[str, Any] = {"dim": args.small_dim,
                            "videos": sorted({r["videos"] for r in rows}),
                            "rows": rows, "target_mb": TARGET_MB}
@@ -407,12 +412,23 @@ def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
         out[f"{version}_growth_per_10k_mb"] = growth(rows, version)
         out[f"{version}_growth_per_10k_mb_384d"] = growth(
             [r for r in main if r["videos"] in (min(args.videos), max(args.videos))], version)
-    largest = max((r for r in rows if r["version"] == "after"), key=lambda r: r["videos"],
-                  default=None)
+    if len(trace) >= 2:
+        xs, ys = np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
+        out["trace"] = [list(t) for t in trace]
+        out["after_stage_growth_per_10k_mb"] = round(float(np.polyfit(xs, ys, 1)[0]) * 1e4, 1)
+    largest = max((r for r in rows if r["version"] == "after" and not r.get("partial")),
+                  key=lambda r: r["videos"], default=None)
     if largest is not None and out["after_growth_per_10k_mb"] is not None:
         out["after_largest_mb"] = round(largest["rss_mb"])
         out["after_at_1_2m_mb"] = round(largest["rss_mb"] + max(0.0, out[
             "after_growth_per_10k_mb"]) * (1.2e6 - largest["videos"]) / 1e4)
+    stopped = [r for r in rows if r["version"] == "after" and r.get("partial")]
+    if stopped and "after_stage_growth_per_10k_mb" in out:
+        r = max(stopped, key=lambda r: r["videos_done"])
+        out["after_stopped"] = {"videos": r["videos"], "videos_done": r["videos_done"],
+                                "rss_mb": round(r["rss_mb"])}
+        out["after_stopped_at_1_2m_mb"] = round(r["rss_mb"] + max(0.0, out[
+            "after_stage_growth_per_10k_mb"]) * (1.2e6 - r["videos_done"]) / 1e4)
     return out
 
 
@@ -447,7 +463,14 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
                         "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
                         "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
                         "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
-                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0)}
+                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0),
+                        # CPU seconds: steadier than wall time on shared cores
+                        "before_captions_per_cpu_s": fig(get("before", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_captions_per_cpu_s": fig(get("after", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_cpu_ms_per_video": fig(1000 * get("after", n).get(
+                            "cpu_s", math.nan) / n, 2)}
                for n in args.videos}
     cache = WORK / "cache"
     sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
@@ -560,6 +583,11 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
         b = next((x for x in mem["rows"] if (x["version"], x["videos"]) ==
                   ("before", r["videos"])), None)
         before = f"{b['rss_mb']:.0f} MB" if b else "not run"
+        if r.get("partial"):
+            lines.append(f"| {r['videos']:,} | {r['dim']} | – | {before} | "
+                         f"{r['rss_mb']:.0f} MB so far (stopped at {r['videos_done']:,} "
+                         f"videos scored) | – | – | {r['load_avg']:.1f} |")
+            continue
         lines.append(f"| {r['videos']:,} | {r['dim']} | {r['captions']:,} | {before} | "
                      f"{r['rss_mb']:.0f} MB | {r['captions_per_s']:,.0f} | "
                      f"{r['captions_per_cpu_s']:,.0f} | {r['load_avg']:.1f} |")
@@ -570,13 +598,21 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
     skipped = [r for r in mem["rows"] if r["version"] == "after" and str(r["videos"])
                not in mem["before_rss_mb"]]
     grow = mem["before_growth_per_10k_mb"] or mem["before_growth_per_10k_mb_384d"]
-    if skipped and grow is not None and mem["before_rss_mb"]:
-        n0, rss0 = max((int(k), v) for k, v in mem["before_rss_mb"].items())
+    anchor = {str(r["videos"]): r["rss_mb"] for r in result["rows"] if r["version"] == "before"}
+    if skipped and grow is not None and (mem["before_rss_mb"] or anchor):
+        n0, rss0 = max((int(k), v) for k, v in (mem["before_rss_mb"] or anchor).items())
         lines += ["", "Not run: the base commit at " + ", ".join(
             f"{r['videos']:,} videos (≈{rss0 + grow * (r['videos'] - n0) / 1e4:,.0f} MB at "
             "its growth per 10k videos, and hours on these shared cores)" for r in skipped)
             + "."]
 
+    if "after_stage_growth_per_10k_mb" in mem:
+        t = mem["trace"]
+        lines += ["", f"The stopped run's RSS while it scored ({len(t)} samples of "
+                  f"`/proc/PID/status`, {t[0][0]:,.0f} → {t[-1][0]:,.0f} videos scored, "
+                  f"{t[0][1]:.0f} → {t[-1][1]:.0f} MB): "
+                  f"{mem['after_stage_growth_per_10k_mb']:+.1f} MB per 10k videos "
+                  "(least squares)."]
     lines += ["", f"Growth per 10k videos: after {g(mem['after_growth_per_10k_mb'])} "
               f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
               f"{min(result['videos']):,} → {max(result['videos']):,}); before "
@@ -586,7 +622,13 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
               f"{mem['target_mb']:,} MB at any size."
               + (f" After: {mem['after_largest_mb']:,} MB at {max(mem['videos']):,} videos; "
                  f"at the measured growth, ≈{mem['after_at_1_2m_mb']:,} MB at 1.2M videos "
-                 "(extrapolated, not run)." if "after_at_1_2m_mb" in mem else "")]
+                 "(extrapolated, not run)." if "after_at_1_2m_mb" in mem else "")
+              + (f" The {mem['after_stopped']['videos']:,}-video run, stopped at "
+                 f"{mem['after_stopped']['videos_done']:,} videos scored: "
+                 f"{mem['after_stopped']['rss_mb']:,} MB peak so far; at its per-video "
+                 f"growth ≈{mem['after_stopped_at_1_2m_mb']:,} MB at 1.2M videos "
+                 "(extrapolated from the scoring; the reduce step after it reads windows of "
+                 "whole videos)." if "after_stopped" in mem else "")]
     return lines
 
 
@@ -618,7 +660,8 @@ def main() -> None:
         result = json.loads((OUT / "align_scale.json").read_text())
         got = json.loads(Path(args.add_memory).read_text())
         result["equal"].update(got["equal"])
-        result["memory"] = finish_memory(args, got["rows"], result["rows"])
+        result["memory"] = finish_memory(args, got["rows"], result["rows"],
+                                         got.get("trace", ()))
         write_reports(result)
         return
     sys.path[:0] = [str(ROOT / "src")]
