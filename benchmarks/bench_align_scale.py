@@ -432,6 +432,34 @@ def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
     return out
 
 
+def summarize(rows: list[dict[str, Any]], videos: Sequence[int]) -> dict[str, Any]:
+    """Per size, both versions' figures (captions/s, ms and CPU, peak RSS)."""
+
+    def get(version: str, n: int) -> dict[str, Any]:
+        return next((r for r in rows if (r["version"], r["videos"]) == (version, n)),
+                    {"captions_per_s": math.nan, "ms_per_video": math.nan, "rss_mb": math.nan})
+
+    def fig(x: float, nd: int) -> float | None:
+        return None if math.isnan(x) else round(x, nd)
+
+    return {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
+                        "after_captions_per_s": fig(get("after", n)["captions_per_s"], 0),
+                        "speedup": fig(get("after", n)["captions_per_s"]
+                                       / get("before", n)["captions_per_s"], 2),
+                        "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
+                        "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
+                        "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
+                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0),
+                        # CPU seconds: steadier than wall time on shared cores
+                        "before_captions_per_cpu_s": fig(get("before", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_captions_per_cpu_s": fig(get("after", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_cpu_ms_per_video": fig(1000 * get("after", n).get(
+                            "cpu_s", math.nan) / n, 2)}
+               for n in videos}
+
+
 def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
     """Both versions back to back at every size, the tables compared, then the memory series
     and the profiles."""
@@ -449,29 +477,7 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
     profiles = profile(trees, n0)
     load1 = os.getloadavg()
 
-    def get(version: str, n: int) -> dict[str, Any]:
-        return next((r for r in rows if (r["version"], r["videos"]) == (version, n)),
-                    {"captions_per_s": math.nan, "ms_per_video": math.nan, "rss_mb": math.nan})
-
-    def fig(x: float, nd: int) -> float | None:
-        return None if math.isnan(x) else round(x, nd)
-
-    summary = {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
-                        "after_captions_per_s": fig(get("after", n)["captions_per_s"], 0),
-                        "speedup": fig(get("after", n)["captions_per_s"]
-                                       / get("before", n)["captions_per_s"], 2),
-                        "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
-                        "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
-                        "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
-                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0),
-                        # CPU seconds: steadier than wall time on shared cores
-                        "before_captions_per_cpu_s": fig(get("before", n).get(
-                            "captions_per_cpu_s", math.nan), 0),
-                        "after_captions_per_cpu_s": fig(get("after", n).get(
-                            "captions_per_cpu_s", math.nan), 0),
-                        "after_cpu_ms_per_video": fig(1000 * get("after", n).get(
-                            "cpu_s", math.nan) / n, 2)}
-               for n in args.videos}
+    summary = summarize(rows, args.videos)
     cache = WORK / "cache"
     sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
     files_per_video = len(sizes) / max(args.videos)
@@ -662,6 +668,8 @@ def main() -> None:
         result["equal"].update(got["equal"])
         result["memory"] = finish_memory(args, got["rows"], result["rows"],
                                          got.get("trace", ()))
+        result["summary"] = summarize(result["rows"], result["videos"])
+        result["largest"] = result["summary"][str(max(result["videos"]))]
         write_reports(result)
         return
     sys.path[:0] = [str(ROOT / "src")]
