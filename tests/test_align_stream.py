@@ -245,23 +245,25 @@ def test_threshold_needs_only_the_drawn_videos(made: Path, tmp_path: Path,
         assert _threshold(path, cfg, True) == apply_filter(merged, cfg)[1]
 
 
-def test_old_json_fingerprints_are_read_and_replaced(made: Path, tmp_path: Path) -> None:
+def test_old_json_fingerprints_are_read_then_the_table(made: Path, tmp_path: Path) -> None:
     """A run directory from before keeps its ``align_inputs.json``: its fingerprints still
-    say which videos were re-captioned (those are rescored), then the table replaces it."""
+    say which videos were re-captioned (those are rescored), then the table is read."""
     rd = _copy(made, tmp_path / "run")
     enc = Stub()
     align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
     fps = recorded_fingerprints(rd)
-    assert len(fps) == 24 and not (rd.root / "config" / "align_inputs.json").exists()
+    table = rd.root / "parts" / "fingerprints" / "align_inputs.parquet"
+    assert len(fps) == 24 and table.exists()
+    assert not (rd.root / "config" / "align_inputs.json").exists()
     before = read_aligned(rd)
     # as an older version left it: the JSON dict, one video's captions since changed
     old = {**fps, "v005": "0" * 16}
     (rd.root / "config" / "align_inputs.json").write_text(json.dumps(old))
-    (rd.root / "config" / "align_inputs.parquet").unlink()
+    table.unlink()
     s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
     assert s.done == 1  # v005 alone is rescored
     assert recorded_fingerprints(rd) == fps
-    assert not (rd.root / "config" / "align_inputs.json").exists()
+    assert table.exists()  # read from now on (the old JSON is left as it was)
     pd.testing.assert_frame_equal(read_aligned(rd), before)
 
 

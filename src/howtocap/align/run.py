@@ -41,7 +41,7 @@ from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
 
 STAGE = AlignStage.name
-INPUTS = "align_inputs"  # config/align_inputs.parquet: each video's caption fingerprint
+INPUTS = "align_inputs"  # parts/fingerprints/align_inputs.parquet: each video's captions' hash
 
 Windows = Callable[[], Iterable[pd.DataFrame]]  # a fresh pass over a table, whole videos
 
@@ -116,13 +116,14 @@ def _csv_per_group(captions: pd.DataFrame, cols: list[str]) -> dict[str, str]:
 
 
 def _inputs_path(rundir: RunDir) -> Path:
-    return rundir.root / "config" / f"{INPUTS}.parquet"
+    """Beside the stage's fingerprint (``RunDir`` places it; config/ held the old JSON)."""
+    return rundir.fingerprint_path(STAGE).with_name(f"{INPUTS}.parquet")
 
 
 def _recorded_fingerprints(rundir: RunDir) -> Iterator[tuple[str, str]]:
     """The fingerprints recorded by earlier runs, in video id order: the Parquet table, a
-    record batch at a time, or an older run's ``align_inputs.json`` (read whole, once: this
-    run writes the table)."""
+    record batch at a time, or an older run's ``config/align_inputs.json`` (read whole, once:
+    this run writes the table, which is read from then on)."""
 
     path = _inputs_path(rundir)
     if path.exists():
@@ -160,7 +161,7 @@ def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
 
     The recorded fingerprints and this run's are joined as two id-sorted streams and their
-    union written to ``config/align_inputs.parquet`` a window at a time (the JSON dict of
+    union written to ``align_inputs.parquet`` a window at a time (the JSON dict of
     every video it replaces was read and rewritten whole); the changed videos are forgotten
     before the new table replaces the old, so a kill in between finds them changed again."""
     import pyarrow as pa
@@ -187,8 +188,8 @@ def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
             writer.write_table(pa.table([ids, fps], schema=schema))
         rundir.forget(STAGE, changed)
 
+    _inputs_path(rundir).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(_inputs_path(rundir), write)
-    (rundir.root / "config" / f"{INPUTS}.json").unlink(missing_ok=True)  # the table holds it
 
 
 class _Captions:
