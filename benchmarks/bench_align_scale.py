@@ -23,9 +23,16 @@ copy of the run directory (the cache folder is shared, read only) with the "befo
 two versions run back to back on the same inputs and their ``aligned.parquet`` are compared
 (scores, z and offsets to 1e-6). A third child per version profiles the smallest size
 (cProfile; its wall time is not used). BLAS runs on one thread in every child
-(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S``
-(10 min; the machine is shared) and reported as not run; ``--before-max`` skips the base
-commit above a size.
+(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S`` per
+10k videos (20 min; the machine is shared) and reported as not run; ``--before-max`` skips
+the base commit above a size. CPU seconds are reported beside wall time (other jobs load the
+cores; CPU time is the steadier figure).
+
+The memory series (``--memory-videos``, default 10k and 100k) measures peak RSS at a
+``--small-dim`` stub (64-d: the 384-d frame cache of 100k videos would be 33 GB), the base
+commit only up to ``--memory-before-max``; the report gives the growth per 10k videos and
+issue #22's target (<= 1 GB at any size). ``--memory-only FILE`` runs it alone (it can run
+beside the main series) and ``--add-memory FILE`` adds it to the results.
 """
 
 from __future__ import annotations
