@@ -23,9 +23,16 @@ copy of the run directory (the cache folder is shared, read only) with the "befo
 two versions run back to back on the same inputs and their ``aligned.parquet`` are compared
 (scores, z and offsets to 1e-6). A third child per version profiles the smallest size
 (cProfile; its wall time is not used). BLAS runs on one thread in every child
-(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S``
-(10 min; the machine is shared) and reported as not run; ``--before-max`` skips the base
-commit above a size.
+(``ONE_THREAD``), the same for both trees. A measured run is stopped after ``BUDGET_S`` per
+10k videos (20 min; the machine is shared) and reported as not run; ``--before-max`` skips
+the base commit above a size. CPU seconds are reported beside wall time (other jobs load the
+cores; CPU time is the steadier figure).
+
+The memory series (``--memory-videos``, default 10k and 100k) measures peak RSS at a
+``--small-dim`` stub (64-d: the 384-d frame cache of 100k videos would be 33 GB), the base
+commit only up to ``--memory-before-max``; the report gives the growth per 10k videos and
+issue #22's target (<= 1 GB at any size). ``--memory-only FILE`` runs it alone (it can run
+beside the main series) and ``--add-memory FILE`` adds it to the results.
 """
 
 from __future__ import annotations
@@ -51,8 +58,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "align_scale"
 OUT = HERE / "results"
-BASE = "9d6059c"  # the last commit before align's overhead was cut
-DIM = 384  # the default encoder's
+BASE = "49d531a"  # main before align was streamed (9d6059c: before its overhead was cut)
+DIM = 384  # the default encoder's; the memory series uses ``--small-dim`` (the frame cache is
+# 0.33 MB a video at 384-d: 100k videos would be 33 GB of disk), said in the report
+TARGET_MB = 1000  # issue #22: peak memory flat in the number of videos, <= 1 GB at any size
 BATCH = 1000  # videos per committed caption batch (the engine's default batch size)
 # BLAS on one thread in both trees: align's products are small (40 captions x 7k clips), and
 # on 2 cores shared with other jobs OpenBLAS's second thread made them ~3x slower (spinning)
@@ -64,13 +73,13 @@ class StubEncoder:
     vectors (so the same text always scores the same in both trees), frames come only from
     the cache, and clips pool as every encoder's default (``window_means``)."""
 
-    name = "stub-384"
-    dim = DIM
     image_size = 224
     pooling = "mean"
 
-    def __init__(self, table_size: int = 4096, seed: int = 7) -> None:
-        v = np.random.default_rng(seed).standard_normal((table_size, DIM))
+    def __init__(self, table_size: int = 4096, seed: int = 7, dim: int = DIM) -> None:
+        self.dim = dim
+        self.name = f"stub-{dim}"
+        v = np.random.default_rng(seed).standard_normal((table_size, dim))
         self._table = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
     @property
@@ -108,7 +117,8 @@ def video_file(folder: Path, i: int) -> Path:
     return folder / f"v{i:06d}.mp4"
 
 
-def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> dict[str, Any]:
+def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0,
+               dim: int = DIM) -> dict[str, Any]:
     """A captioned run of ``n`` videos (the first ``n`` of a fixed sequence, so a smaller run
     is a prefix of a larger one) whose frames are all in ``cache`` (shared between sizes)."""
     from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
@@ -118,10 +128,11 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> 
     from howtocap.schemas import conform
 
     videos.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True)
     (root / "cache").symlink_to(cache, target_is_directory=True)
     rd = RunDir(root)
-    enc = StubEncoder()
+    enc = StubEncoder(dim=dim)
     items = []
     captions = 0
     t0 = time.perf_counter()
@@ -154,7 +165,7 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0) -> 
             captions += k
             fe_path = cache_path(cache, enc.name, content_key(path), 1.0)
             if not fe_path.exists():
-                emb = rng.standard_normal((int(np.ceil(duration)), DIM))
+                emb = rng.standard_normal((int(np.ceil(duration)), dim))
                 emb /= np.linalg.norm(emb, axis=1, keepdims=True)
                 save(fe_path, FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0,
                                               duration=round(duration, 6), partial=False,
@@ -178,7 +189,7 @@ from howtocap.align.run import align_run
 from howtocap.engine.rundir import RunDir
 run, profile = sys.argv[1], sys.argv[2] == "1"
 PARTS = {parts!r}
-enc = StubEncoder()
+enc = StubEncoder(dim=int(sys.argv[3]))
 rd = RunDir(run, create=False)
 prof = cProfile.Profile() if profile else None
 t0 = time.perf_counter()
@@ -200,8 +211,9 @@ if prof:
         if name in PARTS:
             named[name] = named.get(name, 0.0) + ct
     top["seconds"] = named
+use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"wall_s": wall, "done": summary.done, "failed": len(summary.failed),
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_mb": use.ru_maxrss / 1024, "cpu_s": use.ru_utime + use.ru_stime,
                   "profile": top}}))
 """
 
@@ -227,18 +239,26 @@ def fresh_copy(template: Path, dest: Path) -> None:
     shutil.copytree(template, dest, symlinks=True)
 
 
-BUDGET_S = 600  # one measured run at most (the machine is shared): longer ones are stopped
+BUDGET_S = 1200  # a measured run of 10k videos at most (the machine is shared; more videos,
+# more time): longer ones are stopped
 
 
-def child(tree: Path, run: Path, profile: bool) -> dict[str, Any] | None:
-    """One align run in its own process; None when it went over ``BUDGET_S``."""
+def template_of(n: int, dim: int = DIM) -> Path:
+    return WORK / (f"template-{n}" if dim == DIM else f"template-{n}-d{dim}")
+
+
+def child(tree: Path, run: Path, profile: bool, dim: int = DIM,
+          budget: float = 0) -> dict[str, Any] | None:
+    """One align run in its own process; None when it went over its budget (``BUDGET_S``
+    per 10k videos)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
     code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
         "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
     try:
-        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0"],
+        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0",
+                              str(dim)],
                              env=env, cwd=ROOT, text=True, capture_output=True, check=False,
-                             timeout=BUDGET_S)
+                             timeout=budget or BUDGET_S)
     except subprocess.TimeoutExpired:
         return None
     if res.returncode:
@@ -272,7 +292,8 @@ def compare(a: Path, b: Path) -> dict[str, Any]:
     return out
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], path: Path,
+         memory_rows: Sequence[dict[str, Any]] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,7 +304,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         rs = sorted((r for r in rows if r["version"] == version), key=lambda r: r["videos"])
         xs = [r["videos"] for r in rs]
         axes[0].plot(xs, [r["captions_per_s"] for r in rs], style, label=version)
-        axes[1].plot(xs, [r["rss_mb"] for r in rs], style, label=version)
+        axes[1].plot(xs, [r["rss_mb"] for r in rs], style, label=f"{version}, {DIM}-d")
+        ms = sorted((r for r in memory_rows if r["version"] == version),
+                    key=lambda r: r["videos"])
+        if ms:
+            axes[1].plot([r["videos"] for r in ms], [r["rss_mb"] for r in ms],
+                         style[0] + ":", label=f"{version}, {ms[0]['dim']}-d")
+    axes[1].axhline(TARGET_MB, color="tab:red", linestyle="--", label="target (#22)")
     for ax, label in zip(axes, ("captions / s (higher is better)", "peak RSS, MB"),
                          strict=True):
         ax.set_xscale("log")
@@ -310,7 +337,7 @@ def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
     for version, tree in trees.items():
         run = WORK / f"run-{version}"
         fresh_copy(WORK / f"template-{n}", run)
-        done = child(tree, run, profile=True)
+        done = child(tree, run, profile=True, dim=DIM)
         if done is None:
             raise SystemExit(f"the profiled {version} run went over {BUDGET_S} s")
         prof = done["profile"]
@@ -322,37 +349,98 @@ def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
     return out
 
 
-def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
-    """Both versions back to back at every size, the tables compared, then the profiles."""
+def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: int,
+           equal: dict[str, Any], key: str = "") -> list[dict[str, Any]]:
+    """Both versions back to back at every size (the base commit up to ``before_max``
+    videos), each run's aligned.parquet compared into ``equal`` (under ``key`` + size)."""
     import pandas as pd
 
-    load0 = os.getloadavg()
     rows: list[dict[str, Any]] = []
-    equal: dict[str, Any] = {}
-    for n in sorted(args.videos):
+    for n in sizes:  # in the order given (the largest first, when it matters most)
         for version, tree in trees.items():  # back to back on the same inputs
-            if version == "before" and n > args.before_max:
+            if version == "before" and n > before_max:
                 continue
-            run = WORK / f"run-{version}"
-            fresh_copy(WORK / f"template-{n}", run)
-            row = child(tree, run, profile=False)
+            run = WORK / (f"run-{version}" if dim == DIM else f"run-{version}-d{dim}")
+            fresh_copy(template_of(n, dim), run)
+            budget = BUDGET_S * max(1.0, n / 10_000)
+            row = child(tree, run, profile=False, dim=dim, budget=budget)
             if row is None:
-                print(f"{version:6s} {n:6,d} videos: over {BUDGET_S} s, stopped", flush=True)
+                print(f"{version:6s} {n:6,d} videos: over {budget:.0f} s, stopped", flush=True)
                 continue
             row.pop("profile")
             st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
-            row.update(version=version, videos=n, captions=len(st),
+            row.update(version=version, videos=n, captions=len(st), dim=dim,
                        captions_per_s=len(st) / row["wall_s"],
-                       ms_per_video=1000 * row["wall_s"] / n)
+                       captions_per_cpu_s=len(st) / row["cpu_s"],
+                       ms_per_video=1000 * row["wall_s"] / n, load_avg=os.getloadavg()[0])
             rows.append(row)
-            print(f"{version:6s} {n:6,d} videos {row['captions_per_s']:8.0f} captions/s "
-                  f"{row['ms_per_video']:6.2f} ms/video {row['rss_mb']:6.0f} MB", flush=True)
+            print(f"{version:6s} {n:6,d} videos {dim}-d {row['captions_per_s']:8.0f} "
+                  f"captions/s {row['captions_per_cpu_s']:8.0f} per CPU s "
+                  f"{row['rss_mb']:6.0f} MB", flush=True)
         if {r["version"] for r in rows if r["videos"] == n} == set(trees):
-            equal[str(n)] = compare(WORK / "run-before", WORK / "run-after")
-            print(f"  aligned.parquet before vs after: {equal[str(n)]}", flush=True)
-    n0 = min(args.videos)
-    profiles = profile(trees, n0)
-    load1 = os.getloadavg()
+            tail = "" if dim == DIM else f"-d{dim}"
+            equal[f"{key}{n}"] = compare(WORK / f"run-before{tail}", WORK / f"run-after{tail}")
+            print(f"  aligned.parquet before vs after: {equal[f'{key}{n}']}", flush=True)
+    return rows
+
+
+def growth(rows: list[dict[str, Any]], version: str) -> float | None:
+    """Peak RSS growth per 10k videos between the smallest and largest run of ``version``."""
+    rs = sorted((r for r in rows if r["version"] == version and not r.get("partial")),
+                key=lambda r: r["videos"])
+    if len(rs) < 2:
+        return None
+    return round(1e4 * (rs[-1]["rss_mb"] - rs[0]["rss_mb"])
+                 / (rs[-1]["videos"] - rs[0]["videos"]), 1)
+
+
+def memory(args: argparse.Namespace, trees: dict[str, Path], main: list[dict[str, Any]],
+           equal: dict[str, Any]) -> dict[str, Any]:
+    """Peak RSS against the number of videos: the main sizes (384-d) and the memory series
+    (``--memory-videos`` at ``--small-dim``), growth per 10k videos, the target."""
+    rows = series(trees, args.memory_videos, args.small_dim, args.memory_before_max, equal,
+                  key=f"d{args.small_dim}-")
+    return finish_memory(args, rows, main)
+
+
+def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
+                  main: list[dict[str, Any]], trace: Sequence[Sequence[float]] = ()
+                  ) -> dict[str, Any]:
+    """The memory section from the series' rows and the main (384-d) rows. A row marked
+    ``partial`` is a run stopped before its end (``videos_done`` scored; ``rss_mb`` the
+    peak so far); ``trace``: ``(videos done, RSS MB)`` samples of such a run, whose slope is
+    the per-video stage's growth."""
+    out: dict[str, Any] = {"dim": args.small_dim,
+                           "videos": sorted({r["videos"] for r in rows}),
+                           "rows": rows, "target_mb": TARGET_MB}
+    for version in ("before", "after"):
+        got = {str(r["videos"]): round(r["rss_mb"]) for r in rows if r["version"] == version}
+        out[f"{version}_rss_mb"] = got
+        out[f"{version}_growth_per_10k_mb"] = growth(rows, version)
+        out[f"{version}_growth_per_10k_mb_384d"] = growth(
+            [r for r in main if r["videos"] in (min(args.videos), max(args.videos))], version)
+    if len(trace) >= 2:
+        xs, ys = np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
+        out["trace"] = [list(t) for t in trace]
+        out["after_stage_growth_per_10k_mb"] = round(float(np.polyfit(xs, ys, 1)[0]) * 1e4, 1)
+    largest = max((r for r in rows if r["version"] == "after" and not r.get("partial")),
+                  key=lambda r: r["videos"], default=None)
+    if largest is not None and out["after_growth_per_10k_mb"] is not None:
+        out["after_largest_mb"] = round(largest["rss_mb"])
+        out["after_at_1_2m_mb"] = round(largest["rss_mb"] + max(0.0, out[
+            "after_growth_per_10k_mb"]) * (1.2e6 - largest["videos"]) / 1e4)
+    stopped = [r for r in rows if r["version"] == "after" and r.get("partial")]
+    if stopped and "after_stage_growth_per_10k_mb" in out:
+        r = max(stopped, key=lambda r: r["videos_done"])
+        out["after_stopped"] = {"videos": r["videos"], "videos_done": r["videos_done"],
+                                "rss_mb": round(r["rss_mb"])}
+        out["after_stopped_at_1_2m_mb"] = round(r["rss_mb"] + max(0.0, out[
+            "after_stage_growth_per_10k_mb"]) * (1.2e6 - r["videos_done"]) / 1e4)
+    return out
+
+
+def summarize(rows: list[dict[str, Any]], videos: Sequence[int]) -> dict[str, Any]:
+    """Per size, both versions' figures (captions/s, ms and CPU, peak RSS)."""
 
     def get(version: str, n: int) -> dict[str, Any]:
         return next((r for r in rows if (r["version"], r["videos"]) == (version, n)),
@@ -361,15 +449,42 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
     def fig(x: float, nd: int) -> float | None:
         return None if math.isnan(x) else round(x, nd)
 
-    summary = {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
+    return {str(n): {"before_captions_per_s": fig(get("before", n)["captions_per_s"], 0),
                         "after_captions_per_s": fig(get("after", n)["captions_per_s"], 0),
                         "speedup": fig(get("after", n)["captions_per_s"]
                                        / get("before", n)["captions_per_s"], 2),
                         "before_ms_per_video": fig(get("before", n)["ms_per_video"], 2),
                         "after_ms_per_video": fig(get("after", n)["ms_per_video"], 2),
                         "before_rss_mb": fig(get("before", n)["rss_mb"], 0),
-                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0)}
-               for n in args.videos}
+                        "after_rss_mb": fig(get("after", n)["rss_mb"], 0),
+                        # CPU seconds: steadier than wall time on shared cores
+                        "before_captions_per_cpu_s": fig(get("before", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_captions_per_cpu_s": fig(get("after", n).get(
+                            "captions_per_cpu_s", math.nan), 0),
+                        "after_cpu_ms_per_video": fig(1000 * get("after", n).get(
+                            "cpu_s", math.nan) / n, 2)}
+               for n in videos}
+
+
+def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    """Both versions back to back at every size, the tables compared, then the memory series
+    and the profiles."""
+    load0 = os.getloadavg()
+    equal: dict[str, Any] = {}
+    rows = series(trees, args.videos, DIM, args.before_max, equal)
+    mem = None
+    if args.memory_from:  # the memory series, measured by a ``--memory-only`` run
+        got = json.loads(Path(args.memory_from).read_text())
+        equal.update(got["equal"])
+        mem = finish_memory(args, got["rows"], rows)
+    elif args.memory_videos:
+        mem = memory(args, trees, rows, equal)
+    n0 = min(args.videos)
+    profiles = profile(trees, n0)
+    load1 = os.getloadavg()
+
+    summary = summarize(rows, args.videos)
     cache = WORK / "cache"
     sizes = [q.stat().st_size for q in cache.rglob("*.npz")]
     files_per_video = len(sizes) / max(args.videos)
@@ -383,6 +498,7 @@ def measure(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
                       "tb_at_1_2m_videos": round(1.2e6 * sum(sizes) / max(1, len(sizes))
                                                  / 1e12, 2)},
             "blas_threads": 1, "before_max": args.before_max, "profile_videos": n0,
+            "memory": mem,
             "profile": profiles,
             "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -395,6 +511,9 @@ def write_reports(result: dict[str, Any]) -> None:
 
     def get(version: str, n: int) -> dict[str, Any]:
         return next(r for r in rows if (r["version"], r["videos"]) == (version, n))
+
+    def cpu(r: dict[str, Any] | None) -> str:
+        return f"{r['captions_per_cpu_s']:,.0f}" if r and "captions_per_cpu_s" in r else "–"
 
     load0, load1 = result["load_avg"]
     lines = ["# align over cached embeddings: our own overhead (issue #22)", "",
@@ -427,6 +546,16 @@ def write_reports(result: dict[str, Any]) -> None:
         lines += ["", f"Not run: the base commit above {result['before_max']:,} videos, or a "
                   f"run stopped at the {BUDGET_S // 60}-minute budget of one measured run on "
                   "this shared machine."]
+    def before_row(n: int) -> dict[str, Any] | None:
+        return next((r for r in rows if (r["version"], r["videos"]) == ("before", n)), None)
+
+    lines += ["", "Captions per CPU second of the align process (steadier than wall time on "
+              "shared cores), before → after: " + "; ".join(
+                  f"{n:,} videos {cpu(before_row(n))} → {cpu(get('after', n))}"
+                  for n in result["videos"]) + "."]
+    mem = result.get("memory")
+    if mem:
+        lines += memory_lines(result, mem)
     c = result["cache"]
     lines += ["", f"The frame cache: {c['files_per_video']:g} file per video and encoder "
               f"({c['bytes_per_video_mb']:.2f} MB at {DIM}-d float16), so "
@@ -445,8 +574,75 @@ def write_reports(result: dict[str, Any]) -> None:
                   f"### Top entries, {version}, by cumulative time", "", "```",
                   *prof[version]["cumulative"], "```", ""]
     (OUT / "align_scale.md").write_text("\n".join(lines))
-    plot(rows, OUT / "align_scale.png")
+    plot(rows, OUT / "align_scale.png", (result.get("memory") or {}).get("rows", ()))
     print("\n".join(lines[:14]))
+
+
+def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
+    """The report's memory section: peak RSS per size, growth per 10k videos, the target."""
+    lines = ["", "## Peak memory against the number of videos", "",
+             "Peak RSS of the whole align process (`ru_maxrss`). The "
+             f"{' and '.join(f'{n:,}' for n in result['videos'])}-video runs above use "
+             f"{DIM}-d frames; the memory series below uses a {mem['dim']}-d stub "
+             f"(frame cache {mem['dim'] * 2 * 450 / 1e3:.0f} KB a video instead of "
+             f"{DIM * 2 * 450 / 1e6:.2f} MB, so 100k videos fit on disk); the dimension "
+             "changes the per-video frames and the reference clip bank, not what grows with "
+             "the run.", "",
+             "| videos | stub dim | captions | before peak RSS | after peak RSS | "
+             "after captions/s | after captions per CPU s | load average |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted((r for r in mem["rows"] if r["version"] == "after"),
+                    key=lambda r: r["videos"]):
+        b = next((x for x in mem["rows"] if (x["version"], x["videos"]) ==
+                  ("before", r["videos"])), None)
+        before = f"{b['rss_mb']:.0f} MB" if b else "not run"
+        if r.get("partial"):
+            lines.append(f"| {r['videos']:,} | {r['dim']} | – | {before} | "
+                         f"{r['rss_mb']:.0f} MB so far (stopped at {r['videos_done']:,} "
+                         f"videos scored) | – | – | {r['load_avg']:.1f} |")
+            continue
+        lines.append(f"| {r['videos']:,} | {r['dim']} | {r['captions']:,} | {before} | "
+                     f"{r['rss_mb']:.0f} MB | {r['captions_per_s']:,.0f} | "
+                     f"{r['captions_per_cpu_s']:,.0f} | {r['load_avg']:.1f} |")
+
+    def g(x: float | None) -> str:
+        return "–" if x is None else f"{x:+.1f} MB"
+
+    skipped = [r for r in mem["rows"] if r["version"] == "after" and str(r["videos"])
+               not in mem["before_rss_mb"]]
+    grow = mem["before_growth_per_10k_mb"] or mem["before_growth_per_10k_mb_384d"]
+    anchor = {str(r["videos"]): r["rss_mb"] for r in result["rows"] if r["version"] == "before"}
+    if skipped and grow is not None and (mem["before_rss_mb"] or anchor):
+        n0, rss0 = max((int(k), v) for k, v in (mem["before_rss_mb"] or anchor).items())
+        lines += ["", "Not run: the base commit at " + ", ".join(
+            f"{r['videos']:,} videos (≈{rss0 + grow * (r['videos'] - n0) / 1e4:,.0f} MB at "
+            "its growth per 10k videos, and hours on these shared cores)" for r in skipped)
+            + "."]
+
+    if "after_stage_growth_per_10k_mb" in mem:
+        t = mem["trace"]
+        lines += ["", f"The stopped run's RSS while it scored ({len(t)} samples of "
+                  f"`/proc/PID/status`, {t[0][0]:,.0f} → {t[-1][0]:,.0f} videos scored, "
+                  f"{t[0][1]:.0f} → {t[-1][1]:.0f} MB): "
+                  f"{mem['after_stage_growth_per_10k_mb']:+.1f} MB per 10k videos "
+                  "(least squares)."]
+    lines += ["", f"Growth per 10k videos: after {g(mem['after_growth_per_10k_mb'])} "
+              f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
+              f"{min(result['videos']):,} → {max(result['videos']):,}); before "
+              f"{g(mem['before_growth_per_10k_mb'])} ({mem['dim']}-d series), "
+              f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d).", "",
+              f"Target (issue #22): peak memory flat in the number of videos, ≤ "
+              f"{mem['target_mb']:,} MB at any size."
+              + (f" After: {mem['after_largest_mb']:,} MB at {max(mem['videos']):,} videos; "
+                 f"at the measured growth, ≈{mem['after_at_1_2m_mb']:,} MB at 1.2M videos "
+                 "(extrapolated, not run)." if "after_at_1_2m_mb" in mem else "")
+              + (f" The {mem['after_stopped']['videos']:,}-video run, stopped at "
+                 f"{mem['after_stopped']['videos_done']:,} videos scored: "
+                 f"{mem['after_stopped']['rss_mb']:,} MB peak so far; at its per-video "
+                 f"growth ≈{mem['after_stopped_at_1_2m_mb']:,} MB at 1.2M videos "
+                 "(extrapolated from the scoring; the reduce step after it reads windows of "
+                 "whole videos)." if "after_stopped" in mem else "")]
+    return lines
 
 
 def main() -> None:
@@ -456,20 +652,55 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep benchmarks/work/align_scale")
     ap.add_argument("--before-max", type=int, default=10_000,
                     help="run the base commit only up to this many videos")
+    ap.add_argument("--memory-videos", type=int, nargs="*", default=[10_000, 100_000],
+                    help="the peak-memory series (after, and before up to "
+                         "--memory-before-max), at --small-dim")
+    ap.add_argument("--small-dim", type=int, default=64,
+                    help="the stub's dimension in the memory series")
+    ap.add_argument("--memory-before-max", type=int, default=10_000,
+                    help="run the base commit in the memory series only up to this size")
+    ap.add_argument("--make-only", action="store_true", help="only build the run templates")
+    ap.add_argument("--memory-only", metavar="FILE",
+                    help="run only the memory series, its rows and comparisons into FILE")
+    ap.add_argument("--memory-from", metavar="FILE",
+                    help="take the memory series from a --memory-only run's FILE")
+    ap.add_argument("--add-memory", metavar="FILE",
+                    help="add a --memory-only run's FILE to the existing align_scale.json")
     ap.add_argument("--profile-only", action="store_true",
                     help="re-run only the profiles into the existing align_scale.json")
     args = ap.parse_args()
+    if args.add_memory:  # the memory series measured apart, added to the main results
+        result = json.loads((OUT / "align_scale.json").read_text())
+        got = json.loads(Path(args.add_memory).read_text())
+        result["equal"].update(got["equal"])
+        result["memory"] = finish_memory(args, got["rows"], result["rows"],
+                                         got.get("trace", ()))
+        result["summary"] = summarize(result["rows"], result["videos"])
+        result["largest"] = result["summary"][str(max(result["videos"]))]
+        write_reports(result)
+        return
     sys.path[:0] = [str(ROOT / "src")]
     WORK.mkdir(parents=True, exist_ok=True)
     cache, videos = WORK / "cache", WORK / "videos"
     cache.mkdir(exist_ok=True)
-    for n in sorted(args.videos):
-        template = WORK / f"template-{n}"
+    for n, dim in sorted({*((n, DIM) for n in args.videos),
+                          *((n, args.small_dim) for n in args.memory_videos)}):
+        template = template_of(n, dim)
         if not (template / "videos.parquet").exists():
             shutil.rmtree(template, ignore_errors=True)
-            made = synthesize(template, videos, cache, n)
-            print(f"made a run of {n:,} videos: {made}", flush=True)
+            made = synthesize(template, videos, cache if dim == DIM else WORK / f"cache-{dim}",
+                              n, dim=dim)
+            print(f"made a run of {n:,} videos at {dim}-d: {made}", flush=True)
+    if args.make_only:
+        return
     trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
+    if args.memory_only:  # the base worktree stays for the main run
+        equal: dict[str, Any] = {}
+        rows = series(trees, args.memory_videos, args.small_dim, args.memory_before_max,
+                      equal, key=f"d{args.small_dim}-")
+        Path(args.memory_only).write_text(json.dumps({"rows": rows, "equal": equal},
+                                                     indent=2) + "\n")
+        return
     try:
         if args.profile_only:
             result = json.loads((OUT / "align_scale.json").read_text())

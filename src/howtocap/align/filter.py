@@ -353,6 +353,13 @@ def choose_threshold(scores: ScoresArg, cfg: AlignConfig,
         pool = np.concatenate([groups[i] for i in pick])
     else:
         pool = np.concatenate(groups)
+    return threshold_of(pool, total, sampled, cfg)
+
+
+def threshold_of(pool: np.ndarray, total: int, sampled: bool, cfg: AlignConfig) -> float:
+    """``choose_threshold``'s estimate from the scores it pools (all of them, or the sampled
+    videos' in any order: only their values count) and ``total`` pairs: shared with the
+    streamed filter (``align.run``), which pools them without holding the table."""
     if len(pool) == 0:
         return -math.inf
     if cfg.keep_top is not None:
@@ -396,11 +403,25 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
 
     Only the default filter (``null_z``) with ``drop_chatter`` drops flagged captions: the
     paper's explicit modes and ``keep_all`` mean exactly what they say."""
+    if len(aligned) == 0:
+        thr = cfg.threshold if cfg.threshold is not None else -math.inf
+    elif filter_mode(cfg) in ("keep_all", "null_z"):
+        thr = -math.inf
+    else:
+        groups = {vid: g.to_numpy(dtype=np.float64)
+                  for vid, g in aligned.groupby("video_id", sort=True)["score"]}
+        thr = choose_threshold(groups, cfg, np.random.default_rng(cfg.seed))
+    return filter_window(aligned, cfg, thr), thr
+
+
+def filter_window(aligned: pd.DataFrame, cfg: AlignConfig, thr: float) -> pd.DataFrame:
+    """``apply_filter``'s per-row part with the threshold already chosen: a row's verdict
+    needs only its own columns and ``thr``, so ``align.run`` filters a window at a time."""
     df = aligned.copy(deep=False)  # copy-on-write: the caller's table is never changed
     df["chatter"] = chatter_flags(df["text"]) if "text" in df else np.zeros(len(df), bool)
     if len(df) == 0:
         df["kept"] = pd.Series(dtype=bool)
-        return df, (cfg.threshold if cfg.threshold is not None else -math.inf)
+        return df
     mode = filter_mode(cfg)
     if mode in ("keep_all", "null_z"):
         keep = np.ones(len(df), dtype=bool)
@@ -409,12 +430,9 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
             if cfg.drop_chatter:
                 keep &= ~df["chatter"].to_numpy(dtype=bool)
         df["kept"] = keep
-        return df, -math.inf
-    groups = {vid: g.to_numpy(dtype=np.float64)
-              for vid, g in df.groupby("video_id", sort=True)["score"]}
-    thr = choose_threshold(groups, cfg, np.random.default_rng(cfg.seed))
+        return df
     df["kept"] = df["score"].to_numpy(dtype=np.float64) >= thr
-    return df, thr
+    return df
 
 
 def filter_counts(filtered: pd.DataFrame, cfg: AlignConfig) -> dict[str, int]:
@@ -444,5 +462,5 @@ def empty_aligned() -> pd.DataFrame:
 
 __all__ = ["DEFAULT_NULL_Z", "align_video", "apply_filter",
            "candidate_windows", "chatter_flags", "choose_threshold", "describe_filter",
-           "empty_aligned", "filter_counts", "filter_mode", "null_z_pass", "offset_grid",
-           "reference_z", "window_scores"]
+           "empty_aligned", "filter_counts", "filter_mode", "filter_window", "null_z_pass",
+           "offset_grid", "reference_z", "threshold_of", "window_scores"]

@@ -89,22 +89,6 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     return _png(fig)
 
 
-def _per_video_plot(df: pd.DataFrame) -> str:
-    frac = df.groupby("video_id")["kept"].mean().sort_values() if len(df) else pd.Series()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    if len(frac) <= 40:
-        ax.barh(range(len(frac)), frac.to_numpy(), color="tab:blue")
-        ax.set_yticks(range(len(frac)), [str(v)[:30] for v in frac.index], fontsize=7)
-        ax.set_xlabel("kept fraction")
-        ax.set_xlim(0, 1)
-    else:
-        ax.hist(frac.to_numpy(), bins=np.linspace(0, 1, 21), color="tab:blue")
-        ax.set_xlabel("kept fraction of a video")
-        ax.set_ylabel("videos")
-    ax.set_title("Kept fraction per video")
-    return _png(fig)
-
-
 def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
                     rule: str | None = None, chatter: int = 0,
                     chatter_only: int = 0) -> dict[str, Any]:
@@ -112,57 +96,184 @@ def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
     dropped because no window within ±T lies inside the video; ``chatter``: captions the
     default filter's text test dropped, ``chatter_only`` of them the null z bar alone would
     have kept)."""
-    n = len(df)
-    kept = int(df["kept"].sum()) if n else 0
-    off = df["offset"].to_numpy(dtype=float) if n else np.zeros(0)
-    partial = int(df.loc[df["partial"], "video_id"].nunique()) if n and "partial" in df else 0
-    return {
-        "videos with captions": int(df["video_id"].nunique()) if n else 0,
-        "caption–clip pairs": n,
-        "kept": kept,
-        "kept fraction": round(kept / n, 4) if n else 0.0,
-        "filter": rule or ("score threshold" if math.isfinite(thr) else "none"),
-        "threshold": round(thr, 6) if math.isfinite(thr) else "none (no score threshold)",
-        "dropped: window outside the video (±T)": outside,
-        "dropped: channel chatter (text test)":
-            f"{chatter} ({chatter_only} of them above the null z bar)" if chatter else 0,
-        "mean score": round(float(df["score"].mean()), 6) if n else float("nan"),
-        "moved (offset ≠ 0)": int((np.abs(off) > 1e-9).sum()),
-        "mean |offset| (s)": round(float(np.abs(off).mean()), 3) if n else 0.0,
-        "videos decoded only partly": partial,
-    }
+    stats = ReportStats()
+    stats.add(df)
+    return stats.numbers(thr, outside, rule, chatter, chatter_only)
+
+
+PLOT_ROWS = 200_000  # rows the plots draw at most: a random sample of them beyond
+LISTED = 20  # dropped captions a section lists
+
+
+class ReportStats:
+    """What the report shows, gathered a window of whole videos at a time (``add``), so a
+    run of millions of captions is never held: its numbers are exact sums and counts; its
+    plots draw every row up to ``PLOT_ROWS`` and a uniform random sample of that many beyond
+    (the report says so), and the per-video plot is an exact histogram."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rows = self.kept = self.videos = self.partial_videos = self.moved = 0
+        self.score_sums: list[float] = []
+        self.score_n = 0
+        self.abs_offset_sums: list[float] = []
+        self.has_null_z = self.has_chatter = False
+        self.fractions: list[tuple[str, float]] = []  # per video, while there are <= 40
+        self.fraction_counts = np.zeros(20, dtype=np.int64)
+        self.frac_edges = np.linspace(0, 1, 21)
+        self._rng = np.random.default_rng(seed)
+        self._sample: pd.DataFrame | None = None  # rows with their random keys
+        self.sampled = False
+        self.outside = 0
+        self.outside_rows: list[pd.DataFrame] = []
+        self.chatter = 0
+        self.chatter_rows: list[pd.DataFrame] = []
+
+    def add(self, df: pd.DataFrame) -> None:
+        """One window of the filtered table (whole videos: per-video counts are exact)."""
+        n = len(df)
+        if not n:
+            return
+        self.rows += n
+        kept = df["kept"].to_numpy(dtype=bool)
+        self.kept += int(kept.sum())
+        self.videos += int(df["video_id"].nunique())
+        if "partial" in df:
+            self.partial_videos += int(df.loc[df["partial"], "video_id"].nunique())
+        score = df["score"].to_numpy(dtype=float)
+        ok = ~np.isnan(score)
+        self.score_sums.append(float(score[ok].sum()))
+        self.score_n += int(ok.sum())
+        off = df["offset"].to_numpy(dtype=float)
+        self.moved += int((np.abs(off) > 1e-9).sum())
+        self.abs_offset_sums.append(float(np.abs(off).sum()))
+        frac = df.groupby("video_id")["kept"].mean()
+        self.fraction_counts += np.histogram(frac.to_numpy(), bins=self.frac_edges)[0]
+        if self.videos <= 40:  # few videos: the plot names each
+            self.fractions += list(zip(frac.index, frac.to_numpy(dtype=float), strict=True))
+        self.has_null_z |= "null_z" in df
+        self.has_chatter |= "chatter" in df
+        if "chatter" in df:
+            drop = df["chatter"].to_numpy(dtype=bool) & ~kept
+            self.chatter += int(drop.sum())
+            self._keep_first(self.chatter_rows, df[drop])
+        cols = [c for c in ("score", "offset", "kept", "null_z", "chatter") if c in df]
+        part = df[cols].assign(_key=self._rng.random(n))
+        self._sample = part if self._sample is None else pd.concat(
+            [self._sample, part], ignore_index=True)
+        if len(self._sample) > PLOT_ROWS:
+            self.sampled = True
+            keys = self._sample["_key"].to_numpy()
+            self._sample = self._sample.iloc[np.sort(np.argpartition(keys, PLOT_ROWS)
+                                                     [:PLOT_ROWS])].reset_index(drop=True)
+
+    def add_outside(self, df: pd.DataFrame) -> None:
+        """Captions the guard dropped (counted, the first ``LISTED`` listed)."""
+        self.outside += len(df)
+        self._keep_first(self.outside_rows, df)
+
+    @staticmethod
+    def _keep_first(into: list[pd.DataFrame], df: pd.DataFrame) -> None:
+        have = sum(len(f) for f in into)
+        if have < LISTED and len(df):
+            into.append(df.head(LISTED - have))
+
+    def plot_rows(self) -> pd.DataFrame:
+        """The rows the plots draw (all of them, or the sample)."""
+        if self._sample is None:
+            return pd.DataFrame({"score": [], "offset": [], "kept": []}).astype(
+                {"kept": bool})
+        return self._sample.drop(columns="_key")
+
+    def listed(self, which: str) -> pd.DataFrame:
+        rows = self.outside_rows if which == "outside" else self.chatter_rows
+        return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+    def numbers(self, thr: float, outside: int = 0, rule: str | None = None,
+                chatter: int = 0, chatter_only: int = 0) -> dict[str, Any]:
+        n, kept = self.rows, self.kept
+        return {
+            "videos with captions": self.videos,
+            "caption–clip pairs": n,
+            "kept": kept,
+            "kept fraction": round(kept / n, 4) if n else 0.0,
+            "filter": rule or ("score threshold" if math.isfinite(thr) else "none"),
+            "threshold": round(thr, 6) if math.isfinite(thr) else "none (no score threshold)",
+            "dropped: window outside the video (±T)": outside,
+            "dropped: channel chatter (text test)":
+                f"{chatter} ({chatter_only} of them above the null z bar)" if chatter else 0,
+            "mean score": (round(math.fsum(self.score_sums) / self.score_n, 6)
+                           if n and self.score_n else float("nan")),
+            "moved (offset ≠ 0)": self.moved,
+            "mean |offset| (s)": round(math.fsum(self.abs_offset_sums) / n, 3) if n else 0.0,
+            "videos decoded only partly": self.partial_videos,
+        }
+
+
+def _per_video_stats_plot(stats: ReportStats) -> str:
+    """``_per_video_plot`` from the gathered per-video fractions (an exact histogram)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    if stats.videos <= 40:
+        frac = pd.Series(dict(stats.fractions), dtype=float).sort_values() \
+            if stats.fractions else pd.Series(dtype=float)
+        ax.barh(range(len(frac)), frac.to_numpy(), color="tab:blue")
+        ax.set_yticks(range(len(frac)), [str(v)[:30] for v in frac.index], fontsize=7)
+        ax.set_xlabel("kept fraction")
+        ax.set_xlim(0, 1)
+    else:
+        edges = stats.frac_edges
+        ax.hist(edges[:-1], bins=edges, weights=stats.fraction_counts, color="tab:blue")
+        ax.set_xlabel("kept fraction of a video")
+        ax.set_ylabel("videos")
+    ax.set_title("Kept fraction per video")
+    return _png(fig)
 
 
 def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[str, Any],
                        path: Path, outside: pd.DataFrame | None = None) -> Path:
     """Write the report; ``config`` is what ``DIR/config/align.json`` records; ``outside``
     the captions the guard dropped (counted, and the first 20 listed)."""
-    outside = outside if outside is not None else pd.DataFrame()
-    nums = summary_numbers(aligned, threshold, len(outside), config.get("filter"),
-                           int(config.get("chatter_dropped", 0)),
-                           int(config.get("chatter_dropped_only_by_text", 0)))
+    stats = ReportStats()
+    stats.add(aligned)
+    if outside is not None:
+        stats.add_outside(outside)
+    return write_report_from(stats, threshold, config, path)
+
+
+def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str, Any],
+                      path: Path) -> Path:
+    """The report from ``stats`` gathered over the filtered table (``finish_align`` streams
+    it; ``write_align_report`` gathers one frame)."""
+    nums = stats.numbers(threshold, stats.outside, config.get("filter"),
+                         int(config.get("chatter_dropped", 0)),
+                         int(config.get("chatter_dropped_only_by_text", 0)))
     rows = _kv_rows(nums)
     cfg_rows = _kv_rows(config)
-    imgs = [("Scores", _score_plot(aligned, threshold)), ("Offsets", _offset_plot(aligned)),
-            ("Per video", _per_video_plot(aligned))]
-    if str(config.get("filter", "")).startswith("default filter") and "null_z" in aligned:
+    plotted = stats.plot_rows()
+    imgs = [("Scores", _score_plot(plotted, threshold)), ("Offsets", _offset_plot(plotted)),
+            ("Per video", _per_video_stats_plot(stats))]
+    if str(config.get("filter", "")).startswith("default filter") and stats.has_null_z:
         bar = config.get("null_z")
-        imgs.append(("Default filter", _null_z_plot(aligned, float(
+        imgs.append(("Default filter", _null_z_plot(plotted, float(
             bar if bar is not None else _default_bar()))))
     dropped = ""
-    if len(outside):
+    if stats.outside:
         dropped = _dropped_table(
-            "window outside the video", outside,
+            "window outside the video", stats.listed("outside"),
             "No clip within ±T of these captions lies inside the (decoded) video, so they were "
-            "not moved further than T but dropped, as the reference does.", with_z=False)
-    if config.get("chatter_dropped") and "chatter" in aligned:
+            "not moved further than T but dropped, as the reference does.", with_z=False,
+            count=stats.outside)
+    if config.get("chatter_dropped") and stats.has_chatter:
         dropped += _dropped_table(
-            "channel chatter", aligned[aligned["chatter"] & ~aligned["kept"]],
+            "channel chatter", stats.listed("chatter"),
             "The default filter also drops captions the LLM stage's chatter patterns flag "
             "(subscribing, sponsors, greetings; column <code>chatter</code>); "
-            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True)
+            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True,
+            count=stats.chatter)
     figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
                    f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
+    sample = (f"<p>The score, offset and null z plots draw a uniform random sample of "
+              f"{len(plotted):,} of the {stats.rows:,} pairs (the numbers above count every "
+              "pair).</p>" if stats.sampled else "")
     doc = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>howtocap: filter &amp; align</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}
@@ -170,7 +281,7 @@ table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;paddi
 text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head>
 <body><h1>Filter &amp; align</h1>
 <h2>Summary</h2><table>{rows}</table>
-{figs}
+{sample}{figs}
 {dropped}
 <h2>Configuration</h2><table>{cfg_rows}</table>
 </body></html>
@@ -184,14 +295,17 @@ def _kv_rows(items: dict) -> str:
                    for k, v in items.items())
 
 
-def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool) -> str:
-    """One section listing (up to 20 of) the captions a rule dropped, so users can audit it."""
+def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool,
+                   count: int | None = None) -> str:
+    """One section listing (up to 20 of) the captions a rule dropped, so users can audit it
+    (``count``: how many it dropped, when ``rows`` holds only the first)."""
     z_head = "<th>null z</th>" if with_z else ""
     cells = "".join(
         f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
         + (f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>" if with_z else "")
         + f"<td>{html.escape(str(r.text))}</td></tr>" for r in rows.head(20).itertuples())
-    return (f"<h2>Dropped: {why} ({len(rows)})</h2><p>{explain}</p><table><tr><th>video</th>"
+    shown = len(rows) if count is None else count
+    return (f"<h2>Dropped: {why} ({shown})</h2><p>{explain}</p><table><tr><th>video</th>"
             f"<th>start (s)</th>{z_head}<th>text</th></tr>{cells}</table>")
 
 

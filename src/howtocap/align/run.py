@@ -8,17 +8,30 @@ everything, and a re-captioned (or re-pointed) video is rescored alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from howtocap.align import stream
 from howtocap.align.config import AlignConfig
-from howtocap.align.filter import apply_filter, describe_filter, empty_aligned, filter_counts
+from howtocap.align.filter import (
+    describe_filter,
+    filter_counts,
+    filter_mode,
+    filter_window,
+    threshold_of,
+)
 from howtocap.align.stage import SCORES, AlignStage
-from howtocap.atomic import atomic_write_parquet
+from howtocap.align.stream import (
+    columns_of,
+    fresh_table,
+    sorted_by_video,
+    video_windows,
+    write_windows,
+)
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -28,14 +41,42 @@ from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
 
 STAGE = AlignStage.name
+INPUTS = "align_inputs"  # parts/fingerprints/align_inputs.parquet: each video's captions' hash
+
+Windows = Callable[[], Iterable[pd.DataFrame]]  # a fresh pass over a table, whole videos
+
+
+def _fingerprint(item: VideoItem, text: str) -> str:
+    return format(hash_text(f"{item.video_path}\n{text}"), "016x")
 
 
 def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
     """Per video, a hash of its captions and video path: what its scores were computed from."""
     cols = [c for c in ("start", "end", "text") if c in captions.columns]
     texts = _csv_per_video(captions, cols)
-    return {it.video_id: format(hash_text(f"{it.video_path}\n{texts.get(it.video_id, '')}"),
-                                "016x") for it in items}
+    return {it.video_id: _fingerprint(it, texts.get(it.video_id, "")) for it in items}
+
+
+def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]
+                        ) -> Iterator[tuple[str, str]]:
+    """``_fingerprints`` of every item, in video id order, from windows of whole videos of
+    the kept captions (in id order): an item whose id is at most the window's largest is
+    hashed with that window's text (its captions are all there, or it has none)."""
+    ids = np.array([it.video_id for it in items], dtype=object)
+    order = np.argsort(ids, kind="stable") if len(ids) else np.zeros(0, dtype=np.int64)
+    p = 0
+    for df in windows:
+        cols = [c for c in ("start", "end", "text") if c in df.columns]
+        texts = _csv_per_video(df, cols)
+        if not texts:
+            continue
+        top = max(texts)
+        while p < len(order) and ids[order[p]] <= top:
+            it = items[order[p]]
+            yield it.video_id, _fingerprint(it, texts.get(it.video_id, ""))
+            p += 1
+    for i in order[p:]:
+        yield items[i].video_id, _fingerprint(items[i], "")
 
 
 def _csv_per_video(captions: pd.DataFrame, cols: list[str],
@@ -74,28 +115,179 @@ def _csv_per_group(captions: pd.DataFrame, cols: list[str]) -> dict[str, str]:
             for vid, g in captions.groupby("video_id", sort=False)}
 
 
-def _forget_changed_videos(rundir: RunDir, captions: pd.DataFrame,
+def _inputs_path(rundir: RunDir) -> Path:
+    """Beside the stage's fingerprint (``RunDir`` places it; config/ held the old JSON)."""
+    return rundir.fingerprint_path(STAGE).with_name(f"{INPUTS}.parquet")
+
+
+def _recorded_fingerprints(rundir: RunDir) -> Iterator[tuple[str, str]]:
+    """The fingerprints recorded by earlier runs, in video id order: the Parquet table, a
+    record batch at a time, or an older run's ``config/align_inputs.json`` (read whole, once:
+    this run writes the table, which is read from then on)."""
+
+    path = _inputs_path(rundir)
+    if path.exists():
+        for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
+                                                    columns=["video_id", "fingerprint"]):
+            yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
+        return
+    yield from sorted((rundir.read_config(INPUTS) or {}).items())
+
+
+def recorded_fingerprints(rundir: RunDir) -> dict[str, str]:
+    """Every video's recorded caption fingerprint, whole (for tests and tools)."""
+    return dict(_recorded_fingerprints(rundir))
+
+
+def _joined(old: Iterator[tuple[str, str]], now: Iterator[tuple[str, str]]
+            ) -> Iterator[tuple[str, str | None, str | None]]:
+    """``(video_id, old, now)`` of two id-sorted streams (None where one lacks the id)."""
+    a, b = next(old, None), next(now, None)
+    while a is not None or b is not None:
+        if b is None or (a is not None and a[0] < b[0]):
+            assert a is not None
+            yield a[0], a[1], None
+            a = next(old, None)
+        elif a is None or b[0] < a[0]:
+            yield b[0], None, b[1]
+            b = next(now, None)
+        else:
+            yield a[0], a[1], b[1]
+            a, b = next(old, None), next(now, None)
+
+
+def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
                            items: Sequence[VideoItem]) -> None:
-    """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again."""
-    now = _fingerprints(captions, items)
-    old = rundir.read_config("align_inputs") or {}
-    rundir.forget(STAGE, [vid for vid, fp in now.items() if vid in old and old[vid] != fp])
-    rundir.write_config("align_inputs", {**old, **now})
+    """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
+
+    The recorded fingerprints and this run's are joined as two id-sorted streams and their
+    union written to ``align_inputs.parquet`` a window at a time (the JSON dict of
+    every video it replaces was read and rewritten whole); the changed videos are forgotten
+    before the new table replaces the old, so a kill in between finds them changed again."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from howtocap.atomic import atomic_write
+
+    schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
+
+    def write(tmp: str) -> None:
+        changed: list[str] = []
+        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as writer:
+            ids: list[str] = []
+            fps: list[str] = []
+            for vid, old, now in _joined(_recorded_fingerprints(rundir),
+                                         _fingerprint_stream(windows, items)):
+                if old is not None and now is not None and old != now:
+                    changed.append(vid)
+                ids.append(vid)
+                fps.append(now if now is not None else str(old))
+                if len(ids) >= stream.ROWS:
+                    writer.write_table(pa.table([ids, fps], schema=schema))
+                    ids, fps = [], []
+            writer.write_table(pa.table([ids, fps], schema=schema))
+        rundir.forget(STAGE, changed)
+
+    _inputs_path(rundir).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(_inputs_path(rundir), write)
 
 
-def _load_inputs(rundir: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
-    has_captions = rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()
-    if not has_captions:
-        raise InputError(rundir.root, "no captions.parquet (run `howtocap caption` first)")
-    if not rundir.table_path("videos").exists():
-        raise InputError(rundir.root, "no videos.parquet (run `howtocap caption` first: it "
-                                      "records which file each video came from)")
-    captions = rundir.read_table("captions")
-    need = {"video_id", "start", "text"}
-    if not need <= set(captions.columns):
-        raise InputError(rundir.table_path("captions"),
-                         f"lacks columns {sorted(need - set(captions.columns))}")
-    return captions, rundir.videos()
+class _Captions:
+    """The run's captions table, fresh and checked, read a window of whole videos at a time:
+    every pass reads it again, the driver never holds it."""
+
+    def __init__(self, rundir: RunDir) -> None:
+        has = rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()
+        if not has:
+            raise InputError(rundir.root, "no captions.parquet (run `howtocap caption` first)")
+        if not rundir.table_path("videos").exists():
+            raise InputError(rundir.root, "no videos.parquet (run `howtocap caption` first: it "
+                                          "records which file each video came from)")
+        self.path = fresh_table(rundir, "captions")
+        self.columns = columns_of(self.path)
+        need = {"video_id", "start", "text"}
+        if not need <= set(self.columns):
+            raise InputError(rundir.table_path("captions"),
+                             f"lacks columns {sorted(need - set(self.columns))}")
+        self.ordered = sorted_by_video(self.path)
+
+    def windows(self, columns: Sequence[str] | None = None, rows: int | None = None
+                ) -> Iterator[pd.DataFrame]:
+        return video_windows(self.path, columns, rows, ordered=self.ordered)
+
+    def kept(self, columns: Sequence[str] | None = None, rows: int | None = None
+             ) -> Iterator[pd.DataFrame]:
+        """The kept captions (``kept_captions``), a window at a time."""
+        cols = None if columns is None else \
+            [c for c in (*columns, "rejected") if c in self.columns]
+        for df in self.windows(cols, rows):
+            yield kept_captions(df)
+
+
+def _video_items(rundir: RunDir) -> list[VideoItem]:
+    """A ``VideoItem`` per row of ``videos.parquet`` (its order), read a batch at a time
+    (two columns, no frame of the table)."""
+
+    path = rundir.table_path("videos")
+    out: list[VideoItem] = []
+    if not path.exists():
+        return out
+    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
+                                                columns=["video_id", "video_path"]):
+        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
+            out.append(VideoItem(vid, Path(vp) if vp else None))
+    return out
+
+
+def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
+    """``video_path`` of these videos (``videos.parquet``, only their rows kept)."""
+
+    path = rundir.table_path("videos")
+    want = set(video_ids)
+    out: dict[str, Any] = {}
+    if not path.exists():
+        return out
+    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
+                                                columns=["video_id", "video_path"]):
+        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
+            if vid in want:
+                out[vid] = vp
+    return out
+
+
+def _captioned(rundir: RunDir, items: list[VideoItem], chunk: int | None = None
+               ) -> list[VideoItem]:
+    """The items with something to align: a caption record ``ok``, or (captions brought in
+    without status records, a copied table) no subtitles record either; looked up a chunk
+    of ids at a time (``newest_of``), not a record per video."""
+    out: list[VideoItem] = []
+    chunk = chunk or stream.ROWS
+    for lo in range(0, len(items), chunk):
+        part = items[lo:lo + chunk]
+        ids = [it.video_id for it in part]
+        cap = rundir.newest_of("caption", ids, ("status",))
+        sub = rundir.newest_of("subtitles", ids, ())
+        for p, it in enumerate(part):
+            if (cap["status"][p] == "ok") if cap["found"][p] else not sub["found"][p]:
+                out.append(it)
+    return out
+
+
+def _unknown_ids(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]) -> list[str]:
+    """Video ids of the (kept) captions that ``items`` do not list, sorted."""
+    known = np.sort(np.array([it.video_id for it in items], dtype=object))
+    out: set[str] = set()
+    for df in windows:
+        ids = np.asarray(pd.unique(df["video_id"]), dtype=object)
+        if not len(ids):
+            continue
+        hit = np.zeros(len(ids), dtype=bool)
+        if len(known):
+            at = np.searchsorted(known, ids)
+            ok = at < len(known)
+            hit[ok] = known[at[ok]] == ids[ok]
+        out.update(ids[~hit].tolist())
+    return sorted(out)
 
 
 def read_aligned(rundir: RunDir) -> pd.DataFrame:
@@ -107,35 +299,102 @@ def read_aligned(rundir: RunDir) -> pd.DataFrame:
 
 
 def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
-                 *, report: bool = True) -> tuple[pd.DataFrame, float]:
+                 *, report: bool = True, table: bool = True
+                 ) -> tuple[pd.DataFrame | None, float]:
     """The reduce step: merge the per-video scores, apply the global filter, write
-    aligned.parquet + report + config."""
-    merged = rundir.merge(SCORES)
-    if len(merged.columns) == 0:
-        merged = empty_aligned()
-    merged = conform(merged, "aligned")
-    # The guard's drops: captions with no window inside the video within ±T (not moved, not
-    # scored). Like the reference they leave the table; they are counted and listed.
-    out_mask = merged.pop("outside").fillna(False).to_numpy(dtype=bool) \
-        if "outside" in merged else np.zeros(len(merged), dtype=bool)
-    outside = merged[out_mask].reset_index(drop=True)
-    merged = merged[~out_mask].reset_index(drop=True)
-    # The text chatter test runs here, on the merged captions, not in the per-video stage:
-    # it is part of the filter, so switching it (``--keep-chatter``) re-filters old scores.
-    aligned, thr = apply_filter(merged, cfg)
-    atomic_write_parquet(aligned, rundir.table_path("aligned"))
+    aligned.parquet + report + config; returns aligned.parquet read back (None unless
+    ``table``: ``align_run`` does not look at it) and the threshold.
+
+    Streamed, so its memory is a window and not the run: the scores are merged by
+    ``merge_streaming``, an explicit mode's threshold chosen in a first pass over the score
+    column (``_threshold``), and each window of whole videos filtered, written as a row
+    group of aligned.parquet and added to the report's sums. The rows are the whole-table
+    ``apply_filter``'s, row for row."""
+    from howtocap.align.report import ReportStats, write_report_from
+
+    rundir.merge_streaming(SCORES)
+    path = rundir.table_path(SCORES)
+    ordered = sorted_by_video(path)
+    thr = _threshold(path, cfg, ordered)
+    stats = ReportStats()
+    counts = {"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    n = {"kept": 0, "outside": 0}
+
+    def filtered() -> Iterator[pd.DataFrame]:
+        for window in video_windows(path, ordered=ordered):
+            merged = conform(window, "aligned")
+            # The guard's drops: captions with no window inside the video within ±T (not
+            # moved, not scored). Like the reference they leave the table; they are counted
+            # and listed.
+            out_mask = merged.pop("outside").fillna(False).to_numpy(dtype=bool) \
+                if "outside" in merged else np.zeros(len(merged), dtype=bool)
+            outside = merged[out_mask].reset_index(drop=True)
+            merged = merged[~out_mask].reset_index(drop=True)
+            n["outside"] += len(outside)
+            # The text chatter test runs here, on the merged captions, not in the per-video
+            # stage: it is part of the filter, so switching it (``--keep-chatter``)
+            # re-filters old scores.
+            aligned = filter_window(merged, cfg, thr)
+            n["kept"] += int(aligned["kept"].sum())
+            for k, v in filter_counts(aligned, cfg).items():
+                counts[k] += v
+            if report:
+                stats.add_outside(outside)
+                stats.add(aligned)
+            yield aligned
+
+    pairs = write_windows(rundir.table_path("aligned"), filtered())
     config = {**cfg.model_dump(), "encoders": list(encoder_names),
               "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
               "filter": describe_filter(cfg, thr),
-              "kept": int(aligned["kept"].sum()), "pairs": len(aligned),
-              "outside_video": len(outside), **filter_counts(aligned, cfg)}
+              "kept": n["kept"], "pairs": pairs, "outside_video": n["outside"], **counts}
     rundir.write_config(STAGE, config)
     if report:
-        from howtocap.align.report import write_align_report
+        write_report_from(stats, thr, config, rundir.root / "align_report.html")
+    return (read_aligned(rundir) if table else None), thr
 
-        write_align_report(aligned, thr, config, rundir.root / "align_report.html",
-                           outside=outside)
-    return aligned, thr
+
+def _threshold(path: Path, cfg: AlignConfig, ordered: bool) -> float:
+    """``apply_filter``'s threshold over the merged scores, without holding them: the
+    per-video groups (in id order, as its ``groupby`` ranks them) counted in a first pass
+    over the score column, ``choose_threshold``'s draw among them (the same rng call on the
+    same count), and a second pass for the drawn videos' scores. Only ``sample_videos`` 0
+    (every score, exactly) or a run of at most ``sample_videos`` videos pools them all."""
+    if filter_mode(cfg) in ("keep_all", "null_z"):
+        return -np.inf
+    if cfg.threshold is not None:
+        return float(cfg.threshold)
+    cols = [c for c in ("video_id", "score", "outside") if c in columns_of(path)]
+
+    def groups() -> Iterator[list[np.ndarray]]:
+        for w in video_windows(path, cols, ordered=ordered):
+            if "outside" in w:
+                w = w[~w["outside"].fillna(False).to_numpy(dtype=bool)]
+            yield [g.to_numpy(dtype=np.float64)
+                   for _, g in w.groupby("video_id", sort=True)["score"]]
+
+    n_groups = total = 0
+    pool: list[np.ndarray] | None = []
+    for gs in groups():
+        n_groups += len(gs)
+        total += sum(len(g) for g in gs)
+        if pool is not None:
+            pool += gs
+            if 0 < cfg.sample_videos < n_groups:
+                pool = None  # it will be a sample, drawn below
+    if total == 0:
+        return -np.inf
+    sampled = 0 < cfg.sample_videos < n_groups
+    if sampled:
+        rng = np.random.default_rng(cfg.seed)
+        pick = np.sort(rng.choice(n_groups, size=cfg.sample_videos, replace=False))
+        pool, rank = [], 0
+        for gs in groups():
+            lo, hi = np.searchsorted(pick, [rank, rank + len(gs)])
+            pool += [gs[int(i) - rank] for i in pick[lo:hi]]
+            rank += len(gs)
+    assert pool is not None
+    return threshold_of(np.concatenate(pool) if pool else np.zeros(0), total, sampled, cfg)
 
 
 REFERENCE = "align_reference"
@@ -154,23 +413,44 @@ def recorded_reference(rundir: RunDir, cfg: AlignConfig) -> Reference:
             [str(v) for v in old.get("clip_videos", [])])
 
 
-def draw_reference(rundir: RunDir, captions: pd.DataFrame, videos: pd.DataFrame,
+def _caption_pool(df: pd.DataFrame) -> pd.DataFrame:
+    """The distinct ``(video_id, text)`` of a window of whole videos, sorted: the window's
+    stretch of the whole run's sorted pool."""
+    pool = df[["video_id", "text"]].astype(str).drop_duplicates()
+    return pool.sort_values(["video_id", "text"]).reset_index(drop=True)
+
+
+def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], list[str]],
                    cfg: AlignConfig, *, redo: bool = False) -> Reference:
     """The default filter's references: ``reference_captions`` random captions of the run and
     the clips of ``reference_videos`` random videos, drawn once and recorded, so that later
     runs (more videos, a resumed run) score against the same ones and keep their results;
-    ``redo`` or new settings draw again."""
+    ``redo`` or new settings draw again.
+
+    ``windows()`` is a pass over every caption (rejected ones too), windows of whole videos
+    in id order; ``clip_files()`` the videos with a file, sorted. Two passes draw what one
+    sorted pool of the whole table drew: the first counts the distinct ``(video_id, text)``,
+    the rng picks among that count (the same calls), the second takes the picked rows."""
     old = recorded_reference(rundir, cfg)
     if (len(old[0]) or old[1]) and rundir.has_results(STAGE) and not redo:
         return old
     rng = np.random.default_rng(cfg.seed)
-    pool = captions[["video_id", "text"]].astype(str).drop_duplicates()
-    pool = pool.sort_values(["video_id", "text"]).reset_index(drop=True)
-    pick = np.sort(rng.choice(len(pool), size=min(cfg.reference_captions, len(pool)),
-                              replace=False))
-    ref = pool.iloc[pick].reset_index(drop=True)
-    files = sorted(str(r.video_id) for r in videos.itertuples()
-                   if r.video_path and Path(r.video_path).is_file())
+    size = sum(len(_caption_pool(df)) for df in windows())
+    pick = np.sort(rng.choice(size, size=min(cfg.reference_captions, size), replace=False))
+    rows: list[pd.DataFrame] = []
+    at = taken = 0
+    for df in windows():
+        if taken >= len(pick):
+            break
+        pool = _caption_pool(df)
+        lo, hi = np.searchsorted(pick, [at, at + len(pool)])
+        if hi > lo:
+            rows.append(pool.iloc[pick[lo:hi] - at])
+            taken += int(hi - lo)
+        at += len(pool)
+    ref = pd.concat(rows, ignore_index=True) if rows else \
+        pd.DataFrame(columns=["video_id", "text"])
+    files = clip_files()
     chosen = [files[i] for i in np.sort(rng.choice(
         len(files), size=min(cfg.reference_videos, len(files)), replace=False))]
     rundir.write_config(REFERENCE, {"size": cfg.reference_captions,
@@ -179,17 +459,26 @@ def draw_reference(rundir: RunDir, captions: pd.DataFrame, videos: pd.DataFrame,
     return ref, chosen
 
 
+def _clip_files(items: Sequence[VideoItem]) -> list[str]:
+    """The videos whose file is there, sorted (``draw_reference``'s clip candidates)."""
+    return sorted(str(it.video_id) for it in items
+                  if it.video_path is not None and it.video_path.is_file())
+
+
 def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
-              cfg: AlignConfig) -> tuple[list[np.ndarray], list[str]] | None:
+              cfg: AlignConfig, paths: Mapping[str, Any] | None = None
+              ) -> tuple[list[np.ndarray], list[str]] | None:
     """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos, per encoder,
     pooled as alignment pools them; from the frame cache the stage fills and reuses. A video
-    that does not decode is left out (the stage reports it)."""
+    that does not decode is left out (the stage reports it). ``paths``: the reference
+    videos' files (else looked up in ``videos.parquet``, those rows only)."""
     from howtocap.encoders.cache import frame_embeddings_multi
     from howtocap.encoders.windows import rows_covering
 
     if not clip_videos or not models:
         return None
-    paths = rundir.videos().set_index("video_id")["video_path"].to_dict()
+    if paths is None:
+        paths = _video_paths(rundir, clip_videos)
     banks: list[list[np.ndarray]] = [[] for _ in models]
     owners: list[str] = []
     for vid in clip_videos:
@@ -259,13 +548,18 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
     names_in = list(encoder_names) or ["default"]
     from_names = encoders is None
-    captions, videos = _load_inputs(rundir)
+    # The captions are read a window of whole videos at a time, in passes (the stage reads
+    # each video's rows itself): the whole table was ~340 MB at 10k videos.
+    captions = _Captions(rundir)
+    items = _video_items(rundir)
     # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
     # too: they are "other captions" all the same, and so the rejection never changes which
     # of the other captions the filter keeps. Rejected captions themselves are not aligned:
     # not scored, not in aligned.parquet (they stay in captions.parquet with their reason).
-    reference = draw_reference(rundir, captions, videos, cfg, redo=redo)
-    captions = kept_captions(captions)
+    reference = draw_reference(rundir, lambda: captions.windows(["video_id", "text"]),
+                               lambda: _clip_files(items), cfg, redo=redo)
+    want = set(reference[1])
+    clip_paths = {it.video_id: it.video_path for it in items if it.video_id in want}
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
@@ -278,22 +572,12 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
     key = cfg.scoring_key(names)
     rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
-    known = set(videos["video_id"])
-    items = [VideoItem(r.video_id, Path(r.video_path) if r.video_path else None)
-             for r in videos.itertuples()]
-    items += [VideoItem(v, None) for v in sorted(set(captions["video_id"]) - known)]
+    items += [VideoItem(v, None) for v in _unknown_ids(captions.kept(["video_id"]), items)]
     # A video whose subtitles or captioning failed has nothing to align: leave it out (its
     # error is already in the status table) instead of recording an empty "ok". Captions
     # brought in without status records (a copied table) are aligned.
-    def captioned(vid: str) -> bool:
-        st = rundir.status("caption", vid)
-        return st.status == "ok" if st is not None else rundir.status("subtitles", vid) is None
-
-    items = [it for it in items if captioned(it.video_id)]
-    _forget_changed_videos(rundir, captions, items)
-    # the whole table is not needed again (the stage reads each video's rows): ~340 MB at
-    # 10k videos that were held through scoring and the reduce step, the run's peak
-    del captions
+    items = _captioned(rundir, items)
+    _forget_changed_videos(rundir, captions.kept(), items)
     if cfg.within_shot and not shots_ready:  # a run without shots computes them first
         ensure_shots(rundir, items, runner=runner, progress=progress, shard=shard)
     clips = None
@@ -301,17 +585,17 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
         from howtocap.encoders import create
 
         clips = clip_bank(rundir, reference[1], encoders if encoders is not None
-                          else [create(n, device=device) for n in names_in], cfg)
+                          else [create(n, device=device) for n in names_in], cfg, clip_paths)
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference, clips=clips)
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
     summary = run_stage(rundir, items, stage, **opts)
     if shard is None:  # the filter is global: it needs every shard's scores
-        finish_align(rundir, cfg, names)
+        finish_align(rundir, cfg, names, table=False)
         if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
             rundir.corrupted.clear()
             summary.absorb(run_stage(rundir, items, stage, **opts))
-            finish_align(rundir, cfg, names)
+            finish_align(rundir, cfg, names, table=False)
     rundir.write_status_table()
     return summary

@@ -1,0 +1,182 @@
+"""Reading a merged table a window of whole videos at a time, so align's driver holds a
+window and not the run (issue #22: 48M captions at HowTo100M).
+
+Merged tables (``engine.merge``) are sorted by video id, so a window of row groups cut at a
+video boundary holds whole videos, in the order a sort of the whole table gives. A table that
+is not sorted that way (one copied in by hand) is read whole, as one window: what align did
+before, so its results stay the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from howtocap.atomic import CorruptFile
+from howtocap.engine.rundir import RunDir
+
+ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in); read at each
+# call, so a test can make windows tiny
+BUFFER = 1 << 16  # bytes of a column chunk read ahead (not the whole chunk)
+
+
+def open_parquet(path: Path) -> Any:
+    """A Parquet file for reading a record batch at a time in bounded memory: without
+    ``pre_buffer`` (pyarrow's default), ``iter_batches`` buffered the file's column chunks as
+    it went: 1.5M rows of scores peaked at 126 MB of Arrow memory, against 35 MB without."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
+                          buffer_size=BUFFER)
+
+
+def fresh_table(rundir: RunDir, table: str) -> Path:
+    """``DIR/<table>.parquet`` up to date with its parts (``RunDir.read_table``'s test),
+    merged with ``merge_streaming`` when it is not: the table is never held whole."""
+    path, parts = rundir.table_path(table), rundir.part_dir(table)
+    if path.exists() and (not parts.exists() or path.stat().st_mtime_ns >= _newest(rundir,
+                                                                                     table)):
+        try:
+            _metadata(path)
+            return path
+        except CorruptFile as exc:
+            if not parts.exists():
+                raise
+            rundir.drop_corrupt(path, exc)  # rebuilt from the parts just below
+    rundir.merge_streaming(table)
+    return path
+
+
+def _newest(rundir: RunDir, table: str) -> int:
+    """When ``table``'s rows last changed: its parts folder or a writer's batch folder."""
+    newest = rundir.part_dir(table).stat().st_mtime_ns
+    for st in rundir.writers(table):
+        d = rundir.batch_dir(st)
+        if d.is_dir():
+            newest = max(newest, d.stat().st_mtime_ns)
+    return newest
+
+
+def _metadata(path: Path) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFile(f"{path}: corrupt or truncated Parquet file "
+                          f"({' '.join(str(exc).split())[:120]})") from None
+
+
+def columns_of(path: Path) -> list[str]:
+    """The table's column names (from the footer, no rows read)."""
+    return list(_metadata(path).schema.to_arrow_schema().names)
+
+
+def sorted_by_video(path: Path, rows: int | None = None) -> bool:
+    """Whether the file's ``video_id`` never decreases (and has no nulls): one pass over
+    that column, a record batch at a time."""
+
+    last: str | None = None
+    pf = open_parquet(path)
+    for rb in pf.iter_batches(batch_size=rows or ROWS, columns=["video_id"]):
+        col = rb.column(0)
+        if col.null_count:
+            return False
+        ids = col.to_numpy(zero_copy_only=False)
+        if not len(ids):
+            continue
+        if (last is not None and ids[0] < last) or bool((ids[1:] < ids[:-1]).any()):
+            return False
+        last = ids[-1]
+    return True
+
+
+def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None,
+                  *, ordered: bool | None = None) -> Iterator[pd.DataFrame]:
+    """The file's rows as frames of whole videos, in file order (``rows`` at a time, and the
+    rest of the last video); the whole file as one frame when it is not sorted by video
+    (``ordered``: already known). Frames are what ``pd.read_parquet`` gives, row for row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = rows or ROWS
+    if ordered is None:
+        ordered = sorted_by_video(path, rows)
+    cols = list(columns) if columns is not None else None
+    if not ordered:
+        yield pq.read_table(path, columns=cols, page_checksum_verification=True).to_pandas()
+        return
+    pf = open_parquet(path)
+    if pf.metadata.num_rows == 0:  # no windows: the empty table itself, with its columns
+        yield _pandas(pf.read(columns=cols), pf)
+        return
+    carry: pa.Table | None = None
+    for rb in pf.iter_batches(batch_size=rows, columns=cols):
+        t = pa.Table.from_batches([rb])
+        if carry is not None:
+            t = pa.concat_tables([carry, t])
+            carry = None
+        if not t.num_rows:
+            continue
+        ids = t.column("video_id")
+        last = ids[t.num_rows - 1].as_py()
+        # the rows of the window's last video wait for the next batch (it may go on there)
+        same = np.asarray(ids.to_numpy(zero_copy_only=False) == last)
+        cut = int(np.argmax(same))
+        if cut == 0:  # one video so far: a window never splits one
+            carry = t
+            continue
+        carry = t.slice(cut)
+        yield _pandas(t.slice(0, cut), pf)
+    if carry is not None and carry.num_rows:
+        yield _pandas(carry, pf)
+
+
+def _pandas(t: Any, pf: Any) -> pd.DataFrame:
+    """A window as the frame ``pd.read_parquet`` would give for those rows."""
+    return t.replace_schema_metadata(pf.schema_arrow.metadata).to_pandas()
+
+
+def write_windows(path: Path, frames: Iterator[pd.DataFrame]) -> int:
+    """Frames of one table into one Parquet file (atomic, page checksums), a row group each,
+    as ``atomic_write_parquet`` would write their concatenation; returns the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from howtocap.atomic import atomic_write
+
+    total = [0]
+
+    def write(tmp: str) -> None:
+        writer: pq.ParquetWriter | None = None
+        schema: pa.Schema | None = None
+        try:
+            for df in frames:
+                if schema is None:
+                    t = pa.Table.from_pandas(df, preserve_index=False)
+                    # a column of no values in the first window has no type of its own yet
+                    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type)
+                                        else f for f in t.schema],
+                                       metadata=t.schema.metadata)
+                    t = t.cast(schema)
+                    writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True)
+                else:
+                    t = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+                assert writer is not None
+                writer.write_table(t)
+                total[0] += t.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise ValueError(f"{path}: no frames to write (give an empty one)")
+
+    atomic_write(path, write)
+    return total[0]

@@ -1,0 +1,283 @@
+"""align at scale (issue #22): the driver reads the captions and the scores a window of whole
+videos at a time. Tiny windows (many of them) must give what one window of the whole table
+gives, and what the whole-table code gave before: the reference draw, the fingerprints, the
+threshold, ``aligned.parquet``, ``config/align.json`` and the report's numbers."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import howtocap.align.report as report
+import howtocap.align.stream as stream
+from howtocap.align.config import AlignConfig
+from howtocap.align.filter import apply_filter
+from howtocap.align.run import (
+    SCORES,
+    _caption_pool,
+    _Captions,
+    _fingerprint_stream,
+    _fingerprints,
+    _threshold,
+    align_run,
+    draw_reference,
+    finish_align,
+    read_aligned,
+    recorded_fingerprints,
+)
+from howtocap.atomic import atomic_write_parquet
+from howtocap.engine.records import StatusRecord
+from howtocap.engine.rundir import RunDir
+from howtocap.io.inputs import VideoItem
+from howtocap.schemas import conform, kept_captions
+
+DIM = 16
+WORDS = ["add", "cut", "stir", "pour", "mix", "the board", "flour", "a screw", "the lid",
+         "subscribe to my channel"]
+
+
+class Stub:
+    """An encoder without a model: a fixed random unit vector per text; frames only from
+    the cache; clips pooled by the window mean."""
+
+    name = "stub-16"
+    dim = DIM
+    pooling = "mean"
+
+    def __init__(self) -> None:
+        v = np.random.default_rng(3).standard_normal((512, DIM))
+        self._table = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    @property
+    def frame_encoder(self) -> Stub:
+        return self
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        return self._table[[zlib.crc32(t.encode()) % len(self._table) for t in texts]]
+
+    def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
+        raise RuntimeError("frames come from the cache")
+
+    def pool_clips(self, frame_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   renormalize: bool = True) -> np.ndarray:
+        from howtocap.encoders.windows import window_means
+
+        return window_means(frame_emb, np.asarray(lo), np.asarray(hi), renormalize)
+
+
+def _make_run(root: Path, n: int = 24, seed: int = 0) -> RunDir:
+    """A captioned run of ``n`` short videos (frames in the cache), committed in batches
+    like the caption stage does, with rejected rows, repeated texts and chatter."""
+    from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
+
+    rd = RunDir(root)
+    items, frames, records = [], [], []
+    for i in range(n):
+        rng = np.random.default_rng([seed, i])
+        vid = f"v{i:03d}"
+        path = root / "videos" / f"{vid}.mp4"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(f"video {i}\n".encode() * 4)
+        items.append(VideoItem(vid, path))
+        duration = float(rng.uniform(20, 40))
+        k = int(rng.integers(1, 9))
+        starts = np.sort(rng.uniform(-2, duration + 12, k)).round(1)  # some outside
+        texts = [" ".join(rng.choice(WORDS, 2)) for _ in range(k)]
+        frames.append(pd.DataFrame({
+            "video_id": vid, "start": starts, "end": starts + 4, "text": texts,
+            "source": "llm", "block": 0, "model": "m", "config_id": "",
+            "rejected": np.where(rng.random(k) < 0.2, "filler", "")}))
+        records.append(StatusRecord(vid, "caption", "ok", config_id=""))
+        emb = rng.standard_normal((int(np.ceil(duration)), DIM))
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        save(cache_path(rd.cache_dir, Stub.name, content_key(path), 1.0),
+             FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0, duration=duration,
+                             partial=False, encoder=Stub.name, key=content_key(path)))
+        if len(frames) == 10 or i == n - 1:
+            df = conform(pd.concat(frames, ignore_index=True), "captions")
+            rd.commit_batch("caption", ("captions",), records, {"captions": df})
+            frames, records = [], []
+    rd.record_videos(items)
+    return rd
+
+
+def _old_draw(captions: pd.DataFrame, files: list[str], cfg: AlignConfig
+              ) -> tuple[list[list[str]], list[str]]:
+    """The whole-table draw ``draw_reference`` made before it was streamed."""
+    rng = np.random.default_rng(cfg.seed)
+    pool = captions[["video_id", "text"]].astype(str).drop_duplicates()
+    pool = pool.sort_values(["video_id", "text"]).reset_index(drop=True)
+    pick = np.sort(rng.choice(len(pool), size=min(cfg.reference_captions, len(pool)),
+                              replace=False))
+    ref = pool.iloc[pick].reset_index(drop=True)
+    chosen = [files[i] for i in np.sort(rng.choice(
+        len(files), size=min(cfg.reference_videos, len(files)), replace=False))]
+    return ref.to_numpy().tolist(), chosen
+
+
+def _report_rows(path: Path) -> list[tuple[str, str]]:
+    return re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", path.read_text())
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _make_run(tmp_path_factory.mktemp("stream") / "template").root
+
+
+def _copy(made: Path, dest: Path) -> RunDir:
+    import shutil
+
+    shutil.copytree(made, dest)
+    return RunDir(dest)
+
+
+def test_windows_hold_whole_videos_and_cover_the_table(made: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    rd = _copy(made, tmp_path / "run")
+    caps = _Captions(rd)
+    whole = pd.read_parquet(caps.path)
+    assert caps.ordered
+    for rows in (1, 3, 7, 10_000):
+        monkeypatch.setattr(stream, "ROWS", rows)
+        wins = list(caps.windows())
+        if rows < 10:
+            assert len(wins) > 5
+        seen: set[str] = set()
+        for w in wins:  # a video never spans two windows
+            ids = set(w["video_id"])
+            assert not ids & seen
+            seen |= ids
+        pd.testing.assert_frame_equal(pd.concat(wins, ignore_index=True), whole)
+    # a table not sorted by video (copied in by hand) is read whole, as one window
+    shuffled = tmp_path / "shuffled.parquet"
+    whole.sample(frac=1.0, random_state=1).to_parquet(shuffled, index=False)
+    assert not stream.sorted_by_video(shuffled)
+    assert len(list(stream.video_windows(shuffled, rows=2))) == 1
+
+
+@pytest.mark.parametrize("rows", [1, 4, 50, 100_000])
+def test_reference_draw_equals_the_whole_table_draw(made: Path, tmp_path: Path, rows: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "ROWS", rows)
+    rd = _copy(made, tmp_path / "run")
+    caps = _Captions(rd)
+    whole = pd.read_parquet(caps.path)
+    files = sorted(whole["video_id"].unique().tolist())[::2]
+    for cfg in (AlignConfig(), AlignConfig(reference_captions=5, reference_videos=3, seed=4),
+                AlignConfig(reference_captions=10_000, reference_videos=100)):
+        ref, chosen = draw_reference(rd, lambda: caps.windows(["video_id", "text"]),
+                                     lambda: files, cfg, redo=True)
+        want = _old_draw(whole, files, cfg)
+        assert (ref.to_numpy().tolist(), chosen) == want
+        assert len(ref) == min(cfg.reference_captions, len(_caption_pool(whole)))
+        rec = json.loads((rd.root / "config" / "align_reference.json").read_text())
+        assert (rec["captions"], rec["clip_videos"]) == want
+
+
+def test_fingerprints_in_windows_equal_the_whole_table(made: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    rd = _copy(made, tmp_path / "run")
+    caps = _Captions(rd)
+    kept = kept_captions(pd.read_parquet(caps.path))
+    items = [VideoItem(f"v{i:03d}", Path(f"/x/v{i:03d}.mp4")) for i in range(30)][::-1]
+    items += [VideoItem("a-first", None), VideoItem("zz-last", None)]
+    want = _fingerprints(kept, items)
+    for rows in (1, 5, 100_000):
+        monkeypatch.setattr(stream, "ROWS", rows)
+        got = list(_fingerprint_stream(caps.kept(), items))
+        assert [v for v, _ in got] == sorted(want)  # id order, every item once
+        assert dict(got) == want
+
+
+@pytest.mark.parametrize("cfg", [
+    AlignConfig(quantile=0.3), AlignConfig(quantile=0.3, sample_videos=5),
+    AlignConfig(keep_top=17), AlignConfig(keep_top=17, sample_videos=4, seed=3),
+    AlignConfig(keep_top=17, sample_videos=0), AlignConfig(threshold=0.05),
+    AlignConfig(keep_all=True), AlignConfig(), AlignConfig(null_z=0.2, drop_chatter=False)])
+def test_streamed_filter_equals_the_whole_table_filter(made: Path, tmp_path: Path,
+                                                       cfg: AlignConfig,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """aligned.parquet, align.json's counts and the report's numbers: tiny windows (many row
+    groups) give exactly what one window gives, and what ``apply_filter`` gives on the
+    whole merged table (the code before streaming)."""
+    rd = _copy(made, tmp_path / "run")
+    enc = Stub()
+    align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
+    merged = conform(rd.merge(SCORES), "aligned")
+    out = merged.pop("outside").fillna(False).to_numpy(dtype=bool)
+    want, want_thr = apply_filter(merged[~out].reset_index(drop=True), cfg)
+    atomic_write_parquet(want, tmp_path / "before.parquet")  # as the code before wrote it
+    want = pd.read_parquet(tmp_path / "before.parquet")
+    assert out.any() and len(want) > 50  # the run has outside captions and many windows
+    results = []
+    for rows in (1, 3, 1_000_000):
+        monkeypatch.setattr(stream, "ROWS", rows)
+        al, thr = finish_align(rd, cfg, [enc.name])
+        assert thr == want_thr
+        pd.testing.assert_frame_equal(al, want)
+        config = json.loads((rd.root / "config" / "align.json").read_text())
+        assert (config["pairs"], config["kept"], config["outside_video"]) == (
+            len(want), int(want["kept"].sum()), int(out.sum()))
+        results.append((config, _report_rows(rd.root / "align_report.html")))
+    assert all(r == results[-1] for r in results)
+
+
+def test_threshold_needs_only_the_drawn_videos(made: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampled estimate draws among the videos counted in a first pass (the same rng
+    call on the same count) and pools only those videos' scores."""
+    rd = _copy(made, tmp_path / "run")
+    align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
+    rd.merge_streaming(SCORES)
+    path = rd.table_path(SCORES)
+    merged = conform(rd.merge(SCORES), "aligned")
+    merged = merged[~merged["outside"].fillna(False).to_numpy(dtype=bool)]
+    for seed in range(6):
+        cfg = AlignConfig(quantile=0.4, sample_videos=3, seed=seed)
+        monkeypatch.setattr(stream, "ROWS", 2)
+        assert _threshold(path, cfg, True) == apply_filter(merged, cfg)[1]
+
+
+def test_old_json_fingerprints_are_read_then_the_table(made: Path, tmp_path: Path) -> None:
+    """A run directory from before keeps its ``align_inputs.json``: its fingerprints still
+    say which videos were re-captioned (those are rescored), then the table is read."""
+    rd = _copy(made, tmp_path / "run")
+    enc = Stub()
+    align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
+    fps = recorded_fingerprints(rd)
+    table = rd.root / "parts" / "fingerprints" / "align_inputs.parquet"
+    assert len(fps) == 24 and table.exists()
+    assert not (rd.root / "config" / "align_inputs.json").exists()
+    before = read_aligned(rd)
+    # as an older version left it: the JSON dict, one video's captions since changed
+    old = {**fps, "v005": "0" * 16}
+    (rd.root / "config" / "align_inputs.json").write_text(json.dumps(old))
+    table.unlink()
+    s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
+    assert s.done == 1  # v005 alone is rescored
+    assert recorded_fingerprints(rd) == fps
+    assert table.exists()  # read from now on (the old JSON is left as it was)
+    pd.testing.assert_frame_equal(read_aligned(rd), before)
+
+
+def test_report_samples_its_plots_and_keeps_its_numbers(
+        made: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rd = _copy(made, tmp_path / "run")
+    align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
+    page = rd.root / "align_report.html"
+    full = _report_rows(page)
+    assert "random sample" not in page.read_text()
+    monkeypatch.setattr(report, "PLOT_ROWS", 10)
+    monkeypatch.setattr(stream, "ROWS", 4)
+    finish_align(rd, AlignConfig(), [Stub.name], table=False)
+    text = page.read_text()
+    assert _report_rows(page) == full
+    assert "uniform random sample of 10 of the" in text
+    assert text.count("data:image/png;base64,") == 4
