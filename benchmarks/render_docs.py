@@ -302,6 +302,9 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     # the filler test's parse (bench_parse): parser processes that 300 videos/s (issue #22's
     # HTTP target) need, at one worker's measured rate
     "parse.workers_for_300": lambda r: 300 / r.get("parse.json", "by_workers.1.videos_per_s"),
+    # two parser processes against one (the rows' own speedup is against the Matcher baseline)
+    "parse.two_vs_one": lambda r: (r.get("parse.json", "by_workers.2.videos_per_s")
+                                   / r.get("parse.json", "by_workers.1.videos_per_s")),
 }
 
 
