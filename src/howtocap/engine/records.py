@@ -2,7 +2,7 @@
 
 A stage's manifests (``parts/batches/<stage>/<batch>.parquet``, one status row per video of a
 batch) are read here: whole (``_read_manifest``), or a few columns of many at once as Arrow
-(``_read_manifests``, ``_last_per_key``: what ``RunDir.newest`` folds). ``_StageIndex`` keeps
+(``read_manifests``, ``last_per_key``: what ``RunDir.newest`` folds). ``StageIndex`` keeps
 every video's newest row of one stage as columns, from its manifests and an older run's
 per-video status JSONs. It knows no layout: the run directory hands it its folders.
 """
@@ -44,8 +44,8 @@ class StatusRecord:
 BATCH_PREFIX = "batch-"
 FORGOTTEN = "forgotten"  # a manifest row that takes a video's result back (``forget``)
 MANIFEST_META = b"howtocap_batch"
-_BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
-_RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
+BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
+RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
 _LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
@@ -57,9 +57,9 @@ HASH_CHUNK = 65_536  # ids made Python strings at a time to hash them
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
     """A manifest's rows, column-wise (``metrics`` as JSON text)."""
     now = time.time()
-    cols: dict[str, list[Any]] = {c: [] for c in _RECORD_COLS}
+    cols: dict[str, list[Any]] = {c: [] for c in RECORD_COLS}
     for r in records:
-        for c in _RECORD_COLS:
+        for c in RECORD_COLS:
             v = getattr(r, c)
             cols[c].append(json.dumps(v) if c == "metrics" else
                            (v or now) if c == "finished_at" else v)
@@ -103,7 +103,7 @@ def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
     return pa.table(out)
 
 
-def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
+def read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
     """Only ``cols`` of each manifest (page checksums verified), a few files at a time on
     threads: per path an Arrow table, None (gone) or the ``CorruptFile`` it raised."""
     from concurrent.futures import ThreadPoolExecutor
@@ -130,9 +130,9 @@ def _read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
 
 
 def read_manifest_table(path: Path, cols: Sequence[str]) -> Any:
-    """One manifest's ``cols`` (as ``_read_manifests``): an Arrow table, None (gone) or
+    """One manifest's ``cols`` (as ``read_manifests``): an Arrow table, None (gone) or
     the ``CorruptFile`` it raised."""
-    return _read_manifests([path], cols)[0]
+    return read_manifests([path], cols)[0]
 
 
 def plain_record_table(table: Any, cols: Sequence[str]) -> Any:
@@ -145,7 +145,7 @@ def plain_record_table(table: Any, cols: Sequence[str]) -> Any:
                      for c in cols})
 
 
-def _last_per_key(keys: Any) -> Any:
+def last_per_key(keys: Any) -> Any:
     """Row positions of the last occurrence of each key (rows in commit order: the newest
     record of each video), in row order. A stable sort of the keys (Arrow) and a look at
     neighbours (numpy): no hash table of every id, no Python object per row."""
@@ -175,7 +175,7 @@ class RunDirLike(Protocol):
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None: ...
 
 
-class _StageIndex:
+class StageIndex:
     """Every video's newest status row of one stage, as columns (index: video_id), from its
     manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
 
@@ -232,7 +232,7 @@ class _StageIndex:
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
         self.batches.add(batch)
-        m = _BATCH_RE.match(batch)
+        m = BATCH_RE.match(batch)
         if m:
             self.newest = max(self.newest, int(batch.split("-")[1]))
         self._view = self._pos = None
@@ -254,8 +254,8 @@ class _StageIndex:
             except (OSError, ValueError):
                 continue  # a torn or foreign file: not done
             if isinstance(data, dict) and "video_id" in data:
-                rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in _RECORD_COLS})
-        self.legacy = _normalise(pd.DataFrame(rows, columns=_RECORD_COLS)).assign(batch="") \
+                rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in RECORD_COLS})
+        self.legacy = _normalise(pd.DataFrame(rows, columns=RECORD_COLS)).assign(batch="") \
             if rows else None
         self._view = self._pos = self._legacy_by_id = None
 

@@ -40,22 +40,22 @@ from howtocap.atomic import (
     read_parquet,
     writer_tag,
 )
-from howtocap.engine.claims import Owner, _writer_alive, claim_lock, live_claims, write_claim
+from howtocap.engine.claims import Owner, claim_lock, live_claims, write_claim, writer_alive
 from howtocap.engine.records import (
-    _RECORD_COLS,
     BATCH_PREFIX,
     FORGOTTEN,
     MANIFEST_META,
+    RECORD_COLS,
+    StageIndex,
     StatusRecord,
-    _last_per_key,
     _plain,
     _read_manifest,
-    _read_manifests,
     _record,
     _record_types,
     _records_frame,
-    _StageIndex,
     _with_defaults,
+    last_per_key,
+    read_manifests,
 )
 from howtocap.hashing import safe_name
 from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
@@ -67,7 +67,7 @@ class RunDir:
     def __init__(self, root: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(root)
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
-        self._indexes: dict[str, _StageIndex] = {}
+        self._indexes: dict[str, StageIndex] = {}
         self._whole: dict[Path, bool] = {}  # batch files found whole (written once)
         self._batch_cache: dict[Path, _BatchFile] = {}  # decoded for read_part
         self._manifests: dict[Path, pd.DataFrame] = {}  # decoded for ``status``
@@ -189,19 +189,19 @@ class RunDir:
             if not d.is_dir() or d.name in _NOT_TABLES:
                 continue
             for p in d.glob(f"{BATCH_PREFIX}*.parquet"):
-                if p.stem not in known and not _writer_alive(p.stem):
+                if p.stem not in known and not writer_alive(p.stem):
                     p.unlink(missing_ok=True)
                     removed += 1
         return removed
 
-    def _index(self, stage: str, refresh: bool = False) -> _StageIndex:
+    def _index(self, stage: str, refresh: bool = False) -> StageIndex:
         """The stage's index, read again when ``refresh`` or when its manifest folder or
         per-video status folder changed (their mtimes: cheap enough for every lookup; a
         rename within the same clock tick as the last look can be missed, so the claim path
         always passes ``refresh``)."""
         idx = self._indexes.get(stage)
         if idx is None:
-            idx = self._indexes[stage] = _StageIndex(stage)
+            idx = self._indexes[stage] = StageIndex(stage)
             refresh = True
         dirs = self._index_dirs.get(stage)
         if dirs is None:  # asked for every video: no paths built each time
@@ -230,7 +230,7 @@ class RunDir:
         """The newest record's ``columns`` (of ``records``) of each of ``video_ids``, as
         object arrays aligned with them (None where a video has no record), plus ``found``
         (bool): only these videos' values are taken out of the index, looked up by hash
-        (``_StageIndex.positions``), so asking for a window of a million-video run costs a
+        (``StageIndex.positions``), so asking for a window of a million-video run costs a
         window."""
         idx = self._index(stage, refresh=True)
         view = idx.view()
@@ -269,7 +269,7 @@ class RunDir:
             parts.append(_with_defaults(pa.Table.from_pandas(
                 legacy[[c for c in cols if c in legacy.columns]], preserve_index=False), cols))
             codes.append(np.zeros(len(legacy), np.int32))
-        found = _read_manifests([folder / f"{n}.parquet" for n in names], cols)
+        found = read_manifests([folder / f"{n}.parquet" for n in names], cols)
         for i, (path, got) in enumerate(zip([folder / f"{n}.parquet" for n in names], found,
                                             strict=True)):
             if isinstance(got, CorruptFile):
@@ -287,7 +287,7 @@ class RunDir:
         table = pa.concat_tables(parts, promote_options="permissive")
         order = np.concatenate(codes)
         del parts, codes, found  # the table holds the columns: one copy alive, not two
-        keep = _last_per_key(table.column("video_id"))
+        keep = last_per_key(table.column("video_id"))
         if not forgotten:  # left out before the copy below, not filtered after it
             live = pc.not_equal(pc.take(table.column("status"), pa.array(keep)), FORGOTTEN)
             keep = keep[live.to_numpy(zero_copy_only=False)]
@@ -299,7 +299,7 @@ class RunDir:
         folder = self.status_dir / stage
         if not folder.is_dir():
             return None
-        idx = _StageIndex(stage)
+        idx = StageIndex(stage)
         idx._refresh_legacy(self)
         return idx.legacy
 
@@ -310,7 +310,7 @@ class RunDir:
         names = [b for b in log[mark:] if b]  # another process's manifests, read again
         done: set[str] = set()
         folder = self.batch_dir(stage)
-        for t in _read_manifests([folder / f"{b}.parquet" for b in names], ["video_id",
+        for t in read_manifests([folder / f"{b}.parquet" for b in names], ["video_id",
                                                                            "status"]):
             if t is not None and not isinstance(t, CorruptFile) and t.num_rows:
                 import pyarrow.compute as pc
@@ -556,7 +556,7 @@ class RunDir:
         return None if row is None else _record(video_id, {**self._rest(idx, video_id, row),
                                                            **row, "stage": stage})
 
-    def _rest(self, idx: _StageIndex, video_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    def _rest(self, idx: StageIndex, video_id: str, row: dict[str, Any]) -> dict[str, Any]:
         """The columns of a video's record the index leaves out (message, seconds, ...):
         from its manifest (a few decoded at a time) or its per-video record."""
         if not row["batch"]:
@@ -700,7 +700,7 @@ class RunDir:
     def status_records(self, stage: str) -> list[StatusRecord]:
         """Every video's newest record of ``stage``, whole (small runs and tests; ``records``
         is the index's columns, ``newest`` any columns as Arrow)."""
-        t = self.newest(stage, _RECORD_COLS)
+        t = self.newest(stage, RECORD_COLS)
         cols = {c: t.column(c).to_pylist() for c in t.column_names}
         return [_record(v, {c: cols[c][i] for c in cols if c != "video_id"})
                 for i, v in enumerate(cols["video_id"])]
