@@ -38,8 +38,8 @@ def fresh_table(rundir: RunDir, table: str) -> Path:
     """``DIR/<table>.parquet`` up to date with its parts (``RunDir.read_table``'s test),
     merged with ``merge_streaming`` when it is not: the table is never held whole."""
     path, parts = rundir.table_path(table), rundir.part_dir(table)
-    if path.exists() and (not parts.exists() or path.stat().st_mtime_ns >= _newest(rundir,
-                                                                                     table)):
+    if path.exists() and (not parts.exists()
+                          or path.stat().st_mtime_ns >= rundir.newest_part(table)):
         try:
             _metadata(path)
             return path
@@ -49,16 +49,6 @@ def fresh_table(rundir: RunDir, table: str) -> Path:
             rundir.drop_corrupt(path, exc)  # rebuilt from the parts just below
     rundir.merge_streaming(table)
     return path
-
-
-def _newest(rundir: RunDir, table: str) -> int:
-    """When ``table``'s rows last changed: its parts folder or a writer's batch folder."""
-    newest = rundir.part_dir(table).stat().st_mtime_ns
-    for st in rundir.writers(table):
-        d = rundir.batch_dir(st)
-        if d.is_dir():
-            newest = max(newest, d.stat().st_mtime_ns)
-    return newest
 
 
 def _metadata(path: Path) -> Any:

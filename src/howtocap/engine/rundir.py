@@ -521,7 +521,7 @@ class RunDir:
         path, parts = self.table_path(table), self.part_dir(table)
         # Adding or replacing a part renames into the folder, which bumps its mtime.
         if path.exists() and (not parts.exists()
-                              or path.stat().st_mtime_ns >= self._newest_part(table)):
+                              or path.stat().st_mtime_ns >= self.newest_part(table)):
             try:
                 return read_parquet(path)
             except CorruptFile as exc:
@@ -530,7 +530,7 @@ class RunDir:
                 self.drop_corrupt(path, exc)  # rebuilt from the parts just below
         return self.merge(table)
 
-    def _newest_part(self, table: str) -> int:
+    def newest_part(self, table: str) -> int:
         """When ``table``'s rows last changed: its parts folder, or a manifest of a stage
         that writes it (a ``forget`` changes the rows without touching the folder)."""
         newest = self.part_dir(table).stat().st_mtime_ns
