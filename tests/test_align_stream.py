@@ -229,6 +229,33 @@ def test_streamed_filter_equals_the_whole_table_filter(made: Path, tmp_path: Pat
     assert all(r == results[-1] for r in results)
 
 
+def test_scoring_in_windows_of_videos_equals_one_pass(made: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scoring stage taken a few videos at a time (``run.WINDOW``: what the engine keeps
+    per video is a window's) scores every video once and writes what one pass writes."""
+    import howtocap.align.run as align_module
+
+    enc = Stub()
+    one = _copy(made, tmp_path / "one")
+    whole = align_run(one, [], AlignConfig(), encoders=[enc], progress=False)
+    calls: list[int] = []
+    real = align_module.run_stage
+
+    def counted(rd: RunDir, items: Sequence[VideoItem], *a: object, **kw: object) -> object:
+        calls.append(len(items))
+        return real(rd, items, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(align_module, "WINDOW", 5)
+    monkeypatch.setattr(align_module, "run_stage", counted)
+    many = _copy(made, tmp_path / "many")
+    summary = align_run(many, [], AlignConfig(), encoders=[enc], progress=False)
+    assert len(calls) > 2 and max(calls) == 5 and sum(calls) == whole.done
+    assert (summary.done, len(summary.failed)) == (whole.done, len(whole.failed))
+    pd.testing.assert_frame_equal(read_aligned(many), read_aligned(one))
+    again = align_run(many, [], AlignConfig(), encoders=[enc], progress=False)
+    assert again.done == 0 and again.skipped == whole.done  # resumed: nothing redone
+
+
 def test_threshold_needs_only_the_drawn_videos(made: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The sampled estimate draws among the videos counted in a first pass (the same rng

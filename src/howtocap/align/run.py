@@ -529,6 +529,20 @@ def ensure_shots(rundir: RunDir, items: Sequence[VideoItem], *, runner: Runner |
                      progress=progress, shard=shard)
 
 
+WINDOW = 50_000  # videos taken through the scoring stage at a time (``align_run``)
+
+
+def _score_windows(rundir: RunDir, items: Sequence[VideoItem], stage: AlignStage,
+                   opts: dict[str, Any]) -> StageSummary:
+    """The scoring stage over ``items`` a ``WINDOW`` at a time, as ``caption_run`` takes its
+    stages: what the engine keeps per video to do (the selection, claims, attempts) is a
+    window's, not the run's."""
+    summary = StageSummary(stage.name)
+    for lo in range(0, max(len(items), 1), WINDOW):
+        summary.add(run_stage(rundir, items[lo:lo + WINDOW], stage, **opts))
+    return summary
+
+
 def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               runner: Runner | None = None, device: str | None = None, progress: bool = True,
               encoders: Sequence[Any] | None = None, shard: Shard | None = None,
@@ -590,12 +604,12 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
                         from_names=from_names, reference=reference, clips=clips)
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
-    summary = run_stage(rundir, items, stage, **opts)
+    summary = _score_windows(rundir, items, stage, opts)
     if shard is None:  # the filter is global: it needs every shard's scores
         finish_align(rundir, cfg, names, table=False)
         if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
             rundir.corrupted.clear()
-            summary.absorb(run_stage(rundir, items, stage, **opts))
+            summary.absorb(_score_windows(rundir, items, stage, opts))
             finish_align(rundir, cfg, names, table=False)
     rundir.write_status_table()
     return summary
