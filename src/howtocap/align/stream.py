@@ -16,35 +16,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.atomic import CorruptFile
+from howtocap.atomic import CorruptFile, corrupt_parquet, open_parquet
 from howtocap.engine.rundir import RunDir
 
 ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
-BUFFER = 1 << 16  # bytes of a column chunk read ahead (not the whole chunk)
-
-
-def open_parquet(path: Path) -> Any:
-    """A Parquet file for reading a record batch at a time in bounded memory: without
-    ``pre_buffer`` (pyarrow's default), ``iter_batches`` buffered the file's column chunks as
-    it went: 1.5M rows of scores peaked at 126 MB of Arrow memory, against 35 MB without."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
-                          buffer_size=BUFFER)
 
 
 def fresh_table(rundir: RunDir, table: str) -> Path:
     """``DIR/<table>.parquet`` up to date with its parts (``RunDir.read_table``'s test),
     merged with ``merge_streaming`` when it is not: the table is never held whole."""
-    path, parts = rundir.table_path(table), rundir.part_dir(table)
-    if path.exists() and (not parts.exists()
-                          or path.stat().st_mtime_ns >= rundir.newest_part(table)):
+    path = rundir.table_path(table)
+    if rundir.merged_is_fresh(table):
         try:
             _metadata(path)
             return path
         except CorruptFile as exc:
-            if not parts.exists():
+            if not rundir.part_dir(table).exists():
                 raise
             rundir.drop_corrupt(path, exc)  # rebuilt from the parts just below
     rundir.merge_streaming(table)
@@ -60,8 +48,7 @@ def _metadata(path: Path) -> Any:
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
-        raise CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                          f"({' '.join(str(exc).split())[:120]})") from None
+        raise corrupt_parquet(path, exc) from None
 
 
 def columns_of(path: Path) -> list[str]:

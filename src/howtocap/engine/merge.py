@@ -17,12 +17,17 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from howtocap.atomic import CorruptFile, atomic_write, atomic_write_parquet
+from howtocap.atomic import (
+    CorruptFile,
+    atomic_write,
+    atomic_write_parquet,
+    corrupt_parquet,
+    open_parquet,
+)
 from howtocap.engine.records import BATCH_PREFIX, last_per_key
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
-STREAM_BUFFER = 1 << 16  # bytes of a column chunk an open merge stream reads ahead
 MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
 
 
@@ -91,8 +96,7 @@ def _read_source(rd: MergeDir, path: Path, keep: Any) -> Any:
     except FileNotFoundError:
         return None
     except (pa.ArrowException, OSError) as exc:
-        rd.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                                            f"({' '.join(str(exc).split())[:80]})"))
+        rd.drop_corrupt(path, corrupt_parquet(path, exc, 80))
         return None
     # a file of no rows is skipped: its text columns have no Arrow type of their own
     if keep is None or "video_id" not in t.column_names or not t.num_rows:
@@ -153,8 +157,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
         except FileNotFoundError:
             continue
         except (pa.ArrowException, OSError) as exc:
-            rd.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
-                                                f"file ({' '.join(str(exc).split())[:80]})"))
+            rd.drop_corrupt(path, corrupt_parquet(path, exc, 80))
             continue
         if md.num_rows == 0:
             continue
@@ -309,8 +312,7 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
         yield t
 
     def level(path: Path) -> Iterator[Any]:
-        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=STREAM_BUFFER)
-        for rb in pf.iter_batches(batch_size=STREAM_ROWS):
+        for rb in open_parquet(path, verify=False).iter_batches(batch_size=STREAM_ROWS):
             yield pa.Table.from_batches([rb])
 
     def newest_of(parts: list[Any], keep_forgotten: bool) -> Any:
@@ -424,7 +426,6 @@ def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterat
     and sorted by video if it holds several)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     if not grouped:  # a per-video part: one small table
         t = _read_source(rd, path, keep)
@@ -434,9 +435,7 @@ def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterat
             yield t
         return
     try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
-                            buffer_size=STREAM_BUFFER)  # not a whole column chunk each
-        for rb in pf.iter_batches(batch_size=STREAM_ROWS):
+        for rb in open_parquet(path).iter_batches(batch_size=STREAM_ROWS):
             t = pa.Table.from_batches([rb])
             if keep is not None:
                 t = t.filter(pc.is_in(t["video_id"], value_set=keep))

@@ -36,6 +36,7 @@ from howtocap.atomic import (
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
+    corrupt_parquet,
     looks_complete,
     read_parquet,
     writer_tag,
@@ -469,8 +470,7 @@ class RunDir:
                 self.corrupted.append(path)
                 return None
             except (pa.ArrowException, OSError) as exc:
-                self.drop_corrupt(path, CorruptFile(f"{path}: corrupt or truncated Parquet "
-                                                    f"file ({' '.join(str(exc).split())[:120]})"))
+                self.drop_corrupt(path, corrupt_parquet(path, exc))
                 return None
             entry = self._batch_cache[path] = _BatchFile(arrow, _video_ranges(arrow))
             while len(self._batch_cache) > BATCH_CACHE:
@@ -518,19 +518,24 @@ class RunDir:
 
     def read_table(self, table: str) -> pd.DataFrame:
         """The merged table, or the parts merged now when the merge has not happened yet."""
-        path, parts = self.table_path(table), self.part_dir(table)
-        # Adding or replacing a part renames into the folder, which bumps its mtime.
-        if path.exists() and (not parts.exists()
-                              or path.stat().st_mtime_ns >= self.newest_part(table)):
+        path = self.table_path(table)
+        if self.merged_is_fresh(table):
             try:
                 return read_parquet(path)
             except CorruptFile as exc:
-                if not parts.exists():
+                if not self.part_dir(table).exists():
                     raise
                 self.drop_corrupt(path, exc)  # rebuilt from the parts just below
         return self.merge(table)
 
-    def newest_part(self, table: str) -> int:
+    def merged_is_fresh(self, table: str) -> bool:
+        """Whether ``DIR/<table>.parquet`` exists and holds every part and batch written
+        since (adding or replacing a part renames into the folder, which bumps its mtime)."""
+        path, parts = self.table_path(table), self.part_dir(table)
+        return path.exists() and (not parts.exists()
+                                  or path.stat().st_mtime_ns >= self._newest_part(table))
+
+    def _newest_part(self, table: str) -> int:
         """When ``table``'s rows last changed: its parts folder, or a manifest of a stage
         that writes it (a ``forget`` changes the rows without touching the folder)."""
         newest = self.part_dir(table).stat().st_mtime_ns
