@@ -163,7 +163,6 @@ class OpenAIChatLLM:
             return self._model
         with self._model_lock:
             if not self._model_checked:
-                self._model_checked = True
                 try:
                     wait = min(self.timeout, 10.0)
                     status, _, raw = self._origin.request(
@@ -175,6 +174,8 @@ class OpenAIChatLLM:
                         self._model = str(data[0]["id"])
                 except (TransportError, ValueError, AttributeError, TypeError, IndexError):
                     pass  # the chat request below reports a down server properly
+                finally:  # only now: a thread past the lock-free check must see the answer
+                    self._model_checked = True
             return self._model
 
     # -- circuit breaker ---------------------------------------------------------------------
