@@ -134,12 +134,14 @@ class RunVideos:
         return [VideoItem(vid, Path(self.folders[c] + name) if c >= 0 else None)
                 for vid, name, c in zip(ids, names, codes, strict=True)]
 
-    def positions(self, size: int = CHUNK, *, kept: bool = True) -> Iterator[np.ndarray]:
+    def positions(self, size: int | None = None, *, kept: bool = True
+                  ) -> Iterator[np.ndarray]:
         """The positions of the kept videos (every video unless ``kept``) in id order,
-        ``size`` at a time (the last window may hold fewer)."""
+        ``size`` (``CHUNK``) at a time (the last window may hold fewer)."""
+        size = size or CHUNK
         carry = np.zeros(0, np.int64)
         n = len(self)
-        for lo in range(0, n, max(size, 1)):
+        for lo in range(0, n, size):
             got = np.arange(lo, min(n, lo + size)) if not kept \
                 else lo + np.flatnonzero(self.keep[lo:lo + size])
             carry = np.concatenate([carry, got]) if len(carry) else got
