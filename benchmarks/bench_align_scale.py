@@ -236,6 +236,62 @@ PARTS = {"align/run.align_run": "align_run, in all",
          "align/run._forget_changed_videos": "caption fingerprints"}
 
 
+COSTS = r"""
+import gc, json, sys, tracemalloc
+from pathlib import Path
+import pyarrow as pa
+from howtocap.align import stream
+from howtocap.align.videos import RunVideos
+from howtocap.engine.rundir import RunDir
+from howtocap.io.inputs import VideoItem
+rd = RunDir(sys.argv[1], create=False)
+
+def held(make):
+    gc.collect()
+    tracemalloc.start()
+    a0 = pa.total_allocated_bytes()
+    obj = make()
+    gc.collect()
+    cur, peak = tracemalloc.get_traced_memory()
+    a1 = pa.total_allocated_bytes()
+    tracemalloc.stop()
+    return obj, round((cur + a1 - a0) / 2**20, 2), round(peak / 2**20, 2)
+
+def item_list():
+    out = []
+    for rb in stream.open_parquet(rd.table_path("videos")).iter_batches(
+            batch_size=65536, columns=["video_id", "video_path"]):
+        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist()):
+            out.append(VideoItem(vid, Path(vp) if vp else None))
+    return out
+
+res = {}
+items, res["item_list_mb"], res["item_list_peak_mb"] = held(item_list)
+res["videos"] = len(items)
+del items
+vs, res["run_videos_mb"], res["run_videos_peak_mb"] = held(
+    lambda: RunVideos.read(rd.table_path("videos")))
+some = vs.id_list(list(range(min(100, len(vs)))))
+
+def index():
+    rd.newest_of("caption", some, ("status",))
+    return rd._indexes["caption"]
+
+_, res["caption_index_mb"], res["caption_index_peak_mb"] = held(index)
+print(json.dumps(res))
+"""
+
+
+def driver_costs(template: Path) -> dict[str, Any]:
+    """What align's driver holds per video, measured apart (tracemalloc and Arrow's
+    allocator) on a run template: the list of ``VideoItem`` s the driver held before,
+    ``RunVideos`` now, and the caption stage's record index (``StageIndex``, engine)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, "-c", COSTS, str(template)], env=env, cwd=ROOT,
+                         text=True, capture_output=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def fresh_copy(template: Path, dest: Path) -> None:
     """The template run without any align output; its cache folder stays the shared one."""
     shutil.rmtree(dest, ignore_errors=True)
@@ -641,8 +697,15 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
 
     skipped = [r for r in mem["rows"] if r["version"] == "after" and str(r["videos"])
                not in mem["before_rss_mb"]]
-    grow = mem["before_growth_per_10k_mb"] or mem["before_growth_per_10k_mb_384d"]
+    same_base = mem.get("base", result["base"]) == result["base"]  # else the 384-d rows'
+    # base is another commit: its growth says nothing of this series' base
+    grow = mem["before_growth_per_10k_mb"] or (mem["before_growth_per_10k_mb_384d"]
+                                               if same_base else None)
     anchor = {str(r["videos"]): r["rss_mb"] for r in result["rows"] if r["version"] == "before"}
+    if skipped and grow is None:
+        lines += ["", "Not run: the base commit at " + ", ".join(
+            f"{r['videos']:,} videos" for r in skipped) + " (the time of these shared cores "
+            "went to the after run)."]
     if skipped and grow is not None and (mem["before_rss_mb"] or anchor):
         n0, rss0 = max((int(k), v) for k, v in (mem["before_rss_mb"] or anchor).items())
         lines += ["", "Not run: the base commit at " + ", ".join(
@@ -650,6 +713,17 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
             "its growth per 10k videos, and hours on these shared cores)" for r in skipped)
             + "."]
 
+    if "driver_mb" in mem:
+        c = mem["driver_mb"]
+        lines += ["", f"What the driver holds per video, measured apart on the "
+                  f"{c['videos']:,}-video run (tracemalloc and Arrow's allocator): the list of "
+                  f"`VideoItem`s it held before {c['item_list_mb']:.1f} MB "
+                  f"(peak {c['item_list_peak_mb']:.1f} MB while read), the compact "
+                  f"`RunVideos` now {c['run_videos_mb']:.1f} MB (peak "
+                  f"{c['run_videos_peak_mb']:.1f} MB while read); the caption stage's record "
+                  f"index (`StageIndex`, engine/records.py) {c['caption_index_mb']:.1f} MB "
+                  f"(peak {c['caption_index_peak_mb']:.1f} MB while built), and the align "
+                  "stage's is of the same kind."]
     if "after_stage_growth_per_10k_mb" in mem:
         t = mem["trace"]
         lines += ["", f"The stopped run's RSS while it scored ({len(t)} samples of "
@@ -661,7 +735,8 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
               f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
               f"{min(result['videos']):,} → {max(result['videos']):,}); before "
               f"{g(mem['before_growth_per_10k_mb'])} ({mem['dim']}-d series), "
-              f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d).", "",
+              f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d, commit {result['base']}).",
+              "",
               f"Target (issue #22): peak memory flat in the number of videos, ≤ "
               f"{mem['target_mb']:,} MB at any size."
               + (f" After: {mem['after_largest_mb']:,} MB at {max(mem['videos']):,} videos; "
@@ -712,9 +787,12 @@ def main() -> None:
             got["equal"].update(one["equal"])
             got["trace"] += one.get("trace", [])
         compare_kept(got["rows"], got["equal"])
+        costs = driver_costs(template_of(max(r["videos"] for r in got["rows"]),
+                                         args.small_dim))
         result["equal"] = {k: v for k, v in result["equal"].items() if not k.startswith("d")}
         result["equal"].update(got["equal"])
         result["memory"] = finish_memory(args, got["rows"], result["rows"], got["trace"])
+        result["memory"]["driver_mb"] = costs
         result["summary"] = summarize(result["rows"], result["videos"])
         result["largest"] = result["summary"][str(max(result["videos"]))]
         write_reports(result)

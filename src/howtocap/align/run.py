@@ -415,7 +415,7 @@ def _caption_pool(df: pd.DataFrame) -> pd.DataFrame:
     return pool.sort_values(["video_id", "text"]).reset_index(drop=True)
 
 
-def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], list[str]],
+def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Sequence[str]],
                    cfg: AlignConfig, *, redo: bool = False) -> Reference:
     """The default filter's references: ``reference_captions`` random captions of the run and
     the clips of ``reference_videos`` random videos, drawn once and recorded, so that later
