@@ -32,7 +32,10 @@ The memory series (``--memory-videos``, default 10k and 100k) measures peak RSS 
 ``--small-dim`` stub (64-d: the 384-d frame cache of 100k videos would be 33 GB), the base
 commit only up to ``--memory-before-max``; the report gives the growth per 10k videos and
 issue #22's target (<= 1 GB at any size). ``--memory-only FILE`` runs it alone (it can run
-beside the main series) and ``--add-memory FILE`` adds it to the results.
+beside the main series) and ``--add-memory FILE [FILE ...]`` adds it to the results;
+``--memory-versions before`` / ``after`` runs one version, so the two can run side by side
+(each size's ``aligned.parquet`` is kept under benchmarks/work/, and the two versions' are
+compared when their files are added together). ``--base`` is the memory series' base too.
 """
 
 from __future__ import annotations
@@ -233,6 +236,62 @@ PARTS = {"align/run.align_run": "align_run, in all",
          "align/run._forget_changed_videos": "caption fingerprints"}
 
 
+COSTS = r"""
+import gc, json, sys, tracemalloc
+from pathlib import Path
+import pyarrow as pa
+from howtocap.align import stream
+from howtocap.align.videos import RunVideos
+from howtocap.engine.rundir import RunDir
+from howtocap.io.inputs import VideoItem
+rd = RunDir(sys.argv[1], create=False)
+
+def held(make):
+    gc.collect()
+    tracemalloc.start()
+    a0 = pa.total_allocated_bytes()
+    obj = make()
+    gc.collect()
+    cur, peak = tracemalloc.get_traced_memory()
+    a1 = pa.total_allocated_bytes()
+    tracemalloc.stop()
+    return obj, round((cur + a1 - a0) / 2**20, 2), round(peak / 2**20, 2)
+
+def item_list():
+    out = []
+    for rb in stream.open_parquet(rd.table_path("videos")).iter_batches(
+            batch_size=65536, columns=["video_id", "video_path"]):
+        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist()):
+            out.append(VideoItem(vid, Path(vp) if vp else None))
+    return out
+
+res = {}
+items, res["item_list_mb"], res["item_list_peak_mb"] = held(item_list)
+res["videos"] = len(items)
+del items
+vs, res["run_videos_mb"], res["run_videos_peak_mb"] = held(
+    lambda: RunVideos.read(rd.table_path("videos")))
+some = vs.id_list(list(range(min(100, len(vs)))))
+
+def index():
+    rd.newest_of("caption", some, ("status",))
+    return rd._indexes["caption"]
+
+_, res["caption_index_mb"], res["caption_index_peak_mb"] = held(index)
+print(json.dumps(res))
+"""
+
+
+def driver_costs(template: Path) -> dict[str, Any]:
+    """What align's driver holds per video, measured apart (tracemalloc and Arrow's
+    allocator) on a run template: the list of ``VideoItem`` s the driver held before,
+    ``RunVideos`` now, and the caption stage's record index (``StageIndex``, engine)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, "-c", COSTS, str(template)], env=env, cwd=ROOT,
+                         text=True, capture_output=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def fresh_copy(template: Path, dest: Path) -> None:
     """The template run without any align output; its cache folder stays the shared one."""
     shutil.rmtree(dest, ignore_errors=True)
@@ -267,10 +326,12 @@ def child(tree: Path, run: Path, profile: bool, dim: int = DIM,
 
 
 def compare(a: Path, b: Path) -> dict[str, Any]:
-    """The two versions' ``aligned.parquet``: same rows, same text columns, numbers to 1e-6."""
+    """The two versions' ``aligned.parquet`` (the files, or the run directories holding
+    them): same rows, same text columns, numbers to 1e-6."""
     import pandas as pd
 
-    x, y = pd.read_parquet(a / "aligned.parquet"), pd.read_parquet(b / "aligned.parquet")
+    a, b = (p / "aligned.parquet" if p.is_dir() else p for p in (a, b))
+    x, y = pd.read_parquet(a), pd.read_parquet(b)
     out: dict[str, Any] = {"rows": len(x), "same_columns": list(x.columns) == list(y.columns),
                            "same_rows": len(x) == len(y)}
     if not (out["same_columns"] and out["same_rows"]):
@@ -349,10 +410,17 @@ def profile(trees: dict[str, Path], n: int) -> dict[str, Any]:
     return out
 
 
+def kept_table(version: str, dim: int, n: int) -> Path:
+    """Where a run's aligned.parquet is kept for a comparison made later (``--add-memory``
+    of two ``--memory-versions`` runs)."""
+    return WORK / f"aligned-{version}-d{dim}-{n}.parquet"
+
+
 def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: int,
            equal: dict[str, Any], key: str = "") -> list[dict[str, Any]]:
-    """Both versions back to back at every size (the base commit up to ``before_max``
-    videos), each run's aligned.parquet compared into ``equal`` (under ``key`` + size)."""
+    """Both versions (those of ``trees``) back to back at every size (the base commit up to
+    ``before_max`` videos), each run's aligned.parquet compared into ``equal`` (under
+    ``key`` + size) and kept (``kept_table``)."""
     import pandas as pd
 
     rows: list[dict[str, Any]] = []
@@ -368,6 +436,8 @@ def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: i
                 print(f"{version:6s} {n:6,d} videos: over {budget:.0f} s, stopped", flush=True)
                 continue
             row.pop("profile")
+            if dim != DIM:
+                shutil.copyfile(run / "aligned.parquet", kept_table(version, dim, n))
             st = pd.read_parquet(run / "aligned.parquet", columns=["video_id"])
             row.update(version=version, videos=n, captions=len(st), dim=dim,
                        captions_per_s=len(st) / row["wall_s"],
@@ -377,11 +447,26 @@ def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: i
             print(f"{version:6s} {n:6,d} videos {dim}-d {row['captions_per_s']:8.0f} "
                   f"captions/s {row['captions_per_cpu_s']:8.0f} per CPU s "
                   f"{row['rss_mb']:6.0f} MB", flush=True)
-        if {r["version"] for r in rows if r["videos"] == n} == set(trees):
+        if {r["version"] for r in rows if r["videos"] == n} == {"before", "after"}:
             tail = "" if dim == DIM else f"-d{dim}"
             equal[f"{key}{n}"] = compare(WORK / f"run-before{tail}", WORK / f"run-after{tail}")
             print(f"  aligned.parquet before vs after: {equal[f'{key}{n}']}", flush=True)
     return rows
+
+
+def compare_kept(rows: Sequence[dict[str, Any]], equal: dict[str, Any]) -> None:
+    """The two versions' kept aligned.parquet of each size both measured (the memory
+    series run a version at a time) compared into ``equal``, where not compared yet."""
+    for n in sorted({r["videos"] for r in rows}):
+        got = {r["version"]: r for r in rows if r["videos"] == n and not r.get("partial")}
+        if set(got) != {"before", "after"}:
+            continue
+        dim = got["after"]["dim"]
+        a, b = kept_table("before", dim, n), kept_table("after", dim, n)
+        if f"d{dim}-{n}" not in equal and a.exists() and b.exists():
+            equal[f"d{dim}-{n}"] = compare(a, b)
+            print(f"  {n:,} videos, aligned.parquet before vs after: "
+                  f"{equal[f'd{dim}-{n}']}", flush=True)
 
 
 def growth(rows: list[dict[str, Any]], version: str) -> float | None:
@@ -410,7 +495,7 @@ def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
     ``partial`` is a run stopped before its end (``videos_done`` scored; ``rss_mb`` the
     peak so far); ``trace``: ``(videos done, RSS MB)`` samples of such a run, whose slope is
     the per-video stage's growth."""
-    out: dict[str, Any] = {"dim": args.small_dim,
+    out: dict[str, Any] = {"dim": args.small_dim, "base": args.base,
                            "videos": sorted({r["videos"] for r in rows}),
                            "rows": rows, "target_mb": TARGET_MB}
     for version in ("before", "after"):
@@ -587,7 +672,9 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
              f"(frame cache {mem['dim'] * 2 * 450 / 1e3:.0f} KB a video instead of "
              f"{DIM * 2 * 450 / 1e6:.2f} MB, so 100k videos fit on disk); the dimension "
              "changes the per-video frames and the reference clip bank, not what grows with "
-             "the run.", "",
+             "the run." + (f" Before = commit {mem['base']} here (each version measured in "
+                           "its own process, the two side by side)." if "base" in mem else ""),
+             "",
              "| videos | stub dim | captions | before peak RSS | after peak RSS | "
              "after captions/s | after captions per CPU s | load average |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -610,8 +697,15 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
 
     skipped = [r for r in mem["rows"] if r["version"] == "after" and str(r["videos"])
                not in mem["before_rss_mb"]]
-    grow = mem["before_growth_per_10k_mb"] or mem["before_growth_per_10k_mb_384d"]
+    same_base = mem.get("base", result["base"]) == result["base"]  # else the 384-d rows'
+    # base is another commit: its growth says nothing of this series' base
+    grow = mem["before_growth_per_10k_mb"] or (mem["before_growth_per_10k_mb_384d"]
+                                               if same_base else None)
     anchor = {str(r["videos"]): r["rss_mb"] for r in result["rows"] if r["version"] == "before"}
+    if skipped and grow is None:
+        lines += ["", "Not run: the base commit at " + ", ".join(
+            f"{r['videos']:,} videos" for r in skipped) + " (the time of these shared cores "
+            "went to the after run)."]
     if skipped and grow is not None and (mem["before_rss_mb"] or anchor):
         n0, rss0 = max((int(k), v) for k, v in (mem["before_rss_mb"] or anchor).items())
         lines += ["", "Not run: the base commit at " + ", ".join(
@@ -619,6 +713,17 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
             "its growth per 10k videos, and hours on these shared cores)" for r in skipped)
             + "."]
 
+    if "driver_mb" in mem:
+        c = mem["driver_mb"]
+        lines += ["", f"What the driver holds per video, measured apart on the "
+                  f"{c['videos']:,}-video run (tracemalloc and Arrow's allocator): the list of "
+                  f"`VideoItem`s it held before {c['item_list_mb']:.1f} MB "
+                  f"(peak {c['item_list_peak_mb']:.1f} MB while read), the compact "
+                  f"`RunVideos` now {c['run_videos_mb']:.1f} MB (peak "
+                  f"{c['run_videos_peak_mb']:.1f} MB while read); the caption stage's record "
+                  f"index (`StageIndex`, engine/records.py) {c['caption_index_mb']:.1f} MB "
+                  f"(peak {c['caption_index_peak_mb']:.1f} MB while built), and the align "
+                  "stage's is of the same kind."]
     if "after_stage_growth_per_10k_mb" in mem:
         t = mem["trace"]
         lines += ["", f"The stopped run's RSS while it scored ({len(t)} samples of "
@@ -630,7 +735,8 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
               f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
               f"{min(result['videos']):,} → {max(result['videos']):,}); before "
               f"{g(mem['before_growth_per_10k_mb'])} ({mem['dim']}-d series), "
-              f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d).", "",
+              f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d, commit {result['base']}).",
+              "",
               f"Target (issue #22): peak memory flat in the number of videos, ≤ "
               f"{mem['target_mb']:,} MB at any size."
               + (f" After: {mem['after_largest_mb']:,} MB at {max(mem['videos']):,} videos; "
@@ -664,17 +770,29 @@ def main() -> None:
                     help="run only the memory series, its rows and comparisons into FILE")
     ap.add_argument("--memory-from", metavar="FILE",
                     help="take the memory series from a --memory-only run's FILE")
-    ap.add_argument("--add-memory", metavar="FILE",
-                    help="add a --memory-only run's FILE to the existing align_scale.json")
+    ap.add_argument("--add-memory", metavar="FILE", nargs="+",
+                    help="add --memory-only runs' FILEs to the existing align_scale.json")
+    ap.add_argument("--memory-versions", nargs="+", choices=["before", "after"],
+                    default=["before", "after"],
+                    help="the versions --memory-only runs (one each: side by side)")
     ap.add_argument("--profile-only", action="store_true",
                     help="re-run only the profiles into the existing align_scale.json")
     args = ap.parse_args()
     if args.add_memory:  # the memory series measured apart, added to the main results
         result = json.loads((OUT / "align_scale.json").read_text())
-        got = json.loads(Path(args.add_memory).read_text())
+        got = {"rows": [], "equal": {}, "trace": []}
+        for f in args.add_memory:  # one file, or one per version (--memory-versions)
+            one = json.loads(Path(f).read_text())
+            got["rows"] += one["rows"]
+            got["equal"].update(one["equal"])
+            got["trace"] += one.get("trace", [])
+        compare_kept(got["rows"], got["equal"])
+        costs = driver_costs(template_of(max(r["videos"] for r in got["rows"]),
+                                         args.small_dim))
+        result["equal"] = {k: v for k, v in result["equal"].items() if not k.startswith("d")}
         result["equal"].update(got["equal"])
-        result["memory"] = finish_memory(args, got["rows"], result["rows"],
-                                         got.get("trace", ()))
+        result["memory"] = finish_memory(args, got["rows"], result["rows"], got["trace"])
+        result["memory"]["driver_mb"] = costs
         result["summary"] = summarize(result["rows"], result["videos"])
         result["largest"] = result["summary"][str(max(result["videos"]))]
         write_reports(result)
@@ -696,8 +814,8 @@ def main() -> None:
     trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
     if args.memory_only:  # the base worktree stays for the main run
         equal: dict[str, Any] = {}
-        rows = series(trees, args.memory_videos, args.small_dim, args.memory_before_max,
-                      equal, key=f"d{args.small_dim}-")
+        rows = series({v: trees[v] for v in args.memory_versions}, args.memory_videos,
+                      args.small_dim, args.memory_before_max, equal, key=f"d{args.small_dim}-")
         Path(args.memory_only).write_text(json.dumps({"rows": rows, "equal": equal},
                                                      indent=2) + "\n")
         return

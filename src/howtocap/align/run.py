@@ -32,6 +32,7 @@ from howtocap.align.stream import (
     video_windows,
     write_windows,
 )
+from howtocap.align.videos import RunVideos
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -57,26 +58,33 @@ def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[st
     return {it.video_id: _fingerprint(it, texts.get(it.video_id, "")) for it in items}
 
 
-def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]
+def _in_id_order(items: Sequence[VideoItem] | RunVideos) -> Iterator[VideoItem]:
+    """The items by video id (stable): the run's kept videos as they are stored, made a
+    chunk at a time; a list sorted."""
+    if isinstance(items, RunVideos):
+        return items.kept_items()
+    return iter(sorted(items, key=lambda it: it.video_id))
+
+
+def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem] | RunVideos
                         ) -> Iterator[tuple[str, str]]:
     """``_fingerprints`` of every item, in video id order, from windows of whole videos of
     the kept captions (in id order): an item whose id is at most the window's largest is
     hashed with that window's text (its captions are all there, or it has none)."""
-    ids = np.array([it.video_id for it in items], dtype=object)
-    order = np.argsort(ids, kind="stable") if len(ids) else np.zeros(0, dtype=np.int64)
-    p = 0
+    todo = _in_id_order(items)
+    it = next(todo, None)
     for df in windows:
         cols = [c for c in ("start", "end", "text") if c in df.columns]
         texts = _csv_per_video(df, cols)
         if not texts:
             continue
         top = max(texts)
-        while p < len(order) and ids[order[p]] <= top:
-            it = items[order[p]]
+        while it is not None and it.video_id <= top:
             yield it.video_id, _fingerprint(it, texts.get(it.video_id, ""))
-            p += 1
-    for i in order[p:]:
-        yield items[i].video_id, _fingerprint(items[i], "")
+            it = next(todo, None)
+    while it is not None:
+        yield it.video_id, _fingerprint(it, "")
+        it = next(todo, None)
 
 
 def _csv_per_video(captions: pd.DataFrame, cols: list[str],
@@ -157,7 +165,7 @@ def _joined(old: Iterator[tuple[str, str]], now: Iterator[tuple[str, str]]
 
 
 def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
-                           items: Sequence[VideoItem]) -> None:
+                           items: Sequence[VideoItem] | RunVideos) -> None:
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
 
     The recorded fingerprints and this run's are joined as two id-sorted streams and their
@@ -224,19 +232,10 @@ class _Captions:
             yield kept_captions(df)
 
 
-def _video_items(rundir: RunDir) -> list[VideoItem]:
-    """A ``VideoItem`` per row of ``videos.parquet`` (its order), read a batch at a time
-    (two columns, no frame of the table)."""
-
-    path = rundir.table_path("videos")
-    out: list[VideoItem] = []
-    if not path.exists():
-        return out
-    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
-                                                columns=["video_id", "video_path"]):
-        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
-            out.append(VideoItem(vid, Path(vp) if vp else None))
-    return out
+def _video_items(rundir: RunDir) -> RunVideos:
+    """The run's videos (``videos.parquet``) as compact columns (``RunVideos``), read a
+    batch at a time: items are made a window at a time from them."""
+    return RunVideos.read(rundir.table_path("videos"))
 
 
 def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
@@ -255,38 +254,34 @@ def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _captioned(rundir: RunDir, items: list[VideoItem], chunk: int | None = None
-               ) -> list[VideoItem]:
-    """The items with something to align: a caption record ``ok``, or (captions brought in
-    without status records, a copied table) no subtitles record either; looked up a chunk
-    of ids at a time (``newest_of``), not a record per video."""
-    out: list[VideoItem] = []
-    chunk = chunk or stream.ROWS
-    for lo in range(0, len(items), chunk):
-        part = items[lo:lo + chunk]
-        ids = [it.video_id for it in part]
+def _captioned(rundir: RunDir, videos: RunVideos, chunk: int | None = None) -> None:
+    """Keep the videos with something to align: a caption record ``ok``, or (captions
+    brought in without status records, a copied table) no subtitles record either; looked
+    up a chunk of ids at a time (``newest_of``), not a record per video."""
+    keep = np.zeros(len(videos), dtype=bool)
+    for pos in videos.positions(chunk or stream.ROWS, kept=False):
+        ids = videos.id_list(pos)
         cap = rundir.newest_of("caption", ids, ("status",))
         sub = rundir.newest_of("subtitles", ids, ())
-        for p, it in enumerate(part):
-            if (cap["status"][p] == "ok") if cap["found"][p] else not sub["found"][p]:
-                out.append(it)
-    return out
+        keep[pos] = np.where(cap["found"], cap["status"] == "ok", ~sub["found"])
+    videos.select(keep)
 
 
-def _unknown_ids(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]) -> list[str]:
-    """Video ids of the (kept) captions that ``items`` do not list, sorted."""
-    known = np.sort(np.array([it.video_id for it in items], dtype=object))
+def _unknown_ids(windows: Iterable[pd.DataFrame], videos: RunVideos) -> list[str]:
+    """Video ids of the (kept) captions that ``videos`` do not list, sorted: each window's
+    ids against the run's ids of its span (the windows and the run are both in id order, so
+    no set of every id is made)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     out: set[str] = set()
     for df in windows:
         ids = np.asarray(pd.unique(df["video_id"]), dtype=object)
         if not len(ids):
             continue
-        hit = np.zeros(len(ids), dtype=bool)
-        if len(known):
-            at = np.searchsorted(known, ids)
-            ok = at < len(known)
-            hit[ok] = known[at[ok]] == ids[ok]
-        out.update(ids[~hit].tolist())
+        known = videos.span(min(ids), max(ids))
+        hit = pc.is_in(pa.array(ids.tolist(), pa.string()), value_set=known)
+        out.update(ids[~hit.to_numpy(zero_copy_only=False)].tolist())
     return sorted(out)
 
 
@@ -420,7 +415,7 @@ def _caption_pool(df: pd.DataFrame) -> pd.DataFrame:
     return pool.sort_values(["video_id", "text"]).reset_index(drop=True)
 
 
-def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], list[str]],
+def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Sequence[str]],
                    cfg: AlignConfig, *, redo: bool = False) -> Reference:
     """The default filter's references: ``reference_captions`` random captions of the run and
     the clips of ``reference_videos`` random videos, drawn once and recorded, so that later
@@ -459,10 +454,29 @@ def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], li
     return ref, chosen
 
 
-def _clip_files(items: Sequence[VideoItem]) -> list[str]:
-    """The videos whose file is there, sorted (``draw_reference``'s clip candidates)."""
-    return sorted(str(it.video_id) for it in items
-                  if it.video_path is not None and it.video_path.is_file())
+class _IdsAt(Sequence[str]):
+    """The ids of some of the run's videos (their positions, 8 bytes each): a sequence of
+    ``str`` made one id at a time."""
+
+    def __init__(self, videos: RunVideos, positions: np.ndarray) -> None:
+        self.videos, self.at = videos, positions
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self.videos.id_list(self.at[i])
+        return self.videos.id_list([self.at[i]])[0]
+
+
+def _clip_files(videos: RunVideos) -> Sequence[str]:
+    """The videos whose file is there, sorted (``draw_reference``'s clip candidates): their
+    positions among the run's (id-ordered) videos, not a list of their ids."""
+    found = [pos[np.array([it.video_path is not None and it.video_path.is_file()
+                           for it in videos.items(pos)], dtype=bool)]
+             for pos in videos.positions(kept=False)]
+    return _IdsAt(videos, np.concatenate(found) if found else np.zeros(0, np.int64))
 
 
 def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
@@ -519,27 +533,38 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
                       clip_videos=ref_videos, clips=clips, shots_settings=shots)
 
 
-def ensure_shots(rundir: RunDir, items: Sequence[VideoItem], *, runner: Runner | None = None,
-                 progress: bool = True, shard: Shard | None = None) -> StageSummary:
+def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
+                 runner: Runner | None = None, progress: bool = True,
+                 shard: Shard | None = None) -> StageSummary:
     """``--within-shot`` needs every video's shots: the shots stage with the run's recorded
-    settings (a no-op for videos already done, so ``run`` may have run it just before)."""
+    settings (a no-op for videos already done, so ``run`` may have run it just before),
+    over the videos with a file a ``WINDOW`` at a time."""
     from howtocap.shots.run import shots_run
 
-    return shots_run(rundir, items=[it for it in items if it.video_path], runner=runner,
-                     progress=progress, shard=shard)
+    def windows() -> Iterator[list[VideoItem]]:
+        parts = items.windows(WINDOW) if isinstance(items, RunVideos) else \
+            (list(items[lo:lo + WINDOW]) for lo in range(0, len(items), WINDOW))
+        for part in parts:
+            yield [it for it in part if it.video_path]
+
+    return shots_run(rundir, windows=windows, runner=runner, progress=progress, shard=shard)
 
 
 WINDOW = 50_000  # videos taken through the scoring stage at a time (``align_run``)
 
 
-def _score_windows(rundir: RunDir, items: Sequence[VideoItem], stage: AlignStage,
+def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
                    opts: dict[str, Any]) -> StageSummary:
-    """The scoring stage over ``items`` a ``WINDOW`` at a time, as ``caption_run`` takes its
-    stages: what the engine keeps per video to do (the selection, claims, attempts) is a
-    window's, not the run's."""
+    """The scoring stage over the kept videos a ``WINDOW`` at a time, as ``caption_run``
+    takes its stages: what the engine keeps per video to do (the selection, claims,
+    attempts) and the items themselves are a window's, not the run's."""
     summary = StageSummary(stage.name)
-    for lo in range(0, max(len(items), 1), WINDOW):
-        summary.add(run_stage(rundir, items[lo:lo + WINDOW], stage, **opts))
+    ran = False
+    for items in videos.windows(WINDOW):
+        summary.add(run_stage(rundir, items, stage, **opts))
+        ran = True
+    if not ran:  # no video: the stage still runs (its summary, its stats) as before
+        summary.add(run_stage(rundir, [], stage, **opts))
     return summary
 
 
@@ -565,15 +590,14 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     # The captions are read a window of whole videos at a time, in passes (the stage reads
     # each video's rows itself): the whole table was ~340 MB at 10k videos.
     captions = _Captions(rundir)
-    items = _video_items(rundir)
+    videos = _video_items(rundir)
     # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
     # too: they are "other captions" all the same, and so the rejection never changes which
     # of the other captions the filter keeps. Rejected captions themselves are not aligned:
     # not scored, not in aligned.parquet (they stay in captions.parquet with their reason).
     reference = draw_reference(rundir, lambda: captions.windows(["video_id", "text"]),
-                               lambda: _clip_files(items), cfg, redo=redo)
-    want = set(reference[1])
-    clip_paths = {it.video_id: it.video_path for it in items if it.video_id in want}
+                               lambda: _clip_files(videos), cfg, redo=redo)
+    clip_paths = videos.paths_of(reference[1])
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
@@ -586,14 +610,14 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
     key = cfg.scoring_key(names)
     rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
-    items += [VideoItem(v, None) for v in _unknown_ids(captions.kept(["video_id"]), items)]
+    videos.add_unknown(_unknown_ids(captions.kept(["video_id"]), videos))
     # A video whose subtitles or captioning failed has nothing to align: leave it out (its
     # error is already in the status table) instead of recording an empty "ok". Captions
     # brought in without status records (a copied table) are aligned.
-    items = _captioned(rundir, items)
-    _forget_changed_videos(rundir, captions.kept(), items)
+    _captioned(rundir, videos)
+    _forget_changed_videos(rundir, captions.kept(), videos)
     if cfg.within_shot and not shots_ready:  # a run without shots computes them first
-        ensure_shots(rundir, items, runner=runner, progress=progress, shard=shard)
+        ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard)
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
         from howtocap.encoders import create
@@ -604,12 +628,12 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
                         from_names=from_names, reference=reference, clips=clips)
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
-    summary = _score_windows(rundir, items, stage, opts)
+    summary = _score_windows(rundir, videos, stage, opts)
     if shard is None:  # the filter is global: it needs every shard's scores
         finish_align(rundir, cfg, names, table=False)
         if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
             rundir.corrupted.clear()
-            summary.absorb(_score_windows(rundir, items, stage, opts))
+            summary.absorb(_score_windows(rundir, videos, stage, opts))
             finish_align(rundir, cfg, names, table=False)
     rundir.write_status_table()
     return summary

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
@@ -37,25 +37,41 @@ def recorded_config(rundir: RunDir) -> ShotsConfig:
 
 
 def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
-              items: Sequence[VideoItem] | None = None, runner: Runner | None = None,
-              progress: bool = True, shard: Shard | None = None, redo: bool = False,
-              retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
-    """Detect the shots of every video of the run (``items``: these instead), resumably;
-    without a shard, merge them into ``DIR/shots.parquet``. ``cfg`` None: the recorded
-    settings. A video that does not decode fails alone, one status line."""
+              items: Sequence[VideoItem] | None = None,
+              windows: Callable[[], Iterable[Sequence[VideoItem]]] | None = None,
+              runner: Runner | None = None, progress: bool = True, shard: Shard | None = None,
+              redo: bool = False, retry_failed: bool = False,
+              max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+    """Detect the shots of every video of the run (``items``: these instead; ``windows``:
+    a fresh pass over these, a window of items at a time, so that a caller holding its
+    videos compactly never lists them all), resumably; without a shard, merge them into
+    ``DIR/shots.parquet``. ``cfg`` None: the recorded settings. A video that does not decode
+    fails alone, one status line."""
     cfg = cfg or recorded_config(rundir)
-    items = list(items) if items is not None else run_videos(rundir)
+    if windows is None:
+        whole = list(items) if items is not None else run_videos(rundir)
+
+        def windows() -> Iterable[Sequence[VideoItem]]:
+            return [whole]
     stage = ShotsStage(cfg)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.write_config(CONFIG, cfg.model_dump())
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
-    summary = run_stage(rundir, items, stage, **opts)
+
+    def run_all() -> StageSummary:
+        out, ran = StageSummary(stage.name), False
+        for part in windows():
+            out.add(run_stage(rundir, part, stage, **opts))
+            ran = True
+        return out if ran else run_stage(rundir, [], stage, **opts)
+
+    summary = run_all()
     if shard is None:
         rundir.merge(SHOTS)
         if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
             rundir.corrupted.clear()
-            summary.absorb(run_stage(rundir, items, stage, **opts))
+            summary.absorb(run_all())
             rundir.merge(SHOTS)
     rundir.write_status_table()
     return summary

@@ -1,0 +1,183 @@
+"""The run's videos (``videos.parquet``) as compact columns, made into ``VideoItem`` s a
+window at a time (issue #22): a list of every item with its ``Path`` was ~46 MB per 100k
+videos, the largest thing align's driver held that grew with the run.
+
+The ids are one Arrow string array in id order (as ``RunDir.record_videos`` writes the
+table; another order is sorted here), each path is split into its folder (a code into the few
+distinct folders) and its file name (an Arrow string array), and the align selection is a
+bool a video: ~30 bytes a video instead of ~460.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from howtocap.io.inputs import VideoItem
+
+CHUNK = 65_536  # videos made into Python objects at a time (ids, items)
+
+
+class _Sorted(Sequence[str]):
+    """An id-sorted Arrow string array as a sequence of ``str`` for ``bisect`` (a
+    scalar read per probe, no list of every id)."""
+
+    def __init__(self, ids: Any) -> None:
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.ids[i].as_py()
+
+
+class RunVideos:
+    """The run's videos in id order: ``ids`` (Arrow), each one's folder code (``-1``: no
+    file known) and file name, and ``keep`` (the videos align takes, ``select``)."""
+
+    def __init__(self, ids: Sequence[str] = (), paths: Sequence[str | None] = ()) -> None:
+        import pyarrow as pa
+
+        self.folders: list[str] = []
+        self._folder_code: dict[str, int] = {}
+        self.ids: Any = pa.array([], pa.string())
+        self.names: Any = pa.array([], pa.string())
+        self.codes = np.zeros(0, np.int32)
+        if len(ids):
+            self._extend([self._chunk(list(ids), list(paths))])
+        self.keep = np.ones(len(self), dtype=bool)
+
+    @classmethod
+    def read(cls, path: Path) -> RunVideos:
+        """``video_id`` and ``video_path`` of ``videos.parquet``, a record batch at a time."""
+        from howtocap.align import stream
+
+        out = cls()
+        if path.exists():
+            parts = [out._chunk(rb.column(0).to_pylist(), rb.column(1).to_pylist())
+                     for rb in stream.open_parquet(path).iter_batches(
+                         batch_size=CHUNK, columns=["video_id", "video_path"])]
+            out._extend(parts)
+        out.keep = np.ones(len(out), dtype=bool)
+        return out
+
+    def _chunk(self, ids: list[str], paths: list[str | None]) -> tuple[Any, Any, np.ndarray]:
+        """A chunk's columns: ids, file names, folder codes (a path is ``folder + name``
+        exactly, so the ``Path`` made of it is the one made of the whole string)."""
+        import pyarrow as pa
+
+        names: list[str | None] = []
+        codes = np.full(len(ids), -1, dtype=np.int32)
+        for i, vp in enumerate(paths):
+            if not vp:  # None or "": no file known (``VideoItem(vid, None)``)
+                names.append(None)
+                continue
+            cut = vp.rfind("/") + 1
+            folder = vp[:cut]
+            code = self._folder_code.get(folder)
+            if code is None:
+                code = self._folder_code[folder] = len(self.folders)
+                self.folders.append(folder)
+            codes[i] = code
+            names.append(vp[cut:])
+        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes
+
+    def _extend(self, parts: list[tuple[Any, Any, np.ndarray]]) -> None:
+        """Append chunks, then put every column in id order (stable) if it is not."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not parts:
+            return
+        self.ids = pa.concat_arrays([self.ids, *(p[0] for p in parts)])
+        self.names = pa.concat_arrays([self.names, *(p[1] for p in parts)])
+        self.codes = np.concatenate([self.codes, *(p[2] for p in parts)])
+        n = len(self.ids)
+        if n > 1 and pc.any(pc.less(self.ids.slice(1), self.ids.slice(0, n - 1))).as_py():
+            order = pc.sort_indices(self.ids)  # stable: duplicates keep their order
+            self.ids, self.names = self.ids.take(order), self.names.take(order)
+            self.codes = self.codes[order.to_numpy()]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add_unknown(self, ids: Sequence[str]) -> None:
+        """Videos the captions name and ``videos.parquet`` lacks (no file known), merged
+        into id order; called before ``select`` (every video is kept after it)."""
+        if len(ids):
+            self._extend([self._chunk(list(ids), [None] * len(ids))])
+        self.keep = np.ones(len(self), dtype=bool)
+
+    def id_list(self, positions: Any = None) -> list[str]:
+        """The ids at ``positions`` (every id when None) as Python strings."""
+        import pyarrow as pa
+
+        if positions is None:
+            return list(self.ids.to_pylist())
+        return list(self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
+                    .to_pylist())
+
+    def items(self, positions: Any) -> list[VideoItem]:
+        """The ``VideoItem`` s of the videos at ``positions``: what ``VideoItem(vid,
+        Path(path) if path else None)`` gave for each row of the table."""
+        import pyarrow as pa
+
+        pos = pa.array(np.asarray(positions, dtype=np.int64))
+        ids = self.ids.take(pos).to_pylist()
+        names = self.names.take(pos).to_pylist()
+        codes = self.codes[np.asarray(positions, dtype=np.int64)].tolist()
+        return [VideoItem(vid, Path(self.folders[c] + name) if c >= 0 else None)
+                for vid, name, c in zip(ids, names, codes, strict=True)]
+
+    def positions(self, size: int | None = None, *, kept: bool = True
+                  ) -> Iterator[np.ndarray]:
+        """The positions of the kept videos (every video unless ``kept``) in id order,
+        ``size`` (``CHUNK``) at a time (the last window may hold fewer)."""
+        size = size or CHUNK
+        carry = np.zeros(0, np.int64)
+        n = len(self)
+        for lo in range(0, n, size):
+            got = np.arange(lo, min(n, lo + size)) if not kept \
+                else lo + np.flatnonzero(self.keep[lo:lo + size])
+            carry = np.concatenate([carry, got]) if len(carry) else got
+            while len(carry) >= size:
+                yield carry[:size]
+                carry = carry[size:]
+        if len(carry):
+            yield carry
+
+    def windows(self, size: int) -> Iterator[list[VideoItem]]:
+        """The kept videos as ``VideoItem`` s, ``size`` at a time, in id order."""
+        for pos in self.positions(size):
+            yield self.items(pos)
+
+    def kept_items(self) -> Iterator[VideoItem]:
+        """Every kept video's item, in id order (a chunk of them made at a time)."""
+        for window in self.windows(CHUNK):
+            yield from window
+
+    def select(self, keep: np.ndarray) -> None:
+        """Keep only these videos (a bool per video, in id order) for what follows."""
+        self.keep = np.asarray(keep, dtype=bool)
+
+    def span(self, lo: str, hi: str) -> Any:
+        """The ids (Arrow) from ``lo`` to ``hi``, both included: a slice of the sorted ids."""
+        ids = _Sorted(self.ids)
+        a = bisect.bisect_left(ids, lo)
+        b = bisect.bisect_right(ids, hi, lo=a)
+        return self.ids.slice(a, b - a)
+
+    def paths_of(self, video_ids: Iterable[str]) -> dict[str, Path | None]:
+        """The file of each of a few videos (by binary search)."""
+        ids = _Sorted(self.ids)
+        out: dict[str, Path | None] = {}
+        for vid in video_ids:
+            i = bisect.bisect_left(ids, vid)
+            if i < len(ids) and ids[i] == vid:
+                out[vid] = self.items([i])[0].video_path
+        return out
