@@ -49,7 +49,7 @@ BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
 RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
-_CODED = ("status", "config_id", "cause")  # few-valued: kept by the index as int16 codes
+_KIND = ("status", "config_id", "cause", "attempts")  # a few combinations: one int16 code
 _NUMERIC_DTYPES = {"seconds": "float64", "finished_at": "float64", "warnings": "int64",
                    "attempts": "int64"}
 ID_CACHE_ROWS = 131_072  # ids of the sources read last kept decoded (hits checked on them)
@@ -179,12 +179,13 @@ class RunDirLike(Protocol):
 class StageIndex:
     """Every video's newest status row of one stage, from its manifests (read once each, new
     ones on ``refresh``) and an older run's per-video JSONs, kept as numpy columns sorted by
-    the id's 64-bit hash: the hash, where the row was read (``_at``: its number among every
-    row read, source by source), the codes of status, config_id and cause, and attempts: 22
-    bytes a video, no id (a Python or Arrow string each was ~25 bytes more a video and stage,
-    what still grew with the run). A hash hit is checked by reading the id back from its
-    manifest (a few manifests' ids decoded at a time: a window's lookups read each once), as
-    ``SubtitleSource`` checks its file; ids of equal hash are told apart the same way."""
+    a 32-bit hash of the id: the hash, where the row was read (``_at``: its number among every
+    row read, source by source) and its kind (one code for status, config_id, cause and
+    attempts: a run has a few such combinations): 10 bytes a video, no id (a Python or Arrow
+    string each was ~45 bytes more a video and stage, what grew with the run). Every hash hit
+    is checked by reading the id back from its manifest (the last sources' ids kept decoded:
+    a window's lookups read each once), as ``SubtitleSource`` checks its file; ids of equal
+    hash (~170 pairs at 1.2M videos) are told apart the same way."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
@@ -201,12 +202,11 @@ class StageIndex:
         self.starts: list[int] = [0]  # per source: the number of its first row (then the end)
         self._legacy_src = -1  # the source holding ``legacy`` (-1: none)
         self._pending: list[tuple[Any, ...]] = []  # rows read, not yet folded in
-        self._cats: dict[str, list[str]] = {c: [] for c in _CODED}  # code -> value
-        self._code: dict[str, dict[str, int]] = {c: {} for c in _CODED}  # value -> code
-        self._h: Any = np.zeros(0, np.int64)  # id hashes, sorted
+        self._kinds: dict[tuple[Any, ...], int] = {}  # (status, config_id, ...) -> code
+        self._kind_cols: dict[str, Any] = {c: np.zeros(0, object) for c in _KIND}  # by code
+        self._h: Any = np.zeros(0, np.uint32)  # id hashes, sorted
         self._at: Any = np.zeros(0, np.int32)  # where each row was read
-        self._codes: dict[str, Any] = {c: np.zeros(0, np.int16) for c in _CODED}
-        self._attempts: Any = np.zeros(0, np.int32)
+        self._kind: Any = np.zeros(0, np.int16)
         self._ids: OrderedDict[int, Any] = OrderedDict()  # source -> its ids, recently used
         self._id_rows = 0  # ids held in ``_ids``
         self._legacy_by_id: pd.DataFrame | None = None
@@ -261,26 +261,27 @@ class StageIndex:
         lo = self.starts[-1]
         self.starts.append(lo + n)
         ids = df["video_id"].astype(object).to_numpy()
-        h = np.fromiter(map(hash, ids), dtype=np.int64, count=n)
         at = np.arange(lo, lo + n, dtype=np.int32 if lo + n < 2**31 else np.int64)
-        codes = tuple(self._encode(c, df[c]) for c in _CODED)
-        attempts = np.asarray(df["attempts"], dtype=np.int64).clip(-2**31, 2**31 - 1)
-        self._pending.append((h, at, *codes, attempts.astype(np.int32)))
+        self._pending.append((_hashes(ids), at, self._encode(df)))
         self._keep_ids(k, pa.array(ids, pa.string()))
         return k
 
-    def _encode(self, col: str, values: Any) -> Any:
-        """``values`` as int16 codes of ``col`` (new values get the next codes)."""
-        codes, uniques = pd.factorize(pd.Series(values, dtype=object).fillna("").astype(str))
-        table, cats = self._code[col], self._cats[col]
+    def _encode(self, df: pd.DataFrame) -> Any:
+        """Each row's kind: the int16 code of its (status, config_id, cause, attempts)."""
+        cols = [pd.Series(df[c], dtype=object).fillna("" if c != "attempts" else 1).to_numpy()
+                for c in _KIND]
+        cols[-1] = np.asarray(cols[-1], dtype=np.int64)
+        codes, uniques = pd.factorize(pd.Series(list(zip(*cols, strict=True)), dtype=object))
         lut = np.zeros(max(len(uniques), 1), dtype=np.int16)
         for j, u in enumerate(uniques):
-            code = table.get(u)
+            key = (str(u[0]), str(u[1]), str(u[2]), int(u[3]))
+            code = self._kinds.get(key)
             if code is None:
-                if len(cats) >= 2**15 - 1:
-                    raise ValueError(f"{self.stage}: more than 32,767 values of {col}")
-                code = table[u] = len(cats)
-                cats.append(u)
+                if len(self._kinds) >= 2**15 - 1:
+                    raise ValueError(f"{self.stage}: more than 32,767 kinds of record")
+                code = self._kinds[key] = len(self._kinds)
+                self._kind_cols = {c: np.array([k[i] for k in self._kinds], dtype=object)
+                                   for i, c in enumerate(_KIND)}
             lut[j] = code
         return lut[codes]
 
@@ -380,12 +381,10 @@ class StageIndex:
         return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
 
     def _columns(self) -> list[Any]:
-        return [self._h, self._at, *(self._codes[c] for c in _CODED), self._attempts]
+        return [self._h, self._at, self._kind]
 
     def _set_columns(self, cols: Sequence[Any]) -> None:
-        self._h, self._at = cols[0], cols[1]
-        self._codes = dict(zip(_CODED, cols[2:2 + len(_CODED)], strict=True))
-        self._attempts = cols[-1]
+        self._h, self._at, self._kind = cols
 
     def _keep(self, mask: Any) -> None:
         if not mask.all():
@@ -403,6 +402,8 @@ class StageIndex:
         order = np.argsort(new[0], kind="stable")
         new = [a[order] for a in new]
         old = self._columns()
+        old_h = old[0]
+        ins = np.zeros(0, np.int64)
         if len(old[0]):
             ins = np.searchsorted(old[0], new[0], "right") + np.arange(len(order))
             from_old = np.ones(len(old[0]) + len(order), dtype=bool)
@@ -413,12 +414,16 @@ class StageIndex:
                 out[ins], out[from_old] = b, a
                 merged.append(out)
             del old, new
+            ins = ins.astype(np.int64)
         else:
             merged = new
         self._set_columns(merged)
         del merged
         h = self._h
         same = np.flatnonzero(h[1:] == h[:-1])
+        if len(same):  # only hashes a new row has: the others were told apart before
+            fresh = np.unique(self._h[ins]) if len(old_h) else np.unique(h)
+            same = same[np.isin(h[same], fresh)]
         if len(same):
             keep = np.ones(len(h), dtype=bool)
             keep[self._superseded(np.unique(np.concatenate([same, same + 1])))] = False
@@ -436,7 +441,7 @@ class StageIndex:
                           kind="stable")
         ids = [v if v is not None else f"\0gone{p}"  # unreadable: its own id
                for v, p in zip(self.ids_at(at), pos.tolist(), strict=True)]
-        t = pa.table({"h": self._h[pos], "id": pa.array(ids, pa.string()),
+        t = pa.table({"h": self._h[pos].astype(np.int64), "id": pa.array(ids, pa.string()),
                       "rank": rank[src], "at": at, "pos": pos})
         t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("rank", "ascending"),
                        ("at", "ascending")])
@@ -457,18 +462,20 @@ class StageIndex:
         hashes = self._h
         if not len(hashes) or not want:
             return out
-        h = np.fromiter(map(hash, want), dtype=np.int64, count=len(want))
+        h = _hashes(want)
         at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
         hit = np.flatnonzero(hashes[at] == h)
         got = self.ids_at(self._at[at[hit]])
         for i, name in zip(hit.tolist(), got, strict=True):
             k = int(at[i])
             out[i] = k if name == want[i] else self._walk(k, int(h[i]), want[i])
-        forgotten = self._code["status"].get(FORGOTTEN)
-        if forgotten is not None:
-            found = np.flatnonzero(out >= 0)
-            out[found[self._codes["status"][out[found]] == forgotten]] = -1
+        found = np.flatnonzero(out >= 0)
+        out[found[self._forgotten()[self._kind[out[found]]]]] = -1
         return out
+
+    def _forgotten(self) -> Any:
+        """Per kind: whether it takes the video's result back (``forget``)."""
+        return self._kind_cols["status"] == FORGOTTEN
 
     def _walk(self, k: int, h: int, video_id: str) -> int:
         """The row of ``video_id`` among the ids of hash ``h`` (sorted hashes from position
@@ -489,10 +496,8 @@ class StageIndex:
         out: dict[str, Any] = {}
         for c in columns:
             col = np.full(len(pos), None, dtype=object)
-            if c in _CODED:
-                vals = np.array(self._cats[c], dtype=object)[self._codes[c][p]]
-            elif c == "attempts":
-                vals = np.array(self._attempts[p].tolist(), dtype=object)
+            if c in _KIND:
+                vals = self._kind_cols[c][self._kind[p]]
             elif c == "batch":
                 vals = np.array(self.names, dtype=object)[self._sources_of(self._at[p])]
             else:
@@ -507,23 +512,20 @@ class StageIndex:
         the columns) rather than a dict of every id (a Python string and a slot each:
         hundreds of MB at 1.2M videos)."""
         self._fold()
-        h = hash(video_id)  # Python's: the same in this process, cheap for one string
+        h = int(_hashes([video_id])[0])
         k = self._walk(int(np.searchsorted(self._h, h, "left")), h, video_id)
         if k < 0:
             return None
-        row = {c: self._cats[c][int(self._codes[c][k])] for c in _CODED}
+        row = {c: _plain(self._kind_cols[c][int(self._kind[k])]) for c in _KIND}
         if row["status"] == FORGOTTEN:
             return None
         at = int(self._at[k])
-        return {**row, "attempts": int(self._attempts[k]),
-                "batch": self.names[bisect.bisect_right(self.starts, at) - 1]}
+        return {**row, "batch": self.names[bisect.bisect_right(self.starts, at) - 1]}
 
     def count(self) -> int:
         """How many videos have a record (forgotten ones left out)."""
         self._fold()
-        forgotten = self._code["status"].get(FORGOTTEN)
-        return len(self._h) - (0 if forgotten is None else
-                               int(np.count_nonzero(self._codes["status"] == forgotten)))
+        return int(np.count_nonzero(self._live()))
 
     def view(self) -> pd.DataFrame:
         """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
@@ -531,8 +533,8 @@ class StageIndex:
         categories. Reads every id back: for tests and small runs, not the run's path."""
         self._fold()
         live = np.flatnonzero(self._live())
-        cols = self.values(live, [*_CODED, "attempts", "batch"])
-        df = pd.DataFrame({c: pd.Categorical(cols[c]) for c in (*_CODED,)})
+        cols = self.values(live, [*_KIND, "batch"])
+        df = pd.DataFrame({c: pd.Categorical(cols[c]) for c in _KIND[:3]})
         df["attempts"] = cols["attempts"].astype(np.int64)
         df["batch"] = pd.Categorical(cols["batch"])
         df.index = pd.Index(self.ids_at(self._at[live]), name="video_id", dtype=object)
@@ -541,10 +543,15 @@ class StageIndex:
     def _live(self) -> Any:
         """Which rows of the index are not forgotten (bool per row)."""
         self._fold()
-        forgotten = self._code["status"].get(FORGOTTEN)
-        if forgotten is None:
-            return np.ones(len(self._h), dtype=bool)
-        return self._codes["status"] != forgotten
+        return ~self._forgotten()[self._kind] if len(self._kind_cols["status"]) else \
+            np.ones(len(self._h), dtype=bool)
+
+
+def _hashes(ids: Any) -> Any:
+    """32-bit hashes of ``ids`` (Python's string hash: the same within this process; a hit
+    is checked against the id read back, so a short hash only costs a few more reads)."""
+    return (np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            & 0xFFFFFFFF).astype(np.uint32)
 
 
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
