@@ -251,7 +251,6 @@ def test_ids_and_store_let_go_before_the_merge_come_back(source: Path, tmp_path:
     first = [it.video_id for w in videos.windows(9) for it in w]
     rows = src.get(first[3], frame=True)
     cached = sorted((rd.cache_dir / "subtitles").iterdir())
-    videos.release()
     src.close()
     assert src._store is None  # and _Videos holds no ids: it reads them a window at a time
     assert [it.video_id for w in videos.windows(9) for it in w] == first
