@@ -267,23 +267,29 @@ class StageIndex:
         return k
 
     def _encode(self, df: pd.DataFrame) -> Any:
-        """Each row's kind: the int16 code of its (status, config_id, cause, attempts)."""
-        cols = [pd.Series(df[c], dtype=object).fillna("" if c != "attempts" else 1).to_numpy()
-                for c in _KIND]
-        cols[-1] = np.asarray(cols[-1], dtype=np.int64)
-        codes, uniques = pd.factorize(pd.Series(list(zip(*cols, strict=True)), dtype=object))
-        lut = np.zeros(max(len(uniques), 1), dtype=np.int16)
-        for j, u in enumerate(uniques):
-            key = (str(u[0]), str(u[1]), str(u[2]), int(u[3]))
-            code = self._kinds.get(key)
+        """Each row's kind: the int16 code of its (status, config_id, cause, attempts), from
+        the columns factorized one at a time (no tuple per row)."""
+        key = np.zeros(len(df), dtype=np.int64)
+        columns = []
+        for c in _KIND:
+            codes, uniques = pd.factorize(df[c], use_na_sentinel=False)
+            key = key * (len(uniques) + 1) + codes  # < 1001**4 for a batch of 1,000
+            columns.append((codes, np.asarray(uniques, dtype=object)))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        lut = np.zeros(max(len(first), 1), dtype=np.int16)
+        for j, row in enumerate(first.tolist()):
+            status, cid, cause, tries = (u[codes[row]] for codes, u in columns)
+            kind = (_text(status), _text(cid), _text(cause),
+                    1 if pd.isna(tries) else int(tries))
+            code = self._kinds.get(kind)
             if code is None:
                 if len(self._kinds) >= 2**15 - 1:
                     raise ValueError(f"{self.stage}: more than 32,767 kinds of record")
-                code = self._kinds[key] = len(self._kinds)
+                code = self._kinds[kind] = len(self._kinds)
                 self._kind_cols = {c: np.array([k[i] for k in self._kinds], dtype=object)
                                    for i, c in enumerate(_KIND)}
             lut[j] = code
-        return lut[codes]
+        return lut[inverse.ravel()]
 
     def _keep_ids(self, k: int, ids: Any) -> None:
         self._ids[k] = ids
@@ -545,6 +551,10 @@ class StageIndex:
         self._fold()
         return ~self._forgotten()[self._kind] if len(self._kind_cols["status"]) else \
             np.ones(len(self._h), dtype=bool)
+
+
+def _text(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
 def _hashes(ids: Any) -> Any:
