@@ -20,7 +20,9 @@ process whose peak RSS is read with ``wait4`` (its own, not the parent's):
 * ``status``: ``python -m howtocap.cli status DIR --json`` as a user runs it (wall, peak RSS),
   and ``run_status(DIR)`` timed inside a process whose imports are done;
 * ``merge``: what ``caption_run`` does after its stages: ``merge_streaming`` of ``subtitles``
-  and ``captions`` and ``status_table()`` (wall of each, peak RSS of the process, rows);
+  and ``captions`` (``give_back_memory`` before each) and ``write_status_table()`` (wall of
+  each, peak RSS of the process, rows; until 853cefd's run, ``status_table()``, which also
+  read the 2.4M rows back into pandas: ~390 MB of the peak at 1.2M);
 * files per 100 videos per table folder;
 * ``--driver``: ``caption_run`` in process with ``InstantLLM`` (bench_textonly) and
   ``--keep-fillers`` (the filler parse is another engineer's per-video CPU cost, not
@@ -48,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
 OUT = HERE / "results"
-BEFORE = "710b85c"  # batched commits, status and merge before this benchmark (issue #22)
-DRIVER_BEFORE = "49d531a"  # the driver before its per-video state went to numpy/Arrow
+BEFORE = "853cefd"  # the stage index and the merge's sources before they kept no ids
+DRIVER_BEFORE = BEFORE  # (earlier rounds of issue #22: 710b85c, 49d531a; in scale.json)
 BATCH = 1000
 SUB_LINES = 8
 CAP_LINES = 4
@@ -158,15 +160,17 @@ print(json.dumps({"seconds": time.perf_counter() - t0}))
 
 MERGE = """
 import json, sys, time
+from howtocap.caption.run import give_back_memory
 from howtocap.engine.rundir import RunDir
 rd = RunDir(sys.argv[1], create=False)
 out = {}
-for table in ("subtitles", "captions"):
+for table in ("subtitles", "captions"):  # as caption_run ends: memory given back between
+    give_back_memory()
     t0 = time.perf_counter()
     out[table + "_rows"] = rd.merge_streaming(table)
     out[table + "_seconds"] = time.perf_counter() - t0
 t0 = time.perf_counter()
-out["status_rows"] = len(rd.status_table())
+out["status_rows"] = rd.write_status_table()  # not read back whole: caption_run does not
 out["status_table_seconds"] = time.perf_counter() - t0
 out["corrupted"] = len(rd.corrupted)
 print(json.dumps(out))
@@ -377,8 +381,10 @@ def write_md(r: dict[str, Any]) -> str:
     rows += ["", "`status` is `howtocap status DIR --json` in a fresh process, imports "
              "included; \"imports done\" times `run_status(DIR)` alone. The merge is the step "
              "`caption_run` ends with: `merge_streaming(\"subtitles\")`, "
-             "`merge_streaming(\"captions\")`, `status_table()`. The 2 cores are shared with "
-             "other jobs (`load avg`), which adds time, not memory.", ""]
+             "`merge_streaming(\"captions\")` (memory given back before each), "
+             "`write_status_table()` (not read back: the runs before this one's called "
+             "`status_table()`, which also read status.parquet into pandas). The 2 cores are "
+             "shared with other jobs (`load avg`), which adds time, not memory.", ""]
     return "\n".join(rows)
 
 

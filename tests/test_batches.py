@@ -345,3 +345,48 @@ def test_a_batch_whose_videos_have_no_rows_merges(tmp_path: Path) -> None:
     assert len(got) == 8 * 3 and {"v_00", "v_05"}.isdisjoint(got["video_id"])
     assert rd.merge_streaming("subtitles", batch_rows=4) == len(got)
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_the_merge_keeps_each_videos_newest_ok_rows_whatever_their_hashes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
+    """The merge leaves out a batch's videos whose record there is not live (a failure, a
+    later record elsewhere or later in the same manifest, forgotten), telling records of one
+    video apart by their ids read back: with every id of one hash (``collide``), a merge
+    that took equal hashes for one video would drop other videos' rows."""
+    import howtocap.engine.merge as merge_mod
+    from howtocap.engine.records import StatusRecord
+
+    if collide:
+        monkeypatch.setattr(merge_mod, "hash", lambda s: 5, raising=False)
+    monkeypatch.setattr(merge_mod, "MANIFESTS_AT_ONCE", 2)
+    rd = RunDir(tmp_path / "run")
+    truth: dict[str, pd.DataFrame] = {}
+
+    def batch(recs: list[tuple[str, str]], offset: float) -> None:
+        ok = [v for v, s in recs if s == "ok"]
+        tables = {"subtitles": pd.concat([rows(v, offset) for v in dict.fromkeys(ok)])} \
+            if ok else {}
+        rd.commit_batch("lines", ["subtitles"], [StatusRecord(v, "lines", s)
+                                                 for v, s in recs], tables)
+        for v, s in recs:  # the last record of a video in the manifest is its newest
+            if s == "ok":
+                truth[v] = rows(v, offset)
+            else:
+                truth.pop(v, None)
+
+    batch([("v_00", "ok"), ("v_01", "ok"), ("v_02", "error"), ("v_03", "ok")], 0.0)
+    batch([("v_01", "ok"), ("v_02", "ok"), ("v_04", "ok"), ("v_05", "error")], 1.0)
+    batch([("v_03", "error"), ("v_06", "ok"), ("v_06", "error"), ("v_07", "error"),
+           ("v_07", "ok")], 2.0)  # v_06 fails after its ok, v_07 is ok after its failure
+    batch([("v_08", "ok"), ("v_09", "ok")], 3.0)
+    rd.forget("lines", ["v_08"])
+    truth.pop("v_08")
+    want = pd.concat([truth[v] for v in sorted(truth)]).sort_values(
+        ["video_id", "start"]).reset_index(drop=True)
+    assert rd.merge_streaming("subtitles") == len(want)
+    got = pd.read_parquet(rd.table_path("subtitles"))
+    assert sorted(set(got["video_id"])) == ["v_00", "v_01", "v_02", "v_04", "v_07", "v_09"]
+    pd.testing.assert_frame_equal(got[want.columns.tolist()], want, check_dtype=False)
+    rd.merge("subtitles")  # the in-memory merge: the same table
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)

@@ -44,9 +44,6 @@ class _Videos:
             return len(self.items)
         return (self.source.count() if self.source is not None else 0) + len(self.extra or [])
 
-    def release(self) -> None:
-        """Nothing held per video (kept for callers: the source is closed by the run)."""
-
     def _ids(self, lo: int, hi: int) -> list[str]:
         """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
         have = self.source.count() if self.source is not None else 0
@@ -175,7 +172,6 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                                                                        strict=True))
         summaries = [subs, caps]
         rundir.drop_caches()  # the merges read the run directory afresh
-        videos.release()
         if source is not None:
             source.close()  # reopened (not converted again) if a second pass needs it
         give_back_memory()

@@ -10,6 +10,7 @@ Which files and videos are live comes from the run directory (``MergeDir``: ``Ru
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,10 @@ from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
+# how a level of status records is written: read back by many streams at once, each holding
+# its column chunks' dictionaries (status.parquet of 1.2M videos: 98 -> 56 MB of Arrow memory;
+# the tables' levels gain nothing from it: 100k videos' merge peaked ~25 MB higher without)
+LEVEL_WRITE: dict[str, Any] = {"use_dictionary": False, "data_page_size": 1 << 16}
 
 
 class MergeDir(Protocol):
@@ -43,6 +48,8 @@ class MergeDir(Protocol):
 
     def batch_part_path(self, table: str, batch: str) -> Path: ...
 
+    def batch_dir(self, stage: str) -> Path: ...
+
     def writers(self, table: str, cached: bool = False) -> list[str]: ...
 
     def newest(self, stage: str, columns: Sequence[str] = ("status",),
@@ -52,37 +59,129 @@ class MergeDir(Protocol):
 
 
 def _sources(rd: MergeDir, table: str) -> Iterator[tuple[Path, Any]]:
-    """The files holding ``table``'s live rows, each with the video ids to keep (None:
-    all of it): per batch, the videos whose newest record is an ``ok`` in that batch;
-    per-video parts of older runs unless a manifest has named their video since. From
-    each stage's newest records as Arrow columns (``newest``), not a frame per video."""
+    """The files holding ``table``'s live rows, each with the rows to keep: None (all of
+    it) or ``("not", ids)``, the videos to leave out. Per batch: its videos but those whose
+    record in that batch is not ``ok`` or not their newest (``_left_out``: a few percent,
+    not a list of every live id); per-video parts of older runs unless a manifest has named
+    their video since."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    named: list[Any] = []  # video ids a manifest names (they leave per-video parts)
     for st in rd.writers(table):
-        t = rd.newest(st, ("status",), forgotten=True)  # a forgotten video is named
-        batch = t.column("batch").combine_chunks()
-        code = batch.indices.to_numpy(zero_copy_only=False)
-        ids = t.column("video_id").combine_chunks()
-        named.append(ids.filter(pa.array(code > 0)))
-        ok = (code > 0) & pc.equal(t.column("status"), "ok").to_numpy(
-            zero_copy_only=False)
-        live, live_code = ids.filter(pa.array(ok)), code[ok]
-        order = np.argsort(live_code, kind="stable")
-        ranked = live_code[order]
-        cut = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
-        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(ranked)], strict=True):
-            if hi > lo:
-                name = batch.dictionary[int(ranked[lo])].as_py()
-                yield rd.batch_part_path(table, name), live.take(pa.array(order[lo:hi]))
+        for name, out in _left_out(rd, st):
+            yield rd.batch_part_path(table, name), ("not", out) if len(out) else None
     folder = rd.part_dir(table)
     legacy = sorted(p for p in folder.glob("*.parquet")
                     if not p.name.startswith(BATCH_PREFIX)) if folder.is_dir() else []
-    if legacy:
+    if legacy:  # an older run's layout: every id a manifest names, read once
+        named = []
+        for st in rd.writers(table):
+            t = rd.newest(st, ("status",), forgotten=True)  # a forgotten video is named
+            code = t.column("batch").combine_chunks().indices.to_numpy(zero_copy_only=False)
+            named.append(t.column("video_id").combine_chunks().filter(pa.array(code > 0)))
         skip = pc.unique(pa.concat_arrays(named)) if named else pa.array([], pa.string())
         for p in legacy:
             yield p, ("not", skip) if len(skip) else None
+
+
+MANIFESTS_AT_ONCE = 64  # manifests decoded at a time by ``_left_out``
+
+
+def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
+    """Per batch of ``stage`` (in batch order) with a live video: the ids of its videos
+    whose record there is not live (not ``ok``, or a later record of the video exists).
+
+    A video's records are told apart by the 64-bit hash of its id (16 bytes a record, not
+    its id: the ids of every record, sorted, were most of the merge's memory); records of
+    equal hash are compared by their ids, read back from their manifests."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from howtocap.engine.records import read_manifests
+
+    folder = rd.batch_dir(stage)
+    try:
+        names = sorted(n[:-len(".parquet")] for n in os.listdir(folder)
+                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+    except FileNotFoundError:
+        return
+    paths = [folder / f"{n}.parquet" for n in names]
+    hashes, codes, rows, oks = [], [], [], []
+    bad: dict[int, list[str]] = {}  # per manifest: its ids whose record is not ok
+    sizes = np.zeros(len(names), np.int64)
+    for lo in range(0, len(paths), MANIFESTS_AT_ONCE):
+        for k, (path, t) in enumerate(zip(paths[lo:lo + MANIFESTS_AT_ONCE], read_manifests(
+                paths[lo:lo + MANIFESTS_AT_ONCE], ["video_id", "status"]), strict=True),
+                start=lo):
+            if isinstance(t, CorruptFile):
+                rd.drop_corrupt(path, t)  # its videos are redone
+                continue
+            if t is None or not t.num_rows:
+                continue
+            ids = t.column("video_id").to_pylist()
+            hashes.append(np.fromiter(map(hash, ids), np.int64, count=len(ids)))
+            codes.append(np.full(len(ids), k, np.int32))
+            rows.append(np.arange(len(ids), dtype=np.int32))
+            sizes[k] = len(ids)
+            ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
+            oks.append(ok)
+            if not ok.all():
+                bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True) if not good]
+    if not hashes:
+        return
+    h, code, row, good = (np.concatenate(a) for a in (hashes, codes, rows, oks))
+    del hashes, codes, rows, oks
+    order = np.argsort(h, kind="stable")  # equal hashes stay in commit order
+    hs = h[order]
+    del h
+    same = np.flatnonzero(hs[1:] == hs[:-1])
+    live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
+    if len(same):
+        pos = np.unique(np.concatenate([same, same + 1]))
+        rec = order[pos]
+        ids = [v if v is not None else f"\0gone{r}"  # unreadable: an id of its own
+               for v, r in zip(_ids_back(rd, paths, code[rec], row[rec]), rec.tolist(),
+                               strict=True)]
+        t = pa.table({"h": hs[pos], "id": pa.array(ids, pa.string()), "at": rec})
+        t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("at", "ascending")])
+        n = t.num_rows
+        later = np.append((np.diff(t.column("h").to_numpy()) == 0) & pc.equal(
+            t.column("id").slice(1), t.column("id").slice(0, n - 1)).to_numpy(
+            zero_copy_only=False), False)  # a later record of the same id follows
+        at = t.column("at").to_numpy()
+        for r, vid, old in zip(at.tolist(), t.column("id").to_pylist(), later.tolist(),
+                               strict=True):
+            if old:
+                bad.setdefault(int(code[r]), []).append(vid)
+            elif good[r]:
+                live.setdefault(int(code[r]), set()).add(vid)
+    del order, hs, code, row, good
+    for k, name in enumerate(names):
+        mine = live.get(k, set())
+        out = [v for v in dict.fromkeys(bad.get(k, [])) if v not in mine]
+        if sizes[k] > len(out):
+            yield name, pa.array(out, pa.string())
+
+
+def _ids_back(rd: MergeDir, paths: Sequence[Path], code: Any, row: Any) -> list[str | None]:
+    """The id of each record (manifest ``code``, ``row``), read back (None: unreadable)."""
+    import pyarrow as pa
+
+    from howtocap.engine.records import read_manifests
+
+    out: list[str | None] = [None] * len(code)
+    wanted = np.unique(code).tolist()
+    for lo in range(0, len(wanted), MANIFESTS_AT_ONCE):
+        ks = wanted[lo:lo + MANIFESTS_AT_ONCE]
+        for k, t in zip(ks, read_manifests([paths[k] for k in ks], ["video_id"]),
+                        strict=True):
+            if t is None or isinstance(t, CorruptFile):
+                continue
+            sel = np.flatnonzero(code == k)
+            got = t.column("video_id").take(pa.array(row[sel])).to_pylist()
+            for i, v in zip(sel.tolist(), got, strict=True):
+                out[i] = v
+    return out
 
 
 def _read_source(rd: MergeDir, path: Path, keep: Any) -> Any:
@@ -185,7 +284,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
                 merged += 1
                 out = scratch / f"level-{merged:06d}.parquet"
                 _merge_into(rd, str(out), sources[lo:lo + group], table, target,
-                                 extras, batch_rows)
+                            extras, batch_rows)
                 level.append((out, None, True))
             for path, _, _ in sources:
                 if scratch in path.parents:
@@ -204,7 +303,8 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
 
 
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
-                table: str, target: Any, extras: dict[str, Any], batch_rows: int) -> int:
+                table: str, target: Any, extras: dict[str, Any], batch_rows: int,
+                options: dict[str, Any] | None = None) -> int:
     """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
     chunks of whole videos sorted by start, end, text, conformed to ``target``.
 
@@ -239,7 +339,7 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
             out = pa.Table.from_pandas(df, preserve_index=False)
             out = out.cast(target.with_metadata(out.schema.metadata))
         if writer is None:
-            writer = pq.ParquetWriter(sink, out.schema)
+            writer = pq.ParquetWriter(sink, out.schema, **(options or {}))
         writer.write_table(out)
         total += len(out)
 
@@ -341,7 +441,7 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
                 out = scratch / f"level-{len(list(scratch.iterdir())):06d}.parquet"
                 streams = [_Pending(src()) for src in sources[lo:lo + group]]
                 try:
-                    with pq.ParquetWriter(out, schema) as writer:
+                    with pq.ParquetWriter(out, schema, **LEVEL_WRITE) as writer:
                         for parts in _kway(streams):
                             writer.write_table(newest_of(parts, True))
                 finally:
@@ -437,8 +537,8 @@ def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterat
     try:
         for rb in open_parquet(path).iter_batches(batch_size=STREAM_ROWS):
             t = pa.Table.from_batches([rb])
-            if keep is not None:
-                t = t.filter(pc.is_in(t["video_id"], value_set=keep))
+            if keep is not None:  # ("not", ids): those videos left out
+                t = t.filter(pc.invert(pc.is_in(t["video_id"], value_set=keep[1])))
             if t.num_rows:
                 yield t
     except FileNotFoundError:

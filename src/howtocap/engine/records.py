@@ -9,11 +9,13 @@ per-video status JSONs. It knows no layout: the run directory hands it its folde
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,7 +23,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from howtocap.atomic import CorruptFile
 
@@ -48,10 +49,10 @@ BATCH_RE = re.compile(r"^batch-\d+-(.*)~(\d+)$")
 RECORD_COLS = [f.name for f in fields(StatusRecord) if f.name not in ("batch",)]
 # what a stage's index keeps per video (resume, claims, reads); ``status`` reads the rest
 INDEX_COLS = ["video_id", "status", "config_id", "cause", "attempts"]
-_LOW_CARDINALITY = ("status", "config_id", "cause", "batch")
+_KIND = ("status", "config_id", "cause", "attempts")  # a few combinations: one int16 code
 _NUMERIC_DTYPES = {"seconds": "float64", "finished_at": "float64", "warnings": "int64",
                    "attempts": "int64"}
-HASH_CHUNK = 65_536  # ids made Python strings at a time to hash them
+ID_CACHE_ROWS = 131_072  # ids of the sources read last kept decoded (hits checked on them)
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
@@ -176,14 +177,19 @@ class RunDirLike(Protocol):
 
 
 class StageIndex:
-    """Every video's newest status row of one stage, as columns (index: video_id), from its
-    manifests (read once each, new ones on ``refresh``) and an older run's per-video JSONs."""
+    """Every video's newest status row of one stage, from its manifests (read once each, new
+    ones on ``refresh``) and an older run's per-video JSONs, kept as numpy columns sorted by
+    a 32-bit hash of the id: the hash, where the row was read (``_at``: its number among every
+    row read, source by source) and its kind (one code for status, config_id, cause and
+    attempts: a run has a few such combinations): 10 bytes a video, no id (a Python or Arrow
+    string each was ~45 bytes more a video and stage, what grew with the run). Every hash hit
+    is checked by reading the id back from its manifest (the last sources' ids kept decoded:
+    a window's lookups read each once), as ``SubtitleSource`` checks its file; ids of equal
+    hash (~170 pairs at 1.2M videos) are told apart the same way."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
         self.seen: set[str] = set()
-        self.batched: list[pd.DataFrame] = []  # manifests read, not yet folded in
-        self.folded: pd.DataFrame | None = None  # newest batched row per video
         self.legacy: pd.DataFrame | None = None
         self.legacy_stamp: tuple[int, int] | None = None
         self.writes: list[str] = []
@@ -191,13 +197,22 @@ class StageIndex:
         self.batches: set[str] = set()
         self.stamp: tuple[int, int] = (-1, -1)  # the folders' mtimes when last read
         self.log: list[str] = []  # per manifest read, in order: its batch ("" if our own)
-        self._view: pd.DataFrame | None = None
-        self._pos: tuple[Any, Any] | None = None  # id hashes sorted, their rows
-        self._cols: dict[str, tuple[Any, Any]] = {}  # per column: values (or codes), categories
+        self.folder: Path | None = None  # the manifests' folder (ids are read back from it)
+        self.names: list[str] = []  # per source read: its batch ("": per-video records)
+        self.starts: list[int] = [0]  # per source: the number of its first row (then the end)
+        self._legacy_src = -1  # the source holding ``legacy`` (-1: none)
+        self._pending: list[tuple[Any, ...]] = []  # rows read, not yet folded in
+        self._kinds: dict[tuple[Any, ...], int] = {}  # (status, config_id, ...) -> code
+        self._kind_cols: dict[str, Any] = {c: np.zeros(0, object) for c in _KIND}  # by code
+        self._h: Any = np.zeros(0, np.uint32)  # id hashes, sorted
+        self._at: Any = np.zeros(0, np.int32)  # where each row was read
+        self._kind: Any = np.zeros(0, np.int16)
+        self._ids: OrderedDict[int, Any] = OrderedDict()  # source -> its ids, recently used
+        self._id_rows = 0  # ids held in ``_ids``
         self._legacy_by_id: pd.DataFrame | None = None
 
     def refresh(self, rd: RunDirLike) -> None:
-        folder = rd.batch_dir(self.stage)
+        folder = self.folder = rd.batch_dir(self.stage)
         try:
             names = sorted(n for n in os.listdir(folder)
                            if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
@@ -206,7 +221,7 @@ class StageIndex:
         if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
             stamp = self.stamp
             self.__init__(self.stage)  # type: ignore[misc]
-            self.stamp = stamp
+            self.stamp, self.folder = stamp, folder
         for name in names:
             if name in self.seen:
                 continue
@@ -227,7 +242,7 @@ class StageIndex:
         names the batch, not its videos: ``finished_since`` reads them again when asked (a
         list of every id read is ~25 MB a stage at 1.2M videos)."""
         self.seen.add(f"{batch}.parquet")
-        self.batched.append(df[INDEX_COLS].assign(batch=batch))
+        self._add_rows(batch, df)
         self.log.append("" if own else batch)
         if writes and batch >= max(self.batches, default=""):
             self.writes = list(writes)
@@ -235,7 +250,100 @@ class StageIndex:
         m = BATCH_RE.match(batch)
         if m:
             self.newest = max(self.newest, int(batch.split("-")[1]))
-        self._view = self._pos = None
+
+    def _add_rows(self, name: str, df: pd.DataFrame) -> int:
+        """Queue ``df``'s rows (a manifest, or the per-video records: ``name`` "") as a new
+        source, its ids kept decoded for now (the next lookups are likely of them)."""
+        import pyarrow as pa
+
+        k, n = len(self.names), len(df)
+        self.names.append(name)
+        lo = self.starts[-1]
+        self.starts.append(lo + n)
+        ids = df["video_id"].astype(object).to_numpy()
+        at = np.arange(lo, lo + n, dtype=np.int32 if lo + n < 2**31 else np.int64)
+        self._pending.append((_hashes(ids), at, self._encode(df)))
+        self._keep_ids(k, pa.array(ids, pa.string()))
+        return k
+
+    def _encode(self, df: pd.DataFrame) -> Any:
+        """Each row's kind: the int16 code of its (status, config_id, cause, attempts), from
+        the columns factorized one at a time (no tuple per row)."""
+        key = np.zeros(len(df), dtype=np.int64)
+        columns = []
+        for c in _KIND:
+            codes, uniques = pd.factorize(df[c], use_na_sentinel=False)
+            key = key * (len(uniques) + 1) + codes  # < 1001**4 for a batch of 1,000
+            columns.append((codes, np.asarray(uniques, dtype=object)))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        lut = np.zeros(max(len(first), 1), dtype=np.int16)
+        for j, row in enumerate(first.tolist()):
+            status, cid, cause, tries = (u[codes[row]] for codes, u in columns)
+            kind = (_text(status), _text(cid), _text(cause),
+                    1 if pd.isna(tries) else int(tries))
+            code = self._kinds.get(kind)
+            if code is None:
+                if len(self._kinds) >= 2**15 - 1:
+                    raise ValueError(f"{self.stage}: more than 32,767 kinds of record")
+                code = self._kinds[kind] = len(self._kinds)
+                self._kind_cols = {c: np.array([k[i] for k in self._kinds], dtype=object)
+                                   for i, c in enumerate(_KIND)}
+            lut[j] = code
+        return lut[inverse.ravel()]
+
+    def _keep_ids(self, k: int, ids: Any) -> None:
+        self._ids[k] = ids
+        self._ids.move_to_end(k)
+        self._id_rows += len(ids)
+        while self._id_rows > ID_CACHE_ROWS and len(self._ids) > 1:
+            _, old = self._ids.popitem(last=False)
+            self._id_rows -= len(old)
+
+    def _source_ids(self, k: int) -> Any:
+        """Source ``k``'s ids (Arrow strings, in its rows' order), or None (gone, corrupt)."""
+        ids = self._ids.get(k)
+        if ids is not None:
+            self._ids.move_to_end(k)
+            return ids
+        if k == self._legacy_src and self.legacy is not None:
+            import pyarrow as pa
+
+            ids = pa.array(self.legacy["video_id"].astype(object).to_numpy(), pa.string())
+        elif self.names[k] and self.folder is not None:
+            t = read_manifest_table(self.folder / f"{self.names[k]}.parquet", ["video_id"])
+            if t is None or isinstance(t, CorruptFile) or \
+                    t.num_rows != self.starts[k + 1] - self.starts[k]:
+                return None  # taken away since (its records are no more)
+            ids = t.column("video_id").combine_chunks()
+        else:
+            return None
+        self._keep_ids(k, ids)
+        return ids
+
+    def _sources_of(self, at: Any) -> Any:
+        return np.searchsorted(np.asarray(self.starts), at, "right") - 1
+
+    def ids_at(self, at: Any) -> list[str | None]:
+        """The id of each row read (``_at`` values), read back from its source (None where
+        that source is gone)."""
+        import pyarrow as pa
+
+        at = np.asarray(at, dtype=np.int64)
+        out: list[str | None] = [None] * len(at)
+        src = self._sources_of(at)
+        for k in np.unique(src).tolist():
+            sel = np.flatnonzero(src == k)
+            ids = self._source_ids(k)
+            if ids is not None:
+                got = ids.take(pa.array(at[sel] - self.starts[k])).to_pylist()
+                for i, v in zip(sel.tolist(), got, strict=True):
+                    out[i] = v
+        return out
+
+    def _id_of(self, at: int) -> str | None:
+        k = bisect.bisect_right(self.starts, at) - 1
+        ids = self._source_ids(k)
+        return None if ids is None else ids[at - self.starts[k]].as_py()
 
     def _refresh_legacy(self, rd: RunDirLike) -> None:
         folder = rd.status_dir / self.stage
@@ -257,7 +365,15 @@ class StageIndex:
                 rows.append({c: data.get(c, DEFAULT_RECORD.get(c)) for c in RECORD_COLS})
         self.legacy = _normalise(pd.DataFrame(rows, columns=RECORD_COLS)).assign(batch="") \
             if rows else None
-        self._view = self._pos = self._legacy_by_id = None
+        self._legacy_by_id = None
+        self._fold()
+        if self._legacy_src >= 0:  # the records read before leave (the new ones replace them)
+            gone = self._sources_of(self._at) == self._legacy_src
+            self._keep(~gone)
+            self._id_rows -= len(self._ids.pop(self._legacy_src, ()))
+            self._legacy_src = -1
+        if self.legacy is not None:
+            self._legacy_src = self._add_rows("", self.legacy)
 
     def legacy_row(self, video_id: str) -> dict[str, Any]:
         """An older run's per-video record of ``video_id`` (every column), or {}."""
@@ -270,127 +386,182 @@ class StageIndex:
             return {}
         return {c: _plain(v) for c, v in self._legacy_by_id.loc[video_id].items()}
 
-    def view(self) -> pd.DataFrame:
-        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
-        index video_id; the few-valued columns are categories (a byte a video)."""
-        if self._view is None:
-            if self.batched:
-                self.folded = _fold(self.folded, self.batched)
-                self.batched = []
-            legacy = None if self.legacy is None else self.legacy[[*INDEX_COLS, "batch"]]
-            frames = [f for f in (legacy, self.folded) if f is not None]
-            if not frames:
-                df = pd.DataFrame({c: pd.Series(dtype=object) for c in [*INDEX_COLS, "batch"]})
-            elif len(frames) == 1:
-                df = frames[0]
-            else:
-                df = pd.concat([_plain_columns(f) for f in frames], ignore_index=True)
-                df = df.drop_duplicates("video_id", keep="last")
-            live = (df["status"] != FORGOTTEN).to_numpy()
-            df = _categories(df if live.all() else df[live])  # no copy when none forgotten
-            self._view = df.set_index("video_id", drop=True)
-        return self._view
+    def _columns(self) -> list[Any]:
+        return [self._h, self._at, self._kind]
 
-    def _positions_index(self) -> tuple[Any, Any, Any]:
-        """The view's ids' 64-bit hashes sorted, their rows, and the ids (built once per
-        change of the index)."""
-        view = self.view()
-        if self._pos is None:
-            hashes = np.empty(len(view), dtype=np.int64)
-            for lo in range(0, len(view), HASH_CHUNK):  # Python strings a chunk at a time
-                ids = view.index[lo:lo + HASH_CHUNK].to_numpy(dtype=object)
-                hashes[lo:lo + len(ids)] = np.fromiter(map(hash, ids), dtype=np.int64,
-                                                       count=len(ids))
-            order = np.argsort(hashes, kind="stable").astype(np.int32)  # < 2**31 videos
-            self._pos = (hashes[order], order)
-            self._cols = {c: (view[c].cat.codes.to_numpy(), view[c].cat.categories.to_numpy())
-                          if isinstance(view[c].dtype, pd.CategoricalDtype)
-                          else (view[c].to_numpy(), None) for c in view.columns}
-        return self._pos[0], self._pos[1], view.index
+    def _set_columns(self, cols: Sequence[Any]) -> None:
+        self._h, self._at, self._kind = cols
+
+    def _keep(self, mask: Any) -> None:
+        if not mask.all():
+            self._set_columns([a[mask] for a in self._columns()])
+
+    def _fold(self) -> None:
+        """Merge the rows read since into the sorted columns, the newest row of each video
+        winning (the greatest batch id, then the last row): the new rows are sorted and
+        inserted (one copy of the columns), and only rows of equal hash compared, by their
+        ids read back."""
+        if not self._pending:
+            return
+        new = [np.concatenate(p) for p in zip(*self._pending, strict=True)]
+        self._pending = []
+        order = np.argsort(new[0], kind="stable")
+        new = [a[order] for a in new]
+        old = self._columns()
+        old_h = old[0]
+        ins = np.zeros(0, np.int64)
+        if len(old[0]):
+            ins = np.searchsorted(old[0], new[0], "right") + np.arange(len(order))
+            from_old = np.ones(len(old[0]) + len(order), dtype=bool)
+            from_old[ins] = False
+            merged = []
+            for a, b in zip(old, new, strict=True):
+                out = np.empty(len(from_old), dtype=np.result_type(a, b))
+                out[ins], out[from_old] = b, a
+                merged.append(out)
+            del old, new
+            ins = ins.astype(np.int64)
+        else:
+            merged = new
+        self._set_columns(merged)
+        del merged
+        h = self._h
+        same = np.flatnonzero(h[1:] == h[:-1])
+        if len(same):  # only hashes a new row has: the others were told apart before
+            fresh = np.unique(self._h[ins]) if len(old_h) else np.unique(h)
+            same = same[np.isin(h[same], fresh)]
+        if len(same):
+            keep = np.ones(len(h), dtype=bool)
+            keep[self._superseded(np.unique(np.concatenate([same, same + 1])))] = False
+            self._keep(keep)
+
+    def _superseded(self, pos: Any) -> Any:
+        """Of rows ``pos`` (runs of equal hash), those a newer row of the same id replaces:
+        ids read back, sorted by hash, id, batch, row; all but the last of each id."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        at = self._at[pos].astype(np.int64)
+        src = self._sources_of(at)
+        rank = np.argsort(np.argsort(np.array(self.names, dtype=object), kind="stable"),
+                          kind="stable")
+        ids = [v if v is not None else f"\0gone{p}"  # unreadable: its own id
+               for v, p in zip(self.ids_at(at), pos.tolist(), strict=True)]
+        t = pa.table({"h": self._h[pos].astype(np.int64), "id": pa.array(ids, pa.string()),
+                      "rank": rank[src], "at": at, "pos": pos})
+        t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("rank", "ascending"),
+                       ("at", "ascending")])
+        n = t.num_rows
+        hs, idc = t.column("h").to_numpy(), t.column("id").combine_chunks()
+        dup = (hs[1:] == hs[:-1]) & pc.equal(idc.slice(1), idc.slice(0, n - 1)).to_numpy(
+            zero_copy_only=False)
+        return t.column("pos").to_numpy()[:-1][dup]
 
     def positions(self, video_ids: Sequence[str]) -> Any:
-        """Each video's row in ``view()`` (-1: none), like ``view().index.get_indexer`` but
-        by a binary search over the ids' sorted hashes: no hash table of every id (a
-        run asks for a window of videos at a time, its index holds a million)."""
-        hashes, order, index = self._positions_index()
-        want = np.empty(len(video_ids), dtype=object)
-        want[:] = list(video_ids)
+        """Each video's row in the index (-1: none, or forgotten), by a binary search over the
+        ids' sorted hashes, each hit checked against the id read back from its manifest: no
+        hash table of every id, no id kept (a run asks for a window of videos at a time, its
+        index holds a million)."""
+        self._fold()
+        want = list(video_ids)
         out = np.full(len(want), -1, dtype=np.int64)
-        if not len(hashes) or not len(want):
+        hashes = self._h
+        if not len(hashes) or not want:
             return out
-        h = np.fromiter(map(hash, want), dtype=np.int64, count=len(want))
+        h = _hashes(want)
         at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
         hit = np.flatnonzero(hashes[at] == h)
-        rows = order[at[hit]]
-        same = index.take(rows).to_numpy(dtype=object) == want[hit]
-        out[hit[same]] = rows[same]
-        for i in hit[~same]:  # another id of the same hash first: look through them all
-            out[i] = self._walk(int(at[i]), int(h[i]), want[i])
+        got = self.ids_at(self._at[at[hit]])
+        for i, name in zip(hit.tolist(), got, strict=True):
+            k = int(at[i])
+            out[i] = k if name == want[i] else self._walk(k, int(h[i]), want[i])
+        found = np.flatnonzero(out >= 0)
+        out[found[self._forgotten()[self._kind[out[found]]]]] = -1
         return out
+
+    def _forgotten(self) -> Any:
+        """Per kind: whether it takes the video's result back (``forget``)."""
+        return self._kind_cols["status"] == FORGOTTEN
 
     def _walk(self, k: int, h: int, video_id: str) -> int:
         """The row of ``video_id`` among the ids of hash ``h`` (sorted hashes from position
         ``k`` on), or -1."""
-        hashes, order, index = self._positions_index()
+        hashes = self._h
         while k < len(hashes) and hashes[k] == h:
-            if index[int(order[k])] == video_id:
-                return int(order[k])
+            if self._id_of(int(self._at[k])) == video_id:
+                return k
             k += 1
         return -1
 
+    def values(self, pos: Any, columns: Sequence[str]) -> dict[str, Any]:
+        """``columns`` (``INDEX_COLS`` but video_id, and ``batch``) of rows ``pos`` as object
+        arrays (None where ``pos`` is -1)."""
+        pos = np.asarray(pos, dtype=np.int64)
+        found = pos >= 0
+        p = pos[found]
+        out: dict[str, Any] = {}
+        for c in columns:
+            col = np.full(len(pos), None, dtype=object)
+            if c in _KIND:
+                vals = self._kind_cols[c][self._kind[p]]
+            elif c == "batch":
+                vals = np.array(self.names, dtype=object)[self._sources_of(self._at[p])]
+            else:
+                raise KeyError(f"the index keeps no {c!r}")
+            col[found] = vals
+            out[c] = col
+        return out
+
     def lookup(self, video_id: str) -> dict[str, Any] | None:
-        """The video's row of the index (``INDEX_COLS`` and ``batch``), or None. Found by a
-        binary search over the ids' 64-bit hashes (16 bytes a video, built once per change of
-        the index) rather than a dict of every id (a Python string and a slot each: hundreds
-        of MB at 1.2M videos)."""
-        hashes = self._positions_index()[0]
-        h = hash(video_id)  # Python's: the same in this process, cheap for one string
-        i = self._walk(int(np.searchsorted(hashes, h, "left")), h, video_id)
-        if i < 0:
+        """The video's row of the index (``INDEX_COLS`` but video_id, and ``batch``), or
+        None. Found by a binary search over the ids' 64-bit hashes (22 bytes a video with
+        the columns) rather than a dict of every id (a Python string and a slot each:
+        hundreds of MB at 1.2M videos)."""
+        self._fold()
+        h = int(_hashes([video_id])[0])
+        k = self._walk(int(np.searchsorted(self._h, h, "left")), h, video_id)
+        if k < 0:
             return None
-        return {c: _plain(a[i] if cats is None else (cats[a[i]] if a[i] >= 0 else None))
-                for c, (a, cats) in self._cols.items()}
+        row = {c: _plain(self._kind_cols[c][int(self._kind[k])]) for c in _KIND}
+        if row["status"] == FORGOTTEN:
+            return None
+        at = int(self._at[k])
+        return {**row, "batch": self.names[bisect.bisect_right(self.starts, at) - 1]}
+
+    def count(self) -> int:
+        """How many videos have a record (forgotten ones left out)."""
+        self._fold()
+        return int(np.count_nonzero(self._live()))
+
+    def view(self) -> pd.DataFrame:
+        """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
+        index video_id, in the index's order (``positions``); the few-valued columns are
+        categories. Reads every id back: for tests and small runs, not the run's path."""
+        self._fold()
+        live = np.flatnonzero(self._live())
+        cols = self.values(live, [*_KIND, "batch"])
+        df = pd.DataFrame({c: pd.Categorical(cols[c]) for c in _KIND[:3]})
+        df["attempts"] = cols["attempts"].astype(np.int64)
+        df["batch"] = pd.Categorical(cols["batch"])
+        df.index = pd.Index(self.ids_at(self._at[live]), name="video_id", dtype=object)
+        return df
+
+    def _live(self) -> Any:
+        """Which rows of the index are not forgotten (bool per row)."""
+        self._fold()
+        return ~self._forgotten()[self._kind] if len(self._kind_cols["status"]) else \
+            np.ones(len(self._h), dtype=bool)
 
 
-def _fold(folded: pd.DataFrame | None, batched: list[pd.DataFrame]) -> pd.DataFrame:
-    """The newest row per video of ``folded`` (already one a video) and the manifests read
-    since. When those are all newer than every batch folded (a run's own commits: batch ids
-    grow), only the few new rows are sorted and deduplicated, and the folded rows they
-    supersede dropped: one copy of the million folded rows, categories kept (a pass over
-    them all as Python objects, sorted and hashed, is hundreds of MB at 1.2M videos).
-    Either way the rows come out as the full fold orders them."""
-    new = [_plain_columns(f) for f in batched]
-    df = pd.concat(new, ignore_index=True) if len(new) > 1 else new[0]
-    df = df.sort_values("batch", kind="stable").drop_duplicates("video_id", keep="last")
-    if folded is None or not len(folded):
-        return _categories(df)
-    cats = folded["batch"].cat.categories if isinstance(folded["batch"].dtype,
-                                                        pd.CategoricalDtype) else None
-    if cats is None or not len(df) or (len(cats) and df["batch"].min() <= max(cats)):
-        parts = [_plain_columns(folded), df]  # an older batch came late: the full fold
-        full = pd.concat(parts, ignore_index=True).sort_values("batch", kind="stable")
-        return _categories(full.drop_duplicates("video_id", keep="last"))
-    stale = folded["video_id"].isin(df["video_id"]).to_numpy()
-    kept = folded[~stale] if stale.any() else folded
-    df = _categories(df)
-    cols: dict[str, Any] = {}
-    for c in folded.columns:
-        if isinstance(kept[c].dtype, pd.CategoricalDtype):
-            cols[c] = union_categoricals([kept[c], df[c]], sort_categories=True)
-        else:  # the ids stay Arrow strings (pandas' str), not a Python object each
-            cols[c] = pd.concat([kept[c], df[c]], ignore_index=True)
-    return pd.DataFrame(cols)
+def _text(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
-def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Categories back to values (frames with other categories concatenate as objects)."""
-    cats = [c for c in _LOW_CARDINALITY if c in df.columns
-            and isinstance(df[c].dtype, pd.CategoricalDtype)]
-    return df.astype({c: object for c in cats}) if cats else df
-
-
-def _categories(df: pd.DataFrame) -> pd.DataFrame:
-    return df.astype({c: "category" for c in _LOW_CARDINALITY if c in df.columns})
+def _hashes(ids: Any) -> Any:
+    """32-bit hashes of ``ids`` (Python's string hash: the same within this process; a hit
+    is checked against the id read back, so a short hash only costs a few more reads)."""
+    return (np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+            & 0xFFFFFFFF).astype(np.uint32)
 
 
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,

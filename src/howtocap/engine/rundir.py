@@ -234,16 +234,8 @@ class RunDir:
         (``StageIndex.positions``), so asking for a window of a million-video run costs a
         window."""
         idx = self._index(stage, refresh=True)
-        view = idx.view()
-        pos = idx.positions(video_ids) if len(view) else np.full(len(video_ids), -1)
-        found = pos >= 0
-        out: dict[str, Any] = {"found": found}
-        for c in columns:
-            col = np.full(len(video_ids), None, dtype=object)
-            if found.any():
-                col[found] = view[c].iloc[pos[found]].to_numpy(dtype=object)
-            out[c] = col
-        return out
+        pos = idx.positions(video_ids)
+        return {"found": pos >= 0, **idx.values(pos, columns)}
 
     def newest(self, stage: str, columns: Sequence[str] = ("status",),
                forgotten: bool = False) -> Any:
@@ -699,7 +691,7 @@ class RunDir:
         for folder, pattern in ((self.batch_dir(stage), f"{BATCH_PREFIX}*.parquet"),
                                 (self.status_dir / stage, "*.json")):
             if folder.is_dir() and next(folder.glob(pattern), None) is not None:
-                return len(self.records(stage)) > 0
+                return self._index(stage).count() > 0
         return False
 
     def status_records(self, stage: str) -> list[StatusRecord]:
