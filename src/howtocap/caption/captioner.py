@@ -6,7 +6,7 @@ and where the rows go is the runner's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -150,6 +150,33 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
     pandas frame per video on a million-video run."""
+    return run_caption_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach,
+                                           nlp=nlp), llm)
+
+
+# ``caption_steps`` yields each round's requests, ``(prompts, generation settings)``, and is
+# resumed with their replies (``LLM.chat_many``'s list); it returns the rows and stats. So
+# the same code runs on a thread that blocks (``run_caption_steps``) and, without a thread
+# per video, on an event loop that sends every video's requests (``engine.runners``).
+CaptionSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any],
+                         tuple[Rows, CaptionStats]]
+
+
+def run_caption_steps(steps: CaptionSteps, llm: LLM) -> tuple[Rows, CaptionStats]:
+    """Run ``caption_steps`` on this thread, each round through ``llm.chat_many``."""
+    try:
+        batch, gen = next(steps)
+        while True:
+            batch, gen = steps.send(llm.chat_many(batch, gen))
+    except StopIteration as stop:
+        return stop.value
+
+
+def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
+                  cfg: CaptionConfig | None = None, *,
+                  attach: Callable[[Block, Messages], Messages] | None = None,
+                  nlp: Any | None = None) -> CaptionSteps:
+    """``caption_rows`` as steps (see ``CaptionSteps``); ``llm`` gives the model's name."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -166,7 +193,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     todo = list(blocks)
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
-        replies = llm.chat_many([prompts[b.index] for b in todo], gen)
+        replies = yield [prompts[b.index] for b in todo], gen
         down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
         if down is not None:  # the server is gone: no block failed, the run stops
             raise down

@@ -28,7 +28,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from queue import SimpleQueue
 from typing import Any
 from urllib.parse import urlsplit
@@ -98,6 +98,46 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
+
+
+# A request as a generator of what it needs: ``(client, payload)`` = send this POST in one of
+# the client's request slots and resume me with ``(status, headers, body)`` or throw the
+# ``TransportError``; a number = wait that many seconds (a backoff); an ``Admit`` = wait for
+# one of a pool's places (on the blocking path the caller's threads are those). Its return
+# value is the reply. One copy of the retry, breaker and constraint logic serves the blocking path
+# (``run_steps``) and the one-thread event loop (``llm.loop``).
+Steps = Generator[Any, Any, str]
+
+
+class Admit:
+    """A step: wait until fewer than ``limit`` of ``owner``'s requests are under way (a
+    pool picks its server only then, so that the least busy one is picked)."""
+
+    __slots__ = ("owner", "limit")
+
+    def __init__(self, owner: object, limit: int) -> None:
+        self.owner, self.limit = owner, limit
+
+
+def run_steps(steps: Steps) -> str:
+    """Run a request's steps on this thread: sends block, backoffs sleep."""
+    try:
+        op = next(steps)
+        while True:
+            if not isinstance(op, tuple):
+                if not isinstance(op, Admit):
+                    time.sleep(op)
+                op = steps.send(None)
+                continue
+            client, payload = op
+            try:
+                out = client._send_now(payload)
+            except Exception as exc:  # noqa: BLE001 - the steps decide (retry, raise)
+                op = steps.throw(exc)
+            else:
+                op = steps.send(out)
+    except StopIteration as stop:
+        return stop.value
 
 
 class OpenAIChatLLM:
@@ -274,7 +314,28 @@ class OpenAIChatLLM:
                                     deadline=time.monotonic() + self.timeout,
                                     max_bytes=MAX_REPLY_BYTES)
 
+    @property
+    def loop_ok(self) -> bool:
+        """A plain ``http://`` server without a proxy: ``llm.loop.ChatLoop`` can send its
+        requests (TLS and proxy tunnels stay on the blocking path)."""
+        return not self._origin.https and not self._origin.proxy
+
+    def _send_now(self, payload: bytes) -> tuple[int, Headers, bytes]:
+        """One try on this thread, in a request slot (the blocking path of ``run_steps``)."""
+        self._slots.get()
+        try:
+            self._check_breaker()
+            self._count("attempts")
+            return self._send(payload, self._post_headers)
+        finally:
+            self._slots.put(None)
+
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        return run_steps(self.chat_steps(messages, gen))
+
+    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
+        """One chat request as steps (see ``Steps``): ``chat`` runs them on this thread,
+        ``llm.loop.ChatLoop`` runs many at once on one thread."""
         self._check_breaker()
         body: dict[str, Any] = {"messages": list(messages), **gen.request_fields()}
         model = self._resolve_model()
@@ -282,19 +343,18 @@ class OpenAIChatLLM:
             body["model"] = model
         extra = {} if self.constraints_rejected else gen.constraint_fields()
         if not extra:
-            return self._post(body)
+            return (yield from self._post_steps(body))
         try:
-            return self._post({**body, **extra})
+            return (yield from self._post_steps({**body, **extra}))
         except _Rejected as exc:
             if not any(k in exc.detail for k in (*extra, "extra", "unrecognized", "unknown",
                                                  "not permitted", "not allowed")):
                 raise HowtocapError(str(exc)) from None
             self.constraints_rejected = True
-            return self._post(body)
+            return (yield from self._post_steps(body))
 
-    def _post(self, body: dict[str, Any]) -> str:
+    def _post_steps(self, body: dict[str, Any]) -> Steps:
         payload = self._encode(body)
-        headers = self._post_headers
         tries = self.max_retries + 1
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
@@ -304,51 +364,45 @@ class OpenAIChatLLM:
         for attempt in range(tries):
             self._check_breaker()
             retry_after, absent = None, False
-            self._slots.get()
-            try:
-                self._check_breaker()
-                self._count("attempts")
-                try:
-                    status, rheaders, data = self._send(payload, headers)
-                except TimeoutException as exc:
-                    problem = reason = f"timed out after {self.timeout:g}s"
-                    refused += isinstance(exc, ConnectTimeout)
-                    epoch = self._outage(reason, epoch)
-                except TransportError as exc:
-                    reason = short_reason(exc, 160)
-                    problem = f"is unreachable ({reason})"
+            try:  # the driver sends in a request slot (breaker checked, attempt counted)
+                status, rheaders, data = yield (self, payload)
+            except TimeoutException as exc:
+                problem = reason = f"timed out after {self.timeout:g}s"
+                refused += isinstance(exc, ConnectTimeout)
+                epoch = self._outage(reason, epoch)
+            except TransportError as exc:
+                reason = short_reason(exc, 160)
+                problem = f"is unreachable ({reason})"
+                refused += 1
+                absent = isinstance(exc, ConnectError)
+                last = self._outage(reason, None)
+                epoch = last if epoch is None else epoch
+            else:
+                if status in GATEWAY_STATUS:
+                    problem = f"returned {status}"
+                    reason = f"HTTP {status}"
                     refused += 1
-                    absent = isinstance(exc, ConnectError)
-                    last = self._outage(reason, None)
-                    epoch = last if epoch is None else epoch
+                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                    epoch = self._outage(reason, epoch)
                 else:
-                    if status in GATEWAY_STATUS:
+                    self._answered()
+                    if status == 200:
+                        try:
+                            return self._content(data)
+                        except _Malformed as exc:
+                            problem = str(exc)
+                    elif status in RETRY_STATUS or status >= 500:
                         problem = f"returned {status}"
-                        reason = f"HTTP {status}"
-                        refused += 1
                         retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                        epoch = self._outage(reason, epoch)
+                    elif status in (400, 422):
+                        raise _Rejected(f"LLM server {self.endpoint} returned "
+                                        f"{status}: {self._error_detail(status, data)}")
                     else:
-                        self._answered()
-                        if status == 200:
-                            try:
-                                return self._content(data)
-                            except _Malformed as exc:
-                                problem = str(exc)
-                        elif status in RETRY_STATUS or status >= 500:
-                            problem = f"returned {status}"
-                            retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                        elif status in (400, 422):
-                            raise _Rejected(f"LLM server {self.endpoint} returned "
+                        raise HowtocapError(f"LLM server {self.endpoint} returned "
                                             f"{status}: {self._error_detail(status, data)}")
-                        else:
-                            raise HowtocapError(f"LLM server {self.endpoint} returned "
-                                                f"{status}: {self._error_detail(status, data)}")
-            finally:
-                self._slots.put(None)
             if attempt + 1 < tries:
                 self._count("retries")
-                time.sleep(self._delay(attempt, retry_after))
+                yield self._delay(attempt, retry_after)  # the driver waits (sleep or timer)
         if refused == tries:  # every try failed to reach it, and no answer came since the first
             # Ending on a refused connection is a closed port even if another request got its
             # answer between this one's tries (the server died meanwhile).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import Fanout, GenerationConfig, Messages
-from howtocap.llm.openai import OpenAIChatLLM
+from howtocap.llm.openai import Admit, OpenAIChatLLM, Steps, run_steps
 
 
 def read_urls(values: str | Sequence[str]) -> list[str]:
@@ -46,6 +46,7 @@ class ServerPool:
         self.clients = list(clients)
         self.concurrency = sum(c.concurrency for c in self.clients)
         self._fanout = Fanout(self.concurrency)
+        self._admit = Admit(self, self.concurrency)
         self._lock = threading.Lock()
         self._outstanding = [0] * len(self.clients)
         self._down: dict[int, ServiceUnavailable] = {}
@@ -84,11 +85,22 @@ class ServerPool:
             self._outstanding[best] += 1
             return best
 
+    @property
+    def loop_ok(self) -> bool:
+        """Every server can be reached by ``llm.loop.ChatLoop`` (plain http, no proxy)."""
+        return all(c.loop_ok for c in self.clients)
+
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        return run_steps(self.chat_steps(messages, gen))
+
+    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
+        """One request as steps (``llm.openai.Steps``), sent to the least busy live server;
+        a server that goes down meanwhile gets it sent again to another."""
+        yield self._admit
         while True:
             i = self._pick()
             try:
-                reply = self.clients[i].chat(messages, gen)
+                reply = yield from self.clients[i].chat_steps(messages, gen)
             except ServiceUnavailable as exc:
                 with self._lock:
                     self._down.setdefault(i, exc)
