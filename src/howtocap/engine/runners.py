@@ -10,6 +10,7 @@ only narrows the videos, so it combines with either.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import pickle
@@ -208,6 +209,9 @@ class _Events:
     def map(self, videos: Iterator[VideoInput], emit: Emit) -> None:
         out = 0  # videos started, their results not yet emitted
         more = True
+        # What lives now (modules, the run's indexes) is left out of the collector's full
+        # passes while the videos run: each pass walked all of it again, ~0.1 ms a video
+        gc.freeze()
         try:
             while True:
                 while more and out < self.n:
@@ -228,6 +232,7 @@ class _Events:
             for steps in self.live:
                 steps.close()
             self.loop.close()
+            gc.unfreeze()
 
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:

@@ -187,6 +187,7 @@ class OpenAIChatLLM:
                               max_idle=self.concurrency)
         self._path = urlsplit(self.endpoint).path
         self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode
+        self._tails: dict[tuple[Any, ...], str] = {}
         self._models_path = urlsplit(self.base_url).path + "/models"
 
     @property
@@ -303,10 +304,20 @@ class OpenAIChatLLM:
             if len(self._prefixes) >= 32:
                 self._prefixes.clear()
             self._prefixes[key] = head
-        rest = json.dumps({k: v for k, v in body.items() if k != "messages"})
-        text = f'{{"messages": [{head}, {json.dumps(msgs[-1])}]'
-        text += f", {rest[1:]}" if len(rest) > 2 else "}"
-        return text.encode()
+        fields = [(k, v) for k, v in body.items() if k != "messages"]
+        try:  # the sampling fields and model: the same for most requests of a run (keyed
+            # with their types: 0 == 0.0 == False, written "0", "0.0", "false")
+            tail = self._tails.get(fields_key := tuple((k, type(v), v) for k, v in fields))
+        except TypeError:  # a list or dict among them (stop words): not cached
+            fields_key, tail = None, None
+        if tail is None:
+            rest = json.dumps(dict(fields))
+            tail = f", {rest[1:]}" if len(rest) > 2 else "}"
+            if fields_key is not None:
+                if len(self._tails) >= 32:
+                    self._tails.clear()
+                self._tails[fields_key] = tail
+        return f'{{"messages": [{head}, {json.dumps(msgs[-1])}]{tail}'.encode()
 
     def _send(self, payload: bytes, headers: dict[str, str]) -> tuple[int, Headers, bytes]:
         """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
