@@ -53,9 +53,15 @@ class _NeedMore(Exception):
 class _Buffered:
     """What ``_Response`` reads from: the bytes received so far (then EOF or ``_NeedMore``)."""
 
+    __slots__ = ("_data", "_eof")
+
     def __init__(self, data: bytes, eof: bool) -> None:
-        self.sock = self
         self._data, self._eof = data, eof
+
+    @property
+    def sock(self) -> _Buffered:
+        """Itself (a property: an attribute would be a cycle only the collector frees)."""
+        return self
 
     def recv(self, _: int) -> bytes:
         if self._data:
