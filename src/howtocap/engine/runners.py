@@ -191,10 +191,8 @@ class _Events:
     """
 
     def __init__(self, stage: Stage, llm: Any, n: int) -> None:
-        from howtocap.llm.loop import ChatLoop
-
         self.stage, self.llm, self.n = stage, llm, n
-        self.loop = ChatLoop()
+        self.loop = llm.chat_loop()  # the engine does not import the LLM clients
         self.finished: deque[VideoResult] = deque()
         self.live: set[Any] = set()  # the steps of videos in flight
 

@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Any
 
-from howtocap.llm.base import GenerationConfig, Messages
+from howtocap.llm.base import Admit, GenerationConfig, Messages, Steps
 from howtocap.llm.http import (
     CHUNK,
     MAX_HEAD,
+    MAX_REPLY_BYTES,
     ConnectError,
     ConnectTimeout,
     ReadTimeout,
@@ -40,7 +41,6 @@ from howtocap.llm.http import (
     _Response,
     _socket_gone,
 )
-from howtocap.llm.openai import MAX_REPLY_BYTES, Admit, Steps
 
 Done = Callable[[Any], None]
 SCAN = 0.05  # seconds between checks of connect and reply deadlines

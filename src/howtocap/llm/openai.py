@@ -28,14 +28,15 @@ import random
 import re
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from queue import SimpleQueue
 from typing import Any
 from urllib.parse import urlsplit
 
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import Fanout, GenerationConfig, Messages, Reply
+from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Reply, Steps
 from howtocap.llm.http import (
+    MAX_REPLY_BYTES,
     ConnectError,
     ConnectTimeout,
     Headers,
@@ -46,7 +47,6 @@ from howtocap.llm.http import (
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
-MAX_REPLY_BYTES = 32 << 20
 USER_AGENT = "howtocap"
 
 
@@ -98,25 +98,6 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
-
-
-# A request as a generator of what it needs: ``(client, payload)`` = send this POST in one of
-# the client's request slots and resume me with ``(status, headers, body)`` or throw the
-# ``TransportError``; a number = wait that many seconds (a backoff); an ``Admit`` = wait for
-# one of a pool's places (on the blocking path the caller's threads are those). Its return
-# value is the reply. One copy of the retry, breaker and constraint logic serves the blocking path
-# (``run_steps``) and the one-thread event loop (``llm.loop``).
-Steps = Generator[Any, Any, str]
-
-
-class Admit:
-    """A step: wait until fewer than ``limit`` of ``owner``'s requests are under way (a
-    pool picks its server only then, so that the least busy one is picked)."""
-
-    __slots__ = ("owner", "limit")
-
-    def __init__(self, owner: object, limit: int) -> None:
-        self.owner, self.limit = owner, limit
 
 
 def run_steps(steps: Steps) -> str:
@@ -324,6 +305,13 @@ class OpenAIChatLLM:
         return self._origin.request("POST", self._path, payload, headers,
                                     deadline=time.monotonic() + self.timeout,
                                     max_bytes=MAX_REPLY_BYTES)
+
+    @staticmethod
+    def chat_loop() -> Any:
+        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
+        from howtocap.llm.loop import ChatLoop
+
+        return ChatLoop()
 
     @property
     def loop_ok(self) -> bool:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import Fanout, GenerationConfig, Messages
-from howtocap.llm.openai import Admit, OpenAIChatLLM, Steps, run_steps
+from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Steps
+from howtocap.llm.openai import OpenAIChatLLM, run_steps
 
 
 def read_urls(values: str | Sequence[str]) -> list[str]:
@@ -84,6 +85,13 @@ class ServerPool:
             self._turn = (best + 1) % n
             self._outstanding[best] += 1
             return best
+
+    @staticmethod
+    def chat_loop() -> Any:
+        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
+        from howtocap.llm.loop import ChatLoop
+
+        return ChatLoop()
 
     @property
     def loop_ok(self) -> bool:
