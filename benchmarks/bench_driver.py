@@ -7,7 +7,7 @@ closing merges included, divided by its videos).
 Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --large 10000 --base REV]
      -> benchmarks/results/driver.{json,md,png}
 
-``--base`` (default: main before the driver's CPU work of 2026-11-26, 49d531a) is checked out into
+``--base`` (default: main before the event loop of 2026-11-26, 853cefd) is checked out into
 a git worktree under benchmarks/work/; every measurement is its own child process with that
 tree's or this tree's sources first on the path, so both versions see the same machine, file
 and load:
@@ -51,10 +51,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
 OUT = HERE / "results"
-# main before the driver's CPU work of 2026-11-26 (results through a queue, the client's own
-# HTTP/1.1 framing on the socket, request slots on a SimpleQueue, shared prompt prefixes; the
-# comparison with httpx, 52ce0ad, is in git history of this file's results).
-BASE = "49d531a"
+# main before the event loop of 2026-11-26 (32 video threads blocking on their sockets: the
+# state of results/driver.md then). Earlier comparisons are in git history of this file's
+# results: 49d531a (before results through a queue, the client's own HTTP/1.1 framing,
+# request slots on a SimpleQueue, shared prompt prefixes) and 52ce0ad (httpx).
+BASE = "853cefd"
 TARGET_MS = 1.0  # issue #22 part 3: driver CPU a video over HTTP
 
 CHILD = r"""

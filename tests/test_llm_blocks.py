@@ -138,3 +138,20 @@ def test_every_builtin_template_puts_the_block_last_so_its_prompt_prefix_is_reus
         head, tail = a[-1]["content"].split("3s: whisk the eggs")
         assert b[-1]["content"] == f"{head}3s: fold the towel{tail}", name
         assert len(tail) <= 3, (name, tail)  # the paper's prompt closes its quote: '".'
+
+
+def test_sentences_are_the_dataclass_as_its_init_makes_it() -> None:
+    """``_sentences`` sets a Sentence's fields at once: still equal, hashed and frozen as
+    one its ``__init__`` made."""
+    import dataclasses
+
+    from howtocap.caption.blocks import Sentence, _sentences
+
+    subs = pd.DataFrame({"start": [-1.0, 4.0], "end": [3.0, float("nan")],
+                         "text": [" crack  the eggs ", "whisk"]})
+    got = [s for s, _ in _sentences(subs)]
+    want = [Sentence(0.0, 3.0, "crack the eggs"), Sentence(4.0, 4.0, "whisk")]
+    assert got == want and [hash(s) for s in got] == [hash(s) for s in want]
+    assert [repr(s) for s in got] == [repr(s) for s in want]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].text = "x"  # type: ignore[misc]

@@ -405,6 +405,12 @@ def test_request_bodies_are_what_json_dumps_writes() -> None:
                       {"role": "user", "content": "parts before the last: not cached"}]},
         {"messages": [system, {"role": "assistant", "content": "ok", "name": "n"},
                       {"role": "user", "content": "3s: z"}]},
+        # the fields after the messages are cached too: equal values of other types are
+        # other bytes (0 == 0.0 == False), and lists are not cached
+        {"messages": [system, {"role": "user", "content": "0s: x"}], "temperature": 0},
+        {"messages": [system, {"role": "user", "content": "0s: x"}], "temperature": False},
+        {"messages": [system, {"role": "user", "content": "0s: x"}], "stop": ["\n\n"],
+         "seed": 1},
     ]
     for body in bodies * 2:  # the second time from the cache
         assert llm._encode(body) == json.dumps(body).encode()

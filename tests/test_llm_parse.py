@@ -114,3 +114,18 @@ def test_fast_line_forms_split_as_the_general_parser() -> None:
         checked += 1
         plain += bool(want) and line[:1].isdigit() and "s:" in line[:7]
     assert checked > 15000 and plain > 1000  # the fuzz reaches both paths
+
+
+def test_captions_are_the_dataclass_as_its_init_makes_it() -> None:
+    """``parse_reply`` sets a caption's fields at once: still equal, hashed, printed and
+    frozen as one ``ParsedCaption.__init__`` made."""
+    import dataclasses
+
+    from howtocap.caption.parse import ParsedCaption
+
+    res = parse_reply("0s: Crack the eggs.\n4s: Whisk them.", Block(0, 0.0, 9.0, ""), 8.0)
+    want = [ParsedCaption(0.0, 8.0, "Crack the eggs."), ParsedCaption(4.0, 12.0, "Whisk them.")]
+    assert res.captions == want and [hash(c) for c in res.captions] == [hash(c) for c in want]
+    assert [repr(c) for c in res.captions] == [repr(c) for c in want]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.captions[0].text = "x"  # type: ignore[misc]

@@ -295,3 +295,32 @@ def test_local_runner_raises_what_escaped_a_worker_and_stops_its_threads() -> No
         LocalRunner(3).map(stage, iter(items[:2] + items[3:]),
                            lambda res: (_ for _ in ()).throw(OSError("disk full")))
     assert not [th for th in threading.enumerate() if th.name.startswith("howtocap-video")]
+
+
+def test_the_collector_is_tuned_while_videos_run_and_restored_after() -> None:
+    """In the serial runner (and the event loop's), what lived before the run is frozen out
+    of full collections and young objects are collected every 10,000 allocations; after
+    the run, even one that raised, the collector is as it was."""
+    import gc
+
+    seen: list[tuple[tuple[int, ...], int]] = []
+
+    class Probe(BaseStage):
+        name = "probe"
+
+        def process(self, video: VideoInput) -> StageOutput:
+            seen.append((gc.get_threshold(), gc.get_freeze_count()))
+            if video.video_id == "boom":
+                raise KeyboardInterrupt
+            return StageOutput({})
+
+    before = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    items = [VideoInput(VideoItem(v, None)) for v in ("a", "b")]
+    LocalRunner(1).map(Probe(), iter(items), lambda res: None)
+    assert [t for t, _ in seen] == [(10_000, 10, 10)] * 2 and all(f > 0 for _, f in seen)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    with pytest.raises(KeyboardInterrupt):
+        LocalRunner(1).map(Probe(), iter([VideoInput(VideoItem("boom", None))]),
+                           lambda res: None)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen

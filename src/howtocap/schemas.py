@@ -168,10 +168,19 @@ def rows_to_arrow(name: str, parts: Iterable[Rows]) -> Any:
     schema = arrow_schema(name)
     parts = list(parts)
     arrays = []
+    repeat: Any = None  # each part's row positions, for columns of one value a part
     for f in schema:
+        vs = [part.cols[f.name] if f.name in part.cols else DEFAULTS[f.name] for part in parts]
+        if parts and not any(isinstance(v, (list, np.ndarray)) for v in vs):
+            # one value a part (the video id, the model): those few values, repeated in C
+            # rather than a Python object a row
+            if repeat is None:
+                repeat = pa.array(np.repeat(np.arange(len(parts), dtype=np.int64),
+                                            [part.n for part in parts]))
+            arrays.append(pa.array(vs, type=f.type).take(repeat))
+            continue
         values: list[Any] = []
-        for part in parts:
-            v = part.cols[f.name] if f.name in part.cols else DEFAULTS[f.name]
+        for part, v in zip(parts, vs, strict=True):
             if isinstance(v, np.ndarray):
                 values.extend(v.tolist())
             elif isinstance(v, list):

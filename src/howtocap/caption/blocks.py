@@ -71,14 +71,19 @@ def _sentences(subtitles: pd.DataFrame | Rows) -> list[tuple[Sentence, int]]:
     order = np.argsort(starts, kind="stable").tolist()  # NaN starts sort last, dropped
     starts = starts.tolist()
     out = []
+    new = object.__new__
     for i in order:
         start, text = starts[i], texts[i]
         if start != start:
             break
         words = text.split() if isinstance(text, str) else []
         if words:
-            out.append((Sentence(max(0.0, start), max(start, ends[i]), " ".join(words)),
-                        len(words)))
+            # Sentence(max(0.0, start), ...) with its fields set at once: a frozen
+            # dataclass's __init__ sets each through object.__setattr__ (~40 a video)
+            sent = new(Sentence)
+            sent.__dict__.update(start=max(0.0, start), end=max(start, ends[i]),
+                                 text=" ".join(words))
+            out.append((sent, len(words)))
     return out
 
 

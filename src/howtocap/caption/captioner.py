@@ -6,8 +6,9 @@ and where the rows go is the runner's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import pandas as pd
@@ -94,8 +95,13 @@ class CaptionError(HowtocapError):
         self.stats = stats
 
 
+# A caption row while a video is assembled: (start, block, end, text, dedupe key); a tuple,
+# not a dict: ~40 of them a video, a million videos.
+_Row = tuple[float, int, float, str, str]
+
+
 def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
-                stats: CaptionStats) -> tuple[list[dict[str, object]] | None, str]:
+                stats: CaptionStats) -> tuple[list[_Row] | None, str]:
     """Caption rows of one reply, or None and why the reply failed. A reply that only held
     channel chatter succeeded with no rows: asking again would not find an action."""
     text, cut = drop_cut_line(reply)
@@ -105,14 +111,14 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     stats.out_of_range += res.n_out_of_range
     stats.empty += res.n_empty
     stats.duplicates += res.n_duplicates
-    out = []
+    out: list[_Row] = []
     check = cfg.drop_chatter and may_hold_chatter(text)
+    index = block.index
     for c, key in zip(res.captions, res.keys, strict=True):
         if check and is_chatter(c.text):
             stats.chatter += 1
         else:
-            out.append({"start": c.start, "end": c.end, "text": c.text, "block": block.index,
-                        "key": key})
+            out.append((c.start, index, c.end, c.text, key))
     if out or res.captions:
         return out, ""
     if res.n_out_of_range:
@@ -120,6 +126,9 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     if cut:
         return None, f"reply cut at --max-tokens {cfg.generation.max_tokens}"
     return None, "reply had no timestamped caption line"
+
+
+_by_time = itemgetter(0, 1)  # a row's start, then its block
 
 
 def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
@@ -150,6 +159,33 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
     pandas frame per video on a million-video run."""
+    return run_caption_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach,
+                                           nlp=nlp), llm)
+
+
+# ``caption_steps`` yields each round's requests, ``(prompts, generation settings)``, and is
+# resumed with their replies (``LLM.chat_many``'s list); it returns the rows and stats. So
+# the same code runs on a thread that blocks (``run_caption_steps``) and, without a thread
+# per video, on an event loop that sends every video's requests (``engine.runners``).
+CaptionSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any],
+                         tuple[Rows, CaptionStats]]
+
+
+def run_caption_steps(steps: CaptionSteps, llm: LLM) -> tuple[Rows, CaptionStats]:
+    """Run ``caption_steps`` on this thread, each round through ``llm.chat_many``."""
+    try:
+        batch, gen = next(steps)
+        while True:
+            batch, gen = steps.send(llm.chat_many(batch, gen))
+    except StopIteration as stop:
+        return stop.value
+
+
+def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
+                  cfg: CaptionConfig | None = None, *,
+                  attach: Callable[[Block, Messages], Messages] | None = None,
+                  nlp: Any | None = None) -> CaptionSteps:
+    """``caption_rows`` as steps (see ``CaptionSteps``); ``llm`` gives the model's name."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -158,7 +194,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     stats.blocks = len(blocks)
     if not blocks:
         return empty_rows("captions"), stats
-    got: dict[int, list[dict[str, object]] | None] = {}
+    got: dict[int, list[_Row] | None] = {}
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
     if attach is not None:
@@ -166,7 +202,7 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     todo = list(blocks)
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
-        replies = llm.chat_many([prompts[b.index] for b in todo], gen)
+        replies = yield [prompts[b.index] for b in todo], gen
         down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
         if down is not None:  # the server is gone: no block failed, the run stops
             raise down
@@ -193,22 +229,23 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
         return empty_rows("captions"), stats
     # Plain lists, one frame built in schema order: per-video pandas (sorting, inserts, dtype
     # fixes) was most of the driver's own cost on a text-only run of a million videos.
-    flat.sort(key=lambda r: (r["start"], r["block"]))  # stable: a block's order stays
+    flat.sort(key=_by_time)  # stable: a block's order stays
     seen: set[str] = set()
     kept = []
     for r in flat:
-        key = r["key"]  # norm_text(text), from the parser
+        key = r[4]  # norm_text(text), from the parser
         if key not in seen:
             seen.add(key)
             kept.append(r)
     stats.duplicates += len(flat) - len(kept)
-    texts = [str(r["text"]) for r in kept]
-    rejected = reject_reasons(texts, nlp) if cfg.reject_fillers else [""] * len(kept)
+    texts = [str(r[3]) for r in kept]
+    # without the filler test every row's reason is "": one value for the column
+    rejected: list[str] | str = reject_reasons(texts, nlp) if cfg.reject_fillers else ""
     out = rows("captions", len(kept), video_id=video_id,
-               start=[r["start"] for r in kept], end=[r["end"] for r in kept],
-               text=texts, source="llm", block=[r["block"] for r in kept],
+               start=[r[0] for r in kept], end=[r[2] for r in kept],
+               text=texts, source="llm", block=[r[1] for r in kept],
                model=llm.name, config_id="", rejected=rejected)
-    for why_not in rejected:
+    for why_not in rejected if isinstance(rejected, list) else ():
         if why_not:
             stats.rejected[why_not] = stats.rejected.get(why_not, 0) + 1
     stats.captions = len(out)

@@ -163,6 +163,7 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
     lo = math.floor(block.start) - slack
     hi = math.ceil(block.end) + slack
     seen: set[str] = set()
+    new = object.__new__
     for raw in (reply or "").splitlines():
         line = _MARKER.sub("", raw.replace("**", "")).strip()
         if not line:
@@ -182,6 +183,10 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
                 res.n_duplicates += 1
             else:
                 seen.add(key)
-                res.captions.append(ParsedCaption(float(t), float(t) + clip_seconds, text))
+                # ParsedCaption(t, t + clip, text), its fields set at once (a frozen
+                # dataclass's __init__ sets each through object.__setattr__)
+                cap = new(ParsedCaption)
+                cap.__dict__.update(start=float(t), end=float(t) + clip_seconds, text=text)
+                res.captions.append(cap)
                 res.keys.append(key)
     return res

@@ -5,16 +5,17 @@ are the ``subtitles`` stage's output)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 from howtocap.caption.blocks import Block
-from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_rows
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_steps
 from howtocap.caption.vlm import VLMOptions, attach_frames
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
-from howtocap.llm.base import Messages
+from howtocap.llm.base import GenerationConfig, Messages
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
@@ -100,7 +101,21 @@ class CaptionStage(BaseStage):
             cfg["chatter_rules"] = RULES_ID
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
+    def event_llm(self) -> Any | None:
+        """The LLM when its requests can go through one event loop (``engine.runners``):
+        a plain-http client, no frames to decode and no filler parse per video (both block
+        the thread), else None (the runner's threads call ``process``)."""
+        model = self._model
+        if self.vlm is not None or self._nlp is not None or self.cfg.reject_fillers:
+            return None
+        return model if getattr(model, "loop_ok", False) else None
+
     def process(self, video: VideoInput) -> StageOutput:
+        return run_stage_steps(self.process_steps(video), self._model)
+
+    def process_steps(self, video: VideoInput) -> StageSteps:
+        """``process`` as steps: ``caption.captioner.CaptionSteps`` whose value is the
+        video's ``StageOutput``."""
         subs = video.tables["subtitles"]
         if not len(subs):
             raise HowtocapError("no subtitles to caption")
@@ -111,8 +126,8 @@ class CaptionStage(BaseStage):
             def attach(block: Block, msgs: Messages) -> Messages:
                 return attach_frames(msgs, block_frames(path, block, vlm))
         try:
-            captions, stats = caption_rows(video.video_id, subs, self._model, self.cfg,
-                                            attach=attach, nlp=self._nlp)
+            captions, stats = yield from caption_steps(video.video_id, subs, self._model,
+                                                       self.cfg, attach=attach, nlp=self._nlp)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]
             if whys and all(w.startswith("LLM server") for w in whys):
@@ -125,3 +140,16 @@ class CaptionStage(BaseStage):
         return StageOutput({"captions": captions}, warnings,
                            metrics={"captions": float(len(captions)),
                                     "llm_blocks": float(stats.blocks), **rejected})
+
+
+StageSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any], StageOutput]
+
+
+def run_stage_steps(steps: StageSteps, llm: Any) -> StageOutput:
+    """Run a video's steps on this thread, each round through ``llm.chat_many``."""
+    try:
+        batch, gen = next(steps)
+        while True:
+            batch, gen = steps.send(llm.chat_many(batch, gen))
+    except StopIteration as stop:
+        return stop.value

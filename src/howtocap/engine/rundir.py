@@ -75,6 +75,7 @@ class RunDir:
         self._claims = 0
         self._index_dirs: dict[str, tuple[Path, Path]] = {}
         self._stages: tuple[int, list[str]] = (-1, [])  # (folder mtime, stages with batches)
+        self._batch_paths: dict[tuple[str, str], Path] = {}  # (table, batch) -> its file
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -416,10 +417,41 @@ class RunDir:
             entry.df = entry.arrow.to_pandas()
         return entry.df.iloc[a:b].reset_index(drop=True)
 
-    def read_rows(self, table: str, video_id: str) -> Rows | None:
+    def live_batches(self, table: str, video_ids: Sequence[str]) -> list[str | None]:
+        """``_live_batch`` of many videos at once (a claimed batch's inputs): one vectorised
+        look-up per stage index this process holds, instead of one per video; videos those
+        indexes do not settle are looked up one by one, as ``_live_batch`` does."""
+        out: list[str | None] = [""] * len(video_ids)
+        todo = np.ones(len(video_ids), dtype=bool)
+        if self._stages[0] != -1 and len(video_ids):
+            for st in self._stages[1]:
+                idx = self._indexes.get(st)
+                if idx is None or table not in idx.writes or not todo.any():
+                    continue
+                view = idx.view()
+                if not len(view):
+                    continue
+                pos = idx.positions(video_ids)
+                hit = np.flatnonzero(todo & (pos >= 0))
+                if not len(hit):
+                    continue
+                batch = view["batch"].iloc[pos[hit]].to_numpy(dtype=object)
+                status = view["status"].iloc[pos[hit]].to_numpy(dtype=object)
+                for i, b, ok in zip(hit.tolist(), batch.tolist(), status.tolist(),
+                                    strict=True):
+                    if b:
+                        out[i] = b if ok == "ok" else None
+                        todo[i] = False
+        for i in np.flatnonzero(todo).tolist():
+            out[i] = self._live_batch(table, video_ids[i])
+        return out
+
+    def read_rows(self, table: str, video_id: str, batch: str | None | bool = False
+                  ) -> Rows | None:
         """``read_part`` as plain columns (``schemas.Rows``): slices of the batch's columns,
-        decoded once per batch, for stages that take no pandas frame per video."""
-        found = self._locate(table, video_id)
+        decoded once per batch, for stages that take no pandas frame per video. ``batch``:
+        where its rows are, from ``live_batches`` (False: looked up here)."""
+        found = self._locate(table, video_id, batch)
         if found is None:
             return None
         if isinstance(found, pd.DataFrame):
@@ -432,11 +464,13 @@ class RunDir:
                                             strict=True)}
         return Rows(table, b - a, {c: v[a:b] for c, v in entry.cols.items()})
 
-    def _locate(self, table: str, video_id: str
+    def _locate(self, table: str, video_id: str, batch: str | None | bool = False
                 ) -> pd.DataFrame | tuple[_BatchFile, tuple[int, int]] | None:
         """Where a video's rows are: a per-video part's frame (older runs), or a decoded batch
-        file and the video's row range in it; None when it has none (or the file is lost)."""
-        batch = self._live_batch(table, video_id)
+        file and the video's row range in it; None when it has none (or the file is lost).
+        ``batch``: its ``_live_batch`` when the caller knows it (False: looked up)."""
+        if batch is False:
+            batch = self._live_batch(table, video_id)
         if batch is None:
             return None
         if not batch:
@@ -450,7 +484,12 @@ class RunDir:
                 return None
             except FileNotFoundError:
                 return None
-        path = self.batch_part_path(table, batch)
+        assert isinstance(batch, str)
+        path = self._batch_paths.get((table, batch))
+        if path is None:  # a Path per video cost more than the slice it finds
+            if len(self._batch_paths) > 4 * BATCH_CACHE:
+                self._batch_paths.clear()
+            path = self._batch_paths[(table, batch)] = self.batch_part_path(table, batch)
         entry = self._batch_cache.get(path)
         if entry is None:
             import pyarrow as pa

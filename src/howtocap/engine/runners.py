@@ -10,10 +10,13 @@ only narrows the videos, so it combines with either.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import pickle
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
@@ -46,10 +49,46 @@ class LocalRunner:
     def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
         n = max(1, self.workers or getattr(stage.resources, "threads", 1))
         if n == 1:
-            for video in videos:
-                emit(run_one(stage, video))
+            with collector_tuned():
+                for video in videos:
+                    emit(run_one(stage, video))
+            return
+        llm = _event_llm(stage)
+        if llm is not None:
+            _Events(stage, llm, 2 * n).map(videos, emit)
             return
         _Workers(stage, n).map(videos, emit)
+
+
+@contextlib.contextmanager
+def collector_tuned() -> Iterator[None]:
+    """While videos run in this thread: what lives at the start (modules, the run's
+    indexes) is left out of the collector's full passes (each walked all of it again), and
+    the young generation is collected every 10,000 allocations rather than 700, so a
+    video's short-lived objects die before a pass looks at them (0.97 -> 0.45 CPU s of
+    collections per 10,000 text-only videos). Objects freed by reference counting go at
+    once as ever; afterwards everything is collected as before."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def _event_llm(stage: Stage) -> Any | None:
+    """The LLM whose requests one event loop can send for the stage (``stage.event_llm()``,
+    after ``setup``), or None: threads then call ``process``."""
+    hook = getattr(stage, "event_llm", None)
+    if hook is None or not hasattr(stage, "process_steps"):
+        return None
+    try:
+        stage.setup()
+    except Exception:  # noqa: BLE001 - run_one reports it for every video
+        return None
+    return hook()
 
 
 _STOP = object()  # a worker's signal to end
@@ -121,6 +160,94 @@ class _Workers:
                 self.todo.put(_STOP)
             for t in self.threads:
                 t.join()
+
+
+class _Replay:
+    """A stage whose ``process`` hands back what a video's steps ended with, so that
+    ``run_one`` makes the result (and the failure's cause) exactly as for ``process``."""
+
+    def __init__(self, out: Any, exc: BaseException | None) -> None:
+        self.out, self.exc = out, exc
+
+    def setup(self) -> None:
+        pass
+
+    def process(self, video: VideoInput) -> Any:
+        if self.exc is not None:
+            raise self.exc
+        return self.out
+
+
+class _Events:
+    """Videos driven by their replies on one thread, no thread per video or request.
+
+    The stage's ``process_steps(video)`` yields each round of requests and is resumed with
+    their replies; ``llm.loop.ChatLoop`` sends every video's requests on non-blocking
+    keep-alive connections (the client's slots, retries, breakers and the pool's routing are
+    the blocking client's own code) and the replies resume the videos. Why: with a thread per
+    video blocking on its socket, the GIL hand-offs and wake-ups of 32 threads cost the
+    driver more CPU than captioning (benchmarks/bench_driver.py). ``n`` videos are in flight
+    (claims are taken as work starts); results are emitted on this thread, as they finish.
+    """
+
+    def __init__(self, stage: Stage, llm: Any, n: int) -> None:
+        self.stage, self.llm, self.n = stage, llm, n
+        self.loop = llm.chat_loop()  # the engine does not import the LLM clients
+        self.finished: deque[VideoResult] = deque()
+        self.live: set[Any] = set()  # the steps of videos in flight
+
+    def _start(self, video: VideoInput) -> None:
+        t0 = time.perf_counter()
+        try:
+            steps = self.stage.process_steps(video)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - the video's failure
+            self._end(video, t0, None, exc)
+            return
+        self.live.add(steps)
+        self._step(video, t0, steps, None)
+
+    def _step(self, video: VideoInput, t0: float, steps: Any, replies: list[Any] | None) -> None:
+        try:
+            batch, gen = steps.send(replies)
+        except StopIteration as stop:
+            self.live.discard(steps)
+            self._end(video, t0, stop.value, None)
+        except Exception as exc:  # noqa: BLE001 - the video's failure (or the run's)
+            self.live.discard(steps)
+            self._end(video, t0, None, exc)
+        else:
+            self.loop.chat_many(self.llm, batch, gen,
+                                lambda got: self._step(video, t0, steps, got))
+
+    def _end(self, video: VideoInput, t0: float, out: Any, exc: BaseException | None) -> None:
+        res = run_one(_Replay(out, exc), video)  # type: ignore[arg-type]
+        res.seconds = time.perf_counter() - t0
+        self.finished.append(res)
+
+    def map(self, videos: Iterator[VideoInput], emit: Emit) -> None:
+        out = 0  # videos started, their results not yet emitted
+        more = True
+        with collector_tuned():
+            try:
+                while True:
+                    while more and out < self.n:
+                        video = next(videos, None)
+                        if video is None:
+                            more = False
+                            break
+                        out += 1
+                        self._start(video)
+                    while self.finished:
+                        out -= 1
+                        emit(self.finished.popleft())
+                    if not out and not more:
+                        return
+                    if out and not self.finished:
+                        self.loop.run_once(1.0)
+            finally:  # what is in flight is abandoned: its videos are not done
+                for steps in self.live:
+                    steps.close()
+                self.loop.close()
 
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
@@ -188,3 +188,22 @@ class Fanout:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
+
+
+# A request as a generator of what it needs: ``(client, payload)`` = send this POST in one of
+# the client's request slots and resume me with ``(status, headers, body)`` or throw the
+# ``TransportError``; a number = wait that many seconds (a backoff); an ``Admit`` = wait for
+# one of a pool's places (on the blocking path the caller's threads are those). Its return
+# value is the reply. One copy of the retry, breaker and constraint logic serves the blocking path
+# (``run_steps``) and the one-thread event loop (``llm.loop``).
+Steps = Generator[Any, Any, str]
+
+
+class Admit:
+    """A step: wait until fewer than ``limit`` of ``owner``'s requests are under way (a
+    pool picks its server only then, so that the least busy one is picked)."""
+
+    __slots__ = ("owner", "limit")
+
+    def __init__(self, owner: object, limit: int) -> None:
+        self.owner, self.limit = owner, limit

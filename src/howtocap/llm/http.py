@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 CHUNK = 1 << 16
+MAX_REPLY_BYTES = 32 << 20  # an LLM reply larger than this is dropped (the client's limit)
 
 
 class TransportError(Exception):

@@ -34,8 +34,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import Fanout, GenerationConfig, Messages, Reply
+from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Reply, Steps
 from howtocap.llm.http import (
+    MAX_REPLY_BYTES,
     ConnectError,
     ConnectTimeout,
     Headers,
@@ -46,7 +47,6 @@ from howtocap.llm.http import (
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
-MAX_REPLY_BYTES = 32 << 20
 USER_AGENT = "howtocap"
 
 
@@ -100,6 +100,27 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
 
 
+def run_steps(steps: Steps) -> str:
+    """Run a request's steps on this thread: sends block, backoffs sleep."""
+    try:
+        op = next(steps)
+        while True:
+            if not isinstance(op, tuple):
+                if not isinstance(op, Admit):
+                    time.sleep(op)
+                op = steps.send(None)
+                continue
+            client, payload = op
+            try:
+                out = client._send_now(payload)
+            except Exception as exc:  # noqa: BLE001 - the steps decide (retry, raise)
+                op = steps.throw(exc)
+            else:
+                op = steps.send(out)
+    except StopIteration as stop:
+        return stop.value
+
+
 class OpenAIChatLLM:
     """Client for one OpenAI-compatible server; thread-safe, share one per process."""
 
@@ -147,6 +168,7 @@ class OpenAIChatLLM:
                               max_idle=self.concurrency)
         self._path = urlsplit(self.endpoint).path
         self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode
+        self._tails: dict[tuple[Any, ...], str] = {}
         self._models_path = urlsplit(self.base_url).path + "/models"
 
     @property
@@ -263,10 +285,20 @@ class OpenAIChatLLM:
             if len(self._prefixes) >= 32:
                 self._prefixes.clear()
             self._prefixes[key] = head
-        rest = json.dumps({k: v for k, v in body.items() if k != "messages"})
-        text = f'{{"messages": [{head}, {json.dumps(msgs[-1])}]'
-        text += f", {rest[1:]}" if len(rest) > 2 else "}"
-        return text.encode()
+        fields = [(k, v) for k, v in body.items() if k != "messages"]
+        try:  # the sampling fields and model: the same for most requests of a run (keyed
+            # with their types: 0 == 0.0 == False, written "0", "0.0", "false")
+            tail = self._tails.get(fields_key := tuple((k, type(v), v) for k, v in fields))
+        except TypeError:  # a list or dict among them (stop words): not cached
+            fields_key, tail = None, None
+        if tail is None:
+            rest = json.dumps(dict(fields))
+            tail = f", {rest[1:]}" if len(rest) > 2 else "}"
+            if fields_key is not None:
+                if len(self._tails) >= 32:
+                    self._tails.clear()
+                self._tails[fields_key] = tail
+        return f'{{"messages": [{head}, {json.dumps(msgs[-1])}]{tail}'.encode()
 
     def _send(self, payload: bytes, headers: dict[str, str]) -> tuple[int, Headers, bytes]:
         """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
@@ -274,7 +306,35 @@ class OpenAIChatLLM:
                                     deadline=time.monotonic() + self.timeout,
                                     max_bytes=MAX_REPLY_BYTES)
 
+    @staticmethod
+    def chat_loop() -> Any:
+        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
+        from howtocap.llm.loop import ChatLoop
+
+        return ChatLoop()
+
+    @property
+    def loop_ok(self) -> bool:
+        """A plain ``http://`` server without a proxy: ``llm.loop.ChatLoop`` can send its
+        requests (TLS and proxy tunnels stay on the blocking path)."""
+        return not self._origin.https and not self._origin.proxy
+
+    def _send_now(self, payload: bytes) -> tuple[int, Headers, bytes]:
+        """One try on this thread, in a request slot (the blocking path of ``run_steps``)."""
+        self._slots.get()
+        try:
+            self._check_breaker()
+            self._count("attempts")
+            return self._send(payload, self._post_headers)
+        finally:
+            self._slots.put(None)
+
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        return run_steps(self.chat_steps(messages, gen))
+
+    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
+        """One chat request as steps (see ``Steps``): ``chat`` runs them on this thread,
+        ``llm.loop.ChatLoop`` runs many at once on one thread."""
         self._check_breaker()
         body: dict[str, Any] = {"messages": list(messages), **gen.request_fields()}
         model = self._resolve_model()
@@ -282,19 +342,18 @@ class OpenAIChatLLM:
             body["model"] = model
         extra = {} if self.constraints_rejected else gen.constraint_fields()
         if not extra:
-            return self._post(body)
+            return (yield from self._post_steps(body))
         try:
-            return self._post({**body, **extra})
+            return (yield from self._post_steps({**body, **extra}))
         except _Rejected as exc:
             if not any(k in exc.detail for k in (*extra, "extra", "unrecognized", "unknown",
                                                  "not permitted", "not allowed")):
                 raise HowtocapError(str(exc)) from None
             self.constraints_rejected = True
-            return self._post(body)
+            return (yield from self._post_steps(body))
 
-    def _post(self, body: dict[str, Any]) -> str:
+    def _post_steps(self, body: dict[str, Any]) -> Steps:
         payload = self._encode(body)
-        headers = self._post_headers
         tries = self.max_retries + 1
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
@@ -304,51 +363,45 @@ class OpenAIChatLLM:
         for attempt in range(tries):
             self._check_breaker()
             retry_after, absent = None, False
-            self._slots.get()
-            try:
-                self._check_breaker()
-                self._count("attempts")
-                try:
-                    status, rheaders, data = self._send(payload, headers)
-                except TimeoutException as exc:
-                    problem = reason = f"timed out after {self.timeout:g}s"
-                    refused += isinstance(exc, ConnectTimeout)
-                    epoch = self._outage(reason, epoch)
-                except TransportError as exc:
-                    reason = short_reason(exc, 160)
-                    problem = f"is unreachable ({reason})"
+            try:  # the driver sends in a request slot (breaker checked, attempt counted)
+                status, rheaders, data = yield (self, payload)
+            except TimeoutException as exc:
+                problem = reason = f"timed out after {self.timeout:g}s"
+                refused += isinstance(exc, ConnectTimeout)
+                epoch = self._outage(reason, epoch)
+            except TransportError as exc:
+                reason = short_reason(exc, 160)
+                problem = f"is unreachable ({reason})"
+                refused += 1
+                absent = isinstance(exc, ConnectError)
+                last = self._outage(reason, None)
+                epoch = last if epoch is None else epoch
+            else:
+                if status in GATEWAY_STATUS:
+                    problem = f"returned {status}"
+                    reason = f"HTTP {status}"
                     refused += 1
-                    absent = isinstance(exc, ConnectError)
-                    last = self._outage(reason, None)
-                    epoch = last if epoch is None else epoch
+                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                    epoch = self._outage(reason, epoch)
                 else:
-                    if status in GATEWAY_STATUS:
+                    self._answered()
+                    if status == 200:
+                        try:
+                            return self._content(data)
+                        except _Malformed as exc:
+                            problem = str(exc)
+                    elif status in RETRY_STATUS or status >= 500:
                         problem = f"returned {status}"
-                        reason = f"HTTP {status}"
-                        refused += 1
                         retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                        epoch = self._outage(reason, epoch)
+                    elif status in (400, 422):
+                        raise _Rejected(f"LLM server {self.endpoint} returned "
+                                        f"{status}: {self._error_detail(status, data)}")
                     else:
-                        self._answered()
-                        if status == 200:
-                            try:
-                                return self._content(data)
-                            except _Malformed as exc:
-                                problem = str(exc)
-                        elif status in RETRY_STATUS or status >= 500:
-                            problem = f"returned {status}"
-                            retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                        elif status in (400, 422):
-                            raise _Rejected(f"LLM server {self.endpoint} returned "
+                        raise HowtocapError(f"LLM server {self.endpoint} returned "
                                             f"{status}: {self._error_detail(status, data)}")
-                        else:
-                            raise HowtocapError(f"LLM server {self.endpoint} returned "
-                                                f"{status}: {self._error_detail(status, data)}")
-            finally:
-                self._slots.put(None)
             if attempt + 1 < tries:
                 self._count("retries")
-                time.sleep(self._delay(attempt, retry_after))
+                yield self._delay(attempt, retry_after)  # the driver waits (sleep or timer)
         if refused == tries:  # every try failed to reach it, and no answer came since the first
             # Ending on a refused connection is a closed port even if another request got its
             # answer between this one's tries (the server died meanwhile).

@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import Fanout, GenerationConfig, Messages
-from howtocap.llm.openai import OpenAIChatLLM
+from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Steps
+from howtocap.llm.openai import OpenAIChatLLM, run_steps
 
 
 def read_urls(values: str | Sequence[str]) -> list[str]:
@@ -46,6 +47,7 @@ class ServerPool:
         self.clients = list(clients)
         self.concurrency = sum(c.concurrency for c in self.clients)
         self._fanout = Fanout(self.concurrency)
+        self._admit = Admit(self, self.concurrency)
         self._lock = threading.Lock()
         self._outstanding = [0] * len(self.clients)
         self._down: dict[int, ServiceUnavailable] = {}
@@ -84,11 +86,29 @@ class ServerPool:
             self._outstanding[best] += 1
             return best
 
+    @staticmethod
+    def chat_loop() -> Any:
+        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
+        from howtocap.llm.loop import ChatLoop
+
+        return ChatLoop()
+
+    @property
+    def loop_ok(self) -> bool:
+        """Every server can be reached by ``llm.loop.ChatLoop`` (plain http, no proxy)."""
+        return all(c.loop_ok for c in self.clients)
+
     def chat(self, messages: Messages, gen: GenerationConfig) -> str:
+        return run_steps(self.chat_steps(messages, gen))
+
+    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
+        """One request as steps (``llm.openai.Steps``), sent to the least busy live server;
+        a server that goes down meanwhile gets it sent again to another."""
+        yield self._admit
         while True:
             i = self._pick()
             try:
-                reply = self.clients[i].chat(messages, gen)
+                reply = yield from self.clients[i].chat_steps(messages, gen)
             except ServiceUnavailable as exc:
                 with self._lock:
                     self._down.setdefault(i, exc)
