@@ -390,3 +390,34 @@ def test_the_merge_keeps_each_videos_newest_ok_rows_whatever_their_hashes(
     pd.testing.assert_frame_equal(got[want.columns.tolist()], want, check_dtype=False)
     rd.merge("subtitles")  # the in-memory merge: the same table
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)
+
+
+def test_a_claimed_batchs_inputs_are_located_as_one_video_at_a_time_locates_them(
+        tmp_path: Path) -> None:
+    """``live_batches`` (a claimed batch's inputs at once, from the stage indexes this process
+    holds) gives each video the batch ``_live_batch`` gives it alone, with failures, retries,
+    forgotten videos and an older run's per-video records in the index."""
+    import random
+
+    from howtocap.engine.records import StatusRecord
+
+    rng = random.Random(3)
+    ids = [f"v{rng.getrandbits(32):08x}_{i}" for i in range(300)]
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos(VideoItem(v, None) for v in ids)
+    for v in ids[:40]:
+        rd.write_status(StatusRecord(v, "lines", rng.choice(["ok", "error"])))
+    for _ in range(8):
+        recs = [StatusRecord(v, "lines", "ok" if rng.random() < 0.7 else "error")
+                for v in rng.sample(ids, 60)]
+        frames = [rows(f"v_{i}") for i, r in enumerate(recs) if r.status == "ok"]
+        rd.commit_batch("lines", ["subtitles"], recs,
+                        {"subtitles": pd.concat(frames) if frames else rows("v_0").iloc[:0]})
+    rd.forget("lines", rng.sample(ids, 30))
+    one_by_one = [rd._live_batch("subtitles", v) for v in ids]  # noqa: SLF001
+    assert rd._indexes  # noqa: SLF001 - the vectorised path has an index to read
+    assert {b is None for b in one_by_one} == {True, False}
+    assert rd.live_batches("subtitles", ids) == one_by_one
+    shuffled = rng.sample(ids, len(ids))
+    assert rd.live_batches("subtitles", shuffled) == [rd._live_batch("subtitles", v)  # noqa: SLF001
+                                                      for v in shuffled]

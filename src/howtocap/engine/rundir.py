@@ -428,17 +428,13 @@ class RunDir:
                 idx = self._indexes.get(st)
                 if idx is None or table not in idx.writes or not todo.any():
                     continue
-                view = idx.view()
-                if not len(view):
-                    continue
-                pos = idx.positions(video_ids)
+                pos = idx.positions(video_ids)  # a window's ids, never the index's all
                 hit = np.flatnonzero(todo & (pos >= 0))
                 if not len(hit):
                     continue
-                batch = view["batch"].iloc[pos[hit]].to_numpy(dtype=object)
-                status = view["status"].iloc[pos[hit]].to_numpy(dtype=object)
-                for i, b, ok in zip(hit.tolist(), batch.tolist(), status.tolist(),
-                                    strict=True):
+                got = idx.values(pos[hit], ["batch", "status"])
+                for i, b, ok in zip(hit.tolist(), got["batch"].tolist(),
+                                    got["status"].tolist(), strict=True):
                     if b:
                         out[i] = b if ok == "ok" else None
                         todo[i] = False
