@@ -87,12 +87,13 @@ def test_clip_length_and_unparseable_reply() -> None:
 
 
 def test_fast_line_forms_split_as_the_general_parser() -> None:
-    """``_pieces`` answers plain ``12s: Text.`` lines and digit-free lines without the general
-    regexes: on lines of every form (markers, quotes, ranges, clocks, dashes, non-ASCII,
-    trailing stamps) it gives the same captions as ``_split_line``."""
+    """``_captions`` answers plain ``12s: Text.`` lines (and cleans their usual text) and
+    digit-free lines without the general regexes: on lines of every form (markers, quotes,
+    ranges, clocks, dashes, non-ASCII, trailing stamps) it gives the same captions as
+    ``_split_line`` and ``clean_text``, and the parser's dedupe key is ``norm_text``'s."""
     import random
 
-    from howtocap.caption.parse import _pieces, _split_line, clean_text
+    from howtocap.caption.parse import _captions, _split_line, clean_text, norm_text
 
     rng = random.Random(3)
     heads = ["12s:", "0s: ", "12s: ", "12 s:", "007s:", "123456s: ", "12s:-", "12s:|> ", "At 5s,",
@@ -109,8 +110,10 @@ def test_fast_line_forms_split_as_the_general_parser() -> None:
         if not line:
             continue
         want = [(t, clean_text(p)) for t, p in _split_line(line)]
-        got = [(t, clean_text(p)) for t, p in _pieces(line)]
+        got = _captions(line)
         assert got == want, line
+        for _, text in got:
+            assert text.lower().rstrip(".!?;,") == norm_text(text), text
         checked += 1
         plain += bool(want) and line[:1].isdigit() and "s:" in line[:7]
     assert checked > 15000 and plain > 1000  # the fuzz reaches both paths

@@ -145,15 +145,31 @@ def _split_line(line: str) -> list[tuple[float, str]]:
     return out
 
 
-def _pieces(line: str) -> list[tuple[float, str]]:
-    """``_split_line``, with its two common cases answered without its regexes: the plain
+def _clean_plain(piece: str) -> str | None:
+    """``clean_text`` of a plain line's text (printable ASCII, no digit) in its usual form,
+    no double quote and no quote at either end, with its few string calls and not its
+    general steps; None for any other form (``clean_text`` then decides)."""
+    text = piece.strip(_EDGE_CHARS)
+    if not text or '"' in text or "**" in text or text[0] in "'`" or text[-1] in "'`":
+        return None
+    text = " ".join(text.split())
+    if not any(map(str.isalpha, text)):
+        return ""
+    return text[0].upper() + text[1:]
+
+
+def _captions(line: str) -> list[tuple[float, str]]:
+    """(seconds, cleaned text) of every caption ``line`` opens: ``_split_line`` and
+    ``clean_text``, with the two common cases answered without their regexes: the plain
     ``12s: Text.`` line, and a line without a digit (no timestamp)."""
     plain = _PLAIN.fullmatch(line) if line.isascii() and line.isprintable() else None
     if plain is not None:
-        return [(float(plain.group(1)), plain.group(2))]
+        piece = plain.group(2)
+        text = _clean_plain(piece)
+        return [(float(plain.group(1)), clean_text(piece) if text is None else text)]
     if _DIGIT.search(line) is None:
         return []
-    return _split_line(line)
+    return [(t, clean_text(piece)) for t, piece in _split_line(line)]
 
 
 def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
@@ -168,13 +184,13 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
         line = _MARKER.sub("", raw.replace("**", "")).strip()
         if not line:
             continue
-        pieces = _pieces(line)
-        if not pieces:
+        found = _captions(line)
+        if not found:
             res.n_no_timestamp += 1
             continue
-        for t, piece in pieces:
-            text = clean_text(piece)
-            key = norm_text(text)
+        for t, text in found:
+            # norm_text(text): clean_text's text is already one-spaced
+            key = text.lower().rstrip(".!?;,")
             if not text:
                 res.n_empty += 1
             elif not lo <= t <= hi:
