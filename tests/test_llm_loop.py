@@ -93,18 +93,7 @@ def test_retry_after_is_honoured(through_loop: ChatLoop, waits: list[float]) -> 
     faults.test_retry_after_seconds_is_honoured(waits)
 
 
-@pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Every wait the client chose before a retry (as ``test_llm_faults.waits``)."""
-    chosen: list[float] = []
-    real = OpenAIChatLLM._delay
-
-    def delay(self: OpenAIChatLLM, attempt: int, retry_after: float | None) -> float:
-        chosen.append(real(self, attempt, retry_after))
-        return chosen[-1]
-
-    monkeypatch.setattr(OpenAIChatLLM, "_delay", delay)
-    return chosen
+waits = faults.waits  # every wait the client chose before a retry (the fixture)
 
 
 @pytest.mark.parametrize("name", [

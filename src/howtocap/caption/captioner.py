@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -159,20 +159,25 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
     pandas frame per video on a million-video run."""
-    return run_caption_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach,
+    return run_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach,
                                            nlp=nlp), llm)
 
 
 # ``caption_steps`` yields each round's requests, ``(prompts, generation settings)``, and is
 # resumed with their replies (``LLM.chat_many``'s list); it returns the rows and stats. So
-# the same code runs on a thread that blocks (``run_caption_steps``) and, without a thread
+# the same code runs on a thread that blocks (``run_steps``) and, without a thread
 # per video, on an event loop that sends every video's requests (``engine.runners``).
 CaptionSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any],
                          tuple[Rows, CaptionStats]]
 
 
-def run_caption_steps(steps: CaptionSteps, llm: LLM) -> tuple[Rows, CaptionStats]:
-    """Run ``caption_steps`` on this thread, each round through ``llm.chat_many``."""
+T = TypeVar("T")
+
+
+def run_steps(steps: Generator[tuple[list[Messages], GenerationConfig], list[Any], T],
+              llm: LLM) -> T:
+    """Run steps (``caption_steps``, a stage's ``process_steps``) on this thread, each round
+    through ``llm.chat_many``; their value."""
     try:
         batch, gen = next(steps)
         while True:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.caption.blocks import Block
-from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_steps
+from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_steps, run_steps
 from howtocap.caption.vlm import VLMOptions, attach_frames
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
@@ -111,7 +111,7 @@ class CaptionStage(BaseStage):
         return model if getattr(model, "loop_ok", False) else None
 
     def process(self, video: VideoInput) -> StageOutput:
-        return run_stage_steps(self.process_steps(video), self._model)
+        return run_steps(self.process_steps(video), self._model)
 
     def process_steps(self, video: VideoInput) -> StageSteps:
         """``process`` as steps: ``caption.captioner.CaptionSteps`` whose value is the
@@ -143,13 +143,3 @@ class CaptionStage(BaseStage):
 
 
 StageSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any], StageOutput]
-
-
-def run_stage_steps(steps: StageSteps, llm: Any) -> StageOutput:
-    """Run a video's steps on this thread, each round through ``llm.chat_many``."""
-    try:
-        batch, gen = next(steps)
-        while True:
-            batch, gen = steps.send(llm.chat_many(batch, gen))
-    except StopIteration as stop:
-        return stop.value
