@@ -355,10 +355,11 @@ def test_the_merge_keeps_each_videos_newest_ok_rows_whatever_their_hashes(
     video apart by their ids read back: with every id of one hash (``collide``), a merge
     that took equal hashes for one video would drop other videos' rows."""
     import howtocap.engine.merge as merge_mod
+    import howtocap.engine.records as records_mod
     from howtocap.engine.records import StatusRecord
 
-    if collide:
-        monkeypatch.setattr(merge_mod, "hash", lambda s: 5, raising=False)
+    if collide:  # records.id_hashes: the merge's and the stage index's hashes alike
+        monkeypatch.setattr(records_mod, "hash", lambda s: 5, raising=False)
     monkeypatch.setattr(merge_mod, "MANIFESTS_AT_ONCE", 2)
     rd = RunDir(tmp_path / "run")
     truth: dict[str, pd.DataFrame] = {}

@@ -25,7 +25,7 @@ from howtocap.atomic import (
     corrupt_parquet,
     open_parquet,
 )
-from howtocap.engine.records import BATCH_PREFIX, last_per_key
+from howtocap.engine.records import BATCH_PREFIX, id_hashes, last_per_key
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -119,7 +119,7 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
             if t is None or not t.num_rows:
                 continue
             ids = t.column("video_id").to_pylist()
-            hashes.append(np.fromiter(map(hash, ids), np.int64, count=len(ids)))
+            hashes.append(id_hashes(ids))
             codes.append(np.full(len(ids), k, np.int32))
             rows.append(np.arange(len(ids), dtype=np.int32))
             sizes[k] = len(ids)

@@ -557,11 +557,16 @@ def _text(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
+def id_hashes(ids: Sequence[str]) -> Any:
+    """64-bit hashes of ``ids`` (Python's string hash: the same within this process only, so
+    never written down; a hit is always checked against the id itself)."""
+    return np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+
+
 def _hashes(ids: Any) -> Any:
-    """32-bit hashes of ``ids`` (Python's string hash: the same within this process; a hit
-    is checked against the id read back, so a short hash only costs a few more reads)."""
-    return (np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
-            & 0xFFFFFFFF).astype(np.uint32)
+    """32-bit ``id_hashes`` (a hit is checked against the id read back, so a short hash only
+    costs a few more reads)."""
+    return (id_hashes(ids) & 0xFFFFFFFF).astype(np.uint32)
 
 
 DEFAULT_RECORD: dict[str, Any] = {"message": "", "seconds": 0.0, "finished_at": 0.0,
