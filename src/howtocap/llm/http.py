@@ -144,12 +144,19 @@ class _Conn:
         self.http.close()
 
 
+def request_head(method: str, target: str, host: str, headers: Mapping[str, str]
+                 ) -> list[str]:
+    """A request's head lines but its Content-Length (``request_bytes``; the event loop
+    builds its POSTs' head once from them)."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
+    return lines + [f"{k}: {v}" for k, v in headers.items()]
+
+
 def request_bytes(method: str, target: str, host: str, headers: Mapping[str, str],
                   body: bytes | None) -> bytes:
     """One HTTP/1.1 request, head and body in one buffer (one ``send``: ``http.client``
     writes them apart, two syscalls and two TCP segments for the server to read)."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines = request_head(method, target, host, headers)
     if body is not None or method in ("POST", "PUT", "PATCH"):
         lines.append(f"Content-Length: {len(body or b'')}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -40,6 +40,7 @@ from howtocap.llm.http import (
     TransportError,
     _Response,
     _socket_gone,
+    request_head,
 )
 
 Done = Callable[[Any], None]
@@ -108,9 +109,7 @@ class _Server:
         self.timeout = client.timeout
         self.connect_timeout = origin.connect_timeout
         self.addr: tuple[Any, ...] | None = None
-        lines = [f"POST {client._path} HTTP/1.1", f"Host: {origin._netloc}",
-                 "Accept-Encoding: identity"]
-        lines += [f"{k}: {v}" for k, v in client._post_headers.items()]
+        lines = request_head("POST", client._path, origin._netloc, client._post_headers)
         self.head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
     def request(self, payload: bytes) -> bytes:
