@@ -160,7 +160,10 @@ print(json.dumps({"seconds": time.perf_counter() - t0}))
 
 MERGE = """
 import json, sys, time
-from howtocap.caption.run import give_back_memory
+try:
+    from howtocap.engine.memory import give_back_memory
+except ImportError:  # a tree from before it moved to the engine
+    from howtocap.caption.run import give_back_memory
 from howtocap.engine.rundir import RunDir
 rd = RunDir(sys.argv[1], create=False)
 out = {}

@@ -229,6 +229,54 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     assert not list((rd.cache_dir).glob(".merge-*"))  # the levels' files are gone
 
 
+class Scores(BaseStage):
+    """align_scores-like rows: the schema's columns and extras it does not name (a float,
+    NaN in one video: its chunk goes through pandas, the others through Arrow, and a bool),
+    unsorted within each video."""
+
+    name = "scores"
+    writes = ("align_scores",)
+
+    def process(self, video: VideoInput) -> StageOutput:
+        n = int(video.video_id.split("_")[1])
+        df = pd.DataFrame({"video_id": [video.video_id] * 3, "start": [2.0, 0.0, 2.0],
+                           "end": [3.0, 1.0, 3.0], "text": ["c", "a", "b"],
+                           "orig_start": [2.0, 0.0, 2.0], "orig_end": [3.0, 1.0, 3.0],
+                           "offset": [0.0] * 3, "score": [0.1 * n, 0.2, 0.3],
+                           "kept": [True] * 3, "encoders": ["e"] * 3, "source": ["llm"] * 3,
+                           "block": [0, 0, 1], "model": ["m"] * 3,
+                           "null_z": [float("nan") if n == 7 else 0.5, n, 1.5],
+                           "outside": [False, n % 3 == 0, False]})
+        return StageOutput({"align_scores": df})
+
+
+def test_batch_files_hold_small_row_groups_and_a_merge_with_extra_columns_equals_merge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge stream decodes a whole row group, so batch files and merge levels are
+    written in row groups of ``PART_ROW_GROUP`` rows; a table with columns its schema does
+    not name is merged in Arrow after its first chunk: both give ``merge``'s rows, in its
+    order, with its dtypes."""
+    import pyarrow.parquet as pq
+
+    import howtocap.engine.merge as merge_mod
+
+    monkeypatch.setattr(merge_mod, "PART_ROW_GROUP", 4)
+    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 3)
+    monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)
+    rd = RunDir(tmp_path / "run")
+    many = [VideoItem(f"v_{i:02d}", None) for i in range(20)]
+    run_stage(rd, many, Scores(), progress=False, batch_size=5)
+    files = sorted(rd.part_dir("align_scores").glob("*.parquet"))
+    assert len(files) == 4
+    assert all(pq.ParquetFile(f).metadata.num_row_groups == 4 for f in files)  # 15 rows
+    rd.merge("align_scores")  # written as one frame: what the streamed merge must equal
+    want = pd.read_parquet(rd.table_path("align_scores"))
+    assert rd.merge_streaming("align_scores", batch_rows=4) == len(want) == 60
+    got = pd.read_parquet(rd.table_path("align_scores"))
+    pd.testing.assert_frame_equal(got, want)
+    assert got["null_z"].isna().sum() == 1 and got["outside"].dtype == bool
+
+
 def test_status_equals_the_per_video_truth_with_retries_failures_and_forgets(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``status`` (column-wise over manifests) against a per-video replay of every record

@@ -155,9 +155,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, write)
 
 
-def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
-    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True))
+def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | None = None
+                         ) -> None:
+    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``);
+    ``row_group_size``: rows a row group holds at most (pyarrow's default: 1M)."""
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True,
+                                                 row_group_size=row_group_size))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

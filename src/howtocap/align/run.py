@@ -34,6 +34,7 @@ from howtocap.align.stream import (
 )
 from howtocap.align.videos import RunVideos
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.memory import give_back_memory
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError, InputError
@@ -307,7 +308,9 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     ``apply_filter``'s, row for row."""
     from howtocap.align.report import ReportStats, write_report_from
 
+    give_back_memory()  # what the scoring freed, before the merge's own peak adds to it
     rundir.merge_streaming(SCORES)
+    give_back_memory()
     path = rundir.table_path(SCORES)
     ordered = sorted_by_video(path)
     thr = _threshold(path, cfg, ordered)
@@ -550,7 +553,8 @@ def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
     return shots_run(rundir, windows=windows, runner=runner, progress=progress, shard=shard)
 
 
-WINDOW = 50_000  # videos taken through the scoring stage at a time (``align_run``)
+WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run``): the
+# engine holds a window's items and selection (50,000 peaked ~70 MB higher at 100k videos)
 
 
 def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
@@ -616,6 +620,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     # brought in without status records (a copied table) are aligned.
     _captioned(rundir, videos)
     _forget_changed_videos(rundir, captions.kept(), videos)
+    give_back_memory()  # the passes over the captions: freed, not to be kept under the scoring
     if cfg.within_shot and not shots_ready:  # a run without shots computes them first
         ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard)
     clips = None

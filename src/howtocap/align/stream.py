@@ -19,7 +19,7 @@ import pandas as pd
 from howtocap.atomic import CorruptFile, corrupt_parquet, open_parquet
 from howtocap.engine.rundir import RunDir
 
-ROWS = 65_536  # rows a window holds (plus the rest of the video it ends in); read at each
+ROWS = 16_384  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
 
 

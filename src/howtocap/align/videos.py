@@ -19,7 +19,8 @@ import numpy as np
 
 from howtocap.io.inputs import VideoItem
 
-CHUNK = 65_536  # videos made into Python objects at a time (ids, items)
+CHUNK = 8_192  # videos made into Python objects at a time (ids, items): 65,536 items held
+# ~25 MB at once
 
 
 class _Sorted(Sequence[str]):

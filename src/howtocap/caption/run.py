@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.memory import give_back_memory
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.engine.stage import Stage
@@ -185,22 +186,6 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
     rundir.write_status_table()
     return subs, caps
-
-
-def give_back_memory() -> None:
-    """Return freed memory to the system between phases: the stages' indexes and the
-    merges free hundreds of MB that glibc's heap and Arrow's allocator would otherwise
-    keep, so the next phase's peak adds to them (~50 MB at 100k videos)."""
-    import contextlib
-    import ctypes
-    import gc
-
-    import pyarrow as pa
-
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def rejected_counts(rundir: RunDir) -> dict[str, int]:

@@ -30,6 +30,13 @@ from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
+# rows of a row group in batch files and merge levels: a stream decodes a whole row group of
+# its file (100 open files of align scores: 563 MB of Arrow memory with a row group per
+# batch, 162 MB with these), so memory goes with the fan-in, not with the rows of a batch
+PART_ROW_GROUP = 4096
+# rows a merge sorts and writes at a time (a row group of the merged table): 100k videos'
+# scores merged at 65,536 peaked ~30 MB higher
+MERGE_CHUNK = 16_384
 # how a level of status records is written: read back by many streams at once, each holding
 # its column chunks' dictionaries (status.parquet of 1.2M videos: 98 -> 56 MB of Arrow memory;
 # the tables' levels gain nothing from it: 100k videos' merge peaked ~25 MB higher without)
@@ -226,7 +233,7 @@ def merge(rd: MergeDir, table: str) -> pd.DataFrame:
     return df
 
 
-def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
+def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> int:
     """``merge`` without holding the table in memory: the same rows in the same order,
     written ``batch_rows`` at a time (a HowTo100M-size run has millions of subtitle rows).
 
@@ -248,6 +255,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
     schema = SCHEMAS.get(table, {})
     if not {"video_id", "start"} <= set(schema):
         return len(merge(rd, table))
+    batch_rows = batch_rows or MERGE_CHUNK
     sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
     extras: dict[str, pa.DataType] = {}
     for path, keep in _sources(rd, table):
@@ -284,7 +292,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
                 merged += 1
                 out = scratch / f"level-{merged:06d}.parquet"
                 _merge_into(rd, str(out), sources[lo:lo + group], table, target,
-                            extras, batch_rows)
+                            extras, batch_rows, row_group=PART_ROW_GROUP)
                 level.append((out, None, True))
             for path, _, _ in sources:
                 if scratch in path.parents:
@@ -304,7 +312,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int = 65_536) -> int:
 
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
                 table: str, target: Any, extras: dict[str, Any], batch_rows: int,
-                options: dict[str, Any] | None = None) -> int:
+                options: dict[str, Any] | None = None, row_group: int | None = None) -> int:
     """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
     chunks of whole videos sorted by start, end, text, conformed to ``target``.
 
@@ -325,7 +333,7 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
     meta = arrow_schema(table).metadata if table in SCHEMAS and not extras else None
 
     def flush() -> None:
-        nonlocal writer, total
+        nonlocal writer, total, meta
         out = _sorted_as_is(batch, target, keys, meta) if meta is not None else None
         if out is None:  # other columns or types, or nulls: conform through pandas
             if batch:
@@ -340,7 +348,10 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
             out = out.cast(target.with_metadata(out.schema.metadata))
         if writer is None:
             writer = pq.ParquetWriter(sink, out.schema, **(options or {}))
-        writer.write_table(out)
+        if meta is None and extras:  # the next chunks as this one, sorted in Arrow (a chunk
+            # through pandas held ~100 MB more at 65k rows of scores)
+            meta = out.schema.metadata
+        writer.write_table(out, row_group_size=row_group)
         total += len(out)
 
     try:

@@ -151,7 +151,7 @@ class RunDir:
             df = conform(df, table) if table in SCHEMAS else df
             if "video_id" in df.columns and len(df):  # grouped by video, each in its order
                 df = df.sort_values("video_id", kind="stable").reset_index(drop=True)
-            atomic_write_parquet(df, path)
+            atomic_write_parquet(df, path, row_group_size=merging.PART_ROW_GROUP)
         manifest = _records_frame(records)
         meta = json.dumps({"stage": stage, "writes": list(writes), "tables": sorted(tables)})
         self._write_manifest(self.manifest_path(stage, bid), manifest, meta)
@@ -537,10 +537,10 @@ class RunDir:
         equal). A corrupt file is dropped with a warning (and listed in ``corrupted``)."""
         return merging.merge(self, table)
 
-    def merge_streaming(self, table: str, batch_rows: int = 65_536) -> int:
+    def merge_streaming(self, table: str, batch_rows: int | None = None) -> int:
         """``merge`` without holding the table in memory (``engine.merge.merge_streaming``):
-        the same rows in the same order, written ``batch_rows`` at a time. Returns the row
-        count."""
+        the same rows in the same order, written ``batch_rows`` (``MERGE_CHUNK``) at a time.
+        Returns the row count."""
         return merging.merge_streaming(self, table, batch_rows)
 
     def read_table(self, table: str) -> pd.DataFrame:
@@ -955,7 +955,8 @@ def _write_arrow_batch(table: Any, path: Path) -> None:
 
     if "video_id" in table.column_names and table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True,
+                                                  row_group_size=merging.PART_ROW_GROUP))
 
 
 def _mtime(path: Path) -> int:
