@@ -159,8 +159,8 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
     pandas frame per video on a million-video run."""
-    return run_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach,
-                                           nlp=nlp), llm)
+    return run_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp),
+                     llm)
 
 
 # ``caption_steps`` yields each round's requests, ``(prompts, generation settings)``, and is

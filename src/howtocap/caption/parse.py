@@ -75,9 +75,18 @@ def to_seconds(sec: str | None, clock: str | None) -> float:
     return total
 
 
+_END_PUNCT = ".!?;,"
+
+
 def norm_text(text: str) -> str:
     """The key two captions are 'identical' under: case, spacing and end punctuation ignored."""
-    return " ".join(text.lower().split()).rstrip(".!?;,")
+    return " ".join(text.lower().split()).rstrip(_END_PUNCT)
+
+
+def _clean_key(text: str) -> str:
+    """``norm_text`` of a ``clean_text`` result, whose spacing is already single: no split
+    (the parser's dedupe key, once per caption)."""
+    return text.lower().rstrip(_END_PUNCT)
 
 
 def _strip_quotes(text: str) -> str:
@@ -189,8 +198,7 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
             res.n_no_timestamp += 1
             continue
         for t, text in found:
-            # norm_text(text): clean_text's text is already one-spaced
-            key = text.lower().rstrip(".!?;,")
+            key = _clean_key(text)
             if not text:
                 res.n_empty += 1
             elif not lo <= t <= hi:
