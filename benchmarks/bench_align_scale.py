@@ -41,6 +41,7 @@ compared when their files are added together). ``--base`` is the memory series' 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -48,6 +49,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Sequence
@@ -306,23 +308,76 @@ def template_of(n: int, dim: int = DIM) -> Path:
     return WORK / (f"template-{n}" if dim == DIM else f"template-{n}-d{dim}")
 
 
-def child(tree: Path, run: Path, profile: bool, dim: int = DIM,
-          budget: float = 0) -> dict[str, Any] | None:
+def _rss_mb(pid: int) -> float | None:
+    """The resident set of a running process (Linux ``/proc``), None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class Tracer:
+    """Samples a child's RSS against the videos align has committed (the rows of the run's
+    align batch manifests, read once per new file) while it runs."""
+
+    def __init__(self, run: Path) -> None:
+        self.folder = run / "parts" / "batches" / "align"
+        self.seen: dict[str, int] = {}
+        self.samples: list[list[float]] = []
+        self.t0 = time.perf_counter()
+
+    def videos_done(self) -> int:
+        import pyarrow.parquet as pq
+
+        for f in self.folder.glob("*.parquet") if self.folder.is_dir() else []:
+            if f.name not in self.seen:
+                try:
+                    self.seen[f.name] = pq.ParquetFile(f).metadata.num_rows
+                except OSError:  # renamed into place between the glob and the read
+                    continue
+        return sum(self.seen.values())
+
+    def sample(self, pid: int) -> None:
+        rss = _rss_mb(pid)
+        if rss:  # 0 between fork and exec
+            self.samples.append([round(time.perf_counter() - self.t0, 1),
+                                 self.videos_done(), round(rss, 1)])
+
+
+def child(tree: Path, run: Path, profile: bool, dim: int = DIM, budget: float = 0,
+          every_s: float = 0) -> dict[str, Any] | None:
     """One align run in its own process; None when it went over its budget (``BUDGET_S``
-    per 10k videos)."""
+    per 10k videos). ``every_s``: sample the child's RSS against videos done that often
+    (``Tracer``), kept in the row's ``trace`` as ``[seconds, videos done, RSS MB]``."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), **ONE_THREAD}
     code = CHILD.replace("{bench!r}", repr(str(HERE))).replace(
         "{parts!r}", repr(sorted(PARTS))).replace("{{", "{").replace("}}", "}")
-    try:
-        res = subprocess.run([sys.executable, "-c", code, str(run), "1" if profile else "0",
-                              str(dim)],
-                             env=env, cwd=ROOT, text=True, capture_output=True, check=False,
-                             timeout=budget or BUDGET_S)
-    except subprocess.TimeoutExpired:
-        return None
-    if res.returncode:
-        raise SystemExit(f"child failed ({tree}):\n{res.stderr[-3000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    tracer = Tracer(run)
+    limit = time.perf_counter() + (budget or BUDGET_S)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(run),
+                                 "1" if profile else "0", str(dim)],
+                                env=env, cwd=ROOT, text=True, stdout=out, stderr=err)
+        while proc.poll() is None:
+            if time.perf_counter() > limit:
+                proc.kill()
+                proc.wait()
+                return None
+            if every_s:
+                tracer.sample(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=every_s or 1.0)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"child failed ({tree}):\n{err.read()[-3000:]}")
+        row = json.loads(out.read().strip().splitlines()[-1])
+    if every_s:
+        row["trace"] = tracer.samples
+    return row
 
 
 def compare(a: Path, b: Path) -> dict[str, Any]:
@@ -431,7 +486,8 @@ def series(trees: dict[str, Path], sizes: Sequence[int], dim: int, before_max: i
             run = WORK / (f"run-{version}" if dim == DIM else f"run-{version}-d{dim}")
             fresh_copy(template_of(n, dim), run)
             budget = BUDGET_S * max(1.0, n / 10_000)
-            row = child(tree, run, profile=False, dim=dim, budget=budget)
+            row = child(tree, run, profile=False, dim=dim, budget=budget,
+                        every_s=0 if dim == DIM else 2.0)
             if row is None:
                 print(f"{version:6s} {n:6,d} videos: over {budget:.0f} s, stopped", flush=True)
                 continue

@@ -232,6 +232,23 @@ def test_help_loads_no_model_code() -> None:
     assert loaded & heavy == set()
 
 
+def test_reading_the_frame_cache_loads_no_torch() -> None:
+    """``align`` over cached frames (a stub or an encoder already loaded) reads numpy files:
+    importing the frame cache must not load torch (~180 MB of a driver's resident set)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PKG.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    code = ("import sys, howtocap.encoders.cache, howtocap.align.run, howtocap.align.stage; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]"
+
+
 def test_runners_never_touch_the_run_directory() -> None:
     assert offenders(modules("engine", "runners"), "howtocap.engine.rundir") == {}
 

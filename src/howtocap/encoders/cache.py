@@ -24,13 +24,16 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from howtocap.atomic import atomic_write_bytes
-from howtocap.encoders.base import Encoder
 from howtocap.errors import InputError
 from howtocap.io import video as _video
+
+if TYPE_CHECKING:  # the encoder module loads torch (~180 MB); reading the cache needs numpy only
+    from howtocap.encoders.base import Encoder
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20  # bytes hashed from each of head, middle and tail
