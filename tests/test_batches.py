@@ -470,3 +470,22 @@ def test_a_claimed_batchs_inputs_are_located_as_one_video_at_a_time_locates_them
     shuffled = rng.sample(ids, len(ids))
     assert rd.live_batches("subtitles", shuffled) == [rd._live_batch("subtitles", v)  # noqa: SLF001
                                                       for v in shuffled]
+
+
+@pytest.mark.parametrize("chunks", [1, 7])
+def test_last_per_key_is_each_ids_last_row_in_row_order(chunks: int) -> None:
+    """The newest record of each video (what status, the merge and status.parquet keep):
+    against a dict of last positions, on ids repeated at random, plain and chunked."""
+    import numpy as np
+    import pyarrow as pa
+
+    from howtocap.engine.records import last_per_key
+
+    rng = np.random.default_rng(3)
+    ids = [f"v{int(i):05d}" for i in rng.integers(0, 4000, 20_000)]
+    want = sorted({v: i for i, v in enumerate(ids)}.values())
+    parts = np.array_split(np.arange(len(ids)), chunks)
+    keys = pa.chunked_array([pa.array([ids[i] for i in p], pa.string()) for p in parts])
+    got = last_per_key(keys if chunks > 1 else keys.combine_chunks())
+    assert got.tolist() == want
+    assert last_per_key(pa.array([], pa.string())).tolist() == []
