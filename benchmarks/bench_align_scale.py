@@ -415,7 +415,9 @@ def plot(rows: list[dict[str, Any]], path: Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    traced = sorted((r for r in memory_rows if r["version"] == "after" and r.get("trace")),
+                    key=lambda r: r["videos"])
+    fig, axes = plt.subplots(1, 3 if traced else 2, figsize=(14 if traced else 9, 3.5))
     for version, style in (("before", "o--"), ("after", "s-")):
         rs = sorted((r for r in rows if r["version"] == version), key=lambda r: r["videos"])
         xs = [r["videos"] for r in rs]
@@ -427,7 +429,20 @@ def plot(rows: list[dict[str, Any]], path: Path,
             axes[1].plot([r["videos"] for r in ms], [r["rss_mb"] for r in ms],
                          style[0] + ":", label=f"{version}, {ms[0]['dim']}-d")
     axes[1].axhline(TARGET_MB, color="tab:red", linestyle="--", label="target (#22)")
-    for ax, label in zip(axes, ("captions / s (higher is better)", "peak RSS, MB"),
+    for r in traced:  # RSS over each run's own time, the sizes on one axis
+        t = r["trace"]
+        axes[2].plot([s[0] / t[-1][0] for s in t], [s[2] for s in t],
+                     label=f"{r['videos']:,} videos, {r['dim']}-d")
+        done = next((s[0] / t[-1][0] for s in t if s[1] >= r["videos"]), None)
+        if done is not None:
+            axes[2].axvline(done, color=axes[2].lines[-1].get_color(), lw=0.6, ls=":")
+    if traced:
+        axes[2].axhline(TARGET_MB, color="tab:red", linestyle="--")
+        axes[2].set_xlabel("share of the run's time (dotted: scoring done, reduce step)")
+        axes[2].set_ylabel("RSS, MB (after)")
+        axes[2].set_ylim(bottom=0)
+        axes[2].legend()
+    for ax, label in zip(axes[:2], ("captions / s (higher is better)", "peak RSS, MB"),
                          strict=True):
         ax.set_xscale("log")
         ax.set_xlabel("videos in the run")
@@ -514,7 +529,7 @@ def compare_kept(rows: Sequence[dict[str, Any]], equal: dict[str, Any]) -> None:
     """The two versions' kept aligned.parquet of each size both measured (the memory
     series run a version at a time) compared into ``equal``, where not compared yet."""
     for n in sorted({r["videos"] for r in rows}):
-        got = {r["version"]: r for r in rows if r["videos"] == n and not r.get("partial")}
+        got = {r["version"]: r for r in rows if r["videos"] == n}
         if set(got) != {"before", "after"}:
             continue
         dim = got["after"]["dim"]
@@ -525,14 +540,36 @@ def compare_kept(rows: Sequence[dict[str, Any]], equal: dict[str, Any]) -> None:
                   f"{equal[f'd{dim}-{n}']}", flush=True)
 
 
-def growth(rows: list[dict[str, Any]], version: str) -> float | None:
-    """Peak RSS growth per 10k videos between the smallest and largest run of ``version``."""
-    rs = sorted((r for r in rows if r["version"] == version and not r.get("partial")),
-                key=lambda r: r["videos"])
+def growth(rows: list[dict[str, Any]], version: str, largest_two: bool = False
+           ) -> float | None:
+    """Peak RSS growth per 10k videos of ``version``: between its smallest and largest run,
+    or (``largest_two``) its two largest, where the windows have long stopped filling."""
+    rs = sorted((r for r in rows if r["version"] == version), key=lambda r: r["videos"])
     if len(rs) < 2:
         return None
-    return round(1e4 * (rs[-1]["rss_mb"] - rs[0]["rss_mb"])
-                 / (rs[-1]["videos"] - rs[0]["videos"]), 1)
+    a, b = (rs[-2], rs[-1]) if largest_two else (rs[0], rs[-1])
+    return round(1e4 * (b["rss_mb"] - a["rss_mb"]) / (b["videos"] - a["videos"]), 1)
+
+
+def phases(row: dict[str, Any]) -> dict[str, Any]:
+    """A traced run's RSS by phase: while it scored (fewer videos committed than the run
+    has), the peak of each tenth of its videos and the least-squares growth per 10k videos
+    over its last nine tenths (the first fills the windows); after (the reduce step: merge,
+    filter, report). Samples every 2 s, so peaks are what a sample saw (``rss_mb`` is the
+    process's true peak)."""
+    n, trace = row["videos"], row.get("trace") or []
+    scoring = [(d, m) for _, d, m in trace if d < n]
+    after = [m for _, d, m in trace if d >= n]
+    out: dict[str, Any] = {"scoring_peak_mb": round(max((m for _, m in scoring), default=0)),
+                           "reduce_peak_mb": round(max(after, default=0))}
+    tenths = [max((m for d, m in scoring if k * n // 10 <= d < (k + 1) * n // 10),
+                  default=None) for k in range(10)]
+    out["scoring_tenths_mb"] = [None if m is None else round(m) for m in tenths]
+    late = [(d, m) for d, m in scoring if d >= n // 10]
+    if n >= 100_000 and len({d for d, _ in late}) >= 3:
+        slope = np.polyfit([d for d, _ in late], [m for _, m in late], 1)[0]
+        out["scoring_growth_per_10k_mb"] = round(float(slope) * 1e4, 1)
+    return out
 
 
 def memory(args: argparse.Namespace, trees: dict[str, Path], main: list[dict[str, Any]],
@@ -545,12 +582,10 @@ def memory(args: argparse.Namespace, trees: dict[str, Path], main: list[dict[str
 
 
 def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
-                  main: list[dict[str, Any]], trace: Sequence[Sequence[float]] = ()
-                  ) -> dict[str, Any]:
-    """The memory section from the series' rows and the main (384-d) rows. A row marked
-    ``partial`` is a run stopped before its end (``videos_done`` scored; ``rss_mb`` the
-    peak so far); ``trace``: ``(videos done, RSS MB)`` samples of such a run, whose slope is
-    the per-video stage's growth."""
+                  main: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memory section from the series' rows and the main (384-d) rows: peaks, growth,
+    each traced run's phases (``phases``) and the extrapolation to 1.2M videos from the two
+    largest runs."""
     out: dict[str, Any] = {"dim": args.small_dim, "base": args.base,
                            "videos": sorted({r["videos"] for r in rows}),
                            "rows": rows, "target_mb": TARGET_MB}
@@ -560,23 +595,16 @@ def finish_memory(args: argparse.Namespace, rows: list[dict[str, Any]],
         out[f"{version}_growth_per_10k_mb"] = growth(rows, version)
         out[f"{version}_growth_per_10k_mb_384d"] = growth(
             [r for r in main if r["videos"] in (min(args.videos), max(args.videos))], version)
-    if len(trace) >= 2:
-        xs, ys = np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
-        out["trace"] = [list(t) for t in trace]
-        out["after_stage_growth_per_10k_mb"] = round(float(np.polyfit(xs, ys, 1)[0]) * 1e4, 1)
-    largest = max((r for r in rows if r["version"] == "after" and not r.get("partial")),
-                  key=lambda r: r["videos"], default=None)
-    if largest is not None and out["after_growth_per_10k_mb"] is not None:
+    out["after_phases"] = {str(r["videos"]): phases(r) for r in rows
+                           if r["version"] == "after" and r.get("trace")}
+    largest = max((r for r in rows if r["version"] == "after"), key=lambda r: r["videos"],
+                  default=None)
+    late = growth(rows, "after", largest_two=True)
+    if largest is not None and late is not None:
         out["after_largest_mb"] = round(largest["rss_mb"])
-        out["after_at_1_2m_mb"] = round(largest["rss_mb"] + max(0.0, out[
-            "after_growth_per_10k_mb"]) * (1.2e6 - largest["videos"]) / 1e4)
-    stopped = [r for r in rows if r["version"] == "after" and r.get("partial")]
-    if stopped and "after_stage_growth_per_10k_mb" in out:
-        r = max(stopped, key=lambda r: r["videos_done"])
-        out["after_stopped"] = {"videos": r["videos"], "videos_done": r["videos_done"],
-                                "rss_mb": round(r["rss_mb"])}
-        out["after_stopped_at_1_2m_mb"] = round(r["rss_mb"] + max(0.0, out[
-            "after_stage_growth_per_10k_mb"]) * (1.2e6 - r["videos_done"]) / 1e4)
+        out["after_growth_per_10k_mb_largest_two"] = late
+        out["after_at_1_2m_mb"] = round(largest["rss_mb"] + max(0.0, late)
+                                        * (1.2e6 - largest["videos"]) / 1e4)
     return out
 
 
@@ -726,10 +754,11 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
              f"{' and '.join(f'{n:,}' for n in result['videos'])}-video runs above use "
              f"{DIM}-d frames; the memory series below uses a {mem['dim']}-d stub "
              f"(frame cache {mem['dim'] * 2 * 450 / 1e3:.0f} KB a video instead of "
-             f"{DIM * 2 * 450 / 1e6:.2f} MB, so 100k videos fit on disk); the dimension "
-             "changes the per-video frames and the reference clip bank, not what grows with "
-             "the run." + (f" Before = commit {mem['base']} here (each version measured in "
-                           "its own process, the two side by side)." if "base" in mem else ""),
+             f"{DIM * 2 * 450 / 1e6:.2f} MB, so {max(mem['videos']):,} videos fit on disk); "
+             "the dimension changes the per-video frames and the reference clip bank, not "
+             "what grows with the run."
+             + (f" Before = commit {mem['base']} here (each version measured in its own "
+                "process)." if "base" in mem else ""),
              "",
              "| videos | stub dim | captions | before peak RSS | after peak RSS | "
              "after captions/s | after captions per CPU s | load average |",
@@ -739,11 +768,6 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
         b = next((x for x in mem["rows"] if (x["version"], x["videos"]) ==
                   ("before", r["videos"])), None)
         before = f"{b['rss_mb']:.0f} MB" if b else "not run"
-        if r.get("partial"):
-            lines.append(f"| {r['videos']:,} | {r['dim']} | – | {before} | "
-                         f"{r['rss_mb']:.0f} MB so far (stopped at {r['videos_done']:,} "
-                         f"videos scored) | – | – | {r['load_avg']:.1f} |")
-            continue
         lines.append(f"| {r['videos']:,} | {r['dim']} | {r['captions']:,} | {before} | "
                      f"{r['rss_mb']:.0f} MB | {r['captions_per_s']:,.0f} | "
                      f"{r['captions_per_cpu_s']:,.0f} | {r['load_avg']:.1f} |")
@@ -780,15 +804,25 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
                   f"index (`StageIndex`, engine/records.py) {c['caption_index_mb']:.1f} MB "
                   f"(peak {c['caption_index_peak_mb']:.1f} MB while built), and the align "
                   "stage's is of the same kind."]
-    if "after_stage_growth_per_10k_mb" in mem:
-        t = mem["trace"]
-        lines += ["", f"The stopped run's RSS while it scored ({len(t)} samples of "
-                  f"`/proc/PID/status`, {t[0][0]:,.0f} → {t[-1][0]:,.0f} videos scored, "
-                  f"{t[0][1]:.0f} → {t[-1][1]:.0f} MB): "
-                  f"{mem['after_stage_growth_per_10k_mb']:+.1f} MB per 10k videos "
-                  "(least squares)."]
+    ph = mem.get("after_phases") or {}
+    if ph:
+        lines += ["", "RSS while it runs (after; `/proc/PID/status` every 2 s against the "
+                  "videos align has committed, read from its batch manifests): the peak while "
+                  "it scores, the peak of the reduce step after it (merge, filter, report), the "
+                  "peak of each tenth of the videos while it scores, and the least-squares "
+                  "growth per 10k videos over the last nine tenths of the scoring (the first "
+                  "fills the windows).", "",
+                  "| videos | scoring peak | reduce-step peak | peak of each tenth of the "
+                  "videos, MB | growth while scoring, per 10k videos |",
+                  "|---:|---:|---:|---|---:|"]
+        for n, p in sorted(ph.items(), key=lambda kv: int(kv[0])):
+            tenths = " ".join("–" if m is None else f"{m}" for m in p["scoring_tenths_mb"])
+            lines.append(f"| {int(n):,} | {p['scoring_peak_mb']} MB | {p['reduce_peak_mb']} MB"
+                         f" | {tenths} | {g(p.get('scoring_growth_per_10k_mb'))} |")
     lines += ["", f"Growth per 10k videos: after {g(mem['after_growth_per_10k_mb'])} "
-              f"({mem['dim']}-d series), {g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
+              f"({mem['dim']}-d series, smallest → largest), "
+              f"{g(mem.get('after_growth_per_10k_mb_largest_two'))} (its two largest runs), "
+              f"{g(mem['after_growth_per_10k_mb_384d'])} ({DIM}-d, "
               f"{min(result['videos']):,} → {max(result['videos']):,}); before "
               f"{g(mem['before_growth_per_10k_mb'])} ({mem['dim']}-d series), "
               f"{g(mem['before_growth_per_10k_mb_384d'])} ({DIM}-d, commit {result['base']}).",
@@ -796,14 +830,9 @@ def memory_lines(result: dict[str, Any], mem: dict[str, Any]) -> list[str]:
               f"Target (issue #22): peak memory flat in the number of videos, ≤ "
               f"{mem['target_mb']:,} MB at any size."
               + (f" After: {mem['after_largest_mb']:,} MB at {max(mem['videos']):,} videos; "
-                 f"at the measured growth, ≈{mem['after_at_1_2m_mb']:,} MB at 1.2M videos "
-                 "(extrapolated, not run)." if "after_at_1_2m_mb" in mem else "")
-              + (f" The {mem['after_stopped']['videos']:,}-video run, stopped at "
-                 f"{mem['after_stopped']['videos_done']:,} videos scored: "
-                 f"{mem['after_stopped']['rss_mb']:,} MB peak so far; at its per-video "
-                 f"growth ≈{mem['after_stopped_at_1_2m_mb']:,} MB at 1.2M videos "
-                 "(extrapolated from the scoring; the reduce step after it reads windows of "
-                 "whole videos)." if "after_stopped" in mem else "")]
+                 "at the growth between the two largest runs, "
+                 f"≈{mem['after_at_1_2m_mb']:,} MB at 1.2M videos (extrapolated, not run)."
+                 if "after_at_1_2m_mb" in mem else "")]
     return lines
 
 
@@ -836,18 +865,17 @@ def main() -> None:
     args = ap.parse_args()
     if args.add_memory:  # the memory series measured apart, added to the main results
         result = json.loads((OUT / "align_scale.json").read_text())
-        got = {"rows": [], "equal": {}, "trace": []}
+        got: dict[str, Any] = {"rows": [], "equal": {}}
         for f in args.add_memory:  # one file, or one per version (--memory-versions)
             one = json.loads(Path(f).read_text())
             got["rows"] += one["rows"]
             got["equal"].update(one["equal"])
-            got["trace"] += one.get("trace", [])
         compare_kept(got["rows"], got["equal"])
         costs = driver_costs(template_of(max(r["videos"] for r in got["rows"]),
                                          args.small_dim))
         result["equal"] = {k: v for k, v in result["equal"].items() if not k.startswith("d")}
         result["equal"].update(got["equal"])
-        result["memory"] = finish_memory(args, got["rows"], result["rows"], got["trace"])
+        result["memory"] = finish_memory(args, got["rows"], result["rows"])
         result["memory"]["driver_mb"] = costs
         result["summary"] = summarize(result["rows"], result["videos"])
         result["largest"] = result["summary"][str(max(result["videos"]))]
