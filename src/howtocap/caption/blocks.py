@@ -88,8 +88,15 @@ def _sentences(subtitles: pd.DataFrame | Rows) -> list[tuple[Sentence, int]]:
 
 
 def _block(index: int, sents: list[Sentence]) -> Block:
-    return Block(index=index, start=min(s.start for s in sents), end=max(s.end for s in sents),
-                 text="\n".join(s.line() for s in sents), sentences=tuple(sents))
+    """A block of sentences in time order (the first starts it: starts are sorted), built
+    with its fields set at once, like the sentences (~3 a video)."""
+    floor = math.floor
+    block = object.__new__(Block)
+    block.__dict__.update(index=index, start=sents[0].start,
+                          end=max([s.end for s in sents]),
+                          text="\n".join([f"{floor(s.start)}s: {s.text}" for s in sents]),
+                          sentences=tuple(sents))
+    return block
 
 
 def make_blocks(subtitles: pd.DataFrame | Rows, max_words: int = 200) -> list[Block]:

@@ -18,7 +18,7 @@ from howtocap.caption.blocks import Block, make_blocks
 from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
 from howtocap.caption.filler import reject_reasons
-from howtocap.caption.parse import parse_reply
+from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import (
     DEFAULT_TEMPLATE_NAME,
     Template,
@@ -95,31 +95,25 @@ class CaptionError(HowtocapError):
         self.stats = stats
 
 
-# A caption row while a video is assembled: (start, block, end, text, dedupe key); a tuple,
-# not a dict: ~40 of them a video, a million videos.
-_Row = tuple[float, int, float, str, str]
 
 
 def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
-                stats: CaptionStats) -> tuple[list[_Row] | None, str]:
+                stats: CaptionStats) -> tuple[list[CaptionRow] | None, str]:
     """Caption rows of one reply, or None and why the reply failed. A reply that only held
     channel chatter succeeded with no rows: asking again would not find an action."""
     text, cut = drop_cut_line(reply)
     stats.truncated_replies += int(cut)
-    res = parse_reply(text, block, cfg.clip_seconds, cfg.range_slack)
+    res = ParseResult()
+    found = parse_rows(text, block, res, cfg.clip_seconds, cfg.range_slack)
     stats.lines_without_timestamp += res.n_no_timestamp
     stats.out_of_range += res.n_out_of_range
     stats.empty += res.n_empty
     stats.duplicates += res.n_duplicates
-    out: list[_Row] = []
-    check = cfg.drop_chatter and may_hold_chatter(text)
-    index = block.index
-    for c, key in zip(res.captions, res.keys, strict=True):
-        if check and is_chatter(c.text):
-            stats.chatter += 1
-        else:
-            out.append((c.start, index, c.end, c.text, key))
-    if out or res.captions:
+    out = found
+    if found and cfg.drop_chatter and may_hold_chatter(text):
+        out = [r for r in found if not is_chatter(r[3])]
+        stats.chatter += len(found) - len(out)
+    if found:
         return out, ""
     if res.n_out_of_range:
         return None, f"{res.n_out_of_range} captions outside the block's time range"
@@ -199,7 +193,7 @@ def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     stats.blocks = len(blocks)
     if not blocks:
         return empty_rows("captions"), stats
-    got: dict[int, list[_Row] | None] = {}
+    got: dict[int, list[CaptionRow] | None] = {}
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
     if attach is not None:

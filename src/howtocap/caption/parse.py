@@ -185,32 +185,71 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
                 slack: float = 0.0) -> ParseResult:
     """Captions ``(t, t + clip_seconds, text)`` of one reply for one block."""
     res = ParseResult()
+    new = object.__new__
+    for start, _, end, text, key in parse_rows(reply, block, res, clip_seconds, slack):
+        # ParsedCaption(start, end, text), its fields set at once (a frozen dataclass's
+        # __init__ sets each through object.__setattr__)
+        cap = new(ParsedCaption)
+        cap.__dict__.update(start=start, end=end, text=text)
+        res.captions.append(cap)
+        res.keys.append(key)
+    return res
+
+
+# A parsed caption as the captioner keeps it: (start, block index, end, text, dedupe key).
+CaptionRow = tuple[float, int, float, str, str]
+
+
+def parse_rows(reply: str, block: Block, counts: ParseResult, clip_seconds: float = 8.0,
+               slack: float = 0.0) -> list[CaptionRow]:
+    """``parse_reply`` as tuples, what the captioner keeps (no object a caption, ~40 a
+    video); the counts of what was dropped go into ``counts``.
+
+    A line in the form nearly every reply has, ``12s: Text.`` (printable ASCII, no other
+    digit, no ``**``), is read in place: the marker regex, the strip and ``_captions`` would
+    leave it as it is (it starts with a digit that no list marker's ``.``/``)`` follows)."""
     lo = math.floor(block.start) - slack
     hi = math.ceil(block.end) + slack
+    index = block.index
     seen: set[str] = set()
-    new = object.__new__
-    for raw in (reply or "").splitlines():
-        line = _MARKER.sub("", raw.replace("**", "")).strip()
-        if not line:
-            continue
-        found = _captions(line)
-        if not found:
-            res.n_no_timestamp += 1
-            continue
+    out: list[CaptionRow] = []
+    reply = reply or ""
+    fast = reply.isascii() and "**" not in reply
+    plain = _PLAIN.fullmatch
+    for raw in reply.splitlines():
+        m = plain(raw) if fast and raw[:1].isdigit() and raw.isprintable() else None
+        if m is not None:
+            stamp, piece = m.groups()
+            text = piece.strip(_EDGE_CHARS)
+            if not text or '"' in text or text[0] in "'`" or text[-1] in "'`":
+                text = clean_text(piece)  # quotes, or nothing left: the general steps
+            else:  # _clean_plain's steps where they change something (ASCII: " " only)
+                if "  " in text:
+                    text = " ".join(text.split())
+                if not text[0].isalpha() and not any(map(str.isalpha, text)):
+                    text = ""
+                elif text[0].islower():
+                    text = text[0].upper() + text[1:]
+            found: list[tuple[float, str]] = [(float(stamp), text)]
+        else:
+            line = _MARKER.sub("", raw.replace("**", "")).strip()
+            if not line:
+                continue
+            found = _captions(line)
+            if not found:
+                counts.n_no_timestamp += 1
+                continue
         for t, text in found:
-            key = _clean_key(text)
             if not text:
-                res.n_empty += 1
+                counts.n_empty += 1
             elif not lo <= t <= hi:
-                res.n_out_of_range += 1
-            elif key in seen:
-                res.n_duplicates += 1
+                counts.n_out_of_range += 1
             else:
-                seen.add(key)
-                # ParsedCaption(t, t + clip, text), its fields set at once (a frozen
-                # dataclass's __init__ sets each through object.__setattr__)
-                cap = new(ParsedCaption)
-                cap.__dict__.update(start=float(t), end=float(t) + clip_seconds, text=text)
-                res.captions.append(cap)
-                res.keys.append(key)
-    return res
+                key = _clean_key(text)
+                if key in seen:
+                    counts.n_duplicates += 1
+                else:
+                    seen.add(key)
+                    t = float(t)
+                    out.append((t, index, t + clip_seconds, text, key))
+    return out
