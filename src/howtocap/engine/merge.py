@@ -26,7 +26,7 @@ from howtocap.atomic import (
     open_parquet,
 )
 from howtocap.engine.records import BATCH_PREFIX, id_hashes, last_per_key
-from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table
+from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
@@ -347,7 +347,8 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
             out = pa.Table.from_pandas(df, preserve_index=False)
             out = out.cast(target.with_metadata(out.schema.metadata))
         if writer is None:
-            writer = pq.ParquetWriter(sink, out.schema, **(options or {}))
+            writer = pq.ParquetWriter(sink, out.schema, **(
+                options or {"use_dictionary": parquet_dictionary(out.schema)}))
         if meta is None and extras:  # the next chunks as this one, sorted in Arrow (a chunk
             # through pandas held ~100 MB more at 65k rows of scores)
             meta = out.schema.metadata

@@ -59,7 +59,15 @@ from howtocap.engine.records import (
     read_manifests,
 )
 from howtocap.hashing import safe_name
-from howtocap.schemas import SCHEMAS, Rows, arrow_schema, conform, empty_table, rows
+from howtocap.schemas import (
+    SCHEMAS,
+    Rows,
+    arrow_schema,
+    conform,
+    empty_table,
+    parquet_dictionary,
+    rows,
+)
 
 
 class RunDir:
@@ -955,8 +963,11 @@ def _write_arrow_batch(table: Any, path: Path) -> None:
 
     if "video_id" in table.column_names and table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True,
-                                                  row_group_size=merging.PART_ROW_GROUP))
+    # statistics only where a reader could use them (nothing reads a batch by its values)
+    stats = ["video_id"] if "video_id" in table.column_names else False
+    atomic_write(path, lambda tmp: pq.write_table(
+        table, tmp, write_page_checksum=True, row_group_size=merging.PART_ROW_GROUP,
+        use_dictionary=parquet_dictionary(table.schema), write_statistics=stats))
 
 
 def _mtime(path: Path) -> int:

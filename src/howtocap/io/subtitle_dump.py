@@ -58,6 +58,7 @@ from howtocap.io.subtitle_rows import (
     rows_frame,
     tidy_rows,
 )
+from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
@@ -82,7 +83,8 @@ class DumpWriter:
         meta = {FORMAT_KEY: json.dumps({"version": FORMAT_VERSION, "layout": layout}).encode()}
         self.schema = SCHEMA.with_metadata(meta)
         self.layout = layout
-        self.writer = pq.ParquetWriter(str(path), self.schema, compression="zstd")
+        self.writer = pq.ParquetWriter(str(path), self.schema, compression="zstd",
+                                       use_dictionary=parquet_dictionary(SCHEMA))
         self.rows_per_group = rows_per_group
         self.videos = 0
         self.rows = 0
