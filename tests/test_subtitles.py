@@ -163,6 +163,34 @@ def test_clean_text() -> None:
     assert clean_text("[Music]") == ""
 
 
+
+def test_tidy_rows_cleans_a_video_exactly_as_line_by_line() -> None:
+    """``tidy_rows`` skips ``clean_text`` when one search of a video's lines joined finds
+    nothing it would act on: a fuzz of lines with markup, sound tags, dashes, odd
+    whitespace (tab, NBSP, newline, ideographic space) at either edge or inside, gets the
+    rows the per-line cleaning gives, for videos where one line or none needs it."""
+    import random
+
+    from howtocap.io.subtitle_rows import tidy_rows
+
+    rng = random.Random(5)
+    odd = ["-", "- ", " ", "  ", "\t", "\xa0", "\n", "\u3000", "<i>", "&amp;", "[Music]",
+           "(laughs)", "\u266a", "\u200b", ">> "]
+    words = ["stir", "the", "soup", "now", "add", "salt"]
+    cleaned = 0
+    for _ in range(3000):
+        lines = [" ".join(rng.choices(words, k=rng.randint(1, 5))) for _ in range(4)]
+        if rng.random() < 0.7:  # one line gets one odd piece at its start, end or inside
+            i, piece = rng.randrange(4), rng.choice(odd)
+            at = rng.choice([0, len(lines[i]), lines[i].find(" ") if " " in lines[i] else 0])
+            lines[i] = lines[i][:at] + piece + lines[i][at:]
+        rows = [(float(k), float(k) + 1.0, t, None) for k, t in enumerate(lines)]
+        want = tidy_rows([(s, e, clean_text(t), sc) for s, e, t, sc in rows], clean=False)
+        got = tidy_rows(rows)
+        assert got == want, lines
+        cleaned += want != tidy_rows(rows, clean=False)
+    assert cleaned > 1000  # the fuzz does reach lines that cleaning changes
+
 HTM = {
     "vid_a": {"start": [0.0, 5.2, 3.0], "end": [5.0, 9.0, 5.1],
               "text": ["first  step", "[Music]", "stir the <i>soup</i>"]},

@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 import math
 import re
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,12 @@ _WS = re.compile(r"\s+")
 # between words: most ASR lines are plain words, and a HowTo100M dump has tens of millions of
 # lines, so they skip the seven substitutions (the check costs ~1.5 µs a line).
 _SPECIAL = re.compile(r"[<>&\[(♪♫\u200b]")
+# The same test for a video's lines joined by NUL, as one character class (what the regex
+# engine scans fastest): a special character or whitespace but a space; the edges and double
+# spaces are substrings (``_needs_cleaning``).
+_CLEAN_CHARS = re.compile("[" + re.escape("<>&[(♪♫\u200b" + "".join(
+    c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")) + "]")
+_START_END = itemgetter(0, 1)
 
 
 def clean_text(text: str) -> str:
@@ -84,6 +92,9 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
         raise bad(f"start/end/text lengths differ ({len(starts)}/{len(ends)}/{len(texts)})")
     rows: list[Row] = []
     try:
+        if all(type(t) is str for t in texts):  # the common case: one plain line each
+            return list(zip(map(float, starts), map(float, ends), texts,
+                            repeat(None, len(texts)), strict=False))
         for s, e, t in zip(starts, ends, texts, strict=True):
             s, e = float(s), float(e)
             if isinstance(t, str):  # the common case first: one plain line
@@ -99,14 +110,22 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
     return rows
 
 
+def _needs_cleaning(joined: str) -> bool:
+    """Whether ``clean_text`` would change a line of ``joined`` (lines parted by NUL)."""
+    return (_CLEAN_CHARS.search(joined) is not None or "  " in joined or "\0-" in joined
+            or "\0 " in joined or " \0" in joined)
+
+
 def tidy_rows(rows: list[Row], clean: bool = True) -> list[Row]:
     """Cleaned text, no empty lines or end<start rows, sorted by (start, end) (stable), and an
     end that runs into the next line's start clipped to it: ``_tidy`` in plain Python, because a
     DataFrame per video costs more than the work itself on a million videos."""
-    if clean:
+    # clean_text changes no line when none of them, joined by NUL, has a character it acts
+    # on or whitespace other than single spaces inside a line (one search a video)
+    if clean and rows and _needs_cleaning("\0" + "\0".join([r[2] for r in rows]) + "\0"):
         rows = [(s, e, clean_text(t), sc) for s, e, t, sc in rows]
     rows = [r for r in rows if r[2] and r[1] >= r[0]]  # NaN times fail the comparison
-    rows.sort(key=lambda r: (r[0], r[1]))
+    rows.sort(key=_START_END)
     for i in range(len(rows) - 1):
         s, e, t, sc = rows[i]
         nxt = rows[i + 1][0]
