@@ -299,10 +299,14 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
                 return
             chunk = todo[lo:lo + size]
 
-            def keep(vid: str) -> bool:  # called under the claim lock, manifests re-read
-                if mark[0] != rundir.manifests_read(stage.name):
-                    more, mark[0] = rundir.finished_since(stage.name, mark[0])
-                    recent[0] |= more
+            def keep(vid: str, fresh: list[bool] = [True]) -> bool:  # noqa: B006
+                # called under the claim lock, the manifests just re-read: what finished
+                # since is looked up at the batch's first video (two stat calls a video)
+                if fresh[0]:
+                    fresh[0] = False
+                    if mark[0] != rundir.manifests_read(stage.name):
+                        more, mark[0] = rundir.finished_since(stage.name, mark[0])
+                        recent[0] |= more
                 return still_to_do(vid)
 
             path, taken, elsewhere = rundir.claim_batch(
