@@ -155,3 +155,41 @@ def test_sentences_are_the_dataclass_as_its_init_makes_it() -> None:
     assert [repr(s) for s in got] == [repr(s) for s in want]
     with pytest.raises(dataclasses.FrozenInstanceError):
         got[0].text = "x"  # type: ignore[misc]
+
+
+def test_sentences_of_tidy_and_untidy_lines_match_split_and_join() -> None:
+    """``_sentences`` counts the words of tidy lines (all single-spaced, the subtitles
+    stage's) instead of splitting them: a fuzz of videos whose lines are tidy, or hold one
+    empty line, a double space, an edge space, a tab, a newline or an NBSP, gets what
+    splitting each line gives (and NaN starts are dropped either way)."""
+    import math
+    import random
+
+    from howtocap.caption.blocks import Sentence, _sentences
+    from howtocap.schemas import rows
+
+    rng = random.Random(3)
+    words = ["crack", "the", "eggs", "whisk", "now"]
+    odd = ["", "  ", " ", "\t", "\n", "\xa0"]
+    fast = 0
+    for _ in range(2000):
+        n = rng.randint(1, 6)
+        texts = [" ".join(rng.choices(words, k=rng.randint(1, 4))) for _ in range(n)]
+        if rng.random() < 0.5:  # one line made untidy
+            i, piece = rng.randrange(n), rng.choice(odd)
+            texts[i] = "" if piece == "" else rng.choice(
+                [piece + texts[i], texts[i] + piece, texts[i].replace(" ", piece * 2, 1)])
+        starts = [rng.choice([float(rng.randint(-2, 9)), math.nan]) for _ in range(n)]
+        ends = [s + rng.choice([1.0, -3.0, math.nan]) for s in starts]
+        subs = rows("subtitles", n, start=starts, end=ends, text=texts)
+        order = sorted((i for i in range(n) if starts[i] == starts[i]), key=lambda i: starts[i])
+        want = []
+        for i in order:
+            ws = texts[i].split()
+            if ws:
+                end = starts[i] if ends[i] != ends[i] else ends[i]
+                want.append((Sentence(max(0.0, starts[i]), max(starts[i], end), " ".join(ws)),
+                             len(ws)))
+        assert _sentences(subs) == want, (texts, starts, ends)
+        fast += all(t and " ".join(t.split()) == t for t in texts)
+    assert 500 < fast < 1900  # both paths are taken
