@@ -489,3 +489,32 @@ def test_last_per_key_is_each_ids_last_row_in_row_order(chunks: int) -> None:
     got = last_per_key(keys if chunks > 1 else keys.combine_chunks())
     assert got.tolist() == want
     assert last_per_key(pa.array([], pa.string())).tolist() == []
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_an_arrow_batch_file_is_grouped_by_video_in_id_order(tmp_path: Path,
+                                                              shuffle: bool) -> None:
+    """A batch's Arrow table is written with its videos in id order, each video's rows in
+    their own order: as given when its ids are sorted already (the engine sorts its videos
+    before it builds the table), sorted (stably) when they are not."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from howtocap.engine.records import StatusRecord
+    from howtocap.schemas import rows as make_rows
+    from howtocap.schemas import rows_to_arrow
+
+    vids = [f"v{i:03d}" for i in range(40)]
+    if shuffle:
+        random.Random(1).shuffle(vids)
+    parts = [make_rows("subtitles", 3, video_id=v, start=[2.0, 1.0, 3.0], end=[3.0, 2.0, 4.0],
+                       text=[f"{v} b", f"{v} a", f"{v} c"], source="asr", config_id="")
+             for v in vids]
+    rd = RunDir(tmp_path / "run")
+    bid = rd.commit_batch("subtitles", ("subtitles",),
+                          [StatusRecord(v, "subtitles", "ok") for v in vids],
+                          {"subtitles": rows_to_arrow("subtitles", parts)})
+    got = pq.read_table(rd.batch_part_path("subtitles", bid)).to_pandas()
+    assert got["video_id"].tolist() == [v for v in sorted(vids) for _ in range(3)]
+    assert got["text"].tolist() == [f"{v} {k}" for v in sorted(vids) for k in "bac"]

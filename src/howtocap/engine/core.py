@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -402,7 +403,9 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
     no rows (its newest record, the failure, supersedes an older result)."""
     tables: dict[str, list[Any]] = {}
     records = []
-    for res in results:
+    # in id order: a batch file's rows are grouped by video in id order, which a table
+    # built from them already is (no sort of its rows; ids order alike in Python and Arrow)
+    for res in sorted(results, key=_by_video):
         if res.ok:
             for name, df in res.tables.items():
                 if "config_id" in SCHEMAS.get(name, {}):
@@ -422,6 +425,9 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
                                     metrics={k: float(v) for k, v in res.metrics.items()}))
     return rundir.commit_batch(stage.name, stage.writes, records,
                                {name: _one_table(name, parts) for name, parts in tables.items()})
+
+
+_by_video = attrgetter("video_id")
 
 
 def _one_table(name: str, parts: list[Any]) -> Any:

@@ -961,8 +961,11 @@ def _write_arrow_batch(table: Any, path: Path) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    if "video_id" in table.column_names and table.num_rows:
-        table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
+    if "video_id" in table.column_names and table.num_rows > 1:
+        ids = table.column("video_id")
+        n = table.num_rows  # sorted already when its videos were (``core.commit_batch``)
+        if not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, n - 1))).as_py():
+            table = table.take(pc.sort_indices(table, sort_keys=[("video_id", "ascending")]))
     # statistics only where a reader could use them (nothing reads a batch by its values)
     stats = ["video_id"] if "video_id" in table.column_names else False
     atomic_write(path, lambda tmp: pq.write_table(
