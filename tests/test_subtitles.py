@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -421,3 +422,42 @@ def test_the_store_index_tells_ids_of_one_hash_apart() -> None:
     assert ids_at(every.name_rows(0, 3)) == ["a", "b", "c"]
     plain = _Runs.build(start[:2], length[:2], np.array([3, 1]), True, ids_at)
     assert plain.ptr is None and plain.name_row is None and plain.of(1) == [(10, 10)]
+
+
+def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Path) -> None:
+    """``ParquetStore.get(frame=False)`` slices a row group's columns decoded once; every
+    video (in order, out of order, one without lines, one whose numbers are bad) gets the
+    rows its frame has, and a bad video still raises its one line."""
+    import random
+
+    import numpy as np
+
+    from howtocap.io.subtitle_dump import ParquetStore, convert_dump
+
+    rng = random.Random(4)
+    dump: dict[str, Any] = {}
+    for i in range(60):
+        n = rng.randint(0, 6)
+        dump[f"v{i:02d}"] = {"start": [float(k) for k in range(n)],
+                             "end": [k + 0.5 for k in range(n)],
+                             "text": [f"line {i} {k}" for k in range(n)]}
+    dump["v07"] = {"start": [1, "x"], "end": [2, 3], "text": ["a", "b"]}
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(dump))
+    out = tmp_path / "c.parquet"
+    convert_dump(src, "json", out, rows_per_group=16)
+    store = ParquetStore(out, src, cached_groups=2)
+    assert store.pf.metadata.num_row_groups > 5
+    order = sorted(dump) + rng.sample(sorted(dump), len(dump))  # file order, then any
+    for vid in order:
+        if vid == "v07":
+            with pytest.raises(InputError, match=r"c\.json: .*v07"):
+                store.get(vid, frame=False)
+            continue
+        cols = store.get(vid, frame=False)
+        df = store.get(vid)
+        assert isinstance(cols, dict) and df is not None
+        assert cols["text"] == df["text"].tolist() == dump[vid]["text"], vid
+        assert np.array_equal(cols["start"], df["start"].to_numpy())
+        assert np.array_equal(cols["end"], df["end"].to_numpy())
+    assert len(store._decoded) <= 2  # no longer held than the groups themselves
