@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from howtocap.errors import HowtocapError
-from howtocap.io.subtitle_rows import single_spaced
 
 if TYPE_CHECKING:
     from howtocap.schemas import Rows
@@ -73,15 +72,6 @@ def _sentences(subtitles: pd.DataFrame | Rows) -> list[tuple[Sentence, int]]:
     starts = starts.tolist()
     out = []
     new = object.__new__
-    if single_spaced(texts):  # tidy lines (the subtitles stage's): counted, not split
-        for i in order:
-            start, text = starts[i], texts[i]
-            if start != start:
-                break
-            sent = new(Sentence)  # as below
-            sent.__dict__.update(start=max(0.0, start), end=max(start, ends[i]), text=text)
-            out.append((sent, text.count(" ") + 1))
-        return out
     for i in order:
         start, text = starts[i], texts[i]
         if start != start:

@@ -31,13 +31,11 @@ _WS = re.compile(r"\s+")
 # between words: most ASR lines are plain words, and a HowTo100M dump has tens of millions of
 # lines, so they skip the seven substitutions (the check costs ~1.5 µs a line).
 _SPECIAL = re.compile(r"[<>&\[(♪♫\u200b]")
-# Whitespace but the space: ``str.split`` parts words at each of them too.
-_ODD_SPACES = "".join(c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")
-_ODD_SPACE = re.compile("[" + re.escape(_ODD_SPACES) + "]")
 # The same test for a video's lines joined by NUL, as one character class (what the regex
 # engine scans fastest): a special character or whitespace but a space; the edges and double
 # spaces are substrings (``_needs_cleaning``).
-_CLEAN_CHARS = re.compile("[" + re.escape("<>&[(♪♫\u200b" + _ODD_SPACES) + "]")
+_CLEAN_CHARS = re.compile("[" + re.escape("<>&[(♪♫\u200b" + "".join(
+    c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")) + "]")
 _START_END = itemgetter(0, 1)
 
 
@@ -110,18 +108,6 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
     except (TypeError, ValueError):
         raise bad("start/end values must be numbers") from None
     return rows
-
-
-def single_spaced(lines: list[Any]) -> bool:
-    """Whether every line is a non-empty string whose words are parted by single spaces
-    (``" ".join(line.split()) == line``, as ``tidy_rows`` leaves them): then its words are
-    ``line.count(" ") + 1`` and the line needs no rejoining. One search of them joined."""
-    try:
-        joined = "\0" + "\0".join(lines) + "\0"
-    except TypeError:  # not all strings
-        return False
-    return not ("\0\0" in joined or "  " in joined or "\0 " in joined or " \0" in joined
-                or _ODD_SPACE.search(joined) is not None)
 
 
 def _needs_cleaning(joined: str) -> bool:
