@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from howtocap.caption.blocks import Block
@@ -124,6 +126,67 @@ def test_fast_line_forms_split_as_the_general_parser() -> None:
         plain += bool(want) and line[:1].isdigit() and "s:" in line[:7]
     assert checked > 15000 and plain > 1000  # the fuzz reaches both paths
 
+
+
+def test_whole_replies_parse_as_line_by_line_through_the_general_parser() -> None:
+    """``parse_rows`` reads the usual lines in place and a reply of printable ASCII lines
+    with one regex call: on replies of plain lines, of mixed forms (markers, quotes, ``**``,
+    clocks, non-ASCII, tabs, CR LF, blank lines, duplicates, stamps out of range) it gives
+    the captions and counts that the general steps give line by line."""
+    import random
+
+    from howtocap.caption.blocks import Block
+    from howtocap.caption.parse import _MARKER, _split_line, clean_text, norm_text
+
+    def reference(reply: str, block: Block) -> tuple[list[tuple[float, str]], list[int]]:
+        lo, hi = math.floor(block.start), math.ceil(block.end)
+        caps: list[tuple[float, str]] = []
+        counts = [0, 0, 0, 0]  # no timestamp, out of range, empty, duplicates
+        seen: set[str] = set()
+        for raw in reply.splitlines():
+            line = _MARKER.sub("", raw.replace("**", "")).strip()
+            if not line:
+                continue
+            found = [(t, clean_text(p)) for t, p in _split_line(line)]
+            if not found:
+                counts[0] += 1
+            for t, text in found:
+                if not text:
+                    counts[2] += 1
+                elif not lo <= t <= hi:
+                    counts[1] += 1
+                elif norm_text(text) in seen:
+                    counts[3] += 1
+                else:
+                    seen.add(norm_text(text))
+                    caps.append((t, text))
+        return caps, counts
+
+    rng = random.Random(8)
+    plain_words = ["add", "the", "eggs", "Stir", "salt,", "pan.", "well!", "now.", "it's", "?"]
+    odd = ['"soup"', "**bold**", "(7s)", "é", "½", "\t", "2.5", "x2", "[00:09]", "`"]
+    heads = ["", "- ", "1. ", "* ", "Sure! ", "[12s] ", "00:12 "]
+    block = Block(0, 2.0, 40.0, "")
+    whole = 0
+    for _ in range(4000):
+        lines = []
+        for _ in range(rng.randint(0, 8)):
+            words = rng.choices(plain_words, k=rng.randint(0, 5))
+            if rng.random() < 0.2:
+                words.append(rng.choice(odd))
+            head = f"{rng.randint(0, 50)}s: " if rng.random() < 0.8 else rng.choice(heads)
+            lines.append(head + " ".join(words) + rng.choice(["", ".", "  ", " "]))
+            if rng.random() < 0.1:
+                lines.append(rng.choice(["", "   ", lines[-1]]))  # blank or repeated
+        reply = rng.choice(["\n", "\n", "\r\n"]).join(lines) + rng.choice(["", "\n"])
+        res = parse_reply(reply, block)
+        want, counts = reference(reply, block)
+        assert [(c.start, c.text) for c in res.captions] == want, reply
+        assert [res.n_no_timestamp, res.n_out_of_range, res.n_empty, res.n_duplicates] == \
+            counts, reply
+        whole += reply.isascii() and "**" not in reply and \
+            reply.replace("\n", "").isprintable()
+    assert 500 < whole < 3500  # both the whole-reply path and the line-by-line one
 
 def test_captions_are_the_dataclass_as_its_init_makes_it() -> None:
     """``parse_reply`` sets a caption's fields at once: still equal, hashed, printed and

@@ -46,6 +46,9 @@ _DIGIT = re.compile(r"\d")
 # printable-ASCII line it opens exactly one caption at 12 whose text is the rest (what
 # ``_split_line`` finds with its general regex, in ~1/4 of the time).
 _PLAIN = re.compile(r"(\d{1,5})s:([^0-9]*)")
+# Each line of a reply: ``(stamp, text, "")`` when ``_PLAIN`` matches all of it, else
+# ``("", "", line)``.
+_PLAIN_LINES = re.compile(r"^(?:(\d{1,5})s:([^0-9\n]*)|(.*))$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -207,19 +210,22 @@ def parse_rows(reply: str, block: Block, counts: ParseResult, clip_seconds: floa
 
     A line in the form nearly every reply has, ``12s: Text.`` (printable ASCII, no other
     digit, no ``**``), is read in place: the marker regex, the strip and ``_captions`` would
-    leave it as it is (it starts with a digit that no list marker's ``.``/``)`` follows)."""
+    leave it as it is (it starts with a digit that no list marker's ``.``/``)`` follows).
+    In a reply of such lines, one regex call finds them all (``_PLAIN_LINES``)."""
     lo = math.floor(block.start) - slack
     hi = math.ceil(block.end) + slack
     index = block.index
     seen: set[str] = set()
     out: list[CaptionRow] = []
     reply = reply or ""
-    fast = reply.isascii() and "**" not in reply
-    plain = _PLAIN.fullmatch
-    for raw in reply.splitlines():
-        m = plain(raw) if fast and raw[:1].isdigit() and raw.isprintable() else None
-        if m is not None:
-            stamp, piece = m.groups()
+    # Printable ASCII lines without "**" (then "\n" is the only line break splitlines
+    # knows): one regex call parts the whole reply into plain lines and others
+    if reply.isascii() and "**" not in reply and reply.replace("\n", "").isprintable():
+        lines = _PLAIN_LINES.findall(reply)
+    else:
+        lines = [("", "", raw) for raw in reply.splitlines()]
+    for stamp, piece, raw in lines:
+        if stamp:
             text = piece.strip(_EDGE_CHARS)
             if not text or '"' in text or text[0] in "'`" or text[-1] in "'`":
                 text = clean_text(piece)  # quotes, or nothing left: the general steps
