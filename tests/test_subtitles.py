@@ -172,7 +172,7 @@ def test_tidy_rows_cleans_a_video_exactly_as_line_by_line() -> None:
     rows the per-line cleaning gives, for videos where one line or none needs it."""
     import random
 
-    from howtocap.io.subtitle_rows import tidy_rows
+    from howtocap.io.subtitle_rows import ODD_SPACES, tidy_rows
 
     rng = random.Random(5)
     odd = ["-", "- ", " ", "  ", "\t", "\xa0", "\n", "\u3000", "<i>", "&amp;", "[Music]",
@@ -191,6 +191,8 @@ def test_tidy_rows_cleans_a_video_exactly_as_line_by_line() -> None:
         assert got == want, lines
         cleaned += want != tidy_rows(rows, clean=False)
     assert cleaned > 1000  # the fuzz does reach lines that cleaning changes
+    odd = "".join(c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")
+    assert odd == ODD_SPACES
 
 HTM = {
     "vid_a": {"start": [0.0, 5.2, 3.0], "end": [5.0, 9.0, 5.1],

@@ -31,11 +31,14 @@ _WS = re.compile(r"\s+")
 # between words: most ASR lines are plain words, and a HowTo100M dump has tens of millions of
 # lines, so they skip the seven substitutions (the check costs ~1.5 µs a line).
 _SPECIAL = re.compile(r"[<>&\[(♪♫\u200b]")
+# Whitespace but the space (``str.isspace``; ``str.split`` parts words at each of them),
+# written out: finding them among all code points cost 50 ms an import.
+ODD_SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003"
+              "\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 # The same test for a video's lines joined by NUL, as one character class (what the regex
 # engine scans fastest): a special character or whitespace but a space; the edges and double
 # spaces are substrings (``_needs_cleaning``).
-_CLEAN_CHARS = re.compile("[" + re.escape("<>&[(♪♫\u200b" + "".join(
-    c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")) + "]")
+_CLEAN_CHARS = re.compile("[" + re.escape("<>&[(♪♫\u200b" + ODD_SPACES) + "]")
 _START_END = itemgetter(0, 1)
 
 
