@@ -191,8 +191,8 @@ def test_tidy_rows_cleans_a_video_exactly_as_line_by_line() -> None:
         assert got == want, lines
         cleaned += want != tidy_rows(rows, clean=False)
     assert cleaned > 1000  # the fuzz does reach lines that cleaning changes
-    odd = "".join(c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")
-    assert odd == ODD_SPACES
+    spaces = "".join(c for c in map(chr, range(0x110000)) if c.isspace() and c != " ")
+    assert spaces == ODD_SPACES
 
 HTM = {
     "vid_a": {"start": [0.0, 5.2, 3.0], "end": [5.0, 9.0, 5.1],
