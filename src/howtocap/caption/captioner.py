@@ -95,8 +95,6 @@ class CaptionError(HowtocapError):
         self.stats = stats
 
 
-
-
 def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
                 stats: CaptionStats) -> tuple[list[CaptionRow] | None, str]:
     """Caption rows of one reply, or None and why the reply failed. A reply that only held
