@@ -164,10 +164,11 @@ def _clean_plain(piece: str) -> str | None:
     text = piece.strip(_EDGE_CHARS)
     if not text or '"' in text or "**" in text or text[0] in "'`" or text[-1] in "'`":
         return None
-    text = " ".join(text.split())
-    if not any(map(str.isalpha, text)):
+    if "  " in text:  # printable ASCII: the space is its only whitespace
+        text = " ".join(text.split())
+    if not text[0].isalpha() and not any(map(str.isalpha, text)):
         return ""
-    return text[0].upper() + text[1:]
+    return text[0].upper() + text[1:] if text[0].islower() else text
 
 
 def _captions(line: str) -> list[tuple[float, str]]:
@@ -226,17 +227,9 @@ def parse_rows(reply: str, block: Block, counts: ParseResult, clip_seconds: floa
         lines = [("", "", raw) for raw in reply.splitlines()]
     for stamp, piece, raw in lines:
         if stamp:
-            text = piece.strip(_EDGE_CHARS)
-            if not text or '"' in text or text[0] in "'`" or text[-1] in "'`":
-                text = clean_text(piece)  # quotes, or nothing left: the general steps
-            else:  # _clean_plain's steps where they change something (ASCII: " " only)
-                if "  " in text:
-                    text = " ".join(text.split())
-                if not text[0].isalpha() and not any(map(str.isalpha, text)):
-                    text = ""
-                elif text[0].islower():
-                    text = text[0].upper() + text[1:]
-            found: list[tuple[float, str]] = [(float(stamp), text)]
+            text = _clean_plain(piece)
+            found: list[tuple[float, str]] = [
+                (float(stamp), clean_text(piece) if text is None else text)]
         else:
             line = _MARKER.sub("", raw.replace("**", "")).strip()
             if not line:

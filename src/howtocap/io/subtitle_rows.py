@@ -97,7 +97,7 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
     try:
         if all(type(t) is str for t in texts):  # the common case: one plain line each
             return list(zip(map(float, starts), map(float, ends), texts,
-                            repeat(None, len(texts)), strict=False))
+                            repeat(None, len(texts)), strict=True))
         for s, e, t in zip(starts, ends, texts, strict=True):
             s, e = float(s), float(e)
             if isinstance(t, str):  # the common case first: one plain line
