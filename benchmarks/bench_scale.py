@@ -187,14 +187,22 @@ from howtocap.caption import run as cap_mod
 from howtocap.caption.captioner import CaptionConfig
 from howtocap.engine.rundir import RunDir
 PAGE = os.sysconf("SC_PAGE_SIZE")
-phase, peaks = ["start"], {}
-def sample():  # each phase's peak RSS: where the process's peak is reached
+phase, peaks, windows = ["start"], {}, []
+def sample():  # each phase's peak RSS (where the process's peak is reached) and each window's
     while True:
         with open("/proc/self/statm") as f:
             mb = int(f.read().split()[1]) * PAGE / 2**20
         peaks[phase[0]] = max(peaks.get(phase[0], 0.0), mb)
+        if windows and phase[0] == "stages":
+            windows[-1] = max(windows[-1], mb)
         time.sleep(0.02)
 threading.Thread(target=sample, daemon=True).start()
+stage_run = cap_mod.run_stage
+def run_stage(rundir, items, stage, **kw):  # a window starts with its subtitles stage
+    if stage.name == "subtitles":
+        windows.append(0.0)
+    return stage_run(rundir, items, stage, **kw)
+cap_mod.run_stage = run_stage
 def during(owner, name, label, after=None):  # phase ``label`` from this call on
     f = getattr(owner, name)
     def g(*a, **k):
@@ -213,7 +221,8 @@ t0 = time.perf_counter()
 cfg = cap_mod.CaptionRunConfig(subtitles=sys.argv[1], caption=CaptionConfig(reject_fillers=False))
 subs, caps = cap_mod.caption_run(None, sys.argv[2], cfg, llm=InstantLLM(), progress=False)
 print(json.dumps({"seconds": time.perf_counter() - t0, "done": caps.done,
-                  "failed": len(caps.failed), "phase_peak_mb": peaks}))
+                  "failed": len(caps.failed), "phase_peak_mb": peaks,
+                  "window_peak_mb": windows, "window": cap_mod.WINDOW}))
 """
 
 
@@ -423,10 +432,29 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
             ph = m["phase_peak_mb"]
             rows.append(f"| {int(k):,} | " + " | ".join(
                 f"{ph[n]:.0f} MB" if n in ph else "" for n in names) + " |")
+    slopes = [(k, window_slope(m)) for k, m in phased if window_slope(m) is not None]
+    if slopes:
+        rows += ["", "Steady growth inside one run (after): a least-squares line through the "
+                 "peak RSS of each window of the run's second half (the windows of "
+                 f"{phased[-1][1]['window']:,} videos; `scale.png`, right), per 100k videos: "
+                 + "; ".join(f"{int(k):,} videos {g:+.1f} MB" for k, g in slopes) + "."]
     notes = r.get("driver_notes")
     if notes:
         rows += ["", *notes]
     return rows
+
+
+def window_slope(m: dict[str, Any]) -> float | None:
+    """MB per 100k videos of a line through the peaks of the run's second half of windows
+    (the first windows fill caches and pools: the endpoints mix that in)."""
+    import numpy as np
+
+    peaks = m.get("window_peak_mb") or []
+    half = peaks[len(peaks) // 2:]
+    if len(half) < 4:
+        return None
+    x = np.arange(len(half)) * m["window"] / 100_000
+    return float(np.polyfit(x, np.asarray(half), 1)[0])
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
@@ -437,7 +465,10 @@ def plot(r: dict[str, Any], path: Path) -> None:
 
     keys = r["sizes"]
     xs = [r["runs"][k]["videos"] for k in keys]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    series = [(int(k), d["after"]) for k, d in sorted(r.get("driver", {}).items(),
+                                                      key=lambda kv: int(kv[0]))
+              if d.get("after", {}).get("window_peak_mb")]
+    fig, axes = plt.subplots(1, 4 if series else 3, figsize=(19 if series else 14, 4))
     for code, style in (("before", "o--"), ("after", "s-")):
         have = [k for k in keys if code in r["runs"][k]]
         x = [r["runs"][k]["videos"] for k in have]
@@ -453,7 +484,17 @@ def plot(r: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("wall s")
     axes[1].set_ylabel("peak RSS MB")
     axes[2].set_ylabel("wall s")
-    for ax, title in zip(axes, ("howtocap status", "peak RSS", "merge"), strict=True):
+    for n, m in series:  # the driver's peak RSS window by window
+        peaks = m["window_peak_mb"]
+        axes[3].plot([(i + 1) * m["window"] for i in range(len(peaks))], peaks, ".-",
+                     label=f"{n:,} videos")
+    if series:
+        axes[3].set_xlabel("videos through both stages")
+        axes[3].set_ylabel("peak RSS MB in the window")
+        axes[3].set_ylim(bottom=0)
+        axes[3].set_title("driver, window by window (after)")
+        axes[3].legend(fontsize=8)
+    for ax, title in zip(axes, ("howtocap status", "peak RSS", "merge"), strict=False):
         ax.set_xscale("log")
         ax.set_xlabel("videos")
         ax.set_xticks(xs)
@@ -553,7 +594,8 @@ def summarise(r: dict[str, Any]) -> None:
         for code in ("before", "after"):
             if d.get(code):
                 summary[f"driver_{code}_{key}"] = {"rss_mb": d[code]["peak_rss_mb"],
-                                                   "videos_per_s": d[code].get("videos_per_s")}
+                                                   "videos_per_s": d[code].get("videos_per_s"),
+                                                   "window_slope_mb": window_slope(d[code])}
     d = r.get("driver", {})
     big = max((int(k) for k in d), default=0)
     for code in ("before", "after"):

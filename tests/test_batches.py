@@ -518,3 +518,25 @@ def test_an_arrow_batch_file_is_grouped_by_video_in_id_order(tmp_path: Path,
     got = pq.read_table(rd.batch_part_path("subtitles", bid)).to_pandas()
     assert got["video_id"].tolist() == [v for v in sorted(vids) for _ in range(3)]
     assert got["text"].tolist() == [f"{v} {k}" for v in sorted(vids) for k in "bac"]
+
+
+def test_plain_rows_of_a_batch_equal_its_frame_and_share_repeated_strings(
+        tmp_path: Path) -> None:
+    """``read_rows`` decodes a batch file once: every column equals ``read_part``'s frame,
+    and a repeated id or source is one Python object (a decoded file is four columns of
+    ~40 rows a video), while free text and columns with nulls are decoded row by row."""
+    from howtocap.engine.records import StatusRecord
+
+    rd = RunDir(tmp_path / "run")
+    ids = ["v_01", "v_02", "v_03"]
+    frames = {v: rows(v) for v in ids}
+    frames["v_02"]["source"] = [None, "vtt", "asr"]  # a null: decoded as it is
+    rd.commit_batch("lines", ["subtitles"], [StatusRecord(v, "lines", "ok") for v in ids],
+                    {"subtitles": pd.concat(frames.values())})
+    got = {v: rd.read_rows("subtitles", v) for v in ids}
+    for v in ids:
+        want = rd.read_part("subtitles", v)
+        for c in ("video_id", "start", "end", "text", "source"):
+            assert list(got[v][c]) == [None if x != x else x for x in want[c]], (v, c)
+    assert got["v_01"]["video_id"][0] is got["v_01"]["video_id"][2]
+    assert got["v_01"]["text"][0] is not got["v_03"]["text"][0]

@@ -424,6 +424,18 @@ def test_the_store_index_tells_ids_of_one_hash_apart() -> None:
     assert ids_at(every.name_rows(0, 3)) == ["a", "b", "c"]
     plain = _Runs.build(start[:2], length[:2], np.array([3, 1]), True, ids_at)
     assert plain.ptr is None and plain.name_row is None and plain.of(1) == [(10, 10)]
+    # distinct ids of one hash, back to back: the compact form (first rows and the end)
+    names[:] = ["a", "b", "c", "d", "e"]
+    shared = _Runs.build(start, length, np.array([7, 7, 9, 7, 8]), True, ids_at)
+    assert shared.length is None and shared.name_row is None and shared.ptr is None
+    assert shared.start.dtype == np.int32 and list(shared.start) == [0, 10, 20, 30, 40, 50]
+    assert [shared.of(k) for k in range(5)] == [[(r, 10)] for r in range(0, 50, 10)]
+    assert sorted(shared.candidates(7)) == [0, 1, 3] and shared.candidates(8) == [4]
+    # a gap (a run left out): each run's length is kept
+    gap = _Runs.build(np.array([0, 10, 35]), np.array([10, 20, 5]), np.array([1, 2, 3]),
+                      True, ids_at)
+    assert gap.length is not None and [gap.of(k) for k in range(3)] == \
+        [[(0, 10)], [(10, 20)], [(35, 5)]]
 
 
 def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Path) -> None:

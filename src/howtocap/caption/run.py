@@ -149,6 +149,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
     rundir.record_videos(videos.all())
+    give_back_memory()  # the store index and id sort transients: not kept by the stages
     rundir.write_config("caption", config.model_dump())
     if force:
         for stage in (subs_stage, cap_stage):

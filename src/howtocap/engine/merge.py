@@ -25,7 +25,7 @@ from howtocap.atomic import (
     corrupt_parquet,
     open_parquet,
 )
-from howtocap.engine.records import BATCH_PREFIX, id_hashes, last_per_key
+from howtocap.engine.records import BATCH_PREFIX, last_per_key, short_hashes
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -98,9 +98,10 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     """Per batch of ``stage`` (in batch order) with a live video: the ids of its videos
     whose record there is not live (not ``ok``, or a later record of the video exists).
 
-    A video's records are told apart by the 64-bit hash of its id (16 bytes a record, not
-    its id: the ids of every record, sorted, were most of the merge's memory); records of
-    equal hash are compared by their ids, read back from their manifests."""
+    A video's records are told apart by the 32-bit hash of its id (5 bytes a record while
+    they are read, not its id: the ids of every record, sorted, were most of the merge's
+    memory); records of equal hash (one video's, or ~170 pairs of others among 1.2M ids) are
+    compared by their ids, read back from their manifests."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -113,7 +114,7 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     except FileNotFoundError:
         return
     paths = [folder / f"{n}.parquet" for n in names]
-    hashes, codes, rows, oks = [], [], [], []
+    hashes, oks = [], []
     bad: dict[int, list[str]] = {}  # per manifest: its ids whose record is not ok
     sizes = np.zeros(len(names), np.int64)
     for lo in range(0, len(paths), MANIFESTS_AT_ONCE):
@@ -126,9 +127,7 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
             if t is None or not t.num_rows:
                 continue
             ids = t.column("video_id").to_pylist()
-            hashes.append(id_hashes(ids))
-            codes.append(np.full(len(ids), k, np.int32))
-            rows.append(np.arange(len(ids), dtype=np.int32))
+            hashes.append(short_hashes(ids))
             sizes[k] = len(ids)
             ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
             oks.append(ok)
@@ -136,8 +135,9 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
                 bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True) if not good]
     if not hashes:
         return
-    h, code, row, good = (np.concatenate(a) for a in (hashes, codes, rows, oks))
-    del hashes, codes, rows, oks
+    h, good = np.concatenate(hashes), np.concatenate(oks)
+    del hashes, oks
+    first = np.concatenate([[0], np.cumsum(sizes)])  # each manifest's first record
     order = np.argsort(h, kind="stable")  # equal hashes stay in commit order
     hs = h[order]
     del h
@@ -145,24 +145,25 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
     if len(same):
         pos = np.unique(np.concatenate([same, same + 1]))
-        rec = order[pos]
+        rec = order[pos]  # records in commit order: a manifest, then its row
+        code = np.searchsorted(first, rec, "right") - 1
         ids = [v if v is not None else f"\0gone{r}"  # unreadable: an id of its own
-               for v, r in zip(_ids_back(rd, paths, code[rec], row[rec]), rec.tolist(),
+               for v, r in zip(_ids_back(rd, paths, code, rec - first[code]), rec.tolist(),
                                strict=True)]
-        t = pa.table({"h": hs[pos], "id": pa.array(ids, pa.string()), "at": rec})
+        t = pa.table({"h": hs[pos].astype(np.int64), "id": pa.array(ids, pa.string()), "at": rec,
+                      "code": code})
         t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("at", "ascending")])
         n = t.num_rows
         later = np.append((np.diff(t.column("h").to_numpy()) == 0) & pc.equal(
             t.column("id").slice(1), t.column("id").slice(0, n - 1)).to_numpy(
             zero_copy_only=False), False)  # a later record of the same id follows
-        at = t.column("at").to_numpy()
-        for r, vid, old in zip(at.tolist(), t.column("id").to_pylist(), later.tolist(),
-                               strict=True):
+        for r, k, vid, old in zip(t.column("at").to_pylist(), t.column("code").to_pylist(),
+                                  t.column("id").to_pylist(), later.tolist(), strict=True):
             if old:
-                bad.setdefault(int(code[r]), []).append(vid)
+                bad.setdefault(k, []).append(vid)
             elif good[r]:
-                live.setdefault(int(code[r]), set()).add(vid)
-    del order, hs, code, row, good
+                live.setdefault(k, set()).add(vid)
+    del order, hs, good
     for k, name in enumerate(names):
         mine = live.get(k, set())
         out = [v for v in dict.fromkeys(bad.get(k, [])) if v not in mine]

@@ -263,7 +263,7 @@ class StageIndex:
         self.starts.append(lo + n)
         ids = df["video_id"].astype(object).to_numpy()
         at = np.arange(lo, lo + n, dtype=np.int32 if lo + n < 2**31 else np.int64)
-        self._pending.append((_hashes(ids), at, self._encode(df)))
+        self._pending.append((short_hashes(ids), at, self._encode(df)))
         self._keep_ids(k, pa.array(ids, pa.string()))
         return k
 
@@ -408,28 +408,30 @@ class StageIndex:
         self._pending = []
         order = np.argsort(new[0], kind="stable")
         new = [a[order] for a in new]
-        old = self._columns()
-        old_h = old[0]
+        del order
+        cols = self._columns()
+        had_rows = len(cols[0]) > 0
         ins = np.zeros(0, np.int64)
-        if len(old[0]):
-            ins = np.searchsorted(old[0], new[0], "right") + np.arange(len(order))
-            from_old = np.ones(len(old[0]) + len(order), dtype=bool)
+        if had_rows:
+            ins = np.searchsorted(cols[0], new[0], "right") + np.arange(len(new[0]))
+            from_old = np.ones(len(cols[0]) + len(new[0]), dtype=bool)
             from_old[ins] = False
-            merged = []
-            for a, b in zip(old, new, strict=True):
+            for i in range(len(cols)):  # a column at a time, its old copy freed at once:
+                a, b = cols[i], new[i]  # the fold's peak is one column's, not the index's
                 out = np.empty(len(from_old), dtype=np.result_type(a, b))
                 out[ins], out[from_old] = b, a
-                merged.append(out)
-            del old, new
-            ins = ins.astype(np.int64)
+                cols[i] = out
+                del a, b, out
+                new[i] = None
+                self._set_columns(cols)
+            del from_old
         else:
-            merged = new
-        self._set_columns(merged)
-        del merged
+            self._set_columns(new)
+        del cols, new
         h = self._h
         same = np.flatnonzero(h[1:] == h[:-1])
         if len(same):  # only hashes a new row has: the others were told apart before
-            fresh = np.unique(self._h[ins]) if len(old_h) else np.unique(h)
+            fresh = np.unique(self._h[ins]) if had_rows else np.unique(h)
             same = same[np.isin(h[same], fresh)]
         if len(same):
             keep = np.ones(len(h), dtype=bool)
@@ -469,7 +471,7 @@ class StageIndex:
         hashes = self._h
         if not len(hashes) or not want:
             return out
-        h = _hashes(want)
+        h = short_hashes(want)
         at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
         hit = np.flatnonzero(hashes[at] == h)
         got = self.ids_at(self._at[at[hit]])
@@ -519,7 +521,7 @@ class StageIndex:
         the columns) rather than a dict of every id (a Python string and a slot each:
         hundreds of MB at 1.2M videos)."""
         self._fold()
-        h = int(_hashes([video_id])[0])
+        h = int(short_hashes([video_id])[0])
         k = self._walk(int(np.searchsorted(self._h, h, "left")), h, video_id)
         if k < 0:
             return None
@@ -564,7 +566,7 @@ def id_hashes(ids: Sequence[str]) -> Any:
     return np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
 
 
-def _hashes(ids: Any) -> Any:
+def short_hashes(ids: Any) -> Any:
     """32-bit ``id_hashes`` (a hit is checked against the id read back, so a short hash only
     costs a few more reads)."""
     return (id_hashes(ids) & 0xFFFFFFFF).astype(np.uint32)

@@ -60,6 +60,7 @@ from howtocap.engine.records import (
 )
 from howtocap.hashing import safe_name
 from howtocap.schemas import (
+    FREE_TEXT,
     SCHEMAS,
     Rows,
     arrow_schema,
@@ -463,9 +464,8 @@ class RunDir:
                                               if c in SCHEMAS.get(table, {})})
         entry, (a, b) = found
         if entry.cols is None:
-            entry.cols = {c: col.to_numpy() if pa_is_number(col.type) else col.to_pylist()
-                          for c, col in zip(entry.arrow.column_names, entry.arrow.columns,
-                                            strict=True)}
+            entry.cols = {c: _column_values(c, col) for c, col in
+                          zip(entry.arrow.column_names, entry.arrow.columns, strict=True)}
         return Rows(table, b - a, {c: v[a:b] for c, v in entry.cols.items()})
 
     def _locate(self, table: str, video_id: str, batch: str | None | bool = False
@@ -952,6 +952,21 @@ def pa_is_number(kind: Any) -> bool:
     import pyarrow.types as pat
 
     return bool(pat.is_floating(kind) or pat.is_integer(kind) or pat.is_boolean(kind))
+
+
+def _column_values(name: str, col: Any) -> Any:
+    """A batch file's column as ``Rows`` holds it: numbers as numpy; strings as a list, one
+    Python object per distinct value outside free text (a batch's ``video_id``, ``source``
+    and ``config_id`` repeat ~40 times a video: four decoded files held ~40 MB of copies)."""
+    import pyarrow as pa
+
+    if pa_is_number(col.type):
+        return col.to_numpy()
+    if name in FREE_TEXT or col.null_count or not pa.types.is_string(col.type):
+        return col.to_pylist()
+    enc = col.combine_chunks().dictionary_encode()
+    return np.asarray(enc.dictionary.to_pylist(), dtype=object)[
+        enc.indices.to_numpy()].tolist()
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
 
 

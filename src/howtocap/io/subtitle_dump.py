@@ -431,9 +431,10 @@ class ParquetStore:
 
     def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
         """Runs of equal ids, from the ``video_id`` column one row group at a time, kept as
-        numpy arrays (``_Runs``): ~24 bytes a video, no Python string or dict slot per id
-        (a dict and a list of HowTo100M's 1.2M ids held ~200 MB for the whole run)."""
-        run_start, run_len, run_hash = array("q"), array("q"), array("q")
+        numpy arrays (``_Runs``): 12 bytes a video for a converted dump, no Python string or
+        dict slot per id (a dict and a list of HowTo100M's 1.2M ids held ~200 MB for the
+        whole run). Built in typed arrays that numpy then reads in place, not copied."""
+        run_start, run_len, run_hash = array("q"), array("q"), array("I")
         kept: set[str] | None = set() if limit is not None else None  # at most ``limit`` ids
         prev_id: str | None = None
         prev_end = -1  # absolute end row of the previous run
@@ -474,11 +475,10 @@ class ParquetStore:
                 prev_kept = True
                 run_start.append(start)
                 run_len.append(ln)
-                run_hash.append(hash(vid))
-        self._runs = _Runs.build(np.frombuffer(run_start, np.int64).copy(),
-                                 np.frombuffer(run_len, np.int64).copy(),
-                                 np.frombuffer(run_hash, np.int64).copy(), last_wins,
-                                 self._ids_at)
+                run_hash.append(_hash32(vid))
+        self._runs = _Runs.build(np.frombuffer(run_start, np.int64),
+                                 np.frombuffer(run_len, np.int64),
+                                 np.frombuffer(run_hash, np.uint32), last_wins, self._ids_at)
 
     # -- lookups ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -512,7 +512,7 @@ class ParquetStore:
     def _find(self, video_id: str) -> int:
         """The video's number (file order), or -1: its hash's candidates, each checked
         against the id the file holds."""
-        for k in self._runs.candidates(hash(video_id)):
+        for k in self._runs.candidates(_hash32(video_id)):
             row = int(self._runs.name_rows(k, k + 1)[0])
             g = bisect.bisect_right(self.group_starts, row) - 1
             cached = self._cache.get(g)  # in file order: the group ``get`` reads next
@@ -646,18 +646,43 @@ class ParquetStore:
                 "max_buffered_rows": self.max_buffered_rows}
 
 
+def _hash32(video_id: str) -> int:
+    """The 32-bit hash the store index sorts by (a hit is checked against the file's id)."""
+    return hash(video_id) & 0xFFFFFFFF
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Row numbers as int32 when the file has fewer than 2**31 rows (HowTo100M: ~50M)."""
+    if len(values) and int(values.max()) >= 2**31:
+        return values.astype(np.int64)
+    return values.astype(np.int32)
+
+
+def _contiguous(start: np.ndarray, length: np.ndarray) -> bool:
+    """Each run starts where the one before ends (compared a million at a time)."""
+    step = 1 << 20
+    for a in range(0, len(start) - 1, step):
+        b = min(a + step, len(start) - 1)
+        if not np.array_equal(start[a + 1:b + 1], start[a:b] + length[a:b]):
+            return False
+    return True
+
+
 class _Runs:
     """Where each video's rows are, as numpy arrays: per video (numbered in the file's
     order) its run(s) of rows, the row naming it, and its id's hash sorted for lookups.
 
-    The common case, each video one run (a converted dump), stores only the runs and the
-    sorted hashes; videos with several runs (a repeated id: the last wins for "videos";
-    records scattered over the file: all of them) add a row per video and a CSR of runs."""
+    The common case, a converted dump (each video one run, right after the one before),
+    keeps each run's first row and the end (``length`` None) and the sorted hashes with
+    each one's video: 12 bytes a video. Runs with gaps keep their lengths; videos with
+    several runs (a repeated id: the last wins for "videos"; records scattered over the
+    file: all of them) add a row per video and a CSR of runs."""
 
-    def __init__(self, start: np.ndarray, length: np.ndarray, hkeys: np.ndarray,
+    def __init__(self, start: np.ndarray, length: np.ndarray | None, hkeys: np.ndarray,
                  hvid: np.ndarray, name_row: np.ndarray | None = None,
                  ptr: np.ndarray | None = None) -> None:
-        self.start, self.length = start, length  # per stored run
+        self.start, self.length = start, length  # per stored run (``length`` None: the
+        # runs are back to back and ``start`` has one more item, the end of the last)
         self.hkeys, self.hvid = hkeys, hvid  # id hashes sorted, the video of each
         self.name_row = name_row  # None: the start of video k's run k
         self.ptr = ptr  # None: video k is run k; else its runs are ptr[k]:ptr[k + 1]
@@ -673,16 +698,31 @@ class _Runs:
         hs = hashes[order]
         new = np.ones(n, dtype=bool)
         new[1:] = hs[1:] != hs[:-1]
+        repeats: list[tuple[int, int]] = []  # (run, the first run of its id)
+        if not new.all():  # equal hashes (~170 pairs of 1.2M ids): the same id again?
+            single = new & np.append(new[1:], True)
+            shared = order[~single]  # runs whose hash another run has, by hash then row
+            first: dict[tuple[int, str], int] = {}
+            for r, h, name in zip(shared.tolist(), hashes[shared].tolist(),
+                                  ids_at(start[shared]), strict=True):
+                f = first.setdefault((h, name), r)
+                if f != r:
+                    repeats.append((r, f))
+        del new
+        if not repeats:  # every run its own video: the common case, nothing more to keep
+            hvid = order.astype(np.int32)
+            del order
+            if _contiguous(start, length):
+                ends = np.empty(n + 1, dtype=np.int64)
+                ends[:n] = start
+                ends[n] = start[-1] + length[-1] if n else 0
+                return cls(_narrow(ends), None, hs, hvid)
+            return cls(_narrow(start), length.astype(np.int32), hs, hvid)
+        del order, hs
         length = length.astype(np.int32)  # a video's rows: fewer than 2**31
-        if new.all():  # every run its own video: the common case, nothing more to keep
-            return cls(start, length, hs, order.astype(np.int32))
         label = np.arange(n, dtype=np.int64)  # each run's video: the id's first run
-        single = new & np.append(new[1:], True)
-        shared = order[~single]  # runs whose hash another run has, by hash then row
-        names = ids_at(start[shared])
-        first: dict[tuple[int, str], int] = {}
-        for r, h, name in zip(shared.tolist(), hashes[shared].tolist(), names, strict=True):
-            label[r] = first.setdefault((h, name), r)
+        rs, fs = zip(*repeats, strict=True)
+        label[list(rs)] = fs
         firsts = np.flatnonzero(label == np.arange(n))  # a video's first run, file order
         video = np.searchsorted(firsts, label)  # each run's video number
         hk = hashes[firsts]
@@ -715,7 +755,10 @@ class _Runs:
     def of(self, k: int) -> list[tuple[int, int]]:
         """Video ``k``'s runs as ``(first row, rows)``."""
         if self.ptr is None:
-            return [(int(self.start[k]), int(self.length[k]))]
+            first = int(self.start[k])
+            if self.length is None:
+                return [(first, int(self.start[k + 1]) - first)]
+            return [(first, int(self.length[k]))]
         a, b = int(self.ptr[k]), int(self.ptr[k + 1])
         return list(zip(self.start[a:b].tolist(), self.length[a:b].tolist(), strict=True))
 
