@@ -540,3 +540,44 @@ def test_plain_rows_of_a_batch_equal_its_frame_and_share_repeated_strings(
             assert list(got[v][c]) == [None if x != x else x for x in want[c]], (v, c)
     assert got["v_01"]["video_id"][0] is got["v_01"]["video_id"][2]
     assert got["v_01"]["text"][0] is not got["v_03"]["text"][0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_videos_recorded_in_spilled_sorted_runs_equal_one_fold_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Past one chunk of items, ``record_videos`` sorts each chunk into a file and merges the
+    files with the table so far as streams: the table equals the one fold of everything in
+    memory (the last row of an id wins, a new empty path keeps the recorded one), in id
+    order, and the sorted runs are gone afterwards."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    import howtocap.engine.rundir as rundir_mod
+
+    rng = random.Random(seed)
+    ids = [f"v{rng.randrange(60):02d}" for _ in range(130)]  # repeats, within and across
+
+    def item(v: str) -> VideoItem:
+        return VideoItem(v, rng.choice(["", f"/a/{v}.mp4", f"/b/{v}.mp4"]) or None,
+                         rng.choice(["", f"/s/{v}.vtt"]) or None)
+
+    first = [item(v) for v in ids[:50]]
+    then = [item(v) for v in ids[50:]]
+    tables = []
+    for chunk, step in ((10**6, 10**6), (7, 3)):  # one fold in memory; spilled runs
+        monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", chunk)
+        monkeypatch.setattr(rundir_mod, "VIDEO_STEP", step)
+        rd = RunDir(tmp_path / f"run-{chunk}")
+        rd.record_videos(iter(first))
+        n = rd.record_videos(iter(then))
+        got = pq.read_table(rd.table_path("videos")).to_pandas()
+        assert n == len(got) == len(set(ids))
+        assert got["video_id"].tolist() == sorted(set(ids))
+        assert not list(rd.cache_dir.glob("videos-*"))
+        tables.append(got)
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    last = {it.video_id: it for it in first + then}
+    for row in tables[1].itertuples():
+        mine = str(last[row.video_id].video_path or "")
+        assert row.video_path == mine or (not mine and row.video_path), row

@@ -390,6 +390,12 @@ def _kway(streams: Sequence[_Pending]) -> Iterator[list[Any]]:
         live = [s for s in live if s.rows]
 
 
+def sorted_steps(sources: Sequence[Iterator[Any]]) -> Iterator[list[Any]]:
+    """``_kway`` over any sorted Arrow tables (each source an iterator of them, in video id
+    order): ``record_videos`` merges its sorted runs of ids with it."""
+    return _kway([_Pending(s) for s in sources])
+
+
 def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
                   cols: Sequence[str], chunk_rows: int) -> Iterator[Any]:
     """Every video's newest record of ``stage`` (forgotten ones left out), sorted by video

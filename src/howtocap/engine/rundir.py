@@ -21,7 +21,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -830,28 +830,48 @@ class RunDir:
         An empty ``video_path`` means "no video file known yet" (a caption run from
         ``--subtitles`` alone); it never erases a path recorded before, so re-running such a
         run keeps the files ``howtocap align --videos`` attached. Built as Arrow columns a
-        chunk of items at a time and folded with a sort (``_fold_videos``): a HowTo100M run
-        records 1.2M ids, which as Python lists and a pandas frame were ~130 MB."""
+        chunk of items at a time and folded with a sort (``_fold_videos``); past one chunk,
+        each is sorted into a file of its own and the files and the table so far are merged
+        as streams (``_merge_videos``): the memory of a chunk, not of every id (a HowTo100M
+        run records 1.2M ids; held and sorted at once they were ~140 MB)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = arrow_schema("videos")
         chunks: list[Any] = []
         cols: tuple[list[str], list[str], list[str]] = ([], [], [])
+        spill = self.cache_dir / f"videos-{os.getpid()}"
+        runs: list[Path] = []
 
         def flush() -> None:
             chunks.append(pa.table([pa.array(c, pa.string()) for c in cols], schema=schema))
             for c in cols:
                 c.clear()
+            if len(chunks) + len(runs) > 1:  # a second chunk: every chunk to a sorted file
+                spill.mkdir(parents=True, exist_ok=True)
+                for chunk in chunks:
+                    runs.append(spill / f"{len(runs):06d}.parquet")
+                    pq.write_table(_fold_videos(None, chunk, schema), runs[-1],
+                                   row_group_size=VIDEO_STEP)
+                chunks.clear()
 
-        for it in items:  # one pass over an iterator: the items are never all held
-            cols[0].append(it.video_id)
-            cols[1].append(str(it.video_path or ""))
-            cols[2].append(str(it.subtitle_path or ""))
-            if len(cols[0]) >= VIDEO_CHUNK:
-                flush()
-        flush()
         path = self.table_path("videos")
+        try:
+            for it in items:  # one pass over an iterator: the items are never all held
+                cols[0].append(it.video_id)
+                cols[1].append(str(it.video_path or ""))
+                cols[2].append(str(it.subtitle_path or ""))
+                if len(cols[0]) >= VIDEO_CHUNK:
+                    flush()
+            if cols[0] or not (chunks or runs):
+                flush()
+            if runs:
+                return _merge_videos(path, runs, schema)
+        finally:
+            if runs:
+                import shutil
+
+                shutil.rmtree(spill, ignore_errors=True)
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else None
         table = _fold_videos(old, pa.concat_tables(chunks), schema)
@@ -890,6 +910,7 @@ class RunDir:
 
 BATCH_CACHE = 4  # batch files a process keeps decoded for ``read_part``
 VIDEO_CHUNK = 65_536  # items ``record_videos`` holds as Python strings at a time
+VIDEO_STEP = 8_192  # rows of each sorted run ``record_videos`` reads at a time
 STATUS_ROWS = 65_536  # rows of status.parquet sorted and written at a time
 
 
@@ -912,6 +933,45 @@ def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     bounds = [0, *cut.tolist(), len(ids)]
     return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+
+
+def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
+    """``videos.parquet`` as ``_fold_videos`` of the table at ``path`` (if any) and the
+    sorted ``runs`` in order, merged as streams (``merge.sorted_steps``): each step holds
+    every row of its ids, so folding step by step gives the rows folding all at once does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def tables(source: Path, old: bool) -> Iterator[Any]:
+        for b in pq.ParquetFile(source).iter_batches(batch_size=VIDEO_STEP,
+                                                      columns=schema.names):
+            t = pa.Table.from_batches([b]).select(schema.names).cast(schema)
+            yield t.append_column("_old", pa.array(np.full(t.num_rows, old)))
+
+    sources = [tables(path, True)] if path.exists() else []
+    sources += [tables(r, False) for r in runs]
+    rows = [0]
+
+    def write(tmp: str) -> None:
+        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as out:
+            held: list[Any] = []
+            for parts in merging.sorted_steps(sources):  # the table so far comes first
+                both = pa.concat_tables(parts)
+                n_old = int(np.count_nonzero(both.column("_old").to_numpy(
+                    zero_copy_only=False)))
+                both = both.drop_columns(["_old"])
+                held.append(_fold_videos(both.slice(0, n_old) if n_old else None,
+                                         both.slice(n_old), schema))
+                if sum(t.num_rows for t in held) >= VIDEO_STEP:
+                    out.write_table(pa.concat_tables(held))
+                    rows[0] += sum(t.num_rows for t in held)
+                    held = []
+            if held:
+                out.write_table(pa.concat_tables(held))
+                rows[0] += sum(t.num_rows for t in held)
+
+    atomic_write(path, write)
+    return rows[0]
 
 
 def _fold_videos(old: Any, new: Any, schema: Any) -> Any:

@@ -739,7 +739,8 @@ class _Runs:
 
     def candidates(self, h: int) -> list[int]:
         """The videos whose id hashes to ``h`` (almost always none or one)."""
-        i = int(np.searchsorted(self.hkeys, h, "left"))
+        # as the keys' own type: a Python int against uint32 keys converts them all each call
+        i = int(np.searchsorted(self.hkeys, self.hkeys.dtype.type(h), "left"))
         out = []
         while i < len(self.hkeys) and self.hkeys[i] == h:
             out.append(int(self.hvid[i]))
