@@ -954,7 +954,8 @@ def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
 
     def write(tmp: str) -> None:
         with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as out:
-            held: list[Any] = []
+            held: list[Any] = []  # folded steps, written as whole row groups
+            n_held = 0
             for parts in merging.sorted_steps(sources):  # the table so far comes first
                 both = pa.concat_tables(parts)
                 n_old = int(np.count_nonzero(both.column("_old").to_numpy(
@@ -962,13 +963,14 @@ def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
                 both = both.drop_columns(["_old"])
                 held.append(_fold_videos(both.slice(0, n_old) if n_old else None,
                                          both.slice(n_old), schema))
-                if sum(t.num_rows for t in held) >= VIDEO_STEP:
+                n_held += held[-1].num_rows
+                if n_held >= VIDEO_STEP:
                     out.write_table(pa.concat_tables(held))
-                    rows[0] += sum(t.num_rows for t in held)
-                    held = []
+                    rows[0] += n_held
+                    held, n_held = [], 0
             if held:
                 out.write_table(pa.concat_tables(held))
-                rows[0] += sum(t.num_rows for t in held)
+                rows[0] += n_held
 
     atomic_write(path, write)
     return rows[0]
@@ -1027,6 +1029,8 @@ def _column_values(name: str, col: Any) -> Any:
     enc = col.combine_chunks().dictionary_encode()
     return np.asarray(enc.dictionary.to_pylist(), dtype=object)[
         enc.indices.to_numpy()].tolist()
+
+
 _NOT_TABLES = {"batches", "status", "claims", "fingerprints", "stats"}
 
 

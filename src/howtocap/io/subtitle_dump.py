@@ -570,9 +570,7 @@ class ParquetStore:
                 parts += self._slice(start, length)
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         if "error" in table.column_names:
-            errors = [e for e in table.column("error").to_pylist() if e]
-            if errors:
-                raise InputError(self.shown_as, errors[0])
+            self._raise_first(table.column("error").to_pylist())
         if self.layout == "videos":
             return self._from_clean(table) if frame else self._columns(table)
         return self._from_raw(video_id, table)
@@ -593,15 +591,19 @@ class ParquetStore:
                 del self._decoded[old]  # held no longer than the group itself
         b = a + n
         if cols["error"] is not None:
-            errors = [e for e in cols["error"][a:b] if e]
-            if errors:
-                raise InputError(self.shown_as, errors[0])
+            self._raise_first(cols["error"][a:b])
         text = cols["text"][a:b]
         if None in text:  # the placeholder row of a video without text
             keep = [i for i, t in enumerate(text) if t is not None]
             return {"start": cols["start"][a:b][keep], "end": cols["end"][a:b][keep],
                     "text": [text[i] for i in keep]}
         return {"start": cols["start"][a:b], "end": cols["end"][a:b], "text": text}
+
+    def _raise_first(self, errors: list[str | None]) -> None:
+        """A video's rows carry the problem with its entry (``DumpWriter.add_error``)."""
+        problem = next((e for e in errors if e), None)
+        if problem:
+            raise InputError(self.shown_as, problem)
 
     @staticmethod
     def _columns(table: pa.Table) -> dict[str, Any]:
