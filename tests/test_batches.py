@@ -574,7 +574,7 @@ def test_videos_recorded_in_spilled_sorted_runs_equal_one_fold_in_memory(
         got = pq.read_table(rd.table_path("videos")).to_pandas()
         assert n == len(got) == len(set(ids))
         assert got["video_id"].tolist() == sorted(set(ids))
-        assert not list(rd.cache_dir.glob("videos-*"))
+        assert not (rd.spill_dir() / "videos").exists()
         tables.append(got)
     pd.testing.assert_frame_equal(tables[0], tables[1])
     last = {it.video_id: it for it in first + then}

@@ -137,12 +137,22 @@ def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: 
     assert not got["captions"].duplicated(["video_id", "start", "end", "text"]).any()
 
 
+@pytest.fixture(params=["memory", "spilled"])
+def spill(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each index test twice: rows kept in memory, and moved to files a few at a time (the
+    newest of a video's rows then found across them), blocks of two read per lookup."""
+    if request.param == "spilled":
+        monkeypatch.setattr(records, "SPILL_ROWS", 3)
+        monkeypatch.setattr(records, "FENCE", 2)
+    return request.param == "spilled"
+
+
 def commit(rd: RunDir, stage: str, ids: list[str], status: str = "ok") -> None:
     rd.commit_batch(stage, ["t"], [StatusRecord(v, stage, status, config_id="c1")
                                    for v in ids], {})
 
 
-def test_index_folded_batch_by_batch_equals_one_fold(tmp_path: Path) -> None:
+def test_index_folded_batch_by_batch_equals_one_fold(tmp_path: Path, spill: bool) -> None:
     rd = RunDir(tmp_path / "run")
     rng = random.Random(0)
     ids = [f"v{i}" for i in range(300)]
@@ -163,7 +173,7 @@ def test_index_folded_batch_by_batch_equals_one_fold(tmp_path: Path) -> None:
     assert fresh["status"].astype(str).to_dict() == truth
 
 
-def test_index_late_older_batch_takes_the_full_fold(tmp_path: Path) -> None:
+def test_index_late_older_batch_takes_the_full_fold(tmp_path: Path, spill: bool) -> None:
     """A manifest with an older batch id read after newer ones (another host's clock) must
     not win over them."""
     rd = RunDir(tmp_path / "run")
@@ -179,9 +189,9 @@ def test_index_late_older_batch_takes_the_full_fold(tmp_path: Path) -> None:
     assert view.loc["c", "status"] == "ok" and len(view) == 3
 
 
-def test_positions_match_pandas_and_survive_hash_collisions(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_find_matches_pandas_and_survives_hash_collisions(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         spill: bool) -> None:
     """Ids of equal hash are told apart by reading them back: a video the index lacks is
     not found through another id's hash, whether that id's ids are decoded or read again."""
     monkeypatch.setattr(records, "hash", lambda s: len(s), raising=False)  # many collide
@@ -191,10 +201,11 @@ def test_positions_match_pandas_and_survive_hash_collisions(tmp_path: Path,
         commit(rd, "s", [f"v{i}" for i in range(lo, lo + 10)])
     idx = rd._index("s")
     ask = ["v3", "nope", "v49", "v0", "v3", "missing", "v5", "v99"]
-    pos = idx.positions(ask)
+    at, _ = idx.find(ask)
     view = idx.view()
-    assert [view.index[p] if p >= 0 else None for p in pos] == \
+    assert [v if a >= 0 else None for v, a in zip(idx.ids_at(at), at, strict=True)] == \
         ["v3", None, "v49", "v0", "v3", None, "v5", None]
+    assert bool(idx._runs) == spill
     assert len(view) == 50 and set(view.index) == {f"v{i}" for i in range(50)}
     assert idx.lookup("v49") is not None and idx.lookup("v99") is None
     got = rd.newest_of("s", ask, ("status", "batch"))
@@ -204,7 +215,7 @@ def test_positions_match_pandas_and_survive_hash_collisions(tmp_path: Path,
 
 
 def test_index_keeps_the_newest_of_each_id_among_equal_hashes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spill: bool) -> None:
     """Retries and forgets of ids sharing one hash: each id's newest row wins, the others'
     rows stay (a fold that took equal hashes for one video would drop them)."""
     monkeypatch.setattr(records, "hash", lambda s: 7, raising=False)  # every id collides
@@ -224,7 +235,8 @@ def test_index_keeps_the_newest_of_each_id_among_equal_hashes(
         assert r._index("s").count() == 3
 
 
-def test_index_reads_older_per_video_records_under_the_manifests(tmp_path: Path) -> None:
+def test_index_reads_older_per_video_records_under_the_manifests(tmp_path: Path,
+                                                                spill: bool) -> None:
     """An older run's per-video records are the index's oldest rows: a manifest's row of the
     same video wins, a record written later in that layout is read again."""
     rd = RunDir(tmp_path / "run")

@@ -53,6 +53,9 @@ _KIND = ("status", "config_id", "cause", "attempts")  # a few combinations: one 
 _NUMERIC_DTYPES = {"seconds": "float64", "finished_at": "float64", "warnings": "int64",
                    "attempts": "int64"}
 ID_CACHE_ROWS = 131_072  # ids of the sources read last kept decoded (hits checked on them)
+SPILL_ROWS = 131_072  # rows of a stage index kept in memory; older ones are sorted files
+FENCE = 1_024  # every FENCE-th hash of a spilled run stays in memory: a lookup reads a block
+_SPILL_TYPES = (np.uint32, np.int64, np.int16)  # a spilled run's columns: hash, at, kind
 
 
 def _records_frame(records: Sequence[StatusRecord]) -> pd.DataFrame:
@@ -176,6 +179,58 @@ class RunDirLike(Protocol):
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None: ...
 
+    def spill_dir(self) -> Path: ...
+
+
+def _equal_rows(keys: Any, h: Any) -> tuple[Any, Any]:
+    """(query, row) of every row of sorted ``keys`` equal to one of the queries ``h``."""
+    h = h.astype(keys.dtype, copy=False)  # a wider type would convert all the keys
+    lo = np.searchsorted(keys, h, "left")
+    n = np.searchsorted(keys, h, "right") - lo
+    q = np.repeat(np.arange(len(h)), n)
+    return q, np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(len(q))
+
+
+class _SpilledRows:
+    """Rows of a stage index moved to a file, sorted by hash: the hashes, where each row
+    was read and its kind, one column after the other. Every ``FENCE``-th hash stays in
+    memory, so a few lookups read a block each; a window's lookups read the file once."""
+
+    def __init__(self, path: Path, h: Any, at: Any, kind: Any) -> None:
+        self.path, self.n = path, len(h)
+        with open(path, "wb") as f:
+            for a, t in zip((h, at, kind), _SPILL_TYPES, strict=True):
+                np.ascontiguousarray(a, dtype=t).tofile(f)
+        self.fence = h[::FENCE].copy()
+
+    def read(self, col: int, lo: int = 0, hi: int | None = None) -> Any:
+        """Rows ``lo`` to ``hi`` of column ``col`` (0 hash, 1 at, 2 kind)."""
+        hi = self.n if hi is None else hi
+        base = sum(self.n * np.dtype(t).itemsize for t in _SPILL_TYPES[:col])
+        t = np.dtype(_SPILL_TYPES[col])
+        return np.fromfile(self.path, dtype=t, count=hi - lo, offset=base + lo * t.itemsize)
+
+    def equal(self, h: Any) -> tuple[Any, Any, Any]:
+        """(query, at, kind) of the rows whose hash equals one of ``h``."""
+        if len(h) * 2 * FENCE >= self.n:  # many queries: each column read once
+            q, rows = _equal_rows(self.read(0), h)
+            if not len(q):
+                return q, np.zeros(0, np.int64), np.zeros(0, np.int16)
+            lo, hi = int(rows.min()), int(rows.max()) + 1
+            return q, self.read(1, lo, hi)[rows - lo], self.read(2, lo, hi)[rows - lo]
+        h = h.astype(np.uint32, copy=False)  # a few: the block each could be in
+        a = np.maximum(np.searchsorted(self.fence, h, "left") - 1, 0) * FENCE
+        b = np.minimum(np.searchsorted(self.fence, h, "right") * FENCE, self.n)
+        parts = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int16))]
+        for i in np.flatnonzero(a < b).tolist():
+            _, rows = _equal_rows(self.read(0, int(a[i]), int(b[i])), h[i:i + 1])
+            if len(rows):
+                lo, hi = int(a[i] + rows[0]), int(a[i] + rows[-1]) + 1
+                parts.append((np.full(hi - lo, i, np.int64), self.read(1, lo, hi),
+                              self.read(2, lo, hi)))
+        q, at, kind = (np.concatenate(c) for c in zip(*parts, strict=True))
+        return q, at, kind
+
 
 class StageIndex:
     """Every video's newest status row of one stage, from its manifests (read once each, new
@@ -186,7 +241,13 @@ class StageIndex:
     string each was ~45 bytes more a video and stage, what grew with the run). Every hash hit
     is checked by reading the id back from its manifest (the last sources' ids kept decoded:
     a window's lookups read each once), as ``SubtitleSource`` checks its file; ids of equal
-    hash (~170 pairs at 1.2M videos) are told apart the same way."""
+    hash (~170 pairs at 1.2M videos) are told apart the same way.
+
+    Only the newest ``SPILL_ROWS`` rows stay in memory: older ones are written, sorted, to
+    files of this process (``spill_dir``), removed with the index. A video's rows may then
+    be in several of them; a lookup takes the newest of its hits, as the fold does. What a
+    run holds is then a window's, whatever the number of videos (at 10 bytes a video and
+    stage, the index was what grew with a run)."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
@@ -211,8 +272,21 @@ class StageIndex:
         self._ids: OrderedDict[int, Any] = OrderedDict()  # source -> its ids, recently used
         self._id_rows = 0  # ids held in ``_ids``
         self._legacy_by_id: pd.DataFrame | None = None
+        self._runs: list[_SpilledRows] = []  # rows moved to files, oldest first
+        self._spill_root: Path | None = None  # where they go (none: kept in memory)
+        self._spill_at: Path | None = None
+        self._dead: set[int] = set()  # sources taken back (an older legacy read)
+
+    def close(self) -> None:
+        """Remove the spilled files (the index is read again when next needed)."""
+        if self._spill_at is not None:
+            import shutil
+
+            shutil.rmtree(self._spill_at, ignore_errors=True)
+        self._runs, self._spill_at = [], None
 
     def refresh(self, rd: RunDirLike) -> None:
+        self._spill_root = rd.spill_dir()
         folder = self.folder = rd.batch_dir(self.stage)
         try:
             names = sorted(n for n in os.listdir(folder)
@@ -221,8 +295,9 @@ class StageIndex:
             names = []
         if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
             stamp = self.stamp
+            self.close()
             self.__init__(self.stage)  # type: ignore[misc]
-            self.stamp, self.folder = stamp, folder
+            self.stamp, self.folder, self._spill_root = stamp, folder, rd.spill_dir()
         for name in names:
             if name in self.seen:
                 continue
@@ -341,11 +416,6 @@ class StageIndex:
                     out[i] = v
         return out
 
-    def _id_of(self, at: int) -> str | None:
-        k = bisect.bisect_right(self.starts, at) - 1
-        ids = self._source_ids(k)
-        return None if ids is None else ids[at - self.starts[k]].as_py()
-
     def _refresh_legacy(self, rd: RunDirLike) -> None:
         folder = rd.status_dir / self.stage
         try:
@@ -371,6 +441,7 @@ class StageIndex:
         if self._legacy_src >= 0:  # the records read before leave (the new ones replace them)
             gone = self._sources_of(self._at) == self._legacy_src
             self._keep(~gone)
+            self._dead.add(self._legacy_src)  # its spilled rows: skipped
             self._id_rows -= len(self._ids.pop(self._legacy_src, ()))
             self._legacy_src = -1
         if self.legacy is not None:
@@ -435,23 +506,43 @@ class StageIndex:
             same = same[np.isin(h[same], fresh)]
         if len(same):
             keep = np.ones(len(h), dtype=bool)
-            keep[self._superseded(np.unique(np.concatenate([same, same + 1])))] = False
+            pos = np.unique(np.concatenate([same, same + 1]))
+            keep[self._superseded(self._h, self._at, pos)] = False
             self._keep(keep)
+        if len(self._h) >= SPILL_ROWS and self._spill_root is not None:
+            self._spill()
 
-    def _superseded(self, pos: Any) -> Any:
-        """Of rows ``pos`` (runs of equal hash), those a newer row of the same id replaces:
-        ids read back, sorted by hash, id, batch, row; all but the last of each id."""
+    def _spill(self) -> None:
+        """The rows in memory to a sorted file of their own."""
+        if self._spill_at is None:
+            import tempfile
+
+            self._spill_root.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            self._spill_at = Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", self.stage) + "-",
+                                                   dir=self._spill_root))
+        path = self._spill_at / f"{len(self._runs):06d}.rows"
+        self._runs.append(_SpilledRows(path, self._h, self._at, self._kind))
+        self._set_columns([np.zeros(0, np.uint32), np.zeros(0, self._at.dtype),
+                           np.zeros(0, np.int16)])
+
+    def _ranks(self) -> Any:
+        """Each source's rank among the batch ids ("" first): the newer batch wins."""
+        return np.argsort(np.argsort(np.array(self.names, dtype=object), kind="stable"),
+                          kind="stable")
+
+    def _superseded(self, hashes: Any, where: Any, pos: Any) -> Any:
+        """Of rows ``pos`` of ``hashes`` and ``where`` (read positions; runs of equal hash),
+        those a newer row of the same id replaces: ids read back, sorted by hash, id, batch,
+        row; all but the last of each id."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        at = self._at[pos].astype(np.int64)
+        at = where[pos].astype(np.int64)
         src = self._sources_of(at)
-        rank = np.argsort(np.argsort(np.array(self.names, dtype=object), kind="stable"),
-                          kind="stable")
         ids = [v if v is not None else f"\0gone{p}"  # unreadable: its own id
                for v, p in zip(self.ids_at(at), pos.tolist(), strict=True)]
-        t = pa.table({"h": self._h[pos].astype(np.int64), "id": pa.array(ids, pa.string()),
-                      "rank": rank[src], "at": at, "pos": pos})
+        t = pa.table({"h": hashes[pos].astype(np.int64), "id": pa.array(ids, pa.string()),
+                      "rank": self._ranks()[src], "at": at, "pos": pos})
         t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("rank", "ascending"),
                        ("at", "ascending")])
         n = t.num_rows
@@ -460,55 +551,54 @@ class StageIndex:
             zero_copy_only=False)
         return t.column("pos").to_numpy()[:-1][dup]
 
-    def positions(self, video_ids: Sequence[str]) -> Any:
-        """Each video's row in the index (-1: none, or forgotten), by a binary search over the
-        ids' sorted hashes, each hit checked against the id read back from its manifest: no
-        hash table of every id, no id kept (a run asks for a window of videos at a time, its
-        index holds a million)."""
+    def find(self, video_ids: Sequence[str]) -> tuple[Any, Any]:
+        """Each video's newest row: where it was read (``_at``; -1: none, or forgotten) and
+        its kind. A binary search over the sorted hashes in memory and in each spilled
+        file, every hit checked against the id read back from its manifest, the newest hit
+        of a video winning: no hash table of every id, no id kept (a run asks for a window
+        of videos at a time, its index holds a million)."""
         self._fold()
         want = list(video_ids)
-        out = np.full(len(want), -1, dtype=np.int64)
-        hashes = self._h
-        if not len(hashes) or not want:
-            return out
+        at_out = np.full(len(want), -1, dtype=np.int64)
+        kind_out = np.zeros(len(want), dtype=np.int16)
+        if not want or not (len(self._h) or self._runs):
+            return at_out, kind_out
         h = short_hashes(want)
-        at = np.minimum(np.searchsorted(hashes, h, "left"), len(hashes) - 1)
-        hit = np.flatnonzero(hashes[at] == h)
-        got = self.ids_at(self._at[at[hit]])
-        for i, name in zip(hit.tolist(), got, strict=True):
-            k = int(at[i])
-            out[i] = k if name == want[i] else self._walk(k, int(h[i]), want[i])
-        found = np.flatnonzero(out >= 0)
-        out[found[self._forgotten()[self._kind[out[found]]]]] = -1
-        return out
+        q, rows = _equal_rows(self._h, h)
+        parts = [(q, self._at[rows].astype(np.int64), self._kind[rows])]
+        parts += [r.equal(h) for r in self._runs]
+        q, at, kind = (np.concatenate(c) for c in zip(*parts, strict=True))
+        if not len(q):
+            return at_out, kind_out
+        # a taken-back source (``_dead``) reads back no id: its rows never match
+        same = np.fromiter((v == want[i] for v, i in zip(self.ids_at(at), q.tolist(),
+                                                           strict=True)), bool, len(q))
+        q, at, kind = q[same], at[same], kind[same]
+        if len(np.unique(q)) < len(q):  # a video in memory and in a file: the newest wins
+            order = np.lexsort((at, self._ranks()[self._sources_of(at)], q))
+            q, at, kind = q[order], at[order], kind[order]
+            last = np.append(q[1:] != q[:-1], True)
+            q, at, kind = q[last], at[last], kind[last]
+        live = ~self._forgotten()[kind]
+        at_out[q[live]], kind_out[q[live]] = at[live], kind[live]
+        return at_out, kind_out
 
     def _forgotten(self) -> Any:
         """Per kind: whether it takes the video's result back (``forget``)."""
         return self._kind_cols["status"] == FORGOTTEN
 
-    def _walk(self, k: int, h: int, video_id: str) -> int:
-        """The row of ``video_id`` among the ids of hash ``h`` (sorted hashes from position
-        ``k`` on), or -1."""
-        hashes = self._h
-        while k < len(hashes) and hashes[k] == h:
-            if self._id_of(int(self._at[k])) == video_id:
-                return k
-            k += 1
-        return -1
-
-    def values(self, pos: Any, columns: Sequence[str]) -> dict[str, Any]:
-        """``columns`` (``INDEX_COLS`` but video_id, and ``batch``) of rows ``pos`` as object
-        arrays (None where ``pos`` is -1)."""
-        pos = np.asarray(pos, dtype=np.int64)
-        found = pos >= 0
-        p = pos[found]
+    def values(self, at: Any, kind: Any, columns: Sequence[str]) -> dict[str, Any]:
+        """``columns`` (``INDEX_COLS`` but video_id, and ``batch``) of the rows ``find``
+        gave as object arrays (None where ``at`` is -1)."""
+        at = np.asarray(at, dtype=np.int64)
+        found = at >= 0
         out: dict[str, Any] = {}
         for c in columns:
-            col = np.full(len(pos), None, dtype=object)
+            col = np.full(len(at), None, dtype=object)
             if c in _KIND:
-                vals = self._kind_cols[c][self._kind[p]]
+                vals = self._kind_cols[c][np.asarray(kind)[found]]
             elif c == "batch":
-                vals = np.array(self.names, dtype=object)[self._sources_of(self._at[p])]
+                vals = np.array(self.names, dtype=object)[self._sources_of(at[found])]
             else:
                 raise KeyError(f"the index keeps no {c!r}")
             col[found] = vals
@@ -517,44 +607,51 @@ class StageIndex:
 
     def lookup(self, video_id: str) -> dict[str, Any] | None:
         """The video's row of the index (``INDEX_COLS`` but video_id, and ``batch``), or
-        None. Found by a binary search over the ids' 32-bit hashes (10 bytes a video with
-        the columns) rather than a dict of every id (a Python string and a slot each:
-        hundreds of MB at 1.2M videos)."""
+        None (``find`` of one id: a block of each spilled file read, not the file)."""
+        at, kind = self.find([video_id])
+        if at[0] < 0:
+            return None
+        row = {c: _plain(self._kind_cols[c][int(kind[0])]) for c in _KIND}
+        return {**row, "batch": self.names[bisect.bisect_right(self.starts, int(at[0])) - 1]}
+
+    def _rows(self) -> tuple[Any, Any, Any]:
+        """Every video's newest row (hash, at, kind; forgotten ones too), from memory and
+        the spilled files at once: for ``count`` and ``view`` (tests, small runs, a
+        refused change of settings), not the run's path."""
         self._fold()
-        h = short_hashes([video_id])[0]  # a numpy uint32: a Python int would make numpy
-        # compare in int64, converting the whole column on every call (~0.5 ms at 1.2M)
-        k = self._walk(int(np.searchsorted(self._h, h, "left")), int(h), video_id)
-        if k < 0:
-            return None
-        row = {c: _plain(self._kind_cols[c][int(self._kind[k])]) for c in _KIND}
-        if row["status"] == FORGOTTEN:
-            return None
-        at = int(self._at[k])
-        return {**row, "batch": self.names[bisect.bisect_right(self.starts, at) - 1]}
+        if not self._runs:
+            return self._h, self._at, self._kind
+        h, at, kind = (np.concatenate([c, *(r.read(i) for r in self._runs)])
+                       for i, c in enumerate(self._columns()))
+        keep = ~np.isin(self._sources_of(at), list(self._dead)) if self._dead else \
+            np.ones(len(h), dtype=bool)
+        order = np.flatnonzero(keep)[np.argsort(h[keep], kind="stable")]
+        h, at, kind = h[order], at[order], kind[order]
+        same = np.flatnonzero(h[1:] == h[:-1])
+        if len(same):
+            keep = np.ones(len(h), dtype=bool)
+            keep[self._superseded(h, at, np.unique(np.concatenate([same, same + 1])))] = False
+            h, at, kind = h[keep], at[keep], kind[keep]
+        return h, at, kind
 
     def count(self) -> int:
         """How many videos have a record (forgotten ones left out)."""
-        self._fold()
-        return int(np.count_nonzero(self._live()))
+        _, _, kind = self._rows()
+        return int(np.count_nonzero(~self._forgotten()[kind])) if len(kind) else 0
 
     def view(self) -> pd.DataFrame:
         """Every video's newest row (``INDEX_COLS`` and ``batch``; forgotten ones left out),
-        index video_id, in the index's order (``positions``); the few-valued columns are
-        categories. Reads every id back: for tests and small runs, not the run's path."""
-        self._fold()
-        live = np.flatnonzero(self._live())
-        cols = self.values(live, [*_KIND, "batch"])
+        index video_id, sorted by hash. Reads every id back: for tests and small runs, not
+        the run's path."""
+        _, at, kind = self._rows()
+        live = ~self._forgotten()[kind] if len(kind) else np.zeros(0, dtype=bool)
+        at, kind = at[live], kind[live]
+        cols = self.values(at, kind, [*_KIND, "batch"])
         df = pd.DataFrame({c: pd.Categorical(cols[c]) for c in _KIND[:3]})
         df["attempts"] = cols["attempts"].astype(np.int64)
         df["batch"] = pd.Categorical(cols["batch"])
-        df.index = pd.Index(self.ids_at(self._at[live]), name="video_id", dtype=object)
+        df.index = pd.Index(self.ids_at(at), name="video_id", dtype=object)
         return df
-
-    def _live(self) -> Any:
-        """Which rows of the index are not forgotten (bool per row)."""
-        self._fold()
-        return ~self._forgotten()[self._kind] if len(self._kind_cols["status"]) else \
-            np.ones(len(self._h), dtype=bool)
 
 
 def _text(v: Any) -> str:

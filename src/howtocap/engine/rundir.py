@@ -85,6 +85,7 @@ class RunDir:
         self._index_dirs: dict[str, tuple[Path, Path]] = {}
         self._stages: tuple[int, list[str]] = (-1, [])  # (folder mtime, stages with batches)
         self._batch_paths: dict[tuple[str, str], Path] = {}  # (table, batch) -> its file
+        self._spill_checked: Path | None = None  # ``spill_dir`` looked for dead ones
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -223,11 +224,34 @@ class RunDir:
             idx.refresh(self)
         return idx
 
+    def _drop_indexes(self) -> None:
+        for idx in self._indexes.values():
+            idx.close()  # its spilled rows
+        self._indexes.clear()
+
+    def spill_dir(self) -> Path:
+        """This process's folder for sorted runs written to disk (stage indexes,
+        ``record_videos``' chunks): ``cache/spill/<host>~<pid>``. The first time a process
+        asks, the folders of this host's dead processes (killed mid-run) go."""
+        from howtocap.atomic import HOST, pid_alive
+
+        root = self.cache_dir / "spill"
+        mine = root / f"{HOST}~{os.getpid()}"
+        if self._spill_checked != mine:
+            self._spill_checked = mine
+            import shutil
+
+            for d in root.iterdir() if root.is_dir() else ():
+                host, _, pid = d.name.rpartition("~")
+                if host == HOST and pid.isdigit() and d != mine and not pid_alive(int(pid)):
+                    shutil.rmtree(d, ignore_errors=True)
+        return mine
+
     def drop_caches(self) -> None:
         """Let go of what this process keeps decoded (each stage's index of every video,
         batch files, manifests), read again when next asked: the merges and the status
         table read the run directory afresh, and need none of it."""
-        self._indexes.clear()
+        self._drop_indexes()
         self._batch_cache.clear()
         self._manifests.clear()
 
@@ -244,8 +268,8 @@ class RunDir:
         (``StageIndex.positions``), so asking for a window of a million-video run costs a
         window."""
         idx = self._index(stage, refresh=True)
-        pos = idx.positions(video_ids)
-        return {"found": pos >= 0, **idx.values(pos, columns)}
+        at, kind = idx.find(video_ids)
+        return {"found": at >= 0, **idx.values(at, kind, columns)}
 
     def newest(self, stage: str, columns: Sequence[str] = ("status",),
                forgotten: bool = False) -> Any:
@@ -437,11 +461,11 @@ class RunDir:
                 idx = self._indexes.get(st)
                 if idx is None or table not in idx.writes or not todo.any():
                     continue
-                pos = idx.positions(video_ids)  # a window's ids, never the index's all
-                hit = np.flatnonzero(todo & (pos >= 0))
+                at, kind = idx.find(video_ids)  # a window's ids, never the index's all
+                hit = np.flatnonzero(todo & (at >= 0))
                 if not len(hit):
                     continue
-                got = idx.values(pos[hit], ["batch", "status"])
+                got = idx.values(at[hit], kind[hit], ["batch", "status"])
                 for i, b, ok in zip(hit.tolist(), got["batch"].tolist(),
                                     got["status"].tolist(), strict=True):
                     if b:
@@ -756,7 +780,7 @@ class RunDir:
                      *(self.part_dir(t) for t in tables)]:
             if path.exists():
                 shutil.rmtree(path)
-        self._indexes.clear()
+        self._drop_indexes()
         self._whole.clear()
         self._batch_cache.clear()
         self._manifests.clear()
@@ -840,7 +864,7 @@ class RunDir:
         schema = arrow_schema("videos")
         chunks: list[Any] = []
         cols: tuple[list[str], list[str], list[str]] = ([], [], [])
-        spill = self.cache_dir / f"videos-{os.getpid()}"
+        spill = self.spill_dir() / "videos"
         runs: list[Path] = []
 
         def flush() -> None:
