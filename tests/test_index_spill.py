@@ -4,6 +4,7 @@ leaves no file behind."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import subprocess
@@ -67,8 +68,16 @@ def test_spilled_index_answers_as_the_index_in_memory(tmp_path: Path,
             [rd.is_done("s", v) for v in ask],
             idx.count(),
         ))
+        spilled = idx._spill_at
+        assert (spilled is not None) == (spill_rows < 10**9)
         rd.drop_caches()
-        assert not any(rd.spill_dir().iterdir()) if rd.spill_dir().exists() else True
+        assert spilled is None or not spilled.exists()
+        again = RunDir(tmp_path / f"run-{spill_rows}", create=False)
+        again.records("s")
+        spilled = again._indexes["s"]._spill_at
+        del again  # never closed: its files go with it
+        gc.collect()
+        assert spilled is None or not spilled.exists()
     first = answers[0]
     for other in answers[1:]:
         assert other[0] == first[0]

@@ -475,3 +475,52 @@ def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Pat
         assert np.array_equal(cols["start"], df["start"].to_numpy())
         assert np.array_equal(cols["end"], df["end"].to_numpy())
     assert len(store._decoded) <= 2  # no longer held than the groups themselves
+
+
+def test_a_large_store_finds_a_windows_videos_without_hashes(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """A store of many videos drops its hashes: a window's videos, asked for right after
+    ``ids_window`` listed them, are found by their place; the first video outside the last
+    window (or not in the file) brings the hashes back, and every answer is the one a store
+    with hashes gives. A key given twice keeps the hashes (which run wins needs them)."""
+    import howtocap.io.subtitle_dump as dump_mod
+    from howtocap.io.subtitle_dump import ParquetStore, convert_dump
+
+    dump = {f"v{i:02d}": {"start": [float(i)], "end": [i + 1.0], "text": [f"line {i}"]}
+            for i in range(40)}
+    src = tmp_path / "c.json"
+    src.write_text(json.dumps(dump))
+    out = tmp_path / "c.parquet"
+    convert_dump(src, "json", out, rows_per_group=8)
+    full = ParquetStore(out, src)
+    assert full._runs.hkeys is not None
+    monkeypatch.setattr(dump_mod, "HASH_LOOKUP_VIDEOS", 10)
+    store = ParquetStore(out, src)
+    assert store._runs.hkeys is None and len(store) == len(full) == 40
+    seen = []
+    for lo in range(0, 40, 7):
+        ids = store.ids_window(lo, lo + 7)
+        assert ids == full.ids_window(lo, lo + 7)
+        for vid in reversed(ids):
+            pd.testing.assert_frame_equal(store.get(vid), full.get(vid))
+        seen += ids
+    assert seen == sorted(dump) and store._runs.hkeys is None  # no hash was needed
+    for vid in ("v03", "nope", "v39", "v17"):  # outside the last window: hashes again
+        got, want = store.get(vid), full.get(vid)
+        assert (got is None and want is None) or got.equals(want)
+        assert (vid in store) == (vid in full)
+    assert store._runs.hkeys is not None
+    entry = json.dumps(dump["v01"])
+    keys = [f"k{i:02d}" for i in range(12)] + ["k03"]  # k03 given twice: the last wins
+    (tmp_path / "d.json").write_text("{" + ", ".join(f'"{k}": {entry}' for k in keys) + "}")
+    twice = ParquetStore(*_converted(tmp_path / "d.json"))
+    assert twice._runs.hkeys is not None and len(twice) == 12
+
+
+def _converted(src: Path) -> tuple[Path, Path]:
+    from howtocap.io.subtitle_dump import convert_dump
+
+    out = src.with_suffix(".parquet")
+    convert_dump(src, "json", out)
+    return out, src

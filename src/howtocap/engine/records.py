@@ -515,11 +515,15 @@ class StageIndex:
     def _spill(self) -> None:
         """The rows in memory to a sorted file of their own."""
         if self._spill_at is None:
+            import shutil
             import tempfile
+            import weakref
 
             self._spill_root.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
             self._spill_at = Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", self.stage) + "-",
                                                    dir=self._spill_root))
+            # gone with the index, or at exit (a killed run's: by the next process)
+            weakref.finalize(self, shutil.rmtree, self._spill_at, True)
         path = self._spill_at / f"{len(self._runs):06d}.rows"
         self._runs.append(_SpilledRows(path, self._h, self._at, self._kind))
         self._set_columns([np.zeros(0, np.uint32), np.zeros(0, self._at.dtype),

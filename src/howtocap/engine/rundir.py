@@ -265,7 +265,7 @@ class RunDir:
         """The newest record's ``columns`` (of ``records``) of each of ``video_ids``, as
         object arrays aligned with them (None where a video has no record), plus ``found``
         (bool): only these videos' values are taken out of the index, looked up by hash
-        (``StageIndex.positions``), so asking for a window of a million-video run costs a
+        (``StageIndex.find``), so asking for a window of a million-video run costs a
         window."""
         idx = self._index(stage, refresh=True)
         at, kind = idx.find(video_ids)

@@ -62,6 +62,7 @@ from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
+HASH_LOOKUP_VIDEOS = 65_536  # a store of more videos finds a window's ids without its hashes
 FORMAT_KEY = b"howtocap.subtitles"
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
@@ -427,7 +428,11 @@ class ParquetStore:
         self.groups_read = 0
         self.max_cached_groups = 0
         self.max_buffered_rows = 0
+        self._select, self._limit = select, limit
+        self._window: dict[str, int] = {}  # the ids ``ids_window`` read last: their numbers
         self._index(select, limit)
+        if len(self) >= HASH_LOOKUP_VIDEOS and self._runs.compact:
+            self._runs.drop_lookup()  # 8 of its 12 bytes a video; built again when needed
 
     def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
         """Runs of equal ids, from the ``video_id`` column one row group at a time, kept as
@@ -490,8 +495,14 @@ class ParquetStore:
         return self.ids_window(0, len(self))
 
     def ids_window(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file."""
-        return self._ids_at(self._runs.name_rows(lo, hi))
+        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file. A
+        large store remembers their numbers: a text-only run asks for a window's videos
+        right after listing them, so it needs no lookup by hash of every id."""
+        hi = min(hi, len(self))
+        ids = self._ids_at(self._runs.name_rows(lo, hi))
+        if self._runs.hkeys is None:
+            self._window = dict(zip(ids, range(lo, lo + len(ids)), strict=True))
+        return ids
 
     def _ids_at(self, rows: np.ndarray) -> list[str]:
         """The ``video_id`` of each absolute row (its row group's id column, read once)."""
@@ -510,8 +521,15 @@ class ParquetStore:
         return out
 
     def _find(self, video_id: str) -> int:
-        """The video's number (file order), or -1: its hash's candidates, each checked
-        against the id the file holds."""
+        """The video's number (file order), or -1: one of the last window's, else its
+        hash's candidates, each checked against the id the file holds (the hashes read
+        again from the file the first time a video outside that window is asked for)."""
+        k = self._window.get(video_id)
+        if k is not None:
+            return k
+        if self._runs.hkeys is None:
+            self._index(self._select, self._limit)  # kept from now on: random lookups
+            self._window = {}
         for k in self._runs.candidates(_hash32(video_id)):
             row = int(self._runs.name_rows(k, k + 1)[0])
             g = bisect.bisect_right(self.group_starts, row) - 1
@@ -685,7 +703,8 @@ class _Runs:
                  ptr: np.ndarray | None = None) -> None:
         self.start, self.length = start, length  # per stored run (``length`` None: the
         # runs are back to back and ``start`` has one more item, the end of the last)
-        self.hkeys, self.hvid = hkeys, hvid  # id hashes sorted, the video of each
+        self.hkeys: np.ndarray | None = hkeys  # id hashes sorted (None: dropped)
+        self.hvid: np.ndarray | None = hvid  # the video of each
         self.name_row = name_row  # None: the start of video k's run k
         self.ptr = ptr  # None: video k is run k; else its runs are ptr[k]:ptr[k + 1]
         self.videos = len(hvid)
@@ -738,6 +757,15 @@ class _Runs:
         ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(firsts)))])
         return cls(start[runs], length[runs], hk[by_hash], by_hash.astype(np.int32),
                    start[firsts], ptr)
+
+    @property
+    def compact(self) -> bool:
+        """Every video one run: its number is its place in the file (no hash needed)."""
+        return self.ptr is None and self.name_row is None
+
+    def drop_lookup(self) -> None:
+        """Let go of the sorted hashes (a store then finds videos by ``ids_window``)."""
+        self.hkeys = self.hvid = None
 
     def candidates(self, h: int) -> list[int]:
         """The videos whose id hashes to ``h`` (almost always none or one)."""
