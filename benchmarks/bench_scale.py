@@ -418,6 +418,9 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
         rows += ["", f"**Growth of the driver's peak per 100k videos** (100k → {big:,}): "
                  + "; ".join(per) + ". Target (issue #22): flat, ≤ ~5 MB per 100k videos "
                  "(the peak at 1.2M within ~10% of the peak at 100k) and ≤ 1 GB at any size."]
+        verdict = flatness(d, big)
+        if verdict:
+            rows += ["", verdict]
     phased = [(k, d[k]["after"]) for k in sorted(d, key=int)
               if d[k].get("after", {}).get("phase_peak_mb")]
     if phased:
@@ -442,6 +445,20 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
     if notes:
         rows += ["", *notes]
     return rows
+
+
+def flatness(d: dict[str, Any], big: int) -> str:
+    """The after tree against the flatness target, from the measured peaks (not retyped)."""
+    lo, hi = d["100000"].get("after"), d[str(big)].get("after")
+    if not (lo and hi) or hi.get("partial"):
+        return ""
+    a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
+    g = (b - a) / ((big - 100_000) / 100_000)
+    met = g <= 5.0 and b / a - 1 <= 0.10
+    at = "never" if g <= 0 else f"at ~{(big + (1024 - b) / g * 100_000) / 1e6:.0f}M videos"
+    return (f"**Flat: {'met' if met else 'not met'}** (after: {g:+.1f} MB per 100k videos, "
+            f"{b / a - 1:+.0%} from 100k to {big:,}); at this growth a run would reach 1 GB "
+            f"{at} (a straight-line estimate).")
 
 
 def window_slope(m: dict[str, Any]) -> float | None:
@@ -601,8 +618,11 @@ def summarise(r: dict[str, Any]) -> None:
     for code in ("before", "after"):
         lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
         if lo and hi and big > 100_000 and not hi.get("partial"):
-            summary[f"driver_{code}_growth_per_100k_mb"] = \
-                (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
+            g = (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
+            summary[f"driver_{code}_growth_per_100k_mb"] = g
+            summary[f"driver_{code}_growth_pct"] = hi["peak_rss_mb"] / lo["peak_rss_mb"] - 1
+            summary[f"driver_{code}_1gb_at_m_videos"] = \
+                (big + (1024 - hi["peak_rss_mb"]) / g * 100_000) / 1e6 if g > 0 else None
     r["summary"] = summary
 
 

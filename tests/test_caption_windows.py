@@ -99,8 +99,22 @@ def whole(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     return {"tables": tables(out), "subs": subs, "caps": caps}
 
 
+@pytest.fixture(params=["memory", "spilled"])
+def spill(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test twice: stage indexes kept in memory, and moved to files a few rows at a
+    time (the newest of a video's rows then found across them, blocks of two read per
+    lookup), with a store that finds a window's videos without its id hashes."""
+    import howtocap.io.subtitle_dump as dump_mod
+
+    if request.param == "spilled":
+        monkeypatch.setattr(records, "SPILL_ROWS", 3)
+        monkeypatch.setattr(records, "FENCE", 2)
+        monkeypatch.setattr(dump_mod, "HASH_LOOKUP_VIDEOS", 10)
+    return request.param == "spilled"
+
+
 def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: dict[str, Any],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, spill: bool) -> None:
     out = tmp_path / "run"
     subs, caps = caption_run(None, out, config(source), llm=QuickLLM(), progress=False,
                              window=7)
@@ -120,7 +134,7 @@ def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: d
 
 
 def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: dict[str, Any],
-                                                           tmp_path: Path) -> None:
+                                                           tmp_path: Path, spill: bool) -> None:
     out = tmp_path / "run"
     with pytest.raises(ServiceUnavailable):  # down in the third window
         caption_run(None, out, config(source), llm=QuickLLM(down_after=30), progress=False,
@@ -135,16 +149,6 @@ def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: 
     for name, want in whole["tables"].items():
         pd.testing.assert_frame_equal(got[name], want, obj=name)
     assert not got["captions"].duplicated(["video_id", "start", "end", "text"]).any()
-
-
-@pytest.fixture(params=["memory", "spilled"])
-def spill(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Each index test twice: rows kept in memory, and moved to files a few at a time (the
-    newest of a video's rows then found across them), blocks of two read per lookup."""
-    if request.param == "spilled":
-        monkeypatch.setattr(records, "SPILL_ROWS", 3)
-        monkeypatch.setattr(records, "FENCE", 2)
-    return request.param == "spilled"
 
 
 def commit(rd: RunDir, stage: str, ids: list[str], status: str = "ok") -> None:

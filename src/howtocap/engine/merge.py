@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +30,11 @@ from howtocap.engine.records import BATCH_PREFIX, last_per_key, short_hashes
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
-MERGE_FAN_IN = 48  # files ``merge_streaming`` reads at once (more: merged in levels)
+# files a merge reads at once (more: merged in levels). Memory goes with the files open, so
+# a cap that a run's batches reach early keeps it flat: at 48, 1,200 batches merged 35 at a
+# time peaked ~50 MB above 100 batches merged 10 at a time; at 16 both take ~10 (1,200:
+# three levels, 13% more time)
+MERGE_FAN_IN = 16
 # rows of a row group in batch files and merge levels: a stream decodes a whole row group of
 # its file (100 open files of align scores: 563 MB of Arrow memory with a row group per
 # batch, 162 MB with these), so memory goes with the fan-in, not with the rows of a batch
@@ -135,12 +140,22 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
                 bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True) if not good]
     if not hashes:
         return
-    h, good = np.concatenate(hashes), np.concatenate(oks)
-    del hashes, oks
+    good = np.concatenate(oks)
+    del oks
     first = np.concatenate([[0], np.cumsum(sizes)])  # each manifest's first record
-    order = np.argsort(h, kind="stable")  # equal hashes stay in commit order
-    hs = h[order]
-    del h
+    # one uint64 a record, the hash above its number, sorted in place: equal hashes stay in
+    # commit order, and the hashes and the order are views of its halves (8 bytes a record
+    # where a hash array, its argsort and the sorted copy took 16)
+    key = np.concatenate(hashes).astype(np.uint64)
+    del hashes
+    if len(key) >= 2**32:  # a record's number is the key's low half
+        raise ValueError(f"{folder}: more than 2**32 records")
+    key <<= np.uint64(32)
+    key |= np.arange(len(key), dtype=np.uint64)
+    key.sort()
+    halves = key.view(np.uint32)
+    hs, order = (halves[1::2], halves[0::2]) if sys.byteorder == "little" else \
+        (halves[0::2], halves[1::2])
     same = np.flatnonzero(hs[1:] == hs[:-1])
     live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
     if len(same):
@@ -163,7 +178,7 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
                 bad.setdefault(k, []).append(vid)
             elif good[r]:
                 live.setdefault(k, set()).add(vid)
-    del order, hs, good
+    del order, hs, halves, key, good
     for k, name in enumerate(names):
         mine = live.get(k, set())
         out = [v for v in dict.fromkeys(bad.get(k, [])) if v not in mine]
