@@ -565,10 +565,12 @@ def test_videos_recorded_in_spilled_sorted_runs_equal_one_fold_in_memory(
     first = [item(v) for v in ids[:50]]
     then = [item(v) for v in ids[50:]]
     tables = []
-    for chunk, step in ((10**6, 10**6), (7, 3)):  # one fold in memory; spilled runs
+    # one fold in memory; spilled runs merged at once; merged three at a time, in levels
+    for k, (chunk, step, fan_in) in enumerate(((10**6, 10**6, 16), (7, 3, 16), (7, 3, 3))):
         monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", chunk)
         monkeypatch.setattr(rundir_mod, "VIDEO_STEP", step)
-        rd = RunDir(tmp_path / f"run-{chunk}")
+        monkeypatch.setattr(rundir_mod.merging, "MERGE_FAN_IN", fan_in)
+        rd = RunDir(tmp_path / f"run-{k}")
         rd.record_videos(iter(first))
         n = rd.record_videos(iter(then))
         got = pq.read_table(rd.table_path("videos")).to_pandas()
@@ -577,6 +579,7 @@ def test_videos_recorded_in_spilled_sorted_runs_equal_one_fold_in_memory(
         assert not (rd.spill_dir() / "videos").exists()
         tables.append(got)
     pd.testing.assert_frame_equal(tables[0], tables[1])
+    pd.testing.assert_frame_equal(tables[0], tables[2])
     last = {it.video_id: it for it in first + then}
     for row in tables[1].itertuples():
         mine = str(last[row.video_id].video_path or "")

@@ -146,10 +146,14 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     # one uint64 a record, the hash above its number, sorted in place: equal hashes stay in
     # commit order, and the hashes and the order are views of its halves (8 bytes a record
     # where a hash array, its argsort and the sorted copy took 16)
-    key = np.concatenate(hashes).astype(np.uint64)
-    del hashes
-    if len(key) >= 2**32:  # a record's number is the key's low half
+    if first[-1] >= 2**32:  # a record's number is the key's low half
         raise ValueError(f"{folder}: more than 2**32 records")
+    key = np.empty(int(first[-1]), dtype=np.uint64)  # filled, not concatenated then cast
+    at = 0
+    for part in hashes:
+        key[at:at + len(part)] = part
+        at += len(part)
+    del hashes
     key <<= np.uint64(32)
     key |= np.arange(len(key), dtype=np.uint64)
     key.sort()

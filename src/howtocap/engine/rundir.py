@@ -962,7 +962,10 @@ def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
 def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
     """``videos.parquet`` as ``_fold_videos`` of the table at ``path`` (if any) and the
     sorted ``runs`` in order, merged as streams (``merge.sorted_steps``): each step holds
-    every row of its ids, so folding step by step gives the rows folding all at once does."""
+    every row of its ids, so folding step by step gives the rows folding all at once does.
+    At most ``MERGE_FAN_IN`` streams are open at once: more runs are first merged in levels,
+    neighbours together so that later rows still win (memory goes with the streams open:
+    1.2M ids are 19 runs, 10M would be 153)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -972,32 +975,54 @@ def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
             t = pa.Table.from_batches([b]).select(schema.names).cast(schema)
             yield t.append_column("_old", pa.array(np.full(t.num_rows, old)))
 
+    runs = list(runs)
+    depth = 0
+    while len(runs) >= merging.MERGE_FAN_IN:  # the table so far is one more stream
+        depth += 1
+        group = -(-len(runs) // -(-len(runs) // max(2, merging.MERGE_FAN_IN - 1)))
+        level = []
+        for lo in range(0, len(runs), group):
+            out = runs[0].parent / f"level{depth}-{len(level):06d}.parquet"
+            with pq.ParquetWriter(out, schema) as w:
+                _fold_steps(w, [tables(r, False) for r in runs[lo:lo + group]], schema)
+            level.append(out)
+        for r in runs:
+            r.unlink(missing_ok=True)
+        runs = level
     sources = [tables(path, True)] if path.exists() else []
     sources += [tables(r, False) for r in runs]
     rows = [0]
 
     def write(tmp: str) -> None:
         with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as out:
-            held: list[Any] = []  # folded steps, written as whole row groups
-            n_held = 0
-            for parts in merging.sorted_steps(sources):  # the table so far comes first
-                both = pa.concat_tables(parts)
-                n_old = int(np.count_nonzero(both.column("_old").to_numpy(
-                    zero_copy_only=False)))
-                both = both.drop_columns(["_old"])
-                held.append(_fold_videos(both.slice(0, n_old) if n_old else None,
-                                         both.slice(n_old), schema))
-                n_held += held[-1].num_rows
-                if n_held >= VIDEO_STEP:
-                    out.write_table(pa.concat_tables(held))
-                    rows[0] += n_held
-                    held, n_held = [], 0
-            if held:
-                out.write_table(pa.concat_tables(held))
-                rows[0] += n_held
+            rows[0] = _fold_steps(out, sources, schema)
 
     atomic_write(path, write)
     return rows[0]
+
+
+def _fold_steps(out: Any, sources: Sequence[Iterator[Any]], schema: Any) -> int:
+    """Each step of the sources' k-way merge folded (``_fold_videos``: the ``_old`` rows
+    first) and written to ``out`` in row groups of about ``VIDEO_STEP`` rows."""
+    import pyarrow as pa
+
+    held: list[Any] = []  # folded steps, written as whole row groups
+    n_held = rows = 0
+    for parts in merging.sorted_steps(sources):  # the table so far comes first
+        both = pa.concat_tables(parts)
+        n_old = int(np.count_nonzero(both.column("_old").to_numpy(zero_copy_only=False)))
+        both = both.drop_columns(["_old"])
+        held.append(_fold_videos(both.slice(0, n_old) if n_old else None,
+                                 both.slice(n_old), schema))
+        n_held += held[-1].num_rows
+        if n_held >= VIDEO_STEP:
+            out.write_table(pa.concat_tables(held))
+            rows += n_held
+            held, n_held = [], 0
+    if held:
+        out.write_table(pa.concat_tables(held))
+        rows += n_held
+    return rows
 
 
 def _fold_videos(old: Any, new: Any, schema: Any) -> Any:
