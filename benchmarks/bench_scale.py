@@ -410,11 +410,10 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
         big = sizes[-1]
         per = []
         for code in ("before", "after"):
-            lo, hi = d["100000"].get(code), d[str(big)].get(code)
-            if lo and hi and not hi.get("partial"):
-                a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
-                g = (b - a) / ((big - 100_000) / 100_000)
-                per.append(f"{code} {g:+.1f} MB ({a:.0f} → {b:.0f} MB, {b / a - 1:+.0%})")
+            g = growth(d, code, big)
+            if g:
+                per.append(f"{code} {g['per_100k_mb']:+.1f} MB ({g['from_mb']:.0f} → "
+                           f"{g['to_mb']:.0f} MB, {g['pct']:+.0%})")
         rows += ["", f"**Growth of the driver's peak per 100k videos** (100k → {big:,}): "
                  + "; ".join(per) + ". Target (issue #22): flat, ≤ ~5 MB per 100k videos "
                  "(the peak at 1.2M within ~10% of the peak at 100k) and ≤ 1 GB at any size."]
@@ -447,18 +446,29 @@ def driver_growth(r: dict[str, Any]) -> list[str]:
     return rows
 
 
-def flatness(d: dict[str, Any], big: int) -> str:
-    """The after tree against the flatness target, from the measured peaks (not retyped)."""
-    lo, hi = d["100000"].get("after"), d[str(big)].get("after")
-    if not (lo and hi) or hi.get("partial"):
-        return ""
+def growth(d: dict[str, Any], code: str, big: int) -> dict[str, Any] | None:
+    """A tree's driver peaks at 100k and at ``big`` videos: growth per 100k videos, the rise,
+    and where a straight line through them reaches 1 GB (millions of videos; None: it does
+    not rise). None when a run is missing or partial."""
+    lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
+    if not (lo and hi) or big <= 100_000 or hi.get("partial"):
+        return None
     a, b = lo["peak_rss_mb"], hi["peak_rss_mb"]
     g = (b - a) / ((big - 100_000) / 100_000)
-    met = g <= 5.0 and b / a - 1 <= 0.10
-    at = "never" if g <= 0 else f"at ~{(big + (1024 - b) / g * 100_000) / 1e6:.0f}M videos"
-    return (f"**Flat: {'met' if met else 'not met'}** (after: {g:+.1f} MB per 100k videos, "
-            f"{b / a - 1:+.0%} from 100k to {big:,}); at this growth a run would reach 1 GB "
-            f"{at} (a straight-line estimate).")
+    return {"from_mb": a, "to_mb": b, "per_100k_mb": g, "pct": b / a - 1,
+            "1gb_at_m_videos": (big + (1024 - b) / g * 100_000) / 1e6 if g > 0 else None}
+
+
+def flatness(d: dict[str, Any], big: int) -> str:
+    """The after tree against the flatness target, from the measured peaks (not retyped)."""
+    g = growth(d, "after", big)
+    if not g:
+        return ""
+    met = g["per_100k_mb"] <= 5.0 and g["pct"] <= 0.10
+    at = "never" if g["1gb_at_m_videos"] is None else f"at ~{g['1gb_at_m_videos']:.0f}M videos"
+    return (f"**Flat: {'met' if met else 'not met'}** (after: {g['per_100k_mb']:+.1f} MB per "
+            f"100k videos, {g['pct']:+.0%} from 100k to {big:,}); at this growth a run would "
+            f"reach 1 GB {at} (a straight-line estimate).")
 
 
 def window_slope(m: dict[str, Any]) -> float | None:
@@ -616,13 +626,11 @@ def summarise(r: dict[str, Any]) -> None:
     d = r.get("driver", {})
     big = max((int(k) for k in d), default=0)
     for code in ("before", "after"):
-        lo, hi = d.get("100000", {}).get(code), d.get(str(big), {}).get(code)
-        if lo and hi and big > 100_000 and not hi.get("partial"):
-            g = (hi["peak_rss_mb"] - lo["peak_rss_mb"]) / ((big - 100_000) / 100_000)
-            summary[f"driver_{code}_growth_per_100k_mb"] = g
-            summary[f"driver_{code}_growth_pct"] = hi["peak_rss_mb"] / lo["peak_rss_mb"] - 1
-            summary[f"driver_{code}_1gb_at_m_videos"] = \
-                (big + (1024 - hi["peak_rss_mb"]) / g * 100_000) / 1e6 if g > 0 else None
+        g = growth(d, code, big)
+        if g:
+            summary[f"driver_{code}_growth_per_100k_mb"] = g["per_100k_mb"]
+            summary[f"driver_{code}_growth_pct"] = g["pct"]
+            summary[f"driver_{code}_1gb_at_m_videos"] = g["1gb_at_m_videos"]
     r["summary"] = summary
 
 

@@ -304,10 +304,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
                 scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
                                                 dir=rd.cache_dir))
             level = []
-            # as few levels as the fan-in allows, groups as small as they allow (memory
-            # goes with the files open at once): 1,200 batches -> 35 files of 35 -> 1
-            levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
-            group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+            group = level_group(len(sources))
             for lo in range(0, len(sources), group):
                 merged += 1
                 out = scratch / f"level-{merged:06d}.parquet"
@@ -328,6 +325,14 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def level_group(files: int) -> int:
+    """How many of ``files`` sorted files a level of a merge takes together: as few levels
+    as ``MERGE_FAN_IN`` allows, groups as small as they allow (memory goes with the files
+    open at once): 1,200 batches -> 110 files of 11 -> 10 -> 1."""
+    levels = math.ceil(math.log(files) / math.log(MERGE_FAN_IN) - 1e-9)
+    return math.ceil(files ** (1 / levels) - 1e-9)
 
 
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
@@ -472,8 +477,7 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
             if scratch is None:
                 rd.cache_dir.mkdir(parents=True, exist_ok=True)
                 scratch = Path(tempfile.mkdtemp(prefix=f".newest-{stage}-", dir=rd.cache_dir))
-            levels = math.ceil(math.log(len(sources)) / math.log(MERGE_FAN_IN) - 1e-9)
-            group = math.ceil(len(sources) ** (1 / levels) - 1e-9)
+            group = level_group(len(sources))
             done: list[Callable[[], Iterator[Any]]] = []
             for lo in range(0, len(sources), group):
                 out = scratch / f"level-{len(list(scratch.iterdir())):06d}.parquet"

@@ -286,7 +286,7 @@ class StageIndex:
         self._runs, self._spill_at = [], None
 
     def refresh(self, rd: RunDirLike) -> None:
-        self._spill_root = rd.spill_dir()
+        root = self._spill_root = rd.spill_dir()
         folder = self.folder = rd.batch_dir(self.stage)
         try:
             names = sorted(n for n in os.listdir(folder)
@@ -297,7 +297,7 @@ class StageIndex:
             stamp = self.stamp
             self.close()
             self.__init__(self.stage)  # type: ignore[misc]
-            self.stamp, self.folder, self._spill_root = stamp, folder, rd.spill_dir()
+            self.stamp, self.folder, self._spill_root = stamp, folder, root
         for name in names:
             if name in self.seen:
                 continue

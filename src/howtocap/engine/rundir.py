@@ -31,6 +31,7 @@ import pandas as pd
 
 import howtocap.engine.merge as merging
 from howtocap.atomic import (
+    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
@@ -38,6 +39,7 @@ from howtocap.atomic import (
     atomic_write_text,
     corrupt_parquet,
     looks_complete,
+    pid_alive,
     read_parquet,
     writer_tag,
 )
@@ -233,8 +235,6 @@ class RunDir:
         """This process's folder for sorted runs written to disk (stage indexes,
         ``record_videos``' chunks): ``cache/spill/<host>~<pid>``. The first time a process
         asks, the folders of this host's dead processes (killed mid-run) go."""
-        from howtocap.atomic import HOST, pid_alive
-
         root = self.cache_dir / "spill"
         mine = root / f"{HOST}~{os.getpid()}"
         if self._spill_checked != mine:
@@ -979,7 +979,7 @@ def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
     depth = 0
     while len(runs) >= merging.MERGE_FAN_IN:  # the table so far is one more stream
         depth += 1
-        group = -(-len(runs) // -(-len(runs) // max(2, merging.MERGE_FAN_IN - 1)))
+        group = merging.level_group(len(runs))
         level = []
         for lo in range(0, len(runs), group):
             out = runs[0].parent / f"level{depth}-{len(level):06d}.parquet"
