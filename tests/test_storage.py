@@ -249,3 +249,56 @@ def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
         other.write_bytes(b"PAR1")
         caption_run([vids], out, cfg, progress=False)
     assert not left.exists() and other.exists()
+
+
+@pytest.mark.parametrize("writer", ["merge level", "index spill", "videos spill"])
+def test_a_full_disk_in_a_scratch_file_is_one_line_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
+    """A merge's level files, a stage index's spilled rows and ``record_videos``' sorted runs
+    are written outside ``atomic_write`` (under ``cache/``): a full disk there is the same
+    one-line ``DiskFull`` naming what was asked for, not an ``OSError`` traceback."""
+    import errno as errno_mod
+
+    import howtocap.engine.merge as merge_mod
+    import howtocap.engine.records as records_mod
+    import howtocap.engine.rundir as rundir_mod
+    from howtocap.engine.records import StatusRecord
+    from howtocap.io.inputs import VideoItem
+
+    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 2)
+    monkeypatch.setattr(records_mod, "SPILL_ROWS", 3)
+    monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", 4)
+    rd = RunDir(tmp_path / "run")
+    ids = [f"v{i:02d}" for i in range(12)]
+    for lo in range(0, len(ids), 3):  # four batches of three videos
+        recs = [StatusRecord(v, "lines", "ok") for v in ids[lo:lo + 3]]
+        df = pd.DataFrame({"video_id": ids[lo:lo + 3], "start": 0.0, "end": 1.0,
+                           "text": "a line", "source": "asr"})
+        rd.commit_batch("lines", ["subtitles"], recs, {"subtitles": df})
+    rd.drop_caches()
+    with small_disk(tmp_path, 256) as disk:
+        if disk is not None:  # a real ENOSPC: the run's cache on a full file system
+            import shutil
+
+            shutil.rmtree(rd.root / "cache", ignore_errors=True)  # scratch only, so far
+            (disk / "cache").mkdir()
+            (rd.root / "cache").symlink_to(disk / "cache")
+            (disk / "filler").write_bytes(b"\0" * (os.statvfs(disk).f_bavail
+                                                   * os.statvfs(disk).f_frsize))
+        else:  # not root: each scratch writer fails as a full disk would
+            def full(*_: object, **__: object) -> None:
+                raise OSError(errno_mod.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(merge_mod, "_merge_into", full)
+            monkeypatch.setattr(records_mod, "_SpilledRows", full)
+            monkeypatch.setattr(rundir_mod, "_fold_videos", full)
+        with pytest.raises(DiskFull) as exc:
+            if writer == "merge level":
+                rd.merge_streaming("subtitles")
+            elif writer == "index spill":
+                rd.done_among("lines", ids)
+            else:
+                rd.record_videos(VideoItem(v, None) for v in ids)
+        msg = str(exc.value)
+        assert "no space left on device" in msg and "\n" not in msg, msg
+        assert not rd.table_path("subtitles").exists()

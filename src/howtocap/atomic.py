@@ -7,11 +7,12 @@ caches, exports, checkpoints) uses it without pulling in the run-directory layou
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,29 +122,36 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
-    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
-    raises ``DiskFull`` (one line) after removing the temp file."""
+@contextlib.contextmanager
+def disk_full_as(path: Path) -> Iterator[None]:
+    """A full disk inside the block is ``DiskFull`` naming ``path``: what the user asked for,
+    also when the write that failed was a scratch file of it (a merge level, a spilled
+    index), so a user never sees a traceback for a full disk."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{writer_tag()}.",
-                                   suffix=".tmp")
+        yield
     except OSError as exc:
         if is_disk_full(exc):
             raise disk_full_error(path) from None
         raise
-    os.close(fd)
-    try:
-        write(tmp)
-        _fsync_file(tmp)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
+    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
+    raises ``DiskFull`` (one line) after removing the temp file."""
+    with disk_full_as(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{writer_tag()}.",
+                                   suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            _fsync_file(tmp)
+            os.chmod(tmp, FILE_MODE)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     _fsync_dir(path.parent)
 
 

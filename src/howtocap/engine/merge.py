@@ -24,6 +24,7 @@ from howtocap.atomic import (
     atomic_write,
     atomic_write_parquet,
     corrupt_parquet,
+    disk_full_as,
     open_parquet,
 )
 from howtocap.engine.records import BATCH_PREFIX, last_per_key, short_hashes
@@ -299,18 +300,19 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     scratch: Path | None = None
     try:
         while len(sources) > MERGE_FAN_IN:  # a level of merges into sorted files
-            if scratch is None:
-                rd.cache_dir.mkdir(parents=True, exist_ok=True)
-                scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
-                                                dir=rd.cache_dir))
             level = []
             group = level_group(len(sources))
-            for lo in range(0, len(sources), group):
-                merged += 1
-                out = scratch / f"level-{merged:06d}.parquet"
-                _merge_into(rd, str(out), sources[lo:lo + group], table, target,
-                            extras, batch_rows, row_group=PART_ROW_GROUP)
-                level.append((out, None, True))
+            with disk_full_as(rd.table_path(table)):  # its scratch files: a full disk too
+                if scratch is None:
+                    rd.cache_dir.mkdir(parents=True, exist_ok=True)
+                    scratch = Path(tempfile.mkdtemp(prefix=f".merge-{table}-",
+                                                    dir=rd.cache_dir))
+                for lo in range(0, len(sources), group):
+                    merged += 1
+                    out = scratch / f"level-{merged:06d}.parquet"
+                    _merge_into(rd, str(out), sources[lo:lo + group], table, target,
+                                extras, batch_rows, row_group=PART_ROW_GROUP)
+                    level.append((out, None, True))
             for path, _, _ in sources:
                 if scratch in path.parents:
                     path.unlink(missing_ok=True)  # merged into the next level

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from howtocap.atomic import CorruptFile
+from howtocap.atomic import CorruptFile, disk_full_as
 
 
 @dataclass(frozen=True)
@@ -198,9 +198,9 @@ class _SpilledRows:
 
     def __init__(self, path: Path, h: Any, at: Any, kind: Any) -> None:
         self.path, self.n = path, len(h)
-        with open(path, "wb") as f:
+        with open(path, "wb") as f:  # f.write, not ndarray.tofile: that one loses ENOSPC
             for a, t in zip((h, at, kind), _SPILL_TYPES, strict=True):
-                np.ascontiguousarray(a, dtype=t).tofile(f)
+                f.write(np.ascontiguousarray(a, dtype=t).data)
         self.fence = h[::FENCE].copy()
 
     def read(self, col: int, lo: int = 0, hi: int | None = None) -> Any:
@@ -519,13 +519,15 @@ class StageIndex:
             import tempfile
             import weakref
 
-            self._spill_root.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            self._spill_at = Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", self.stage) + "-",
-                                                   dir=self._spill_root))
+            with disk_full_as(self._spill_root):  # type: ignore[arg-type]
+                self._spill_root.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+                self._spill_at = Path(tempfile.mkdtemp(
+                    prefix=re.sub(r"\W", "_", self.stage) + "-", dir=self._spill_root))
             # gone with the index, or at exit (a killed run's: by the next process)
             weakref.finalize(self, shutil.rmtree, self._spill_at, True)
         path = self._spill_at / f"{len(self._runs):06d}.rows"
-        self._runs.append(_SpilledRows(path, self._h, self._at, self._kind))
+        with disk_full_as(path):
+            self._runs.append(_SpilledRows(path, self._h, self._at, self._kind))
         self._set_columns([np.zeros(0, np.uint32), np.zeros(0, self._at.dtype),
                            np.zeros(0, np.int16)])
 

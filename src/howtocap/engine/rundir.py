@@ -38,6 +38,7 @@ from howtocap.atomic import (
     atomic_write_parquet,
     atomic_write_text,
     corrupt_parquet,
+    disk_full_as,
     looks_complete,
     pid_alive,
     read_parquet,
@@ -872,11 +873,12 @@ class RunDir:
             for c in cols:
                 c.clear()
             if len(chunks) + len(runs) > 1:  # a second chunk: every chunk to a sorted file
-                spill.mkdir(parents=True, exist_ok=True)
-                for chunk in chunks:
-                    runs.append(spill / f"{len(runs):06d}.parquet")
-                    pq.write_table(_fold_videos(None, chunk, schema), runs[-1],
-                                   row_group_size=VIDEO_STEP)
+                with disk_full_as(path):
+                    spill.mkdir(parents=True, exist_ok=True)
+                    for chunk in chunks:
+                        runs.append(spill / f"{len(runs):06d}.parquet")
+                        pq.write_table(_fold_videos(None, chunk, schema), runs[-1],
+                                       row_group_size=VIDEO_STEP)
                 chunks.clear()
 
         path = self.table_path("videos")
@@ -983,7 +985,7 @@ def _merge_videos(path: Path, runs: Sequence[Path], schema: Any) -> int:
         level = []
         for lo in range(0, len(runs), group):
             out = runs[0].parent / f"level{depth}-{len(level):06d}.parquet"
-            with pq.ParquetWriter(out, schema) as w:
+            with disk_full_as(path), pq.ParquetWriter(out, schema) as w:
                 _fold_steps(w, [tables(r, False) for r in runs[lo:lo + group]], schema)
             level.append(out)
         for r in runs:
