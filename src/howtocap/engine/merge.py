@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from howtocap.atomic import (
     open_parquet,
 )
 from howtocap.engine.records import BATCH_PREFIX, last_per_key, short_hashes
+from howtocap.hashing import sort_by_hash
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -144,23 +144,14 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     good = np.concatenate(oks)
     del oks
     first = np.concatenate([[0], np.cumsum(sizes)])  # each manifest's first record
-    # one uint64 a record, the hash above its number, sorted in place: equal hashes stay in
-    # commit order, and the hashes and the order are views of its halves (8 bytes a record
-    # where a hash array, its argsort and the sorted copy took 16)
-    if first[-1] >= 2**32:  # a record's number is the key's low half
-        raise ValueError(f"{folder}: more than 2**32 records")
+    # sorted in one uint64 a record: equal hashes stay in commit order
     key = np.empty(int(first[-1]), dtype=np.uint64)  # filled, not concatenated then cast
     at = 0
     for part in hashes:
         key[at:at + len(part)] = part
         at += len(part)
     del hashes
-    key <<= np.uint64(32)
-    key |= np.arange(len(key), dtype=np.uint64)
-    key.sort()
-    halves = key.view(np.uint32)
-    hs, order = (halves[1::2], halves[0::2]) if sys.byteorder == "little" else \
-        (halves[0::2], halves[1::2])
+    hs, order = sort_by_hash(key)
     same = np.flatnonzero(hs[1:] == hs[:-1])
     live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
     if len(same):
@@ -183,7 +174,7 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
                 bad.setdefault(k, []).append(vid)
             elif good[r]:
                 live.setdefault(k, set()).add(vid)
-    del order, hs, halves, key, good
+    del order, hs, key, good
     for k, name in enumerate(names):
         mine = live.get(k, set())
         out = [v for v in dict.fromkeys(bad.get(k, [])) if v not in mine]

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from howtocap.errors import InputError
+from howtocap.hashing import sort_by_hash
 from howtocap.io.subtitle_rows import (
     COLUMNS,
     Row,
@@ -439,7 +440,8 @@ class ParquetStore:
         numpy arrays (``_Runs``): 12 bytes a video for a converted dump, no Python string or
         dict slot per id (a dict and a list of HowTo100M's 1.2M ids held ~200 MB for the
         whole run). Built in typed arrays that numpy then reads in place, not copied."""
-        run_start, run_len, run_hash = array("q"), array("q"), array("I")
+        wide = "q" if self.pf.metadata.num_rows >= 2**31 else "i"  # HowTo100M: ~50M rows
+        run_start, run_len, run_hash = array(wide), array(wide), array("I")
         kept: set[str] | None = set() if limit is not None else None  # at most ``limit`` ids
         prev_id: str | None = None
         prev_end = -1  # absolute end row of the previous run
@@ -481,8 +483,8 @@ class ParquetStore:
                 run_start.append(start)
                 run_len.append(ln)
                 run_hash.append(_hash32(vid))
-        self._runs = _Runs.build(np.frombuffer(run_start, np.int64),
-                                 np.frombuffer(run_len, np.int64),
+        rows = np.int64 if wide == "q" else np.int32
+        self._runs = _Runs.build(np.frombuffer(run_start, rows), np.frombuffer(run_len, rows),
                                  np.frombuffer(run_hash, np.uint32), last_wins, self._ids_at)
 
     # -- lookups ---------------------------------------------------------------------------
@@ -674,8 +676,8 @@ def _hash32(video_id: str) -> int:
 def _narrow(values: np.ndarray) -> np.ndarray:
     """Row numbers as int32 when the file has fewer than 2**31 rows (HowTo100M: ~50M)."""
     if len(values) and int(values.max()) >= 2**31:
-        return values.astype(np.int64)
-    return values.astype(np.int32)
+        return values.astype(np.int64, copy=False)
+    return values.astype(np.int32, copy=False)
 
 
 def _contiguous(start: np.ndarray, length: np.ndarray) -> bool:
@@ -715,8 +717,9 @@ class _Runs:
         """From every kept run in file order with its id's hash: runs of one id made one
         video (ids of equal hash read back from the file to tell them apart)."""
         n = len(start)
-        order = np.argsort(hashes, kind="stable")
-        hs = hashes[order]
+        key = np.empty(n, dtype=np.uint64)
+        key[:] = hashes
+        hs, order = sort_by_hash(key)  # views of ``key``: copied below when kept
         new = np.ones(n, dtype=bool)
         new[1:] = hs[1:] != hs[:-1]
         repeats: list[tuple[int, int]] = []  # (run, the first run of its id)
@@ -731,15 +734,15 @@ class _Runs:
                     repeats.append((r, f))
         del new
         if not repeats:  # every run its own video: the common case, nothing more to keep
-            hvid = order.astype(np.int32)
-            del order
+            hvid, hs = order.astype(np.int32), hs.copy()
+            del order, key
             if _contiguous(start, length):
-                ends = np.empty(n + 1, dtype=np.int64)
+                ends = np.empty(n + 1, dtype=start.dtype)  # int32: fewer than 2**31 rows
                 ends[:n] = start
                 ends[n] = start[-1] + length[-1] if n else 0
                 return cls(_narrow(ends), None, hs, hvid)
             return cls(_narrow(start), length.astype(np.int32), hs, hvid)
-        del order, hs
+        del order, hs, key
         length = length.astype(np.int32)  # a video's rows: fewer than 2**31
         label = np.arange(n, dtype=np.int64)  # each run's video: the id's first run
         rs, fs = zip(*repeats, strict=True)
