@@ -322,3 +322,50 @@ def test_subtitles_stage_uses_the_one_choice(tmp_path: Path, narrated: Path) -> 
     stage._asr = asr  # the recognizer setup loaded, replaced by a fake that counts calls
     tables = stage.process(VideoInput(VideoItem("cook", video))).tables
     assert list(tables["subtitles"]["source"]) == ["asr"] and len(asr.calls) == 1
+
+
+@pytest.mark.parametrize("kind", ["caption.json", "records", "csv folder"])
+def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text-only run records ``videos.parquet`` from the source's Arrow id columns (no
+    item a video): the same table as ``record_videos`` of one item each, ``--ids`` the
+    source lacks included, paths recorded before kept, across windows and spilled chunks;
+    ids read back out of file order come back in the order asked."""
+    import numpy as np
+
+    import howtocap.caption.run as run_mod
+    import howtocap.engine.rundir as rundir_mod
+    from howtocap.engine.rundir import RunDir
+
+    monkeypatch.setattr(run_mod, "WINDOW", 4)
+    monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", 3)
+    monkeypatch.setattr(rundir_mod, "VIDEO_STEP", 2)
+    src = SubtitleSource.open(write_source(kind, tmp_path / "src", small_dump(11)),
+                              cache_dir=tmp_path / "cache")
+    extra = ["zz_not_in_src", "htm3"]  # an --ids entry the source lacks, and a repeat
+    tables = []
+    for way in ("items", "ids"):
+        rd = RunDir(tmp_path / way)
+        rd.record_videos([VideoItem("htm4", tmp_path / "htm4.mp4")])  # attached before
+        videos = run_mod._Videos(source=src, extra=extra)
+        if way == "items":
+            rd.record_videos(videos.all())
+        else:
+            videos.record(rd)
+        tables.append(pd.read_parquet(rd.table_path("videos")))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    got = tables[1].set_index("video_id")["video_path"]
+    assert len(got) == 12 and got["htm4"] == str(tmp_path / "htm4.mp4")
+    assert got["zz_not_in_src"] == "" and got["htm0"] == ""
+    if kind == "caption.json":  # ids read back by row from several row groups, any order
+        from howtocap.io.subtitle_dump import ParquetStore, convert_dump
+
+        out = tmp_path / "small-groups.parquet"
+        convert_dump(tmp_path / "src" / "caption.json", "json", out, rows_per_group=8)
+        store = ParquetStore(out, out)
+        rows = store._runs.name_rows(0, len(store))  # noqa: SLF001
+        assert store.pf.metadata.num_row_groups > 3
+        shuffled = np.random.default_rng(0).permutation(rows)
+        want = [store.ids_window(0, len(store))[int(np.flatnonzero(rows == r)[0])]
+                for r in shuffled]
+        assert store._ids_at(shuffled) == want  # noqa: SLF001

@@ -64,6 +64,24 @@ class _Videos:
         for window in self.windows(WINDOW):
             yield from window
 
+    def id_arrays(self, size: int) -> Iterator[Any]:
+        """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
+        import pyarrow as pa
+
+        have = self.source.count() if self.source is not None else 0
+        for lo in range(0, len(self), size):
+            if self.source is not None and lo < have:
+                yield self.source.id_array(lo, min(lo + size, have))
+            if lo + size > have and self.extra:
+                yield pa.array(self.extra[max(0, lo - have):lo + size - have], pa.string())
+
+    def record(self, rundir: RunDir) -> None:
+        """``videos.parquet``: text-only from the source's id columns, no item a video."""
+        if self.items is not None:
+            rundir.record_videos(self.items)
+        else:
+            rundir.record_video_ids(self.id_arrays(WINDOW))
+
     def windows(self, size: int) -> Iterator[list[VideoItem]]:
         """The videos in order, ``size`` at a time."""
         for lo in range(0, len(self), size):
@@ -148,7 +166,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         prepare_stages(rundir, [subs_stage, cap_stage, *also_check], check_only=True)
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
-    rundir.record_videos(videos.all())
+    videos.record(rundir)
     give_back_memory()  # the store index and id sort transients: not kept by the stages
     rundir.write_config("caption", config.model_dump())
     if force:

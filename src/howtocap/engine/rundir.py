@@ -854,43 +854,65 @@ class RunDir:
 
         An empty ``video_path`` means "no video file known yet" (a caption run from
         ``--subtitles`` alone); it never erases a path recorded before, so re-running such a
-        run keeps the files ``howtocap align --videos`` attached. Built as Arrow columns a
-        chunk of items at a time and folded with a sort (``_fold_videos``); past one chunk,
-        each is sorted into a file of its own and the files and the table so far are merged
-        as streams (``_merge_videos``): the memory of a chunk, not of every id (a HowTo100M
-        run records 1.2M ids; held and sorted at once they were ~140 MB)."""
+        run keeps the files ``howtocap align --videos`` attached."""
+        import pyarrow as pa
+
+        schema = arrow_schema("videos")
+
+        def tables() -> Iterator[Any]:  # one pass over an iterator: items never all held
+            cols: tuple[list[str], list[str], list[str]] = ([], [], [])
+            for it in items:
+                cols[0].append(it.video_id)
+                cols[1].append(str(it.video_path or ""))
+                cols[2].append(str(it.subtitle_path or ""))
+                if len(cols[0]) >= VIDEO_CHUNK:
+                    yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
+                    for c in cols:
+                        c.clear()
+            if cols[0]:
+                yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
+
+        return self._record_video_tables(tables())
+
+    def record_video_ids(self, ids: Iterable[Any]) -> int:
+        """``record_videos`` of ids with no files yet (a text-only run), given as Arrow
+        string arrays: a HowTo100M source's 1.2M ids never become Python objects."""
+        import pyarrow as pa
+
+        schema = arrow_schema("videos")
+
+        def tables() -> Iterator[Any]:
+            for arr in ids:
+                empty = pa.repeat(pa.scalar("", pa.string()), len(arr))
+                yield pa.table([arr.cast(pa.string()), empty, empty], schema=schema)
+
+        return self._record_video_tables(tables())
+
+    def _record_video_tables(self, tables: Iterable[Any]) -> int:
+        """Fold ``tables`` (``videos`` rows, a chunk each) into ``videos.parquet`` with a
+        sort (``_fold_videos``); past one chunk, each is sorted into a file of its own and
+        the files and the table so far are merged as streams (``_merge_videos``): the
+        memory of a chunk, not of every id (1.2M ids held and sorted at once were ~140
+        MB)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = arrow_schema("videos")
         chunks: list[Any] = []
-        cols: tuple[list[str], list[str], list[str]] = ([], [], [])
         spill = self.spill_dir() / "videos"
         runs: list[Path] = []
-
-        def flush() -> None:
-            chunks.append(pa.table([pa.array(c, pa.string()) for c in cols], schema=schema))
-            for c in cols:
-                c.clear()
-            if len(chunks) + len(runs) > 1:  # a second chunk: every chunk to a sorted file
-                with disk_full_as(path):
-                    spill.mkdir(parents=True, exist_ok=True)
-                    for chunk in chunks:
-                        runs.append(spill / f"{len(runs):06d}.parquet")
-                        pq.write_table(_fold_videos(None, chunk, schema), runs[-1],
-                                       row_group_size=VIDEO_STEP)
-                chunks.clear()
-
         path = self.table_path("videos")
         try:
-            for it in items:  # one pass over an iterator: the items are never all held
-                cols[0].append(it.video_id)
-                cols[1].append(str(it.video_path or ""))
-                cols[2].append(str(it.subtitle_path or ""))
-                if len(cols[0]) >= VIDEO_CHUNK:
-                    flush()
-            if cols[0] or not (chunks or runs):
-                flush()
+            for chunk in tables:
+                chunks.append(chunk)
+                if len(chunks) + len(runs) > 1:  # a second chunk: every chunk to a sorted file
+                    with disk_full_as(path):
+                        spill.mkdir(parents=True, exist_ok=True)
+                        for c in chunks:
+                            runs.append(spill / f"{len(runs):06d}.parquet")
+                            pq.write_table(_fold_videos(None, c, schema), runs[-1],
+                                           row_group_size=VIDEO_STEP)
+                    chunks.clear()
             if runs:
                 return _merge_videos(path, runs, schema)
         finally:
@@ -900,7 +922,8 @@ class RunDir:
                 shutil.rmtree(spill, ignore_errors=True)
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else None
-        table = _fold_videos(old, pa.concat_tables(chunks), schema)
+        table = _fold_videos(old, pa.concat_tables(chunks) if chunks else schema.empty_table(),
+                             schema)
         chunks.clear()  # the table holds the rows: one copy alive
         old = None
         atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))

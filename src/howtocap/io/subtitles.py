@@ -389,6 +389,15 @@ class SubtitleSource:
             return list(self._folder())[lo:hi]
         return self.store().ids_window(lo, hi)
 
+    def id_array(self, lo: int, hi: int) -> Any:
+        """``ids_window(lo, hi)`` as an Arrow string array (from a dump's converted file:
+        no Python string a video)."""
+        if self.kind == "folder":
+            import pyarrow as pa
+
+            return pa.array(self.ids_window(lo, hi), pa.string())
+        return self.store().id_array(lo, hi)
+
     def __contains__(self, video_id: str) -> bool:
         if self.kind == "folder":
             return video_id in self._folder()
