@@ -106,3 +106,179 @@ def test_retry_failed_and_max_attempts(tmp_path: Path, base_video: Path) -> None
     stages = {s["stage"]: s for s in run_status(out)["stages"]}
     assert stages["subtitles"]["failed"] == 0 and stages["caption"]["failed"] == 1
     assert stages["caption"]["failed_attempts"] == {"4": 1}
+
+
+def _colliding_ids(prefix: str) -> tuple[str, str]:
+    """Two distinct ids of equal ``short_hashes`` (32 bits: ~10 pairs among 300,000 ids; the
+    hash is this process's, as status's is)."""
+    import numpy as np
+
+    from howtocap.engine.records import short_hashes
+
+    ids = [f"{prefix}{i}" for i in range(300_000)]
+    h = short_hashes(ids)
+    order = np.argsort(h, kind="stable")
+    same = np.flatnonzero(h[order][1:] == h[order][:-1])
+    assert len(same), "no 32-bit collision among 300,000 ids"
+    i, j = order[same[0]], order[same[0] + 1]
+    return ids[i], ids[j]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_status_in_hash_buckets_on_disk_equals_the_fold_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A stage with more records than ``STATUS_BUCKET_ROWS`` is routed to hash buckets on
+    disk and each folded alone: with the threshold tiny (~120 buckets) the answer equals
+    the fold in memory and a per-video replay of every record committed (an older run's
+    per-video records first, retries, failures by cause, warnings, forgotten videos, two ids
+    of equal hash, a corrupt manifest), and its scratch files are gone, none in the run."""
+    import math
+    import random
+    import tempfile
+    from typing import Any
+
+    from tests.test_batches import Lines
+
+    import howtocap.engine.status as status_mod
+    from howtocap.atomic import CorruptPartWarning
+    from howtocap.engine.graph import StageGraph
+    from howtocap.engine.records import FORGOTTEN, StatusRecord, short_hashes
+    from howtocap.engine.stage import CAUSES
+    from howtocap.engine.status import status_of
+    from howtocap.io.inputs import VideoItem
+
+    rng = random.Random(seed)
+    twin_a, twin_b = _colliding_ids(f"s{seed}_")
+    assert twin_a != twin_b and short_hashes([twin_a])[0] == short_hashes([twin_b])[0]
+    ids = [f"v{rng.getrandbits(32):08x}_{i}" for i in range(300)] + [twin_a, twin_b]
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos(VideoItem(v, None) for v in ids)
+    causes = [*CAUSES, "", "quota"]  # "" counts as internal; a cause of a newer version
+    legacy = [StatusRecord(v, "lines", rng.choice(["ok", "error"]), cause=rng.choice(CAUSES),
+                           seconds=rng.random())
+              for v in rng.sample(ids[:300], 50)]  # an older run's per-video records
+    for rec in legacy:
+        rd.write_status(rec)
+    attempts = {r.video_id: 1 for r in legacy}
+    commits: list[list[StatusRecord]] = []  # in manifest order
+
+    def commit(recs: list[StatusRecord]) -> None:
+        rd.commit_batch("lines", ["subtitles"], recs, {})
+        commits.append(recs)
+
+    def record(vid: str, ok: bool) -> StatusRecord:
+        attempts[vid] = attempts.get(vid, 0) + 1
+        return StatusRecord(vid, "lines", "ok" if ok else "error",
+                            cause="" if ok else rng.choice(causes), attempts=attempts[vid],
+                            seconds=rng.random() * 3, warnings=int(rng.random() < 0.2))
+
+    for _ in range(14):  # rounds of batches over random subsets: retries, new failures
+        commit([record(v, rng.random() < 0.7) for v in rng.sample(ids[:300], rng.randint(10, 60))])
+        if rng.random() < 0.3:  # a forget between rounds, redone by later ones
+            gone = sorted(rng.sample(sorted(attempts), 8))
+            rd.forget("lines", gone)
+            commits.append([StatusRecord(v, "lines", FORGOTTEN) for v in gone])
+    commit([record(twin_a, True), record(twin_b, False)])  # one hash, two videos
+    gone = sorted(rng.sample(sorted(set(attempts) - {twin_a, twin_b}), 12))
+    rd.forget("lines", gone)
+    commits.append([StatusRecord(v, "lines", FORGOTTEN) for v in gone])
+
+    def expected(skip: int | None = None) -> dict[str, Any]:
+        newest = {r.video_id: r for r in legacy}
+        for i, recs in enumerate(commits):
+            if i != skip:
+                newest.update({r.video_id: r for r in recs})
+        live = [r for r in newest.values() if r.status != FORGOTTEN]
+        bad = sorted((r for r in live if r.status != "ok"), key=lambda r: r.video_id)
+        by_cause: dict[str, list[str]] = {}
+        tries: dict[str, int] = {}
+        for r in bad:
+            by_cause.setdefault(r.cause or "internal", []).append(r.video_id)
+            tries[str(r.attempts)] = tries.get(str(r.attempts), 0) + 1
+        order = [*CAUSES, *sorted(set(by_cause) - set(CAUSES))]
+        return {"done": sum(r.status == "ok" for r in live), "failed": len(bad),
+                "pending": len(ids) - len(live),
+                "warned": sum(r.status == "ok" and r.warnings > 0 for r in live),
+                "failures": {c: {"count": len(by_cause[c]), "examples": by_cause[c][:3]}
+                             for c in order if c in by_cause},
+                "failed_attempts": dict(sorted(tries.items(), key=lambda kv: int(kv[0]))),
+                "video_seconds": round(math.fsum(r.seconds for r in live), 3)}
+
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def spy(*args: Any, **kwargs: Any) -> str:
+        made.append(mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+
+    def answer(bucket_rows: int) -> dict[str, Any]:
+        monkeypatch.setattr(status_mod, "STATUS_BUCKET_ROWS", bucket_rows)
+        (stage,) = status_of(rd.root, StageGraph([Lines]))["stages"]
+        return {k: stage[k] for k in ("done", "failed", "pending", "warned", "failures",
+                                      "failed_attempts", "video_seconds")}
+
+    files = sorted(p for p in rd.root.rglob("*"))
+    in_memory = answer(1_000_000)
+    assert not made  # one bucket: no scratch files
+    assert in_memory == expected()
+    for bucket_rows in (5, 40):  # ~120 and ~15 buckets
+        made.clear()
+        assert answer(bucket_rows) == in_memory
+        assert len(made) == 1 and not list(scratch_root.iterdir())  # its files are gone
+    assert sorted(p for p in rd.root.rglob("*")) == files  # nothing written into the run
+    # a corrupt manifest (the 4th): dropped with a warning, its videos back to older records
+    manifests = sorted(rd.batch_dir("lines").glob("*.parquet"))
+    manifests[3].write_bytes(manifests[3].read_bytes()[:-40])
+    with pytest.warns(CorruptPartWarning):
+        got = answer(5)
+    assert not manifests[3].exists() and not list(scratch_root.iterdir())
+    assert got == expected(skip=3) == answer(1_000_000)
+
+
+def test_a_full_temp_disk_under_status_buckets_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buckets go to the system temp dir, not the run: a full disk there is the one-line
+    ``DiskFull`` naming the scratch folder (a real full tmpfs as root, else a simulated
+    ENOSPC), and the folder is gone."""
+    import errno
+    import os
+    import tempfile
+
+    from tests.test_batches import Lines
+    from tests.test_storage import small_disk
+
+    import howtocap.engine.status as status_mod
+    from howtocap.atomic import DiskFull
+    from howtocap.engine.graph import StageGraph
+    from howtocap.engine.records import StatusRecord
+
+    rd = RunDir(tmp_path / "run")
+    ids = [f"v{i:03d}" for i in range(120)]
+    for lo in range(0, len(ids), 20):
+        rd.commit_batch("lines", ["subtitles"],
+                        [StatusRecord(v, "lines", "ok") for v in ids[lo:lo + 20]], {})
+    monkeypatch.setattr(status_mod, "STATUS_BUCKET_ROWS", 16)
+    with small_disk(tmp_path, 256) as disk:
+        if disk is not None:
+            (disk / "filler").write_bytes(b"\0" * (os.statvfs(disk).f_bavail
+                                                   * os.statvfs(disk).f_frsize))
+            scratch = disk
+        else:
+            def full(*_: object, **__: object) -> None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            scratch = tmp_path / "tmp"
+            scratch.mkdir()
+            monkeypatch.setattr(status_mod, "_route", full)
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+        with pytest.raises(DiskFull) as exc:
+            status_mod.status_of(rd.root, StageGraph([Lines]))
+        msg = str(exc.value)
+        assert "no space left on device" in msg and "\n" not in msg, msg
+        assert "howtocap-status-" in msg
+        assert not list(scratch.glob("howtocap-status-*"))
