@@ -131,6 +131,7 @@ def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: d
     assert (again_subs.done, again_caps.done, again_caps.skipped) == (0, 0, 39)
     for name, want in whole["tables"].items():
         pd.testing.assert_frame_equal(tables(out)[name], want, obj=name)
+    assert not (out / "cache" / "spill").exists()  # spilled rows and their folders: gone
 
 
 def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: dict[str, Any],

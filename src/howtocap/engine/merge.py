@@ -10,7 +10,6 @@ Which files and videos are live comes from the run directory (``MergeDir``: ``Ru
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +25,7 @@ from howtocap.atomic import (
     disk_full_as,
     open_parquet,
 )
-from howtocap.engine.records import BATCH_PREFIX, last_per_key, short_hashes
+from howtocap.engine.records import BATCH_PREFIX, last_per_key, manifest_names, short_hashes
 from howtocap.hashing import sort_by_hash
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
@@ -114,12 +113,10 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     from howtocap.engine.records import read_manifests
 
     folder = rd.batch_dir(stage)
-    try:
-        names = sorted(n[:-len(".parquet")] for n in os.listdir(folder)
-                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-    except FileNotFoundError:
-        return
+    names = [n[:-len(".parquet")] for n in manifest_names(folder)]
     paths = [folder / f"{n}.parquet" for n in names]
+    if not paths:
+        return
     hashes, oks = [], []
     bad: dict[int, list[str]] = {}  # per manifest: its ids whose record is not ok
     sizes = np.zeros(len(names), np.int64)

@@ -168,6 +168,16 @@ def last_per_key(keys: Any) -> Any:
     return last
 
 
+def manifest_names(folder: Path) -> list[str]:
+    """A stage's batch manifests (file names) in commit order: sorted, as batch ids sort by
+    time (none when the stage has no folder yet)."""
+    try:
+        return sorted(n for n in os.listdir(folder)
+                      if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
+    except FileNotFoundError:
+        return []
+
+
 class RunDirLike(Protocol):
     """What the index asks of the run directory (``RunDir``): where a stage's manifests and
     per-video records are, and how a corrupt file is dropped."""
@@ -288,11 +298,7 @@ class StageIndex:
     def refresh(self, rd: RunDirLike) -> None:
         root = self._spill_root = rd.spill_dir()
         folder = self.folder = rd.batch_dir(self.stage)
-        try:
-            names = sorted(n for n in os.listdir(folder)
-                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-        except FileNotFoundError:
-            names = []
+        names = manifest_names(folder)
         if not self.seen <= set(names):  # manifests went (--redo elsewhere): read anew
             stamp = self.stamp
             self.close()

@@ -17,6 +17,7 @@ file and a status JSON per video) are read beside them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -59,6 +60,7 @@ from howtocap.engine.records import (
     _records_frame,
     _with_defaults,
     last_per_key,
+    manifest_names,
     read_manifests,
 )
 from howtocap.hashing import safe_name
@@ -231,6 +233,10 @@ class RunDir:
         for idx in self._indexes.values():
             idx.close()  # its spilled rows
         self._indexes.clear()
+        mine = self.cache_dir / "spill" / f"{HOST}~{os.getpid()}"
+        with contextlib.suppress(OSError):  # none, or still in use: left as it is
+            mine.rmdir()  # a finished run leaves no empty folder behind
+            mine.parent.rmdir()
 
     def spill_dir(self) -> Path:
         """This process's folder for sorted runs written to disk (stage indexes,
@@ -285,11 +291,7 @@ class RunDir:
         cols = ["video_id", "status", *dict.fromkeys(c for c in columns
                                                      if c not in ("video_id", "status", "batch"))]
         folder = self.batch_dir(stage)
-        try:
-            names = sorted(n[:-len(".parquet")] for n in os.listdir(folder)
-                           if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-        except FileNotFoundError:
-            names = []
+        names = [n[:-len(".parquet")] for n in manifest_names(folder)]
         parts: list[Any] = []
         codes: list[Any] = []
         legacy = self._legacy_records(stage)
@@ -714,11 +716,7 @@ class RunDir:
             with pq.ParquetWriter(tmp, target) as writer:
                 for stage in sorted(self.stages_with_results()):
                     folder = self.batch_dir(stage)
-                    try:
-                        names = sorted(n for n in os.listdir(folder)
-                                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-                    except FileNotFoundError:
-                        names = []
+                    names = manifest_names(folder)
                     legacy = self._legacy_records(stage)
                     old = pa.Table.from_pandas(legacy[[c for c in ["video_id", *cols]
                                                        if c in legacy.columns]],

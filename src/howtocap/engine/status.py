@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import shutil
 import tempfile
 from collections import Counter
@@ -30,11 +29,11 @@ import numpy as np
 from howtocap.atomic import CorruptFile, disk_full_as
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.records import (
-    BATCH_PREFIX,
     FORGOTTEN,
     MANIFEST_THREADS,
     _with_defaults,
     last_per_key,
+    manifest_names,
     read_manifests,
     short_hashes,
 )
@@ -164,12 +163,7 @@ def _newest_parts(rd: RunDir, stage: str) -> Iterator[Iterable[Any]]:
     files in a folder of the system temp dir, removed on the way out: status writes nothing
     into the run directory)."""
     folder = rd.batch_dir(stage)
-    try:
-        names = sorted(n for n in os.listdir(folder)
-                       if n.startswith(BATCH_PREFIX) and n.endswith(".parquet"))
-    except FileNotFoundError:
-        names = []
-    paths = [folder / n for n in names]
+    paths = [folder / n for n in manifest_names(folder)]
     rows = _footer_rows(paths)
     legacy = rd.status_dir / stage  # an older run's records: a JSON file a video
     total = sum(rows) + (sum(1 for _ in legacy.glob("*.json")) if legacy.is_dir() else 0)
