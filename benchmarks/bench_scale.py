@@ -652,7 +652,8 @@ def summarise(r: dict[str, Any]) -> None:
         summary["driver_after_tail"] = {"from_videos": t[0], "to_videos": t[1],
                                         "per_100k_mb": g["per_100k_mb"], "pct": g["pct"],
                                         "1gb_at_m_videos": g["1gb_at_m_videos"],
-                                        "met": bool(flatness(d).startswith("**Flat: met"))}
+                                        "verdict": "met" if flatness(d).startswith(
+                                            "**Flat: met") else "not met"}
     r["summary"] = summary
 
 
