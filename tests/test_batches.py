@@ -229,6 +229,48 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     assert not list((rd.cache_dir).glob(".merge-*"))  # the levels' files are gone
 
 
+def test_level_files_row_groups_grow_with_the_rows_merged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last level of a merge has every row of the table open at once, and each row group
+    costs a few kB of footer in memory: level files' row groups double (up to the rows of one
+    write) once the rows would make more than ``LEVEL_ROW_GROUPS`` of them. The merged table
+    is the same as with small row groups."""
+    import pyarrow.parquet as pq
+
+    import howtocap.engine.merge as merge_mod
+
+    part, cap = merge_mod.PART_ROW_GROUP, merge_mod.MERGE_CHUNK
+    assert merge_mod.level_row_group(part * merge_mod.LEVEL_ROW_GROUPS) == part
+    assert merge_mod.level_row_group(part * merge_mod.LEVEL_ROW_GROUPS + 1) == 2 * part
+    assert merge_mod.level_row_group(10**12) == cap
+    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 3)
+    monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)
+    monkeypatch.setattr(merge_mod, "PART_ROW_GROUP", 2)
+    monkeypatch.setattr(merge_mod, "MERGE_CHUNK", 8)
+    rd = RunDir(tmp_path / "run")
+    run_stage(rd, [VideoItem(f"v_{i:02d}", None) for i in range(23)], Lines(), progress=False,
+              batch_size=2)
+    rd.merge("subtitles")
+    want = pd.read_parquet(rd.table_path("subtitles"))
+    levels: list[list[int]] = []  # per level file: its row groups' sizes
+    real = merge_mod._merge_into
+
+    def seen(rd: RunDir, sink: Any, *args: Any, **kwargs: Any) -> int:
+        n = real(rd, sink, *args, **kwargs)
+        if ".merge-" in str(sink):
+            md = pq.read_metadata(sink)
+            levels.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+        return n
+
+    monkeypatch.setattr(merge_mod, "_merge_into", seen)
+    for limit, size in ((10**6, 2), (20, 4), (8, 8)):  # 69 rows: row groups of 2, 4 or 8
+        monkeypatch.setattr(merge_mod, "LEVEL_ROW_GROUPS", limit)
+        levels.clear()
+        assert rd.merge_streaming("subtitles", batch_rows=8) == len(want)
+        pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
+        assert levels and max(max(groups) for groups in levels) == size, levels
+
+
 class Scores(BaseStage):
     """align_scores-like rows: the schema's columns and extras it does not name (a float,
     NaN in one video: its chunk goes through pandas, the others through Arrow, and a bool),

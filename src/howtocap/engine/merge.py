@@ -42,6 +42,11 @@ PART_ROW_GROUP = 4096
 # rows a merge sorts and writes at a time (a row group of the merged table): 100k videos'
 # scores merged at 65,536 peaked ~30 MB higher
 MERGE_CHUNK = 16_384
+# row groups a merge's level files hold in all before their row groups grow (doubling, up to
+# MERGE_CHUNK rows): the last level has every row of the table open at once, and each row
+# group is a few kB of footer in memory (a driver's 2.4M-video subtitles, 96M rows in row
+# groups of 4,096: ~100 MB of footers, the merge phase 428 MB where the stages took 360)
+LEVEL_ROW_GROUPS = 4096
 # how a level of status records is written: read back by many streams at once, each holding
 # its column chunks' dictionaries (status.parquet of 1.2M videos: 98 -> 56 MB of Arrow memory;
 # the tables' levels gain nothing from it: 100k videos' merge peaked ~25 MB higher without)
@@ -267,6 +272,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     batch_rows = batch_rows or MERGE_CHUNK
     sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
     extras: dict[str, pa.DataType] = {}
+    rows = 0  # of every source: how big the level files' row groups are
     for path, keep in _sources(rd, table):
         try:
             md = pq.read_metadata(path)
@@ -277,6 +283,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
             continue
         if md.num_rows == 0:
             continue
+        rows += md.num_rows
         for f in md.schema.to_arrow_schema():
             if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
                 extras[f.name] = f.type
@@ -299,7 +306,7 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
                     merged += 1
                     out = scratch / f"level-{merged:06d}.parquet"
                     _merge_into(rd, str(out), sources[lo:lo + group], table, target,
-                                extras, batch_rows, row_group=PART_ROW_GROUP)
+                                extras, batch_rows, row_group=level_row_group(rows))
                     level.append((out, None, True))
             for path, _, _ in sources:
                 if scratch in path.parents:
@@ -315,6 +322,16 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def level_row_group(rows: int) -> int:
+    """Rows of a row group in the level files of a merge of ``rows`` rows: ``PART_ROW_GROUP``
+    (a stream holds one row group's column chunks) until that makes more than
+    ``LEVEL_ROW_GROUPS`` in all, then doubled, to at most ``MERGE_CHUNK`` (one write)."""
+    size = PART_ROW_GROUP
+    while size < MERGE_CHUNK and rows > size * LEVEL_ROW_GROUPS:
+        size *= 2
+    return size
 
 
 def level_group(files: int) -> int:
