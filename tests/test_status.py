@@ -282,3 +282,27 @@ def test_a_full_temp_disk_under_status_buckets_is_one_line(
         assert "no space left on device" in msg and "\n" not in msg, msg
         assert "howtocap-status-" in msg
         assert not list(scratch.glob("howtocap-status-*"))
+
+
+def test_status_sweeps_the_bucket_folders_of_killed_status_processes(tmp_path: Path) -> None:
+    """A ``status`` killed by SIGKILL skips the ``finally`` that removes its buckets: the
+    next one removes the folders of this host's dead ``status`` processes, and leaves a
+    live process's and another host's alone."""
+    import os
+    import subprocess
+    import sys
+
+    import howtocap.engine.status as status_mod
+    from howtocap.atomic import HOST
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    prefix = status_mod.SCRATCH_PREFIX
+    gone = tmp_path / f"{prefix}{HOST}~{dead.pid}-a1b2"
+    alive = tmp_path / f"{prefix}{HOST}~{os.getppid()}-c3d4"
+    other = tmp_path / f"{prefix}elsewhere~{dead.pid}-e5f6"
+    for d in (gone, alive, other):
+        d.mkdir()
+        (d / "bucket-00000.arrow").write_bytes(b"rows")
+    status_mod._sweep_dead(tmp_path)  # noqa: SLF001
+    assert not gone.exists() and alive.exists() and other.exists()

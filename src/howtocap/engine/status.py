@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from howtocap.atomic import CorruptFile, disk_full_as
+from howtocap.atomic import HOST, CorruptFile, disk_full_as, pid_alive
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.records import (
     FORGOTTEN,
@@ -46,6 +47,7 @@ EXAMPLES = 3  # video ids shown per failure cause
 # about this many rows on disk, folded one by one: ``howtocap status`` peaks at ~176 MB at 1.2M
 # and at 2.4M videos (19 and 38 buckets a stage; 167 MB at 100k); 131,072 a bucket: ~187 MB
 STATUS_BUCKET_ROWS = 65_536
+SCRATCH_PREFIX = "howtocap-status-"  # then <host>~<pid>-: a killed process's folder is swept
 ROUTE_ROWS = 32_768  # rows of manifests read (and routed) at once
 COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
 
@@ -171,7 +173,8 @@ def _newest_parts(rd: RunDir, stage: str) -> Iterator[Iterable[Any]]:
         yield [rd.newest(stage, COUNTED)]
         return
     with disk_full_as(Path(tempfile.gettempdir())):
-        scratch = Path(tempfile.mkdtemp(prefix="howtocap-status-"))
+        _sweep_dead(Path(tempfile.gettempdir()))
+        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{HOST}~{os.getpid()}-"))
     try:
         with disk_full_as(scratch):
             files = _route(_sources(rd, stage, paths, rows), -(-total // STATUS_BUCKET_ROWS),
@@ -179,6 +182,17 @@ def _newest_parts(rd: RunDir, stage: str) -> Iterator[Iterable[Any]]:
         yield (_fold(f) for f in files)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _sweep_dead(tmp: Path) -> None:
+    """Remove the bucket folders of this host's ``status`` processes that were killed (a
+    SIGKILL skips the ``finally`` that removes them)."""
+    for d in tmp.glob(f"{SCRATCH_PREFIX}*"):
+        host, _, rest = d.name[len(SCRATCH_PREFIX):].rpartition("~")
+        pid = rest.split("-", 1)[0]
+        if host == HOST and pid.isdigit() and int(pid) != os.getpid() \
+                and not pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _footer_rows(paths: Sequence[Path]) -> list[int]:
