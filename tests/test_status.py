@@ -298,9 +298,9 @@ def test_status_sweeps_the_bucket_folders_of_killed_status_processes(tmp_path: P
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     prefix = status_mod.SCRATCH_PREFIX
-    gone = tmp_path / f"{prefix}{HOST}~{dead.pid}-a1b2"
-    alive = tmp_path / f"{prefix}{HOST}~{os.getppid()}-c3d4"
-    other = tmp_path / f"{prefix}elsewhere~{dead.pid}-e5f6"
+    gone = tmp_path / f"{prefix}a1b2.{HOST}~{dead.pid}"
+    alive = tmp_path / f"{prefix}c3d4.{HOST}~{os.getppid()}"
+    other = tmp_path / f"{prefix}e5f6.elsewhere~{dead.pid}"
     for d in (gone, alive, other):
         d.mkdir()
         (d / "bucket-00000.arrow").write_bytes(b"rows")

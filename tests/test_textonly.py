@@ -349,7 +349,7 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
         rd.record_videos([VideoItem("htm4", tmp_path / "htm4.mp4")])  # attached before
         videos = run_mod._Videos(source=src, extra=extra)
         if way == "items":
-            rd.record_videos(videos.all())
+            rd.record_videos(it for items in videos.windows(4) for it in items)
         else:
             videos.record(rd)
         tables.append(pd.read_parquet(rd.table_path("videos")))

@@ -88,7 +88,6 @@ def sweep_temp_files(root: Path) -> int:
     """Remove temp files a killed writer of this host left (never another host's, never a
     live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
     per-video status files); returns how many went."""
-    host = HOST
     removed = 0
     folders = [root]
     for depth in range(4):
@@ -104,11 +103,20 @@ def sweep_temp_files(root: Path) -> int:
                         nxt.append(Path(e.path))
                     continue
                 m = _TEMP.match(e.name) if e.name.endswith(".tmp") else None
-                if m and m.group(1) == host and not pid_alive(int(m.group(2))):
+                if m and dead_here(f"{m.group(1)}~{m.group(2)}"):
                     Path(e.path).unlink(missing_ok=True)
                     removed += 1
         folders = nxt
     return removed
+
+
+def dead_here(tag: str) -> bool:
+    """Whether ``tag`` (a ``writer_tag()``: ``<host>~<pid>``) names a process of this host
+    that is gone, so what it left (temp files, scratch folders) may go. Another host's
+    processes are never judged, nor this one."""
+    host, _, pid = tag.rpartition("~")
+    return host == HOST and pid.isdigit() and int(pid) != os.getpid() \
+        and not pid_alive(int(pid))
 
 
 def pid_alive(pid: int) -> bool:

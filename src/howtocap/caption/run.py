@@ -60,10 +60,6 @@ class _Videos:
         return (vid for items in self.windows(WINDOW) for vid in
                 (it.video_id for it in items))
 
-    def all(self) -> Iterator[VideoItem]:
-        for window in self.windows(WINDOW):
-            yield from window
-
     def id_arrays(self, size: int) -> Iterator[Any]:
         """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
         import pyarrow as pa

@@ -32,16 +32,15 @@ import pandas as pd
 
 import howtocap.engine.merge as merging
 from howtocap.atomic import (
-    HOST,
     CorruptFile,
     CorruptPartWarning,
     atomic_write,
     atomic_write_parquet,
     atomic_write_text,
     corrupt_parquet,
+    dead_here,
     disk_full_as,
     looks_complete,
-    pid_alive,
     read_parquet,
     writer_tag,
 )
@@ -233,7 +232,7 @@ class RunDir:
         for idx in self._indexes.values():
             idx.close()  # its spilled rows
         self._indexes.clear()
-        mine = self.cache_dir / "spill" / f"{HOST}~{os.getpid()}"
+        mine = self._spill_path()
         with contextlib.suppress(OSError):  # none, or still in use: left as it is
             mine.rmdir()  # a finished run leaves no empty folder behind
             mine.parent.rmdir()
@@ -242,17 +241,18 @@ class RunDir:
         """This process's folder for sorted runs written to disk (stage indexes,
         ``record_videos``' chunks): ``cache/spill/<host>~<pid>``. The first time a process
         asks, the folders of this host's dead processes (killed mid-run) go."""
-        root = self.cache_dir / "spill"
-        mine = root / f"{HOST}~{os.getpid()}"
+        mine = self._spill_path()
         if self._spill_checked != mine:
             self._spill_checked = mine
             import shutil
 
-            for d in root.iterdir() if root.is_dir() else ():
-                host, _, pid = d.name.rpartition("~")
-                if host == HOST and pid.isdigit() and d != mine and not pid_alive(int(pid)):
+            for d in mine.parent.iterdir() if mine.parent.is_dir() else ():
+                if dead_here(d.name):
                     shutil.rmtree(d, ignore_errors=True)
         return mine
+
+    def _spill_path(self) -> Path:
+        return self.cache_dir / "spill" / writer_tag()
 
     def drop_caches(self) -> None:
         """Let go of what this process keeps decoded (each stage's index of every video,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import shutil
 import tempfile
 from collections import Counter
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from howtocap.atomic import HOST, CorruptFile, disk_full_as, pid_alive
+from howtocap.atomic import CorruptFile, dead_here, disk_full_as, writer_tag
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.records import (
     FORGOTTEN,
@@ -47,7 +46,7 @@ EXAMPLES = 3  # video ids shown per failure cause
 # about this many rows on disk, folded one by one: ``howtocap status`` peaks at ~176 MB at 1.2M
 # and at 2.4M videos (19 and 38 buckets a stage; 167 MB at 100k); 131,072 a bucket: ~187 MB
 STATUS_BUCKET_ROWS = 65_536
-SCRATCH_PREFIX = "howtocap-status-"  # then <host>~<pid>-: a killed process's folder is swept
+SCRATCH_PREFIX = "howtocap-status-"  # ends .<host>~<pid>: a killed process's is swept
 ROUTE_ROWS = 32_768  # rows of manifests read (and routed) at once
 COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
 
@@ -174,7 +173,7 @@ def _newest_parts(rd: RunDir, stage: str) -> Iterator[Iterable[Any]]:
         return
     with disk_full_as(Path(tempfile.gettempdir())):
         _sweep_dead(Path(tempfile.gettempdir()))
-        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{HOST}~{os.getpid()}-"))
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, suffix=f".{writer_tag()}"))
     try:
         with disk_full_as(scratch):
             files = _route(_sources(rd, stage, paths, rows), -(-total // STATUS_BUCKET_ROWS),
@@ -188,10 +187,7 @@ def _sweep_dead(tmp: Path) -> None:
     """Remove the bucket folders of this host's ``status`` processes that were killed (a
     SIGKILL skips the ``finally`` that removes them)."""
     for d in tmp.glob(f"{SCRATCH_PREFIX}*"):
-        host, _, rest = d.name[len(SCRATCH_PREFIX):].rpartition("~")
-        pid = rest.split("-", 1)[0]
-        if host == HOST and pid.isdigit() and int(pid) != os.getpid() \
-                and not pid_alive(int(pid)):
+        if dead_here(d.name.rpartition(".")[2]):
             shutil.rmtree(d, ignore_errors=True)
 
 
