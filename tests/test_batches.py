@@ -229,46 +229,39 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     assert not list((rd.cache_dir).glob(".merge-*"))  # the levels' files are gone
 
 
-def test_level_files_row_groups_grow_with_the_rows_merged(
+def test_level_files_are_streams_of_small_record_batches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The last level of a merge has every row of the table open at once, and each row group
-    costs a few kB of footer in memory: level files' row groups double (up to the rows of one
-    write) once the rows would make more than ``LEVEL_ROW_GROUPS`` of them. The merged table
-    is the same as with small row groups."""
-    import pyarrow.parquet as pq
+    """The last level of a merge has every row of the table open at once: its files are
+    IPC streams (no footer of every row group) of record batches of at most ``STREAM_ROWS``
+    rows (a stream decodes one), compressed; the merged table is ``merge``'s."""
+    import pyarrow as pa
 
     import howtocap.engine.merge as merge_mod
 
-    part, cap = merge_mod.PART_ROW_GROUP, merge_mod.MERGE_CHUNK
-    assert merge_mod.level_row_group(part * merge_mod.LEVEL_ROW_GROUPS) == part
-    assert merge_mod.level_row_group(part * merge_mod.LEVEL_ROW_GROUPS + 1) == 2 * part
-    assert merge_mod.level_row_group(10**12) == cap
     monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 3)
     monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)
     monkeypatch.setattr(merge_mod, "PART_ROW_GROUP", 2)
-    monkeypatch.setattr(merge_mod, "MERGE_CHUNK", 8)
     rd = RunDir(tmp_path / "run")
     run_stage(rd, [VideoItem(f"v_{i:02d}", None) for i in range(23)], Lines(), progress=False,
               batch_size=2)
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
-    levels: list[list[int]] = []  # per level file: its row groups' sizes
+    levels: list[list[int]] = []  # per level file: its record batches' sizes
     real = merge_mod._merge_into
 
     def seen(rd: RunDir, sink: Any, *args: Any, **kwargs: Any) -> int:
         n = real(rd, sink, *args, **kwargs)
         if ".merge-" in str(sink):
-            md = pq.read_metadata(sink)
-            levels.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+            with pa.ipc.open_stream(pa.OSFile(str(sink))) as reader:
+                levels.append([b.num_rows for b in reader])
+            assert open(sink, "rb").read(4) == b"\xff\xff\xff\xff"  # an IPC stream
         return n
 
     monkeypatch.setattr(merge_mod, "_merge_into", seen)
-    for limit, size in ((10**6, 2), (20, 4), (8, 8)):  # 69 rows: row groups of 2, 4 or 8
-        monkeypatch.setattr(merge_mod, "LEVEL_ROW_GROUPS", limit)
-        levels.clear()
-        assert rd.merge_streaming("subtitles", batch_rows=8) == len(want)
-        pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
-        assert levels and max(max(groups) for groups in levels) == size, levels
+    assert rd.merge_streaming("subtitles", batch_rows=8) == len(want)
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), want)
+    assert len(levels) > 3 and max(max(sizes) for sizes in levels) == 2, levels
+    assert sum(map(sum, levels)) > len(want)  # two levels: every row is in each
 
 
 class Scores(BaseStage):
@@ -437,17 +430,31 @@ def test_a_batch_whose_videos_have_no_rows_merges(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)
 
 
-@pytest.mark.parametrize("collide", [False, True])
+@pytest.mark.parametrize(("collide", "spill"), [(False, False), (True, False), (False, True),
+                                               (True, True)])
 def test_the_merge_keeps_each_videos_newest_ok_rows_whatever_their_hashes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool, spill: bool) -> None:
     """The merge leaves out a batch's videos whose record there is not live (a failure, a
     later record elsewhere or later in the same manifest, forgotten), telling records of one
     video apart by their ids read back: with every id of one hash (``collide``), a merge
-    that took equal hashes for one video would drop other videos' rows."""
+    that took equal hashes for one video would drop other videos' rows. With ``spill``, the
+    records' hashes go to the spill folder a few at a time (a million-video merge), and
+    the folder is gone after."""
     import howtocap.engine.merge as merge_mod
     import howtocap.engine.records as records_mod
+    import howtocap.hashing as hashing_mod
     from howtocap.engine.records import StatusRecord
 
+    if spill:
+        monkeypatch.setattr(hashing_mod, "SAME_HASH_ROWS", 3)
+        written: list[Path] = []
+        write = hashing_mod.SameHashes._write
+
+        def spy(self: Any) -> None:
+            write(self)
+            written.extend(self.spill.iterdir())
+
+        monkeypatch.setattr(hashing_mod.SameHashes, "_write", spy)
     if collide:  # records.id_hashes: the merge's and the stage index's hashes alike
         monkeypatch.setattr(records_mod, "hash", lambda s: 5, raising=False)
     monkeypatch.setattr(merge_mod, "MANIFESTS_AT_ONCE", 2)
@@ -481,6 +488,8 @@ def test_the_merge_keeps_each_videos_newest_ok_rows_whatever_their_hashes(
     pd.testing.assert_frame_equal(got[want.columns.tolist()], want, check_dtype=False)
     rd.merge("subtitles")  # the in-memory merge: the same table
     pd.testing.assert_frame_equal(pd.read_parquet(rd.table_path("subtitles")), got)
+    if spill:
+        assert written and not (rd.cache_dir / "spill").exists()
 
 
 def test_a_claimed_batchs_inputs_are_located_as_one_video_at_a_time_locates_them(

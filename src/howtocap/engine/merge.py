@@ -9,7 +9,9 @@ Which files and videos are live comes from the run directory (``MergeDir``: ``Ru
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +28,7 @@ from howtocap.atomic import (
     open_parquet,
 )
 from howtocap.engine.records import BATCH_PREFIX, last_per_key, manifest_names, short_hashes
-from howtocap.hashing import sort_by_hash
+from howtocap.hashing import SameHashes
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
@@ -35,22 +37,21 @@ STREAM_ROWS = 2048  # rows of a batch file ``merge_streaming`` decodes at a time
 # time peaked ~50 MB above 100 batches merged 10 at a time; at 16 both take ~10 (1,200:
 # three levels, 13% more time)
 MERGE_FAN_IN = 16
-# rows of a row group in batch files and merge levels: a stream decodes a whole row group of
-# its file (100 open files of align scores: 563 MB of Arrow memory with a row group per
-# batch, 162 MB with these), so memory goes with the fan-in, not with the rows of a batch
+# rows of a row group in batch files: a stream decodes a whole row group of its file (100
+# open files of align scores: 563 MB of Arrow memory with a row group per batch, 162 MB with
+# these), so memory goes with the fan-in, not with the rows of a batch
 PART_ROW_GROUP = 4096
 # rows a merge sorts and writes at a time (a row group of the merged table): 100k videos'
 # scores merged at 65,536 peaked ~30 MB higher
 MERGE_CHUNK = 16_384
-# row groups a merge's level files hold in all before their row groups grow (doubling, up to
-# MERGE_CHUNK rows): the last level has every row of the table open at once, and each row
-# group is a few kB of footer in memory (a driver's 2.4M-video subtitles, 96M rows in row
-# groups of 4,096: ~100 MB of footers, the merge phase 428 MB where the stages took 360)
-LEVEL_ROW_GROUPS = 4096
-# how a level of status records is written: read back by many streams at once, each holding
-# its column chunks' dictionaries (status.parquet of 1.2M videos: 98 -> 56 MB of Arrow memory;
-# the tables' levels gain nothing from it: 100k videos' merge peaked ~25 MB higher without)
-LEVEL_WRITE: dict[str, Any] = {"use_dictionary": False, "data_page_size": 1 << 16}
+# a merge's level files (scratch, read back once, in order) are Arrow IPC streams of
+# ``STREAM_ROWS``-row record batches, lz4-compressed: no footer, and a stream decodes one
+# record batch. As Parquet, the last level's footers held every row group of the table
+# (a driver's 2.4M-video subtitles: 96M rows) and a stream decoded a whole row group: the
+# closing merge was the run's peak. A subtitle row on disk: lz4 52 bytes (Parquet 35, zstd
+# 33, none 119); 9.6M rows merged in 10.4 s (Parquet 12.7 s, zstd 14.3 s, none 8.4 s)
+LEVEL_SUFFIX = ".arrows"
+LEVEL_COMPRESSION = "lz4"
 
 
 class MergeDir(Protocol):
@@ -66,6 +67,8 @@ class MergeDir(Protocol):
     def batch_part_path(self, table: str, batch: str) -> Path: ...
 
     def batch_dir(self, stage: str) -> Path: ...
+
+    def spill_dir(self) -> Path: ...
 
     def writers(self, table: str, cached: bool = False) -> list[str]: ...
 
@@ -108,10 +111,12 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     """Per batch of ``stage`` (in batch order) with a live video: the ids of its videos
     whose record there is not live (not ``ok``, or a later record of the video exists).
 
-    A video's records are told apart by the 32-bit hash of its id (5 bytes a record while
-    they are read, not its id: the ids of every record, sorted, were most of the merge's
-    memory); records of equal hash (one video's, or ~170 pairs of others among 1.2M ids) are
-    compared by their ids, read back from their manifests."""
+    A video's records are told apart by the 32-bit hash of its id, not its id (the ids of
+    every record, sorted, were most of the merge's memory), in parts written to this
+    process's spill folder past a few hundred thousand records (``SameHashes``: held whole,
+    they grew the merge ~20 MB a million records); records of equal hash (one video's, or
+    ~170 pairs of others among 1.2M ids) are compared by their ids, read back from their
+    manifests."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -122,61 +127,61 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     paths = [folder / f"{n}.parquet" for n in names]
     if not paths:
         return
-    hashes, oks = [], []
     bad: dict[int, list[str]] = {}  # per manifest: its ids whose record is not ok
+    not_ok = []  # numbers of those records (a few percent: failures, forgotten videos)
     sizes = np.zeros(len(names), np.int64)
-    for lo in range(0, len(paths), MANIFESTS_AT_ONCE):
-        for k, (path, t) in enumerate(zip(paths[lo:lo + MANIFESTS_AT_ONCE], read_manifests(
-                paths[lo:lo + MANIFESTS_AT_ONCE], ["video_id", "status"]), strict=True),
-                start=lo):
-            if isinstance(t, CorruptFile):
-                rd.drop_corrupt(path, t)  # its videos are redone
-                continue
-            if t is None or not t.num_rows:
-                continue
-            ids = t.column("video_id").to_pylist()
-            hashes.append(short_hashes(ids))
-            sizes[k] = len(ids)
-            ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
-            oks.append(ok)
-            if not ok.all():
-                bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True) if not good]
-    if not hashes:
-        return
-    good = np.concatenate(oks)
-    del oks
+    root = rd.spill_dir()
+    spill = root / f"left-out-{stage}-{id(names):x}"  # this call's: gone after it
+    try:
+        with disk_full_as(spill):
+            same = SameHashes(spill)
+            for lo in range(0, len(paths), MANIFESTS_AT_ONCE):
+                for k, (path, t) in enumerate(zip(paths[lo:lo + MANIFESTS_AT_ONCE],
+                                                  read_manifests(
+                        paths[lo:lo + MANIFESTS_AT_ONCE], ["video_id", "status"]),
+                        strict=True), start=lo):
+                    if isinstance(t, CorruptFile):
+                        rd.drop_corrupt(path, t)  # its videos are redone
+                        continue
+                    if t is None or not t.num_rows:
+                        continue
+                    ids = t.column("video_id").to_pylist()
+                    ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
+                    if not ok.all():
+                        bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True)
+                                  if not good]
+                        not_ok.append(same.items + np.flatnonzero(~ok))
+                    same.add(short_hashes(ids))
+                    sizes[k] = len(ids)
+            if not same.items:
+                return
+            hs, rec = same.pairs()
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+        with contextlib.suppress(OSError):  # in use (an index spilled): left as it is
+            root.rmdir()
+            root.parent.rmdir()
     first = np.concatenate([[0], np.cumsum(sizes)])  # each manifest's first record
-    # sorted in one uint64 a record: equal hashes stay in commit order
-    key = np.empty(int(first[-1]), dtype=np.uint64)  # filled, not concatenated then cast
-    at = 0
-    for part in hashes:
-        key[at:at + len(part)] = part
-        at += len(part)
-    del hashes
-    hs, order = sort_by_hash(key)
-    same = np.flatnonzero(hs[1:] == hs[:-1])
     live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
-    if len(same):
-        pos = np.unique(np.concatenate([same, same + 1]))
-        rec = order[pos]  # records in commit order: a manifest, then its row
+    if len(rec):  # records sharing a hash, told apart by their ids, read back
         code = np.searchsorted(first, rec, "right") - 1
         ids = [v if v is not None else f"\0gone{r}"  # unreadable: an id of its own
                for v, r in zip(_ids_back(rd, paths, code, rec - first[code]), rec.tolist(),
                                strict=True)]
-        t = pa.table({"h": hs[pos].astype(np.int64), "id": pa.array(ids, pa.string()), "at": rec,
-                      "code": code})
+        good = ~np.isin(rec, np.concatenate(not_ok)) if not_ok else np.ones(len(rec), bool)
+        t = pa.table({"h": hs.astype(np.int64), "id": pa.array(ids, pa.string()), "at": rec,
+                      "code": code, "good": good})
         t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("at", "ascending")])
         n = t.num_rows
         later = np.append((np.diff(t.column("h").to_numpy()) == 0) & pc.equal(
             t.column("id").slice(1), t.column("id").slice(0, n - 1)).to_numpy(
             zero_copy_only=False), False)  # a later record of the same id follows
-        for r, k, vid, old in zip(t.column("at").to_pylist(), t.column("code").to_pylist(),
-                                  t.column("id").to_pylist(), later.tolist(), strict=True):
+        for k, vid, old, ok in zip(t.column("code").to_pylist(), t.column("id").to_pylist(),
+                                   later.tolist(), t.column("good").to_pylist(), strict=True):
             if old:
                 bad.setdefault(k, []).append(vid)
-            elif good[r]:
+            elif ok:
                 live.setdefault(k, set()).add(vid)
-    del order, hs, key, good
     for k, name in enumerate(names):
         mine = live.get(k, set())
         out = [v for v in dict.fromkeys(bad.get(k, [])) if v not in mine]
@@ -260,7 +265,6 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     table at HowTo100M). Returns the row count. A table it cannot order that way (no
     video_id/start) goes to ``merge``.
     """
-    import shutil
     import tempfile
 
     import pyarrow as pa
@@ -272,7 +276,6 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
     batch_rows = batch_rows or MERGE_CHUNK
     sources: list[tuple[Path, Any, bool]] = []  # (file, ids to keep, grouped by video)
     extras: dict[str, pa.DataType] = {}
-    rows = 0  # of every source: how big the level files' row groups are
     for path, keep in _sources(rd, table):
         try:
             md = pq.read_metadata(path)
@@ -283,7 +286,6 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
             continue
         if md.num_rows == 0:
             continue
-        rows += md.num_rows
         for f in md.schema.to_arrow_schema():
             if f.name not in schema and f.name not in extras and not pa.types.is_null(f.type):
                 extras[f.name] = f.type
@@ -304,9 +306,9 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
                                                     dir=rd.cache_dir))
                 for lo in range(0, len(sources), group):
                     merged += 1
-                    out = scratch / f"level-{merged:06d}.parquet"
+                    out = scratch / f"level-{merged:06d}{LEVEL_SUFFIX}"
                     _merge_into(rd, str(out), sources[lo:lo + group], table, target,
-                                extras, batch_rows, row_group=level_row_group(rows))
+                                extras, batch_rows, level=True)
                     level.append((out, None, True))
             for path, _, _ in sources:
                 if scratch in path.parents:
@@ -324,16 +326,6 @@ def merge_streaming(rd: MergeDir, table: str, batch_rows: int | None = None) -> 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def level_row_group(rows: int) -> int:
-    """Rows of a row group in the level files of a merge of ``rows`` rows: ``PART_ROW_GROUP``
-    (a stream holds one row group's column chunks) until that makes more than
-    ``LEVEL_ROW_GROUPS`` in all, then doubled, to at most ``MERGE_CHUNK`` (one write)."""
-    size = PART_ROW_GROUP
-    while size < MERGE_CHUNK and rows > size * LEVEL_ROW_GROUPS:
-        size *= 2
-    return size
-
-
 def level_group(files: int) -> int:
     """How many of ``files`` sorted files a level of a merge takes together: as few levels
     as ``MERGE_FAN_IN`` allows, groups as small as they allow (memory goes with the files
@@ -344,9 +336,10 @@ def level_group(files: int) -> int:
 
 def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool]],
                 table: str, target: Any, extras: dict[str, Any], batch_rows: int,
-                options: dict[str, Any] | None = None, row_group: int | None = None) -> int:
-    """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``,
-    chunks of whole videos sorted by start, end, text, conformed to ``target``.
+                level: bool = False) -> int:
+    """k-way merge of ``sources`` (each in video order) into one Parquet file at ``sink``
+    (``level``: a level's IPC stream), chunks of whole videos sorted by start, end, text,
+    conformed to ``target``.
 
     Merged a record batch at a time, not a video at a time: every video below the smallest
     "last video" of the streams' pending rows is complete, so those rows are taken from each
@@ -358,7 +351,7 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
 
     keys = [k for k in ("video_id", "start", "end", "text") if k in SCHEMAS[table]]
     streams = [_Pending(_chunks(rd, path, keep, grouped)) for path, keep, grouped in sources]
-    writer: pq.ParquetWriter | None = None
+    writer: Any = None
     batch: list[Any] = []
     total = rows = 0
 
@@ -379,12 +372,15 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
             out = pa.Table.from_pandas(df, preserve_index=False)
             out = out.cast(target.with_metadata(out.schema.metadata))
         if writer is None:
-            writer = pq.ParquetWriter(sink, out.schema, **(
-                options or {"use_dictionary": parquet_dictionary(out.schema)}))
+            writer = _level_writer(sink, out.schema) if level else pq.ParquetWriter(
+                sink, out.schema, use_dictionary=parquet_dictionary(out.schema))
         if meta is None and extras:  # the next chunks as this one, sorted in Arrow (a chunk
             # through pandas held ~100 MB more at 65k rows of scores)
             meta = out.schema.metadata
-        writer.write_table(out, row_group_size=row_group)
+        if level:
+            writer.write_table(out, max_chunksize=STREAM_ROWS)
+        else:
+            writer.write_table(out)
         total += len(out)
 
     try:
@@ -402,6 +398,24 @@ def _merge_into(rd: MergeDir, sink: Any, sources: Sequence[tuple[Path, Any, bool
         for stream in streams:
             stream.close()
     return total
+
+
+def _level_writer(sink: Any, schema: Any, compression: str | None = LEVEL_COMPRESSION
+                  ) -> Any:
+    """A level file's writer: an IPC stream (``LEVEL_SUFFIX``), read back by ``_level``."""
+    import pyarrow as pa
+
+    return pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(
+        compression=compression))
+
+
+def _level(path: Path) -> Iterator[Any]:
+    """A level file's rows, a record batch at a time, as tables."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path)) as f, pa.ipc.open_stream(f) as reader:
+        for rb in reader:
+            yield pa.Table.from_batches([rb])
 
 
 def _kway(streams: Sequence[_Pending]) -> Iterator[list[Any]]:
@@ -437,12 +451,10 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
     first, forgotten rows kept so they still take older results back), so memory does not
     grow with the number of videos (``newest`` holds every video's columns at once).
     A manifest (a batch's records, in commit order) is small: read whole and sorted."""
-    import shutil
     import tempfile
 
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     from howtocap.engine.records import FORGOTTEN, plain_record_table, read_manifest_table
 
@@ -460,10 +472,6 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
 
     def table(t: Any) -> Iterator[Any]:
         yield t
-
-    def level(path: Path) -> Iterator[Any]:
-        for rb in open_parquet(path, verify=False).iter_batches(batch_size=STREAM_ROWS):
-            yield pa.Table.from_batches([rb])
 
     def newest_of(parts: list[Any], keep_forgotten: bool) -> Any:
         t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -487,16 +495,27 @@ def newest_sorted(rd: MergeDir, stage: str, paths: Sequence[Path], legacy: Any,
             group = level_group(len(sources))
             done: list[Callable[[], Iterator[Any]]] = []
             for lo in range(0, len(sources), group):
-                out = scratch / f"level-{len(list(scratch.iterdir())):06d}.parquet"
+                out = scratch / f"level-{len(list(scratch.iterdir())):06d}{LEVEL_SUFFIX}"
                 streams = [_Pending(src()) for src in sources[lo:lo + group]]
                 try:
-                    with pq.ParquetWriter(out, schema, **LEVEL_WRITE) as writer:
+                    # status records: small, many columns (lz4 a column: 2.4M records'
+                    # status table 7.3 -> 9.0 s)
+                    with _level_writer(str(out), schema, None) as writer:
+                        steps: list[Any] = []  # a merge step's few rows: batched to write
+                        pending = 0
                         for parts in _kway(streams):
-                            writer.write_table(newest_of(parts, True))
+                            steps.append(newest_of(parts, True))
+                            pending += steps[-1].num_rows
+                            if pending >= STREAM_ROWS:
+                                writer.write_table(pa.concat_tables(steps),
+                                                   max_chunksize=STREAM_ROWS)
+                                steps, pending = [], 0
+                        if steps:
+                            writer.write_table(pa.concat_tables(steps))
                 finally:
                     for st in streams:
                         st.close()
-                done.append(lambda p=out: level(p))
+                done.append(lambda p=out: _level(p))
             sources = done
         streams = [_Pending(src()) for src in sources]
         held: list[Any] = []
@@ -576,6 +595,9 @@ def _chunks(rd: MergeDir, path: Path, keep: Any, grouped: bool = True) -> Iterat
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if path.name.endswith(LEVEL_SUFFIX):  # a level of this merge: keeps every row
+        yield from _level(path)
+        return
     if not grouped:  # a per-video part: one small table
         t = _read_source(rd, path, keep)
         if t is not None and t.num_rows:
