@@ -254,7 +254,7 @@ def test_level_files_are_streams_of_small_record_batches(
         if ".merge-" in str(sink):
             with pa.ipc.open_stream(pa.OSFile(str(sink))) as reader:
                 levels.append([b.num_rows for b in reader])
-            assert open(sink, "rb").read(4) == b"\xff\xff\xff\xff"  # an IPC stream
+            assert Path(sink).read_bytes()[:4] == b"\xff\xff\xff\xff"  # an IPC stream
         return n
 
     monkeypatch.setattr(merge_mod, "_merge_into", seen)

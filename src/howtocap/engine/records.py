@@ -86,7 +86,7 @@ _DICT_COLS = ("status", "cause", "config_id", "message", "stage")
 MANIFEST_THREADS = 4  # manifests read at once (Arrow decodes outside the GIL)
 
 
-def _with_defaults(table: Any, cols: Sequence[str]) -> Any:
+def with_defaults(table: Any, cols: Sequence[str]) -> Any:
     """``table`` with exactly ``cols``, a missing record column filled with its default;
     the few-valued text columns (``_DICT_COLS``) dictionary-encoded (a few bytes a row)."""
     import pyarrow as pa
@@ -120,7 +120,7 @@ def read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
             pf = pq.ParquetFile(path, page_checksum_verification=True,
                                 read_dictionary=[c for c in cols if c in _DICT_COLS])
             have = set(pf.schema_arrow.names)
-            return _with_defaults(pf.read(columns=[c for c in cols if c in have],
+            return with_defaults(pf.read(columns=[c for c in cols if c in have],
                                           use_threads=False), cols)
         except FileNotFoundError:
             return None
@@ -144,7 +144,7 @@ def plain_record_table(table: Any, cols: Sequence[str]) -> Any:
     (not dictionaries: chunks of many files concatenate and sort as one)."""
     import pyarrow as pa
 
-    t = _with_defaults(table, cols)
+    t = with_defaults(table, cols)
     return pa.table({c: t.column(c).cast(_record_types().get(c, pa.string()))
                      for c in cols})
 

@@ -57,10 +57,10 @@ from howtocap.engine.records import (
     _record,
     _record_types,
     _records_frame,
-    _with_defaults,
     last_per_key,
     manifest_names,
     read_manifests,
+    with_defaults,
 )
 from howtocap.hashing import safe_name
 from howtocap.schemas import (
@@ -294,11 +294,10 @@ class RunDir:
         names = [n[:-len(".parquet")] for n in manifest_names(folder)]
         parts: list[Any] = []
         codes: list[Any] = []
-        legacy = self._legacy_records(stage)
-        if legacy is not None and len(legacy):
-            parts.append(_with_defaults(pa.Table.from_pandas(
-                legacy[[c for c in cols if c in legacy.columns]], preserve_index=False), cols))
-            codes.append(np.zeros(len(legacy), np.int32))
+        legacy = self.legacy_record_table(stage, cols)
+        if legacy is not None:
+            parts.append(legacy)
+            codes.append(np.zeros(legacy.num_rows, np.int32))
         found = read_manifests([folder / f"{n}.parquet" for n in names], cols)
         for i, (path, got) in enumerate(zip([folder / f"{n}.parquet" for n in names], found,
                                             strict=True)):
@@ -332,6 +331,17 @@ class RunDir:
         idx = StageIndex(stage)
         idx._refresh_legacy(self)
         return idx.legacy
+
+    def legacy_record_table(self, stage: str, cols: Sequence[str]) -> Any:
+        """An older run's per-video status records of ``stage`` as an Arrow table of
+        ``cols`` (as ``read_manifests`` gives a manifest's), or None when it has none."""
+        import pyarrow as pa
+
+        legacy = self._legacy_records(stage)
+        if legacy is None or not len(legacy):
+            return None
+        return with_defaults(pa.Table.from_pandas(
+            legacy[[c for c in cols if c in legacy.columns]], preserve_index=False), cols)
 
     def finished_since(self, stage: str, mark: int) -> tuple[set[str], int]:
         """The videos that manifests read after ``mark`` (a count this returns) made ``ok``:
@@ -717,11 +727,7 @@ class RunDir:
                 for stage in sorted(self.stages_with_results()):
                     folder = self.batch_dir(stage)
                     names = manifest_names(folder)
-                    legacy = self._legacy_records(stage)
-                    old = pa.Table.from_pandas(legacy[[c for c in ["video_id", *cols]
-                                                       if c in legacy.columns]],
-                                               preserve_index=False) \
-                        if legacy is not None and len(legacy) else None
+                    old = self.legacy_record_table(stage, ["video_id", *cols])
                     for part in merging.newest_sorted(self, stage, [folder / n for n in names],
                                                       old, cols, STATUS_ROWS):
                         part = part.append_column("stage", pa.array([stage] * part.num_rows,

@@ -31,7 +31,6 @@ from howtocap.engine.graph import StageGraph
 from howtocap.engine.records import (
     FORGOTTEN,
     MANIFEST_THREADS,
-    _with_defaults,
     last_per_key,
     manifest_names,
     read_manifests,
@@ -222,11 +221,8 @@ def _sources(rd: RunDir, stage: str, paths: Sequence[Path], rows: Sequence[int]
     corrupt manifest is dropped as ``rd.newest`` drops it (its videos are redone)."""
     import pyarrow as pa
 
-    legacy = rd._legacy_records(stage)  # noqa: SLF001 - the same records rd.newest reads
-    if legacy is not None and len(legacy):
-        old = _with_defaults(pa.Table.from_pandas(
-            legacy[[c for c in COUNTED if c in legacy.columns]], preserve_index=False), COUNTED)
-        del legacy
+    old = rd.legacy_record_table(stage, COUNTED)  # the same records rd.newest reads
+    if old is not None:
         for lo in range(0, old.num_rows, ROUTE_ROWS):
             yield old.slice(lo, ROUTE_ROWS)
         del old
