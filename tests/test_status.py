@@ -306,3 +306,65 @@ def test_status_sweeps_the_bucket_folders_of_killed_status_processes(tmp_path: P
         (d / "bucket-00000.arrow").write_bytes(b"rows")
     status_mod._sweep_dead(tmp_path)  # noqa: SLF001
     assert not gone.exists() and alive.exists() and other.exists()
+
+
+_LIMITED_STATUS = """
+import json, resource, sys
+import howtocap.engine.status as status_mod
+from howtocap.engine.graph import StageGraph
+from tests.test_batches import Lines
+soft, hard = int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+status_mod.STATUS_BUCKET_ROWS = 1  # a bucket a record: more buckets than files allowed
+route, asked = status_mod._route, []
+def spy(sources, buckets, scratch):
+    asked.append(buckets)
+    return route(sources, buckets, scratch)
+status_mod._route = spy
+(stage,) = status_mod.status_of(sys.argv[1], StageGraph([Lines]))["stages"]
+print(json.dumps({"answer": {k: stage[k] for k in ("done", "failed", "pending", "failures")},
+                  "buckets": asked, "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+"""
+
+
+@pytest.mark.parametrize("raise_soft", [False, True])
+def test_status_buckets_stay_within_the_open_file_limit(tmp_path: Path,
+                                                        raise_soft: bool) -> None:
+    """Every bucket is an open file while records are routed: with more buckets wanted than
+    the open-file limit leaves, ``status`` raises its soft limit up to the hard one, and
+    past that routes into fewer, larger buckets; both answers equal the fold in memory
+    (one bucket a record with the limit at 128 files: "Too many open files" before)."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.test_batches import Lines
+
+    from howtocap.engine.graph import StageGraph
+    from howtocap.engine.records import StatusRecord
+    from howtocap.engine.status import FILES_SPARE, status_of
+    from howtocap.io.inputs import VideoItem
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if raise_soft and hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"the hard open-file limit is {hard}: no room to raise the soft one")
+    ids = [f"v_{i:03d}" for i in range(400)]
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos(VideoItem(v, None) for v in ids)
+    for lo in range(0, 400, 50):
+        rd.commit_batch("lines", ["subtitles"], [
+            StatusRecord(v, "lines", "ok" if i % 7 else "error", cause="" if i % 7 else "decode")
+            for i, v in enumerate(ids[lo:lo + 50], start=lo)], {})
+    (stage,) = status_of(rd.root, StageGraph([Lines]))["stages"]  # one bucket, in memory
+    want = {k: stage[k] for k in ("done", "failed", "pending", "failures")}
+    limits = (128, hard if raise_soft else 128)
+    out = subprocess.run([sys.executable, "-c", _LIMITED_STATUS, str(rd.root),
+                          *map(str, limits)], capture_output=True, text=True, check=False,
+                         cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["answer"] == want
+    if raise_soft:
+        assert got["buckets"] == [400] and got["soft"] >= 400 + FILES_SPARE
+    else:
+        assert got["buckets"] == [128 - FILES_SPARE] and got["soft"] == 128

@@ -45,6 +45,7 @@ EXAMPLES = 3  # video ids shown per failure cause
 # about this many rows on disk, folded one by one: ``howtocap status`` peaks at ~176 MB at 1.2M
 # and at 2.4M videos (19 and 38 buckets a stage; 167 MB at 100k); 131,072 a bucket: ~187 MB
 STATUS_BUCKET_ROWS = 65_536
+FILES_SPARE = 64  # open files left to the rest of the process while buckets are written
 SCRATCH_PREFIX = "howtocap-status-"  # ends .<host>~<pid>: a killed process's is swept
 ROUTE_ROWS = 32_768  # rows of manifests read (and routed) at once
 COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
@@ -175,11 +176,32 @@ def _newest_parts(rd: RunDir, stage: str) -> Iterator[Iterable[Any]]:
         scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, suffix=f".{writer_tag()}"))
     try:
         with disk_full_as(scratch):
-            files = _route(_sources(rd, stage, paths, rows), -(-total // STATUS_BUCKET_ROWS),
-                           scratch)
+            files = _route(_sources(rd, stage, paths, rows), bucket_count(total), scratch)
         yield (_fold(f) for f in files)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bucket_count(total: int) -> int:
+    """Buckets for a stage of ``total`` records: one a ``STATUS_BUCKET_ROWS``, each an open
+    file while records are routed, so at most what the open-file limit leaves (its soft
+    limit raised to the hard one first; past that, buckets hold more records: memory grows,
+    the answer does not change). 1,024 open files by default would end at ~60M records."""
+    want = -(-total // STATUS_BUCKET_ROWS)
+    try:
+        import resource
+    except ImportError:  # not POSIX: the default limits of other systems are larger
+        return want
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = want + FILES_SPARE
+    if soft != resource.RLIM_INFINITY and need > soft:
+        up = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        with contextlib.suppress(ValueError, OSError):  # not allowed: the soft limit stays
+            resource.setrlimit(resource.RLIMIT_NOFILE, (up, hard))
+            soft = up
+    if soft == resource.RLIM_INFINITY:
+        return want
+    return max(1, min(want, soft - FILES_SPARE))
 
 
 def _sweep_dead(tmp: Path) -> None:
