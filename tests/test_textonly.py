@@ -357,6 +357,11 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
     got = tables[1].set_index("video_id")["video_path"]
     assert len(got) == 12 and got["htm4"] == str(tmp_path / "htm4.mp4")
     assert got["zz_not_in_src"] == "" and got["htm0"] == ""
+    many = [f"zz_{i}" for i in range(9)]  # --ids past the source's 11, across windows of 4
+    videos = run_mod._Videos(source=src, extra=many)
+    want = src.ids_window(0, src.count()) + many
+    assert [it.video_id for items in videos.windows(4) for it in items] == want
+    assert [v for a in videos.id_arrays(4) for v in a.to_pylist()] == want
     if kind == "caption.json":  # ids read back by row from several row groups, any order
         from howtocap.io.subtitle_dump import ParquetStore, convert_dump
 

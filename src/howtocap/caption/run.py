@@ -45,14 +45,17 @@ class _Videos:
             return len(self.items)
         return (self.source.count() if self.source is not None else 0) + len(self.extra or [])
 
+    def _split(self, lo: int, hi: int) -> tuple[tuple[int, int] | None, list[str]]:
+        """Videos ``lo`` to ``hi`` as a range of the source's (None: none of them) and the
+        ``extra`` ids that follow."""
+        have = self.source.count() if self.source is not None else 0
+        own = (lo, min(hi, have)) if self.source is not None and lo < have else None
+        return own, (self.extra or [])[max(0, lo - have):max(0, hi - have)]
+
     def _ids(self, lo: int, hi: int) -> list[str]:
         """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
-        have = self.source.count() if self.source is not None else 0
-        out = self.source.ids_window(lo, min(hi, have)) \
-            if self.source is not None and lo < have else []
-        if hi > have and self.extra:
-            out += self.extra[max(0, lo - have):hi - have]
-        return out
+        own, extra = self._split(lo, hi)
+        return (self.source.ids_window(*own) if own and self.source else []) + extra
 
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
@@ -64,12 +67,12 @@ class _Videos:
         """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
         import pyarrow as pa
 
-        have = self.source.count() if self.source is not None else 0
         for lo in range(0, len(self), size):
-            if self.source is not None and lo < have:
-                yield self.source.id_array(lo, min(lo + size, have))
-            if lo + size > have and self.extra:
-                yield pa.array(self.extra[max(0, lo - have):lo + size - have], pa.string())
+            own, extra = self._split(lo, lo + size)
+            if own and self.source is not None:
+                yield self.source.id_array(*own)
+            if extra:
+                yield pa.array(extra, pa.string())
 
     def record(self, rundir: RunDir) -> None:
         """``videos.parquet``: text-only from the source's id columns, no item a video."""
