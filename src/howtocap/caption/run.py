@@ -55,7 +55,8 @@ class _Videos:
     def _ids(self, lo: int, hi: int) -> list[str]:
         """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
         own, extra = self._split(lo, hi)
-        return (self.source.ids_window(*own) if own and self.source else []) + extra
+        return (self.source.ids_window(*own)
+                if own is not None and self.source is not None else []) + extra
 
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
@@ -69,7 +70,7 @@ class _Videos:
 
         for lo in range(0, len(self), size):
             own, extra = self._split(lo, lo + size)
-            if own and self.source is not None:
+            if own is not None and self.source is not None:
                 yield self.source.id_array(*own)
             if extra:
                 yield pa.array(extra, pa.string())

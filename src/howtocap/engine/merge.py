@@ -9,7 +9,6 @@ Which files and videos are live comes from the run directory (``MergeDir``: ``Ru
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -70,6 +69,8 @@ class MergeDir(Protocol):
 
     def spill_dir(self) -> Path: ...
 
+    def drop_spill(self) -> None: ...
+
     def writers(self, table: str, cached: bool = False) -> list[str]: ...
 
     def newest(self, stage: str, columns: Sequence[str] = ("status",),
@@ -104,7 +105,7 @@ def _sources(rd: MergeDir, table: str) -> Iterator[tuple[Path, Any]]:
             yield p, ("not", skip) if len(skip) else None
 
 
-MANIFESTS_AT_ONCE = 64  # manifests decoded at a time by ``_left_out``
+MANIFESTS_AT_ONCE = 64  # manifests decoded at a time by ``_left_out`` and ``_ids_back``
 
 
 def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
@@ -120,8 +121,6 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from howtocap.engine.records import read_manifests
-
     folder = rd.batch_dir(stage)
     names = [n[:-len(".parquet")] for n in manifest_names(folder)]
     paths = [folder / f"{n}.parquet" for n in names]
@@ -130,37 +129,28 @@ def _left_out(rd: MergeDir, stage: str) -> Iterator[tuple[str, Any]]:
     bad: dict[int, list[str]] = {}  # per manifest: its ids whose record is not ok
     not_ok = []  # numbers of those records (a few percent: failures, forgotten videos)
     sizes = np.zeros(len(names), np.int64)
-    root = rd.spill_dir()
-    spill = root / f"left-out-{stage}-{id(names):x}"  # this call's: gone after it
+    same = SameHashes(rd.spill_dir())
     try:
-        with disk_full_as(spill):
-            same = SameHashes(spill)
-            for lo in range(0, len(paths), MANIFESTS_AT_ONCE):
-                for k, (path, t) in enumerate(zip(paths[lo:lo + MANIFESTS_AT_ONCE],
-                                                  read_manifests(
-                        paths[lo:lo + MANIFESTS_AT_ONCE], ["video_id", "status"]),
-                        strict=True), start=lo):
-                    if isinstance(t, CorruptFile):
-                        rd.drop_corrupt(path, t)  # its videos are redone
-                        continue
-                    if t is None or not t.num_rows:
-                        continue
-                    ids = t.column("video_id").to_pylist()
-                    ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
-                    if not ok.all():
-                        bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True)
-                                  if not good]
-                        not_ok.append(same.items + np.flatnonzero(~ok))
-                    same.add(short_hashes(ids))
-                    sizes[k] = len(ids)
+        with disk_full_as(rd.spill_dir()):
+            for k, t in _each_manifest(paths, range(len(paths)), ["video_id", "status"]):
+                if isinstance(t, CorruptFile):
+                    rd.drop_corrupt(paths[k], t)  # its videos are redone
+                    continue
+                if t is None or not t.num_rows:
+                    continue
+                ids = t.column("video_id").to_pylist()
+                ok = pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False)
+                if not ok.all():
+                    bad[k] = [v for v, good in zip(ids, ok.tolist(), strict=True) if not good]
+                    not_ok.append(same.items + np.flatnonzero(~ok))
+                same.add(short_hashes(ids))
+                sizes[k] = len(ids)
             if not same.items:
                 return
             hs, rec = same.pairs()
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
-        with contextlib.suppress(OSError):  # in use (an index spilled): left as it is
-            root.rmdir()
-            root.parent.rmdir()
+        same.close()
+        rd.drop_spill()
     first = np.concatenate([[0], np.cumsum(sizes)])  # each manifest's first record
     live: dict[int, set[str]] = {}  # per manifest: ids of equal hash live there
     if len(rec):  # records sharing a hash, told apart by their ids, read back
@@ -193,21 +183,26 @@ def _ids_back(rd: MergeDir, paths: Sequence[Path], code: Any, row: Any) -> list[
     """The id of each record (manifest ``code``, ``row``), read back (None: unreadable)."""
     import pyarrow as pa
 
+    out: list[str | None] = [None] * len(code)
+    for k, t in _each_manifest(paths, np.unique(code).tolist(), ["video_id"]):
+        if t is None or isinstance(t, CorruptFile):
+            continue
+        sel = np.flatnonzero(code == k)
+        got = t.column("video_id").take(pa.array(row[sel])).to_pylist()
+        for i, v in zip(sel.tolist(), got, strict=True):
+            out[i] = v
+    return out
+
+
+def _each_manifest(paths: Sequence[Path], ks: Sequence[int], cols: Sequence[str]
+                   ) -> Iterator[tuple[int, Any]]:
+    """``(k, what read_manifests gives for paths[k])`` for each of ``ks`` in turn,
+    ``MANIFESTS_AT_ONCE`` manifests decoded at a time."""
     from howtocap.engine.records import read_manifests
 
-    out: list[str | None] = [None] * len(code)
-    wanted = np.unique(code).tolist()
-    for lo in range(0, len(wanted), MANIFESTS_AT_ONCE):
-        ks = wanted[lo:lo + MANIFESTS_AT_ONCE]
-        for k, t in zip(ks, read_manifests([paths[k] for k in ks], ["video_id"]),
-                        strict=True):
-            if t is None or isinstance(t, CorruptFile):
-                continue
-            sel = np.flatnonzero(code == k)
-            got = t.column("video_id").take(pa.array(row[sel])).to_pylist()
-            for i, v in zip(sel.tolist(), got, strict=True):
-                out[i] = v
-    return out
+    for lo in range(0, len(ks), MANIFESTS_AT_ONCE):
+        part = ks[lo:lo + MANIFESTS_AT_ONCE]
+        yield from zip(part, read_manifests([paths[k] for k in part], cols), strict=True)
 
 
 def _read_source(rd: MergeDir, path: Path, keep: Any) -> Any:

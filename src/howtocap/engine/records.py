@@ -121,7 +121,7 @@ def read_manifests(paths: Sequence[Path], cols: Sequence[str]) -> list[Any]:
                                 read_dictionary=[c for c in cols if c in _DICT_COLS])
             have = set(pf.schema_arrow.names)
             return with_defaults(pf.read(columns=[c for c in cols if c in have],
-                                          use_threads=False), cols)
+                                         use_threads=False), cols)
         except FileNotFoundError:
             return None
         except (pa.ArrowException, OSError) as exc:

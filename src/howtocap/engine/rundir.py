@@ -232,9 +232,14 @@ class RunDir:
         for idx in self._indexes.values():
             idx.close()  # its spilled rows
         self._indexes.clear()
+        self.drop_spill()
+
+    def drop_spill(self) -> None:
+        """Remove this process's spill folder (and ``cache/spill``) if nothing is left in
+        it, so a finished run leaves no empty folder behind; one in use stays."""
         mine = self._spill_path()
-        with contextlib.suppress(OSError):  # none, or still in use: left as it is
-            mine.rmdir()  # a finished run leaves no empty folder behind
+        with contextlib.suppress(OSError):
+            mine.rmdir()
             mine.parent.rmdir()
 
     def spill_dir(self) -> Path:
@@ -924,6 +929,7 @@ class RunDir:
                 import shutil
 
                 shutil.rmtree(spill, ignore_errors=True)
+                self.drop_spill()
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else None
         table = _fold_videos(old, pa.concat_tables(chunks) if chunks else schema.empty_table(),
