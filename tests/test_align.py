@@ -471,16 +471,15 @@ def test_report_counts_and_lists_text_chatter(tmp_path: Path) -> None:
 
 
 def test_keep_chatter_option_maps_onto_drop_chatter() -> None:
-    from howtocap.cli.align import align_settings
+    from howtocap.cli.options import build, model_options
 
-    base = {"offset_seconds": 10.0, "offset_step": 1.0, "clip_seconds": 8.0, "fps": 1.0,
-            "threshold": None, "quantile": None, "keep_top": None, "sample_videos": 1000,
-            "seed": 0, "renormalize": False}
-    assert align_settings(**base).drop_chatter is True
-    assert align_settings(**base, keep_chatter=False).drop_chatter is True
-    assert align_settings(**base, keep_chatter=True).drop_chatter is False
+    opts = list(model_options(AlignConfig))
+    assert "--keep-chatter" in {o.flag for o in opts}
+    assert build(AlignConfig, {}, opts).drop_chatter is True
+    assert build(AlignConfig, {"keep_chatter": False}, opts).drop_chatter is True
+    assert build(AlignConfig, {"keep_chatter": True}, opts).drop_chatter is False
     # with an explicit mode the flag is accepted (`run` shares it with the LLM stage)
-    cfg = align_settings(**{**base, "keep_chatter": True, "threshold": 0.3})
+    cfg = build(AlignConfig, {"keep_chatter": True, "threshold": 0.3}, opts)
     assert filter_mode(cfg) == "threshold" and cfg.drop_chatter is False
 
 

@@ -110,30 +110,23 @@ def unknown(args: list[str]) -> str | None:
 
 
 def test_run_takes_every_option_of_caption_and_align() -> None:
-    """`run` spells out its options: each one of `caption` and of `align` (caption's first on
-    a shared name), then `download`'s, with the same type, flags, help and default, so they
-    cannot drift; `--keep-media` is run's own (it deletes media once align used it)."""
-    import inspect
-
-    from howtocap.cli.align import align_cmd
-    from howtocap.cli.caption import caption_cmd
-    from howtocap.cli.download import download_cmd
-    from howtocap.cli.run import run_cmd
-
-    want: dict[str, inspect.Parameter] = {}
-    for cmd in (caption_cmd, align_cmd, download_cmd):
-        for p in inspect.signature(cmd, eval_str=True).parameters.values():
-            if p.name != "run_dir":  # (caption's `inputs` comes first: run's are caption's)
-                want.setdefault(p.name, p)
-    got = inspect.signature(run_cmd, eval_str=True).parameters
-    assert list(got) == [*want, "keep_media"]
-    for name, p in want.items():
-        assert (got[name].annotation, got[name].default) == (p.annotation, p.default), name
-    run = root().commands["run"]
-    flags = {o for p in run.params for o in p.opts}
+    """`run` has each option of `caption`, of `align` (both generated from their configs:
+    caption's help on a shared name) and of `download`, with the same type and default;
+    `--keep-media` is run's own (it deletes media once align used it)."""
+    run = {p.name: p for p in root().commands["run"].params}
     for name in ("caption", "align", "download"):
-        assert flags >= {o for p in root().commands[name].params for o in p.opts
-                         if p.name not in ("run_dir", "inputs")}, name
+        for p in root().commands[name].params:
+            if p.name in ("run_dir", "inputs") or name == "download" and p.name == "workers":
+                continue
+            q = run[p.name]
+            assert (q.opts, q.secondary_opts, q.default, q.multiple) == (
+                p.opts, p.secondary_opts, p.default, p.multiple), (name, p.name)
+            assert q.type_descriptor.annotation == p.type_descriptor.annotation, (name, p.name)
+    # caption's help on the shared flags, align's on its own
+    align = {p.name: p for p in root().commands["align"].params}
+    assert run["fps"].help == align["fps"].help
+    assert "Caption end" in run["clip_seconds"].help
+    assert "keep_media" in run
 
 
 def test_every_documented_invocation_exists() -> None:

@@ -7,10 +7,11 @@ import math
 
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 from howtocap.caption.blocks import Block, make_blocks
+from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.parse import parse_reply
-from howtocap.errors import HowtocapError
 
 BLOCK = Block(index=0, start=10.4, end=95.6, text="")
 
@@ -90,15 +91,16 @@ def test_a_block_holds_exactly_max_words() -> None:
 
 
 def test_default_limit_is_200_words() -> None:
+    """The paper's 200 words, declared once in ``CaptionConfig`` (make_blocks has no copy)."""
     df = subs([(0, 1, words(100, "a")), (1, 2, words(100, "b")), (2, 3, words(1, "c"))])
-    assert [b.n_words for b in make_blocks(df)] == [200, 1]
+    assert [b.n_words for b in make_blocks(df, CaptionConfig().block_words)] == [200, 1]
 
 
 def test_one_word_blocks_are_allowed() -> None:
     df = subs([(0, 1, "stir"), (1, 2, "pour"), (2, 3, "bake")])
     assert [b.text for b in make_blocks(df, max_words=1)] == ["0s: stir", "1s: pour", "2s: bake"]
-    with pytest.raises(HowtocapError, match="block-words"):
-        make_blocks(df, max_words=0)
+    with pytest.raises(ValidationError, match="block_words"):  # the bound lives in the config
+        CaptionConfig(block_words=0)
 
 
 def test_unreadable_times_drop_the_row_or_fall_back_to_the_start() -> None:
@@ -106,7 +108,7 @@ def test_unreadable_times_drop_the_row_or_fall_back_to_the_start() -> None:
     becomes the start, so the block's range never turns NaN."""
     df = subs([(0.0, 1.0, "first"), ("soon", 3.0, "no start"), (None, 4.0, "none either"),
                (5.0, None, "no end"), (6.0, "later", "bad end"), (7.0, 9.0, "last")])
-    (block,) = make_blocks(df)
+    (block,) = make_blocks(df, 200)
     assert [s.text for s in block.sentences] == ["first", "no end", "bad end", "last"]
     assert [(s.start, s.end) for s in block.sentences] == [
         (0.0, 1.0), (5.0, 5.0), (6.0, 6.0), (7.0, 9.0)]

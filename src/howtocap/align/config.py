@@ -17,28 +17,47 @@ from howtocap.hashing import hash_text
 
 
 class AlignConfig(BaseModel):
-    """Defaults are the paper's: ±10 s of 1-s shifts around 8-s clips, frames at 1 fps."""
+    """Defaults are the paper's: ±10 s of 1-s shifts around 8-s clips, frames at 1 fps.
 
-    offset_seconds: float = Field(10.0, ge=0)
-    clip_seconds: float = Field(8.0, gt=0)
-    fps: float = Field(1.0, gt=0)
-    offset_step: float = Field(1.0, gt=0)
-    renormalize: bool = False
-    threshold: float | None = None
-    quantile: float | None = Field(None, gt=0, le=1)
-    keep_top: int | None = Field(None, ge=0)
-    null_z: float | None = None  # the default filter's bar; None: DEFAULT_NULL_Z
-    # the default filter also drops text-flagged channel chatter (``--keep-chatter``: off);
+    Each field is a flag of ``howtocap align`` and ``run`` (``cli.options`` reads its name,
+    default, bounds and help from here)."""
+
+    offset_seconds: float = Field(10.0, ge=0, description="Try shifts -T … T seconds.")
+    clip_seconds: float = Field(8.0, gt=0, description="Length of a caption's clip (s).")
+    fps: float = Field(1.0, gt=0, description="Frames embedded per second.")
+    offset_step: float = Field(1.0, gt=0, description="Spacing of the shifts (s).")
+    renormalize: bool = Field(False, description="Cosine to the clip mean instead of the "
+                                                 "plain dot product.")
+    threshold: float | None = Field(None, description="Keep pairs with score >= X.")
+    quantile: float | None = Field(None, gt=0, le=1, description="Keep the best fraction Q.")
+    keep_top: int | None = Field(None, ge=0, description="Keep the N best pairs overall.")
+    null_z: float | None = Field(None, description=(  # None: DEFAULT_NULL_Z
+        "The default filter's bar: keep a caption whose score stands at least Z standard "
+        "deviations above other videos' captions on its clip and its own scores on other "
+        "videos' clips (the mean of the two); it also drops channel chatter by its text "
+        "(see --keep-chatter). Default 0.75."))
     # the explicit modes and ``keep_all`` never apply the text test
-    drop_chatter: bool = True
-    keep_all: bool = False
-    reference_captions: int = Field(256, ge=0)
-    reference_videos: int = Field(16, ge=0)
-    sample_videos: int = Field(1000, ge=0)
-    seed: int = 0
-    # keep each caption's window inside one shot (needs DIR/shots.parquet: ``howtocap shots``,
-    # run first by ``align``/``run`` when missing); see align.filter's docstring
-    within_shot: bool = False
+    drop_chatter: bool = Field(True, json_schema_extra={"flag": "--keep-chatter",
+                                                        "invert": True}, description=(
+        "The default filter without its text test: keep captions such as 'Subscribe to "
+        "the channel.' when their null z passes (--threshold/--quantile/--keep-top/"
+        "--keep-all never apply the text test)."))
+    keep_all: bool = Field(False, description="No filter: keep every caption (chatter too).")
+    reference_captions: int = Field(256, ge=0, description=(
+        "Other captions of the run the default filter compares with (drawn once per run "
+        "directory; 0: none)."))
+    reference_videos: int = Field(16, ge=0, description=(
+        "Videos of the run whose clips the default filter compares each caption with (drawn "
+        "once per run directory; 0: none)."))
+    sample_videos: int = Field(1000, ge=0, description=(
+        "Above this many videos, estimate the quantile/keep-top threshold from a random "
+        "sample of this many (0: exact)."))
+    seed: int = Field(0, json_schema_extra={"flag": "--align-seed"}, description=(
+        "Seed of that sample (and of the default filter's reference draw)."))
+    within_shot: bool = Field(False, description=(  # see align.filter's docstring
+        "Keep each caption's window inside one shot (PySceneDetect's cuts, DIR/shots.parquet: "
+        "detected first when the run has none; `howtocap shots` sets the detector). A window "
+        "is cut back to the shot that holds its middle before it is scored."))
 
     @model_validator(mode="after")
     def _one_filter(self) -> AlignConfig:

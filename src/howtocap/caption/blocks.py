@@ -99,10 +99,9 @@ def _block(index: int, sents: list[Sentence]) -> Block:
     return block
 
 
-def make_blocks(subtitles: pd.DataFrame | Rows, max_words: int = 200) -> list[Block]:
-    """Greedy packing in time order; a sentence longer than ``max_words`` is a block alone."""
-    if max_words < 1:
-        raise HowtocapError(f"--block-words must be at least 1, got {max_words}")
+def make_blocks(subtitles: pd.DataFrame | Rows, max_words: int) -> list[Block]:
+    """Greedy packing in time order; a sentence longer than ``max_words`` is a block alone
+    (``CaptionConfig.block_words``: its default and bound are declared there)."""
     blocks: list[Block] = []
     cur: list[Sentence] = []
     cur_words = 0

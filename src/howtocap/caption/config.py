@@ -1,15 +1,69 @@
 """The caption step's typed settings: which videos, ``--asr``, the LLM, the caption settings
 and an optional VLM; validated before any file is written, recorded in
-``DIR/config/caption.json``."""
+``DIR/config/caption.json``.
+
+Each field with a ``description`` is a flag of ``howtocap caption`` and ``run`` (its name,
+default, bounds and help are read from here by ``cli.options``); the nested models declared in
+other modules get their flags from the ``flags`` table of the field that holds them, their
+defaults and bounds from their own fields.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from howtocap.caption.captioner import CaptionConfig
+from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
 from howtocap.caption.vlm import VLMOptions
 from howtocap.llm import LLMOptions
+from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 from howtocap.subtitles.policy import AsrMode
+
+LLM_FLAGS: dict[str, Any] = {
+    "name": {"flag": "--llm", "help": f"embedded (= {EMBEDDED_DEFAULT}), "
+                                      f"{', '.join(REGISTRY)}, or a .gguf path."},
+    "url": {"flag": "--llm-url", "help": (
+        "OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1. Several times (or a file of "
+        "URLs, one a line): replicas of one model, each request to the least busy; a dead one "
+        "is dropped and its work re-sent.")},
+    "model": {"flag": "--llm-model", "help": "Model name sent to --llm-url."},
+    "api_key_env": {"help": "Env variable holding the API key."},
+    "concurrency": {"help": "Requests in flight per server (--llm-url)."},
+    "timeout": {"flag": "--llm-timeout", "help": "Seconds per request."},
+    "max_retries": {"flag": "--llm-retries", "help": "Retries on 429/5xx/timeouts."},
+}
+GENERATION_FLAGS: dict[str, Any] = {
+    "temperature": {"help": "Sampling temperature (0: greedy, the same captions on a re-run)."},
+    "max_tokens": {"help": "Longest reply per block (a cut-off last line is dropped)."},
+    "stop": {"help": "Stop string (repeatable)."},
+    "seed": {"flag": "--llm-seed", "help": "The LLM's sampling seed (with --temperature > 0)."},
+}
+CAPTION_FLAGS: dict[str, Any] = {
+    "block_words": {"help": "Words per LLM block."},
+    "clip_seconds": {"help": "Caption end = start + this (`run`: also align's clip length)."},
+    "template": {"help": f"Prompt: {', '.join(TEMPLATE_NAMES)} (default "
+                         f"{DEFAULT_TEMPLATE_NAME}), or a .txt/.yaml/.json template file."},
+    "constrain": {"help": (
+        "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
+        "asked without). Off by default (benchmarks/results/captions.md).")},
+    "drop_chatter": {"flag": "--keep-chatter", "invert": True, "help": (
+        "Keep captions such as 'Subscribe to the channel.' (`run`: in the align filter "
+        "too).")},
+    "reject_fillers": {"flag": "--keep-fillers", "invert": True, "help": (
+        "Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
+        "training text; by default they are marked in captions.parquet's `rejected` column "
+        "and not aligned.")},
+    "generation": {"flags": GENERATION_FLAGS},
+}
+VLM_FLAGS: dict[str, Any] = {
+    "url": {"flag": "--vlm-url", "help": (
+        "OpenAI-compatible multimodal server (e.g. vLLM serving Qwen2-VL): each block is sent "
+        "with --vlm-frames frames of its time span; needs the video files.")},
+    "model": {"flag": "--vlm-model", "help": "Model name sent to --vlm-url."},
+    "frames": {"flag": "--vlm-frames", "help": "Frames per block sent to --vlm-url."},
+}
 
 
 class CaptionRunConfig(BaseModel):
@@ -17,14 +71,33 @@ class CaptionRunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    subtitles: str | None = None  # HowTo100M-style source (caption.json, pickle, CSV folder)
-    ids: str | list[str] | None = None  # --ids: a file of video ids (or the ids) to caption
-    limit: int | None = Field(None, ge=1)  # --limit: the first N videos
-    asr: AsrMode = "auto"
-    asr_model: str = "default"
-    llm: LLMOptions = Field(default_factory=LLMOptions)
-    caption: CaptionConfig = Field(default_factory=CaptionConfig)
-    vlm: VLMOptions | None = None  # --vlm-url: a multimodal server captions blocks + frames
-    # --parse-workers: processes for the filler test's parse (None: one per core, up to 8, with
-    # --llm-url; none with an LLM in this process); changes speed, never a verdict
-    parse_workers: int | None = Field(None, ge=0)
+    subtitles: str | None = Field(None, description=(
+        "HowTo100M-style subtitles: caption.json, a pickle of it, sentencified JSON, a "
+        ".parquet, or a folder of <id>.csv. Without INPUTS: caption every video in it (text "
+        "only)."))
+    ids: str | list[str] | None = Field(None, json_schema_extra={"multiple": False},
+                                        description="Caption only these videos: a text file, "
+                                                    "one video id a line (# comments).")
+    limit: int | None = Field(None, ge=1, description="Caption only the first N videos (of "
+                                                      "--subtitles, or of INPUTS).")
+    asr: AsrMode = Field("auto", description=(
+        "auto: Whisper only for videos without subtitles; always: Whisper on every video "
+        "file, ignoring all subtitles; never: no Whisper (no subtitles = error)."))
+    asr_model: str = Field("default", description="default (bundled tiny.en), base, a "
+                                                  "CTranslate2 folder, or a faster-whisper "
+                                                  "model name.")
+    llm: LLMOptions = Field(default_factory=LLMOptions, json_schema_extra={"flags": LLM_FLAGS})
+    caption: CaptionConfig = Field(default_factory=CaptionConfig,
+                                   json_schema_extra={"flags": CAPTION_FLAGS})
+    vlm: VLMOptions | None = Field(None, json_schema_extra={"flags": VLM_FLAGS})
+    # changes speed, never a verdict
+    parse_workers: int | None = Field(None, ge=0, description=(
+        "Processes that parse captions for the filler test (default: with --llm-url one per "
+        "core, up to 8; none with an LLM in this process; 0: in this process)."))
+
+    @model_validator(mode="after")
+    def _one_writer(self) -> CaptionRunConfig:
+        if self.vlm is not None and self.llm.url:
+            raise ValueError("give --llm-url or --vlm-url, not both: the VLM writes the "
+                             "captions")
+        return self

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from howtocap.cli import (
     align,
     caption,
+    common,
     download,
     duplicates,
     dvc,
@@ -64,18 +66,29 @@ GROUPS: dict[str, tuple[str, dict[str, Callable[..., Any]]]] = {
 }
 
 
+class Command(TyperCommand):
+    """A bad flag value is one red line naming the flag, like a bad setting (exit 2), not
+    Click's usage box."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except typer.BadParameter as exc:
+            common.err.print(f"[red]error:[/red] {exc.format_message()}", highlight=False)
+            raise typer.Exit(2) from None
+
 
 def add_commands(target: typer.Typer, *names: str) -> typer.Typer:
     """Mount the named commands and groups of the tables on ``target`` (all when no name is
     given): the ``howtocap`` app, or a test's app that holds one command."""
     for name in names or (*COMMANDS, *GROUPS):
         if name in COMMANDS:
-            target.command(name)(COMMANDS[name])
+            target.command(name, cls=Command)(COMMANDS[name])
             continue
         doc, commands = GROUPS[name]
         group = typer.Typer(help=doc, no_args_is_help=True)
         for sub, fn in commands.items():
-            group.command(sub)(fn)
+            group.command(sub, cls=Command)(fn)
         target.add_typer(group, name=name)
     return target
 

@@ -114,8 +114,8 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
             raise HowtocapError(f"{path}: config keys must be option names, got {key!r}")
         name = key.replace("-", "_")
         if name not in values:
-            raise HowtocapError(f"{path}: unknown option {key!r}; known: "
-                                f"{', '.join(sorted(k for k in values if k != 'config'))}")
+            known = sorted(k for k in values if k not in ("config", "ctx"))
+            raise HowtocapError(f"{path}: unknown option {key!r}; known: {', '.join(known)}")
         # by name: Typer (0.29 here) vendors its own click, whose ParameterSource is another enum
         # than ``click.core.ParameterSource`` (comparing members let the file win every time)
         source = ctx.get_parameter_source(name)

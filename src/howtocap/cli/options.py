@@ -1,0 +1,239 @@
+"""A step's options are declared once, as fields of its pydantic config; this turns them into
+Typer options (as open_clip's ``params.py`` declares each parameter once).
+
+A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` of its
+``json_schema_extra``), its default, its bounds (``ge``/``gt``/``le``/``lt``, Click's ranges, so
+``--help`` shows them) and its help all come from the field. Extra keys a flag may need:
+``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
+``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
+field). A nested model declared in another package (the LLM's ``LLMOptions``) gets its flags
+from the parent field's ``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults
+and bounds still from its own fields.
+
+``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
+one option per flag and calls the command with the validated model; ``run`` passes several
+models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both). A
+``--config`` YAML file fills the same names. A bad value is one line naming the flag.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import annotated_types as at
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from howtocap.errors import HowtocapError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: where its value goes in the model, and the field that declares it."""
+
+    path: tuple[str, ...]  # ("caption", "generation", "seed")
+    flag: str  # "--llm-seed"
+    info: FieldInfo
+    extra: dict[str, Any]  # the field's (or its parent table's) flag keys
+    optional_parent: tuple[str, ...] | None  # a nested model that is None unless given (vlm)
+
+    @property
+    def param(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def help(self) -> str:
+        return self.extra.get("help") or self.info.description or ""
+
+    @property
+    def default(self) -> Any:
+        if self.info.default_factory is not None:
+            value = self.info.default_factory()  # type: ignore[call-arg]
+            return value or None  # an empty list: no default shown
+        value = None if self.info.default is PydanticUndefined else self.info.default
+        return (not value) if self.extra.get("invert") else value
+
+
+def _extra(info: FieldInfo) -> dict[str, Any]:
+    extra = info.json_schema_extra
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+def _plain(annotation: Any) -> tuple[Any, bool]:
+    """The annotation without ``None``, and whether ``None`` was allowed."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(annotation))
+        return functools.reduce(operator.or_, args), optional
+    return annotation, False
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    plain, _ = _plain(annotation)
+    return plain if isinstance(plain, type) and issubclass(plain, BaseModel) else None
+
+
+def model_options(model: type[BaseModel], table: dict[str, Any] | None = None,
+                  path: tuple[str, ...] = (), optional: tuple[str, ...] | None = None
+                  ) -> Iterator[Opt]:
+    """Every option of ``model``, nested models' included, in declaration order."""
+    for name, info in model.model_fields.items():
+        extra = {**_extra(info), **((table or {}).get(name) or {})}
+        sub = _model_of(info.annotation)
+        if sub is not None and ("flags" in extra or table is None and _has_options(sub)):
+            opt_parent = optional or (path + (name,) if _plain(info.annotation)[1] else None)
+            yield from model_options(sub, extra.get("flags"), path + (name,), opt_parent)
+        elif table is not None and name in table or table is None and info.description:
+            flag = extra.get("flag") or "--" + name.replace("_", "-")
+            yield Opt(path + (name,), flag, info, extra, optional)
+
+
+def _has_options(model: type[BaseModel]) -> bool:
+    return any(True for _ in model_options(model))
+
+
+def bounds(info: FieldInfo) -> str:
+    """The field's bounds as Click writes a range (``x>=1``, ``0<x<=1``), for ``--help``;
+    the model alone checks them (a bad value: one line naming the flag)."""
+    low = high = ""
+    for m in info.metadata:
+        if isinstance(m, at.Ge):
+            low = f"{m.ge}<="
+        elif isinstance(m, at.Gt):
+            low = f"{m.gt}<"
+        elif isinstance(m, at.Le):
+            high = f"<={m.le}"
+        elif isinstance(m, at.Lt):
+            high = f"<{m.lt}"
+    if not (low or high):
+        return ""
+    if not high:  # x>=1 rather than 1<=x
+        op = "<=" if low.endswith("<=") else "<"
+        return f"x{'>=' if op == '<=' else '>'}{low[:-len(op)]}"
+    return f"{low}x{high}"
+
+
+def _parameter(opt: Opt) -> inspect.Parameter:
+    """The Typer parameter of an option (its annotation carries the ``typer.Option``)."""
+    plain, _ = _plain(opt.info.annotation)
+    if typing.get_origin(plain) in (typing.Union, types.UnionType):  # str | list[str]
+        plain = list[str] if opt.extra.get("multiple", True) else str
+    decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if plain is bool else "")]
+    if opt.extra.get("short"):
+        decls.append(opt.extra["short"])
+    shown = bounds(opt.info)
+    # escaped: Rich would read [x>=1] as markup
+    option = typer.Option(*decls, help=opt.help + (f"  \\[{shown}]" if shown else ""))
+    default = opt.default
+    annotation = plain if default is not None else plain | None
+    return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[annotation, option])
+
+
+def _flags(models: dict[str, type[BaseModel]]) -> dict[str, list[tuple[str, Opt]]]:
+    """Options by parameter name over the models; one a shared flag sets in each."""
+    found: dict[str, list[tuple[str, Opt]]] = {}
+    for key, model in models.items():
+        for opt in model_options(model):
+            found.setdefault(opt.param, []).append((key, opt))
+    for param, opts in found.items():
+        defaults = {repr(o.default) for _, o in opts}
+        if len(defaults) > 1:  # a shared flag must mean one thing
+            raise TypeError(f"--{param}: its models disagree on its default ({defaults})")
+    return found
+
+
+def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
+          flags: dict[tuple[str, ...], str] | None = None) -> Any:
+    """The model from option values by parameter name (a missing or None value: the field's
+    default); a bad value is one ``HowtocapError`` line naming the flag."""
+    data: dict[str, Any] = {}
+    optional: dict[tuple[str, ...], bool] = {}
+    for opt in opts:
+        value = values.get(opt.param)
+        if opt.optional_parent is not None:
+            optional.setdefault(opt.optional_parent, False)
+            if value not in (None, opt.default, [], ()):
+                optional[opt.optional_parent] = True
+        if value is None or value in ([], ()):
+            continue
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        if opt.extra.get("invert"):
+            value = not value
+        node = data
+        for part in opt.path[:-1]:
+            node = node.setdefault(part, {})
+        node[opt.path[-1]] = value
+    for parent, given in optional.items():  # e.g. vlm: only when one of its flags was given
+        if not given:
+            node = data
+            for part in parent[:-1]:
+                node = node.get(part, {})
+            node.pop(parent[-1], None)
+    by_path = {o.path: o.flag for o in opts} | (flags or {})
+    try:
+        return model(**data)
+    except ValidationError as exc:
+        raise HowtocapError("; ".join(_message(e, by_path) for e in exc.errors())) from None
+
+
+def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:
+    """``--flag: what is wrong``; a rule over several flags is its own sentence."""
+    loc = tuple(str(p) for p in error["loc"])
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    while loc and loc not in by_path:
+        loc = loc[:-1]
+    return f"{by_path[loc]}: {msg}" if loc else msg
+
+
+def settings_options(**models: type[BaseModel]) -> Callable[[F], F]:
+    """The command's parameters named like ``models`` become one option per flag of those
+    models (in their place); the command is called with each model validated. The command's
+    ``ctx`` and ``config`` parameters, when it has them, apply a ``--config`` YAML file first
+    (flags typed on the command line win)."""
+
+    def decorate(fn: F) -> F:
+        found = _flags(models)
+        own = inspect.signature(fn, eval_str=True).parameters
+        params: list[inspect.Parameter] = []
+        for p in own.values():
+            if p.name in models:
+                if p.name == next(iter(models)):  # the union, in the first model's place
+                    params += [_parameter(opts[0][1]) for opts in found.values()]
+                continue
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{fn.__name__}: a flag of its models is also its own parameter")
+
+        @functools.wraps(fn)
+        def command(**values: Any) -> Any:
+            if "config" in values:
+                from howtocap.cli.common import load_yaml_config
+
+                values = load_yaml_config(values["ctx"], values["config"], values)
+            built = {key: build(model, values, [o for opts in found.values()
+                                                for k, o in opts if k == key])
+                     for key, model in models.items()}
+            return fn(**{k: v for k, v in values.items() if k in own}, **built)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command  # type: ignore[return-value]
+
+    return decorate
