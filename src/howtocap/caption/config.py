@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from howtocap.caption.captioner import CaptionConfig
-from howtocap.caption.prompt import DEFAULT_TEMPLATE_NAME, TEMPLATE_NAMES
+from howtocap.caption.prompt import TEMPLATE_NAMES
 from howtocap.caption.vlm import VLMOptions
 from howtocap.llm import LLMOptions
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
@@ -43,8 +43,8 @@ GENERATION_FLAGS: dict[str, Any] = {
 CAPTION_FLAGS: dict[str, Any] = {
     "block_words": {"help": "Words per LLM block."},
     "clip_seconds": {"help": "Caption end = start + this (`run`: also align's clip length)."},
-    "template": {"help": f"Prompt: {', '.join(TEMPLATE_NAMES)} (default "
-                         f"{DEFAULT_TEMPLATE_NAME}), or a .txt/.yaml/.json template file."},
+    "template": {"help": f"Prompt: {', '.join(TEMPLATE_NAMES)}, or a .txt/.yaml/.json "
+                         "template file."},
     "constrain": {"help": (
         "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
         "asked without). Off by default (benchmarks/results/captions.md).")},
@@ -71,13 +71,13 @@ class CaptionRunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    subtitles: str | None = Field(None, description=(
+    subtitles: str | None = Field(None, json_schema_extra={"path": True}, description=(
         "HowTo100M-style subtitles: caption.json, a pickle of it, sentencified JSON, a "
         ".parquet, or a folder of <id>.csv. Without INPUTS: caption every video in it (text "
         "only)."))
-    ids: str | list[str] | None = Field(None, json_schema_extra={"multiple": False},
-                                        description="Caption only these videos: a text file, "
-                                                    "one video id a line (# comments).")
+    ids: str | list[str] | None = Field(
+        None, json_schema_extra={"multiple": False, "path": True},
+        description="Caption only these videos: a text file, one video id a line (# comments).")
     limit: int | None = Field(None, ge=1, description="Caption only the first N videos (of "
                                                       "--subtitles, or of INPUTS).")
     asr: AsrMode = Field("auto", description=(

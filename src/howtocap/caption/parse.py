@@ -204,8 +204,8 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
 CaptionRow = tuple[float, int, float, str, str]
 
 
-def parse_rows(reply: str, block: Block, counts: ParseResult, clip_seconds: float = 8.0,
-               slack: float = 0.0) -> list[CaptionRow]:
+def parse_rows(reply: str, block: Block, counts: ParseResult, clip_seconds: float,
+               slack: float) -> list[CaptionRow]:
     """``parse_reply`` as tuples, what the captioner keeps (no object a caption, ~40 a
     video); the counts of what was dropped go into ``counts``.
 

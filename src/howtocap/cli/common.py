@@ -124,17 +124,6 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
     return merged
 
 
-def yaml_config(fn: F) -> F:
-    """``--config FILE.yaml`` for a command that takes ``ctx`` and ``config``: the command is
-    called with the file's values for the options not typed on the command line."""
-
-    @functools.wraps(fn)
-    def wrapper(**options: Any) -> Any:
-        return fn(**load_yaml_config(options["ctx"], options["config"], options))
-
-    return wrapper  # type: ignore[return-value]
-
-
 M = TypeVar("M")
 
 

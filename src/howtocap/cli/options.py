@@ -6,9 +6,9 @@ A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` o
 ``--help`` shows them) and its help all come from the field. Extra keys a flag may need:
 ``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
 ``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
-field). A nested model declared in another package (the LLM's ``LLMOptions``) gets its flags
-from the parent field's ``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults
-and bounds still from its own fields.
+field), ``path`` (a file name, kept as text). A nested model declared in another package (the
+LLM's ``LLMOptions``) gets its flags from the parent field's ``{"flags": {sub-field: {"flag",
+"help", ...}}}`` table, its defaults and bounds still from its own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
 one option per flag and calls the command with the validated model; ``run`` passes several
@@ -130,6 +130,8 @@ def _parameter(opt: Opt) -> inspect.Parameter:
     plain, _ = _plain(opt.info.annotation)
     if typing.get_origin(plain) in (typing.Union, types.UnionType):  # str | list[str]
         plain = list[str] if opt.extra.get("multiple", True) else str
+    if opt.extra.get("path"):  # a file name, stored as text
+        plain = Path
     decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if plain is bool else "")]
     if opt.extra.get("short"):
         decls.append(opt.extra["short"])
