@@ -6,9 +6,11 @@ A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` o
 ``--help`` shows them) and its help all come from the field. Extra keys a flag may need:
 ``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
 ``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
-field), ``path`` (a file name, kept as text). A nested model declared in another package (the
-LLM's ``LLMOptions``) gets its flags from the parent field's ``{"flags": {sub-field: {"flag",
-"help", ...}}}`` table, its defaults and bounds still from its own fields.
+field), ``path`` (a file name, kept as text), ``text`` (typed as text, read by the model's own
+validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``). A nested model
+declared in another package (the LLM's ``LLMOptions``) gets its flags from the parent field's
+``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults and bounds still from its
+own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
 one option per flag and calls the command with the validated model; ``run`` passes several
@@ -26,7 +28,7 @@ import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import annotated_types as at
 import typer
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from howtocap.cli.common import load_yaml_config
 from howtocap.errors import HowtocapError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,6 +62,8 @@ class Opt:
 
     @property
     def default(self) -> Any:
+        if self.extra.get("switch"):
+            return "true" if self.info.default else "false"
         if self.info.default_factory is not None:
             value = self.info.default_factory()  # type: ignore[call-arg]
             return value or None  # an empty list: no default shown
@@ -132,10 +137,14 @@ def _parameter(opt: Opt) -> inspect.Parameter:
         plain = list[str] if opt.extra.get("multiple", True) else str
     if opt.extra.get("path"):  # a file name, stored as text
         plain = Path
+    elif opt.extra.get("text"):  # read by the model's own validator: 2G, en,de, JSON
+        plain = str
+    elif opt.extra.get("switch"):  # a value, `--keep-media false`, as the docs write it
+        plain = Literal["true", "false"]
     decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if plain is bool else "")]
     if opt.extra.get("short"):
         decls.append(opt.extra["short"])
-    shown = bounds(opt.info)
+    shown = "" if opt.extra.get("text") else bounds(opt.info)
     # escaped: Rich would read [x>=1] as markup
     option = typer.Option(*decls, help=opt.help + (f"  \\[{shown}]" if shown else ""))
     default = opt.default
@@ -144,12 +153,14 @@ def _parameter(opt: Opt) -> inspect.Parameter:
                              annotation=Annotated[annotation, option])
 
 
-def _flags(models: dict[str, type[BaseModel]]) -> dict[str, list[tuple[str, Opt]]]:
+def _flags(models: dict[str, type[BaseModel]], skip: tuple[str, ...] = ()
+           ) -> dict[str, list[tuple[str, Opt]]]:
     """Options by parameter name over the models; one a shared flag sets in each."""
     found: dict[str, list[tuple[str, Opt]]] = {}
     for key, model in models.items():
         for opt in model_options(model):
-            found.setdefault(opt.param, []).append((key, opt))
+            if opt.param not in skip:
+                found.setdefault(opt.param, []).append((key, opt))
     for param, opts in found.items():
         defaults = {repr(o.default) for _, o in opts}
         if len(defaults) > 1:  # a shared flag must mean one thing
@@ -203,14 +214,16 @@ def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:
     return f"{by_path[loc]}: {msg}" if loc else msg
 
 
-def settings_options(**models: type[BaseModel]) -> Callable[[F], F]:
+def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
+                     ) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
-    models (in their place); the command is called with each model validated. The command's
-    ``ctx`` and ``config`` parameters, when it has them, apply a ``--config`` YAML file first
-    (flags typed on the command line win)."""
+    models (in their place; not the ``skip`` ones: those fields keep their defaults); the
+    command is called with each model validated. The command's ``ctx`` and ``config``
+    parameters, when it has them, apply a ``--config`` YAML file first (flags typed on the
+    command line win)."""
 
     def decorate(fn: F) -> F:
-        found = _flags(models)
+        found = _flags(models, skip)
         own = inspect.signature(fn, eval_str=True).parameters
         params: list[inspect.Parameter] = []
         for p in own.values():
@@ -226,8 +239,6 @@ def settings_options(**models: type[BaseModel]) -> Callable[[F], F]:
         @functools.wraps(fn)
         def command(**values: Any) -> Any:
             if "config" in values:
-                from howtocap.cli.common import load_yaml_config
-
                 values = load_yaml_config(values["ctx"], values["config"], values)
             built = {key: build(model, values, [o for opts in found.values()
                                                 for k, o in opts if k == key])

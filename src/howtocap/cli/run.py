@@ -1,6 +1,6 @@
 """``howtocap run``: caption -> align in one command; its step options are the union of
 ``CaptionRunConfig``'s and ``AlignConfig``'s (``cli.options``: a flag both declare, such as
-``--clip-seconds`` or ``--keep-chatter``, sets both), then ``download``'s."""
+``--clip-seconds`` or ``--keep-chatter``, sets both) and ``DownloadConfig``'s."""
 
 from __future__ import annotations
 
@@ -32,26 +32,13 @@ from howtocap.cli.common import (
     report_summary,
     user_errors,
 )
-from howtocap.cli.download import (
-    AudioOpt,
-    ConnectTimeoutOpt,
-    FormatOpt,
-    Formats,
-    KeepMediaOpt,
-    MaxHeightOpt,
-    MaxSizeOpt,
-    ReadTimeoutOpt,
-    RetriesOpt,
-    StorageOpt,
-    SubLangsOpt,
-    Switch,
-    download_config,
-)
 from howtocap.cli.options import settings_options
+from howtocap.download.config import DownloadConfig
 
 
 @user_errors
-@settings_options(caption=CaptionRunConfig, align=AlignConfig)
+@settings_options(caption=CaptionRunConfig, align=AlignConfig, download=DownloadConfig,
+                  skip=("workers",))  # --workers is the runner's; downloads: their default
 def run_cmd(
     *,
     ctx: typer.Context,
@@ -59,6 +46,7 @@ def run_cmd(
     inputs: OptionalInputs = None,
     caption: CaptionRunConfig,
     align: AlignConfig,
+    download: DownloadConfig,
     force: ForceOpt = False,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
@@ -75,16 +63,6 @@ def run_cmd(
     encoder: EncoderOpt = None,
     videos: VideosOpt = None,
     device: DeviceOpt = None,
-    format: FormatOpt = Formats.mp4,
-    max_height: MaxHeightOpt = 360,
-    audio: AudioOpt = True,
-    max_size: MaxSizeOpt = "2G",
-    sub_langs: SubLangsOpt = "en",
-    connect_timeout: ConnectTimeoutOpt = 10.0,
-    read_timeout: ReadTimeoutOpt = 30.0,
-    retries: RetriesOpt = 3,
-    storage_options: StorageOpt = None,
-    keep_media: KeepMediaOpt = Switch.true,
 ) -> None:
     """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
     DIR/align_report.html. Takes every flag of `caption` and of `align`; remote inputs
@@ -92,11 +70,6 @@ def run_cmd(
     from howtocap.engine.rundir import RunDir
     from howtocap.pipeline.run import run_pipeline
 
-    dl_cfg = download_config(format=format, max_height=max_height, audio=audio,
-                             max_size=max_size, sub_langs=sub_langs,
-                             connect_timeout=connect_timeout, read_timeout=read_timeout,
-                             retries=retries, storage_options=storage_options,
-                             keep_media=keep_media)
     if videos:
         attach_videos(RunDir(out_dir, create=False), videos)
     summaries = run_pipeline(inputs, out_dir, caption=caption, align=align,
@@ -106,7 +79,7 @@ def run_cmd(
                              shard=parse_shard(shard, (batch_size, batch_seconds)),
                              force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
-                             max_attempts=max_attempts, download=dl_cfg)
+                             max_attempts=max_attempts, download=download)
     print_align_result(Path(out_dir), shard)
     show_captions(out_dir, limit=0)
     report_rejected(out_dir)

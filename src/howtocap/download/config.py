@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from howtocap.errors import HowtocapError
 
@@ -17,20 +17,61 @@ Format = Literal["mp4", "webm", "any"]
 
 class DownloadConfig(BaseModel):
     """Defaults as video2dataset's YouTube reader and HowTo100M: mp4 at most 360p with its
-    audio, English automatic captions as WebVTT."""
+    audio, English automatic captions as WebVTT.
 
-    format: Format = "mp4"
-    max_height: int = Field(360, gt=0)
-    audio: bool = True
-    max_size: int = Field(2 * 1024**3, gt=0)  # bytes; a larger file is aborted mid-stream
-    sub_langs: list[str] = Field(default_factory=lambda: ["en"])
-    workers: int = Field(8, ge=1)  # downloads wait on the network: threads
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(30.0, gt=0)  # no byte for this long: the attempt fails
-    retries: int = Field(3, ge=0)  # of transient failures (timeouts, 5xx, 429, resets)
+    Each field with a description is a flag of ``howtocap download`` and ``run``
+    (``cli.options``); ``max_size``, ``sub_langs`` and ``storage_options`` are typed as text
+    (``2G``, ``en,de``, JSON) and read here."""
+
+    format: Format = Field("mp4", description=(
+        "Container of downloaded videos (yt-dlp merges video and audio into it); any: "
+        "whatever the site has."))
+    max_height: int = Field(360, gt=0, description=(
+        "Largest video height fetched from YouTube and other sites (the smallest there is "
+        "when none is that small)."))
+    audio: bool = Field(True, description="Keep the audio track (ASR needs it when a video "
+                                          "has no captions).")
+    max_size: int = Field("2G", gt=0, validate_default=True,  # type: ignore[arg-type]
+                          json_schema_extra={"text": True}, description=(
+        "Largest file fetched (e.g. 500M, 2G); a larger one fails as 'too large', aborted "
+        "mid-stream."))
+    sub_langs: list[str] = Field("en", validate_default=True,  # type: ignore[arg-type]
+                                 json_schema_extra={"text": True}, description=(
+        "YouTube automatic-caption languages fetched as WebVTT (comma separated; '' for "
+        "none): the video's sidecar subtitles."))
+    workers: int = Field(8, ge=1, description="Downloads in parallel (threads: they wait on "
+                                              "the network).")
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect to a server.")
+    read_timeout: float = Field(30.0, gt=0, description=(
+        "Seconds without a byte before a download attempt fails ('timeout')."))
+    retries: int = Field(3, ge=0, description=(
+        "Retries of transient download failures (timeouts, HTTP 5xx and 429, dropped "
+        "connections), with doubling backoff."))
     backoff: float = Field(1.0, ge=0)  # seconds before the first retry, doubled each time
-    storage_options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # by protocol
-    keep_media: bool = True
+    storage_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, json_schema_extra={"text": True}, description=(
+            'fsspec options as JSON, per protocol: \'{"s3": {"endpoint_url": '
+            '"http://127.0.0.1:9000", "anon": true}}\' (else the usual AWS_* / GOOGLE_* '
+            'environment). Never written to the run.'))
+    keep_media: bool = Field(True, json_schema_extra={"switch": True}, description=(
+        "false: delete each downloaded video once align has used its frames (clip export "
+        "then downloads it again)."))
+
+    @field_validator("max_size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return parse_size(value) if isinstance(value, str) else value
+
+    @field_validator("sub_langs", mode="before")
+    @classmethod
+    def _langs(cls, value: Any) -> Any:
+        return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) \
+            else value
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _storage(cls, value: Any) -> Any:
+        return parse_storage_options(value) if isinstance(value, str) else value
 
     def fingerprint(self) -> dict[str, Any]:
         return {"format": self.format, "max_height": self.max_height, "audio": self.audio,
