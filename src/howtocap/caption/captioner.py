@@ -12,53 +12,18 @@ from operator import itemgetter
 from typing import Any, TypeVar
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.caption.blocks import Block, make_blocks
 from howtocap.caption.chatter import is_chatter, may_hold_chatter
-from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.caption.config import CaptionConfig
 from howtocap.caption.filler import reject_reasons
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
-from howtocap.caption.prompt import (
-    DEFAULT_TEMPLATE_NAME,
-    Template,
-    build_messages,
-    resolve_template,
-)
+from howtocap.caption.prompt import build_messages
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
 from howtocap.schemas import Rows, empty_rows, rows
 
-
-class CaptionConfig(BaseModel):
-    """Stage settings with the paper's defaults (200-word blocks, 8-second clips)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    block_words: int = Field(200, ge=1)
-    clip_seconds: float = Field(8.0, gt=0)
-    # A built-in template name (paper, fewshot, actions), template text holding {asr} or
-    # <block>, or a path to a .txt/.yaml/.json template file.
-    template: str = DEFAULT_TEMPLATE_NAME
-    range_slack: float = Field(0.0, ge=0)  # seconds allowed outside a block's time range
-    # Grammar-constrained decoding (backends that support it). Off by default: chosen by
-    # benchmarks/bench_captions.py (results/captions.md), a tie on F broken by fillers.
-    constrain: bool = False
-    drop_chatter: bool = True  # drop captions such as "Subscribe to the channel."
-    # mark captions that show nothing ("So yeah, let's see.") in the `rejected` column
-    reject_fillers: bool = True
-    retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
-    generation: GenerationConfig = Field(default_factory=GenerationConfig)
-
-    def resolved_template(self) -> Template:
-        return resolve_template(self.template)
-
-    def resolved_generation(self) -> GenerationConfig:
-        """The generation settings with the caption grammar attached when constraining."""
-        if not self.constrain:
-            return self.generation
-        return self.generation.model_copy(update={"grammar": CAPTION_GBNF,
-                                                  "regex": CAPTION_REGEX})
+__all__ = ["CaptionConfig", "CaptionError", "CaptionStats"]  # CaptionConfig: caption.config
 
 
 @dataclass

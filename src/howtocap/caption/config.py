@@ -1,6 +1,6 @@
 """The caption step's typed settings: which videos, ``--asr``, the LLM, the caption settings
-and an optional VLM; validated before any file is written, recorded in
-``DIR/config/caption.json``.
+(``CaptionConfig``, the captioner's) and an optional VLM; validated before any file is
+written, recorded in ``DIR/config/caption.json``.
 
 Each field with a ``description`` is a flag of ``howtocap caption`` and ``run`` (its name,
 default, bounds and help are read from here by ``cli.options``); the nested models declared in
@@ -14,10 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from howtocap.caption.captioner import CaptionConfig
-from howtocap.caption.prompt import TEMPLATE_NAMES
+from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.caption.prompt import (
+    DEFAULT_TEMPLATE_NAME,
+    TEMPLATE_NAMES,
+    Template,
+    resolve_template,
+)
 from howtocap.caption.vlm import VLMOptions
 from howtocap.llm import LLMOptions
+from howtocap.llm.base import GenerationConfig
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 from howtocap.subtitles.policy import AsrMode
 
@@ -40,23 +46,6 @@ GENERATION_FLAGS: dict[str, Any] = {
     "stop": {"help": "Stop string (repeatable)."},
     "seed": {"flag": "--llm-seed", "help": "The LLM's sampling seed (with --temperature > 0)."},
 }
-CAPTION_FLAGS: dict[str, Any] = {
-    "block_words": {"help": "Words per LLM block."},
-    "clip_seconds": {"help": "Caption end = start + this (`run`: also align's clip length)."},
-    "template": {"help": f"Prompt: {', '.join(TEMPLATE_NAMES)}, or a .txt/.yaml/.json "
-                         "template file."},
-    "constrain": {"help": (
-        "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
-        "asked without). Off by default (benchmarks/results/captions.md).")},
-    "drop_chatter": {"flag": "--keep-chatter", "invert": True, "help": (
-        "Keep captions such as 'Subscribe to the channel.' (`run`: in the align filter "
-        "too).")},
-    "reject_fillers": {"flag": "--keep-fillers", "invert": True, "help": (
-        "Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
-        "training text; by default they are marked in captions.parquet's `rejected` column "
-        "and not aligned.")},
-    "generation": {"flags": GENERATION_FLAGS},
-}
 VLM_FLAGS: dict[str, Any] = {
     "url": {"flag": "--vlm-url", "help": (
         "OpenAI-compatible multimodal server (e.g. vLLM serving Qwen2-VL): each block is sent "
@@ -64,6 +53,49 @@ VLM_FLAGS: dict[str, Any] = {
     "model": {"flag": "--vlm-model", "help": "Model name sent to --vlm-url."},
     "frames": {"flag": "--vlm-frames", "help": "Frames per block sent to --vlm-url."},
 }
+
+
+class CaptionConfig(BaseModel):
+    """Stage settings with the paper's defaults (200-word blocks, 8-second clips)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    block_words: int = Field(200, ge=1, description="Words per LLM block.")
+    clip_seconds: float = Field(8.0, gt=0, description=(
+        "Caption end = start + this (`run`: also align's clip length)."))
+    # A built-in template name, template text holding {asr} or <block>, or a path to a
+    # .txt/.yaml/.json template file.
+    template: str = Field(DEFAULT_TEMPLATE_NAME, description=(
+        f"Prompt: {', '.join(TEMPLATE_NAMES)}, or a .txt/.yaml/.json template file."))
+    range_slack: float = Field(0.0, ge=0)  # seconds allowed outside a block's time range
+    # Grammar-constrained decoding (backends that support it). Off by default: chosen by
+    # benchmarks/bench_captions.py (results/captions.md), a tie on F broken by fillers.
+    constrain: bool = Field(False, description=(
+        "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
+        "asked without). Off by default (benchmarks/results/captions.md)."))
+    drop_chatter: bool = Field(True, json_schema_extra={"flag": "--keep-chatter",
+                                                        "invert": True}, description=(
+        "Keep captions such as 'Subscribe to the channel.' (`run`: in the align filter "
+        "too)."))
+    # mark captions that show nothing ("So yeah, let's see.") in the `rejected` column
+    reject_fillers: bool = Field(True, json_schema_extra={"flag": "--keep-fillers",
+                                                          "invert": True}, description=(
+        "Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
+        "training text; by default they are marked in captions.parquet's `rejected` column "
+        "and not aligned."))
+    retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
+    generation: GenerationConfig = Field(default_factory=GenerationConfig,
+                                         json_schema_extra={"flags": GENERATION_FLAGS})
+
+    def resolved_template(self) -> Template:
+        return resolve_template(self.template)
+
+    def resolved_generation(self) -> GenerationConfig:
+        """The generation settings with the caption grammar attached when constraining."""
+        if not self.constrain:
+            return self.generation
+        return self.generation.model_copy(update={"grammar": CAPTION_GBNF,
+                                                  "regex": CAPTION_REGEX})
 
 
 class CaptionRunConfig(BaseModel):
@@ -87,8 +119,7 @@ class CaptionRunConfig(BaseModel):
                                                   "CTranslate2 folder, or a faster-whisper "
                                                   "model name.")
     llm: LLMOptions = Field(default_factory=LLMOptions, json_schema_extra={"flags": LLM_FLAGS})
-    caption: CaptionConfig = Field(default_factory=CaptionConfig,
-                                   json_schema_extra={"flags": CAPTION_FLAGS})
+    caption: CaptionConfig = Field(default_factory=CaptionConfig)
     vlm: VLMOptions | None = Field(None, json_schema_extra={"flags": VLM_FLAGS})
     # changes speed, never a verdict
     parse_workers: int | None = Field(None, ge=0, description=(
