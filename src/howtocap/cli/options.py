@@ -112,22 +112,16 @@ def _has_options(model: type[BaseModel]) -> bool:
 def bounds(info: FieldInfo) -> str:
     """The field's bounds as Click writes a range (``x>=1``, ``0<x<=1``), for ``--help``;
     the model alone checks them (a bad value: one line naming the flag)."""
-    low = high = ""
+    low = high = ""  # "0<", "1<=" / "<=1", "<1"
     for m in info.metadata:
-        if isinstance(m, at.Ge):
-            low = f"{m.ge}<="
-        elif isinstance(m, at.Gt):
-            low = f"{m.gt}<"
-        elif isinstance(m, at.Le):
-            high = f"<={m.le}"
-        elif isinstance(m, at.Lt):
-            high = f"<{m.lt}"
-    if not (low or high):
-        return ""
-    if not high:  # x>=1 rather than 1<=x
-        op = "<=" if low.endswith("<=") else "<"
-        return f"x{'>=' if op == '<=' else '>'}{low[:-len(op)]}"
-    return f"{low}x{high}"
+        if isinstance(m, at.Ge | at.Gt):
+            low = f"{m.ge}<=" if isinstance(m, at.Ge) else f"{m.gt}<"
+        elif isinstance(m, at.Le | at.Lt):
+            high = f"<={m.le}" if isinstance(m, at.Le) else f"<{m.lt}"
+    if low and not high:  # x>=1 rather than 1<=x
+        bound, op = low.rstrip("<="), low[len(low.rstrip("<=")):]
+        return f"x{op.replace('<', '>')}{bound}"
+    return f"{low}x{high}" if low or high else ""
 
 
 def _parameter(opt: Opt) -> inspect.Parameter:
