@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+from rich.markup import escape
 from typer.core import TyperCommand
 
 from howtocap.cli import (
@@ -74,7 +75,8 @@ class Command(TyperCommand):
         try:
             return super().parse_args(ctx, args)
         except typer.BadParameter as exc:
-            common.err.print(f"[red]error:[/red] {exc.format_message()}", highlight=False)
+            common.err.print(f"[red]error:[/red] {escape(exc.format_message())}",
+                             highlight=False)
             raise typer.Exit(2) from None
 
 
