@@ -57,7 +57,7 @@ class LocalRunner:
                     emit(run_one(stage, video))
             return
         if hasattr(stage, "aprocess"):
-            _Coroutines(stage, 2 * n).map(videos, emit)
+            _Coroutines(stage, n).map(videos, emit)
             return
         _Workers(stage, n).map(videos, emit)
 
@@ -179,8 +179,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class _Coroutines:
-    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``, ``n`` in flight; results
-    come back through a queue and are emitted on the calling thread as they finish. Why not
+    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``: ``n`` at a time (as ``n``
+    threads would), ``2n`` handed out; results come back through a queue and are emitted on
+    the calling thread as they finish. Why not
     a thread per video: a text-only run over HTTP waits on the server, not the CPU, and 32
     threads blocking on their sockets cost the driver more in GIL hand-offs than the
     captioning itself (benchmarks/bench_driver.py)."""
@@ -192,6 +193,12 @@ class _Coroutines:
         with contextlib.suppress(Exception):  # arun_one reports a failed setup per video
             self.stage.setup()  # models load here, not on the loop
         loop = event_loop()
+        running = asyncio.Semaphore(self.n)  # binds to the loop at its first wait
+
+        async def one(video: VideoInput) -> VideoResult:
+            async with running:
+                return await arun_one(self.stage, video)
+
         done: SimpleQueue[Future[VideoResult]] = SimpleQueue()
         live: set[Future[VideoResult]] = set()
 
@@ -203,10 +210,10 @@ class _Coroutines:
         with collector_tuned():
             try:
                 for video in videos:  # claims are taken as work starts: 2n in flight at most
-                    fut = asyncio.run_coroutine_threadsafe(arun_one(self.stage, video), loop)
+                    fut = asyncio.run_coroutine_threadsafe(one(video), loop)
                     live.add(fut)
                     fut.add_done_callback(done.put)
-                    if len(live) >= self.n:
+                    if len(live) >= 2 * self.n:
                         emit(take())
                 while live:
                     emit(take())
