@@ -7,10 +7,11 @@ closing merges included, divided by its videos).
 Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --large 10000 --base REV]
      -> benchmarks/results/driver.{json,md,png}
 
-``--base`` (default: main before the event loop of 2026-11-26, 853cefd) is checked out into
-a git worktree under benchmarks/work/; every measurement is its own child process with that
-tree's or this tree's sources first on the path, so both versions see the same machine, file
-and load:
+``--base`` (default: main before the LLM client moved to asyncio + httpx, 3c67310: its own
+HTTP/1.1 on ``http.client`` and a hand-written ``selectors`` loop resuming videos written as
+generators) is checked out into a git worktree under benchmarks/work/; every measurement is
+its own child process with that tree's or this tree's sources first on the path, so both
+versions see the same machine, file and load:
 
 * ``in-process``: ``caption_run`` with an LLM object that answers at once (one caption per
   block), so nothing but our own code is timed;
@@ -18,7 +19,7 @@ and load:
   answers at once with one caption per ASR line it was given (``tests.chat_server
   --keep-alive``, its own process: HTTP/1.1 with connections kept open and TCP_NODELAY, as
   vLLM's and llama.cpp's servers answer; until 2026-11-26 it was HTTP/1.0, a new connection
-  per request, then Python's threaded ``http.server``; now a one-thread ``selectors`` loop,
+  per request, then Python's threaded ``http.server``; now a one-thread loop,
   ``LeanChatServer``, at ~0.08 ms of CPU a request instead of ~0.2, since it shares the 2
   cores with the driver and stands for a server that answers from C or a GPU; both versions
   talk to the same server), ``--concurrency 32``: the issue's setting.
@@ -53,11 +54,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "driver"
 OUT = HERE / "results"
-# main before the event loop of 2026-11-26 (32 video threads blocking on their sockets: the
-# state of results/driver.md then). Earlier comparisons are in git history of this file's
-# results: 49d531a (before results through a queue, the client's own HTTP/1.1 framing,
-# request slots on a SimpleQueue, shared prompt prefixes) and 52ce0ad (httpx).
-BASE = "853cefd"
+# main before the LLM client moved to asyncio + httpx (issue #39): the hand-written loop.
+# Earlier comparisons are in git history of this file's results: 853cefd (32 video threads
+# blocking on their sockets), 49d531a (before results through a queue, the client's own
+# HTTP/1.1 framing, request slots on a SimpleQueue, shared prompt prefixes) and 52ce0ad (httpx
+# on threads).
+BASE = "3c67310"
 TARGET_MS = 1.0  # issue #22 part 3: driver CPU a video over HTTP
 
 CHILD = r"""

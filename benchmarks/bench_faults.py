@@ -115,8 +115,7 @@ def breaker_seconds(url: str) -> dict[str, Any]:
 def run_state(out: Path, n: int) -> dict[str, Any]:
     """What the run directory holds: statuses by stage, captioned videos, leftover claims."""
     rd = RunDir(out, create=False)
-    status = rd.status_table() if rd.status_dir.exists() else pd.DataFrame(
-        columns=["video_id", "stage", "status"])
+    status = rd.status_table()
     cap = status[status["stage"] == "caption"]
     claims = list((out / "parts" / "claims").rglob("*.json")) if out.exists() else []
     return {"caption_ok": int((cap["status"] == "ok").sum()),

@@ -1,6 +1,7 @@
-"""The LLM client's own HTTP transport (``llm/http.py``): what httpx gave the users still holds.
+"""The LLM client's HTTP (``httpx.AsyncClient`` in ``llm/openai.py``), seen from a real server.
 Connections are kept alive (counted at the server), a connection the server closed while idle
-is replaced without an outage, proxies come from ``HTTP(S)_PROXY``/``NO_PROXY`` (https through
+is replaced without an outage, replies framed every way are read whole, a stalled, trickling,
+cut or huge reply ends the try, proxies come from ``HTTP(S)_PROXY``/``NO_PROXY`` (https through
 a CONNECT tunnel), and TLS is verified (against ``SSL_CERT_FILE`` when set)."""
 
 from __future__ import annotations
@@ -22,13 +23,6 @@ from tests.chat_server import ChatServer, chat_server, echo_reply, serving
 
 from howtocap.errors import HowtocapError
 from howtocap.llm.base import GenerationConfig
-from howtocap.llm.http import (
-    Origin,
-    ReadTimeout,
-    TransportError,
-    proxy_for,
-    request_bytes,
-)
 from howtocap.llm.openai import OpenAIChatLLM
 
 GEN = GenerationConfig()
@@ -80,17 +74,6 @@ def test_a_connection_closed_while_idle_is_replaced_without_an_outage() -> None:
         assert llm.stats["outages"] == 0 and llm.stats["attempts"] == 3
     finally:
         srv.close()
-
-
-def test_head_and_body_leave_in_one_write() -> None:
-    """One send a request: http.client's two (head, then body) cost a syscall and a TCP
-    segment more on each side."""
-    data = request_bytes("POST", "/v1/chat/completions", "127.0.0.1:8000",
-                         {"Content-Type": "application/json"}, b'{"messages": []}')
-    assert data.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
-    assert b"\r\nContent-Length: 16\r\n" in data
-    assert data.endswith(b'\r\n\r\n{"messages": []}')
-    assert request_bytes("GET", "/v1/models", "h", {}, None).endswith(b"identity\r\n\r\n")
 
 
 class _RawServer:
@@ -150,83 +133,67 @@ class _RawServer:
         self.sock.close()
 
 
-def _origin(url: str, timeout: float = 2.0) -> Origin:
-    return Origin(url + "/v1/chat/completions", timeout=timeout, connect_timeout=2.0,
-                  max_idle=4, env={})
+REPLY = (b'{"choices": [{"message": {"content": "0s: Crack the eggs."}, '
+         b'"finish_reason": "stop"}]}')
+SIZED = b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(REPLY)).encode() + b"\r\n\r\n"
 
 
-def _ask(origin: Origin, **kw: Any) -> tuple[int, str | None, bytes]:
-    status, headers, body = origin.request("POST", "/v1/chat/completions", b"{}",
-                                           {"Content-Type": "application/json"}, **kw)
-    return status, headers.get("x-tag"), body
-
-
-def test_responses_framed_every_way_are_read_whole() -> None:
-    """Content-Length (also split across packets), chunked with extensions and trailers, a
-    1xx interim response, HTTP/1.0 to the end of the connection: each body read whole, and
-    the connection kept only when it can carry another request."""
+def test_replies_framed_every_way_are_read_whole() -> None:
+    """Content-Length (split across packets), a 1xx interim response then chunked, HTTP/1.0
+    to the end of the connection: each reply read whole, the first three on one kept
+    connection."""
+    half = len(REPLY) // 2
+    chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, REPLY[:half],
+                                                      len(REPLY) - half, REPLY[half:])
     srv = _RawServer([
-        b"HTTP/1.1 200 OK\r\nX-Tag: a\r\nContent-Length: 11\r\n\r\nhello| world",
-        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-tag: b\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhel|lo\r\n6\r\n wor|ld\r\n"
-        b"0\r\nTrailer: x\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-        b"HTTP/1.0 200 OK\r\nX-Tag: c\r\n\r\nuntil| the end",
-    ])
+        SIZED + REPLY[:10] + b"|" + REPLY[10:],
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunked[:20] + b"|" + chunked[20:],
+        SIZED + REPLY,
+        b"HTTP/1.0 200 OK\r\n\r\n" + REPLY,  # then the server closes the connection
+    ], pause=0.05)
     try:
-        origin = _origin(srv.url)
-        assert _ask(origin) == (200, "a", b"hello world")
-        assert _ask(origin) == (201, "b", b"hello world")
-        assert _ask(origin) == (200, None, b"ok")
-        assert srv.connections == 1  # kept alive through all three
-        assert _ask(origin) == (200, "c", b"until the end")  # then the server closes
-        assert origin._idle == []  # HTTP/1.0 without keep-alive: closed, not kept
-        assert all(r.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
-                   and r.endswith(b"\r\n\r\n{}") for r in srv.requests)
+        llm = client(srv.url + "/v1", concurrency=1, max_retries=0)
+        for _ in range(4):
+            assert llm.chat(MSG, GEN) == "0s: Crack the eggs."
+        assert srv.connections == 1 and llm.stats["outages"] == 0  # kept through all four
+        assert all(r.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") for r in srv.requests)
     finally:
         srv.close()
 
 
-def test_a_body_past_max_bytes_comes_back_empty_and_the_connection_is_dropped() -> None:
-    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100,
-                      b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                      b"40\r\n" + b"y" * 64 + b"\r\n40\r\n" + b"y" * 64 + b"\r\n0\r\n\r\n"])
-    try:
-        origin = _origin(srv.url)
-        assert _ask(origin, max_bytes=50) == (200, None, b"")
-        assert origin._idle == []
-        assert _ask(origin, max_bytes=100) == (200, None, b"")  # 128 bytes in chunks
-        assert srv.connections == 2
-    finally:
-        srv.close()
-
-
-def test_a_stalled_or_cut_response_is_an_error_not_a_hang() -> None:
-    """A reply that stops mid-way past the read timeout is a ReadTimeout (the kernel's
-    SO_RCVTIMEO on plain sockets), one past the whole-reply deadline too, and a connection
-    closed mid-body a TransportError."""
-    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc|defghij"],
-                     pause=1.0)
+def test_a_stalled_trickling_cut_or_huge_reply_ends_the_try(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    srv = _RawServer([SIZED + b"|" + REPLY], pause=2.0)  # stalls after the head
     try:
         t0 = time.monotonic()
-        with pytest.raises(ReadTimeout):
-            _ask(_origin(srv.url, timeout=0.3))
-        assert time.monotonic() - t0 < 0.9
+        with pytest.raises(HowtocapError, match=r"timed out after 0.3s after 1 try"):
+            client(srv.url + "/v1", timeout=0.3, max_retries=0).chat(MSG, GEN)
+        assert time.monotonic() - t0 < 1.5
     finally:
         srv.close()
-    srv = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab|c|d|e|f|g|h|i|j"],
-                     pause=0.15)
+    pieces = b"|".join(REPLY[i:i + 8] for i in range(0, len(REPLY), 8))
+    srv = _RawServer([SIZED + pieces], pause=0.1)  # each piece in time, the whole not
     try:
-        with pytest.raises(ReadTimeout, match="not complete in time"):
-            _ask(_origin(srv.url, timeout=1.0), deadline=time.monotonic() + 0.5)
+        with pytest.raises(HowtocapError, match=r"timed out after 0.5s"):
+            client(srv.url + "/v1", timeout=0.5, max_retries=0).chat(MSG, GEN)
     finally:
         srv.close()
-    cut = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"])
+    cut = _RawServer([SIZED + REPLY[:20]])  # then the connection closes
     try:
-        with pytest.raises(TransportError, match="closed mid-response"):
-            _ask(_origin(cut.url))
+        with pytest.raises(HowtocapError, match=r"unreachable .*\(peer closed connection"):
+            client(cut.url + "/v1", max_retries=0, breaker_after=5).chat(MSG, GEN)
     finally:
         cut.close()
+    import howtocap.llm.openai as openai_mod
+
+    monkeypatch.setattr(openai_mod, "MAX_REPLY_BYTES", 1000)
+    big = _RawServer([b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000])
+    try:  # dropped unread: taken for a garbled reply
+        with pytest.raises(HowtocapError, match="invalid JSON"):
+            client(big.url + "/v1", max_retries=0).chat(MSG, GEN)
+    finally:
+        big.close()
 
 
 class _Proxy:
@@ -301,14 +268,6 @@ def test_http_proxy_from_the_environment_and_no_proxy(proxy: _Proxy,
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         assert client(srv.url).chat(MSG, GEN) == echo_reply(MSG[0]["content"])
         assert len(proxy.seen) == 1 and srv.requests == 2  # the second went direct
-
-
-def test_proxy_for_reads_scheme_all_and_no_proxy() -> None:
-    env = {"HTTPS_PROXY": "http://p:3128", "ALL_PROXY": "q:8080", "NO_PROXY": "local.lan"}
-    assert proxy_for("https://api.example.com/v1", env) == "http://p:3128"
-    assert proxy_for("http://api.example.com/v1", env) == "http://q:8080"
-    assert proxy_for("https://gpu.local.lan:8000/v1", env) is None
-    assert proxy_for("http://api.example.com/v1", {}) is None
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ and where the rows go is the runner's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import asyncio
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 
@@ -19,8 +20,9 @@ from howtocap.caption.config import CaptionConfig
 from howtocap.caption.filler import reject_reasons
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
+from howtocap.engine.runners import run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import LLM, GenerationConfig, Messages, drop_cut_line
+from howtocap.llm.base import LLM, Messages, ask, drop_cut_line
 from howtocap.schemas import Rows, empty_rows, rows
 
 __all__ = ["CaptionConfig", "CaptionError", "CaptionStats"]  # CaptionConfig: caption.config
@@ -116,38 +118,16 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
     pandas frame per video on a million-video run."""
-    return run_steps(caption_steps(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp),
-                     llm)
+    return run_sync(acaption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp))
 
 
-# ``caption_steps`` yields each round's requests, ``(prompts, generation settings)``, and is
-# resumed with their replies (``LLM.chat_many``'s list); it returns the rows and stats. So
-# the same code runs on a thread that blocks (``run_steps``) and, without a thread
-# per video, on an event loop that sends every video's requests (``engine.runners``).
-CaptionSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any],
-                         tuple[Rows, CaptionStats]]
-
-
-T = TypeVar("T")
-
-
-def run_steps(steps: Generator[tuple[list[Messages], GenerationConfig], list[Any], T],
-              llm: LLM) -> T:
-    """Run steps (``caption_steps``, a stage's ``process_steps``) on this thread, each round
-    through ``llm.chat_many``; their value."""
-    try:
-        batch, gen = next(steps)
-        while True:
-            batch, gen = steps.send(llm.chat_many(batch, gen))
-    except StopIteration as stop:
-        return stop.value
-
-
-def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
-                  cfg: CaptionConfig | None = None, *,
-                  attach: Callable[[Block, Messages], Messages] | None = None,
-                  nlp: Any | None = None) -> CaptionSteps:
-    """``caption_rows`` as steps (see ``CaptionSteps``); ``llm`` gives the model's name."""
+async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
+                        cfg: CaptionConfig | None = None, *,
+                        attach: Callable[[Block, Messages], Messages] | None = None,
+                        nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
+    """``caption_rows`` as a coroutine: each round's blocks are asked at once (one coroutine
+    per block, ``llm.base.ask``); what blocks the thread (decoding frames, the filler
+    parse) runs on another thread, so the loop keeps every other video's requests going."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -160,11 +140,12 @@ def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
     if attach is not None:
-        prompts = {b.index: attach(b, prompts[b.index]) for b in blocks}
+        prompts = await asyncio.to_thread(
+            lambda: {b.index: attach(b, prompts[b.index]) for b in blocks})
     todo = list(blocks)
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
-        replies = yield [prompts[b.index] for b in todo], gen
+        replies = await ask(llm, [prompts[b.index] for b in todo], gen)
         down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
         if down is not None:  # the server is gone: no block failed, the run stops
             raise down
@@ -202,7 +183,8 @@ def caption_steps(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     stats.duplicates += len(flat) - len(kept)
     texts = [str(r[3]) for r in kept]
     # without the filler test every row's reason is "": one value for the column
-    rejected: list[str] | str = reject_reasons(texts, nlp) if cfg.reject_fillers else ""
+    rejected: list[str] | str = \
+        await asyncio.to_thread(reject_reasons, texts, nlp) if cfg.reject_fillers else ""
     out = rows("captions", len(kept), video_id=video_id,
                start=[r[0] for r in kept], end=[r[2] for r in kept],
                text=texts, source="llm", block=[r[1] for r in kept],

@@ -5,17 +5,17 @@ are the ``subtitles`` stage's output)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 from howtocap.caption.blocks import Block
-from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_steps, run_steps
+from howtocap.caption.captioner import CaptionConfig, CaptionError, acaption_rows
 from howtocap.caption.vlm import VLMOptions, attach_frames
+from howtocap.engine.runners import run_sync
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
-from howtocap.llm.base import GenerationConfig, Messages
+from howtocap.llm.base import Messages
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
@@ -101,21 +101,12 @@ class CaptionStage(BaseStage):
             cfg["chatter_rules"] = RULES_ID
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
-    def event_llm(self) -> Any | None:
-        """The LLM when its requests can go through one event loop (``engine.runners``):
-        a plain-http client, no frames to decode and no filler parse per video (both block
-        the thread), else None (the runner's threads call ``process``)."""
-        model = self._model
-        if self.vlm is not None or self._nlp is not None or self.cfg.reject_fillers:
-            return None
-        return model if getattr(model, "loop_ok", False) else None
-
     def process(self, video: VideoInput) -> StageOutput:
-        return run_steps(self.process_steps(video), self._model)
+        return run_sync(self.aprocess(video))
 
-    def process_steps(self, video: VideoInput) -> StageSteps:
-        """``process`` as steps: ``caption.captioner.CaptionSteps`` whose value is the
-        video's ``StageOutput``."""
+    async def aprocess(self, video: VideoInput) -> StageOutput:
+        """One video's captions as a coroutine (the local runner keeps ``2 x in_flight``
+        of them on one event loop)."""
         subs = video.tables["subtitles"]
         if not len(subs):
             raise HowtocapError("no subtitles to caption")
@@ -126,8 +117,8 @@ class CaptionStage(BaseStage):
             def attach(block: Block, msgs: Messages) -> Messages:
                 return attach_frames(msgs, block_frames(path, block, vlm))
         try:
-            captions, stats = yield from caption_steps(video.video_id, subs, self._model,
-                                                       self.cfg, attach=attach, nlp=self._nlp)
+            captions, stats = await acaption_rows(video.video_id, subs, self._model, self.cfg,
+                                                  attach=attach, nlp=self._nlp)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]
             if whys and all(w.startswith("LLM server") for w in whys):
@@ -140,6 +131,3 @@ class CaptionStage(BaseStage):
         return StageOutput({"captions": captions}, warnings,
                            metrics={"captions": float(len(captions)),
                                     "llm_blocks": float(stats.blocks), **rejected})
-
-
-StageSteps = Generator[tuple[list[Messages], GenerationConfig], list[Any], StageOutput]

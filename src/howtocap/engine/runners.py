@@ -2,30 +2,33 @@
 
 ``map(stage, videos, emit)`` runs ``stage`` on every video the iterator yields and calls
 ``emit`` with each result on the calling thread, which commits it. The local runner uses a
-thread pool in this process; the Ray runner (``howtocap[ray]``) a Ray Data pipeline whose
-actor pools hold the models, on a laptop or a cluster. ``--shard K/N`` is not a runner: it
+thread pool in this process, or, for a stage written as ``async def aprocess`` (captioning
+through an LLM server), coroutines on the process's one event loop; the Ray runner
+(``howtocap[ray]``) a Ray Data pipeline whose actor pools hold the models, on a laptop or a
+cluster. ``--shard K/N`` is not a runner: it
 only narrows the videos, so it combines with either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import itertools
 import os
 import pickle
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from howtocap.engine.stage import Stage, VideoInput, VideoResult, run_one
+from howtocap.engine.stage import Stage, VideoInput, VideoResult, arun_one, run_one
 from howtocap.errors import HowtocapError
 
 Emit = Callable[[VideoResult], None]
+T = TypeVar("T")
 RUNNERS = ("local", "ray")
 
 
@@ -53,9 +56,8 @@ class LocalRunner:
                 for video in videos:
                     emit(run_one(stage, video))
             return
-        llm = _event_llm(stage)
-        if llm is not None:
-            _Events(stage, llm, 2 * n).map(videos, emit)
+        if hasattr(stage, "aprocess"):
+            _Coroutines(stage, n).map(videos, emit)
             return
         _Workers(stage, n).map(videos, emit)
 
@@ -76,19 +78,6 @@ def collector_tuned() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
-
-def _event_llm(stage: Stage) -> Any | None:
-    """The LLM whose requests one event loop can send for the stage (``stage.event_llm()``,
-    after ``setup``), or None: threads then call ``process``."""
-    hook = getattr(stage, "event_llm", None)
-    if hook is None or not hasattr(stage, "process_steps"):
-        return None
-    try:
-        stage.setup()
-    except Exception:  # noqa: BLE001 - run_one reports it for every video
-        return None
-    return hook()
 
 
 _STOP = object()  # a worker's signal to end
@@ -162,92 +151,75 @@ class _Workers:
                 t.join()
 
 
-class _Replay:
-    """A stage whose ``process`` hands back what a video's steps ended with, so that
-    ``run_one`` makes the result (and the failure's cause) exactly as for ``process``."""
-
-    def __init__(self, out: Any, exc: BaseException | None) -> None:
-        self.out, self.exc = out, exc
-
-    def setup(self) -> None:
-        pass
-
-    def process(self, video: VideoInput) -> Any:
-        if self.exc is not None:
-            raise self.exc
-        return self.out
+_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop)
+_LOOP_LOCK = threading.Lock()
 
 
-class _Events:
-    """Videos driven by their replies on one thread, no thread per video or request.
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The process's one asyncio loop, on a daemon thread of its own (started at first use,
+    again in a forked child). The LLM clients keep their connections, slots and breakers on
+    it, so every caller, thread or coroutine, shares them."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True,
+                             name="howtocap-event-loop").start()
+            _LOOP = (os.getpid(), loop)
+        return _LOOP[1]
 
-    The stage's ``process_steps(video)`` yields each round of requests and is resumed with
-    their replies; ``llm.loop.ChatLoop`` sends every video's requests on non-blocking
-    keep-alive connections (the client's slots, retries, breakers and the pool's routing are
-    the blocking client's own code) and the replies resume the videos. Why: with a thread per
-    video blocking on its socket, the GIL hand-offs and wake-ups of 32 threads cost the
-    driver more CPU than captioning (benchmarks/bench_driver.py). ``n`` videos are in flight
-    (claims are taken as work starts); results are emitted on this thread, as they finish.
-    """
 
-    def __init__(self, stage: Stage, llm: Any, n: int) -> None:
-        self.stage, self.llm, self.n = stage, llm, n
-        self.loop = llm.chat_loop()  # the engine does not import the LLM clients
-        self.finished: deque[VideoResult] = deque()
-        self.live: set[Any] = set()  # the steps of videos in flight
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on ``event_loop()`` and wait for its value (from any other thread)."""
+    loop = event_loop()
+    if threading.current_thread().name == "howtocap-event-loop":
+        coro.close()
+        raise RuntimeError("run_sync called on the event loop: await the coroutine instead")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    def _start(self, video: VideoInput) -> None:
-        t0 = time.perf_counter()
-        try:
-            steps = self.stage.process_steps(video)  # type: ignore[attr-defined]
-        except Exception as exc:  # noqa: BLE001 - the video's failure
-            self._end(video, t0, None, exc)
-            return
-        self.live.add(steps)
-        self._step(video, t0, steps, None)
 
-    def _step(self, video: VideoInput, t0: float, steps: Any, replies: list[Any] | None) -> None:
-        try:
-            batch, gen = steps.send(replies)
-        except StopIteration as stop:
-            self.live.discard(steps)
-            self._end(video, t0, stop.value, None)
-        except Exception as exc:  # noqa: BLE001 - the video's failure (or the run's)
-            self.live.discard(steps)
-            self._end(video, t0, None, exc)
-        else:
-            self.loop.chat_many(self.llm, batch, gen,
-                                lambda got: self._step(video, t0, steps, got))
+class _Coroutines:
+    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``: ``n`` at a time (as ``n``
+    threads would), ``2n`` handed out; results come back through a queue and are emitted on
+    the calling thread as they finish. Why not
+    a thread per video: a text-only run over HTTP waits on the server, not the CPU, and 32
+    threads blocking on their sockets cost the driver more in GIL hand-offs than the
+    captioning itself (benchmarks/bench_driver.py)."""
 
-    def _end(self, video: VideoInput, t0: float, out: Any, exc: BaseException | None) -> None:
-        res = run_one(_Replay(out, exc), video)  # type: ignore[arg-type]
-        res.seconds = time.perf_counter() - t0
-        self.finished.append(res)
+    def __init__(self, stage: Stage, n: int) -> None:
+        self.stage, self.n = stage, n
 
     def map(self, videos: Iterator[VideoInput], emit: Emit) -> None:
-        out = 0  # videos started, their results not yet emitted
-        more = True
+        with contextlib.suppress(Exception):  # arun_one reports a failed setup per video
+            self.stage.setup()  # models load here, not on the loop
+        loop = event_loop()
+        running = asyncio.Semaphore(self.n)  # binds to the loop at its first wait
+
+        async def one(video: VideoInput) -> VideoResult:
+            async with running:
+                return await arun_one(self.stage, video)
+
+        done: SimpleQueue[Future[VideoResult]] = SimpleQueue()
+        live: set[Future[VideoResult]] = set()
+
+        def take() -> VideoResult:
+            fut = done.get()
+            live.discard(fut)
+            return fut.result()
+
         with collector_tuned():
             try:
-                while True:
-                    while more and out < self.n:
-                        video = next(videos, None)
-                        if video is None:
-                            more = False
-                            break
-                        out += 1
-                        self._start(video)
-                    while self.finished:
-                        out -= 1
-                        emit(self.finished.popleft())
-                    if not out and not more:
-                        return
-                    if out and not self.finished:
-                        self.loop.run_once(1.0)
-            finally:  # what is in flight is abandoned: its videos are not done
-                for steps in self.live:
-                    steps.close()
-                self.loop.close()
+                for video in videos:  # claims are taken as work starts: 2n in flight at most
+                    fut = asyncio.run_coroutine_threadsafe(one(video), loop)
+                    live.add(fut)
+                    fut.add_done_callback(done.put)
+                    if len(live) >= 2 * self.n:
+                        emit(take())
+                while live:
+                    emit(take())
+            finally:  # what is in flight is abandoned (cancelled): its videos are not done
+                for fut in live:
+                    fut.cancel()
 
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:

@@ -186,15 +186,31 @@ def run_one(stage: Stage, video: VideoInput) -> VideoResult:
     t0 = time.perf_counter()
     try:
         stage.setup()
-        out = stage.process(video)
-        return VideoResult(video.video_id, True, "; ".join(out.warnings), out.tables,
-                           list(out.warnings), time.perf_counter() - t0,
-                           metrics=dict(out.metrics))
-    except ServiceUnavailable as exc:  # not this video's fault: the run stops, see core
-        return VideoResult(video.video_id, False, one_line(exc),
-                           seconds=time.perf_counter() - t0, fatal=True)
+        return _done(video, stage.process(video), t0)
     except Exception as exc:  # one video's failure must not stop the batch
-        internal = "" if isinstance(exc, HowtocapError) else traceback.format_exc()
-        return VideoResult(video.video_id, False, one_line(exc),
-                           seconds=time.perf_counter() - t0, internal=internal,
-                           cause=failure_cause(exc))
+        return _failed(video, exc, t0)
+
+
+async def arun_one(stage: Any, video: VideoInput) -> VideoResult:
+    """``run_one`` for a stage written as ``async def aprocess`` (the captioning stage)."""
+    t0 = time.perf_counter()
+    try:
+        stage.setup()
+        return _done(video, await stage.aprocess(video), t0)
+    except Exception as exc:
+        return _failed(video, exc, t0)
+
+
+def _done(video: VideoInput, out: StageOutput, t0: float) -> VideoResult:
+    return VideoResult(video.video_id, True, "; ".join(out.warnings), out.tables,
+                       list(out.warnings), time.perf_counter() - t0, metrics=dict(out.metrics))
+
+
+def _failed(video: VideoInput, exc: Exception, t0: float) -> VideoResult:
+    """A failed video's result (called in the ``except`` block: the traceback is there)."""
+    seconds = time.perf_counter() - t0
+    if isinstance(exc, ServiceUnavailable):  # not this video's fault: the run stops, see core
+        return VideoResult(video.video_id, False, one_line(exc), seconds=seconds, fatal=True)
+    internal = "" if isinstance(exc, HowtocapError) else traceback.format_exc()
+    return VideoResult(video.video_id, False, one_line(exc), seconds=seconds,
+                       internal=internal, cause=failure_cause(exc))

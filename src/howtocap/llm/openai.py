@@ -1,8 +1,11 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, llama.cpp, Ollama, hosted APIs).
 
-At most ``concurrency`` requests are in flight per client, across all threads and videos (one
-shared semaphore). Each try has a deadline (``timeout``, whole reply included, so a server
-trickling bytes cannot hold a worker forever). 5xx, 408/409/425/429, timeouts, connection
+An ``httpx.AsyncClient`` on the process's one event loop (``engine.runners.event_loop``): one
+coroutine per request, at most ``concurrency`` of them in flight per client, each on a
+kept-alive connection of its own (its slot); proxies (``HTTP(S)_PROXY``, ``NO_PROXY``)
+and TLS roots (``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) come from the environment,
+as httpx reads them. Each try has a deadline (``timeout``, whole reply included, so a server
+trickling bytes cannot hold a slot forever). 5xx, 408/409/425/429, timeouts, connection
 errors and malformed replies (invalid JSON, no ``choices``) are retried with exponential backoff
 plus jitter; ``Retry-After`` (seconds or an HTTP date) is honoured up to ``retry_after_max``.
 Other 4xx are the request's fault and are not retried. After the last try one
@@ -22,50 +25,26 @@ client remembers to leave them out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import re
-import threading
+import sys
 import time
-from collections.abc import Sequence
-from queue import SimpleQueue
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
+from howtocap.engine.runners import run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Reply, Steps
-from howtocap.llm.http import (
-    MAX_REPLY_BYTES,
-    ConnectError,
-    ConnectTimeout,
-    Headers,
-    Origin,
-    TimeoutException,
-    TransportError,
-)
+from howtocap.llm.base import AsyncChat, GenerationConfig, Messages, Reply
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
 USER_AGENT = "howtocap"
-
-
-def _reason_phrase(status: int) -> str:
-    """``404`` -> ``Not Found`` (empty for a status HTTP does not name)."""
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-class _Rejected(HowtocapError):
-    """HTTP 400/422: the request itself was refused (maybe for its constraint fields)."""
-
-    @property
-    def detail(self) -> str:
-        return str(self).lower()
+MAX_REPLY_BYTES = 32 << 20  # a reply larger than this is dropped (read as garbled)
 
 
 class _Malformed(Exception):
@@ -100,29 +79,9 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
 
 
-def run_steps(steps: Steps) -> str:
-    """Run a request's steps on this thread: sends block, backoffs sleep."""
-    try:
-        op = next(steps)
-        while True:
-            if not isinstance(op, tuple):
-                if not isinstance(op, Admit):
-                    time.sleep(op)
-                op = steps.send(None)
-                continue
-            client, payload = op
-            try:
-                out = client._send_now(payload)
-            except Exception as exc:  # noqa: BLE001 - the steps decide (retry, raise)
-                op = steps.throw(exc)
-            else:
-                op = steps.send(out)
-    except StopIteration as stop:
-        return stop.value
-
-
-class OpenAIChatLLM:
-    """Client for one OpenAI-compatible server; thread-safe, share one per process."""
+class OpenAIChatLLM(AsyncChat):
+    """Client for one OpenAI-compatible server; share one per process (any thread may call
+    ``chat``/``chat_many``: they run on the one event loop)."""
 
     def __init__(self, url: str, *, model: str | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", api_key: str | None = None,
@@ -133,10 +92,11 @@ class OpenAIChatLLM:
             raise HowtocapError(f"--concurrency must be at least 1, got {concurrency}")
         self.endpoint = chat_endpoint(url)
         self.base_url = self.endpoint[: -len("/chat/completions")]
+        self._url = httpx.URL(self.endpoint)  # parsed once
         key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._post_headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
-                              **self._headers}
+        self._headers = {"User-Agent": USER_AGENT,
+                         **({"Authorization": f"Bearer {key}"} if key else {})}
+        self._post_headers = {"Content-Type": "application/json"}
         self.timeout = float(timeout)
         self.concurrency = int(concurrency)
         self.max_retries = max(0, int(max_retries))
@@ -146,88 +106,100 @@ class OpenAIChatLLM:
         self.breaker_after = max(1, int(breaker_after))
         self._model = model
         self._model_checked = model is not None
-        self._model_lock = threading.Lock()
-        # The in-flight limit: a token per request slot. A SimpleQueue (C) and not a
-        # Semaphore: threading's is Python on a Condition, and its lock was contended by
-        # every request of a 32-thread run (~2 % of the driver's CPU).
-        self._slots: SimpleQueue[None] = SimpleQueue()
-        for _ in range(self.concurrency):
-            self._slots.put(None)
-        self._fanout = Fanout(self.concurrency)
+        # asyncio primitives bind to the loop that first waits on them: the one event loop
+        self._model_lock = asyncio.Lock()
+        # The in-flight limit: a request takes a slot, one AsyncClient of one connection (the
+        # latest freed first, so a lone caller keeps one warm connection). Why not one client
+        # of ``concurrency`` connections: httpcore's pool rescans every connection at every
+        # request event and re-assigns requests it found busy, ~2 ms of CPU a request at 32.
+        self._free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
+        self._clients: list[httpx.AsyncClient] = []
+        self._ssl: Any = None
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
-        self._breaker_lock = threading.Lock()
         self._outages = 0
         self._epoch = 0
         self._open: ServiceUnavailable | None = None
         self.stats = {"attempts": 0, "retries": 0, "outages": 0}
-        # One kept connection per request in flight (http.client: see llm/http.py for why
-        # not httpx); proxies come from the environment, as httpx took them.
-        self._origin = Origin(self.endpoint, timeout=self.timeout,
-                              connect_timeout=min(self.timeout, 10.0),
-                              max_idle=self.concurrency)
-        self._path = urlsplit(self.endpoint).path
         self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode
         self._tails: dict[tuple[Any, ...], str] = {}
-        self._models_path = urlsplit(self.base_url).path + "/models"
 
     @property
     def name(self) -> str:
         return f"openai:{self._model}" if self._model else "openai"
 
-    def close(self) -> None:
-        self._fanout.close()
-        self._origin.close()
+    def _client(self) -> httpx.AsyncClient:
+        """A new slot: proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and TLS roots
+        (``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) from the environment, as httpx
+        reads them; one TLS context for all slots."""
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context()
+        client = httpx.AsyncClient(
+            headers=self._headers, verify=self._ssl,
+            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+        self._clients.append(client)
+        return client
 
-    def _resolve_model(self) -> str | None:
+    async def _take(self) -> httpx.AsyncClient:
+        if self._free.empty() and len(self._clients) < self.concurrency:
+            return self._client()
+        return await self._free.get()
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, []
+        self._free = asyncio.LifoQueue()
+        for client in clients:
+            await client.aclose()
+
+    def close(self) -> None:
+        """Close the kept connections (a later request opens new ones)."""
+        if self._clients:
+            run_sync(self.aclose())
+
+    async def _resolve_model(self) -> str | None:
         """Without ``--llm-model``, ask the server (``GET /models``) which model it serves."""
-        if self._model_checked:  # asked once: no lock on every request
+        if self._model_checked:
             return self._model
-        with self._model_lock:
+        async with self._model_lock:
             if not self._model_checked:
+                client = await self._take()
                 try:
-                    wait = min(self.timeout, 10.0)
-                    status, _, raw = self._origin.request(
-                        "GET", self._models_path, None, dict(self._headers),
-                        deadline=time.monotonic() + wait, max_bytes=MAX_REPLY_BYTES,
-                        timeout=wait)
-                    data = json.loads(raw).get("data") or []
-                    if status == 200 and data and data[0].get("id"):
+                    resp = await client.get(self.base_url + "/models",
+                                            timeout=min(self.timeout, 10.0))
+                    data = resp.json().get("data") or []
+                    if resp.status_code == 200 and data and data[0].get("id"):
                         self._model = str(data[0]["id"])
-                except (TransportError, ValueError, AttributeError, TypeError, IndexError):
+                except (httpx.HTTPError, ValueError, AttributeError, TypeError, IndexError):
                     pass  # the chat request below reports a down server properly
-                finally:  # only now: a thread past the lock-free check must see the answer
+                finally:
                     self._model_checked = True
-            return self._model
+                    self._free.put_nowait(client)
+        return self._model
 
     # -- circuit breaker ---------------------------------------------------------------------
+    # One event loop runs every request, so the counters need no lock.
 
     def _answered(self) -> None:
         """The server answered (anything but a gateway error): it is there."""
-        with self._breaker_lock:
-            self._outages = 0
-            self._epoch += 1
+        self._outages = 0
+        self._epoch += 1
 
     def _outage(self, problem: str, first: int | None) -> int:
         """Count one outage; returns the epoch of the request's first outage (``first``, or
         now): while no answer comes in between, the epoch stays the same."""
-        with self._breaker_lock:
-            self._outages += 1
-            self.stats["outages"] += 1
-            if self._outages >= self.breaker_after:
-                self._trip(problem)
-            return self._epoch if first is None else first
+        self._outages += 1
+        self.stats["outages"] += 1
+        if self._outages >= self.breaker_after:
+            self._trip(problem)
+        return self._epoch if first is None else first
 
     def _trip(self, problem: str) -> None:
-        """Open the breaker (caller holds the lock); the first reason found is kept."""
+        """Open the breaker; the first reason found is kept."""
         if self._open is None:
             self._open = ServiceUnavailable(
                 f"LLM server at {self.base_url} unreachable after {self._outages} attempts "
                 f"({problem}); nothing lost; re-run to resume")
-
-    def _count(self, key: str) -> None:
-        with self._breaker_lock:
-            self.stats[key] += 1
 
     def _check_breaker(self) -> None:
         if self._open is not None:
@@ -266,7 +238,13 @@ class OpenAIChatLLM:
         except (ValueError, AttributeError):
             pass
         if not detail:
-            detail = body.decode("utf-8", "replace") or _reason_phrase(status)
+            from http import HTTPStatus
+
+            try:
+                phrase = HTTPStatus(status).phrase
+            except ValueError:
+                phrase = ""
+            detail = body.decode("utf-8", "replace") or phrase
         return " ".join(str(detail).split())[:200]
 
     def _encode(self, body: dict[str, Any]) -> bytes:
@@ -300,60 +278,45 @@ class OpenAIChatLLM:
                 self._tails[fields_key] = tail
         return f'{{"messages": [{head}, {json.dumps(msgs[-1])}]{tail}'.encode()
 
-    def _send(self, payload: bytes, headers: dict[str, str]) -> tuple[int, Headers, bytes]:
-        """One POST whose whole reply must arrive within ``timeout`` (and ``MAX_REPLY_BYTES``)."""
-        return self._origin.request("POST", self._path, payload, headers,
-                                    deadline=time.monotonic() + self.timeout,
-                                    max_bytes=MAX_REPLY_BYTES)
-
-    @staticmethod
-    def chat_loop() -> Any:
-        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
-        from howtocap.llm.loop import ChatLoop
-
-        return ChatLoop()
-
-    @property
-    def loop_ok(self) -> bool:
-        """A plain ``http://`` server without a proxy: ``llm.loop.ChatLoop`` can send its
-        requests (TLS and proxy tunnels stay on the blocking path)."""
-        return not self._origin.https and not self._origin.proxy
-
-    def _send_now(self, payload: bytes) -> tuple[int, Headers, bytes]:
-        """One try on this thread, in a request slot (the blocking path of ``run_steps``)."""
-        self._slots.get()
+    async def _send(self, body: dict[str, Any], extra: dict[str, object]
+                    ) -> tuple[int, httpx.Headers, bytes, bool]:
+        """One POST in a request slot, whose whole reply must arrive within ``timeout``; a
+        body past ``MAX_REPLY_BYTES`` comes back empty. ``extra`` (the constraint fields) is
+        sent unless the server has refused it meanwhile; the last value says if it was."""
+        client = await self._take()
         try:
             self._check_breaker()
-            self._count("attempts")
-            return self._send(payload, self._post_headers)
+            self.stats["attempts"] += 1
+            constrained = bool(extra) and not self.constraints_rejected
+            payload = self._encode({**body, **extra} if constrained else body)
+            if sys.version_info >= (3, 11):  # no task a request, as wait_for makes
+                async with asyncio.timeout(self.timeout):
+                    return (*await self._exchange(client, payload), constrained)
+            got = await asyncio.wait_for(self._exchange(client, payload), self.timeout)
+            return (*got, constrained)
         finally:
-            self._slots.put(None)
+            self._free.put_nowait(client)
 
-    def chat(self, messages: Messages, gen: GenerationConfig) -> str:
-        return run_steps(self.chat_steps(messages, gen))
+    async def _exchange(self, client: httpx.AsyncClient, payload: bytes
+                        ) -> tuple[int, httpx.Headers, bytes]:
+        async with client.stream("POST", self._url, content=payload,
+                                 headers=self._post_headers) as resp:
+            body = bytearray()
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_REPLY_BYTES:
+                    return resp.status_code, resp.headers, b""
+            return resp.status_code, resp.headers, bytes(body)
 
-    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
-        """One chat request as steps (see ``Steps``): ``chat`` runs them on this thread,
-        ``llm.loop.ChatLoop`` runs many at once on one thread."""
+    async def achat(self, messages: Messages, gen: GenerationConfig) -> str:
         self._check_breaker()
         body: dict[str, Any] = {"messages": list(messages), **gen.request_fields()}
-        model = self._resolve_model()
+        model = await self._resolve_model()
         if model:
             body["model"] = model
-        extra = {} if self.constraints_rejected else gen.constraint_fields()
-        if not extra:
-            return (yield from self._post_steps(body))
-        try:
-            return (yield from self._post_steps({**body, **extra}))
-        except _Rejected as exc:
-            if not any(k in exc.detail for k in (*extra, "extra", "unrecognized", "unknown",
-                                                 "not permitted", "not allowed")):
-                raise HowtocapError(str(exc)) from None
-            self.constraints_rejected = True
-            return (yield from self._post_steps(body))
+        return await self._post(body, gen.constraint_fields())
 
-    def _post_steps(self, body: dict[str, Any]) -> Steps:
-        payload = self._encode(body)
+    async def _post(self, body: dict[str, Any], extra: dict[str, object]) -> str:
         tries = self.max_retries + 1
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
@@ -363,17 +326,17 @@ class OpenAIChatLLM:
         for attempt in range(tries):
             self._check_breaker()
             retry_after, absent = None, False
-            try:  # the driver sends in a request slot (breaker checked, attempt counted)
-                status, rheaders, data = yield (self, payload)
-            except TimeoutException as exc:
+            try:
+                status, rheaders, data, constrained = await self._send(body, extra)
+            except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
                 problem = reason = f"timed out after {self.timeout:g}s"
-                refused += isinstance(exc, ConnectTimeout)
+                refused += isinstance(exc, httpx.ConnectTimeout)
                 epoch = self._outage(reason, epoch)
-            except TransportError as exc:
+            except httpx.RequestError as exc:
                 reason = short_reason(exc, 160)
                 problem = f"is unreachable ({reason})"
                 refused += 1
-                absent = isinstance(exc, ConnectError)
+                absent = isinstance(exc, httpx.ConnectError)
                 last = self._outage(reason, None)
                 epoch = last if epoch is None else epoch
             else:
@@ -393,25 +356,24 @@ class OpenAIChatLLM:
                     elif status in RETRY_STATUS or status >= 500:
                         problem = f"returned {status}"
                         retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                    elif status in (400, 422):
-                        raise _Rejected(f"LLM server {self.endpoint} returned "
-                                        f"{status}: {self._error_detail(status, data)}")
                     else:
+                        detail = self._error_detail(status, data)
+                        if status in (400, 422) and constrained and any(
+                                k in detail.lower() for k in (*extra, "extra", "unrecognized",
+                                                              "unknown", "not permitted",
+                                                              "not allowed")):
+                            self.constraints_rejected = True  # ask again without them
+                            return await self._post(body, {})
                         raise HowtocapError(f"LLM server {self.endpoint} returned "
-                                            f"{status}: {self._error_detail(status, data)}")
+                                            f"{status}: {detail}")
             if attempt + 1 < tries:
-                self._count("retries")
-                yield self._delay(attempt, retry_after)  # the driver waits (sleep or timer)
-        if refused == tries:  # every try failed to reach it, and no answer came since the first
-            # Ending on a refused connection is a closed port even if another request got its
-            # answer between this one's tries (the server died meanwhile).
-            with self._breaker_lock:
-                if self._epoch == epoch or (absent and self._epoch == last):
-                    self._trip(reason)
+                self.stats["retries"] += 1
+                await asyncio.sleep(self._delay(attempt, retry_after))
+        # Every try failed to reach it, and no answer came since the first; ending on a refused
+        # connection is a closed port even if another request got its answer between this
+        # one's tries (the server died meanwhile).
+        if refused == tries and (self._epoch == epoch or (absent and self._epoch == last)):
+            self._trip(reason)
         self._check_breaker()
         raise HowtocapError(f"LLM server {self.endpoint} {problem} after {tries} "
                             f"tr{'y' if tries == 1 else 'ies'}")
-
-    def chat_many(self, batch: Sequence[Messages],
-                  gen: GenerationConfig) -> list[str | Exception]:
-        return self._fanout.map(self.chat, batch, gen)

@@ -11,14 +11,13 @@ run (exit 75, nothing marked failed).
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import Admit, Fanout, GenerationConfig, Messages, Steps
-from howtocap.llm.openai import OpenAIChatLLM, run_steps
+from howtocap.llm.base import AsyncChat, GenerationConfig, Messages
+from howtocap.llm.openai import OpenAIChatLLM
 
 
 def read_urls(values: str | Sequence[str]) -> list[str]:
@@ -38,7 +37,7 @@ def read_urls(values: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(u.rstrip("/") for u in out))
 
 
-class ServerPool:
+class ServerPool(AsyncChat):
     """One LLM over ``clients``: least-outstanding routing, a dead server's work re-sent."""
 
     def __init__(self, clients: Sequence[OpenAIChatLLM]) -> None:
@@ -46,9 +45,8 @@ class ServerPool:
             raise HowtocapError("an LLM server pool needs at least one server")
         self.clients = list(clients)
         self.concurrency = sum(c.concurrency for c in self.clients)
-        self._fanout = Fanout(self.concurrency)
-        self._admit = Admit(self, self.concurrency)
-        self._lock = threading.Lock()
+        # a request picks its server only once it may be sent, so the least busy is picked
+        self._admit = asyncio.Semaphore(self.concurrency)
         self._outstanding = [0] * len(self.clients)
         self._down: dict[int, ServiceUnavailable] = {}
         self._turn = 0
@@ -68,59 +66,34 @@ class ServerPool:
         return {**total, "resent": self.resent, "servers_down": len(self._down)}
 
     def close(self) -> None:
-        self._fanout.close()
         for c in self.clients:
             c.close()
 
     def _pick(self) -> int:
-        with self._lock:
-            n = len(self.clients)
-            alive = [(self._turn + k) % n for k in range(n)
-                     if (self._turn + k) % n not in self._down]
-            if not alive:
-                why = "; ".join(f"{self.clients[i].base_url}: {e}" for i, e in
-                                sorted(self._down.items()))
-                raise ServiceUnavailable(f"all {n} LLM servers are down ({why})")
-            best = min(alive, key=lambda i: self._outstanding[i])  # first of a tie: rotated
-            self._turn = (best + 1) % n
-            self._outstanding[best] += 1
-            return best
+        n = len(self.clients)
+        alive = [(self._turn + k) % n for k in range(n) if (self._turn + k) % n not in self._down]
+        if not alive:
+            why = "; ".join(f"{self.clients[i].base_url}: {e}" for i, e in
+                            sorted(self._down.items()))
+            raise ServiceUnavailable(f"all {n} LLM servers are down ({why})")
+        best = min(alive, key=lambda i: self._outstanding[i])  # first of a tie: rotated
+        self._turn = (best + 1) % n
+        self._outstanding[best] += 1
+        return best
 
-    @staticmethod
-    def chat_loop() -> Any:
-        """A new ``llm.loop.ChatLoop`` to send requests of this LLM (when ``loop_ok``)."""
-        from howtocap.llm.loop import ChatLoop
-
-        return ChatLoop()
-
-    @property
-    def loop_ok(self) -> bool:
-        """Every server can be reached by ``llm.loop.ChatLoop`` (plain http, no proxy)."""
-        return all(c.loop_ok for c in self.clients)
-
-    def chat(self, messages: Messages, gen: GenerationConfig) -> str:
-        return run_steps(self.chat_steps(messages, gen))
-
-    def chat_steps(self, messages: Messages, gen: GenerationConfig) -> Steps:
-        """One request as steps (``llm.openai.Steps``), sent to the least busy live server;
-        a server that goes down meanwhile gets it sent again to another."""
-        yield self._admit
-        while True:
-            i = self._pick()
-            try:
-                reply = yield from self.clients[i].chat_steps(messages, gen)
-            except ServiceUnavailable as exc:
-                with self._lock:
+    async def achat(self, messages: Messages, gen: GenerationConfig) -> str:
+        """Sent to the least busy live server; a server that goes down meanwhile gets it
+        sent again to another."""
+        async with self._admit:
+            while True:
+                i = self._pick()
+                try:
+                    reply = await self.clients[i].achat(messages, gen)
+                except ServiceUnavailable as exc:
                     self._down.setdefault(i, exc)
                     self.resent += 1
-                continue
-            finally:
-                with self._lock:
+                    continue
+                finally:
                     self._outstanding[i] -= 1
-            with self._lock:
                 self.served[i] += 1
-            return reply
-
-    def chat_many(self, batch: Sequence[Messages],
-                  gen: GenerationConfig) -> list[str | Exception]:
-        return self._fanout.map(self.chat, batch, gen)
+                return reply
