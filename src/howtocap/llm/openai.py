@@ -321,11 +321,10 @@ class OpenAIChatLLM(AsyncChat):
         problem = reason = ""  # for the one line: this request's / the breaker's
         epoch: int | None = None  # the breaker's epoch at this request's first outage
         refused = 0  # tries that could not reach the server at all (not slow: absent)
-        absent = False  # the latest try's connection was refused: nobody listens on the port
-        last: int | None = None  # the breaker's epoch at this request's latest outage
+        last: int | None = None  # the breaker's epoch at its latest connection failure
         for attempt in range(tries):
             self._check_breaker()
-            retry_after, absent = None, False
+            retry_after = None
             try:
                 status, rheaders, data, constrained = await self._send(body, extra)
             except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
@@ -336,7 +335,6 @@ class OpenAIChatLLM(AsyncChat):
                 reason = short_reason(exc, 160)
                 problem = f"is unreachable ({reason})"
                 refused += 1
-                absent = isinstance(exc, httpx.ConnectError)
                 last = self._outage(reason, None)
                 epoch = last if epoch is None else epoch
             else:
@@ -369,10 +367,11 @@ class OpenAIChatLLM(AsyncChat):
             if attempt + 1 < tries:
                 self.stats["retries"] += 1
                 await asyncio.sleep(self._delay(attempt, retry_after))
-        # Every try failed to reach it, and no answer came since the first; ending on a refused
-        # connection is a closed port even if another request got its answer between this
+        # Every try failed to reach it, and no answer came since the first; ending on a failed
+        # connection (refused, or reset as a dying server resets what it still holds) with no
+        # answer since is a server gone, even if another request got its answer between this
         # one's tries (the server died meanwhile).
-        if refused == tries and (self._epoch == epoch or (absent and self._epoch == last)):
+        if refused == tries and (self._epoch == epoch or self._epoch == last):
             self._trip(reason)
         self._check_breaker()
         raise HowtocapError(f"LLM server {self.endpoint} {problem} after {tries} "
