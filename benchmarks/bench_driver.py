@@ -88,7 +88,7 @@ else:
         pass
     mine = resource.getrusage(resource.RUSAGE_SELF)  # the CLI's, not the check's below
     from howtocap.engine.rundir import RunDir
-    st = RunDir(out, create=False).read_table("status")
+    st = RunDir(out, create=False).table("status")
     done = int(((st["stage"] == "caption") & (st["status"] == "ok")).sum())
 wall = time.perf_counter() - t0
 import gc, howtocap

@@ -127,7 +127,7 @@ def run_state(out: Path, n: int) -> dict[str, Any]:
 
 def captions(out: Path) -> pd.DataFrame:
     """The caption rows themselves (a per-row config id may name the server's port)."""
-    df = RunDir(out, create=False).read_table("captions")
+    df = RunDir(out, create=False).table("captions")
     cols = ["video_id", "start", "end", "text", "source", "block", "model"]
     return df[cols].sort_values(["video_id", "start", "text"]).reset_index(drop=True)
 

@@ -67,6 +67,9 @@ def make_inputs(work: Path, n: int) -> tuple[Path, str]:
     return vids, enc
 
 
+BATCH_SIZE = [2]  # videos per committed batch of the forked runs (``--batch-size``)
+
+
 def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) -> None:
     """The forked child: one `run` (resumes whatever ``out`` holds); never returns."""
     code = 1
@@ -76,13 +79,15 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
         torch.set_num_threads(1)
         from howtocap.atomic import CorruptPartWarning
         from howtocap.caption.config import CaptionRunConfig
+        from howtocap.engine.core import Batching
         from howtocap.llm import LLMOptions
         from howtocap.pipeline.run import run_pipeline
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CorruptPartWarning)
             run_pipeline([vids], out, caption=CaptionRunConfig(
-                llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False)
+                llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False,
+                batching=Batching(BATCH_SIZE[0]))
         if report is not None:
             report.write_text(json.dumps([str(w.message) for w in caught
                                           if issubclass(w.category, CorruptPartWarning)]))
@@ -162,7 +167,7 @@ def main() -> None:
                     "small, so kills land between batches and inside them")
     ap.add_argument("--work", type=Path, default=HERE / "work" / "kill")
     args = ap.parse_args()
-    os.environ["HOWTOCAP_BATCH_SIZE"] = str(args.batch_size)  # the forked runs inherit it
+    BATCH_SIZE[0] = args.batch_size  # the forked runs inherit it
     rng = random.Random(args.seed)
     if args.work.exists():
         shutil.rmtree(args.work)

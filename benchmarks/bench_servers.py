@@ -74,7 +74,7 @@ def caption(src: Path, out: Path, urls: list[str], concurrency: int) -> dict[str
 
 def captions_of(out: Path) -> Any:
     cols = ["video_id", "start", "end", "text"]
-    return RunDir(out).read_table("captions")[cols].sort_values(cols).reset_index(drop=True)
+    return RunDir(out).table("captions")[cols].sort_values(cols).reset_index(drop=True)
 
 
 def run_kill(src: Path, out: Path, n_videos: int, delay: float, concurrency: int,
@@ -136,7 +136,7 @@ def main() -> None:
             res = caption(src, WORK / f"run{n}", [p.url for p in procs],  # type: ignore
                           args.concurrency)
         if n == 1:  # requests = LLM blocks (one each: the echo server always parses)
-            caps = RunDir(WORK / "run1").read_table("captions")
+            caps = RunDir(WORK / "run1").table("captions")
             blocks = int(caps.groupby("video_id")["block"].nunique().sum())
         ideal = n * args.concurrency / args.delay * args.videos / blocks
         rows.append({"servers": n, **res, "requests": blocks,

@@ -110,9 +110,9 @@ def caption_sets(work: Path, encoder) -> dict[str, pd.DataFrame]:
     from howtocap.engine.rundir import RunDir
 
     rd = RunDir(work / "run", create=False)
-    paths = dict(zip(rd.videos()["video_id"], rd.videos()["video_path"], strict=True))
-    subs = rd.read_table("subtitles")
-    caps = rd.read_table("captions")
+    paths = dict(zip(rd.table("videos")["video_id"], rd.table("videos")["video_path"], strict=True))
+    subs = rd.table("subtitles")
+    caps = rd.table("captions")
     done = sorted(set(caps["video_id"]))
     subs = subs[subs["video_id"].isin(done)]
 

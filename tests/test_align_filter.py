@@ -116,7 +116,7 @@ def test_video_file_is_real(chatter_run: dict[str, Any], tmp_path: Path) -> None
     """The presenter segment really shows a different picture from the steps."""
     from howtocap.io.video import sample_frames
 
-    path = chatter_run["rundir"].videos().set_index("video_id").loc["v0", "video_path"]
+    path = chatter_run["rundir"].table("videos").set_index("video_id").loc["v0", "video_path"]
     chat, step = sample_frames(Path(path), [3.0, 9.0], size=64)
     assert np.abs(np.asarray(chat, dtype=float) - np.asarray(step, dtype=float)).mean() > 10
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from howtocap.engine.core import (
+    Batching,
     SettingsChanged,
-    batch_settings,
     prepare_stages,
     run_stage,
     stage_fingerprint,
@@ -96,7 +96,7 @@ def test_an_old_per_video_run_directory_is_read_and_resumed(tmp_path: Path) -> N
             calls.append(video.video_id)
             return super().process(video)
 
-    s = run_stage(rd, ITEMS, Counting(), progress=False, batch_size=3)
+    s = run_stage(rd, ITEMS, Counting(), progress=False, batching=Batching(3))
     # the old results count as done, its failure stays failed; the rest is done in batches
     assert (s.skipped, s.failed_before, s.done) == (5, 1, 4)
     assert sorted(calls) == [f"v_{i:02d}" for i in range(6, 10)]
@@ -125,13 +125,13 @@ def test_newest_manifest_wins_across_batches(tmp_path: Path,
 
     monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)  # a video's rows span record batches
     rd = RunDir(tmp_path / "run")
-    s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batch_size=3)
+    s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batching=Batching(3))
     assert s.done == 8 and len(s.failed) == 2
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 4  # 3 + 3 + 3 + 1
     # a plain re-run leaves the failures alone; --retry-failed tries them in a new batch
-    s = run_stage(rd, ITEMS, Lines(), progress=False, batch_size=3)
+    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=Batching(3))
     assert (s.done, s.failed_before) == (0, 2)
-    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False, batch_size=3,
+    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False, batching=Batching(3),
                   retry_failed=True, max_attempts=3)
     assert s.done == 1 and [v for v, _ in s.failed] == ["v_07"]
     assert [rd.status("lines", v).attempts for v in ("v_01", "v_07")] == [2, 2]
@@ -155,7 +155,7 @@ def test_newest_manifest_wins_across_batches(tmp_path: Path,
         run_stage(rd, ITEMS, Lines(offset=10.0), progress=False)
     prepare_stages(rd, [Lines(offset=10.0)], redo=True)
     assert not list(rd.batch_dir("lines").glob("*.parquet"))
-    s = run_stage(rd, ITEMS, Lines(offset=10.0), progress=False, batch_size=4)
+    s = run_stage(rd, ITEMS, Lines(offset=10.0), progress=False, batching=Batching(4))
     assert s.done == 10
     texts = set(rd.merge("subtitles")["text"])
     assert "v_03 c 13.0" in texts and "v_03 c 3" not in texts
@@ -175,20 +175,18 @@ def test_orphan_table_files_are_ignored_and_swept_only_when_their_writer_is_dead
     assert rd.sweep_orphans() == 1 and live.exists() and not dead.exists()
 
 
-def test_batch_settings_come_from_arguments_then_the_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    assert batch_settings() == (1000, 60.0)
-    monkeypatch.setenv("HOWTOCAP_BATCH_SIZE", "7")
-    monkeypatch.setenv("HOWTOCAP_BATCH_SECONDS", "2.5")
-    assert batch_settings() == (7, 2.5) and batch_settings(3, 0) == (3, 0.0)
-    monkeypatch.setenv("HOWTOCAP_BATCH_SIZE", "many")
-    with pytest.raises(HowtocapError, match="HOWTOCAP_BATCH_SIZE"):
-        batch_settings()
+def test_batching_takes_the_defaults_for_what_is_not_given_and_refuses_nonsense() -> None:
+    assert Batching.of() == Batching(1000, 60.0)
+    assert Batching.of(7) == Batching(7, 60.0) and Batching.of(None, 0) == Batching(1000, 0.0)
+    with pytest.raises(HowtocapError, match="--batch-size must be >= 1"):
+        Batching.of(0)
+    with pytest.raises(HowtocapError, match="--batch-seconds >= 0"):
+        Batching(5, -1.0)
 
 
 def test_batch_seconds_commits_a_batch_that_is_not_full(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run")
-    run_stage(rd, ITEMS[:4], Lines(), progress=False, batch_size=1000, batch_seconds=0)
+    run_stage(rd, ITEMS[:4], Lines(), progress=False, batching=Batching(1000, 0))
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 4  # every result at once
 
 
@@ -204,7 +202,7 @@ def test_the_streamed_merge_opens_a_bounded_number_of_files_at_once(
     write_old_layout(tmp_path / "run", ["v_00", "v_01", "v_02", "v_03"], [])
     rd = RunDir(tmp_path / "run")
     many = [VideoItem(f"v_{i:02d}", None) for i in range(23)]
-    run_stage(rd, many, Lines(fail={"v_09"}), progress=False, batch_size=2)
+    run_stage(rd, many, Lines(fail={"v_09"}), progress=False, batching=Batching(2))
     rd.forget("lines", ["v_01", "v_12"])  # a per-video part and a batch's video
     assert len(list(rd.batch_dir("lines").glob("*.parquet"))) == 11
     open_now, most = [0], [0]
@@ -243,7 +241,7 @@ def test_level_files_are_streams_of_small_record_batches(
     monkeypatch.setattr(merge_mod, "PART_ROW_GROUP", 2)
     rd = RunDir(tmp_path / "run")
     run_stage(rd, [VideoItem(f"v_{i:02d}", None) for i in range(23)], Lines(), progress=False,
-              batch_size=2)
+              batching=Batching(2))
     rd.merge("subtitles")
     want = pd.read_parquet(rd.table_path("subtitles"))
     levels: list[list[int]] = []  # per level file: its record batches' sizes
@@ -300,7 +298,7 @@ def test_batch_files_hold_small_row_groups_and_a_merge_with_extra_columns_equals
     monkeypatch.setattr(merge_mod, "STREAM_ROWS", 2)
     rd = RunDir(tmp_path / "run")
     many = [VideoItem(f"v_{i:02d}", None) for i in range(20)]
-    run_stage(rd, many, Scores(), progress=False, batch_size=5)
+    run_stage(rd, many, Scores(), progress=False, batching=Batching(5))
     files = sorted(rd.part_dir("align_scores").glob("*.parquet"))
     assert len(files) == 4
     assert all(pq.ParquetFile(f).metadata.num_row_groups == 4 for f in files)  # 15 rows
@@ -421,7 +419,7 @@ def test_a_batch_whose_videos_have_no_rows_merges(tmp_path: Path) -> None:
     """A batch file of 0 rows (its text columns have no Arrow type of their own) beside batches
     with rows: both merges keep every row and do not fail on the empty file."""
     rd = RunDir(tmp_path / "run")
-    s = run_stage(rd, ITEMS, SomeEmpty({"v_00", "v_05"}), progress=False, batch_size=1)
+    s = run_stage(rd, ITEMS, SomeEmpty({"v_00", "v_05"}), progress=False, batching=Batching(1))
     assert s.done == 10
     rd.merge("subtitles")
     got = pd.read_parquet(rd.table_path("subtitles"))

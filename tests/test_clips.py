@@ -152,8 +152,8 @@ def test_exact_clips_play_and_last_their_windows(exact: tuple[Any, str], run: Pa
     assert sorted(got) == sorted(index["key"]) and len(got) == len(kept_windows()) == 6
     assert {(r.video_id, r.window_start, r.window_end) for r in index.itertuples()} \
         == kept_windows()
-    paths = dict(zip(RunDir(run, create=False).videos()["video_id"],
-                     RunDir(run, create=False).videos()["video_path"], strict=True))
+    paths = dict(zip(RunDir(run, create=False).table("videos")["video_id"],
+                     RunDir(run, create=False).table("videos")["video_path"], strict=True))
     for r in index.itertuples():
         s = got[r.key]
         assert set(s) == {"mp4", "json", "txt", "jpg"}
@@ -294,7 +294,7 @@ def test_rows_argument_exports_just_those_rows(run: Path, tmp_path: Path) -> Non
 def test_drop_duplicates_leaves_out_a_copy_s_clips(run: Path, tmp_path: Path) -> None:
     """``--drop-duplicates`` reaches the clip export: a video found to be a copy has no clip."""
     dups = run / "duplicates.parquet"
-    with pytest.raises(HowtocapError, match="no duplicates.parquet"):
+    with pytest.raises(HowtocapError, match="no duplicates table"):
         export_clips(run, tmp_path / "none", drop_duplicates=True, progress=False)
     pd.DataFrame({"video_id": ["beta"], "duplicate_of": ["alpha"], "kind": ["video"],
                   "similarity": [0.97], "seconds": [6], "start": [0.0], "end": [6.0],

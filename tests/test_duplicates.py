@@ -235,7 +235,7 @@ def test_bad_input_is_one_line(runs: dict[str, Any], tmp_path: Path) -> None:
     # export --drop-duplicates before `howtocap duplicates` ran
     fresh = _make_run(tmp_path / "fresh", {"c": runs["run"].root.parent / "media" / "c.mp4"},
                       runs["root"] / "cache")
-    with pytest.raises(HowtocapError, match="no duplicates.parquet"):
+    with pytest.raises(HowtocapError, match="no duplicates table"):
         export_run(fresh.root, fmt="csv", drop_duplicates=True)
     gone = _make_run(tmp_path / "gone", {"x": tmp_path / "x.mp4"}, runs["root"] / "cache")
     with pytest.raises(InputError, match="nothing to compare"):

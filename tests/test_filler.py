@@ -215,7 +215,7 @@ def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
     # the bar for the others
     ref = json.loads((rd.root / "config" / "align_reference.json").read_text())["captions"]
     assert ["new", "So yeah, let's see."] in ref and len(ref) == 8
-    caps = rd.read_table("captions")  # old rows: no reason (null) = kept
+    caps = rd.table("captions")  # old rows: no reason (null) = kept
     assert caps.set_index("video_id").loc["old", "rejected"].isna().all()
     pairs, what = pairs_for_export(rd, "captions")
     assert what == "captions" and "Take your time." not in pairs.loc[

@@ -275,4 +275,4 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
         res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", srv.url)
     assert res.returncode == 0, res.stderr
     assert "caption: 12 done" in res.stderr
-    assert RunDir(out).read_table("captions")["video_id"].nunique() == 12
+    assert RunDir(out).table("captions")["video_id"].nunique() == 12

@@ -92,13 +92,13 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
             R._write_manifest = die
         from tests.stage_support import SquareStage
         from howtocap.io.inputs import VideoItem
-        from howtocap.engine.core import run_stage
+        from howtocap.engine.core import Batching, run_stage
         from howtocap.engine.runners import make_runner
         from howtocap.engine.rundir import RunDir
         items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
         s = run_stage(RunDir({str(run)!r}), items, SquareStage({str(log)!r}, delay={delay}),
                       runner=make_runner({runner!r}, workers=1), progress=False,
-                      batch_size={batch})
+                      batching=Batching({batch}))
         print("DONE", s.done, s.claimed_elsewhere, s.skipped)
     """)
 

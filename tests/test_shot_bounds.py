@@ -1,10 +1,11 @@
-"""A window is cut back to the shot that holds its middle, and read_shots reads the table."""
+"""A window is cut back to the shot that holds its middle, and shots_by_video groups the table."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from howtocap.shots.bounds import clamp_to_shot, read_shots, shot_at
+from howtocap.engine.rundir import RunDir
+from howtocap.shots.bounds import clamp_to_shot, shot_at, shots_by_video
 
 SHOTS = [(0.0, 4.0), (4.0, 9.5), (9.5, 20.0)]
 
@@ -22,9 +23,10 @@ def test_a_cut_belongs_to_the_later_shot_and_outside_is_none() -> None:
     assert clamp_to_shot([], 1.0, 3.0) == (1.0, 3.0)
 
 
-def test_read_shots_groups_and_sorts(tmp_path: Path) -> None:
-    path = tmp_path / "shots.parquet"
-    assert read_shots(path) == {}
+def test_shots_by_video_groups_and_sorts(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    assert shots_by_video(rd.table("shots")) == {}
     pd.DataFrame({"video_id": ["b", "a", "a"], "start": [0.0, 5.0, 0.0],
-                  "end": [3.0, 8.0, 5.0]}).to_parquet(path)
-    assert read_shots(path) == {"a": [(0.0, 5.0), (5.0, 8.0)], "b": [(0.0, 3.0)]}
+                  "end": [3.0, 8.0, 5.0]}).to_parquet(rd.table_path("shots"))
+    assert shots_by_video(rd.table("shots")) == {"a": [(0.0, 5.0), (5.0, 8.0)],
+                                                 "b": [(0.0, 3.0)]}

@@ -19,7 +19,7 @@ from howtocap.engine.fingerprint import config_id
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.samples import DEFAULT_STEPS, SampleVideo, make_narrated_video
-from howtocap.shots.bounds import read_shots, shot_at
+from howtocap.shots.bounds import shot_at, shots_by_video
 from howtocap.shots.config import ShotsConfig
 from howtocap.shots.run import shots_run
 
@@ -67,7 +67,7 @@ def _found_all(planted: list[float], found: list[float]) -> bool:
 
 def test_planted_hard_cuts_are_found_within_half_a_second(run: dict[str, Any],
                                                           videos: dict[str, Any]) -> None:
-    shots = read_shots(run["rundir"].table_path("shots"))["cuts"]
+    shots = shots_by_video(run["rundir"].table("shots"))["cuts"]
     planted = [s.start for s in videos["cuts"].steps[1:]]
     assert _found_all(planted, [start for start, _ in shots[1:]])
     # consecutive shots covering the whole video
@@ -91,7 +91,7 @@ def test_the_default_threshold_finds_what_pyscenedetects_does(videos: dict[str, 
 
 
 def test_a_video_without_a_cut_is_one_shot(run: dict[str, Any], videos: dict[str, Any]) -> None:
-    shots = read_shots(run["rundir"].table_path("shots"))["one"]
+    shots = shots_by_video(run["rundir"].table("shots"))["one"]
     assert len(shots) == 1
     assert shots[0][0] == 0.0 and shots[0][1] == pytest.approx(videos["one"].duration, abs=0.15)
 
@@ -135,7 +135,7 @@ def test_cli_shots_one_line_per_failure(tmp_path: Path, videos: dict[str, Any]) 
     assert res.exit_code == 1, res.output  # one video failed, the others are done
     assert "bad.mp4: not a readable video file" in res.output
     assert "Traceback" not in res.output
-    assert set(read_shots(out / "shots.parquet")) == {"cuts", "one"}
+    assert set(shots_by_video(RunDir(out).table("shots"))) == {"cuts", "one"}
     res = CliRunner().invoke(app, ["shots", str(out), "--threshold", "-1"])
     assert res.exit_code == 2 and "--threshold" in res.output
 
@@ -168,7 +168,7 @@ def test_within_shot_keeps_every_window_inside_one_shot(tmp_path: Path,
     summary = align_run(inside, [], AlignConfig(within_shot=True, **ALIGN), encoders=[enc],
                         progress=False)
     assert summary.ok
-    shots = read_shots(inside.table_path("shots"))["cuts"]
+    shots = shots_by_video(inside.table("shots"))["cuts"]
     assert _found_all([s.start for s in videos["cuts"].steps[1:]], [a for a, _ in shots[1:]])
     al = read_aligned(inside)
     assert len(al) == int(videos["cuts"].duration)
@@ -215,7 +215,7 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
                               "--quiet"], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr
     assert res.stderr.index("shots: 1 done") < res.stderr.index("align: 1 done")
-    shots = read_shots(out / "shots.parquet")["steps"]
+    shots = shots_by_video(RunDir(out).table("shots"))["steps"]
     al = pd.read_parquet(out / "aligned.parquet")
     assert len(al) > 0
     assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))
@@ -252,7 +252,7 @@ def test_run_within_shot_detects_shots_once(tmp_path: Path,
     run_pipeline([vids], out, caption=cap, llm=InstantLLM(), progress=False,
                  align=AlignConfig(within_shot=True, keep_all=True))
     assert calls == ["shots"]
-    assert len(read_shots(out / "shots.parquet")["steps"]) > 1
+    assert len(shots_by_video(RunDir(out).table("shots"))["steps"]) > 1
     assert len(pd.read_parquet(out / "aligned.parquet")) > 0
     calls.clear()
     (out / "shots.parquet").unlink()  # align alone, on a run without shots: it makes them

@@ -296,7 +296,7 @@ def test_a_full_disk_in_a_scratch_file_is_one_line_too(
             if writer == "merge level":
                 rd.merge_streaming("subtitles")
             elif writer == "index spill":
-                rd.done_among("lines", ids)
+                rd.done("lines", ids)
             else:
                 rd.record_videos(VideoItem(v, None) for v in ids)
         msg = str(exc.value)

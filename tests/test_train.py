@@ -341,7 +341,7 @@ def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
     assert len(pairs) == 6 and set(pairs["video_id"]) == {"vid0", "vid1"}
     assert pairs["video_path"].str.endswith(".mp4").all()
     assert videos[0].steps[3].caption not in set(pairs[pairs.video_id == "vid0"]["text"])
-    with pytest.raises(HowtocapError, match="has no aligned.parquet"):
+    with pytest.raises(HowtocapError, match="has no aligned or framecaps table"):
         read_pairs(tmp_path)
 
 

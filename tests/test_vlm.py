@@ -108,7 +108,7 @@ def test_each_block_is_sent_with_its_frames_and_the_reply_is_parsed(
                               progress=False)
     assert caps.done == 1 and not caps.failed
     check_requests(srv, frames, (448, 336))
-    got = RunDir(tmp_path / "run").read_table("captions")
+    got = RunDir(tmp_path / "run").table("captions")
     # the server's captions name the second each frame showed: they are what the frames say
     shown = [float(m.group(1)) for m in
              (re.fullmatch(r"The frame shows second ([0-9.]+)\.", t) for t in got["text"])
@@ -140,7 +140,7 @@ def test_changing_the_frame_count_changes_the_fingerprint(video: Path, tmp_path:
         assert len(srv.seen) == n
         caption_run([video], out, config(srv.url, 2), progress=False, redo=True)
     assert [len(r["times"]) for r in srv.seen[n:]] == [2] * len(blocks())
-    assert len(RunDir(out).read_table("captions")) == 2 * len(blocks())
+    assert len(RunDir(out).table("captions")) == 2 * len(blocks())
 
 
 def test_a_text_only_collection_is_refused_up_front(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_yaml_config_keys(video: Path, tmp_path: Path) -> None:
                                        "--config", str(cfg)])
     assert res.exit_code == 0, res.output
     check_requests(srv, 2, (448, 336))
-    assert set(RunDir(tmp_path / "run").read_table("captions")["model"]) == {"openai:qwen2-vl"}
+    assert set(RunDir(tmp_path / "run").table("captions")["model"]) == {"openai:qwen2-vl"}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -193,7 +193,7 @@ def test_cli_end_to_end_a_subtitles_only_row_fails_with_one_line(video: Path,
     assert re.search(r"talk: --vlm-url needs the video file to take frames from, and this "
                      r"video has none \(subtitles only\)", res.stderr), res.stderr
     check_requests(srv, 4, (448, 336))
-    got = RunDir(tmp_path / "run").read_table("captions")
+    got = RunDir(tmp_path / "run").table("captions")
     assert set(got["video_id"]) == {"clock"} and set(got["model"]) == {"openai:qwen2-vl"}
     both = cli("caption", str(manifest), "--out", str(tmp_path / "r2"), "--vlm-url", srv.url,
                "--llm-url", srv.url)
@@ -232,5 +232,5 @@ def test_server_errors_are_retried_and_a_dead_server_stops_the_run_then_it_resum
     assert srv.injected["500"] >= 1 and srv.injected["503"] >= 1
     # every request carried its 4 frames; retried prompts were asked again with them
     assert srv.images == 4 * srv.requests
-    got = RunDir(out).read_table("captions")  # the fault server echoes each speech line
+    got = RunDir(out).table("captions")  # the fault server echoes each speech line
     assert got.groupby("video_id").size().tolist() == [len(CUES)] * 4

@@ -50,7 +50,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
                   "captioner": "str", "frame_time": "float64", "clipscore": "float64",
                   "kept": "bool", "config_id": "str"},
     # Shots (``howtocap shots``, PySceneDetect): one row per shot, consecutive, covering the
-    # whole video (a video without a cut is one shot); read by ``shots.bounds.read_shots``
+    # whole video (a video without a cut is one shot); read by ``shots.bounds.shots_by_video``
     "shots": {"video_id": "str", "start": "float64", "end": "float64", "config_id": "str"},
     # Near-duplicate videos and repeated clips (``howtocap duplicates``): kind "video" = video_id
     # is a copy of duplicate_of (its group's kept id); kind "clip" = [start, end) of video_id

@@ -27,13 +27,19 @@ from howtocap.align.filter import (
 from howtocap.align.stage import SCORES, AlignStage
 from howtocap.align.stream import (
     columns_of,
-    fresh_table,
     sorted_by_video,
     video_windows,
     write_windows,
 )
 from howtocap.align.videos import RunVideos
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
 from howtocap.engine.memory import give_back_memory
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -206,13 +212,12 @@ class _Captions:
     every pass reads it again, the driver never holds it."""
 
     def __init__(self, rundir: RunDir) -> None:
-        has = rundir.table_path("captions").exists() or rundir.part_dir("captions").exists()
-        if not has:
+        if not rundir.has_table("captions"):
             raise InputError(rundir.root, "no captions.parquet (run `howtocap caption` first)")
-        if not rundir.table_path("videos").exists():
+        if not rundir.has_table("videos"):
             raise InputError(rundir.root, "no videos.parquet (run `howtocap caption` first: it "
                                           "records which file each video came from)")
-        self.path = fresh_table(rundir, "captions")
+        self.path, = rundir.table_files("captions")  # one file today (see table_files)
         self.columns = columns_of(self.path)
         need = {"video_id", "start", "text"}
         if not need <= set(self.columns):
@@ -236,17 +241,18 @@ class _Captions:
 def _video_items(rundir: RunDir) -> RunVideos:
     """The run's videos (``videos.parquet``) as compact columns (``RunVideos``), read a
     batch at a time: items are made a window at a time from them."""
-    return RunVideos.read(rundir.table_path("videos"))
+    return RunVideos.read(rundir.table_files("videos")[0]) if rundir.has_table("videos") \
+        else RunVideos()
 
 
 def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
     """``video_path`` of these videos (``videos.parquet``, only their rows kept)."""
 
-    path = rundir.table_path("videos")
     want = set(video_ids)
     out: dict[str, Any] = {}
-    if not path.exists():
+    if not rundir.has_table("videos"):
         return out
+    path, = rundir.table_files("videos")
     for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
                                                 columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
@@ -288,10 +294,9 @@ def _unknown_ids(windows: Iterable[pd.DataFrame], videos: RunVideos) -> list[str
 
 def read_aligned(rundir: RunDir) -> pd.DataFrame:
     """``DIR/aligned.parquet`` as written by ``align_run`` (filtered; ``kept`` is meaningful)."""
-    path = rundir.table_path("aligned")
-    if not path.exists():
-        raise InputError(rundir.root, "no aligned.parquet (run `howtocap align` first)")
-    return pd.read_parquet(path)
+    if not rundir.has_table("aligned"):
+        raise InputError(rundir.root, "no aligned table (run `howtocap align` first)")
+    return rundir.table("aligned")
 
 
 def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
@@ -309,9 +314,8 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     from howtocap.align.report import ReportStats, write_report_from
 
     give_back_memory()  # what the scoring freed, before the merge's own peak adds to it
-    rundir.merge_streaming(SCORES)
+    path, = rundir.table_files(SCORES)  # merged without holding it when not fresh
     give_back_memory()
-    path = rundir.table_path(SCORES)
     ordered = sorted_by_video(path)
     thr = _threshold(path, cfg, ordered)
     stats = ReportStats()
@@ -538,7 +542,7 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
 
 def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
                  runner: Runner | None = None, progress: bool = True,
-                 shard: Shard | None = None) -> StageSummary:
+                 shard: Shard | None = None, batching: Batching | None = None) -> StageSummary:
     """``--within-shot`` needs every video's shots: the shots stage with the run's recorded
     settings (a no-op for videos already done, so ``run`` may have run it just before),
     over the videos with a file a ``WINDOW`` at a time."""
@@ -550,7 +554,8 @@ def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
         for part in parts:
             yield [it for it in part if it.video_path]
 
-    return shots_run(rundir, windows=windows, runner=runner, progress=progress, shard=shard)
+    return shots_run(rundir, windows=windows, runner=runner, progress=progress, shard=shard,
+                     batching=batching)
 
 
 WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run``): the
@@ -576,7 +581,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               runner: Runner | None = None, device: str | None = None, progress: bool = True,
               encoders: Sequence[Any] | None = None, shard: Shard | None = None,
               redo: bool = False, retry_failed: bool = False,
-              max_attempts: int = MAX_ATTEMPTS, shots_ready: bool = False) -> StageSummary:
+              max_attempts: int = MAX_ATTEMPTS, shots_ready: bool = False,
+              batching: Batching | None = None) -> StageSummary:
     """Score every captioned video (resumable), then filter globally.
 
     Re-running with only a different filter re-uses the per-video scores; different encoders
@@ -622,7 +628,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     _forget_changed_videos(rundir, captions.kept(), videos)
     give_back_memory()  # the passes over the captions: freed, not to be kept under the scoring
     if cfg.within_shot and not shots_ready:  # a run without shots computes them first
-        ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard)
+        ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard,
+                     batching=batching)
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
         from howtocap.encoders import create
@@ -632,7 +639,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference, clips=clips)
     opts = {"runner": runner, "progress": progress, "shard": shard,
-            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
+            "batching": batching}
     summary = _score_windows(rundir, videos, stage, opts)
     if shard is None:  # the filter is global: it needs every shard's scores
         finish_align(rundir, cfg, names, table=False)

@@ -16,27 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from howtocap.atomic import CorruptFile, corrupt_parquet, open_parquet
-from howtocap.engine.rundir import RunDir
+from howtocap.atomic import corrupt_parquet, open_parquet
 
 ROWS = 16_384  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
-
-
-def fresh_table(rundir: RunDir, table: str) -> Path:
-    """``DIR/<table>.parquet`` up to date with its parts (``RunDir.read_table``'s test),
-    merged with ``merge_streaming`` when it is not: the table is never held whole."""
-    path = rundir.table_path(table)
-    if rundir.merged_is_fresh(table):
-        try:
-            _metadata(path)
-            return path
-        except CorruptFile as exc:
-            if not rundir.part_dir(table).exists():
-                raise
-            rundir.drop_corrupt(path, exc)  # rebuilt from the parts just below
-    rundir.merge_streaming(table)
-    return path
 
 
 def _metadata(path: Path) -> Any:

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.stage import CaptionStage
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
 from howtocap.engine.memory import give_back_memory
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -143,7 +150,8 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
                 max_attempts: int = MAX_ATTEMPTS,
                 also_check: Sequence[Stage] = (),
-                window: int | None = None) -> tuple[StageSummary, StageSummary]:
+                window: int | None = None, batching: Batching | None = None
+                ) -> tuple[StageSummary, StageSummary]:
     """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
     ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
     an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
@@ -173,13 +181,13 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         for stage in (subs_stage, cap_stage):
             rundir.forget(stage.name, videos.video_ids())
     opts = {"runner": runner, "shard": shard, "progress": progress,
-            "retry_failed": retry_failed, "max_attempts": max_attempts}
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "batching": batching}
     summaries: list[StageSummary] = []
     for _ in range(2):  # a second pass only when the merge found corrupt parts
         subs, caps = StageSummary(subs_stage.name), StageSummary(cap_stage.name)
         for items in videos.windows(window or WINDOW):
             subs.add(run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts))
-            done = rundir.done_among(subs_stage.name, [it.video_id for it in items],
+            done = rundir.done(subs_stage.name, [it.video_id for it in items],
                                      "subtitles")
             ready = [it for it, ok in zip(items, done, strict=True) if ok]
             del items, done
@@ -210,11 +218,9 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
 def rejected_counts(rundir: RunDir) -> dict[str, int]:
     """Captions rejected as showing nothing, by reason (``caption.filler``), over the whole run;
     only the ``rejected`` column is read."""
-    import pyarrow.parquet as pq
-
-    path = rundir.table_path("captions")
-    if not path.exists() or "rejected" not in pq.read_schema(path).names:
+    df = rundir.table("captions", ["rejected"])
+    if "rejected" not in df.columns:
         return {}
-    why = pq.read_table(path, columns=["rejected"]).column("rejected").to_pandas()
+    why = df["rejected"]
     counts = why[why.fillna("") != ""].value_counts()
     return {str(k): int(n) for k, n in counts.items()}

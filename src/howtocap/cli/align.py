@@ -23,6 +23,7 @@ from howtocap.cli.common import (
     RunnerOpt,
     ShardOpt,
     WorkersOpt,
+    batching,
     err,
     make_runner,
     parse_shard,
@@ -83,7 +84,8 @@ def align_cmd(
     if videos:
         attach_videos(rundir, videos)
     summary = align_run(rundir, encoder or ["default"], align, runner=run_on, device=device,
-                        progress=not quiet, shard=parse_shard(shard, (batch_size, batch_seconds)),
+                        progress=not quiet, shard=parse_shard(shard),
+                        batching=batching(batch_size, batch_seconds),
                         redo=redo,
                         retry_failed=retry_failed, max_attempts=max_attempts)
     print_align_result(root, shard)

@@ -28,6 +28,7 @@ from howtocap.cli.common import (
     RunnerOpt,
     ShardOpt,
     WorkersOpt,
+    batching,
     err,
     make_runner,
     out,
@@ -72,7 +73,8 @@ def caption_cmd(
     summaries = caption_run(inputs, out_dir, caption, force=force, progress=not quiet,
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
-                            shard=parse_shard(shard, (batch_size, batch_seconds)),
+                            shard=parse_shard(shard),
+                            batching=batching(batch_size, batch_seconds),
                             redo=redo, retry_failed=retry_failed,
                             max_attempts=max_attempts)
     show_captions(out_dir, limit=0)
@@ -100,8 +102,8 @@ def show_captions(run_dir: Path, limit: int = 20) -> None:
     from howtocap.engine.rundir import RunDir
 
     rd = RunDir(run_dir, create=False)
-    aligned = rd.table_path("aligned").exists()
-    df = rd.read_table("aligned" if aligned else "captions")
+    aligned = rd.has_table("aligned")
+    df = rd.table("aligned" if aligned else "captions")
     if limit:
         df = df.head(limit)
     if not len(df) or limit == 0 and not sys.stdout.isatty() and len(df) > 200:

@@ -159,22 +159,20 @@ def report_summary(*summaries: Any) -> None:
         raise typer.Exit(1)
 
 
-def parse_shard(text: str | None, batches: tuple[int | None, float | None] = (None, None)
-                ) -> Any:
-    """``--shard K/N`` as a ``Shard``, and ``--batch-size`` / ``--batch-seconds`` for every
-    stage this command runs (the engine reads them from ``HOWTOCAP_BATCH_SIZE`` /
-    ``HOWTOCAP_BATCH_SECONDS``); the pipeline (and pandas) load only when a command runs, not
-    for ``--help``."""
-    import os
-
+def parse_shard(text: str | None) -> Any:
+    """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
+    runs, not for ``--help``."""
     from howtocap.engine.core import Shard
 
-    size, seconds = batches
-    if size is not None:
-        os.environ["HOWTOCAP_BATCH_SIZE"] = str(size)
-    if seconds is not None:
-        os.environ["HOWTOCAP_BATCH_SECONDS"] = str(seconds)
     return Shard.parse(text)
+
+
+def batching(size: int | None, seconds: float | None) -> Any:
+    """``--batch-size`` / ``--batch-seconds`` as the ``Batching`` the command passes to
+    every stage it runs (the defaults where not given)."""
+    from howtocap.engine.core import Batching
+
+    return Batching.of(size, seconds)
 
 
 def make_runner(runner: str, *, workers: int | None, ray_address: str | None,

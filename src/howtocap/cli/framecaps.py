@@ -21,6 +21,7 @@ from howtocap.cli.common import (
     RunnerOpt,
     ShardOpt,
     WorkersOpt,
+    batching,
     make_runner,
     parse_shard,
     report_summary,
@@ -60,7 +61,8 @@ def framecaps_cmd(
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=FrameCapsConfig(frames=frames, top_k=top_k), device=device,
                             progress=not quiet,
-                            shard=parse_shard(shard, (batch_size, batch_seconds)),
+                            shard=parse_shard(shard),
+                            batching=batching(batch_size, batch_seconds),
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
                             redo=redo, retry_failed=retry_failed, max_attempts=max_attempts)

@@ -27,6 +27,7 @@ from howtocap.cli.common import (
     RunnerOpt,
     ShardOpt,
     WorkersOpt,
+    batching,
     make_runner,
     parse_shard,
     report_summary,
@@ -76,7 +77,8 @@ def run_cmd(
                              encoders=encoder or ["default"],
                              runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                 ray_gpus_per_stage=ray_gpus_per_stage),
-                             shard=parse_shard(shard, (batch_size, batch_seconds)),
+                             shard=parse_shard(shard),
+                             batching=batching(batch_size, batch_seconds),
                              force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
                              max_attempts=max_attempts, download=download)

@@ -85,7 +85,7 @@ def shots_cmd(
         progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
         max_attempts=max_attempts)
     if not shard:
-        table = rundir.read_table("shots")
+        table = rundir.table("shots")
         err.print(f"{table['video_id'].nunique()} videos, {len(table)} shots -> "
                   f"{rundir.table_path('shots')}", highlight=False)
     report_summary(summary)

@@ -46,7 +46,7 @@ from howtocap.hashing import hash_text
 from howtocap.io.export import ExportWhat, pairs_for_export
 from howtocap.io.webdataset import shard_folder
 from howtocap.progress import console, progress_bar
-from howtocap.shots.bounds import clamp_to_shot, read_shots
+from howtocap.shots.bounds import clamp_to_shot, shots_by_video
 
 FORMAT = "howtocap-clips"
 VERSION = 1
@@ -279,10 +279,10 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     if rows is None:
         rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates)
     out = Path(out) if out is not None else rundir.root / "clips"
-    videos = rundir.videos()
+    videos = rundir.table("videos")
     paths = {str(v): str(p or "") for v, p in zip(videos["video_id"], videos["video_path"],
                                                  strict=True)}
-    shots = {} if cfg.cross_shots else read_shots(rundir.table_path("shots"))
+    shots = {} if cfg.cross_shots else shots_by_video(rundir.table("shots"))
     shards = deal(plan_jobs(rows, shots, cfg.cross_shots), cfg.shard_size)
     if not shards:
         raise HowtocapError(f"{rundir.root}: no clips to export ({len(rows)} {kind} rows)")

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from howtocap.download.config import DownloadConfig
 from howtocap.download.stage import DownloadStage
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.io.inputs import VideoItem, resolve_videos
@@ -31,7 +38,8 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
                  config: DownloadConfig | None = None, *, runner: Runner | None = None,
                  progress: bool = True, shard: Shard | None = None, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                 refetch_missing: bool = True) -> tuple[list[VideoItem], StageSummary]:
+                 refetch_missing: bool = True, batching: Batching | None = None
+                 ) -> tuple[list[VideoItem], StageSummary]:
     """Download every remote input (of this ``shard``); returns every input as later stages
     should see it (``local_items``: failed downloads left out, their cause in the status
     table) and the stage's summary.
@@ -50,13 +58,14 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
     sweep_media(media_dir(rundir))
     # storage options can hold credentials: never written to the run directory
     rundir.write_config(stage.name, config.model_dump(exclude={"storage_options"}))
-    if refetch_missing and rundir.table_path(TABLE).exists():
+    if refetch_missing and rundir.has_table(TABLE):
         gone = [vid for vid, row in _rows(rundir).items()
                 if row["video_path"] and not Path(row["video_path"]).exists()]
         if gone:
             rundir.forget(stage.name, gone)
     summary = run_stage(rundir, remote, stage, runner=runner, progress=progress, shard=shard,
-                        retry_failed=retry_failed, max_attempts=max_attempts, cid=cid)
+                        retry_failed=retry_failed, max_attempts=max_attempts, cid=cid,
+                        batching=batching)
     rundir.merge_streaming(TABLE)
     return local_items(rundir, items), summary
 
@@ -82,12 +91,8 @@ def need_backends(items: Iterable[VideoItem]) -> None:
 
 
 def _rows(rundir: RunDir) -> dict[str, dict[str, str]]:
-    import pandas as pd
 
-    path = rundir.table_path(TABLE)
-    if not path.exists():
-        return {}
-    df = pd.read_parquet(path, columns=["video_id", "video_path", "subtitle_path"])
+    df = rundir.table(TABLE, ["video_id", "video_path", "subtitle_path"])
     return {str(r.video_id): {"video_path": str(r.video_path),
                               "subtitle_path": str(r.subtitle_path)}
             for r in df.itertuples()}
@@ -97,13 +102,15 @@ def local_items(rundir: RunDir, items: Iterable[VideoItem]) -> list[VideoItem]:
     """``items`` with each remote one's local files (from the ``downloads`` table); a remote
     one whose download is not done is left out (its failure is the download stage's)."""
     rows = _rows(rundir)
+    items = list(items)
+    done = rundir.done(DownloadStage.name, [it.video_id for it in items], TABLE)
     out: list[VideoItem] = []
-    for it in items:
+    for it, ok in zip(items, done, strict=True):
         if not it.remote:
             out.append(it)
             continue
         row = rows.get(it.video_id)
-        if row is None or not rundir.is_done(DownloadStage.name, it.video_id, TABLE):
+        if row is None or not ok:
             continue
         out.append(VideoItem(it.video_id,
                              Path(row["video_path"]) if row["video_path"] else it.video_path,

@@ -213,7 +213,7 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
         raise InputError(root, "not a run directory (run `howtocap run` or `howtocap frames` "
                                "first)")
     rd = RunDir(root, create=False)
-    videos = rd.videos()
+    videos = rd.table("videos")
     videos = videos[videos["video_path"].fillna("").astype(str) != ""]
     if videos.empty:
         raise InputError(rd.table_path("videos"), "no videos with a video file in this run "

@@ -182,22 +182,26 @@ BATCH_SIZE = 1000  # videos a batch commits at most (``--batch-size``)
 BATCH_SECONDS = 60.0  # a batch is committed once its oldest result waited this long
 
 
-def batch_settings(size: int | None = None, seconds: float | None = None) -> tuple[int, float]:
-    """The batch size and time: the arguments, else ``HOWTOCAP_BATCH_SIZE`` /
-    ``HOWTOCAP_BATCH_SECONDS`` (the CLI's ``--batch-size`` / ``--batch-seconds`` set them,
-    so every step's ``run_stage`` sees them), else 1,000 videos / 60 s."""
-    import os
+@dataclass(frozen=True)
+class Batching:
+    """How often a stage commits its finished videos: every ``size`` videos, or once the
+    oldest waited ``seconds`` (``--batch-size`` / ``--batch-seconds``). A kill loses the batch
+    in flight; smaller batches lose less and write more files. Passed down from the command
+    to every stage it runs (``None`` anywhere: these defaults)."""
 
-    try:
-        size = size or int(os.environ.get("HOWTOCAP_BATCH_SIZE") or BATCH_SIZE)
-        seconds = seconds if seconds is not None else float(
-            os.environ.get("HOWTOCAP_BATCH_SECONDS") or BATCH_SECONDS)
-    except ValueError as exc:
-        raise HowtocapError(f"HOWTOCAP_BATCH_SIZE / HOWTOCAP_BATCH_SECONDS: {exc}") from None
-    if size < 1 or seconds < 0:
-        raise HowtocapError(f"--batch-size must be >= 1 and --batch-seconds >= 0, got {size}, "
-                            f"{seconds}")
-    return size, seconds
+    size: int = BATCH_SIZE
+    seconds: float = BATCH_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.seconds < 0:
+            raise HowtocapError(f"--batch-size must be >= 1 and --batch-seconds >= 0, got "
+                                f"{self.size}, {self.seconds}")
+
+    @classmethod
+    def of(cls, size: int | None = None, seconds: float | None = None) -> Batching:
+        """The given settings, the defaults for those not given."""
+        return cls(BATCH_SIZE if size is None else size,
+                   BATCH_SECONDS if seconds is None else seconds)
 
 
 def _select(rundir: RunDir, stage: Stage, items: Sequence[Any], main: str | None, cid: str,
@@ -250,8 +254,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
-              batch_size: int | None = None, batch_seconds: float | None = None
-              ) -> StageSummary:
+              batching: Batching | None = None) -> StageSummary:
     """Run ``stage`` on every item (of this ``shard``) that has no ``ok`` status yet (every
     item when ``skip_done`` is off: for stages whose own cache makes a repeat cheap).
 
@@ -260,12 +263,12 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
     was down is retried anyway (its input is fine). ``cid``: the stage's config id, from
     ``prepare_stages`` (called here when not given: it refuses changed settings).
 
-    Videos are claimed ``batch_size`` at a time and their results committed in batches of up
-    to ``batch_size`` videos or ``batch_seconds`` (``batch_settings``), each batch atomically
+    Videos are claimed ``batching.size`` at a time and their results committed in batches of
+    up to that many videos or ``batching.seconds`` (``Batching``), each batch atomically
     (``RunDir.commit_batch``): a kill loses the batch in flight, nothing else."""
     from howtocap.engine.runners import LocalRunner
 
-    size, seconds = batch_settings(batch_size, batch_seconds)
+    size, seconds = (batching or Batching()).size, (batching or Batching()).seconds
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()

@@ -104,7 +104,7 @@ class RunDir:
         """A video's part file in the per-video layout (runs written before batches)."""
         return self.part_dir(table) / f"{safe_name(video_id)}.parquet"
 
-    def status_path(self, stage: str, video_id: str) -> Path:
+    def _status_path(self, stage: str, video_id: str) -> Path:
         """A video's status JSON in the per-video layout (runs written before batches)."""
         return self.status_dir / stage / f"{safe_name(video_id)}.json"
 
@@ -565,14 +565,6 @@ class RunDir:
                     out[i] = got["batch"][i]
         return out
 
-    def part_ok(self, table: str, video_id: str) -> bool:
-        """The video's rows were written to the end of their file (cheap: no full read)."""
-        batch = self._live_batch(table, video_id)
-        if batch is None:
-            return False
-        return looks_complete(self.batch_part_path(table, batch) if batch
-                              else self.part_path(table, video_id))
-
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
         """Remove a corrupt file so it is recomputed; the warning names it."""
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
@@ -593,19 +585,60 @@ class RunDir:
         Returns the row count."""
         return merging.merge_streaming(self, table, batch_rows)
 
-    def read_table(self, table: str) -> pd.DataFrame:
-        """The merged table, or the parts merged now when the merge has not happened yet."""
-        path = self.table_path(table)
-        if self.merged_is_fresh(table):
-            try:
-                return read_parquet(path)
-            except CorruptFile as exc:
-                if not self.part_dir(table).exists():
-                    raise
-                self.drop_corrupt(path, exc)  # rebuilt from the parts just below
-        return self.merge(table)
+    # -- reading a table: every reader outside the engine goes through these three, so none
+    # of them knows how a table is stored
+    def has_table(self, name: str) -> bool:
+        """Whether the run has rows of ``name`` (a stage wrote some, or its file is there)."""
+        if name == "status":
+            return self.table_path(name).exists() or bool(self.stages_with_results())
+        return self.table_path(name).exists() or any(self.part_dir(name).glob("*.parquet"))
 
-    def merged_is_fresh(self, table: str) -> bool:
+    def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The table read whole as a frame (only ``columns`` when given), up to date with what
+        the stages committed; empty, with its columns, when the run has none of it."""
+        if name == "status":  # rebuilt from the records when there are any (a copied run
+            # may hold only the file)
+            df = self.status_table() if self.stages_with_results() else \
+                read_parquet(self.table_path(name))
+        elif not self.has_table(name):
+            df = empty_table(name) if name in SCHEMAS else pd.DataFrame()
+        else:
+            import pyarrow.parquet as pq
+
+            for again in (False, True):
+                path, = self.table_files(name)
+                want = None if columns is None else \
+                    [c for c in columns if c in pq.read_schema(path).names]
+                try:
+                    df = read_parquet(path, columns=want)
+                    break
+                except CorruptFile as exc:  # a page torn after its footer: rebuilt once
+                    if again or not self.part_dir(name).exists():
+                        raise
+                    self.drop_corrupt(path, exc)
+        return df if columns is None else df[[c for c in columns if c in df.columns]]
+
+    def table_files(self, name: str) -> list[Path]:
+        """The Parquet files that hold the table, up to date, for readers that stream it
+        (``pyarrow.dataset``, DuckDB, a record batch at a time): today one file, merged
+        without holding the table (``merge_streaming``) when it is not fresh."""
+        path = self.table_path(name)
+        if self._merged_is_fresh(name):
+            try:
+                import pyarrow.parquet as pq
+
+                pq.read_metadata(path)
+                return [path]
+            except FileNotFoundError:
+                raise
+            except Exception as exc:  # a torn footer: pyarrow raises several types
+                if not self.part_dir(name).exists():
+                    raise corrupt_parquet(path, exc) from None
+                self.drop_corrupt(path, corrupt_parquet(path, exc))
+        self.merge_streaming(name)
+        return [path]
+
+    def _merged_is_fresh(self, table: str) -> bool:
         """Whether ``DIR/<table>.parquet`` exists and holds every part and batch written
         since (adding or replacing a part renames into the folder, which bumps its mtime)."""
         path, parts = self.table_path(table), self.part_dir(table)
@@ -628,7 +661,7 @@ class RunDir:
         build such run directories with it)."""
         rec_d = {k: v for k, v in rec.__dict__.items() if k != "batch"}
         rec_d["finished_at"] = rec.finished_at or time.time()
-        atomic_write_text(self.status_path(rec.stage, rec.video_id), json.dumps(rec_d))
+        atomic_write_text(self._status_path(rec.stage, rec.video_id), json.dumps(rec_d))
 
     def status(self, stage: str, video_id: str) -> StatusRecord | None:
         """The video's newest record of ``stage`` (as of this process's last look at the
@@ -662,13 +695,14 @@ class RunDir:
                 config_id: str | None = None) -> bool:
         """An ``ok`` record (made with ``config_id`` when given) whose rows' file is whole."""
         row = self._index(stage).lookup(video_id)  # what the check needs: no manifest read
-        return self.record_done(_record(video_id, {**row, "stage": stage}), table, config_id) \
+        return self._record_done(_record(video_id, {**row, "stage": stage}), table, config_id) \
             if row is not None else False
 
-    def done_among(self, stage: str, video_ids: Sequence[str], table: str | None = None
-                   ) -> list[bool]:
-        """``is_done`` of many videos at once, from the stage's columns (a run lists a
-        million videos; a batch file is checked once)."""
+    def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
+             ) -> list[bool]:
+        """Which of these videos ``stage`` finished (``ok``, and ``table``'s rows whole when
+        named): the one "done" check for callers outside the engine, column-wise (a run lists
+        a million videos; a batch file is checked once)."""
         got = self.newest_of(stage, video_ids, ("status", "batch"))
         if not got["found"].any():
             return [False] * len(video_ids)
@@ -687,7 +721,7 @@ class RunDir:
                 out.append(whole[b])
         return out
 
-    def record_done(self, rec: StatusRecord, table: str | None,
+    def _record_done(self, rec: StatusRecord, table: str | None,
                     config_id: str | None = None) -> bool:
         if rec.status != "ok":
             return False
@@ -796,15 +830,15 @@ class RunDir:
         self._manifests.clear()
         for t in tables:
             self.table_path(t).unlink(missing_ok=True)
-        self.stats_path(stage).unlink(missing_ok=True)
+        self._stats_path(stage).unlink(missing_ok=True)
         self.fingerprint_path(stage).unlink(missing_ok=True)
 
-    def stats_path(self, stage: str) -> Path:
+    def _stats_path(self, stage: str) -> Path:
         return self.root / "parts" / "stats" / f"{stage}.json"
 
     def read_stats(self, stage: str) -> dict[str, float]:
         try:
-            data = json.loads(self.stats_path(stage).read_text())
+            data = json.loads(self._stats_path(stage).read_text())
             return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
         except (OSError, ValueError, TypeError):
             return {}
@@ -814,10 +848,10 @@ class RunDir:
         stats = self.read_stats(stage)
         for k, v in values.items():
             stats[k] = stats.get(k, 0.0) + float(v)
-        atomic_write_text(self.stats_path(stage), json.dumps(stats))
+        atomic_write_text(self._stats_path(stage), json.dumps(stats))
 
     # -- claims ---------------------------------------------------------------------------
-    def claims_dir(self, stage: str) -> Path:
+    def _claims_dir(self, stage: str) -> Path:
         return self.root / "parts" / "claims" / stage
 
     def claim_batch(self, stage: str, video_ids: Sequence[str], owner: Owner,
@@ -834,7 +868,7 @@ class RunDir:
         the same video, and a batch of one holds videos no other batch has (tested on a
         local directory; on NFS this relies on the server's exclusive create).
         """
-        folder = self.claims_dir(stage)
+        folder = self._claims_dir(stage)
         folder.mkdir(parents=True, exist_ok=True)
         with claim_lock(folder, owner):
             held = live_claims(folder, owner)
@@ -939,17 +973,11 @@ class RunDir:
         atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
         return table.num_rows
 
-    def videos(self) -> pd.DataFrame:
-        """``video_id, video_path, subtitle_path`` of every video this run was given
-        (``video_path`` is empty for a video captioned from text alone, until one is attached)."""
-        path = self.table_path("videos")
-        return pd.read_parquet(path) if path.exists() else empty_table("videos")
-
     def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
         """Record video files for videos this run already has (e.g. captioned from
         ``--subtitles`` alone): ``(ids attached, ids this run does not know)``; unknown ids are
         left out, so a folder holding more videos than the run does not add any."""
-        known = set(self.videos()["video_id"])
+        known = set(self.table("videos", ["video_id"])["video_id"])
         items = list(items)
         attach = [it for it in items if it.video_id in known and it.video_path]
         if attach:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.framecaps.config import FrameCapsConfig
@@ -19,7 +26,8 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
                   cfg: FrameCapsConfig | None = None, device: str | None = None,
                   runner: Runner | None = None, progress: bool = True,
                   shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
-                  max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+                  max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
+                  ) -> StageSummary:
     """The ``howtocap framecaps`` command: writes ``DIR/framecaps.parquet``."""
     cfg = cfg or FrameCapsConfig()
     items = resolve_videos(inputs)
@@ -30,7 +38,8 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
     rundir.write_config("framecaps", {"captioners": list(captioners), "scorer": scorer,
                                       **cfg.model_dump()})
     opts = {"runner": runner, "progress": progress, "shard": shard,
-            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
+            "batching": batching}
     summary = run_stage(rundir, items, stage, **opts)
     rundir.merge("framecaps")
     if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos

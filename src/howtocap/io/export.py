@@ -23,20 +23,15 @@ AUTO_ORDER = ("aligned", "captions", "framecaps")
 TRAIN_ORDER = ("aligned", "framecaps", "captions")
 
 
-def _has(rundir: RunDir, table: str) -> bool:
-    return rundir.table_path(table).exists() or rundir.part_dir(table).exists()
-
-
 def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
     """``rows`` (video_id, start, end, …) without the duplicates ``howtocap duplicates`` found:
     every row of a video that is not its group's kept id (kind ``video``), and every row whose
     window's middle lies in a repeated clip of another video (kind ``clip``: the other video
     keeps that footage). The one filter ``export`` and ``train`` apply before any writer."""
-    path = rundir.table_path("duplicates")
-    if not path.exists():
-        raise HowtocapError(f"{rundir.root}: no duplicates.parquet; run `howtocap duplicates "
+    if not rundir.has_table("duplicates"):
+        raise HowtocapError(f"{rundir.root}: no duplicates table; run `howtocap duplicates "
                             f"{rundir.root}` first (--drop-duplicates reads it)")
-    dups = pd.read_parquet(path, columns=["video_id", "kind", "start", "end"])
+    dups = rundir.table("duplicates", ["video_id", "kind", "start", "end"])
     vid = rows["video_id"].astype(str)
     drop = vid.isin(set(dups.loc[dups["kind"] == "video", "video_id"].astype(str)))
     clips = dups[dups["kind"] == "clip"]
@@ -63,24 +58,24 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bo
 def _pairs(rundir: RunDir, what: ExportWhat, *, kept_only: bool, order: tuple[str, ...]
            ) -> tuple[pd.DataFrame, str]:
     if what == "auto":
-        what = next((t for t in order if _has(rundir, t)), "captions")  # type: ignore[assignment]
+        what = next((t for t in order if rundir.has_table(t)), "captions")  # type: ignore[assignment]
     if what == "aligned":
-        if not _has(rundir, "aligned"):
+        if not rundir.has_table("aligned"):
             raise HowtocapError(f"{rundir.root}: no aligned captions yet; run `howtocap align`")
-        df = rundir.read_table("aligned")
+        df = rundir.table("aligned")
         return (df[df["kept"]] if kept_only else df).reset_index(drop=True), "aligned"
     if what == "framecaps":
-        if not _has(rundir, "framecaps"):
+        if not rundir.has_table("framecaps"):
             raise HowtocapError(f"{rundir.root}: no frame captions yet; run `howtocap framecaps`")
-        df = rundir.read_table("framecaps")
+        df = rundir.table("framecaps")
         return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), \
             "framecaps"
     if what != "captions":
         raise HowtocapError(f"unknown --what {what!r}; choose auto, aligned, captions or "
                             "framecaps")
-    if not _has(rundir, "captions"):
+    if not rundir.has_table("captions"):
         raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
-    return kept_captions(rundir.read_table("captions")), "captions"
+    return kept_captions(rundir.table("captions")), "captions"
 
 
 def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str, dict[str, list]]:
@@ -123,7 +118,7 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
         atomic_write_text(path, json.dumps(to_howtocaption(df, with_scores=unfiltered)))
     elif fmt == "csv":
         path = Path(out) if out else rundir.root / f"{kind}_pairs.csv"
-        videos = rundir.videos()[["video_id", "video_path"]]
+        videos = rundir.table("videos")[["video_id", "video_path"]]
         cols = ["video_id", "video_path", "text", "start", "end"]
         if unfiltered:  # as promised by --unfiltered: every pair with its score and verdict
             cols += ["score", "kept"]

@@ -61,17 +61,15 @@ def read_pairs(source: str | Path) -> pd.DataFrame:
                               "or a CSV of pairs)")
     if src.is_dir() or src.suffix == ".parquet":
         root = src if src.is_dir() else src.parent
-        table = src
-        if src.is_dir():
-            table = next((src / f"{t}.parquet" for t in ("aligned", "framecaps")
-                          if (src / f"{t}.parquet").exists()), src / "aligned.parquet")
         rd = RunDir(root, create=False)
-        if src.is_dir() and not table.exists() and not rd.part_dir("aligned").exists():
-            raise InputError(src, "has no aligned.parquet or framecaps.parquet: run "
+        name = next((t for t in ("aligned", "framecaps") if rd.has_table(t)), None)
+        if src.is_dir() and name is None:
+            raise InputError(src, "has no aligned or framecaps table: run "
                                   "`howtocap align` or `howtocap framecaps` first, or pass a "
                                   "CSV of pairs")
+        table = rd.table_path(name) if src.is_dir() and name else src
         try:
-            df = pd.read_parquet(table) if table.exists() else rd.read_table("aligned")
+            df = rd.table(name) if src.is_dir() and name else pd.read_parquet(src)
         except Exception as exc:  # pyarrow raises several types for a bad file
             raise InputError(table, f"not a readable Parquet table ({exc})") from None
         need = {"video_id", "start", "end", "text"}
@@ -79,7 +77,7 @@ def read_pairs(source: str | Path) -> pd.DataFrame:
             raise InputError(table, f"needs columns {sorted(need)}; found {list(df.columns)}")
         if "kept" in df.columns:
             df = df[df["kept"].astype(bool)]
-        videos = rd.videos()
+        videos = rd.table("videos")
         paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
         df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])
         return df[["video_id", "video_path", "start", "end", "text"]].reset_index(drop=True)

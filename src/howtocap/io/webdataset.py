@@ -212,7 +212,7 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"JPEG quality must be in 1..100 (got {jpeg_quality})")
     out = Path(out) if out is not None else rundir.root / "webdataset"
     df, kind = pairs_for_export(rundir, what, order=TRAIN_ORDER, drop_duplicates=drop_duplicates)
-    videos = rundir.videos()
+    videos = rundir.table("videos")
     paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
     df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])
     ps = build_clips(df[["video_id", "video_path", "start", "end", "text"]], log=console)

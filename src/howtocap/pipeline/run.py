@@ -19,7 +19,7 @@ from howtocap.caption.stage import CaptionStage
 from howtocap.download.config import DownloadConfig
 from howtocap.download.run import download_run, drop_media
 from howtocap.download.stage import DownloadStage
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary
+from howtocap.engine.core import MAX_ATTEMPTS, Batching, Shard, StageSummary
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -60,7 +60,8 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  shard: Shard | None = None, force: bool = False, device: str | None = None,
                  llm: Any | None = None, progress: bool = True, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                 download: DownloadConfig | None = None) -> list[StageSummary]:
+                 download: DownloadConfig | None = None, batching: Batching | None = None
+                 ) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
     then (``align.within_shot``) detect shots, then align. Each stage skips what is done, so
     the same call resumes a killed run; with a ``shard`` only that shard's videos are
@@ -77,7 +78,8 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
     download = download or DownloadConfig()
     rundir = RunDir(out, create=False)
     check = [align_stage(rundir, list(encoders), align, device=device)]
-    retry = {"retry_failed": retry_failed, "max_attempts": max_attempts, "redo": redo}
+    retry = {"retry_failed": retry_failed, "max_attempts": max_attempts, "redo": redo,
+             "batching": batching}
     summaries: list[StageSummary] = []
     fetched: list[str] = []
     if inputs:
@@ -96,12 +98,14 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
     if align.within_shot:  # align keeps windows inside shots: the shots stage first
         from howtocap.shots.run import shots_run
 
-        summaries.append(shots_run(rundir, runner=runner, progress=progress, shard=shard))
+        summaries.append(shots_run(rundir, runner=runner, progress=progress, shard=shard,
+                                   batching=batching))
     summaries.append(align_run(rundir, list(encoders), align, runner=runner, device=device,
                                progress=progress, shard=shard, shots_ready=align.within_shot,
                                **retry))
     if fetched and not download.keep_media:
         keep = set(recorded_reference(rundir, align)[1])
-        drop_media(rundir, [vid for vid in fetched if vid not in keep
-                            and rundir.is_done(AlignStage.name, vid)])
+        aligned = rundir.done(AlignStage.name, fetched)
+        drop_media(rundir, [vid for vid, ok in zip(fetched, aligned, strict=True)
+                            if ok and vid not in keep])
     return summaries

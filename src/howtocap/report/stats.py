@@ -264,31 +264,15 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
 
 
 # -- reading the run directory ------------------------------------------------------------------
-def _has_table(rd: RunDir, name: str) -> bool:
-    if name == "status":
-        return rd.status_dir.exists() or rd.table_path("status").exists()
-    if name == "videos":
-        return rd.table_path("videos").exists()
-    return rd.table_path(name).exists() or any(rd.part_dir(name).glob("*.parquet"))
-
-
 def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
     """Every table the run has (``None`` where a stage has not run), read once."""
     out: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
-        if not _has_table(rd, name):
+        if not rd.has_table(name):
             out[name] = None
             continue
         try:
-            if name == "status":
-                # status_table() rebuilds status.parquet from the records; with no records
-                # folder (a copied run) it would overwrite the table with an empty one.
-                df = (rd.status_table() if rd.status_dir.exists()
-                      else pd.read_parquet(rd.table_path("status")))
-            elif name == "videos":
-                df = rd.videos()
-            else:
-                df = rd.read_table(name)
+            df = rd.table(name)
         except (OSError, ValueError) as exc:
             raise InputError(rd.table_path(name),
                              f"unreadable table ({' '.join(str(exc).split())[:200]})") from None

@@ -70,15 +70,12 @@ def index_dir(run_dir: str | Path) -> Path:
 
 def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
     """The clips to index: kept rows of ``aligned``, else every caption (no alignment was run)."""
-    def has(table: str) -> bool:
-        return rd.table_path(table).exists() or rd.part_dir(table).exists()
-
-    if has("aligned"):
-        df = rd.read_table("aligned")
+    if rd.has_table("aligned"):
+        df = rd.table("aligned")
         df = df[df["kept"].astype(bool)]
         source = "aligned"
-    elif has("captions"):
-        df = kept_captions(rd.read_table("captions")).copy()
+    elif rd.has_table("captions"):
+        df = kept_captions(rd.table("captions")).copy()
         df["orig_start"] = df["start"]
         df["orig_end"] = df["end"]
         df["score"] = np.nan
@@ -243,7 +240,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     if rebuild and parts_dir.exists():
         shutil.rmtree(parts_dir)
 
-    videos = rd.videos()
+    videos = rd.table("videos")
     paths = {str(r.video_id): Path(r.video_path) if r.video_path else None
              for r in videos.itertuples()}
     groups = {vid: g for vid, g in clips.groupby("video_id", sort=True)}

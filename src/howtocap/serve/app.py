@@ -93,10 +93,6 @@ class SearchOut(BaseModel):
     hits: list[HitOut]
 
 
-def _has(rd: RunDir, table: str) -> bool:
-    return rd.table_path(table).exists() or rd.part_dir(table).exists()
-
-
 def _by_video(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     if df is None or not len(df):
         return {}
@@ -146,16 +142,13 @@ class Dataset:
             raise InputError(root, "run directory does not exist")
         self.root = root
         self.rd = RunDir(root, create=False)
-        videos = self.rd.videos()
+        videos = self.rd.table("videos")
         self.paths: dict[str, Path | None] = {
             str(r.video_id): (Path(r.video_path).resolve() if r.video_path else None)
             for r in videos.itertuples()}
-        self.subtitles = _by_video(self.rd.read_table("subtitles")
-                                   if _has(self.rd, "subtitles") else None)
-        self.aligned = _by_video(self.rd.read_table("aligned")
-                                 if _has(self.rd, "aligned") else None)
-        self.captions = _by_video(self.rd.read_table("captions")
-                                  if _has(self.rd, "captions") else None)
+        self.subtitles, self.aligned, self.captions = (
+            _by_video(self.rd.table(t) if self.rd.has_table(t) else None)
+            for t in ("subtitles", "aligned", "captions"))
         ids = set(self.paths) | set(self.subtitles) | set(self.aligned) | set(self.captions)
         self.video_ids = sorted(ids)
         self.known = frozenset(ids)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,13 +12,10 @@ import pandas as pd
 Bounds = Sequence[tuple[float, float]]
 
 
-def read_shots(path: str | Path) -> dict[str, list[tuple[float, float]]]:
-    """``shots.parquet`` as {video_id: [(start, end), …] sorted by start}; {} when the run has
-    no shots table (a run without the shots stage keeps its windows as they are)."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    df = pd.read_parquet(path, columns=["video_id", "start", "end"])
+def shots_by_video(df: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
+    """The shots table (``RunDir.table("shots")``) as {video_id: [(start, end), …] sorted by
+    start}; {} when it is empty (a run without the shots stage keeps its windows as they
+    are)."""
     df = df.sort_values(["video_id", "start"], kind="stable")
     return {str(v): list(zip(g["start"].astype(float), g["end"].astype(float), strict=True))
             for v, g in df.groupby("video_id", sort=False)}

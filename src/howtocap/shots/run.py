@@ -1,12 +1,19 @@
 """``howtocap shots DIR``: the shots stage over the run's videos, then the merge into
-``DIR/shots.parquet`` (read with ``shots.bounds.read_shots``)."""
+``DIR/shots.parquet`` (read with ``shots.bounds.shots_by_video``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary, prepare_stages, run_stage
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import InputError
@@ -20,7 +27,7 @@ CONFIG = "shots"  # DIR/config/shots.json: the settings the table was made with
 def run_videos(rundir: RunDir) -> list[VideoItem]:
     """The run's videos with a file (``videos.parquet``); those known by id alone are left
     to ``howtocap align --videos``."""
-    videos = rundir.videos()
+    videos = rundir.table("videos")
     items = [VideoItem(str(r.video_id), Path(str(r.video_path)))
              for r in videos.itertuples() if r.video_path]
     if not items:
@@ -41,7 +48,8 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
               windows: Callable[[], Iterable[Sequence[VideoItem]]] | None = None,
               runner: Runner | None = None, progress: bool = True, shard: Shard | None = None,
               redo: bool = False, retry_failed: bool = False,
-              max_attempts: int = MAX_ATTEMPTS) -> StageSummary:
+              max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
+              ) -> StageSummary:
     """Detect the shots of every video of the run (``items``: these instead; ``windows``:
     a fresh pass over these, a window of items at a time, so that a caller holding its
     videos compactly never lists them all), resumably; without a shard, merge them into
@@ -57,7 +65,8 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.write_config(CONFIG, cfg.model_dump())
     opts = {"runner": runner, "progress": progress, "shard": shard,
-            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid}
+            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
+            "batching": batching}
 
     def run_all() -> StageSummary:
         out, ran = StageSummary(stage.name), False

@@ -58,8 +58,9 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
                            asr_model=asr_model, source=source, device=device, model=model)
     summary = run_stage(rundir, list(items), stage, runner=runner, progress=progress)
     feats: dict[str, FrameFeatures] = {}
-    for it in items:
-        if not rundir.is_done(stage.name, it.video_id, TDR_TABLE):
+    done = rundir.done(stage.name, [it.video_id for it in items], TDR_TABLE)
+    for it, ok in zip(items, done, strict=True):
+        if not ok:
             continue
         df = rundir.read_part(TDR_TABLE, it.video_id)
         if df is None or df.empty:
