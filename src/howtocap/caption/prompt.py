@@ -35,7 +35,7 @@ PLACEHOLDERS = ("{asr}", "<block>", "{}")
 # on a new line.
 _TEMPLATES = Path(__file__).with_name("templates")
 BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json",
-           "concise": _TEMPLATES / "concise.json"}
+           "concise": _TEMPLATES / "concise.json", "steps": _TEMPLATES / "steps.json"}
 TEMPLATE_NAMES = ("paper", *BUILTIN)
 # Chosen by benchmarks/bench_captions.py (benchmarks/results/captions.md).
 DEFAULT_TEMPLATE_NAME = "actions"
