@@ -29,6 +29,7 @@ import json
 import random
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,12 @@ DATA_CANDIDATES = (ROOT.parent / "shared" / "data" / "youcook2_asr" / "youcook2_
 OUT = HERE / "results"
 CACHE_NAME = "real_captions_replies.jsonl"
 SEED = 40  # issue #40
-TUNE_VIDEOS = 4  # scored, of the first TUNE_RESERVED tune recipe types
+TUNE_VIDEOS = 6  # scored, of the first TUNE_RESERVED tune recipe types
 TUNE_RESERVED = 10  # never a few-shot example's recipe type
-REPORT_VIDEOS = 8
-EXCERPT_WORDS = 400  # a scored video is its first ~2 blocks of 200 words (LLM time)
+REPORT_VIDEOS = 16
+EXCERPT_WORDS = 400  # a video qualifies when its first 400 words hold MIN_STEPS step starts
 MIN_STEPS = 2
+SCORED_WORDS = 200  # and is scored on its first block of 200 words (LLM time)
 FEWSHOT_VIDEOS = 6  # tune videos (the recipe types after TUNE_RESERVED) for examples
 WORDS_PER_SECOND = 2.5  # the last ASR sentence's end: its words at this pace
 THREADS = 1  # llama.cpp threads (see run_llm)
@@ -116,7 +118,8 @@ def load_all() -> tuple[dict[str, list[str]], dict[str, list[Video]]]:
     """The split of recipe types, and the videos chosen from it: ``tune`` and ``report``
     (scored excerpts) and ``fewshot`` (whole videos of tune recipe types never scored: the
     examples' source). Per recipe type (in a seeded order) one seeded video among those whose
-    first ``EXCERPT_WORDS`` words hold at least ``MIN_STEPS`` human step starts."""
+    first ``EXCERPT_WORDS`` words hold at least ``MIN_STEPS`` human step starts, scored on its
+    first ``SCORED_WORDS`` words (skipped when no step starts in them)."""
     raws = [json.loads(line) for line in data_path().read_text().splitlines() if line.strip()]
     by_recipe: dict[str, list[dict]] = {}
     for r in raws:
@@ -139,9 +142,10 @@ def load_all() -> tuple[dict[str, list[str]], dict[str, list[Video]]]:
             if not cands:
                 continue
             pick = rng.choice(cands)
+            scored = _video(pick, split, SCORED_WORDS)
             if i < (TUNE_RESERVED if split == "tune" else len(recipes)) \
-                    and len(chosen[split]) < n:
-                chosen[split].append(_video(pick, split, EXCERPT_WORDS))
+                    and len(chosen[split]) < n and scored.steps:
+                chosen[split].append(scored)
     return splits, chosen
 
 
@@ -490,8 +494,33 @@ def score_all() -> dict[str, Any]:
                          "words": sum(v.words for v in chosen[k]),
                          "steps": sum(len(v.steps) for v in chosen[k])}
                      for k in ("tune", "report", "fewshot")},
-                  "excerpt_words": EXCERPT_WORDS, "min_steps": MIN_STEPS},
+                  "excerpt_words": EXCERPT_WORDS, "min_steps": MIN_STEPS,
+                  "scored_words": SCORED_WORDS},
         "rows": [], "baselines": []}
+    # Per split, the videos scored: the first ones of the seeded order that every LLM row
+    # measured there finished (a run is cut by the clock, never by a result).
+    per: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for name, row in LIVE_ROWS.items():
+        for sp in ("tune", "report"):
+            done = []
+            for v in chosen[sp]:
+                try:
+                    done += run_llm(row, [v], live=False)
+                except MissingReply:
+                    break
+            if done:
+                per[(name, sp)] = done
+    scored = {sp: min([len(d) for (_, s), d in per.items() if s == sp], default=0)
+              for sp in ("tune", "report")}
+    for sp in ("tune", "report"):
+        chosen[sp] = chosen[sp][:scored[sp]] if scored[sp] else chosen[sp]
+        res["split"][sp].update(
+            videos=len(chosen[sp]), video_ids=[v.video_id for v in chosen[sp]],
+            titles=[v.title for v in chosen[sp]],
+            asr_sentences=sum(len(v.subs) for v in chosen[sp]),
+            words=sum(v.words for v in chosen[sp]), steps=sum(len(v.steps) for v in chosen[sp]),
+            planned=len(load_all()[1][sp]), llm_rows_measured=sorted(
+                n for (n, s2) in per if s2 == sp))
     base = baselines(chosen["tune"] + chosen["report"])
     for name, recs in base.items():
         res["baselines"].append({"label": name, **{
@@ -500,10 +529,9 @@ def score_all() -> dict[str, Any]:
     for row in ROWS:
         rec: dict[str, Any] = {"label": row.label, "llm": row.llm, "config": _cfg_summary(row)}
         for sp in ("tune", "report"):
-            try:
-                recs = run_llm(row, chosen[sp], live=False)
-            except MissingReply:
+            if (row.llm, sp) not in per:
                 continue
+            recs = run_llm(row, chosen[sp], live=False)
             rec[sp] = metrics(chosen[sp], recs, judge, row.keep)
         res["rows"].append(rec)
     res["choice"] = choose_default(res["rows"])
@@ -589,12 +617,19 @@ def write_md(res: dict[str, Any]) -> str:
         "Azure ASR of YouCook2 training videos, YouCook2's human steps as references). The "
         f"{sum(sp['recipe_types'].values())} recipe types are split by a seeded shuffle (seed "
         f"{res['seed']}): tune {sp['recipe_types']['tune']}, report "
-        f"{sp['recipe_types']['report']}. Scored: one seeded video per recipe type whose first "
-        f"{sp['excerpt_words']} ASR words hold at least {sp['min_steps']} human step starts, cut "
-        f"to those words (about 2 blocks; the LLM takes tens of seconds a block on this shared "
-        f"machine): **report** {sp['report']['videos']} videos ({sp['report']['asr_sentences']} "
-        f"ASR sentences, {sp['report']['steps']} human steps), **tune** {sp['tune']['videos']} "
-        f"videos ({sp['tune']['asr_sentences']} sentences, {sp['tune']['steps']} steps). The "
+        f"{sp['recipe_types']['report']}. Planned: one seeded video per recipe type whose first "
+        f"{sp['excerpt_words']} ASR words hold at least {sp['min_steps']} human step starts, "
+        f"scored on its first {sp['scored_words']} words (one LLM block) and the human steps "
+        f"starting in them: report {sp['report']['planned']}, tune {sp['tune']['planned']}. "
+        "The LLM took minutes a block on the shared, overloaded 2-core machine, so each split "
+        "is scored on the first videos of its seeded order that every LLM row measured there "
+        f"finished: **report {sp['report']['videos']} videos** "
+        f"({', '.join(sp['report']['titles'])}; {sp['report']['asr_sentences']} ASR "
+        f"sentences, {sp['report']['steps']} human steps; LLM rows: "
+        f"{', '.join(sp['report']['llm_rows_measured']) or 'none'}), **tune "
+        f"{sp['tune']['videos']} videos** ({sp['tune']['asr_sentences']} sentences, "
+        f"{sp['tune']['steps']} steps; LLM rows: "
+        f"{', '.join(sp['tune']['llm_rows_measured']) or 'none'}). The "
         f"`steps` template's few-shot examples come from {sp['fewshot']['videos']} other tune "
         "recipe types, never scored.", "",
         "Every row runs the real stage (`caption_video`: parse, one retry, chatter filter, "
@@ -666,13 +701,16 @@ def main() -> None:
         write_templates(chosen["fewshot"])
         return
     if args.interleave:
-        # video by video, every LLM row: a run stopped by the clock leaves every row measured
-        # on the same first videos
-        for sp in ("report", "tune"):
+        # row by row (one row's prompt prefix stays in llama.cpp's cache), each until its
+        # deadline (a Unix time): a run cut by the clock leaves every row measured on the same
+        # first videos of the seeded order
+        for item in args.interleave.split(","):
+            name, sp, until = item.split(":")
             for v in chosen[sp]:
-                for name in args.interleave.split(","):
-                    print(f"== {sp} {v.title}: {name}", flush=True)
-                    run_llm(LIVE_ROWS[name], [v], live=True)
+                if time.time() > float(until):
+                    break
+                print(f"== {sp} {v.title}: {name}", flush=True)
+                run_llm(LIVE_ROWS[name], [v], live=True)
         print("DONE", flush=True)
         return
     if args.llm:

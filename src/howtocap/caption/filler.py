@@ -25,6 +25,11 @@ for today."), ``filler`` ("So yeah, let's see.", "Okay, hang on a second."), ``t
 your time.", "Wait a few minutes."), ``meta`` ("Let me know what you think.") or ``no-action``
 (anything else without a content word, e.g. "My kids love this one."). The reason only
 explains; whether a caption is rejected is decided by the parse alone.
+
+Since issue #40 two more reasons reject captions that name things but are talk, not a step:
+``schedule`` (the channel's upload days: "New videos every Monday.") and ``story`` (a
+question, or a statement with its own subject whose verb is a state, taste, origin or opinion:
+"It tastes good.", "This dish is named after Singapore."); see ``talk_reason``.
 """
 
 from __future__ import annotations
