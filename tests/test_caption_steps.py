@@ -4,6 +4,7 @@ backends (the embedded llama.cpp and an OpenAI-compatible server on 127.0.0.1)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -145,10 +146,9 @@ def test_fewshot_examples_from_a_file_reach_the_embedded_model(tmp_path: Path) -
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"prompt": "Steps:\n{asr}", "system": "You write steps."}))
     for path in (plain, template_file(tmp_path)):
-        try:
+        # a tiny model's reply need not parse: the prompt is what is checked
+        with contextlib.suppress(CaptionError):
             caption_video("v", subtitles(), llm, CaptionConfig(template=str(path), retries=0,
                                                                generation=gen))
-        except CaptionError:
-            pass  # a tiny model's reply need not parse: the prompt is what is checked
     assert len(seen) == 2
     assert seen[1] - seen[0] >= len((EXAMPLE_ASR + EXAMPLE_ANSWER).split())

@@ -87,11 +87,12 @@ class CaptionConfig(BaseModel):
         "training text; by default they are marked in captions.parquet's `rejected` column "
         "and not aligned."))
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
-    # rewrite kept captions into the imperative ("So I'm adding salt." -> "Add salt.")
-    imperative: bool = False
+    # rewrite kept captions into the imperative ("So I'm adding salt." -> "Add salt."); on
+    # by default: chosen by benchmarks/bench_real_captions.py (results/real_captions.md)
+    imperative: bool = True
     # mark a kept caption "repeat" when an earlier kept one within this many seconds says
-    # nearly the same (caption.merge); 0 = off
-    merge_seconds: float = Field(0.0, ge=0, le=600)
+    # nearly the same (caption.merge); 0 = off. 30 s: chosen with the template, as above
+    merge_seconds: float = Field(30.0, ge=0, le=600)
     generation: GenerationConfig = Field(default_factory=GenerationConfig,
                                          json_schema_extra={"flags": GENERATION_FLAGS})
 
