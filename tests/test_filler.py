@@ -303,7 +303,7 @@ def test_fast_path_gives_the_full_pipelines_verdicts(nlp: object, full_verdicts:
     table give every labelled text the verdict of the whole pipeline: a component the rules
     need dropped from ``nlp.load_spacy``, or a stale or mixed-up table entry, fails here."""
     texts, want, _ = full_verdicts
-    assert len(texts) > 800 and len(set(want)) == len(REASONS) + 1  # all reasons and kept
+    assert len(texts) > 800 and set(want) >= {*REASONS, ""}  # all reasons and kept
     first = reject_reasons(texts, nlp)
     assert first == want
     again = reject_reasons(list(reversed(texts)), nlp)  # answered from the table now

@@ -90,6 +90,30 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
 _by_time = itemgetter(0, 1)  # a row's start, then its block
 
 
+def _steps_after(texts: list[str], rejected: list[str] | str, starts: list[float],
+                 cfg: CaptionConfig, nlp: Any | None) -> tuple[list[str], list[str] | str]:
+    """The kept captions rewritten into the imperative and near-duplicates marked "repeat"
+    (issue #40); rejected captions stay as the LLM wrote them."""
+    from howtocap.caption.merge import repeats
+
+    reasons = rejected if isinstance(rejected, list) else [rejected] * len(texts)
+    keep = [i for i, why in enumerate(reasons) if not why]
+    if cfg.imperative and keep:
+        from howtocap.caption.filler import ParserPool, load_parser
+        from howtocap.caption.imperative import imperatives
+
+        parser = load_parser() if nlp is None or isinstance(nlp, ParserPool) else nlp
+        texts = list(texts)
+        for i, new in zip(keep, imperatives([texts[i] for i in keep], parser), strict=True):
+            texts[i] = new
+    if cfg.merge_seconds and keep:
+        reasons = list(reasons)
+        for i in repeats([texts[i] for i in keep], [starts[i] for i in keep],
+                         cfg.merge_seconds):
+            reasons[keep[i]] = "repeat"
+    return texts, reasons
+
+
 def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                   cfg: CaptionConfig | None = None, *,
                   attach: Callable[[Block, Messages], Messages] | None = None,
@@ -185,6 +209,9 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     # without the filler test every row's reason is "": one value for the column
     rejected: list[str] | str = \
         await asyncio.to_thread(reject_reasons, texts, nlp) if cfg.reject_fillers else ""
+    if cfg.imperative or cfg.merge_seconds:
+        texts, rejected = await asyncio.to_thread(
+            _steps_after, texts, rejected, [r[0] for r in kept], cfg, nlp)
     out = rows("captions", len(kept), video_id=video_id,
                start=[r[0] for r in kept], end=[r[2] for r in kept],
                text=texts, source="llm", block=[r[1] for r in kept],

@@ -10,11 +10,11 @@ defaults and bounds from their own fields.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
+from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX, STEP_GBNF, STEP_REGEX
 from howtocap.caption.prompt import (
     DEFAULT_TEMPLATE_NAME,
     TEMPLATE_NAMES,
@@ -73,6 +73,12 @@ class CaptionConfig(BaseModel):
     constrain: bool = Field(False, description=(
         "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
         "asked without). Off by default (benchmarks/results/captions.md)."))
+    # The language --constrain allows: "lines" (any "<s>s: <sentence>" line) or "steps" (the
+    # same, but no line opens with I, we, you, so, and, but or if: caption.constrain).
+    grammar: Literal["lines", "steps"] = Field("lines", json_schema_extra={"text": True},
+                                               description=(
+        "The language --constrain allows: 'lines' (any '<n>s: caption' line) or 'steps' (no "
+        "line opens with I, we, you, so, and, but or if)."))
     drop_chatter: bool = Field(True, json_schema_extra={"flag": "--keep-chatter",
                                                         "invert": True}, description=(
         "Keep captions such as 'Subscribe to the channel.' (`run`: in the align filter "
@@ -84,6 +90,16 @@ class CaptionConfig(BaseModel):
         "training text; by default they are marked in captions.parquet's `rejected` column "
         "and not aligned."))
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
+    # rewrite kept captions into the imperative ("So I'm adding salt." -> "Add salt."); on
+    # by default: chosen by benchmarks/bench_real_captions.py (results/real_captions.md)
+    imperative: bool = Field(True, description=(
+        "Rewrite kept captions into the imperative ('So now I'm going to add salt' -> "
+        "'Add salt.')."))
+    # mark a kept caption "repeat" when an earlier kept one within this many seconds says
+    # nearly the same (caption.merge); 0 = off. 30 s: chosen with the template, as above
+    merge_seconds: float = Field(30.0, ge=0, le=600, description=(
+        "Mark a kept caption 'repeat' when an earlier kept one within this many seconds "
+        "says nearly the same; 0 = off."))
     generation: GenerationConfig = Field(default_factory=GenerationConfig,
                                          json_schema_extra={"flags": GENERATION_FLAGS})
 
@@ -94,8 +110,9 @@ class CaptionConfig(BaseModel):
         """The generation settings with the caption grammar attached when constraining."""
         if not self.constrain:
             return self.generation
-        return self.generation.model_copy(update={"grammar": CAPTION_GBNF,
-                                                  "regex": CAPTION_REGEX})
+        gbnf, regex = (STEP_GBNF, STEP_REGEX) if self.grammar == "steps" else \
+            (CAPTION_GBNF, CAPTION_REGEX)
+        return self.generation.model_copy(update={"grammar": gbnf, "regex": regex})
 
 
 class CaptionRunConfig(BaseModel):

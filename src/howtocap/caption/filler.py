@@ -25,6 +25,11 @@ for today."), ``filler`` ("So yeah, let's see.", "Okay, hang on a second."), ``t
 your time.", "Wait a few minutes."), ``meta`` ("Let me know what you think.") or ``no-action``
 (anything else without a content word, e.g. "My kids love this one."). The reason only
 explains; whether a caption is rejected is decided by the parse alone.
+
+Since issue #40 two more reasons reject captions that name things but are talk, not a step:
+``schedule`` (the channel's upload days: "New videos every Monday.") and ``story`` (a
+question, or a statement with its own subject whose verb is a state, taste, origin or opinion:
+"It tastes good.", "This dish is named after Singapore."); see ``talk_reason``.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
+# Captions that name things but are talk, not a step (issue #40): see ``talk_reason``.
+TALK_REASONS = ("story", "schedule")
 # Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
-RULES_VERSION = 3
+RULES_VERSION = 4
 
 
 def _words(text: str) -> frozenset[str]:
@@ -154,9 +161,46 @@ def reason(doc: Any) -> str:
     return "no-action" if content else "filler"
 
 
+# A channel's upload schedule ("New videos every Monday, Wednesday and Friday.").
+_SCHEDULE = re.compile(
+    r"\b(?:new (?:videos?|recipes?|episodes?)\b|(?:videos?|episodes?|uploads?) (?:every|each)\b|"
+    r"every (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|week)\b|"
+    r"(?:on|every) (?:mondays|tuesdays|wednesdays|thursdays|fridays|saturdays|sundays)\b)",
+    re.IGNORECASE)
+# Verbs whose statement tells about the food or the cook instead of doing something to it
+# ("It tastes good.", "This dish is named after Singapore.", "I have no idea why …").
+STORY_VERBS = _words("be have taste smell look sound seem feel know think name call mean "
+                     "originate come grow love like enjoy remember learn live visit buy find "
+                     "eat hope believe wonder grow use")
+_SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
+
+
+def talk_reason(doc: Any) -> str:
+    """"story" for a caption that names things but is talk, else "" (``schedule``, the
+    channel's upload days, is found first by ``verdict``):
+
+    - ``story``: a question, or a statement with its own subject (a written step has none)
+      whose main verb is a state, taste, origin or opinion verb (``STORY_VERBS``).
+    """
+    if doc.text.rstrip().endswith("?"):
+        return "story"
+    root = next((t for t in doc if t.dep_ == "ROOT"), None)  # the first sentence's
+    if root is None:  # no parse
+        return ""
+    subjects = [c for c in root.children if c.dep_ in _SUBJECT_DEPS]
+    if not subjects:
+        return ""
+    if root.lemma_.lower() in STORY_VERBS:
+        return "story"
+    return ""
+
+
 def verdict(doc: Any) -> str:
-    """"" when the caption shows something, else the reason for rejecting it."""
-    return "" if shows_something(doc) else reason(doc)
+    """"" when the caption shows something and is no story or schedule, else the reason for
+    rejecting it."""
+    if _SCHEDULE.search(doc.text):  # names things (videos, days) but shows none of them
+        return "schedule"
+    return talk_reason(doc) if shows_something(doc) else reason(doc)
 
 
 def load_parser(name: str | None = None) -> Any:
