@@ -41,6 +41,22 @@ def test_imperative_rewrite_drops_the_frame_and_keeps_objects_and_quantities(
     assert imperatives([said], nlp) == [step]
 
 
+def test_imperative_rewrite_in_parser_processes_equals_the_rewrite_in_process(
+        nlp: object) -> None:
+    """An HTTP run hands its parse to a ParserPool: the rewrite happens there, the same."""
+    from howtocap.caption.filler import ParserPool
+
+    said = ["So now I'm going to add two cups of flour", "Let's add the garlic.",
+            "The noodles are soaking in water."]
+    pool = ParserPool(1)
+    try:
+        assert imperatives(said, pool) == imperatives(said, nlp) == [
+            "Add two cups of flour.", "Add the garlic.", "The noodles are soaking in water."]
+        assert pool.verdicts(said[:1]) == reject_reasons(said[:1], nlp)  # verdicts still
+    finally:
+        pool.close()
+
+
 def test_imperative_rewrite_leaves_steps_statements_and_negations_alone(nlp: object) -> None:
     kept = ["Add the onions.", "The noodles are soaking in water.", "Don't overmix the batter.",
             "I have no idea why this dish is named after Singapore."]

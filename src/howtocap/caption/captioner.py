@@ -99,10 +99,10 @@ def _steps_after(texts: list[str], rejected: list[str] | str, starts: list[float
     reasons = rejected if isinstance(rejected, list) else [rejected] * len(texts)
     keep = [i for i, why in enumerate(reasons) if not why]
     if cfg.imperative and keep:
-        from howtocap.caption.filler import ParserPool, load_parser
+        from howtocap.caption.filler import load_parser
         from howtocap.caption.imperative import imperatives
 
-        parser = load_parser() if nlp is None or isinstance(nlp, ParserPool) else nlp
+        parser = load_parser() if nlp is None else nlp  # a ParserPool parses in its workers
         texts = list(texts)
         for i, new in zip(keep, imperatives([texts[i] for i in keep], parser), strict=True):
             texts[i] = new

@@ -346,12 +346,15 @@ class ParserPool:
             w.ready()
             self._idle.put(w)
 
-    def verdicts(self, texts: Sequence[str], batch_size: int = 256) -> list[str]:
+    def verdicts(self, texts: Sequence[str], batch_size: int = 256,
+                 kind: str = "verdict") -> list[str]:
+        """The filler verdicts, or with ``kind="imperative"`` the imperative rewrites
+        (``caption.imperative``), parsed by an idle worker."""
         if not texts:
             return []
         worker = self._idle.get()
         try:
-            return worker.ask(list(texts), batch_size)
+            return worker.ask(list(texts), batch_size, kind)
         finally:
             self._idle.put(worker)
 
@@ -388,9 +391,10 @@ class _Worker:
     def ready(self) -> None:
         self._recv()
 
-    def ask(self, texts: list[str], batch_size: int) -> list[str]:
+    def ask(self, texts: list[str], batch_size: int, kind: str) -> list[str]:
         try:
-            send_message(self.proc.stdin, {"texts": texts, "batch_size": batch_size})
+            send_message(self.proc.stdin, {"texts": texts, "batch_size": batch_size,
+                                           "kind": kind})
         except OSError:  # a broken pipe: the worker is gone
             raise self._died() from None
         return [str(v) for v in self._recv()]

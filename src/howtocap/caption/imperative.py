@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from howtocap.caption.filler import META_VERBS, SPEAKER_VIEWER
+from howtocap.caption.filler import META_VERBS, SPEAKER_VIEWER, ParserPool
 
 # Verbs that frame the action instead of being it ("I'm going to add", "let's add").
 FRAME_VERBS = frozenset([
@@ -67,6 +67,9 @@ def rewrite(doc: Any) -> str:
 
 
 def imperatives(texts: Iterable[str], nlp: Any) -> list[str]:
-    """``rewrite`` for each caption (one batched parse)."""
+    """``rewrite`` for each caption (one batched parse; in a ``ParserPool``'s processes when
+    ``nlp`` is one, so an HTTP run's driver does not parse on its own core)."""
     items = [str(t) for t in texts]
+    if isinstance(nlp, ParserPool):
+        return nlp.verdicts(items, kind="imperative")
     return [rewrite(doc) for doc in nlp.pipe(items, batch_size=256)] if items else []

@@ -1,5 +1,6 @@
 """A parser process of ``caption.filler.ParserPool``: reads length-prefixed JSON requests
-(``{"texts": [...], "batch_size": n}``) on stdin and answers each with the verdicts, in order.
+(``{"texts": [...], "batch_size": n, "kind": "verdict" | "imperative"}``) on stdin and answers
+each with the filler verdicts or the imperative rewrites (``caption.imperative``), in order.
 
 Its first message is ``{"ready": true}`` once the parser is loaded (or ``{"error": ...}``), so
 the pool reports a missing model before any video. It exits at end of input.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from howtocap.caption.filler import load_parser, read_message, send_message, verdict
+from howtocap.caption.imperative import rewrite
 from howtocap.errors import HowtocapError
 
 
@@ -27,7 +29,8 @@ def main() -> None:
     send_message(out, {"ready": True})
     while (req := read_message(inp)) is not None:
         docs = nlp.pipe(req["texts"], batch_size=int(req.get("batch_size", 256)))
-        send_message(out, [verdict(doc) for doc in docs])
+        answer = rewrite if req.get("kind") == "imperative" else verdict
+        send_message(out, [answer(doc) for doc in docs])
 
 
 if __name__ == "__main__":
