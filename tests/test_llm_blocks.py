@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 from howtocap.caption.blocks import make_blocks
+from howtocap.caption.config import CaptionConfig
 from howtocap.caption.prompt import PAPER_PROMPT, build_messages, load_template, resolve_template
 from howtocap.errors import HowtocapError, InputError
 
@@ -49,19 +51,22 @@ def test_long_sentence_gets_its_own_block() -> None:
     assert blocks[1].n_words == 250 and blocks[1].text.startswith("1s: x0 x1")
 
 
+WORDS = CaptionConfig().block_words  # the default, declared once there
+
+
 def test_unsorted_rows_blank_text_and_bad_tables() -> None:
     df = subs([(20, 22, "second"), (3.9, 5, "first"), (8, 9, "   "), (9, 10, None)])
-    (block,) = make_blocks(df)
+    (block,) = make_blocks(df, WORDS)
     assert block.text == "3s: first\n20s: second"
-    assert make_blocks(subs([])) == []
+    assert make_blocks(subs([]), WORDS) == []
     with pytest.raises(HowtocapError, match="lacks columns"):
-        make_blocks(pd.DataFrame({"start": [1.0]}))
-    with pytest.raises(HowtocapError, match="block-words"):
-        make_blocks(df, max_words=0)
+        make_blocks(pd.DataFrame({"start": [1.0]}), WORDS)
+    with pytest.raises(ValidationError, match="block_words"):  # the bound lives in the model
+        CaptionConfig(block_words=0)
 
 
 def test_paper_prompt_is_the_papers_and_holds_the_block() -> None:
-    (block,) = make_blocks(subs([(0, 4, "take the flour"), (4, 8, "add an egg")]))
+    (block,) = make_blocks(subs([(0, 4, "take the flour"), (4, 8, "add an egg")]), WORDS)
     msgs = build_messages(block, "paper")
     assert msgs == [{"role": "user", "content": PAPER_PROMPT.replace("{asr}", block.text)}]
     content = msgs[0]["content"]
@@ -72,7 +77,7 @@ def test_paper_prompt_is_the_papers_and_holds_the_block() -> None:
 
 
 def test_template_files(tmp_path: Path) -> None:
-    (block,) = make_blocks(subs([(0, 4, "take the flour")]))
+    (block,) = make_blocks(subs([(0, 4, "take the flour")]), WORDS)
     txt = tmp_path / "t.txt"
     txt.write_text("Summarise:\n<block>\nDone.")
     assert build_messages(block, load_template(txt))[0]["content"] == \
