@@ -274,7 +274,7 @@ def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> Non
         outs[name] = run
     same = compare(outs["base"], outs["here"])
     assert same["rows"] > 500 and same["equal"], same
-    al = pd.read_parquet(outs["here"] / "aligned.parquet")
+    al = pd.read_parquet(outs["here"] / "aligned")
     if mode == "default":  # both halves of the null z were computed
         assert al["z_clip"].notna().all() and al["z_text"].notna().all()
 

@@ -95,11 +95,11 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert status.loc["noparse", "message"] == (
             "1 of 1 LLM blocks gave no caption (block 0: reply had no timestamped caption line)")
 
-        caps = pd.read_parquet(out / "captions.parquet")
+        caps = pd.read_parquet(out / "captions")
         assert set(caps["video_id"]) == {"good_a", "good_b"}
         assert not caps.duplicated(["video_id", "start", "text"]).any()
         assert (caps["end"] - caps["start"]).round(6).eq(8.0).all()
-        subs = pd.read_parquet(out / "subtitles.parquet")
+        subs = pd.read_parquet(out / "subtitles")
         assert set(subs["source"]) == {"vtt"}
         # the LLM failed on "noparse", but its subtitles are finished work and are kept
         assert set(subs["video_id"]) == {"good_a", "good_b", "noparse"}
@@ -112,7 +112,7 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert "2 already done" in res2.stderr
         # only the NOPARSE block reaches the LLM again (a try and its one retry)
         assert srv.requests - first_requests == 2
-        assert pd.read_parquet(out / "captions.parquet").equals(caps)
+        assert pd.read_parquet(out / "captions").equals(caps)
 
 
 def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
@@ -181,12 +181,12 @@ def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_vide
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
                       "--subtitles", str(tmp_path / "caption.json"), "--asr", "never", "--quiet")
     assert res.returncode == 0, res.stderr
-    subs = pd.read_parquet(out / "subtitles.parquet")
+    subs = pd.read_parquet(out / "subtitles")
     assert list(subs["source"].unique()) == ["htm"]
     res = run_cli("export", str(out), "--format", "howtocaption", "--out", str(tmp_path / "e.json"))
     assert res.returncode == 0, res.stderr
     data = json.loads((tmp_path / "e.json").read_text())
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert list(data) == ["htm1"]
     assert data["htm1"]["text"] == [[t] for t in caps["text"]]  # the release's list of lists
     assert data["htm1"]["start"] == [0.0, 2.0]
@@ -220,7 +220,7 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
     assert set(zip(status["video_id"], status["stage"], status["status"], strict=True)) == {
         ("good", "subtitles", "ok"), ("good", "caption", "ok"), ("bad_subs", "subtitles", "error"),
         ("good", "align", "ok")}
-    aligned = pd.read_parquet(out / "aligned.parquet")
+    aligned = pd.read_parquet(out / "aligned")
     assert set(aligned["video_id"]) == {"good"} and len(aligned) == 2
     assert aligned["kept"].sum() == 1  # --quantile 0.5 of 2 pairs
     assert (out / "align_report.html").exists()
@@ -241,7 +241,7 @@ def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Pa
                  for k in range(2)]
         errs = [p.communicate(timeout=300)[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0], errs
-        assert not (sharded / "aligned.parquet").exists()  # the filter waits for every shard
+        assert not (sharded / "aligned").exists()  # the filter waits for every shard
         done = [int(e.split("caption: ")[1].split(" done")[0]) for e in errs]
         assert sum(done) == 6 and all(d < 6 for d in done)  # each shard did only its share
         final = run_cli(*base, "--out", str(sharded))

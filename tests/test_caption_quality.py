@@ -121,7 +121,7 @@ def test_some_blocks_failing_keeps_the_rest_with_a_warning(tmp_path: Path,
     assert none["status"] == "error" and none["warnings"] == 0
     assert "half: 1 of 2 LLM blocks gave no caption" in " ".join(res.stderr.split())
     assert "caption: 1 done (1 with warnings)" in res.stderr
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert caps["video_id"].tolist() == ["half"] and caps["block"].tolist() == [0]
-    subs = pd.read_parquet(out / "subtitles.parquet")
+    subs = pd.read_parquet(out / "subtitles")
     assert sorted(subs["video_id"].unique()) == ["half", "none"]  # both keep their subtitles

@@ -177,7 +177,7 @@ def test_caption_workers_bounds_the_videos_in_flight(tmp_path: Path, workers: st
     assert srv.requests == len(data)  # one block, so one request, per video
     assert peak["max"] <= expect  # never more than asked for
     assert peak["max"] > 1 if expect > 1 else peak["max"] == 1  # and really in parallel
-    caps = pd.read_parquet(tmp_path / "run" / "captions.parquet")
+    caps = pd.read_parquet(tmp_path / "run" / "captions")
     assert sorted(caps["video_id"].unique()) == sorted(data)
 
 
@@ -229,5 +229,5 @@ def test_framecaps_workers_labels_every_video(tmp_path: Path) -> None:
                   "--workers", "2", "--quiet")
     assert res.returncode == 0, res.stderr
     assert "framecaps: 3 done" in res.stderr
-    df = pd.read_parquet(out / "framecaps.parquet")
+    df = pd.read_parquet(out / "framecaps")
     assert df.groupby("video_id").size().to_dict() == {"v0": 2, "v1": 2, "v2": 2}

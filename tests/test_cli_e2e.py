@@ -54,7 +54,7 @@ def test_run_with_the_default_embedded_llm(llm_run: tuple[SampleVideo, Path]) ->
     sample, out = llm_run
     cfg = json.loads((out / "config" / "caption.json").read_text())
     assert cfg["llm"]["name"] == "embedded" and cfg["llm"]["url"] is None
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert len(caps) >= 1 and set(caps["model"]) == {EMBEDDED_DEFAULT}
     assert set(caps["source"]) == {"llm"} and set(caps["video_id"]) == {"howto"}
     # every caption starts inside the video, at the start of a narrated sentence (the LLM is
@@ -70,7 +70,7 @@ def test_run_with_the_default_embedded_llm(llm_run: tuple[SampleVideo, Path]) ->
              for row in caps.itertuples()]
     assert any(named), caps["text"].tolist()
 
-    aligned = pd.read_parquet(out / "aligned.parquet")
+    aligned = pd.read_parquet(out / "aligned")
     assert len(aligned) == len(caps) and aligned["kept"].any()
     assert aligned["start"].ge(0).all() and aligned["end"].le(sample.duration + 1e-6).all()
     assert (aligned["start"] - aligned["orig_start"]).abs().le(10).all()
@@ -86,7 +86,7 @@ def test_index_then_search_finds_each_steps_clip(llm_run: tuple[SampleVideo, Pat
     res = run_cli("index", str(out), "--json")
     assert res.returncode == 0, res.stderr
     info = json.loads(res.stdout)
-    kept = pd.read_parquet(out / "aligned.parquet").query("kept")
+    kept = pd.read_parquet(out / "aligned").query("kept")
     assert info["n"] == len(kept) and (out / "index").is_dir()
     # each step that has a kept caption naming its object is found first by a query naming
     # the step in other words (the sample's reference caption); the hit is that step's clip,
@@ -127,7 +127,7 @@ def asr_run(tmp_path_factory: pytest.TempPathFactory, narrated_video: SampleVide
 
 def test_asr_subtitles_feed_the_captions(asr_run: tuple[SampleVideo, Path]) -> None:
     sample, out = asr_run
-    subs = pd.read_parquet(out / "subtitles.parquet")
+    subs = pd.read_parquet(out / "subtitles")
     assert set(subs["source"]) == {"asr"} and set(subs["video_id"]) == {"spoken"}
     spoken = set().union(*(words(s.narration) for s in sample.steps))
     heard = set().union(*map(words, subs["text"]))
@@ -135,7 +135,7 @@ def test_asr_subtitles_feed_the_captions(asr_run: tuple[SampleVideo, Path]) -> N
     assert len(heard & spoken) >= 0.8 * len(spoken), heard ^ spoken
     for step in sample.steps:
         assert words(step.narration) & set(OBJECTS[step.image]) <= heard
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert len(caps) >= 2
     for row in caps.itertuples():
         # the echo LLM's caption is the first words of a transcribed line at that time
@@ -146,7 +146,7 @@ def test_asr_subtitles_feed_the_captions(asr_run: tuple[SampleVideo, Path]) -> N
 def test_export_csv_kept_pairs_and_unfiltered(asr_run: tuple[SampleVideo, Path],
                                               tmp_path: Path) -> None:
     _, out = asr_run
-    aligned = pd.read_parquet(out / "aligned.parquet")
+    aligned = pd.read_parquet(out / "aligned")
     assert aligned["kept"].sum() == 1 and (~aligned["kept"]).sum() >= 1  # --keep-top 1
 
     def exported(*flags: str) -> list[dict[str, str]]:
@@ -200,12 +200,12 @@ def test_config_yaml_with_a_flag_that_wins(tmp_path: Path, base_video: Path) -> 
     assert recorded["caption"]["block_words"] == 80
     assert recorded["caption"]["clip_seconds"] == 3.0  # a key only the YAML file sets
     assert recorded["llm"]["url"] == srv.url
-    caps = pd.read_parquet(tmp_path / "run" / "captions.parquet")
+    caps = pd.read_parquet(tmp_path / "run" / "captions")
     assert len(caps) == 6 and set(caps["block"]) == {0}
     assert (caps["end"] - caps["start"]).round(6).eq(3.0).all()
     assert json.loads((tmp_path / "run50" / "config" / "caption.json").read_text()
                       )["caption"]["block_words"] == 50
-    assert pd.read_parquet(tmp_path / "run50" / "captions.parquet")["block"].nunique() == 2
+    assert pd.read_parquet(tmp_path / "run50" / "captions")["block"].nunique() == 2
     # a key that is no option: one line naming the file and the key
     conf.write_text("block-wordz: 50\n")
     res = run_cli("caption", str(vids), "--out", str(tmp_path / "bad"), "--config", str(conf))
@@ -225,7 +225,7 @@ def test_framecaps_keeps_the_top_k_distinct_captions_per_captioner(
     res = run_cli("framecaps", str(vids), "--out", str(out), "--captioner", "default",
                   "--captioner", f"hf:{tiny_blip}", "--frames", "3", "--top-k", "2", "--quiet")
     assert res.returncode == 0, res.stderr
-    df = pd.read_parquet(out / "framecaps.parquet")
+    df = pd.read_parquet(out / "framecaps")
     captioners = {"default", f"hf:{tiny_blip}"}
     assert set(df["video_id"]) == {"a", "b"} and set(df["captioner"]) == captioners
     for (vid, name), g in df.groupby(["video_id", "captioner"]):

@@ -270,8 +270,8 @@ def test_windows_stay_in_one_shot_unless_cross_shots(run: Path, tmp_path: Path) 
 
     shutil.copytree(run, copy)
     pd.DataFrame({"video_id": ["alpha", "alpha"], "start": [0.0, 4.0], "end": [4.0, 8.0],
-                  "config_id": "s"}).to_parquet(copy / "shots.parquet")
-    rows = pd.read_parquet(copy / "aligned.parquet").query("video_id == 'alpha' and kept")
+                  "config_id": "s"}).to_parquet(copy / "shots")
+    rows = pd.read_parquet(copy / "aligned").query("video_id == 'alpha' and kept")
     for cross, want in ((False, (4.0, 6.0)), (True, (3.0, 6.0))):
         res, _ = export(copy, tmp_path / f"out{cross}", cut="exact", cross_shots=cross)
         index = pd.read_parquet(res.out / "index.parquet").set_index("window_start")
@@ -284,7 +284,7 @@ def test_windows_stay_in_one_shot_unless_cross_shots(run: Path, tmp_path: Path) 
 
 def test_rows_argument_exports_just_those_rows(run: Path, tmp_path: Path) -> None:
     """A filter (e.g. ``--drop-duplicates``) hands its rows in; nothing else is cut."""
-    rows = pd.read_parquet(run / "aligned.parquet").query("video_id == 'beta' and kept")
+    rows = pd.read_parquet(run / "aligned").query("video_id == 'beta' and kept")
     with console.capture():
         res = export_clips(run, tmp_path / "beta", rows=rows, progress=False)
     index = pd.read_parquet(res.out / "index.parquet")

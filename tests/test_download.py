@@ -90,12 +90,12 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
             assert st.loc[vid, "message"].startswith(prefix), st.loc[vid, "message"]
             assert st.loc[vid, "cause"] == cause, vid
         assert www.requests["/hang/a.mp4"] == 2  # one try + one retry, each ended by the timeout
-        aligned = pd.read_parquet(run / "aligned.parquet")
+        aligned = pd.read_parquet(run / "aligned")
         assert set(aligned["video_id"]) == {"a", "b"}
-        subs = pd.read_parquet(run / "subtitles.parquet")
+        subs = pd.read_parquet(run / "subtitles")
         assert set(subs["source"]) == {"vtt"}  # the downloaded sidecars, no ASR
         assert subs[subs.video_id == "b"]["text"].str.contains("onions").all()
-        dl = pd.read_parquet(run / "downloads.parquet").set_index("video_id")
+        dl = pd.read_parquet(run / "downloads").set_index("video_id")
         assert set(dl.index) == {"a", "b"} and (dl["bytes"] == size).all()
         assert dl.loc["a", "url"] == f"{u}/a.mp4" and dl.loc["a", "method"] == "fsspec"
         assert dl.loc["a", "config_id"] == st.loc["a", "config_id"]
@@ -118,7 +118,7 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
         res = run_cli(*args)
         assert res.returncode == 1, res.stderr
         assert sum(n for p, n in www.requests.items() if not p.startswith("/hang")) == before
-        pd.testing.assert_frame_equal(pd.read_parquet(run / "aligned.parquet"), aligned)
+        pd.testing.assert_frame_equal(pd.read_parquet(run / "aligned"), aligned)
         # the timeout (cause "service") was tried again by the plain re-run; nothing else was
         assert www.requests["/hang/a.mp4"] == 4
 
@@ -149,7 +149,7 @@ def test_download_causes_size_limit_mid_stream_and_malformed_urls(
         # aborted mid-stream: far less than the whole file was read
         assert www.sent["/nolen/big.mp4"] < (root / "big.mp4").stat().st_size
         assert st.loc["page404", "message"].startswith("not found: "), st.loc["page404"]
-        dl = pd.read_parquet(run / "downloads.parquet").set_index("video_id")
+        dl = pd.read_parquet(run / "downloads").set_index("video_id")
         assert dl.loc["page", "method"] == "yt-dlp"
         assert Path(dl.loc["page", "video_path"]).read_bytes() == base_video.read_bytes()
         for bad, why in (("ftp://host/a.mp4", "unsupported URL"),
@@ -181,7 +181,7 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
         media = run / "cache" / "media"
         left = list(media.iterdir())
         assert left and all(p.name.startswith(".") and p.name.endswith(".tmp") for p in left)
-        assert not (run / "downloads.parquet").exists()
+        assert not (run / "downloads").exists()
         rd = RunDir(run, create=False)
         assert not rd.is_done("download", "slow")
         www.trickle = 0.0
@@ -348,7 +348,7 @@ def test_s3_inputs_against_moto_server(tmp_path: Path, base_video: Path) -> None
             assert st.loc["a", "status"] == "ok", st.loc["a", "message"]
             assert st.loc["gone", "message"].startswith("not found: "), st.loc["gone"]
             assert st.loc["gone", "cause"] == "bad input"
-            dl = pd.read_parquet(run / "downloads.parquet").set_index("video_id")
+            dl = pd.read_parquet(run / "downloads").set_index("video_id")
             assert Path(dl.loc["a", "video_path"]).read_bytes() == base_video.read_bytes()
             assert Path(dl.loc["a", "subtitle_path"]).read_text() == GOOD
             assert endpoint not in (run / "config" / "download.json").read_text()

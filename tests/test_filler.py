@@ -233,7 +233,7 @@ def test_keep_fillers_through_the_cli(tmp_path: Path, base_video: Path) -> None:
         assert res.returncode == 0, res.stderr
         assert "rejected 2 captions that show nothing (filler 1, time 1)" in \
             " ".join(res.stderr.split())
-        caps = pd.read_parquet(out / "captions.parquet")
+        caps = pd.read_parquet(out / "captions")
         assert caps["rejected"].tolist() == ["", "filler", "time"]
         conf = json.loads((out / "config" / "caption.json").read_text())
         assert conf["rejected"] == {"filler": 1, "time": 1}
@@ -247,7 +247,7 @@ def test_keep_fillers_through_the_cli(tmp_path: Path, base_video: Path) -> None:
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet",
                       "--config", str(yaml), "--redo")
         assert res.returncode == 0, res.stderr
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert len(caps) == 3 and (caps["rejected"] == "").all()
     assert "rejected" not in res.stderr
 
@@ -431,7 +431,7 @@ def test_caption_stage_parses_in_workers_over_http(tmp_path: Path, base_video: P
             res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
                           "--quiet", "--parse-workers", workers)
             assert res.returncode == 0, res.stderr
-            tables.append(pd.read_parquet(out / "captions.parquet"))
+            tables.append(pd.read_parquet(out / "captions"))
         res = run_cli("caption", str(vids), "--out", str(tmp_path / "run0"), "--llm-url",
                       srv.url, "--quiet", "--parse-workers", "1")
         assert res.returncode == 0 and "1 already done" in " ".join(res.stderr.split())

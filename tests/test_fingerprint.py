@@ -39,7 +39,7 @@ def test_changed_setting_model_or_template_refuses_before_any_work(
     vids, out = videos(tmp_path, base_video), tmp_path / "run"
     with chat_server() as srv:
         caption_run([vids], out, config(srv.url), progress=False)
-        caps = pd.read_parquet(out / "captions.parquet")
+        caps = pd.read_parquet(out / "captions")
         recorded = (out / "config" / "caption.json").read_text()
         assert caps["config_id"].nunique() == 1 and (caps["config_id"] != "").all()
         n = srv.requests
@@ -63,7 +63,7 @@ def test_changed_setting_model_or_template_refuses_before_any_work(
         # refused before any work: no request, the recorded config still says what made it
         assert srv.requests == n
         assert (out / "config" / "caption.json").read_text() == recorded
-        pd.testing.assert_frame_equal(pd.read_parquet(out / "captions.parquet"), caps)
+        pd.testing.assert_frame_equal(pd.read_parquet(out / "captions"), caps)
 
         # an edited template file is a changed setting too
         caption_run([vids], tmp_path / "t_run", config(srv.url, template=str(template)),
@@ -81,9 +81,9 @@ def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: 
         caption_run([vids], out, config(srv.url), progress=False)
         align_run(RunDir(out), [], AlignConfig(), encoders=[enc], progress=False)
         rd = RunDir(out)
-        old_caps = pd.read_parquet(out / "captions.parquet")
+        old_caps = pd.read_parquet(out / "captions")
         assert len(rd.status_records("align")) == 3
-        assert (out / "aligned.parquet").exists()
+        assert (out / "aligned").exists()
 
         # a different encoder for align is refused too (scores of two encoders never mix)
         with pytest.raises(SettingsChanged, match="align results .*encoders"):
@@ -96,18 +96,18 @@ def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: 
         _, caps = caption_run([vids], out, config(srv.url, block_words=50), redo=True,
                               progress=False)
         assert caps.done == 3 and srv.requests > n
-        new_caps = pd.read_parquet(out / "captions.parquet")
+        new_caps = pd.read_parquet(out / "captions")
         assert new_caps["config_id"].nunique() == 1
         assert set(new_caps["config_id"]).isdisjoint(old_caps["config_id"])
         # align was computed from the old captions: cleared, not left beside the new ones
         assert rd.status_records("align") == []
-        assert not (out / "aligned.parquet").exists()
+        assert not (out / "aligned").exists()
         assert rd.read_fingerprint("align") is None
         assert json.loads((out / "config" / "caption.json").read_text())["caption"][
             "block_words"] == 50
         s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
         assert s.done == 3
-        aligned = pd.read_parquet(out / "aligned.parquet")
+        aligned = pd.read_parquet(out / "aligned")
         assert aligned["config_id"].nunique() == 1
         assert set(aligned["text"]) <= set(new_caps["text"])
         # redo of align with another encoder rescored every video

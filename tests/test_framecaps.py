@@ -84,7 +84,7 @@ def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip
                             progress=False)
     assert summary.done == 2 and [v for v, _ in summary.failed] == ["broken"]
     assert "broken.mp4" in summary.failed[0][1]
-    df = pd.read_parquet(out / "framecaps.parquet")
+    df = pd.read_parquet(out / "framecaps")
     assert set(df["video_id"]) == {"v0", "v1"}
     counts = df.groupby(["video_id", "captioner"]).size()
     assert (counts == 4).all() and len(counts) == 4
@@ -102,7 +102,7 @@ def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip
     again = framecaps_run([videos], out, captioners=["default", f"hf:{tiny_blip}"], cfg=cfg,
                           progress=False)
     assert again.skipped == 2 and again.done == 0
-    assert pd.read_parquet(out / "framecaps.parquet").equals(df)
+    assert pd.read_parquet(out / "framecaps").equals(df)
 
 
 def test_unknown_captioner_is_one_line() -> None:

@@ -16,7 +16,7 @@ from howtocap.engine.rundir import RunDir
 
 
 def captions(run: Path) -> pd.DataFrame:
-    return pd.read_parquet(run / "captions.parquet")
+    return pd.read_parquet(run / "captions")
 
 
 def status(run: Path) -> pd.DataFrame:

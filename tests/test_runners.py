@@ -228,7 +228,7 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
     a = pd.read_parquet(tmp_path / "local" / "status.parquet")[cols]
     b = pd.read_parquet(tmp_path / "ray" / "status.parquet")[cols]
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
-    assert len(pd.read_parquet(tmp_path / "ray" / "aligned.parquet")) > 0
+    assert len(pd.read_parquet(tmp_path / "ray" / "aligned")) > 0
 
 
 class _Gate(BaseStage):

@@ -42,7 +42,7 @@ def searcher(run: Path) -> Searcher:
 
 
 def test_each_caption_finds_its_own_clip_first(run: Path, searcher: Searcher) -> None:
-    aligned = pd.read_parquet(run / "aligned.parquet")
+    aligned = pd.read_parquet(run / "aligned")
     kept = aligned[aligned["kept"]]
     assert len(searcher) == len(kept) == sum(len(s) for s in STEPS.values())
     assert "a dropped caption about nothing" not in set(searcher.clips["text"])
@@ -189,7 +189,7 @@ def test_falls_back_to_captions_when_not_aligned(tmp_path: Path, run: Path,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     run = fresh_run(tmp_path_factory.getbasetemp(), tmp_path / "run", ["kitchen"])
     shutil.rmtree(run / "parts" / "aligned")
-    (run / "aligned.parquet").unlink()
+    (run / "aligned").unlink()
     with pytest.warns(UserWarning, match="no aligned.parquet"):
         info = build_index(run, encoder=encoder(), progress=False)
     assert info.source == "captions" and info.n == 3

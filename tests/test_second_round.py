@@ -35,7 +35,7 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
 
     first = align_run(rd, ["default"], AlignConfig(quantile=0.8), progress=False)
     assert first.done == 3 and first.ok
-    alone = pd.read_parquet(rd.root / "aligned.parquet")  # the original encoder alone
+    alone = pd.read_parquet(rd.root / "aligned")  # the original encoder alone
     # the fine-tune for the second round: HowToCaption's recipe with L_align (alpha 0.1)
     res = train(rd.root, out_dir=tmp_path / "round1", encoder="default", epochs=1,
                 recipe="second-round", batch_size=4, frames_per_clip=2, eval_frames=2,
@@ -49,7 +49,7 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
                           "--encoder", "default", "--encoder", str(ckpt), "--quantile", "0.8",
                           "--redo", "--quiet"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    aligned = pd.read_parquet(rd.root / "aligned.parquet")
+    aligned = pd.read_parquet(rd.root / "aligned")
     assert len(aligned) == len(rows)
     names = aligned["encoders"].iloc[0].split(",")
     assert names[0] == "default-v1" and names[1].startswith("default-v1+ft-")

@@ -90,7 +90,7 @@ def test_search_by_meaning_not_by_string(client: httpx.Client) -> None:
 def test_video_list_detail_and_thumbnail(client: httpx.Client, run: Path) -> None:
     assert [v["video_id"] for v in client.get("/api/videos").json()] == ["garage", "kitchen"]
     d = client.get("/api/videos/kitchen").json()
-    aligned = pd.read_parquet(run / "aligned.parquet").query("video_id == 'kitchen'")
+    aligned = pd.read_parquet(run / "aligned").query("video_id == 'kitchen'")
     assert len(d["captions"]) == len(aligned) == 4
     kept = [c for c in d["captions"] if c["kept"]]
     assert len(kept) == 3 and all(c["llm_start"] - c["start"] == LLM_SHIFT for c in kept)

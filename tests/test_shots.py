@@ -216,7 +216,7 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stderr.index("shots: 1 done") < res.stderr.index("align: 1 done")
     shots = shots_by_video(RunDir(out).table("shots"))["steps"]
-    al = pd.read_parquet(out / "aligned.parquet")
+    al = pd.read_parquet(out / "aligned")
     assert len(al) > 0
     assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))
 
@@ -253,10 +253,10 @@ def test_run_within_shot_detects_shots_once(tmp_path: Path,
                  align=AlignConfig(within_shot=True, keep_all=True))
     assert calls == ["shots"]
     assert len(shots_by_video(RunDir(out).table("shots"))["steps"]) > 1
-    assert len(pd.read_parquet(out / "aligned.parquet")) > 0
+    assert len(pd.read_parquet(out / "aligned")) > 0
     calls.clear()
-    (out / "shots.parquet").unlink()  # align alone, on a run without shots: it makes them
+    (out / "shots").unlink()  # align alone, on a run without shots: it makes them
     align_run(RunDir(out, create=False), [], AlignConfig(within_shot=True, keep_all=True),
               progress=False, redo=True)
-    assert calls == ["shots"] and (out / "shots.parquet").exists()
+    assert calls == ["shots"] and (out / "shots").exists()
 

@@ -215,7 +215,7 @@ def test_missing_alignment_is_reported_not_fatal(tmp_path, nlp):
     assert "offset" not in stats["histograms"]
     assert stats["summary"]["captions_kept"] is None
     assert stats["text"]["captions"]["vocabulary"] == 23
-    assert not (tmp_path / "aligned.parquet").exists()  # reading did not invent a table
+    assert not (tmp_path / "aligned").exists()  # reading did not invent a table
     page = (tmp_path / "report.html").read_text()
     assert "no alignment yet" in page and page.count("data:image/png;base64,") == 2
 

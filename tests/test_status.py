@@ -51,7 +51,7 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
         return 0.01 + 0.0005 / w
 
     assert t["videos_per_s"] == pytest.approx(3 / wall, rel=tol(wall))  # 2 done + 1 failed
-    n_captions = len(pd.read_parquet(out / "captions.parquet"))
+    n_captions = len(pd.read_parquet(out / "captions"))
     assert n_captions > 0 and t["captions_per_s"] == pytest.approx(n_captions / wall, rel=tol(wall))
     # audio: the subtitles of good_a, good_b (end at 3.8 s) and noparse (2.0 s); not broken_subs
     assert sub["throughput"]["audio_hours_per_hour"] == pytest.approx(
@@ -102,7 +102,7 @@ def test_retry_failed_and_max_attempts(tmp_path: Path, base_video: Path) -> None
         subs, caps = caption_run([vids], out, cfg, progress=False, retry_failed=True,
                                  max_attempts=5)
         assert subs.done == 1 and rd.status("subtitles", "broken_subs").status == "ok"
-        assert "broken_subs" in set(pd.read_parquet(out / "captions.parquet")["video_id"])
+        assert "broken_subs" in set(pd.read_parquet(out / "captions")["video_id"])
     stages = {s["stage"]: s for s in run_status(out)["stages"]}
     assert stages["subtitles"]["failed"] == 0 and stages["caption"]["failed"] == 1
     assert stages["caption"]["failed_attempts"] == {"4": 1}

@@ -100,9 +100,9 @@ def test_text_only_caption_from_each_source(tmp_path: Path, kind: str) -> None:
                       "--quiet")
     assert res.returncode == 0, res.stderr
     assert "caption: 3 done" in res.stderr and "Traceback" not in res.stderr
-    caps = pd.read_parquet(out / "captions.parquet")
+    caps = pd.read_parquet(out / "captions")
     assert sorted(caps["video_id"].unique()) == sorted(data)
-    subs = pd.read_parquet(out / "subtitles.parquet")
+    subs = pd.read_parquet(out / "subtitles")
     assert set(subs["source"]) == {"htm"}
     assert len(subs) == sum(len(d["text"]) for d in data.values())
     videos = pd.read_parquet(out / "videos.parquet")
@@ -126,7 +126,7 @@ def test_ids_and_limit_select_videos(tmp_path: Path) -> None:
 
         res = run_cli(*base, "--out", str(tmp_path / "lim"), "--limit", "2")
         assert res.returncode == 0, res.stderr
-        caps = pd.read_parquet(tmp_path / "lim" / "captions.parquet")
+        caps = pd.read_parquet(tmp_path / "lim" / "captions")
         assert sorted(caps["video_id"].unique()) == ["htm0", "htm1"]  # the source's first two
 
 
@@ -163,7 +163,7 @@ def test_convert_pickle_once_then_caption_from_parquet(tmp_path: Path) -> None:
                       "--llm-url", srv.url, "--limit", "3", "--quiet")
     assert res.returncode == 0, res.stderr
     assert not (tmp_path / "run" / "cache" / "subtitles").exists()  # read in place, no copy
-    caps = pd.read_parquet(tmp_path / "run" / "captions.parquet")
+    caps = pd.read_parquet(tmp_path / "run" / "captions")
     assert sorted(caps["video_id"].unique()) == ["htm0", "htm1", "htm2"]
 
 
@@ -204,7 +204,7 @@ def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: 
         status = pd.read_parquet(out / "status.parquet")
         align = status[status["stage"] == "align"].set_index("video_id")["status"].to_dict()
         assert align == {"cook": "ok", "other": "error"}
-        aligned = pd.read_parquet(out / "aligned.parquet")
+        aligned = pd.read_parquet(out / "aligned")
         assert set(aligned["video_id"]) == {"cook"} and len(aligned)
         # re-running the text-only caption keeps the attached file
         res = run_cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url",

@@ -1,8 +1,8 @@
 """``howtocap caption``: each video's subtitles (or ASR), then LLM captions — two stages
-(``subtitles.stage``, ``caption.stage``) over the videos, then the merge (a reduce step).
+(``subtitles.stage``, ``caption.stage``) over the videos, a window of shards at a time.
 
 This module only orchestrates: which videos, which settings (validated, then recorded in
-``DIR/config/caption.json``), resume, merge. The stages do the work.
+``DIR/config/caption.json``), resume. The stages do the work.
 """
 
 from __future__ import annotations
@@ -89,13 +89,27 @@ class _Videos:
         else:
             rundir.record_video_ids(self.id_arrays(WINDOW))
 
-    def windows(self, size: int) -> Iterator[list[VideoItem]]:
-        """The videos in order, ``size`` at a time."""
-        for lo in range(0, len(self), size):
-            if self.items is not None:
-                yield self.items[lo:lo + size]
-            else:
-                yield [VideoItem(vid, None) for vid in self._ids(lo, lo + size)]
+    def windows(self, rundir: RunDir, size: int) -> Iterator[list[VideoItem]]:
+        """The videos in the run's shard order, the videos of about ``size`` (whole shards)
+        at a time: each shard is taken through both stages once."""
+        per = max(1, size // rundir.shard_size)
+        n = rundir.shard_count()
+        if self.items is not None:
+            ks = rundir.shard_of([it.video_id for it in self.items])
+            for lo in range(0, n, per):
+                yield [it for it, k in zip(self.items, ks, strict=True)
+                       if lo <= k < lo + per]
+            return
+        extra = set(self.extra or ())
+        every = len(self) == rundir.video_count()  # the run's videos are the source's
+        for lo in range(0, n, per):
+            out = []
+            for k in range(lo, min(n, lo + per)):
+                for vid in rundir.shard_videos(k).column(0).to_pylist():
+                    if every or vid in extra or (self.source is not None
+                                                 and vid in self.source):
+                        out.append(VideoItem(vid, None))
+            yield out
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -159,7 +173,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
 
     The videos go through both stages ``window`` at a time (``WINDOW``), so what the stages
     keep per video to do (lists, claims, lookups) is a window's, not the whole run's; the
-    merged tables do not depend on it (they are sorted).
+    tables do not depend on it.
 
     Settings are checked against the run's before anything is written: other settings than
     the ones its results were made with are refused (``redo``: recompute, clearing the
@@ -185,7 +199,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     summaries: list[StageSummary] = []
     for _ in range(2):  # a second pass only when the merge found corrupt parts
         subs, caps = StageSummary(subs_stage.name), StageSummary(cap_stage.name)
-        for items in videos.windows(window or WINDOW):
+        for items in videos.windows(rundir, window or WINDOW):
             subs.add(run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts))
             done = rundir.done(subs_stage.name, [it.video_id for it in items],
                                      "subtitles")
@@ -193,25 +207,19 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
             del items, done
             caps.add(run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts))
             del ready
-        cap_stage.release()  # its parser processes: not needed by the merges or align
+        cap_stage.release()  # its parser processes: not needed by align
         if summaries:  # the redone videos count as done by this call
             subs, caps = (first.absorb(again) for first, again in zip(summaries,
                                                                        (subs, caps),
                                                                        strict=True))
         summaries = [subs, caps]
-        rundir.drop_caches()  # the merges read the run directory afresh
         if source is not None:
             source.close()  # reopened (not converted again) if a second pass needs it
-        give_back_memory()
-        rundir.merge_streaming("subtitles")  # millions of rows on HowTo100M: never held whole
-        give_back_memory()
-        rundir.merge_streaming("captions")
         give_back_memory()
         if not rundir.corrupted:
             break
         rundir.corrupted.clear()
     rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
-    rundir.write_status_table()
     return subs, caps
 
 

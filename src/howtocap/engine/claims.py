@@ -1,9 +1,8 @@
-"""Claims: which process holds which videos of a stage, and whether a writer is alive.
+"""Claims: which process works on which shard of a stage.
 
-A process claims videos as one file under the stage's claims folder (``claim-*.json``: its
-``Owner`` and the videos), written under the folder's lock (a file created with O_EXCL); a
-claim whose owner is gone (same host: its process; elsewhere: older than the lease) no longer
-counts. The run directory says where the folders are (``RunDir.claim_batch``).
+A claim is one lock file per (stage, shard), created with O_EXCL and holding its ``Owner``; a
+claim whose owner is gone (same host: its process; elsewhere: not refreshed within the lease)
+is taken over. The run directory says where the files are.
 """
 
 from __future__ import annotations
@@ -12,14 +11,10 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from howtocap.atomic import FILE_MODE, HOST, disk_full_error, is_disk_full
-from howtocap.engine.records import BATCH_RE
-
-LOCK_LEASE = 120.0  # seconds after which another host's claim lock counts as dead
+from howtocap.atomic import FILE_MODE, disk_full_error, is_disk_full
 
 
 def _start_ticks(pid: int) -> str:
@@ -67,53 +62,38 @@ class Owner:
         return _start_ticks(pid) != held.get("started") or not _start_ticks(pid)
 
 
-@contextlib.contextmanager
-def claim_lock(folder: Path, owner: Owner) -> Iterator[None]:
-    """The claims folder's lock (``.lock``, created with O_EXCL), held for the time of a
-    listing; a dead holder's lock is taken over."""
-    lock = folder / ".lock"
-    waited = 0.0
-    while True:
+def try_claim(path: Path, owner: Owner) -> bool:
+    """Take the lock file ``path`` (created with O_EXCL) as ``owner``'s: True when taken
+    (or already ours), False when a live process holds it; a dead holder's lock is taken
+    over. So two processes never work on the same (stage, shard)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-            break
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
         except FileExistsError:
-            # a holder that died (same host: process gone; elsewhere: the lock is old)
-            lease = Owner(owner.host, owner.pid, owner.started, LOCK_LEASE)
-            if waited > 0.05 and lease.is_stale(lock):
-                lock.unlink(missing_ok=True)
-                continue
-            time.sleep(0.002)
-            waited += 0.002
-    try:
-        _write_fd(fd, lock, owner.token)
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
-
-
-def live_claims(folder: Path, owner: Owner) -> set[str]:
-    """The videos the live claims in ``folder`` hold; a dead owner's claims are removed."""
-    held: set[str] = set()
-    for path in folder.glob("claim-*.json"):
-        if owner.is_stale(path):
-            path.unlink(missing_ok=True)
+            try:
+                held = json.loads(path.read_text() or "{}")
+            except (OSError, ValueError):
+                held = {}
+            if held.get("host") == owner.host and held.get("pid") == owner.pid:
+                return True
+            if not owner.is_stale(path):
+                return False
+            path.unlink(missing_ok=True)  # its holder is gone
             continue
-        try:
-            held.update(json.loads(path.read_text()).get("videos", []))
-        except (OSError, ValueError, AttributeError):
-            continue  # gone meanwhile
-    return held
+        _write_fd(fd, path, owner.token)
+        return True
+    return False
 
 
-def write_claim(path: Path, owner: Owner, videos: list[str]) -> None:
-    """Create the claim file ``path`` (exclusively) listing ``videos`` as ``owner``'s."""
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-    _write_fd(fd, path, json.dumps({**json.loads(owner.token), "videos": videos}))
+def refresh_claim(path: Path) -> None:
+    """Mark the claim as still held (another host counts it dead after the lease)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def _write_fd(fd: int, path: Path, text: str) -> None:
-    """Write a claim or lock file just created; a full disk removes it and is one line."""
+    """Write a lock file just created; a full disk removes it and is one line."""
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -122,16 +102,3 @@ def _write_fd(fd: int, path: Path, text: str) -> None:
         if is_disk_full(exc):
             raise disk_full_error(path) from None
         raise
-
-
-def writer_alive(batch: str) -> bool:
-    """Whether the process that writes batch ``batch`` may still be writing it."""
-    from howtocap.atomic import pid_alive
-
-    m = BATCH_RE.match(batch)
-    if m is None:
-        return True  # not ours to judge
-    if m.group(1) != HOST:
-        ns = int(batch.split("-")[1])
-        return time.time() - ns / 1e9 < Owner.me().lease
-    return pid_alive(int(m.group(2)))

@@ -1,21 +1,21 @@
-"""Orchestration of one stage over many videos: pick what is left, claim it a batch at a
-time, feed a runner, commit results in batches to the run directory, show progress.
+"""Orchestration of one stage over many videos, a shard at a time: pick the shards with
+work left, claim each, feed its videos to a runner, commit results in chunks, finish the
+shard, show progress.
 
-Only this module (through ``RunDir``) writes batches, status records and claims; stages
-compute, runners decide where they compute. A batch has its table files written (temp file +
-rename) before its manifest (the batch's status records), so a kill leaves whole batches or
-no manifest, and a re-run redoes only what has no ``ok`` record.
+Only this module (through ``RunDir`` and its ``ShardWriter``) writes results, records and
+claims; stages compute, runners decide where they compute. A re-run redoes only what has no
+``ok`` record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 from rich.progress import TextColumn
 
@@ -24,12 +24,11 @@ from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.records import StatusRecord
-from howtocap.engine.rundir import RunDir
+from howtocap.engine.rundir import RunDir, ShardWriter
 from howtocap.engine.stage import Stage, VideoInput, VideoResult
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.hashing import hash_text
 from howtocap.progress import progress_bar
-from howtocap.schemas import SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
+from howtocap.schemas import FREE_TEXT, SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
 
 if TYPE_CHECKING:
     from howtocap.engine.runners import Runner
@@ -37,8 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Shard:
-    """``K/N``: this worker owns the videos whose stable id hash is K mod N. N machines on one
-    shared run directory split a batch without talking to each other (parts are per video)."""
+    """``K/N``: this worker owns the run's shards k with k mod N = K. N machines on one
+    shared run directory split the work without talking to each other."""
 
     index: int
     count: int
@@ -55,8 +54,9 @@ class Shard:
             raise HowtocapError(f"--shard {text}: need 0 <= K < N")
         return cls(k, n)
 
-    def owns(self, video_id: str) -> bool:
-        return hash_text(video_id) % self.count == self.index
+    def owns(self, k: int) -> bool:
+        """Whether run shard ``k`` is this worker's."""
+        return k % self.count == self.index
 
 
 @dataclass
@@ -98,29 +98,6 @@ class StageSummary:
         return self
 
 
-def _inputs(rundir: RunDir, stage: Stage, item: Any,
-            batches: dict[str, str | None] | None = None) -> VideoInput | None:
-    """The video's rows of the tables the stage reads; None when one of them turned out
-    corrupt (removed: its own stage redoes it first, then this video runs). ``batches``:
-    where each table's rows are, when looked up for the claimed batch at once
-    (``RunDir.live_batches``, columnar stages)."""
-    tables: dict[str, Any] = {}
-    seen = len(rundir.corrupted)
-    columnar = getattr(stage, "columnar", False)
-    for name in stage.reads:
-        if columnar:
-            part = rundir.read_rows(name, item.video_id,
-                                    False if batches is None else batches[name])
-        else:
-            part = rundir.read_part(name, item.video_id)
-        if len(rundir.corrupted) > seen:
-            return None
-        if part is None and name in SCHEMAS:
-            part = empty_rows(name) if columnar else empty_table(name)
-        tables[name] = part
-    return VideoInput(item, {k: v for k, v in tables.items() if v is not None})
-
-
 MAX_ATTEMPTS = 3
 
 
@@ -146,14 +123,14 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
-        rundir.sweep_orphans()  # table files of a batch whose manifest never came
     fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
     olds = {st.name: rundir.read_fingerprint(st.name) for st in stages}
+    with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
     for st in stages:
         fp = fps[st.name]
         ids[st.name] = config_id(fp)
         old = olds[st.name]
-        if old is not None and old["config_id"] != ids[st.name] and rundir.has_results(st.name):
+        if old is not None and old["config_id"] != ids[st.name] and st.name in with_results:
             changed.append((st, old.get("fingerprint") or {}, fp))
     # the whole graph only when something changed (discovery imports every step's stage)
     g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
@@ -204,170 +181,175 @@ class Batching:
                    BATCH_SECONDS if seconds is None else seconds)
 
 
-def _select(rundir: RunDir, stage: Stage, items: Sequence[Any], main: str | None, cid: str,
-            skip_done: bool, retry_failed: bool, max_attempts: int,
-            summary: StageSummary) -> tuple[list[Any], dict[str, int]]:
-    """What is left to do, from the stage's newest records (column-wise: a HowTo100M run
-    lists 1.2M videos), and the attempts each listed video has had."""
-    col = rundir.newest_of(stage.name, [it.video_id for it in items],
-                           ("status", "config_id", "cause", "attempts", "batch"))
+def _todo(recs: Any, items: Sequence[Any], cid: str, skip_done: bool, retry_failed: bool,
+          max_attempts: int, summary: StageSummary | None) -> tuple[list[Any], dict[str, int]]:
+    """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
+    and the attempts each has had; counts what is skipped into ``summary``."""
+    found = dict(zip(recs.column("video_id").to_pylist(),
+                     zip(*(recs.column(c).to_pylist() for c in _SELECT_COLS), strict=True),
+                     strict=True)) if recs.num_rows else {}
     todo: list[Any] = []
     attempts: dict[str, int] = {}
-    whole: dict[str, bool] = {}  # per batch: its main table file is whole
-    for p, it in enumerate(items):
-        if not col["found"][p]:
+    for it in items:
+        rec = found.get(it.video_id)
+        if rec is None:
             todo.append(it)
             continue
-        status, rec_cid, cause = col["status"][p], col["config_id"][p], col["cause"][p]
-        attempts[it.video_id] = int(col["attempts"][p])
+        status, rec_cid, cause, tries = rec
+        attempts[it.video_id] = int(tries)
         if not skip_done:
             todo.append(it)
-            continue
-        done = status == "ok" and (not rec_cid or rec_cid == cid)
-        if done and main is not None:
-            batch = col["batch"][p]
-            if batch:
-                if batch not in whole:
-                    whole[batch] = rundir.is_done(stage.name, it.video_id, main, cid)
-                done = whole[batch]
-            else:
-                done = rundir.is_done(stage.name, it.video_id, main, cid)
-        if done:
-            summary.skipped += 1
+        elif status == "ok" and (not rec_cid or rec_cid == cid):
+            if summary is not None:
+                summary.skipped += 1
         elif status == "ok" or rec_cid not in ("", cid) or cause == "service":
-            todo.append(it)  # a lost or torn part, or a record of other settings: redo
-        elif not retry_failed:
-            summary.failed_before += 1
-        elif attempts[it.video_id] >= max_attempts:
-            summary.failed_before += 1
-            summary.gave_up += 1
+            todo.append(it)  # a record of other settings, or a service was down: redo
+        elif not retry_failed or tries >= max_attempts:
+            if summary is not None:
+                summary.failed_before += 1
+                summary.gave_up += retry_failed
         else:
             todo.append(it)
-    if stage.reads and len(todo) > 1:  # visit the inputs batch by batch (read once each)
-        src = rundir.source_batches(stage.reads[0], [it.video_id for it in todo])
-        order = sorted(range(len(todo)), key=lambda i: src[i])
-        todo = [todo[i] for i in order]
     return todo, attempts
+
+
+_SELECT_COLS = ("status", "config_id", "cause", "attempts")
+
+
+def _by_shard(rundir: RunDir, items: Sequence[Any],
+              shards: Iterable[int] | None) -> Iterator[tuple[int, list[Any]]]:
+    """``(shard, its items)`` in shard order, within ``shards`` when given. Items the run
+    has not numbered yet are recorded first."""
+    ids = [it.video_id for it in items]
+    ks = rundir.shard_of(ids)
+    if (ks < 0).any():
+        rundir.record_videos(it for it, k in zip(items, ks, strict=True) if k < 0)
+        ks = rundir.shard_of(ids)
+    order = np.argsort(ks, kind="stable")
+    wanted = None if shards is None else set(shards)
+    lo = 0
+    while lo < len(order):
+        k = int(ks[order[lo]])
+        hi = lo
+        while hi < len(order) and ks[order[hi]] == k:
+            hi += 1
+        if wanted is None or k in wanted:
+            yield k, [items[i] for i in order[lo:hi].tolist()]
+        lo = hi
+
+
+@dataclass
+class _Open:
+    """A claimed shard while its videos run: results wait in ``pending`` for the next chunk."""
+
+    writer: ShardWriter
+    attempts: dict[str, int]
+    left: int  # videos handed out whose results have not come back
+    fed: bool = False  # every video of the shard handed out
+    pending: list[VideoResult] = field(default_factory=list)
+    first: float = 0.0  # when the oldest pending result arrived
 
 
 def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
-              batching: Batching | None = None) -> StageSummary:
-    """Run ``stage`` on every item (of this ``shard``) that has no ``ok`` status yet (every
-    item when ``skip_done`` is off: for stages whose own cache makes a repeat cheap).
+              batching: Batching | None = None, shards: Iterable[int] | None = None
+              ) -> StageSummary:
+    """Run ``stage`` on every item (of these ``shards`` and of this ``--shard K/N`` when
+    given) that has no ``ok`` record yet (every item when
+    ``skip_done`` is off: for stages whose own cache makes a repeat cheap), a shard at a
+    time.
 
     A video that failed before stays failed (``status`` lists it) unless ``retry_failed``
     and it has failed fewer than ``max_attempts`` times; one that failed because a service
-    was down is retried anyway (its input is fine). ``cid``: the stage's config id, from
-    ``prepare_stages`` (called here when not given: it refuses changed settings).
+    was down is retried anyway. ``cid``: the stage's config id, from ``prepare_stages``
+    (called here when not given: it refuses changed settings).
 
-    Videos are claimed ``batching.size`` at a time and their results committed in batches of
-    up to that many videos or ``batching.seconds`` (``Batching``), each batch atomically
-    (``RunDir.commit_batch``): a kill loses the batch in flight, nothing else."""
+    A shard is claimed (one lock file) before its videos run; finished videos are committed
+    in chunks of ``batching.size`` videos or ``batching.seconds``, and the shard's final
+    files are written when its last video is back: a kill loses the chunk in flight."""
     from howtocap.engine.runners import LocalRunner
 
     size, seconds = (batching or Batching()).size, (batching or Batching()).seconds
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
-    main = stage.writes[0] if stage.writes else None
     summary = StageSummary(stage.name)
-    mine = items if shard is None else [it for it in items if shard.owns(it.video_id)]
-    todo, attempts = _select(rundir, stage, mine, main, cid, skip_done, retry_failed,
-                             max_attempts, summary)
     owner = Owner.me()
-    claims: dict[Path, set[str]] = {}  # claim file -> its videos not yet committed
-    claim_of: dict[str, Path] = {}
+    plan = []  # shards with work, as far as their records tell before claiming
+    expected = 0
+    for k, its in _by_shard(rundir, items, shards):
+        if shard is not None and not shard.owns(k):
+            continue
+        w = rundir.writer(stage.name, k, stage.writes)
+        recs = w.records(_SELECT_COLS)
+        todo, _ = _todo(recs, its, cid, skip_done, retry_failed, max_attempts, None)
+        if todo or w.chunk_ids():
+            plan.append((k, its))
+            expected += len(todo)
+        else:
+            _todo(recs, its, cid, skip_done, retry_failed, max_attempts, summary)
+    opened: dict[int, _Open] = {}
     totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
     down: list[VideoResult] = []  # a fatal result (the LLM server is gone): stop feeding work
-    pending: list[VideoResult] = []  # finished, not yet committed
+    owner_of: dict[str, int] = {}  # each video handed out: its shard
     t0 = time.perf_counter()
-    first = [0.0]  # when the oldest pending result arrived
-
-    mark = [rundir.manifests_read(stage.name)]  # manifests read when listing
-    recent: list[set[str]] = [set()]  # ok in manifests read since (ours or another's)
-
-    def still_to_do(vid: str) -> bool:
-        if skip_done and vid in recent[0]:
-            summary.skipped += 1  # finished elsewhere while we were listing
-            return False
-        return True
 
     def claimed() -> Iterator[VideoInput]:
-        """Claims are taken a batch at a time as the runner asks for work, so two processes
-        share a run: each holds whole batches the other does not."""
-        for lo in range(0, len(todo), size):
+        for k, its in plan:
             if down:
                 return
-            chunk = todo[lo:lo + size]
-
-            def keep(vid: str, fresh: list[bool] = [True]) -> bool:  # noqa: B006
-                # called under the claim lock, the manifests just re-read: what finished
-                # since is looked up at the batch's first video (two stat calls a video)
-                if fresh[0]:
-                    fresh[0] = False
-                    if mark[0] != rundir.manifests_read(stage.name):
-                        more, mark[0] = rundir.finished_since(stage.name, mark[0])
-                        recent[0] |= more
-                return still_to_do(vid)
-
-            path, taken, elsewhere = rundir.claim_batch(
-                stage.name, [it.video_id for it in chunk], owner, keep)
-            summary.claimed_elsewhere += elsewhere
-            if path is None:
+            w = rundir.writer(stage.name, k, stage.writes)
+            if not w.claim(owner):
+                summary.claimed_elsewhere += len(its)
                 continue
-            claims[path] = set(taken)
-            keep = set(taken)
-            mine = [it for it in chunk if it.video_id in keep]
-            # where their inputs are, looked up at once (one look-up a video was a third of
-            # the committing thread's time on a text-only run)
-            where = {name: rundir.live_batches(name, [it.video_id for it in mine])
-                     for name in stage.reads} if getattr(stage, "columnar", False) else {}
-            for k, it in enumerate(mine):
+            todo, attempts = _todo(w.records(_SELECT_COLS), its, cid, skip_done,
+                                   retry_failed, max_attempts, summary)
+            sh = opened[k] = _Open(w, attempts, len(todo))
+            inputs = _shard_inputs(rundir, stage, k)
+            if inputs is None:  # an input file was corrupt: its own stage redoes it first
+                sh.left = 0
+                todo = []
+            for it in todo:
                 if down:
                     return
-                video = _inputs(rundir, stage, it,
-                                {n: b[k] for n, b in where.items()} if where else None)
-                if video is None:  # an input part was corrupt: not this video's failure
-                    _settle(it.video_id)
-                    continue
-                claim_of[it.video_id] = path
-                yield video
+                owner_of[it.video_id] = k
+                yield VideoInput(it, inputs(it.video_id))
+            sh.fed = True
+            if not sh.left:
+                _close(k)
 
-    def _settle(vid: str) -> None:
-        """The video is committed or given back: its claim file goes with its last video."""
-        path = claim_of.pop(vid, None) or next((p for p, v in claims.items() if vid in v),
-                                               None)
-        if path is not None and path in claims:
-            claims[path].discard(vid)
-            if not claims[path]:
-                del claims[path]
-                rundir.release_claim(path)
+    def flush(sh: _Open) -> None:
+        if sh.pending:
+            batch, sh.pending = sh.pending, []
+            commit_chunk(sh.writer, stage, batch, config_id=cid, attempts=sh.attempts)
 
-    def flush() -> None:
-        if not pending:
-            return
-        batch = list(pending)
-        commit_batch(rundir, stage, batch, config_id=cid, attempts=attempts)
-        pending.clear()
-        for res in batch:
-            _settle(res.video_id)
+    def _close(k: int) -> None:
+        sh = opened.pop(k)
+        try:
+            flush(sh)
+            sh.writer.finish()
+        finally:
+            sh.writer.release()
 
     with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
                       disable=not progress) as bar:
-        task = bar.add_task(stage.name, total=len(todo), last="")
+        task = bar.add_task(stage.name, total=expected, last="")
 
         def commit(res: VideoResult) -> None:
-            if res.fatal:  # not the video's fault: no status, its claim goes back below
-                down.append(res)
+            k = owner_of.pop(res.video_id, None)
+            sh = opened.get(k) if k is not None else None
+            if res.fatal or sh is None:  # not the video's fault: no record, redone later
+                if res.fatal:
+                    down.append(res)
                 return
-            if not pending:
-                first[0] = time.monotonic()
-            pending.append(res)
-            for k, v in res.metrics.items():
-                totals[k] = totals.get(k, 0.0) + float(v)
+            sh.left -= 1
+            if not sh.pending:
+                sh.first = time.monotonic()
+            sh.pending.append(res)
+            for key, v in res.metrics.items():
+                totals[key] = totals.get(key, 0.0) + float(v)
             if not res.ok:
                 summary.failed.append((res.video_id, res.message))
                 bar.console.print(f"[red]✗[/red] {stage.name} {res.video_id}: {res.message}",
@@ -379,17 +361,21 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
                     bar.console.print(f"[yellow]![/yellow] {stage.name} {res.video_id}: "
                                       f"{res.message}", markup=True, highlight=False)
             bar.update(task, advance=1, last=res.video_id)
-            if len(pending) >= size or time.monotonic() - first[0] >= seconds:
-                flush()
+            if sh.fed and not sh.left:
+                _close(k)
+            elif len(sh.pending) >= size or time.monotonic() - sh.first >= seconds:
+                flush(sh)
 
         try:
             try:
                 runner.map(stage, claimed(), commit)
             finally:  # finished work is kept, whatever stopped the runner
-                flush()
-        finally:  # claims of videos a crash or Ctrl-C left unfinished go back
-            for path in list(claims):
-                rundir.release_claim(path)
+                for sh in list(opened.values()):
+                    flush(sh)
+        finally:  # claims of shards a crash or Ctrl-C left unfinished go back
+            for sh in list(opened.values()):
+                sh.writer.release()
+            opened.clear()
     summary.seconds = time.perf_counter() - t0
     if summary.done or summary.failed:
         rundir.add_stats(stage.name, wall_seconds=summary.seconds, videos=summary.done,
@@ -399,15 +385,77 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
     return summary
 
 
-def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *,
-                 config_id: str = "", attempts: dict[str, int] | None = None) -> str:
-    """One batch of results, atomically: a file per table, then the manifest (``RunDir.
-    commit_batch``). Every row and record carry the stage's ``config_id``; a failed video has
-    no rows (its newest record, the failure, supersedes an older result)."""
+def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
+    """A function giving each video of shard k its rows of the tables the stage reads (the
+    tables' shard k files, read once); None when one of them turned out corrupt."""
+    columnar = getattr(stage, "columnar", False)
+    seen = len(rundir.corrupted)
+    tables: dict[str, tuple[Any, dict[str, tuple[int, int]]]] = {}
+    for name in stage.reads:
+        t = rundir.read_shard(name, k)
+        if len(rundir.corrupted) > seen:
+            return None
+        if t is None:
+            continue
+        ranges = _video_ranges(t)
+        if columnar:
+            cols = {c: _column_values(c, col) for c, col in
+                    zip(t.column_names, t.columns, strict=True)}
+            tables[name] = (cols, ranges)
+        else:
+            tables[name] = (t.to_pandas(), ranges)
+
+    def inputs(video_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in stage.reads:
+            got = tables.get(name)
+            a, b = got[1].get(video_id, (0, 0)) if got else (0, 0)
+            if got is None or a == b:
+                if name in SCHEMAS:
+                    out[name] = empty_rows(name) if columnar else empty_table(name)
+                continue
+            if columnar:
+                out[name] = Rows(name, b - a, {c: v[a:b] for c, v in got[0].items()})
+            else:
+                out[name] = got[0].iloc[a:b].reset_index(drop=True)
+        return out
+
+    return inputs
+
+
+def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
+    """Each video's ``[first, end)`` rows in a shard file (grouped by video when written)."""
+    if "video_id" not in arrow.column_names or not arrow.num_rows:
+        return {}
+    ids = np.asarray(arrow.column("video_id").to_numpy(zero_copy_only=False), dtype=object)
+    cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    bounds = [0, *cut.tolist(), len(ids)]
+    return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+
+
+def _column_values(name: str, col: Any) -> Any:
+    """A shard file's column as ``Rows`` holds it: numbers as numpy, strings as a list
+    (one Python object per distinct value outside free text)."""
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    if pat.is_floating(col.type) or pat.is_integer(col.type) or pat.is_boolean(col.type):
+        return col.to_numpy()
+    if name in FREE_TEXT or col.null_count or not pa.types.is_string(col.type):
+        return col.to_pylist()
+    enc = col.combine_chunks().dictionary_encode()
+    return np.asarray(enc.dictionary.to_pylist(), dtype=object)[
+        enc.indices.to_numpy()].tolist()
+
+
+def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResult], *,
+                 config_id: str = "", attempts: dict[str, int] | None = None) -> None:
+    """One chunk of a shard's results (``ShardWriter.commit``): every row and record carry
+    the stage's ``config_id``; a failed video has no rows (its newest record, the failure,
+    supersedes an older result)."""
+    rundir = writer.rundir
     tables: dict[str, list[Any]] = {}
     records = []
-    # in id order: a batch file's rows are grouped by video in id order, which a table
-    # built from them already is (no sort of its rows; ids order alike in Python and Arrow)
     for res in sorted(results, key=_by_video):
         if res.ok:
             for name, df in res.tables.items():
@@ -416,7 +464,7 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
                         df.cols["config_id"] = config_id
                     else:
                         df = df.assign(config_id=config_id)
-                tables.setdefault(name, []).append(df)  # conformed once, per batch
+                tables.setdefault(name, []).append(df)
         if res.internal:
             _log_error(rundir, stage, res)
         records.append(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
@@ -426,8 +474,7 @@ def commit_batch(rundir: RunDir, stage: Stage, results: Sequence[VideoResult], *
                                     attempts=(attempts or {}).get(res.video_id, 0) + 1,
                                     config_id=config_id,
                                     metrics={k: float(v) for k, v in res.metrics.items()}))
-    return rundir.commit_batch(stage.name, stage.writes, records,
-                               {name: _one_table(name, parts) for name, parts in tables.items()})
+    writer.commit(records, {name: _one_table(name, parts) for name, parts in tables.items()})
 
 
 _by_video = attrgetter("video_id")
