@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
 
@@ -51,6 +52,35 @@ def done_ids(log_dir: Path) -> list[str]:
 
 
 def committed(run: Path, stage: str) -> int:
-    """Videos in the stage's batch manifests (each written whole, by rename)."""
+    """Videos committed by the stage: in its finished shards' status files and in the chunk
+    status files of unfinished ones (each written whole, by rename)."""
+    root = Path(run)
     return sum(pq.read_metadata(p).num_rows for p in
-               (Path(run) / "parts" / "batches" / stage).glob("batch-*.parquet"))
+               [*(root / "status" / stage).glob("shard-*.parquet"),
+                *(root / "work" / stage).glob("shard-*/*.status.parquet")])
+
+
+# which stage writes each table (fixtures are committed as that stage would commit them)
+WRITER = {"subtitles": "subtitles", "captions": "caption", "align_scores": "align",
+          "shots": "shots", "framecaps": "framecaps", "downloads": "download",
+          "tdr_frames": "tdr_frames"}
+
+
+def write_rows(rundir: RunDir, table: str, df: pd.DataFrame, stage: str | None = None,
+               config_id: str = "") -> None:
+    """Put ``df``'s rows into the run's ``table`` as its stage would commit them: each
+    video numbered (``videos.parquet``), an ``ok`` record per video, shard by shard. A
+    video given again replaces its earlier rows (a fixture built in steps)."""
+    from howtocap.engine.records import StatusRecord
+    from howtocap.io.inputs import VideoItem
+
+    stage = stage or WRITER.get(table, table)
+    ids = list(dict.fromkeys(df["video_id"].astype(str)))
+    rundir.record_videos(VideoItem(v, None) for v in ids)
+    ks = rundir.shard_of(ids)
+    for k in sorted(set(ks.tolist())):
+        mine = [v for v, kk in zip(ids, ks, strict=True) if kk == k]
+        w = rundir.writer(stage, k, (table,))
+        w.commit([StatusRecord(v, stage, "ok", config_id=config_id) for v in mine],
+                 {table: df[df["video_id"].isin(mine)].reset_index(drop=True)})
+        w.finish()

@@ -68,7 +68,7 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         first_requests = srv.requests
         assert res.returncode == 1, res.stderr
         assert "Traceback" not in res.stderr
-        records = pd.read_parquet(out / "status.parquet")
+        records = pd.read_parquet(out / "status")
         assert set(records["video_id"]) == {"good_a", "good_b", "garbage_ts", "empty_subs",
                                             "noparse", "not_a_video", "silent_no_subs",
                                             "truncated", "empty_asr"}
@@ -124,7 +124,7 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
         res = run_cli("caption", str(vids), "--out", str(tmp_path / "r500"), "--llm-url",
                       srv.url, "--llm-retries", "2", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    status = pd.read_parquet(tmp_path / "r500" / "status.parquet")
+    status = pd.read_parquet(tmp_path / "r500" / "status")
     status = status[status["stage"] == "caption"]
     assert len(status) == 2 and (status["status"] == "error").all()
     assert status["message"].str.contains("500").all()
@@ -166,7 +166,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
         b = pd.read_parquet(clean / f"{table}.parquet")
         pd.testing.assert_frame_equal(a, b)
     assert len(a) and not a.duplicated().any()
-    status = pd.read_parquet(killed / "status.parquet")
+    status = pd.read_parquet(killed / "status")
     assert len(status) == 20 and (status["status"] == "ok").all()  # subtitles + caption
 
 
@@ -216,7 +216,7 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "subtitles: 1 done" in res.stderr and "caption: 1 done" in res.stderr
     assert "align: 1 done" in res.stderr
-    status = pd.read_parquet(out / "status.parquet")
+    status = pd.read_parquet(out / "status")
     assert set(zip(status["video_id"], status["stage"], status["status"], strict=True)) == {
         ("good", "subtitles", "ok"), ("good", "caption", "ok"), ("bad_subs", "subtitles", "error"),
         ("good", "align", "ok")}

@@ -76,7 +76,7 @@ def test_run_with_the_default_embedded_llm(llm_run: tuple[SampleVideo, Path]) ->
     assert (aligned["start"] - aligned["orig_start"]).abs().le(10).all()
     assert sorted(aligned["text"]) == sorted(caps["text"])
     assert (out / "align_report.html").exists()
-    status = pd.read_parquet(out / "status.parquet")
+    status = pd.read_parquet(out / "status")
     assert set(status["stage"]) == {"subtitles", "caption", "align"}
     assert (status["status"] == "ok").all()
 

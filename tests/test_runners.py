@@ -225,8 +225,8 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "local" / f"{table}.parquet"),
                                       pd.read_parquet(tmp_path / "ray" / f"{table}.parquet"))
     cols = ["video_id", "stage", "status", "message"]
-    a = pd.read_parquet(tmp_path / "local" / "status.parquet")[cols]
-    b = pd.read_parquet(tmp_path / "ray" / "status.parquet")[cols]
+    a = pd.read_parquet(tmp_path / "local" / "status")[cols]
+    b = pd.read_parquet(tmp_path / "ray" / "status")[cols]
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
     assert len(pd.read_parquet(tmp_path / "ray" / "aligned")) > 0
 

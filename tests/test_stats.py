@@ -252,7 +252,7 @@ def test_status_table_without_records_folder_is_kept(tmp_path, nlp):
     shutil.rmtree(tmp_path / "parts" / "status")
     stats = compute_stats(rd, nlp=nlp)
     assert stats["summary"]["videos_failed"] == 2
-    assert len(pd.read_parquet(tmp_path / "status.parquet")) == 11
+    assert len(pd.read_parquet(tmp_path / "status")) == 11
 
 
 def test_empty_or_missing_run_dir_is_one_clear_error(tmp_path):

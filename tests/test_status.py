@@ -56,7 +56,7 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
     # audio: the subtitles of good_a, good_b (end at 3.8 s) and noparse (2.0 s); not broken_subs
     assert sub["throughput"]["audio_hours_per_hour"] == pytest.approx(
         (3.8 + 3.8 + 2.0) / sub["wall_seconds"], rel=tol(sub["wall_seconds"]))
-    table = pd.read_parquet(out / "status.parquet").set_index(["stage", "video_id"])
+    table = pd.read_parquet(out / "status").set_index(["stage", "video_id"])
     assert table.loc[("caption", "noparse"), "cause"] == "model output"
     assert table.loc[("subtitles", "broken_subs"), "cause"] == "bad input"
     assert table.loc[("caption", "good_a"), "config_id"] != ""

@@ -121,7 +121,7 @@ def test_ids_and_limit_select_videos(tmp_path: Path) -> None:
         assert res.returncode == 1, res.stderr  # one id is not in the source: it alone fails
         lines = [ln for ln in res.stderr.splitlines() if "not_in_src" in ln]
         assert len(lines) == 1 and "no subtitles for video 'not_in_src'" in lines[0]
-        status = pd.read_parquet(tmp_path / "ids" / "status.parquet").set_index("video_id")
+        status = pd.read_parquet(tmp_path / "ids" / "status").set_index("video_id")
         assert status["status"].to_dict() == {"htm1": "ok", "htm3": "ok", "not_in_src": "error"}
 
         res = run_cli(*base, "--out", str(tmp_path / "lim"), "--limit", "2")
@@ -201,7 +201,7 @@ def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: 
         assert res.returncode == 1, res.stderr
         assert "recorded 1 video file(s)" in res.stderr and "1 not in this run" in res.stderr
         assert "align: 1 done" in res.stderr
-        status = pd.read_parquet(out / "status.parquet")
+        status = pd.read_parquet(out / "status")
         align = status[status["stage"] == "align"].set_index("video_id")["status"].to_dict()
         assert align == {"cook": "ok", "other": "error"}
         aligned = pd.read_parquet(out / "aligned")
