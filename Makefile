@@ -55,7 +55,7 @@ install: system $(STAMP)
 demo: install
 	$(BIN)/howtocap samples $(DEMO_DATA) --demo
 	$(BIN)/howtocap run $(DEMO_DATA) --out $(DEMO_RUN)
-	@echo; echo "Run directory: $(DEMO_RUN)/ (aligned.parquet, align_report.html, status.parquet)"
+	@echo; echo "Run directory: $(DEMO_RUN)/ (aligned/, align_report.html, status/: folders of Parquet shards)"
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

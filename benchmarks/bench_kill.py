@@ -1,6 +1,11 @@
-"""Kill and resume: SIGKILL a multi-video ``run`` (caption + align) at random moments, resume,
-and compare every table with an uninterrupted run; some resumes first meet deliberately
-truncated or bit-flipped parts, which must be detected and recomputed.
+"""Kill and resume: SIGKILL a multi-video ``run`` (caption + align) at random moments spread
+over every stage, resume, and compare every table with an uninterrupted run; some resumes
+first meet deliberately truncated or bit-flipped files, which must be detected and recomputed.
+
+The uninterrupted run is watched (its run directory polled every few ms) to learn when each
+stage runs; each kill is drawn inside one stage's time span, in turn, so kills land in
+subtitles, mid-caption, align and the align filter alike (``kills_by_step``: where each landed,
+read back from the killed run's files).
 
 Each run is a forked child of this process (a real process, killed with a real SIGKILL; the
 parent imports torch and the pipeline before forking, so a child skips the ~20 s of imports
@@ -9,7 +14,7 @@ the in-process fake OpenAI server of ``tests/chat_server.py`` (deterministic rep
 encoder a tiny randomly initialised CLIP (``howtocap.train.tiny``), the videos copies of one
 generated sample with different subtitles.
 
-    python benchmarks/bench_kill.py [--kills 20] [--videos 6] [--seed 0]
+    python benchmarks/bench_kill.py [--kills 20] [--videos 6] [--seed 0] [--shard-size 2]
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def make_inputs(work: Path, n: int) -> tuple[Path, str]:
     return vids, enc
 
 
-BATCH_SIZE = [2]  # videos per committed batch of the forked runs (``--batch-size``)
+BATCH = [2, 2]  # videos per committed chunk, videos per shard of the forked runs
 
 
 def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) -> None:
@@ -87,7 +92,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
             warnings.simplefilter("always", CorruptPartWarning)
             run_pipeline([vids], out, caption=CaptionRunConfig(
                 llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False,
-                batching=Batching(BATCH_SIZE[0]))
+                batching=Batching(BATCH[0], shard_size=BATCH[1]))
         if report is not None:
             report.write_text(json.dumps([str(w.message) for w in caught
                                           if issubclass(w.category, CorruptPartWarning)]))
@@ -110,37 +115,46 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def where(out: Path, n: int) -> str:
-    """Which step the kill interrupted, from the committed status records."""
-    from howtocap.engine.rundir import RunDir
+STEPS = ("subtitles", "caption", "align", "align filter")
 
-    rd = RunDir(out, create=False)
 
-    def count(stage: str) -> int:
-        return sum(r.status == "ok" for r in rd.status_records(stage))
-
-    if (out / "aligned.parquet").exists():
-        return "after align"
-    if count("align") == n:
+def where(out: Path) -> str:
+    """Which stage the run was in, from its files: the newest stage with committed work
+    (chunks or finished shards); the filter once every align shard is finished."""
+    if not (out / "layout.json").exists():
+        return "subtitles"
+    if (out / "aligned").exists() or (out / "config" / "align.json").exists():
         return "align filter"
-    if count("align"):
-        return "align"
-    if count("caption") == n:
-        return "caption merge / align start"
-    if count("caption"):
-        return "caption"
-    return "start / subtitles"
+    for stage in ("align", "caption", "subtitles"):
+        if (out / "status" / stage).exists() or (out / "work" / stage).exists():
+            busy = (out / "work" / stage).exists()
+            if stage == "align" and not busy:
+                return "align filter"
+            return stage
+    return "subtitles"
+
+
+def timeline(pid: int, out: Path) -> dict[str, list[float]]:
+    """Poll the run directory while ``pid`` runs: each step's first and last moment seen
+    (seconds from the start)."""
+    t0 = time.perf_counter()
+    seen: dict[str, list[float]] = {}
+    while True:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        t = time.perf_counter() - t0
+        step = where(out)
+        seen.setdefault(step, [t, t])[1] = t
+        if done:
+            return seen
+        time.sleep(0.005)
 
 
 def corrupt(out: Path, rng: random.Random) -> list[str]:
-    """Truncate one committed batch file and flip a byte inside another's data page."""
-    from howtocap.engine.rundir import RunDir
-
-    rd = RunDir(out, create=False)
-    # committed batch files (their manifest exists; a file without one is never read)
-    done = [p for st, t in (("subtitles", "subtitles"), ("caption", "captions"))
-            for p in sorted((out / "parts" / t).glob("batch-*.parquet"))
-            if rd.manifest_path(st, p.stem).exists()]
+    """Truncate one committed table file and flip a byte inside another's data page (files
+    of finished shards and of committed chunks)."""
+    done = [p for t in ("subtitles", "captions")
+            for p in [*sorted((out / t).glob("shard-*.parquet")),
+                      *sorted((out / "work").glob(f"*/shard-*/*.{t}.parquet"))]]
     if len(done) < 2:
         return []
     a, b = rng.sample(done, 2)
@@ -153,7 +167,7 @@ def corrupt(out: Path, rng: random.Random) -> list[str]:
 
 
 def tables(out: Path) -> dict[str, pd.DataFrame]:
-    return {t: pd.read_parquet(out / f"{t}.parquet") for t in TABLES}
+    return {t: pd.read_parquet(out / t) for t in TABLES}
 
 
 def main() -> None:
@@ -163,11 +177,13 @@ def main() -> None:
     ap.add_argument("--corrupt-every", type=int, default=4, help="corrupt parts before every "
                     "Nth resume")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=2, help="videos per committed batch: "
-                    "small, so kills land between batches and inside them")
+    ap.add_argument("--batch-size", type=int, default=2, help="videos per committed chunk: "
+                    "small, so kills land between chunks and inside them")
+    ap.add_argument("--shard-size", type=int, default=2, help="videos per shard: small, so "
+                    "a run has several shards, finished and unfinished")
     ap.add_argument("--work", type=Path, default=HERE / "work" / "kill")
     args = ap.parse_args()
-    BATCH_SIZE[0] = args.batch_size  # the forked runs inherit it
+    BATCH[:] = [args.batch_size, args.shard_size]  # the forked runs inherit it
     rng = random.Random(args.seed)
     if args.work.exists():
         shutil.rmtree(args.work)
@@ -189,15 +205,18 @@ def main() -> None:
         for _ in range(2):
             shutil.rmtree(clean, ignore_errors=True)
             t0, asked = time.perf_counter(), srv.requests
-            assert wait(start(vids, clean, srv.url, enc)) == 0, "the clean run failed"
+            spans = timeline(start(vids, clean, srv.url, enc), clean)
             clean_s = time.perf_counter() - t0
             clean_requests = srv.requests - asked  # LLM requests of an uninterrupted run
+        assert (clean / "aligned").exists(), "the clean run failed"
+        steps_seen = [s for s in STEPS if s in spans]
         want = tables(clean)
         i = tries = 0
         while i < args.kills and tries < 2 * args.kills:
             tries += 1
             out = args.work / f"killed{i:02d}"
-            at = rng.uniform(0.02, 0.8) * clean_s
+            lo, hi = spans[steps_seen[i % len(steps_seen)]]  # each stage in turn
+            at = rng.uniform(lo, hi)
             asked = srv.requests
             pid = start(vids, out, srv.url, enc)
             time.sleep(at)
@@ -205,7 +224,7 @@ def main() -> None:
             if wait(pid) != -signal.SIGKILL:  # it finished before the kill: draw again
                 shutil.rmtree(out)
                 continue
-            step = where(out, args.videos)
+            step = where(out)
             injected = corrupt(out, rng) if (i + 1) % args.corrupt_every == 0 else []
             report = args.work / f"detected{i:02d}.json"
             t1 = time.perf_counter()
@@ -247,7 +266,9 @@ def main() -> None:
     per_video = clean_requests / args.videos
     redone_all = [t["requests_redone"] for t in trials]
     res = {"kills": len(trials), "draws": tries, "videos": args.videos, "seed": args.seed,
-           "batch_size": args.batch_size, "clean_requests": clean_requests,
+           "batch_size": args.batch_size, "shard_size": args.shard_size,
+           "clean_requests": clean_requests,
+           "spans_s": {k: [round(v[0], 3), round(v[1], 3)] for k, v in spans.items()},
            "requests_redone_mean": round(sum(redone_all) / max(1, len(trials)), 2),
            "requests_redone_max": max(redone_all, default=0),
            "videos_redone_mean": round(sum(redone_all) / max(1, len(trials)) / per_video, 2),
@@ -263,9 +284,10 @@ def main() -> None:
     lines = [
         "# Kill and resume (`benchmarks/bench_kill.py`)", "",
         f"A {args.videos}-video `run` (subtitles -> LLM captions -> align scores -> filter; "
-        f"fake OpenAI server, tiny random CLIP encoder; results committed {args.batch_size} "
-        "videos a batch) SIGKILLed at "
-        f"{args.kills} random moments of its {clean_s:.1f} s, then resumed with the same "
+        f"fake OpenAI server, tiny random CLIP encoder; {args.shard_size} videos a shard, "
+        f"results committed {args.batch_size} videos a chunk) SIGKILLed at "
+        f"{args.kills} random moments of its {clean_s:.1f} s, drawn in each stage's time "
+        "span in turn, then resumed with the same "
         "call. Every resumed run's `subtitles`, `captions` and `aligned` tables are compared "
         "with an uninterrupted run's (pandas `assert_frame_equal`: same rows, order, values, "
         "dtypes).", "",
@@ -279,9 +301,9 @@ def main() -> None:
         f"{res['requests_redone_mean']:.2f} requests on average, at most "
         f"{res['requests_redone_max']} ({res['videos_redone_mean']:.2f} and "
         f"{res['videos_redone_max']:.2f} videos' worth, of {args.videos}; an uninterrupted run "
-        f"asks {clean_requests}): the answers of videos whose batch was not committed yet. "
-        "A kill loses at most the batches in flight, one per stage: up to `--batch-size` "
-        "videos or `--batch-seconds` of work each (1,000 videos or 60 s by default).",
+        f"asks {clean_requests}): the answers of videos whose chunk was not committed yet. "
+        "A kill loses at most the chunk in flight of each shard being worked on: up to "
+        "`--batch-size` videos or `--batch-seconds` of work each.",
         f"- Left-over temp files after resume: "
         f"{sum(len(t['temp_files_left']) for t in trials)}",
         "- Where the kills landed: " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())),
@@ -295,14 +317,12 @@ def main() -> None:
                      f"{t['resume_s']:.1f} | "
                      f"{len(t['injected'])} -> {t['detected']} | "
                      f"{'yes' if t['equal'] else '**no**'} |")
-    lines += ["", "What this shows and does not: a batch's files are written temp file + "
-              "fsync + rename before the manifest that lists its videos and their status "
-              "records, so a kill leaves each batch committed or absent (never half), and "
-              "merged tables are rebuilt from committed batches. A truncated part is caught "
-              "on resume by its missing Parquet footer, a flipped byte by the page checksums "
-              "(written since this change) when the parts are merged. Not covered: power loss "
-              "on file systems that ignore fsync, and corruption of files written before page "
-              "checksums existed (only truncation is caught there)."]
+    lines += ["", "What this shows and does not: a chunk's files are written temp file + "
+              "fsync + rename before its status file, and a shard's final table files before "
+              "its status file, so a kill leaves each chunk and each shard committed or absent "
+              "(never half). A truncated file is caught on resume by its missing Parquet "
+              "footer, a flipped byte by the page checksums when it is read; its shard is "
+              "redone. Not covered: power loss on file systems that ignore fsync."]
     (results / "kill.md").write_text("\n".join(lines) + "\n")
     print(f"{n_equal}/{len(trials)} equal; corrupt parts {detected}/{injected} detected")
 

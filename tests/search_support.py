@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from tests.stage_support import write_rows
 
 from howtocap.encoders.base import Encoder
 from howtocap.engine.rundir import RunDir
@@ -108,11 +109,9 @@ def add_video(run: Path, sample: SampleVideo) -> None:
                           offset=-LLM_SHIFT, score=0.5, kept=True, encoders="default")
     # one caption the aligner dropped: it must never be indexed
     dropped = aligned.iloc[:1].assign(text="a dropped caption about nothing", kept=False)
-    rd.write_part("subtitles", vid, subs)
-    rd.write_part("captions", vid, caps)
-    rd.write_part("aligned", vid, pd.concat([aligned, dropped], ignore_index=True))
-    for table in ("subtitles", "captions", "aligned"):
-        rd.merge(table)
+    write_rows(rd, "subtitles", subs)
+    write_rows(rd, "captions", caps)
+    write_rows(rd, "aligned", pd.concat([aligned, dropped], ignore_index=True))
 
 
 def free_port() -> int:

@@ -1,7 +1,8 @@
-"""align at scale (issue #22): the driver reads the captions and the scores a window of whole
-videos at a time. Tiny windows (many of them) must give what one window of the whole table
-gives, and what the whole-table code gave before: the reference draw, the fingerprints, the
-threshold, ``aligned.parquet``, ``config/align.json`` and the report's numbers."""
+"""align at scale (issue #22): the driver reads the captions and the scores a shard file, and a
+window of whole videos, at a time. Tiny windows (many of them) and many shards must give what
+one window of the whole table gives, and what the whole-table code gave before: the reference
+draw, the fingerprints, the threshold, ``aligned/``, ``config/align.json`` and the report's
+numbers; also when videos appended later make the shards not in id order."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from howtocap.align.run import (
     _Captions,
     _fingerprint_stream,
     _fingerprints,
+    _inputs_dir,
     _threshold,
     align_run,
     draw_reference,
@@ -33,10 +35,10 @@ from howtocap.align.run import (
     recorded_fingerprints,
 )
 from howtocap.atomic import atomic_write_parquet
-from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
+from tests.stage_support import write_rows
 
 DIM = 16
 WORDS = ["add", "cut", "stir", "pour", "mix", "the board", "flour", "a screw", "the lid",
@@ -72,39 +74,41 @@ class Stub:
         return window_means(frame_emb, np.asarray(lo), np.asarray(hi), renormalize)
 
 
-def _make_run(root: Path, n: int = 24, seed: int = 0) -> RunDir:
-    """A captioned run of ``n`` short videos (frames in the cache), committed in batches
-    like the caption stage does, with rejected rows, repeated texts and chatter."""
+def _make_run(root: Path, n: int = 24, seed: int = 0, shard_size: int = 10,
+              late: int = 0) -> RunDir:
+    """A captioned run of ``n`` short videos (frames in the cache) in shards of
+    ``shard_size``, committed like the caption stage does, with rejected rows, repeated
+    texts and chatter; ``late`` more videos appended after them whose ids sort first (``a…``:
+    the run's shards are then not in id order)."""
     from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
 
-    rd = RunDir(root)
-    items, frames, records = [], [], []
-    for i in range(n):
-        rng = np.random.default_rng([seed, i])
-        vid = f"v{i:03d}"
-        path = root / "videos" / f"{vid}.mp4"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(f"video {i}\n".encode() * 4)
-        items.append(VideoItem(vid, path))
-        duration = float(rng.uniform(20, 40))
-        k = int(rng.integers(1, 9))
-        starts = np.sort(rng.uniform(-2, duration + 12, k)).round(1)  # some outside
-        texts = [" ".join(rng.choice(WORDS, 2)) for _ in range(k)]
-        frames.append(pd.DataFrame({
-            "video_id": vid, "start": starts, "end": starts + 4, "text": texts,
-            "source": "llm", "block": 0, "model": "m", "config_id": "",
-            "rejected": np.where(rng.random(k) < 0.2, "filler", "")}))
-        records.append(StatusRecord(vid, "caption", "ok", config_id=""))
-        emb = rng.standard_normal((int(np.ceil(duration)), DIM))
-        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-        save(cache_path(rd.cache_dir, Stub.name, content_key(path), 1.0),
-             FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0, duration=duration,
-                             partial=False, encoder=Stub.name, key=content_key(path)))
-        if len(frames) == 10 or i == n - 1:
-            df = conform(pd.concat(frames, ignore_index=True), "captions")
-            rd.commit_batch("caption", ("captions",), records, {"captions": df})
-            frames, records = [], []
-    rd.record_videos(items)
+    rd = RunDir(root, shard_size=shard_size)
+    for names in ([f"v{i:03d}" for i in range(n)], [f"a{i:03d}" for i in range(late)]):
+        items, frames = [], []
+        for vid in names:
+            i = int(vid[1:]) + (1000 if vid[0] == "a" else 0)
+            rng = np.random.default_rng([seed, i])
+            path = root / "videos" / f"{vid}.mp4"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(f"video {i}\n".encode() * 4)
+            items.append(VideoItem(vid, path))
+            duration = float(rng.uniform(20, 40))
+            k = int(rng.integers(1, 9))
+            starts = np.sort(rng.uniform(-2, duration + 12, k)).round(1)  # some outside
+            texts = [" ".join(rng.choice(WORDS, 2)) for _ in range(k)]
+            frames.append(pd.DataFrame({
+                "video_id": vid, "start": starts, "end": starts + 4, "text": texts,
+                "source": "llm", "block": 0, "model": "m", "config_id": "",
+                "rejected": np.where(rng.random(k) < 0.2, "filler", "")}))
+            emb = rng.standard_normal((int(np.ceil(duration)), DIM))
+            emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+            save(cache_path(rd.cache_dir, Stub.name, content_key(path), 1.0),
+                 FrameEmbeddings(emb=emb.astype(np.float16), fps=1.0, duration=duration,
+                                 partial=False, encoder=Stub.name, key=content_key(path)))
+        if not items:
+            continue
+        rd.record_videos(items)
+        write_rows(rd, "captions", conform(pd.concat(frames, ignore_index=True), "captions"))
     return rd
 
 
@@ -131,6 +135,25 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _make_run(tmp_path_factory.mktemp("stream") / "template").root
 
 
+@pytest.fixture(scope="module")
+def appended(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shards not in id order: 7 videos appended (to shard 2 and a new shard 3) sort before
+    the first 24."""
+    return _make_run(tmp_path_factory.mktemp("stream") / "appended", late=7).root
+
+
+@pytest.fixture(params=["made", "appended"])
+def template(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue(request.param)
+
+
+def _whole(rd: RunDir, table: str) -> pd.DataFrame:
+    """The table in id order (stable: each video's rows in their order), as one sorted
+    file held it."""
+    df = pd.read_parquet(rd.root / table)
+    return df.sort_values("video_id", kind="stable").reset_index(drop=True)
+
+
 def _copy(made: Path, dest: Path) -> RunDir:
     import shutil
 
@@ -142,8 +165,9 @@ def test_windows_hold_whole_videos_and_cover_the_table(made: Path, tmp_path: Pat
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     rd = _copy(made, tmp_path / "run")
     caps = _Captions(rd)
-    whole = pd.read_parquet(caps.path)
-    assert caps.ordered
+    whole = pd.read_parquet(rd.root / "captions")
+    assert sorted(caps.files) == [0, 1, 2]
+    assert all(stream.sorted_by_video(path) for path in caps.files.values())
     for rows in (1, 3, 7, 10_000):
         monkeypatch.setattr(stream, "ROWS", rows)
         wins = list(caps.windows())
@@ -163,12 +187,12 @@ def test_windows_hold_whole_videos_and_cover_the_table(made: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("rows", [1, 4, 50, 100_000])
-def test_reference_draw_equals_the_whole_table_draw(made: Path, tmp_path: Path, rows: int,
+def test_reference_draw_equals_the_whole_table_draw(template: Path, tmp_path: Path, rows: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream, "ROWS", rows)
-    rd = _copy(made, tmp_path / "run")
+    rd = _copy(template, tmp_path / "run")
     caps = _Captions(rd)
-    whole = pd.read_parquet(caps.path)
+    whole = _whole(rd, "captions")
     files = sorted(whole["video_id"].unique().tolist())[::2]
     for cfg in (AlignConfig(), AlignConfig(reference_captions=5, reference_videos=3, seed=4),
                 AlignConfig(reference_captions=10_000, reference_videos=100)):
@@ -185,7 +209,7 @@ def test_fingerprints_in_windows_equal_the_whole_table(made: Path, tmp_path: Pat
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     rd = _copy(made, tmp_path / "run")
     caps = _Captions(rd)
-    kept = kept_captions(pd.read_parquet(caps.path))
+    kept = kept_captions(pd.read_parquet(rd.root / "captions"))
     items = [VideoItem(f"v{i:03d}", Path(f"/x/v{i:03d}.mp4")) for i in range(30)][::-1]
     items += [VideoItem("a-first", None), VideoItem("zz-last", None)]
     want = _fingerprints(kept, items)
@@ -196,21 +220,42 @@ def test_fingerprints_in_windows_equal_the_whole_table(made: Path, tmp_path: Pat
         assert dict(got) == want
 
 
+def test_recorded_fingerprints_are_the_whole_tables_per_shard(appended: Path,
+                                                             tmp_path: Path) -> None:
+    """align records each kept video's fingerprint, a file per shard (each in id order),
+    equal to the whole-table ones also when the shards are not in id order."""
+    import pyarrow.parquet as pq
+
+    rd = _copy(appended, tmp_path / "run")
+    align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
+    items = list(pd.read_parquet(rd.table_path("videos")).itertuples(index=False))
+    items = [VideoItem(it.video_id, Path(it.video_path)) for it in items]
+    want = _fingerprints(kept_captions(_whole(rd, "captions")), items)
+    assert recorded_fingerprints(rd) == want and len(want) == 31
+    files = sorted(_inputs_dir(rd).glob("shard-*.parquet"))
+    assert [f.name for f in files] == [f"shard-0000{k}.parquet" for k in range(4)]
+    for f in files:
+        ids = pq.read_table(f).column("video_id").to_pylist()
+        assert ids == sorted(ids) and set(rd.shard_of(ids).tolist()) == {int(f.stem[-1])}
+
+
 @pytest.mark.parametrize("cfg", [
     AlignConfig(quantile=0.3), AlignConfig(quantile=0.3, sample_videos=5),
     AlignConfig(keep_top=17), AlignConfig(keep_top=17, sample_videos=4, seed=3),
     AlignConfig(keep_top=17, sample_videos=0), AlignConfig(threshold=0.05),
     AlignConfig(keep_all=True), AlignConfig(), AlignConfig(null_z=0.2, drop_chatter=False)])
-def test_streamed_filter_equals_the_whole_table_filter(made: Path, tmp_path: Path,
+def test_streamed_filter_equals_the_whole_table_filter(template: Path, tmp_path: Path,
                                                        cfg: AlignConfig,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """aligned.parquet, align.json's counts and the report's numbers: tiny windows (many row
+    """aligned/, align.json's counts and the report's numbers: tiny windows (many row
     groups) give exactly what one window gives, and what ``apply_filter`` gives on the
-    whole merged table (the code before streaming)."""
-    rd = _copy(made, tmp_path / "run")
+    whole table in id order (the code before streaming); a run whose shards are in id
+    order row for row, one whose shards are not in each video's rows."""
+    rd = _copy(template, tmp_path / "run")
+    ordered = template.name == "template"
     enc = Stub()
     align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
-    merged = conform(rd.merge(SCORES), "aligned")
+    merged = conform(_whole(rd, SCORES), "aligned")
     out = merged.pop("outside").fillna(False).to_numpy(dtype=bool)
     want, want_thr = apply_filter(merged[~out].reset_index(drop=True), cfg)
     atomic_write_parquet(want, tmp_path / "before.parquet")  # as the code before wrote it
@@ -221,6 +266,11 @@ def test_streamed_filter_equals_the_whole_table_filter(made: Path, tmp_path: Pat
         monkeypatch.setattr(stream, "ROWS", rows)
         al, thr = finish_align(rd, cfg, [enc.name])
         assert thr == want_thr
+        assert sorted(p.name for p in (rd.root / "aligned").iterdir()) == sorted(
+            p.name for p in (rd.root / SCORES).iterdir())  # a file per shard of scores
+        if not ordered:
+            assert not al["video_id"].is_monotonic_increasing
+            al = al.sort_values("video_id", kind="stable").reset_index(drop=True)
         pd.testing.assert_frame_equal(al, want)
         config = json.loads((rd.root / "config" / "align.json").read_text())
         assert (config["pairs"], config["kept"], config["outside_video"]) == (
@@ -256,42 +306,49 @@ def test_scoring_in_windows_of_videos_equals_one_pass(made: Path, tmp_path: Path
     assert again.done == 0 and again.skipped == whole.done  # resumed: nothing redone
 
 
-def test_threshold_needs_only_the_drawn_videos(made: Path, tmp_path: Path,
+def test_threshold_needs_only_the_drawn_videos(template: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The sampled estimate draws among the videos counted in a first pass (the same rng
-    call on the same count) and pools only those videos' scores."""
-    rd = _copy(made, tmp_path / "run")
+    call on the same count, the videos ranked by id as the whole table's ``groupby`` ranks
+    them, whatever the order of the shards) and pools only those videos' scores."""
+    rd = _copy(template, tmp_path / "run")
     align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
-    rd.merge_streaming(SCORES)
-    path = rd.table_path(SCORES)
-    merged = conform(rd.merge(SCORES), "aligned")
+    files = rd.table_files(SCORES)
+    merged = conform(rd.table(SCORES), "aligned")
     merged = merged[~merged["outside"].fillna(False).to_numpy(dtype=bool)]
+    picked = set()
     for seed in range(6):
         cfg = AlignConfig(quantile=0.4, sample_videos=3, seed=seed)
         monkeypatch.setattr(stream, "ROWS", 2)
-        assert _threshold(path, cfg, True) == apply_filter(merged, cfg)[1]
+        thr = apply_filter(merged, cfg)[1]
+        assert _threshold(rd, files, cfg) == thr
+        picked.add(thr)
+    assert len(picked) > 3  # the draws differ: a wrong rank would show
 
 
-def test_old_json_fingerprints_are_read_then_the_table(made: Path, tmp_path: Path) -> None:
-    """A run directory from before keeps its ``align_inputs.json``: its fingerprints still
-    say which videos were re-captioned (those are rescored), then the table is read."""
-    rd = _copy(made, tmp_path / "run")
+def test_changed_fingerprint_rescores_that_video_alone(appended: Path,
+                                                       tmp_path: Path) -> None:
+    """The recorded fingerprints say which videos changed: a video whose recorded one no
+    longer matches (as after a re-caption) is rescored alone, in its shard, and the rest
+    resumes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rd = _copy(appended, tmp_path / "run")
     enc = Stub()
     align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
     fps = recorded_fingerprints(rd)
-    table = rd.root / "parts" / "fingerprints" / "align_inputs.parquet"
-    assert len(fps) == 24 and table.exists()
-    assert not (rd.root / "config" / "align_inputs.json").exists()
     before = read_aligned(rd)
-    # as an older version left it: the JSON dict, one video's captions since changed
-    old = {**fps, "v005": "0" * 16}
-    (rd.root / "config" / "align_inputs.json").write_text(json.dumps(old))
-    table.unlink()
-    s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
-    assert s.done == 1  # v005 alone is rescored
-    assert recorded_fingerprints(rd) == fps
-    assert table.exists()  # read from now on (the old JSON is left as it was)
-    pd.testing.assert_frame_equal(read_aligned(rd), before)
+    for vid in ("v005", "a006"):  # shard 0, and the appended shard 3
+        path = _inputs_dir(rd) / f"shard-{int(rd.shard_of([vid])[0]):05d}.parquet"
+        t = pq.read_table(path).to_pydict()
+        t["fingerprint"] = ["0" * 16 if v == vid else f for v, f in
+                            zip(t["video_id"], t["fingerprint"], strict=True)]
+        pq.write_table(pa.table(t), path)
+        s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
+        assert s.done == 1 and s.skipped == 30  # that video alone is rescored
+        assert recorded_fingerprints(rd) == fps
+        pd.testing.assert_frame_equal(read_aligned(rd), before)
 
 
 def test_report_samples_its_plots_and_keeps_its_numbers(

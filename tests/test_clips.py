@@ -19,6 +19,7 @@ import av
 import numpy as np
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 
 from howtocap.clips.config import ClipsConfig
 from howtocap.clips.export import export_clips
@@ -82,9 +83,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "orig_end": e, "offset": 0.0, "score": sc, "kept": k,
                         "encoders": "x", "source": "llm", "block": 0, "model": "m",
                         "config_id": "cfg1"} for v, s, e, t, sc, k in ROWS])
-    for vid, g in df.groupby("video_id"):
-        rd.write_part("aligned", str(vid), conform(g.reset_index(drop=True), "aligned"))
-    rd.merge("aligned")
+    write_rows(rd, "aligned", conform(df, "aligned"))
     return rd.root
 
 
@@ -269,8 +268,9 @@ def test_windows_stay_in_one_shot_unless_cross_shots(run: Path, tmp_path: Path) 
     import shutil
 
     shutil.copytree(run, copy)
-    pd.DataFrame({"video_id": ["alpha", "alpha"], "start": [0.0, 4.0], "end": [4.0, 8.0],
-                  "config_id": "s"}).to_parquet(copy / "shots")
+    write_rows(RunDir(copy), "shots", pd.DataFrame(
+        {"video_id": ["alpha", "alpha"], "start": [0.0, 4.0], "end": [4.0, 8.0],
+         "config_id": "s"}))
     rows = pd.read_parquet(copy / "aligned").query("video_id == 'alpha' and kept")
     for cross, want in ((False, (4.0, 6.0)), (True, (3.0, 6.0))):
         res, _ = export(copy, tmp_path / f"out{cross}", cut="exact", cross_shots=cross)

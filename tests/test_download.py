@@ -31,8 +31,7 @@ from howtocap.errors import HowtocapError
 
 
 def status(run: Path) -> pd.DataFrame:
-    st = RunDir(run, create=False).status_table()
-    return st[st["stage"] == "download"].set_index("video_id")
+    return RunDir(run, create=False).record_table("download").to_pandas().set_index("video_id")
 
 
 def served(tmp: Path, base_video: Path) -> Path:
@@ -183,7 +182,9 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
         assert left and all(p.name.startswith(".") and p.name.endswith(".tmp") for p in left)
         assert not (run / "downloads").exists()
         rd = RunDir(run, create=False)
-        assert not rd.is_done("download", "slow")
+        assert rd.done("download", ["slow"]) == [False]
+        assert "ok" not in set(rd.record_table("download", ["status"]).column("status")
+                               .to_pylist())
         www.trickle = 0.0
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr

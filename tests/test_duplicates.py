@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 
 from howtocap.duplicates.config import DuplicatesConfig
 from howtocap.duplicates.match import match_segments
@@ -56,10 +57,9 @@ def _make_run(root: Path, videos: dict[str, Path], cache: Path) -> RunDir:
     rd.record_videos([VideoItem(v, p) for v, p in videos.items()])
     if not rd.cache_dir.exists():
         os.symlink(cache, rd.cache_dir)  # one frame cache: each video is embedded once
-    for vid, path in videos.items():
-        rows = _caption_rows(vid, probe(path).duration if path.exists() else 4.0)
-        rd.write_part("aligned", vid, conform(pd.DataFrame(rows), "aligned"))
-    rd.merge("aligned")
+    rows = [r for vid, path in videos.items()
+            for r in _caption_rows(vid, probe(path).duration if path.exists() else 4.0)]
+    write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     return rd
 
 

@@ -112,6 +112,7 @@ def test_unknown_captioner_is_one_line() -> None:
 
 def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
     """A framecaps run trains directly: clips are whole videos, several kept captions each."""
+    from tests.stage_support import write_rows
     from tests.tiny_models import TinyEncoder
 
     from howtocap.engine.rundir import RunDir
@@ -131,8 +132,7 @@ def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
     from howtocap.io.inputs import resolve_inputs
 
     rd.record_videos(resolve_inputs([videos]))
-    rd.write_part("framecaps", "all", pd.DataFrame(rows))
-    rd.merge("framecaps")
+    write_rows(rd, "framecaps", pd.DataFrame(rows))
     pairs = read_pairs(rd.root)
     assert len(pairs) == 8 and "dropped caption" not in set(pairs["text"])
     res = train(rd.root, out_dir=tmp_path / "ckpt", encoder=TinyEncoder(), epochs=2,

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
+from tests.stage_support import write_rows
 from typer.testing import CliRunner
 
 from howtocap.cli import add_commands
@@ -151,15 +152,14 @@ def test_incremental_add_change_and_remove(tmp_path: Path, run: Path,
     assert Searcher.open(run, enc).search("check the motorcycle tires", 1)[0].video_id == "garage"
 
     rd = RunDir(run)
-    changed = rd.read_part("aligned", "kitchen")
+    aligned = rd.table("aligned")
+    changed = aligned[aligned["video_id"] == "kitchen"].reset_index(drop=True)
     changed.loc[0, "text"] = "whisk the eggs in a bowl"
-    rd.write_part("aligned", "kitchen", changed)
-    rd.merge("aligned")
+    write_rows(rd, "aligned", changed)
     third = build_index(run, encoder=enc, progress=False)
     assert (third.embedded, third.reused) == (["kitchen"], ["garage"])
 
-    rd.part_path("aligned", "garage").unlink()
-    rd.merge("aligned")
+    rd.forget("aligned", ["garage"])  # its rows go from the table
     fourth = build_index(run, encoder=enc, progress=False)
     assert (fourth.removed, fourth.n) == (["garage"], 3)
     assert not (run / "index" / "parts" / "garage.npz").exists()
@@ -188,9 +188,8 @@ def test_other_encoder_is_refused_not_mixed(run: Path, tmp_path: Path) -> None:
 def test_falls_back_to_captions_when_not_aligned(tmp_path: Path, run: Path,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     run = fresh_run(tmp_path_factory.getbasetemp(), tmp_path / "run", ["kitchen"])
-    shutil.rmtree(run / "parts" / "aligned")
-    (run / "aligned").unlink()
-    with pytest.warns(UserWarning, match="no aligned.parquet"):
+    shutil.rmtree(run / "aligned")
+    with pytest.warns(UserWarning, match="no aligned/ table"):
         info = build_index(run, encoder=encoder(), progress=False)
     assert info.source == "captions" and info.n == 3
     hit = Searcher.open(run, encoder()).search("brush the cat's fur", 1)[0]

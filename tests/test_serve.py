@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.search.query import Searcher
 from howtocap.serve import create_app
@@ -162,7 +163,8 @@ def test_nothing_outside_the_dataset_is_served(server: ServerThread, path: str) 
 def test_absolute_path_of_a_real_file_is_not_a_video_id(server: ServerThread, run: Path,
                                                          client: httpx.Client) -> None:
     video_file = pd.read_parquet(run / "videos.parquet")["video_path"].iloc[0]
-    for p in (f"/media/{video_file}", f"/media/{str(run / 'aligned.parquet')}"):
+    shard = str(RunDir(run).table_files("aligned")[0])
+    for p in (f"/media/{video_file}", f"/media/{shard}"):
         r = client.get(p)
         assert r.status_code == 404 and "unknown video id" in r.json()["detail"]
 
@@ -213,8 +215,9 @@ def test_concurrent_searches_all_succeed(server: ServerThread) -> None:
 def test_without_index_search_says_how_to_build_one(tmp_path: Path, run: Path) -> None:
     bare = tmp_path / "bare"
     bare.mkdir()
-    for name in ("videos.parquet", "aligned.parquet", "subtitles.parquet"):
-        (bare / name).write_bytes((run / name).read_bytes())
+    (bare / "videos.parquet").write_bytes((run / "videos.parquet").read_bytes())
+    for name in ("aligned", "subtitles"):  # the tables, without status or index
+        shutil.copytree(run / name, bare / name)
     with ServerThread(create_app(bare)) as srv, httpx.Client(base_url=srv.url) as c:
         r = c.get("/api/search", params={"q": "x"})
         assert r.status_code == 409 and "howtocap index" in r.json()["detail"]

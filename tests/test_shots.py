@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 from tests.tiny_models import TinyEncoder
 
 from howtocap.align.config import AlignConfig
@@ -102,10 +103,10 @@ def test_a_non_video_file_fails_alone_with_its_cause(run: dict[str, Any]) -> Non
     assert set(failed) == {"bad"} and summary.done == 2
     assert "bad.mp4" in failed["bad"] and "not a readable video" in failed["bad"]
     assert "\n" not in failed["bad"]
-    status = pd.read_parquet(rundir.table_path("status"))
+    status = rundir.table("status")
     row = status[(status["stage"] == "shots") & (status["video_id"] == "bad")].iloc[0]
     assert row["status"] == "error" and row["cause"] == "bad input"
-    table = pd.read_parquet(rundir.table_path("shots"))
+    table = pd.read_parquet(rundir.root / "shots")
     assert set(table["video_id"]) == {"cuts", "one"}
     assert table["config_id"].nunique() == 1 and table["config_id"].iloc[0] != ""
 
@@ -115,10 +116,10 @@ def test_resume_skips_done_videos_and_refuses_other_settings(
     src: RunDir = run["rundir"]
     rundir = RunDir(tmp_path / "copy")
     shutil.copytree(src.root, rundir.root, dirs_exist_ok=True)
-    before = pd.read_parquet(rundir.table_path("shots"))
+    before = rundir.table("shots")
     again = shots_run(rundir, ShotsConfig(), progress=False)
     assert again.done == 0 and again.skipped == 2 and again.failed_before == 1
-    pd.testing.assert_frame_equal(pd.read_parquet(rundir.table_path("shots")), before)
+    pd.testing.assert_frame_equal(rundir.table("shots"), before)
     with pytest.raises(SettingsChanged, match="shots"):
         shots_run(rundir, ShotsConfig(threshold=50.0), progress=False)
     redone = shots_run(rundir, ShotsConfig(detector="adaptive"), progress=False, redo=True)
@@ -146,7 +147,7 @@ def _caption_run(root: Path, video: SampleVideo) -> RunDir:
     rundir.record_videos([VideoItem(video.video_id, video.video_path)])
     starts = [float(t) for t in range(int(video.duration))]
     step_of = [video.steps[min(int(t // STEP), len(video.steps) - 1)].caption for t in starts]
-    rundir.write_part("captions", video.video_id, pd.DataFrame({
+    write_rows(rundir, "captions", pd.DataFrame({
         "video_id": video.video_id, "start": starts, "end": [s + 8 for s in starts],
         "text": step_of, "source": "llm", "block": 0, "model": "test"}))
     return rundir
@@ -164,7 +165,7 @@ def test_within_shot_keeps_every_window_inside_one_shot(tmp_path: Path,
                                                         videos: dict[str, Any]) -> None:
     enc = TinyEncoder()
     inside = _caption_run(tmp_path / "inside", videos["cuts"])
-    assert not inside.table_path("shots").exists()  # align computes the shots it needs
+    assert not inside.has_table("shots")  # align computes the shots it needs
     summary = align_run(inside, [], AlignConfig(within_shot=True, **ALIGN), encoders=[enc],
                         progress=False)
     assert summary.ok
@@ -223,7 +224,7 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
 
 def test_run_within_shot_detects_shots_once(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """`run --within-shot` runs the shots stage (and its merge and status table) once, before
+    """`run --within-shot` runs the shots stage once, before
     align, and align does not run it again; `align --within-shot` alone still runs it."""
     from howtocap import shots
     from howtocap.caption.captioner import CaptionConfig
@@ -255,7 +256,8 @@ def test_run_within_shot_detects_shots_once(tmp_path: Path,
     assert len(shots_by_video(RunDir(out).table("shots"))["steps"]) > 1
     assert len(pd.read_parquet(out / "aligned")) > 0
     calls.clear()
-    (out / "shots").unlink()  # align alone, on a run without shots: it makes them
+    RunDir(out).invalidate("shots", ["shots"])  # align alone, on a run without shots: it
+    assert not (out / "shots").exists()  # makes them
     align_run(RunDir(out, create=False), [], AlignConfig(within_shot=True, keep_all=True),
               progress=False, redo=True)
     assert calls == ["shots"] and (out / "shots").exists()

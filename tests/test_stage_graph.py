@@ -92,18 +92,20 @@ def test_redo_clears_a_new_stage_that_declares_it_reads_the_redone_ones_table(
 
     with pytest.raises(SettingsChanged, match="invalidate doubled"):
         prepare_stages(rd, [Numbers(10)], graph=graph)
-    assert rd.has_results("doubled")  # a refusal touches nothing
+    assert "doubled" in rd.stages_with_results()  # a refusal touches nothing
+    assert rd.has_table("toy_doubled")
 
     ids = prepare_stages(rd, [Numbers(10)], redo=True, graph=graph)
     for name, table in (("numbers", "toy_numbers"), ("doubled", "toy_doubled")):
-        assert not rd.has_results(name)
-        assert not list(rd.part_dir(table).glob("*.parquet"))
+        assert name not in rd.stages_with_results()
+        assert not rd.has_table(table) and not (rd.root / table).exists()
     assert rd.read_fingerprint("doubled") is None  # its old results' settings went with them
     assert rd.read_fingerprint("numbers")["config_id"] == ids["numbers"]  # the new settings
-    assert rd.has_results("unrelated") and rd.read_fingerprint("unrelated") is not None
-    assert rd.merge("toy_other")["video_id"].nunique() == 3  # its results untouched
+    assert "unrelated" in rd.stages_with_results()
+    assert rd.read_fingerprint("unrelated") is not None
+    assert rd.table("toy_other")["video_id"].nunique() == 3  # its results untouched
 
     # recomputed from the new numbers, downstream too
     run_stage(rd, items, Numbers(10), progress=False)
     run_stage(rd, items, Doubled(), progress=False)
-    assert sorted(rd.merge("toy_doubled")["value"]) == [0, 20, 40]
+    assert sorted(rd.table("toy_doubled")["value"]) == [0, 20, 40]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from howtocap.cli import add_commands
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
+from howtocap.io.inputs import VideoItem
 from howtocap.nlp import iter_words_and_verbs, load_spacy
 from howtocap.report.stats import (
     compute_stats,
@@ -50,29 +50,51 @@ def _rows(video_id: str, texts: list[str]) -> dict:
     return {"video_id": [video_id] * n, "start": start, "end": start + 8, "text": texts}
 
 
+def commit(rd: RunDir, stage: str, writes: tuple[str, ...], records: list[StatusRecord],
+           tables: dict[str, pd.DataFrame] | None = None) -> None:
+    """Commit these records (and table rows) as the stage would, shard by shard: a video
+    given again gets its newer record."""
+    ids = [r.video_id for r in records]
+    rd.record_videos(VideoItem(v, None) for v in ids)
+    ks = rd.shard_of(ids)
+    for k in sorted(set(ks.tolist())):
+        mine = {v for v, kk in zip(ids, ks, strict=True) if kk == k}
+        w = rd.writer(stage, k, writes)
+        w.commit([r for r in records if r.video_id in mine],
+                 {t: df[df["video_id"].isin(mine)].reset_index(drop=True)
+                  for t, df in (tables or {}).items()})
+        w.finish()
+
+
 def build_run(root: Path, *, aligned: bool = True) -> RunDir:
     rd = RunDir(root)
-    for vid, texts in SUBTITLES.items():
-        rd.write_part("subtitles", vid, pd.DataFrame({**_rows(vid, texts), "source": "asr"}))
-        rd.write_status(StatusRecord(vid, "transcribe", "ok", "", 4.0, finished_at=100.0))
-    for i, (vid, texts) in enumerate(CAPTIONS.items()):
+    subs = pd.concat([pd.DataFrame({**_rows(vid, texts), "source": "asr"})
+                      for vid, texts in SUBTITLES.items()], ignore_index=True)
+    commit(rd, "transcribe", ("subtitles",),
+           [StatusRecord(vid, "transcribe", "ok", "", 4.0, finished_at=100.0)
+            for vid in SUBTITLES]
+           + [StatusRecord("v5", "transcribe", "error", "v5.mp4: unreadable", 0.0,
+                           finished_at=100.0)], {"subtitles": subs})
+    caps, aligns = [], []
+    for vid, texts in CAPTIONS.items():
         rows = _rows(vid, texts)
-        rd.write_part("captions", vid, pd.DataFrame({**rows, "source": "llm", "block": 0,
-                                                     "model": "test"}))
-        rd.write_status(StatusRecord(vid, "caption", "ok", "", float(i + 1), finished_at=200.0))
-        if aligned:
-            offs = np.array([-2.0, 0.0, 3.0])
-            rd.write_part("aligned", vid, pd.DataFrame({
-                **rows, "orig_start": rows["start"] - offs, "orig_end": rows["end"] - offs,
-                "offset": offs, "score": [0.5, 0.3, 0.4],
-                "kept": [t in KEPT for t in texts], "encoders": "default", "source": "llm",
-                "block": 0, "model": "test"}))
-            rd.write_status(StatusRecord(vid, "align", "ok", "", 0.5, finished_at=300.0))
-    for vid in ("v4", "v5"):
-        rd.write_status(StatusRecord(vid, "caption", "error", f"{vid}.mp4: no audio stream",
-                                     0.0, finished_at=200.0))
-    rd.write_status(StatusRecord("v5", "transcribe", "error", "v5.mp4: unreadable", 0.0,
-                                 finished_at=100.0))
+        caps.append(pd.DataFrame({**rows, "source": "llm", "block": 0, "model": "test"}))
+        offs = np.array([-2.0, 0.0, 3.0])
+        aligns.append(pd.DataFrame({
+            **rows, "orig_start": rows["start"] - offs, "orig_end": rows["end"] - offs,
+            "offset": offs, "score": [0.5, 0.3, 0.4],
+            "kept": [t in KEPT for t in texts], "encoders": "default", "source": "llm",
+            "block": 0, "model": "test"}))
+    commit(rd, "caption", ("captions",),
+           [StatusRecord(vid, "caption", "ok", "", float(i + 1), finished_at=200.0)
+            for i, vid in enumerate(CAPTIONS)]
+           + [StatusRecord(vid, "caption", "error", f"{vid}.mp4: no audio stream", 0.0,
+                           finished_at=200.0) for vid in ("v4", "v5")],
+           {"captions": pd.concat(caps, ignore_index=True)})
+    if aligned:
+        commit(rd, "align", ("aligned",),
+               [StatusRecord(vid, "align", "ok", "", 0.5, finished_at=300.0)
+                for vid in CAPTIONS], {"aligned": pd.concat(aligns, ignore_index=True)})
     return rd
 
 
@@ -186,8 +208,9 @@ def test_run_summary_counts_and_times(full_stats):
 
 def test_same_failure_message_is_counted_once_per_video(tmp_path, nlp):
     rd = build_run(tmp_path)
-    rd.write_status(StatusRecord("v4", "caption", "error", "boom", 0.0, finished_at=200.0))
-    rd.write_status(StatusRecord("v5", "caption", "error", "boom", 0.0, finished_at=200.0))
+    commit(rd, "caption", ("captions",),
+           [StatusRecord(v, "caption", "error", "boom", 0.0, finished_at=200.0)
+            for v in ("v4", "v5")])
     s = compute_stats(rd, nlp=nlp)["summary"]
     assert s["failures"][0] == {"stage": "caption", "message": "boom", "count": 2,
                                 "example_video": "v4"}
@@ -244,15 +267,6 @@ def test_sampling_by_video_is_seeded_shared_and_reported(tmp_path, nlp):
     from howtocap.report.stats_html import render_html
 
     assert "use the texts of 2 of the 3 videos" in render_html(a)
-
-
-def test_status_table_without_records_folder_is_kept(tmp_path, nlp):
-    rd = build_run(tmp_path)
-    rd.status_table()  # writes status.parquet
-    shutil.rmtree(tmp_path / "parts" / "status")
-    stats = compute_stats(rd, nlp=nlp)
-    assert stats["summary"]["videos_failed"] == 2
-    assert len(pd.read_parquet(tmp_path / "status")) == 11
 
 
 def test_empty_or_missing_run_dir_is_one_clear_error(tmp_path):

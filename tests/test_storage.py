@@ -1,6 +1,6 @@
 """Crash and storage safety: SIGKILL at several points then resume equals a clean run; a
-truncated or corrupt part is detected and recomputed; a full disk stops the run in one line
-and leaves no half-written file."""
+truncated or corrupt shard file is detected and its shard recomputed; a full disk stops the run
+in one line, leaves no half-written file and loses no committed chunk."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def videos(tmp_path: Path, base: Path, n: int) -> Path:
 
 
 def tables(run: Path, names: tuple[str, ...]) -> dict[str, pd.DataFrame]:
-    return {t: pd.read_parquet(run / f"{t}.parquet") for t in names}
+    rd = RunDir(run, create=False)
+    return {t: rd.table(t) for t in names}
 
 
 def no_temp_files(run: Path) -> list[Path]:
@@ -43,15 +44,16 @@ def no_temp_files(run: Path) -> list[Path]:
 
 
 def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: Path) -> None:
-    """A kill can land while a per-video status file (parts/status/<stage>/) is being written:
-    the next run must sweep that temp file, but never a live writer's."""
+    """A kill can land while a chunk (work/<stage>/<shard>/) or a shard's status file
+    (status/<stage>/) is being written: the next run must sweep that temp file, but never a
+    live writer's."""
     from howtocap.atomic import HOST as host
     from howtocap.atomic import sweep_temp_files
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    folders = [tmp_path, tmp_path / "parts", tmp_path / "parts" / "captions",
-               tmp_path / "parts" / "status" / "caption"]
+    folders = [tmp_path, tmp_path / "captions", tmp_path / "status" / "caption",
+               tmp_path / "work" / "caption" / "shard-00000"]
     stale, live = [], []
     for i, folder in enumerate(folders):
         folder.mkdir(parents=True, exist_ok=True)
@@ -98,17 +100,24 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
             assert not no_temp_files(run)
 
 
-def test_corrupt_parts_are_detected_and_recomputed(tmp_path: Path, base_video: Path) -> None:
-    vids, out = videos(tmp_path, base_video, 4), tmp_path / "run"
+def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
+                                                         base_video: Path) -> None:
+    """Shards of 2 videos: a torn captions file (its footer gone) and a subtitles file with
+    one flipped byte (only the page checksum tells) are named in warnings, dropped with their
+    shards' status, and those shards alone are redone, to the tables of before."""
+    from howtocap.engine.core import Batching
+
+    vids, out = videos(tmp_path, base_video, 6), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
-        caption_run([vids], out, cfg, progress=False)
+        caption_run([vids], out, cfg, progress=False, batching=Batching.of(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
-        # the batch files holding v01's captions and v02's subtitles (one batch each here)
-        truncated = rd.batch_part_path("captions", rd.status("caption", "v01").batch)
+        k_cap, k_sub = rd.shard_of(["v01", "v05"]).tolist()
+        assert (k_cap, k_sub, rd.shard_count()) == (0, 2, 3)
+        truncated = rd.shard_path("captions", k_cap)
         truncated.write_bytes(truncated.read_bytes()[:-40])  # torn: footer gone
-        flipped = rd.batch_part_path("subtitles", rd.status("subtitles", "v02").batch)
+        flipped = rd.shard_path("subtitles", k_sub)
         data = bytearray(flipped.read_bytes())
         col = pq.read_metadata(flipped).row_group(0).column(1)  # "start"
         at = col.data_page_offset + col.total_compressed_size - 2  # a page's payload
@@ -117,19 +126,20 @@ def test_corrupt_parts_are_detected_and_recomputed(tmp_path: Path, base_video: P
         assert not looks_complete(truncated) and looks_complete(flipped)
         with pytest.raises(Exception, match="corrupt or truncated"):
             read_parquet(flipped)
+        untouched = {p: p.stat().st_mtime_ns for p in
+                     (rd.shard_path("captions", 1), rd.shard_path("subtitles", 1))}
         n = srv.requests
         with pytest.warns(CorruptPartWarning) as caught:
             subs, caps = caption_run([vids], out, cfg, progress=False)
         named = " ".join(str(w.message) for w in caught)
-        assert truncated.name in named and flipped.name in named
-        assert caps.done >= 1 and srv.requests > n  # v01's captions were asked for again
+        assert str(truncated) in named and str(flipped) in named
+        assert caps.done >= 2 and srv.requests > n  # shard 0's captions were asked for again
+        assert subs.done == 2  # shard 2's subtitles, and no other shard's
         for name, df in tables(out, ("subtitles", "captions")).items():
             pd.testing.assert_frame_equal(df, want[name])
-        # redone into new batches (the old files were dropped, nothing merged them twice)
-        assert not truncated.exists() and not flipped.exists()
-        for stage, table in (("caption", "captions"), ("subtitles", "subtitles")):
-            path = rd.batch_part_path(table, rd.status(stage, "v01").batch)
+        for path in (truncated, flipped):  # redone whole
             assert looks_complete(path) and len(read_parquet(path))
+        assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
 
 
 @contextlib.contextmanager
@@ -180,12 +190,16 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
         assert "no space left on device" in msg and "\n" not in msg and "resume" in msg
         assert not no_temp_files(out)
         rd = RunDir(out, create=False)
-        # whatever is on disk is whole, and every "ok" record has its whole part
+        # whatever is on disk is whole; no video recorded as failed for want of space; the
+        # ok records of finished shards have their whole table files
         for part in out.rglob("*.parquet"):
             assert looks_complete(part) and read_parquet(part) is not None, part
         for stage, table in (("subtitles", "subtitles"), ("caption", "captions")):
-            for rec in rd.status_records(stage):
-                assert rec.status == "ok" and rd.is_done(stage, rec.video_id, table)
+            recs = rd.status_records(stage)
+            assert all(r.status == "ok" for r in recs)
+            fin = [r.video_id for r in recs if rd.status_path(
+                stage, int(rd.shard_of([r.video_id])[0])).exists()]
+            assert all(rd.done(stage, fin, table))
         # space again: the same command resumes to the tables of an uninterrupted run
         if filler is not None:
             filler.unlink()
@@ -218,7 +232,7 @@ def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -
 
     from howtocap.atomic import atomic_write, sweep_temp_files
 
-    target = tmp_path / "parts" / "captions" / "v00.parquet"
+    target = tmp_path / "work" / "caption" / "shard-00000" / "1-2-3.captions.parquet"
     pid = os.fork()
     if pid == 0:  # the child: start a write and never finish it
         def stall(tmp: str) -> None:
@@ -228,7 +242,7 @@ def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -
         atomic_write(target, stall)
         os._exit(1)
     os.waitpid(pid, 0)
-    (left,) = target.parent.glob(".v00.parquet.*.tmp")
+    (left,) = target.parent.glob(".1-2-3.captions.parquet.*.tmp")
     assert f"~{pid}." in left.name
     assert sweep_temp_files(tmp_path) == 1 and not left.exists()
 
@@ -243,62 +257,43 @@ def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
         caption_run([vids], out, cfg, progress=False)
-        left = out / "parts" / "captions" / f".v00.parquet.{host}~{dead.pid}.k1ll3d.tmp"
-        other = out / f".captions.parquet.another-host~{dead.pid}.x.tmp"  # maybe alive there
+        left = out / "captions" / f".shard-00000.parquet.{host}~{dead.pid}.k1ll3d.tmp"
+        other = out / f".videos.parquet.another-host~{dead.pid}.x.tmp"  # maybe alive there
         left.write_bytes(b"PAR1 half a file")
         other.write_bytes(b"PAR1")
         caption_run([vids], out, cfg, progress=False)
     assert not left.exists() and other.exists()
 
 
-@pytest.mark.parametrize("writer", ["merge level", "index spill", "videos spill"])
-def test_a_full_disk_in_a_scratch_file_is_one_line_too(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
-    """A merge's level files, a stage index's spilled rows and ``record_videos``' sorted runs
-    are written outside ``atomic_write`` (under ``cache/``): a full disk there is the same
-    one-line ``DiskFull`` naming what was asked for, not an ``OSError`` traceback."""
-    import errno as errno_mod
+def test_a_full_disk_while_a_shard_is_finished_loses_no_chunk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard's final files are written from its chunks, which stay until its status file
+    is in place: a full disk there is one line, every committed video stays committed, and
+    the resumed run finishes the shard without redoing any video."""
+    from tests.test_shards import ITEMS, Lines
 
-    import howtocap.engine.merge as merge_mod
-    import howtocap.engine.records as records_mod
-    import howtocap.engine.rundir as rundir_mod
-    from howtocap.engine.records import StatusRecord
-    from howtocap.io.inputs import VideoItem
+    import howtocap.atomic as atomic_mod
+    from howtocap.engine.core import Batching, run_stage
 
-    monkeypatch.setattr(merge_mod, "MERGE_FAN_IN", 2)
-    monkeypatch.setattr(records_mod, "SPILL_ROWS", 3)
-    monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", 4)
+    real = atomic_mod._fsync_file
+
+    def full(name: str) -> None:
+        if f"{os.sep}status{os.sep}" in name:  # the shard's status file: written last
+            raise OSError(errno.ENOSPC, "No space left on device", name)
+        real(name)
+
+    monkeypatch.setattr(atomic_mod, "_fsync_file", full)
     rd = RunDir(tmp_path / "run")
-    ids = [f"v{i:02d}" for i in range(12)]
-    for lo in range(0, len(ids), 3):  # four batches of three videos
-        recs = [StatusRecord(v, "lines", "ok") for v in ids[lo:lo + 3]]
-        df = pd.DataFrame({"video_id": ids[lo:lo + 3], "start": 0.0, "end": 1.0,
-                           "text": "a line", "source": "asr"})
-        rd.commit_batch("lines", ["subtitles"], recs, {"subtitles": df})
-    rd.drop_caches()
-    with small_disk(tmp_path, 256) as disk:
-        if disk is not None:  # a real ENOSPC: the run's cache on a full file system
-            import shutil
-
-            shutil.rmtree(rd.root / "cache", ignore_errors=True)  # scratch only, so far
-            (disk / "cache").mkdir()
-            (rd.root / "cache").symlink_to(disk / "cache")
-            (disk / "filler").write_bytes(b"\0" * (os.statvfs(disk).f_bavail
-                                                   * os.statvfs(disk).f_frsize))
-        else:  # not root: each scratch writer fails as a full disk would
-            def full(*_: object, **__: object) -> None:
-                raise OSError(errno_mod.ENOSPC, "No space left on device")
-
-            monkeypatch.setattr(merge_mod, "_merge_into", full)
-            monkeypatch.setattr(records_mod, "_SpilledRows", full)
-            monkeypatch.setattr(rundir_mod, "_fold_videos", full)
-        with pytest.raises(DiskFull) as exc:
-            if writer == "merge level":
-                rd.merge_streaming("subtitles")
-            elif writer == "index spill":
-                rd.done("lines", ids)
-            else:
-                rd.record_videos(VideoItem(v, None) for v in ids)
-        msg = str(exc.value)
-        assert "no space left on device" in msg and "\n" not in msg, msg
-        assert not rd.table_path("subtitles").exists()
+    with pytest.raises(DiskFull) as exc:
+        run_stage(rd, ITEMS[:6], Lines(), progress=False, batching=Batching(2))
+    msg = str(exc.value)
+    assert "no space left on device" in msg and "\n" not in msg
+    assert str(rd.status_path("lines", 0)) in msg
+    assert len(rd.writer("lines", 0).chunk_ids()) == 3 and not no_temp_files(rd.root)
+    assert sorted(r.video_id for r in rd.status_records("lines")) == \
+        [it.video_id for it in ITEMS[:6]]
+    assert not list(rd.root.glob("claims/**/*.lock"))  # its claim went back
+    monkeypatch.undo()
+    s = run_stage(rd, ITEMS[:6], Lines(), progress=False)
+    assert (s.done, s.skipped) == (0, 6) and rd.status_path("lines", 0).exists()
+    assert len(rd.table("subtitles")) == 6 * 3 and not rd.writer("lines", 0).chunk_ids()

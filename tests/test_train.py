@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from tests.stage_support import write_rows
 from tests.tiny_models import TinyEncoder
 
 from howtocap.encoders.dual import DualModel
@@ -334,9 +335,7 @@ def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
                          "text": s.caption, "orig_start": s.start, "orig_end": s.end,
                          "offset": 0.0, "score": 0.5, "kept": k != 3, "encoders": "x",
                          "source": "llm", "block": 0, "model": "m"})
-    rd.write_part("aligned", videos[0].video_id, conform(pd.DataFrame(rows[:4]), "aligned"))
-    rd.write_part("aligned", videos[1].video_id, conform(pd.DataFrame(rows[4:]), "aligned"))
-    rd.merge("aligned")
+    write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     pairs = read_pairs(rd.root)
     assert len(pairs) == 6 and set(pairs["video_id"]) == {"vid0", "vid1"}
     assert pairs["video_path"].str.endswith(".mp4").all()

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tests.stage_support import write_rows
 from tests.test_train import _weights, tiny_clip  # noqa: F401 - a fixture
 from tests.tiny_models import TinyEncoder
 
@@ -58,16 +59,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "orig_start": start, "orig_end": end, "offset": 0.0, "score": 0.5,
                 "kept": kept, "encoders": "x", "source": "llm", "block": 0, "model": "m"}
 
+    rows = []
     for v in vids:
-        rows = []
         for k, s in enumerate(v.steps):
             rows += [row(v.video_id, s.start, s.end, s.caption, k != 3),
                      row(v.video_id, s.start, s.end, s.narration, k != 3)]
-        rd.write_part("aligned", v.video_id, conform(pd.DataFrame(rows), "aligned"))
-    for vid in ("broken", "missing"):
-        rd.write_part("aligned", vid, conform(pd.DataFrame(
-            [row(vid, 0.0, 2.0, "anything at all", True)]), "aligned"))
-    rd.merge("aligned")
+    rows += [row(vid, 0.0, 2.0, "anything at all", True) for vid in ("broken", "missing")]
+    write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     return {"root": root, "rundir": rd, "videos": vids}
 
 

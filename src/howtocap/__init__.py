@@ -15,4 +15,4 @@ if sys.platform.startswith("linux") and os.uname().machine == "x86_64":
 # 350 MB, 250 MB with 10 ms.
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "10")
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,13 +1,21 @@
 """``howtocap align DIR``: the per-video scoring stage over every captioned video, then the
 global filter as a reduce step.
 
-Scores per video go to ``DIR/parts/align_scores/`` (independent of the filter), so changing only
-the filter re-filters without rescoring; changing encoders or window settings rescores
-everything, and a re-captioned (or re-pointed) video is rescored alone.
+Scores per video go to ``DIR/align_scores/`` (a file per shard, independent of the filter), so
+changing only the filter re-filters without rescoring; changing encoders or window settings
+rescores everything, and a re-captioned (or re-pointed) video is rescored alone. The filter
+writes ``DIR/aligned/``, a file per shard of scores.
+
+The driver works a shard (or a window of whole videos) at a time: only a shard's rows are in
+video id order once videos were appended to the run, so what needs the whole run in id order
+(the reference draw, the sampled threshold) ranks the run's videos once by id instead of
+reading its tables in that order.
 """
 
 from __future__ import annotations
 
+import itertools
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +27,7 @@ from howtocap.align import stream
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import (
     describe_filter,
+    empty_aligned,
     filter_counts,
     filter_mode,
     filter_window,
@@ -27,11 +36,11 @@ from howtocap.align.filter import (
 from howtocap.align.stage import SCORES, AlignStage
 from howtocap.align.stream import (
     columns_of,
-    sorted_by_video,
     video_windows,
     write_windows,
 )
 from howtocap.align.videos import RunVideos
+from howtocap.atomic import CorruptFile
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -41,7 +50,7 @@ from howtocap.engine.core import (
     run_stage,
 )
 from howtocap.engine.memory import give_back_memory
-from howtocap.engine.rundir import RunDir
+from howtocap.engine.rundir import RunDir, shard_name, shard_number
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
@@ -49,7 +58,7 @@ from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
 
 STAGE = AlignStage.name
-INPUTS = "align_inputs"  # parts/fingerprints/align_inputs.parquet: each video's captions' hash
+INPUTS = "align_inputs"  # fingerprints/align_inputs/shard-k.parquet: each video's captions' hash
 
 Windows = Callable[[], Iterable[pd.DataFrame]]  # a fresh pass over a table, whole videos
 
@@ -76,8 +85,9 @@ def _in_id_order(items: Sequence[VideoItem] | RunVideos) -> Iterator[VideoItem]:
 def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem] | RunVideos
                         ) -> Iterator[tuple[str, str]]:
     """``_fingerprints`` of every item, in video id order, from windows of whole videos of
-    the kept captions (in id order): an item whose id is at most the window's largest is
-    hashed with that window's text (its captions are all there, or it has none)."""
+    the kept captions in id order (a shard's, with the shard's items): an item whose id is
+    at most the window's largest is hashed with that window's text (its captions are all
+    there, or it has none)."""
     todo = _in_id_order(items)
     it = next(todo, None)
     for df in windows:
@@ -130,28 +140,33 @@ def _csv_per_group(captions: pd.DataFrame, cols: list[str]) -> dict[str, str]:
             for vid, g in captions.groupby("video_id", sort=False)}
 
 
-def _inputs_path(rundir: RunDir) -> Path:
-    """Beside the stage's fingerprint (``RunDir`` places it; config/ held the old JSON)."""
-    return rundir.fingerprint_path(STAGE).with_name(f"{INPUTS}.parquet")
+def _inputs_dir(rundir: RunDir) -> Path:
+    """Beside the stage's fingerprint (``RunDir`` places it), a file per shard."""
+    return rundir.fingerprint_path(STAGE).with_name(INPUTS)
 
 
-def _recorded_fingerprints(rundir: RunDir) -> Iterator[tuple[str, str]]:
-    """The fingerprints recorded by earlier runs, in video id order: the Parquet table, a
-    record batch at a time, or an older run's ``config/align_inputs.json`` (read whole, once:
-    this run writes the table, which is read from then on)."""
+def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
+    """The fingerprints of a shard recorded by earlier runs, in video id order, a record
+    batch at a time (none when the file is missing or unreadable: then every video of the
+    shard counts as new, and none as changed)."""
+    import pyarrow as pa
 
-    path = _inputs_path(rundir)
-    if path.exists():
-        for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
-                                                    columns=["video_id", "fingerprint"]):
-            yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
+    try:
+        batches = list(stream.open_parquet(path).iter_batches(
+            batch_size=stream.ROWS, columns=["video_id", "fingerprint"]))
+    except (FileNotFoundError, pa.ArrowException, OSError):
         return
-    yield from sorted((rundir.read_config(INPUTS) or {}).items())
+    for rb in batches:
+        yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
 
 
 def recorded_fingerprints(rundir: RunDir) -> dict[str, str]:
     """Every video's recorded caption fingerprint, whole (for tests and tools)."""
-    return dict(_recorded_fingerprints(rundir))
+    out: dict[str, str] = {}
+    folder = _inputs_dir(rundir)
+    for path in sorted(folder.glob("shard-*.parquet")) if folder.is_dir() else []:
+        out.update(_recorded_fingerprints(path))
+    return out
 
 
 def _joined(old: Iterator[tuple[str, str]], now: Iterator[tuple[str, str]]
@@ -171,78 +186,123 @@ def _joined(old: Iterator[tuple[str, str]], now: Iterator[tuple[str, str]]
             a, b = next(old, None), next(now, None)
 
 
-def _forget_changed_videos(rundir: RunDir, windows: Iterable[pd.DataFrame],
-                           items: Sequence[VideoItem] | RunVideos) -> None:
+def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideos) -> None:
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
 
-    The recorded fingerprints and this run's are joined as two id-sorted streams and their
-    union written to ``align_inputs.parquet`` a window at a time (the JSON dict of
-    every video it replaces was read and rewritten whole); the changed videos are forgotten
-    before the new table replaces the old, so a kill in between finds them changed again."""
+    A shard at a time: its kept videos' fingerprints (from its captions file, both in id
+    order) joined with the ones recorded for the shard (``align_inputs/shard-k.parquet``,
+    in id order) and their union written back when a video is new or changed; the changed
+    videos are forgotten before the new file replaces the old, so a kill in between finds
+    them changed again. Videos without a shard (not in ``videos.parquet``) are left out."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from howtocap.atomic import atomic_write
 
     schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
-
-    def write(tmp: str) -> None:
+    folder = _inputs_dir(rundir)
+    for k, pos in videos.shards():
+        if k < 0:
+            continue
+        path = folder / shard_name(k)
         changed: list[str] = []
-        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as writer:
-            ids: list[str] = []
-            fps: list[str] = []
-            for vid, old, now in _joined(_recorded_fingerprints(rundir),
-                                         _fingerprint_stream(windows, items)):
-                if old is not None and now is not None and old != now:
-                    changed.append(vid)
-                ids.append(vid)
-                fps.append(now if now is not None else str(old))
-                if len(ids) >= stream.ROWS:
-                    writer.write_table(pa.table([ids, fps], schema=schema))
-                    ids, fps = [], []
-            writer.write_table(pa.table([ids, fps], schema=schema))
+        ids: list[str] = []
+        fps: list[str] = []
+        fresh = False
+        now = _fingerprint_stream(captions.kept_shard(k), videos.items(pos))
+        for vid, old, new in _joined(_recorded_fingerprints(path), now):
+            if old is not None and new is not None and old != new:
+                changed.append(vid)
+            fresh |= new is not None and old != new
+            ids.append(vid)
+            fps.append(new if new is not None else str(old))
+        if not fresh:
+            continue
         rundir.forget(STAGE, changed)
-
-    _inputs_path(rundir).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(_inputs_path(rundir), write)
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.table([ids, fps], schema=schema)
+        atomic_write(path, lambda tmp, t=table: pq.write_table(t, tmp,
+                                                               write_page_checksum=True))
 
 
 class _Captions:
-    """The run's captions table, fresh and checked, read a window of whole videos at a time:
-    every pass reads it again, the driver never holds it."""
+    """The run's captions, a shard file at a time and each file a window of whole videos at
+    a time: every pass reads them again, the driver never holds the table. A file that
+    turns out corrupt is dropped (``RunDir.drop_corrupt``: its caption shard is redone) and
+    left out."""
 
     def __init__(self, rundir: RunDir) -> None:
         if not rundir.has_table("captions"):
-            raise InputError(rundir.root, "no captions.parquet (run `howtocap caption` first)")
-        if not rundir.has_table("videos"):
+            raise InputError(rundir.root, "no captions (DIR/captions/; run `howtocap caption` "
+                                          "first)")
+        if not rundir.table_path("videos").exists():  # (a videos/ folder of files is not it)
             raise InputError(rundir.root, "no videos.parquet (run `howtocap caption` first: it "
                                           "records which file each video came from)")
-        self.path, = rundir.table_files("captions")  # one file today (see table_files)
-        self.columns = columns_of(self.path)
+        self.rundir = rundir
+        self.files: dict[int, Path] = {}
+        for path in rundir.table_files("captions"):
+            if not path.name.startswith("shard-"):
+                raise InputError(path, "a one-file captions table: this version reads the "
+                                       "captions/ folder of shard files")
+            self.files[shard_number(path)] = path
+        self.columns: list[str] = []
         need = {"video_id", "start", "text"}
-        if not need <= set(self.columns):
-            raise InputError(rundir.table_path("captions"),
-                             f"lacks columns {sorted(need - set(self.columns))}")
-        self.ordered = sorted_by_video(self.path)
+        for path in self.files.values():
+            try:
+                cols = columns_of(path)
+            except CorruptFile as exc:
+                rundir.drop_corrupt(path, exc)
+                continue
+            if not need <= set(cols):
+                raise InputError(path, f"lacks columns {sorted(need - set(cols))}")
+            self.columns += [c for c in cols if c not in self.columns]
+        self.files = {k: p for k, p in self.files.items() if p.exists()}
 
     def windows(self, columns: Sequence[str] | None = None, rows: int | None = None
                 ) -> Iterator[pd.DataFrame]:
-        return video_windows(self.path, columns, rows, ordered=self.ordered)
+        """Every shard file's windows, in shard order."""
+        for k in sorted(self.files):
+            yield from self.shard(k, columns, rows)
+
+    def shard(self, k: int, columns: Sequence[str] | None = None, rows: int | None = None
+              ) -> Iterator[pd.DataFrame]:
+        """Shard k's windows (none when it has no captions file)."""
+        path = self.files.get(k)
+        if path is not None:
+            yield from file_windows(self.rundir, path, columns, rows)
 
     def kept(self, columns: Sequence[str] | None = None, rows: int | None = None
              ) -> Iterator[pd.DataFrame]:
         """The kept captions (``kept_captions``), a window at a time."""
-        cols = None if columns is None else \
-            [c for c in (*columns, "rejected") if c in self.columns]
-        for df in self.windows(cols, rows):
+        for df in self.windows(self._with_rejected(columns), rows):
             yield kept_captions(df)
+
+    def kept_shard(self, k: int, columns: Sequence[str] | None = None,
+                   rows: int | None = None) -> Iterator[pd.DataFrame]:
+        """Shard k's kept captions, a window at a time."""
+        for df in self.shard(k, self._with_rejected(columns), rows):
+            yield kept_captions(df)
+
+    def _with_rejected(self, columns: Sequence[str] | None) -> list[str] | None:
+        return None if columns is None else \
+            [c for c in (*columns, "rejected") if c in self.columns]
+
+
+def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = None,
+                 rows: int | None = None) -> Iterator[pd.DataFrame]:
+    """``video_windows`` of one shard file; a file that turns out corrupt is dropped (its
+    shard redone by its stage: ``RunDir.drop_corrupt``) and yields no more."""
+    try:
+        cols = None if columns is None else [c for c in columns if c in columns_of(path)]
+        yield from video_windows(path, cols, rows)
+    except CorruptFile as exc:
+        rundir.drop_corrupt(path, exc)
 
 
 def _video_items(rundir: RunDir) -> RunVideos:
-    """The run's videos (``videos.parquet``) as compact columns (``RunVideos``), read a
-    batch at a time: items are made a window at a time from them."""
-    return RunVideos.read(rundir.table_files("videos")[0]) if rundir.has_table("videos") \
-        else RunVideos()
+    """The run's videos (``videos.parquet``) as compact columns (``RunVideos``, with their
+    shards), read a batch at a time: items are made a window at a time from them."""
+    return RunVideos.read(rundir.table_path("videos"), rundir.shard_size)
 
 
 def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
@@ -250,27 +310,40 @@ def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
 
     want = set(video_ids)
     out: dict[str, Any] = {}
-    if not rundir.has_table("videos"):
+    path = rundir.table_path("videos")
+    if not path.exists():
         return out
-    path, = rundir.table_files("videos")
     for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
-                                                columns=["video_id", "video_path"]):
+                                                     columns=["video_id", "video_path"]):
         for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
             if vid in want:
                 out[vid] = vp
     return out
 
 
-def _captioned(rundir: RunDir, videos: RunVideos, chunk: int | None = None) -> None:
-    """Keep the videos with something to align: a caption record ``ok``, or (captions
-    brought in without status records, a copied table) no subtitles record either; looked
-    up a chunk of ids at a time (``newest_of``), not a record per video."""
+def _captioned(rundir: RunDir, videos: RunVideos) -> None:
+    """Keep the videos with something to align, a shard at a time: a caption record ``ok``
+    in a finished caption shard (its captions file is written: what the stage reads), or
+    (captions brought in without status records) no caption nor subtitles record at all.
+    A video captioned in a shard not finished yet waits for a later run."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     keep = np.zeros(len(videos), dtype=bool)
-    for pos in videos.positions(chunk or stream.ROWS, kept=False):
+    for k, pos in videos.shards(kept=False):
+        if k < 0:  # not in videos.parquet: no record can name it
+            keep[pos] = True
+            continue
         ids = videos.id_list(pos)
-        cap = rundir.newest_of("caption", ids, ("status",))
-        sub = rundir.newest_of("subtitles", ids, ())
-        keep[pos] = np.where(cap["found"], cap["status"] == "ok", ~sub["found"])
+        arr = pa.array(ids, pa.string())
+
+        def found(stage: str, k: int = k, arr: Any = arr) -> np.ndarray:
+            recs = rundir.writer(stage, k).records(["status"])
+            return pc.is_in(arr, value_set=recs.column("video_id")).to_numpy(
+                zero_copy_only=False)
+
+        ok = np.asarray(rundir.done("caption", ids), dtype=bool)
+        keep[pos] = np.where(found("caption"), ok, ~found("subtitles"))
     videos.select(keep)
 
 
@@ -293,37 +366,61 @@ def _unknown_ids(windows: Iterable[pd.DataFrame], videos: RunVideos) -> list[str
 
 
 def read_aligned(rundir: RunDir) -> pd.DataFrame:
-    """``DIR/aligned.parquet`` as written by ``align_run`` (filtered; ``kept`` is meaningful)."""
+    """``DIR/aligned/`` as written by ``align_run`` (filtered; ``kept`` is meaningful)."""
     if not rundir.has_table("aligned"):
         raise InputError(rundir.root, "no aligned table (run `howtocap align` first)")
     return rundir.table("aligned")
 
 
+def _staged(rundir: RunDir, name: str, kind: str) -> Path:
+    """A folder beside ``DIR/<name>/`` that only this process writes (``kind``: new, old);
+    the ones of this host's dead processes are removed first."""
+    from howtocap.atomic import dead_here, writer_tag
+
+    for left in rundir.root.glob(f".{name}.*"):
+        tag = left.name[len(name) + 2:].rpartition(".")[0]
+        if left.is_dir() and dead_here(tag):
+            shutil.rmtree(left, ignore_errors=True)
+    path = rundir.root / f".{name}.{writer_tag()}.{kind}"
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def _swap_in(rundir: RunDir, name: str, staged: Path) -> None:
+    """``staged`` becomes ``DIR/<name>/`` (two renames): a reader finds the old table or
+    the new one, never shards of both."""
+    folder = rundir.root / name
+    old = _staged(rundir, name, "old")
+    if folder.exists():
+        folder.rename(old)
+    staged.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
                  *, report: bool = True, table: bool = True
                  ) -> tuple[pd.DataFrame | None, float]:
-    """The reduce step: merge the per-video scores, apply the global filter, write
-    aligned.parquet + report + config; returns aligned.parquet read back (None unless
-    ``table``: ``align_run`` does not look at it) and the threshold.
+    """The reduce step: apply the global filter to the per-video scores, write
+    ``DIR/aligned/`` (a file per shard of scores) + report + config; returns the table read
+    back (None unless ``table``: ``align_run`` does not look at it) and the threshold.
 
-    Streamed, so its memory is a window and not the run: the scores are merged by
-    ``merge_streaming``, an explicit mode's threshold chosen in a first pass over the score
-    column (``_threshold``), and each window of whole videos filtered, written as a row
-    group of aligned.parquet and added to the report's sums. The rows are the whole-table
-    ``apply_filter``'s, row for row."""
+    Its memory is a window and not the run: an explicit mode's threshold is chosen in a
+    first pass over the score column (``_threshold``), then each shard file's windows of
+    whole videos are filtered, written as row groups of its ``aligned`` file and added to
+    the report's sums. The rows are the whole-table ``apply_filter``'s, row for row, for a
+    run numbered in id order (else in shard order). A corrupt scores file is dropped (its
+    shard rescored: ``align_run`` then filters again)."""
     from howtocap.align.report import ReportStats, write_report_from
 
-    give_back_memory()  # what the scoring freed, before the merge's own peak adds to it
-    path, = rundir.table_files(SCORES)  # merged without holding it when not fresh
-    give_back_memory()
-    ordered = sorted_by_video(path)
-    thr = _threshold(path, cfg, ordered)
+    give_back_memory()  # what the scoring freed, before the filter's own peak adds to it
+    files = [p for p in rundir.table_files(SCORES) if p.name.startswith("shard-")]
+    thr = _threshold(rundir, files, cfg)
     stats = ReportStats()
     counts = {"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
     n = {"kept": 0, "outside": 0}
 
-    def filtered() -> Iterator[pd.DataFrame]:
-        for window in video_windows(path, ordered=ordered):
+    def filtered(windows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for window in windows:
             merged = conform(window, "aligned")
             # The guard's drops: captions with no window inside the video within ±T (not
             # moved, not scored). Like the reference they leave the table; they are counted
@@ -333,8 +430,8 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
             outside = merged[out_mask].reset_index(drop=True)
             merged = merged[~out_mask].reset_index(drop=True)
             n["outside"] += len(outside)
-            # The text chatter test runs here, on the merged captions, not in the per-video
-            # stage: it is part of the filter, so switching it (``--keep-chatter``)
+            # The text chatter test runs here, on every video's captions, not in the
+            # per-video stage: it is part of the filter, so switching it (``--keep-chatter``)
             # re-filters old scores.
             aligned = filter_window(merged, cfg, thr)
             n["kept"] += int(aligned["kept"].sum())
@@ -345,7 +442,20 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
                 stats.add(aligned)
             yield aligned
 
-    pairs = write_windows(rundir.table_path("aligned"), filtered())
+    staged = _staged(rundir, "aligned", "new")
+    pairs = 0
+    try:
+        staged.mkdir(parents=True)
+        for path in files:
+            frames = filtered(file_windows(rundir, path))
+            first = next(frames, None)
+            if first is not None:  # (None: the file was corrupt, dropped)
+                pairs += write_windows(staged / path.name, itertools.chain([first], frames))
+        if not any(staged.iterdir()):  # no scores: an empty table, with its columns
+            pairs += write_windows(staged / shard_name(0), filtered([empty_aligned()]))
+        _swap_in(rundir, "aligned", staged)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
     config = {**cfg.model_dump(), "encoders": list(encoder_names),
               "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
               "filter": describe_filter(cfg, thr),
@@ -356,28 +466,47 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     return (read_aligned(rundir) if table else None), thr
 
 
-def _threshold(path: Path, cfg: AlignConfig, ordered: bool) -> float:
-    """``apply_filter``'s threshold over the merged scores, without holding them: the
-    per-video groups (in id order, as its ``groupby`` ranks them) counted in a first pass
-    over the score column, ``choose_threshold``'s draw among them (the same rng call on the
-    same count), and a second pass for the drawn videos' scores. Only ``sample_videos`` 0
-    (every score, exactly) or a run of at most ``sample_videos`` videos pools them all."""
+def _id_order(chunks: list[Any]) -> np.ndarray:
+    """``order[r]``: the position, among ids read in chunks (Arrow strings, each once), of
+    the r-th smallest id: the rank a whole-table ``groupby`` (sorted by id) gives them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
+    return pc.sort_indices(ids).to_numpy().astype(np.int64)
+
+
+def _threshold(rundir: RunDir, files: Sequence[Path], cfg: AlignConfig) -> float:
+    """``apply_filter``'s threshold over every shard's scores, without holding them: the
+    per-video groups counted in a first pass over the score column (their ids kept, to rank
+    them as the whole table's ``groupby`` does: by id), ``choose_threshold``'s draw among
+    them (the same rng call on the same count), and a second pass for the drawn videos'
+    scores. Only ``sample_videos`` 0 (every score, exactly) or a run of at most
+    ``sample_videos`` videos pools them all (in any order: only their values count)."""
+    import pyarrow as pa
+
     if filter_mode(cfg) in ("keep_all", "null_z"):
         return -np.inf
     if cfg.threshold is not None:
         return float(cfg.threshold)
-    cols = [c for c in ("video_id", "score", "outside") if c in columns_of(path)]
 
-    def groups() -> Iterator[list[np.ndarray]]:
-        for w in video_windows(path, cols, ordered=ordered):
-            if "outside" in w:
-                w = w[~w["outside"].fillna(False).to_numpy(dtype=bool)]
-            yield [g.to_numpy(dtype=np.float64)
-                   for _, g in w.groupby("video_id", sort=True)["score"]]
+    def groups() -> Iterator[tuple[list[str], list[np.ndarray]]]:
+        for path in files:
+            for w in file_windows(rundir, path, ["video_id", "score", "outside"]):
+                if "outside" in w:
+                    w = w[~w["outside"].fillna(False).to_numpy(dtype=bool)]
+                keys: list[str] = []
+                vals: list[np.ndarray] = []
+                for vid, g in w.groupby("video_id", sort=True)["score"]:
+                    keys.append(str(vid))
+                    vals.append(g.to_numpy(dtype=np.float64))
+                yield keys, vals
 
     n_groups = total = 0
+    ids: list[Any] = []
     pool: list[np.ndarray] | None = []
-    for gs in groups():
+    for keys, gs in groups():
+        ids.append(pa.array(keys, pa.string()))
         n_groups += len(gs)
         total += sum(len(g) for g in gs)
         if pool is not None:
@@ -389,12 +518,14 @@ def _threshold(path: Path, cfg: AlignConfig, ordered: bool) -> float:
     sampled = 0 < cfg.sample_videos < n_groups
     if sampled:
         rng = np.random.default_rng(cfg.seed)
-        pick = np.sort(rng.choice(n_groups, size=cfg.sample_videos, replace=False))
-        pool, rank = [], 0
-        for gs in groups():
-            lo, hi = np.searchsorted(pick, [rank, rank + len(gs)])
-            pool += [gs[int(i) - rank] for i in pick[lo:hi]]
-            rank += len(gs)
+        pick = rng.choice(n_groups, size=cfg.sample_videos, replace=False)  # ranks
+        chosen = np.zeros(n_groups, dtype=bool)
+        chosen[_id_order(ids)[pick]] = True
+        del ids
+        pool, at = [], 0
+        for _, gs in groups():
+            pool += [g for g, c in zip(gs, chosen[at:at + len(gs)], strict=False) if c]
+            at += len(gs)
     assert pool is not None
     return threshold_of(np.concatenate(pool) if pool else np.zeros(0), total, sampled, cfg)
 
@@ -417,9 +548,18 @@ def recorded_reference(rundir: RunDir, cfg: AlignConfig) -> Reference:
 
 def _caption_pool(df: pd.DataFrame) -> pd.DataFrame:
     """The distinct ``(video_id, text)`` of a window of whole videos, sorted: the window's
-    stretch of the whole run's sorted pool."""
+    videos' stretch of the whole run's sorted pool."""
     pool = df[["video_id", "text"]].astype(str).drop_duplicates()
     return pool.sort_values(["video_id", "text"]).reset_index(drop=True)
+
+
+def _pool_groups(pool: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A sorted pool's videos: ``(ids, first row, row count)`` of each, in its order."""
+    vids = pool["video_id"].to_numpy(dtype=object)
+    if not len(vids):
+        return vids, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.concatenate([[0], np.flatnonzero(vids[1:] != vids[:-1]) + 1]).astype(np.int64)
+    return vids[first], first, np.diff(np.append(first, len(vids)))
 
 
 def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Sequence[str]],
@@ -430,28 +570,47 @@ def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Se
     ``redo`` or new settings draw again.
 
     ``windows()`` is a pass over every caption (rejected ones too), windows of whole videos
-    in id order; ``clip_files()`` the videos with a file, sorted. Two passes draw what one
-    sorted pool of the whole table drew: the first counts the distinct ``(video_id, text)``,
-    the rng picks among that count (the same calls), the second takes the picked rows."""
+    (in any order of videos, the same at each pass); ``clip_files()`` the videos with a
+    file, sorted. Two passes draw what one sorted pool of the whole table drew: the first
+    counts each video's distinct ``(video_id, text)`` (and keeps its id, to place it in the
+    whole pool by id), the rng picks among that count (the same calls), the second takes
+    the picked rows."""
+    import pyarrow as pa
+
     old = recorded_reference(rundir, cfg)
-    if (len(old[0]) or old[1]) and rundir.has_results(STAGE) and not redo:
+    if (len(old[0]) or old[1]) and STAGE in rundir.stages_with_results() and not redo:
         return old
     rng = np.random.default_rng(cfg.seed)
-    size = sum(len(_caption_pool(df)) for df in windows())
+    ids: list[Any] = []
+    sizes: list[np.ndarray] = []
+    for df in windows():
+        vids, _, count = _pool_groups(_caption_pool(df))
+        ids.append(pa.array(vids.tolist(), pa.string()))
+        sizes.append(count)
+    count = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    size = int(count.sum())
     pick = np.sort(rng.choice(size, size=min(cfg.reference_captions, size), replace=False))
+    # each video's first row in the whole sorted pool: its videos by id, each one's rows
+    order = _id_order(ids)
+    del ids
+    start = np.empty(len(count), np.int64)
+    start[order] = np.cumsum(count[order]) - count[order]
     rows: list[pd.DataFrame] = []
     at = taken = 0
     for df in windows():
-        if taken >= len(pick):
-            break
         pool = _caption_pool(df)
-        lo, hi = np.searchsorted(pick, [at, at + len(pool)])
-        if hi > lo:
-            rows.append(pool.iloc[pick[lo:hi] - at])
-            taken += int(hi - lo)
-        at += len(pool)
-    ref = pd.concat(rows, ignore_index=True) if rows else \
-        pd.DataFrame(columns=["video_id", "text"])
+        _, first, n = _pool_groups(pool)
+        if taken >= len(pick) or at + len(n) > len(count):
+            break
+        s = start[at:at + len(n)]
+        lo = np.searchsorted(pick, s)
+        hi = np.searchsorted(pick, s + n)
+        for j in np.flatnonzero(hi > lo).tolist():
+            rows.append(pool.iloc[first[j] + pick[lo[j]:hi[j]] - s[j]])
+            taken += int(hi[j] - lo[j])
+        at += len(n)
+    ref = pd.concat(rows).sort_values(["video_id", "text"]).reset_index(drop=True) if rows \
+        else pd.DataFrame(columns=["video_id", "text"])
     files = clip_files()
     chosen = [files[i] for i in np.sort(rng.choice(
         len(files), size=min(cfg.reference_videos, len(files)), replace=False))]
@@ -564,9 +723,10 @@ WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run
 
 def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
                    opts: dict[str, Any]) -> StageSummary:
-    """The scoring stage over the kept videos a ``WINDOW`` at a time, as ``caption_run``
-    takes its stages: what the engine keeps per video to do (the selection, claims,
-    attempts) and the items themselves are a window's, not the run's."""
+    """The scoring stage over the kept videos a ``WINDOW`` at a time, in run order (shard
+    by shard), as ``caption_run`` takes its stages: what the engine keeps per video to do
+    (the selection, claims, attempts) and the items themselves are a window's, not the
+    run's."""
     summary = StageSummary(stage.name)
     ran = False
     for items in videos.windows(WINDOW):
@@ -590,9 +750,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     re-captioned videos are rescored alone. No names: ``default``.
     ``encoders`` (already built, e.g. in tests) overrides the names. ``shots_ready``: the
     caller has just run the shots stage over the run's videos (``run --within-shot``), so
-    ``--within-shot`` does not run it, merge ``shots.parquet`` and rewrite the status table
-    a second time. With a ``shard`` only that
-    shard's videos are scored and the global filter is left to a final run without a shard.
+    ``--within-shot`` does not run it a second time. With a ``shard`` only that shard's
+    videos are scored and the global filter is left to a final run without a shard.
     """
     in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
     names_in = list(encoder_names) or ["default"]
@@ -604,7 +763,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
     # too: they are "other captions" all the same, and so the rejection never changes which
     # of the other captions the filter keeps. Rejected captions themselves are not aligned:
-    # not scored, not in aligned.parquet (they stay in captions.parquet with their reason).
+    # not scored, not in aligned/ (they stay in captions/ with their reason).
     reference = draw_reference(rundir, lambda: captions.windows(["video_id", "text"]),
                                lambda: _clip_files(videos), cfg, redo=redo)
     clip_paths = videos.paths_of(reference[1])
@@ -620,12 +779,15 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
     key = cfg.scoring_key(names)
     rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
-    videos.add_unknown(_unknown_ids(captions.kept(["video_id"]), videos))
+    unknown = _unknown_ids(captions.kept(["video_id"]), videos)
+    if unknown:  # captions of videos videos.parquet lacks (brought in by hand): numbered
+        rundir.record_videos(VideoItem(v, None) for v in unknown)
+        videos = _video_items(rundir)
     # A video whose subtitles or captioning failed has nothing to align: leave it out (its
     # error is already in the status table) instead of recording an empty "ok". Captions
     # brought in without status records (a copied table) are aligned.
     _captioned(rundir, videos)
-    _forget_changed_videos(rundir, captions.kept(), videos)
+    _forget_changed_videos(rundir, captions, videos)
     give_back_memory()  # the passes over the captions: freed, not to be kept under the scoring
     if cfg.within_shot and not shots_ready:  # a run without shots computes them first
         ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard,
@@ -644,9 +806,8 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     summary = _score_windows(rundir, videos, stage, opts)
     if shard is None:  # the filter is global: it needs every shard's scores
         finish_align(rundir, cfg, names, table=False)
-        if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
+        if rundir.corrupted:  # a corrupt scores file was dropped: rescore its shard
             rundir.corrupted.clear()
             summary.absorb(_score_windows(rundir, videos, stage, opts))
             finish_align(rundir, cfg, names, table=False)
-    rundir.write_status_table()
     return summary

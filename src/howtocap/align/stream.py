@@ -1,10 +1,9 @@
-"""Reading a merged table a window of whole videos at a time, so align's driver holds a
+"""Reading a table's shard file a window of whole videos at a time, so align's driver holds a
 window and not the run (issue #22: 48M captions at HowTo100M).
 
-Merged tables (``engine.merge``) are sorted by video id, so a window of row groups cut at a
-video boundary holds whole videos, in the order a sort of the whole table gives. A table that
-is not sorted that way (one copied in by hand) is read whole, as one window: what align did
-before, so its results stay the same.
+A stage's shard files are sorted by video id (``RunDir``), so a window of row groups cut at a
+video boundary holds whole videos, in the order a sort of the file gives. A file that is not
+sorted that way (one copied in by hand) is read whole, as one window.
 """
 
 from __future__ import annotations

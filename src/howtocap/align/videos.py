@@ -2,10 +2,11 @@
 window at a time (issue #22): a list of every item with its ``Path`` was ~46 MB per 100k
 videos, the largest thing align's driver held that grew with the run.
 
-The ids are one Arrow string array in id order (as ``RunDir.record_videos`` writes the
-table; another order is sorted here), each path is split into its folder (a code into the few
-distinct folders) and its file name (an Arrow string array), and the align selection is a
-bool a video: ~30 bytes a video instead of ~460.
+The ids are one Arrow string array in id order (``videos.parquet`` is in id order only until
+videos are appended, so it is sorted here), each path is split into its folder (a code into
+the few distinct folders) and its file name (an Arrow string array), each video's number (its
+row: ``number // shard_size`` is its shard) is kept, and the align selection is a bool a
+video: ~40 bytes a video instead of ~460.
 """
 
 from __future__ import annotations
@@ -39,37 +40,49 @@ class _Sorted(Sequence[str]):
 
 class RunVideos:
     """The run's videos in id order: ``ids`` (Arrow), each one's folder code (``-1``: no
-    file known) and file name, and ``keep`` (the videos align takes, ``select``)."""
+    file known), file name and number (its row of ``videos.parquet``; ``-1``: not in it),
+    and ``keep`` (the videos align takes, ``select``). ``shard_size``: the run's, when the
+    videos were read from a run directory (``by_shard`` then groups them by shard)."""
 
-    def __init__(self, ids: Sequence[str] = (), paths: Sequence[str | None] = ()) -> None:
+    def __init__(self, ids: Sequence[str] = (), paths: Sequence[str | None] = (),
+                 shard_size: int | None = None) -> None:
         import pyarrow as pa
 
         self.folders: list[str] = []
         self._folder_code: dict[str, int] = {}
+        self.shard_size = shard_size
         self.ids: Any = pa.array([], pa.string())
         self.names: Any = pa.array([], pa.string())
         self.codes = np.zeros(0, np.int32)
+        self.numbers = np.zeros(0, np.int64)
         if len(ids):
             self._extend([self._chunk(list(ids), list(paths))])
         self.keep = np.ones(len(self), dtype=bool)
 
     @classmethod
-    def read(cls, path: Path) -> RunVideos:
-        """``video_id`` and ``video_path`` of ``videos.parquet``, a record batch at a time."""
+    def read(cls, path: Path, shard_size: int | None = None) -> RunVideos:
+        """``video_id`` and ``video_path`` of ``videos.parquet``, a record batch at a time;
+        a video's number is its row."""
         from howtocap.align import stream
 
-        out = cls()
+        out = cls(shard_size=shard_size)
         if path.exists():
-            parts = [out._chunk(rb.column(0).to_pylist(), rb.column(1).to_pylist())
-                     for rb in stream.open_parquet(path).iter_batches(
-                         batch_size=CHUNK, columns=["video_id", "video_path"])]
+            parts = []
+            at = 0
+            for rb in stream.open_parquet(path).iter_batches(
+                    batch_size=CHUNK, columns=["video_id", "video_path"]):
+                parts.append(out._chunk(rb.column(0).to_pylist(), rb.column(1).to_pylist(),
+                                        np.arange(at, at + rb.num_rows, dtype=np.int64)))
+                at += rb.num_rows
             out._extend(parts)
         out.keep = np.ones(len(out), dtype=bool)
         return out
 
-    def _chunk(self, ids: list[str], paths: list[str | None]) -> tuple[Any, Any, np.ndarray]:
+    def _chunk(self, ids: list[str], paths: list[str | None],
+               numbers: np.ndarray | None = None) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """A chunk's columns: ids, file names, folder codes (a path is ``folder + name``
-        exactly, so the ``Path`` made of it is the one made of the whole string)."""
+        exactly, so the ``Path`` made of it is the one made of the whole string), numbers
+        (``-1`` when not given: not in ``videos.parquet``)."""
         import pyarrow as pa
 
         names: list[str | None] = []
@@ -86,9 +99,10 @@ class RunVideos:
                 self.folders.append(folder)
             codes[i] = code
             names.append(vp[cut:])
-        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes
+        nums = np.full(len(ids), -1, np.int64) if numbers is None else numbers
+        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes, nums
 
-    def _extend(self, parts: list[tuple[Any, Any, np.ndarray]]) -> None:
+    def _extend(self, parts: list[tuple[Any, Any, np.ndarray, np.ndarray]]) -> None:
         """Append chunks, then put every column in id order (stable) if it is not."""
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -98,18 +112,20 @@ class RunVideos:
         self.ids = pa.concat_arrays([self.ids, *(p[0] for p in parts)])
         self.names = pa.concat_arrays([self.names, *(p[1] for p in parts)])
         self.codes = np.concatenate([self.codes, *(p[2] for p in parts)])
+        self.numbers = np.concatenate([self.numbers, *(p[3] for p in parts)])
         n = len(self.ids)
         if n > 1 and pc.any(pc.less(self.ids.slice(1), self.ids.slice(0, n - 1))).as_py():
             order = pc.sort_indices(self.ids)  # stable: duplicates keep their order
             self.ids, self.names = self.ids.take(order), self.names.take(order)
-            self.codes = self.codes[order.to_numpy()]
+            idx = order.to_numpy()
+            self.codes, self.numbers = self.codes[idx], self.numbers[idx]
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def add_unknown(self, ids: Sequence[str]) -> None:
-        """Videos the captions name and ``videos.parquet`` lacks (no file known), merged
-        into id order; called before ``select`` (every video is kept after it)."""
+        """Videos the captions name and ``videos.parquet`` lacks (no file known, no number),
+        merged into id order; called before ``select`` (every video is kept after it)."""
         if len(ids):
             self._extend([self._chunk(list(ids), [None] * len(ids))])
         self.keep = np.ones(len(self), dtype=bool)
@@ -135,11 +151,18 @@ class RunVideos:
         return [VideoItem(vid, Path(self.folders[c] + name) if c >= 0 else None)
                 for vid, name, c in zip(ids, names, codes, strict=True)]
 
-    def positions(self, size: int | None = None, *, kept: bool = True
-                  ) -> Iterator[np.ndarray]:
-        """The positions of the kept videos (every video unless ``kept``) in id order,
-        ``size`` (``CHUNK``) at a time (the last window may hold fewer)."""
+    def positions(self, size: int | None = None, *, kept: bool = True,
+                  by_shard: bool = False) -> Iterator[np.ndarray]:
+        """The positions of the kept videos (every video unless ``kept``) in id order (with
+        ``by_shard``: in run order, ``shards``), ``size`` (``CHUNK``) at a time (the last
+        window may hold fewer)."""
         size = size or CHUNK
+        if by_shard and self.shard_size:
+            groups = [pos for _, pos in self.shards(kept=kept)]
+            every = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+            for lo in range(0, len(every), size):
+                yield every[lo:lo + size]
+            return
         carry = np.zeros(0, np.int64)
         n = len(self)
         for lo in range(0, n, size):
@@ -152,15 +175,35 @@ class RunVideos:
         if len(carry):
             yield carry
 
+    def shards(self, *, kept: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+        """``(shard, positions)`` of the kept videos (every video unless ``kept``), shard by
+        shard in shard order, each shard's in id order: a run's stage tables are files of a
+        shard, and only a shard's rows are in id order once videos were appended. Videos
+        without a number (or shards unknown) come first, as shard -1."""
+        pos = np.flatnonzero(self.keep) if kept else np.arange(len(self), dtype=np.int64)
+        if not len(pos):
+            return
+        nums = self.numbers[pos]
+        ks = np.where(nums >= 0, nums // self.shard_size, -1) if self.shard_size \
+            else np.full(len(pos), -1, np.int64)
+        order = np.argsort(ks, kind="stable")
+        ks, pos = ks[order], pos[order]
+        cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(pos)], strict=True):
+            yield int(ks[lo]), pos[lo:hi]
+
     def windows(self, size: int) -> Iterator[list[VideoItem]]:
-        """The kept videos as ``VideoItem`` s, ``size`` at a time, in id order."""
-        for pos in self.positions(size):
+        """The kept videos as ``VideoItem`` s, ``size`` at a time, in run order (shard by
+        shard, ``shards``; id order when the shards are unknown): a window then touches as
+        few of the run's shards as it can, and a run numbered in id order is taken in id
+        order."""
+        for pos in self.positions(size, by_shard=True):
             yield self.items(pos)
 
     def kept_items(self) -> Iterator[VideoItem]:
         """Every kept video's item, in id order (a chunk of them made at a time)."""
-        for window in self.windows(CHUNK):
-            yield from window
+        for pos in self.positions(CHUNK):
+            yield from self.items(pos)
 
     def select(self, keep: np.ndarray) -> None:
         """Keep only these videos (a bool per video, in id order) for what follows."""

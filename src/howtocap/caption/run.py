@@ -179,7 +179,8 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     the ones its results were made with are refused (``redo``: recompute, clearing the
     stages downstream). ``also_check``: later stages of the same command (``run``'s align),
     checked now too so a refusal comes before any work."""
-    rundir = RunDir(out, create=False)  # a user mistake leaves no empty run directory
+    rundir = RunDir(out, create=False,  # a user mistake leaves no empty run directory
+                    shard_size=batching.shard_size if batching is not None else None)
     videos, source = _items_and_source(inputs, rundir, config, progress)
     subs_stage = SubtitlesStage(config.asr, config.asr_model, source=source)
     cap_stage = CaptionStage(config.llm, config.caption, model=llm, vlm=config.vlm,

@@ -70,7 +70,7 @@ def align_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Move each caption to its best-matching clip (±offset) and keep the best pairs ->
-    DIR/aligned.parquet, DIR/align_report.html."""
+    DIR/aligned/, DIR/align_report.html."""
     from howtocap.align.run import align_run
     from howtocap.engine.rundir import RunDir
     from howtocap.errors import InputError
@@ -98,7 +98,8 @@ def print_align_result(root: Path, shard: str | None) -> None:
 
     if shard:
         err.print(f"shard {shard} scored; run `howtocap align {root}` without --shard "
-                  "once every shard is done to filter and write aligned.parquet", highlight=False)
+                  f"once every shard is done to filter and write {root / 'aligned'}/",
+                  highlight=False)
         return
     rundir = RunDir(root, create=False)
     info = rundir.read_config("align") or {}
@@ -110,7 +111,7 @@ def print_align_result(root: Path, shard: str | None) -> None:
         f"; {outside} dropped: no window within ±{offset:g} s "
         "inside the video" if outside else "")
     err.print(f"aligned {info.get('pairs', 0)} pairs, kept {info.get('kept', 0)} "
-              f"({rule}){dropped} -> {rundir.table_path('aligned')}, "
+              f"({rule}){dropped} -> {root / 'aligned'}/, "
               f"{root / 'align_report.html'}", highlight=False)
 
 

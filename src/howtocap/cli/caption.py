@@ -67,7 +67,7 @@ def caption_cmd(
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions.parquet."""
+    """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions/."""
     from howtocap.caption.run import caption_run
 
     summaries = caption_run(inputs, out_dir, caption, force=force, progress=not quiet,
@@ -91,21 +91,29 @@ def report_rejected(run_dir: Path) -> None:
     if counts:
         by = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
         err.print(f"rejected {sum(counts.values())} captions that show nothing ({by}): not "
-                  "aligned, kept in captions.parquet's `rejected` column (--keep-fillers "
+                  "aligned, kept in DIR/captions/'s `rejected` column (--keep-fillers "
                   "keeps them)", highlight=False)
 
 
 def show_captions(run_dir: Path, limit: int = 20) -> None:
     """Print a run's captions as a table (all of them when ``limit`` is 0)."""
+    import pandas as pd
     from rich.table import Table
 
     from howtocap.engine.rundir import RunDir
 
     rd = RunDir(run_dir, create=False)
     aligned = rd.has_table("aligned")
-    df = rd.table("aligned" if aligned else "captions")
-    if limit:
-        df = df.head(limit)
+    name = "aligned" if aligned else "captions"
+    if limit:  # the first shard files that hold ``limit`` rows, not the whole table
+        parts: list[pd.DataFrame] = []
+        for path in rd.table_files(name):
+            parts.append(pd.read_parquet(path))
+            if sum(len(p) for p in parts) >= limit:
+                break
+        df = pd.concat(parts, ignore_index=True).head(limit) if parts else rd.table(name)
+    else:
+        df = rd.table(name)
     if not len(df) or limit == 0 and not sys.stdout.isatty() and len(df) > 200:
         return
     table = Table(title=f"{'aligned ' if aligned else ''}captions in {run_dir}")

@@ -50,8 +50,8 @@ MaxAttemptsOpt = Annotated[int, typer.Option(
     "--max-attempts", min=1, help="--retry-failed: leave a video alone once it has failed "
                                   "this many times.")]
 
-SHARD_HELP = ("K/N: process only this machine's share of the videos (0 <= K < N); run the "
-              "same command without --shard afterwards to merge (and, for align, filter).")
+SHARD_HELP = ("K/N: process only this machine's share of the run's shards of videos (shard k "
+              "when k mod N = K); for align, run once without --shard afterwards to filter.")
 Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of videos, or manifest "
                                               "CSVs (video_id,video_path[,subtitle_path]).")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]

@@ -47,7 +47,7 @@ def download_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Fetch remote videos (and YouTube's English automatic captions) into OUT/cache/media:
-    OUT/downloads.parquet says where each one is; `howtocap run` does this first."""
+    OUT/downloads/ says where each one is; `howtocap run` does this first."""
     from howtocap.download.run import download_run
 
     _, summary = download_run(

@@ -64,7 +64,7 @@ def export_cmd(
     max_side: Annotated[int | None, typer.Option(
         help="clips (--cut exact): scale the longer side down to this many pixels.")] = None,
     cross_shots: Annotated[bool, typer.Option(
-        help="clips: keep windows that cross a cut of DIR/shots.parquet (default: a window "
+        help="clips: keep windows that cross a cut of DIR/shots/ (default: a window "
              "is cut back to the shot that holds its middle).")] = False,
     workers: Annotated[int, typer.Option(help="clips: videos cut at a time.")] = 2,
     encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "

@@ -54,7 +54,7 @@ def framecaps_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep
-    the K best by CLIPScore -> DIR/framecaps.parquet (train on it with `howtocap train`)."""
+    the K best by CLIPScore -> DIR/framecaps/ (train on it with `howtocap train`)."""
     from howtocap.framecaps.config import FrameCapsConfig
     from howtocap.framecaps.run import framecaps_run
 

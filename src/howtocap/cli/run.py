@@ -65,7 +65,7 @@ def run_cmd(
     videos: VideosOpt = None,
     device: DeviceOpt = None,
 ) -> None:
-    """caption -> align in one command, resumable: DIR/captions.parquet, DIR/aligned.parquet,
+    """caption -> align in one command, resumable: DIR/captions/, DIR/aligned/,
     DIR/align_report.html. Takes every flag of `caption` and of `align`; remote inputs
     (URLs, YouTube ids in a manifest) are downloaded first (the flags of `download`)."""
     from howtocap.engine.rundir import RunDir

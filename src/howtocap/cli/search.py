@@ -52,7 +52,7 @@ def index_cmd(
         typer.echo(json.dumps(info.to_dict(), indent=2))
         return
     err.print(f"indexed {info.n} clips of {len(info.embedded) + len(info.reused)} videos "
-              f"({info.index_type}, encoder {info.encoder}, from {info.source}.parquet) in "
+              f"({info.index_type}, encoder {info.encoder}, from {info.source}/) in "
               f"{info.seconds:.1f} s: {len(info.embedded)} embedded, {len(info.reused)} reused, "
               f"{len(info.removed)} removed -> {info.path}", highlight=False)
     if info.no_video:

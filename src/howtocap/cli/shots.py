@@ -1,4 +1,4 @@
-"""``howtocap shots DIR``: cut detection over a run's videos -> DIR/shots.parquet
+"""``howtocap shots DIR``: cut detection over a run's videos -> DIR/shots/
 (``shots.run.shots_run``); each flag maps onto ``ShotsConfig``."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def shots_cmd(
     max_attempts: MaxAttemptsOpt = 3,
     quiet: QuietOpt = False,
 ) -> None:
-    """Detect shot cuts (PySceneDetect) in every video of a run -> DIR/shots.parquet
+    """Detect shot cuts (PySceneDetect) in every video of a run -> DIR/shots/
     (video_id, start, end: one row per shot), for `align --within-shot`."""
     from howtocap.engine.rundir import RunDir
     from howtocap.errors import InputError
@@ -87,5 +87,5 @@ def shots_cmd(
     if not shard:
         table = rundir.table("shots")
         err.print(f"{table['video_id'].nunique()} videos, {len(table)} shots -> "
-                  f"{rundir.table_path('shots')}", highlight=False)
+                  f"{rundir.root / 'shots'}", highlight=False)
     report_summary(summary)

@@ -39,7 +39,7 @@ def print_status(info: dict[str, Any]) -> None:
                       f"{', '.join(f['examples'])}", highlight=False)
     if any(s["failed"] for s in info["stages"]):
         out.print("failed videos stay failed on a re-run; add --retry-failed to retry them "
-                  "(the reasons are in DIR/status.parquet)", highlight=False)
+                  "(the reasons are in DIR/status/)", highlight=False)
 
 
 @user_errors

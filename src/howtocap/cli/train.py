@@ -38,7 +38,7 @@ class Optimizer(str, Enum):
 @user_errors
 def train_cmd(
     source: Annotated[Path, typer.Argument(
-        help="Pairs: a run directory (kept rows of aligned.parquet), an aligned.parquet, a "
+        help="Pairs: a run directory (kept rows of DIR/aligned/), its aligned/ folder, a "
              "CSV with video_id,video_path,caption,start,end, or a folder of WebDataset shards "
              "(`howtocap export --format webdataset`), streamed instead of held in memory.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for checkpoints and logs.")],

@@ -66,7 +66,6 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
     summary = run_stage(rundir, remote, stage, runner=runner, progress=progress, shard=shard,
                         retry_failed=retry_failed, max_attempts=max_attempts, cid=cid,
                         batching=batching)
-    rundir.merge_streaming(TABLE)
     return local_items(rundir, items), summary
 
 

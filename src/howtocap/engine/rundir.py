@@ -1,7 +1,8 @@
 """The run directory: the run's videos, numbered once, and each stage's tables a shard at a
 time.
 
-``videos.parquet`` numbers the videos (its row order, append-only); shard k is videos
+``videos.parquet`` numbers the videos in the order the run first lists them (its row order,
+append-only: a source's order, so a shard reads a stretch of it); shard k is videos
 ``[k*S, (k+1)*S)`` (S, the shard size, is fixed when the run directory is made:
 ``layout.json``). A stage writes each table it makes as a folder of Parquet files, one per
 shard (``<table>/shard-00000.parquet``, rows grouped by video in id order), and then the
@@ -90,7 +91,7 @@ class RunDir:
         if (self.root / "parts").is_dir():
             raise OldLayout(f"{self.root}: a run directory of an earlier layout (parts/), "
                             f"written by howtocap {OLD_LAYOUT}; read it with "
-                            f"`pip install 'howtocap=={OLD_LAYOUT}'` or write to a new --out")
+                            f"`pip install 'howtocap<0.2'` or write to a new --out")
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -182,8 +183,8 @@ class RunDir:
 
     # -- videos --------------------------------------------------------------------------
     def record_videos(self, items: Iterable[Any]) -> int:
-        """Number the videos not yet in ``videos.parquet`` (in id order, after the others)
-        and remember which file each came from; returns how many videos the run has. An
+        """Number the videos not yet in ``videos.parquet`` (in the order given, after the
+        others) and remember which file each came from; returns how many videos the run has. An
         empty ``video_path`` never erases one recorded before (a caption run from
         ``--subtitles`` keeps the files ``howtocap align --videos`` attached)."""
         import pyarrow as pa
@@ -227,7 +228,7 @@ class RunDir:
         schema = arrow_schema("videos")
         path = self.table_path("videos")
         new = pa.concat_tables(list(tables) or [schema.empty_table()]).cast(schema)
-        new = _last_per_id(new)  # in id order
+        new = _last_per_id(new)  # each id once, in the order first given
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else schema.empty_table()
         at = pc.index_in(new.column("video_id"), value_set=old.column("video_id"))
@@ -331,12 +332,12 @@ class RunDir:
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
                       stacklevel=3)
         self.corrupted.append(path)
-        path.unlink(missing_ok=True)
         if path.name.startswith("shard-") and path.parent.parent == self.root \
                 and path.parent.name not in NOT_TABLES:
             for status in (self.root / "status").glob(f"*/{path.name}"):
                 if path.parent.name in status_writes(status):
                     status.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)  # after the status: a kill between leaves it redone
 
     # -- status --------------------------------------------------------------------------
     def stages_with_results(self) -> set[str]:
@@ -542,6 +543,11 @@ class ShardWriter:
         t = pa.concat_tables([p for _, p in parts])
         return t.take(pa.array(_last_positions(t.column("video_id"))))
 
+    def _file(self, source: str, table: str) -> Path:
+        """A table's file of the final shard ("") or of a chunk."""
+        return self.rundir.shard_path(table, self.k) if source == "" \
+            else self.work / f"{source}.{table}.parquet"
+
     def commit(self, records: Sequence[StatusRecord], tables: dict[str, Any]) -> None:
         """One chunk: a file per table, then its status file (temp file + rename each), so
         a chunk exists iff its status file does."""
@@ -566,10 +572,22 @@ class ShardWriter:
         import pyarrow.parquet as pq
 
         parts = self._parts(None)
+        loaded: dict[tuple[int, str], Any] = {}
+        for i, (source, _) in enumerate(parts):  # a corrupt file: its videos are redone
+            for table in self.writes:
+                path = self._file(source, table)
+                try:
+                    loaded[(i, table)] = pq.read_table(path, page_checksum_verification=True)
+                except FileNotFoundError:
+                    continue  # its videos gave no rows of this table
+                except (pa.ArrowException, OSError) as exc:
+                    self.rundir.drop_corrupt(path, corrupt_parquet(path, exc))
+                    parts[i] = (source, parts[i][1].slice(0, 0))
+                    (self.status if source == "" else
+                     self.work / f"{source}.status.parquet").unlink(missing_ok=True)
         if not parts:
             shutil.rmtree(self.work, ignore_errors=True)
             return
-        sources = [s for s, _ in parts]
         recs = pa.concat_tables([p for _, p in parts])
         src = np.concatenate([np.full(p.num_rows, i) for i, (_, p) in enumerate(parts)])
         keep = _last_positions(recs.column("video_id"))
@@ -581,18 +599,11 @@ class ShardWriter:
         final_src = src[keep]
         for table in self.writes:
             pieces = []
-            for i, source in enumerate(sources):
-                path = self.rundir.shard_path(table, self.k) if source == "" \
-                    else self.work / f"{source}.{table}.parquet"
+            for i in range(len(parts)):
                 ids = final.column("video_id").filter(pa.array(final_src == i))
-                if not len(ids):
-                    continue
-                try:
-                    rows = pq.read_table(path, page_checksum_verification=True)
-                except FileNotFoundError:
-                    continue  # the chunk's videos gave no rows of this table
-                except (pa.ArrowException, OSError) as exc:
-                    raise corrupt_parquet(path, exc) from None
+                rows = loaded.get((i, table))
+                if rows is None or not len(ids) or not rows.num_rows:
+                    continue  # (a file of 0 rows may type its ids as null: nothing to keep)
                 if "video_id" in rows.column_names:
                     rows = rows.filter(pc.is_in(rows.column("video_id"), value_set=ids))
                 pieces.append(rows)
@@ -616,31 +627,42 @@ class ShardWriter:
             self.work.parent.parent.rmdir()
 
 
-def _last_positions(keys: Any) -> np.ndarray:
-    """Positions of each key's last row (rows in commit order: the newest record), in key
-    order (a stable Arrow sort of the keys)."""
+def _key_runs(keys: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A stable sort of the keys (Arrow) and where each key's run of rows starts in it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = len(keys)
-    if n == 0:
-        return np.zeros(0, np.int64)
     order = pc.sort_indices(keys).to_numpy().astype(np.int64)
     ranked = pc.take(keys, pa.array(order))
     if isinstance(ranked, pa.ChunkedArray):
         ranked = ranked.combine_chunks()
-    last = np.ones(n, dtype=bool)
+    start = np.ones(n, dtype=bool)
     if n > 1:
-        last[:-1] = pc.not_equal(ranked.slice(0, n - 1), ranked.slice(1)).to_numpy(
+        start[1:] = pc.not_equal(ranked.slice(1), ranked.slice(0, n - 1)).to_numpy(
             zero_copy_only=False)
-    return order[last]
+    return order, start
+
+
+def _last_positions(keys: Any) -> np.ndarray:
+    """Positions of each key's last row (rows in commit order: the newest record), in key
+    order."""
+    if len(keys) == 0:
+        return np.zeros(0, np.int64)
+    order, start = _key_runs(keys)
+    return order[np.append(np.flatnonzero(start)[1:] - 1, len(order) - 1)]
 
 
 def _last_per_id(table: Any) -> Any:
-    """Each id's last row of ``table``, in id order."""
+    """Each id once, with its last row's values, in the order the ids first appear."""
     import pyarrow as pa
 
-    return table.take(pa.array(_last_positions(table.column("video_id"))))
+    if not table.num_rows:
+        return table
+    order, start = _key_runs(table.column("video_id"))
+    first = order[start]
+    last = order[np.append(np.flatnonzero(start)[1:] - 1, len(order) - 1)]
+    return table.take(pa.array(last[np.argsort(first, kind="stable")]))
 
 
 def _write_rows(path: Path, table: str, data: Any) -> None:

@@ -1,5 +1,5 @@
-"""``howtocap framecaps``: the framecaps stage over input videos, then the merge into
-``DIR/framecaps.parquet``."""
+"""``howtocap framecaps``: the framecaps stage over input videos into ``DIR/framecaps/`` (a
+shard file each)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
                   shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
                   max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
                   ) -> StageSummary:
-    """The ``howtocap framecaps`` command: writes ``DIR/framecaps.parquet``."""
+    """The ``howtocap framecaps`` command: writes ``DIR/framecaps/``."""
     cfg = cfg or FrameCapsConfig()
     items = resolve_videos(inputs)
     rundir = RunDir(out)
@@ -40,11 +40,4 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
             "batching": batching}
-    summary = run_stage(rundir, items, stage, **opts)
-    rundir.merge("framecaps")
-    if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
-        rundir.corrupted.clear()
-        summary.absorb(run_stage(rundir, items, stage, **opts))
-        rundir.merge("framecaps")
-    rundir.write_status_table()
-    return summary
+    return run_stage(rundir, items, stage, **opts)

@@ -1,9 +1,9 @@
 """Caption–clip pairs as every consumer reads them: training, WebDataset shards, eval.
 
 A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
-often repeat a span). Reading pairs (a run directory, ``aligned.parquet``, ``framecaps.parquet``
-or a CSV) and grouping them into clips lives here, below both the trainer and the shard writer,
-so neither imports the other.
+often repeat a span). Reading pairs (a run directory, its ``aligned/`` or ``framecaps/``
+table, a Parquet file or a CSV) and grouping them into clips lives here, below both the
+trainer and the shard writer, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -46,9 +46,25 @@ class PairSet:
 
 
 # -- reading pairs ---------------------------------------------------------------------------
+def is_table_dir(path: Path) -> bool:
+    """A run directory's table folder (``DIR/aligned/``: shard files beside
+    ``DIR/videos.parquet``)."""
+    return path.is_dir() and (path.parent / "videos.parquet").exists() \
+        and next(path.glob("shard-*.parquet"), None) is not None
+
+
+def run_root(source: str | Path) -> Path:
+    """The run directory a pairs source belongs to: itself, or the run of its table folder or
+    Parquet file (``DIR/aligned/``, ``DIR/aligned/shard-00000.parquet``, ``DIR/x.parquet``)."""
+    src = Path(source)
+    if src.is_dir():
+        return src.parent if is_table_dir(src) else src
+    return src.parent.parent if is_table_dir(src.parent) else src.parent
+
+
 def read_pairs(source: str | Path) -> pd.DataFrame:
-    """``video_id, video_path, start, end, text`` from a run directory, aligned.parquet,
-    framecaps.parquet or CSV.
+    """``video_id, video_path, start, end, text`` from a run directory, one of its tables
+    (``DIR/aligned/``, ``DIR/framecaps/``, a shard file of them), a Parquet file or CSV.
 
     A run directory gives its aligned captions, or, without them, its frame captions (clips are
     whole videos with several captions each). Only rows with ``kept`` are used; video paths
@@ -57,19 +73,19 @@ def read_pairs(source: str | Path) -> pd.DataFrame:
     """
     src = Path(source)
     if not src.exists():
-        raise InputError(src, "does not exist (expected a run directory, aligned.parquet "
-                              "or a CSV of pairs)")
+        raise InputError(src, "does not exist (expected a run directory, its aligned/ table, "
+                              "a Parquet file or a CSV of pairs)")
     if src.is_dir() or src.suffix == ".parquet":
-        root = src if src.is_dir() else src.parent
-        rd = RunDir(root, create=False)
+        whole_run = src.is_dir() and not is_table_dir(src)
+        rd = RunDir(run_root(src), create=False)
         name = next((t for t in ("aligned", "framecaps") if rd.has_table(t)), None)
-        if src.is_dir() and name is None:
+        if whole_run and name is None:
             raise InputError(src, "has no aligned or framecaps table: run "
                                   "`howtocap align` or `howtocap framecaps` first, or pass a "
                                   "CSV of pairs")
-        table = rd.table_path(name) if src.is_dir() and name else src
+        table = rd.root / name if whole_run and name else src
         try:
-            df = rd.table(name) if src.is_dir() and name else pd.read_parquet(src)
+            df = rd.table(name) if whole_run and name else pd.read_parquet(src)
         except Exception as exc:  # pyarrow raises several types for a bad file
             raise InputError(table, f"not a readable Parquet table ({exc})") from None
         need = {"video_id", "start", "end", "text"}

@@ -2,9 +2,9 @@
 
 Three text corpora are compared, each a table of the run directory:
 
-- ``subtitles``: every row of ``subtitles.parquet`` (ASR or the video's own subtitle file);
-- ``captions``: every row of ``captions.parquet`` (what the LLM wrote);
-- ``kept``: rows of ``aligned.parquet`` with ``kept == True`` (what survives the filter).
+- ``subtitles``: every row of ``DIR/subtitles/`` (ASR or the video's own subtitle file);
+- ``captions``: every row of ``DIR/captions/`` (what the LLM wrote);
+- ``kept``: rows of ``DIR/aligned/`` with ``kept == True`` (what survives the filter).
 
 Definitions (docs/stats.md repeats them), as the paper's Table 12:
 
@@ -265,19 +265,28 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
 
 # -- reading the run directory ------------------------------------------------------------------
 def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
-    """Every table the run has (``None`` where a stage has not run), read once."""
+    """Every table the run has (``None`` where a stage has not run), read once; ``status``
+    is every stage's records (those of unfinished shards too: a killed run still reports)."""
     out: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
-        if not rd.has_table(name):
-            out[name] = None
-            continue
         try:
-            df = rd.table(name)
+            if name == "status":
+                out[name] = _status(rd)
+            else:
+                out[name] = rd.table(name) if rd.has_table(name) else None
         except (OSError, ValueError) as exc:
-            raise InputError(rd.table_path(name),
-                             f"unreadable table ({' '.join(str(exc).split())[:200]})") from None
-        out[name] = df
+            where = rd.table_path(name) if name == "videos" else rd.root / name
+            raise InputError(where, f"unreadable table ({' '.join(str(exc).split())[:200]})"
+                             ) from None
     return out
+
+
+def _status(rd: RunDir) -> pd.DataFrame | None:
+    """Every stage's status records as one frame (None: no stage has run)."""
+    stages = sorted(rd.stages_with_results())
+    parts = [rd.record_table(s).to_pandas() for s in stages]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else None
 
 
 # -- the whole report ---------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
         df["score"] = np.nan
         source = "captions"
     else:
-        raise InputError(rd.root, "nothing to index: no aligned.parquet or captions.parquet "
+        raise InputError(rd.root, "nothing to index: no aligned/ or captions/ table "
                                   "(run `howtocap caption` and `howtocap align` first)")
     df = df[CLIP_COLUMNS].copy()
     df["video_id"] = df["video_id"].astype(str)
@@ -216,7 +216,7 @@ def build_index(run_dir: str | Path, encoder_name: str = "default", *,
     rd = RunDir(root, create=False)
     clips, source = load_clips(rd)
     if source == "captions":
-        warnings.warn(f"{root}: no aligned.parquet, indexing the unaligned LLM captions "
+        warnings.warn(f"{root}: no aligned/ table, indexing the unaligned LLM captions "
                       "(run `howtocap align` for video-aligned times)", stacklevel=2)
     spec = encoder_name if encoder is None else encoder.name  # how `search` re-creates it
     if encoder is None:

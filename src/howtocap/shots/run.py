@@ -1,5 +1,5 @@
-"""``howtocap shots DIR``: the shots stage over the run's videos, then the merge into
-``DIR/shots.parquet`` (read with ``shots.bounds.shots_by_video``)."""
+"""``howtocap shots DIR``: the shots stage over the run's videos into ``DIR/shots/`` (a
+shard file each; read with ``shots.bounds.shots_by_video``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from howtocap.engine.runners import Runner
 from howtocap.errors import InputError
 from howtocap.io.inputs import VideoItem
 from howtocap.shots.config import ShotsConfig
-from howtocap.shots.stage import SHOTS, ShotsStage
+from howtocap.shots.stage import ShotsStage
 
 CONFIG = "shots"  # DIR/config/shots.json: the settings the table was made with
 
@@ -52,9 +52,8 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
               ) -> StageSummary:
     """Detect the shots of every video of the run (``items``: these instead; ``windows``:
     a fresh pass over these, a window of items at a time, so that a caller holding its
-    videos compactly never lists them all), resumably; without a shard, merge them into
-    ``DIR/shots.parquet``. ``cfg`` None: the recorded settings. A video that does not decode
-    fails alone, one status line."""
+    videos compactly never lists them all), resumably, into ``DIR/shots/``. ``cfg`` None:
+    the recorded settings. A video that does not decode fails alone, one status line."""
     cfg = cfg or recorded_config(rundir)
     if windows is None:
         whole = list(items) if items is not None else run_videos(rundir)
@@ -68,19 +67,8 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
             "batching": batching}
 
-    def run_all() -> StageSummary:
-        out, ran = StageSummary(stage.name), False
-        for part in windows():
-            out.add(run_stage(rundir, part, stage, **opts))
-            ran = True
-        return out if ran else run_stage(rundir, [], stage, **opts)
-
-    summary = run_all()
-    if shard is None:
-        rundir.merge(SHOTS)
-        if rundir.corrupted:  # a corrupt part was dropped at the merge: redo those videos
-            rundir.corrupted.clear()
-            summary.absorb(run_all())
-            rundir.merge(SHOTS)
-    rundir.write_status_table()
-    return summary
+    out, ran = StageSummary(stage.name), False
+    for part in windows():
+        out.add(run_stage(rundir, part, stage, **opts))
+        ran = True
+    return out if ran else run_stage(rundir, [], stage, **opts)

@@ -1,5 +1,5 @@
 """TDR frame features over many videos: the ``tdr_frames`` stage through ``run_stage`` (resume,
-claims, one line per broken video), then each finished video's part read back as arrays."""
+claims, one line per broken video), then each finished video's rows read back as arrays."""
 
 from __future__ import annotations
 
@@ -58,15 +58,18 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
                            asr_model=asr_model, source=source, device=device, model=model)
     summary = run_stage(rundir, list(items), stage, runner=runner, progress=progress)
     feats: dict[str, FrameFeatures] = {}
-    done = rundir.done(stage.name, [it.video_id for it in items], TDR_TABLE)
-    for it, ok in zip(items, done, strict=True):
-        if not ok:
+    ids = [it.video_id for it in items]
+    done = rundir.done(stage.name, ids, TDR_TABLE)
+    wanted = {v for v, ok in zip(ids, done, strict=True) if ok}
+    shards = rundir.shard_of(ids)
+    for k in sorted({int(s) for s, ok in zip(shards, done, strict=True) if ok}):
+        rows = rundir.read_shard(TDR_TABLE, k)  # a shard file at a time, not the table
+        if rows is None:
             continue
-        df = rundir.read_part(TDR_TABLE, it.video_id)
-        if df is None or df.empty:
-            continue
-        feats[it.video_id] = FrameFeatures(
-            df["time"].to_numpy(np.float64), [str(t) for t in df["transcript"]],
-            np.stack([np.asarray(v, np.float32) for v in df["image"]]),
-            np.stack([np.asarray(v, np.float32) for v in df["text"]]))
-    return summary, feats
+        for vid, df in rows.to_pandas().groupby("video_id", sort=False):
+            if str(vid) in wanted and not df.empty:
+                feats[str(vid)] = FrameFeatures(
+                    df["time"].to_numpy(np.float64), [str(t) for t in df["transcript"]],
+                    np.stack([np.asarray(v, np.float32) for v in df["image"]]),
+                    np.stack([np.asarray(v, np.float32) for v in df["text"]]))
+    return summary, {v: feats[v] for v in ids if v in feats}  # in the items' order

@@ -1,7 +1,7 @@
 """The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline.
 
 ``train(source, out_dir=...)`` reads caption–clip pairs (a run directory's kept aligned
-captions, an ``aligned.parquet``, or a CSV), drops pairs whose video is missing or unreadable,
+captions, its ``aligned/`` table, or a CSV), drops pairs whose video is missing or unreadable,
 holds out whole videos for per-epoch evaluation and runs the loop in ``train.loop``. The result
 is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``align``,
 ``eval``, ``search``) loads through ``howtocap.encoders.load_encoder``.
@@ -28,7 +28,7 @@ from howtocap.encoders.base import Encoder
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
 from howtocap.io.export import drop_duplicate_rows
-from howtocap.io.pairs import build_clips, read_pairs
+from howtocap.io.pairs import build_clips, read_pairs, run_root
 from howtocap.progress import console
 from howtocap.train.config import RECIPES, TrainConfig, make_config
 from howtocap.train.data import require_pairs, shard_source, split_by_video
@@ -120,7 +120,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     if drop_duplicates and (is_shard_dir(pairs_source) or not (
             Path(pairs_source).is_dir() or Path(pairs_source).suffix == ".parquet")):
         raise HowtocapError(f"{pairs_source}: --drop-duplicates needs a run directory (or its "
-                            "aligned.parquet); for shards, export them with --drop-duplicates")
+                            "aligned/ table); for shards, export them with --drop-duplicates")
     if is_shard_dir(pairs_source):
         if frames == "pixels":
             raise HowtocapError(f"{pairs_source}: --frames pixels does not apply to WebDataset "
@@ -134,15 +134,13 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     else:
         pairs = read_pairs(pairs_source)
         if drop_duplicates:
-            src = Path(pairs_source)
-            pairs = drop_duplicate_rows(pairs, RunDir(src if src.is_dir() else src.parent,
-                                                      create=False))
+            pairs = drop_duplicate_rows(pairs, RunDir(run_root(pairs_source), create=False))
         ps = build_clips(pairs, log=console if rank == 0 else None)
         require_pairs(ps, pairs_source)
         train_clips, eval_clips = split_by_video(ps.clips, eval_fraction, seed)
         n_pairs, skipped, skipped_pairs = ps.n_pairs, ps.skipped, ps.skipped_pairs
         if cache_dir is None and Path(pairs_source).is_dir():
-            cache_dir = Path(pairs_source) / "cache"  # reuse the run's frame embeddings (align)
+            cache_dir = run_root(pairs_source) / "cache"  # the run's frame embeddings (align)
     enc, spec = _encoder(encoder, device)
     # what only the source and the encoder tell (set by this module, so not validated again)
     cfg = cfg.model_copy(update={
