@@ -5,7 +5,8 @@ Run: .venv/bin/python benchmarks/bench_align_scale.py [--videos 1000 10000 --bas
      -> benchmarks/results/align_scale.{json,md,png}
 
 The run directory is made the way the real code writes one: ``RunDir.record_videos``, the
-captions committed in batches of 1,000 videos through ``RunDir.commit_batch`` with the real
+captions committed in batches of 1,000 videos through the engine's shard writer (a tree
+before shards: ``RunDir.commit_batch``) with the real
 ``captions`` schema and ``caption`` status records (HowTo100M-like: 5-10 min videos, 30-50
 captions each, a few rejected fillers and channel chatter lines), and per video a frame-
 embedding cache file written through ``encoders.cache.save`` at the path ``cache_path`` gives
@@ -131,8 +132,12 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0,
     """A captioned run of ``n`` videos (the first ``n`` of a fixed sequence, so a smaller run
     is a prefix of a larger one) whose frames are all in ``cache`` (shared between sizes)."""
     from howtocap.encoders.cache import FrameEmbeddings, cache_path, content_key, save
-    from howtocap.engine.records import StatusRecord
     from howtocap.engine.rundir import RunDir
+
+    try:
+        from howtocap.engine.records import StatusRecord
+    except ImportError:  # a tree before shards (``--base``)
+        from howtocap.engine.rundir import StatusRecord  # type: ignore[attr-defined,no-redef]
     from howtocap.io.inputs import VideoItem
     from howtocap.schemas import conform
 
@@ -183,7 +188,16 @@ def synthesize(root: Path, videos: Path, cache: Path, n: int, seed: int = 0,
 
         df = conform(pd.concat([pd.DataFrame(f) for f in frames], ignore_index=True),
                      "captions")
-        rd.commit_batch("caption", ("captions",), records, {"captions": df})
+        if hasattr(rd, "commit_batch"):  # the layout before shards (a --base tree)
+            rd.commit_batch("caption", ("captions",), records, {"captions": df})
+            continue
+        rd.record_videos(items[lo:])  # numbered in id order: a batch fills its shards
+        shard = rd.shard_of([r.video_id for r in records])
+        for k in sorted(set(shard.tolist())):
+            mine = [r for r, kk in zip(records, shard, strict=True) if kk == k]
+            w = rd.writer("caption", k, ("captions",))
+            w.commit(mine, {"captions": df[df["video_id"].isin([r.video_id for r in mine])]})
+            w.finish()
     rd.record_videos(items)
     return {"videos": n, "captions": captions, "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -385,11 +399,13 @@ def child(tree: Path, run: Path, profile: bool, dim: int = DIM, budget: float = 
 
 
 def compare(a: Path, b: Path) -> dict[str, Any]:
-    """The two versions' ``aligned.parquet`` (the files, or the run directories holding
-    them): same rows, same text columns, numbers to 1e-6."""
+    """The two versions' aligned tables (``aligned.parquet`` or the ``aligned/`` folder of
+    shard files, or the run directories holding them): same rows, same text columns,
+    numbers to 1e-6."""
     import pandas as pd
 
-    a, b = (p / "aligned.parquet" if p.is_dir() else p for p in (a, b))
+    a, b = (p if not p.is_dir() or p.name == "aligned" else p / "aligned"
+            if (p / "aligned").is_dir() else p / "aligned.parquet" for p in (a, b))
     x, y = pd.read_parquet(a), pd.read_parquet(b)
     out: dict[str, Any] = {"rows": len(x), "same_columns": list(x.columns) == list(y.columns),
                            "same_rows": len(x) == len(y)}

@@ -1,17 +1,19 @@
-"""A million videos on one run directory (issue #22): `status`, the merge and the driver's
-memory as the number of videos grows, before vs after, in the same invocation.
+"""A million videos on one run directory (issues #22, #39): `status`, the closing step and the
+driver's memory as the number of videos grows, before vs after, in the same invocation.
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--sizes 10000 100000 1200000]
                                                 [--driver 10000 50000] [--only before|after]
      -> benchmarks/results/scale.{json,md,png}   (``--report-only``: md and png from the json)
 
-A run directory is synthesized once per size under benchmarks/work/scale/ (git-ignored) the way
-the real code writes it: ``RunDir.commit_batch`` of this tree with the real schemas, batches of
-1,000 videos, a ``subtitles`` stage (8 lines a video) then a ``caption`` stage (4 captions a
-video, 2% failures spread over three causes, half of them retried and ok in later batches,
-0.1% of the captions forgotten in one last manifest), and ``videos.parquet``. No LLM. The
-generator keeps the per-video truth (done / failed / pending / causes per stage) in
-``truth.json``; every ``status`` answer is checked against it.
+A run directory is synthesized once per size and tree under benchmarks/work/scale/ (git-ignored)
+the way that tree's code writes it, with the real schemas: before (#39's batch layout),
+``RunDir.commit_batch`` in batches of 1,000 videos; after (the shard layout), a
+``ShardWriter`` per shard of 1,000 videos, its chunks committed and the shard finished. A
+``subtitles`` stage (8 lines a video) then a ``caption`` stage (4 captions a video, 2%
+failures spread over three causes, half of them retried and ok later, 0.1% of the captions
+forgotten), and ``videos.parquet``. No LLM. The generator keeps the per-video truth (done /
+failed / pending / causes per stage) in ``truth.json``; every ``status`` answer is checked
+against it.
 
 "before" is commit ``BEFORE`` checked out with ``git worktree`` under benchmarks/work/scale/
 (its own ``src`` on PYTHONPATH); "after" is this tree. Each measurement is a fresh child
@@ -19,14 +21,15 @@ process whose peak RSS is read with ``wait4`` (its own, not the parent's):
 
 * ``status``: ``python -m howtocap.cli status DIR --json`` as a user runs it (wall, peak RSS),
   and ``run_status(DIR)`` timed inside a process whose imports are done;
-* ``merge``: what ``caption_run`` does after its stages: ``merge_streaming`` of ``subtitles``
-  and ``captions`` (``give_back_memory`` before each) and ``write_status_table()`` (wall of
-  each, peak RSS of the process, rows; until 853cefd's run, ``status_table()``, which also
-  read the 2.4M rows back into pandas: ~390 MB of the peak at 1.2M);
+* ``merge``: what ``caption_run`` does after its stages: before, ``merge_streaming`` of
+  ``subtitles`` and ``captions`` (``give_back_memory`` before each) and
+  ``write_status_table()``; after, nothing is merged (a table is its shard files), so the
+  cell counts the tables' rows from the shard files' footers, what a reader's first look
+  costs;
 * files per 100 videos per table folder;
-* ``--driver``: ``caption_run`` in process with ``InstantLLM`` (bench_textonly) and
-  ``--keep-fillers`` (the filler parse is another engineer's per-video CPU cost, not
-  memory) at each size: wall, videos/s, peak RSS. Its "before" is ``DRIVER_BEFORE``
+* ``--driver``: ``caption_run`` in process with ``InstantLLM`` (bench_textonly),
+  ``--keep-fillers --no-imperative`` (no spaCy parse: its cost per caption is measured
+  apart, ``bench_driver``/``bench_parse``) at each size: wall, videos/s, peak RSS. Its "before" is ``DRIVER_BEFORE``
   (``--driver-before``), the code before the driver went through the videos in windows.
 """
 
@@ -50,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work" / "scale"
 OUT = HERE / "results"
-BEFORE = "853cefd"  # the stage index and the merge's sources before they kept no ids
-DRIVER_BEFORE = BEFORE  # (earlier rounds of issue #22: 710b85c, 49d531a; in scale.json)
+BEFORE = "0962e64"  # main before the shard layout (#39): batches, manifests, merges
+DRIVER_BEFORE = BEFORE  # (earlier rounds of issue #22: 853cefd, 710b85c, 49d531a: git history)
 BATCH = 1000
 SUB_LINES = 8
 CAP_LINES = 4
@@ -74,7 +77,7 @@ def generate(out: Path, n: int, seed: int = 0) -> dict[str, Any]:
 
     rng = np.random.default_rng(seed)
     shutil.rmtree(out, ignore_errors=True)
-    rd = RunDir(out)
+    rd = RunDir(out) if not hasattr(RunDir, "writer") else RunDir(out, shard_size=BATCH)
     ids = [f"v{random.Random(i).getrandbits(40):010x}{i}" for i in range(n)]
 
     class Item:
@@ -104,31 +107,57 @@ def generate(out: Path, n: int, seed: int = 0) -> dict[str, Any]:
                      "rejected": pa.array([""] * m, pa.string())}
         return pa.table([cols[f.name] for f in schema], schema=schema)
 
-    for lo in range(0, n, BATCH):
-        vids = ids[lo:lo + BATCH]
-        recs = [StatusRecord(v, "subtitles", "ok", seconds=0.01, config_id="c0ffee")
-                for v in vids]
-        rd.commit_batch("subtitles", sub_writes, recs, {"subtitles": table("subtitles", vids,
-                                                                           SUB_LINES)})
-    for lo in range(0, n, BATCH):
-        vids = ids[lo:lo + BATCH]
-        ok = [v for i, v in enumerate(vids) if not fail[lo + i]]
-        recs = [StatusRecord(v, "caption", "error", message="no caption parsed",
-                             cause=CAUSES[cause[lo + i]], config_id="c0ffee")
-                if fail[lo + i] else
-                StatusRecord(v, "caption", "ok", seconds=0.02, config_id="c0ffee",
-                             warnings=int(i % 50 == 0), metrics={"blocks": 2.0})
-                for i, v in enumerate(vids)]
-        rd.commit_batch("caption", cap_writes, recs, {"captions": table("captions", ok,
-                                                                        CAP_LINES)})
     failed = np.flatnonzero(fail)
-    retried = failed[::2]  # half the failures retried: ok in a later batch, attempts 2
-    for lo in range(0, len(retried), BATCH):
-        vids = [ids[i] for i in retried[lo:lo + BATCH]]
-        recs = [StatusRecord(v, "caption", "ok", seconds=0.02, attempts=2, config_id="c0ffee")
-                for v in vids]
-        rd.commit_batch("caption", cap_writes, recs, {"captions": table("captions", vids,
-                                                                        CAP_LINES)})
+    retried = failed[::2]  # half the failures retried: ok later, attempts 2
+    again = np.zeros(n, dtype=bool)
+    again[retried] = True
+    if hasattr(rd, "commit_batch"):  # the batch layout (before)
+        for lo in range(0, n, BATCH):
+            vids = ids[lo:lo + BATCH]
+            recs = [StatusRecord(v, "subtitles", "ok", seconds=0.01, config_id="c0ffee")
+                    for v in vids]
+            rd.commit_batch("subtitles", sub_writes, recs, {"subtitles": table("subtitles", vids,
+                                                                               SUB_LINES)})
+        for lo in range(0, n, BATCH):
+            vids = ids[lo:lo + BATCH]
+            ok = [v for i, v in enumerate(vids) if not fail[lo + i]]
+            recs = [StatusRecord(v, "caption", "error", message="no caption parsed",
+                                 cause=CAUSES[cause[lo + i]], config_id="c0ffee")
+                    if fail[lo + i] else
+                    StatusRecord(v, "caption", "ok", seconds=0.02, config_id="c0ffee",
+                                 warnings=int(i % 50 == 0), metrics={"blocks": 2.0})
+                    for i, v in enumerate(vids)]
+            rd.commit_batch("caption", cap_writes, recs, {"captions": table("captions", ok,
+                                                                            CAP_LINES)})
+        for lo in range(0, len(retried), BATCH):
+            vids = [ids[i] for i in retried[lo:lo + BATCH]]
+            recs = [StatusRecord(v, "caption", "ok", seconds=0.02, attempts=2, config_id="c0ffee")
+                    for v in vids]
+            rd.commit_batch("caption", cap_writes, recs, {"captions": table("captions", vids,
+                                                                            CAP_LINES)})
+    else:  # the shard layout: a shard's chunks, then the shard finished
+        for lo in range(0, n, BATCH):
+            vids = ids[lo:lo + BATCH]
+            k = lo // BATCH
+            w = rd.writer("subtitles", k, sub_writes)
+            w.commit([StatusRecord(v, "subtitles", "ok", seconds=0.01, config_id="c0ffee")
+                      for v in vids], {"subtitles": table("subtitles", vids, SUB_LINES)})
+            w.finish()
+            w = rd.writer("caption", k, cap_writes)
+            ok = [v for i, v in enumerate(vids) if not fail[lo + i]]
+            w.commit([StatusRecord(v, "caption", "error", message="no caption parsed",
+                                   cause=CAUSES[cause[lo + i]], config_id="c0ffee")
+                      if fail[lo + i] else
+                      StatusRecord(v, "caption", "ok", seconds=0.02, config_id="c0ffee",
+                                   warnings=int(i % 50 == 0), metrics={"blocks": 2.0})
+                      for i, v in enumerate(vids)], {"captions": table("captions", ok,
+                                                                       CAP_LINES)})
+            redo = [v for i, v in enumerate(vids) if again[lo + i]]
+            if redo:
+                w.commit([StatusRecord(v, "caption", "ok", seconds=0.02, attempts=2,
+                                       config_id="c0ffee") for v in redo],
+                         {"captions": table("captions", redo, CAP_LINES)})
+            w.finish()
     cap_ok = ~fail
     cap_ok[retried] = True
     forgotten = np.flatnonzero(cap_ok & (rng.random(n) < FORGET_RATE))
@@ -167,14 +196,21 @@ except ImportError:  # a tree from before it moved to the engine
 from howtocap.engine.rundir import RunDir
 rd = RunDir(sys.argv[1], create=False)
 out = {}
-for table in ("subtitles", "captions"):  # as caption_run ends: memory given back between
-    give_back_memory()
+if hasattr(rd, "merge_streaming"):  # the batch layout: what caption_run ended with
+    for table in ("subtitles", "captions"):  # memory given back between
+        give_back_memory()
+        t0 = time.perf_counter()
+        out[table + "_rows"] = rd.merge_streaming(table)
+        out[table + "_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out[table + "_rows"] = rd.merge_streaming(table)
-    out[table + "_seconds"] = time.perf_counter() - t0
-t0 = time.perf_counter()
-out["status_rows"] = rd.write_status_table()  # not read back whole: caption_run does not
-out["status_table_seconds"] = time.perf_counter() - t0
+    out["status_rows"] = rd.write_status_table()  # not read back whole: caption_run does not
+    out["status_table_seconds"] = time.perf_counter() - t0
+else:  # the shard layout merges nothing: the rows a reader finds in the files' footers
+    import pyarrow.parquet as pq
+    for table in ("subtitles", "captions", "status"):
+        t0 = time.perf_counter()
+        out[table + "_rows"] = sum(pq.read_metadata(p).num_rows for p in rd.table_files(table))
+        out[table + "_seconds"] = time.perf_counter() - t0
 out["corrupted"] = len(rd.corrupted)
 print(json.dumps(out))
 """
@@ -216,11 +252,15 @@ phase[0] = "source"  # imports, the dump's conversion and its index
 for name in ("record_videos", "record_video_ids"):  # files, or a text-only run's ids
     if hasattr(RunDir, name):
         during(RunDir, name, "record_videos", "stages")
-during(RunDir, "drop_caches", "merges")
-during(RunDir, "write_status_table", "status_table")
+for name, label in (("drop_caches", "merges"), ("write_status_table", "status_table")):
+    if hasattr(RunDir, name):  # the batch layout's closing merges
+        during(RunDir, name, label)
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t0 = time.perf_counter()
-cfg = cap_mod.CaptionRunConfig(subtitles=sys.argv[1], caption=CaptionConfig(reject_fillers=False))
+opts = {"reject_fillers": False}  # no parser: the driver's own cost, not spaCy's
+if "imperative" in CaptionConfig.model_fields:
+    opts["imperative"] = False
+cfg = cap_mod.CaptionRunConfig(subtitles=sys.argv[1], caption=CaptionConfig(**opts))
 subs, caps = cap_mod.caption_run(None, sys.argv[2], cfg, llm=InstantLLM(), progress=False)
 print(json.dumps({"seconds": time.perf_counter() - t0, "done": caps.done,
                   "failed": len(caps.failed), "phase_peak_mb": peaks,
@@ -266,25 +306,36 @@ def check_status(info: dict[str, Any], truth: dict[str, Any]) -> list[str]:
     return bad
 
 
-def measure_size(n: int, trees: dict[str, Path]) -> dict[str, Any]:
-    run = WORK / f"run-{n}"
-    truth_path = run / "truth.json"
-    if not truth_path.exists():
-        out, wall, rss = run_child([sys.executable, __file__, "--generate", str(n), "--out",
-                                    str(run)], ROOT / "src")
-        print(f"  generated {n:,} in {wall:.0f} s", flush=True)
-    truth = json.loads(truth_path.read_text())
+def count_files(run: Path) -> dict[str, int]:
+    """Files by folder: ``parts/<table>`` and ``parts/batches/<stage>`` (batch layout),
+    ``<table>`` and ``status/<stage>`` (shard layout)."""
     files: dict[str, int] = {}
-    for d in (run / "parts").iterdir():
-        for sub in ([d] if d.name != "batches" else sorted(d.iterdir())):
-            key = d.name if d.name != "batches" else f"batches/{sub.name}"
+    parts = run / "parts"
+    for d in sorted((parts if parts.is_dir() else run).iterdir()):
+        if not d.is_dir() or d.name in ("cache", "config", "fingerprints", "stats", "claims"):
+            continue
+        nested = d.name in ("batches", "status")
+        for sub in (sorted(x for x in d.iterdir() if x.is_dir()) if nested else [d]):
+            key = f"{d.name}/{sub.name}" if nested else d.name
             files[key] = sum(1 for p in sub.iterdir() if p.is_file())
-    res: dict[str, Any] = {"videos": n, "files": files,
-                           "files_per_100_videos": {k: round(100 * v / n, 3)
-                                                    for k, v in files.items()},
-                           "generate_seconds": truth["seconds"], "truth": truth}
+    return files
+
+
+def measure_size(n: int, trees: dict[str, Path]) -> dict[str, Any]:
+    res: dict[str, Any] = {"videos": n}
     for code, src in trees.items():
-        m: dict[str, Any] = {}
+        run = WORK / f"run-{code}-{n}"
+        truth_path = run / "truth.json"
+        if not truth_path.exists():
+            out, wall, rss = run_child([sys.executable, __file__, "--generate", str(n),
+                                        "--out", str(run)], src)
+            print(f"  {code}: generated {n:,} in {wall:.0f} s", flush=True)
+        truth = json.loads(truth_path.read_text())
+        files = count_files(run)
+        res.update({"files": files, "files_per_100_videos": {
+            k: round(100 * v / n, 3) for k, v in files.items()},
+            "generate_seconds": truth["seconds"], "truth": truth})
+        m: dict[str, Any] = {"files": files}
         for table in ("subtitles", "captions", "status"):
             (run / f"{table}.parquet").unlink(missing_ok=True)
         out, wall, rss = run_child([sys.executable, "-m", "howtocap.cli", "status", str(run),
@@ -305,6 +356,7 @@ def measure_size(n: int, trees: dict[str, Path]) -> dict[str, Any]:
         m["taken_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         m["load_avg"] = round(os.getloadavg()[0], 1)
         res[code] = m
+        shutil.rmtree(run / "cache", ignore_errors=True)
         print(f"  {code} {n:,}: status {m['status_seconds']:.2f} s "
               f"{m['status_peak_rss_mb']:.0f} MB (in-process {m['status_inproc_seconds']:.2f} s)"
               f", merge {m['merge_seconds']:.1f} s {m['merge_peak_rss_mb']:.0f} MB"
@@ -371,7 +423,7 @@ def write_md(r: dict[str, Any]) -> str:
         per = ", ".join(f"`{k}` {v:g}" for k, v in s["files_per_100_videos"].items())
         rows.append(f"| {s['videos']:,} | {per} |")
     if r.get("driver"):
-        rows += ["", "The driver: `caption_run` in process, `InstantLLM`, `--keep-fillers` "
+        rows += ["", "The driver: `caption_run` in process, `InstantLLM`, `--keep-fillers --no-imperative` "
                  "(HowTo100M-style ASR, 20-60 lines a video); \"before\" is the commit named "
                  "in its row:", "",
                  "| videos | code | wall | videos/s | peak RSS | load avg | taken |",

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import window_scores
 from howtocap.align.run import align_run, read_aligned
+from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
@@ -73,10 +75,11 @@ def run(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> dict[str, Any
                              [s.caption for s in longer.steps]),
         "broken": _captions("broken", [0.0], ["anything"]),
         "missing": _captions("missing", [0.0], ["anything"]),
-        "nocaps": _captions("nocaps", [], []),
     }
-    for vid, df in caps.items():
-        rundir.write_part("captions", vid, df)
+    write_rows(rundir, "captions", pd.concat(caps.values(), ignore_index=True))
+    w = rundir.writer("caption", 0, ("captions",))  # captioned, with no caption at all
+    w.commit([StatusRecord("nocaps", "caption", "ok")], {})
+    w.finish()
     summary = align_run(rundir, [], AlignConfig(quantile=0.5), encoders=[encoder],
                         progress=False)
     return {"rundir": rundir, "summary": summary, "good": good, "encoder": encoder}
@@ -88,8 +91,9 @@ def test_good_videos_align_and_bad_ones_get_one_error_line(run: dict[str, Any]) 
     assert set(failed) == {"broken", "missing"}
     assert "broken.mp4" in failed["broken"] and "\n" not in failed["broken"]
     assert "nowhere.mp4" in failed["missing"]
-    status = pd.read_parquet(rundir.table_path("status"))
-    st = status[status["stage"] == "align"].set_index("video_id")["status"].to_dict()
+    recs = rundir.record_table("align", ["status"])
+    st = dict(zip(recs.column("video_id").to_pylist(), recs.column("status").to_pylist(),
+                  strict=True))
     assert st == {"good": "ok", "short": "ok", "partial": "ok", "nocaps": "ok",
                   "broken": "error", "missing": "error"}
 
@@ -158,20 +162,18 @@ def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) ->
 
 def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
-    batch = rundir.status("align", "good").batch  # the batch holding its scores
-    part = rundir.batch_part_path("align_scores", batch)
+    part = rundir.shard_path("align_scores", 0)  # the shard file holding the scores
     before = part.stat().st_mtime_ns
     s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=[run["encoder"]],
                   progress=False)
     assert s.done == 0 and s.skipped == 4 and part.stat().st_mtime_ns == before
-    assert rundir.status("align", "good").batch == batch
     assert int(read_aligned(rundir)["kept"].sum()) == 2
     two = [run["encoder"], Renamed(run["encoder"], "default-copy")]
     with pytest.raises(HowtocapError, match="--redo"):  # other settings: refused …
         align_run(rundir, [], AlignConfig(keep_top=2), encoders=two, progress=False)
     s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=two, progress=False,
                   redo=True)  # … unless asked to recompute
-    assert s.done == 4 and s.skipped == 0 and rundir.status("align", "good").batch != batch
+    assert s.done == 4 and s.skipped == 0 and part.stat().st_mtime_ns != before
     al = read_aligned(rundir)
     assert set(al["encoders"]) == {f"{run['encoder'].name},default-copy"}
     shutil.rmtree(rundir.root / "logs", ignore_errors=True)
@@ -180,7 +182,7 @@ def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) ->
 def test_recaptioned_video_is_aligned_again(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     encs = [run["encoder"], Renamed(run["encoder"], "default-copy")]
-    rundir.write_part("captions", "short", _captions("short", [2.0, 3.0], ["a cat", "a rocket"]))
+    write_rows(rundir, "captions", _captions("short", [2.0, 3.0], ["a cat", "a rocket"]))
     s = align_run(rundir, [], AlignConfig(keep_top=2), encoders=encs, progress=False)
     assert s.done == 1 and s.skipped == 3
     al = read_aligned(rundir)
@@ -216,14 +218,16 @@ BASE = "9d6059c"  # the last commit before the cut
 REPO = Path(__file__).resolve().parents[1]
 _ALIGN_CHILD = """
 import sys
+from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from bench_align_scale import StubEncoder
+from bench_align_scale import StubEncoder, synthesize
 from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
 from howtocap.engine.rundir import RunDir
+run, tmp = Path(sys.argv[1]), Path(sys.argv[4])
+synthesize(run, tmp / "videos", tmp / "cache", 24, seed=3)  # in the tree's own layout
 cfg = AlignConfig(**({"quantile": 0.5} if sys.argv[3] == "quantile" else {}))
-align_run(RunDir(sys.argv[1], create=False), [], cfg, encoders=[StubEncoder()],
-          progress=False)
+align_run(RunDir(run, create=False), [], cfg, encoders=[StubEncoder()], progress=False)
 """
 
 
@@ -245,31 +249,29 @@ def _base_sources(dest: Path) -> Path | None:
 
 @pytest.mark.parametrize("mode", ["default", "quantile"])
 def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> None:
-    """A generated run (cached frames, the benchmark's stub text encoder) aligned by this tree
-    and by the base commit, each in its own process: equal ``aligned.parquet`` (numbers to
-    1e-6), so the faster code computes what the old one did. The default filter's null z
-    against other videos' captions and clips is exercised (16 reference videos)."""
+    """A generated run (cached frames, the benchmark's stub text encoder) made and aligned by
+    this tree and by the base commit, each in its own process and run directory layout:
+    equal aligned tables (numbers to 1e-6), so the faster code computes what the old one
+    did. The default filter's null z against other videos' captions and clips is
+    exercised (16 reference videos)."""
     import subprocess
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        from bench_align_scale import compare, synthesize
+        from bench_align_scale import compare
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     base_src = _base_sources(tmp_path / "base")
     if base_src is None:
         pytest.skip(f"git or commit {BASE} not available")
-    (tmp_path / "cache").mkdir()
-    synthesize(tmp_path / "template", tmp_path / "videos", tmp_path / "cache", 24, seed=3)
     outs = {}
     for name, src in (("base", base_src), ("here", REPO / "src")):
         run = tmp_path / f"run-{name}"
-        shutil.copytree(tmp_path / "template", run, symlinks=True)
         env = {**__import__("os").environ, "PYTHONPATH": str(src)}
         res = subprocess.run([sys.executable, "-c", _ALIGN_CHILD, str(run),
-                              str(REPO / "benchmarks"), mode], env=env, capture_output=True,
-                             text=True, check=False)
+                              str(REPO / "benchmarks"), mode, str(tmp_path)], env=env,
+                             capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stderr[-2000:]
         outs[name] = run
     same = compare(outs["base"], outs["here"])

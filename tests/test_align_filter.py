@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import DEFAULT_NULL_Z
@@ -45,10 +46,10 @@ def chatter_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     truth["cap_start"] = truth["start"] + rng.uniform(-2, 2, len(truth))
     rundir = RunDir(root / "run")
     rundir.record_videos([VideoItem(v.video_id, v.video_path) for v in videos])
-    for vid, g in truth.groupby("video_id"):
-        rundir.write_part("captions", str(vid), pd.DataFrame({
-            "video_id": vid, "start": g["cap_start"], "end": g["cap_start"] + 8,
-            "text": g["caption"], "source": "llm", "block": 0, "model": "test"}))
+    write_rows(rundir, "captions", pd.DataFrame({
+        "video_id": truth["video_id"], "start": truth["cap_start"],
+        "end": truth["cap_start"] + 8, "text": truth["caption"], "source": "llm", "block": 0,
+        "model": "test"}))
     encoder = create("default", device="cpu")
     align_run(rundir, [], AlignConfig(), encoders=[encoder], progress=False)
     return {"rundir": rundir, "truth": truth, "encoder": encoder}
@@ -151,7 +152,7 @@ def test_keep_chatter_and_threshold_refilter_without_rescoring(
     enc = [chatter_run["encoder"]]
     align_run(rundir, [], AlignConfig(), encoders=enc, progress=False)
     default = _labelled(chatter_run)
-    part = rundir.batch_part_path("align_scores", rundir.status("align", "v0").batch)
+    part = rundir.shard_path("align_scores", 0)  # the shard file holding the scores
     before = part.stat().st_mtime_ns
     s = align_run(rundir, [], AlignConfig(drop_chatter=False), encoders=enc, progress=False)
     assert s.done == 0 and part.stat().st_mtime_ns == before  # re-filtered, not rescored

@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tests.stage_support import write_rows
 
 import howtocap.align.report as report
 import howtocap.align.stream as stream
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import apply_filter
 from howtocap.align.run import (
+    ORDER,
     SCORES,
     _caption_pool,
     _Captions,
@@ -38,7 +40,6 @@ from howtocap.atomic import atomic_write_parquet
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
-from tests.stage_support import write_rows
 
 DIM = 16
 WORDS = ["add", "cut", "stir", "pour", "mix", "the board", "flour", "a screw", "the lid",
@@ -147,11 +148,11 @@ def template(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue(request.param)
 
 
-def _whole(rd: RunDir, table: str) -> pd.DataFrame:
-    """The table in id order (stable: each video's rows in their order), as one sorted
-    file held it."""
+def _whole(rd: RunDir, table: str, by: Sequence[str] = ("video_id",)) -> pd.DataFrame:
+    """The table in id order (stable: each video's rows in their order; ``by``: sorted by
+    more), as one sorted file held it."""
     df = pd.read_parquet(rd.root / table)
-    return df.sort_values("video_id", kind="stable").reset_index(drop=True)
+    return df.sort_values(list(by), kind="stable").reset_index(drop=True)
 
 
 def _copy(made: Path, dest: Path) -> RunDir:
@@ -255,7 +256,8 @@ def test_streamed_filter_equals_the_whole_table_filter(template: Path, tmp_path:
     ordered = template.name == "template"
     enc = Stub()
     align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
-    merged = conform(_whole(rd, SCORES), "aligned")
+    # the whole table as the code before merged it: sorted by video, start, end, text
+    merged = conform(_whole(rd, SCORES, ORDER), "aligned")
     out = merged.pop("outside").fillna(False).to_numpy(dtype=bool)
     want, want_thr = apply_filter(merged[~out].reset_index(drop=True), cfg)
     atomic_write_parquet(want, tmp_path / "before.parquet")  # as the code before wrote it

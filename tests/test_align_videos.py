@@ -85,6 +85,33 @@ def test_unknown_videos_join_in_id_order_kept(tmp_path: Path) -> None:
     assert len(empty) == 0 and list(empty.windows(3)) == []
 
 
+def test_shards_group_the_videos_in_run_order(tmp_path: Path) -> None:
+    """Read from a run directory, the videos know their shard (their row of videos.parquet
+    // shard size): ``shards`` and ``windows`` take them shard by shard, id order within,
+    also when later videos (appended) sort first."""
+    rd = RunDir(tmp_path / "run", shard_size=3)
+    first = [VideoItem(f"v{i}", Path(f"/v/v{i}.mp4")) for i in range(5)]
+    late = [VideoItem(v, None) for v in ("c", "a", "b")]
+    rd.record_videos(first)
+    rd.record_videos(late)  # rows 5..7: shard 1 (v3, v4, one of them), shard 2 (two)
+    rows = pq.read_table(rd.table_path("videos")).column("video_id").to_pylist()
+    want = [(k, sorted(rows[3 * k:3 * k + 3])) for k in range(3)]
+    assert want[1][1][0] in ("a", "b", "c")  # an appended video sorts first in its shard
+    vs = RunVideos.read(rd.table_path("videos"), rd.shard_size)
+    assert vs.id_list() == ["a", "b", "c", "v0", "v1", "v2", "v3", "v4"]
+    assert [(k, vs.id_list(pos)) for k, pos in vs.shards()] == want
+    run_order = [v for _, ids in want for v in ids]
+    assert [[it.video_id for it in w] for w in vs.windows(4)] == [run_order[:4],
+                                                                  run_order[4:]]
+    assert [it.video_id for it in vs.kept_items()] == vs.id_list()  # still id order
+    vs.add_unknown(["zz"])
+    vs.select(np.array([v != "v1" for v in vs.id_list()]))
+    got = [(k, vs.id_list(pos)) for k, pos in vs.shards()]
+    assert got == [(-1, ["zz"]), (0, ["v0", "v2"]), *want[1:]]
+    assert [k for k, _ in vs.shards(kept=False)] == [-1, 0, 1, 2]
+    assert [k for k, _ in RunVideos(["b", "a"], ["", ""]).shards()] == [-1]  # shards unknown
+
+
 @pytest.mark.parametrize("rows", [1, 4, 100_000])
 def test_lookups_equal_the_whole_list_ones(tmp_path: Path, rows: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,34 +119,44 @@ def test_lookups_equal_the_whole_list_ones(tmp_path: Path, rows: int,
     videos, in windows of ``rows``, against the whole-list code they replace."""
     monkeypatch.setattr(stream, "ROWS", rows)
     monkeypatch.setattr(videos_module, "CHUNK", max(rows, 2))
-    rd = _make_run(tmp_path / "run", n=14)
-    # videos.parquet without v003 and v010 (named by captions only), v005's file gone,
-    # v007's captioning failed, v008's subtitles failed (no caption record)
-    table = pq.read_table(rd.table_path("videos"))
-    keep = [v not in ("v003", "v010") for v in table.column("video_id").to_pylist()]
-    pq.write_table(table.filter(pa.array(keep)), rd.table_path("videos"))
+    rd = _make_run(tmp_path / "run", n=14, shard_size=4)
+    # v005's file gone, v007's captioning failed, v008's subtitles failed (no caption
+    # record), v014's captioning done in a chunk of a shard not finished since
     (rd.root / "videos" / "v005.mp4").unlink()
-    rd.commit_batch("caption", ("captions",), [StatusRecord("v007", "caption", "error")], {})
+    w = rd.writer("caption", 1, ("captions",))
+    w.commit([StatusRecord("v007", "caption", "error")], {})
+    w.finish()
     rd.forget("caption", ["v008"])
-    rd.commit_batch("subtitles", (), [StatusRecord("v008", "subtitles", "error")], {})
+    w = rd.writer("subtitles", 2, ("subtitles",))
+    w.commit([StatusRecord("v008", "subtitles", "error")], {})
+    w.finish()
+    rd.record_videos([VideoItem("v014", None)])
+    rd.writer("caption", 3, ("captions",)).commit(
+        [StatusRecord("v014", "caption", "ok")], {})
+    table = pq.read_table(rd.table_path("videos"))
     caps = _Captions(rd)
     vs = _video_items(rd)
     old = _old_items(table.column("video_id").to_pylist(), table.column("video_path")
                      .to_pylist())
-    old = [it for it, k in zip(old, keep, strict=True) if k]
     assert list(vs.kept_items()) == old
     assert list(_clip_files(vs)) == sorted(it.video_id for it in old
                                            if it.video_path and it.video_path.is_file())
-    unknown = _unknown_ids(caps.kept(["video_id"]), vs)
-    assert unknown == ["v003", "v010"]
-    vs.add_unknown(unknown)
-    old_all = old + [VideoItem(v, None) for v in unknown]
-    _captioned(rd, vs, chunk=3)
+    # captions of videos videos.parquet lacks (a table brought in by hand): named as such
+    assert _unknown_ids(caps.kept(["video_id"]), vs) == []
+    few = RunVideos.read(_table(tmp_path / "few.parquet", ["v000", "v004", "v011"],
+                                ["", "", ""]))
+    whole = kept_captions(pd.read_parquet(rd.root / "captions"))
+    named = set(whole["video_id"])
+    assert len(named) == 12 and not named & {"v007", "v008", "v014"}
+    assert _unknown_ids(caps.kept(["video_id"]), few) == sorted(
+        named - {"v000", "v004", "v011"})
+    _captioned(rd, vs)
     got = list(vs.kept_items())
     assert [it.video_id for it in got] == sorted(
-        it.video_id for it in old_all if it.video_id not in ("v007", "v008"))
-    whole = kept_captions(pd.read_parquet(caps.path))
-    assert dict(_fingerprint_stream(caps.kept(), vs)) == _fingerprints(whole, got)
+        it.video_id for it in old if it.video_id not in ("v007", "v008", "v014"))
+    for k, pos in vs.shards():
+        assert dict(_fingerprint_stream(caps.kept_shard(k), vs.items(pos))) == \
+            _fingerprints(whole, vs.items(pos))
 
 
 def test_windows_of_the_compact_videos_give_one_pass_output(

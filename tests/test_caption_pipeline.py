@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 from tests.chat_server import chat_server
 from tests.stage_support import committed
+from tests.test_llm_faults import statuses
 
 from howtocap.engine.rundir import RunDir
 
@@ -137,7 +138,7 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
     # a server that is gone stops the run (exit 75, one line) and marks no video failed
     assert res.returncode == 75 and "Traceback" not in res.stderr
     assert "127.0.0.1" in res.stderr and "nothing lost; re-run to resume" in res.stderr
-    status = RunDir(tmp_path / "rdown").status_table()
+    status = statuses(RunDir(tmp_path / "rdown"))
     assert not (status["status"] == "error").any()
 
 
@@ -162,8 +163,8 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
         clean = tmp_path / "clean"
         assert run_cli(*args, "--out", str(clean)).returncode == 0
     for table in ("captions", "subtitles"):
-        a = pd.read_parquet(killed / f"{table}.parquet")
-        b = pd.read_parquet(clean / f"{table}.parquet")
+        a = pd.read_parquet(killed / table)
+        b = pd.read_parquet(clean / table)
         pd.testing.assert_frame_equal(a, b)
     assert len(a) and not a.duplicated().any()
     status = pd.read_parquet(killed / "status")
@@ -228,15 +229,16 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
 
 
 def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Path) -> None:
-    """Two machines (here: processes) split a batch with --shard K/N; a final run without a
-    shard merges (and filters) and equals an unsharded run."""
+    """Two machines (here: processes) split a run's shards with --shard K/N; a final run
+    without a shard filters and equals an unsharded run (whose shards are of another size)."""
     vids = tmp_path / "videos"
     for i in range(6):
         add_video(vids, f"s{i}", base_video, GOOD.replace("eggs", f"egg{i}"))
     with chat_server() as srv:
         base = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
         sharded = tmp_path / "sharded"
-        procs = [subprocess.Popen([*HOWTOCAP, *base, "--out", str(sharded), "--shard", f"{k}/2"],
+        procs = [subprocess.Popen([*HOWTOCAP, *base, "--out", str(sharded), "--shard", f"{k}/2",
+                                   "--shard-size", "2"],  # 3 shards: 0 and 2 to one, 1 to the other
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for k in range(2)]
         errs = [p.communicate(timeout=300)[1] for p in procs]
@@ -248,8 +250,9 @@ def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Pa
         assert final.returncode == 0 and "0 done, 6 already done" in final.stderr
         single = tmp_path / "single"
         assert run_cli(*base, "--out", str(single)).returncode == 0
+    assert len(RunDir(sharded).table_files("captions")) == 3  # the run keeps its shard size
     for table in ("captions", "aligned"):
-        pd.testing.assert_frame_equal(pd.read_parquet(sharded / f"{table}.parquet"),
-                                      pd.read_parquet(single / f"{table}.parquet"))
+        pd.testing.assert_frame_equal(pd.read_parquet(sharded / table),
+                                      pd.read_parquet(single / table))
     assert run_cli("caption", str(vids), "--out", str(tmp_path / "x"), "--shard",
                    "2/2").returncode == 2

@@ -124,7 +124,7 @@ def test_partial_flag_is_a_bool_per_row() -> None:
 
 
 def test_empty_table_has_the_columns_and_dtypes_of_a_full_one() -> None:
-    """Parts of videos with and without captions are concatenated into aligned.parquet."""
+    """Rows of videos with and without captions are concatenated into a shard's scores."""
     emb = _video(30, seed=7)
     full = align_video("v", _caps([4.0]), [Frames(emb, duration=30.0)],
                        [_unit(np.ones((1, 8)))], ["e"], AlignConfig())

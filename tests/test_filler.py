@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import chat_server
+from tests.stage_support import write_rows
 from tests.test_caption_pipeline import add_video, run_cli, vtt
 from tests.tiny_models import TinyEncoder
 
@@ -196,17 +197,16 @@ def test_fingerprint_changes_when_the_rules_change(monkeypatch: pytest.MonkeyPat
 
 def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
                                                           base_video: Path) -> None:
-    """Rejected rows are not aligned or exported; a captions part from before the column (no
-    ``rejected``) aligns whole."""
-    rd = RunDir(tmp_path / "run")
+    """Rejected rows are not aligned or exported; a captions shard from before the column
+    (no ``rejected``) aligns whole."""
+    rd = RunDir(tmp_path / "run", shard_size=1)  # a video a shard: "new" 0, "old" 1
     rd.record_videos([VideoItem("new", base_video), VideoItem("old", base_video)])
     new, _ = caption_video("new", SUBS, Scripted(REPLY), nlp=load_parser())
-    rd.write_part("captions", "new", new)
     old = new.drop(columns="rejected").assign(video_id="old")
-    rd.part_path("captions", "old").parent.mkdir(parents=True, exist_ok=True)
-    old.to_parquet(rd.part_path("captions", "old"), index=False)  # as an old run wrote it
+    write_rows(rd, "captions", pd.concat([new, old], ignore_index=True))
+    old.to_parquet(rd.shard_path("captions", 1), index=False)  # as an old run wrote it
     align_run(rd, [], AlignConfig(keep_all=True), encoders=[TinyEncoder()], progress=False)
-    al = pd.read_parquet(rd.table_path("aligned"))
+    al = rd.table("aligned")
     got = {v: sorted(g["text"]) for v, g in al.groupby("video_id")}
     assert got == {"new": ["Crack the eggs into the bowl.", "Whisk until smooth."],
                    "old": sorted(old["text"])}

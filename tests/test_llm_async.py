@@ -79,7 +79,7 @@ def test_a_run_over_coroutines_equals_one_video_by_video(tmp_path: Path,
             summary = run_stage(rd, items, _stage(srv.url, llm), progress=False,
                                 runner=runners.LocalRunner(workers))
         assert summary.done == 30 and not summary.failed
-        tables.append(rd.merge("captions")[cols].sort_values(cols[:3], ignore_index=True))
+        tables.append(rd.table("captions")[cols].sort_values(cols[:3], ignore_index=True))
     assert events == [1]  # the second: one video at a time, on the calling thread
     pd.testing.assert_frame_equal(tables[0], tables[1])
     assert len(tables[0]) == 60
@@ -92,7 +92,7 @@ def test_the_filler_test_runs_off_the_loop(tmp_path: Path, events: list[int]) ->
         stage = _stage(srv.url, faults.client(srv.url, timeout=5.0), fillers=True)
         assert run_stage(rd, items, stage, progress=False).done == 3
     assert events == [1]
-    assert "rejected" in rd.merge("captions").columns
+    assert "rejected" in rd.table("captions").columns
 
 
 def test_a_dying_server_stops_the_run_and_a_rerun_resumes(tmp_path: Path,
@@ -104,10 +104,10 @@ def test_a_dying_server_stops_the_run_and_a_rerun_resumes(tmp_path: Path,
         port = srv.httpd.server_address[1]
         run_stage(rd, items, _stage(srv.url, faults.client(srv.url, concurrency=2,
                                                             timeout=5.0)), progress=False)
-    status = rd.status_table()
+    status = faults.statuses(rd)
     cap = status[status["stage"] == "caption"]
     assert set(cap["status"]) == {"ok"} and 1 <= len(cap) <= 3  # nothing marked failed
-    assert not list((tmp_path / "run" / "parts" / "claims").rglob("*.json"))
+    assert not list((tmp_path / "run" / "claims").rglob("*.lock"))
     with fault_server(port=port) as srv:
         summary = run_stage(rd, items, _stage(srv.url, faults.client(srv.url, timeout=5.0)),
                             progress=False)
@@ -129,7 +129,7 @@ def test_a_pool_run_finishes_on_the_live_server(tmp_path: Path,
     dead = [f"http://127.0.0.1:{faults.closed_port()}/v1" for _ in range(2)]
     with pytest.raises(ServiceUnavailable, match=r"^all 2 LLM servers are down"):
         run_stage(rd2, items2, _stage(dead, pools.pool(dead)), progress=False)
-    assert not (rd2.status_table()["status"] == "error").any()
+    assert not (faults.statuses(rd2)["status"] == "error").any()
     assert len(events) == 2
 
 
@@ -140,9 +140,11 @@ def test_what_escapes_emit_stops_the_run_and_cancels_the_videos_in_flight(
     with chat_server(keep_alive=True, delay=0.05) as srv:
         stage = _stage(srv.url, client(srv.url, concurrency=2))
         stage.setup()
-        from howtocap.engine.core import _inputs
+        from howtocap.engine.core import _shard_inputs
+        from howtocap.engine.stage import VideoInput
 
-        videos = (v for v in (_inputs(rd, stage, it) for it in items) if v is not None)
+        inputs = _shard_inputs(rd, stage, 0)  # the items are shard 0's
+        videos = (VideoInput(it, inputs(it.video_id)) for it in items)
         with pytest.raises(OSError, match="disk full"):
             runners.LocalRunner(2).map(stage, videos,
                                        lambda res: (_ for _ in ()).throw(OSError("disk full")))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.fault_server import FaultServer, fault_server
+from tests.stage_support import write_rows
 
 from howtocap.caption.captioner import CaptionConfig, caption_video
 from howtocap.caption.stage import CaptionStage
@@ -202,12 +203,18 @@ def test_a_short_outage_does_not_open_the_breaker() -> None:
 # -- the run stops, nothing is marked failed, a re-run resumes ----------------------------------
 
 def subtitle_parts(rd: RunDir, n: int) -> list[VideoItem]:
-    for i in range(n):
-        vid = f"v{i}"
-        rd.write_part("subtitles", vid, pd.DataFrame({
-            "video_id": vid, "start": [0.0, 5.0], "end": [4.0, 9.0],
-            "text": [f"crack egg {i}", f"whisk egg {i}"], "source": "vtt"}))
+    write_rows(rd, "subtitles", pd.concat([pd.DataFrame({
+        "video_id": f"v{i}", "start": [0.0, 5.0], "end": [4.0, 9.0],
+        "text": [f"crack egg {i}", f"whisk egg {i}"], "source": "vtt"}) for i in range(n)],
+        ignore_index=True))
     return [VideoItem(video_id=f"v{i}", video_path=None, subtitle_path=None) for i in range(n)]
+
+
+def statuses(rd: RunDir) -> pd.DataFrame:
+    """Every stage's records, those of unfinished shards too (a stopped run's)."""
+    frames = [rd.record_table(s).to_pandas() for s in sorted(rd.stages_with_results())]
+    return pd.concat(frames, ignore_index=True) if frames else \
+        pd.DataFrame(columns=["video_id", "stage", "status"])
 
 
 def caption_stage(url: str) -> CaptionStage:
@@ -222,22 +229,22 @@ def test_a_server_dying_mid_run_stops_it_and_a_rerun_resumes(tmp_path: Path) -> 
             pytest.raises(ServiceUnavailable, match="nothing lost; re-run to resume"):
         port = srv.httpd.server_address[1]
         run_stage(rd, items, caption_stage(srv.url), progress=False)
-    status = rd.status_table()
+    status = statuses(rd)
     cap = status[status["stage"] == "caption"]
     assert set(cap["status"]) == {"ok"} and 1 <= len(cap) <= 3  # finished ones are kept
-    assert not list((tmp_path / "run" / "parts" / "claims").rglob("*.json"))
+    assert not list((tmp_path / "run" / "claims").rglob("*.lock"))
     first = set(cap["video_id"])
     with fault_server(port=port) as srv:  # restarted at the same URL: the same settings
         summary = run_stage(rd, items, caption_stage(srv.url), progress=False)
         assert summary.skipped == len(first) and summary.done == 8 - len(first)
         assert not summary.failed and srv.requests == 8 - len(first)
-    resumed = rd.merge("captions")
+    resumed = rd.table("captions")
     clean_rd = RunDir(tmp_path / "clean")
     subtitle_parts(clean_rd, 8)
     with fault_server() as srv:
         run_stage(clean_rd, items, caption_stage(srv.url), progress=False)
     cols = ["video_id", "start", "end", "text", "block", "model"]  # not the per-run ids
-    pd.testing.assert_frame_equal(resumed[cols], clean_rd.merge("captions")[cols])
+    pd.testing.assert_frame_equal(resumed[cols], clean_rd.table("captions")[cols])
 
 
 def write_caption_json(path: Path, n: int) -> None:
@@ -268,7 +275,7 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
         r"failed).*\); nothing lost; re-run to resume", errors[0]), errors
     assert "Traceback" not in res.stderr and "✗" not in res.stderr
     # 8 attempts in all, not 12 videos x 4 tries (benchmarks/bench_faults.py times the stop)
-    status = RunDir(out).status_table()
+    status = statuses(RunDir(out))
     assert (status["status"] == "error").sum() == 0
     assert (status["stage"] == "subtitles").sum() == 12  # the subtitles stage did finish
     with fault_server(faults=["ok", "500", "badjson"], port=port) as srv:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import send_json
+from tests.stage_support import write_rows
 
 from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.caption.constrain import CAPTION_GBNF, CAPTION_REGEX
@@ -247,8 +248,8 @@ def test_unparseable_replies_and_server_errors_fail_one_video(server: FakeServer
     server.fail_if = lambda prompt: "broken" in prompt
     items = {"good": subtitles(3), "bad": subtitles(3, tag="broken"), "good2": subtitles(2)}
     rd = RunDir(tmp_path / "run")
-    for vid, subs in items.items():
-        rd.write_part("subtitles", vid, subs.assign(video_id=vid, source="vtt"))
+    write_rows(rd, "subtitles", pd.concat([subs.assign(video_id=vid, source="vtt")
+                                           for vid, subs in items.items()], ignore_index=True))
     stage = CaptionStage(LLMOptions(), CaptionConfig(), model=llm)
     vids = [VideoItem(video_id=v, video_path=None, subtitle_path=None) for v in items]
     summary = run_stage(rd, vids, stage, progress=False)
@@ -256,9 +257,10 @@ def test_unparseable_replies_and_server_errors_fail_one_video(server: FakeServer
     assert summary.failed == [("bad", f"1 of 1 LLM blocks gave no caption (block 0: LLM "
                                       f"server {server.url}/chat/completions returned 500 "
                                       "after 2 tries)")]
-    status = rd.status_table().set_index("video_id")
+    status = rd.table("status")
+    status = status[status["stage"] == "caption"].set_index("video_id")
     assert status.loc["bad", "status"] == "error" and status.loc["good", "status"] == "ok"
-    assert sorted(rd.merge("captions")["video_id"].unique()) == ["good", "good2"]
+    assert sorted(rd.table("captions")["video_id"].unique()) == ["good", "good2"]
 
 
 def test_constraint_fields_are_sent_and_dropped_for_a_server_that_rejects_them(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.chat_server import chat_server
 from tests.fault_server import fault_server
-from tests.test_llm_faults import CLEAN, GEN, MSG, closed_port, subtitle_parts
+from tests.test_llm_faults import CLEAN, GEN, MSG, closed_port, statuses, subtitle_parts
 
 from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.stage import CaptionStage
@@ -97,7 +97,7 @@ def test_a_run_finishes_on_the_live_servers_and_stops_only_when_all_are_gone(
     dead = [f"http://127.0.0.1:{closed_port()}/v1" for _ in range(2)]
     with pytest.raises(ServiceUnavailable, match=r"^all 2 LLM servers are down"):
         run_stage(rd2, items2, caption_stage(dead, pool(dead)), progress=False)
-    status = rd2.status_table()
+    status = statuses(rd2)
     assert not (status["status"] == "error").any()  # nothing marked failed: re-run resumes
 
 
@@ -150,7 +150,7 @@ def test_cli_takes_several_servers_stops_when_all_are_down_and_resumes_on_others
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: all 2 LLM servers are down (")
     assert "Traceback" not in res.stderr
-    assert not (RunDir(out).status_table()["status"] == "error").any()
+    assert not (statuses(RunDir(out))["status"] == "error").any()
     listing = tmp_path / "servers.txt"
     with fault_server() as live:
         listing.write_text(f"{dead[0]}\n{live.url}\n")

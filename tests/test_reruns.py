@@ -20,7 +20,7 @@ def captions(run: Path) -> pd.DataFrame:
 
 
 def status(run: Path) -> pd.DataFrame:
-    return RunDir(run, create=False).status_table().set_index(["stage", "video_id"])
+    return RunDir(run, create=False).table("status").set_index(["stage", "video_id"])
 
 
 def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
@@ -46,7 +46,7 @@ def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
         assert res.returncode == 0, res.stderr
         assert srv.requests == 2 * n + 1 and "caption: 1 done" in res.stderr
         # --force with other settings is refused like any re-run: one line, nothing written
-        kept = {p: p.read_bytes() for p in (run / "captions.parquet",
+        kept = {p: p.read_bytes() for p in (*RunDir(run).table_files("captions"),
                                             run / "config" / "caption.json")}
         res = run_cli(*args, "--force", "--block-words", "50")
         assert res.returncode == 2 and "Traceback" not in res.stderr

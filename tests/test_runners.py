@@ -46,7 +46,7 @@ def test_local_runner_threads_share_one_setup(tmp_path: Path) -> None:
     assert summary.done == 10 and summary.failed == [("bad_3", "bad_3: scripted failure")]
     assert setups(tmp_path / "log") == [os.getpid()]
     assert sorted(done_ids(tmp_path / "log")) == sorted(f"v_{i}" for i in range(10))
-    assert not list((rd.root / "parts" / "claims").rglob("*.json"))  # every claim released
+    assert not list((rd.root / "claims").rglob("*.lock"))  # every claim released
 
 
 @pytest.mark.slow
@@ -58,8 +58,8 @@ def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
     summary = run_stage(ray_dir, ITEMS, SquareStage(tmp_path / "rlog"),
                         runner=RayRunner(workers=2), progress=False)
     assert summary.done == 10 and summary.failed == [("bad_3", "bad_3: scripted failure")]
-    pd.testing.assert_frame_equal(local.merge("squares"), ray_dir.merge("squares"))
-    a, b = local.status_table(), ray_dir.status_table()
+    pd.testing.assert_frame_equal(local.table("squares"), ray_dir.table("squares"))
+    a, b = local.table("status"), ray_dir.table("status")
     cols = ["video_id", "stage", "status", "message", "warnings"]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     pids = setups(tmp_path / "rlog")
@@ -75,21 +75,22 @@ def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
 
 
 def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
-                   batch: int = 4, die_at_manifest: int = 0) -> str:
-    """A process running SquareStage on ``n`` videos; ``die_at_manifest``: SIGKILL itself
-    just before writing its K-th batch manifest (that batch's table files are written)."""
+                   batch: int = 4, die_at_chunk: int = 0) -> str:
+    """A process running SquareStage on ``n`` videos; ``die_at_chunk``: SIGKILL itself just
+    before writing its K-th chunk's status file (that chunk's table files are written)."""
     return textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
-        if {die_at_manifest}:
-            from howtocap.engine.rundir import RunDir as R
-            real, seen = R._write_manifest, []
-            def die(self, *a, **k):
-                seen.append(1)
-                if len(seen) == {die_at_manifest}:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return real(self, *a, **k)
-            R._write_manifest = die
+        if {die_at_chunk}:
+            from howtocap.engine import rundir as R
+            real, seen = R.records_table, []
+            def die(records, *a, **k):
+                if records:  # a chunk's (finishing a shard builds an empty one)
+                    seen.append(1)
+                    if len(seen) == {die_at_chunk}:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                return real(records, *a, **k)
+            R.records_table = die
         from tests.stage_support import SquareStage
         from howtocap.io.inputs import VideoItem
         from howtocap.engine.core import Batching, run_stage
@@ -104,9 +105,10 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
 
 
 def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> None:
-    """Batches of 4: each process claims a batch at a time, so both get work, and no video
-    (hence no batch) is done by both."""
+    """Shards of 4 videos: each process claims a shard at a time, so both get work, and no
+    video (hence no shard) is done by both."""
     run, log = tmp_path / "run", tmp_path / "log"
+    RunDir(run, shard_size=4).record_videos(VideoItem(f"v_{i}", None) for i in range(16))
     script = _worker_script(run, log, 16, 0.1, "local")
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -116,20 +118,21 @@ def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> 
     assert sorted(done) == sorted(set(done)) and len(done) == 16  # each video exactly once
     counts = [int(o[0].split()[1]) for o in outs]
     assert sum(counts) == 16 and min(counts) > 0  # both did a share
-    rd = RunDir(run)
-    batches = [set(m["video_id"]) for m in (pd.read_parquet(p) for p in
-                                            sorted(rd.batch_dir("square").glob("*.parquet")))]
-    assert sum(len(b) for b in batches) == 16 and set().union(*batches) == \
-        {f"v_{i}" for i in range(16)}  # each video in exactly one batch
-    assert not list((run / "parts" / "claims").rglob("*.json"))
+    shards = [set(pd.read_parquet(p)["video_id"]) for p in
+              sorted((run / "status" / "square").glob("shard-*.parquet"))]
+    assert len(shards) == 4 and sum(len(b) for b in shards) == 16 and \
+        set().union(*shards) == {f"v_{i}" for i in range(16)}  # each video in one shard
+    assert not list((run / "claims").rglob("*.lock"))
 
 
 def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
-    rd = RunDir(tmp_path / "run")
+    rd = RunDir(tmp_path / "run", shard_size=1)  # a video a shard: v_k is shard k
+    rd.record_videos(ITEMS[:3])
     dead = Owner(Owner.me().host, 2**22 + 7, "gone")  # no such process
-    assert rd.claim("square", "v_1", dead)
-    elsewhere = rd.claim("square", "v_2", Owner("elsewhere", 1, "x"))
-    assert elsewhere is not None
+    assert rd.writer("square", 1).claim(dead)
+    held = rd.writer("square", 2)
+    assert held.claim(Owner("elsewhere", 1, "x"))
+    elsewhere = held.claim_path
     summary = run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False)
     # v_1's owner is gone: taken over; v_2's owner is alive elsewhere and within its lease
     assert summary.done == 2 and summary.claimed_elsewhere == 1
@@ -158,31 +161,32 @@ def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> N
     out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, runner)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    resumed = RunDir(run).merge("squares")
+    resumed = RunDir(run).table("squares")
     clean = RunDir(tmp_path / "clean")
     run_stage(clean, [VideoItem(f"v_{i}", None) for i in range(n)],
               SquareStage(tmp_path / "clog"), progress=False)
-    pd.testing.assert_frame_equal(resumed, clean.merge("squares"))
-    assert (RunDir(run).status_table()["status"] == "ok").sum() == n
+    pd.testing.assert_frame_equal(resumed, clean.table("squares"))
+    assert (RunDir(run).table("status")["status"] == "ok").sum() == n
 
 
-def test_sigkill_between_a_batchs_tables_and_its_manifest(tmp_path: Path) -> None:
-    """A real SIGKILL after a batch's table file and before its manifest: that batch is not
-    done (its file is an orphan, ignored, then swept), the first batch is, and the resumed
-    run equals a clean one."""
+def test_sigkill_between_a_chunks_tables_and_its_status(tmp_path: Path) -> None:
+    """A real SIGKILL after a chunk's table file and before its status file: that chunk is
+    not done (its file is an orphan, ignored, then swept), the first chunk is, and the
+    resumed run equals a clean one."""
     run, log, n = tmp_path / "run", tmp_path / "log", 6
     proc = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, "local",
-                                                                batch=2, die_at_manifest=2)],
+                                                                batch=2, die_at_chunk=2)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     rd = RunDir(run)
-    tables = sorted((run / "parts" / "squares").glob("batch-*.parquet"))
-    assert len(tables) == 2 and committed(run, "square") == 2  # one orphan, one batch
-    orphan = next(p for p in tables if not rd.manifest_path("square", p.stem).exists())
+    tables = sorted((run / "work" / "square" / "shard-00000").glob("*.squares.parquet"))
+    assert len(tables) == 2 and committed(run, "square") == 2  # one orphan, one chunk
+    orphan = next(p for p in tables
+                  if not p.with_name(p.name.split(".")[0] + ".status.parquet").exists())
     assert len(pd.read_parquet(orphan)) == 4  # its two videos' rows were written ...
-    ok = set(rd.records("square").index)
+    ok = set(rd.record_table("square").column("video_id").to_pylist())
     assert len(ok) == 2 and not ok & set(pd.read_parquet(orphan)["video_id"])  # ... not done
-    assert len(rd.merge("squares")) == 4  # the orphan's rows are not merged
+    assert not rd.has_table("squares")  # the shard is not finished: no table file yet
     out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, "local",
                                                                batch=2)],
                          capture_output=True, text=True, timeout=120)
@@ -191,7 +195,7 @@ def test_sigkill_between_a_batchs_tables_and_its_manifest(tmp_path: Path) -> Non
     clean = RunDir(tmp_path / "clean")
     run_stage(clean, [VideoItem(f"v_{i}", None) for i in range(n)],
               SquareStage(tmp_path / "clog"), progress=False)
-    pd.testing.assert_frame_equal(RunDir(run).merge("squares"), clean.merge("squares"))
+    pd.testing.assert_frame_equal(RunDir(run).table("squares"), clean.table("squares"))
 
 
 def test_runner_choices_and_resources() -> None:
@@ -222,8 +226,8 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
     assert local.returncode == ray.returncode == 1, ray.stderr  # "broken" fails, the rest ok
     assert "Traceback" not in ray.stderr and "broken" in ray.stderr
     for table in ("subtitles", "captions", "aligned"):
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "local" / f"{table}.parquet"),
-                                      pd.read_parquet(tmp_path / "ray" / f"{table}.parquet"))
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "local" / table),
+                                      pd.read_parquet(tmp_path / "ray" / table))
     cols = ["video_id", "stage", "status", "message"]
     a = pd.read_parquet(tmp_path / "local" / "status")[cols]
     b = pd.read_parquet(tmp_path / "ray" / "status")[cols]

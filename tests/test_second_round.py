@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tests.stage_support import write_rows
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
@@ -29,9 +30,7 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
                   "text": s.caption, "source": "llm", "block": 0, "model": "reference"}
                  for s in v.steps]
     rd.record_videos(resolve_inputs([videos]))
-    for vid, g in pd.DataFrame(rows).groupby("video_id"):
-        rd.write_part("captions", str(vid), g)
-    rd.merge("captions")
+    write_rows(rd, "captions", pd.DataFrame(rows))
 
     first = align_run(rd, ["default"], AlignConfig(quantile=0.8), progress=False)
     assert first.done == 3 and first.ok

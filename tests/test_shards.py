@@ -22,7 +22,7 @@ from tests.stage_support import SquareStage, committed, done_ids
 from tests.test_caption_pipeline import run_cli
 
 from howtocap.atomic import CorruptPartWarning
-from howtocap.engine.claims import Owner, _start_ticks
+from howtocap.engine.claims import Owner, _start_ticks, try_claim
 from howtocap.engine.core import (
     BATCH_SECONDS,
     BATCH_SIZE,
@@ -225,6 +225,57 @@ def test_a_live_holders_shard_is_skipped_and_a_dead_ones_taken_over(tmp_path: Pa
     assert not list(rd.root.glob("claims/**/*.lock"))
 
 
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def test_two_takers_of_one_dead_claim_do_not_both_get_it(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Two live owners find the same dead holder's claim at once; the second acts after the
+    first has taken it over: it must see the new claim is live, not remove it and take it
+    too."""
+    import threading
+
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        owners = [Owner(socket.gethostname(), p.pid, _start_ticks(p.pid)) for p in sleepers]
+        real = Owner.is_stale
+        barrier = threading.Barrier(2)
+        asked: dict[int, int] = {}
+
+        def judged_together(self: Owner, path: Path) -> bool:
+            stale = real(self, path)
+            asked[self.pid] = asked.get(self.pid, 0) + 1
+            if asked[self.pid] == 1:  # both found it dead before either acted
+                barrier.wait(timeout=30)
+                while self is owners[1] and _text(path) != owners[0].token:
+                    time.sleep(0.01)  # the first takes it over meanwhile
+            return stale
+
+        monkeypatch.setattr(Owner, "is_stale", judged_together)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        lock = tmp_path / "claims" / "s" / "shard-00000.lock"
+        _hold(lock, dead.pid, started="")
+        got: dict[int, bool] = {}
+        threads = [threading.Thread(target=lambda o=o: got.__setitem__(o.pid, try_claim(lock, o)))
+                   for o in owners]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert got == {owners[0].pid: True, owners[1].pid: False}
+        assert lock.read_text() == owners[0].token
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
 def test_two_processes_on_one_run_dir_never_do_the_same_shard(tmp_path: Path) -> None:
     """Two real processes started together on 8 shards of 3: each video is done exactly once,
     each shard by one process, and both did some."""
@@ -336,6 +387,71 @@ def test_forget_and_a_corrupt_file_redo_only_their_shard(tmp_path: Path) -> None
         "subtitles/shard-00002.parquet", "status/lines/shard-00002.parquet"}
 
 
+def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -> None:
+    """A real SIGKILL when shard 1's table file is written whole and its status file is
+    not: the shard is not finished, its chunks are still there, and the re-run finishes it
+    from them without redoing a video, to the tables of an uninterrupted run."""
+    run = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from howtocap.engine.core import Batching, run_stage
+        from howtocap.engine.rundir import RunDir, ShardWriter
+        from tests.test_shards import ITEMS, Lines
+        real, seen = ShardWriter._write_status, []
+        def die(self, records):
+            seen.append(self.k)
+            if len(seen) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(self, records)
+        ShardWriter._write_status = die
+        run_stage(RunDir({str(run)!r}, shard_size=4), ITEMS, Lines(), progress=False,
+                  batching=Batching(2))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    rd = RunDir(run)
+    assert rd.shard_path("subtitles", 1).exists() and not rd.status_path("lines", 1).exists()
+    assert len(rd.writer("lines", 1).chunk_ids()) == 2
+    assert rd.done("lines", ["v_03", "v_04"]) == [True, False]
+    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=Batching(2))
+    assert (s.done, s.skipped) == (2, 8)  # shard 2's videos; shard 1's were committed
+    clean = RunDir(tmp_path / "clean", shard_size=4)
+    run_stage(clean, ITEMS, Lines(), progress=False)
+    pd.testing.assert_frame_equal(rd.table("subtitles"), clean.table("subtitles"))
+    assert not rd.writer("lines", 1).chunk_ids()
+
+
+def test_a_sigkill_inside_forget_leaves_the_video_to_redo(tmp_path: Path) -> None:
+    """``forget`` rewrites a finished shard without the video: a real SIGKILL right after
+    its table file is rewritten (before anything else) must not leave the video recorded
+    as done without its rows; the re-run redoes it, to the tables of before."""
+    rd = RunDir(tmp_path / "run", shard_size=4)
+    run_stage(rd, ITEMS, Lines(), progress=False)
+    want = clean_table(rd, "subtitles")
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import howtocap.engine.rundir as rundir_mod
+        real = rundir_mod._write_rows
+        def write_then_die(path, table, data):
+            real(path, table, data)
+            os.kill(os.getpid(), signal.SIGKILL)
+        rundir_mod._write_rows = write_then_die
+        rundir_mod.RunDir({str(rd.root)!r}).forget("lines", ["v_05"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    again = RunDir(rd.root)
+    assert "v_05" not in set(again.table("subtitles")["video_id"])  # its rows went ...
+    assert "v_05" not in status(again, "lines")  # ... and so did its record
+    s = run_stage(again, ITEMS, Lines(), progress=False)
+    assert (s.done, s.skipped) == (1, 9)
+    pd.testing.assert_frame_equal(clean_table(again, "subtitles"), want)
+
+
 # -- records: the newest wins across chunks and runs --------------------------------------------
 
 def test_newest_record_wins_across_chunks_and_runs(tmp_path: Path) -> None:
@@ -399,6 +515,41 @@ def test_a_chunk_without_its_status_file_is_not_done_and_goes(tmp_path: Path) ->
     assert (s.done, s.skipped) == (2, 2) and not orphan.exists()
     assert rd.table("subtitles")["video_id"].value_counts().to_dict() == {
         v.video_id: 3 for v in ITEMS[:4]}
+
+
+def test_chunks_are_in_commit_order_whatever_the_clock(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clock stepped back (or another host's, after a takeover) between two chunks: the
+    later chunk's record of a video still wins, in ``records`` and in the finished shard."""
+    import howtocap.engine.rundir as rundir_mod
+
+    ticks = iter(range(10**12, 0, -10**9))  # every reading earlier than the one before
+    monkeypatch.setattr(rundir_mod.time, "time_ns", lambda: next(ticks))
+    rd = RunDir(tmp_path / "run")
+    rd.record_videos(ITEMS[:2])
+    w = rd.writer("lines", 0, ("subtitles",))
+    w.commit([StatusRecord("v_00", "lines", "error", cause="service")], {})
+    w.commit([StatusRecord("v_00", "lines", "ok"), StatusRecord("v_01", "lines", "ok")],
+             {"subtitles": pd.concat([rows("v_00"), rows("v_01")])})
+    again = rd.writer("lines", 0, ("subtitles",))  # another process, later: numbered after
+    again.commit([StatusRecord("v_01", "lines", "error", cause="bad input")], {})
+    assert {r.video_id: r.status for r in rd.status_records("lines")} == {
+        "v_00": "ok", "v_01": "error"}
+    again.finish()
+    assert {r.video_id: r.status for r in rd.status_records("lines")} == {
+        "v_00": "ok", "v_01": "error"}
+    assert set(rd.table("subtitles")["video_id"]) == {"v_00"}
+
+
+def test_a_video_given_twice_is_done_once(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run", shard_size=2)
+    items = [ITEMS[1], ITEMS[2], ITEMS[1], ITEMS[3], ITEMS[2]]
+    s = run_stage(rd, items, Lines(), progress=False)
+    assert s.done == 3
+    assert rd.table("subtitles")["video_id"].value_counts().to_dict() == {
+        "v_01": 3, "v_02": 3, "v_03": 3}
+    s = run_stage(rd, items, Lines(), progress=False)
+    assert (s.done, s.skipped) == (0, 3)
 
 
 class SomeEmpty(Lines):
@@ -467,11 +618,12 @@ def test_shard_k_of_n_keeps_the_shards_k_mod_n(tmp_path: Path) -> None:
             Shard.parse(bad)
 
 
-def test_videos_are_numbered_once_new_ones_appended_in_id_order(
+def test_videos_are_numbered_once_new_ones_appended_in_the_order_given(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``videos.parquet``: a video's number never changes; videos added later come after,
-    in id order; recorded a chunk at a time, the same table as at once; an empty path never
-    erases one recorded before; a row group per shard."""
+    in the order first given; recorded a chunk at a time, the same table as at once; a
+    video given twice keeps its first place and its last path; an empty path never erases
+    one recorded before; a row group per shard."""
     import pyarrow.parquet as pq
 
     import howtocap.engine.rundir as rundir_mod
@@ -486,12 +638,13 @@ def test_videos_are_numbered_once_new_ones_appended_in_id_order(
         assert rd.record_videos(iter(first)) == 5
         assert rd.record_videos(iter(then)) == 7
         got = pq.read_table(rd.table_path("videos")).to_pandas()
-        assert got["video_id"].tolist() == ["v_01", "v_03", "v_05", "v_07", "v_09",
-                                            "v_00", "v_02"]
-        assert got["video_path"].tolist() == ["/a/v_01.mp4", "", "", "", "", "",
-                                              "/c/v_02.mp4"]
+        assert got["video_id"].tolist() == ["v_05", "v_01", "v_09", "v_03", "v_07",
+                                            "v_02", "v_00"]
+        assert got["video_path"].tolist() == ["", "/a/v_01.mp4", "", "", "", "/c/v_02.mp4",
+                                              ""]
         assert pq.ParquetFile(rd.table_path("videos")).num_row_groups == 4
-        assert rd.shard_videos(3)["video_id"].to_pylist() == ["v_02"]
+        assert rd.shard_videos(3)["video_id"].to_pylist() == ["v_00"]
+        assert rd.shard_of(["v_00", "v_05", "v_03"]).tolist() == [3, 0, 1]
         assert (rd.shard_count(), rd.video_count()) == (4, 7)
         tables.append(got)
     pd.testing.assert_frame_equal(tables[0], tables[1])

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pandas as pd
+from tests.stage_support import write_rows
 
 from howtocap.engine.rundir import RunDir
 from howtocap.shots.bounds import clamp_to_shot, shot_at, shots_by_video
@@ -26,7 +27,7 @@ def test_a_cut_belongs_to_the_later_shot_and_outside_is_none() -> None:
 def test_shots_by_video_groups_and_sorts(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
     assert shots_by_video(rd.table("shots")) == {}
-    pd.DataFrame({"video_id": ["b", "a", "a"], "start": [0.0, 5.0, 0.0],
-                  "end": [3.0, 8.0, 5.0]}).to_parquet(rd.table_path("shots"))
+    write_rows(rd, "shots", pd.DataFrame({"video_id": ["b", "a", "a"], "start": [0.0, 5.0, 0.0],
+                                          "end": [3.0, 8.0, 5.0]}))
     assert shots_by_video(rd.table("shots")) == {"a": [(0.0, 5.0), (5.0, 8.0)],
                                                  "b": [(0.0, 3.0)]}

@@ -102,9 +102,11 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
 
 def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
                                                          base_video: Path) -> None:
-    """Shards of 2 videos: a torn captions file (its footer gone) and a subtitles file with
-    one flipped byte (only the page checksum tells) are named in warnings, dropped with their
-    shards' status, and those shards alone are redone, to the tables of before."""
+    """Shards of 2 videos, a video of shards 0 and 2 left to caption: the torn captions file
+    of shard 0 (its footer gone, found when the shard is finished) and the subtitles file of
+    shard 2 with one flipped byte (only the page checksum tells, found when captioning reads
+    it) are named in warnings, dropped with their shards' records, and redone in the same
+    run, to the tables of before; shard 1 is not touched."""
     from howtocap.engine.core import Batching
 
     vids, out = videos(tmp_path, base_video, 6), tmp_path / "run"
@@ -115,6 +117,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
         rd = RunDir(out, create=False)
         k_cap, k_sub = rd.shard_of(["v01", "v05"]).tolist()
         assert (k_cap, k_sub, rd.shard_count()) == (0, 2, 3)
+        rd.forget("caption", ["v00", "v04"])
         truncated = rd.shard_path("captions", k_cap)
         truncated.write_bytes(truncated.read_bytes()[:-40])  # torn: footer gone
         flipped = rd.shard_path("subtitles", k_sub)
@@ -133,13 +136,34 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
             subs, caps = caption_run([vids], out, cfg, progress=False)
         named = " ".join(str(w.message) for w in caught)
         assert str(truncated) in named and str(flipped) in named
-        assert caps.done >= 2 and srv.requests > n  # shard 0's captions were asked for again
+        assert caps.done == 3 and srv.requests > n  # v00, v04, and v01 of the torn file
         assert subs.done == 2  # shard 2's subtitles, and no other shard's
         for name, df in tables(out, ("subtitles", "captions")).items():
             pd.testing.assert_frame_equal(df, want[name])
         for path in (truncated, flipped):  # redone whole
             assert looks_complete(path) and len(read_parquet(path))
         assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
+
+
+def test_a_corrupt_captions_file_is_redone_by_a_rerun_with_nothing_else_to_do(
+        tmp_path: Path) -> None:
+    """A re-run of a finished caption run whose captions shard file is torn: the run must
+    end with the captions of before (not without that shard's)."""
+    from tests.test_caption_windows import QuickLLM, config, write_source
+
+    from howtocap.engine.core import Batching
+
+    src, out = tmp_path / "c.json", tmp_path / "run"
+    write_source(src, 8)
+    caption_run(None, out, config(src), llm=QuickLLM(), progress=False,
+                batching=Batching.of(shard_size=2))
+    rd = RunDir(out, create=False)
+    want = rd.table("captions")
+    torn = rd.shard_path("captions", 0)
+    torn.write_bytes(torn.read_bytes()[:-40])
+    with pytest.warns(CorruptPartWarning, match="shard-00000"):
+        caption_run(None, out, config(src), llm=QuickLLM(), progress=False)
+    pd.testing.assert_frame_equal(RunDir(out, create=False).table("captions"), want)
 
 
 @contextlib.contextmanager

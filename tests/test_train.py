@@ -338,6 +338,9 @@ def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
     write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     pairs = read_pairs(rd.root)
     assert len(pairs) == 6 and set(pairs["video_id"]) == {"vid0", "vid1"}
+    # the table's folder (and one of its shard files) is the same source, with the run's paths
+    pd.testing.assert_frame_equal(read_pairs(rd.root / "aligned"), pairs)
+    pd.testing.assert_frame_equal(read_pairs(rd.table_files("aligned")[0]), pairs)
     assert pairs["video_path"].str.endswith(".mp4").all()
     assert videos[0].steps[3].caption not in set(pairs[pairs.video_id == "vid0"]["text"])
     with pytest.raises(HowtocapError, match="has no aligned or framecaps table"):

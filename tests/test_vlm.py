@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from tests.chat_server import GREY_PER_SECOND, VisionServer, vision_server
 from tests.fault_server import fault_server
-from tests.test_llm_faults import closed_port
+from tests.test_llm_faults import closed_port, statuses
 
 from howtocap.caption.blocks import make_blocks
 from howtocap.caption.captioner import CaptionConfig
@@ -221,7 +221,7 @@ def test_server_errors_are_retried_and_a_dead_server_stops_the_run_then_it_resum
     assert res.returncode == 75, res.stderr
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "nothing lost; re-run to resume" in errors[0], res.stderr
-    status = RunDir(out).status_table()
+    status = statuses(RunDir(out))
     assert (status["status"] == "error").sum() == 0
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     with fault_server(faults=["500", "ok", "503"], retry_after="0", port=port) as srv:

@@ -53,7 +53,8 @@ def _fsync_file(name: str) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (a no-op where a directory cannot be synced)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
@@ -160,7 +161,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

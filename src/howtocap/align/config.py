@@ -55,7 +55,7 @@ class AlignConfig(BaseModel):
     seed: int = Field(0, json_schema_extra={"flag": "--align-seed"}, description=(
         "Seed of that sample (and of the default filter's reference draw)."))
     within_shot: bool = Field(False, description=(  # see align.filter's docstring
-        "Keep each caption's window inside one shot (PySceneDetect's cuts, DIR/shots.parquet: "
+        "Keep each caption's window inside one shot (PySceneDetect's cuts, DIR/shots/: "
         "detected first when the run has none; `howtocap shots` sets the detector). A window "
         "is cut back to the shot that holds its middle before it is scored."))
 

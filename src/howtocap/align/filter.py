@@ -17,7 +17,7 @@ Exact definitions (tested in ``tests/test_align.py``):
 * The guard: a shift counts only when its clamped window starts within ±T of the caption, so
   no caption moves by more than T. A caption with no such shift (its window lies outside the
   video: ``s - T > L - clip`` or ``s + T < 0``; for a video shorter than a clip ``|s| > T``) is
-  ``outside``: not moved, not scored, and dropped from ``aligned.parquet`` and counted, like
+  ``outside``: not moved, not scored, and dropped from ``aligned/`` and counted, like
   the reference drops a caption with no frames in its search range.
 * The window embedding is the plain mean of the L2-normalised frame embeddings, *not*
   renormalised (as the reference's average pooling); a window whose frames disagree therefore

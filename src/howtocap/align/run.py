@@ -61,6 +61,7 @@ STAGE = AlignStage.name
 INPUTS = "align_inputs"  # fingerprints/align_inputs/shard-k.parquet: each video's captions' hash
 
 Windows = Callable[[], Iterable[pd.DataFrame]]  # a fresh pass over a table, whole videos
+ORDER = ["video_id", "start", "end", "text"]  # the order of aligned's rows
 
 
 def _fingerprint(item: VideoItem, text: str) -> str:
@@ -422,6 +423,9 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     def filtered(windows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for window in windows:
             merged = conform(window, "aligned")
+            # each video's rows by where they now are (the stage writes them in caption
+            # order), ties in that order: the order aligned tables always had
+            merged = merged.sort_values(ORDER, kind="stable", ignore_index=True)
             # The guard's drops: captions with no window inside the video within ±T (not
             # moved, not scored). Like the reference they leave the table; they are counted
             # and listed.

@@ -198,7 +198,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     opts = {"runner": runner, "shard": shard, "progress": progress,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "batching": batching}
     summaries: list[StageSummary] = []
-    for _ in range(2):  # a second pass only when the merge found corrupt parts
+    for _ in range(2):  # a second pass only when a corrupt file was found (and dropped)
         subs, caps = StageSummary(subs_stage.name), StageSummary(cap_stage.name)
         for items in videos.windows(rundir, window or WINDOW):
             subs.add(run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts))
@@ -217,10 +217,11 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         if source is not None:
             source.close()  # reopened (not converted again) if a second pass needs it
         give_back_memory()
-        if not rundir.corrupted:
+        rejected = rejected_counts(rundir)  # reads every captions file: a corrupt one is
+        if not rundir.corrupted:  # dropped here and redone by the second pass
             break
         rundir.corrupted.clear()
-    rundir.write_config("caption", {**config.model_dump(), "rejected": rejected_counts(rundir)})
+    rundir.write_config("caption", {**config.model_dump(), "rejected": rejected})
     return subs, caps
 
 

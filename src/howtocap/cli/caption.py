@@ -27,6 +27,7 @@ from howtocap.cli.common import (
     RunnerName,
     RunnerOpt,
     ShardOpt,
+    ShardSizeOpt,
     WorkersOpt,
     batching,
     err,
@@ -64,6 +65,7 @@ def caption_cmd(
     shard: ShardOpt = None,
     batch_size: BatchSizeOpt = None,
     batch_seconds: BatchSecondsOpt = None,
+    shard_size: ShardSizeOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -74,7 +76,7 @@ def caption_cmd(
                             runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                ray_gpus_per_stage=ray_gpus_per_stage),
                             shard=parse_shard(shard),
-                            batching=batching(batch_size, batch_seconds),
+                            batching=batching(batch_size, batch_seconds, shard_size),
                             redo=redo, retry_failed=retry_failed,
                             max_attempts=max_attempts)
     show_captions(out_dir, limit=0)

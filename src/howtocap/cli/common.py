@@ -57,12 +57,16 @@ Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of vide
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
 ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
 BatchSizeOpt = Annotated[int | None, typer.Option(
-    "--batch-size", min=1, help="Commit results in batches of at most this many videos (one "
-                                "file per table per batch; a kill loses the batch in "
-                                "flight). Default 1000.")]
+    "--batch-size", min=1, help="Commit finished videos in chunks of at most this many (a "
+                                "file per table per chunk, joined when their shard is "
+                                "finished; a kill loses the chunk in flight). Default 100.")]
 BatchSecondsOpt = Annotated[float | None, typer.Option(
-    "--batch-seconds", min=0, help="Commit a batch once its first result waited this long, "
+    "--batch-seconds", min=0, help="Commit a chunk once its first result waited this long, "
                                    "full or not. Default 60.")]
+ShardSizeOpt = Annotated[int | None, typer.Option(
+    "--shard-size", min=1, help="Videos per shard of a run directory this command makes (the "
+                                "unit of work and of --shard K/N; a file per table each). "
+                                "An existing run directory keeps its own. Default 1000.")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
 
@@ -167,12 +171,12 @@ def parse_shard(text: str | None) -> Any:
     return Shard.parse(text)
 
 
-def batching(size: int | None, seconds: float | None) -> Any:
-    """``--batch-size`` / ``--batch-seconds`` as the ``Batching`` the command passes to
-    every stage it runs (the defaults where not given)."""
+def batching(size: int | None, seconds: float | None, shard_size: int | None = None) -> Any:
+    """``--batch-size`` / ``--batch-seconds`` / ``--shard-size`` as the ``Batching`` the
+    command passes to every stage it runs (the defaults where not given)."""
     from howtocap.engine.core import Batching
 
-    return Batching.of(size, seconds)
+    return Batching.of(size, seconds, shard_size)
 
 
 def make_runner(runner: str, *, workers: int | None, ray_address: str | None,

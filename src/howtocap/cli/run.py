@@ -26,6 +26,7 @@ from howtocap.cli.common import (
     RunnerName,
     RunnerOpt,
     ShardOpt,
+    ShardSizeOpt,
     WorkersOpt,
     batching,
     make_runner,
@@ -59,6 +60,7 @@ def run_cmd(
     shard: ShardOpt = None,
     batch_size: BatchSizeOpt = None,
     batch_seconds: BatchSecondsOpt = None,
+    shard_size: ShardSizeOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
     encoder: EncoderOpt = None,
@@ -72,13 +74,13 @@ def run_cmd(
     from howtocap.pipeline.run import run_pipeline
 
     if videos:
-        attach_videos(RunDir(out_dir, create=False), videos)
+        attach_videos(RunDir(out_dir, create=False, shard_size=shard_size), videos)
     summaries = run_pipeline(inputs, out_dir, caption=caption, align=align,
                              encoders=encoder or ["default"],
                              runner=make_runner(runner, workers=workers, ray_address=ray_address,
                                                 ray_gpus_per_stage=ray_gpus_per_stage),
                              shard=parse_shard(shard),
-                             batching=batching(batch_size, batch_seconds),
+                             batching=batching(batch_size, batch_seconds, shard_size),
                              force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
                              max_attempts=max_attempts, download=download)

@@ -48,7 +48,7 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
     ``--keep-media false``) is fetched again; ``run`` turns it off when it deletes media."""
     config = config or DownloadConfig()
     items = resolve_videos(inputs)
-    rundir = RunDir(out)
+    rundir = RunDir(out, shard_size=batching.shard_size if batching is not None else None)
     stage = download_stage(rundir, config)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     remote = [it for it in items if it.remote]

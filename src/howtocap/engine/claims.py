@@ -79,11 +79,23 @@ def try_claim(path: Path, owner: Owner) -> bool:
                 return True
             if not owner.is_stale(path):
                 return False
-            path.unlink(missing_ok=True)  # its holder is gone
+            _drop_stale(path, owner)  # its holder is gone
             continue
         _write_fd(fd, path, owner.token)
         return True
     return False
+
+
+def _drop_stale(path: Path, owner: Owner) -> None:
+    """Remove a dead holder's lock file, asked again under an ``flock`` of a guard file: two
+    processes that both found it dead would otherwise both take it (the later one removing
+    the lock the first had just made). The flock goes with its process, so it never stays."""
+    import fcntl
+
+    with open(path.with_name(path.name + ".guard"), "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if owner.is_stale(path):  # still the dead holder's, not a new live one
+            path.unlink(missing_ok=True)
 
 
 def refresh_claim(path: Path) -> None:

@@ -155,7 +155,7 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     return ids
 
 
-BATCH_SIZE = 100  # videos a chunk of a shard commits at most (``--batch-size``)
+BATCH_SIZE = 1000  # videos a chunk of a shard commits at most (``--batch-size``)
 BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 
 
@@ -196,7 +196,11 @@ def _todo(recs: Any, items: Sequence[Any], cid: str, skip_done: bool, retry_fail
                      strict=True)) if recs.num_rows else {}
     todo: list[Any] = []
     attempts: dict[str, int] = {}
+    seen: set[str] = set()
     for it in items:
+        if it.video_id in seen:
+            continue  # given twice: done once (its rows would be written twice)
+        seen.add(it.video_id)
         rec = found.get(it.video_id)
         if rec is None:
             todo.append(it)
@@ -487,7 +491,7 @@ _by_video = attrgetter("video_id")
 
 
 def _one_table(name: str, parts: list[Any]) -> Any:
-    """A batch's rows of one table: an Arrow table when every video gave plain columns
+    """A chunk's rows of one table: an Arrow table when every video gave plain columns
     (``Rows``: no pandas on the text-only path), else one frame."""
     if all(isinstance(p, Rows) for p in parts) and name in SCHEMAS:
         return rows_to_arrow(name, parts)

@@ -43,6 +43,7 @@ from howtocap.atomic import (
     atomic_write_text,
     corrupt_parquet,
     disk_full_as,
+    fsync_dir,
     looks_complete,
 )
 from howtocap.engine.claims import Owner, refresh_claim, try_claim
@@ -288,9 +289,10 @@ class RunDir:
         DuckDB or a record batch at a time read ([] when the run has none of it)."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
-        folder = self.root / name
-        if folder.is_dir():
-            return sorted(folder.glob(SHARD_GLOB))
+        folder = self.root / name  # (a folder of the same name may hold other files)
+        files = sorted(folder.glob(SHARD_GLOB)) if folder.is_dir() else []
+        if files:
+            return files
         path = self.table_path(name)
         return [path] if path.exists() else []
 
@@ -553,8 +555,11 @@ class ShardWriter:
         a chunk exists iff its status file does."""
         import pyarrow.parquet as pq
 
+        if not self._chunks:  # numbered after the shard's chunks so far (a dead holder's too):
+            # commit order is the number's, not a clock's (one stepped back, or another host's)
+            self._chunks = max((int(c.split("-")[0]) for c in self.chunk_ids()), default=0)
         self._chunks += 1
-        cid = f"{time.time_ns():020d}-{os.getpid()}-{self._chunks:06d}"
+        cid = f"{self._chunks:08d}-{time.time_ns():020d}-{os.getpid()}"
         self.work.mkdir(parents=True, exist_ok=True)
         for table, data in tables.items():
             _write_rows(self.work / f"{cid}.{table}.parquet", table, data)
@@ -571,6 +576,10 @@ class ShardWriter:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
+        chunks = self.chunk_ids()
+        if not drop and len(chunks) == 1 and not self.status.exists() \
+                and self._move(chunks[0]):
+            return
         parts = self._parts(None)
         loaded: dict[tuple[int, str], Any] = {}
         for i, (source, _) in enumerate(parts):  # a corrupt file: its videos are redone
@@ -597,6 +606,16 @@ class ShardWriter:
             keep = keep[~gone.to_numpy(zero_copy_only=False)]
         final = recs.take(pa.array(keep))
         final_src = src[keep]
+        status = records_table([], self.stage, self.writes).schema
+        records = final.select(status.names).cast(status).replace_schema_metadata(
+            status.metadata)
+        records = records.take(pc.sort_indices(records, sort_keys=[("video_id", "ascending")]))
+        # ``forget`` of a finished shard only takes rows away: its status goes first, so a
+        # kill before the tables are rewritten leaves the dropped videos to redo (the other
+        # way round, they would stay done without their rows)
+        shrink = bool(drop) and all(source == "" for source, _ in parts)
+        if shrink:
+            self._write_status(records)
         for table in self.writes:
             pieces = []
             for i in range(len(parts)):
@@ -612,19 +631,48 @@ class ShardWriter:
                 _write_rows(out, table, pa.concat_tables(pieces, promote_options="permissive"))
             else:
                 out.unlink(missing_ok=True)
-        status = records_table([], self.stage, self.writes).schema
-        final = final.select(status.names).cast(status).replace_schema_metadata(
-            status.metadata)
-        order = pc.sort_indices(final, sort_keys=[("video_id", "ascending")])
-        final = final.take(order)
-        with disk_full_as(self.status):
-            self.status.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.status, lambda tmp: pq.write_table(final, tmp,
-                                                             write_page_checksum=True))
+        if not shrink:
+            self._write_status(records)
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
             self.work.parent.parent.rmdir()
+
+    def _move(self, cid: str) -> bool:
+        """A shard done in one chunk: its files are the shard's (rows grouped by video in id
+        order, one record a video), renamed into place instead of read and written again;
+        False (nothing moved) when one of them is not whole."""
+        import pyarrow.parquet as pq
+
+        status = self.work / f"{cid}.status.parquet"
+        files = {t: self._file(cid, t) for t in self.writes if self._file(cid, t).exists()}
+        if not all(looks_complete(p) for p in (status, *files.values())):
+            return False
+        for table in self.writes:
+            out = self.rundir.shard_path(table, self.k)
+            path = files.get(table)
+            if path is None or not pq.read_metadata(path).num_rows:
+                out.unlink(missing_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, out)
+            fsync_dir(out.parent)
+        self.status.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(status, self.status)  # last: the shard is finished
+        fsync_dir(self.status.parent)
+        shutil.rmtree(self.work, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.work.parent.rmdir()
+            self.work.parent.parent.rmdir()
+        return True
+
+    def _write_status(self, records: Any) -> None:
+        import pyarrow.parquet as pq
+
+        with disk_full_as(self.status):
+            self.status.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
+                                                             write_page_checksum=True))
 
 
 def _key_runs(keys: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -675,6 +723,14 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
     if isinstance(data, pd.DataFrame):
         df = conform(data, table) if table in SCHEMAS else data
         data = pa.Table.from_pandas(df, preserve_index=False)
+    # every shard file in the schema's types (a dataset reads them as one); a table with
+    # object columns (tdr_frames' vectors) has no fixed schema: written as given
+    if table in SCHEMAS and "object" not in SCHEMAS[table].values():
+        schema = arrow_schema(table)
+        for f in schema:
+            i = data.schema.get_field_index(f.name)
+            if i >= 0 and data.schema.field(i).type != f.type:
+                data = data.set_column(i, f, data.column(i).cast(f.type))
     if "video_id" in data.column_names and data.num_rows > 1:
         ids = data.column("video_id")
         n = data.num_rows

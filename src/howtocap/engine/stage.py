@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
     from howtocap.schemas import Rows
 
 # A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path, which
-# the engine turns into one Arrow table per batch
+# the engine turns into one Arrow table per chunk
 Tables = dict[str, "pd.DataFrame | Rows"]
 
 
@@ -99,7 +99,7 @@ class BaseStage:
     reads_cache: ClassVar[tuple[str, ...]] = ()
     writes_cache: ClassVar[tuple[str, ...]] = ()
     reduce_writes: ClassVar[tuple[str, ...]] = ()
-    # True: the stage is given its inputs as ``schemas.Rows`` (slices of a batch's columns)
+    # True: the stage is given its inputs as ``schemas.Rows`` (slices of a shard file's columns)
     # instead of a pandas frame per video, which costs more than a text-only stage's work
     columnar: ClassVar[bool] = False
     resources: Resources = Resources()

@@ -31,7 +31,7 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
     """The ``howtocap framecaps`` command: writes ``DIR/framecaps/``."""
     cfg = cfg or FrameCapsConfig()
     items = resolve_videos(inputs)
-    rundir = RunDir(out)
+    rundir = RunDir(out, shard_size=batching.shard_size if batching is not None else None)
     stage = FrameCapsStage(captioners, scorer, cfg, device=device)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.record_videos(items)

@@ -76,7 +76,8 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
     caption = caption or CaptionRunConfig()
     align = align or AlignConfig()
     download = download or DownloadConfig()
-    rundir = RunDir(out, create=False)
+    rundir = RunDir(out, create=False,
+                    shard_size=batching.shard_size if batching is not None else None)
     check = [align_stage(rundir, list(encoders), align, device=device)]
     retry = {"retry_failed": retry_failed, "max_attempts": max_attempts, "redo": redo,
              "batching": batching}
