@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import chat_server
+from tests.test_filler import Scripted
 
 from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.caption.constrain import CAPTION_REGEX, STEP_GBNF, STEP_REGEX
@@ -138,21 +139,6 @@ class CountingParser:
     def pipe(self, texts: list[str], batch_size: int = 256) -> object:
         self.texts += list(texts)
         return self.nlp.pipe(texts, batch_size=batch_size)  # type: ignore[attr-defined]
-
-
-class Scripted:
-    """An LLM that answers every block with the same caption lines."""
-
-    name = "scripted"
-
-    def __init__(self, reply: str) -> None:
-        self.reply = reply
-
-    def chat(self, messages: list, gen: GenerationConfig) -> str:
-        return self.reply
-
-    def chat_many(self, batch: list, gen: GenerationConfig) -> list:
-        return [self.chat(m, gen) for m in batch]
 
 
 def scripted_video(texts: list[str]) -> tuple[pd.DataFrame, Scripted]:
