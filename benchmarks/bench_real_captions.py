@@ -403,21 +403,23 @@ def metrics(videos: list[Video], recs: list[dict[str, Any]], judge: Judge,
 
 def baselines(videos: list[Video]) -> dict[str, list[dict[str, Any]]]:
     """Copying the ASR lines, as they are and through the stage's post-processing."""
-    from howtocap.caption.captioner import CaptionConfig, _steps_after
+    from howtocap.caption.captioner import mark_repeats
     from howtocap.caption.chatter import is_chatter
-    from howtocap.caption.filler import load_parser, reject_reasons
+    from howtocap.caption.filler import load_parser
+    from howtocap.caption.imperative import judge_captions
 
     nlp = load_parser()
-    cfg = CaptionConfig(imperative=True, merge_seconds=MERGE_S)
     copy, clean = [], []
     for v in videos:
         starts = [float(x) for x in v.subs["start"]]
         texts = [str(t) for t in v.subs["text"]]
         copy.append({"video_id": v.video_id, "split": v.split,
                      "captions": [(s, t, "") for s, t in zip(starts, texts, strict=True)]})
-        why = ["chatter" if is_chatter(t) else w
-               for t, w in zip(texts, reject_reasons(texts, nlp), strict=True)]
-        new, why2 = _steps_after(texts, why, starts, cfg, nlp)
+        verdicts, steps = judge_captions(texts, nlp, reject_fillers=True, imperative=True)
+        why = ["chatter" if is_chatter(t) else w for t, w in zip(texts, verdicts, strict=True)]
+        # a chatter line stays as it was said, as a rejected caption does
+        new = [t if w else s for t, w, s in zip(texts, why, steps, strict=True)]
+        why2 = mark_repeats(new, why, starts, MERGE_S)
         clean.append({"video_id": v.video_id, "split": v.split,
                       "captions": list(zip(starts, new, why2, strict=True))})
     return {COPY: copy, COPY_CLEAN: clean}

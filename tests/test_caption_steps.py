@@ -12,11 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import chat_server
+from tests.test_filler import Scripted
 
 from howtocap.caption.captioner import CaptionConfig, CaptionError, caption_video
 from howtocap.caption.constrain import CAPTION_REGEX, STEP_GBNF, STEP_REGEX
 from howtocap.caption.filler import load_parser, reject_reasons
-from howtocap.caption.imperative import imperatives
+from howtocap.caption.imperative import imperatives, judge_captions
 from howtocap.caption.merge import repeats
 from howtocap.llm import create
 from howtocap.llm.base import GenerationConfig
@@ -27,7 +28,7 @@ def nlp() -> object:
     return load_parser()
 
 
-@pytest.mark.parametrize(("said", "step"), [
+FRAMED = [
     ("So now I'm going to add two cups of flour", "Add two cups of flour."),
     ("We're just going to pour in the milk.", "Pour in the milk."),
     ("You want to stir it for five minutes.", "Stir it for five minutes."),
@@ -35,7 +36,10 @@ def nlp() -> object:
     ("I'm adding the onions to the pan.", "Add the onions to the pan."),
     ("I need to beat one egg.", "Beat one egg."),
     ("Now we add salt and pepper.", "Add salt and pepper."),
-])
+]
+
+
+@pytest.mark.parametrize(("said", "step"), FRAMED)
 def test_imperative_rewrite_drops_the_frame_and_keeps_objects_and_quantities(
         nlp: object, said: str, step: str) -> None:
     assert imperatives([said], nlp) == [step]
@@ -53,6 +57,9 @@ def test_imperative_rewrite_in_parser_processes_equals_the_rewrite_in_process(
         assert imperatives(said, pool) == imperatives(said, nlp) == [
             "Add two cups of flour.", "Add the garlic.", "The noodles are soaking in water."]
         assert pool.verdicts(said[:1]) == reject_reasons(said[:1], nlp)  # verdicts still
+        texts = one_parse_texts()  # verdict and rewrite from one parse, as in process
+        assert judge_captions(texts, pool, reject_fillers=True, imperative=True) == \
+            judge_captions(texts, nlp, reject_fillers=True, imperative=True)
     finally:
         pool.close()
 
@@ -82,6 +89,118 @@ TUNE_PAIRS = [
 def test_story_and_schedule_are_rejected_with_a_reason_and_the_step_kept(
         nlp: object, step: str, talk: str, why: str) -> None:
     assert reject_reasons([step, talk], nlp) == ["", why]
+
+
+DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+
+
+def one_parse_texts() -> list[str]:
+    """Captions to judge: the hand-labelled filler captions (steps and every reason), the tune
+    split's steps and talk, and narration in the speaker's frame (rewritten when kept)."""
+    caps = json.loads((DATA / "filler_captions.json").read_text())["captions"]
+    return [str(c[0]) for c in caps] + [t for step, talk, _ in TUNE_PAIRS for t in (step, talk)] \
+        + [said for said, _ in FRAMED] + ["Now I'm adding the flour to the bowl.",
+                                          "So yeah, now I'm going to wait a few minutes."]
+
+
+def apart(texts: list[str], nlp: object) -> tuple[list[str], list[str]]:
+    """The filler test, then the rewrite of the captions it kept: two parses, as before."""
+    why = reject_reasons(texts, nlp)
+    keep = [i for i, w in enumerate(why) if not w]
+    new = list(texts)
+    for i, step in zip(keep, imperatives([texts[i] for i in keep], nlp), strict=True):
+        new[i] = step
+    return why, new
+
+
+def test_one_parse_gives_what_the_filler_test_and_the_rewrite_give_apart(nlp: object) -> None:
+    texts = one_parse_texts()
+    why, new = apart(texts, nlp)
+    assert judge_captions(texts, nlp, reject_fillers=True, imperative=True) == (why, new)
+    # every kind of outcome is among them: rejected (as written), rewritten, kept as written
+    assert len({w for w in why if w}) >= 6
+    assert sum(t != n for t, n in zip(texts, new, strict=True)) >= len(FRAMED) + 1
+    assert any(not w and t == n for t, w, n in zip(texts, why, new, strict=True))
+    assert all(t == n for t, w, n in zip(texts, why, new, strict=True) if w)
+    # one of the two alone
+    assert judge_captions(texts, nlp, reject_fillers=True, imperative=False) == (why, texts)
+    assert judge_captions(texts, nlp, reject_fillers=False, imperative=True) == \
+        ([""] * len(texts), imperatives(texts, nlp))
+    assert judge_captions(texts, None, reject_fillers=False, imperative=False) == \
+        ([""] * len(texts), texts)
+
+
+class CountingParser:
+    """The real parser, keeping every text it is asked to parse."""
+
+    def __init__(self, nlp: object) -> None:
+        self.nlp, self.texts = nlp, []
+
+    def pipe(self, texts: list[str], batch_size: int = 256) -> object:
+        self.texts += list(texts)
+        return self.nlp.pipe(texts, batch_size=batch_size)  # type: ignore[attr-defined]
+
+
+def scripted_video(texts: list[str]) -> tuple[pd.DataFrame, Scripted]:
+    """One block of subtitles, and an LLM that writes ``texts`` as its captions, a second
+    apart."""
+    subs = pd.DataFrame({"start": [float(i) for i in range(len(texts))],
+                         "end": [i + 1.0 for i in range(len(texts))], "text": ["x"] * len(texts)})
+    return subs, Scripted("\n".join(f"{i}s: {t}" for i, t in enumerate(texts)))
+
+
+def test_the_default_parses_each_caption_once(nlp: object) -> None:
+    """The filler test and the imperative rewrite read one parse: every caption goes through
+    the parser once (before, the kept ones went twice)."""
+    subs, llm = scripted_video(one_parse_texts())
+    counting = CountingParser(nlp)
+    cfg = CaptionConfig(block_words=100_000, merge_seconds=0)
+    df, _ = caption_video("v", subs, llm, cfg, nlp=counting)
+    assert sorted(counting.texts) == sorted(set(counting.texts))
+    assert len(counting.texts) == len(df) > 100
+    kept = df[df["rejected"] == ""]
+    assert "Add two cups of flour." in kept["text"].tolist() and len(kept) < len(df)
+
+
+def test_no_parser_is_loaded_without_the_filler_test_and_the_rewrite(tmp_path: Path) -> None:
+    """``--keep-fillers --no-imperative`` never imports spaCy (nor starts a parser process);
+    with either on, the parse runs (so the check can tell)."""
+    import subprocess
+    import sys
+
+    from howtocap.caption.filler import ParserPool
+    from howtocap.caption.stage import CaptionStage
+    from howtocap.llm import LLMOptions
+
+    src = tmp_path / "caption.json"
+    src.write_text(json.dumps({"v1": {"start": [0.0, 5.0], "end": [5.0, 10.0],
+                                      "text": ["so now we add the flour", "so yeah"]}}))
+    code = ("import sys\nfrom howtocap.cli import app\n"
+            "try:\n    app(sys.argv[1:], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            "print('spacy' in sys.modules)\n")
+    seen = {}
+    with chat_server() as srv:
+        for flags in (("--keep-fillers", "--no-imperative"), ("--keep-fillers",)):
+            out = tmp_path / f"run{len(flags)}"
+            res = subprocess.run([sys.executable, "-c", code, "caption", "--subtitles", str(src),
+                                  "--out", str(out), "--llm-url", srv.url, "--quiet",
+                                  "--parse-workers", "0", *flags],
+                                 capture_output=True, text=True, timeout=300, check=False)
+            assert res.returncode == 0, res.stderr[-2000:]
+            seen[flags] = res.stdout.split()[-1]
+            assert len(pd.read_parquet(out / "captions.parquet")) == 2
+    assert seen == {("--keep-fillers", "--no-imperative"): "False", ("--keep-fillers",): "True"}
+    url = LLMOptions(url=["http://127.0.0.1:9/v1"])
+    off = CaptionStage(url, CaptionConfig(reject_fillers=False, imperative=False),
+                       parse_workers=1)
+    off.setup()
+    assert off._nlp is None
+    rewrite = CaptionStage(url, CaptionConfig(reject_fillers=False), parse_workers=1)
+    rewrite.setup()
+    try:
+        assert isinstance(rewrite._nlp, ParserPool)  # the rewrite parses in the workers too
+    finally:
+        rewrite.release()
 
 
 def test_near_duplicates_within_the_window_are_repeats() -> None:

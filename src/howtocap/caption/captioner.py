@@ -17,7 +17,7 @@ import pandas as pd
 from howtocap.caption.blocks import Block, make_blocks
 from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.config import CaptionConfig
-from howtocap.caption.filler import reject_reasons
+from howtocap.caption.imperative import judge_captions
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
 from howtocap.engine.runners import run_sync
@@ -90,28 +90,34 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
 _by_time = itemgetter(0, 1)  # a row's start, then its block
 
 
-def _steps_after(texts: list[str], rejected: list[str] | str, starts: list[float],
-                 cfg: CaptionConfig, nlp: Any | None) -> tuple[list[str], list[str] | str]:
-    """The kept captions rewritten into the imperative and near-duplicates marked "repeat"
-    (issue #40); rejected captions stay as the LLM wrote them."""
+def mark_repeats(texts: list[str], rejected: list[str] | str, starts: list[float],
+                 seconds: float) -> list[str] | str:
+    """``rejected`` with the kept near-duplicates of an earlier kept caption within
+    ``seconds`` marked "repeat" (issue #40; 0: none marked)."""
     from howtocap.caption.merge import repeats
 
     reasons = rejected if isinstance(rejected, list) else [rejected] * len(texts)
     keep = [i for i, why in enumerate(reasons) if not why]
-    if cfg.imperative and keep:
-        from howtocap.caption.filler import load_parser
-        from howtocap.caption.imperative import imperatives
+    if not seconds or not keep:
+        return rejected
+    reasons = list(reasons)
+    for i in repeats([texts[i] for i in keep], [starts[i] for i in keep], seconds):
+        reasons[keep[i]] = "repeat"
+    return reasons
 
-        parser = load_parser() if nlp is None else nlp  # a ParserPool parses in its workers
-        texts = list(texts)
-        for i, new in zip(keep, imperatives([texts[i] for i in keep], parser), strict=True):
-            texts[i] = new
-    if cfg.merge_seconds and keep:
-        reasons = list(reasons)
-        for i in repeats([texts[i] for i in keep], [starts[i] for i in keep],
-                         cfg.merge_seconds):
-            reasons[keep[i]] = "repeat"
-    return texts, reasons
+
+def _judged(texts: list[str], starts: list[float], cfg: CaptionConfig, nlp: Any | None
+            ) -> tuple[list[str], list[str] | str]:
+    """The captions' texts and reasons for rejection: filler verdicts and the imperative
+    rewrite of the kept ones from one parse a caption (``caption.imperative``), then the
+    near-duplicates marked "repeat"; rejected captions stay as the LLM wrote them. Without
+    the filler test every row's reason is "": one value for the column."""
+    rejected: list[str] | str = ""
+    if cfg.reject_fillers or cfg.imperative:
+        why, texts = judge_captions(texts, nlp, reject_fillers=cfg.reject_fillers,
+                                    imperative=cfg.imperative)
+        rejected = why if cfg.reject_fillers else ""
+    return texts, mark_repeats(texts, rejected, starts, cfg.merge_seconds)
 
 
 def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
@@ -206,12 +212,11 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
             kept.append(r)
     stats.duplicates += len(flat) - len(kept)
     texts = [str(r[3]) for r in kept]
-    # without the filler test every row's reason is "": one value for the column
-    rejected: list[str] | str = \
-        await asyncio.to_thread(reject_reasons, texts, nlp) if cfg.reject_fillers else ""
-    if cfg.imperative or cfg.merge_seconds:
-        texts, rejected = await asyncio.to_thread(
-            _steps_after, texts, rejected, [r[0] for r in kept], cfg, nlp)
+    starts = [r[0] for r in kept]
+    if cfg.reject_fillers or cfg.imperative:  # the parse: off the event loop
+        texts, rejected = await asyncio.to_thread(_judged, texts, starts, cfg, nlp)
+    else:
+        texts, rejected = _judged(texts, starts, cfg, nlp)
     out = rows("captions", len(kept), video_id=video_id,
                start=[r[0] for r in kept], end=[r[2] for r in kept],
                text=texts, source="llm", block=[r[1] for r in kept],

@@ -140,8 +140,9 @@ class CaptionRunConfig(BaseModel):
     vlm: VLMOptions | None = Field(None, json_schema_extra={"flags": VLM_FLAGS})
     # changes speed, never a verdict
     parse_workers: int | None = Field(None, ge=0, description=(
-        "Processes that parse captions for the filler test (default: with --llm-url one per "
-        "core, up to 8; none with an LLM in this process; 0: in this process)."))
+        "Processes that parse captions for the filler test and the imperative rewrite "
+        "(default: with --llm-url one per core, up to 8; none with an LLM in this process; 0: "
+        "in this process)."))
 
     @model_validator(mode="after")
     def _one_writer(self) -> CaptionRunConfig:

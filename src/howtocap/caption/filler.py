@@ -39,7 +39,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
@@ -47,6 +47,8 @@ REASONS = ("filler", "meta", "time", "signoff", "no-action")
 TALK_REASONS = ("story", "schedule")
 # Bump when the rules change what they reject: it is part of the caption stage's fingerprint.
 RULES_VERSION = 4
+# What a parse is read for: a parsed caption (spaCy ``Doc``) -> its answer (a verdict, ...).
+Judge = Callable[[Any], Any]
 
 
 def _words(text: str) -> frozenset[str]:
@@ -211,11 +213,11 @@ def load_parser(name: str | None = None) -> Any:
 
 
 class _Request:
-    __slots__ = ("nlp", "texts", "verdicts", "error")
+    __slots__ = ("nlp", "judge", "texts", "answers", "error")
 
-    def __init__(self, nlp: Any, texts: Sequence[str]) -> None:
-        self.nlp, self.texts = nlp, texts
-        self.verdicts: list[str] | None = None
+    def __init__(self, nlp: Any, judge: Judge, texts: Sequence[str]) -> None:
+        self.nlp, self.judge, self.texts = nlp, judge, texts
+        self.answers: list[Any] | None = None
         self.error: BaseException | None = None
 
 
@@ -230,65 +232,70 @@ class _Combiner:
         self._queue = threading.Lock()
         self._waiting: list[_Request] = []
 
-    def __call__(self, nlp: Any, texts: Sequence[str], batch_size: int) -> list[str]:
-        me = _Request(nlp, texts)
+    def __call__(self, nlp: Any, texts: Sequence[str], batch_size: int,
+                 judge: Judge | None = None) -> list[Any]:
+        """``judge`` (default: ``verdict``) of each text's parse."""
+        me = _Request(nlp, judge or verdict, texts)
         with self._queue:
             self._waiting.append(me)
         with self._run:
-            if me.verdicts is None and me.error is None:  # nobody took it: take all waiting
+            if me.answers is None and me.error is None:  # nobody took it: take all waiting
                 with self._queue:
                     batch, self._waiting = self._waiting, []
-                for same in {id(r.nlp): r.nlp for r in batch}.values():
-                    group = [r for r in batch if r.nlp is same]
+                for same, how in {(id(r.nlp), r.judge): (r.nlp, r.judge)
+                                  for r in batch}.values():
+                    group = [r for r in batch if r.nlp is same and r.judge is how]
                     try:
                         docs = same.pipe([t for r in group for t in r.texts],
                                          batch_size=batch_size)
-                        found = [verdict(doc) for doc in docs]
+                        found = [how(doc) for doc in docs]
                     except BaseException as exc:  # every caller of the batch sees it
                         for r in group:
                             r.error = exc
                         continue
                     at = 0
                     for r in group:
-                        r.verdicts, at = found[at:at + len(r.texts)], at + len(r.texts)
+                        r.answers, at = found[at:at + len(r.texts)], at + len(r.texts)
         if me.error is not None:
             raise me.error
-        assert me.verdicts is not None
-        return me.verdicts
+        assert me.answers is not None
+        return me.answers
 
 
 _COMBINE = _Combiner()
 
 
 class _Verdicts:
-    """Verdicts already found, per parser, for at most ``size`` texts each (the oldest go
-    first). A verdict depends on the text and the parser alone, and short captions repeat
-    across videos ("Stir.", "Serve.", "Let it simmer."): a text seen before is not parsed
-    again. One table per parser object, so another pipeline never sees this one's verdicts."""
+    """Answers already found, per parser, for at most ``size`` (kind, text) pairs each (the
+    oldest go first). An answer depends on the text, the parser and the kind of answer alone,
+    and short captions repeat across videos ("Stir.", "Serve.", "Let it simmer."): a text
+    seen before is not parsed again. One table per parser object, so another pipeline never
+    sees this one's answers."""
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._by_nlp: weakref.WeakKeyDictionary[Any, OrderedDict[str, str]] = \
+        self._by_nlp: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, str], Any]] = \
             weakref.WeakKeyDictionary()
 
-    def known(self, nlp: Any, texts: Iterable[str]) -> dict[str, str] | None:
-        """The verdicts this parser already gave for some of ``texts`` (None: the parser
+    def known(self, nlp: Any, texts: Iterable[str], kind: str = "verdict"
+              ) -> dict[str, Any] | None:
+        """The answers this parser already gave for some of ``texts`` (None: the parser
         cannot be weakly referenced, so nothing is kept for it)."""
         with self._lock:
             try:
                 table = self._by_nlp.setdefault(nlp, OrderedDict())
             except TypeError:
                 return None
-            return {t: table[t] for t in texts if t in table}
+            return {t: table[kind, t] for t in texts if (kind, t) in table}
 
-    def add(self, nlp: Any, found: dict[str, str]) -> None:
+    def add(self, nlp: Any, found: dict[str, Any], kind: str = "verdict") -> None:
         with self._lock:
             table = self._by_nlp.setdefault(nlp, OrderedDict())
-            for text, why in found.items():
-                if text not in table and len(table) >= self.size:
+            for text, answer in found.items():
+                if (kind, text) not in table and len(table) >= self.size:
                     table.popitem(last=False)  # first in, first out
-                table[text] = why
+                table[kind, text] = answer
 
 
 _VERDICTS = _Verdicts()
@@ -347,9 +354,10 @@ class ParserPool:
             self._idle.put(w)
 
     def verdicts(self, texts: Sequence[str], batch_size: int = 256,
-                 kind: str = "verdict") -> list[str]:
-        """The filler verdicts, or with ``kind="imperative"`` the imperative rewrites
-        (``caption.imperative``), parsed by an idle worker."""
+                 kind: str = "verdict") -> list[Any]:
+        """The filler verdicts, or another ``kind`` of answer (``caption.imperative.JUDGES``:
+        the imperative rewrites, or verdict and rewrite from one parse), parsed by an idle
+        worker."""
         if not texts:
             return []
         worker = self._idle.get()
@@ -391,13 +399,14 @@ class _Worker:
     def ready(self) -> None:
         self._recv()
 
-    def ask(self, texts: list[str], batch_size: int, kind: str) -> list[str]:
+    def ask(self, texts: list[str], batch_size: int, kind: str) -> list[Any]:
         try:
             send_message(self.proc.stdin, {"texts": texts, "batch_size": batch_size,
                                            "kind": kind})
         except OSError:  # a broken pipe: the worker is gone
             raise self._died() from None
-        return [str(v) for v in self._recv()]
+        # a pair of answers comes back as a JSON list: the tuple the parse in process gives
+        return [tuple(v) if isinstance(v, list) else v for v in self._recv()]
 
 
 def send_message(out: Any, obj: object) -> None:
@@ -436,25 +445,35 @@ def _stop_all(workers: list[_Worker]) -> None:
         w.log.close()
 
 
-def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
-                   batch_size: int = 256) -> list[str]:
-    """One verdict per caption ("" = kept). Texts seen before by this parser are answered from
-    a bounded table; the others are parsed once each: by a ``ParserPool``'s processes when
-    ``nlp`` is one, else in one batched ``nlp.pipe`` pass shared with the other threads'
-    captions waiting at the same time."""
-    nlp = nlp or load_parser()
+def parsed(texts: Iterable[str], nlp: Any, kind: str, judge: Judge, *,
+           batch_size: int = 256) -> list[Any]:
+    """``judge`` of each text's parse (``kind`` names it: the same judge in a ``ParserPool``'s
+    workers). Texts seen before by this parser for this kind are answered from a bounded
+    table; the others are parsed once each: by a ``ParserPool``'s processes when ``nlp`` is
+    one, else in one batched ``nlp.pipe`` pass shared with the other threads' captions
+    waiting at the same time."""
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []
     unique = list(dict.fromkeys(items))
-    known = _VERDICTS.known(nlp, unique)
-    parse = nlp.verdicts if isinstance(nlp, ParserPool) else \
-        (lambda texts, size: _COMBINE(nlp, texts, size))
+    known = _VERDICTS.known(nlp, unique, kind)
+    if isinstance(nlp, ParserPool):
+        def parse(texts: Sequence[str], size: int) -> list[Any]:
+            return nlp.verdicts(texts, size, kind)
+    else:
+        def parse(texts: Sequence[str], size: int) -> list[Any]:
+            return _COMBINE(nlp, texts, size, judge)
     if known is None:
         return parse(items, batch_size)
     new = [t for t in unique if t not in known]
     if new:
         found = dict(zip(new, parse(new, batch_size), strict=True))
-        _VERDICTS.add(nlp, found)
+        _VERDICTS.add(nlp, found, kind)
         known.update(found)
     return [known[t] for t in items]
+
+
+def reject_reasons(texts: Iterable[str], nlp: Any | None = None, *,
+                   batch_size: int = 256) -> list[str]:
+    """One verdict per caption ("" = kept), parsed once each (``parsed``)."""
+    return parsed(texts, nlp or load_parser(), "verdict", verdict, batch_size=batch_size)

@@ -17,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from howtocap.caption.filler import META_VERBS, SPEAKER_VIEWER, ParserPool
+from howtocap.caption.filler import (
+    META_VERBS,
+    SPEAKER_VIEWER,
+    Judge,
+    load_parser,
+    parsed,
+    reject_reasons,
+    verdict,
+)
 
 # Verbs that frame the action instead of being it ("I'm going to add", "let's add").
 FRAME_VERBS = frozenset([
@@ -66,10 +74,35 @@ def rewrite(doc: Any) -> str:
     return f"{head} {tail}." if tail else f"{head}."
 
 
+def step(doc: Any) -> tuple[str, str]:
+    """The filler verdict and the caption as it stays (rewritten when kept), from one parse."""
+    why = verdict(doc)
+    return why, (doc.text if why else rewrite(doc))
+
+
+# Every answer a parse is read for, by the name a ``ParserPool`` worker is asked for it.
+JUDGES: dict[str, Judge] = {"verdict": verdict, "imperative": rewrite, "step": step}
+
+
 def imperatives(texts: Iterable[str], nlp: Any) -> list[str]:
     """``rewrite`` for each caption (one batched parse; in a ``ParserPool``'s processes when
     ``nlp`` is one, so an HTTP run's driver does not parse on its own core)."""
+    return [str(t) for t in parsed(texts, nlp, "imperative", rewrite)]
+
+
+def judge_captions(texts: Iterable[str], nlp: Any | None, *, reject_fillers: bool,
+                   imperative: bool) -> tuple[list[str], list[str]]:
+    """Each caption's filler verdict ("" = kept; all "" without ``reject_fillers``) and its
+    text, the kept ones rewritten into the imperative with ``imperative``: one parse a
+    caption for both (``step``), none when both are off (``nlp``: loaded once when None and
+    needed)."""
     items = [str(t) for t in texts]
-    if isinstance(nlp, ParserPool):
-        return nlp.verdicts(items, kind="imperative")
-    return [rewrite(doc) for doc in nlp.pipe(items, batch_size=256)] if items else []
+    if not items or not (reject_fillers or imperative):
+        return [""] * len(items), items
+    nlp = load_parser() if nlp is None else nlp
+    if not imperative:
+        return reject_reasons(items, nlp), items
+    if not reject_fillers:
+        return [""] * len(items), imperatives(items, nlp)
+    pairs = parsed(items, nlp, "step", step)
+    return [str(why) for why, _ in pairs], [str(text) for _, text in pairs]

@@ -1,6 +1,7 @@
 """A parser process of ``caption.filler.ParserPool``: reads length-prefixed JSON requests
-(``{"texts": [...], "batch_size": n, "kind": "verdict" | "imperative"}``) on stdin and answers
-each with the filler verdicts or the imperative rewrites (``caption.imperative``), in order.
+(``{"texts": [...], "batch_size": n, "kind": "verdict" | "imperative" | "step"}``) on stdin
+and answers each with one answer a text, in order: the filler verdict, the imperative rewrite,
+or both from one parse (``caption.imperative.JUDGES``).
 
 Its first message is ``{"ready": true}`` once the parser is loaded (or ``{"error": ...}``), so
 the pool reports a missing model before any video. It exits at end of input.
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from howtocap.caption.filler import load_parser, read_message, send_message, verdict
-from howtocap.caption.imperative import rewrite
+from howtocap.caption.filler import load_parser, read_message, send_message
+from howtocap.caption.imperative import JUDGES
 from howtocap.errors import HowtocapError
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     send_message(out, {"ready": True})
     while (req := read_message(inp)) is not None:
         docs = nlp.pipe(req["texts"], batch_size=int(req.get("batch_size", 256)))
-        answer = rewrite if req.get("kind") == "imperative" else verdict
+        answer = JUDGES[req.get("kind", "verdict")]
         send_message(out, [answer(doc) for doc in docs])
 
 

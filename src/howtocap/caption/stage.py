@@ -47,9 +47,11 @@ class CaptionStage(BaseStage):
         self.cfg = cfg
         self.vlm = vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
-        self._nlp: Any | None = None  # the filler test's spaCy parser, loaded per worker
-        # processes that parse for the filler test (None: filler.default_parse_workers); not
-        # in the fingerprint: the verdicts do not depend on where they are found
+        # the spaCy parser of the filler test and the imperative rewrite, loaded per worker;
+        # None with both off: spaCy is never imported
+        self._nlp: Any | None = None
+        # processes that parse the captions (None: filler.default_parse_workers); not in the
+        # fingerprint: the answers do not depend on where they are found
         self.parse_workers = parse_workers
         self.model_name = str(getattr(model, "name", type(model).__name__)) \
             if model is not None else None
@@ -64,7 +66,7 @@ class CaptionStage(BaseStage):
         remote = bool(self.llm.url) and self.model_name is None  # a server, not a model given
         if self._model is None:
             self._model = from_options(self.llm)
-        if self.cfg.reject_fillers:
+        if self.cfg.reject_fillers or self.cfg.imperative:  # both read one parse a caption
             from howtocap.caption.filler import ParserPool, default_parse_workers, load_parser
 
             workers = self.parse_workers if self.parse_workers is not None else \
