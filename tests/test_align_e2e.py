@@ -252,11 +252,11 @@ def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> Non
     import subprocess
     import sys
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path.insert(0, str(REPO / "benchmarks" / "scale"))
     try:
         from bench_align_scale import compare, synthesize
     finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+        sys.path.remove(str(REPO / "benchmarks" / "scale"))
     base_src = _base_sources(tmp_path / "base")
     if base_src is None:
         pytest.skip(f"git or commit {BASE} not available")
@@ -268,8 +268,8 @@ def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> Non
         shutil.copytree(tmp_path / "template", run, symlinks=True)
         env = {**__import__("os").environ, "PYTHONPATH": str(src)}
         res = subprocess.run([sys.executable, "-c", _ALIGN_CHILD, str(run),
-                              str(REPO / "benchmarks"), mode], env=env, capture_output=True,
-                             text=True, check=False)
+                              str(REPO / "benchmarks" / "scale"), mode], env=env,
+                             capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stderr[-2000:]
         outs[name] = run
     same = compare(outs["base"], outs["here"])

@@ -65,8 +65,8 @@ _TIE_EPS = 1e-6
 # The default filter keeps a caption whose ``null_z`` (the mean of two robust z-scores: its
 # score on its chosen clip against other videos' captions on that clip, and against its own
 # scores on other videos' clips) reaches this bar, unless the text chatter test flags it
-# (``drop_chatter``). 0.75 is the bar benchmarks/bench_filter.py chooses by its written rule on
-# its tuning set (10 generated videos, seed 1): 96 % of steps kept, 88 % of chatter dropped
+# (``drop_chatter``). 0.75 is the bar benchmarks/quality/bench_filter.py chooses by its written
+# rule on its tuning set (10 generated videos, seed 1): 96 % of steps kept, 88 % of chatter dropped
 # (targets 90 % / 80 %); on the held-out set (10 other videos, seed 2) 100 % / 85 %. Both sets
 # share the same eight chatter lines, so the text patterns are not tested on unseen phrasing;
 # chatter they do not flag meets a lower visual bar than under the old 1.5 visual-only default
