@@ -223,6 +223,16 @@ def _chatter_margin(r: Results) -> int:
     return round(dropped * n) - math.ceil(r.get("filter.json", "targets.chatter_dropped") * n)
 
 
+def _dup(r: Results, key: str) -> float:
+    """duplicates.json's largest synthetic k-NN run."""
+    return r.get("duplicates.json", "time.synthetic")[-1][key]
+
+
+def _table3(r: Results) -> list[dict[str, Any]]:
+    """table3.json's trained variants (not the zero-shot row)."""
+    return [v for k, v in r.get("table3.json", "results").items() if k != "zero_shot"]
+
+
 def _faults(r: Results, kind: str) -> int:
     return sum(r.get("faults.json", f"faults.{kind}").values())
 
@@ -256,6 +266,22 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "captions.unspoken_share": lambda r: 1 - sum(
         r.get("captions.json", f"splits.{s}.spoken_steps") for s in ("report", "tune")) / sum(
         r.get("captions.json", f"splits.{s}.steps") for s in ("report", "tune")),
+    # duplicates' synthetic k-NN set extrapolated to 100,000 videos of 5 minutes at its
+    # keyframe rate: keyframes and the FAISS index's size
+    "duplicates.seconds_per_keyframe": lambda r: _dup(r, "videos") * _dup(
+        r, "seconds_per_video") / _dup(r, "keyframes"),
+    "duplicates.keyframes_m_at_100k": lambda r: 100_000 * 300 / (
+        _dup(r, "videos") * _dup(r, "seconds_per_video") / _dup(r, "keyframes")) / 1e6,
+    "duplicates.index_gb_at_100k": lambda r: _dup(r, "index_mb") / 1000 * 100_000 * 300 / (
+        _dup(r, "videos") * _dup(r, "seconds_per_video")),
+    # the default encoder's 1000 class names embedded once at the measured text speed
+    "encoders.class_names_s": lambda r: 1000 / r.get("encoders.json", "speed.texts_per_s"),
+    # Table 3's training captions per variant, and the trained models' held-out R@1
+    "table3.pairs_min": lambda r: min(v["quality"]["pairs"] for v in _table3(r)),
+    "table3.pairs_max": lambda r: max(v["quality"]["pairs"] for v in _table3(r)),
+    "table3.trained_r1_min": lambda r: min(v["mean"]["R@1"] for v in _table3(r)),
+    "table3.trained_r1_max": lambda r: max(v["mean"]["R@1"] for v in _table3(r)),
+    "webdataset.kb_per_clip": lambda r: 4 * _shard_kb_per_frame(r),
     # one step's share of the filler benchmark's pooled report steps
     "reject.one_step_share": lambda r: 1 / r.get(
         "reject.json", "pipeline.runs.default.after_align.steps"),
