@@ -90,9 +90,11 @@ def peak_rss_mb(children: bool = False) -> float:
 
 
 # ---- writing results ------------------------------------------------------------------------
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A Markdown table's lines (``render_docs.py`` copies such tables into the docs)."""
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
+    """A Markdown table's lines (``render_docs.py`` copies such tables into the docs);
+    ``align`` has an ``r`` for each right-aligned column (numbers), e.g. ``"lrr"``."""
+    rule = ["---:" if a == "r" else "---" for a in align.ljust(len(header), "l")]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|",
             *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
 
 
@@ -116,10 +118,13 @@ def write_md(name: str, lines: Sequence[str] | str, echo: bool = True) -> Path:
 
 
 def write_results(name: str, result: Any, lines: Sequence[str] | str, echo: bool = True,
-                  **dump: Any) -> None:
-    """Both files of one benchmark, and the report on stdout."""
+                  plot: Callable[[Path], object] | None = None, **dump: Any) -> None:
+    """Both files of one benchmark, the report on stdout, and ``plot(results/<name>.png)``
+    when the benchmark draws one."""
     write_json(name, result, **dump)
     write_md(name, lines, echo)
+    if plot is not None:
+        plot(RESULTS / f"{name}.png")
 
 
 def load_results(name: str) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import machine, write_results
+from _harness import machine, md_table, write_results
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import align_video, candidate_windows, offset_grid
@@ -182,15 +182,15 @@ def report(res: dict) -> list[str]:
         "## Accuracy of the embedded default on narrated fixtures", "",
         f"{res['accuracy']['videos']} generated videos, 6-s steps, one caption per step placed "
         f"at its narration time with a {res['accuracy']['timestamp_error']} error.", "",
-        "| setting | captions | overlaps true step: before → after | window centre in true "
-        "step: before → after | mean abs. centre error (s): before → after | moved |",
-        "|---|---|---|---|---|---|",
     ]
-    for label, a in res["accuracy"]["by_config"].items():
-        lines.append(f"| {label} | {a['captions']} | {a['overlap_before']:.2f} → "
-                     f"{a['overlap_after']:.2f} | {a['centre_in_step_before']:.2f} → "
-                     f"{a['centre_in_step_after']:.2f} | {a['centre_error_before_s']:.2f} → "
-                     f"{a['centre_error_after_s']:.2f} | {a['moved_fraction']:.2f} |")
+    lines += md_table(
+        ["setting", "captions", "overlaps true step: before → after",
+         "window centre in true step: before → after",
+         "mean abs. centre error (s): before → after", "moved"],
+        [[label, a["captions"], f"{a['overlap_before']:.2f} → {a['overlap_after']:.2f}",
+          f"{a['centre_in_step_before']:.2f} → {a['centre_in_step_after']:.2f}",
+          f"{a['centre_error_before_s']:.2f} → {a['centre_error_after_s']:.2f}",
+          f"{a['moved_fraction']:.2f}"] for label, a in res["accuracy"]["by_config"].items()])
     lines += [
         "",
         "\"Overlaps\" is a loose criterion: with a ±6-s error an 8-s window nearly always "

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import RESULTS, WORK, best_time, machine, write_json, write_md
+from _harness import WORK, best_time, machine, write_results
 
 from howtocap.encoders import create  # noqa: E402
 from howtocap.evaluate.benchmarks import index_videos  # noqa: E402
@@ -112,9 +112,7 @@ def main() -> None:
         "dp_time_ms_300s_11steps": round(dp_s * 1e3, 3),
         "argmax_time_ms_300s_11steps": round(arg_s * 1e3, 3),
     }
-    write_json("crosstask", res)
-    write_md("crosstask", report(res))
-    plot(res, RESULTS / "crosstask.png")
+    write_results("crosstask", res, report(res), plot=lambda png: plot(res, png))
 
 
 def report(res: dict) -> list[str]:

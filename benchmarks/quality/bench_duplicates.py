@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, load_results, machine, write_json, write_md
+from _harness import load_results, machine, write_results
 
 from howtocap.duplicates.config import THRESHOLD, DuplicatesConfig
 from howtocap.duplicates.match import keyframes, unit_rows
@@ -463,9 +463,7 @@ def main() -> None:
     if args.render:
         res = load_results("duplicates")
         res["phash_verdict"] = phash_verdict(res)
-        write_json("duplicates", res)
-        write_md("duplicates", report(res))
-        plot(res, RESULTS / "duplicates.png")
+        write_results("duplicates", res, report(res), plot=lambda png: plot(res, png))
         return
 
     n_distinct, n_copies, n_clips = (8, 4, 2) if args.quick else (16, 12, 4)
@@ -494,9 +492,7 @@ def main() -> None:
                                  ((1000,) if args.quick else (1000, 10000))]}
     res["phash_verdict"] = phash_verdict(res)
     print(json.dumps(res, indent=1), file=sys.stderr)
-    write_json("duplicates", res)
-    write_md("duplicates", report(res))
-    plot(res, RESULTS / "duplicates.png")
+    write_results("duplicates", res, report(res), plot=lambda png: plot(res, png))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, machine, write_json, write_md
+from _harness import RESULTS, machine, write_results
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import DEFAULT_NULL_Z, chatter_flags
@@ -393,9 +393,7 @@ def main() -> None:
     args = ap.parse_args()
     res = run(args.quick, args.encoder)
     print(json.dumps(res, indent=1), file=sys.stderr)
-    write_json("filter", res)
-    write_md("filter", report(res))
-    plot(res, RESULTS / "filter.png")
+    write_results("filter", res, report(res), plot=lambda png: plot(res, png))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from typing import Any
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import DATA, RESULTS, ROOT, machine, write_json, write_md
+from _harness import DATA, ROOT, machine, write_results
 
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -488,9 +488,8 @@ def main() -> None:
         res["pipeline"] = pooled(res["pipeline_sets"])
     res["verdict"] = verdict(res)
     res["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    write_json("reject", res, indent=1, default=str)
-    write_md("reject", report(res))
-    plot(res, RESULTS / "reject.png")
+    write_results("reject", res, report(res), plot=lambda png: plot(res, png), indent=1,
+                  default=str)
 
 
 if __name__ == "__main__":

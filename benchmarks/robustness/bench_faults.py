@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import RESULTS, ROOT, WORK, load_avg, machine_info, write_results
+from _harness import ROOT, WORK, load_avg, machine_info, md_table, write_results
 
 sys.path.insert(0, str(ROOT))  # tests.fault_server
 
@@ -246,8 +246,7 @@ def main() -> None:
     res["machine"] = machine_info(load_avg_start=[round(x, 1) for x in load0],
                                   load_avg_end=load_avg())
     res["total_s"] = round(time.perf_counter() - t_all, 1)
-    write_results("faults", res, report(res))
-    plot(res, RESULTS / "faults.png")
+    write_results("faults", res, report(res), plot=lambda png: plot(res, png))
 
 
 def report(r: dict[str, Any]) -> str:
@@ -256,8 +255,11 @@ def report(r: dict[str, Any]) -> str:
     bc, bh = r["breaker_closed_port"], r["breaker_hung"]
     m = r["machine"]
     inj = f["injected"]
-    rows = "\n".join(f"| {k} | {inj[k]} | {f['survived'].get(k, 0)} |" for k in inj)
     total_inj, total_ok = sum(inj.values()), sum(f["survived"].values())
+    rows = "\n".join(md_table(["fault", "injected", "survived"],
+                               [*([k, inj[k], f["survived"].get(k, 0)] for k in inj),
+                                ["**total**", f"**{total_inj}**", f"**{total_ok}**"]],
+                               align="lrr"))
 
     def stop_row(name: str, s: dict[str, Any], rerun: dict[str, Any] | None) -> str:
         re_txt = (f"{rerun['caption_ok']}/{r['videos']} ok, "
@@ -281,10 +283,7 @@ retries, backoff 1 s x 2^n with jitter, breaker after 8 outages) and `--llm-time
 
 ## Faults on the first request of every prompt
 
-| fault | injected | survived |
-|---|---:|---:|
 {rows}
-| **total** | **{total_inj}** | **{total_ok}** |
 
 | run | exit | wall s | requests | captions | videos lost | failed |
 |---|---:|---:|---:|---:|---:|---:|

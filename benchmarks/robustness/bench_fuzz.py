@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import ROOT, load_avg, machine_info, write_results
+from _harness import ROOT, load_avg, machine_info, md_table, write_results
 
 sys.path.insert(0, str(ROOT))  # tests.fuzz_targets
 
@@ -89,9 +89,11 @@ def main() -> None:
 
 def report(r: dict[str, Any]) -> str:
     m = r["machine"]
-    rows = "\n".join(f"| {name} | {t['cases']:,} | {t['valid']:,} | {t['one_line_errors']:,} | "
-                     f"**{t['crashes']}** | {t['cases_per_s']:.0f} |"
-                     for name, t in r["targets"].items())
+    rows = "\n".join(md_table(
+        ["reader", "cases", "valid results", "one-line errors", "crashes", "cases/s"],
+        [[name, f"{t['cases']:,}", f"{t['valid']:,}", f"{t['one_line_errors']:,}",
+          f"**{t['crashes']}**", f"{t['cases_per_s']:.0f}"] for name, t in r["targets"].items()],
+        align="lrrrrr"))
     crashes = "\n".join(f"- {name}: {k} (x{c})" for name, t in r["targets"].items()
                         for k, c in t["crash_kinds"].items()) or "none"
     return f"""# Fuzzing the readers of user input (Hypothesis)
@@ -104,8 +106,6 @@ valid result (columns, finite sorted times, end >= start; captions inside their 
 duplicates; settings that validate) or the project's one-line error (`HowtocapError`, one line,
 naming the file); any other exception is a crash.
 
-| reader | cases | valid results | one-line errors | crashes | cases/s |
-|---|---:|---:|---:|---:|---:|
 {rows}
 
 Inputs are the field's real shapes (WebVTT/SRT cues with YouTube timing tags, HowTo100M

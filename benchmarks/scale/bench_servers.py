@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import RESULTS as OUT
 from _harness import ROOT, WORK, machine, write_results
 
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
@@ -169,8 +168,7 @@ def main() -> None:
               f"{kill['done']} done, {kill['lost']} lost, {kill['failed']} failed, "
               f"{kill['videos_per_s']} videos/s; captions equal the clean run's: "
               f"{kill['captions_equal_clean_run']}.", ""]
-    write_results("servers", result, lines)
-    plot(rows, OUT / "servers.png")
+    write_results("servers", result, lines, plot=lambda png: plot(rows, png))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import RESULTS, ROOT, machine, write_json, write_md
+from _harness import ROOT, machine, write_results
 
 sys.path.insert(0, str(ROOT))
 from tests.media_server import media_server  # noqa: E402
@@ -237,9 +237,8 @@ def main() -> None:
             report["kill_resume"] = kill_resume(tmp, srv, srv.url)
             srv.delay = 0.0
             report["failures"] = failures(tmp, srv.url, size)
-    write_json("download", report)
-    write_md("download", lines_of(report), echo=False)
-    plot(report, RESULTS / "download.png")
+    write_results("download", report, lines_of(report), echo=False,
+                  plot=lambda png: plot(report, png))
     print(json.dumps(report, indent=2))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 from _harness import RESULTS as OUT
-from _harness import ROOT, WORK, best_time, load_avg, machine_info, stamp, write_results
+from _harness import ROOT, WORK, best_time, load_avg, machine_info, md_table, stamp, write_results
 
 sys.path.insert(0, str(ROOT))  # tests.chat_server
 
@@ -164,8 +164,7 @@ def main() -> None:
         "machine": machine_info(load_avg_start=[round(x, 1) for x in load0],
                                 load_avg_end=load_avg(), date=stamp()),
     }
-    write_results("vlm", res, report(res))
-    plot(res, OUT / "vlm.png")
+    write_results("vlm", res, report(res), plot=lambda png: plot(res, png))
 
 
 def report(r: dict[str, Any]) -> str:
@@ -187,14 +186,14 @@ def report(r: dict[str, Any]) -> str:
         f"{r['settings']['frame_side']}), JPEG quality {r['settings']['jpeg_quality']}; "
         f"best of {r['settings']['repeats']}.",
         "",
-        "| request | frames | bytes / request | x text | s / block | x text | of it: frames |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, row in rows.items():
-        label = "text only (`--llm-url`, baseline)" if name == "text" else "`--vlm-url`"
-        lines.append(f"| {label} | {row['frames']} | {row['request_bytes']:,.0f} | "
-                     f"{row['bytes_vs_text']:.1f} | {row['s_per_block']:.3f} | "
-                     f"{row['time_vs_text']:.1f} | {row['frames_s_per_block']:.3f} |")
+    lines += md_table(
+        ["request", "frames", "bytes / request", "x text", "s / block", "x text",
+         "of it: frames"],
+        [["text only (`--llm-url`, baseline)" if name == "text" else "`--vlm-url`",
+          row["frames"], f"{row['request_bytes']:,.0f}", f"{row['bytes_vs_text']:.1f}",
+          f"{row['s_per_block']:.3f}", f"{row['time_vs_text']:.1f}",
+          f"{row['frames_s_per_block']:.3f}"] for name, row in rows.items()], align="lrrrrrr")
     lines += [
         "",
         f"Each frame adds {r['frame_bytes']:,.0f} bytes (base64 JPEG and its `Frame at` label). "
