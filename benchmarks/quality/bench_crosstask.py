@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import WORK, best_time, machine, write_results
+from _harness import WORK, best_time, machine, md_table, write_results
 
 from howtocap.encoders import create  # noqa: E402
 from howtocap.evaluate.benchmarks import index_videos  # noqa: E402
@@ -131,18 +131,17 @@ def report(res: dict) -> list[str]:
         f"| chance (random scores, 200 draws) | {c['dp']:.1f} | {c['independent']:.1f} |",
         f"| oracle (the annotations as scores) | {o['dp']:.1f} | {o['independent']:.1f} |", "",
         "Per task (default encoder):", "",
-        "| task | videos | steps | DP | independent |", "|---|---|---|---|---|",
     ]
-    for t, p in res["per_task"].items():
-        lines.append(f"| {t} {p['title']} | {p['videos']} | {p['steps']} | {p['recall']:.1f} | "
-                     f"{p['recall_independent']:.1f} |")
+    lines += md_table(["task", "videos", "steps", "DP", "independent"],
+                      [[f"{t} {p['title']}", p["videos"], p["steps"], f"{p['recall']:.1f}",
+                        f"{p['recall_independent']:.1f}"] for t, p in res["per_task"].items()])
     lines += ["", f"With Gaussian noise added to the scores (σ in units of the scores' standard "
                   f"deviation {res['noise']['score_sd']:.3f}; mean ± sd over "
                   f"{res['noise']['draws']} draws):", "",
-              "| noise σ | DP | independent |", "|---|---|---|"]
-    for lvl, n in res["noise"]["by_level"].items():
-        lines.append(f"| {lvl} | {n['dp']:.1f} ± {n['dp_sd']:.1f} | {n['independent']:.1f} ± "
-                     f"{n['independent_sd']:.1f} |")
+              *md_table(["noise σ", "DP", "independent"],
+                        [[lvl, f"{n['dp']:.1f} ± {n['dp_sd']:.1f}",
+                          f"{n['independent']:.1f} ± {n['independent_sd']:.1f}"]
+                         for lvl, n in res["noise"]["by_level"].items()])]
     lines += [
         "",
         f"The DP on a 5-min video with 11 steps takes {res['dp_time_ms_300s_11steps']:.2f} ms "

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _ha
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _harness import WORK, machine, write_json, write_md
+from _harness import WORK, machine, md_table, write_json, write_md
 
 from howtocap.encoders import create  # noqa: E402
 from howtocap.encoders.cache import frame_embeddings  # noqa: E402
@@ -207,17 +207,18 @@ def report(res: dict) -> list[str]:
         f"{res['seeds']} seeds; evaluated on {res['eval_videos']} separate generated videos "
         "(the CrossTask fixture). Mean ± sd over seeds. Load average "
         f"{res['loadavg_start'][0]} → {res['loadavg_end'][0]} (shared 2-CPU machine).", "",
-        "| model | CrossTask recall, DP | independent argmax | within-video step R@1 | "
-        "within-video mean rank |", "|---|---|---|---|---|",
-        f"| frozen encoder, no MEE | {fz['dp']:.1f} | {fz['independent']:.1f} | "
-        f"{fz['within_video_R@1']:.1f} | {fz['within_video_mean_rank']:.2f} |",
+        *md_table(
+            ["model", "CrossTask recall, DP", "independent argmax", "within-video step R@1",
+             "within-video mean rank"],
+            [["frozen encoder, no MEE", f"{fz['dp']:.1f}", f"{fz['independent']:.1f}",
+              f"{fz['within_video_R@1']:.1f}", f"{fz['within_video_mean_rank']:.2f}"],
+             *([f"MEE {arm} (`--clips-per-video {a['clips_per_video']}`)",
+                f"{a['dp']:.1f} ± {a['dp_sd']:.1f}",
+                f"{a['independent']:.1f} ± {a['independent_sd']:.1f}",
+                f"{a['within_video_R@1']:.1f} ± {a['within_video_R@1_sd']:.1f}",
+                f"{a['within_video_mean_rank']:.2f} ± {a['within_video_mean_rank_sd']:.2f}"]
+               for arm, a in res["arms"].items())]),
     ]
-    for arm, a in res["arms"].items():
-        lines.append(f"| MEE {arm} (`--clips-per-video {a['clips_per_video']}`) | "
-                     f"{a['dp']:.1f} ± {a['dp_sd']:.1f} | {a['independent']:.1f} ± "
-                     f"{a['independent_sd']:.1f} | {a['within_video_R@1']:.1f} ± "
-                     f"{a['within_video_R@1_sd']:.1f} | {a['within_video_mean_rank']:.2f} ± "
-                     f"{a['within_video_mean_rank_sd']:.2f} |")
     po = res["paper_ordering_appears"]
     lines += [
         "",

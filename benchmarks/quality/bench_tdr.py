@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, machine_info, write_json, write_md
+from _harness import RESULTS, machine_info, md_table, write_json, write_md
 
 from howtocap.tdr import api
 from howtocap.tdr.synth import make_tdr_set
@@ -171,28 +171,26 @@ def report(r: dict) -> list[str]:
         f"{r['machine']['loadavg_start'][0]:.1f} → {r['machine']['loadavg_end'][0]:.1f} on "
         f"{r['machine']['cpus']} shared cores: times are upper bounds.",
         "",
-        "| method | R@1 | R@3 | R@5 | NDCG@1 | NDCG@3 | NDCG@5 | isolated R@1 | "
-        "train s/video/epoch | retrieval s/video |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in r["rows"]:
-        def cell(k: str, row: dict = row) -> str:
-            sd = row.get(f"{k}_sd")
-            return f"{row[k]:.3f}" + (f" ± {sd:.3f}" if sd else "")
-        lines.append(f"| {row['method']} | " + " | ".join(cell(k) for k in KEYS)
-                     + f" | {row.get('train_s_per_video_epoch', float('nan')):.4f} | "
-                     f"{row['retrieval_s_per_video']:.3f} |")
+
+    def cell(row: dict, k: str) -> str:
+        sd = row.get(f"{k}_sd")
+        return f"{row[k]:.3f}" + (f" ± {sd:.3f}" if sd else "")
+    lines += md_table(
+        ["method", "R@1", "R@3", "R@5", "NDCG@1", "NDCG@3", "NDCG@5", "isolated R@1",
+         "train s/video/epoch", "retrieval s/video"],
+        [[row["method"], *(cell(row, k) for k in KEYS),
+          f"{row.get('train_s_per_video_epoch', float('nan')):.4f}",
+          f"{row['retrieval_s_per_video']:.3f}"] for row in r["rows"]])
     lines += ["", "## Retrieval as a DVC caption (gold segments, validation)", ""]
     dvc = r["dvc_retrieval_as_caption"]
     if "note" in dvc:
         lines.append(dvc["note"])
     else:
         keys = sorted({k for v in dvc.values() for k in v})
-        lines += ["| caption of each gold segment | " + " | ".join(keys) + " |",
-                  "|---|" + "---|" * len(keys)]
-        for name, sc in dvc.items():
-            lines.append(f"| {name} | " + " | ".join(f"{sc.get(k, float('nan')):.3f}"
-                                                      for k in keys) + " |")
+        lines += md_table(["caption of each gold segment", *keys],
+                          [[name, *(f"{sc.get(k, float('nan')):.3f}" for k in keys)]
+                           for name, sc in dvc.items()])
     lines += ["", "## What the numbers say (computed from the table above)", ""]
     lines += findings(r)
     for k, v in r["timing"].items():

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-from _harness import WORK, load_results, machine, peak_rss_mb, write_md, write_results
+from _harness import WORK, load_results, machine, md_table, peak_rss_mb, write_md, write_results
 
 WORK = WORK / "textonly"
 WORDS = ["first", "we", "take", "the", "eggs", "and", "crack", "them", "into", "bowl", "then",
@@ -241,16 +241,15 @@ def report(r: dict) -> str:
         "",
         "Where the full run's time goes:",
         "",
-        "| phase | seconds | ms / video |",
-        "|---|---:|---:|",
+        *md_table(["phase", "seconds", "ms / video"],
+                  [[name, f"{secs:.0f}", f"{1000 * secs / n:.2f}"]
+                   for name, secs in cr["phases"].items()], align="lrr"),
     ]
-    for name, secs in cr["phases"].items():
-        rows.append(f"| {name} | {secs:.0f} | {1000 * secs / n:.2f} |")
     bd = r["breakdown"]
     rows += ["", f"The per-video phase, step by step (first {bd['videos']:,} videos, one "
              "thread; the template line is part of `caption_video`, measured apart):", "",
-             "| step | ms / video |", "|---|---:|"]
-    rows += [f"| {k} | {v:.2f} |" for k, v in bd["ms_per_video"].items()]
+             *md_table(["step", "ms / video"],
+                       [[k, f"{v:.2f}"] for k, v in bd["ms_per_video"].items()], align="lr")]
     rows += ["", "Found while profiling: merging 2 x 100k tiny part files with one "
              "`pd.read_parquet` each (~4 ms a part) and one big `DataFrame` held the whole "
              "subtitles table; `RunDir.merge_streaming` reads parts with pyarrow in video-id "
