@@ -94,8 +94,10 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = 
     """A Markdown table's lines (``render_docs.py`` copies such tables into the docs);
     ``align`` has an ``r`` for each right-aligned column (numbers), e.g. ``"lrr"``."""
     rule = ["---:" if a == "r" else "---" for a in align.ljust(len(header), "l")]
-    return ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|",
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+    def line(cells: Iterable[Any]) -> str:
+        return "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"
+    return [line(header), "|" + "|".join(rule) + "|", *(line(row) for row in rows)]
 
 
 def write_json(name: str, result: Any, **dump: Any) -> Path:

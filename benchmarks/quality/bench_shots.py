@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
-from _harness import RESULTS, machine, write_json, write_md
+from _harness import RESULTS, machine, md_table, write_json, write_md
 
 from howtocap.photos import packaged_photos
 from howtocap.samples import _load_image
@@ -242,15 +242,14 @@ def choose(tuning: dict[str, dict[str, Any]]) -> str:
 # -- report ----------------------------------------------------------------------------------
 
 def _table(rows: dict[str, dict[str, Any]], chosen: str) -> list[str]:
-    lines = ["| setting | hard recall | hard precision | dissolve recall | dissolve precision "
-             "| precision (all) | false cuts/min | frames/s |", "|---|---|---|---|---|---|---|---|"]
-    for n, r in rows.items():
-        mark = " **(chosen)**" if n == chosen else ""
-        lines.append(f"| {n}{mark} | {r['hard']['recall']:.3f} | {r['hard']['precision']:.3f} | "
-                     f"{r['dissolve']['recall']:.3f} | {r['dissolve']['precision']:.3f} | "
-                     f"{r['precision']:.3f} | {r['false_cuts_per_minute']:.2f} | "
-                     f"{r['frames_per_s']:.0f} |")
-    return lines
+    return md_table(
+        ["setting", "hard recall", "hard precision", "dissolve recall", "dissolve precision",
+         "precision (all)", "false cuts/min", "frames/s"],
+        [[f"{n}{' **(chosen)**' if n == chosen else ''}", f"{r['hard']['recall']:.3f}",
+          f"{r['hard']['precision']:.3f}", f"{r['dissolve']['recall']:.3f}",
+          f"{r['dissolve']['precision']:.3f}", f"{r['precision']:.3f}",
+          f"{r['false_cuts_per_minute']:.2f}", f"{r['frames_per_s']:.0f}"]
+         for n, r in rows.items()])
 
 
 def report(res: dict[str, Any]) -> list[str]:

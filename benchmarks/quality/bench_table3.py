@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, WORK, load_results, machine, write_json, write_md
+from _harness import RESULTS, WORK, load_results, machine, md_table, write_json, write_md
 
 WORK = WORK / "table3"
 N_TRAIN_VIDEOS = 10
@@ -302,16 +302,16 @@ def report(out: dict) -> list[str]:
              f"{out['machine']}; load average {out['load_average_start'][0]} at start, "
              f"{out['load_average_end'][0]} at end (the machine was shared: timings are "
              f"indicative). Total {out['seconds_total']} s, plus the cached LLM captioning.",
-             "", "| training captions | pairs | clip in a step | text about the shown step "
-             "| R@1 | R@5 | R@10 | MedR |", "|---|---|---|---|---|---|---|---|"]
-    for k, r in res.items():
-        q = r.get("quality", {})
-        m, sd = r["mean"], r["std"]
-        lines.append(f"| {LABELS[k]} | {q.get('pairs', '–')} | "
-                     f"{q.get('clip_in_a_step_pct', '–')}% | "
-                     f"{q.get('text_matches_shown_step_pct', '–')}% | "
-                     f"{m['R@1']} ± {sd['R@1']} | {m['R@5']} ± {sd['R@5']} | "
-                     f"{m['R@10']} ± {sd['R@10']} | {m['MedR']} ± {sd['MedR']} |")
+             ""]
+
+    def row(k: str, r: dict) -> list[str]:
+        q, m, sd = r.get("quality", {}), r["mean"], r["std"]
+        return [LABELS[k], str(q.get("pairs", "–")), f"{q.get('clip_in_a_step_pct', '–')}%",
+                f"{q.get('text_matches_shown_step_pct', '–')}%",
+                *(f"{m[x]} ± {sd[x]}" for x in ("R@1", "R@5", "R@10", "MedR"))]
+    lines += md_table(["training captions", "pairs", "clip in a step",
+                       "text about the shown step", "R@1", "R@5", "R@10", "MedR"],
+                      [row(k, r) for k, r in res.items()])
     ev = out["eval"]
     pairs = [r["quality"]["pairs"] for r in res.values() if "quality" in r]
     n_vid = max(r["quality"]["videos"] for r in res.values() if "quality" in r)

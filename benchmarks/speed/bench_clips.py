@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, best_time, machine, write_json, write_md
+from _harness import RESULTS, best_time, machine, md_table, write_json, write_md
 
 from howtocap.clips.config import ClipsConfig
 from howtocap.clips.export import export_clips
@@ -217,30 +217,28 @@ def report(out: dict) -> list[str]:
           f"{out['videos']['mb']} MB), {out['clips']} windows of 2-8 s "
           f"({out['window_seconds']} s in all); best of {out['repeats']['fast']} runs "
           f"(fast, baseline) or {out['repeats']['exact']} (exact).", "",
-          "## Throughput", "", "| export | workers | clips/s | vs webdataset frames |",
-          "|---|---|---|---|"]
-    for m in out["modes"].values():
-        md.append(f"| `--format clips --cut {m['cut']}` | {m['workers']} | "
-                  f"{m['clips_per_s']} | {m['vs_webdataset_frames']}x |")
-    md += [f"| `--format webdataset` (4 JPEG frames, baseline) | 1 | {b['clips_per_s']} | 1x |",
-           "", "## Durations (ffprobe, every clip)", "",
-           "| cut | clips | max abs error (s) | mean abs error (s) | within 0.1 s | within one "
-           "GOP | max error in GOPs |", "|---|---|---|---|---|---|---|"]
-    for cut in ("fast", "exact"):
-        d = out[f"durations_{cut}"]
-        md.append(f"| {cut} | {d['clips']} | {d['max_abs_error_s']} | {d['mean_abs_error_s']} "
-                  f"| {d['within_0_1_s']} | {d['within_one_gop']} | {d['max_error_in_gops']} |")
+          "## Throughput", "",
+          *md_table(["export", "workers", "clips/s", "vs webdataset frames"],
+                    [*([f"`--format clips --cut {m['cut']}`", m["workers"], m["clips_per_s"],
+                        f"{m['vs_webdataset_frames']}x"] for m in out["modes"].values()),
+                     ["`--format webdataset` (4 JPEG frames, baseline)", 1, b["clips_per_s"],
+                      "1x"]]),
+          "", "## Durations (ffprobe, every clip)", "",
+          *md_table(["cut", "clips", "max abs error (s)", "mean abs error (s)", "within 0.1 s",
+                     "within one GOP", "max error in GOPs"],
+                    [[cut, d["clips"], d["max_abs_error_s"], d["mean_abs_error_s"],
+                      d["within_0_1_s"], d["within_one_gop"], d["max_error_in_gops"]]
+                     for cut, d in ((c, out[f"durations_{c}"]) for c in ("fast", "exact"))])]
     f = out["durations_fast"]
     md += ["", f"fast clips also store the packets from the keyframe before the window (hidden "
                f"by an MP4 edit list): {f['mean_lead_s']} s on average, at most "
                f"{f['max_lead_s']} s ({f['max_lead_in_gops']} GOPs)."]
-    md += ["", "## Shards", "", "| cut | shards | mean MB | MB per clip | MB per minute of "
-           "windows |", "|---|---|---|---|---|"]
-    for cut in ("fast", "exact"):
-        s = out["modes"][f"{cut}_w2"]["shards"]
-        md.append(f"| {cut} | {s['n']} of {s['clips_per_shard']} clips | {s['mean_mb']} | "
-                  f"{s['mb_per_clip']} | {s['mb_per_window_minute']} |")
-    md.append(f"| webdataset frames | | | {round(b['mb'] / out['clips'], 3)} | |")
+    shards = [(cut, out["modes"][f"{cut}_w2"]["shards"]) for cut in ("fast", "exact")]
+    md += ["", "## Shards", "",
+           *md_table(["cut", "shards", "mean MB", "MB per clip", "MB per minute of windows"],
+                     [*([cut, f"{s['n']} of {s['clips_per_shard']} clips", s["mean_mb"],
+                         s["mb_per_clip"], s["mb_per_window_minute"]] for cut, s in shards),
+                      ["webdataset frames", "", "", round(b["mb"] / out["clips"], 3), ""]])]
     mem = out["memory"]
     md += ["", "## Memory", "", f"Peak RSS of the export process (`--cut fast`): "
            f"{mem['peak_rss_mb'][0]} MB for {mem['clips'][0]} clips, {mem['peak_rss_mb'][1]} "
