@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import load_results, machine, write_results
+from _harness import load_results, machine, md_table, write_results
 
 from howtocap.duplicates.config import THRESHOLD, DuplicatesConfig
 from howtocap.duplicates.match import keyframes, unit_rows
@@ -358,25 +358,23 @@ def report(res: dict[str, Any]) -> list[str]:
              "## Held-out set at the chosen threshold", "",
              f"{held['videos']} videos, {held['planted_copies']} planted copies, "
              f"{held['planted_clips']} repeated clips.", "",
-             "| kind | planted | found | recall |", "|---|---|---|---|"]
-    hv = held["at_chosen"]["video"]
-    for kind, k in hv["per_kind"].items():
-        lines.append(f"| {kind} | {k['planted']} | {k['found']} | {_pct(k['recall'])} |")
-    hc = held["at_chosen"]["clip"]
-    lines += ["", "| rows | precision | recall | F1 |", "|---|---|---|---|",
-              f"| near-duplicate videos | {_pct(hv['precision'])} ({hv['right']}/{hv['rows']})"
-              f" | {_pct(hv['recall'])} | {hv['f1']:.2f} |",
-              f"| repeated clips | {_pct(hc['precision'])} ({hc['right']}/{hc['rows']}) | "
-              f"{_pct(hc['recall'])} | {hc['f1']:.2f} |", "",
+             ]
+    hv, hc = held["at_chosen"]["video"], held["at_chosen"]["clip"]
+    lines += md_table(["kind", "planted", "found", "recall"],
+                      [[kind, k["planted"], k["found"], _pct(k["recall"])]
+                       for kind, k in hv["per_kind"].items()])
+    lines += ["", *md_table(["rows", "precision", "recall", "F1"], [
+                  [name, f"{_pct(x['precision'])} ({x['right']}/{x['rows']})", _pct(x["recall"]),
+                   f"{x['f1']:.2f}"]
+                  for name, x in (("near-duplicate videos", hv), ("repeated clips", hc))]), "",
               f"Kept id is the source (trim, crop, resize): {_pct(hv['kept_is_source'])}. "
               f"False video rows: {', '.join(hv['false']) or 'none'}.", "",
               "## Tuning sweep", "",
-              "| threshold | video P | video R | clip P | clip R | candidate pairs |",
-              "|---|---|---|---|---|---|"]
-    for t, ev in tun["sweep"].items():
-        lines.append(f"| {t} | {_pct(ev['video']['precision'])} | "
-                     f"{_pct(ev['video']['recall'])} | {_pct(ev['clip']['precision'])} | "
-                     f"{_pct(ev['clip']['recall'])} | {ev['candidate_pairs']} |")
+              *md_table(["threshold", "video P", "video R", "clip P", "clip R",
+                         "candidate pairs"],
+                        [[t, _pct(ev["video"]["precision"]), _pct(ev["video"]["recall"]),
+                          _pct(ev["clip"]["precision"]), _pct(ev["clip"]["recall"]),
+                          ev["candidate_pairs"]] for t, ev in tun["sweep"].items()])]
     lines += ["", "## Time", "",
               f"Real command, held-out set, warm frame cache: "
               f"{held['at_chosen']['seconds_warm']:.2f} s for {held['videos']} videos "
@@ -387,12 +385,11 @@ def report(res: dict[str, Any]) -> list[str]:
               "",
               "Synthetic per-second embeddings (60 s videos, 384-d; keyframes + k-NN + pair "
               "check + grouping, no file I/O):", "",
-              "| videos | keyframes | index MB | candidate pairs | k-NN s | all s | "
-              "s per 1,000 videos |", "|---|---|---|---|---|---|---|"]
-    for s in res["time"]["synthetic"]:
-        lines.append(f"| {s['videos']} | {s['keyframes']} | {s['index_mb']} | "
-                     f"{s['candidate_pairs']} | {s['knn_s']} | {s['knn_check_group_s']} | "
-                     f"{s['per_1000_videos_s']} |")
+              *md_table(["videos", "keyframes", "index MB", "candidate pairs", "k-NN s",
+                         "all s", "s per 1,000 videos"],
+                        [[s[k] for k in ("videos", "keyframes", "index_mb", "candidate_pairs",
+                                         "knn_s", "knn_check_group_s", "per_1000_videos_s")]
+                         for s in res["time"]["synthetic"]])]
     ph = res.get("phash")
     if ph:
         lines += ["", "## Perceptual-hash first pass (measured, not used)", "",

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, machine, write_results
+from _harness import RESULTS, machine, md_table, write_results
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import DEFAULT_NULL_Z, chatter_flags
@@ -243,6 +243,16 @@ def _unflagged(m: dict[str, Any]) -> str:
     return "–" if r is None else f"{_pct(r)} of {m['unflagged_chatter']}"
 
 
+MODE_COLUMNS = ["filter", "steps kept", "chatter dropped", "unflagged chatter dropped",
+                "pairs kept"]
+
+
+def _mode_row(label: str, m: dict[str, Any]) -> list[str]:
+    """One filter's row of the tuning and held-out tables."""
+    return [label, f"{_pct(m['steps_kept'])} of {m['steps']}",
+            f"{_pct(m['chatter_dropped'])} of {m['chatter']}", _unflagged(m), str(m["kept"])]
+
+
 def report(res: dict[str, Any]) -> list[str]:
     tu, ho, chosen = res["tuning"], res["held_out"], res["chosen_null_z"]
     lines = [
@@ -273,25 +283,20 @@ def report(res: dict[str, Any]) -> list[str]:
         f"{tu['distinct_step_texts']} (tuning), {ho['distinct_step_texts_flagged']} of "
         f"{ho['distinct_step_texts']} (held-out).", "",
         "## Tuning set", "",
-        "| filter | steps kept | chatter dropped | unflagged chatter dropped | pairs kept | "
-        "score threshold |",
-        "|---|---|---|---|---|---|",
+        *md_table(MODE_COLUMNS + ["score threshold"],
+                  [[*_mode_row(label, m), "–" if m["score_threshold"] is None
+                    else f"{m['score_threshold']:.4f}"] for label, m in res["modes"].items()]),
     ]
-    for label, m in res["modes"].items():
-        thr = "–" if m["score_threshold"] is None else f"{m['score_threshold']:.4f}"
-        lines.append(f"| {label} | {_pct(m['steps_kept'])} of {m['steps']} | "
-                     f"{_pct(m['chatter_dropped'])} of {m['chatter']} | "
-                     f"{_unflagged(m)} | {m['kept']} | {thr} |")
     lines += ["", "Sweep of the default's bar (`--null-z Z`), visual test alone "
               "(`--keep-chatter`) and with the text chatter test (the default):", "",
-              "| Z | visual only: steps kept | chatter dropped | + text: steps kept | "
-              "chatter dropped | + text meets both |", "|---|---|---|---|---|---|"]
-    for z, m in res["sweep_null_z"].items():
-        t = res["sweep_null_z_text"][z]
-        mark = " (chosen)" if float(z) == chosen else ""
-        lines.append(f"| {z}{mark} | {_pct(m['steps_kept'])} | {_pct(m['chatter_dropped'])} | "
-                     f"{_pct(t['steps_kept'])} | {_pct(t['chatter_dropped'])} | "
-                     f"{'yes' if meets(t) else 'no'} |")
+              *md_table(["Z", "visual only: steps kept", "chatter dropped",
+                         "+ text: steps kept", "chatter dropped", "+ text meets both"],
+                        [[f"{z}{' (chosen)' if float(z) == chosen else ''}",
+                          _pct(m["steps_kept"]), _pct(m["chatter_dropped"]),
+                          _pct(tx["steps_kept"]), _pct(tx["chatter_dropped"]),
+                          "yes" if meets(tx) else "no"]
+                         for z, m in res["sweep_null_z"].items()
+                         for tx in [res["sweep_null_z_text"][z]]])]
     visual_meet = [z for z, m in res["sweep_null_z"].items() if meets(m)]
     lines += [
         "",
@@ -310,13 +315,9 @@ def report(res: dict[str, Any]) -> list[str]:
         f"Chatter the new default kept (tuning): "
         f"{', '.join(res['chatter_kept_by_default']) or 'none'}.", "",
         "## Held-out set", "",
-        "| filter | steps kept | chatter dropped | unflagged chatter dropped | pairs kept |",
-        "|---|---|---|---|---|",
+        *md_table(MODE_COLUMNS, [_mode_row(label, m)
+                                 for label, m in res["held_out_modes"].items()]),
     ]
-    for label, m in res["held_out_modes"].items():
-        lines.append(f"| {label} | {_pct(m['steps_kept'])} of {m['steps']} | "
-                     f"{_pct(m['chatter_dropped'])} of {m['chatter']} | {_unflagged(m)} | "
-                     f"{m['kept']} |")
     t = res["timing"]
     lines += [
         "",
