@@ -63,10 +63,12 @@ def machine_info(**extra: Any) -> dict[str, Any]:
 
 
 def load_avg() -> list[float]:
+    """The 1/5/15-minute load averages now: other jobs on a shared machine add time."""
     return [round(x, 1) for x in os.getloadavg()]
 
 
 def stamp() -> str:
+    """When a figure was measured (UTC), for results kept across sessions."""
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
