@@ -68,7 +68,7 @@ test: install lint
 bench: EXTRAS = dev,ray,download,llm-small
 bench: EXTRA_APT = opencv-doc
 bench: install
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/*/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(DEMO_DATA) $(DEMO_RUN) .pytest_cache .ruff_cache tests/artifacts

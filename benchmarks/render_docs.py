@@ -215,6 +215,24 @@ def _align_part(r: Results, part: str) -> float:
     return secs[part] / secs["align_run, in all"]
 
 
+def _chatter_margin(r: Results) -> int:
+    """Chatter captions the default filter drops on the held-out set beyond the target's."""
+    n = r.get("filter.json", "held_out.chatter")
+    dropped = r.get("filter.json", "held_out_modes.new default: null z >= 0.75 + text chatter "
+                    "test.chatter_dropped")
+    return round(dropped * n) - math.ceil(r.get("filter.json", "targets.chatter_dropped") * n)
+
+
+def _dup(r: Results, key: str) -> float:
+    """duplicates.json's largest synthetic k-NN run."""
+    return r.get("duplicates.json", "time.synthetic")[-1][key]
+
+
+def _table3(r: Results) -> list[dict[str, Any]]:
+    """table3.json's trained variants (not the zero-shot row)."""
+    return [v for k, v in r.get("table3.json", "results").items() if k != "zero_shot"]
+
+
 def _faults(r: Results, kind: str) -> int:
     return sum(r.get("faults.json", f"faults.{kind}").values())
 
@@ -237,6 +255,36 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "textonly.videos_per_s": lambda r: r.get("textonly.json", "caption_run.done") / r.get(
         "textonly.json", "caption_run.seconds"),
     "faults.survived": lambda r: _faults(r, "survived"),
+    "fuzz.targets": lambda r: len(r.get("fuzz.json", "targets")),
+    "faults.wall_ratio": lambda r: r.get("faults.json", "faults.seconds") / r.get(
+        "faults.json", "clean.seconds"),
+    # the prompt's rules before the block (llama.cpp's cache reuses them) against after it
+    "llm.block_first_slowdown": lambda r: _llm_run(
+        r, "qwen2.5-coder-1.5b/actions (block first)")["seconds_per_block"] / _llm_run(
+        r, "qwen2.5-coder-1.5b/actions")["seconds_per_block"],
+    # the generated narration's steps that no line speaks (report and tune splits)
+    "captions.unspoken_share": lambda r: 1 - sum(
+        r.get("captions.json", f"splits.{s}.spoken_steps") for s in ("report", "tune")) / sum(
+        r.get("captions.json", f"splits.{s}.steps") for s in ("report", "tune")),
+    # duplicates' synthetic k-NN set extrapolated to 100,000 videos of 5 minutes at its
+    # keyframe rate: keyframes and the FAISS index's size
+    "duplicates.seconds_per_keyframe": lambda r: _dup(r, "videos") * _dup(
+        r, "seconds_per_video") / _dup(r, "keyframes"),
+    "duplicates.keyframes_m_at_100k": lambda r: 100_000 * 300 / (
+        _dup(r, "videos") * _dup(r, "seconds_per_video") / _dup(r, "keyframes")) / 1e6,
+    "duplicates.index_gb_at_100k": lambda r: _dup(r, "index_mb") / 1000 * 100_000 * 300 / (
+        _dup(r, "videos") * _dup(r, "seconds_per_video")),
+    # the default encoder's 1000 class names embedded once at the measured text speed
+    "encoders.class_names_s": lambda r: 1000 / r.get("encoders.json", "speed.texts_per_s"),
+    # Table 3's training captions per variant, and the trained models' held-out R@1
+    "table3.pairs_min": lambda r: min(v["quality"]["pairs"] for v in _table3(r)),
+    "table3.pairs_max": lambda r: max(v["quality"]["pairs"] for v in _table3(r)),
+    "table3.trained_r1_min": lambda r: min(v["mean"]["R@1"] for v in _table3(r)),
+    "table3.trained_r1_max": lambda r: max(v["mean"]["R@1"] for v in _table3(r)),
+    "webdataset.kb_per_clip": lambda r: 4 * _shard_kb_per_frame(r),
+    # one step's share of the filler benchmark's pooled report steps
+    "reject.one_step_share": lambda r: 1 / r.get(
+        "reject.json", "pipeline.runs.default.after_align.steps"),
     "scaling.captions_per_block": _captions_per_block,
     "scaling.captions_per_block_min": lambda r: _qwen_cpb(r, min),
     "scaling.captions_per_block_max": lambda r: _qwen_cpb(r, max),
@@ -299,6 +347,16 @@ DERIVED: dict[str, Callable[[Results], float]] = {
                                                       "halves)"),
     "align_scale.cache_read_share": lambda r: _align_part(r, "reading the frame cache"),
     "align_scale.content_key_tb_at_htm": lambda r: HTM_VIDEOS * CONTENT_KEY_BYTES / 1e12,
+    # align's list of the run's videos (bench_align_scale's memory rows): MB per 100k videos,
+    # the compact RunVideos against the list of VideoItems it replaced
+    "align_scale.run_videos_mb_per_100k": lambda r: r.get(
+        "align_scale.json", "memory.driver_mb.run_videos_mb") * 1e5 / r.get(
+        "align_scale.json", "memory.driver_mb.videos"),
+    "align_scale.item_list_mb_per_100k": lambda r: r.get(
+        "align_scale.json", "memory.driver_mb.item_list_mb") * 1e5 / r.get(
+        "align_scale.json", "memory.driver_mb.videos"),
+    # the default filter's held-out chatter margin: captions dropped beyond the target's count
+    "filter.held_out_chatter_margin": lambda r: _chatter_margin(r),
     # the filler test's parse (bench_parse): parser processes that 300 videos/s (issue #22's
     # HTTP target) need, at one worker's measured rate
     "parse.workers_for_300": lambda r: 300 / r.get("parse.json", "by_workers.1.videos_per_s"),

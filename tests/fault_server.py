@@ -12,7 +12,7 @@ the captioner asks again) · ``reset`` (the connection closes without an answer)
 HTTP status as digits (``404``). ``die_after=N``: after N clean answers the server is gone
 (open connections reset, new ones refused), as a crashed server.
 
-Shared by ``tests/test_llm_faults.py`` and ``benchmarks/bench_faults.py``.
+Shared by ``tests/test_llm_faults.py`` and ``benchmarks/robustness/bench_faults.py``.
 """
 
 from __future__ import annotations

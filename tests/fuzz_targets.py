@@ -2,9 +2,9 @@
 
 Each target draws an input, feeds it to one reader and checks the contract: a valid result, or
 one of the project's one-line errors (``HowtocapError`` / ``InputError``) — never any other
-exception. ``tests/test_fuzz.py`` runs them with a few examples; ``benchmarks/bench_fuzz.py``
-with thousands, counting cases and crashes (``Tally`` keeps going after a crash, so every
-distinct crash is listed, not only the first).
+exception. ``tests/test_fuzz.py`` runs them with a few examples;
+``benchmarks/robustness/bench_fuzz.py`` with thousands, counting cases and crashes (``Tally``
+keeps going after a crash, so every distinct crash is listed, not only the first).
 
 Inputs are built from the field's real shapes (WebVTT/SRT cues with YouTube timing tags,
 HowTo100M caption.json entries, HowToCaption score pairs, CSV manifests, LLM replies with every

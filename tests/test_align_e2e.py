@@ -257,11 +257,11 @@ def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> Non
     import subprocess
     import sys
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path.insert(0, str(REPO / "benchmarks" / "scale"))
     try:
         from bench_align_scale import compare
     finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+        sys.path.remove(str(REPO / "benchmarks" / "scale"))
     base_src = _base_sources(tmp_path / "base")
     if base_src is None:
         pytest.skip(f"git or commit {BASE} not available")
@@ -270,7 +270,7 @@ def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> Non
         run = tmp_path / f"run-{name}"
         env = {**__import__("os").environ, "PYTHONPATH": str(src)}
         res = subprocess.run([sys.executable, "-c", _ALIGN_CHILD, str(run),
-                              str(REPO / "benchmarks"), mode, str(tmp_path)], env=env,
+                              str(REPO / "benchmarks" / "scale"), mode, str(tmp_path)], env=env,
                              capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stderr[-2000:]
         outs[name] = run

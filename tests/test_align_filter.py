@@ -78,7 +78,7 @@ def test_default_filter_keeps_steps_and_drops_chatter(chatter_run: dict[str, Any
     dropped_chatter = 1.0 - float(chatter["kept"].mean())
     detail = al[["text", "kind", "score", "null_z", "kept"]].round(3).to_string()
     # The target, >= 90 % / >= 80 %, on videos the default's bar was not chosen on
-    # (benchmarks/bench_filter.py chose it on its seed-1 set): the null z bar plus the text
+    # (benchmarks/quality/bench_filter.py chose it on its seed-1 set): the null z bar plus the text
     # chatter test keep 24/24 steps and drop 14/16 chatter here (the old visual-only 1.5:
     # 23/24, 11/16). One caption is 4-6 %, so a change of two captions fails this.
     assert kept_steps >= 0.9, detail

@@ -43,11 +43,11 @@ def test_code_default_is_the_benchmarks_choice() -> None:
 
 def test_the_real_narration_choice_follows_its_rule_from_the_recorded_rows() -> None:
     """Re-applies bench_real_captions' rule to its stored rows (issue #40)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "quality"))
     try:
         from bench_real_captions import choose_default
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path.remove(str(ROOT / "benchmarks" / "quality"))
     res = json.loads(REAL.read_text())
     again = choose_default(res["rows"])
     assert {k: again[k] for k in ("label", "config", "tied", "eligible")} == \
@@ -59,11 +59,11 @@ def test_the_real_narration_choice_follows_its_rule_from_the_recorded_rows() -> 
 def test_the_recorded_choice_follows_the_rule_from_the_recorded_rows() -> None:
     """Re-applies the benchmark's rule to the stored rows: a hand-edited choice, or rows
     changed without re-choosing, fail here."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "quality"))
     try:
         from bench_captions import choose_default
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path.remove(str(ROOT / "benchmarks" / "quality"))
     res = _results()
     again = choose_default(res["rows"])
     assert {k: again[k] for k in ("label", "model", "template", "constrain", "tied")} == \

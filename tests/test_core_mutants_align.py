@@ -1,4 +1,5 @@
-"""Alignment maths: behaviours the mutation check found untested (benchmarks/bench_mutation.py).
+"""Alignment maths: behaviours the mutation check found untested
+(benchmarks/robustness/bench_mutation.py).
 
 Every expectation comes from the documented rule (the module docstrings of ``howtocap.align``
 and ``howtocap.encoders.cache``) computed the slow way, never from the code's own output."""

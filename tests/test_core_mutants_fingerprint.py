@@ -1,6 +1,6 @@
 """Fingerprints in isolation: behaviours the mutation check found untested
-(benchmarks/bench_mutation.py). The existing tests reach these functions only through whole
-caption runs; these pin the contracts resume relies on, on tiny inputs."""
+(benchmarks/robustness/bench_mutation.py). The existing tests reach these functions only through
+whole caption runs; these pin the contracts resume relies on, on tiny inputs."""
 
 from __future__ import annotations
 

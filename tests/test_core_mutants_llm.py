@@ -1,5 +1,5 @@
 """Reply parsing and block packing: behaviours the mutation check found untested
-(benchmarks/bench_mutation.py; each test names the rule it holds, not the mutant)."""
+(benchmarks/robustness/bench_mutation.py; each test names the rule it holds, not the mutant)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Retrieval metrics: behaviours the mutation check found untested
-(benchmarks/bench_mutation.py). Expected values are counted by hand or by the sorting
+(benchmarks/robustness/bench_mutation.py). Expected values are counted by hand or by the sorting
 reference, never taken from the function under test."""
 
 from __future__ import annotations

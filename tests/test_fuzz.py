@@ -1,6 +1,6 @@
 """Property-based fuzzing of every reader of user input (Hypothesis; targets in
 ``tests/fuzz_targets.py``): each returns a valid result or raises the project's one-line error,
-never anything else. A modest number of examples here; ``benchmarks/bench_fuzz.py`` runs
+never anything else. A modest number of examples here; ``benchmarks/robustness/bench_fuzz.py`` runs
 thousands. Crashes found this way are pinned below as plain regression tests."""
 
 from __future__ import annotations

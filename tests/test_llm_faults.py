@@ -274,7 +274,8 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
         rf"error: LLM server at {re.escape(url)} unreachable after 8 attempts \(.*(refused|"
         r"failed).*\); nothing lost; re-run to resume", errors[0]), errors
     assert "Traceback" not in res.stderr and "✗" not in res.stderr
-    # 8 attempts in all, not 12 videos x 4 tries (benchmarks/bench_faults.py times the stop)
+    # 8 attempts in all, not 12 videos x 4 tries (benchmarks/robustness/bench_faults.py times
+    # the stop)
     status = statuses(RunDir(out))
     assert (status["status"] == "error").sum() == 0
     assert (status["stage"] == "subtitles").sum() == 12  # the subtitles stage did finish

@@ -231,11 +231,12 @@ def test_run_within_shot_detects_shots_once(tmp_path: Path,
     from howtocap.caption.config import CaptionRunConfig
     from howtocap.pipeline.run import run_pipeline
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks" / "scale")
+    sys.path.insert(0, bench)
     try:
         from bench_textonly import InstantLLM
     finally:
-        sys.path.pop(0)
+        sys.path.remove(bench)
     calls: list[str] = []
     real = shots.run.shots_run
 

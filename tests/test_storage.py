@@ -79,8 +79,8 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
         assert run_cli(*args, "--out", str(clean)).returncode == 0
         want = tables(clean, ("subtitles", "captions", "aligned"))
         assert len(want["aligned"]) and want["aligned"]["config_id"].nunique() == 1
-        # kill while captioning and while aligning (benchmarks/bench_kill.py: 20 moments),
-        # batches of 2 videos: the kill lands after one batch, in the middle of the next
+        # kill while captioning and while aligning (benchmarks/robustness/bench_kill.py: 20
+        # moments), batches of 2 videos: the kill lands after one batch, in the middle of the next
         for i, (stage, count) in enumerate([("caption", 2), ("align", 2)]):
             run = tmp_path / f"killed{i}"
             proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(run)],

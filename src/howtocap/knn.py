@@ -15,9 +15,9 @@ from howtocap.errors import HowtocapError
 if TYPE_CHECKING:
     import faiss
 
-# Exact search grows linearly (~6-18 ms per query at 100k x 384-d on one core); above this size
-# an HNSW graph answers in ~1 ms. Its recall@10 is ~1.0 on clustered (real-looking) embeddings
-# but low on structureless random vectors: see benchmarks/results/serve.md.
+# Exact search grows linearly with the clips; above this size an HNSW graph answers much
+# faster, with a recall@10 near exact on clustered (real-looking) embeddings but low on
+# structureless random vectors: benchmarks/results/serve.md has both measured.
 EXACT_MAX = 50_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 64

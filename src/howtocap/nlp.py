@@ -104,8 +104,8 @@ class RuleIndex:
     """``AttributeRuler.match`` by dictionary lookups: the same matches as spaCy's Matcher.
 
     ``en_core_web_sm``'s attribute ruler has ~180 one- and two-token patterns (the tag map and
-    its exceptions), and the Matcher tries every one at every token: ~0.13 ms of a short
-    caption's ~0.49 ms parse, the filler test's largest cost after the tok2vec layer. Nearly
+    its exceptions), and the Matcher tries every one at every token: the filler test's largest
+    cost after the tok2vec layer (benchmarks/results/parse.md measures both). Nearly
     every pattern fixes its first token's lower form or tag, so a token needs only the few
     patterns those two values can start. The ruler then sets the attributes exactly as before
     (``set_annotations``, in rule order). A ruler with any pattern this index cannot reproduce,

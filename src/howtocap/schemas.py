@@ -146,7 +146,7 @@ FREE_TEXT = frozenset({"text"})
 def parquet_dictionary(schema: Any) -> list[str]:
     """The columns worth a Parquet dictionary (``use_dictionary``): ids, sources, models,
     reasons. Not free text or floats: their dictionary outgrows its page and is dropped after
-    it was built (~40% of writing a batch of subtitles, for a file no smaller)."""
+    it was built (a large share of writing a batch of subtitles, for a file no smaller)."""
     import pyarrow as pa
 
     return [f.name for f in schema if f.name not in FREE_TEXT
@@ -242,14 +242,14 @@ def conform(df: pd.DataFrame, name: str) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{name} table lacks columns {missing}")
     # Already conforming (a stage's output, conformed again by write_part): a shallow copy is
-    # enough under copy-on-write, and saves ~2 ms a call, a minute per 10k videos.
+    # enough under copy-on-write, and saves a per-call cost paid for every video.
     if list(df.columns[:len(schema)]) == list(schema) and isinstance(df.index, pd.RangeIndex) \
             and df.index.start == 0 and df.index.step == 1 \
             and [str(t) for t in df.dtypes.iloc[:len(schema)]] == \
             ["object" if t == "str" else t for t in schema.values()]:
         return df.copy(deep=False)
-    # One frame built from converted columns: assigning column by column costs ~5 ms a table
-    # (pandas block consolidation), most of the per-video overhead of a text-only run.
+    # One frame built from converted columns: assigning column by column (pandas block
+    # consolidation) was most of the per-video overhead of a text-only run.
     idx = pd.RangeIndex(len(df))
     data = {}
     for col, dtype in schema.items():

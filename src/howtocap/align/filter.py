@@ -65,13 +65,12 @@ _TIE_EPS = 1e-6
 # The default filter keeps a caption whose ``null_z`` (the mean of two robust z-scores: its
 # score on its chosen clip against other videos' captions on that clip, and against its own
 # scores on other videos' clips) reaches this bar, unless the text chatter test flags it
-# (``drop_chatter``). 0.75 is the bar benchmarks/bench_filter.py chooses by its written rule on
-# its tuning set (10 generated videos, seed 1): 96 % of steps kept, 88 % of chatter dropped
-# (targets 90 % / 80 %); on the held-out set (10 other videos, seed 2) 100 % / 85 %. Both sets
-# share the same eight chatter lines, so the text patterns are not tested on unseen phrasing;
-# chatter they do not flag meets a lower visual bar than under the old 1.5 visual-only default
-# (82 % / 82 % tuning, 93 % / 57 % held-out): 58 % / 57 % of it is dropped, against 75 % / 86 %
-# before. See docs/align.md.
+# (``drop_chatter``). It is the bar benchmarks/quality/bench_filter.py chooses by its written
+# rule on its tuning set, the lowest that meets both targets (steps kept, chatter dropped); what
+# it keeps and drops there and on the held-out set, against the old visual-only default of 1.5,
+# is in benchmarks/results/filter.md and docs/align.md. Both sets share the same eight chatter
+# lines, so the text patterns are not tested on unseen phrasing, and chatter they do not flag
+# meets a lower visual bar than before.
 DEFAULT_NULL_Z = 0.75
 MIN_REFERENCE = 10  # fewer references from other videos: no z (the caption is kept)
 
@@ -246,7 +245,7 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     ends = (np.asarray(captions["end"], dtype=np.float64).reshape(-1) if "end" in captions
             else starts + cfg.clip_seconds)
     # built once in the schema's order and dtypes (what ``conform`` returns), extras after:
-    # assembling and converting a frame column by column cost ~15 ms a video
+    # assembling and converting a frame column by column cost more than the scoring
     cols: dict[str, Any] = {
         "video_id": np.full(n, video_id, dtype=object),
         "start": new_start, "end": new_end, "text": text_col("text"),
@@ -303,7 +302,7 @@ def reference_z(video_id: str, score: np.ndarray, windows: Sequence[np.ndarray],
 def _row_medians(a: np.ndarray) -> np.ndarray:
     """``np.median(a, axis=1)`` of a NaN-free array, bit for bit, reordering ``a`` in place:
     one selection per row (the lower middle of an even row is the largest value left of the
-    upper one), where np.median's two-point partition took ~9x as long on 7k clips."""
+    upper one), several times faster than np.median's two-point partition on long rows."""
     n = a.shape[1]
     k = n // 2
     a.partition(k, axis=1)

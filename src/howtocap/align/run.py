@@ -109,9 +109,9 @@ def _csv_per_video(captions: pd.DataFrame, cols: list[str],
                    chunk: int = 200_000) -> dict[str, str]:
     """Each video's ``cols`` exactly as ``g[cols].to_csv(index=False, header=False)`` writes
     them (the recorded fingerprints are hashes of that text, so it must not change): one
-    ``to_csv`` per chunk of rows, split into lines, instead of a call per video (~1 ms each,
-    20 min of a HowTo100M run). CSV formats every row on its own, so a row is one line unless
-    a text holds a line break: such a video is written alone, as before."""
+    ``to_csv`` per chunk of rows, split into lines, instead of a call per video (a fixed cost
+    that adds up over a HowTo100M run). CSV formats every row on its own, so a row is one line
+    unless a text holds a line break: such a video is written alone, as before."""
     if len(captions) == 0 or not cols:
         return _csv_per_group(captions, cols)
     keyed = captions["video_id"].notna().to_numpy()  # groupby leaves rows without an id out
@@ -722,7 +722,7 @@ def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
 
 
 WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run``): the
-# engine holds a window's items and selection (50,000 peaked ~70 MB higher at 100k videos)
+# engine holds a window's items and selection (a window of 50,000 peaked higher)
 
 
 def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
@@ -761,7 +761,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     names_in = list(encoder_names) or ["default"]
     from_names = encoders is None
     # The captions are read a window of whole videos at a time, in passes (the stage reads
-    # each video's rows itself): the whole table was ~340 MB at 10k videos.
+    # each video's rows itself): the whole table grows with the run.
     captions = _Captions(rundir)
     videos = _video_items(rundir)
     # The default filter's reference is drawn from every caption the LLM wrote, rejected ones

@@ -1,6 +1,6 @@
 """The run's videos (``videos.parquet``) as compact columns, made into ``VideoItem`` s a
-window at a time (issue #22): a list of every item with its ``Path`` was ~46 MB per 100k
-videos, the largest thing align's driver held that grew with the run.
+window at a time (issue #22): a list of every item with its ``Path`` was the largest thing
+align's driver held that grew with the run (both measured in benchmarks/results/align_scale.md).
 
 The ids are one Arrow string array in id order (``videos.parquet`` is in id order only until
 videos are appended, so it is sorted here), each path is split into its folder (a code into
@@ -20,8 +20,8 @@ import numpy as np
 
 from howtocap.io.inputs import VideoItem
 
-CHUNK = 8_192  # videos made into Python objects at a time (ids, items): 65,536 items held
-# ~25 MB at once
+CHUNK = 8_192  # videos made into Python objects at a time (ids, items): a bound on what is
+# held at once
 
 
 class _Sorted(Sequence[str]):

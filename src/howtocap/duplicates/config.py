@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 # The per-second cosine above which two seconds show the same footage, for the embedded default
-# encoder: chosen on the tuning set of benchmarks/bench_duplicates.py (docs/duplicates.md).
+# encoder: chosen on the tuning set of benchmarks/quality/bench_duplicates.py (docs/duplicates.md).
 THRESHOLD = 0.9
 
 

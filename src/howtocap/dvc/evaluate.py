@@ -99,7 +99,7 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
 
     ``pred``: ``{"results": {vid: [{"timestamp": [s, e], "sentence": str}]}}``; ``gt``: YouCook2
     JSON (``{"database": ...}``) or ActivityNet Captions JSON. ``split`` keeps the YouCook2
-    videos of that subset. ``meteor=False`` skips METEOR (its JVM takes ~10 s to start).
+    videos of that subset. ``meteor=False`` skips METEOR (its JVM takes seconds to start).
     The random strings that unmatched predictions are scored against come from ``seed``, so
     results repeat. Returns ``scores`` (means over thresholds), ``per_tiou``, ``per_video``,
     counts, the tokenizer and METEOR used, and warnings (also issued as ``UserWarning``).

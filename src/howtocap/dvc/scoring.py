@@ -76,7 +76,7 @@ def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
 class Scorers:
     """BLEU-1..4, METEOR (when Java runs), ROUGE-L and CIDEr over tokenised caption pairs.
 
-    METEOR holds a JVM with the paraphrase table loaded (~10 s to start), so one instance is
+    METEOR holds a JVM with the paraphrase table loaded (seconds to start), so one instance is
     used for every video and threshold and closed at the end.
     """
 

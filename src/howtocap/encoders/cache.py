@@ -33,7 +33,7 @@ from howtocap.atomic import atomic_write_bytes
 from howtocap.errors import InputError
 from howtocap.io import video as _video
 
-if TYPE_CHECKING:  # the encoder module loads torch (~180 MB); reading the cache needs numpy only
+if TYPE_CHECKING:  # the encoder module loads torch; reading the cache needs numpy only
     from howtocap.encoders.base import Encoder
 
 FORMAT_VERSION = 1
@@ -146,8 +146,8 @@ def load(path: Path, *, encoder: str, key: str, fps: float) -> FrameEmbeddings |
 @contextmanager
 def _holding(paths: Sequence[Path]) -> Iterator[None]:
     """The per-file locks of ``paths`` (in sorted order: two callers never deadlock), each
-    dropped from the table when its last caller is done: a lock per file ever used was ~300
-    bytes a video that stayed for the whole run (90 MB at 300k videos in ``align``)."""
+    dropped from the table when its last caller is done: a lock per file ever used stayed for
+    the whole run, memory growing with its videos (benchmarks/results/align_scale.md)."""
     keys = sorted({str(p) for p in paths})
     with _locks_guard:
         locks = []

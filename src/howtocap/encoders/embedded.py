@@ -46,8 +46,8 @@ PROMPTS = {
     "photo": "a photo of a {}.",
     "video": "a video frame showing a {}.",
 }
-# Picked by measurement on the narrated fixtures (benchmarks/bench_encoders.py): the bare class
-# name beats "a photo of a {}" by a wide margin unless the embeddings are centred; centred,
+# Picked by measurement on the narrated fixtures (benchmarks/quality/bench_encoders.py): the bare
+# class name beats "a photo of a {}" by a wide margin unless the embeddings are centred; centred,
 # "a video frame showing a {}." is marginally the best of the three.
 DEFAULT_PROMPT = "video"
 DEFAULT_TEMPERATURE = 2.0

@@ -29,10 +29,10 @@ _DASH = re.compile(r"^\s*-\s+")
 _WS = re.compile(r"\s+")
 # Nothing above can change a line without one of these or whitespace other than single spaces
 # between words: most ASR lines are plain words, and a HowTo100M dump has tens of millions of
-# lines, so they skip the seven substitutions (the check costs ~1.5 µs a line).
+# lines, so they skip the seven substitutions (the check is one regex search a line).
 _SPECIAL = re.compile(r"[<>&\[(♪♫\u200b]")
 # Whitespace but the space (``str.isspace``; ``str.split`` parts words at each of them),
-# written out: finding them among all code points cost 50 ms an import.
+# written out: finding them among all code points slowed every import.
 ODD_SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003"
               "\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 # The same test for a video's lines joined by NUL, as one character class (what the regex

@@ -2,7 +2,8 @@
 
 A model split over several packages is joined once into the user's cache and checked by size
 and SHA-256 (``bundled.concat_parts``); a single-file model is used where pip put it. Which
-name ``embedded`` means is decided by ``benchmarks/bench_llm.py`` (see ``EMBEDDED_DEFAULT``).
+name ``embedded`` means is decided by ``benchmarks/quality/bench_llm.py`` (see
+``EMBEDDED_DEFAULT``).
 """
 
 from __future__ import annotations
@@ -67,5 +68,5 @@ REGISTRY: dict[str, BundledGGUF] = {m.name: m for m in (
         about="SmolLM2-135M-Instruct Q4_1, 93 MB (fast; ignores the caption format)"),
 )}
 
-# Chosen by benchmarks/bench_captions.py (results in benchmarks/results/captions.md).
+# Chosen by benchmarks/quality/bench_captions.py (results in benchmarks/results/captions.md).
 EMBEDDED_DEFAULT = QWEN_1_5B

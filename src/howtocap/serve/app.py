@@ -51,7 +51,7 @@ STATIC = Path(__file__).parent / "static"
 THUMB_WIDTH = 320
 CONTEXT_SECONDS = 3.0  # subtitle lines this close to a clip are shown with it
 MAX_CONTEXT_LINES = 8
-ROW_CACHE = 50_000  # rows whose static JSON part is kept (about 1 kB each)
+ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short dict each)
 
 
 class SearchBody(BaseModel):

@@ -3,7 +3,7 @@ limits, a per-client rate limit and Prometheus metrics.
 
 Everything runs in one plain ASGI middleware (no ``BaseHTTPMiddleware``, no threads), because
 the search it guards takes well under a millisecond and a heavier wrapper would cost more
-than the search itself (``benchmarks/bench_serve.py``).
+than the search itself (``benchmarks/speed/bench_serve.py``).
 """
 
 from __future__ import annotations

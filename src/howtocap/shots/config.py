@@ -18,12 +18,12 @@ class ShotsConfig(BaseModel):
     ``content`` cuts where the HSV difference of two consecutive frames reaches
     ``threshold`` (``ContentDetector``); ``adaptive`` where that difference stands
     ``adaptive_threshold`` times above its neighbours' average and above ``min_content_val``
-    (``AdaptiveDetector``: fewer false cuts on fast motion). ``benchmarks/bench_shots.py``
+    (``AdaptiveDetector``: fewer false cuts on fast motion). ``benchmarks/quality/bench_shots.py``
     measures both on hard cuts and 1-s dissolves (docs/shots.md)."""
 
     detector: Literal["content", "adaptive"] = "content"
     # content: the HSV difference (0-255) that makes a cut. 17, not PySceneDetect's 27: the
-    # choice of benchmarks/bench_shots.py's written rule on its tuning set (more dissolves
+    # choice of benchmarks/quality/bench_shots.py's written rule on its tuning set (more dissolves
     # found, precision kept above 90 %); docs/shots.md has the held-out figures
     threshold: float = Field(17.0, gt=0)
     adaptive_threshold: float = Field(3.0, gt=0)  # adaptive: ratio to the local average

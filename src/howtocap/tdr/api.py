@@ -149,7 +149,7 @@ _ENCODERS: dict[tuple[str, str | None], Any] = {}
 
 def _encoder(name: str, device: str | None) -> Any:
     """One frozen encoder per (name, device) per process: train → eval → export in one
-    process (a notebook, a benchmark) load it once (~10 s for the default)."""
+    process (a notebook, a benchmark) load it once (loading is most of a small run)."""
     from howtocap.encoders import create
 
     if (name, device) not in _ENCODERS:
@@ -209,7 +209,7 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
         aux[b.video_id] = (labels.to(dev), pair_mask(steps).to(dev))
     log: list[dict[str, float]] = []
     threads = torch.get_num_threads()
-    if dev.type == "cpu":  # a model this small only loses to thread hand-offs (10x on 2 cores)
+    if dev.type == "cpu":  # a model this small only loses to thread hand-offs (many times)
         torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
