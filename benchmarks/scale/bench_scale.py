@@ -29,8 +29,8 @@ process whose peak RSS is read with ``wait4`` (its own, not the parent's):
 * files per 100 videos per table folder;
 * ``--driver``: ``caption_run`` in process with ``InstantLLM`` (bench_textonly),
   ``--keep-fillers --no-imperative`` (no spaCy parse: its cost per caption is measured
-  apart, ``bench_driver``/``bench_parse``) at each size: wall, videos/s, peak RSS. Its "before" is ``DRIVER_BEFORE``
-  (``--driver-before``), the code before the driver went through the videos in windows.
+  apart, ``bench_driver``/``bench_parse``) at each size: wall, videos/s, peak RSS. Its
+  "before" is ``DRIVER_BEFORE`` (``--driver-before``).
 """
 
 from __future__ import annotations
@@ -424,9 +424,9 @@ def write_md(r: dict[str, Any]) -> str:
         per = ", ".join(f"`{k}` {v:g}" for k, v in s["files_per_100_videos"].items())
         rows.append(f"| {s['videos']:,} | {per} |")
     if r.get("driver"):
-        rows += ["", "The driver: `caption_run` in process, `InstantLLM`, `--keep-fillers --no-imperative` "
-                 "(HowTo100M-style ASR, 20-60 lines a video); \"before\" is the commit named "
-                 "in its row:", "",
+        rows += ["", "The driver: `caption_run` in process, `InstantLLM`, "
+                 "`--keep-fillers --no-imperative` (HowTo100M-style ASR, 20-60 lines a "
+                 "video); \"before\" is the commit named in its row:", "",
                  "| videos | code | wall | videos/s | peak RSS | load avg | taken |",
                  "|---:|---|---:|---:|---:|---:|---|"]
         for key in sorted(r["driver"], key=int):
