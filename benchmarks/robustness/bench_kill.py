@@ -14,7 +14,7 @@ the in-process fake OpenAI server of ``tests/chat_server.py`` (deterministic rep
 encoder a tiny randomly initialised CLIP (``howtocap.train.tiny``), the videos copies of one
 generated sample with different subtitles.
 
-    python benchmarks/bench_kill.py [--kills 20] [--videos 6] [--seed 0] [--shard-size 2]
+    python benchmarks/robustness/bench_kill.py [--kills 20] [--videos 6] [--seed 0] [--shard-size 2]
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def main() -> None:
     results.mkdir(exist_ok=True)
     (results / "kill.json").write_text(json.dumps(res, indent=2) + "\n")
     lines = [
-        "# Kill and resume (`benchmarks/bench_kill.py`)", "",
+        "# Kill and resume (`benchmarks/robustness/bench_kill.py`)", "",
         f"A {args.videos}-video `run` (subtitles -> LLM captions -> align scores -> filter; "
         f"fake OpenAI server, tiny random CLIP encoder; {args.shard_size} videos a shard, "
         f"results committed {args.batch_size} videos a chunk) SIGKILLed at "

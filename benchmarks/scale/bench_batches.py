@@ -1,7 +1,7 @@
 """Batched commits vs per-video parts: text-only captioning of a HowTo100M-style caption.json
 with an instant in-process LLM, on the code before batching and on this tree, same machine.
 
-Run: .venv/bin/python benchmarks/bench_batches.py [--videos 1000 10000] [--only before|after]
+Run: .venv/bin/python benchmarks/scale/bench_batches.py [--videos 1000 10000] [--only before|after]
      -> benchmarks/results/batches.{json,md}   (``--report-only``: the md from the json)
 
 "before" is the commit named by ``--before`` (default: the last commit without batches),

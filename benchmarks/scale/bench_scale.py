@@ -1,7 +1,7 @@
 """A million videos on one run directory (issues #22, #39): `status`, the closing step and the
 driver's memory as the number of videos grows, before vs after, in the same invocation.
 
-Run: .venv/bin/python benchmarks/bench_scale.py [--sizes 10000 100000 1200000]
+Run: .venv/bin/python benchmarks/scale/bench_scale.py [--sizes 10000 100000 1200000]
                                                 [--driver 10000 50000] [--only before|after]
      -> benchmarks/results/scale.{json,md,png}   (``--report-only``: md and png from the json)
 
@@ -396,13 +396,16 @@ def write_md(r: dict[str, Any]) -> str:
     rows = ["# A million videos on one run directory: `status`, merge, driver memory", "",
             f"{r['machine']}. \"before\": commit `{r['before']}`, \"after\": this tree, both "
             "measured in the same invocation, each cell a fresh process (peak RSS of that "
-            f"process). Synthetic run directories written by `RunDir.commit_batch` in batches "
-            f"of {r['batch']:,} videos: `subtitles` ({r['sub_lines']} lines a video), `caption` "
+            f"process). Synthetic run directories written by each version's own code (before: "
+            f"`RunDir.commit_batch`, batches of {r['batch']:,} videos; after: a `ShardWriter` "
+            f"per shard of {r['batch']:,} videos): `subtitles` ({r['sub_lines']} lines a "
+            f"video), `caption` "
             f"({r['cap_lines']} captions a video, {r['fail_rate']:.0%} failed, half of those "
             f"retried ok, {r['forget_rate']:.1%} forgotten). Every `status` answer was checked "
             "against the generator's per-video truth.", "",
             "| videos | code | `status` | `status` CPU | `status` peak RSS | `status`, imports "
-            "done | merge (subtitles + captions + status.parquet) | merge CPU | merge peak RSS "
+            "done | closing step (before: merge of subtitles + captions + status.parquet; after: "
+            "the shard files' footers) | CPU | peak RSS "
             "| load avg |",
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key in r["sizes"]:
@@ -417,7 +420,7 @@ def write_md(r: dict[str, Any]) -> str:
                         f"{m['status_peak_rss_mb']:.0f} MB | {m['status_inproc_seconds']:.2f} s "
                         f"| {m['merge_seconds']:.1f} s | {m['merge_cpu_seconds']:.1f} s | "
                         f"{m['merge_peak_rss_mb']:.0f} MB | {m['load_avg']} |")
-    rows += ["", "Files per 100 videos, by folder under `parts/`:", "",
+    rows += ["", "Files per 100 videos, by folder (after):", "",
              "| videos | folders |", "|---:|---|"]
     for key in r["sizes"]:
         s = r["runs"][key]

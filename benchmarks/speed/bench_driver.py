@@ -4,7 +4,7 @@ process's CPU (user + system) under 1 ms a video** over HTTP, text only (no pars
 ``--large`` videos; each row shows CPU ms a video (the process's whole CPU, imports and
 closing merges included, divided by its videos).
 
-Run: .venv/bin/python benchmarks/bench_driver.py [--videos 1000 --large 10000 --base REV]
+Run: .venv/bin/python benchmarks/speed/bench_driver.py [--videos 1000 --large 10000 --base REV]
      -> benchmarks/results/driver.{json,md,png}
 
 ``--base`` (default: main before the LLM client moved to asyncio + httpx, 3c67310: its own
@@ -382,7 +382,7 @@ def main() -> None:
              + "), over the distinct captions (a text seen before is answered from a table; "
              "in process the benchmark's LLM repeats its captions, so there few are parsed and "
              "the figures a caption are mostly the parser's loading and noise: read the HTTP "
-             "rows). How to read: benchmarks/bench_driver.py docstring.", "",
+             "rows). How to read: benchmarks/speed/bench_driver.py docstring.", "",
              "| setting | videos | before videos/s | after videos/s | speedup | after ms/video "
              "| before CPU s | after CPU s | **driver CPU ms/video before → after** "
              "| server CPU s before → after | after parser CPU s | after peak RSS (parser) "

@@ -40,7 +40,7 @@ from howtocap.align.stream import (
     write_windows,
 )
 from howtocap.align.videos import RunVideos
-from howtocap.atomic import CorruptFile
+from howtocap.atomic import CorruptFile, corrupt_parquet
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -293,11 +293,15 @@ def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = Non
                  rows: int | None = None) -> Iterator[pd.DataFrame]:
     """``video_windows`` of one shard file; a file that turns out corrupt is dropped (its
     shard redone by its stage: ``RunDir.drop_corrupt``) and yields no more."""
+    import pyarrow as pa
+
     try:
         cols = None if columns is None else [c for c in columns if c in columns_of(path)]
         yield from video_windows(path, cols, rows)
     except CorruptFile as exc:
         rundir.drop_corrupt(path, exc)
+    except (pa.ArrowException, OSError) as exc:  # a page's checksum, found as it is read
+        rundir.drop_corrupt(path, corrupt_parquet(path, exc))
 
 
 def _video_items(rundir: RunDir) -> RunVideos:

@@ -69,7 +69,7 @@ class CaptionConfig(BaseModel):
         f"Prompt: {', '.join(TEMPLATE_NAMES)}, or a .txt/.yaml/.json template file."))
     range_slack: float = Field(0.0, ge=0)  # seconds allowed outside a block's time range
     # Grammar-constrained decoding (backends that support it). Off by default: chosen by
-    # benchmarks/bench_captions.py (results/captions.md), a tie on F broken by fillers.
+    # benchmarks/quality/bench_captions.py (results/captions.md), a tie on F broken by fillers.
     constrain: bool = Field(False, description=(
         "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
         "asked without). Off by default (benchmarks/results/captions.md)."))
@@ -87,11 +87,11 @@ class CaptionConfig(BaseModel):
     reject_fillers: bool = Field(True, json_schema_extra={"flag": "--keep-fillers",
                                                           "invert": True}, description=(
         "Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
-        "training text; by default they are marked in captions.parquet's `rejected` column "
+        "training text; by default they are marked in the captions table's `rejected` column "
         "and not aligned."))
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
     # rewrite kept captions into the imperative ("So I'm adding salt." -> "Add salt."); on
-    # by default: chosen by benchmarks/bench_real_captions.py (results/real_captions.md)
+    # by default: chosen by benchmarks/quality/bench_real_captions.py (results/real_captions.md)
     imperative: bool = Field(True, description=(
         "Rewrite kept captions into the imperative ('So now I'm going to add salt' -> "
         "'Add salt.')."))

@@ -39,7 +39,7 @@ _TEMPLATES = Path(__file__).with_name("templates")
 BUILTIN = {"fewshot": _TEMPLATES / "fewshot.json", "actions": _TEMPLATES / "actions.json",
            "concise": _TEMPLATES / "concise.json", "steps": _TEMPLATES / "steps.json"}
 TEMPLATE_NAMES = ("paper", *BUILTIN)
-# Chosen by benchmarks/bench_real_captions.py (benchmarks/results/real_captions.md).
+# Chosen by benchmarks/quality/bench_real_captions.py (benchmarks/results/real_captions.md).
 DEFAULT_TEMPLATE_NAME = "steps"
 
 PAPER_PROMPT = (

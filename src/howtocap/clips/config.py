@@ -22,7 +22,7 @@ class ClipsConfig(BaseModel):
     max_side: int | None = Field(None, ge=16)  # longer side scaled down to this (exact only)
     shard_size: int = Field(1000, ge=1)  # clips per shard
     workers: int = Field(2, ge=1)  # videos cut at a time (ffmpeg processes)
-    cross_shots: bool = False  # keep windows that run across a cut of shots.parquet
+    cross_shots: bool = False  # keep windows that run across a cut of the shots table
     crf: int = Field(23, ge=0, le=51)  # exact: x264 quality (lower = better, larger)
     preset: str = "veryfast"  # exact: x264 speed preset
     jpeg_quality: int = Field(90, ge=1, le=100)

@@ -89,6 +89,7 @@ class RunDir:
         self._new_size = shard_size  # for a run directory made by this process
         self._size: int | None = None
         self._index: tuple[int, _VideoIndex] | None = None  # (videos.parquet mtime, index)
+        self._checked: set[tuple[Path, int]] = set()  # shard files verified whole
         if (self.root / "parts").is_dir():
             raise OldLayout(f"{self.root}: a run directory of an earlier layout (parts/), "
                             f"written by howtocap {OLD_LAYOUT}; read it with "
@@ -394,16 +395,36 @@ class RunDir:
             except CorruptFile as exc:
                 self.drop_corrupt(path, exc)
                 continue
-            if table is not None:
-                part = self.shard_path(table, k)
-                if part.exists() and not looks_complete(part):
-                    self.drop_corrupt(part, f"{part}: truncated Parquet file")
-                    continue
+            if table is not None and not self._whole(self.shard_path(table, k)):
+                continue
             ok = recs.filter(pc.equal(recs.column("status"), "ok")).column("video_id")
             at = np.flatnonzero(shards == k)
             hit = pc.is_in(pa.array([video_ids[i] for i in at], pa.string()), value_set=ok)
             out[at] = hit.to_numpy(zero_copy_only=False)
         return out.tolist()
+
+    def _whole(self, path: Path) -> bool:
+        """Whether a shard file is whole, its page checksums verified (once a process per
+        file version): what a later stage will read is checked before it is taken as done,
+        also when nothing else reads it again. A corrupt one is dropped (its shard redone)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            key = (path, path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            return True  # no rows of this table: nothing to check
+        if key in self._checked:
+            return True
+        try:
+            pq.read_table(path, page_checksum_verification=True)
+        except FileNotFoundError:
+            return True
+        except (pa.ArrowException, OSError) as exc:
+            self.drop_corrupt(path, corrupt_parquet(path, exc))
+            return False
+        self._checked.add(key)
+        return True
 
     # -- forgetting ----------------------------------------------------------------------
     def forget(self, stage: str, video_ids: Iterable[str]) -> None:

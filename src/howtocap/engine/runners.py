@@ -184,7 +184,7 @@ class _Coroutines:
     the calling thread as they finish. Why not
     a thread per video: a text-only run over HTTP waits on the server, not the CPU, and 32
     threads blocking on their sockets cost the driver more in GIL hand-offs than the
-    captioning itself (benchmarks/bench_driver.py)."""
+    captioning itself (benchmarks/speed/bench_driver.py)."""
 
     def __init__(self, stage: Stage, n: int) -> None:
         self.stage, self.n = stage, n

@@ -253,7 +253,7 @@ def render_html(stats: dict[str, Any]) -> str:
                     percent=True, integer=True), "Texts per video, as % of videos with text."),
         (_hist_plot(h.get("offset", {}), "Alignment offsets", "offset (s)", percent=False,
                     stacked=True),
-         "The offset column of aligned.parquet: how far alignment moved each caption "
+         "The offset column of the aligned table: how far alignment moved each caption "
          "from the LLM's timestamp."),
         (_hist_plot(h.get("score", {}), "Alignment scores", "video–text score", percent=False,
                     stacked=True), "Score of each caption at its aligned position."),
