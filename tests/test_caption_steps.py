@@ -188,7 +188,7 @@ def test_no_parser_is_loaded_without_the_filler_test_and_the_rewrite(tmp_path: P
                                  capture_output=True, text=True, timeout=300, check=False)
             assert res.returncode == 0, res.stderr[-2000:]
             seen[flags] = res.stdout.split()[-1]
-            assert len(pd.read_parquet(out / "captions.parquet")) == 2
+            assert len(pd.read_parquet(out / "captions")) == 2
     assert seen == {("--keep-fillers", "--no-imperative"): "False", ("--keep-fillers",): "True"}
     url = LLMOptions(url=["http://127.0.0.1:9/v1"])
     off = CaptionStage(url, CaptionConfig(reject_fillers=False, imperative=False),

@@ -329,8 +329,9 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
         tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A text-only run records ``videos.parquet`` from the source's Arrow id columns (no
     item a video): the same table as ``record_videos`` of one item each, ``--ids`` the
-    source lacks included, paths recorded before kept, across windows and spilled chunks;
-    ids read back out of file order come back in the order asked."""
+    source lacks included, paths recorded before kept, across chunks; the run's windows go
+    through the videos in that order, whole shards at a time; ids read back out of file
+    order come back in the order asked."""
     import numpy as np
 
     import howtocap.caption.run as run_mod
@@ -339,7 +340,6 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
 
     monkeypatch.setattr(run_mod, "WINDOW", 4)
     monkeypatch.setattr(rundir_mod, "VIDEO_CHUNK", 3)
-    monkeypatch.setattr(rundir_mod, "VIDEO_STEP", 2)
     src = SubtitleSource.open(write_source(kind, tmp_path / "src", small_dump(11)),
                               cache_dir=tmp_path / "cache")
     extra = ["zz_not_in_src", "htm3"]  # an --ids entry the source lacks, and a repeat
@@ -349,7 +349,7 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
         rd.record_videos([VideoItem("htm4", tmp_path / "htm4.mp4")])  # attached before
         videos = run_mod._Videos(source=src, extra=extra)
         if way == "items":
-            rd.record_videos(it for items in videos.windows(4) for it in items)
+            rd.record_videos(VideoItem(v, None) for v in videos.video_ids())
         else:
             videos.record(rd)
         tables.append(pd.read_parquet(rd.table_path("videos")))
@@ -360,8 +360,11 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
     many = [f"zz_{i}" for i in range(9)]  # --ids past the source's 11, across windows of 4
     videos = run_mod._Videos(source=src, extra=many)
     want = src.ids_window(0, src.count()) + many
-    assert [it.video_id for items in videos.windows(4) for it in items] == want
+    assert list(videos.video_ids()) == want
     assert [v for a in videos.id_arrays(4) for v in a.to_pylist()] == want
+    rd = RunDir(tmp_path / "many", shard_size=5)  # numbered in the order given: shards of it
+    videos.record(rd)
+    assert [it.video_id for items in videos.windows(rd, 10) for it in items] == want
     if kind == "caption.json":  # ids read back by row from several row groups, any order
         from howtocap.io.subtitle_dump import ParquetStore, convert_dump
 

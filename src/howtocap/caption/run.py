@@ -68,8 +68,7 @@ class _Videos:
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
-        return (vid for items in self.windows(WINDOW) for vid in
-                (it.video_id for it in items))
+        return (vid for lo in range(0, len(self), WINDOW) for vid in self._ids(lo, lo + WINDOW))
 
     def id_arrays(self, size: int) -> Iterator[Any]:
         """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
