@@ -206,6 +206,9 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
             ready = [it for it, ok in zip(items, done, strict=True) if ok]
             del items, done
             caps.add(run_stage(rundir, ready, cap_stage, cid=ids[cap_stage.name], **opts))
+            # what align reads next is checked now (page checksums, once a file): a corrupt
+            # captions file is dropped and redone by the second pass, not found by align
+            rundir.done(cap_stage.name, [it.video_id for it in ready], "captions")
             del ready
         cap_stage.release()  # its parser processes: not needed by align
         if summaries:  # the redone videos count as done by this call
