@@ -726,3 +726,39 @@ def test_a_run_directory_of_the_old_layout_is_one_line(tmp_path: Path) -> None:
         assert "0.1.x" in lines[0] and str(old) in lines[0] and "parts/" in lines[0]
         assert "Traceback" not in res.stderr and res.stdout == ""
     assert sorted(p for p in old.rglob("*")) == before  # nothing written into it
+
+
+def test_a_kill_while_a_one_chunk_shard_is_linked_into_place_finishes_on_resume(
+        tmp_path: Path) -> None:
+    """A shard done in one chunk has its files linked into place, the status file last: a
+    kill after the table files (before the status file) leaves the chunk whole, and the
+    next finish gives the shard its rows (renaming the chunk's files away lost them)."""
+    from howtocap.engine import rundir as rundir_mod
+
+    rd = RunDir(tmp_path / "run", shard_size=4)
+    rd.record_videos(VideoItem(f"v_{i}", None) for i in range(3))
+    w = rd.writer("square", 0, ("squares",))
+    df = pd.DataFrame({"video_id": ["v_0", "v_0", "v_1"], "start": [0.0, 1.0, 0.0],
+                       "value": [1, 2, 3]})
+    w.commit([StatusRecord(v, "square", "ok") for v in ("v_0", "v_1", "v_2")],
+             {"squares": df})
+    real = rundir_mod._link
+
+    def killed(src: Path, dst: Path) -> None:
+        if dst.name.endswith(".parquet") and dst.parent.parent.name == "status":
+            raise SystemExit("killed")  # before the status file: the kill
+        real(src, dst)
+
+    rundir_mod._link = killed
+    try:
+        with pytest.raises(SystemExit):
+            w.finish()
+    finally:
+        rundir_mod._link = real
+    assert not rd.status_path("square", 0).exists() and w.chunk_ids()
+    rd.writer("square", 0, ("squares",)).finish()  # the resumed run finishes the shard
+    got = rd.table("squares")
+    assert got["video_id"].tolist() == ["v_0", "v_0", "v_1"]
+    assert got["value"].tolist() == [1, 2, 3]
+    assert rd.done("square", ["v_0", "v_1", "v_2"]) == [True, True, True]
+    assert not (tmp_path / "run" / "work").exists()

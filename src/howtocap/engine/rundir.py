@@ -661,26 +661,27 @@ class ShardWriter:
 
     def _move(self, cid: str) -> bool:
         """A shard done in one chunk: its files are the shard's (rows grouped by video in id
-        order, one record a video), renamed into place instead of read and written again;
-        False (nothing moved) when one of them is not whole."""
+        order, one record a video), hard-linked into place instead of read and written
+        again, the status file last; the chunk stays whole until then, so a kill midway
+        finishes the same way on resume. False when a file is not whole or links are not
+        possible here (then the shard is finished the long way)."""
         import pyarrow.parquet as pq
 
         status = self.work / f"{cid}.status.parquet"
         files = {t: self._file(cid, t) for t in self.writes if self._file(cid, t).exists()}
         if not all(looks_complete(p) for p in (status, *files.values())):
             return False
-        for table in self.writes:
-            out = self.rundir.shard_path(table, self.k)
-            path = files.get(table)
-            if path is None or not pq.read_metadata(path).num_rows:
-                out.unlink(missing_ok=True)
-                continue
-            out.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, out)
-            fsync_dir(out.parent)
-        self.status.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(status, self.status)  # last: the shard is finished
-        fsync_dir(self.status.parent)
+        try:
+            for table in self.writes:
+                out = self.rundir.shard_path(table, self.k)
+                path = files.get(table)
+                if path is None or not pq.read_metadata(path).num_rows:
+                    out.unlink(missing_ok=True)
+                    continue
+                _link(path, out)
+            _link(status, self.status)  # last: the shard is finished
+        except OSError:
+            return False
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
@@ -694,6 +695,18 @@ class ShardWriter:
             self.status.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
                                                              write_page_checksum=True))
+
+
+def _link(src: Path, dst: Path) -> None:
+    """``dst`` becomes a hard link to ``src`` at once (a temp link renamed over it)."""
+    from howtocap.atomic import writer_tag
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{writer_tag()}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    os.link(src, tmp)
+    os.replace(tmp, dst)
+    fsync_dir(dst.parent)
 
 
 def _key_runs(keys: Any) -> tuple[np.ndarray, np.ndarray]:
