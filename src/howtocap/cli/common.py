@@ -59,7 +59,7 @@ ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
 BatchSizeOpt = Annotated[int | None, typer.Option(
     "--batch-size", min=1, help="Commit finished videos in chunks of at most this many (a "
                                 "file per table per chunk, joined when their shard is "
-                                "finished; a kill loses the chunk in flight). Default 100.")]
+                                "finished; a kill loses the chunk in flight). Default 1000.")]
 BatchSecondsOpt = Annotated[float | None, typer.Option(
     "--batch-seconds", min=0, help="Commit a chunk once its first result waited this long, "
                                    "full or not. Default 60.")]

@@ -654,10 +654,7 @@ class ShardWriter:
                 out.unlink(missing_ok=True)
         if not shrink:
             self._write_status(records)
-        shutil.rmtree(self.work, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.work.parent.rmdir()
-            self.work.parent.parent.rmdir()
+        self._clear_work()
 
     def _move(self, cid: str) -> bool:
         """A shard done in one chunk: its files are the shard's (rows grouped by video in id
@@ -682,11 +679,15 @@ class ShardWriter:
             _link(status, self.status)  # last: the shard is finished
         except OSError:
             return False
+        self._clear_work()
+        return True
+
+    def _clear_work(self) -> None:
+        """The finished shard's work folder goes, and its stage's folders once empty."""
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
             self.work.parent.parent.rmdir()
-        return True
 
     def _write_status(self, records: Any) -> None:
         import pyarrow.parquet as pq
