@@ -17,6 +17,7 @@ from rich.console import Console
 
 from howtocap.engine.runners import RUNNERS
 from howtocap.errors import HowtocapError, ServiceUnavailable
+from howtocap.io.where import PRESETS
 from howtocap.progress import console
 
 err = console  # errors and progress bars share one stderr console
@@ -68,6 +69,10 @@ ShardSizeOpt = Annotated[int | None, typer.Option(
                                 "unit of work and of --shard K/N; a file per table each). "
                                 "An existing run directory keeps its own. Default 1000.")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
+WhereOpt = Annotated[str | None, typer.Option(
+    help="Keep the rows passing a condition on their columns and their window's signals "
+         "(`howtocap signals`), in pandas query syntax, e.g. \"motion > 0.02 and text_area < "
+         f"0.1\", or a preset: {', '.join(f'{k} ({v})' for k, v in PRESETS.items())}.")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from howtocap.cli.common import QuietOpt, err, user_errors, validated
+from howtocap.cli.common import QuietOpt, WhereOpt, err, user_errors, validated
 from howtocap.errors import HowtocapError
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ def export_cmd(
         "--drop-duplicates", help="Leave out near-duplicate videos (all but each group's kept "
                                   "id) and repeated clips found by `howtocap duplicates DIR`.")
     ] = False,
+    where: WhereOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs,
@@ -88,7 +89,8 @@ def export_cmd(
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
         res = export_clips(run_dir, out_file, what=what.value, config=clips_config(
             cut=cut.value, max_side=max_side, shard_size=shard_size, workers=workers,
-            cross_shots=cross_shots), progress=not quiet, drop_duplicates=drop_duplicates)
+            cross_shots=cross_shots), progress=not quiet, drop_duplicates=drop_duplicates,
+            where=where)
         err.print(f"wrote {res.n_clips} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f' ({res.reused} finished earlier)' if res.reused else ''}"
@@ -106,7 +108,7 @@ def export_cmd(
                                 shard_size=shard_size, progress=not quiet,
                                 embed=ClipRows(encoder, device=device)
                                 if content == "embeddings" else None,
-                                drop_duplicates=drop_duplicates)
+                                drop_duplicates=drop_duplicates, where=where)
         err.print(f"wrote {res.n_samples} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f'; skipped {len(res.skipped)} video(s)' if res.skipped else ''}",
@@ -115,7 +117,7 @@ def export_cmd(
     from howtocap.io.export import export_run
 
     path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
-                         unfiltered=unfiltered, drop_duplicates=drop_duplicates)
+                         unfiltered=unfiltered, drop_duplicates=drop_duplicates, where=where)
     err.print(f"wrote {n} captions to {path}")
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import err, user_errors
+from howtocap.cli.common import WhereOpt, err, user_errors
 
 
 class ModelKind(str, Enum):
@@ -116,6 +116,7 @@ def train_cmd(
     drop_duplicates: Annotated[bool, typer.Option(
         "--drop-duplicates", help="Run directory: leave out near-duplicate videos and repeated "
                                   "clips found by `howtocap duplicates SOURCE`.")] = False,
+    where: WhereOpt = None,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
     from howtocap.train.api import train
@@ -131,7 +132,7 @@ def train_cmd(
                 eval_fraction=eval_fraction, frames=frames.value, cache_dir=cache_dir,
                 device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
                 margin=margin, clips_per_video=clips_per_video, train_params=train_params,
-                shuffle_buffer=shuffle_buffer, drop_duplicates=drop_duplicates)
+                shuffle_buffer=shuffle_buffer, drop_duplicates=drop_duplicates, where=where)
     from howtocap.train.distributed import dist_info
 
     if dist_info()[0] != 0:

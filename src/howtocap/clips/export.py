@@ -33,6 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,6 +101,7 @@ def plan_jobs(rows: pd.DataFrame, shots: dict[str, list[tuple[float, float]]],
     df = df.sort_values(["video_id", "start", "end", "_score", "text"],
                         ascending=[True, True, True, False, True], kind="stable",
                         na_position="last")
+    signals = [c for c in rows.attrs.get("signals", []) if c in df.columns]
     jobs = []
     for (vid, start, end), g in df.groupby(["video_id", "start", "end"], sort=False):
         vid, start, end = str(vid), float(start), float(end)
@@ -110,6 +112,11 @@ def plan_jobs(rows: pd.DataFrame, shots: dict[str, list[tuple[float, float]]],
         meta = {"video_id": vid, "caption": captions[0], "captions": captions,
                 "scores": scores, "config_id": sorted(set(g["_cfg"]))[0] if len(g) else "",
                 "window_start": start, "window_end": end}
+        if signals:  # the window's visual signals (``howtocap signals``), as export's CSV
+            first = g.iloc[0]
+            meta["signals"] = {c: None if pd.isna(first[c]) else
+                               (bool(first[c]) if isinstance(first[c], (bool, np.bool_))
+                                else round(float(first[c]), 6)) for c in signals}
         jobs.append((vid, ClipJob("", round(c_start, 6), round(c_end, 6), meta)))
     return jobs
 
@@ -265,11 +272,12 @@ def _write_tar(tmp: str, items: Iterator[tuple[_Task, Future[Any]]], name: str,
 def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                  rows: pd.DataFrame | None = None, what: ExportWhat = "auto",
                  config: ClipsConfig | None = None, progress: bool = True,
-                 drop_duplicates: bool = False) -> ClipsExport:
+                 drop_duplicates: bool = False, where: str | None = None) -> ClipsExport:
     """Write the clips of ``rows`` (default: what every export format takes,
     ``io.export.pairs_for_export``; a filter such as ``--drop-duplicates`` passes its own)
     into ``OUT`` [``DIR/clips``]; a missing or undecodable video is one line and skipped.
-    ``drop_duplicates``: the default rows without what ``howtocap duplicates`` found."""
+    ``drop_duplicates``: the default rows without what ``howtocap duplicates`` found;
+    ``where``: only the rows passing it (``io.where``)."""
     cfg = config or ClipsConfig()
     cfg.check()
     rundir = RunDir(run_dir, create=False)
@@ -277,7 +285,7 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: not a run directory")
     kind = "rows"
     if rows is None:
-        rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates)
+        rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates, where=where)
     out = Path(out) if out is not None else rundir.root / "clips"
     videos = rundir.table("videos")
     paths = {str(v): str(p or "") for v, p in zip(videos["video_id"], videos["video_path"],

@@ -13,6 +13,7 @@ import pandas as pd
 from howtocap.atomic import atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
+from howtocap.io.where import where_rows, with_signals
 from howtocap.schemas import kept_captions
 
 ExportFormat = Literal["howtocaption", "csv", "webdataset"]
@@ -46,13 +47,29 @@ def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
 
 
 def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bool = True,
-                     order: tuple[str, ...] = AUTO_ORDER, drop_duplicates: bool = False
-                     ) -> tuple[pd.DataFrame, str]:
+                     order: tuple[str, ...] = AUTO_ORDER, drop_duplicates: bool = False,
+                     where: str | None = None) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
     frame captions; ``what`` names one table instead. ``drop_duplicates``: without the rows
-    of duplicate videos and repeated clips (``drop_duplicate_rows``)."""
+    of duplicate videos and repeated clips (``drop_duplicate_rows``). With a ``signals``
+    table, each row carries its window's signals, and ``where`` filters on any column."""
     df, kind = _pairs(rundir, what, kept_only=kept_only, order=order)
-    return (drop_duplicate_rows(df, rundir) if drop_duplicates else df), kind
+    return filter_rows(df, rundir, drop_duplicates=drop_duplicates, where=where), kind
+
+
+def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = False,
+                where: str | None = None) -> pd.DataFrame:
+    """The filters ``export`` and ``train`` share, in one place: duplicates out, the
+    window's signals in, then ``--where``."""
+    if drop_duplicates:
+        rows = drop_duplicate_rows(rows, rundir)
+    if rundir.has_table("signals"):
+        rows = with_signals(rows, rundir.table("signals"))
+    if where is not None:
+        hint = "" if rundir.has_table("signals") else \
+            f" (no signals yet: `howtocap signals {rundir.root}` adds motion, text_area, ...)"
+        rows = where_rows(rows, where, f"{rundir.root}{hint}")
+    return rows
 
 
 def _pairs(rundir: RunDir, what: ExportWhat, *, kept_only: bool, order: tuple[str, ...]
@@ -100,13 +117,14 @@ def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str,
 
 def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
                what: ExportWhat = "auto", out: str | Path | None = None,
-               unfiltered: bool = False, drop_duplicates: bool = False) -> tuple[Path, int]:
+               unfiltered: bool = False, drop_duplicates: bool = False,
+               where: str | None = None) -> tuple[Path, int]:
     """Write the export file; returns its path and the number of captions in it."""
     rundir = RunDir(run_dir, create=False)
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
     df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered,
-                                drop_duplicates=drop_duplicates)
+                                drop_duplicates=drop_duplicates, where=where)
     if fmt == "webdataset":
         raise HowtocapError("--format webdataset writes a folder of shards: use "
                             "howtocap.io.webdataset.export_webdataset")
@@ -122,6 +140,7 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
         cols = ["video_id", "video_path", "text", "start", "end"]
         if unfiltered:  # as promised by --unfiltered: every pair with its score and verdict
             cols += ["score", "kept"]
+        cols += list(df.attrs.get("signals", []))
         merged = df.merge(videos, on="video_id", how="left").rename(columns={"text": "caption"})
         atomic_write_text(path, merged[[c if c != "text" else "caption" for c in cols]]
                           .to_csv(index=False))

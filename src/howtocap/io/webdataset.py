@@ -190,8 +190,8 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
                       what: ExportWhat = "auto", content: str = "frames",
                       frames_per_clip: int = 4, image_size: int = 224, shard_size: int = 1000,
                       embed: ClipEmbedder | None = None, jpeg_quality: int = 90,
-                      progress: bool = True, drop_duplicates: bool = False
-                      ) -> WebDatasetExport:
+                      progress: bool = True, drop_duplicates: bool = False,
+                      where: str | None = None) -> WebDatasetExport:
     """Write one sample per clip (pairs grouped by ``(video, start, end)``, as training groups
     them) into tar shards of ``shard_size`` samples; videos that are missing or do not decode
     are reported in one line each and skipped. ``content="embeddings"`` stores the rows
@@ -211,7 +211,8 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     if not 1 <= jpeg_quality <= 100:
         raise HowtocapError(f"JPEG quality must be in 1..100 (got {jpeg_quality})")
     out = Path(out) if out is not None else rundir.root / "webdataset"
-    df, kind = pairs_for_export(rundir, what, order=TRAIN_ORDER, drop_duplicates=drop_duplicates)
+    df, kind = pairs_for_export(rundir, what, order=TRAIN_ORDER, drop_duplicates=drop_duplicates,
+                                where=where)
     videos = rundir.table("videos")
     paths = dict(zip(videos["video_id"], videos["video_path"], strict=True))
     df = df.assign(video_path=[paths.get(v, "") for v in df["video_id"]])

@@ -27,7 +27,7 @@ import torch
 from howtocap.encoders.base import Encoder
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
-from howtocap.io.export import drop_duplicate_rows
+from howtocap.io.export import filter_rows
 from howtocap.io.pairs import build_clips, read_pairs, run_root
 from howtocap.progress import console
 from howtocap.train.config import RECIPES, TrainConfig, make_config
@@ -84,7 +84,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
           device: str | None = None, num_workers: int = 0, amp: bool = True,
           mee_dim: int = 256, margin: float = 0.1, clips_per_video: int = 2,
           train_params: str | None = None, shuffle_buffer: int = 1000,
-          progress: bool = True, drop_duplicates: bool = False,
+          progress: bool = True, drop_duplicates: bool = False, where: str | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
 
@@ -100,7 +100,8 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     the dual model, e.g. ``"residual"`` for the default encoder's linear head.
     From a shard folder, ``shuffle_buffer`` samples per loader worker are shuffled (``--resume``
     restarts the interrupted epoch: checkpoints are per epoch). ``drop_duplicates`` leaves out
-    the rows of near-duplicate videos and repeated clips of a run (``howtocap duplicates``).
+    the rows of near-duplicate videos and repeated clips of a run (``howtocap duplicates``);
+    ``where`` keeps the pairs passing a condition on their columns and signals (``io.where``).
     """
     cfg = make_config(
         recipe=recipe, log=rank_zero(), out_dir=str(out_dir), model=model,
@@ -117,10 +118,11 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
     from howtocap.io.webdataset import is_shard_dir
 
     shards = None
-    if drop_duplicates and (is_shard_dir(pairs_source) or not (
+    flag = "--drop-duplicates" if drop_duplicates else "--where" if where is not None else ""
+    if flag and (is_shard_dir(pairs_source) or not (
             Path(pairs_source).is_dir() or Path(pairs_source).suffix == ".parquet")):
-        raise HowtocapError(f"{pairs_source}: --drop-duplicates needs a run directory (or its "
-                            "aligned/ table); for shards, export them with --drop-duplicates")
+        raise HowtocapError(f"{pairs_source}: {flag} needs a run directory (or its aligned/ "
+                            f"table); for shards, export them with {flag}")
     if is_shard_dir(pairs_source):
         if frames == "pixels":
             raise HowtocapError(f"{pairs_source}: --frames pixels does not apply to WebDataset "
@@ -133,8 +135,9 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
         skipped_pairs = 0
     else:
         pairs = read_pairs(pairs_source)
-        if drop_duplicates:
-            pairs = drop_duplicate_rows(pairs, RunDir(run_root(pairs_source), create=False))
+        if flag:
+            pairs = filter_rows(pairs, RunDir(run_root(pairs_source), create=False),
+                                drop_duplicates=drop_duplicates, where=where)
         ps = build_clips(pairs, log=console if rank == 0 else None)
         require_pairs(ps, pairs_source)
         train_clips, eval_clips = split_by_video(ps.clips, eval_fraction, seed)
