@@ -14,20 +14,22 @@ Detector = Literal["content", "adaptive", "histogram", "hash", "none"]
 
 
 class ShotsConfig(BaseModel):
-    """Two detectors, their cuts combined: one of PySceneDetect's, which compares each frame
-    with the one before (hard cuts), and ``gradual`` (``shots.gradual``), which compares frames
-    ``gradual_seconds`` before and after each instant (dissolves, which change each frame too
-    little for the first). The defaults are the choice of ``benchmarks/quality/bench_shots.py``'s
-    written rule on its tuning set; docs/shots.md quotes the held-out figures.
+    """Up to two detectors, their cuts combined: one of PySceneDetect's, which compares each
+    frame with the one before (hard cuts), and ``gradual`` (``shots.gradual``), which compares
+    frames ``gradual_seconds`` before and after each instant (dissolves, which change each
+    frame too little for the first; it finds hard cuts too). The defaults are the choice of
+    ``benchmarks/quality/bench_shots.py``'s written rule on its tuning set: the gradual
+    detector alone, a frame-to-frame one adding false cuts there without more hard cuts;
+    docs/shots.md quotes the held-out figures.
 
     The minimum shot length is in seconds rather than PySceneDetect's frames (videos of a run
     have different frame rates)."""
 
-    detector: Detector = Field("content", json_schema_extra={"text": True}, description=(
+    detector: Detector = Field("none", json_schema_extra={"text": True}, description=(
         "Frame-to-frame detector (PySceneDetect): content (HSV difference of two frames "
         "above --threshold), adaptive (that difference against its neighbours' average), "
         "histogram (luma histograms), hash (perceptual hashes), or none (--gradual "
-        "alone)."))
+        "alone, the default)."))
     threshold: float = Field(27.0, gt=0, description=(
         "content: the HSV difference (0-255) of two frames that makes a cut (PySceneDetect's "
         "default)."))
@@ -44,7 +46,7 @@ class ShotsConfig(BaseModel):
         "Also find gradual transitions (dissolves): a peak of the colour-histogram distance "
         "between the frames --gradual-seconds before and after each instant; the cut is "
         "the transition's middle."))
-    gradual_threshold: float = Field(0.4, gt=0, le=1, description=(
+    gradual_threshold: float = Field(0.3, gt=0, le=1, description=(
         "gradual: the histogram distance (0-1, total variation) a transition's peak "
         "reaches at least."))
     gradual_seconds: float = Field(0.4, gt=0, le=2, description=(

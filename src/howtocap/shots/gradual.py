@@ -47,6 +47,8 @@ def gradual_cuts(signal: np.ndarray, fps: float, threshold: float,
     (module docstring)."""
     from scipy.signal import find_peaks
 
+    if len(signal) < 3:  # no peak fits
+        return []
     width = max(1, int(round(SMOOTH_SECONDS * fps)))
     smooth = np.convolve(signal, np.ones(width) / width, mode="same")
     peaks, props = find_peaks(smooth, height=threshold, prominence=threshold / 2,
