@@ -1,9 +1,9 @@
 """``howtocap shots DIR``: cut detection over a run's videos -> DIR/shots/
-(``shots.run.shots_run``); each flag maps onto ``ShotsConfig``."""
+(``shots.run.shots_run``); its detector flags are the fields of ``ShotsConfig``
+(``cli.options``), the rest are the stage's."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -25,34 +25,23 @@ from howtocap.cli.common import (
     parse_shard,
     report_summary,
     user_errors,
-    validated,
 )
-from howtocap.shots.config import DETECTORS
-
-Detector = Enum("Detector", {d: d for d in DETECTORS}, type=str)  # type: ignore[misc]
+from howtocap.cli.options import settings_options
+from howtocap.shots.config import ShotsConfig
 
 
 @user_errors
+@settings_options(shots=ShotsConfig)
 def shots_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
                                                  "videos; made by `howtocap caption`, or by "
                                                  "--videos).")],
+    *,
     videos: Annotated[Path | None, typer.Option(
         "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
                          "a manifest CSV video_id,video_path (the run directory is made when "
                          "missing).")] = None,
-    detector: Annotated[Detector, typer.Option(
-        help="PySceneDetect detector: content (frame difference above --threshold) or "
-             "adaptive (difference against its neighbours' average).")] = Detector.content,  # type: ignore[attr-defined]
-    threshold: Annotated[float, typer.Option(
-        help="content: HSV difference of two frames that makes a cut (PySceneDetect's "
-             "default is 27; 17 finds more dissolves, docs/shots.md).")] = 17.0,
-    adaptive_threshold: Annotated[float, typer.Option(
-        help="adaptive: how many times its neighbours' average a difference must be.")] = 3.0,
-    min_content_val: Annotated[float, typer.Option(
-        help="adaptive: the smallest difference that can be a cut.")] = 15.0,
-    min_shot_seconds: Annotated[float, typer.Option(
-        help="No cut closer than this to the previous one (s).")] = 0.6,
+    shots: ShotsConfig,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
@@ -63,24 +52,20 @@ def shots_cmd(
     max_attempts: MaxAttemptsOpt = 3,
     quiet: QuietOpt = False,
 ) -> None:
-    """Detect shot cuts (PySceneDetect) in every video of a run -> DIR/shots/
+    """Detect shot cuts (hard cuts and dissolves) in every video of a run -> DIR/shots/
     (video_id, start, end: one row per shot), for `align --within-shot`."""
     from howtocap.engine.rundir import RunDir
     from howtocap.errors import InputError
     from howtocap.io.inputs import resolve_videos
-    from howtocap.shots.config import ShotsConfig
     from howtocap.shots.run import shots_run
 
-    cfg = validated(ShotsConfig, detector=Detector(detector).value, threshold=threshold,
-                    adaptive_threshold=adaptive_threshold, min_content_val=min_content_val,
-                    min_shot_seconds=min_shot_seconds)
     root = Path(run_dir)
     if videos is None and not root.is_dir():
         raise InputError(root, "not a run directory (give --videos to make one)")
     rundir = RunDir(root)
     if videos is not None:
         rundir.record_videos(resolve_videos([videos]))
-    summary = shots_run(rundir, cfg, runner=make_runner(
+    summary = shots_run(rundir, shots, runner=make_runner(
         runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
         progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
         max_attempts=max_attempts)

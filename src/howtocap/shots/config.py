@@ -1,33 +1,61 @@
-"""The shots step's typed settings: which PySceneDetect detector and its thresholds (recorded
+"""The shots step's typed settings: which detectors find the cuts and their thresholds (recorded
 in ``DIR/config/shots.json`` and part of the stage's fingerprint, so other settings are
-refused on a finished run unless ``--redo``)."""
+refused on a finished run unless ``--redo``). Each field with a ``description`` is a flag of
+``howtocap shots`` (``cli.options`` reads its name, default, bounds and help from here)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-DETECTORS = ("content", "adaptive")
+DETECTORS = ("content", "adaptive", "histogram", "hash", "none")
+Detector = Literal["content", "adaptive", "histogram", "hash", "none"]
 
 
 class ShotsConfig(BaseModel):
-    """PySceneDetect's defaults but ``threshold``, with the minimum shot length in seconds
-    rather than frames (videos of a run have different frame rates).
+    """Up to two detectors, their cuts combined: one of PySceneDetect's, which compares each
+    frame with the one before (hard cuts), and ``gradual`` (``shots.gradual``), which compares
+    frames ``gradual_seconds`` before and after each instant (dissolves, which change each
+    frame too little for the first; it finds hard cuts too). The defaults are the choice of
+    ``benchmarks/quality/bench_shots.py``'s written rule on its tuning set: the gradual
+    detector alone, a frame-to-frame one adding false cuts there without more hard cuts;
+    docs/shots.md quotes the held-out figures.
 
-    ``content`` cuts where the HSV difference of two consecutive frames reaches
-    ``threshold`` (``ContentDetector``); ``adaptive`` where that difference stands
-    ``adaptive_threshold`` times above its neighbours' average and above ``min_content_val``
-    (``AdaptiveDetector``: fewer false cuts on fast motion). ``benchmarks/quality/bench_shots.py``
-    measures both on hard cuts and 1-s dissolves (docs/shots.md)."""
+    The minimum shot length is in seconds rather than PySceneDetect's frames (videos of a run
+    have different frame rates)."""
 
-    detector: Literal["content", "adaptive"] = "content"
-    # content: the HSV difference (0-255) that makes a cut. 17, not PySceneDetect's 27: the
-    # choice of benchmarks/quality/bench_shots.py's written rule on its tuning set (more dissolves
-    # found, precision kept above 90 %); docs/shots.md has the held-out figures
-    threshold: float = Field(17.0, gt=0)
-    adaptive_threshold: float = Field(3.0, gt=0)  # adaptive: ratio to the local average
-    min_content_val: float = Field(15.0, ge=0)  # adaptive: the difference a cut needs at least
+    detector: Detector = Field("none", json_schema_extra={"text": True}, description=(
+        "Frame-to-frame detector (PySceneDetect): content (HSV difference of two frames "
+        "above --threshold), adaptive (that difference against its neighbours' average), "
+        "histogram (luma histograms), hash (perceptual hashes), or none (--gradual "
+        "alone, the default)."))
+    threshold: float = Field(27.0, gt=0, description=(
+        "content: the HSV difference (0-255) of two frames that makes a cut (PySceneDetect's "
+        "default)."))
+    adaptive_threshold: float = Field(3.0, gt=0, description=(
+        "adaptive: how many times its neighbours' average a difference must be."))
+    min_content_val: float = Field(15.0, ge=0, description=(
+        "adaptive: the smallest difference that can be a cut."))
     window_width: int = Field(2, ge=1)  # adaptive: frames on each side of the average
-    min_shot_seconds: float = Field(0.6, ge=0)  # no cut closer than this to the previous one
+    histogram_threshold: float = Field(0.05, gt=0, le=1, description=(
+        "histogram: how far below 1 the correlation of two luma histograms makes a cut."))
+    hash_threshold: float = Field(0.35, gt=0, le=1, description=(
+        "hash: the share of a perceptual hash's bits that must change for a cut."))
+    gradual: bool = Field(True, description=(
+        "Also find gradual transitions (dissolves): a peak of the colour-histogram distance "
+        "between the frames --gradual-seconds before and after each instant; the cut is "
+        "the transition's middle."))
+    gradual_threshold: float = Field(0.3, gt=0, le=1, description=(
+        "gradual: the histogram distance (0-1, total variation) a transition's peak "
+        "reaches at least."))
+    gradual_seconds: float = Field(0.4, gt=0, le=2, description=(
+        "gradual: how far before and after each instant the compared frames lie (s)."))
+    min_shot_seconds: float = Field(0.6, ge=0, description=(
+        "No cut closer than this to the previous one (s)."))
 
+    @model_validator(mode="after")
+    def _some_detector(self) -> ShotsConfig:
+        if self.detector == "none" and not self.gradual:
+            raise ValueError("--detector none needs --gradual (no detector would run)")
+        return self

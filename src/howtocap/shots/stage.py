@@ -1,5 +1,5 @@
-"""The per-video shots stage: PySceneDetect's cuts of one video as rows of ``shots`` (one row
-per shot, covering the whole video; a video without a cut is one shot)."""
+"""The per-video shots stage: the cuts of one video (``shots.detect``) as rows of ``shots``
+(one row per shot, covering the whole video; a video without a cut is one shot)."""
 
 from __future__ import annotations
 
