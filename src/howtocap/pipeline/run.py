@@ -28,13 +28,14 @@ from howtocap.framecaps.stage import FrameCapsStage
 from howtocap.frames.stage import FramesStage
 from howtocap.io.inputs import resolve_videos, select_videos
 from howtocap.shots.stage import ShotsStage
+from howtocap.signals.stage import SignalsStage
 from howtocap.subtitles.stage import SubtitlesStage
 from howtocap.tdr.stage import TdrFramesStage
 
 # Every step's stages in pipeline order (the order `howtocap status` lists them in); what feeds
 # what is derived from their declared reads and writes (``engine.graph``).
-PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, ShotsStage, AlignStage,
-            FrameCapsStage, TdrFramesStage)
+PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, ShotsStage, SignalsStage,
+            AlignStage, FrameCapsStage, TdrFramesStage)
 
 
 def stage_graph() -> StageGraph:
