@@ -143,3 +143,34 @@ def test_cli_signals_one_line_per_failure(tmp_path: Path, videos: dict[str, Path
     assert set(RunDir(out).table("signals")["video_id"]) == {"black"}
     res = CliRunner().invoke(app, ["signals", str(out), "--detect-fps", "8"])
     assert res.exit_code == 2 and "--detect-fps" in res.output
+
+
+def test_run_signals_scores_the_shots_run_found(tmp_path: Path) -> None:
+    """`run --within-shot --signals`: the signals stage runs after shots, one row per shot."""
+    import sys
+
+    from howtocap.align.config import AlignConfig
+    from howtocap.caption.captioner import CaptionConfig
+    from howtocap.caption.config import CaptionRunConfig
+    from howtocap.pipeline.run import run_pipeline
+    from howtocap.samples import DEFAULT_STEPS, make_narrated_video
+
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks" / "scale")
+    sys.path.insert(0, bench)
+    try:
+        from bench_textonly import InstantLLM
+    finally:
+        sys.path.remove(bench)
+    vids = tmp_path / "videos"
+    make_narrated_video(vids, "steps", DEFAULT_STEPS[:3], seconds_per_step=3.0, fps=25,
+                        size=96, audio=False, subtitles="vtt")
+    out = tmp_path / "run"
+    cap = CaptionRunConfig(caption=CaptionConfig(reject_fillers=False))
+    summaries = run_pipeline([vids], out, caption=cap, llm=InstantLLM(), progress=False,
+                             align=AlignConfig(within_shot=True, keep_all=True), signals=True)
+    names = [s.stage for s in summaries]
+    assert names.index("shots") < names.index("signals") < names.index("align")
+    rundir = RunDir(out)
+    shots = rundir.table("shots").sort_values("start")[["start", "end"]].values.tolist()
+    got = rundir.table("signals").sort_values("start")[["start", "end"]].values.tolist()
+    assert len(shots) > 1 and got == shots
