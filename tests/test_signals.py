@@ -174,3 +174,46 @@ def test_run_signals_scores_the_shots_run_found(tmp_path: Path) -> None:
     shots = rundir.table("shots").sort_values("start")[["start", "end"]].values.tolist()
     got = rundir.table("signals").sort_values("start")[["start", "end"]].values.tolist()
     assert len(shots) > 1 and got == shots
+
+
+def test_aesthetic_is_a_linear_head_over_the_frame_cache(tmp_path: Path,
+                                                          videos: dict[str, Path]) -> None:
+    """`--aesthetic HEAD`: tiny random weights (a seeded encoder, a random nn.Linear head)
+    give each window the head's mean over its 1-fps cached embeddings; without it the column
+    is NaN; another head is another fingerprint."""
+    import torch
+    from tests.tiny_models import TinyEncoder
+
+    from howtocap.encoders.cache import frame_embeddings
+    from howtocap.signals.stage import SignalsStage
+
+    enc = TinyEncoder(dim=16, seed=3)
+    torch.manual_seed(0)
+    head = tmp_path / "head.pth"
+    torch.save(torch.nn.Linear(16, 1).state_dict(), head)
+    rundir = RunDir(tmp_path / "run")
+    rundir.record_videos([VideoItem(k, videos[k]) for k in ("moving", "black")])
+    cfg = SignalsConfig(window_seconds=2, aesthetic=str(head), aesthetic_encoder="tiny")
+    stage = SignalsStage(cfg, encoder=enc)
+    assert signals_run(rundir, cfg, stage=stage, progress=False).done == 2
+    t = rundir.table("signals")
+    assert t["aesthetic"].notna().all()
+    state = torch.load(head)
+    w, b = state["weight"].numpy().ravel(), float(state["bias"])
+    for vid in ("moving", "black"):
+        fe = frame_embeddings(videos[vid], enc, fps=1.0, cache_dir=rundir.cache_dir)
+        e = fe.emb.astype(np.float32)
+        s = (e / np.linalg.norm(e, axis=1, keepdims=True)) @ w + b
+        rows = t[t["video_id"] == vid].sort_values("start")
+        want = [s[(fe.times >= a) & (fe.times < z)].mean()
+                for a, z in zip(rows["start"], rows["end"], strict=True)]
+        np.testing.assert_allclose(rows["aesthetic"], want, rtol=1e-4)
+    assert t.groupby("video_id")["aesthetic"].mean().nunique() == 2  # it sees the frames
+    torch.save(torch.nn.Linear(16, 1).state_dict(), tmp_path / "other.pth")
+    other = SignalsStage(cfg.model_copy(update={"aesthetic": str(tmp_path / "other.pth")}))
+    assert other.fingerprint() != stage.fingerprint()
+    assert SignalsStage(SignalsConfig()).fingerprint() != stage.fingerprint()
+
+
+def test_without_aesthetic_the_column_is_empty(run: dict[str, Any]) -> None:
+    assert run["table"]["aesthetic"].isna().all()

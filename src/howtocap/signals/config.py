@@ -29,6 +29,15 @@ class SignalsConfig(BaseModel):
     min_face_score: float = Field(0.5, gt=0, lt=1, description=(
         "The face detector's confidence a face needs."))
 
+    aesthetic: str | None = Field(None, description=(
+        "A LAION-style aesthetic head: a .pt/.pth file holding one linear layer (weight "
+        "(1, D), bias (1,)) over the L2-normalised image embedding of --aesthetic-encoder; "
+        "adds the column aesthetic (its mean over the window's frames at 1 fps)."),
+        json_schema_extra={"path": True})
+    aesthetic_encoder: str = Field("openclip:ViT-L-14/openai", description=(
+        "The image encoder the --aesthetic head was trained on (an --encoder name; LAION's "
+        "heads: openclip:ViT-L-14/openai). Its frames come from the frame cache."))
+
     @model_validator(mode="after")
     def _rates(self) -> SignalsConfig:
         if self.detect_fps > self.fps:

