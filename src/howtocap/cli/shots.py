@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import (
+    AddVideosOpt,
     MaxAttemptsOpt,
     QuietOpt,
     RayAddressOpt,
@@ -22,6 +23,7 @@ from howtocap.cli.common import (
     WorkersOpt,
     err,
     make_runner,
+    open_run,
     parse_shard,
     report_summary,
     user_errors,
@@ -37,10 +39,7 @@ def shots_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
                                                  "videos; made by `howtocap caption`, or by "
                                                  "--videos).")],
-    videos: Annotated[Path | None, typer.Option(
-        "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
-                         "a manifest CSV video_id,video_path (the run directory is made when "
-                         "missing).")] = None,
+    videos: AddVideosOpt = None,
     detector: Annotated[Detector, typer.Option(
         help="PySceneDetect detector: content (frame difference above --threshold) or "
              "adaptive (difference against its neighbours' average).")] = Detector.content,  # type: ignore[attr-defined]
@@ -65,21 +64,13 @@ def shots_cmd(
 ) -> None:
     """Detect shot cuts (PySceneDetect) in every video of a run -> DIR/shots/
     (video_id, start, end: one row per shot), for `align --within-shot`."""
-    from howtocap.engine.rundir import RunDir
-    from howtocap.errors import InputError
-    from howtocap.io.inputs import resolve_videos
     from howtocap.shots.config import ShotsConfig
     from howtocap.shots.run import shots_run
 
     cfg = validated(ShotsConfig, detector=Detector(detector).value, threshold=threshold,
                     adaptive_threshold=adaptive_threshold, min_content_val=min_content_val,
                     min_shot_seconds=min_shot_seconds)
-    root = Path(run_dir)
-    if videos is None and not root.is_dir():
-        raise InputError(root, "not a run directory (give --videos to make one)")
-    rundir = RunDir(root)
-    if videos is not None:
-        rundir.record_videos(resolve_videos([videos]))
+    rundir = open_run(run_dir, videos)
     summary = shots_run(rundir, cfg, runner=make_runner(
         runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
         progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,

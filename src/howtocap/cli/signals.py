@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import (
+    AddVideosOpt,
     MaxAttemptsOpt,
     QuietOpt,
     RayAddressOpt,
@@ -22,6 +23,7 @@ from howtocap.cli.common import (
     WorkersOpt,
     err,
     make_runner,
+    open_run,
     parse_shard,
     report_summary,
     user_errors,
@@ -38,10 +40,7 @@ def signals_cmd(
                                                  "--videos).")],
     *,
     signals: SignalsConfig,
-    videos: Annotated[Path | None, typer.Option(
-        "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
-                         "a manifest CSV video_id,video_path (the run directory is made when "
-                         "missing).")] = None,
+    videos: AddVideosOpt = None,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
@@ -56,17 +55,9 @@ def signals_cmd(
     motion, static, text_area, face_area, brightness, sharpness): one row per shot of
     DIR/shots/ (run `howtocap shots` first), else per --window-seconds window. It removes
     nothing."""
-    from howtocap.engine.rundir import RunDir
-    from howtocap.errors import InputError
-    from howtocap.io.inputs import resolve_videos
     from howtocap.signals.run import signals_run
 
-    root = Path(run_dir)
-    if videos is None and not root.is_dir():
-        raise InputError(root, "not a run directory (give --videos to make one)")
-    rundir = RunDir(root)
-    if videos is not None:
-        rundir.record_videos(resolve_videos([videos]))
+    rundir = open_run(run_dir, videos)
     summary = signals_run(rundir, signals, runner=make_runner(
         runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
         progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
