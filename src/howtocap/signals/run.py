@@ -41,6 +41,7 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
     settings; ``stage``: a prepared stage (tests hand in their detectors)."""
     stage = stage or SignalsStage(cfg or recorded_config(rundir))
     stage.cache_dir = stage.cache_dir or rundir.cache_dir
+    stage.shots_settings = rundir.read_config("shots")  # None: fixed windows
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.write_config(CONFIG, stage.cfg.model_dump())
     return run_stage(rundir, list(items) if items is not None else run_videos(rundir), stage,

