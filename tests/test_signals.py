@@ -146,6 +146,11 @@ def test_cli_signals_one_line_per_failure(tmp_path: Path, videos: dict[str, Path
     assert set(RunDir(out).table("signals")["video_id"]) == {"black"}
     res = CliRunner().invoke(app, ["signals", str(out), "--detect-fps", "8"])
     assert res.exit_code == 2 and "--detect-fps" in res.output
+    (tmp_path / "head.pth").write_bytes(b"not a state dict")
+    res = CliRunner().invoke(app, ["signals", str(out), "--redo", "--aesthetic",
+                                   str(tmp_path / "head.pth")])
+    assert res.exit_code == 2 and "head.pth: not a torch state dict" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
 def test_run_signals_scores_the_shots_run_found(tmp_path: Path) -> None:

@@ -52,7 +52,8 @@ def signals_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Score what every shot of a run looks like -> DIR/signals/ (video_id, start, end,
-    motion, static, text_area, face_area, brightness, sharpness): one row per shot of
+    motion, static, text_area, face_area, brightness, sharpness; aesthetic with
+    --aesthetic): one row per shot of
     DIR/shots/ (run `howtocap shots` first), else per --window-seconds window. It removes
     nothing."""
     from howtocap.signals.run import signals_run

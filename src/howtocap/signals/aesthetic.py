@@ -34,7 +34,8 @@ def load_head(path: str | Path) -> tuple[np.ndarray, float]:
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is this file's problem
-        raise HowtocapError(f"--aesthetic {path}: not a torch state dict ({e})") from None
+        raise HowtocapError(f"--aesthetic {path}: not a torch state dict "
+                            f"({type(e).__name__})") from None
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     weights = [k for k in state if str(k).endswith("weight")] if isinstance(state, dict) else []

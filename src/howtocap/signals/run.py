@@ -42,6 +42,10 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
     stage = stage or SignalsStage(cfg or recorded_config(rundir))
     stage.cache_dir = stage.cache_dir or rundir.cache_dir
     stage.shots_settings = rundir.read_config("shots")  # None: fixed windows
+    if stage.cfg.aesthetic:  # a bad head file: one line now, not one per video
+        from howtocap.signals.aesthetic import load_head
+
+        load_head(stage.cfg.aesthetic)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.write_config(CONFIG, stage.cfg.model_dump())
     return run_stage(rundir, list(items) if items is not None else run_videos(rundir), stage,
