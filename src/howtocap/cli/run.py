@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -66,6 +67,10 @@ def run_cmd(
     encoder: EncoderOpt = None,
     videos: VideosOpt = None,
     device: DeviceOpt = None,
+    signals: Annotated[bool, typer.Option(
+        "--signals", help="Also score visual signals per shot or window -> DIR/signals/ "
+                          "(`howtocap signals` with the run's recorded or default "
+                          "settings).")] = False,
 ) -> None:
     """caption -> align in one command, resumable: DIR/captions/, DIR/aligned/,
     DIR/align_report.html. Takes every flag of `caption` and of `align`; remote inputs
@@ -83,7 +88,7 @@ def run_cmd(
                              batching=batching(batch_size, batch_seconds, shard_size),
                              force=force, device=device,
                              progress=not quiet, redo=redo, retry_failed=retry_failed,
-                             max_attempts=max_attempts, download=download)
+                             max_attempts=max_attempts, download=download, signals=signals)
     print_align_result(Path(out_dir), shard)
     show_captions(out_dir, limit=0)
     report_rejected(out_dir)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import (
+    AddVideosOpt,
     MaxAttemptsOpt,
     QuietOpt,
     RayAddressOpt,
@@ -22,6 +23,7 @@ from howtocap.cli.common import (
     WorkersOpt,
     err,
     make_runner,
+    open_run,
     parse_shard,
     report_summary,
     user_errors,
@@ -37,10 +39,7 @@ def shots_cmd(
                                                  "videos; made by `howtocap caption`, or by "
                                                  "--videos).")],
     *,
-    videos: Annotated[Path | None, typer.Option(
-        "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
-                         "a manifest CSV video_id,video_path (the run directory is made when "
-                         "missing).")] = None,
+    videos: AddVideosOpt = None,
     shots: ShotsConfig,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
@@ -54,17 +53,9 @@ def shots_cmd(
 ) -> None:
     """Detect shot cuts (hard cuts and dissolves) in every video of a run -> DIR/shots/
     (video_id, start, end: one row per shot), for `align --within-shot`."""
-    from howtocap.engine.rundir import RunDir
-    from howtocap.errors import InputError
-    from howtocap.io.inputs import resolve_videos
     from howtocap.shots.run import shots_run
 
-    root = Path(run_dir)
-    if videos is None and not root.is_dir():
-        raise InputError(root, "not a run directory (give --videos to make one)")
-    rundir = RunDir(root)
-    if videos is not None:
-        rundir.record_videos(resolve_videos([videos]))
+    rundir = open_run(run_dir, videos)
     summary = shots_run(rundir, shots, runner=make_runner(
         runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
         progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,

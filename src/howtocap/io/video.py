@@ -119,10 +119,10 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
     only final once the iterator is exhausted.
     """
 
-    def __init__(self, path: Path, fps: float, size: int | None) -> None:
+    def __init__(self, path: Path, fps: float, size: int | None, fit: bool = False) -> None:
         if fps <= 0:
             raise HowtocapError(f"fps must be positive, got {fps}")
-        self.path, self.fps, self.size = path, fps, size
+        self.path, self.fps, self.size, self.fit = path, fps, size, fit
         self.partial = False
         self.error: str | None = None
         self.n_decoded = 0  # decoded (not converted) frames: a cheap progress/throughput figure
@@ -182,7 +182,7 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
                 # several targets can share a frame when the source rate is below ``fps``
                 best = frame if prev is None or (t - target) <= (target - prev[0]) else prev[1]
                 if converted[0] is not best:
-                    converted = (best, _to_rgb(best, self.size))
+                    converted = (best, _to_rgb(best, self.size, self.fit))
                 yield round(target, 6), converted[1]
                 i += 1
                 target = (i + 0.5) * step
@@ -198,19 +198,21 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
             end = prev[0] + frame_dur
             while (i + 0.5) * step < end - 1e-6:
                 if converted[0] is not prev[1]:
-                    converted = (prev[1], _to_rgb(prev[1], self.size))
+                    converted = (prev[1], _to_rgb(prev[1], self.size, self.fit))
                 yield round((i + 0.5) * step, 6), converted[1]
                 i += 1
 
 
-def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224) -> FrameStream:
+def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224,
+                fit: bool = False) -> FrameStream:
     """Stream one RGB uint8 frame ``(H, W, 3)`` per ``1/fps`` seconds, decoding the file once.
 
     ``size`` scales the shorter side to ``size`` and centre-crops ``size x size`` (what CLIP-style
-    encoders expect); ``None`` keeps the full frame and lets the encoder resize. Read
+    encoders expect); ``None`` keeps the full frame and lets the encoder resize; ``fit`` keeps
+    the whole frame, its shorter side scaled down to ``size`` (never up). Read
     ``.partial`` on the returned stream after iterating to learn whether the file was cut short.
     """
-    return FrameStream(Path(path), fps, size)
+    return FrameStream(Path(path), fps, size, fit)
 
 
 def segment_times(start: float, end: float, n: int,

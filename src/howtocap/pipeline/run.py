@@ -28,13 +28,15 @@ from howtocap.framecaps.stage import FrameCapsStage
 from howtocap.frames.stage import FramesStage
 from howtocap.io.inputs import resolve_videos, select_videos
 from howtocap.shots.stage import ShotsStage
+from howtocap.signals.config import SignalsConfig
+from howtocap.signals.stage import SignalsStage
 from howtocap.subtitles.stage import SubtitlesStage
 from howtocap.tdr.stage import TdrFramesStage
 
 # Every step's stages in pipeline order (the order `howtocap status` lists them in); what feeds
 # what is derived from their declared reads and writes (``engine.graph``).
-PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, ShotsStage, AlignStage,
-            FrameCapsStage, TdrFramesStage)
+PIPELINE = (DownloadStage, SubtitlesStage, CaptionStage, FramesStage, ShotsStage, SignalsStage,
+            AlignStage, FrameCapsStage, TdrFramesStage)
 
 
 def stage_graph() -> StageGraph:
@@ -60,10 +62,12 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  shard: Shard | None = None, force: bool = False, device: str | None = None,
                  llm: Any | None = None, progress: bool = True, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                 download: DownloadConfig | None = None, batching: Batching | None = None
-                 ) -> list[StageSummary]:
+                 download: DownloadConfig | None = None, batching: Batching | None = None,
+                 signals: bool | SignalsConfig = False) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
-    then (``align.within_shot``) detect shots, then align. Each stage skips what is done, so
+    then (``align.within_shot``) detect shots, then (``signals``: True for the run's recorded
+    or default settings) score visual signals per shot or window, then align. Each stage skips
+    what is done, so
     the same call resumes a killed run; with a ``shard`` only that shard's videos are
     processed and the filter waits for a final run without one. Every stage's settings are
     checked before any work (``redo``: recompute the stages whose settings changed, and those
@@ -101,6 +105,11 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
 
         summaries.append(shots_run(rundir, runner=runner, progress=progress, shard=shard,
                                    batching=batching))
+    if signals is not False:  # after shots: their rows are its windows
+        from howtocap.signals.run import signals_run
+
+        summaries.append(signals_run(rundir, None if signals is True else signals,
+                                     runner=runner, progress=progress, shard=shard, **retry))
     summaries.append(align_run(rundir, list(encoders), align, runner=runner, device=device,
                                progress=progress, shard=shard, shots_ready=align.within_shot,
                                **retry))

@@ -1,0 +1,53 @@
+"""``howtocap signals DIR``: the signals stage over the run's videos into ``DIR/signals/`` (a
+shard file each), resumable and fingerprinted like every stage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from howtocap.engine.core import (
+    MAX_ATTEMPTS,
+    Batching,
+    Shard,
+    StageSummary,
+    prepare_stages,
+    run_stage,
+)
+from howtocap.engine.rundir import RunDir
+from howtocap.engine.runners import Runner
+from howtocap.io.inputs import VideoItem
+from howtocap.shots.run import run_videos
+from howtocap.signals.config import SignalsConfig
+from howtocap.signals.stage import SignalsStage
+
+CONFIG = "signals"  # DIR/config/signals.json: the settings the table was made with
+
+
+def recorded_config(rundir: RunDir) -> SignalsConfig:
+    """The settings this run's signals were made with (the defaults when it has none), so
+    ``run --signals`` extends a run rather than refusing it."""
+    old = rundir.read_config(CONFIG)
+    return SignalsConfig(**old) if old else SignalsConfig()
+
+
+def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
+                items: Sequence[VideoItem] | None = None, runner: Runner | None = None,
+                progress: bool = True, shard: Shard | None = None, redo: bool = False,
+                retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
+                batching: Batching | None = None, stage: SignalsStage | None = None
+                ) -> StageSummary:
+    """Score every video of the run (``items``: these instead) into ``DIR/signals/``; a
+    video that does not decode fails alone, one status line. ``cfg`` None: the recorded
+    settings; ``stage``: a prepared stage (tests hand in their detectors)."""
+    stage = stage or SignalsStage(cfg or recorded_config(rundir))
+    stage.cache_dir = stage.cache_dir or rundir.cache_dir
+    stage.shots_settings = rundir.read_config("shots")  # None: fixed windows
+    if stage.cfg.aesthetic:  # a bad head file: one line now, not one per video
+        from howtocap.signals.aesthetic import load_head
+
+        load_head(stage.cfg.aesthetic)
+    cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
+    rundir.write_config(CONFIG, stage.cfg.model_dump())
+    return run_stage(rundir, list(items) if items is not None else run_videos(rundir), stage,
+                     runner=runner, progress=progress, shard=shard, retry_failed=retry_failed,
+                     max_attempts=max_attempts, cid=cid, batching=batching)

