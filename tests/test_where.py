@@ -56,6 +56,9 @@ def test_window_means_equal_a_fine_grid_average() -> None:
             assert bool(got.loc[i, "static"]) == (flags.mean() >= 0.5)
 
 
+NO_AESTHETIC = {"aesthetic": float("nan"), "config_id": "c"}
+
+
 def _ffmpeg_video(path: Path, seconds: int) -> Path:
     subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
                     f"testsrc=size=64x64:rate=10:duration={seconds}", "-pix_fmt", "yuv420p",
@@ -77,11 +80,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
         for v in ("a", "b") for t in (0, 2, 4)]))
     write_rows(rd, "signals", pd.DataFrame([
         {"video_id": "a", "start": 0.0, "end": 2.5, "motion": 0.0, "static": True,
-         "text_area": 0.6, "face_area": 0.0, "brightness": 0.8, "sharpness": 0.01},
+         "text_area": 0.6, "face_area": 0.0, "brightness": 0.8, "sharpness": 0.01, **NO_AESTHETIC},
         {"video_id": "a", "start": 2.5, "end": 6.0, "motion": 0.08, "static": False,
-         "text_area": 0.0, "face_area": 0.0, "brightness": 0.5, "sharpness": 0.01},
+         "text_area": 0.0, "face_area": 0.0, "brightness": 0.5, "sharpness": 0.01, **NO_AESTHETIC},
         {"video_id": "b", "start": 0.0, "end": 6.0, "motion": 0.05, "static": False,
-         "text_area": 0.05, "face_area": 0.0, "brightness": 0.5, "sharpness": 0.01}]),
+         "text_area": 0.05, "face_area": 0.0, "brightness": 0.5, "sharpness": 0.01, **NO_AESTHETIC}]),
         stage="signals")
     return rd
 
@@ -103,8 +106,9 @@ def test_export_keeps_the_rows_that_pass_and_carries_their_signals(run: RunDir,
     slides = pd.read_csv(export_run(run.root, fmt="csv", out=tmp_path / "s.csv",
                                     where="static")[0])
     assert n_all == 6 and _starts(slides) == {("a", 0.0)}  # [2, 4): static 0.5 of 2 s
-    assert set(PRESETS) and len(where_rows(pd.read_csv(tmp_path / "all.csv"),
-                                           "no-slides", "x")) == 4
+    every = pd.read_csv(tmp_path / "all.csv")
+    kept = {p: len(where_rows(every, p, "x")) for p in PRESETS}  # each a valid condition
+    assert kept == {"visible": 6, "no-slides": 5, "no-talking-head": 6, "footage": 5}
 
 
 def test_clips_json_carries_the_window_signals(run: RunDir, tmp_path: Path) -> None:

@@ -19,13 +19,14 @@ if TYPE_CHECKING:  # the CLI reads PRESETS for its help without loading pandas
     import pandas as pd
 
 KEYS = ("video_id", "start", "end")
-# Defaults for narrated how-to footage; the thresholds are read off the planted videos of
-# benchmarks/quality/bench_signals.py (docs/signals.md shows each signal's spread).
+# Chosen on the planted videos of benchmarks/quality/bench_signals.py (docs/signals.md): each
+# threshold lies between its planted kind's median and the nearest value of every other kind
+# (sharpness: their geometric mean, as it spans decades); ``static`` is the step's own flag.
 PRESETS = {
-    "visible": "brightness > 0.08 and sharpness > 0.002",
-    "no-slides": "not static and text_area < 0.15",
-    "footage": "brightness > 0.08 and sharpness > 0.002 and not static and text_area < 0.15 "
-               "and face_area < 0.25",
+    "visible": "brightness > 0.1 and sharpness > 0.0003",  # not black, not blurred
+    "no-slides": "not static",  # slides, still photographs and black screens out
+    "no-talking-head": "face_area < 0.07",  # a face filling a tenth of the frame or more out
+    "footage": "brightness > 0.1 and sharpness > 0.0003 and not static and face_area < 0.07",
 }
 
 
