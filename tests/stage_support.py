@@ -8,8 +8,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from howtocap.engine.records import StatusRecord, to_records
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
@@ -71,7 +73,6 @@ def write_rows(rundir: RunDir, table: str, df: pd.DataFrame, stage: str | None =
     """Put ``df``'s rows into the run's ``table`` as its stage would commit them: each
     video numbered (``videos.parquet``), an ``ok`` record per video, shard by shard. A
     video given again replaces its earlier rows (a fixture built in steps)."""
-    from howtocap.engine.records import StatusRecord
     from howtocap.io.inputs import VideoItem
 
     stage = stage or WRITER.get(table, table)
@@ -84,3 +85,16 @@ def write_rows(rundir: RunDir, table: str, df: pd.DataFrame, stage: str | None =
         w.commit([StatusRecord(v, stage, "ok", config_id=config_id) for v in mine],
                  {table: df[df["video_id"].isin(mine)].reset_index(drop=True)})
         w.finish()
+
+
+def record_table(rundir: RunDir, stage: str, columns: list[str] | None = None) -> pa.Table:
+    """Every video's status record of ``stage`` as one Arrow table (``RunDir.records``
+    gives them a shard at a time)."""
+    from howtocap.engine.records import empty_records
+
+    parts = list(rundir.records(stage, columns))
+    return pa.concat_tables(parts) if parts else empty_records(columns)
+
+
+def status_records(rundir: RunDir, stage: str) -> list[StatusRecord]:
+    return to_records(record_table(rundir, stage))

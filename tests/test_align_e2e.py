@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from tests.stage_support import write_rows
+from tests.stage_support import record_table, write_rows
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import window_scores
@@ -91,7 +91,7 @@ def test_good_videos_align_and_bad_ones_get_one_error_line(run: dict[str, Any]) 
     assert set(failed) == {"broken", "missing"}
     assert "broken.mp4" in failed["broken"] and "\n" not in failed["broken"]
     assert "nowhere.mp4" in failed["missing"]
-    recs = rundir.record_table("align", ["status"])
+    recs = record_table(rundir, "align", ["status"])
     st = dict(zip(recs.column("video_id").to_pylist(), recs.column("status").to_pylist(),
                   strict=True))
     assert st == {"good": "ok", "short": "ok", "partial": "ok", "nocaps": "ok",
@@ -106,7 +106,7 @@ def test_aligned_table(run: dict[str, Any]) -> None:
     sizes = al.groupby("video_id").size().to_dict()
     n_part = sizes.pop("partial")
     assert sizes == {"good": 3, "short": 1} and 2 <= n_part <= 3
-    cfg = rundir.read_config("align")
+    cfg = rundir.configs.read("align")
     assert cfg is not None and cfg["outside_video"] == 1 + (4 - n_part)
     assert int(al["kept"].sum()) == -(-len(al) // 2)  # score >= the median (quantile 0.5)
     assert al.loc[al["kept"], "score"].min() >= al.loc[~al["kept"], "score"].max()
@@ -139,7 +139,7 @@ def test_report_and_config(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     html = (rundir.root / "align_report.html").read_text()
     assert html.count("data:image/png;base64,") == 3
-    cfg = rundir.read_config("align")
+    cfg = rundir.configs.read("align")
     assert cfg is not None and cfg["quantile"] == 0.5 and cfg["kept"] == -(-cfg["pairs"] // 2)
     n = cfg["outside_video"]
     assert n >= 2 and cfg["filter"].startswith("--quantile")

@@ -87,13 +87,13 @@ def test_default_filter_keeps_steps_and_drops_chatter(chatter_run: dict[str, Any
     is_step = (al["kind"] == "step").to_numpy()
     auc = float((z[is_step][:, None] > z[~is_step][None, :]).mean())
     assert auc >= 0.85, (auc, detail)
-    cfg = chatter_run["rundir"].read_config("align")
+    cfg = chatter_run["rundir"].configs.read("align")
     assert cfg["filter"].startswith("default filter") and cfg["kept"] == int(al["kept"].sum())
     assert cfg["drop_chatter"] is True and cfg["chatter_dropped"] > 0
     html = (chatter_run["rundir"].root / "align_report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "default filter: null z" in html
     # the reference captions were drawn once and recorded with the run
-    ref = chatter_run["rundir"].read_config("align_reference")
+    ref = chatter_run["rundir"].configs.read("align_reference")
     assert ref is not None and len(ref["captions"]) == 40 and len(ref["clip_videos"]) == 4
     assert al["z_text"].notna().all() and al["z_clip"].notna().all()
 
@@ -136,7 +136,7 @@ def test_chatter_column_and_count_in_the_run(chatter_run: dict[str, Any]) -> Non
     assert not flagged[(al["kind"] == "step").to_numpy()].any()  # no step looks like chatter
     assert 8 <= int(flagged.sum()) < int((al["kind"] == "chatter").sum())  # not all of it
     assert not al.loc[flagged, "kept"].any()
-    cfg = rundir.read_config("align")
+    cfg = rundir.configs.read("align")
     assert cfg["drop_chatter"] is True and cfg["chatter_dropped"] == int(flagged.sum())
     bar = cfg["null_z"] if cfg["null_z"] is not None else DEFAULT_NULL_Z
     above = int((flagged & (al["null_z"] >= bar).to_numpy()).sum())
@@ -162,7 +162,7 @@ def test_keep_chatter_and_threshold_refilter_without_rescoring(
     np.testing.assert_array_equal(keep["kept"].to_numpy(), passes)  # the visual test alone
     np.testing.assert_array_equal(default["kept"].to_numpy(),
                                   passes & ~default["chatter"].to_numpy())
-    cfg = rundir.read_config("align")
+    cfg = rundir.configs.read("align")
     assert cfg["drop_chatter"] is False and cfg["chatter_dropped"] == 0
     assert "chatter" not in cfg["filter"]
     # an explicit threshold means exactly "score >= X": flagged chatter above it stays
@@ -171,7 +171,7 @@ def test_keep_chatter_and_threshold_refilter_without_rescoring(
     exp = read_aligned(rundir)
     np.testing.assert_array_equal(exp["kept"].to_numpy(), (exp["score"] >= thr).to_numpy())
     assert bool((exp["chatter"] & exp["kept"]).any())
-    assert rundir.read_config("align")["chatter_dropped"] == 0
+    assert rundir.configs.read("align")["chatter_dropped"] == 0
 
 
 def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
@@ -204,11 +204,11 @@ def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
     res = CliRunner().invoke(app, ["align", root, "--keep-chatter", "--quiet"])
     assert res.exit_code == 0, res.output
     assert seen[-1].drop_chatter is False
-    assert rundir.read_config("align")["drop_chatter"] is False
+    assert rundir.configs.read("align")["drop_chatter"] is False
     assert "dropped as channel chatter" not in res.output
     res = CliRunner().invoke(app, ["align", root, "--quiet"])
     assert res.exit_code == 0, res.output
-    n = rundir.read_config("align")["chatter_dropped"]
+    n = rundir.configs.read("align")["chatter_dropped"]
     assert seen[-1].drop_chatter is True and n > 0
     assert f"; {n} dropped as channel chatter" in " ".join(res.output.split())
     # `run` shares the flag with the LLM stage's chatter filter

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from tests.stage_support import status_records
 
 from howtocap.caption.captioner import CaptionConfig
 from howtocap.caption.run import CaptionRunConfig, caption_run
@@ -105,13 +106,8 @@ def whole(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
 
 
 @pytest.fixture(params=[3, 5])
-def shards(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Batching:
-    """Each test twice: shards of 3 videos (windows of 7 take two shards), and of 5 with a
-    store that finds a window's videos without its id hashes."""
-    import howtocap.io.subtitle_dump as dump_mod
-
-    if request.param == 5:
-        monkeypatch.setattr(dump_mod, "HASH_LOOKUP_VIDEOS", 10)
+def shards(request: pytest.FixtureRequest) -> Batching:
+    """Each test twice: shards of 3 videos (windows of 7 take two shards), and of 5."""
     return Batching.of(shard_size=request.param)
 
 
@@ -165,7 +161,7 @@ def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: 
         caption_run(None, out, config(source), llm=QuickLLM(down_after=30), progress=False,
                     window=7, batching=shards)
     rd = RunDir(out, create=False)
-    done_before = sum(r.status == "ok" for r in rd.status_records("caption"))
+    done_before = sum(r.status == "ok" for r in status_records(rd, "caption"))
     assert 0 < done_before < 39
     subs, caps = caption_run(None, out, config(source), llm=QuickLLM(), progress=False,
                              window=7)

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from tests.chat_server import chat_server
 from tests.media_server import media_server
+from tests.stage_support import record_table
 from tests.test_caption_pipeline import GOOD, HOWTOCAP, run_cli
 
 from howtocap.download.config import DownloadConfig
@@ -31,7 +32,7 @@ from howtocap.errors import HowtocapError
 
 
 def status(run: Path) -> pd.DataFrame:
-    return RunDir(run, create=False).record_table("download").to_pandas().set_index("video_id")
+    return record_table(RunDir(run, create=False), "download").to_pandas().set_index("video_id")
 
 
 def served(tmp: Path, base_video: Path) -> Path:
@@ -100,7 +101,7 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
         assert dl.loc["a", "config_id"] == st.loc["a", "config_id"]
         # --keep-media false: the video align was done with is gone, the filter's reference
         # video stays (later videos are scored against it), the subtitles stay
-        ref = set(RunDir(run, create=False).read_config("align_reference")["clip_videos"])
+        ref = set(RunDir(run, create=False).configs.read("align_reference")["clip_videos"])
         assert len(ref) == 1
         for vid in ("a", "b"):
             assert Path(dl.loc[vid, "video_path"]).exists() == (vid in ref)
@@ -183,7 +184,7 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
         assert not (run / "downloads").exists()
         rd = RunDir(run, create=False)
         assert rd.done("download", ["slow"]) == [False]
-        assert "ok" not in set(rd.record_table("download", ["status"]).column("status")
+        assert "ok" not in set(record_table(rd, "download", ["status"]).column("status")
                                .to_pylist())
         www.trickle = 0.0
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

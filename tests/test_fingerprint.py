@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import chat_server
+from tests.stage_support import status_records
 from tests.test_caption_pipeline import GOOD, add_video, run_cli
 from tests.tiny_models import TinyEncoder
 
@@ -82,7 +83,7 @@ def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: 
         align_run(RunDir(out), [], AlignConfig(), encoders=[enc], progress=False)
         rd = RunDir(out)
         old_caps = pd.read_parquet(out / "captions")
-        assert len(rd.status_records("align")) == 3
+        assert len(status_records(rd, "align")) == 3
         assert (out / "aligned").exists()
 
         # a different encoder for align is refused too (scores of two encoders never mix)
@@ -100,9 +101,9 @@ def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: 
         assert new_caps["config_id"].nunique() == 1
         assert set(new_caps["config_id"]).isdisjoint(old_caps["config_id"])
         # align was computed from the old captions: cleared, not left beside the new ones
-        assert rd.status_records("align") == []
+        assert status_records(rd, "align") == []
         assert not (out / "aligned").exists()
-        assert rd.read_fingerprint("align") is None
+        assert rd.fingerprints.read("align") is None
         assert json.loads((out / "config" / "caption.json").read_text())["caption"][
             "block_words"] == 50
         s = align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)

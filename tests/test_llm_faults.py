@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.fault_server import FaultServer, fault_server
-from tests.stage_support import write_rows
+from tests.stage_support import record_table, write_rows
 
 from howtocap.caption.captioner import CaptionConfig, caption_video
 from howtocap.caption.stage import CaptionStage
@@ -212,7 +212,7 @@ def subtitle_parts(rd: RunDir, n: int) -> list[VideoItem]:
 
 def statuses(rd: RunDir) -> pd.DataFrame:
     """Every stage's records, those of unfinished shards too (a stopped run's)."""
-    frames = [rd.record_table(s).to_pandas() for s in sorted(rd.stages_with_results())]
+    frames = [record_table(rd, s).to_pandas() for s in sorted(rd.stages_with_results())]
     return pd.concat(frames, ignore_index=True) if frames else \
         pd.DataFrame(columns=["video_id", "stage", "status"])
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from tests.stage_support import SquareStage, committed, done_ids, setups
+from tests.stage_support import SquareStage, committed, done_ids, record_table, setups
 
 from howtocap.engine.claims import Owner
 from howtocap.engine.core import run_stage
@@ -184,7 +184,7 @@ def test_sigkill_between_a_chunks_tables_and_its_status(tmp_path: Path) -> None:
     orphan = next(p for p in tables
                   if not p.with_name(p.name.split(".")[0] + ".status.parquet").exists())
     assert len(pd.read_parquet(orphan)) == 4  # its two videos' rows were written ...
-    ok = set(rd.record_table("square").column("video_id").to_pylist())
+    ok = set(record_table(rd, "square").column("video_id").to_pylist())
     assert len(ok) == 2 and not ok & set(pd.read_parquet(orphan)["video_id"])  # ... not done
     assert not rd.has_table("squares")  # the shard is not finished: no table file yet
     out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, "local",

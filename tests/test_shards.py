@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from tests.stage_support import SquareStage, committed, done_ids
+from tests.stage_support import SquareStage, committed, done_ids, record_table, status_records
 from tests.test_caption_pipeline import run_cli
 
 from howtocap.atomic import CorruptPartWarning
@@ -84,7 +84,7 @@ def files(root: Path, *folders: str) -> dict[str, tuple[bytes, int]]:
 
 
 def status(rd: RunDir, stage: str) -> dict[str, StatusRecord]:
-    return {r.video_id: r for r in rd.status_records(stage)}
+    return {r.video_id: r for r in status_records(rd, stage)}
 
 
 def clean_table(rd: RunDir, name: str) -> pd.DataFrame:
@@ -136,7 +136,7 @@ def _chunked(run: Path) -> int:
 def _committed_ids(run: Path) -> set[str]:
     """Videos whose result is on disk: in finished shards' status files and in chunks."""
     rd = RunDir(run, create=False)
-    return set(rd.record_table("square", ["status"]).column("video_id").to_pylist())
+    return set(record_table(rd, "square", ["status"]).column("video_id").to_pylist())
 
 
 def test_a_sigkill_mid_shard_resumes_to_the_uninterrupted_tables(tmp_path: Path) -> None:
@@ -202,7 +202,7 @@ def test_a_live_holders_shard_is_skipped_and_a_dead_ones_taken_over(tmp_path: Pa
         s = run_stage(rd, items, SquareStage(tmp_path / "log"), progress=False)
         assert (s.done, s.claimed_elsewhere) == (4, 8)
         assert sorted(done_ids(tmp_path / "log")) == [f"v_{i:03d}" for i in range(4)]
-        assert not rd.status_path("square", 1).exists() and lock.exists() and other.exists()
+        assert not rd.shard_path("status/square", 1).exists() and lock.exists() and other.exists()
         # the pid reused by another process (its start time differs): the claim is dead
         _hold(lock, holder.pid, started="1")
         old = time.time() - Owner.me().lease - 60
@@ -376,7 +376,7 @@ def test_forget_and_a_corrupt_file_redo_only_their_shard(tmp_path: Path) -> None
     again = RunDir(rd.root)
     with pytest.warns(CorruptPartWarning, match=torn.name):
         assert set(again.table("subtitles")["video_id"]) == {f"v_0{i}" for i in range(8)}
-    assert not torn.exists() and not again.status_path("lines", 2).exists()
+    assert not torn.exists() and not again.shard_path("status/lines", 2).exists()
     assert again.done("lines", ["v_07", "v_08"]) == [True, False]
     before = files(rd.root, "subtitles", "status")
     s = run_stage(again, ITEMS, Lines(), progress=False)
@@ -412,7 +412,7 @@ def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -
                          timeout=120, cwd=ROOT)
     assert out.returncode == -signal.SIGKILL, out.stderr
     rd = RunDir(run)
-    assert rd.shard_path("subtitles", 1).exists() and not rd.status_path("lines", 1).exists()
+    assert rd.shard_path("subtitles", 1).exists() and not rd.shard_path("status/lines", 1).exists()
     assert len(rd.writer("lines", 1).chunk_ids()) == 2
     assert rd.done("lines", ["v_03", "v_04"]) == [True, False]
     s = run_stage(rd, ITEMS, Lines(), progress=False, batching=Batching(2))
@@ -492,7 +492,7 @@ def test_chunk_records_of_an_unfinished_shard_count_and_are_kept(tmp_path: Path)
             run_stage(rd, ITEMS[:5], Lines(down={"v_03"}), progress=False,
                       batching=Batching(1000, seconds))
         w = rd.writer("lines", 0)
-        assert len(w.chunk_ids()) == chunks and not rd.status_path("lines", 0).exists()
+        assert len(w.chunk_ids()) == chunks and not rd.shard_path("status/lines", 0).exists()
         assert sorted(status(rd, "lines")) == ["v_00", "v_01", "v_02"]
         assert rd.done("lines", ["v_00"]) == [False]  # not a finished shard yet
         s = run_stage(rd, ITEMS[:5], Lines(), progress=False)
@@ -533,10 +533,10 @@ def test_chunks_are_in_commit_order_whatever_the_clock(tmp_path: Path,
              {"subtitles": pd.concat([rows("v_00"), rows("v_01")])})
     again = rd.writer("lines", 0, ("subtitles",))  # another process, later: numbered after
     again.commit([StatusRecord("v_01", "lines", "error", cause="bad input")], {})
-    assert {r.video_id: r.status for r in rd.status_records("lines")} == {
+    assert {r.video_id: r.status for r in status_records(rd, "lines")} == {
         "v_00": "ok", "v_01": "error"}
     again.finish()
-    assert {r.video_id: r.status for r in rd.status_records("lines")} == {
+    assert {r.video_id: r.status for r in status_records(rd, "lines")} == {
         "v_00": "ok", "v_01": "error"}
     assert set(rd.table("subtitles")["video_id"]) == {"v_00"}
 
@@ -592,7 +592,7 @@ def test_shard_files_are_grouped_by_video_in_id_order(tmp_path: Path) -> None:
     assert got["video_id"].tolist() == [f"v_0{i}" for i in range(4) for _ in range(3)]
     assert got["text"].tolist() == [f"v_0{i} {k}" for i in range(4)
                                     for k in (f"c {i}.0", "a", "b")]
-    assert pd.read_parquet(rd.status_path("lines", 0))["video_id"].tolist() == \
+    assert pd.read_parquet(rd.shard_path("status/lines", 0))["video_id"].tolist() == \
         [f"v_0{i}" for i in range(4)]
 
 
@@ -755,7 +755,7 @@ def test_a_kill_while_a_one_chunk_shard_is_linked_into_place_finishes_on_resume(
             w.finish()
     finally:
         rundir_mod._link = real
-    assert not rd.status_path("square", 0).exists() and w.chunk_ids()
+    assert not rd.shard_path("status/square", 0).exists() and w.chunk_ids()
     rd.writer("square", 0, ("squares",)).finish()  # the resumed run finishes the shard
     got = rd.table("squares")
     assert got["video_id"].tolist() == ["v_0", "v_0", "v_1"]

@@ -192,7 +192,7 @@ def test_within_shot_changes_the_align_config_id(tmp_path: Path) -> None:
     assert AlignConfig().scoring_key(["e"]) != AlignConfig(within_shot=True).scoring_key(["e"])
     assert "shots" in within.reads and "shots" not in plain.reads
     # other shots settings recorded in the run: other align scores
-    rundir.write_config("shots", ShotsConfig(threshold=40.0).model_dump())
+    rundir.configs.write("shots", ShotsConfig(threshold=40.0).model_dump())
     other = align_stage(rundir, ["default"], AlignConfig(within_shot=True))
     assert config_id(other.fingerprint()) != config_id(within.fingerprint())
     assert config_id(align_stage(rundir, ["default"], AlignConfig()).fingerprint()) == \

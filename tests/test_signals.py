@@ -117,7 +117,7 @@ def test_shots_give_the_windows(tmp_path: Path, videos: dict[str, Path]) -> None
     t = rundir.table("signals").sort_values("start")
     assert t[["start", "end"]].values.tolist() == [[0.0, 2.0], [2.0, 4.0]]
     assert t["static"].all() and (t["text_area"] > 0.05).all()
-    rundir.write_config("shots", {"detector": "adaptive"})  # shots made again, otherwise
+    rundir.configs.write("shots", {"detector": "adaptive"})  # shots made again, otherwise
     with pytest.raises(SettingsChanged, match="signals"):
         signals_run(rundir, SignalsConfig(window_seconds=4), progress=False)
 

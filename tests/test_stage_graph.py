@@ -101,10 +101,10 @@ def test_redo_clears_a_new_stage_that_declares_it_reads_the_redone_ones_table(
     for name, table in (("numbers", "toy_numbers"), ("doubled", "toy_doubled")):
         assert name not in rd.stages_with_results()
         assert not rd.has_table(table) and not (rd.root / table).exists()
-    assert rd.read_fingerprint("doubled") is None  # its old results' settings went with them
-    assert rd.read_fingerprint("numbers")["config_id"] == ids["numbers"]  # the new settings
+    assert rd.fingerprints.read("doubled") is None  # its old results' settings went with them
+    assert rd.fingerprints.read("numbers")["config_id"] == ids["numbers"]  # the new settings
     assert "unrelated" in rd.stages_with_results()
-    assert rd.read_fingerprint("unrelated") is not None
+    assert rd.fingerprints.read("unrelated") is not None
     assert rd.table("toy_other")["video_id"].nunique() == 3  # its results untouched
 
     # recomputed from the new numbers, downstream too

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from tests.chat_server import chat_server
+from tests.stage_support import status_records
 from tests.test_caption_pipeline import GOOD, add_video, run_cli, vtt
 
 from howtocap.caption.config import CaptionRunConfig
@@ -23,7 +24,7 @@ from howtocap.pipeline.run import run_status
 
 def record(rd: RunDir, stage: str, vid: str) -> StatusRecord:
     """A video's newest record of ``stage`` (finished shards and chunks alike)."""
-    (rec,) = [r for r in rd.status_records(stage) if r.video_id == vid]
+    (rec,) = [r for r in status_records(rd, stage) if r.video_id == vid]
     return rec
 
 
@@ -194,12 +195,12 @@ def test_status_shard_by_shard_equals_a_replay_of_every_record(tmp_path: Path) -
     assert answer() == expected(newest)
     assert sorted((p, p.stat().st_mtime_ns) for p in rd.root.rglob("*")) == files
     assert max(t.num_rows for t in rd.records("lines", ["status"])) <= 25  # a shard a time
-    assert {r.video_id: (r.status, r.attempts, r.cause) for r in rd.status_records("lines")} \
+    assert {r.video_id: (r.status, r.attempts, r.cause) for r in status_records(rd, "lines")} \
         == {v: (r.status, r.attempts, r.cause) for v, r in newest.items()}
     # a corrupt status file of a finished shard with no chunks: its videos are pending again
     k = next(int(p.stem[6:]) for p in finished
              if not (rd.root / "work" / "lines" / p.stem).exists())
-    path = rd.status_path("lines", k)
+    path = rd.shard_path("status/lines", k)
     path.write_bytes(path.read_bytes()[:-40])
     with pytest.warns(CorruptPartWarning, match=path.name):
         got = answer()

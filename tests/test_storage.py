@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from tests.chat_server import chat_server
-from tests.stage_support import committed
+from tests.stage_support import committed, status_records
 from tests.test_caption_pipeline import GOOD, HOWTOCAP, add_video, run_cli
 
 from howtocap.atomic import CorruptPartWarning, DiskFull, looks_complete, read_parquet
@@ -219,10 +219,10 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
         for part in out.rglob("*.parquet"):
             assert looks_complete(part) and read_parquet(part) is not None, part
         for stage, table in (("subtitles", "subtitles"), ("caption", "captions")):
-            recs = rd.status_records(stage)
+            recs = status_records(rd, stage)
             assert all(r.status == "ok" for r in recs)
-            fin = [r.video_id for r in recs if rd.status_path(
-                stage, int(rd.shard_of([r.video_id])[0])).exists()]
+            fin = [r.video_id for r in recs if rd.shard_path(
+                f"status/{stage}", int(rd.shard_of([r.video_id])[0])).exists()]
             assert all(rd.done(stage, fin, table))
         # space again: the same command resumes to the tables of an uninterrupted run
         if filler is not None:
@@ -312,12 +312,12 @@ def test_a_full_disk_while_a_shard_is_finished_loses_no_chunk(
         run_stage(rd, ITEMS[:6], Lines(), progress=False, batching=Batching(2))
     msg = str(exc.value)
     assert "no space left on device" in msg and "\n" not in msg
-    assert str(rd.status_path("lines", 0)) in msg
+    assert str(rd.shard_path("status/lines", 0)) in msg
     assert len(rd.writer("lines", 0).chunk_ids()) == 3 and not no_temp_files(rd.root)
-    assert sorted(r.video_id for r in rd.status_records("lines")) == \
+    assert sorted(r.video_id for r in status_records(rd, "lines")) == \
         [it.video_id for it in ITEMS[:6]]
     assert not list(rd.root.glob("claims/**/*.lock"))  # its claim went back
     monkeypatch.undo()
     s = run_stage(rd, ITEMS[:6], Lines(), progress=False)
-    assert (s.done, s.skipped) == (0, 6) and rd.status_path("lines", 0).exists()
+    assert (s.done, s.skipped) == (0, 6) and rd.shard_path("status/lines", 0).exists()
     assert len(rd.table("subtitles")) == 6 * 3 and not rd.writer("lines", 0).chunk_ids()

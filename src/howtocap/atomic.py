@@ -87,8 +87,8 @@ _TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
 
 def sweep_temp_files(root: Path) -> int:
     """Remove temp files a killed writer of this host left (never another host's, never a
-    live process's) in ``root`` and three levels below (``parts/status/<stage>/`` holds
-    per-video status files); returns how many went."""
+    live process's) in ``root`` and three levels below (``work/<stage>/shard-k/`` holds a
+    shard's chunks; ``cache/`` and ``index/`` are not walked); returns how many went."""
     removed = 0
     folders = [root]
     for depth in range(4):

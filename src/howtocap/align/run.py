@@ -143,7 +143,7 @@ def _csv_per_group(captions: pd.DataFrame, cols: list[str]) -> dict[str, str]:
 
 def _inputs_dir(rundir: RunDir) -> Path:
     """Beside the stage's fingerprint (``RunDir`` places it), a file per shard."""
-    return rundir.fingerprint_path(STAGE).with_name(INPUTS)
+    return rundir.fingerprints.folder / INPUTS
 
 
 def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
@@ -468,7 +468,7 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
               "scoring_key": cfg.scoring_key(encoder_names), "threshold_used": thr,
               "filter": describe_filter(cfg, thr),
               "kept": n["kept"], "pairs": pairs, "outside_video": n["outside"], **counts}
-    rundir.write_config(STAGE, config)
+    rundir.configs.write(STAGE, config)
     if report:
         write_report_from(stats, thr, config, rundir.root / "align_report.html")
     return (read_aligned(rundir) if table else None), thr
@@ -546,7 +546,7 @@ Reference = tuple[pd.DataFrame, list[str]]  # (video_id, text) of captions; clip
 
 def recorded_reference(rundir: RunDir, cfg: AlignConfig) -> Reference:
     """The default filter's references drawn for this run directory with these settings."""
-    old = rundir.read_config(REFERENCE) or {}
+    old = rundir.configs.read(REFERENCE) or {}
     if (old.get("size"), old.get("videos"), old.get("seed")) != (
             cfg.reference_captions, cfg.reference_videos, cfg.seed):
         return pd.DataFrame(columns=["video_id", "text"]), []
@@ -622,7 +622,7 @@ def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Se
     files = clip_files()
     chosen = [files[i] for i in np.sort(rng.choice(
         len(files), size=min(cfg.reference_videos, len(files)), replace=False))]
-    rundir.write_config(REFERENCE, {"size": cfg.reference_captions,
+    rundir.configs.write(REFERENCE, {"size": cfg.reference_captions,
                                     "videos": cfg.reference_videos, "seed": cfg.seed,
                                     "captions": ref.to_numpy().tolist(), "clip_videos": chosen})
     return ref, chosen
@@ -786,7 +786,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     if len(set(names)) != len(names):
         raise HowtocapError(f"the same encoder was given twice: {', '.join(names)}")
     key = cfg.scoring_key(names)
-    rundir.write_config(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
+    rundir.configs.write(STAGE, {**cfg.model_dump(), "encoders": names, "scoring_key": key})
     unknown = _unknown_ids(captions.kept(["video_id"]), videos)
     if unknown:  # captions of videos videos.parquet lacks (brought in by hand): numbered
         rundir.record_videos(VideoItem(v, None) for v in unknown)

@@ -86,7 +86,7 @@ class _Videos:
         if self.items is not None:
             rundir.record_videos(self.items)
         else:
-            rundir.record_video_ids(self.id_arrays(WINDOW))
+            rundir.record_videos(self.id_arrays(WINDOW))
 
     def windows(self, rundir: RunDir, size: int) -> Iterator[list[VideoItem]]:
         """The videos in the run's shard order, the videos of about ``size`` (whole shards)
@@ -190,7 +190,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     rundir.root.mkdir(parents=True, exist_ok=True)
     videos.record(rundir)
     give_back_memory()  # the store index and id sort transients: not kept by the stages
-    rundir.write_config("caption", config.model_dump())
+    rundir.configs.write("caption", config.model_dump())
     if force:
         for stage in (subs_stage, cap_stage):
             rundir.forget(stage.name, videos.video_ids())
@@ -223,7 +223,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
         if not rundir.corrupted:  # dropped here and redone by the second pass
             break
         rundir.corrupted.clear()
-    rundir.write_config("caption", {**config.model_dump(), "rejected": rejected})
+    rundir.configs.write("caption", {**config.model_dump(), "rejected": rejected})
     return subs, caps
 
 

@@ -31,6 +31,7 @@ from howtocap.cli.common import (
     user_errors,
 )
 from howtocap.cli.options import settings_options
+from howtocap.engine.stage import MAX_ATTEMPTS
 
 if TYPE_CHECKING:
     from howtocap.engine.rundir import RunDir
@@ -64,7 +65,7 @@ def align_cmd(
     batch_seconds: BatchSecondsOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
@@ -102,7 +103,7 @@ def print_align_result(root: Path, shard: str | None) -> None:
                   highlight=False)
         return
     rundir = RunDir(root, create=False)
-    info = rundir.read_config("align") or {}
+    info = rundir.configs.read("align") or {}
     rule = info.get("filter") or "no filter"
     outside = int(info.get("outside_video", 0))
     chatter = int(info.get("chatter_dropped", 0))

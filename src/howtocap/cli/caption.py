@@ -38,6 +38,7 @@ from howtocap.cli.common import (
     user_errors,
 )
 from howtocap.cli.options import settings_options
+from howtocap.engine.stage import MAX_ATTEMPTS
 
 OptionalInputs = Annotated[list[Path] | None, typer.Argument(
     help="Video files, folders of videos, or manifest CSVs (video_id,video_path"
@@ -57,7 +58,7 @@ def caption_cmd(
     force: ForceOpt = False,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from howtocap.engine.runners import RUNNERS
+from howtocap.engine.stage import BATCH_SECONDS, BATCH_SIZE, SHARD_SIZE
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.where import PRESETS
 from howtocap.progress import console
@@ -60,14 +61,16 @@ ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
 BatchSizeOpt = Annotated[int | None, typer.Option(
     "--batch-size", min=1, help="Commit finished videos in chunks of at most this many (a "
                                 "file per table per chunk, joined when their shard is "
-                                "finished; a kill loses the chunk in flight). Default 1000.")]
+                                "finished; a kill loses the chunk in flight). "
+                                f"Default {BATCH_SIZE}.")]
 BatchSecondsOpt = Annotated[float | None, typer.Option(
     "--batch-seconds", min=0, help="Commit a chunk once its first result waited this long, "
-                                   "full or not. Default 60.")]
+                                   f"full or not. Default {BATCH_SECONDS:g}.")]
 ShardSizeOpt = Annotated[int | None, typer.Option(
     "--shard-size", min=1, help="Videos per shard of a run directory this command makes (the "
                                 "unit of work and of --shard K/N; a file per table each). "
-                                "An existing run directory keeps its own. Default 1000.")]
+                                "An existing run directory keeps its own. "
+                                f"Default {SHARD_SIZE}.")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
 WhereOpt = Annotated[str | None, typer.Option(
     help="Keep the rows passing a condition on their columns and their window's signals "

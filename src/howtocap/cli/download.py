@@ -26,6 +26,7 @@ from howtocap.cli.common import (
 )
 from howtocap.cli.options import settings_options
 from howtocap.download.config import DownloadConfig
+from howtocap.engine.stage import MAX_ATTEMPTS
 
 
 @user_errors
@@ -39,7 +40,7 @@ def download_cmd(
     download: DownloadConfig,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,
     ray_gpus_per_stage: RayGpusOpt = None,

@@ -28,6 +28,7 @@ from howtocap.cli.common import (
     report_summary,
     user_errors,
 )
+from howtocap.engine.stage import MAX_ATTEMPTS
 
 
 @user_errors
@@ -52,7 +53,7 @@ def framecaps_cmd(
     shard_size: ShardSizeOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     quiet: QuietOpt = False,
 ) -> None:
     """Label videos with image captions (Ventura et al.): caption M frames per captioner, keep

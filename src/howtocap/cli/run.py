@@ -37,6 +37,7 @@ from howtocap.cli.common import (
 )
 from howtocap.cli.options import settings_options
 from howtocap.download.config import DownloadConfig
+from howtocap.engine.stage import MAX_ATTEMPTS
 
 
 @user_errors
@@ -53,7 +54,7 @@ def run_cmd(
     force: ForceOpt = False,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     workers: WorkersOpt = None,
     runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
     ray_address: RayAddressOpt = None,

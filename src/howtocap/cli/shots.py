@@ -29,6 +29,7 @@ from howtocap.cli.common import (
     user_errors,
 )
 from howtocap.cli.options import settings_options
+from howtocap.engine.stage import MAX_ATTEMPTS
 from howtocap.shots.config import ShotsConfig
 
 
@@ -48,7 +49,7 @@ def shots_cmd(
     shard: ShardOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     quiet: QuietOpt = False,
 ) -> None:
     """Detect shot cuts (hard cuts and dissolves) in every video of a run -> DIR/shots/

@@ -29,6 +29,7 @@ from howtocap.cli.common import (
     user_errors,
 )
 from howtocap.cli.options import settings_options
+from howtocap.engine.stage import MAX_ATTEMPTS
 from howtocap.signals.config import SignalsConfig
 
 
@@ -48,7 +49,7 @@ def signals_cmd(
     shard: ShardOpt = None,
     redo: RedoOpt = False,
     retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = 3,
+    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
     quiet: QuietOpt = False,
 ) -> None:
     """Score what every shot of a run looks like -> DIR/signals/ (video_id, start, end,

@@ -57,7 +57,7 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
 
     sweep_media(media_dir(rundir))
     # storage options can hold credentials: never written to the run directory
-    rundir.write_config(stage.name, config.model_dump(exclude={"storage_options"}))
+    rundir.configs.write(stage.name, config.model_dump(exclude={"storage_options"}))
     if refetch_missing and rundir.has_table(TABLE):
         gone = [vid for vid, row in _rows(rundir).items()
                 if row["video_path"] and not Path(row["video_path"]).exists()]

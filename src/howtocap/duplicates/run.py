@@ -265,7 +265,7 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
     df["config_id"] = config_id(fingerprint)
     out = rd.table_path("duplicates")
     atomic_write_parquet(conform(df, "duplicates"), out)
-    rd.write_config("duplicates", {"encoder": encoder, "fps": fps, **cfg.model_dump()})
+    rd.configs.write("duplicates", {"encoder": encoder, "fps": fps, **cfg.model_dump()})
     n_video = int((df["kind"] == "video").sum())
     return DuplicatesResult(out, len(ids), n_video,
                             int(df.loc[df["kind"] == "video", "duplicate_of"].nunique()),

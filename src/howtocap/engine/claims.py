@@ -25,6 +25,10 @@ def _start_ticks(pid: int) -> str:
         return ""
 
 
+LEASE = 6 * 3600.0  # seconds after which another host's claim counts as dead
+# (``HOWTOCAP_CLAIM_LEASE`` overrides it)
+
+
 @dataclass(frozen=True)
 class Owner:
     """This process, as written into the claims it holds."""
@@ -32,13 +36,13 @@ class Owner:
     host: str
     pid: int
     started: str
-    lease: float = 6 * 3600.0  # seconds after which another host's claim counts as dead
+    lease: float = LEASE
 
     @classmethod
     def me(cls) -> Owner:
         import socket
 
-        lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", 6 * 3600))
+        lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", LEASE))
         return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
 
     @property

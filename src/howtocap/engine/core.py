@@ -25,7 +25,14 @@ from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir, ShardWriter
-from howtocap.engine.stage import Stage, VideoInput, VideoResult
+from howtocap.engine.stage import (
+    BATCH_SECONDS,
+    BATCH_SIZE,
+    MAX_ATTEMPTS,
+    Stage,
+    VideoInput,
+    VideoResult,
+)
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.progress import progress_bar
 from howtocap.schemas import FREE_TEXT, SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
@@ -98,9 +105,6 @@ class StageSummary:
         return self
 
 
-MAX_ATTEMPTS = 3
-
-
 class SettingsChanged(HowtocapError):
     """A stage re-run with settings other than those its results were made with."""
 
@@ -124,13 +128,13 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
     fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
-    olds = {st.name: rundir.read_fingerprint(st.name) for st in stages}
+    olds = {st.name: rundir.fingerprints.read(st.name) for st in stages}
     with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
     for st in stages:
         fp = fps[st.name]
         ids[st.name] = config_id(fp)
         old = olds[st.name]
-        if old is not None and old["config_id"] != ids[st.name] and st.name in with_results:
+        if old is not None and old.get("config_id") != ids[st.name] and st.name in with_results:
             changed.append((st, old.get("fingerprint") or {}, fp))
     # the whole graph only when something changed (discovery imports every step's stage)
     g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
@@ -150,13 +154,10 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
             olds[name] = None  # its fingerprint went with its results
     for st in stages:
         old = olds[st.name]
-        if old is None or old["config_id"] != ids[st.name]:
-            rundir.write_fingerprint(st.name, ids[st.name], fps[st.name])
+        if old is None or old.get("config_id") != ids[st.name]:
+            rundir.fingerprints.write(st.name, {"config_id": ids[st.name],
+                                                "fingerprint": fps[st.name]})
     return ids
-
-
-BATCH_SIZE = 1000  # videos a chunk of a shard commits at most (``--batch-size``)
-BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 
 
 @dataclass(frozen=True)
@@ -237,15 +238,10 @@ def _by_shard(rundir: RunDir, items: Sequence[Any],
         ks = rundir.shard_of(ids)
     order = np.argsort(ks, kind="stable")
     wanted = None if shards is None else set(shards)
-    lo = 0
-    while lo < len(order):
-        k = int(ks[order[lo]])
-        hi = lo
-        while hi < len(order) and ks[order[hi]] == k:
-            hi += 1
+    for group in np.split(order, np.flatnonzero(np.diff(ks[order])) + 1) if len(order) else []:
+        k = int(ks[group[0]])
         if wanted is None or k in wanted:
-            yield k, [items[i] for i in order[lo:hi].tolist()]
-        lo = hi
+            yield k, [items[i] for i in group.tolist()]
 
 
 @dataclass
@@ -388,11 +384,19 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             opened.clear()
     summary.seconds = time.perf_counter() - t0
     if summary.done or summary.failed:
-        rundir.add_stats(stage.name, wall_seconds=summary.seconds, videos=summary.done,
-                         failed=len(summary.failed), **totals)
+        _add_stats(rundir, stage.name, wall_seconds=summary.seconds, videos=summary.done,
+                   failed=len(summary.failed), **totals)
     if down:  # finished videos are committed; the ones in flight are simply not done
         raise ServiceUnavailable(down[0].message)
     return summary
+
+
+def _add_stats(rundir: RunDir, stage: str, **values: float) -> None:
+    """Add one stage run's wall time and counts to the stage's totals (for `status`)."""
+    stats = rundir.stats.read(stage) or {}
+    for k, v in values.items():
+        stats[k] = float(stats.get(k, 0.0)) + float(v)
+    rundir.stats.write(stage, stats)
 
 
 def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:

@@ -54,11 +54,11 @@ from howtocap.engine.records import (
     records_table,
     status_writes,
 )
+from howtocap.engine.stage import SHARD_SIZE
 from howtocap.errors import HowtocapError
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
 
 LAYOUT = 2  # the run directory's layout version (``layout.json``)
-SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another
 OLD_LAYOUT = "0.1.x"  # the howtocap versions that read a run directory with ``parts/``
 SHARD_GLOB = "shard-*.parquet"
 VIDEO_CHUNK = 65_536  # items ``record_videos`` holds as Python strings at a time
@@ -90,6 +90,10 @@ class RunDir:
         self._size: int | None = None
         self._index: tuple[int, _VideoIndex] | None = None  # (videos.parquet mtime, index)
         self._checked: set[tuple[Path, int]] = set()  # shard files verified whole
+        # what a stage's results were made with, its totals for `status`, steps' settings
+        self.fingerprints = JsonFolder(self.root / "fingerprints")
+        self.stats = JsonFolder(self.root / "stats")
+        self.configs = JsonFolder(self.root / "config")
         if (self.root / "parts").is_dir():
             raise OldLayout(f"{self.root}: a run directory of an earlier layout (parts/), "
                             f"written by howtocap {OLD_LAYOUT}; read it with "
@@ -104,15 +108,8 @@ class RunDir:
         return self.root / f"{name}.parquet"
 
     def shard_path(self, table: str, k: int) -> Path:
+        """Shard k's file of a table folder (``status/<stage>`` for a stage's status)."""
         return self.root / table / shard_name(k)
-
-    def status_path(self, stage: str, k: int) -> Path:
-        return self.root / "status" / stage / shard_name(k)
-
-    @property
-    def index_dir(self) -> Path:
-        """The search index (``search.index`` owns what is inside)."""
-        return self.root / "index"
 
     @property
     def cache_dir(self) -> Path:
@@ -171,10 +168,14 @@ class RunDir:
     def read_shard(self, table: str, k: int) -> Any:
         """Shard k's rows of ``table`` as Arrow (None when it has none); a corrupt file is
         dropped (its shard redone) and None returned."""
+        return self._read(self.shard_path(table, k))
+
+    def _read(self, path: Path) -> Any:
+        """A Parquet file, its page checksums verified; None when missing, or when corrupt
+        (then dropped, its shard redone, and listed in ``corrupted``)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        path = self.shard_path(table, k)
         try:
             return pq.read_table(path, page_checksum_verification=True)
         except FileNotFoundError:
@@ -186,9 +187,11 @@ class RunDir:
     # -- videos --------------------------------------------------------------------------
     def record_videos(self, items: Iterable[Any]) -> int:
         """Number the videos not yet in ``videos.parquet`` (in the order given, after the
-        others) and remember which file each came from; returns how many videos the run has. An
-        empty ``video_path`` never erases one recorded before (a caption run from
-        ``--subtitles`` keeps the files ``howtocap align --videos`` attached)."""
+        others) and remember which file each came from; returns how many videos the run has.
+        ``items`` are video items, or Arrow arrays of ids with no files yet (a text-only run:
+        a HowTo100M source's 1.2M ids never become Python objects). An empty ``video_path``
+        never erases one recorded before (a caption run from ``--subtitles`` keeps the files
+        ``howtocap align --videos`` attached)."""
         import pyarrow as pa
 
         schema = arrow_schema("videos")
@@ -196,6 +199,10 @@ class RunDir:
         def tables() -> Iterator[Any]:
             cols: tuple[list[str], list[str], list[str]] = ([], [], [])
             for it in items:
+                if isinstance(it, pa.Array | pa.ChunkedArray):
+                    empty = pa.repeat(pa.scalar("", pa.string()), len(it))
+                    yield pa.table([it.cast(pa.string()), empty, empty], schema=schema)
+                    continue
                 cols[0].append(it.video_id)
                 cols[1].append(str(it.video_path or ""))
                 cols[2].append(str(it.subtitle_path or ""))
@@ -205,20 +212,6 @@ class RunDir:
                         c.clear()
             if cols[0]:
                 yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
-
-        return self._add_videos(tables())
-
-    def record_video_ids(self, ids: Iterable[Any]) -> int:
-        """``record_videos`` of ids with no files yet (a text-only run), as Arrow arrays: a
-        HowTo100M source's 1.2M ids never become Python objects."""
-        import pyarrow as pa
-
-        schema = arrow_schema("videos")
-
-        def tables() -> Iterator[Any]:
-            for arr in ids:
-                empty = pa.repeat(pa.scalar("", pa.string()), len(arr))
-                yield pa.table([arr.cast(pa.string()), empty, empty], schema=schema)
 
         return self._add_videos(tables())
 
@@ -364,19 +357,6 @@ class RunDir:
             if t.num_rows:
                 yield t
 
-    def record_table(self, stage: str, columns: Sequence[str] | None = None) -> Any:
-        """``records`` as one Arrow table."""
-        import pyarrow as pa
-
-        parts = list(self.records(stage, columns))
-        return pa.concat_tables(parts) if parts else empty_records(columns)
-
-    def status_records(self, stage: str) -> list[StatusRecord]:
-        """Every video's record of ``stage``, whole (small runs and tests)."""
-        from howtocap.engine.records import to_records
-
-        return to_records(self.record_table(stage))
-
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
              ) -> list[bool]:
         """Which of these videos ``stage`` finished: ``ok`` in a finished shard (whose
@@ -387,7 +367,7 @@ class RunDir:
         shards = self.shard_of(list(video_ids))
         out = np.zeros(len(video_ids), dtype=bool)
         for k in np.unique(shards[shards >= 0]).tolist():
-            path = self.status_path(stage, k)
+            path = self.shard_path(f"status/{stage}", k)
             try:
                 recs = read_records(path, ["status"])
             except FileNotFoundError:
@@ -407,21 +387,15 @@ class RunDir:
         """Whether a shard file is whole, its page checksums verified (once a process per
         file version): what a later stage will read is checked before it is taken as done,
         also when nothing else reads it again. A corrupt one is dropped (its shard redone)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         try:
             key = (path, path.stat().st_mtime_ns)
         except FileNotFoundError:
             return True  # no rows of this table: nothing to check
         if key in self._checked:
             return True
-        try:
-            pq.read_table(path, page_checksum_verification=True)
-        except FileNotFoundError:
-            return True
-        except (pa.ArrowException, OSError) as exc:
-            self.drop_corrupt(path, corrupt_parquet(path, exc))
+        seen = len(self.corrupted)
+        self._read(path)
+        if len(self.corrupted) > seen:
             return False
         self._checked.add(key)
         return True
@@ -439,7 +413,7 @@ class RunDir:
             w = self.writer(stage, k)
             if not w.started():
                 continue
-            w.writes = tuple(status_writes(self.status_path(stage, k))) or w.chunk_writes()
+            w.writes = tuple(status_writes(w.status)) or w._chunk_writes()
             while not w.claim(owner):
                 time.sleep(0.05)  # another process works on the shard: wait for it
             try:
@@ -456,54 +430,33 @@ class RunDir:
                 shutil.rmtree(path)
         for t in tables:
             self.table_path(t).unlink(missing_ok=True)
-        self._meta_path("stats", stage).unlink(missing_ok=True)
-        self._meta_path("fingerprints", stage).unlink(missing_ok=True)
+        self.stats.path(stage).unlink(missing_ok=True)
+        self.fingerprints.path(stage).unlink(missing_ok=True)
 
-    # -- fingerprints, stats, config -----------------------------------------------------
-    def _meta_path(self, kind: str, stage: str) -> Path:
-        return self.root / kind / f"{stage}.json"
 
-    def fingerprint_path(self, stage: str) -> Path:
-        return self._meta_path("fingerprints", stage)
+class JsonFolder:
+    """A folder of small JSON documents, one per stage or step (``fingerprints/``,
+    ``stats/``, ``config/``): written whole (temp file and rename), read as None when
+    missing or unreadable."""
 
-    def read_fingerprint(self, stage: str) -> dict[str, Any] | None:
-        """``{"config_id": …, "fingerprint": {…}}`` of the settings the stage's results were
-        made with, or None (a new stage)."""
-        data = self._read_json(self.fingerprint_path(stage))
-        return data if isinstance(data, dict) and "config_id" in data else None
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
-    def write_fingerprint(self, stage: str, config_id: str, fingerprint: dict[str, Any]) -> None:
-        atomic_write_text(self.fingerprint_path(stage), json.dumps(
-            {"config_id": config_id, "fingerprint": fingerprint}, indent=1, default=str))
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.json"
 
-    def read_stats(self, stage: str) -> dict[str, float]:
-        data = self._read_json(self._meta_path("stats", stage))
+    def read(self, name: str) -> dict[str, Any] | None:
         try:
-            return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
-        except (TypeError, ValueError):
-            return {}
-
-    def add_stats(self, stage: str, **values: float) -> None:
-        """Add one stage run's wall time and counts to the stage's totals (for `status`)."""
-        stats = self.read_stats(stage)
-        for k, v in values.items():
-            stats[k] = stats.get(k, 0.0) + float(v)
-        atomic_write_text(self._meta_path("stats", stage), json.dumps(stats))
-
-    def write_config(self, stage: str, config: dict[str, Any]) -> None:
-        atomic_write_text(self._meta_path("config", stage),
-                          json.dumps(config, indent=2, default=str))
-
-    def read_config(self, stage: str) -> dict[str, Any] | None:
-        data = self._read_json(self._meta_path("config", stage))
-        return data if isinstance(data, dict) else None
-
-    @staticmethod
-    def _read_json(path: Path) -> Any:
-        try:
-            return json.loads(path.read_text())
+            data = json.loads(self.path(name).read_text())
         except (OSError, ValueError):
             return None
+        return data if isinstance(data, dict) else None
+
+    def write(self, name: str, data: dict[str, Any]) -> None:
+        atomic_write_text(self.path(name), json.dumps(data, indent=2, default=str))
+
+    def names(self) -> set[str]:
+        return {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()
 
 
 class ShardWriter:
@@ -514,7 +467,7 @@ class ShardWriter:
         self.rundir, self.stage, self.k, self.writes = rundir, stage, k, writes
         self.work = rundir.root / "work" / stage / f"shard-{k:05d}"
         self.claim_path = rundir.root / "claims" / stage / f"shard-{k:05d}.lock"
-        self.status = rundir.status_path(stage, k)
+        self.status = rundir.shard_path(f"status/{stage}", k)
         self._chunks = 0
 
     def started(self) -> bool:
@@ -536,7 +489,7 @@ class ShardWriter:
         return sorted(p.name[:-len(".status.parquet")]
                       for p in self.work.glob("*.status.parquet"))
 
-    def chunk_writes(self) -> tuple[str, ...]:
+    def _chunk_writes(self) -> tuple[str, ...]:
         for c in self.chunk_ids():
             return tuple(status_writes(self.work / f"{c}.status.parquet"))
         return ()
@@ -595,7 +548,6 @@ class ShardWriter:
         then the work folder goes."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         chunks = self.chunk_ids()
         if not drop and len(chunks) == 1 and not self.status.exists() \
@@ -605,13 +557,11 @@ class ShardWriter:
         loaded: dict[tuple[int, str], Any] = {}
         for i, (source, _) in enumerate(parts):  # a corrupt file: its videos are redone
             for table in self.writes:
-                path = self._file(source, table)
-                try:
-                    loaded[(i, table)] = pq.read_table(path, page_checksum_verification=True)
-                except FileNotFoundError:
-                    continue  # its videos gave no rows of this table
-                except (pa.ArrowException, OSError) as exc:
-                    self.rundir.drop_corrupt(path, corrupt_parquet(path, exc))
+                seen = len(self.rundir.corrupted)
+                rows = self.rundir._read(self._file(source, table))
+                if rows is not None:
+                    loaded[(i, table)] = rows
+                elif len(self.rundir.corrupted) > seen:  # (missing: no rows of this table)
                     parts[i] = (source, parts[i][1].slice(0, 0))
                     (self.status if source == "" else
                      self.work / f"{source}.status.parquet").unlink(missing_ok=True)

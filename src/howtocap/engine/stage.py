@@ -30,6 +30,13 @@ if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
 
     from howtocap.schemas import Rows
 
+# How a stage's work is cut (``core.Batching``), here where the CLI's help reads them without
+# loading pandas: --batch-size, --batch-seconds, --shard-size, --max-attempts
+BATCH_SIZE = 1000  # videos a chunk of a shard commits at most
+BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
+SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another
+MAX_ATTEMPTS = 3  # a failed video is retried (--retry-failed) until it failed this often
+
 # A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path, which
 # the engine turns into one Arrow table per chunk
 Tables = dict[str, "pd.DataFrame | Rows"]

@@ -31,10 +31,15 @@ COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
 
 def _stages(rd: RunDir, order: list[str]) -> list[str]:
     found = rd.stages_with_results()
-    fp_dir = rd.fingerprint_path("x").parent
-    if fp_dir.is_dir():
-        found |= {p.stem for p in fp_dir.glob("*.json")}
+    found |= rd.fingerprints.names()
     return [s for s in order if s in found] + sorted(found - set(order))
+
+
+def _numbers(data: dict[str, Any] | None) -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in (data or {}).items()}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _throughput(stats: dict[str, float], rates: Mapping[str, str]) -> dict[str, float | None]:
@@ -78,8 +83,8 @@ def status_of(run_dir: str | Path, graph: StageGraph,
             total = counted[feeder]["done"]
         else:
             total = max(n_videos, done + failed)
-        stats = rd.read_stats(stage)
-        fp = rd.read_fingerprint(stage)
+        stats = _numbers(rd.stats.read(stage))
+        fp = rd.fingerprints.read(stage)
         out.append({
             "stage": stage, "done": done, "failed": failed,
             "pending": max(0, total - done - failed), "warned": c["warned"],
@@ -87,7 +92,7 @@ def status_of(run_dir: str | Path, graph: StageGraph,
             "wall_seconds": round(stats.get("wall_seconds", 0.0), 3),
             "video_seconds": c["video_seconds"],
             "throughput": _throughput(stats, rates or {}),
-            "config_id": fp["config_id"] if fp else None,
+            "config_id": (fp or {}).get("config_id"),
         })
     return {"run_dir": str(root), "videos": n_videos, "stages": out}
 

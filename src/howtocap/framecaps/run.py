@@ -35,7 +35,7 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
     stage = FrameCapsStage(captioners, scorer, cfg, device=device)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.record_videos(items)
-    rundir.write_config("framecaps", {"captioners": list(captioners), "scorer": scorer,
+    rundir.configs.write("framecaps", {"captioners": list(captioners), "scorer": scorer,
                                       **cfg.model_dump()})
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,

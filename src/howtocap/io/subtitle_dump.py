@@ -1,35 +1,17 @@
 """HowTo100M-size subtitle dumps without loading them: stream once into Parquet, read by row group.
 
-Why this design. HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
-size as Python objects under ``json.load``. Instead we stream it once with ijson (key by key for
-``{video_id: {...}}``, record by record for a list of records), check and clean each video as it
-passes, and write the rows to a Parquet file whose row groups hold whole videos in the file's
-order (about ``ROWS_PER_GROUP`` rows each). A lookup then needs only
+``json.load`` of HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
+size as Python objects, so the dump is streamed once with ijson and written as Parquet row groups
+of whole videos in the file's order. A lookup needs only an index of each video's rows (numpy
+arrays, no Python string per id) and the row group holding it, kept in a small LRU: the caption
+stage asks for videos in the file's order, so each group is decoded about once per run. Peak
+memory is a row group or two plus the index, whatever the size of the dump.
 
-* an index of *runs* (video id -> first row, row count), built from the ``video_id`` column alone
-  (a few bytes a row, one row group at a time), and
-* the row group(s) holding that video, decoded once and kept in a small LRU cache.
-
-The caption stage asks for videos in the order this index lists them (the file's), so every row
-group is decoded about once per run. Peak memory is one row group being written, or a few being
-read, plus the id index (about 100 bytes a video), whatever the size of the file.
-
-Not taken: byte offsets into the JSON (ijson reports no positions, and reading a value from the
-middle of a JSON text needs a parser that can start there); consuming one streamed pass in the
-runner's order (the runner runs videos in threads, skips finished ones and shards them, so its
-order is not the file's, and a resumed run would re-read the file from the start).
-
-The converted file is kept (``DIR/cache/subtitles/`` for a run, keyed by the source's path,
-size, modification time and the selection), so a resumed or sharded run does not stream again.
-A Parquet source is read in place, by row groups: ours (``howtocap subtitles convert``) is
-already clean; anyone else's rows are cleaned per video when asked for, and need not be grouped
-by video (a video's rows are gathered from every run of them).
-
-A pickle cannot be streamed (unpickling builds the whole object): it is loaded once, converted,
-and freed. ``howtocap subtitles convert X.pickle X.parquet`` does that once for good.
-
-This module knows rows and Parquet, not sources: ``io.subtitles`` opens a ``SubtitleSource``'s
-store (``open_store``) and converts a source (``convert_subtitles``) with the pieces here.
+The converted file is kept (``DIR/cache/subtitles/``, keyed by the source's path, size, mtime
+and the selection), so a resumed or sharded run does not stream again. A Parquet source is read
+in place; someone else's rows are cleaned per video when asked for and need not be grouped. A
+pickle cannot be streamed: it is loaded once and converted (``howtocap subtitles convert``).
+``io.subtitles`` opens a source's store (``open_store``) with the pieces here.
 """
 
 from __future__ import annotations
@@ -63,7 +45,6 @@ from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
-HASH_LOOKUP_VIDEOS = 65_536  # a store of more videos finds a window's ids without its hashes
 FORMAT_KEY = b"howtocap.subtitles"
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
@@ -429,11 +410,7 @@ class ParquetStore:
         self.groups_read = 0
         self.max_cached_groups = 0
         self.max_buffered_rows = 0
-        self._select, self._limit = select, limit
-        self._window: dict[str, int] = {}  # the ids ``ids_window`` read last: their numbers
         self._index(select, limit)
-        if len(self) >= HASH_LOOKUP_VIDEOS and self._runs.compact:
-            self._runs.drop_lookup()  # 8 of its 12 bytes a video; built again when needed
 
     def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
         """Runs of equal ids, from the ``video_id`` column one row group at a time, kept as
@@ -497,17 +474,11 @@ class ParquetStore:
         return self.ids_window(0, len(self))
 
     def ids_window(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file. A
-        large store remembers their numbers: a text-only run asks for a window's videos
-        right after listing them, so it needs no lookup by hash of every id."""
-        hi = min(hi, len(self))
-        ids = self._ids_at(self._runs.name_rows(lo, hi))
-        if self._runs.hkeys is None:
-            self._window = dict(zip(ids, range(lo, lo + len(ids)), strict=True))
-        return ids
+        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file."""
+        return self._ids_at(self._runs.name_rows(lo, min(hi, len(self))))
 
     def id_array(self, lo: int, hi: int) -> pa.Array:
-        """``ids_window`` as one Arrow array, not remembered for lookups: ``videos.parquet``
+        """``ids_window`` as one Arrow array: ``videos.parquet``
         of a 1.2M-video run without a Python string a video (the millions of short-lived
         strings left the heap ~50 MB larger for the stages that follow)."""
         return self._id_array_at(self._runs.name_rows(lo, min(hi, len(self))))
@@ -536,15 +507,8 @@ class ParquetStore:
         return ids
 
     def _find(self, video_id: str) -> int:
-        """The video's number (file order), or -1: one of the last window's, else its
-        hash's candidates, each checked against the id the file holds (the hashes read
-        again from the file the first time a video outside that window is asked for)."""
-        k = self._window.get(video_id)
-        if k is not None:
-            return k
-        if self._runs.hkeys is None:
-            self._index(self._select, self._limit)  # kept from now on: random lookups
-            self._window = {}
+        """The video's number (file order), or -1: its hash's candidates, each checked
+        against the id the file holds."""
         for k in self._runs.candidates(_hash32(video_id)):
             row = int(self._runs.name_rows(k, k + 1)[0])
             g = bisect.bisect_right(self.group_starts, row) - 1
@@ -605,7 +569,7 @@ class ParquetStore:
         if "error" in table.column_names:
             self._raise_first(table.column("error").to_pylist())
         if self.layout == "videos":
-            return self._from_clean(table) if frame else self._columns(table)
+            return self._columns(table, frame)
         return self._from_raw(video_id, table)
 
     def _decoded_rows(self, g: int, a: int, n: int) -> dict[str, Any]:
@@ -639,24 +603,18 @@ class ParquetStore:
             raise InputError(self.shown_as, problem)
 
     @staticmethod
-    def _columns(table: pa.Table) -> dict[str, Any]:
+    def _columns(table: pa.Table, frame: bool) -> pd.DataFrame | dict[str, Any]:
+        """Rows we wrote clean, as columns straight from Arrow (``to_pandas`` and filters
+        cost most of a text-only stage's own time); a frame with the scores when given."""
         text = table.column("text")
         if text.null_count:  # the placeholder row of a video without text
             table = table.filter(pc.is_valid(text))
-        return {"start": table.column("start").to_numpy(), "end": table.column("end").to_numpy(),
-                "text": table.column("text").to_pylist()}
-
-    @staticmethod
-    def _from_clean(table: pa.Table) -> pd.DataFrame:
-        """Rows we wrote clean: columns straight from Arrow (a DataFrame via ``to_pandas`` and
-        filters costs ~1 ms a video, most of the stage's own overhead)."""
-        text = table.column("text")
-        if text.null_count:  # the placeholder row of a video without text
-            table = table.filter(pc.is_valid(text))
-        df = pd.DataFrame({
-            "start": table.column("start").to_numpy(),
-            "end": table.column("end").to_numpy(),
-            "text": pd.Series(table.column("text").to_pylist(), dtype=object)})
+        cols: dict[str, Any] = {"start": table.column("start").to_numpy(),
+                                "end": table.column("end").to_numpy(),
+                                "text": table.column("text").to_pylist()}
+        if not frame:
+            return cols
+        df = pd.DataFrame({**cols, "text": pd.Series(cols["text"], dtype=object)})
         score = table.column("score")
         if score.null_count < len(score):
             df["score"] = score.to_numpy(zero_copy_only=False)
@@ -718,8 +676,8 @@ class _Runs:
                  ptr: np.ndarray | None = None) -> None:
         self.start, self.length = start, length  # per stored run (``length`` None: the
         # runs are back to back and ``start`` has one more item, the end of the last)
-        self.hkeys: np.ndarray | None = hkeys  # id hashes sorted (None: dropped)
-        self.hvid: np.ndarray | None = hvid  # the video of each
+        self.hkeys = hkeys  # id hashes sorted
+        self.hvid = hvid  # the video of each
         self.name_row = name_row  # None: the start of video k's run k
         self.ptr = ptr  # None: video k is run k; else its runs are ptr[k]:ptr[k + 1]
         self.videos = len(hvid)
@@ -773,15 +731,6 @@ class _Runs:
         ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(firsts)))])
         return cls(start[runs], length[runs], hk[by_hash], by_hash.astype(np.int32),
                    start[firsts], ptr)
-
-    @property
-    def compact(self) -> bool:
-        """Every video one run: its number is its place in the file (no hash needed)."""
-        return self.ptr is None and self.name_row is None
-
-    def drop_lookup(self) -> None:
-        """Let go of the sorted hashes (a store then finds videos by ``ids_window``)."""
-        self.hkeys = self.hvid = None
 
     def candidates(self, h: int) -> list[int]:
         """The videos whose id hashes to ``h`` (almost always none or one)."""

@@ -284,7 +284,7 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
 def _status(rd: RunDir) -> pd.DataFrame | None:
     """Every stage's status records as one frame (None: no stage has run)."""
     stages = sorted(rd.stages_with_results())
-    parts = [rd.record_table(s).to_pandas() for s in stages]
+    parts = [t.to_pandas() for s in stages for t in rd.records(s)]
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else None
 

@@ -65,7 +65,7 @@ class IndexInfo:
 
 
 def index_dir(run_dir: str | Path) -> Path:
-    return RunDir(run_dir, create=False).index_dir
+    return Path(run_dir) / "index"  # (``RunDir`` leaves it to this module)
 
 
 def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:

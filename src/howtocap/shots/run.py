@@ -39,7 +39,7 @@ def run_videos(rundir: RunDir) -> list[VideoItem]:
 def recorded_config(rundir: RunDir) -> ShotsConfig:
     """The settings this run's shots were made with (the defaults when it has none), so a
     step that needs shots (``align --within-shot``) extends them rather than refusing."""
-    old = rundir.read_config(CONFIG)
+    old = rundir.configs.read(CONFIG)
     return ShotsConfig(**old) if old else ShotsConfig()
 
 
@@ -62,7 +62,7 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
             return [whole]
     stage = ShotsStage(cfg)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
-    rundir.write_config(CONFIG, cfg.model_dump())
+    rundir.configs.write(CONFIG, cfg.model_dump())
     opts = {"runner": runner, "progress": progress, "shard": shard,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
             "batching": batching}

@@ -26,7 +26,7 @@ CONFIG = "signals"  # DIR/config/signals.json: the settings the table was made w
 def recorded_config(rundir: RunDir) -> SignalsConfig:
     """The settings this run's signals were made with (the defaults when it has none), so
     ``run --signals`` extends a run rather than refusing it."""
-    old = rundir.read_config(CONFIG)
+    old = rundir.configs.read(CONFIG)
     return SignalsConfig(**old) if old else SignalsConfig()
 
 
@@ -41,13 +41,13 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
     settings; ``stage``: a prepared stage (tests hand in their detectors)."""
     stage = stage or SignalsStage(cfg or recorded_config(rundir))
     stage.cache_dir = stage.cache_dir or rundir.cache_dir
-    stage.shots_settings = rundir.read_config("shots")  # None: fixed windows
+    stage.shots_settings = rundir.configs.read("shots")  # None: fixed windows
     if stage.cfg.aesthetic:  # a bad head file: one line now, not one per video
         from howtocap.signals.aesthetic import load_head
 
         load_head(stage.cfg.aesthetic)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
-    rundir.write_config(CONFIG, stage.cfg.model_dump())
+    rundir.configs.write(CONFIG, stage.cfg.model_dump())
     return run_stage(rundir, list(items) if items is not None else run_videos(rundir), stage,
                      runner=runner, progress=progress, shard=shard, retry_failed=retry_failed,
                      max_attempts=max_attempts, cid=cid, batching=batching)

@@ -45,7 +45,7 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
     if every <= 0 or (window is not None and window <= 0):
         raise HowtocapError(f"--every and --window must be positive, got {every}, {window}")
     rundir = RunDir(work_dir(root, encoder, every, window))
-    rundir.write_config("tdr_frames", {"encoder": encoder, "every": every,
+    rundir.configs.write("tdr_frames", {"encoder": encoder, "every": every,
                                        "window": window or every, "asr": asr,
                                        "subtitles": subtitles})
     source = None
