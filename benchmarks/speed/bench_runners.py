@@ -22,8 +22,8 @@ from _harness import ROOT, WORK, machine, write_results
 
 sys.path.insert(0, str(ROOT))  # tests.support.chat_server, tests.support.stages
 
-from tests.support.stages import SquareStage  # noqa: E402
 from tests.support.chat_server import chat_server  # noqa: E402
+from tests.support.stages import SquareStage  # noqa: E402
 
 from howtocap.align.config import AlignConfig  # noqa: E402
 from howtocap.caption.config import CaptionRunConfig  # noqa: E402
