@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,28 @@ def appended(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(params=["made", "appended"])
 def template(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue(request.param)
+
+
+def _unrendered(fig: Any) -> str:
+    """Stands in for ``report._png``: the figure is drawn but not rasterised (most of a
+    report's time); the tests using it check the report's numbers, and
+    ``test_report_samples_its_plots_and_keeps_its_numbers`` its plots."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return ""
+
+
+@pytest.fixture(scope="module", params=["made", "appended"])
+def scored(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each template run scored once by ``align_run`` (its default config: scoring does not
+    depend on the filter settings), shared by the filter cases that copy it."""
+    rd = _copy(request.getfixturevalue(request.param),
+               tmp_path_factory.mktemp("scored") / request.param)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "_png", _unrendered)
+        align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
+    return rd.root
 
 
 def _whole(rd: RunDir, table: str, by: Sequence[str] = ("video_id",)) -> pd.DataFrame:
@@ -149,6 +172,7 @@ def test_fingerprints_in_windows_equal_the_whole_table(made: Path, tmp_path: Pat
         assert dict(got) == want
 
 
+@pytest.mark.slow
 def test_recorded_fingerprints_are_the_whole_tables_per_shard(appended: Path,
                                                              tmp_path: Path) -> None:
     """align records each kept video's fingerprint, a file per shard (each in id order),
@@ -168,22 +192,23 @@ def test_recorded_fingerprints_are_the_whole_tables_per_shard(appended: Path,
         assert ids == sorted(ids) and set(rd.shard_of(ids).tolist()) == {int(f.stem[-1])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [
     AlignConfig(quantile=0.3), AlignConfig(quantile=0.3, sample_videos=5),
     AlignConfig(keep_top=17), AlignConfig(keep_top=17, sample_videos=4, seed=3),
     AlignConfig(keep_top=17, sample_videos=0), AlignConfig(threshold=0.05),
     AlignConfig(keep_all=True), AlignConfig(), AlignConfig(null_z=0.2, drop_chatter=False)])
-def test_streamed_filter_equals_the_whole_table_filter(template: Path, tmp_path: Path,
+def test_streamed_filter_equals_the_whole_table_filter(scored: Path, tmp_path: Path,
                                                        cfg: AlignConfig,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """aligned/, align.json's counts and the report's numbers: tiny windows (many row
     groups) give exactly what one window gives, and what ``apply_filter`` gives on the
     whole table in id order (the code before streaming); a run whose shards are in id
     order row for row, one whose shards are not in each video's rows."""
-    rd = _copy(template, tmp_path / "run")
-    ordered = template.name == "template"
+    monkeypatch.setattr(report, "_png", _unrendered)
+    rd = _copy(scored, tmp_path / "run")
+    ordered = scored.name == "made"
     enc = Stub()
-    align_run(rd, [], AlignConfig(), encoders=[enc], progress=False)
     # the whole table as the code before merged it: sorted by video, start, end, text
     merged = conform(_whole(rd, SCORES, ORDER), "aligned")
     out = merged.pop("outside").fillna(False).to_numpy(dtype=bool)
@@ -209,6 +234,7 @@ def test_streamed_filter_equals_the_whole_table_filter(template: Path, tmp_path:
     assert all(r == results[-1] for r in results)
 
 
+@pytest.mark.slow
 def test_scoring_in_windows_of_videos_equals_one_pass(made: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The scoring stage taken a few videos at a time (``run.WINDOW``: what the engine keeps
@@ -236,6 +262,7 @@ def test_scoring_in_windows_of_videos_equals_one_pass(made: Path, tmp_path: Path
     assert again.done == 0 and again.skipped == whole.done  # resumed: nothing redone
 
 
+@pytest.mark.slow
 def test_threshold_needs_only_the_drawn_videos(template: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The sampled estimate draws among the videos counted in a first pass (the same rng
@@ -256,6 +283,7 @@ def test_threshold_needs_only_the_drawn_videos(template: Path, tmp_path: Path,
     assert len(picked) > 3  # the draws differ: a wrong rank would show
 
 
+@pytest.mark.slow
 def test_changed_fingerprint_rescores_that_video_alone(appended: Path,
                                                        tmp_path: Path) -> None:
     """The recorded fingerprints say which videos changed: a video whose recorded one no
@@ -281,6 +309,7 @@ def test_changed_fingerprint_rescores_that_video_alone(appended: Path,
         pd.testing.assert_frame_equal(read_aligned(rd), before)
 
 
+@pytest.mark.slow
 def test_report_samples_its_plots_and_keeps_its_numbers(
         made: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rd = _copy(made, tmp_path / "run")
