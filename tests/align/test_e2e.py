@@ -85,6 +85,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> dict[str, Any
     return {"rundir": rundir, "summary": summary, "good": good, "encoder": encoder}
 
 
+@pytest.mark.slow
 def test_good_videos_align_and_bad_ones_get_one_error_line(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     failed = dict(run["summary"].failed)
@@ -98,6 +99,7 @@ def test_good_videos_align_and_bad_ones_get_one_error_line(run: dict[str, Any]) 
                   "broken": "error", "missing": "error"}
 
 
+@pytest.mark.slow
 def test_aligned_table(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     al = read_aligned(rundir)
@@ -122,6 +124,7 @@ def test_aligned_table(run: dict[str, Any]) -> None:
     assert not al.loc[al["video_id"] != "partial", "partial"].any()
 
 
+@pytest.mark.slow
 def test_scores_match_direct_computation(run: dict[str, Any]) -> None:
     from howtocap.encoders.cache import frame_embeddings
 
@@ -135,6 +138,7 @@ def test_scores_match_direct_computation(run: dict[str, Any]) -> None:
     np.testing.assert_allclose(good["score"], scores.max(axis=1), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_report_and_config(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     html = (rundir.root / "align_report.html").read_text()
@@ -148,6 +152,7 @@ def test_report_and_config(run: dict[str, Any]) -> None:
     assert "a caption past the end" in html
 
 
+@pytest.mark.slow
 def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) -> None:
     import json
 
@@ -160,6 +165,7 @@ def test_export_reads_the_filtered_table(run: dict[str, Any], tmp_path: Path) ->
     assert all(len(v["start"]) == len(v["end"]) == len(v["text"]) for v in data.values())
 
 
+@pytest.mark.slow
 def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     part = rundir.shard_path("align_scores", 0)  # the shard file holding the scores
@@ -179,6 +185,7 @@ def test_new_filter_reuses_scores_new_encoders_recompute(run: dict[str, Any]) ->
     shutil.rmtree(rundir.root / "logs", ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_recaptioned_video_is_aligned_again(run: dict[str, Any]) -> None:
     rundir: RunDir = run["rundir"]
     encs = [run["encoder"], Renamed(run["encoder"], "default-copy")]
@@ -189,6 +196,7 @@ def test_recaptioned_video_is_aligned_again(run: dict[str, Any]) -> None:
     assert sorted(al.loc[al["video_id"] == "short", "text"]) == ["a cat", "a rocket"]
 
 
+@pytest.mark.slow
 def test_cli_command(run: dict[str, Any]) -> None:
     import typer
     from typer.testing import CliRunner

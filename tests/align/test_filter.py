@@ -62,6 +62,7 @@ def _labelled(run: dict[str, Any]) -> pd.DataFrame:
     return al
 
 
+@pytest.mark.slow
 def test_generator_labels_chatter(chatter_run: dict[str, Any]) -> None:
     truth = chatter_run["truth"]
     assert truth["kind"].value_counts().to_dict() == {"step": 24, "chatter": 16}
@@ -70,6 +71,7 @@ def test_generator_labels_chatter(chatter_run: dict[str, Any]) -> None:
         t for line in CHATTER_LINES for t in line}
 
 
+@pytest.mark.slow
 def test_default_filter_keeps_steps_and_drops_chatter(chatter_run: dict[str, Any]) -> None:
     al = _labelled(chatter_run)
     assert len(al) == 40 and al["null_z"].notna().all()  # every caption was tested
@@ -98,6 +100,7 @@ def test_default_filter_keeps_steps_and_drops_chatter(chatter_run: dict[str, Any
     assert al["z_text"].notna().all() and al["z_clip"].notna().all()
 
 
+@pytest.mark.slow
 def test_old_keep_all_and_explicit_modes_refilter_the_same_scores(
         chatter_run: dict[str, Any]) -> None:
     rundir: RunDir = chatter_run["rundir"]
@@ -113,6 +116,7 @@ def test_old_keep_all_and_explicit_modes_refilter_the_same_scores(
     assert after.loc[after["kept"], "score"].min() >= after.loc[~after["kept"], "score"].max()
 
 
+@pytest.mark.slow
 def test_video_file_is_real(chatter_run: dict[str, Any], tmp_path: Path) -> None:
     """The presenter segment really shows a different picture from the steps."""
     from howtocap.io.video import sample_frames
@@ -122,6 +126,7 @@ def test_video_file_is_real(chatter_run: dict[str, Any], tmp_path: Path) -> None
     assert np.abs(np.asarray(chat, dtype=float) - np.asarray(step, dtype=float)).mean() > 10
 
 
+@pytest.mark.slow
 def test_chatter_column_and_count_in_the_run(chatter_run: dict[str, Any]) -> None:
     """The default's text test through the pipeline: the verdict is a column, every flagged
     caption is dropped, and config + report count them."""
@@ -146,6 +151,7 @@ def test_chatter_column_and_count_in_the_run(chatter_run: dict[str, Any]) -> Non
     assert f"Dropped: channel chatter ({int(flagged.sum())})" in html
 
 
+@pytest.mark.slow
 def test_keep_chatter_and_threshold_refilter_without_rescoring(
         chatter_run: dict[str, Any]) -> None:
     rundir: RunDir = chatter_run["rundir"]
@@ -174,6 +180,7 @@ def test_keep_chatter_and_threshold_refilter_without_rescoring(
     assert rundir.read_config("align")["chatter_dropped"] == 0
 
 
+@pytest.mark.slow
 def test_cli_keep_chatter_reaches_the_config(chatter_run: dict[str, Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """``align --keep-chatter`` and ``run --keep-chatter`` hand ``drop_chatter=False`` on;

@@ -159,6 +159,7 @@ def test_lookups_equal_the_whole_list_ones(tmp_path: Path, rows: int,
             _fingerprints(whole, vs.items(pos))
 
 
+@pytest.mark.slow
 def test_windows_of_the_compact_videos_give_one_pass_output(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """align_run with every window tiny (items, scoring, captions) writes what one pass

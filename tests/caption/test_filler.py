@@ -180,6 +180,7 @@ def test_fingerprint_changes_when_the_rules_change(monkeypatch: pytest.MonkeyPat
     assert before != after_filler != after_chatter
 
 
+@pytest.mark.slow
 def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
                                                           base_video: Path) -> None:
     """Rejected rows are not aligned or exported; a captions shard from before the column
@@ -207,6 +208,7 @@ def test_align_export_and_old_tables_ignore_rejected_rows(tmp_path: Path,
         pairs["video_id"] == "new", "text"].tolist() and len(pairs) == 6
 
 
+@pytest.mark.slow
 def test_keep_fillers_through_the_cli(tmp_path: Path, base_video: Path) -> None:
     vids = tmp_path / "videos"
     add_video(vids, "cook", base_video, vtt([(0.5, 2.0, "now crack the eggs into the bowl"),
@@ -390,6 +392,7 @@ def test_parser_pool_does_not_rerun_the_callers_script(tmp_path: Path) -> None:
     assert marks.read_text() == "ran\n"
 
 
+@pytest.mark.slow
 def test_caption_stage_parses_in_workers_over_http(tmp_path: Path, base_video: Path) -> None:
     """``--parse-workers`` changes where captions are parsed, never a verdict: the same run
     directory's captions with 0 (in the driver) and 2 workers, and the setting is not part of

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from howtocap.engine.rundir import RunDir
 from tests.support.chat_server import chat_server
@@ -17,6 +18,7 @@ from tests.support.llm import statuses
 from tests.support.stages import committed
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_video: Path) -> None:
     vids = tmp_path / "videos"
     add_video(vids, "good_a", base_video, GOOD)
@@ -86,6 +88,7 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
         assert pd.read_parquet(out / "captions").equals(caps)
 
 
+@pytest.mark.slow
 def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
                                                                  base_video: Path) -> None:
     vids = tmp_path / "videos"
@@ -112,6 +115,7 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
     assert not (status["status"] == "error").any()
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video: Path) -> None:
     vids = tmp_path / "videos"
     for i in range(10):
@@ -141,6 +145,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
     assert len(status) == 20 and (status["status"] == "ok").all()  # subtitles + caption
 
 
+@pytest.mark.slow
 def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_video: Path) -> None:
     vids = tmp_path / "videos"
     add_video(vids, "htm1", base_video)  # no sidecar: its subtitles come from caption.json
@@ -165,6 +170,7 @@ def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_vide
                                             strict=True)] == [8.0, 8.0]
 
 
+@pytest.mark.slow
 def test_user_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     res = run_cli("caption", str(tmp_path / "missing"), "--out", str(tmp_path / "r"))
     assert res.returncode == 2
@@ -175,6 +181,7 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and "m.csv" in res.stderr and "video_id" in res.stderr
 
 
+@pytest.mark.slow
 def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
                                                         base_video: Path) -> None:
     vids = tmp_path / "videos"
@@ -198,6 +205,7 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
     assert "0.0–   8.0" in res.stdout  # the table shows original and aligned times
 
 
+@pytest.mark.slow
 def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Path) -> None:
     """Two machines (here: processes) split a run's shards with --shard K/N; a final run
     without a shard filters and equals an unsharded run (whose shards are of another size)."""

@@ -101,6 +101,7 @@ def test_chatter_captions_are_dropped_and_counted() -> None:
     assert len(df) == 3 and stats.chatter == 0
 
 
+@pytest.mark.slow
 def test_some_blocks_failing_keeps_the_rest_with_a_warning(tmp_path: Path,
                                                            base_video: Path) -> None:
     vids = tmp_path / "videos"

@@ -32,6 +32,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
 
 
 # -- text-only captioning through the CLI ----------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["caption.json", "pickle", "records", "csv folder"])
 def test_text_only_caption_from_each_source(tmp_path: Path, kind: str) -> None:
     data = small_dump()
@@ -52,6 +53,7 @@ def test_text_only_caption_from_each_source(tmp_path: Path, kind: str) -> None:
     assert (videos["video_path"] == "").all()  # no video file known yet
 
 
+@pytest.mark.slow
 def test_ids_and_limit_select_videos(tmp_path: Path) -> None:
     data = small_dump(5)
     src = write_source("caption.json", tmp_path, data)
@@ -72,6 +74,7 @@ def test_ids_and_limit_select_videos(tmp_path: Path) -> None:
         assert sorted(caps["video_id"].unique()) == ["htm0", "htm1"]  # the source's first two
 
 
+@pytest.mark.slow
 def test_text_only_user_mistakes_are_one_line(tmp_path: Path) -> None:
     src = write_source("caption.json", tmp_path, small_dump())
     for args, problem in [
@@ -91,6 +94,7 @@ def test_text_only_user_mistakes_are_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and "bad.json: invalid JSON at line 1 column" in res.stderr
 
 
+@pytest.mark.slow
 def test_convert_pickle_once_then_caption_from_parquet(tmp_path: Path) -> None:
     data = small_dump(4)
     pkl = write_source("pickle", tmp_path, data)
@@ -117,6 +121,7 @@ def narrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                size=64, audio=False, subtitles="vtt").video_path
 
 
+@pytest.mark.slow
 def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: Path) -> None:
     cues = read_vtt(narrated.with_suffix(".vtt"))  # the true narration stands in for HowTo100M's
     entry = {"start": cues["start"].tolist(), "end": cues["end"].tolist(),
@@ -199,6 +204,7 @@ class FakeASR:
         return pd.DataFrame(rows, columns=["start", "end", "text"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sidecar", [True, False], ids=["sidecar", "no-sidecar"])
 @pytest.mark.parametrize("mode", ["always", "auto", "never"])
 def test_asr_modes(tmp_path: Path, narrated: Path, mode: str, sidecar: bool) -> None:
@@ -220,6 +226,7 @@ def test_asr_modes(tmp_path: Path, narrated: Path, mode: str, sidecar: bool) -> 
         assert list(subs["text"]) == [asr.text]
 
 
+@pytest.mark.slow
 def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path) -> None:
     """The bug of issue #9: a sidecar (or manifest subtitle, or --subtitles entry) won."""
     video = tmp_path / "cook.mp4"
@@ -249,6 +256,7 @@ def test_asr_always_ignores_every_subtitle_source(tmp_path: Path, narrated: Path
         choose_subtitles(VideoItem("cook", video, music), "auto", None, asr)
 
 
+@pytest.mark.slow
 def test_subtitles_stage_uses_the_one_choice(tmp_path: Path, narrated: Path) -> None:
     """The subtitles stage asks choose_subtitles: with --asr always its subtitles come from ASR
     even though a sidecar sits next to the video (the stage alone, no runner)."""

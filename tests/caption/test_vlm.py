@@ -100,6 +100,7 @@ def check_requests(srv: VisionServer, frames: int, size: tuple[int, int]) -> Non
         assert set(req["sizes"]) == {size}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 4])
 def test_each_block_is_sent_with_its_frames_and_the_reply_is_parsed(
         video: Path, tmp_path: Path, frames: int) -> None:
@@ -120,6 +121,7 @@ def test_each_block_is_sent_with_its_frames_and_the_reply_is_parsed(
     assert (got["start"] == np.floor(got["start"])).all()
 
 
+@pytest.mark.slow
 def test_frames_are_never_upscaled_and_keep_the_whole_frame(tmp_path: Path) -> None:
     small = clock_video(tmp_path / "small.mp4", width=200, height=360)  # portrait, small
     with vision_server() as srv:
@@ -127,6 +129,7 @@ def test_frames_are_never_upscaled_and_keep_the_whole_frame(tmp_path: Path) -> N
     check_requests(srv, 2, (200, 360))
 
 
+@pytest.mark.slow
 def test_changing_the_frame_count_changes_the_fingerprint(video: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with vision_server() as srv:
@@ -143,6 +146,7 @@ def test_changing_the_frame_count_changes_the_fingerprint(video: Path, tmp_path:
     assert len(RunDir(out).table("captions")) == 2 * len(blocks())
 
 
+@pytest.mark.slow
 def test_a_text_only_collection_is_refused_up_front(tmp_path: Path) -> None:
     src = tmp_path / "caption.json"
     src.write_text('{"v1": {"start": [0.0], "end": [2.0], "text": ["crack the eggs"]}}')
@@ -177,6 +181,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=180, env=env)
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_a_subtitles_only_row_fails_with_one_line(video: Path,
                                                                  tmp_path: Path) -> None:
     """``howtocap caption MANIFEST --vlm-url``: the video is captioned from its frames; a row
@@ -203,6 +208,7 @@ def test_cli_end_to_end_a_subtitles_only_row_fails_with_one_line(video: Path,
 
 # -- faults: the same client as --llm-url, so the same guarantees ---------------------------
 
+@pytest.mark.slow
 def test_server_errors_are_retried_and_a_dead_server_stops_the_run_then_it_resumes(
         video: Path, tmp_path: Path) -> None:
     """500s are retried; a server that is gone stops the run (exit 75, nothing failed) and a

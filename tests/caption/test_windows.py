@@ -74,6 +74,7 @@ class Counting(QuickLLM):
         return super().chat(messages, gen)
 
 
+@pytest.mark.slow
 def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: dict[str, Any],
                                                           tmp_path: Path,
                                                           shards: Batching) -> None:
@@ -101,6 +102,7 @@ def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: d
     assert not (out / "work").exists() or not any((out / "work").rglob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: dict[str, Any],
                                                            tmp_path: Path,
                                                            shards: Batching) -> None:

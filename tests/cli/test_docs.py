@@ -163,6 +163,7 @@ def test_the_invocation_checker_catches_what_does_not_exist() -> None:
 
 
 # -- the flags the README promised and the app now has ---------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, expect", [("1", 1), ("3", 3), (None, 4)])
 def test_caption_workers_bounds_the_videos_in_flight(tmp_path: Path, workers: str | None,
                                                      expect: int) -> None:
@@ -217,6 +218,7 @@ def count_peak_requests(srv: Any) -> dict[str, int]:
     return state
 
 
+@pytest.mark.slow
 def test_framecaps_workers_labels_every_video(tmp_path: Path) -> None:
     """`framecaps --workers 2` labels videos on two threads sharing the models: every video
     gets its frames' captions, as with one (the labels are checked in test_framecaps.py)."""

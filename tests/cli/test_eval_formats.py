@@ -63,6 +63,7 @@ def assert_found_above_chance(r: dict, n_clips: int, n_captions: int) -> None:
     assert r["v2t"]["R@1"] >= 2 * chance_r1, r["v2t"]
 
 
+@pytest.mark.slow
 def test_msrvtt_jsfusion_csv(media: Path, tmp_path: Path) -> None:
     # MSRVTT_JSFUSION_test.csv: key,vid_key,video_id,sentence; videos all/video<N>.mp4
     lines = ["key,vid_key,video_id,sentence"]
@@ -76,6 +77,7 @@ def test_msrvtt_jsfusion_csv(media: Path, tmp_path: Path) -> None:
     assert_found_above_chance(r, 4, 4)
 
 
+@pytest.mark.slow
 def test_youcook2_annotations_json_cuts_segments(media: Path, tmp_path: Path) -> None:
     # youcookii_annotations_trainval.json: one line, no trailing newline, recipe_type a
     # string, whole-second segments; only the validation subset is evaluated
@@ -104,6 +106,7 @@ def test_youcook2_annotations_json_cuts_segments(media: Path, tmp_path: Path) ->
     assert_found_above_chance(r, 4, 4)
 
 
+@pytest.mark.slow
 def test_youcook2_mil_nce_validation_csv(media: Path, tmp_path: Path) -> None:
     # MIL-NCE's validation_youcook.csv: header end,start,task,text,video_id (end BEFORE
     # start), whole seconds, task = the recipe type
@@ -126,6 +129,7 @@ def test_youcook2_mil_nce_validation_csv(media: Path, tmp_path: Path) -> None:
     assert_found_above_chance(r, 4, 4)
 
 
+@pytest.mark.slow
 def test_msvd_list_and_caption_pickle(media: Path, tmp_path: Path) -> None:
     # test_list.txt + raw-captions.pkl (id -> list of token lists, several per video)
     ids = {"coffee": "-4wsuPCjDBc_5_15", "chelsea": "0lh_UWF9ZP4_62_69",
@@ -143,6 +147,7 @@ def test_msvd_list_and_caption_pickle(media: Path, tmp_path: Path) -> None:
     assert_found_above_chance(r, 4, 8)
 
 
+@pytest.mark.slow
 def test_lsmdc_challenge_tsv(media: Path, tmp_path: Path) -> None:
     # LSMDC16_challenge_1000_publictect.csv: tab-separated, no header, 6 fields; clips are
     # already cut and live in per-movie folders
@@ -159,6 +164,7 @@ def test_lsmdc_challenge_tsv(media: Path, tmp_path: Path) -> None:
     assert_found_above_chance(r, 4, 4)
 
 
+@pytest.mark.slow
 def test_own_csv_with_clip_times_and_no_videos_flag(media: Path, tmp_path: Path) -> None:
     # video_path relative to the CSV's folder (no --videos); start/end cut one video in two
     place(media, "pair", tmp_path / "pair.mp4")
@@ -174,6 +180,7 @@ def test_own_csv_with_clip_times_and_no_videos_flag(media: Path, tmp_path: Path)
     assert_found_above_chance(r, 4, 4)
 
 
+@pytest.mark.slow
 def test_crosstask_release_step_recall_above_chance(tmp_path: Path) -> None:
     from howtocap.evaluate.crosstask_samples import write_crosstask_release
     from howtocap.io.video import probe

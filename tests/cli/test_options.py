@@ -108,6 +108,7 @@ def test_the_commands_defaults_are_the_models() -> None:
     assert params["offset_seconds"].default == AlignConfig().offset_seconds
 
 
+@pytest.mark.slow
 def test_run_refuses_a_bound_from_the_model_in_one_line(tmp_path: Path) -> None:
     """``--block-words 0``: CaptionConfig's ``ge=1`` (no copy in the CLI), one red line."""
     src = write_source("caption.json", tmp_path / "src", small_dump(1))
@@ -137,6 +138,7 @@ def test_two_seeds_reach_their_two_consumers(tmp_path: Path, monkeypatch: Any) -
     assert "--seed" not in {o for p in get_command(app).commands["run"].params for o in p.opts}
 
 
+@pytest.mark.slow
 def test_the_llm_seed_is_sent_to_the_server(tmp_path: Path) -> None:
     data = small_dump(2)
     src = write_source("caption.json", tmp_path / "src", data)

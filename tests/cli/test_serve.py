@@ -99,6 +99,7 @@ def test_all_interfaces_public_without_a_key(run: Path) -> None:
     assert "no API key" in stdout and "--public without an API key" in stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flags", "env", "message"), [
     (["--host", "0.0.0.0"], {}, "refusing to listen on 0.0.0.0 (not a loopback address)"),
     (["--host", "0.0.0.0", "--api-key-env", KEY_VAR], {KEY_VAR: ""},

@@ -308,6 +308,7 @@ def test_drop_duplicates_leaves_out_a_copy_s_clips(run: Path, tmp_path: Path) ->
     assert "beta" not in set(index["video_id"]) and "alpha" in set(index["video_id"])
 
 
+@pytest.mark.slow
 def test_a_foreign_folder_and_bad_options_are_one_line(run: Path, tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
@@ -328,6 +329,7 @@ def _digest(out: Path) -> dict[str, str]:
             if p.suffix in (".tar", ".parquet")}
 
 
+@pytest.mark.slow
 def test_killed_export_resumes_to_the_clean_export(run: Path, tmp_path: Path) -> None:
     """SIGKILL the CLI after two shards: the re-run keeps them, redoes the half-written one
     whole and ends with the shards, tables and keys of a clean run, each clip once (the clean

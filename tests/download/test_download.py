@@ -53,6 +53,7 @@ def manifest(path: Path, rows: list[tuple[str, str, str]]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
         tmp_path: Path, base_video: Path) -> None:
     """A manifest of URLs runs end to end; a 404, a hanging server, a too-large file and a
@@ -122,6 +123,7 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
         assert www.requests["/hang/a.mp4"] == 4
 
 
+@pytest.mark.slow
 def test_download_causes_size_limit_mid_stream_and_malformed_urls(
         tmp_path: Path, base_video: Path) -> None:
     """``howtocap download`` alone: a file without Content-Length past --max-size is aborted
@@ -160,6 +162,7 @@ def test_download_causes_size_limit_mid_stream_and_malformed_urls(
             assert why in errors[0] and "bad.csv: line 2" in errors[0], errors[0]
 
 
+@pytest.mark.slow
 def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
                                                         base_video: Path) -> None:
     """SIGKILL while a file is half sent: no file, no row, no ok status; the next run sweeps
@@ -311,6 +314,7 @@ def test_ytdlp_messages_map_to_causes(message: str, kind: str, cause: str) -> No
     assert failure_cause(exc) == cause
 
 
+@pytest.mark.slow
 def test_s3_inputs_against_moto_server(tmp_path: Path, base_video: Path) -> None:
     """``s3://`` inputs from moto's S3 server on 127.0.0.1, the endpoint given the two
     documented ways (AWS_ENDPOINT_URL, --storage-options); a missing key is 'not found'."""

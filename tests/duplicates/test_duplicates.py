@@ -89,6 +89,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "clean": clean, "table": pd.read_parquet(dup_run.table_path("duplicates"))}
 
 
+@pytest.mark.slow
 def test_planted_copies_are_found_and_distinct_videos_are_not(runs: dict[str, Any]) -> None:
     t = runs["table"]
     videos = t[t["kind"] == "video"]
@@ -103,6 +104,7 @@ def test_planted_copies_are_found_and_distinct_videos_are_not(runs: dict[str, An
     assert abs(trim["end"] - trim["start"] - 5) <= 1
 
 
+@pytest.mark.slow
 def test_the_repeated_clip_is_found_with_its_windows(runs: dict[str, Any]) -> None:
     t = runs["table"]
     clips = t[t["kind"] == "clip"]
@@ -112,6 +114,7 @@ def test_the_repeated_clip_is_found_with_its_windows(runs: dict[str, Any]) -> No
     assert abs(row["dup_start"] - 2) <= 1 and abs(row["dup_end"] - 6) <= 1  # b's 2-6 s
 
 
+@pytest.mark.slow
 def test_a_run_without_duplicates_reports_none(runs: dict[str, Any]) -> None:
     assert runs["clean"].duplicate_videos == 0 and runs["clean"].clips == 0
     assert pd.read_parquet(runs["clean_run"].table_path("duplicates")).empty
@@ -121,6 +124,7 @@ def _rows(df: pd.DataFrame) -> set[tuple[str, float]]:
     return set(zip(df["video_id"], df["start"], strict=True))
 
 
+@pytest.mark.slow
 def test_drop_duplicates_in_every_export_format(runs: dict[str, Any]) -> None:
     rd, out = runs["run"], runs["root"] / "export"
     path, n_all = export_run(rd.root, fmt="csv", out=out / "all.csv")
@@ -145,6 +149,7 @@ def test_drop_duplicates_in_every_export_format(runs: dict[str, Any]) -> None:
     assert _rows(index) == _rows(expected)
 
 
+@pytest.mark.slow
 def test_drop_duplicates_in_train_data(runs: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                                        tmp_path: Path) -> None:
     """What train hands its loop: the run's clips less the duplicates'."""
@@ -173,6 +178,7 @@ def test_drop_duplicates_in_train_data(runs: dict[str, Any], monkeypatch: pytest
     assert got[True] == expected and len(got[True]) < len(got[False])
 
 
+@pytest.mark.slow
 def test_no_duplicates_drops_nothing(runs: dict[str, Any]) -> None:
     root, out = runs["clean_run"].root, runs["root"] / "clean_export"
     export_run(root, fmt="csv", out=out / "all.csv")
@@ -222,6 +228,7 @@ def _cli(*args: str) -> _Result:
     return _Result(res.exit_code, res.output)
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(runs: dict[str, Any], tmp_path: Path) -> None:
     missing = _cli("duplicates", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
@@ -242,6 +249,7 @@ def test_bad_input_is_one_line(runs: dict[str, Any], tmp_path: Path) -> None:
         duplicates_run(gone.root, progress=False)
 
 
+@pytest.mark.slow
 def test_cli_finds_and_export_drops(runs: dict[str, Any], tmp_path: Path) -> None:
     """The commands a user types: ``duplicates`` prints one summary line, ``export
     --drop-duplicates`` writes the filtered rows."""

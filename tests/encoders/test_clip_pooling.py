@@ -61,6 +61,7 @@ def _align(enc, rows: np.ndarray) -> np.ndarray:
     return scores[:, 0]
 
 
+@pytest.mark.slow
 def test_align_eval_and_search_embed_an_mee_clip_the_same_way(setup, tmp_path: Path) -> None:
     video, spec, pt = setup
     enc = create(str(pt), device="cpu")  # an old-layout checkpoint loads
@@ -96,6 +97,7 @@ def joint_video(enc: MEEEncoder, pooled: np.ndarray) -> np.ndarray:
     return enc.joint.video_unit(x).numpy()
 
 
+@pytest.mark.slow
 def test_a_plain_encoder_pools_the_mean_everywhere(setup, tmp_path: Path) -> None:
     video, spec, _ = setup
     enc = create(spec, device="cpu")

@@ -34,6 +34,7 @@ def _photo(name: str, size: int = 224) -> np.ndarray:
 
 # -- the embedded default ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_embedded_ranks_the_right_caption_first(embedded: Encoder) -> None:
     assert embedded.name == "default-v1" and embedded.dim == 384
     photos = np.stack([_photo(n) for n in ("coffee", "rocket", "chelsea")])
@@ -50,6 +51,7 @@ def test_embedded_ranks_the_right_caption_first(embedded: Encoder) -> None:
     assert any(c in ("espresso", "coffee mug", "tea cup") for c, _ in top)
 
 
+@pytest.mark.slow
 def test_embedded_batching_invariance_and_trainable_parts(embedded: Encoder) -> None:
     photos = np.stack([_photo(n, 160) for n in ("coffee", "astronaut", "camera")])  # resized
     one = np.concatenate([embedded.encode_images(photos[i:i + 1]) for i in range(3)])

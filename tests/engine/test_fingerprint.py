@@ -34,6 +34,7 @@ def config(url: str, **caption: object) -> CaptionRunConfig:
                             caption=CaptionConfig(**caption))
 
 
+@pytest.mark.slow
 def test_changed_setting_model_or_template_refuses_before_any_work(
         tmp_path: Path, base_video: Path) -> None:
     vids, out = videos(tmp_path, base_video), tmp_path / "run"
@@ -74,6 +75,7 @@ def test_changed_setting_model_or_template_refuses_before_any_work(
                         progress=False)
 
 
+@pytest.mark.slow
 def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: Path) -> None:
     vids, out = videos(tmp_path, base_video), tmp_path / "run"
     enc = TinyEncoder()
@@ -116,6 +118,7 @@ def test_redo_recomputes_and_invalidates_downstream(tmp_path: Path, base_video: 
         assert s.done == 3 and s.skipped == 0
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*unaligned LLM captions")
 def test_cli_refuses_in_one_line_and_index_follows_the_rule(tmp_path: Path,
                                                             base_video: Path) -> None:

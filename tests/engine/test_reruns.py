@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from howtocap.engine.rundir import RunDir
 from tests.support.chat_server import chat_server
@@ -23,6 +24,7 @@ def status(run: Path) -> pd.DataFrame:
     return RunDir(run, create=False).table("status").set_index(["stage", "video_id"])
 
 
+@pytest.mark.slow
 def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
                                                                 base_video: Path) -> None:
     vids, run = tmp_path / "videos", tmp_path / "run"
@@ -59,6 +61,7 @@ def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
         "block_words"] == 200
 
 
+@pytest.mark.slow
 def test_service_failures_are_redone_by_a_plain_rerun_bad_input_is_not(
         tmp_path: Path, base_video: Path) -> None:
     vids, run = tmp_path / "videos", tmp_path / "run"

@@ -198,6 +198,7 @@ def test_sigkill_between_a_chunks_tables_and_its_status(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(RunDir(run).table("squares"), clean.table("squares"))
 
 
+@pytest.mark.slow
 def test_runner_choices_and_resources() -> None:
     assert parse_stage_resources("encoder=0.25, asr=0.5") == {"encoder": 0.25, "asr": 0.5}
     with pytest.raises(HowtocapError, match="--ray-gpus-per-stage takes KIND=GPUS"):

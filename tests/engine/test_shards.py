@@ -670,6 +670,7 @@ def test_batching_takes_the_defaults_for_what_is_not_given_and_refuses_nonsense(
 
 # -- the old layout -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_run_directory_of_the_old_layout_is_one_line(tmp_path: Path) -> None:
     old = tmp_path / "old"
     (old / "parts" / "status" / "caption").mkdir(parents=True)

@@ -36,6 +36,7 @@ def batch(tmp_path: Path, base: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -> None:
     vids, out = batch(tmp_path, base_video), tmp_path / "run"
     with chat_server() as srv:
@@ -79,6 +80,7 @@ def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -
     assert res.returncode == 2 and "not a run directory" in res.stderr
 
 
+@pytest.mark.slow
 def test_retry_failed_and_max_attempts(tmp_path: Path, base_video: Path) -> None:
     vids, out = batch(tmp_path, base_video), tmp_path / "run"
     rd = RunDir(out, create=False)

@@ -66,6 +66,7 @@ def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: 
     assert all(p.exists() for p in live)
 
 
+@pytest.mark.slow
 def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
                                                                  base_video: Path) -> None:
     from howtocap.train.tiny import make_tiny_clip
@@ -100,6 +101,7 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
             assert not no_temp_files(run)
 
 
+@pytest.mark.slow
 def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
                                                          base_video: Path) -> None:
     """Shards of 2 videos, a video of shards 0 and 2 left to caption: the torn captions file
@@ -145,6 +147,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
         assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
 
 
+@pytest.mark.slow
 def test_a_corrupt_captions_file_is_redone_by_a_rerun_with_nothing_else_to_do(
         tmp_path: Path) -> None:
     """A re-run of a finished caption run whose captions shard file is torn: the run must
@@ -181,6 +184,7 @@ def small_disk(tmp_path: Path, size_kb: int) -> Iterator[Path | None]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
         tmp_path: Path, base_video: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     vids = videos(tmp_path, base_video, 8)
@@ -233,6 +237,7 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
             pd.testing.assert_frame_equal(tables(out, (name,))[name], df)
 
 
+@pytest.mark.slow
 def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: Path) -> None:
     vids = videos(tmp_path, base_video, 3)
     with chat_server() as srv, small_disk(tmp_path, 64) as disk:
@@ -270,6 +275,7 @@ def test_a_forked_writer_signs_its_temp_files_with_its_own_pid(tmp_path: Path) -
     assert sweep_temp_files(tmp_path) == 1 and not left.exists()
 
 
+@pytest.mark.slow
 def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
                                                            base_video: Path) -> None:
     from howtocap.atomic import HOST as host

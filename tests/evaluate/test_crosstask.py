@@ -194,6 +194,7 @@ def _crafted_features(root: Path, feat: Path, encoder_name: str) -> None:
         np.save(feat / f"{v.video_id}.npy", x)
 
 
+@pytest.mark.slow
 def test_cli_with_features_reports_and_skips_broken_videos(tmp_path: Path,
                                                            tiny_clip: str) -> None:
     root = _write_release(tmp_path / "rel")
@@ -235,6 +236,7 @@ def test_cli_with_features_reports_and_skips_broken_videos(tmp_path: Path,
     assert mixed.exit_code == 2 and "takes no --split" in mixed.output
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_on_generated_videos(tmp_path: Path, tiny_clip: str) -> None:
     fx = write_crosstask_release(tmp_path, videos_per_task=1, n_tasks=2,
                                  seconds_per_segment=2.0, size=64, fps=2, p_swap=0.0,

@@ -51,6 +51,7 @@ def _write_csv(d: Path) -> Path:
     return ann
 
 
+@pytest.mark.slow
 def test_evaluate_csv_end_to_end(eval_videos: Path, default_encoder: Encoder,
                                  tmp_path: Path) -> None:
     ann = _write_csv(tmp_path)
@@ -74,6 +75,7 @@ def test_evaluate_csv_end_to_end(eval_videos: Path, default_encoder: Encoder,
     assert (again["t2v"], again["v2t"]) == (res["t2v"], res["v2t"])
 
 
+@pytest.mark.slow
 def test_each_caption_retrieves_its_own_clip_well_above_chance(default_encoder: Encoder,
                                                                 tmp_path: Path) -> None:
     """Twelve clips, each a different photograph, each captioned with what it shows: chance
@@ -96,6 +98,7 @@ def test_each_caption_retrieves_its_own_clip_well_above_chance(default_encoder: 
         assert m["R@5"] > 50 and m["MedR"] <= 3, (direction, m)
 
 
+@pytest.mark.slow
 def test_clip_times_select_the_right_frames(eval_videos: Path,
                                             default_encoder: Encoder) -> None:
     v = eval_videos / "two_steps.mp4"
@@ -110,6 +113,7 @@ def test_clip_times_select_the_right_frames(eval_videos: Path,
     assert emb.emb[0] @ coffee > emb.emb[1] @ coffee + 0.05  # the coffee half is the coffee
 
 
+@pytest.mark.slow
 def test_cli_eval(eval_videos: Path, tmp_path: Path) -> None:
     app = typer.Typer()
     add_commands(app, "eval")

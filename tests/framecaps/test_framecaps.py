@@ -46,6 +46,7 @@ def test_top_k_per_captioner_is_distinct_and_best() -> None:
     np.testing.assert_allclose(segment_times(0.0, 30.0, 6), [2.5, 7.5, 12.5, 17.5, 22.5, 27.5])
 
 
+@pytest.mark.slow
 def test_framecaps_run_with_embedded_and_hf_captioners(tmp_path: Path, tiny_blip: Path) -> None:
     videos = tmp_path / "videos"
     for i, steps in enumerate([DEFAULT_STEPS[:2], DEFAULT_STEPS[2:4]]):
@@ -84,6 +85,7 @@ def test_unknown_captioner_is_one_line() -> None:
         create_captioner("blip")
 
 
+@pytest.mark.slow
 def test_train_reads_framecaps_as_multi_caption_clips(tmp_path: Path) -> None:
     """A framecaps run trains directly: clips are whole videos, several kept captions each."""
     from howtocap.engine.rundir import RunDir

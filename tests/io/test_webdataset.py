@@ -96,6 +96,7 @@ def _samples(out: Path) -> dict[str, dict[str, bytes]]:
 
 
 # -- export ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_export_writes_shards_index_and_meta(shards: dict[str, Any]) -> None:
     out, res = shards["out"], shards["res"]
     # 6 videos x 3 kept clips, 4 per shard; broken and missing videos skipped
@@ -123,6 +124,7 @@ def test_export_writes_shards_index_and_meta(shards: dict[str, Any]) -> None:
     assert not list(out.glob(".*"))  # no temp files left
 
 
+@pytest.mark.slow
 def test_broken_and_missing_videos_get_one_line_each(shards: dict[str, Any]) -> None:
     lines = shards["log"].splitlines()
     broken = [ln for ln in lines if "broken" in ln]
@@ -132,6 +134,7 @@ def test_broken_and_missing_videos_get_one_line_each(shards: dict[str, Any]) -> 
     assert "Traceback" not in shards["log"]
 
 
+@pytest.mark.slow
 def test_shards_hold_exactly_the_pairs_training_reads(run: dict[str, Any],
                                                        shards: dict[str, Any]) -> None:
     clips = build_clips(read_pairs(run["rundir"].root), log=None).clips
@@ -150,6 +153,7 @@ def test_shards_hold_exactly_the_pairs_training_reads(run: dict[str, Any],
         assert np.abs(have.astype(int) - want.astype(int)).mean() < 8
 
 
+@pytest.mark.slow
 def test_other_tools_read_the_shards_with_plain_webdataset(shards: dict[str, Any]) -> None:
     import webdataset as wds
 
@@ -162,6 +166,7 @@ def test_other_tools_read_the_shards_with_plain_webdataset(shards: dict[str, Any
     assert s["json"]["video_id"] == "vid.0" and len(s["json"]["captions"]) == 2
 
 
+@pytest.mark.slow
 def test_export_errors_and_overwrite(run: dict[str, Any], tmp_path: Path) -> None:
     root = run["rundir"].root
     with pytest.raises(HowtocapError, match="--content must be frames or embeddings"):
@@ -198,6 +203,7 @@ def _shard_keys(out: Path) -> list[str]:
     return keys
 
 
+@pytest.mark.slow
 def test_sigkilled_export_then_rerun_equals_a_clean_export(run: dict[str, Any],
                                                            tmp_path: Path) -> None:
     """SIGKILL ``howtocap export --format webdataset`` mid-write (no Python clean-up runs): it
@@ -252,6 +258,7 @@ KW = dict(batch_size=4, lr=3e-3, frames_per_clip=2, eval_fraction=0.34, warmup=0
           progress=False)
 
 
+@pytest.mark.slow
 def test_train_one_epoch_from_shards(shards: dict[str, Any], tmp_path: Path) -> None:
     res = train(shards["out"], out_dir=tmp_path / "run", encoder=TinyEncoder(), epochs=1,
                 **KW)
@@ -266,6 +273,7 @@ def test_train_one_epoch_from_shards(shards: dict[str, Any], tmp_path: Path) -> 
     assert cfg["train_clips"] == 12
 
 
+@pytest.mark.slow
 def test_stream_is_deterministic_and_sees_each_clip_once(shards: dict[str, Any]) -> None:
     src = shard_source(shards["out"], 0.34, seed=0)
     meta = src.shards.meta
@@ -297,6 +305,7 @@ def test_stream_is_deterministic_and_sees_each_clip_once(shards: dict[str, Any])
     assert sorted(w2) == sorted(e0) and w2 == keys(0, 2)
 
 
+@pytest.mark.slow
 def test_ranks_get_disjoint_shards_and_equal_batches(shards: dict[str, Any]) -> None:
     src = shard_source(shards["out"], 0.0, seed=0, world=2)
     for epoch in range(3):
@@ -307,6 +316,7 @@ def test_ranks_get_disjoint_shards_and_equal_batches(shards: dict[str, Any]) -> 
         shard_source(shards["out"], 0.0, seed=0, world=8)
 
 
+@pytest.mark.slow
 def test_resume_from_shards_continues_exactly(shards: dict[str, Any], tmp_path: Path) -> None:
     kw = {**KW, "epochs": 2}
     full = train(shards["out"], out_dir=tmp_path / "full", encoder=TinyEncoder(), **kw)
@@ -329,6 +339,7 @@ def test_resume_from_shards_continues_exactly(shards: dict[str, Any], tmp_path: 
     assert res.history[-1]["loss"] == pytest.approx(full.history[-1]["loss"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_shard_training_errors_are_one_line(shards: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(HowtocapError, match="hold 4 frames per clip; pass --frames-per-clip 4"):
         train(shards["out"], out_dir=tmp_path / "a", encoder=TinyEncoder(), epochs=1,
@@ -341,6 +352,7 @@ def test_shard_training_errors_are_one_line(shards: dict[str, Any], tmp_path: Pa
               progress=False)
 
 
+@pytest.mark.slow
 def test_mee_trains_from_embedding_shards(run: dict[str, Any], tiny_clip: str,  # noqa: F811
                                           tmp_path: Path) -> None:
     from howtocap.encoders import create
@@ -382,6 +394,7 @@ def test_mee_trains_from_embedding_shards(run: dict[str, Any], tiny_clip: str,  
               progress=False)
 
 
+@pytest.mark.slow
 def test_open_shards_rejects_a_truncated_shard(shards: dict[str, Any], tmp_path: Path) -> None:
     import shutil
 
@@ -393,6 +406,7 @@ def test_open_shards_rejects_a_truncated_shard(shards: dict[str, Any], tmp_path:
         open_shards(copy)
 
 
+@pytest.mark.slow
 def test_cli_export_then_train(run: dict[str, Any], tiny_clip: str,  # noqa: F811
                                tmp_path: Path) -> None:
     from typer.testing import CliRunner
@@ -451,6 +465,7 @@ def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: st
         {"given": given, "read": read, "trained": trained}))
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_stream_disjoint_shards(shards: dict[str, Any], tiny_clip: str,  # noqa: F811
                                                   tmp_path: Path) -> None:
     import socket

@@ -230,6 +230,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, env=env)
 
 
+@pytest.mark.slow
 def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -> None:
     src = tmp_path / "caption.json"
     write_caption_json(src, 12)

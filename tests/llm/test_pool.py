@@ -127,6 +127,7 @@ def test_replicas_of_a_named_model_are_one_setting() -> None:
                                                            "model": ""}
 
 
+@pytest.mark.slow
 def test_cli_takes_several_servers_stops_when_all_are_down_and_resumes_on_others(
         tmp_path: Path) -> None:
     """``--llm-url`` twice: both down -> exit 75, one line, nothing failed; the same model on

@@ -42,6 +42,7 @@ def page(server: ServerThread) -> Iterator[object]:
         browser.close()
 
 
+@pytest.mark.slow
 def test_search_click_and_play(page, server: ServerThread) -> None:  # type: ignore[no-untyped-def]
     ARTIFACTS.mkdir(exist_ok=True)
     page.goto(server.url + "/")
@@ -88,6 +89,7 @@ def test_search_click_and_play(page, server: ServerThread) -> None:  # type: ign
     assert page.errors == []  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_video_page_timeline(page, server: ServerThread) -> None:  # type: ignore[no-untyped-def]
     page.goto(server.url + "/?q=check+the+motorcycle+tires&by=both")
     page.wait_for_selector(".card")

@@ -161,6 +161,7 @@ def _crosses(shots: list[tuple[float, float]], start: float, end: float) -> bool
 ALIGN = {"keep_all": True, "reference_captions": 0, "reference_videos": 0}
 
 
+@pytest.mark.slow
 def test_within_shot_keeps_every_window_inside_one_shot(tmp_path: Path,
                                                         videos: dict[str, Any]) -> None:
     enc = TinyEncoder()
@@ -197,6 +198,7 @@ def test_within_shot_changes_the_align_config_id(tmp_path: Path) -> None:
         config_id(plain.fingerprint())
 
 
+@pytest.mark.slow
 def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     """`howtocap run --within-shot`: subtitles, caption (a real chat server on 127.0.0.1), the
     shots stage, then align, whose windows stay inside the shots it wrote."""
@@ -222,6 +224,7 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     assert not any(_crosses(shots, s, e) for s, e in zip(al["start"], al["end"], strict=True))
 
 
+@pytest.mark.slow
 def test_run_within_shot_detects_shots_once(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """`run --within-shot` runs the shots stage once, before

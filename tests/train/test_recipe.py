@@ -185,6 +185,7 @@ def test_each_preset_equals_what_the_docs_table_says():
         assert got == want, col
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("options", "line"), [
     ({"recipe": "blip"}, "--recipe must be one of howtocaption, second-round, ventura, not "
                          "'blip'"),
@@ -255,6 +256,7 @@ SMALL = dict(epochs=2, batch_size=3, lr=3e-3, frames_per_clip=2, eval_frames=2, 
              eval_fraction=0, frames="pixels", progress=False)
 
 
+@pytest.mark.slow
 def test_crops_only_change_the_frames_of_a_draw(videos, tmp_path):
     ps = build_clips(read_pairs(pairs_csv(tmp_path / "p.csv", videos)), log=None)
     plain = epoch_draws(ps.clips, 1, 0, 2)
@@ -265,6 +267,7 @@ def test_crops_only_change_the_frames_of_a_draw(videos, tmp_path):
     assert cropped == epoch_draws(ps.clips, 1, 0, 2, crop_scale=(0.5, 1.0))  # reproducible
 
 
+@pytest.mark.slow
 def test_momentum_queue_soft_labels_train_and_resume_exactly(videos, tmp_path):
     pairs = pairs_csv(tmp_path / "p.csv", videos)
     kw = {**SMALL, "recipe": "howtocaption", "queue_size": 5, "momentum": 0.9}
@@ -312,6 +315,7 @@ def test_momentum_queue_soft_labels_train_and_resume_exactly(videos, tmp_path):
               **{**kw, "queue_size": 7, "epochs": 3})
 
 
+@pytest.mark.slow
 def test_alpha_is_off_by_default_and_on_in_second_round(videos, tmp_path):
     pairs = pairs_csv(tmp_path / "p.csv", videos)
     plain = train(pairs, out_dir=tmp_path / "plain", encoder=TinyEncoder(),
@@ -332,6 +336,7 @@ def test_alpha_is_off_by_default_and_on_in_second_round(videos, tmp_path):
               **{**SMALL, "epochs": 1})
 
 
+@pytest.mark.slow
 def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
     import typer
     from typer.testing import CliRunner
@@ -369,6 +374,7 @@ def test_cli_recipe_with_override_and_mee_crop_warning(videos, tmp_path):
 
 
 # -- MEE: one pooling in training, evaluation and alignment ------------------------------------
+@pytest.mark.slow
 def test_mee_pooling_is_the_same_in_training_evaluation_and_alignment(videos, tmp_path):
     from howtocap.align.config import AlignConfig
     from howtocap.align.filter import window_scores
@@ -416,6 +422,7 @@ def _frames(path: Path, times: list[float]) -> np.ndarray:
     return sample_frames(path, times, size=32)
 
 
+@pytest.mark.slow
 def test_mee_alignment_stage_uses_max_pooling(videos, tmp_path):
     from howtocap.align.config import AlignConfig
     from howtocap.align.stage import AlignStage

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.run import align_run
@@ -18,6 +19,7 @@ from howtocap.train.api import train
 from tests.support.stages import write_rows
 
 
+@pytest.mark.slow
 def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> None:
     videos = tmp_path / "videos"
     rd = RunDir(tmp_path / "run")

@@ -153,6 +153,7 @@ def write_pairs(path: Path, videos: list, extra: list[dict] | None = None) -> Pa
     return path
 
 
+@pytest.mark.slow
 def test_captions_grouped_per_clip_and_one_drawn_per_epoch(videos, tmp_path):
     ps = build_clips(read_pairs(write_pairs(tmp_path / "p.csv", videos)), log=None)
     assert len(ps.clips) == 16 and all(len(c.captions) == 2 for c in ps.clips)
@@ -168,6 +169,7 @@ def test_captions_grouped_per_clip_and_one_drawn_per_epoch(videos, tmp_path):
         assert all(c.start <= t <= c.end for t in d.times) and len(d.times) == 4
 
 
+@pytest.mark.slow
 def test_missing_and_unreadable_videos_skipped_and_counted(videos, tmp_path, capsys):
     bad = tmp_path / "broken.mp4"
     bad.write_bytes(b"this is not a video" * 10)
@@ -188,6 +190,7 @@ def test_missing_and_unreadable_videos_skipped_and_counted(videos, tmp_path, cap
     assert "nope.mp4" in err and "broken.mp4" in err
 
 
+@pytest.mark.slow
 def test_empty_training_set_is_a_clear_error(tmp_path):
     header_only = tmp_path / "empty.csv"
     header_only.write_text("video_id,video_path,caption,start,end\n")
@@ -208,6 +211,7 @@ KW = dict(epochs=4, batch_size=6, lr=3e-3, frames_per_clip=2, eval_fraction=0.25
           progress=False)
 
 
+@pytest.mark.slow
 def test_dual_trains_loss_decreases_and_logs(videos, tmp_path):
     res = train(write_pairs(tmp_path / "p.csv", videos), out_dir=tmp_path / "run",
                 encoder=TinyEncoder(), frames="pixels", **KW)
@@ -227,6 +231,7 @@ def test_dual_trains_loss_decreases_and_logs(videos, tmp_path):
     assert list((tmp_path / "run" / "cache" / "pixels").glob("*/*.npy"))
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(videos, tmp_path):
     pairs = write_pairs(tmp_path / "p.csv", videos)
     kw = {**KW, "epochs": 2}
@@ -255,6 +260,7 @@ def test_resume_continues_exactly(videos, tmp_path):
     assert any(not torch.allclose(init[k], a[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_wrong_architecture_checkpoint_is_a_clear_error(videos, tmp_path):
     pairs = write_pairs(tmp_path / "p.csv", videos[:2])
     kw = {**KW, "epochs": 1, "eval_fraction": 0}
@@ -268,6 +274,7 @@ def test_wrong_architecture_checkpoint_is_a_clear_error(videos, tmp_path):
     assert "\n" not in msg
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_gloo(videos, tiny_clip, tmp_path):
     import torch.multiprocessing as mp
 
@@ -304,6 +311,7 @@ def test_ddp_two_processes_gloo(videos, tiny_clip, tmp_path):
             assert torch.allclose(r0[k], one[k], atol=1e-5), k
 
 
+@pytest.mark.slow
 def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
     from howtocap.engine.rundir import RunDir
     from howtocap.io.inputs import VideoItem
@@ -330,6 +338,7 @@ def test_pairs_from_run_directory_use_kept_rows_only(videos, tmp_path):
         read_pairs(tmp_path)
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_through_the_encoder_factory(videos, tiny_clip, tmp_path):
     from howtocap.encoders import create
 
@@ -352,6 +361,7 @@ def test_checkpoint_loads_through_the_encoder_factory(videos, tiny_clip, tmp_pat
     assert enc.encode_images(frames).shape == (2, base.dim)
 
 
+@pytest.mark.slow
 def test_mee_baseline_trains_on_cached_features_and_loads(videos, tiny_clip, tmp_path):
     from howtocap.encoders import create
 
@@ -374,6 +384,7 @@ def test_mee_baseline_trains_on_cached_features_and_loads(videos, tiny_clip, tmp
               encoder=tiny_clip, resume=True, epochs=7, progress=False)
 
 
+@pytest.mark.slow
 def test_train_params_freezes_everything_else(videos, tmp_path):
     pairs = write_pairs(tmp_path / "p.csv", videos[:2])
     res = train(pairs, out_dir=tmp_path / "run", encoder=TinyEncoder(), epochs=1,
@@ -394,6 +405,7 @@ def test_train_params_freezes_everything_else(videos, tmp_path):
               progress=False)
 
 
+@pytest.mark.slow
 def test_cli_trains_and_reports_user_errors_in_one_line(videos, tiny_clip, tmp_path):
     import typer
     from typer.testing import CliRunner
