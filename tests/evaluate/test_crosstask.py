@@ -24,7 +24,6 @@ from howtocap.evaluate.crosstask import (
 )
 from howtocap.evaluate.crosstask_samples import write_crosstask_release
 from howtocap.metrics import crosstask_recall
-from howtocap.train.tiny import make_tiny_clip
 
 
 # -- the dynamic program -------------------------------------------------------------------
@@ -163,11 +162,6 @@ def test_broken_release_files_are_one_line(tmp_path: Path) -> None:
 
 
 # -- evaluation end to end -----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_tiny_clip(tmp_path_factory.mktemp("tinyclip"))
-
-
 def _crafted_features(root: Path, feat: Path, encoder_name: str) -> None:
     """Per-second features that score > 0 against exactly the annotated step (the direction
     the step texts' pseudo-inverse gives) and 0 against every step elsewhere (zero rows)."""
