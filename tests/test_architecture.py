@@ -282,3 +282,20 @@ def test_only_rundir_knows_the_layout() -> None:
         if f.name != "rundir.py" and (hits := layout.findall(f.read_text())):
             spelled[str(f.relative_to(PKG))] = hits
     assert spelled == {}
+
+
+def test_tests_mirror_the_package_and_share_only_through_support() -> None:
+    """Each folder of tests/ is named after a part of the package (or is ``support``), and no
+    test module imports another: what tests share lives in ``tests.support``."""
+    tests = Path(__file__).resolve().parent
+    parts = {p.stem for p in PKG.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    folders = {d.name for d in tests.iterdir() if (d / "__init__.py").exists()}
+    assert folders - {"support"} <= parts, folders - parts - {"support"}
+    crossing = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            crossing += [(path.relative_to(tests).as_posix(), n) for n in names
+                         if n.startswith("tests.") and not n.startswith("tests.support")]
+    assert not crossing, crossing

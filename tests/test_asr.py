@@ -25,6 +25,7 @@ def _found(word: str, heard: list[str]) -> bool:
     return bool(difflib.get_close_matches(word, heard, n=1, cutoff=0.75))
 
 
+@pytest.mark.slow
 def test_transcript_has_the_narration_at_the_step_times(whisper_tiny: asr.WhisperASR,
                                                         narrated_video: SampleVideo) -> None:
     df = whisper_tiny.transcribe(narrated_video.video_path)
@@ -47,6 +48,7 @@ def test_transcript_has_the_narration_at_the_step_times(whisper_tiny: asr.Whispe
     assert found >= 0.8 * total
 
 
+@pytest.mark.slow
 def test_model_is_loaded_once_and_thread_safe(whisper_tiny: asr.WhisperASR,
                                               narrated_video: SampleVideo) -> None:
     again = asr.create("tiny.en", device="cpu")
@@ -65,6 +67,7 @@ def test_model_is_loaded_once_and_thread_safe(whisper_tiny: asr.WhisperASR,
     pd.testing.assert_frame_equal(results[0], results[1])
 
 
+@pytest.mark.slow
 def test_silence_gives_an_empty_frame(whisper_tiny: asr.WhisperASR, tmp_path: Path) -> None:
     quiet = tmp_path / "quiet.m4a"
     subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono",
@@ -75,6 +78,7 @@ def test_silence_gives_an_empty_frame(whisper_tiny: asr.WhisperASR, tmp_path: Pa
     assert df.attrs["audio_seconds"] == pytest.approx(4.0, abs=0.1)
 
 
+@pytest.mark.slow
 def test_unusable_media_raise_input_errors(whisper_tiny: asr.WhisperASR,
                                            silent_video: SampleVideo,
                                            narrated_video: SampleVideo, tmp_path: Path) -> None:
@@ -132,6 +136,7 @@ def test_assemble_model_from_parts(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["m"]  # no temp leftovers
 
 
+@pytest.mark.slow
 def test_subtitles_fall_back_to_asr(whisper_tiny: asr.WhisperASR, narrated_video: SampleVideo,
                                     tmp_path: Path) -> None:
     from howtocap.io.inputs import VideoItem

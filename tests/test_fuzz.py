@@ -1,7 +1,8 @@
 """Property-based fuzzing of every reader of user input (Hypothesis; targets in
-``tests/fuzz_targets.py``): each returns a valid result or raises the project's one-line error,
-never anything else. A modest number of examples here; ``benchmarks/robustness/bench_fuzz.py`` runs
-thousands. Crashes found this way are pinned below as plain regression tests."""
+``tests/support/fuzz_targets.py``): each returns a valid result or raises the project's one-line
+error, never anything else. A modest number of examples here;
+``benchmarks/robustness/bench_fuzz.py`` runs thousands. Crashes found this way are pinned below as
+plain regression tests."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from tests.fuzz_targets import TARGETS, Tally
 
 from howtocap.errors import HowtocapError
+from tests.support.fuzz_targets import TARGETS, Tally
 
 FAST = settings(max_examples=30, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

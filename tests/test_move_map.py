@@ -62,6 +62,6 @@ def test_rewriting_twice_changes_nothing_and_new_code_is_left_alone() -> None:
     once = rewrite(OLD)
     assert rewrite(once) == once
     for path in ("src/howtocap/pipeline/run.py", "src/howtocap/align/run.py",
-                 "tests/test_stage_graph.py", "docs/architecture.md"):
+                 "tests/engine/test_graph.py", "docs/architecture.md"):
         text = (Path(ROOT) / path).read_text()
         assert rewrite(text) == text, path

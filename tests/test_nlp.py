@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.test_filler import labelled_texts
 
 from howtocap.errors import HowtocapError
 from howtocap.nlp import MODEL_CANDIDATES, RuleIndex, load_spacy
+from tests.support.captions import labelled_texts
 
 # What the ruler's exceptions are about: contractions, slang pairs, pronouns, "there is",
 # runs of white space (its IS_SPACE rules), odd casing.

@@ -29,6 +29,7 @@ def _decode(path: Path) -> tuple[list[np.ndarray], np.ndarray, float, float]:
     return frames, np.concatenate(audio), v_dur, a_dur
 
 
+@pytest.mark.slow
 def test_video_decodes_with_audio_and_expected_duration(narrated_video: SampleVideo) -> None:
     frames, audio, v_dur, a_dur = _decode(narrated_video.video_path)
     assert narrated_video.duration == pytest.approx(18.0)
@@ -49,6 +50,7 @@ def test_video_decodes_with_audio_and_expected_duration(narrated_video: SampleVi
         assert np.sqrt((audio[gap_a:gap_b] ** 2).mean()) < 0.005
 
 
+@pytest.mark.slow
 def test_steps_and_vtt_match_ground_truth(narrated_video: SampleVideo) -> None:
     steps = narrated_video.steps
     assert [s.image for s in steps] == [s[0] for s in DEFAULT_STEPS[:3]]
@@ -63,6 +65,7 @@ def test_steps_and_vtt_match_ground_truth(narrated_video: SampleVideo) -> None:
     assert np.allclose(subs["end"], [s.narration_end for s in steps], atol=0.001)
 
 
+@pytest.mark.slow
 def test_negative_lead_srt_and_fixture_set(tmp_path: Path) -> None:
     v = make_narrated_video(tmp_path, "lead", DEFAULT_STEPS[5:10], narration_lead=-1.5,
                             subtitles="srt", fps=5, size=96)
@@ -83,6 +86,7 @@ def test_negative_lead_srt_and_fixture_set(tmp_path: Path) -> None:
         assert not c.streams.audio and c.streams.video[0].codec_context.name == "h264"
 
 
+@pytest.mark.slow
 def test_bad_requests_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(HowtocapError, match="no photograph named 'nope'"):
         make_narrated_video(tmp_path, "x", [("nope", "say", "cap")], audio=False)

@@ -621,7 +621,7 @@ def choice_text(ch: dict, copy: dict) -> list[str]:
         f"{ch['top_f']['label']} ({ch['top_f']['f']:.3f}). Tied with it (bootstrap): "
         f"{', '.join(ch['tied'])}.", "", rule, "",
         "This is the default in the code (`EMBEDDED_DEFAULT`, `DEFAULT_TEMPLATE_NAME`, "
-        "`CaptionConfig.constrain`); `tests/test_caption_default.py` fails when they differ."
+        "`CaptionConfig.constrain`); `tests/caption/test_default.py` fails when they differ."
         if ch["is_current_default"] else
         f"**The code's default ({EMBEDDED_DEFAULT}/{DEFAULT_TEMPLATE_NAME}) differs from the "
         "benchmark's choice.**"]

@@ -313,7 +313,7 @@ def report(res: dict[str, Any]) -> list[str]:
              "dissolve's planted time is its middle.",
              "", f"Rule (fixed before the held-out set is scored): {RULE}",
              "", f"Chosen on the tuning set: **{ch}**: `ShotsConfig()`'s defaults "
-             "(`tests/test_shots_dissolve.py` checks they are `chosen_config` of shots.json).",
+             "(`tests/shots/test_dissolve.py` checks they are `chosen_config` of shots.json).",
              "",
              "## Held-out set (seed 2): what the docs quote", "", *_table(held, ch), "",
              "## Tuning set (seed 1): where the choice was made", "",

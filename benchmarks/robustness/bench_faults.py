@@ -6,7 +6,7 @@ Run: .venv/bin/python benchmarks/robustness/bench_faults.py [--videos 24]
 
 Every scenario is the real CLI, ``howtocap caption --subtitles caption.json --out DIR
 --llm-url URL`` (a child process, default client settings except ``--llm-timeout``), against
-``tests/fault_server.py``: a real HTTP server on 127.0.0.1 in this process that answers
+``tests/support/fault_server.py``: a real HTTP server on 127.0.0.1 in this process that answers
 deterministically, so a run that survived its faults has captions identical to the clean run.
 
 * clean: no faults (the baseline);
@@ -37,10 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 from _harness import ROOT, WORK, load_avg, machine_info, md_table, write_results
 
-sys.path.insert(0, str(ROOT))  # tests.fault_server
+sys.path.insert(0, str(ROOT))  # tests.support.fault_server
 
 import pandas as pd  # noqa: E402
-from tests.fault_server import fault_server  # noqa: E402
+from tests.support.fault_server import fault_server  # noqa: E402
 
 from howtocap.engine.rundir import RunDir  # noqa: E402
 
@@ -276,7 +276,7 @@ def report(r: dict[str, Any]) -> str:
 at start, {m['load_avg_end'][0]} at the end (about 8 engineers share these 2 cores: times are
 inflated and noisy; the *differences* between scenarios are what the numbers show). Every
 scenario is the real CLI in a child process (its start-up alone: {r['cli_startup_s']:.1f} s)
-against a real HTTP server on 127.0.0.1 (`tests/fault_server.py`), **{r['videos']} videos**
+against a real HTTP server on 127.0.0.1 (`tests/support/fault_server.py`), **{r['videos']} videos**
 from a HowTo100M-style caption.json, default client settings (4 requests in flight, 3
 retries, backoff 1 s x 2^n with jitter, breaker after 8 outages) and `--llm-timeout
 {r['llm_timeout']:g}`.

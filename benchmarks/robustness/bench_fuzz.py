@@ -3,17 +3,16 @@
 Run: .venv/bin/python benchmarks/robustness/bench_fuzz.py [--cases 10000]
      -> benchmarks/results/fuzz.{json,md}
 
-The targets and their contracts live in ``tests/fuzz_targets.py`` (``tests/test_fuzz.py`` runs
-the same ones with a few examples): VTT/SRT files, caption.json / pickle dumps, CSV sources,
-manifests and ``--ids`` lists, the LLM reply parser, the YAML config loader and the settings
-models, the ``eval`` annotation readers (MSR-VTT, YouCook2, MSVD, LSMDC, CSV), a CrossTask
-release, ``dvc-eval`` predictions and ground truth, TDR annotations and scripts, ``--template``
-files and training-pair CSVs. A case passes with a valid result (checked: columns, finite
-sorted times, end >= start, captions inside the block, clips with finite spans) or the
-project's one-line error; anything else is a crash. Crashes do not stop the run (every
-distinct one is listed). ``--cases`` is split over the targets by
-weight (the cheap in-memory parser gets more, the file-converting readers fewer).
-"""
+The targets and their contracts live in ``tests/support/fuzz_targets.py`` (``tests/test_fuzz.py``
+runs the same ones with a few examples): VTT/SRT files, caption.json / pickle dumps, CSV sources,
+manifests and ``--ids`` lists, the LLM reply parser, the YAML config loader and the settings models,
+the ``eval`` annotation readers (MSR-VTT, YouCook2, MSVD, LSMDC, CSV), a CrossTask release,
+``dvc-eval`` predictions and ground truth, TDR annotations and scripts, ``--template`` files and
+training-pair CSVs. A case passes with a valid result (checked: columns, finite sorted times, end >=
+start, captions inside the block, clips with finite spans) or the project's one-line error; anything
+else is a crash. Crashes do not stop the run (every distinct one is listed). ``--cases`` is split
+over the targets by weight (the cheap in-memory parser gets more, the file-converting readers
+fewer)."""
 
 from __future__ import annotations
 
@@ -28,10 +27,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 from _harness import ROOT, load_avg, machine_info, md_table, write_results
 
-sys.path.insert(0, str(ROOT))  # tests.fuzz_targets
+sys.path.insert(0, str(ROOT))  # tests.support.fuzz_targets
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from tests.fuzz_targets import TARGETS, Tally  # noqa: E402
+from tests.support.fuzz_targets import TARGETS, Tally  # noqa: E402
 
 WEIGHTS = {"vtt/srt files": 3, "caption.json / pickle dumps": 1.5,
            "CSV sources (dump + per video)": 1, "manifests + --ids lists": 1,

@@ -10,7 +10,7 @@ read back from the killed run's files).
 Each run is a forked child of this process (a real process, killed with a real SIGKILL; the
 parent imports torch and the pipeline before forking, so a child skips the ~20 s of imports
 a fresh interpreter pays on this loaded machine). The LLM is
-the in-process fake OpenAI server of ``tests/chat_server.py`` (deterministic replies), the
+the in-process fake OpenAI server of ``tests/support/chat_server.py`` (deterministic replies), the
 encoder a tiny randomly initialised CLIP (``howtocap.train.tiny``), the videos copies of one
 generated sample with different subtitles.
 
@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(HERE.parent))  # tests.chat_server
+sys.path.insert(0, str(HERE.parent))  # tests.support.chat_server
 
 import pandas as pd  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from tests.chat_server import chat_server  # noqa: E402
+from tests.support.chat_server import chat_server  # noqa: E402
 
 TABLES = ("subtitles", "captions", "aligned")
 

@@ -9,7 +9,7 @@ flipped, a constant changed, an argument dropped...) and runs, per mutant, the t
 that function; a mutant no test fails on "survived". Each module is mutated against only the
 fast unit tests mapped to it below (no real models, no generated videos), so a run takes
 minutes. Two suites run in the same invocation: ``before`` (the tests that existed before the
-mutation check: the baseline) and ``after`` (plus ``tests/test_core_mutants_*.py``, written to
+mutation check: the baseline) and ``after`` (plus ``tests/**/test_*mutants.py``, written to
 kill the survivors that showed real untested behaviour). Score = (killed + timeout) / mutants;
 a mutant no selected test even reaches counts as not killed.
 
@@ -45,43 +45,44 @@ MUTMUT = PY.parent / "mutmut"
 MODULES: dict[str, dict[str, Any]] = {
     "parse": {
         "file": "src/howtocap/caption/parse.py", "functions": None,
-        "tests": ["tests/test_llm_parse.py",
+        "tests": ["tests/caption/test_parse.py",
                   "tests/test_fuzz.py::test_reader_gives_a_result_or_one_line[LLM reply parser]"],
-        "new": ["tests/test_core_mutants_llm.py"],
+        "new": ["tests/caption/test_mutants.py"],
     },
     "blocks": {
         "file": "src/howtocap/caption/blocks.py", "functions": None,
-        "tests": ["tests/test_llm_blocks.py", "tests/test_llm_parse.py"],
-        "new": ["tests/test_core_mutants_llm.py"],
+        "tests": ["tests/caption/test_blocks.py", "tests/caption/test_parse.py"],
+        "new": ["tests/caption/test_mutants.py"],
     },
     "chatter": {
         "file": "src/howtocap/caption/chatter.py", "functions": None,
-        "tests": ["tests/test_caption_quality.py::test_chatter_patterns",
-                  "tests/test_caption_quality.py::test_chatter_signoffs_and_digressions",
-                  "tests/test_caption_quality.py::test_chatter_captions_are_dropped_and_counted"],
-        "new": ["tests/test_core_mutants_llm.py"],
+        "tests": ["tests/caption/test_quality.py::test_chatter_patterns",
+                  "tests/caption/test_quality.py::test_chatter_signoffs_and_digressions",
+                  "tests/caption/test_quality.py::test_chatter_captions_are_dropped_and_counted"],
+        "new": ["tests/caption/test_mutants.py"],
     },
     "align": {
         "file": "src/howtocap/align/filter.py", "functions": None,
-        "tests": ["tests/test_align.py"],
-        "new": ["tests/test_core_mutants_align.py"],
+        "tests": ["tests/align/test_align.py"],
+        "new": ["tests/align/test_mutants.py"],
     },
     "window maths": {
         "file": "src/howtocap/encoders/windows.py", "functions": ["rows_covering", "window_means"],
-        "tests": ["tests/test_align.py", "tests/test_cache.py"],
-        "new": ["tests/test_core_mutants_align.py"],
+        "tests": ["tests/align/test_align.py", "tests/encoders/test_cache.py"],
+        "new": ["tests/align/test_mutants.py"],
     },
     "metrics": {
         "file": "src/howtocap/metrics.py", "functions": None,
-        "tests": ["tests/test_eval_metrics.py", "tests/test_crosstask.py"],
-        "new": ["tests/test_core_mutants_metrics.py"],
+        "tests": ["tests/test_metrics.py", "tests/evaluate/test_crosstask.py"],
+        "new": ["tests/test_metrics_mutants.py"],
     },
-    # No fast test covered fingerprint.py before: only tests/test_fingerprint.py's whole caption
-    # runs reached it (3 tests, ~33 s a mutant), which a first run found far too slow to use.
+    # No fast test covered fingerprint.py before: only tests/engine/test_fingerprint.py's whole
+    # caption runs reached it (3 tests, ~33 s a mutant), which a first run found far too slow to
+    # use.
     "fingerprint": {
         "file": "src/howtocap/engine/fingerprint.py", "functions": None,
         "tests": [],
-        "new": ["tests/test_core_mutants_fingerprint.py"],
+        "new": ["tests/engine/test_mutants.py"],
     },
 }
 
@@ -280,7 +281,7 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         f"`benchmarks/robustness/bench_mutation.py`: {res['tool']} {res['version']}, {where}, "
         f"{res['max_children']} workers at nice 10. "
         "Each module's mutants run against only the fast unit tests mapped to it; `before` is "
-        "the suite without `tests/test_core_mutants_*.py`, `after` with them, on the same "
+        "the suite without `tests/**/test_*mutants.py`, `after` with them, on the same "
         "sources. Score = (killed + timeout) / mutants; a mutant no mapped test reaches "
         "counts as not killed.", "",
         *[f"- {name}: measured {' to '.join(dict.fromkeys([s['dates'][0], s['dates'][-1]]))}"
@@ -310,7 +311,7 @@ def write_md(res: dict[str, Any], path: Path) -> None:
               "measures `is_chatter` alone.",
               "- Writing the test for a first-run survivor (the odd-quote rule of `clean_text`) "
               "found a real bug: a caption that ends in a quoted phrase loses its closing "
-              "quote (`tests/test_core_mutants_llm.py`, a strict xfail until it is fixed)."]
+              "quote (`tests/caption/test_mutants.py`, a strict xfail until it is fixed)."]
     for name, m in before["modules"].items():
         part = m.get("integration_partial")
         if m.get("untested") and part:

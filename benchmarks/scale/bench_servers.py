@@ -3,11 +3,11 @@
 Run: .venv/bin/python benchmarks/scale/bench_servers.py [--videos 120 --delay 0.5]
      -> benchmarks/results/servers.{json,md,png}
 
-Each server is ``python -m tests.chat_server --delay D`` in its own process (a real HTTP server
-on 127.0.0.1 that answers every request after D seconds, deterministically from the prompt), so
-the servers, not the driver, are the limit: with ``--concurrency C`` per server, N servers can
-answer at most N*C/D requests a second. The driver is the library call ``howtocap caption``
-makes (``caption_run`` on a HowTo100M-style caption.json, text-only).
+Each server is ``python -m tests.support.chat_server --delay D`` in its own process (a real HTTP
+server on 127.0.0.1 that answers every request after D seconds, deterministically from the prompt),
+so the servers, not the driver, are the limit: with ``--concurrency C`` per server, N servers can
+answer at most N*C/D requests a second. The driver is the library call ``howtocap caption`` makes
+(``caption_run`` on a HowTo100M-style caption.json, text-only).
 
 * scaling: the same videos captioned with 1, 2 and 3 servers (videos/s, and the ideal N*C/D);
 * kill: 3 servers, one SIGKILLed a third of the clean 3-server run's time into the run:
@@ -44,7 +44,8 @@ from howtocap.llm import LLMOptions  # noqa: E402
 
 @contextmanager
 def servers(n: int, delay: float) -> Iterator[list[subprocess.Popen[str]]]:
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", str(delay)],
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.support.chat_server",
+                               "--delay", str(delay)],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     try:
         for p in procs:

@@ -3,8 +3,8 @@
 run); resume after a SIGKILL (how many videos were fetched again); every failure cause
 produced on purpose and the cause each was reported with.
 
-The server (``tests/media_server.py``, 127.0.0.1) waits ``DELAY`` seconds before answering each
-request, as a remote server's latency would: without it a loopback copy is bound by the disk
+The server (``tests/support/media_server.py``, 127.0.0.1) waits ``DELAY`` seconds before answering
+each request, as a remote server's latency would: without it a loopback copy is bound by the disk
 and concurrency would show nothing. Other jobs share this 2-core machine: each figure is the
 best of ``REPEATS``.
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _ha
 from _harness import ROOT, machine, write_results
 
 sys.path.insert(0, str(ROOT))
-from tests.media_server import media_server  # noqa: E402
+from tests.support.media_server import media_server  # noqa: E402
 
 from howtocap.download.config import DownloadConfig  # noqa: E402
 from howtocap.download.run import download_run  # noqa: E402
@@ -188,7 +188,7 @@ def lines_of(r: dict) -> list[str]:
     lines = [
         "# Download (`benchmarks/speed/bench_download.py`)", "",
         f"{N_VIDEOS} videos of {r['video_mb']:.2f} MB each from a local HTTP server "
-        f"(`tests/media_server.py`, 127.0.0.1) that waits {DELAY * 1000:.0f} ms before "
+        f"(`tests/support/media_server.py`, 127.0.0.1) that waits {DELAY * 1000:.0f} ms before "
         "answering each request, as a remote server's latency would (on loopback without it, "
         "the disk bounds the copy and concurrency shows nothing). Best of "
         f"{REPEATS}; {r['machine']}, shared with other jobs.", "",

@@ -16,7 +16,7 @@ versions see the same machine, file and load:
 * ``in-process``: ``caption_run`` with an LLM object that answers at once (one caption per
   block), so nothing but our own code is timed;
 * ``http``: the CLI, ``--llm-url`` to one real OpenAI-compatible server on 127.0.0.1 that
-  answers at once with one caption per ASR line it was given (``tests.chat_server
+  answers at once with one caption per ASR line it was given (``tests.support.chat_server
   --keep-alive``, its own process: HTTP/1.1 with connections kept open and TCP_NODELAY, as
   vLLM's and llama.cpp's servers answer; until 2026-11-26 it was HTTP/1.0, a new connection
   per request, then Python's threaded ``http.server``; now a one-thread loop,
@@ -256,7 +256,7 @@ def main() -> None:
         if not files[n].exists():
             write_caption_json(files[n], n)
     trees = {"before": add_worktree(args.base, WORK), "after": ROOT}
-    server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", "--delay", "0",
+    server = subprocess.Popen([sys.executable, "-m", "tests.support.chat_server", "--delay", "0",
                                "--keep-alive"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     load0 = os.getloadavg()

@@ -20,10 +20,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 from _harness import ROOT, WORK, machine, write_results
 
-sys.path.insert(0, str(ROOT))  # tests.chat_server, tests.stage_support
+sys.path.insert(0, str(ROOT))  # tests.support.chat_server, tests.support.stages
 
-from tests.chat_server import chat_server  # noqa: E402
-from tests.stage_support import SquareStage  # noqa: E402
+from tests.support.chat_server import chat_server  # noqa: E402
+from tests.support.stages import SquareStage  # noqa: E402
 
 from howtocap.align.config import AlignConfig  # noqa: E402
 from howtocap.caption.config import CaptionRunConfig  # noqa: E402

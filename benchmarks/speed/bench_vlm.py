@@ -9,8 +9,8 @@ Setup: one 16:9 video (854x480, 30 fps, a keyframe every 2 s; photographs with a
 ``howtocap.samples``) with
 HowTo100M-style subtitles (random words, lines of 5-12 words every 2-4.5 s), captioned by
 ``CaptionStage.process`` (the caption stage itself: blocks, prompt, frames, HTTP, parsing) with
-the default template and grammar, one request in flight, against ``tests/chat_server.py``
-served from its own process (``python -m tests.chat_server``), which echoes one caption per
+the default template and grammar, one request in flight, against ``tests/support/chat_server.py``
+served from its own process (``python -m tests.support.chat_server``), which echoes one caption per
 timestamped line whatever the request holds. Rows: the text-only request and the same blocks
 with 1, 4 (the default) and 8 frames. Request bytes are the JSON bodies as sent (read off the
 client); seconds per block are best-of-N wall time of the whole video / its blocks; "frames"
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _ha
 from _harness import RESULTS as OUT
 from _harness import ROOT, WORK, best_time, load_avg, machine_info, md_table, stamp, write_results
 
-sys.path.insert(0, str(ROOT))  # tests.chat_server
+sys.path.insert(0, str(ROOT))  # tests.support.chat_server
 
 import pandas as pd  # noqa: E402
 
@@ -83,7 +83,7 @@ def subtitles(seconds: float, seed: int = 0) -> pd.DataFrame:
 
 def serve() -> tuple[subprocess.Popen[str], str]:
     """The tests' echo chat server in its own process; its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.chat_server"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.chat_server"], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
@@ -180,7 +180,7 @@ def report(r: dict[str, Any]) -> str:
         f"every {v['keyframe_every_s']:g} s), {v['blocks']} blocks of "
         f"{v['words_per_block']} words on average (HowTo100M-style subtitles), captioned by the "
         "caption stage with the default template and grammar, one request in flight, against "
-        "the tests' echo server in its own process (`python -m tests.chat_server`: instant "
+        "the tests' echo server in its own process (`python -m tests.support.chat_server`: instant "
         "replies that ignore the images). Frames are sent at "
         f"{v['frame_sent'][0]}x{v['frame_sent'][1]} (shorter side "
         f"{r['settings']['frame_side']}), JPEG quality {r['settings']['jpeg_quality']}; "

@@ -5,7 +5,7 @@ owns the clip ``[s, s + clip)``. We try every shift ``δ ∈ {-T, …, T}`` (1-s
 caption text against the *mean of the per-second frame embeddings* of each shifted clip, move
 the caption to its best shift and keep it when that best score passes a global filter.
 
-Exact definitions (tested in ``tests/test_align.py``):
+Exact definitions (tested in ``tests/align/test_align.py``):
 
 * Row ``i`` of a per-second embedding table covers ``[i/fps, (i+1)/fps)`` (its frame is taken at
   the middle, ``(i+0.5)/fps``). A window ``[a, b)`` covers the rows whose middle lies in

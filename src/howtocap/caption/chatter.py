@@ -50,7 +50,7 @@ RULES_ID = hashlib.sha256("\n".join(_PATTERNS).encode()).hexdigest()[:12]
 # Words without which no pattern above can match (each pattern holds one of them literally,
 # lower case): an ASCII caption holding none is not chatter, and is known so without the
 # regex, which tries all its alternatives at every character (~15 us a caption, 40 captions
-# a video). A new pattern needs its word here (tests/test_chatter_prefilter.py checks).
+# a video). A new pattern needs its word here (tests/caption/test_chatter.py checks).
 _NEEDS = ("subscrib", "like", "thumbs up", "smash", "bell", "notification", "comment", "know",
           "thank", "welcome", "guys", "every", "folks", "there", "friends", "see you",
           "catch you", "description", "check out", "sponsor", "patreon", "affiliate",
@@ -61,7 +61,7 @@ _NEEDS = ("subscrib", "like", "thumbs up", "smash", "bell", "notification", "com
 def _by_word() -> tuple[list[tuple[str, re.Pattern[str]]], re.Pattern[str] | None]:
     """Per prefilter word, the patterns that spell it literally (one regex each); and the
     patterns that spell none of the words (always tried). A pattern's match holds one of its
-    words (tests/test_chatter_prefilter.py generates matches of every pattern), so an ASCII
+    words (tests/caption/test_chatter.py generates matches of every pattern), so an ASCII
     caption need only be tried against the patterns of the words it holds."""
     words: dict[str, list[str]] = {}
     always = []
