@@ -1,7 +1,7 @@
 """Signals benchmark: does each visual signal of ``howtocap signals`` single out the kind of
 video it is meant for, and what does each cost against decoding alone?
 
-Planted videos (``tests/signal_videos.py``, real photographs from scikit-image, H.264): text
+Planted videos (``tests/support/signal_videos.py``, real photographs from scikit-image, H.264): text
 slides, a talking head (the astronaut's portrait swaying slightly), a still photograph, a black
 screen, a blurred shot drifting slowly, and moving footage (a fast pan and zoom). Each is scored
 in fixed windows by the real stage (``SignalsStage``: PP-OCR text detection, BlazeFace), and
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo: tests.signal_videos
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo: tests.support
 import pandas as pd
 from _harness import load_avg, machine, md_table, write_results
 from sklearn.metrics import roc_auc_score
-from tests.signal_videos import KINDS, make
+from tests.support.signal_videos import KINDS, make
 
 from howtocap.engine.stage import VideoInput
 from howtocap.io.inputs import VideoItem

@@ -1,5 +1,5 @@
-"""The signals step end to end: planted videos (``tests/signal_videos.py``: slides, a portrait,
-moving footage, a black screen, a photograph held still; real photographs, H.264 through
+"""The signals step end to end: planted videos (``tests/support/signal_videos.py``: slides, a
+portrait, moving footage, a black screen, a photograph held still; real photographs, H.264 through
 PyAV), the real embedded detectors (PP-OCR's text detector, BlazeFace), a real run directory.
 Each signal must single out its planted case."""
 
@@ -19,7 +19,7 @@ from howtocap.io.inputs import VideoItem
 from howtocap.signals.config import SignalsConfig
 from howtocap.signals.measure import fixed_windows
 from howtocap.signals.run import signals_run
-from tests.signal_videos import make
+from tests.support.signal_videos import make
 from tests.support.stages import write_rows
 
 KINDS = ("slides", "talking_head", "moving", "black", "still")
