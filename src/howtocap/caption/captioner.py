@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -20,12 +20,13 @@ from howtocap.caption.config import CaptionConfig
 from howtocap.caption.imperative import judge_captions
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
-from howtocap.engine.runners import run_sync
+from howtocap.engine.runners import run_inline, run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import LLM, Messages, ask, drop_cut_line
+from howtocap.llm.base import LLM, Messages, ask, drop_cut_line, is_blocking
 from howtocap.schemas import Rows, empty_rows, rows
 
 __all__ = ["CaptionConfig", "CaptionError", "CaptionStats"]  # CaptionConfig: caption.config
+T = TypeVar("T")
 
 
 @dataclass
@@ -85,6 +86,11 @@ def _block_rows(block: Block, reply: str, cfg: CaptionConfig,
     if cut:
         return None, f"reply cut at --max-tokens {cfg.generation.max_tokens}"
     return None, "reply had no timestamped caption line"
+
+
+async def _blocking(inline: bool, fn: Callable[[], T]) -> T:
+    """``fn()`` on another thread, so the event loop goes on; in place when ``inline``."""
+    return fn() if inline else await asyncio.to_thread(fn)
 
 
 _by_time = itemgetter(0, 1)  # a row's start, then its block
@@ -147,17 +153,22 @@ def caption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                  attach: Callable[[Block, Messages], Messages] | None = None,
                  nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
     """``caption_video`` as plain columns (``schemas.Rows``), what the stage commits: no
-    pandas frame per video on a million-video run."""
-    return run_sync(acaption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp))
+    pandas frame per video on a million-video run. A blocking model is called in place, on
+    this thread, with no event loop."""
+    inline = is_blocking(llm)
+    coro = acaption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp, inline=inline)
+    return run_inline(coro) if inline else run_sync(coro)
 
 
 async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                         cfg: CaptionConfig | None = None, *,
                         attach: Callable[[Block, Messages], Messages] | None = None,
-                        nlp: Any | None = None) -> tuple[Rows, CaptionStats]:
+                        nlp: Any | None = None, inline: bool = False
+                        ) -> tuple[Rows, CaptionStats]:
     """``caption_rows`` as a coroutine: each round's blocks are asked at once (one coroutine
     per block, ``llm.base.ask``); what blocks the thread (decoding frames, the filler
-    parse) runs on another thread, so the loop keeps every other video's requests going."""
+    parse) runs on another thread, so the loop keeps every other video's requests going.
+    ``inline``: everything runs in place instead (no loop: ``engine.runners.run_inline``)."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -170,12 +181,12 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     why: dict[int, str] = {}
     prompts = {b.index: build_messages(b, template) for b in blocks}
     if attach is not None:
-        prompts = await asyncio.to_thread(
-            lambda: {b.index: attach(b, prompts[b.index]) for b in blocks})
+        prompts = await _blocking(inline, lambda: {b.index: attach(b, prompts[b.index])
+                                                   for b in blocks})
     todo = list(blocks)
     failed: list[int] = []  # the backend raised: its client already retried, so we do not
     for attempt in range(cfg.retries + 1):
-        replies = await ask(llm, [prompts[b.index] for b in todo], gen)
+        replies = await ask(llm, [prompts[b.index] for b in todo], gen, inline=inline)
         down = next((r for r in replies if isinstance(r, ServiceUnavailable)), None)
         if down is not None:  # the server is gone: no block failed, the run stops
             raise down
@@ -214,7 +225,7 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     texts = [str(r[3]) for r in kept]
     starts = [r[0] for r in kept]
     if cfg.reject_fillers or cfg.imperative:  # the parse: off the event loop
-        texts, rejected = await asyncio.to_thread(_judged, texts, starts, cfg, nlp)
+        texts, rejected = await _blocking(inline, lambda: _judged(texts, starts, cfg, nlp))
     else:
         texts, rejected = _judged(texts, starts, cfg, nlp)
     out = rows("captions", len(kept), video_id=video_id,

@@ -11,11 +11,11 @@ from typing import Any
 from howtocap.caption.blocks import Block
 from howtocap.caption.captioner import CaptionConfig, CaptionError, acaption_rows
 from howtocap.caption.vlm import VLMOptions, attach_frames
-from howtocap.engine.runners import run_sync
+from howtocap.engine.runners import run_inline, run_sync
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
-from howtocap.llm.base import Messages
+from howtocap.llm.base import Messages, is_blocking
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:
@@ -104,11 +104,17 @@ class CaptionStage(BaseStage):
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
     def process(self, video: VideoInput) -> StageOutput:
-        return run_sync(self.aprocess(video))
+        """A blocking model (embedded, or a caller's) is called in place, with no loop."""
+        if is_blocking(self._model):
+            return run_inline(self._caption(video, inline=True))
+        return run_sync(self._caption(video))
 
     async def aprocess(self, video: VideoInput) -> StageOutput:
         """One video's captions as a coroutine (the local runner keeps ``2 x in_flight``
         of them on one event loop)."""
+        return await self._caption(video)
+
+    async def _caption(self, video: VideoInput, inline: bool = False) -> StageOutput:
         subs = video.tables["subtitles"]
         if not len(subs):
             raise HowtocapError("no subtitles to caption")
@@ -120,7 +126,7 @@ class CaptionStage(BaseStage):
                 return attach_frames(msgs, block_frames(path, block, vlm))
         try:
             captions, stats = await acaption_rows(video.video_id, subs, self._model, self.cfg,
-                                                  attach=attach, nlp=self._nlp)
+                                                  attach=attach, nlp=self._nlp, inline=inline)
         except CaptionError as exc:
             whys = [why for _, why in exc.stats.failed_blocks]
             if whys and all(w.startswith("LLM server") for w in whys):

@@ -178,6 +178,18 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
+def run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on this thread, with no event loop: for a coroutine whose every
+    await returns at once (a blocking model called in place), where ``run_sync``'s two thread
+    hops a call would be most of the cost. One that would wait raises ``RuntimeError``."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("run_inline: the coroutine waited; run it with run_sync")
+
+
 class _Coroutines:
     """Videos as coroutines (``stage.aprocess``) on ``event_loop()``: ``n`` at a time (as ``n``
     threads would), ``2n`` handed out; results come back through a queue and are emitted on

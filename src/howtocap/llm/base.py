@@ -115,13 +115,22 @@ def chat_each(chat: Callable[[Messages, GenerationConfig], str], batch: Sequence
         return list(pool.map(lambda m: _one(chat, m, gen), batch))
 
 
-async def ask(llm: LLM, batch: Sequence[Messages],
-              gen: GenerationConfig) -> list[str | Exception]:
+def is_blocking(llm: object) -> bool:
+    """True for a model called in place (the embedded one, a caller's object): no
+    ``achat_many`` to await."""
+    return getattr(llm, "achat_many", None) is None
+
+
+async def ask(llm: LLM, batch: Sequence[Messages], gen: GenerationConfig, *,
+              inline: bool = False) -> list[str | Exception]:
     """Every request's reply or exception, awaited: an async client's own ``achat_many``,
-    else the blocking ``chat_many`` on a thread (the embedded model, a caller's object)."""
+    else the blocking ``chat_many`` on a thread (the embedded model, a caller's object), or
+    in place with ``inline`` (the caller runs without an event loop: ``run_inline``)."""
     many = getattr(llm, "achat_many", None)
     if many is not None:
         return await many(batch, gen)
+    if inline:
+        return llm.chat_many(batch, gen)
     return await asyncio.to_thread(llm.chat_many, batch, gen)
 
 
