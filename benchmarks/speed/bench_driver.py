@@ -1,8 +1,8 @@
-"""The driver's own cost per video (issue #22 part 3), before and after, in the same run:
-``howtocap caption --subtitles caption.json`` as a user runs it. The target: **the driver
-process's CPU (user + system) under 1 ms a video** over HTTP, text only (no parser), on
-``--large`` videos; each row shows CPU ms a video (the process's whole CPU, imports and
-closing merges included, divided by its videos).
+"""The driver's own speed and cost per video, before and after, in the same run:
+``howtocap caption --subtitles caption.json`` as a user runs it. The target (issue #39):
+**≥ 300 videos/s over HTTP**, text only (no parser), an instant server, 2 cores, on
+``--large`` videos; each row also shows CPU ms a video (the process's whole CPU, imports and
+closing steps included, divided by its videos), steadier than videos/s on a loaded machine.
 
 Run: .venv/bin/python benchmarks/speed/bench_driver.py [--videos 1000 --large 10000 --base REV]
      -> benchmarks/results/driver.{json,md,png}
@@ -43,10 +43,10 @@ fixed costs (imports, the closing merges) weigh less:
 Figures: videos/s, ms of wall per video, CPU seconds of the child (user + system: less swayed
 by other jobs on the machine than wall time; over HTTP counted until the CLI returns, so the
 benchmark's own read of the captions table after it is not the driver's) and, over HTTP, of
-the server, peak RSS. Videos done over HTTP are the distinct videos of the merged
-``captions.parquet`` (both trees write it; their run directories' other readers differ). Each
-run's merged ``captions.parquet`` is hashed: "captions identical" compares the two versions'
-tables (the default's rewrite and the merge of repeats change captions on purpose).
+the server, peak RSS. Videos done over HTTP are the distinct videos of the captions table (the
+merged ``captions.parquet`` of a tree before shards, else the ``captions/`` folder). Each
+run's captions table is hashed (rows by video and time): "captions identical" compares the two
+versions' tables (the default's rewrite and the merge of repeats change captions on purpose).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ OUT = HERE / "results"
 # HTTP/1.1 framing, request slots on a SimpleQueue, shared prompt prefixes) and 52ce0ad (httpx
 # on threads).
 BASE = "3c67310"
-TARGET_MS = 1.0  # issue #22 part 3: driver CPU a video over HTTP
+TARGET_VPS = 300.0  # issue #39: videos/s over HTTP, text only, instant server, 2 cores
 
 CHILD = r"""
 import json, resource, sys, time
@@ -106,11 +106,12 @@ else:
     except SystemExit:
         pass
     mine = resource.getrusage(resource.RUSAGE_SELF)  # the CLI's, not the check's below
-    # videos captioned: both trees write the merged DIR/captions.parquet (the echo server
-    # gives every video captions); RunDir's readers differ between them
+    # videos captioned (the echo server gives every video captions): the merged
+    # DIR/captions.parquet of a tree before shards, else the folder of shard files
     import pyarrow.parquet as pq
-    done = len(pq.read_table(Path(out) / "captions.parquet", columns=["video_id"])
-               .column("video_id").unique())
+    table = Path(out) / "captions.parquet"
+    table = table if table.exists() else Path(out) / "captions"
+    done = len(pq.read_table(table, columns=["video_id"]).column("video_id").unique())
 wall = time.perf_counter() - t0
 try:  # the processes that load a parser in the default run: the driver, or its workers
     from howtocap.caption.filler import default_parse_workers
@@ -188,14 +189,15 @@ def child(src_tree: Path, mode: str, data: Path, text_only: bool, url: str) -> d
     row["videos_per_s"] = row["done"] / row["wall_s"]
     row["ms_per_video"] = 1000 * row["wall_s"] / max(1, row["done"])
     row["cpu_ms_per_video"] = 1000 * row["cpu_s"] / max(1, row["done"])
+    merged = out / "captions.parquet"  # a tree before shards; else a folder of shard files
     row["captions_sha"], row["captions"], row["distinct_captions"] = \
-        captions_digest(out / "captions.parquet")
+        captions_digest(merged if merged.exists() else out / "captions")
     return row
 
 
 def captions_digest(path: Path) -> tuple[str, int, int]:
-    """A hash of the merged captions table's values (column names, dtypes and rows; not the
-    settings' fingerprint), its rows and its distinct texts (what the parse reads: a text
+    """A hash of the captions table's values (column names, dtypes and rows in video order;
+    not the settings' fingerprint), its rows and its distinct texts (what the parse reads: a text
     seen before is not parsed)."""
     import hashlib
 
@@ -205,6 +207,7 @@ def captions_digest(path: Path) -> tuple[str, int, int]:
         return "", 0, 0
     # config_id fingerprints the settings: it differs whenever the config gained a field
     df = pd.read_parquet(path).drop(columns=["config_id"], errors="ignore")
+    df = df.sort_values(["video_id", "start"], kind="stable", ignore_index=True)
     text = "\n".join(f"{c}:{df[c].dtype}" for c in df.columns) + df.to_csv(index=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16], len(df), int(df["text"].nunique())
 
@@ -232,7 +235,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                        for m, f, n in labels], fontsize=7)
         ax.set_ylabel(label)
         ax.legend()
-    axes[1].axhline(TARGET_MS, color="k", lw=0.8, ls="--")
+    axes[0].axhline(TARGET_VPS, color="k", lw=0.8, ls="--")
     fig.suptitle("Text-only captioning, instant LLM: the driver's own speed and CPU")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -348,9 +351,10 @@ def main() -> None:
                f"{'' if n == args.videos else '_large'}": entry(mode, text_only, n)
                for n, mode, text_only in plan}
     key = "http_text_only_large" if args.large else "http_text_only"
-    target = {"setting": key, "cpu_ms_per_video": summary[key]["after_cpu_ms_per_video"],
-              "limit_ms": TARGET_MS,
-              "met": summary[key]["after_cpu_ms_per_video"] < TARGET_MS}
+    target = {"setting": key, "videos_per_s": summary[key]["after"],
+              "limit_videos_per_s": TARGET_VPS,
+              "cpu_ms_per_video": summary[key]["after_cpu_ms_per_video"],
+              "met": summary[key]["after"] >= TARGET_VPS}
     target["verdict"] = "met" if target["met"] else "not met"  # the docs' word for it
     if args.large:  # the CPU each video adds, the fixed costs (imports, merges) left out
         for version in ("before", "after"):
@@ -405,10 +409,11 @@ def main() -> None:
                      + (f" ({a['children_rss_mb']:.0f} MB)" if a["children_cpu_s"] else "")
                      + f" | {a['captions']:,} ({a['distinct_captions']:,}) | {parse} | "
                      f"{'yes' if a['captions_sha'] == b['captions_sha'] else 'NO'} |")
-    lines += ["", f"**Target (issue #22 part 3): driver CPU < {TARGET_MS:g} ms a video over HTTP "
-              f"(text only, {target['setting']}): {target['cpu_ms_per_video']:.2f} ms, "
-              f"{'met' if target['met'] else 'not met'}.** Also: ≥ 1,000 videos/s "
-              "in-process, ≥ 300 over HTTP, on 2 cores.", ""]
+    lines += ["", f"**Target (issue #39): ≥ {TARGET_VPS:,.0f} videos/s over HTTP, text only, "
+              f"an instant server, 2 cores ({target['setting']}): "
+              f"{target['videos_per_s']:.1f} videos/s ({target['cpu_ms_per_video']:.2f} ms of "
+              f"driver CPU a video), {'met' if target['met'] else 'not met'}** at load "
+              f"average {load0[0]:.1f} → {load1[0]:.1f}.", ""]
     if args.large:
         lines += [f"The CPU each video adds over HTTP (text only, the {args.large:,}-video "
                   f"run's CPU less the {args.videos:,}-video run's, over the videos between: the "
