@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -503,3 +505,37 @@ def test_caption_fingerprint_text_is_the_per_video_csv() -> None:
         for cols in (["start", "end", "text"], ["start", "text"]):
             want = _csv_per_group(df, cols)
             assert _csv_per_video(df, cols, chunk=int(rng.integers(1, 20))) == want, trial
+
+
+def test_report_counts_in_whole_numbers_and_says_what_each_chart_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three captions of one video: count axes tick whole numbers (not 0.25 captions), each
+    figure's caption is a sentence, and the one-video kept fraction is a sentence, not a
+    chart of one bar."""
+    import howtocap.align.report as report
+
+    axes: list[Any] = []
+
+    def keep(fig: Any) -> str:
+        fig.canvas.draw()
+        axes.extend(fig.axes)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return "x"
+
+    monkeypatch.setattr(report, "_png", keep)
+    df = pd.DataFrame({"video_id": ["only"] * 3, "score": [0.1, 0.2, 0.3],
+                       "offset": [0.0, 1.0, -2.0], "kept": [False, True, True],
+                       "partial": False})
+    text = write_align_report(df, 0.15, {"encoders": ["e"]}, tmp_path / "r.html").read_text()
+    counted = [ax for ax in axes if ax.get_ylabel() in ("captions", "videos")]
+    assert len(counted) == 2
+    for ax in counted:
+        ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert text.count("<figure>") == 2 and "One video (only): 2 of its 3 captions kept" in text
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", text)
+    assert len(captions) == 2 and all(len(c.split()) > 8 for c in captions)
+    empty = write_align_report(df.iloc[:0], 0.15, {}, tmp_path / "e.html").read_text()
+    assert "<figure>" not in empty and "nothing to plot" in empty

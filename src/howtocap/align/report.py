@@ -19,8 +19,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from howtocap.atomic import atomic_write_text
+
+
+def _counts(ax: Any) -> None:
+    """A count axis in whole numbers: matplotlib's default ticks a small count in quarters."""
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _png(fig: Any) -> str:
@@ -45,6 +51,7 @@ def _score_plot(df: pd.DataFrame, thr: float) -> str:
         ax.axvline(thr, color="tab:red", linestyle="--", label=f"threshold {thr:.4f}")
     ax.set_xlabel("best score (text · mean frame embedding)")
     ax.set_ylabel("captions")
+    _counts(ax)
     ax.set_title("Score of each caption at its best offset")
     ax.legend(loc="upper left")
     return _png(fig)
@@ -63,6 +70,7 @@ def _offset_plot(df: pd.DataFrame) -> str:
         ax.legend(loc="upper left")
     ax.set_xlabel("applied offset (s): aligned start − original start")
     ax.set_ylabel("captions")
+    _counts(ax)
     ax.set_title("Chosen offsets")
     return _png(fig)
 
@@ -84,6 +92,7 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     ax.set_xlabel("null z: mean of z vs other videos' captions on the clip and vs other "
                   "videos' clips")
     ax.set_ylabel("captions")
+    _counts(ax)
     ax.set_title("The default filter's test")
     ax.legend(loc="upper left")
     return _png(fig)
@@ -224,6 +233,7 @@ def _per_video_stats_plot(stats: ReportStats) -> str:
         ax.hist(edges[:-1], bins=edges, weights=stats.fraction_counts, color="tab:blue")
         ax.set_xlabel("kept fraction of a video")
         ax.set_ylabel("videos")
+        _counts(ax)
     ax.set_title("Kept fraction per video")
     return _png(fig)
 
@@ -249,12 +259,7 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
     rows = _kv_rows(nums)
     cfg_rows = _kv_rows(config)
     plotted = stats.plot_rows()
-    imgs = [("Scores", _score_plot(plotted, threshold)), ("Offsets", _offset_plot(plotted)),
-            ("Per video", _per_video_stats_plot(stats))]
-    if str(config.get("filter", "")).startswith("default filter") and stats.has_null_z:
-        bar = config.get("null_z")
-        imgs.append(("Default filter", _null_z_plot(plotted, float(
-            bar if bar is not None else _default_bar()))))
+    figs = _figures(stats, plotted, threshold, config)
     dropped = ""
     if stats.outside:
         dropped = _dropped_table(
@@ -269,8 +274,6 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
             "(subscribing, sponsors, greetings; column <code>chatter</code>); "
             "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True,
             count=stats.chatter)
-    figs = "".join(f'<figure><img alt="{t}" src="data:image/png;base64,{b}"/>'
-                   f"<figcaption>{t}</figcaption></figure>" for t, b in imgs)
     sample = (f"<p>The score, offset and null z plots draw a uniform random sample of "
               f"{len(plotted):,} of the {stats.rows:,} pairs (the numbers above count every "
               "pair).</p>" if stats.sampled else "")
@@ -288,6 +291,41 @@ text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head
 """
     atomic_write_text(path, doc)
     return path
+
+
+def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
+             config: Mapping[str, Any]) -> str:
+    """Each chart with a caption that says what it shows, or a sentence where a chart would
+    be empty or say nothing (no pairs; one video's kept fraction is one bar)."""
+    if not stats.rows:
+        return "<p>No caption–clip pairs were scored, so there is nothing to plot.</p>"
+    n, kept = stats.rows, stats.kept
+    thr = f"{threshold:.4f}" if math.isfinite(threshold) else "none"
+    items = [
+        (_score_plot(plotted, threshold),
+         f"Each caption's score at its best offset: {kept:,} of {n:,} kept (green) above the "
+         f"threshold ({thr}, dashed), the rest dropped (grey)."),
+        (_offset_plot(plotted),
+         "How far each caption was moved: its aligned start minus the start the LLM gave, "
+         "one bar a second; a pile at the edges means ±T was too small.")]
+    if stats.videos == 1:
+        only = stats.fractions[0] if stats.fractions else ("the video", kept / n)
+        items.append((None, f"One video ({html.escape(str(only[0]))}): {kept:,} of its "
+                            f"{n:,} captions kept ({only[1]:.0%})."))
+    else:
+        items.append((_per_video_stats_plot(stats),
+                      f"The share of each video's captions kept, over {stats.videos:,} "
+                      "videos: a video near 0 is one the encoder finds no match in (off-topic "
+                      "talk, or footage unlike its words)."))
+    if str(config.get("filter", "")).startswith("default filter") and stats.has_null_z:
+        bar = config.get("null_z")
+        items.append((_null_z_plot(plotted, float(bar if bar is not None else _default_bar())),
+                      "The default filter's test: how far a caption's score stands above "
+                      "other videos' captions on its clip and its own caption on other "
+                      "videos' clips (z); captions left of the bar are dropped."))
+    return "".join(f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{png}"/>'
+                   f"<figcaption>{html.escape(cap)}</figcaption></figure>" if png is not None
+                   else f"<p>{cap}</p>" for png, cap in items)
 
 
 def _kv_rows(items: dict) -> str:
