@@ -297,3 +297,59 @@ def test_cli_command(tmp_path):
     res = runner.invoke(app, ["stats", str(tmp_path / "empty_missing")])
     assert res.exit_code == 2
     assert "no such run directory" in res.output
+
+
+def test_report_shows_each_signal_with_its_extreme_clips(tmp_path, nlp):
+    """Signals of two real videos (and one whose file is gone): a histogram per signal,
+    the three highest and lowest clips in order with a thumbnail each, and a placeholder
+    where the video does not read."""
+    import base64
+    import io
+    import subprocess
+
+    from PIL import Image
+
+    from tests.support.stages import write_rows
+
+    rd = RunDir(tmp_path / "run")
+    paths = {}
+    for vid, colour in (("red", "red"), ("blue", "blue")):
+        paths[vid] = tmp_path / f"{vid}.mp4"
+        subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+                        f"color=c={colour}:size=64x48:rate=10:duration=8", "-pix_fmt",
+                        "yuv420p", str(paths[vid])], check=True)
+    paths["gone"] = tmp_path / "gone.mp4"
+    rd.record_videos([VideoItem(v, p) for v, p in paths.items()])
+    rows = [{"video_id": v, "start": float(t), "end": float(t + 2),
+             "motion": m, "static": m < 0.002, "text_area": 0.0, "face_area": 0.0,
+             "brightness": 0.5, "sharpness": 0.01, "aesthetic": float("nan"),
+             "config_id": "c"}
+            for v, base in (("red", 0.0), ("blue", 0.1), ("gone", 0.5))
+            for t, m in zip((0, 2, 4), (base, base + 0.01, base + 0.02), strict=True)]
+    write_rows(rd, "signals", pd.DataFrame(rows), stage="signals")
+    stats = stats_run(rd.root, progress=False)
+    sig = stats["signals"]
+    assert sig["rows"] == 9 and set(sig["histograms"]) == {
+        "motion", "text_area", "face_area", "brightness", "sharpness"}  # aesthetic: all NaN
+    high = sig["extremes"]["motion"]["high"]
+    assert [(c["video_id"], c["value"]) for c in high] == [
+        ("gone", 0.52), ("gone", 0.51), ("gone", 0.5)] and all(c["jpg"] is None for c in high)
+    low = sig["extremes"]["motion"]["low"]
+    assert [(c["video_id"], c["start"]) for c in low] == [("red", 0.0), ("red", 2.0),
+                                                         ("red", 4.0)]
+    pixel = Image.open(io.BytesIO(base64.b64decode(low[0]["jpg"]))).convert("RGB").getpixel(
+        (5, 5))
+    assert pixel[0] > 200 and pixel[2] < 60  # the red video's frame
+    page = (rd.root / "report.html").read_text()
+    section = page.split("<h2>Visual signals</h2>")[1].split("<h2>")[0]
+    assert section.count("data:image/png;base64,") == 5
+    assert section.count("data:image/jpeg;base64,") >= 6  # red and blue thumbnails
+    assert "video not readable" in section and "The 3 highest motion" in section
+    assert json.loads((rd.root / "stats.json").read_text())["signals"]["rows"] == 9
+
+
+def test_report_without_signals_says_how_to_get_them(tmp_path, nlp):
+    build_run(tmp_path)
+    stats_run(tmp_path, progress=False)
+    section = (tmp_path / "report.html").read_text().split("<h2>Visual signals</h2>")[1]
+    assert "howtocap signals DIR" in section.split("<h2>")[0]

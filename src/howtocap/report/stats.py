@@ -50,7 +50,9 @@ from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
 CORPORA = ("subtitles", "captions", "kept")
-TABLES = ("videos", "subtitles", "captions", "aligned", "status")
+TABLES = ("videos", "subtitles", "captions", "aligned", "status", "signals")
+SIGNALS = ("motion", "text_area", "face_area", "brightness", "sharpness", "aesthetic")
+THUMBS = 3  # clips shown at each end of a signal's range
 
 
 # -- small pure helpers ---------------------------------------------------------------------
@@ -263,6 +265,51 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
                        for k, v in arrays.items()}}
 
 
+def signal_stats(signals: pd.DataFrame, videos: pd.DataFrame | None) -> dict[str, Any]:
+    """Each signal's histogram over the ``signals`` rows, the share flagged static, and the
+    ``THUMBS`` highest- and lowest-scoring clips with a thumbnail each (the one place the
+    report decodes video: a frame at each of those clips' middles)."""
+    paths = {} if videos is None else {
+        str(v): p for v, p in zip(videos["video_id"], videos["video_path"], strict=True)}
+    cols = [c for c in SIGNALS if c in signals and signals[c].notna().any()]
+    out: dict[str, Any] = {
+        "rows": len(signals), "videos": int(signals["video_id"].nunique()),
+        "static": float(signals["static"].astype(bool).mean()) if "static" in signals
+        and len(signals) else None,
+        "histograms": {c: float_histogram({"signals": signals[c].to_numpy(float)})
+                       for c in cols}, "extremes": {}}
+    for c in cols:
+        ranked = signals[signals[c].notna()].sort_values(c, kind="stable")
+        out["extremes"][c] = {
+            "high": [_thumb(r, c, paths) for _, r in ranked.tail(THUMBS)[::-1].iterrows()],
+            "low": [_thumb(r, c, paths) for _, r in ranked.head(THUMBS).iterrows()]}
+    return out
+
+
+def _thumb(row: pd.Series, signal: str, paths: dict[str, Any]) -> dict[str, Any]:
+    """One clip of a signal's extremes, with a small JPEG of its middle frame (None when
+    the video is gone or does not decode: the report still lists the clip)."""
+    import base64
+    import io
+
+    from howtocap.io.video import frame_at
+
+    vid, start, end = str(row["video_id"]), float(row["start"]), float(row["end"])
+    jpg = None
+    path = paths.get(vid)
+    if path:
+        try:
+            img = frame_at(path, (start + end) / 2)
+            img.thumbnail((192, 108))
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=80)
+            jpg = base64.b64encode(buf.getvalue()).decode("ascii")
+        except (InputError, OSError):
+            jpg = None
+    return {"video_id": vid, "start": start, "end": end, "value": float(row[signal]),
+            "jpg": jpg}
+
+
 # -- reading the run directory ------------------------------------------------------------------
 def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
     """Every table the run has (``None`` where a stage has not run), read once; ``status``
@@ -358,6 +405,8 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
         "text": text,
         "alignment": alignment_stats(aligned) if aligned is not None and len(aligned) else None,
         "histograms": hist,
+        "signals": signal_stats(tables["signals"], tables["videos"])
+        if tables["signals"] is not None and len(tables["signals"]) else None,
         "seconds": round(time.perf_counter() - t0, 3),
     }
 

@@ -41,6 +41,10 @@ tr.group td{background:#f7f9fb;font-weight:600;text-align:left}
 .bad{color:#c0392b;font-weight:600}.plots{display:grid;grid-template-columns:1fr 1fr;gap:1rem}
 .plots figure{margin:0;background:#fff;border:1px solid #e3e7ee;border-radius:8px;padding:.5rem}
 .plots img{width:100%}figcaption{color:#5b6475;font-size:.85rem}
+.thumbs{display:flex;flex-wrap:wrap;gap:.4rem;margin:.3rem 0 1rem}
+.thumbs figure{margin:0;width:192px}.thumbs img{width:192px;border-radius:4px}
+.thumbs .none{width:192px;height:108px;background:#eef1f5;display:flex;align-items:center;
+ justify-content:center;color:#5b6475;font-size:.8rem}
 dl{background:#fff;border:1px solid #e3e7ee;border-radius:8px;padding:.6rem 1rem}
 dt{font-weight:600;margin-top:.4rem}dd{margin-left:1rem;color:#3a4252}
 """
@@ -102,6 +106,8 @@ def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
     if h.get("clipped_at") is not None:
         xlabel += f" (last bin: ≥ {h['clipped_at']})"
     ax.set(title=title, xlabel=xlabel, ylabel="% of items" if percent else "count")
+    if not percent:  # counts in whole numbers (matplotlib ticks a few items in quarters)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if integer:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=.3)
@@ -231,6 +237,51 @@ DEFINITIONS = [
 ]
 
 
+# what each signal measures, for its chart's caption (docs/signals.md has the details)
+SIGNAL_TEXT = {
+    "motion": "frame-to-frame change (0: still)",
+    "text_area": "share of the frame inside detected text",
+    "face_area": "share of the frame the largest face covers",
+    "brightness": "mean luma (0: black)",
+    "sharpness": "variance of the Laplacian (near 0: blurred or flat)",
+    "aesthetic": "the aesthetic head's score",
+}
+
+
+def _signals_html(sig: dict[str, Any] | None) -> str:
+    """Each signal's distribution over the run's shots, with the clips at both ends of it:
+    what a `--where` bar would keep and drop."""
+    if not sig:
+        return ("<p>No signals yet: <code>howtocap signals DIR</code> scores each shot's "
+                "motion, text, faces, brightness and sharpness.</p>")
+    parts = [f"<p>{sig['rows']:,} shots or windows of {sig['videos']:,} videos"
+             + (f"; {sig['static']:.0%} flagged static (slides, stills, black)"
+                if sig.get("static") is not None else "") + ".</p>"]
+    for col, h in sig["histograms"].items():
+        what = SIGNAL_TEXT.get(col, col)
+        img = _hist_plot(h, col, what, percent=False)
+        if img:
+            cap = f"{col}: {what}, one count per shot or window ({sig['rows']:,} in all)."
+            parts.append(f"<div class='plots'><figure><img alt='{_esc(cap)}' "
+                         f"src='data:image/png;base64,{img}'><figcaption>{_esc(cap)}"
+                         "</figcaption></figure></div>")
+        for end, label in (("high", "highest"), ("low", "lowest")):
+            clips = sig["extremes"].get(col, {}).get(end, [])
+            cells = "".join(
+                f"<figure>{_thumb_img(c)}<figcaption>{_esc(c['video_id'])} "
+                f"{c['start']:.1f}–{c['end']:.1f} s: {_num(c['value'], 4)}</figcaption>"
+                "</figure>" for c in clips)
+            parts.append(f"<p>The {len(clips)} {label} {_esc(col)}:</p>"
+                         f"<div class='thumbs'>{cells}</div>")
+    return "".join(parts)
+
+
+def _thumb_img(clip: dict[str, Any]) -> str:
+    if not clip.get("jpg"):
+        return "<div class='none'>video not readable</div>"
+    return f"<img alt='{_esc(clip['video_id'])}' src='data:image/jpeg;base64,{clip['jpg']}'>"
+
+
 def render_html(stats: dict[str, Any]) -> str:
     """The report page: run summary, ASR-vs-captions table, histograms, definitions."""
     notes = []
@@ -277,6 +328,8 @@ howtocap {_esc(stats['howtocap_version'])} · spaCy model {_esc(stats['spacy_mod
 {_comparison_html(stats)}
 <h2>Distributions</h2>
 <div class="plots">{figs or "<p>No data to plot.</p>"}</div>
+<h2>Visual signals</h2>
+{_signals_html(stats.get("signals"))}
 <h2>Definitions</h2>
 <dl>{defs}</dl>
 </body></html>
