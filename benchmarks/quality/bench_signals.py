@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo: tests.support
+import numpy as np
 import pandas as pd
 from _harness import load_avg, machine, md_table, write_results
 from sklearn.metrics import roc_auc_score
@@ -34,6 +35,7 @@ from tests.support.signal_videos import KINDS, make
 from howtocap.engine.stage import VideoInput
 from howtocap.io.inputs import VideoItem
 from howtocap.io.video import iter_frames
+from howtocap.io.where import PRESETS, where_rows
 from howtocap.signals.config import SignalsConfig
 from howtocap.signals.measure import luma, motion, sharpness
 from howtocap.signals.stage import SignalsStage
@@ -52,6 +54,11 @@ TARGETS: dict[str, tuple[tuple[str, ...], int]] = {
     "sharpness": (("blurred", "black"), -1),  # no detail first (a black frame has none either)
 }
 STATIC = ("slides", "still", "black")
+# --where presets (howtocap.io.where.PRESETS) -> the planted kinds each is meant to leave out
+PRESET_DROPS = {"visible": ("black", "blurred"), "no-slides": ("slides", "still", "black"),
+                "no-talking-head": ("talking_head",),
+                "footage": ("slides", "still", "black", "blurred", "talking_head")}
+HELD_OUT_SEEDS = 100  # held-out videos draw seeds from here: never seen when the bars were set
 
 
 def score(stage: SignalsStage, videos: dict[tuple[str, int], Path]) -> pd.DataFrame:
@@ -79,6 +86,23 @@ def separation(table: pd.DataFrame) -> dict[str, Any]:
     out["static"] = {"planted": "+".join(STATIC),
                      "precision": round(tp / max(1, int(got.sum())), 4),
                      "recall": round(tp / max(1, int(y.sum())), 4)}
+    return out
+
+
+def preset_scores(table: pd.DataFrame) -> dict[str, Any]:
+    """Each preset's precision and recall as a filter that leaves out its planted kinds,
+    window by window."""
+    out = {}
+    for name, drops in PRESET_DROPS.items():
+        kept = where_rows(table.reset_index(drop=True).assign(_row=range(len(table))), name,
+                          "bench")
+        dropped = ~np.isin(np.arange(len(table)), kept["_row"].to_numpy())
+        y = table["kind"].isin(drops).to_numpy()
+        tp = int((dropped & y).sum())
+        out[name] = {"condition": PRESETS[name], "drops": "+".join(drops),
+                     "precision": round(tp / max(1, int(dropped.sum())), 4),
+                     "recall": round(tp / max(1, int(y.sum())), 4),
+                     "windows_dropped": int(dropped.sum()), "windows_to_drop": int(y.sum())}
     return out
 
 
@@ -136,7 +160,13 @@ def report(res: dict[str, Any]) -> list[str]:
                       [[k, f"{v:.2f}", f"{v / cost['decode']:.2f}"] for k, v in cost.items()],
                       "lrr")
     lines += ["", f"The whole stage, end to end: {res['stage_seconds_per_video_minute']:.2f} s "
-                  "per video minute."]
+                  "per video minute.", "",
+              "`--where` presets as filters that leave out their planted kinds, per window; "
+              "the bars were set on the videos above, these are "
+              f"{res['videos_per_kind']} more per kind (other seeds):", ""]
+    lines += md_table(["preset", "condition", "leaves out", "precision", "recall"],
+                      [[k, f"`{v['condition']}`", v["drops"], f"{v['precision']:.2f}",
+                        f"{v['recall']:.2f}"] for k, v in res["presets"].items()], "lllrr")
     return lines
 
 
@@ -181,6 +211,10 @@ def main() -> None:
         table = score(stage, videos)
         stage_s = time.perf_counter() - t0
         cost = costs(stage, videos)
+        held = {(k, s): make(Path(tmp), k, seconds=SECONDS, w=SIZE[0], h=SIZE[1], fps=FPS,
+                             seed=s, name=f"{k}-{s}")
+                for k in KINDS for s in range(HELD_OUT_SEEDS, HELD_OUT_SEEDS + per_kind)}
+        held_table = score(stage, held)
     minutes = len(videos) * SECONDS / 60
     res = {"machine": machine(), "load_avg": [load0, load_avg()], "quick": args.quick,
            "videos_per_kind": per_kind, "kinds": list(KINDS), "seconds": SECONDS,
@@ -188,6 +222,8 @@ def main() -> None:
            "fps": CFG.fps, "detect_fps": CFG.detect_fps, "static_motion": CFG.static_motion,
            "separation": separation(table), "seconds_per_video_minute": cost,
            "stage_seconds_per_video_minute": round(stage_s / minutes, 3),
+           "presets": preset_scores(held_table),
+           "presets_tuning": preset_scores(table),
            "medians_by_kind": table.groupby("kind")[[*TARGETS]].median().round(5)
            .to_dict(orient="index")}
     write_results("signals", res, report(res), plot=plot(res))
