@@ -1,6 +1,8 @@
 """The duplicates step on real generated videos: planted copies (re-encode, crop, resize,
-trimmed copy) and a repeated clip are found among distinct videos, each group keeps the id the
-rule says, and ``--drop-duplicates`` leaves their rows out of export and of train's data."""
+trimmed copy, and a copy trimmed at both ends, halved and re-encoded at CRF 32) and a repeated
+clip are found among distinct videos, each group keeps the id the rule says, distinct videos
+that share an intro or a still photograph are not copies, and ``--drop-duplicates`` leaves
+their rows out of export and of train's data."""
 
 from __future__ import annotations
 
@@ -37,11 +39,28 @@ PHOTOS = {"a": ["astronaut", "coffee", "rocket", "horse"],
 COPIES = {"a1_trim": ["-ss", "1.5", "-t", "5"],
           "a0_small": ["-vf", "scale=96:96"],
           "a2_crop": ["-vf", "crop=128:128:8:8"],
-          "a_reenc": ["-b:v", "150k"]}
+          "a_reenc": ["-b:v", "150k"],
+          # the case of issue #41: 0.6 s (of 8) cut at each end, half size, CRF 32
+          "a3_trim_half": ["-ss", "0.6", "-t", "6.8", "-vf", "scale=72:72", "-crf", "32"]}
+# Distinct videos that share footage but are not copies: p and q open with the same 4-s intro
+# (half of each), r and s show the same photograph as a 3-s still (first in r, last in s);
+# each is 8 s.
+NEGATIVE_BODIES = {"p": ["cell", "grass", "text"], "q": ["chessboard_RGB", "coins", "horse"],
+                   "r": ["clock_motion", "color", "rocket"], "s": ["camera", "retina", "page"]}
+INTRO, STILL = ["hubble_deep_field", "logo"], "phantom"
 
 
 def _ffmpeg(*args: str) -> None:
     subprocess.run(["ffmpeg", "-y", "-loglevel", "error", *args], check=True)
+
+
+def _concat(parts: list[list[str]], out: Path) -> None:
+    """``parts`` (each one ffmpeg input's options) one after the other, 144 px at 5 fps."""
+    fit = "scale=144:144:force_original_aspect_ratio=increase,crop=144:144,setsar=1,fps=5"
+    graph = "".join(f"[{i}:v]{fit}[p{i}];" for i in range(len(parts))) + \
+        "".join(f"[p{i}]" for i in range(len(parts))) + f"concat=n={len(parts)}:v=1[v]"
+    _ffmpeg(*[a for p in parts for a in p], "-filter_complex", graph, "-map", "[v]",
+            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(out))
 
 
 def _caption_rows(vid: str, duration: float) -> list[dict[str, Any]]:
@@ -86,7 +105,33 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     clean_run = _make_run(root / "clean", {v: made[v] for v in ("a", "b", "c")}, cache)
     clean = duplicates_run(clean_run.root, progress=False)
     return {"root": root, "run": dup_run, "result": result, "clean_run": clean_run,
-            "clean": clean, "table": pd.read_parquet(dup_run.table_path("duplicates"))}
+            "clean": clean, "table": pd.read_parquet(dup_run.table_path("duplicates")),
+            "cache": cache, "made": made}
+
+
+@pytest.fixture(scope="module")
+def shared(runs: dict[str, Any]) -> pd.DataFrame:
+    """The duplicates table of a run of four distinct videos that share an intro (p, q) or a
+    still photograph (r, s)."""
+    from howtocap.photos import packaged_photos
+
+    media = runs["root"] / "shared"
+    parts = {v: make_narrated_video(media, v, [(p, p, p) for p in photos],
+                                    seconds_per_step=2.0, fps=5, size=144, audio=False,
+                                    subtitles=None).video_path
+             for v, photos in {**NEGATIVE_BODIES, "intro": INTRO}.items()}
+    still = ["-loop", "1", "-framerate", "5", "-t", "3",
+             "-i", str(packaged_photos()[f"skimage:{STILL}"])]
+    body = {v: ["-t", "4" if v in "pq" else "5", "-i", str(parts[v])] for v in NEGATIVE_BODIES}
+    intro = ["-t", "4", "-i", str(parts["intro"])]
+    plan = {"p": [intro, body["p"]], "q": [intro, body["q"]], "r": [still, body["r"]],
+            "s": [body["s"], still]}
+    for v, inputs in plan.items():
+        _concat(inputs, media / f"{v}_shared.mp4")
+    rd = _make_run(runs["root"] / "shared_run",
+                   {f"{v}_shared": media / f"{v}_shared.mp4" for v in plan}, runs["cache"])
+    duplicates_run(rd.root, progress=False)
+    return pd.read_parquet(rd.table_path("duplicates"))
 
 
 @pytest.mark.slow
@@ -102,6 +147,38 @@ def test_planted_copies_are_found_and_distinct_videos_are_not(runs: dict[str, An
     trim = videos.set_index("video_id").loc["a1_trim"]  # its 5 s sit 1.5 s into "a"
     assert trim["seconds"] >= 4 and abs(trim["dup_start"] - 1.5) <= 1.0
     assert abs(trim["end"] - trim["start"] - 5) <= 1
+
+
+@pytest.mark.slow
+def test_a_trimmed_halved_reencoded_copy_is_a_duplicate_video(runs: dict[str, Any]) -> None:
+    """Issue #41: cut at both ends, half size, CRF 32: its seconds dip below the threshold here
+    and there, but they still line up with its source's, so it is the same video."""
+    t = runs["table"]
+    row = t[t["video_id"] == "a3_trim_half"]
+    assert list(row["kind"]) == ["video"] and list(row["duplicate_of"]) == ["a"]
+    # alone with its source (not joined to it through the other copies): matched directly
+    made = runs["made"]
+    rd = _make_run(runs["root"] / "trim_half", {"a": made["a"], "b": made["b"], "c": made["c"],
+                                                "a3_trim_half": made["a"].parent /
+                                                "a3_trim_half.mp4"}, runs["cache"])
+    duplicates_run(rd.root, progress=False)
+    alone = pd.read_parquet(rd.table_path("duplicates"))
+    assert list(zip(alone["video_id"], alone["duplicate_of"], alone["kind"], strict=True)) == \
+        [("a3_trim_half", "a", "video")]
+    assert alone["seconds"].iloc[0] >= DuplicatesConfig().min_seconds
+
+
+@pytest.mark.slow
+def test_distinct_videos_sharing_an_intro_or_a_photo_are_not_one_video(
+        shared: pd.DataFrame) -> None:
+    """An intro or a still photograph two videos share is footage they share (a repeated clip
+    at most), not a copy: neither is dropped as a duplicate video."""
+    assert (shared["kind"] == "clip").all(), shared
+    pairs = {frozenset((r.video_id, r.duplicate_of)) for r in shared.itertuples()}
+    assert pairs <= {frozenset(("p_shared", "q_shared")), frozenset(("r_shared", "s_shared"))}
+    for r in shared.itertuples():  # the shared footage: p's and q's first 4 s, r's first 3 s
+        if r.video_id in ("p_shared", "q_shared", "r_shared"):
+            assert r.start < 4
 
 
 @pytest.mark.slow

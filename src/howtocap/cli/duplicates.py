@@ -8,36 +8,17 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import QuietOpt, err, user_errors, validated
+from howtocap.cli.common import QuietOpt, err, user_errors
+from howtocap.cli.options import settings_options
 from howtocap.duplicates.config import DuplicatesConfig
-
-_DEFAULT = DuplicatesConfig()  # the options' defaults are the step's
-
-
-def duplicates_settings(threshold: float, min_seconds: int, video_cover: float, gap: int,
-                        neighbours: int) -> DuplicatesConfig:
-    """The options as the step's typed settings (a bad value is one line)."""
-    return validated(DuplicatesConfig, threshold=threshold, min_seconds=min_seconds,
-                     video_cover=video_cover, gap=gap, neighbours=neighbours)
 
 
 @user_errors
+@settings_options(settings=DuplicatesConfig)
 def duplicates_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (after `run` or `frames`).")],
-    threshold: Annotated[float, typer.Option(
-        help="Cosine of two seconds' frame embeddings at which they show the same footage "
-             "(tuned for the default encoder; docs/duplicates.md).")] = _DEFAULT.threshold,
-    min_seconds: Annotated[int, typer.Option(
-        help="Matched seconds in temporal order that make a repeated clip.")
-    ] = _DEFAULT.min_seconds,
-    video_cover: Annotated[float, typer.Option(
-        help="Share of the shorter video matched that makes the pair near-duplicate videos "
-             "(below: repeated clips).")] = _DEFAULT.video_cover,
-    gap: Annotated[int, typer.Option(help="Unmatched seconds a matched run may bridge.")
-                   ] = _DEFAULT.gap,
-    neighbours: Annotated[int, typer.Option(
-        help="k of the FAISS k-NN over keyframes that proposes pairs to check.")
-    ] = _DEFAULT.neighbours,
+    *,
+    settings: DuplicatesConfig,
     encoder: Annotated[str, typer.Option(
         help="Encoder whose cached frame embeddings are compared (missing ones are computed "
              "into the cache).")] = "default",
@@ -50,8 +31,7 @@ def duplicates_cmd(
     repeated clips; writes DIR/duplicates.parquet (export/train --drop-duplicates use it)."""
     from howtocap.duplicates.run import duplicates_run
 
-    cfg = duplicates_settings(threshold, min_seconds, video_cover, gap, neighbours)
-    res = duplicates_run(run_dir, cfg, encoder=encoder, fps=fps, device=device,
+    res = duplicates_run(run_dir, settings, encoder=encoder, fps=fps, device=device,
                          progress=not quiet)
     err.print(f"{res.n_videos} videos: {res.duplicate_videos} near-duplicate video(s) in "
               f"{res.groups} group(s), {res.clips} repeated clip(s) "

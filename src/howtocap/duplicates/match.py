@@ -132,13 +132,29 @@ def match_segments(ea: np.ndarray, eb: np.ndarray, *, threshold: float, min_seco
     return sorted(kept, key=lambda s: s.a0)
 
 
-def coverage(segments: list[Segment], na: int, nb: int) -> float:
-    """The share of the shorter video that the segments cover (their spans, gaps included)."""
-    if not segments or min(na, nb) == 0:
+def offset_coverage(ea: np.ndarray, eb: np.ndarray, segments: list[Segment], *,
+                    threshold: float) -> float:
+    """The share of the shorter video's seconds that match the other's at the offset of one
+    of ``segments`` (or a second either side: ``_band``) at cosine >= ``threshold``.
+
+    Why not the segments' spans: a re-encoded, scaled copy keeps its offset but loses seconds
+    here and there (a cosine that dips for a few seconds breaks a run into pieces too short to
+    count), so every second along the matched offsets is counted, at a lower cosine than a
+    segment needs. Why only along those offsets, not each second's best match anywhere: a
+    still photo, a black frame or an intro the two videos share matches at many offsets, but
+    along one offset it covers only its own length; and two distinct videos that show the
+    same things in another order do not line up."""
+    if not segments or len(ea) == 0 or len(eb) == 0:
         return 0.0
-    if na <= nb:
-        return sum(s.a_len for s in segments) / na
-    return sum(s.b_len for s in segments) / nb
+    offsets = {s.b0 - s.a0 for s in segments}
+    if len(ea) > len(eb):  # rows of the shorter video
+        ea, eb, offsets = eb, ea, {-o for o in offsets}
+    sim = _band(ea @ eb.T)
+    hit = np.zeros(len(ea), dtype=bool)
+    for off in offsets:
+        rows = np.arange(max(0, -off), min(len(ea), len(eb) - off))
+        hit[rows] |= sim[rows, rows + off] >= threshold
+    return float(hit.mean())
 
 
 def mean_similarity(segments: list[Segment]) -> float:

@@ -7,8 +7,9 @@ decoded twice), reduced to keyframes (a static stretch is one vector); (2) a FAI
 all keyframes gives candidate pairs of videos (a keyframe of one among the ``neighbours``
 nearest of another, at cosine >= ``threshold``); (3) each candidate pair is checked second by
 second (``match.match_segments``: runs of matching seconds along one time offset); (4) a pair
-whose matches cover most of the shorter video is a near-duplicate video, otherwise each run
-is a repeated clip; near-duplicate videos are grouped and each group keeps one id
+is a near-duplicate video when most of the shorter video's seconds match along those runs'
+offsets at the lower ``cover_threshold`` (``match.offset_coverage``), otherwise each run is a
+repeated clip; near-duplicate videos are grouped and each group keeps one id
 (``match.kept_rank``: longest, then most pixels, then smallest id).
 
 Memory: only keyframe vectors stay in memory (the FAISS index: dim x 4 bytes each); the
@@ -31,12 +32,12 @@ from howtocap.atomic import atomic_write_parquet
 from howtocap.duplicates.config import DuplicatesConfig
 from howtocap.duplicates.match import (
     Segment,
-    coverage,
     groups,
     kept_rank,
     keyframes,
     match_segments,
     mean_similarity,
+    offset_coverage,
     unit_rows,
 )
 from howtocap.engine.fingerprint import config_id
@@ -46,7 +47,7 @@ from howtocap.knn import make_faiss
 from howtocap.progress import console, progress_bar
 from howtocap.schemas import conform
 
-VERSION = 1
+VERSION = 2  # 2: video coverage counts seconds along the matched offsets
 QUERY_BATCH = 4096  # keyframes searched per FAISS call
 LRU_VIDEOS = 256  # per-second matrices kept while checking pairs
 
@@ -136,7 +137,8 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
             segs = match_segments(ea, eb, threshold=cfg.threshold,
                                   min_seconds=cfg.min_seconds, gap=cfg.gap)
             if segs:
-                if coverage(segs, len(ea), len(eb)) >= cfg.video_cover:
+                if offset_coverage(ea, eb, segs, threshold=cfg.cover_threshold) \
+                        >= cfg.video_cover:
                     video_pairs[(i, j)] = segs
                 else:
                     clip_pairs[(i, j)] = segs
