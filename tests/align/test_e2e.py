@@ -255,6 +255,7 @@ def _base_sources(dest: Path) -> Path | None:
     return dest / "src"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["default", "quantile"])
 def test_aligned_table_equals_the_base_commits(tmp_path: Path, mode: str) -> None:
     """A generated run (cached frames, the benchmark's stub text encoder) made and aligned by

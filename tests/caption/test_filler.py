@@ -273,6 +273,7 @@ def full_verdicts() -> tuple[list[str], list[str], object]:
     return texts, [verdict(doc) for doc in full.pipe(texts, batch_size=1)], full
 
 
+@pytest.mark.slow
 def test_fast_path_gives_the_full_pipelines_verdicts(nlp: object, full_verdicts: tuple
                                                      ) -> None:
     """The parser ``load_parser`` loads (only the components the rules read) and the verdict
@@ -287,6 +288,7 @@ def test_fast_path_gives_the_full_pipelines_verdicts(nlp: object, full_verdicts:
     assert [reject_reasons([t], nlp)[0] for t in texts[:50]] == want[:50]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*W108")  # the lemmatizer's "no POS": expected here
 @pytest.mark.parametrize("component", ["parser", "tagger", "attribute_ruler", "lemmatizer"])
 def test_every_loaded_component_decides_some_verdict(full_verdicts: tuple, component: str
@@ -337,6 +339,7 @@ def pool() -> object:
     p.close()
 
 
+@pytest.mark.slow
 def test_parser_processes_give_the_full_pipelines_verdicts(pool: object, full_verdicts: tuple
                                                             ) -> None:
     """The filler test in worker processes (``--parse-workers``) judges every labelled text as

@@ -162,6 +162,7 @@ def test_the_default_parses_each_caption_once(nlp: object) -> None:
     assert "Add two cups of flour." in kept["text"].tolist() and len(kept) < len(df)
 
 
+@pytest.mark.slow
 def test_no_parser_is_loaded_without_the_filler_test_and_the_rewrite(tmp_path: Path) -> None:
     """``--keep-fillers --no-imperative`` never imports spaCy (nor starts a parser process);
     with either on, the parse runs (so the check can tell)."""

@@ -163,6 +163,7 @@ def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: 
 
 
 # -- streaming -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_big_caption_json_is_streamed_not_loaded(tmp_path: Path) -> None:
     """Fails if the reader goes back to json.load: that holds every video at once (several
     times the file's size as Python objects); streaming holds one row group."""

@@ -70,6 +70,7 @@ def first_hit_is_the_cat(resp: httpx.Response) -> None:
     assert (hits[0]["start"], hits[0]["end"]) == pytest.approx((step.start, step.end))
 
 
+@pytest.mark.slow
 def test_all_interfaces_with_an_api_key(run: Path) -> None:
     key = secrets.token_urlsafe(24)
     q = {"q": "a cat being brushed", "k": 3}
@@ -90,6 +91,7 @@ def test_all_interfaces_with_an_api_key(run: Path) -> None:
     assert key not in stdout  # the key is never printed
 
 
+@pytest.mark.slow
 def test_all_interfaces_public_without_a_key(run: Path) -> None:
     with serving(run, "--host", "0.0.0.0", "--public") as (url, proc):
         first_hit_is_the_cat(httpx.get(f"{url}/api/search",

@@ -112,6 +112,7 @@ def test_export_keeps_the_rows_that_pass_and_carries_their_signals(run: RunDir,
     assert kept == {"visible": 6, "no-slides": 5, "no-talking-head": 6, "footage": 5}
 
 
+@pytest.mark.slow
 def test_clips_json_carries_the_window_signals(run: RunDir, tmp_path: Path) -> None:
     from howtocap.clips.export import export_clips
 
@@ -125,6 +126,7 @@ def test_clips_json_carries_the_window_signals(run: RunDir, tmp_path: Path) -> N
     assert got[2.0]["text_area"] == pytest.approx(0.15) and got[2.0]["static"] is False
 
 
+@pytest.mark.slow
 def test_train_takes_only_the_rows_that_pass(run: RunDir, monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
     import howtocap.train.api as api

@@ -153,6 +153,7 @@ def test_cli_signals_one_line_per_failure(tmp_path: Path, videos: dict[str, Path
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_run_signals_scores_the_shots_run_found(tmp_path: Path) -> None:
     """`run --within-shot --signals`: the signals stage runs after shots, one row per shot."""
     import sys

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from howtocap.cli import app
 
 
+@pytest.mark.slow
 def test_train_eval_export_on_generated_videos(tmp_path: Path) -> None:
     runner = CliRunner()
     data = tmp_path / "data"
