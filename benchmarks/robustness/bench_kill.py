@@ -234,20 +234,20 @@ def main() -> None:
             # results were in a batch not yet committed, so the resumed run asked again
             redone = srv.requests - asked - clean_requests
             detected = json.loads(report.read_text()) if report.exists() else []
-            equal = code == 0
+            equal, why = code == 0, ""
             if equal:
                 got = tables(out)
                 for name in TABLES:
                     try:
                         pd.testing.assert_frame_equal(got[name], want[name])
-                    except AssertionError:
-                        equal = False
+                    except AssertionError as exc:  # what differs, for the results file
+                        equal, why = False, f"{name}: {' '.join(str(exc).split())[:300]}"
             temp_left = [str(p) for p in out.rglob("*.tmp")]
             trials.append({"kill_at_s": round(at, 3), "step": step,
                            "resume_exit": code, "resume_s": round(resume_s, 2),
                            "requests_redone": redone,
                            "equal": equal and not temp_left, "temp_files_left": temp_left,
-                           "injected": injected,
+                           "injected": injected, "differs": why,
                            "detected": sum(any(Path(p).name in d for d in detected)
                                            for p in injected)})
             print(f"kill {i:2d} at {at:5.2f}s ({step}): {redone} requests redone, resume "
@@ -255,7 +255,8 @@ def main() -> None:
                   f"{'equal' if equal else 'DIFFER'}"
                   + (f", corrupt parts {len(injected)} -> detected "
                      f"{trials[-1]['detected']}" if injected else ""), flush=True)
-            shutil.rmtree(out)
+            if equal:  # a run that differs is kept for a look (args.work/killedNN)
+                shutil.rmtree(out)
             i += 1
     n_equal = sum(t["equal"] for t in trials)
     injected = sum(len(t["injected"]) for t in trials)
