@@ -118,7 +118,10 @@ def test_a_sigkill_mid_shard_resumes_to_the_uninterrupted_tables(tmp_path: Path)
     videos not committed, and ends with the tables and records of a run never killed, each
     video once, no temp file, work folder or claim left."""
     run, n = tmp_path / "run", 12
-    proc = subprocess.Popen([sys.executable, "-c", _script(run, tmp_path / "log1", n, 0.15)],
+    # 0.4 s a video: the kill (polled every 5 ms) lands well before the next chunk of 2 is
+    # committed, even with other tests on the same cores (at 0.15 s it sometimes finished
+    # the second shard first)
+    proc = subprocess.Popen([sys.executable, "-c", _script(run, tmp_path / "log1", n, 0.4)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and _chunked(run) < 6:
