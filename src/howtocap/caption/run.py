@@ -197,7 +197,10 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     opts = {"runner": runner, "shard": shard, "progress": progress,
             "retry_failed": retry_failed, "max_attempts": max_attempts, "batching": batching}
     summaries: list[StageSummary] = []
-    for _ in range(2):  # a second pass only when a corrupt file was found (and dropped)
+    # Another pass only when a corrupt file was found (and dropped); a torn subtitles file
+    # keeps its shard out of the first pass, so its captions file is first checked in the
+    # second: each table found corrupt can cost a pass.
+    for _ in range(4):
         subs, caps = StageSummary(subs_stage.name), StageSummary(cap_stage.name)
         for items in videos.windows(rundir, window or WINDOW):
             subs.add(run_stage(rundir, items, subs_stage, cid=ids[subs_stage.name], **opts))
