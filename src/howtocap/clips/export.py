@@ -285,7 +285,8 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: not a run directory")
     kind = "rows"
     if rows is None:
-        rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates, where=where)
+        rows, kind = pairs_for_export(rundir, what, drop_duplicates=drop_duplicates, where=where,
+                                      carry_signals=True)
     out = Path(out) if out is not None else rundir.root / "clips"
     videos = rundir.table("videos")
     paths = {str(v): str(p or "") for v, p in zip(videos["video_id"], videos["video_path"],

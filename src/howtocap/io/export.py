@@ -48,25 +48,30 @@ def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
 
 def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bool = True,
                      order: tuple[str, ...] = AUTO_ORDER, drop_duplicates: bool = False,
-                     where: str | None = None) -> tuple[pd.DataFrame, str]:
+                     where: str | None = None, carry_signals: bool = False
+                     ) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
     frame captions; ``what`` names one table instead. ``drop_duplicates``: without the rows
-    of duplicate videos and repeated clips (``drop_duplicate_rows``). With a ``signals``
-    table, each row carries its window's signals, and ``where`` filters on any column."""
+    of duplicate videos and repeated clips (``drop_duplicate_rows``). ``where`` filters on
+    any column and the window's signals; ``carry_signals``: the rows keep those signals
+    (for a writer that stores them)."""
     df, kind = _pairs(rundir, what, kept_only=kept_only, order=order)
-    return filter_rows(df, rundir, drop_duplicates=drop_duplicates, where=where), kind
+    return filter_rows(df, rundir, drop_duplicates=drop_duplicates, where=where,
+                       carry_signals=carry_signals), kind
 
 
 def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = False,
-                where: str | None = None) -> pd.DataFrame:
+                where: str | None = None, carry_signals: bool = False) -> pd.DataFrame:
     """The filters ``export`` and ``train`` share, in one place: duplicates out, the
-    window's signals in, then ``--where``."""
+    window's signals in (read only when ``where`` or ``carry_signals`` needs them), then
+    ``--where``."""
     if drop_duplicates:
         rows = drop_duplicate_rows(rows, rundir)
-    if rundir.has_table("signals"):
+    has_signals = (where is not None or carry_signals) and rundir.has_table("signals")
+    if has_signals:
         rows = with_signals(rows, rundir.table("signals"))
     if where is not None:
-        hint = "" if rundir.has_table("signals") else \
+        hint = "" if has_signals else \
             f" (no signals yet: `howtocap signals {rundir.root}` adds motion, text_area, ...)"
         rows = where_rows(rows, where, f"{rundir.root}{hint}")
     return rows
@@ -124,7 +129,8 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
     if not rundir.root.is_dir():
         raise HowtocapError(f"{rundir.root}: not a run directory")
     df, kind = pairs_for_export(rundir, what, kept_only=not unfiltered,
-                                drop_duplicates=drop_duplicates, where=where)
+                                drop_duplicates=drop_duplicates, where=where,
+                                carry_signals=fmt == "csv")
     if fmt == "webdataset":
         raise HowtocapError("--format webdataset writes a folder of shards: use "
                             "howtocap.io.webdataset.export_webdataset")

@@ -62,18 +62,24 @@ def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
     a = rbase + rows["start"].to_numpy(float)
     b = rbase + rows["end"].to_numpy(float)
 
-    def integral(values: np.ndarray, x: np.ndarray) -> np.ndarray:
-        full = np.r_[0.0, np.cumsum(values * width)]
+    # where each window end falls among the signal rows: found once, used by every column
+    ends = []
+    for x in (a, b):
         j = np.searchsorted(s0, x, side="right") - 1
         jj = np.clip(j, 0, len(s0) - 1)
-        part = values[jj] * np.clip(x - s0[jj], 0.0, width[jj])
-        return np.where(j >= 0, full[np.clip(j, 0, None)] + part, 0.0)
+        ends.append((j >= 0, np.clip(j, 0, None), jj, np.clip(x - s0[jj], 0.0, width[jj])))
+
+    def between(values: np.ndarray) -> np.ndarray:
+        """The integral of ``values`` (one per signal row) from each window's start to its end."""
+        full = np.r_[0.0, np.cumsum(values * width)]
+        at = [np.where(inside, full[j] + values[jj] * part, 0.0)
+              for inside, j, jj, part in ends]
+        return at[1] - at[0]
 
     for c in cols:
         v = sig[c].astype(float).to_numpy()
         fine = ~np.isnan(v)
-        num = integral(np.where(fine, v, 0.0), b) - integral(np.where(fine, v, 0.0), a)
-        den = integral(fine.astype(float), b) - integral(fine.astype(float), a)
+        num, den = between(np.where(fine, v, 0.0)), between(fine.astype(float))
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(known & (den > 1e-9), num / np.where(den > 0, den, 1.0), np.nan)
         # a flag holds for a window when it holds for most of it; unknown stays unknown
