@@ -47,6 +47,7 @@ class LocalRunner:
     (``resources.threads``, e.g. the requests in flight to an LLM server)."""
 
     workers: int | None = None
+    processes: int = 1  # processes taking whole shards in turn (``core.run_stage``)
     in_process: ClassVar[bool] = True
 
     def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
@@ -356,11 +357,11 @@ class RayRunner:
                 emit(pickle.loads(row["result"]))
 
 
-def make_runner(name: str = "local", *, workers: int | None = None,
+def make_runner(name: str = "local", *, workers: int | None = None, processes: int = 1,
                 ray_address: str | None = None, ray_gpus: str | None = None) -> Runner:
     """A runner from the CLI's ``--runner`` choice."""
     if name == "local":
-        return LocalRunner(workers)
+        return LocalRunner(workers, max(1, processes))
     if name == "ray":
         return RayRunner(address=ray_address, workers=workers,
                          gpus=parse_stage_resources(ray_gpus))
