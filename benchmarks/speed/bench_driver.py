@@ -74,6 +74,7 @@ OUT = HERE / "results"
 # on threads).
 BASE = "3c67310"
 TARGET_VPS = 300.0  # issue #39: videos/s over HTTP, text only, instant server, 2 cores
+PROCESSES = 2  # the --processes row: one a core
 
 CHILD = r"""
 import json, resource, sys, time
@@ -100,7 +101,7 @@ if mode == "in-process":
 else:
     from howtocap.cli import app
     args = ["caption", "--out", out, "--subtitles", src, "--llm-url", sys.argv[5],
-            "--llm-model", "echo", "--concurrency", "32", "--quiet"]
+            "--llm-model", "echo", "--concurrency", "32", "--quiet", *sys.argv[6:]]
     try:
         app(args + flags, standalone_mode=False)
     except SystemExit:
@@ -171,14 +172,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def child(src_tree: Path, mode: str, data: Path, text_only: bool, url: str) -> dict[str, Any]:
+def child(src_tree: Path, mode: str, data: Path, text_only: bool, url: str,
+          extra: tuple[str, ...] = ()) -> dict[str, Any]:
     out = WORK / "run"
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": f"{src_tree / 'src'}:{ROOT}"}
     code = CHILD.replace("{bench!r}", repr(str(HERE / "scale")))
     res = subprocess.run([sys.executable, "-c", code, mode, str(data), str(out),
-                          "1" if text_only else "0", url], env=env, cwd=ROOT, text=True,
-                         capture_output=True, check=False)
+                          "1" if text_only else "0", url, *extra], env=env, cwd=ROOT,
+                         text=True, capture_output=True, check=False)
     if res.returncode:
         raise SystemExit(f"{mode} child failed:\n{res.stderr[-3000:]}")
     row = json.loads(res.stdout.strip().splitlines()[-1])
@@ -285,6 +287,17 @@ def main() -> None:
                 print(f"{version:6s} {mode:10s} {n:6d} {row['flags']:52s} "
                       f"{row['videos_per_s']:7.1f} videos/s {row['cpu_s']:6.1f} CPU s "
                       f"{row['rss_mb']:6.0f} MB", flush=True)
+        # the same text-only run over HTTP with --processes (this tree only: the base has
+        # none), whose CPU is spread over processes this child does not reap, so only its
+        # wall time and the server's CPU are read
+        n = args.large or args.videos
+        s0 = cpu_seconds(server.pid)
+        spread = child(ROOT, "http", files[n], True, url,
+                       ("--processes", str(PROCESSES)))
+        spread["server_cpu_s"] = cpu_seconds(server.pid) - s0
+        spread.update(videos=n, processes=PROCESSES)
+        print(f"after  http x{PROCESSES}     {n:6d} {spread['videos_per_s']:7.1f} videos/s",
+              flush=True)
     finally:
         server.kill()
         server.wait()
@@ -351,10 +364,20 @@ def main() -> None:
                f"{'' if n == args.videos else '_large'}": entry(mode, text_only, n)
                for n, mode, text_only in plan}
     key = "http_text_only_large" if args.large else "http_text_only"
+    one = get("after", "http", True, args.large or args.videos)
+    summary["http_text_only_processes"] = {
+        "processes": PROCESSES, "videos": spread["videos"],
+        "after": round(spread["videos_per_s"], 1),
+        "one_process": round(one["videos_per_s"], 1),
+        "speedup": round(spread["videos_per_s"] / one["videos_per_s"], 2),
+        "server_cpu_s": round(spread["server_cpu_s"], 2),
+        "captions_identical": spread["captions_sha"] == one["captions_sha"]}
+    spread_vps = spread["videos_per_s"]
     target = {"setting": key, "videos_per_s": summary[key]["after"],
+              "processes_videos_per_s": round(spread_vps, 1), "processes": PROCESSES,
               "limit_videos_per_s": TARGET_VPS,
               "cpu_ms_per_video": summary[key]["after_cpu_ms_per_video"],
-              "met": summary[key]["after"] >= TARGET_VPS}
+              "met": max(summary[key]["after"], spread_vps) >= TARGET_VPS}
     target["verdict"] = "met" if target["met"] else "not met"  # the docs' word for it
     if args.large:  # the CPU each video adds, the fixed costs (imports, merges) left out
         for version in ("before", "after"):
@@ -409,10 +432,18 @@ def main() -> None:
                      + (f" ({a['children_rss_mb']:.0f} MB)" if a["children_cpu_s"] else "")
                      + f" | {a['captions']:,} ({a['distinct_captions']:,}) | {parse} | "
                      f"{'yes' if a['captions_sha'] == b['captions_sha'] else 'NO'} |")
-    lines += ["", f"**Target (issue #39): ≥ {TARGET_VPS:,.0f} videos/s over HTTP, text only, "
+    sp = summary["http_text_only_processes"]
+    lines += ["", f"With `--processes {PROCESSES}` (this tree; each process takes whole shards "
+              f"of 1,000 videos), the same {sp['videos']:,}-video text-only run over HTTP: "
+              f"**{sp['after']:.1f} videos/s** against {sp['one_process']:.1f} in one process "
+              f"({sp['speedup']:.2f}x; the server's CPU {sp['server_cpu_s']:.1f} s; captions "
+              f"{'identical' if sp['captions_identical'] else 'DIFFERENT'}).",
+              "", f"**Target (issue #39): ≥ {TARGET_VPS:,.0f} videos/s over HTTP, text only, "
               f"an instant server, 2 cores ({target['setting']}): "
-              f"{target['videos_per_s']:.1f} videos/s ({target['cpu_ms_per_video']:.2f} ms of "
-              f"driver CPU a video), {'met' if target['met'] else 'not met'}** at load "
+              f"{target['videos_per_s']:.1f} videos/s in one process "
+              f"({target['cpu_ms_per_video']:.2f} ms of driver CPU a video), "
+              f"{target['processes_videos_per_s']:.1f} with --processes {PROCESSES}: "
+              f"{'met' if target['met'] else 'not met'}** at load "
               f"average {load0[0]:.1f} → {load1[0]:.1f}.", ""]
     if args.large:
         lines += [f"The CPU each video adds over HTTP (text only, the {args.large:,}-video "

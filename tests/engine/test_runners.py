@@ -49,6 +49,59 @@ def test_local_runner_threads_share_one_setup(tmp_path: Path) -> None:
     assert not list((rd.root / "claims").rglob("*.lock"))  # every claim released
 
 
+def test_processes_take_whole_shards_and_give_what_one_process_gives(tmp_path: Path) -> None:
+    one = RunDir(tmp_path / "one", shard_size=3)
+    run_stage(one, ITEMS, SquareStage(tmp_path / "log1"), progress=False)
+    many = RunDir(tmp_path / "many", shard_size=3)
+    summary = run_stage(many, ITEMS, SquareStage(tmp_path / "log2", delay=0.05),
+                        runner=make_runner("local", processes=2), progress=False)
+    assert summary.done == 10 and summary.failed == [("bad_3", "bad_3: scripted failure")]
+    assert summary.claimed_elsewhere == 0 and summary.skipped == 0
+    pd.testing.assert_frame_equal(one.table("squares"), many.table("squares"))
+    cols = ["video_id", "stage", "status", "message", "attempts"]
+    pd.testing.assert_frame_equal(one.table("status")[cols], many.table("status")[cols])
+    pids = setups(tmp_path / "log2")  # the stage loaded once in each of two other processes
+    assert len(pids) == len(set(pids)) == 2 and os.getpid() not in pids
+    ran = dict(ln.split() for ln in (tmp_path / "log2" / "done.log").read_text().splitlines())
+    shard_of = many.shard_of(list(ran))
+    by_shard: dict[int, set[str]] = {}
+    for pid, k in zip(ran.values(), shard_of, strict=True):
+        by_shard.setdefault(int(k), set()).add(pid)
+    assert all(len(p) == 1 for p in by_shard.values())  # a shard is one process's work
+    assert {p for ps in by_shard.values() for p in ps} == {str(p) for p in pids}
+    assert many.stats.read("square")["videos"] == 10  # written once, by this process
+    assert not list((many.root / "claims").rglob("*.lock"))
+    again = run_stage(many, ITEMS, SquareStage(tmp_path / "log2"),
+                      runner=make_runner("local", processes=2), progress=False)
+    assert again.done == 0 and again.skipped == 10 and again.failed_before == 1
+
+
+def test_processes_stop_on_a_service_gone_and_a_rerun_finishes(tmp_path: Path) -> None:
+    """A service gone in one process's shard: the run stops with exit-75's error, nothing
+    is recorded for the video in flight, and a re-run does what is left."""
+    from howtocap.errors import ServiceUnavailable
+    from tests.support.stages import ITEMS as LINES
+    from tests.support.stages import Lines
+
+    rd = RunDir(tmp_path / "run", shard_size=3)
+    with pytest.raises(ServiceUnavailable, match="went away"):
+        run_stage(rd, LINES, Lines(down={"v_04"}), progress=False,
+                  runner=make_runner("local", processes=2))
+    assert "v_04" not in set(rd.table("subtitles")["video_id"])
+    again = run_stage(rd, LINES, Lines(), progress=False, runner=make_runner("local", processes=2))
+    assert again.done + again.skipped == 10 and again.done >= 1
+    assert sorted(set(rd.table("subtitles")["video_id"])) == [v.video_id for v in LINES]
+
+
+def test_processes_leave_a_stage_holding_its_callers_model_here(tmp_path: Path) -> None:
+    stage = SquareStage(tmp_path / "log")
+    stage._model = object()  # what a caller hands in cannot be rebuilt from settings
+    rd = RunDir(tmp_path / "run", shard_size=3)
+    summary = run_stage(rd, ITEMS, stage, runner=make_runner("local", processes=2),
+                        progress=False)
+    assert summary.done == 10 and setups(tmp_path / "log") == [os.getpid()]
+
+
 @pytest.mark.slow
 def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
     local = RunDir(tmp_path / "local")

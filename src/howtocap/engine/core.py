@@ -274,15 +274,16 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
 
     A shard is claimed (one lock file) before its videos run; finished videos are committed
     in chunks of ``batching.size`` videos or ``batching.seconds``, and the shard's final
-    files are written when its last video is back: a kill loses the chunk in flight."""
+    files are written when its last video is back: a kill loses the chunk in flight. With a
+    runner of several ``processes``, whole shards run in that many processes
+    (``engine.processes``)."""
     from howtocap.engine.runners import LocalRunner
 
-    size, seconds = (batching or Batching()).size, (batching or Batching()).seconds
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
     summary = StageSummary(stage.name)
-    owner = Owner.me()
+    todo_args = (cid, skip_done, retry_failed, max_attempts)
     plan = []  # shards with work, as far as their records tell before claiming
     expected = 0
     for k, its in _by_shard(rundir, items, shards):
@@ -290,17 +291,74 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             continue
         w = rundir.writer(stage.name, k, stage.writes)
         recs = w.records(_SELECT_COLS)
-        todo, _ = _todo(recs, its, cid, skip_done, retry_failed, max_attempts, None)
+        todo, _ = _todo(recs, its, *todo_args, None)
         if todo or w.chunk_ids():
             plan.append((k, its))
             expected += len(todo)
         else:
-            _todo(recs, its, cid, skip_done, retry_failed, max_attempts, summary)
+            _todo(recs, its, *todo_args, summary)
+    t0 = time.perf_counter()
+    args = _PlanArgs(cid, skip_done, retry_failed, max_attempts, batching or Batching())
+    processes = getattr(runner, "processes", 1)
+    with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
+                      disable=not progress) as bar:
+        show = _Shown(stage.name, bar, bar.add_task(stage.name, total=expected, last=""))
+        if processes > 1 and len(plan) > 1:
+            totals, down = _run_in_processes(rundir, plan, stage, runner, args, summary, show,
+                                             min(processes, len(plan)))
+        else:
+            totals, down = run_plan(rundir, plan, stage, runner, args, summary, show.video)
+    summary.seconds = time.perf_counter() - t0
+    if summary.done or summary.failed:
+        _add_stats(rundir, stage.name, wall_seconds=summary.seconds, videos=summary.done,
+                   failed=len(summary.failed), **totals)
+    if down:  # finished videos are committed; the ones in flight are simply not done
+        raise ServiceUnavailable(down[0])
+    return summary
+
+
+@dataclass(frozen=True)
+class _PlanArgs:
+    """What decides, per shard, which videos run and how their results are committed."""
+
+    cid: str
+    skip_done: bool
+    retry_failed: bool
+    max_attempts: int
+    batching: Batching
+
+
+@dataclass
+class _Shown:
+    """The progress bar and the one line each failed or warned video gets."""
+
+    stage: str
+    bar: Any
+    task: Any
+
+    def video(self, video_id: str, ok: bool, message: str, warned: bool) -> None:
+        if not ok:
+            self.bar.console.print(f"[red]✗[/red] {self.stage} {video_id}: {message}",
+                                   markup=True, highlight=False)
+        elif warned:
+            self.bar.console.print(f"[yellow]![/yellow] {self.stage} {video_id}: {message}",
+                                   markup=True, highlight=False)
+        self.bar.update(self.task, advance=1, last=video_id)
+
+
+def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, runner: Runner,
+             args: _PlanArgs, summary: StageSummary, shown: Any
+             ) -> tuple[dict[str, float], list[str]]:
+    """The planned shards in this process: each claimed, its videos fed to ``runner``, its
+    results committed in chunks. Returns the stage's metrics summed and the message of a
+    fatal result (a service every video needs is gone: no more work is fed)."""
+    size, seconds = args.batching.size, args.batching.seconds
+    owner = Owner.me()
     opened: dict[int, _Open] = {}
     totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
-    down: list[VideoResult] = []  # a fatal result (the LLM server is gone): stop feeding work
+    down: list[str] = []  # a fatal result (the LLM server is gone): stop feeding work
     owner_of: dict[str, int] = {}  # each video handed out: its shard
-    t0 = time.perf_counter()
+    todo_args = (args.cid, args.skip_done, args.retry_failed, args.max_attempts)
 
     def claimed() -> Iterator[VideoInput]:
         for k, its in plan:
@@ -310,8 +368,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             if not w.claim(owner):
                 summary.claimed_elsewhere += len(its)
                 continue
-            todo, attempts = _todo(w.records(_SELECT_COLS), its, cid, skip_done,
-                                   retry_failed, max_attempts, summary)
+            todo, attempts = _todo(w.records(_SELECT_COLS), its, *todo_args, summary)
             sh = opened[k] = _Open(w, attempts, len(todo))
             inputs = _shard_inputs(rundir, stage, k)
             if inputs is None:  # an input file was corrupt: its own stage redoes it first
@@ -329,7 +386,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
     def flush(sh: _Open) -> None:
         if sh.pending:
             batch, sh.pending = sh.pending, []
-            commit_chunk(sh.writer, stage, batch, config_id=cid, attempts=sh.attempts)
+            commit_chunk(sh.writer, stage, batch, config_id=args.cid, attempts=sh.attempts)
 
     def _close(k: int) -> None:
         sh = opened.pop(k)
@@ -339,56 +396,94 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
         finally:
             sh.writer.release()
 
-    with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
-                      disable=not progress) as bar:
-        task = bar.add_task(stage.name, total=expected, last="")
+    def commit(res: VideoResult) -> None:
+        k = owner_of.pop(res.video_id, None)
+        sh = opened.get(k) if k is not None else None
+        if res.fatal or sh is None:  # not the video's fault: no record, redone later
+            if res.fatal:
+                down.append(res.message)
+            return
+        sh.left -= 1
+        if not sh.pending:
+            sh.first = time.monotonic()
+        sh.pending.append(res)
+        for key, v in res.metrics.items():
+            totals[key] = totals.get(key, 0.0) + float(v)
+        if not res.ok:
+            summary.failed.append((res.video_id, res.message))
+        else:
+            summary.done += 1
+            if res.warnings:
+                summary.warned.append((res.video_id, res.message))
+        shown(res.video_id, res.ok, res.message, bool(res.warnings))
+        if sh.fed and not sh.left:
+            _close(k)
+        elif len(sh.pending) >= size or time.monotonic() - sh.first >= seconds:
+            flush(sh)
 
-        def commit(res: VideoResult) -> None:
-            k = owner_of.pop(res.video_id, None)
-            sh = opened.get(k) if k is not None else None
-            if res.fatal or sh is None:  # not the video's fault: no record, redone later
-                if res.fatal:
-                    down.append(res)
-                return
-            sh.left -= 1
-            if not sh.pending:
-                sh.first = time.monotonic()
-            sh.pending.append(res)
-            for key, v in res.metrics.items():
-                totals[key] = totals.get(key, 0.0) + float(v)
-            if not res.ok:
-                summary.failed.append((res.video_id, res.message))
-                bar.console.print(f"[red]✗[/red] {stage.name} {res.video_id}: {res.message}",
-                                  markup=True, highlight=False)
-            else:
-                summary.done += 1
-                if res.warnings:
-                    summary.warned.append((res.video_id, res.message))
-                    bar.console.print(f"[yellow]![/yellow] {stage.name} {res.video_id}: "
-                                      f"{res.message}", markup=True, highlight=False)
-            bar.update(task, advance=1, last=res.video_id)
-            if sh.fed and not sh.left:
-                _close(k)
-            elif len(sh.pending) >= size or time.monotonic() - sh.first >= seconds:
-                flush(sh)
-
+    try:
         try:
-            try:
-                runner.map(stage, claimed(), commit)
-            finally:  # finished work is kept, whatever stopped the runner
-                for sh in list(opened.values()):
-                    flush(sh)
-        finally:  # claims of shards a crash or Ctrl-C left unfinished go back
+            runner.map(stage, claimed(), commit)
+        finally:  # finished work is kept, whatever stopped the runner
             for sh in list(opened.values()):
-                sh.writer.release()
-            opened.clear()
-    summary.seconds = time.perf_counter() - t0
-    if summary.done or summary.failed:
-        _add_stats(rundir, stage.name, wall_seconds=summary.seconds, videos=summary.done,
-                   failed=len(summary.failed), **totals)
-    if down:  # finished videos are committed; the ones in flight are simply not done
-        raise ServiceUnavailable(down[0].message)
-    return summary
+                flush(sh)
+    finally:  # claims of shards a crash or Ctrl-C left unfinished go back
+        for sh in list(opened.values()):
+            sh.writer.release()
+        opened.clear()
+    return totals, down
+
+
+def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage,
+                      runner: Runner, args: _PlanArgs, summary: StageSummary, show: _Shown,
+                      n: int) -> tuple[dict[str, float], list[str]]:
+    """``run_plan`` over ``n`` processes (``engine.processes``), a task a shard; the stage's
+    totals are written once, here, so the processes never write the same file. A stage
+    holding an object its caller built runs here instead."""
+    from howtocap.engine import processes
+
+    if not processes.portable(stage):
+        show.bar.console.print(f"{stage.name}: holds a model built by its caller, so it runs "
+                               "in this process (--processes needs a stage built from its "
+                               "settings)", highlight=False)
+        return run_plan(rundir, plan, stage, runner, args, summary, show.video)
+    totals: dict[str, float] = {}
+    down: list[str] = []
+
+    def on_result(got: tuple[StageSummary, dict[str, float], list[str], list[str]]) -> bool:
+        part, part_totals, part_down, corrupt = got
+        summary.add(part)
+        for key, v in part_totals.items():
+            totals[key] = totals.get(key, 0.0) + v
+        rundir.corrupted.extend(map(type(rundir.root), corrupt))
+        down.extend(part_down[:1] if not down else [])
+        return not down  # the service is gone: start no more shards
+
+    processes.run_tasks(
+        _shard_task, ((k, its, args) for k, its in plan), n,
+        shared_values={"root": str(rundir.root), "stage": stage,
+                       "workers": getattr(runner, "workers", None)},
+        preload=[__name__, type(stage).__module__], on_event=show.video, on_result=on_result)
+    return totals, down
+
+
+def _shard_task(k: int, its: list[Any], args: _PlanArgs
+                ) -> tuple[StageSummary, dict[str, float], list[str], list[str]]:
+    """One shard in a worker process: the summary, the stage's metric totals, a fatal
+    result's message and the corrupt files found (dropped; their stage redoes them)."""
+    from howtocap.engine import processes
+    from howtocap.engine.runners import LocalRunner
+
+    got = processes.shared()
+    if "rundir" not in got:
+        got.update(rundir=RunDir(got["root"], create=False),
+                   runner=LocalRunner(got["workers"]))
+    rundir, stage, events = got["rundir"], got["stage"], got["events"]
+    summary = StageSummary(stage.name)
+    seen = len(rundir.corrupted)
+    totals, down = run_plan(rundir, [(k, its)], stage, got["runner"], args, summary,
+                            lambda *outcome: events.put(outcome))
+    return summary, totals, down, [str(p) for p in rundir.corrupted[seen:]]
 
 
 def _add_stats(rundir: RunDir, stage: str, **values: float) -> None:

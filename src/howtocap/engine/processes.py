@@ -1,0 +1,79 @@
+"""Tasks in several processes on one machine (``--processes N``), as datatrove's local executor
+runs its tasks: ``core.run_stage`` gives each process whole shards, which it claims, commits and
+finishes itself; this process only hands them out, shows progress and adds up the counts. Why:
+a stage whose own work is CPU-bound in Python (the HTTP client of a fast LLM server, decoding)
+uses one core per process.
+
+The processes start from a fork server that imported the stage's module and get what every
+task shares once (``shared``: the stage as its settings, ``BaseStage.__getstate__``, which
+loads its models there once); each task's progress comes back through a queue.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import queue
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+_SHARED: dict[str, Any] = {}  # in a worker process: what its tasks share, and the queue
+
+
+def shared() -> dict[str, Any]:
+    """In a worker process: ``run_tasks``' ``shared`` values, and ``events`` (a queue)."""
+    return _SHARED
+
+
+def _start(values: dict[str, Any], events: Any) -> None:
+    _SHARED.update(values, events=events)
+
+
+def portable(obj: Any) -> bool:
+    """Whether ``obj`` (a stage) can be rebuilt in another process from its settings alone:
+    nothing private (a model its caller built) would be lost on the way."""
+    private = {k: v for k, v in vars(obj).items()
+               if k.startswith("_") and k not in ("_setup_lock", "_ready")}
+    if any(v is not None for v in private.values()):
+        return False
+    try:
+        pickle.dumps(obj)
+    except Exception:  # noqa: BLE001 - any reason it cannot travel: it stays here
+        return False
+    return True
+
+
+def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]], n: int, *,
+              shared_values: dict[str, Any], preload: list[str],
+              on_event: Callable[..., None], on_result: Callable[[Any], bool]) -> None:
+    """``fn(*task)`` for every task in ``n`` processes; each event a task puts on
+    ``shared()["events"]`` is passed to ``on_event`` here, each result to ``on_result``
+    (False: start no more tasks). A task's exception is raised here."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(preload)
+    events = ctx.Queue()
+
+    def drain(timeout: float) -> None:
+        try:
+            on_event(*events.get(timeout=timeout))
+            while True:
+                on_event(*events.get_nowait())
+        except queue.Empty:
+            pass
+
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_start,
+                             initargs=(shared_values, events)) as pool:
+        pending: set[Future[Any]] = {pool.submit(fn, *task) for task in tasks}
+        try:
+            while pending:
+                drain(0.1)
+                finished, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    if not fut.cancelled() and not on_result(fut.result()):
+                        for f in pending:
+                            f.cancel()
+        finally:
+            for f in pending:
+                f.cancel()
+    drain(0)  # what the last tasks sent while the pool closed
