@@ -56,6 +56,16 @@ def test_window_means_equal_a_fine_grid_average() -> None:
             assert bool(got.loc[i, "static"]) == (flags.mean() >= 0.5)
 
 
+def test_signal_rows_that_span_no_time_leave_every_window_unknown() -> None:
+    """A user's signals table whose every row ends where it starts (or before): no window
+    has a signal, and a condition on one keeps nothing (it used to index an empty array)."""
+    sdf = pd.DataFrame({"video_id": ["a", "a"], "start": [3.0, 5.0], "end": [3.0, 4.0],
+                        "motion": [0.5, 0.7], "static": [True, False]})
+    rdf = pd.DataFrame({"video_id": ["a", "b"], "start": [0.0, 1.0], "end": [8.0, 2.0]})
+    got = window_signals(rdf, sdf)
+    assert got["motion"].isna().all() and got["static"].isna().all()
+
+
 NO_AESTHETIC = {"aesthetic": float("nan"), "config_id": "c"}
 
 

@@ -48,6 +48,10 @@ def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
     sig = signals.assign(video_id=signals["video_id"].astype(str)).sort_values(
         ["video_id", "start"], kind="stable")
     sig = sig[sig["end"].astype(float) > sig["start"].astype(float)]
+    if not len(sig):  # no signal row spans any time: every window is unknown
+        for c in cols:
+            out[c] = pd.array([None] * len(rows), dtype="boolean") if c in flags else np.nan
+        return out
     order = {v: i for i, v in enumerate(pd.unique(sig["video_id"]))}
     span = float(max(sig["end"].max() if len(sig) else 0.0,
                      rows["end"].max() if len(rows) else 0.0)) + 1.0
