@@ -319,12 +319,15 @@ LLM_ROWS = (  # (llm name, template, CaptionConfig settings that change the requ
 
 def _ladder(name: str, template: str, llm_cfg: dict[str, Any]) -> list[Row]:
     """The post-processing levers added one at a time over one LLM row's replies."""
+    # each lever set explicitly, on or off: the stage's defaults are the chosen levers now
     base = {"template": template, **llm_cfg}
+    off = {"imperative": False, "merge_seconds": 0.0}
     first = TODAY if name == "actions" else name
     return [
-        _row(first, name, keep=TALK, **base),
-        _row(f"{name} + reject stories", name, **base),
-        _row(f"{name} + reject stories + imperative", name, imperative=True, **base),
+        _row(first, name, keep=TALK, **base, **off),
+        _row(f"{name} + reject stories", name, **base, **off),
+        _row(f"{name} + reject stories + imperative", name, **base,
+             **{**off, "imperative": True}),
         _row(f"{name} + reject stories + imperative + merge", name, imperative=True,
              merge_seconds=MERGE_S, **base),
     ]
