@@ -18,6 +18,8 @@ from howtocap.caption.config import CaptionRunConfig
 from howtocap.cli import Command, app
 from howtocap.cli.common import ConfigOpt, user_errors
 from howtocap.cli.options import model_options, settings_options
+from howtocap.download.config import DownloadConfig
+from howtocap.engine.options import BatchConfig, RunnerConfig
 from tests.support.chat_server import chat_server
 from tests.support.cli import run_cli
 from tests.support.dumps import small_dump, write_source
@@ -147,3 +149,72 @@ def test_the_llm_seed_is_sent_to_the_server(tmp_path: Path) -> None:
                       "--llm-url", srv.url, "--llm-seed", "7", "--quiet")
     assert res.returncode == 0, res.stderr
     assert srv.bodies and {b.get("seed") for b in srv.bodies} == {7}
+
+
+def test_every_stage_commands_runner_flags_are_the_models() -> None:
+    """A command that runs stages (it has ``--runner``) declares no runner or batching flag of
+    its own: each one's names, default and help are ``RunnerConfig``'s / ``BatchConfig``'s
+    (download's ``--workers`` is its downloads', ``DownloadConfig``'s)."""
+    cmds = get_command(app).commands
+    stage_cmds = {n: c for n, c in cmds.items() if "runner" in {p.name for p in c.params}}
+    assert {"caption", "align", "run", "shots", "signals", "framecaps", "download",
+            "frames"} <= set(stage_cmds)
+    runner_opts = {o.param: o for o in model_options(RunnerConfig)}
+    batch_opts = {o.param: o for o in model_options(BatchConfig)}
+    for name, cmd in stage_cmds.items():
+        params = {p.name: p for p in cmd.params}
+        expected = dict(runner_opts)
+        if "batch_seconds" in params:  # frames' --batch-size is its encoder's, not a chunk's
+            expected |= batch_opts
+        if name == "download":
+            expected["workers"] = next(o for o in model_options(DownloadConfig)
+                                       if o.param == "workers")
+        for param, opt in expected.items():
+            if param not in params:  # a flag the command does not take (frames: no retries)
+                continue
+            p = params[param]
+            assert p.opts == [opt.flag], (name, param)
+            assert (p.help or "").startswith(opt.help), (name, param)
+            assert (p.default or None) == (opt.default or None), (name, param)
+        assert {"workers", "processes", "shard", "redo", "quiet"} <= set(params), name
+    assert cmds["shots"].params[-1].secondary_opts == ["--no-quiet"]
+    redo = next(p for p in cmds["caption"].params if p.name == "redo")
+    assert redo.secondary_opts == []  # `--redo` alone, as before
+    frames = {p.name for p in cmds["frames"].params}
+    assert "retry_failed" not in frames and "batch_seconds" not in frames
+    assert "shard_size" not in {p.name for p in cmds["align"].params}
+
+
+@pytest.mark.parametrize("cmd", ["shots", "caption", "frames"])
+def test_processes_0_is_one_line(tmp_path: Path, cmd: str) -> None:
+    out = tmp_path / "r"
+    where = [str(out)] if cmd == "shots" else (["--out", str(out)] + (
+        [str(tmp_path)] if cmd == "frames" else []))
+    res = CliRunner().invoke(app, [cmd, *where, "--processes", "0"])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        "error: --processes: Input should be greater than or equal to 1"], res.output
+    assert not out.exists()
+
+
+def test_the_runner_flags_and_their_yaml_reach_the_runner(tmp_path: Path, monkeypatch: Any
+                                                          ) -> None:
+    """``--processes`` / ``--workers`` (typed or from ``--config``) build the runner;
+    ``--shard`` and the batching flags reach the step."""
+    import howtocap.caption.run as caption_run
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(caption_run, "caption_run", lambda *a, **kw: seen.update(kw) or [])
+    monkeypatch.setattr("howtocap.cli.caption.show_captions", lambda *a, **kw: None)
+    monkeypatch.setattr("howtocap.cli.caption.report_rejected", lambda *a: None)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("processes: 2\nworkers: 3\nbatch_seconds: 5\n")
+    res = CliRunner().invoke(app, ["caption", "--out", str(tmp_path / "r"), "--config",
+                                   str(cfg), "--workers", "4", "--shard", "1/2",
+                                   "--batch-size", "7", "--retry-failed"])
+    assert res.exit_code == 0, res.output
+    assert (seen["runner"].processes, seen["runner"].workers) == (2, 4)  # typed wins
+    assert (seen["shard"].index, seen["shard"].count) == (1, 2)
+    assert (seen["batching"].size, seen["batching"].seconds) == (7, 5)
+    assert seen["retry_failed"] and not seen["redo"] and seen["progress"]
+    assert seen["max_attempts"] == RunnerConfig().max_attempts

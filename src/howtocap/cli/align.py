@@ -9,29 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from howtocap.align.config import AlignConfig
-from howtocap.cli.common import (
-    BatchSecondsOpt,
-    BatchSizeOpt,
-    ConfigOpt,
-    MaxAttemptsOpt,
-    QuietOpt,
-    RayAddressOpt,
-    RayGpusOpt,
-    RedoOpt,
-    RetryFailedOpt,
-    RunnerName,
-    RunnerOpt,
-    ShardOpt,
-    WorkersOpt,
-    batching,
-    err,
-    make_runner,
-    parse_shard,
-    report_summary,
-    user_errors,
-)
+from howtocap.cli.common import ConfigOpt, err, report_summary, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.engine.stage import MAX_ATTEMPTS
+from howtocap.engine.options import BatchConfig, RunnerConfig
 
 if TYPE_CHECKING:
     from howtocap.engine.rundir import RunDir
@@ -48,7 +28,8 @@ DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (defa
 
 
 @user_errors
-@settings_options(align=AlignConfig)
+@settings_options(align=AlignConfig, runner=RunnerConfig, batch=BatchConfig,
+                  skip=("batch.shard_size",))  # align makes no run directory
 def align_cmd(
     ctx: typer.Context,
     run_dir: Annotated[Path, typer.Argument(help="Run directory (made by `howtocap caption`).")],
@@ -56,19 +37,10 @@ def align_cmd(
     encoder: EncoderOpt = None,
     align: AlignConfig,
     videos: VideosOpt = None,
-    workers: WorkersOpt = None,
-    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
-    ray_address: RayAddressOpt = None,
-    ray_gpus_per_stage: RayGpusOpt = None,
-    shard: ShardOpt = None,
-    batch_size: BatchSizeOpt = None,
-    batch_seconds: BatchSecondsOpt = None,
-    redo: RedoOpt = False,
-    retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
+    runner: RunnerConfig,
+    batch: BatchConfig,
     device: DeviceOpt = None,
     config: ConfigOpt = None,
-    quiet: QuietOpt = False,
 ) -> None:
     """Move each caption to its best-matching clip (±offset) and keep the best pairs ->
     DIR/aligned/, DIR/align_report.html."""
@@ -79,17 +51,13 @@ def align_cmd(
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "not a run directory")
-    run_on = make_runner(runner, workers=workers, ray_address=ray_address,
-                         ray_gpus_per_stage=ray_gpus_per_stage)
+    args = runner.stage_args()
     rundir = RunDir(root, create=False)
     if videos:
         attach_videos(rundir, videos)
-    summary = align_run(rundir, encoder or ["default"], align, runner=run_on, device=device,
-                        progress=not quiet, shard=parse_shard(shard),
-                        batching=batching(batch_size, batch_seconds),
-                        redo=redo,
-                        retry_failed=retry_failed, max_attempts=max_attempts)
-    print_align_result(root, shard)
+    summary = align_run(rundir, encoder or ["default"], align, device=device,
+                        batching=batch.batching(), **args)
+    print_align_result(root, runner.shard)
     report_summary(summary)
 
 

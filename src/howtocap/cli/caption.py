@@ -13,32 +13,9 @@ from typing import Annotated
 import typer
 
 from howtocap.caption.config import CaptionRunConfig
-from howtocap.cli.common import (
-    BatchSecondsOpt,
-    BatchSizeOpt,
-    ConfigOpt,
-    MaxAttemptsOpt,
-    OutDir,
-    QuietOpt,
-    RayAddressOpt,
-    RayGpusOpt,
-    RedoOpt,
-    RetryFailedOpt,
-    RunnerName,
-    RunnerOpt,
-    ShardOpt,
-    ShardSizeOpt,
-    WorkersOpt,
-    batching,
-    err,
-    make_runner,
-    out,
-    parse_shard,
-    report_summary,
-    user_errors,
-)
+from howtocap.cli.common import ConfigOpt, OutDir, err, out, report_summary, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.engine.stage import MAX_ATTEMPTS
+from howtocap.engine.options import BatchConfig, RunnerConfig
 
 OptionalInputs = Annotated[list[Path] | None, typer.Argument(
     help="Video files, folders of videos, or manifest CSVs (video_id,video_path"
@@ -48,7 +25,7 @@ ForceOpt = Annotated[bool, typer.Option(help="Redo videos already captioned.")]
 
 
 @user_errors
-@settings_options(caption=CaptionRunConfig)
+@settings_options(caption=CaptionRunConfig, runner=RunnerConfig, batch=BatchConfig)
 def caption_cmd(
     ctx: typer.Context,
     out_dir: OutDir,
@@ -56,30 +33,15 @@ def caption_cmd(
     *,
     caption: CaptionRunConfig,
     force: ForceOpt = False,
-    redo: RedoOpt = False,
-    retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
-    workers: WorkersOpt = None,
-    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
-    ray_address: RayAddressOpt = None,
-    ray_gpus_per_stage: RayGpusOpt = None,
-    shard: ShardOpt = None,
-    batch_size: BatchSizeOpt = None,
-    batch_seconds: BatchSecondsOpt = None,
-    shard_size: ShardSizeOpt = None,
+    runner: RunnerConfig,
+    batch: BatchConfig,
     config: ConfigOpt = None,
-    quiet: QuietOpt = False,
 ) -> None:
     """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions/."""
     from howtocap.caption.run import caption_run
 
-    summaries = caption_run(inputs, out_dir, caption, force=force, progress=not quiet,
-                            runner=make_runner(runner, workers=workers, ray_address=ray_address,
-                                               ray_gpus_per_stage=ray_gpus_per_stage),
-                            shard=parse_shard(shard),
-                            batching=batching(batch_size, batch_seconds, shard_size),
-                            redo=redo, retry_failed=retry_failed,
-                            max_attempts=max_attempts)
+    summaries = caption_run(inputs, out_dir, caption, force=force, batching=batch.batching(),
+                            **runner.stage_args())
     show_captions(out_dir, limit=0)
     report_rejected(out_dir)
     report_summary(*summaries)

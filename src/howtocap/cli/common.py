@@ -1,5 +1,6 @@
 """Shared by every command module: one-line user errors, warnings as notes, the consoles, the
-options several commands take, ``--config`` YAML files, ``--shard`` and ``--runner``."""
+options several commands take, ``--config`` YAML files (a stage command's runner flags are
+``engine.options.RunnerConfig``'s)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import functools
 import shutil
 import warnings
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -15,8 +15,7 @@ import click
 import typer
 from rich.console import Console
 
-from howtocap.engine.runners import RUNNERS
-from howtocap.engine.stage import BATCH_SECONDS, BATCH_SIZE, SHARD_SIZE
+from howtocap.engine.options import RunnerConfig
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.where import PRESETS
 from howtocap.progress import console
@@ -27,51 +26,10 @@ out = Console(width=shutil.get_terminal_size((120, 24)).columns)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-RunnerName = Enum("RunnerName", {r: r for r in RUNNERS}, type=str)  # type: ignore[misc]
-RunnerOpt = Annotated[RunnerName, typer.Option(
-    "--runner", help="Where stages run: local (threads in this process) or ray (Ray Data; "
-                     "needs howtocap\\[ray]).")]
-RayAddressOpt = Annotated[str | None, typer.Option(
-    "--ray-address", help="--runner ray: none starts a local Ray instance; 'auto' or "
-                          "ray://host:port joins a cluster.")]
-RayGpusOpt = Annotated[str | None, typer.Option(
-    "--ray-gpus-per-stage", help="--runner ray: GPUs per worker by stage kind, e.g. "
-                                 "encoder=0.25,asr=0.5,llm=1.")]
-
-WorkersOpt = Annotated[int | None, typer.Option(
-    "--workers", min=1, help="Videos in parallel (local: threads; ray: actors). Default: each "
-                             "stage's own (1 per model; --concurrency for an LLM server).")]
-
-RedoOpt = Annotated[bool, typer.Option(
-    "--redo", help="The run's results were made with other settings: recompute this stage "
-                   "and clear the stages computed from it (caption -> align).")]
-RetryFailedOpt = Annotated[bool, typer.Option(
-    "--retry-failed", help="Retry videos that failed before (else they stay failed; see "
-                           "`howtocap status`).")]
-MaxAttemptsOpt = Annotated[int, typer.Option(
-    "--max-attempts", min=1, help="--retry-failed: leave a video alone once it has failed "
-                                  "this many times.")]
-
-SHARD_HELP = ("K/N: process only this machine's share of the run's shards of videos (shard k "
-              "when k mod N = K); for align, run once without --shard afterwards to filter.")
 Inputs = Annotated[list[Path], typer.Argument(help="Video files, folders of videos, or manifest "
                                               "CSVs (video_id,video_path[,subtitle_path]).")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory (created).")]
-ShardOpt = Annotated[str | None, typer.Option(help=SHARD_HELP)]
-BatchSizeOpt = Annotated[int | None, typer.Option(
-    "--batch-size", min=1, help="Commit finished videos in chunks of at most this many (a "
-                                "file per table per chunk, joined when their shard is "
-                                "finished; a kill loses the chunk in flight). "
-                                f"Default {BATCH_SIZE}.")]
-BatchSecondsOpt = Annotated[float | None, typer.Option(
-    "--batch-seconds", min=0, help="Commit a chunk once its first result waited this long, "
-                                   f"full or not. Default {BATCH_SECONDS:g}.")]
-ShardSizeOpt = Annotated[int | None, typer.Option(
-    "--shard-size", min=1, help="Videos per shard of a run directory this command makes (the "
-                                "unit of work and of --shard K/N; a file per table each). "
-                                "An existing run directory keeps its own. "
-                                f"Default {SHARD_SIZE}.")]
-QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
+QuietOpt = Annotated[bool, typer.Option(help=RunnerConfig.model_fields["quiet"].description)]
 WhereOpt = Annotated[str | None, typer.Option(
     help="Keep the rows passing a condition on their columns and their window's signals "
          "(`howtocap signals`), in pandas query syntax, e.g. \"motion > 0.02 and text_area < "
@@ -189,28 +147,3 @@ def report_summary(*summaries: Any) -> None:
         failed |= not s.ok or bool(before)
     if failed:
         raise typer.Exit(1)
-
-
-def parse_shard(text: str | None) -> Any:
-    """``--shard K/N`` as a ``Shard``; the pipeline (and pandas) load only when a command
-    runs, not for ``--help``."""
-    from howtocap.engine.core import Shard
-
-    return Shard.parse(text)
-
-
-def batching(size: int | None, seconds: float | None, shard_size: int | None = None) -> Any:
-    """``--batch-size`` / ``--batch-seconds`` / ``--shard-size`` as the ``Batching`` the
-    command passes to every stage it runs (the defaults where not given)."""
-    from howtocap.engine.core import Batching
-
-    return Batching.of(size, seconds, shard_size)
-
-
-def make_runner(runner: str, *, workers: int | None, ray_address: str | None,
-                ray_gpus_per_stage: str | None) -> Any:
-    """The ``--runner`` and its options as a runner (Ray loads only when a command asks)."""
-    from howtocap.engine.runners import make_runner as runner_named
-
-    return runner_named(RunnerName(runner).value, workers=workers, ray_address=ray_address,
-                        ray_gpus=ray_gpus_per_stage)

@@ -7,15 +7,18 @@ A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` o
 ``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
 ``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
 field), ``path`` (a file name, kept as text), ``text`` (typed as text, read by the model's own
-validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``). A nested model
+validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable``
+(false: a bool flag without its ``--no-`` form, ``--redo``). A nested model
 declared in another package (the LLM's ``LLMOptions``) gets its flags from the parent field's
 ``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults and bounds still from its
 own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
 one option per flag and calls the command with the validated model; ``run`` passes several
-models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both). A
-``--config`` YAML file fills the same names. A bad value is one line naming the flag.
+models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both).
+Every stage command also takes ``runner=RunnerConfig`` (``engine.options``: ``--workers``,
+``--shard``, ``--redo`` …). A ``--config`` YAML file fills the same names. A bad value is one
+line naming the flag.
 """
 
 from __future__ import annotations
@@ -135,7 +138,8 @@ def _parameter(opt: Opt) -> inspect.Parameter:
         plain = str
     elif opt.extra.get("switch"):  # a value, `--keep-media false`, as the docs write it
         plain = Literal["true", "false"]
-    decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if plain is bool else "")]
+    negatable = plain is bool and opt.extra.get("negatable", True)
+    decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if negatable else "")]
     if opt.extra.get("short"):
         decls.append(opt.extra["short"])
     shown = "" if opt.extra.get("text") else bounds(opt.info)
@@ -149,11 +153,12 @@ def _parameter(opt: Opt) -> inspect.Parameter:
 
 def _flags(models: dict[str, type[BaseModel]], skip: tuple[str, ...] = ()
            ) -> dict[str, list[tuple[str, Opt]]]:
-    """Options by parameter name over the models; one a shared flag sets in each."""
+    """Options by parameter name over the models; one a shared flag sets in each. A ``skip``
+    entry names a parameter (``workers``: in every model) or one model's (``download.workers``)."""
     found: dict[str, list[tuple[str, Opt]]] = {}
     for key, model in models.items():
         for opt in model_options(model):
-            if opt.param not in skip:
+            if opt.param not in skip and f"{key}.{opt.param}" not in skip:
                 found.setdefault(opt.param, []).append((key, opt))
     for param, opts in found.items():
         defaults = {repr(o.default) for _, o in opts}
@@ -211,7 +216,8 @@ def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:
 def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
                      ) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
-    models (in their place; not the ``skip`` ones: those fields keep their defaults); the
+    models (each model's in its place; not the ``skip`` ones: those fields keep their
+    defaults); the
     command is called with each model validated. The command's ``ctx`` and ``config``
     parameters, when it has them, apply a ``--config`` YAML file first (flags typed on the
     command line win)."""
@@ -221,9 +227,9 @@ def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
         own = inspect.signature(fn, eval_str=True).parameters
         params: list[inspect.Parameter] = []
         for p in own.values():
-            if p.name in models:
-                if p.name == next(iter(models)):  # the union, in the first model's place
-                    params += [_parameter(opts[0][1]) for opts in found.values()]
+            if p.name in models:  # a flag several models share: in the first one's place
+                params += [_parameter(opts[0][1]) for opts in found.values()
+                           if opts[0][0] == p.name]
                 continue
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
         names = [p.name for p in params]
@@ -237,7 +243,8 @@ def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
             built = {key: build(model, values, [o for opts in found.values()
                                                 for k, o in opts if k == key])
                      for key, model in models.items()}
-            return fn(**{k: v for k, v in values.items() if k in own}, **built)
+            return fn(**{k: v for k, v in values.items() if k in own and k not in built},
+                      **built)
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}

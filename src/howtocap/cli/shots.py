@@ -9,32 +9,14 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import (
-    AddVideosOpt,
-    MaxAttemptsOpt,
-    QuietOpt,
-    RayAddressOpt,
-    RayGpusOpt,
-    RedoOpt,
-    RetryFailedOpt,
-    RunnerName,
-    RunnerOpt,
-    ShardOpt,
-    WorkersOpt,
-    err,
-    make_runner,
-    open_run,
-    parse_shard,
-    report_summary,
-    user_errors,
-)
+from howtocap.cli.common import AddVideosOpt, err, open_run, report_summary, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.engine.stage import MAX_ATTEMPTS
+from howtocap.engine.options import RunnerConfig
 from howtocap.shots.config import ShotsConfig
 
 
 @user_errors
-@settings_options(shots=ShotsConfig)
+@settings_options(shots=ShotsConfig, runner=RunnerConfig)
 def shots_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
                                                  "videos; made by `howtocap caption`, or by "
@@ -42,26 +24,15 @@ def shots_cmd(
     *,
     videos: AddVideosOpt = None,
     shots: ShotsConfig,
-    workers: WorkersOpt = None,
-    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
-    ray_address: RayAddressOpt = None,
-    ray_gpus_per_stage: RayGpusOpt = None,
-    shard: ShardOpt = None,
-    redo: RedoOpt = False,
-    retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
-    quiet: QuietOpt = False,
+    runner: RunnerConfig,
 ) -> None:
     """Detect shot cuts (hard cuts and dissolves) in every video of a run -> DIR/shots/
     (video_id, start, end: one row per shot), for `align --within-shot`."""
     from howtocap.shots.run import shots_run
 
     rundir = open_run(run_dir, videos)
-    summary = shots_run(rundir, shots, runner=make_runner(
-        runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
-        progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
-        max_attempts=max_attempts)
-    if not shard:
+    summary = shots_run(rundir, shots, **runner.stage_args())
+    if not runner.shard:
         table = rundir.table("shots")
         err.print(f"{table['video_id'].nunique()} videos, {len(table)} shots -> "
                   f"{rundir.root / 'shots'}", highlight=False)

@@ -9,32 +9,14 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import (
-    AddVideosOpt,
-    MaxAttemptsOpt,
-    QuietOpt,
-    RayAddressOpt,
-    RayGpusOpt,
-    RedoOpt,
-    RetryFailedOpt,
-    RunnerName,
-    RunnerOpt,
-    ShardOpt,
-    WorkersOpt,
-    err,
-    make_runner,
-    open_run,
-    parse_shard,
-    report_summary,
-    user_errors,
-)
+from howtocap.cli.common import AddVideosOpt, err, open_run, report_summary, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.engine.stage import MAX_ATTEMPTS
+from howtocap.engine.options import RunnerConfig
 from howtocap.signals.config import SignalsConfig
 
 
 @user_errors
-@settings_options(signals=SignalsConfig)
+@settings_options(signals=SignalsConfig, runner=RunnerConfig)
 def signals_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
                                                  "videos; made by `howtocap caption`, or by "
@@ -42,15 +24,7 @@ def signals_cmd(
     *,
     signals: SignalsConfig,
     videos: AddVideosOpt = None,
-    workers: WorkersOpt = None,
-    runner: RunnerOpt = RunnerName.local,  # type: ignore[attr-defined]
-    ray_address: RayAddressOpt = None,
-    ray_gpus_per_stage: RayGpusOpt = None,
-    shard: ShardOpt = None,
-    redo: RedoOpt = False,
-    retry_failed: RetryFailedOpt = False,
-    max_attempts: MaxAttemptsOpt = MAX_ATTEMPTS,
-    quiet: QuietOpt = False,
+    runner: RunnerConfig,
 ) -> None:
     """Score what every shot of a run looks like -> DIR/signals/ (video_id, start, end,
     motion, static, text_area, face_area, brightness, sharpness; aesthetic with
@@ -60,11 +34,8 @@ def signals_cmd(
     from howtocap.signals.run import signals_run
 
     rundir = open_run(run_dir, videos)
-    summary = signals_run(rundir, signals, runner=make_runner(
-        runner, workers=workers, ray_address=ray_address, ray_gpus_per_stage=ray_gpus_per_stage),
-        progress=not quiet, shard=parse_shard(shard), redo=redo, retry_failed=retry_failed,
-        max_attempts=max_attempts)
-    if not shard:
+    summary = signals_run(rundir, signals, **runner.stage_args())
+    if not runner.shard:
         table = rundir.table("signals")
         err.print(f"{table['video_id'].nunique()} videos, {len(table)} windows -> "
                   f"{rundir.root / 'signals'}", highlight=False)
