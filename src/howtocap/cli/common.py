@@ -35,15 +35,20 @@ WhereOpt = Annotated[str | None, typer.Option(
          "(`howtocap signals`), in pandas query syntax, e.g. \"motion > 0.02 and text_area < "
          f"0.1\", or a preset: {', '.join(f'{k} ({v})' for k, v in PRESETS.items())}.")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
+RunDirArg = Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
+                                           "videos; made by `howtocap caption`, or by "
+                                           "--videos).")]
 AddVideosOpt = Annotated[Path | None, typer.Option(
     "--videos", help="Videos to add to the run first: a folder (file name = video id) or "
                      "a manifest CSV video_id,video_path (the run directory is made when "
                      "missing).")]
 
 
-def open_run(run_dir: Path, videos: Path | None) -> Any:
-    """The run directory of a per-video step command (``shots``, ``signals``), with
-    ``videos`` (``AddVideosOpt``) recorded first; one line when there is neither."""
+def run_step_on_run(run_dir: Path, videos: Path | None, step_run: Callable[..., Any],
+                    settings: Any, runner: RunnerConfig, table: str, rows: str) -> None:
+    """A per-video step command on a run directory (``shots``, ``signals``): ``videos``
+    (``AddVideosOpt``) recorded first (one line when there is neither), the step run, then a
+    line counting its ``table`` (not for a ``--shard``: the others may not be done)."""
     from howtocap.engine.rundir import RunDir
     from howtocap.errors import InputError
     from howtocap.io.inputs import resolve_videos
@@ -54,7 +59,12 @@ def open_run(run_dir: Path, videos: Path | None) -> Any:
     rundir = RunDir(root)
     if videos is not None:
         rundir.record_videos(resolve_videos([videos]))
-    return rundir
+    summary = step_run(rundir, settings, **runner.stage_args())
+    if not runner.shard:
+        found = rundir.table(table)
+        err.print(f"{found['video_id'].nunique()} videos, {len(found)} {rows} -> "
+                  f"{rundir.root / table}", highlight=False)
+    report_summary(summary)
 
 
 def user_errors(fn: F) -> F:

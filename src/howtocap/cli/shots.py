@@ -4,12 +4,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from howtocap.cli.common import AddVideosOpt, err, open_run, report_summary, user_errors
+from howtocap.cli.common import AddVideosOpt, RunDirArg, run_step_on_run, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.engine.options import RunnerConfig
 from howtocap.shots.config import ShotsConfig
@@ -18,9 +13,7 @@ from howtocap.shots.config import ShotsConfig
 @user_errors
 @settings_options(shots=ShotsConfig, runner=RunnerConfig)
 def shots_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
-                                                 "videos; made by `howtocap caption`, or by "
-                                                 "--videos).")],
+    run_dir: RunDirArg,
     *,
     videos: AddVideosOpt = None,
     shots: ShotsConfig,
@@ -30,10 +23,4 @@ def shots_cmd(
     (video_id, start, end: one row per shot), for `align --within-shot`."""
     from howtocap.shots.run import shots_run
 
-    rundir = open_run(run_dir, videos)
-    summary = shots_run(rundir, shots, **runner.stage_args())
-    if not runner.shard:
-        table = rundir.table("shots")
-        err.print(f"{table['video_id'].nunique()} videos, {len(table)} shots -> "
-                  f"{rundir.root / 'shots'}", highlight=False)
-    report_summary(summary)
+    run_step_on_run(run_dir, videos, shots_run, shots, runner, "shots", "shots")

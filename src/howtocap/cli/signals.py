@@ -4,12 +4,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from howtocap.cli.common import AddVideosOpt, err, open_run, report_summary, user_errors
+from howtocap.cli.common import AddVideosOpt, RunDirArg, run_step_on_run, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.engine.options import RunnerConfig
 from howtocap.signals.config import SignalsConfig
@@ -18,9 +13,7 @@ from howtocap.signals.config import SignalsConfig
 @user_errors
 @settings_options(signals=SignalsConfig, runner=RunnerConfig)
 def signals_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
-                                                 "videos; made by `howtocap caption`, or by "
-                                                 "--videos).")],
+    run_dir: RunDirArg,
     *,
     signals: SignalsConfig,
     videos: AddVideosOpt = None,
@@ -33,10 +26,4 @@ def signals_cmd(
     nothing."""
     from howtocap.signals.run import signals_run
 
-    rundir = open_run(run_dir, videos)
-    summary = signals_run(rundir, signals, **runner.stage_args())
-    if not runner.shard:
-        table = rundir.table("signals")
-        err.print(f"{table['video_id'].nunique()} videos, {len(table)} windows -> "
-                  f"{rundir.root / 'signals'}", highlight=False)
-    report_summary(summary)
+    run_step_on_run(run_dir, videos, signals_run, signals, runner, "signals", "windows")
