@@ -11,6 +11,7 @@ import typer
 from howtocap.cli.common import QuietOpt, err, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.duplicates.config import DuplicatesConfig
+from howtocap.encoders.defaults import FPS
 
 
 @user_errors
@@ -22,7 +23,7 @@ def duplicates_cmd(
     encoder: Annotated[str, typer.Option(
         help="Encoder whose cached frame embeddings are compared (missing ones are computed "
              "into the cache).")] = "default",
-    fps: Annotated[float, typer.Option(help="Frame rate of the cached embeddings.")] = 1.0,
+    fps: Annotated[float, typer.Option(help="Frame rate of the cached embeddings.")] = FPS,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (for embeddings not "
                                                     "cached yet).")] = None,
     quiet: QuietOpt = False,

@@ -9,6 +9,7 @@ import typer
 
 from howtocap.cli.common import report_summary, user_errors
 from howtocap.cli.options import settings_options
+from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.engine.options import RunnerConfig
 
 
@@ -23,8 +24,9 @@ def frames_cmd(
     encoder: Annotated[list[str] | None, typer.Option(
         "--encoder", help="Encoder name (repeatable; each video is decoded once for all). "
                           "Default: default.")] = None,
-    fps: Annotated[float, typer.Option(help="Frames embedded per second.")] = 1.0,
-    batch_size: Annotated[int, typer.Option(min=1, help="Frames per encoder batch.")] = 32,
+    fps: Annotated[float, typer.Option(help="Frames embedded per second.")] = FPS,
+    batch_size: Annotated[int, typer.Option(min=1, help="Frames per encoder batch.")
+                          ] = FRAME_BATCH,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda "
                                                     "if available).")] = None,
     *,

@@ -40,6 +40,7 @@ from howtocap.duplicates.match import (
     offset_coverage,
     unit_rows,
 )
+from howtocap.encoders.defaults import FPS
 from howtocap.engine.fingerprint import config_id
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
@@ -117,7 +118,7 @@ def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
 
 def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                     load: Callable[[int], np.ndarray], durations: Sequence[float],
-                    pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = 1.0,
+                    pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = FPS,
                     progress: bool = False, index_type: str = "auto",
                     cands: dict[tuple[int, int], int] | None = None
                     ) -> tuple[pd.DataFrame, int]:
@@ -198,7 +199,7 @@ def duplicates_fingerprint(cfg: DuplicatesConfig, encoder: str, fps: float) -> d
 
 
 def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
-                   encoder: str = "default", fps: float = 1.0, device: str | None = None,
+                   encoder: str = "default", fps: float = FPS, device: str | None = None,
                    progress: bool = True) -> DuplicatesResult:
     """Find the run's duplicates and write ``DIR/duplicates.parquet`` (rewritten whole: a
     reduce over every video). A video that has no cached embeddings and does not decode is

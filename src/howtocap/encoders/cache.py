@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from howtocap.atomic import atomic_write_bytes
+from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.errors import InputError
 from howtocap.io import video as _video
 
@@ -185,16 +186,16 @@ def _batches(stream: Iterator[tuple[float, np.ndarray]],
         yield np.stack(batch)
 
 
-def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = 1.0,
-                     cache_dir: Path, batch_size: int = 32) -> FrameEmbeddings:
+def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = FPS,
+                     cache_dir: Path, batch_size: int = FRAME_BATCH) -> FrameEmbeddings:
     """Per-second (``fps``) frame embeddings of one video, from the cache or computed once."""
     return frame_embeddings_multi(video_path, [encoder], fps=fps, cache_dir=cache_dir,
                                   batch_size=batch_size)[0]
 
 
 def frame_embeddings_multi(video_path: str | Path, encoders: list[Encoder], *,
-                           fps: float = 1.0, cache_dir: Path,
-                           batch_size: int = 32) -> list[FrameEmbeddings]:
+                           fps: float = FPS, cache_dir: Path,
+                           batch_size: int = FRAME_BATCH) -> list[FrameEmbeddings]:
     """Like ``frame_embeddings`` for several encoders, decoding the video at most once.
 
     Frames are decoded at the largest ``image_size`` among the encoders that miss the cache;

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.engine.core import Shard, StageSummary, prepare_stages, run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -14,7 +15,7 @@ from howtocap.io.inputs import resolve_videos
 
 
 def frames_run(inputs: Sequence[str | Path], out: str | Path, *, encoders: Sequence[str],
-               fps: float = 1.0, batch_size: int = 32, device: str | None = None,
+               fps: float = FPS, batch_size: int = FRAME_BATCH, device: str | None = None,
                runner: Runner | None = None, progress: bool = True,
                shard: Shard | None = None, redo: bool = False) -> StageSummary:
     """Fill ``out/cache/frames`` for every video and encoder, decoding each video once.

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
 
@@ -19,8 +20,8 @@ class FramesStage(BaseStage):
     writes_cache = ("frames",)  # the per-second frame embeddings, keyed by content + encoder
     resources = Resources(kind="encoder", models=True)
 
-    def __init__(self, encoders: Sequence[str], cache_dir: Path, *, fps: float = 1.0,
-                 batch_size: int = 32, device: str | None = None,
+    def __init__(self, encoders: Sequence[str], cache_dir: Path, *, fps: float = FPS,
+                 batch_size: int = FRAME_BATCH, device: str | None = None,
                  models: Sequence[Any] | None = None) -> None:
         self.encoders = list(encoders)
         self.cache_dir = Path(cache_dir)

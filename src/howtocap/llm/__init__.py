@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from howtocap.errors import HowtocapError
-from howtocap.llm.base import LLM, GenerationConfig
+from howtocap.llm.base import (
+    API_KEY_ENV,
+    CONCURRENCY,
+    LLM,
+    MAX_RETRIES,
+    TIMEOUT,
+    GenerationConfig,
+)
 from howtocap.llm.llamacpp import LlamaCppLLM
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
@@ -31,10 +38,10 @@ class LLMOptions(BaseModel):
     name: str = "embedded"
     url: str | list[str] | None = None  # one server, or several replicas of one model
     model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = Field(4, ge=1, le=256)
-    timeout: float = Field(120.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=20)
+    api_key_env: str = API_KEY_ENV
+    concurrency: int = Field(CONCURRENCY, ge=1, le=256)
+    timeout: float = Field(TIMEOUT, gt=0)
+    max_retries: int = Field(MAX_RETRIES, ge=0, le=20)
 
     @field_validator("url")
     @classmethod
@@ -66,8 +73,8 @@ def from_options(opts: LLMOptions) -> LLM:
 
 def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,
            model: str | None = None,
-           api_key_env: str | None = "OPENAI_API_KEY", concurrency: int = 4,
-           timeout: float = 120.0, max_retries: int = 3, n_ctx: int = 4096,
+           api_key_env: str | None = API_KEY_ENV, concurrency: int = CONCURRENCY,
+           timeout: float = TIMEOUT, max_retries: int = MAX_RETRIES, n_ctx: int = 4096,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
     """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
 

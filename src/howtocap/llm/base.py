@@ -14,6 +14,12 @@ from howtocap.engine.runners import run_sync
 # A message's content is text, or a list of parts (text, image_url) for a multimodal server.
 Messages = list[dict[str, Any]]
 
+# An OpenAI-compatible server's client, by default (``LLMOptions``, ``create``, the client)
+API_KEY_ENV = "OPENAI_API_KEY"  # the environment variable holding the key
+CONCURRENCY = 4  # requests in flight per server
+TIMEOUT = 120.0  # seconds a whole reply may take
+MAX_RETRIES = 3  # retries of a transient failure
+
 
 class GenerationConfig(BaseModel):
     """Sampling settings sent with every request.

@@ -39,7 +39,16 @@ import httpx
 
 from howtocap.engine.runners import run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import AsyncChat, GenerationConfig, Messages, Reply
+from howtocap.llm.base import (
+    API_KEY_ENV,
+    CONCURRENCY,
+    MAX_RETRIES,
+    TIMEOUT,
+    AsyncChat,
+    GenerationConfig,
+    Messages,
+    Reply,
+)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
@@ -84,8 +93,9 @@ class OpenAIChatLLM(AsyncChat):
     ``chat``/``chat_many``: they run on the one event loop)."""
 
     def __init__(self, url: str, *, model: str | None = None,
-                 api_key_env: str | None = "OPENAI_API_KEY", api_key: str | None = None,
-                 timeout: float = 120.0, concurrency: int = 4, max_retries: int = 3,
+                 api_key_env: str | None = API_KEY_ENV, api_key: str | None = None,
+                 timeout: float = TIMEOUT, concurrency: int = CONCURRENCY,
+                 max_retries: int = MAX_RETRIES,
                  backoff: float = 1.0, backoff_max: float = 30.0,
                  retry_after_max: float = 60.0, breaker_after: int = 8) -> None:
         if concurrency < 1:
