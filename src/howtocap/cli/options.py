@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import keyword
 import operator
 import types
 import typing
@@ -57,7 +58,8 @@ class Opt:
 
     @property
     def param(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+        name = self.flag.lstrip("-").replace("-", "_")
+        return name + "_" if keyword.iskeyword(name) else name  # --lambda
 
     @property
     def help(self) -> str:

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import err, user_errors, validated
+from howtocap.cli.common import err, user_errors
+from howtocap.cli.options import settings_options
+from howtocap.tdr.config import EVERY, TdrConfig
 
 AnnOpt = Annotated[Path, typer.Option(
     "--annotations", help="YouCook2-format annotations JSON ({\"database\": {vid: ...}}).")]
@@ -36,35 +38,18 @@ def _problems(problems: list[str]) -> None:
 
 
 @user_errors
+@settings_options(cfg=TdrConfig)
 def train_cmd(
     annotations: AnnOpt, scripts: ScriptsOpt, videos: VideosOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder.")],
-    encoder: Annotated[str, typer.Option(help="Frozen image–text encoder.")] = "default",
-    every: Annotated[float, typer.Option(help="Seconds between sampled frames.")] = 4.5,
-    window: Annotated[float | None, typer.Option(
-        help="Seconds of transcript around a frame [default: --every].")] = None,
-    context: Annotated[str, typer.Option(
-        help="I² context over the frame sequence: none, lstm, cnn, transformer.")] = "lstm",
-    modality: Annotated[str, typer.Option(
-        help="Frame query: joint (image + transcript), text, image.")] = "joint",
-    aux: Annotated[str, typer.Option(
-        help="Auxiliary loss: kofcl (key-object IoU > --mu), fcl (same step), none.")
-    ] = "kofcl",
-    lam: Annotated[float, typer.Option("--lambda", help="Weight of the auxiliary loss.")
-                   ] = 0.05,
-    mu: Annotated[float, typer.Option(help="KOFCL key-object IoU threshold.")] = 0.1,
-    epochs: Annotated[int, typer.Option(help="Passes over the training videos.")] = 20,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
-    seed: Annotated[int, typer.Option()] = 0,
+    *,
+    cfg: TdrConfig,
     subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
     device: DeviceOpt = None,
 ) -> None:
     """Train on the training split; writes OUT/tdr.pt and OUT/train_log.csv."""
-    from howtocap.tdr.api import TdrConfig, train
+    from howtocap.tdr.api import train
 
-    cfg = validated(TdrConfig, encoder=encoder, every=every, window=window, context=context,
-                    modality=modality, aux=aux, lam=lam, mu=mu, epochs=epochs, lr=lr,
-                    seed=seed)
     res = train(annotations, scripts, videos, out, cfg, subtitles=subtitles, asr=asr,
                 work=work, device=device)
     _problems(res.problems)
@@ -89,7 +74,7 @@ def eval_cmd(
                      ] = "validation",
     encoder: Annotated[str, typer.Option(help="Baselines: the frozen encoder.")
                        ] = "default",
-    every: Annotated[float, typer.Option(help="Baselines: seconds between frames.")] = 4.5,
+    every: Annotated[float, typer.Option(help="Baselines: seconds between frames.")] = EVERY,
     subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
     device: DeviceOpt = None,
 ) -> None:

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
+from howtocap.tdr.config import EVERY, TdrConfig
 from howtocap.tdr.data import (
     SPLITS,
     VideoAnn,
@@ -30,7 +30,6 @@ from howtocap.tdr.data import (
 )
 from howtocap.tdr.features import FrameFeatures, tdr_features_run
 from howtocap.tdr.losses import (
-    AUX_KINDS,
     aux_loss,
     fcl_labels,
     kofcl_labels,
@@ -38,37 +37,10 @@ from howtocap.tdr.losses import (
     tdr_loss,
 )
 from howtocap.tdr.metrics import gold_ranks, isolated_steps, ndcg_at, recall_at, rouge_l
-from howtocap.tdr.model import CONTEXTS, MODALITIES, TdrModel
+from howtocap.tdr.model import TdrModel
 
 BASELINES = ("bm25", "text", "image", "joint")
 CKPT_FILE = "tdr.pt"
-
-
-class TdrConfig(BaseModel):
-    """Training settings, recorded in the checkpoint (eval/export reuse its encoder and rate)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    encoder: str = "default"
-    every: float = Field(4.5, gt=0)
-    window: float | None = Field(None, gt=0)
-    context: str = "lstm"
-    modality: str = "joint"
-    aux: str = "kofcl"
-    lam: float = Field(0.05, ge=0)
-    mu: float = Field(0.1, ge=0, le=1)
-    epochs: int = Field(20, ge=1)
-    lr: float = Field(1e-4, gt=0)
-    d_model: int = Field(256, ge=8)
-    d_r: int = Field(256, ge=8)
-    seed: int = 0
-
-    def model_post_init(self, _: Any) -> None:
-        for name, val, allowed in (("context", self.context, CONTEXTS),
-                                   ("modality", self.modality, MODALITIES),
-                                   ("aux", self.aux, AUX_KINDS)):
-            if val not in allowed:
-                raise HowtocapError(f"--{name} must be one of {', '.join(allowed)}, not {val!r}")
 
 
 @dataclass
@@ -358,7 +330,7 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
     """R@1/3/5, NDCG@1/3/5 and isolated-frame R@1 of a checkpoint or a baseline on ``split``."""
     scorer, cfg = _scorer(checkpoint, baseline, device, encoder_model)
     if checkpoint is None:  # a baseline: the sampling and encoder are the user's choice
-        cfg = TdrConfig(encoder=encoder or "default", every=every or 4.5)
+        cfg = TdrConfig(encoder=encoder or "default", every=every or EVERY)
     inp = load_inputs(annotations, scripts, videos, split)
     problems = list(inp.problems)
     feats = _features(inp, _work_root(work, checkpoint), cfg.encoder, cfg.every,

@@ -15,6 +15,7 @@ import pandas as pd
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
 from howtocap.subtitles.policy import AsrMode, LazyASR
+from howtocap.tdr.config import EVERY
 
 TDR_TABLE = "tdr_frames"  # video_id, time, transcript, image (list), text (list)
 
@@ -39,7 +40,7 @@ class TdrFramesStage(BaseStage):
     writes = (TDR_TABLE,)
     resources = Resources(kind="encoder", models=True)
 
-    def __init__(self, encoder: str = "default", *, every: float = 4.5,
+    def __init__(self, encoder: str = "default", *, every: float = EVERY,
                  window: float | None = None, asr_mode: AsrMode = "auto",
                  asr_model: str = "default", source: Any | None = None,
                  device: str | None = None, model: Any | None = None) -> None:
