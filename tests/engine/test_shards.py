@@ -667,17 +667,17 @@ def test_last_positions_are_each_ids_last_row_in_row_order(chunks: int) -> None:
     assert _last_positions(pa.array([], pa.string())).tolist() == []
 
 
-def test_batching_takes_the_defaults_for_what_is_not_given_and_refuses_nonsense() -> None:
-    assert Batching.of() == Batching(BATCH_SIZE, BATCH_SECONDS)
-    assert Batching.of(7) == Batching(7, BATCH_SECONDS)
-    assert Batching.of(None, 0) == Batching(BATCH_SIZE, 0.0)
-    assert Batching.of(shard_size=5).shard_size == 5
-    with pytest.raises(HowtocapError, match="--batch-size and --shard-size must be >= 1"):
-        Batching.of(0)
-    with pytest.raises(HowtocapError, match="--shard-size must be >= 1"):
-        Batching.of(shard_size=0)
-    with pytest.raises(HowtocapError, match="--batch-seconds >= 0"):
-        Batching(5, -1.0)
+def test_batch_flags_give_the_defaults_and_refuse_nonsense() -> None:
+    from pydantic import ValidationError
+
+    from howtocap.engine.options import BatchConfig
+
+    assert BatchConfig().batching() == Batching(BATCH_SIZE, BATCH_SECONDS)
+    assert BatchConfig(batch_size=7, shard_size=5).batching() == Batching(7, BATCH_SECONDS, 5)
+    assert BatchConfig(batch_seconds=0).batching() == Batching(BATCH_SIZE, 0.0)
+    for bad in ({"batch_size": 0}, {"shard_size": 0}, {"batch_seconds": -1.0}):
+        with pytest.raises(ValidationError):
+            BatchConfig(**bad)
 
 
 # -- the old layout -----------------------------------------------------------------------------

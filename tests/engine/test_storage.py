@@ -114,7 +114,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
     vids, out = videos(tmp_path, base_video, 6), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
-        caption_run([vids], out, cfg, progress=False, batching=Batching.of(shard_size=2))
+        caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
         k_cap, k_sub = rd.shard_of(["v01", "v05"]).tolist()
@@ -158,7 +158,7 @@ def test_a_corrupt_captions_file_is_redone_by_a_rerun_with_nothing_else_to_do(
     src, out = tmp_path / "c.json", tmp_path / "run"
     write_source(src, 8)
     caption_run(None, out, config(src), llm=QuickLLM(), progress=False,
-                batching=Batching.of(shard_size=2))
+                batching=Batching(shard_size=2))
     rd = RunDir(out, create=False)
     want = rd.table("captions")
     torn = rd.shard_path("captions", 0)
@@ -339,7 +339,7 @@ def test_a_torn_subtitles_file_and_a_corrupt_captions_file_of_one_shard_are_redo
     vids, out = videos(tmp_path, base_video, 4), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
-        caption_run([vids], out, cfg, progress=False, batching=Batching.of(shard_size=2))
+        caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
         torn = rd.shard_path("subtitles", 1)

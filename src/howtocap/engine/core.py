@@ -166,26 +166,12 @@ class Batching:
     once the oldest waited ``seconds`` (``--batch-size`` / ``--batch-seconds``: a kill loses
     the chunk in flight; smaller chunks lose less and write more files); ``shard_size``: the
     videos of a shard, for a run directory made now (``--shard-size``; an existing one keeps
-    its own). Passed down from the command to every stage it runs (``None`` anywhere: these
-    defaults)."""
+    its own). Passed down from the command to every stage it runs; the flags' bounds are
+    checked by ``engine.options.BatchConfig``."""
 
     size: int = BATCH_SIZE
     seconds: float = BATCH_SECONDS
     shard_size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.size < 1 or self.seconds < 0 or \
-                (self.shard_size is not None and self.shard_size < 1):
-            raise HowtocapError(f"--batch-size and --shard-size must be >= 1 and "
-                                f"--batch-seconds >= 0, got {self.size}, {self.shard_size}, "
-                                f"{self.seconds}")
-
-    @classmethod
-    def of(cls, size: int | None = None, seconds: float | None = None,
-           shard_size: int | None = None) -> Batching:
-        """The given settings, the defaults for those not given."""
-        return cls(BATCH_SIZE if size is None else size,
-                   BATCH_SECONDS if seconds is None else seconds, shard_size)
 
 
 def _todo(recs: Any, items: Sequence[Any], cid: str, skip_done: bool, retry_failed: bool,
