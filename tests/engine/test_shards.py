@@ -739,3 +739,26 @@ def test_a_kill_while_a_one_chunk_shard_is_linked_into_place_finishes_on_resume(
     assert got["value"].tolist() == [1, 2, 3]
     assert rd.done("square", ["v_0", "v_1", "v_2"]) == [True, True, True]
     assert not (tmp_path / "run" / "work").exists()
+
+
+def test_a_claim_survives_another_worker_removing_the_empty_claims_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers remove the claims folder when they release its last lock; one that does so
+    between another's mkdir and its O_EXCL create made that create fail (seen with
+    ``--processes 2``): the claim is asked again."""
+    import os as os_mod
+
+    from howtocap.engine import claims
+
+    path = tmp_path / "claims" / "caption" / "shard-00001.lock"
+    real_open = os_mod.open
+    removed: list[Path] = []
+
+    def open_after_rmdir(p: Any, *args: Any) -> int:
+        if not removed:  # the other worker's release, just before our create
+            removed.append(path.parent)
+            path.parent.rmdir()
+        return real_open(p, *args)
+
+    monkeypatch.setattr(claims.os, "open", open_after_rmdir)
+    assert claims.try_claim(path, Owner.me()) and removed and path.exists()

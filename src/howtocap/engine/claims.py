@@ -70,10 +70,12 @@ def try_claim(path: Path, owner: Owner) -> bool:
     """Take the lock file ``path`` (created with O_EXCL) as ``owner``'s: True when taken
     (or already ours), False when a live process holds it; a dead holder's lock is taken
     over. So two processes never work on the same (stage, shard)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(3):
+    for _ in range(5):
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+        except FileNotFoundError:  # another worker released its last claim: the folder went
+            continue
         except FileExistsError:
             try:
                 held = json.loads(path.read_text() or "{}")

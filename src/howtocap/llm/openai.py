@@ -1,10 +1,13 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, llama.cpp, Ollama, hosted APIs).
 
-An ``httpx.AsyncClient`` on the process's one event loop (``engine.runners.event_loop``): one
-coroutine per request, at most ``concurrency`` of them in flight per client, each on a
-kept-alive connection of its own (its slot); proxies (``HTTP(S)_PROXY``, ``NO_PROXY``)
-and TLS roots (``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) come from the environment,
-as httpx reads them. Each try has a deadline (``timeout``, whole reply included, so a server
+An ``aiohttp.ClientSession`` on the process's one event loop (``engine.runners.event_loop``):
+one coroutine per request, at most ``concurrency`` of them in flight, each on a kept-alive
+connection of the session's pool; proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and TLS roots
+(``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) come from the environment. Why aiohttp
+and not httpx: a request costs far less of the driver's CPU (httpcore's pool and anyio's
+cancel scopes; ``benchmarks/speed/bench_driver.py``), which decides how many videos a second
+one driver feeds to fast servers; vLLM's own serving benchmark uses it for the same reason.
+Each try has a deadline (``timeout``, whole reply included, so a server
 trickling bytes cannot hold a slot forever). 5xx, 408/409/425/429, timeouts, connection
 errors and malformed replies (invalid JSON, no ``choices``) are retried with exponential backoff
 plus jitter; ``Retry-After`` (seconds or an HTTP date) is honoured up to ``retry_after_max``.
@@ -26,16 +29,20 @@ client remembers to leave them out.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import json
 import os
 import random
 import re
 import sys
 import time
+import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from howtocap.engine.runners import run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
@@ -54,6 +61,11 @@ RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
 USER_AGENT = "howtocap"
 MAX_REPLY_BYTES = 32 << 20  # a reply larger than this is dropped (read as garbled)
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _deadline
+else:  # pragma: no cover - aiohttp depends on async-timeout on Python 3.10
+    from async_timeout import timeout as _deadline
 
 
 class _Malformed(Exception):
@@ -88,6 +100,13 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, seconds) if seconds == seconds else None  # NaN: ignored
 
 
+def _close_at_exit(ref: weakref.ref[OpenAIChatLLM]) -> None:
+    client = ref()
+    if client is not None:
+        with contextlib.suppress(Exception):  # the loop may be gone already: nothing to keep
+            client.close()
+
+
 class OpenAIChatLLM(AsyncChat):
     """Client for one OpenAI-compatible server; share one per process (any thread may call
     ``chat``/``chat_many``: they run on the one event loop)."""
@@ -102,7 +121,7 @@ class OpenAIChatLLM(AsyncChat):
             raise HowtocapError(f"--concurrency must be at least 1, got {concurrency}")
         self.endpoint = chat_endpoint(url)
         self.base_url = self.endpoint[: -len("/chat/completions")]
-        self._url = httpx.URL(self.endpoint)  # parsed once
+        self._url = URL(self.endpoint)  # parsed once
         key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         self._headers = {"User-Agent": USER_AGENT,
                          **({"Authorization": f"Bearer {key}"} if key else {})}
@@ -118,13 +137,10 @@ class OpenAIChatLLM(AsyncChat):
         self._model_checked = model is not None
         # asyncio primitives bind to the loop that first waits on them: the one event loop
         self._model_lock = asyncio.Lock()
-        # The in-flight limit: a request takes a slot, one AsyncClient of one connection (the
-        # latest freed first, so a lone caller keeps one warm connection). Why not one client
-        # of ``concurrency`` connections: httpcore's pool rescans every connection at every
-        # request event and re-assigns requests it found busy, ~2 ms of CPU a request at 32.
-        self._free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
-        self._clients: list[httpx.AsyncClient] = []
-        self._ssl: Any = None
+        # the in-flight limit (a semaphore: it binds to the one loop at its first wait) and the
+        # session, made on that loop at the first request
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._session: aiohttp.ClientSession | None = None
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
         self._outages = 0
@@ -138,33 +154,46 @@ class OpenAIChatLLM(AsyncChat):
     def name(self) -> str:
         return f"openai:{self._model}" if self._model else "openai"
 
-    def _client(self) -> httpx.AsyncClient:
-        """A new slot: proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and TLS roots
-        (``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) from the environment, as httpx
-        reads them; one TLS context for all slots."""
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
-        client = httpx.AsyncClient(
-            headers=self._headers, verify=self._ssl,
-            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
-        self._clients.append(client)
-        return client
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The connection pool: ``concurrency`` kept-alive connections, proxies from the
+        environment (``trust_env``), TLS roots from ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else
+        certifi's."""
+        if self._session is None or self._session.closed:
+            import ssl
 
-    async def _take(self) -> httpx.AsyncClient:
-        if self._free.empty() and len(self._clients) < self.concurrency:
-            return self._client()
-        return await self._free.get()
+            cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+            if not cafile and not capath:
+                import certifi
+
+                cafile = certifi.where()
+            tls = ssl.create_default_context(cafile=cafile or None, capath=capath or None)
+            if self._session is None:  # closed at exit, or aiohttp says it was left open
+                atexit.register(_close_at_exit, weakref.ref(self))
+            self._session = aiohttp.ClientSession(
+                headers=self._headers, trust_env=True,
+                connector=aiohttp.TCPConnector(limit=self.concurrency, ssl=tls),
+                timeout=aiohttp.ClientTimeout(total=None,
+                                              sock_connect=min(self.timeout, 10.0)))
+        return self._session
+
+    def __del__(self) -> None:
+        """A client dropped with its connections open (a run's stage going out of scope)
+        closes them on the loop, which holds the session until then."""
+        session = self.__dict__.get("_session")
+        if session is not None and not session.closed:
+            from howtocap.engine.runners import event_loop
+
+            with contextlib.suppress(Exception):  # interpreter exit: the loop may be gone
+                asyncio.run_coroutine_threadsafe(session.close(), event_loop())
 
     async def aclose(self) -> None:
-        clients, self._clients = self._clients, []
-        self._free = asyncio.LifoQueue()
-        for client in clients:
-            await client.aclose()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def close(self) -> None:
         """Close the kept connections (a later request opens new ones)."""
-        if self._clients:
+        if self._session is not None:
             run_sync(self.aclose())
 
     async def _resolve_model(self) -> str | None:
@@ -173,18 +202,17 @@ class OpenAIChatLLM(AsyncChat):
             return self._model
         async with self._model_lock:
             if not self._model_checked:
-                client = await self._take()
                 try:
-                    resp = await client.get(self.base_url + "/models",
-                                            timeout=min(self.timeout, 10.0))
-                    data = resp.json().get("data") or []
-                    if resp.status_code == 200 and data and data[0].get("id"):
-                        self._model = str(data[0]["id"])
-                except (httpx.HTTPError, ValueError, AttributeError, TypeError, IndexError):
+                    async with self._slots, _deadline(min(self.timeout, 10.0)), \
+                            self._open_session().get(self.base_url + "/models") as resp:
+                        data = json.loads(await resp.read()).get("data") or []
+                        if resp.status == 200 and data and data[0].get("id"):
+                            self._model = str(data[0]["id"])
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError,
+                        TypeError, IndexError):
                     pass  # the chat request below reports a down server properly
                 finally:
                     self._model_checked = True
-                    self._free.put_nowait(client)
         return self._model
 
     # -- circuit breaker ---------------------------------------------------------------------
@@ -289,34 +317,27 @@ class OpenAIChatLLM(AsyncChat):
         return f'{{"messages": [{head}, {json.dumps(msgs[-1])}]{tail}'.encode()
 
     async def _send(self, body: dict[str, Any], extra: dict[str, object]
-                    ) -> tuple[int, httpx.Headers, bytes, bool]:
+                    ) -> tuple[int, Any, bytes, bool]:
         """One POST in a request slot, whose whole reply must arrive within ``timeout``; a
         body past ``MAX_REPLY_BYTES`` comes back empty. ``extra`` (the constraint fields) is
         sent unless the server has refused it meanwhile; the last value says if it was."""
-        client = await self._take()
-        try:
+        async with self._slots:
             self._check_breaker()
             self.stats["attempts"] += 1
             constrained = bool(extra) and not self.constraints_rejected
             payload = self._encode({**body, **extra} if constrained else body)
-            if sys.version_info >= (3, 11):  # no task a request, as wait_for makes
-                async with asyncio.timeout(self.timeout):
-                    return (*await self._exchange(client, payload), constrained)
-            got = await asyncio.wait_for(self._exchange(client, payload), self.timeout)
-            return (*got, constrained)
-        finally:
-            self._free.put_nowait(client)
+            async with _deadline(self.timeout):
+                return (*await self._exchange(payload), constrained)
 
-    async def _exchange(self, client: httpx.AsyncClient, payload: bytes
-                        ) -> tuple[int, httpx.Headers, bytes]:
-        async with client.stream("POST", self._url, content=payload,
-                                 headers=self._post_headers) as resp:
+    async def _exchange(self, payload: bytes) -> tuple[int, Any, bytes]:
+        async with self._open_session().post(self._url, data=payload,
+                                             headers=self._post_headers) as resp:
             body = bytearray()
-            async for chunk in resp.aiter_bytes():
+            async for chunk in resp.content.iter_any():
                 body += chunk
                 if len(body) > MAX_REPLY_BYTES:
-                    return resp.status_code, resp.headers, b""
-            return resp.status_code, resp.headers, bytes(body)
+                    return resp.status, resp.headers, b""
+            return resp.status, resp.headers, bytes(body)
 
     async def achat(self, messages: Messages, gen: GenerationConfig) -> str:
         self._check_breaker()
@@ -337,11 +358,11 @@ class OpenAIChatLLM(AsyncChat):
             retry_after = None
             try:
                 status, rheaders, data, constrained = await self._send(body, extra)
-            except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
+            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
                 problem = reason = f"timed out after {self.timeout:g}s"
-                refused += isinstance(exc, httpx.ConnectTimeout)
+                refused += isinstance(exc, aiohttp.ConnectionTimeoutError)
                 epoch = self._outage(reason, epoch)
-            except httpx.RequestError as exc:
+            except aiohttp.ClientError as exc:
                 reason = short_reason(exc, 160)
                 problem = f"is unreachable ({reason})"
                 refused += 1
