@@ -84,6 +84,18 @@ def chat_endpoint(url: str) -> str:
     return url + "/chat/completions"
 
 
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, ``ALL_PROXY``, none
+    when ``NO_PROXY`` covers its host), as curl and requests read them."""
+    import urllib.request
+
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
     """``Retry-After`` as seconds from now: delta-seconds or an HTTP date (RFC 9110)."""
     if not value:
@@ -122,6 +134,7 @@ class OpenAIChatLLM(AsyncChat):
         self.endpoint = chat_endpoint(url)
         self.base_url = self.endpoint[: -len("/chat/completions")]
         self._url = URL(self.endpoint)  # parsed once
+        self._proxy = proxy_for(self.endpoint)
         key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         self._headers = {"User-Agent": USER_AGENT,
                          **({"Authorization": f"Bearer {key}"} if key else {})}
@@ -155,9 +168,10 @@ class OpenAIChatLLM(AsyncChat):
         return f"openai:{self._model}" if self._model else "openai"
 
     def _open_session(self) -> aiohttp.ClientSession:
-        """The connection pool: ``concurrency`` kept-alive connections, proxies from the
-        environment (``trust_env``), TLS roots from ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else
-        certifi's."""
+        """The connection pool: ``concurrency`` kept-alive connections, TLS roots from
+        ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's. The proxy is read from the
+        environment once (``proxy_for``), not per request as ``trust_env`` does (a scan of
+        the whole environment and a look for ``.netrc`` in a thread, each request)."""
         if self._session is None or self._session.closed:
             import ssl
 
@@ -170,7 +184,7 @@ class OpenAIChatLLM(AsyncChat):
             if self._session is None:  # closed at exit, or aiohttp says it was left open
                 atexit.register(_close_at_exit, weakref.ref(self))
             self._session = aiohttp.ClientSession(
-                headers=self._headers, trust_env=True,
+                headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self.concurrency, ssl=tls),
                 timeout=aiohttp.ClientTimeout(total=None,
                                               sock_connect=min(self.timeout, 10.0)))
@@ -204,7 +218,8 @@ class OpenAIChatLLM(AsyncChat):
             if not self._model_checked:
                 try:
                     async with self._slots, _deadline(min(self.timeout, 10.0)), \
-                            self._open_session().get(self.base_url + "/models") as resp:
+                            self._open_session().get(self.base_url + "/models",
+                                                     proxy=self._proxy) as resp:
                         data = json.loads(await resp.read()).get("data") or []
                         if resp.status == 200 and data and data[0].get("id"):
                             self._model = str(data[0]["id"])
@@ -330,7 +345,7 @@ class OpenAIChatLLM(AsyncChat):
                 return (*await self._exchange(payload), constrained)
 
     async def _exchange(self, payload: bytes) -> tuple[int, Any, bytes]:
-        async with self._open_session().post(self._url, data=payload,
+        async with self._open_session().post(self._url, data=payload, proxy=self._proxy,
                                              headers=self._post_headers) as resp:
             body = bytearray()
             async for chunk in resp.content.iter_any():
