@@ -52,7 +52,7 @@ def whole(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
 @pytest.fixture(params=[3, 5])
 def shards(request: pytest.FixtureRequest) -> Batching:
     """Each test twice: shards of 3 videos (windows of 7 take two shards), and of 5."""
-    return Batching.of(shard_size=request.param)
+    return Batching(shard_size=request.param)
 
 
 class Counting(QuickLLM):

@@ -75,11 +75,15 @@ class CaptionStage(BaseStage):
 
     def unload(self) -> None:
         """Stop the parser processes (a few hundred MB, idle once the videos are captioned:
-        ``run`` goes on to align); the LLM client stays for a second pass."""
-        close = getattr(self._nlp, "close", None)
-        if close is not None:
-            close()
+        ``run`` goes on to align) and close the LLM this stage built (its connections, or the
+        embedded model's memory); a second pass builds it again. A caller's model stays."""
+        for part in (self._nlp, self._model if self.model_name is None else None):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
         self._nlp = None
+        if self.model_name is None:
+            self._model = None
 
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
