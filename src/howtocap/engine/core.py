@@ -269,7 +269,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
     summary = StageSummary(stage.name)
-    todo_args = (cid, skip_done, retry_failed, max_attempts)
+    args = _PlanArgs(cid, skip_done, retry_failed, max_attempts, batching or Batching())
     plan = []  # shards with work, as far as their records tell before claiming
     expected = 0
     for k, its in _by_shard(rundir, items, shards):
@@ -277,14 +277,13 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             continue
         w = rundir.writer(stage.name, k, stage.writes)
         recs = w.records(_SELECT_COLS)
-        todo, _ = _todo(recs, its, *todo_args, None)
+        todo, _ = _todo(recs, its, *args.todo, None)
         if todo or w.chunk_ids():
             plan.append((k, its))
             expected += len(todo)
         else:
-            _todo(recs, its, *todo_args, summary)
+            _todo(recs, its, *args.todo, summary)
     t0 = time.perf_counter()
-    args = _PlanArgs(cid, skip_done, retry_failed, max_attempts, batching or Batching())
     processes = getattr(runner, "processes", 1)
     with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
                       disable=not progress) as bar:
@@ -312,6 +311,11 @@ class _PlanArgs:
     retry_failed: bool
     max_attempts: int
     batching: Batching
+
+    @property
+    def todo(self) -> tuple[str, bool, bool, int]:
+        """``_todo``'s arguments after the items."""
+        return self.cid, self.skip_done, self.retry_failed, self.max_attempts
 
 
 @dataclass
@@ -344,7 +348,6 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
     totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
     down: list[str] = []  # a fatal result (the LLM server is gone): stop feeding work
     owner_of: dict[str, int] = {}  # each video handed out: its shard
-    todo_args = (args.cid, args.skip_done, args.retry_failed, args.max_attempts)
 
     def claimed() -> Iterator[VideoInput]:
         for k, its in plan:
@@ -354,7 +357,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
             if not w.claim(owner):
                 summary.claimed_elsewhere += len(its)
                 continue
-            todo, attempts = _todo(w.records(_SELECT_COLS), its, *todo_args, summary)
+            todo, attempts = _todo(w.records(_SELECT_COLS), its, *args.todo, summary)
             sh = opened[k] = _Open(w, attempts, len(todo))
             inputs = _shard_inputs(rundir, stage, k)
             if inputs is None:  # an input file was corrupt: its own stage redoes it first
@@ -442,7 +445,8 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
         for key, v in part_totals.items():
             totals[key] = totals.get(key, 0.0) + v
         rundir.corrupted.extend(map(type(rundir.root), corrupt))
-        down.extend(part_down[:1] if not down else [])
+        if part_down and not down:
+            down.append(part_down[0])
         return not down  # the service is gone: start no more shards
 
     processes.run_tasks(

@@ -32,10 +32,10 @@ def _start(values: dict[str, Any], events: Any) -> None:
 
 def portable(obj: Any) -> bool:
     """Whether ``obj`` (a stage) can be rebuilt in another process from its settings alone:
-    nothing private (a model its caller built) would be lost on the way."""
-    private = {k: v for k, v in vars(obj).items()
-               if k.startswith("_") and k not in ("_setup_lock", "_ready")}
-    if any(v is not None for v in private.values()):
+    what its ``__getstate__`` empties (a model its caller built) holds nothing yet."""
+    travels = obj.__getstate__()
+    if any(v is not None and travels.get(k) is None for k, v in vars(obj).items()
+           if k in travels):
         return False
     try:
         pickle.dumps(obj)

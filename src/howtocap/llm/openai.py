@@ -154,6 +154,7 @@ class OpenAIChatLLM(AsyncChat):
         # session, made on that loop at the first request
         self._slots = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
+        atexit.register(_close_at_exit, weakref.ref(self))  # else aiohttp says it was left open
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
         self._outages = 0
@@ -181,8 +182,6 @@ class OpenAIChatLLM(AsyncChat):
 
                 cafile = certifi.where()
             tls = ssl.create_default_context(cafile=cafile or None, capath=capath or None)
-            if self._session is None:  # closed at exit, or aiohttp says it was left open
-                atexit.register(_close_at_exit, weakref.ref(self))
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self.concurrency, ssl=tls),
