@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.support.chat_server import serving
+
 TYPES = {".mp4": "video/mp4", ".vtt": "text/vtt", ".srt": "application/x-subrip"}
 
 
@@ -81,11 +83,8 @@ class MediaServer:
 @contextmanager
 def media_server(root: Path, **kw: float) -> Iterator[MediaServer]:
     srv = MediaServer(root, **kw)
-    thread = threading.Thread(target=srv.httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield srv
-    finally:
-        srv.stop.set()
-        srv.httpd.shutdown()
-        srv.httpd.server_close()
+    with serving(srv):
+        try:
+            yield srv
+        finally:
+            srv.stop.set()  # stalled replies end before the server closes

@@ -115,3 +115,12 @@ def ddp_worker(rank: int, world: int, port: int, pairs: str, out: str, spec: str
 
 WORDS = ["a", "photo", "of", "the", "cat", "dog", "cup", "coffee", "rocket", "launch", "pour",
          "into", "brush", "fur", "space", "suit", "put", "on", "take", "with", "camera"]
+
+
+class EpochKilled(Exception):
+    """A training run stopped at an epoch's end (``kill_at_epoch_end``), as a kill would."""
+
+
+def kill_at_epoch_end(row: object) -> None:
+    """``train(on_epoch_end=...)``: stop after the first epoch is saved."""
+    raise EpochKilled

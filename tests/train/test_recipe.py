@@ -29,7 +29,7 @@ from howtocap.train.losses import (
     itc_targets,
     soft_info_nce,
 )
-from tests.support.tiny_models import TinyEncoder
+from tests.support.tiny_models import EpochKilled, TinyEncoder, kill_at_epoch_end
 
 
 # -- the parts, by hand -----------------------------------------------------------------------
@@ -293,14 +293,9 @@ def test_momentum_queue_soft_labels_train_and_resume_exactly(videos, tmp_path):
     assert not torch.allclose(online, mom) and not torch.allclose(mom, w0)
     assert (mom - online).norm() < (w0 - online).norm()
 
-    class Killed(Exception):
-        pass
-
-    def kill(row):
-        raise Killed
-
-    with pytest.raises(Killed):
-        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), on_epoch_end=kill, **kw)
+    with pytest.raises(EpochKilled):
+        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(),
+              on_epoch_end=kill_at_epoch_end, **kw)
     res = train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), resume=True, **kw)
     assert res.resumed_from == 1 and res.epochs_run == 1
     st2 = torch.load(res.checkpoint, weights_only=True)

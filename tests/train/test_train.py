@@ -23,7 +23,13 @@ from howtocap.train.api import train
 from howtocap.train.data import epoch_draws
 from howtocap.train.losses import frozen_copy_regulariser, info_nce, max_margin_ranking
 from tests.support.stages import write_rows
-from tests.support.tiny_models import TinyEncoder, ddp_worker, weights
+from tests.support.tiny_models import (
+    EpochKilled,
+    TinyEncoder,
+    ddp_worker,
+    kill_at_epoch_end,
+    weights,
+)
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -237,14 +243,9 @@ def test_resume_continues_exactly(videos, tmp_path):
     kw = {**KW, "epochs": 2}
     full = train(pairs, out_dir=tmp_path / "full", encoder=TinyEncoder(), **kw)
 
-    class Killed(Exception):
-        pass
-
-    def kill(row):
-        raise Killed
-
-    with pytest.raises(Killed):
-        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), on_epoch_end=kill, **kw)
+    with pytest.raises(EpochKilled):
+        train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(),
+              on_epoch_end=kill_at_epoch_end, **kw)
     with pytest.raises(HowtocapError, match="pass --resume"):
         train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), **kw)
     res = train(pairs, out_dir=tmp_path / "cut", encoder=TinyEncoder(), resume=True, **kw)
