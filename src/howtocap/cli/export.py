@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import QuietOpt, WhereOpt, err, user_errors, validated
+from howtocap.cli.common import QuietOpt, WhereOpt, err, user_errors
+from howtocap.cli.options import settings_options
+from howtocap.clips.config import ClipsConfig
 from howtocap.errors import HowtocapError
-
-if TYPE_CHECKING:
-    from howtocap.clips.config import ClipsConfig
 
 
 class ExportFmt(str, Enum):
@@ -20,11 +19,6 @@ class ExportFmt(str, Enum):
     csv = "csv"
     webdataset = "webdataset"
     clips = "clips"
-
-
-class CutOpt(str, Enum):
-    fast = "fast"
-    exact = "exact"
 
 
 class ExportWhatOpt(str, Enum):
@@ -35,8 +29,10 @@ class ExportWhatOpt(str, Enum):
 
 
 @user_errors
+@settings_options(clips=ClipsConfig)
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
+    *,
     format: Annotated[ExportFmt, typer.Option("--format", "-f")] = ExportFmt.howtocaption,
     what: Annotated[ExportWhatOpt, typer.Option(
         help="auto: kept aligned pairs if aligned, else captions (webdataset: else frame "
@@ -54,19 +50,7 @@ def export_cmd(
                                                       "(segment centres).")] = 4,
     image_size: Annotated[int, typer.Option(help="webdataset: frame size (shorter side, "
                                                  "centre crop).")] = 224,
-    shard_size: Annotated[int, typer.Option(help="webdataset, clips: clips per shard.")]
-    = 1000,
-    cut: Annotated[CutOpt, typer.Option(
-        help="clips: fast = stream copy from the keyframe at or before the window's start "
-             "(an edit list starts playback at the window); exact = re-encoded to the "
-             "window.")]
-    = CutOpt.fast,
-    max_side: Annotated[int | None, typer.Option(
-        help="clips (--cut exact): scale the longer side down to this many pixels.")] = None,
-    cross_shots: Annotated[bool, typer.Option(
-        help="clips: keep windows that cross a cut of DIR/shots/ (default: a window "
-             "is cut back to the shot that holds its middle).")] = False,
-    workers: Annotated[int, typer.Option(help="clips: videos cut at a time.")] = 2,
+    clips: ClipsConfig,
     encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
                                               "whose cached frame embeddings are stored.")]
     = "default",
@@ -87,10 +71,9 @@ def export_cmd(
 
         if unfiltered:
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
-        res = export_clips(run_dir, out_file, what=what.value, config=clips_config(
-            cut=cut.value, max_side=max_side, shard_size=shard_size, workers=workers,
-            cross_shots=cross_shots), progress=not quiet, drop_duplicates=drop_duplicates,
-            where=where)
+        clips.check()
+        res = export_clips(run_dir, out_file, what=what.value, config=clips,
+                           progress=not quiet, drop_duplicates=drop_duplicates, where=where)
         err.print(f"wrote {res.n_clips} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
                   f"{f' ({res.reused} finished earlier)' if res.reused else ''}"
@@ -105,7 +88,7 @@ def export_cmd(
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
         res = export_webdataset(run_dir, out_file, what=what.value, content=content,
                                 frames_per_clip=frames_per_clip, image_size=image_size,
-                                shard_size=shard_size, progress=not quiet,
+                                shard_size=clips.shard_size, progress=not quiet,
                                 embed=ClipRows(encoder, device=device)
                                 if content == "embeddings" else None,
                                 drop_duplicates=drop_duplicates, where=where)
@@ -120,11 +103,3 @@ def export_cmd(
                          unfiltered=unfiltered, drop_duplicates=drop_duplicates, where=where)
     err.print(f"wrote {n} captions to {path}")
 
-
-def clips_config(**options: Any) -> ClipsConfig:
-    """``--format clips``'s options as the step's typed settings (a bad value is one line)."""
-    from howtocap.clips.config import ClipsConfig
-
-    cfg = validated(ClipsConfig, **options)
-    cfg.check()
-    return cfg

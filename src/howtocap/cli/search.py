@@ -11,6 +11,8 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import err, user_errors
+from howtocap.search import K
+from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
 
 
 class By(str, Enum):
@@ -66,7 +68,7 @@ def search_cmd(
     run_dir: RunDirArg,
     query: Annotated[str, typer.Argument(help="What to look for, e.g. \"cut the tomato\".")],
     k: Annotated[int, typer.Option("-k", "--k", min=1, max=10_000,
-                                   help="Number of results.")] = 10,
+                                   help="Number of results.")] = K,
     by: Annotated[By, typer.Option(help="Compare the query with caption text, clip video, "
                                         "or both (mean of the two similarities).")] = By.text,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
@@ -84,12 +86,13 @@ def search_cmd(
 def serve_cmd(
     run_dir: RunDirArg,
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but loopback "
-                                           "needs --api-key-env or --public.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+                                           "needs --api-key-env or --public.")] = HOST,
+    port: Annotated[int, typer.Option(help="Port.")] = PORT,
     encoder: EncoderOpt = None,
     device: DeviceOpt = None,
-    max_k: Annotated[int, typer.Option(min=1, help="Largest k the API accepts.")] = 100,
-    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query accepted.")] = 500,
+    max_k: Annotated[int, typer.Option(min=1, help="Largest k the API accepts.")] = MAX_K,
+    max_query_chars: Annotated[int, typer.Option(min=1, help="Longest query accepted.")
+                               ] = MAX_QUERY_CHARS,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", metavar="VAR",
         help="Require the key in environment variable VAR on every request (Authorization: "
@@ -99,9 +102,9 @@ def serve_cmd(
              "machine can search and download the videos).")] = False,
     rate_limit: Annotated[float, typer.Option(
         min=0, help="Requests per second per client (bursts of 3x allowed); beyond it 429 "
-                    "with Retry-After. 0 = no limit.")] = 20.0,
+                    "with Retry-After. 0 = no limit.")] = RATE_LIMIT,
     max_body_bytes: Annotated[int, typer.Option(
-        min=0, help="Largest request body accepted (413 beyond it).")] = 16_384,
+        min=0, help="Largest request body accepted (413 beyond it).")] = MAX_BODY_BYTES,
 ) -> None:
     """Serve the search page, per-video timelines and the JSON API (/api/docs), with /healthz
     and Prometheus /metrics."""

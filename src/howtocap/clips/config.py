@@ -1,5 +1,6 @@
 """The clip export's typed settings (recorded in ``OUT/clips.json`` and in every shard's
-fingerprint, so a re-run with other settings redoes the shards instead of mixing them)."""
+fingerprint, so a re-run with other settings redoes the shards instead of mixing them). Each
+field with a ``description`` is a flag of ``howtocap export`` (``cli.options``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pydantic import BaseModel, Field
 from howtocap.errors import HowtocapError
 
 Cut = Literal["fast", "exact"]
-CUTS = ("fast", "exact")
 
 
 class ClipsConfig(BaseModel):
@@ -18,11 +18,16 @@ class ClipsConfig(BaseModel):
     an MP4 edit list starts playback at the window); ``exact``: re-encoded (H.264 + AAC) to
     the window."""
 
-    cut: Cut = "fast"
-    max_side: int | None = Field(None, ge=16)  # longer side scaled down to this (exact only)
-    shard_size: int = Field(1000, ge=1)  # clips per shard
-    workers: int = Field(2, ge=1)  # videos cut at a time (ffmpeg processes)
-    cross_shots: bool = False  # keep windows that run across a cut of the shots table
+    cut: Cut = Field("fast", description=(
+        "clips: fast = stream copy from the keyframe at or before the window's start (an edit "
+        "list starts playback at the window); exact = re-encoded to the window."))
+    max_side: int | None = Field(None, ge=16, description=(
+        "clips (--cut exact): scale the longer side down to this many pixels."))
+    shard_size: int = Field(1000, ge=1, description="webdataset, clips: clips per shard.")
+    workers: int = Field(2, ge=1, description="clips: videos cut at a time.")
+    cross_shots: bool = Field(False, description=(
+        "clips: keep windows that cross a cut of DIR/shots/ (default: a window is cut back to "
+        "the shot that holds its middle)."))
     crf: int = Field(23, ge=0, le=51)  # exact: x264 quality (lower = better, larger)
     preset: str = "veryfast"  # exact: x264 speed preset
     jpeg_quality: int = Field(90, ge=1, le=100)

@@ -18,6 +18,7 @@ from howtocap.llm.base import (
     CONCURRENCY,
     LLM,
     MAX_RETRIES,
+    N_CTX,
     TIMEOUT,
     GenerationConfig,
 )
@@ -74,7 +75,7 @@ def from_options(opts: LLMOptions) -> LLM:
 def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,
            model: str | None = None,
            api_key_env: str | None = API_KEY_ENV, concurrency: int = CONCURRENCY,
-           timeout: float = TIMEOUT, max_retries: int = MAX_RETRIES, n_ctx: int = 4096,
+           timeout: float = TIMEOUT, max_retries: int = MAX_RETRIES, n_ctx: int = N_CTX,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
     """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
 

@@ -19,6 +19,7 @@ API_KEY_ENV = "OPENAI_API_KEY"  # the environment variable holding the key
 CONCURRENCY = 4  # requests in flight per server
 TIMEOUT = 120.0  # seconds a whole reply may take
 MAX_RETRIES = 3  # retries of a transient failure
+N_CTX = 4096  # an embedded model's context per slot (tokens)
 
 
 class GenerationConfig(BaseModel):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.errors import HowtocapError, InputError
-from howtocap.llm.base import GenerationConfig, Messages, Reply, chat_each
+from howtocap.llm.base import N_CTX, GenerationConfig, Messages, Reply, chat_each
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
 
@@ -84,7 +84,7 @@ def _load_server(key: _ServerKey) -> tuple[Any, str]:
 class LlamaCppLLM:
     """A bundled or local GGUF model run in-process by llama.cpp."""
 
-    def __init__(self, model: str | os.PathLike[str] = EMBEDDED_DEFAULT, *, n_ctx: int = 4096,
+    def __init__(self, model: str | os.PathLike[str] = EMBEDDED_DEFAULT, *, n_ctx: int = N_CTX,
                  n_parallel: int = 1, n_threads: int | None = None,
                  n_gpu_layers: int = -1) -> None:
         self.name, self.path = resolve_model(model)

@@ -39,8 +39,10 @@ from howtocap.clips.window import window_middle
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import safe_name
+from howtocap.search import K
 from howtocap.search.index import read_meta
 from howtocap.search.query import BY_CHOICES, Hit, Ranked, Searcher
+from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
 from howtocap.serve.guard import Guard, Limits, Metrics, check_listen
 
 if TYPE_CHECKING:
@@ -56,14 +58,14 @@ ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short dict each)
 
 class SearchBody(BaseModel):
     q: str
-    k: int = 10
+    k: int = K
     by: str = "text"
 
 
 SEARCH_PARAMS = [
     {"name": "q", "in": "query", "required": True, "schema": {"type": "string"},
      "description": "What to look for."},
-    {"name": "k", "in": "query", "schema": {"type": "integer", "default": 10, "minimum": 1},
+    {"name": "k", "in": "query", "schema": {"type": "integer", "default": K, "minimum": 1},
      "description": "Number of results (at most the server's --max-k)."},
     {"name": "by", "in": "query", "schema": {"type": "string", "default": "text",
                                              "enum": list(BY_CHOICES)},
@@ -297,14 +299,14 @@ def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
 
 
 def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
-               searcher: Searcher | None = None, max_k: int = 100,
-               max_query_chars: int = 500, device: str | None = None,
+               searcher: Searcher | None = None, max_k: int = MAX_K,
+               max_query_chars: int = MAX_QUERY_CHARS, device: str | None = None,
                faiss_threads: int | None = 1, limits: Limits | None = None) -> FastAPI:
     """The app for one run directory. Loads the tables and (if present) the index up front.
 
     ``searcher`` lets a caller share an already opened index; without an index the page still
     shows videos and the search API answers 409 with how to build one. ``limits``: API key,
-    rate and size limits (default: no key, 20 requests/s per client, 16 kB bodies).
+    rate and size limits (default: no key and ``serve``'s defaults).
     ``faiss_threads`` (process-wide): a server answers many one-query searches at once, so one
     OpenMP thread per search is faster than several threads fighting over the cores (``None``
     leaves it alone).
@@ -382,7 +384,7 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         # parameters parsed by hand: FastAPI's per-parameter validation cost more than the
         # HNSW search (profiled); they are declared for the docs in SEARCH_PARAMS
         params = request.query_params
-        k_raw = params.get("k", "10")
+        k_raw = params.get("k", str(K))
         try:
             k = int(k_raw)
         except ValueError:
@@ -467,11 +469,11 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
     return app
 
 
-def serve(run_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
-          encoder: str | None = None, device: str | None = None, max_k: int = 100,
-          max_query_chars: int = 500, log_level: str = "warning", api_key: str | None = None,
-          public: bool = False, rate_limit: float = 20.0, max_body_bytes: int = 16_384,
-          max_connections: int = 1_000) -> None:
+def serve(run_dir: str | Path, *, host: str = HOST, port: int = PORT,
+          encoder: str | None = None, device: str | None = None, max_k: int = MAX_K,
+          max_query_chars: int = MAX_QUERY_CHARS, log_level: str = "warning",
+          api_key: str | None = None, public: bool = False, rate_limit: float = RATE_LIMIT,
+          max_body_bytes: int = MAX_BODY_BYTES, max_connections: int = 1_000) -> None:
     """Serve the page and API until interrupted (``howtocap serve DIR``).
 
     A non-loopback ``host`` is refused before anything loads unless ``api_key`` is set or
@@ -481,8 +483,7 @@ def serve(run_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
     import uvicorn
 
     check_listen(host, api_key=api_key, public=public)
-    limits = Limits(api_key=api_key, rate_per_s=rate_limit,
-                    burst=max(10, round(3 * rate_limit)), max_body_bytes=max_body_bytes)
+    limits = Limits(api_key=api_key, rate_per_s=rate_limit, max_body_bytes=max_body_bytes)
     app = create_app(run_dir, encoder=encoder, device=device, max_k=max_k,
                      max_query_chars=max_query_chars, limits=limits)
     auth = "API key required" if api_key else "no API key"

@@ -21,6 +21,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from howtocap.errors import HowtocapError
+from howtocap.serve.defaults import MAX_BODY_BYTES, RATE_LIMIT
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -82,10 +83,14 @@ class Limits:
     """The guard's settings (``0`` turns a limit off)."""
 
     api_key: str | None = None
-    rate_per_s: float = 20.0  # sustained requests per second per client
-    burst: int = 60  # requests a client may send at once before the rate applies
-    max_body_bytes: int = 16_384
+    rate_per_s: float = RATE_LIMIT  # sustained requests per second per client
+    burst: int | None = None  # requests a client may send at once (None: 3 s of the rate)
+    max_body_bytes: int = MAX_BODY_BYTES
     max_url_bytes: int = 4_096
+
+    def __post_init__(self) -> None:
+        if self.burst is None:
+            self.burst = max(10, round(3 * self.rate_per_s))
 
 
 class _BodyTooLarge(HTTPException):

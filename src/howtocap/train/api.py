@@ -70,8 +70,8 @@ def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[En
     return create(spec, device=device), spec
 
 
-def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
-          encoder: str | Encoder = "default", recipe: str | None = None,
+def train(pairs_source: str | Path, *, out_dir: str | Path, model: str | None = None,
+          encoder: str | Encoder | None = None, recipe: str | None = None,
           epochs: int | None = None, batch_size: int | None = None,
           lr: float | None = None, weight_decay: float | None = None,
           frames_per_clip: int | None = None, eval_frames: int | None = None,
@@ -79,29 +79,20 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
           warmup: float | None = None, optimizer: str | None = None,
           momentum: float | None = None, queue_size: int | None = None,
           soft_labels: float | None = None, crop_scale: tuple[float, float] | None = None,
-          grad_clip: float = 20.0, seed: int = 0, resume: bool = False,
-          eval_fraction: float = 0.1, frames: str = "decode", cache_dir: str | Path | None = None,
-          device: str | None = None, num_workers: int = 0, amp: bool = True,
-          mee_dim: int = 256, margin: float = 0.1, clips_per_video: int = 2,
-          train_params: str | None = None, shuffle_buffer: int = 1000,
+          grad_clip: float | None = None, seed: int | None = None, resume: bool = False,
+          eval_fraction: float | None = None, frames: str | None = None,
+          cache_dir: str | Path | None = None, device: str | None = None,
+          num_workers: int | None = None, amp: bool | None = None, mee_dim: int | None = None,
+          margin: float | None = None, clips_per_video: int | None = None,
+          train_params: str | None = None, shuffle_buffer: int | None = None,
           progress: bool = True, drop_duplicates: bool = False, where: str | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
 
-    ``model="dual"`` fine-tunes ``encoder`` with symmetric InfoNCE (learnable temperature unless
-    ``temperature`` is given) plus ``alpha`` times the pull towards a frozen copy of the initial
-    model; ``model="mee"`` trains gated embedding units on the encoder's frozen features with the
-    max-margin ranking loss. ``frames="pixels"`` decodes every video once into a uint8 cache
-    instead of seeking per draw. ``lr`` defaults to 1e-5 (dual) or 1e-3 (mee); ``alpha`` to 0.
-    ``recipe`` ("howtocaption", "second-round", "ventura") presets the papers' values; explicit
-    options override them. ``momentum`` (EMA factor), ``queue_size``, ``soft_labels`` and
-    ``crop_scale`` (area range of random-resized crops) are HowToCaption's BLIP-style parts.
-    ``train_params`` (a regex over parameter names) trains only the matching parameters of
-    the dual model, e.g. ``"residual"`` for the default encoder's linear head.
-    From a shard folder, ``shuffle_buffer`` samples per loader worker are shuffled (``--resume``
-    restarts the interrupted epoch: checkpoints are per epoch). ``drop_duplicates`` leaves out
-    the rows of near-duplicate videos and repeated clips of a run (``howtocap duplicates``);
-    ``where`` keeps the pairs passing a condition on their columns and signals (``io.where``).
+    A setting left ``None`` takes the recipe's value, else ``TrainConfig``'s default (the
+    options' meanings: ``howtocap train --help``, docs/train.md). ``resume`` restarts the
+    interrupted epoch (checkpoints are per epoch); ``drop_duplicates`` and ``where`` filter a
+    run directory's pairs (``howtocap duplicates``, ``io.where``).
     """
     cfg = make_config(
         recipe=recipe, log=rank_zero(), out_dir=str(out_dir), model=model,
@@ -115,6 +106,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
         mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
         train_params=train_params, shuffle_buffer=shuffle_buffer)
     rank, world, _ = dist_info()
+    frames, eval_fraction, seed = cfg.frames, cfg.eval_fraction, cfg.seed
     from howtocap.io.webdataset import is_shard_dir
 
     shards = None
@@ -144,7 +136,8 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, model: str = "dual",
         n_pairs, skipped, skipped_pairs = ps.n_pairs, ps.skipped, ps.skipped_pairs
         if cache_dir is None and Path(pairs_source).is_dir():
             cache_dir = run_root(pairs_source) / "cache"  # the run's frame embeddings (align)
-    enc, spec = _encoder(encoder, device)
+    enc, spec = _encoder(cfg.encoder if encoder is None or isinstance(encoder, str) else encoder,
+                         device)
     # what only the source and the encoder tell (set by this module, so not validated again)
     cfg = cfg.model_copy(update={
         "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,
