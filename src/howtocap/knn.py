@@ -6,7 +6,7 @@ step and the search index build their inner-product indexes the same way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -22,6 +22,7 @@ EXACT_MAX = 50_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 64
 HNSW_EF_SEARCH = 128
+IndexType = Literal["auto", "flat", "hnsw"]  # auto: flat up to EXACT_MAX vectors, hnsw above
 
 
 def make_faiss(vectors: np.ndarray, index_type: str = "auto") -> tuple[faiss.Index, str]:

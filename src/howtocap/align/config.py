@@ -15,9 +15,15 @@ from pydantic import BaseModel, Field, model_validator
 from howtocap.errors import HowtocapError
 from howtocap.hashing import hash_text
 
+# The default filter's bar on ``null_z`` (the mean of two robust z-scores: the caption's score
+# on its clip against other videos' captions there, and against its own scores on other
+# videos' clips): the one benchmarks/quality/bench_filter.py chooses by its written rule
+# (results in benchmarks/results/filter.md, quoted by docs/align.md).
+DEFAULT_NULL_Z = 0.75
+
 
 class AlignConfig(BaseModel):
-    """Defaults are the paper's: ±10 s of 1-s shifts around 8-s clips, frames at 1 fps.
+    """Defaults are the paper's (shifts, clip length, frame rate).
 
     Each field is a flag of ``howtocap align`` and ``run`` (``cli.options`` reads its name,
     default, bounds and help from here)."""
@@ -35,7 +41,7 @@ class AlignConfig(BaseModel):
         "The default filter's bar: keep a caption whose score stands at least Z standard "
         "deviations above other videos' captions on its clip and its own scores on other "
         "videos' clips (the mean of the two); it also drops channel chatter by its text "
-        "(see --keep-chatter). Default 0.75."))
+        f"(see --keep-chatter). Default {DEFAULT_NULL_Z:g}."))
     # the explicit modes and ``keep_all`` never apply the text test
     drop_chatter: bool = Field(True, json_schema_extra={"flag": "--keep-chatter",
                                                         "invert": True}, description=(

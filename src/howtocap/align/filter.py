@@ -1,41 +1,10 @@
 """Filter & align: move every caption to the clip that matches it best, then keep the best pairs.
 
-HowToCaption's stage 2 (after the reference ``align_and_filter.py``). A caption with start ``s``
-owns the clip ``[s, s + clip)``. We try every shift ``δ ∈ {-T, …, T}`` (1-s steps), score the
-caption text against the *mean of the per-second frame embeddings* of each shifted clip, move
-the caption to its best shift and keep it when that best score passes a global filter.
-
-Exact definitions (tested in ``tests/align/test_align.py``):
-
-* Row ``i`` of a per-second embedding table covers ``[i/fps, (i+1)/fps)`` (its frame is taken at
-  the middle, ``(i+0.5)/fps``). A window ``[a, b)`` covers the rows whose middle lies in
-  ``[a, b)``; a window always covers at least one row.
-* The video extent is ``L = min(duration, n_rows/fps)`` (so a partly decoded video is aligned on
-  what decoded). "Clamped to the video": when ``L >= clip`` a shifted window keeps its length and
-  is slid inside ``[0, L]``; when the video is shorter than one clip, every window is the whole
-  video.
-* The guard: a shift counts only when its clamped window starts within ±T of the caption, so
-  no caption moves by more than T. A caption with no such shift (its window lies outside the
-  video: ``s - T > L - clip`` or ``s + T < 0``; for a video shorter than a clip ``|s| > T``) is
-  ``outside``: not moved, not scored, and dropped from ``aligned/`` and counted, like
-  the reference drops a caption with no frames in its search range.
-* The window embedding is the plain mean of the L2-normalised frame embeddings, *not*
-  renormalised (as the reference's average pooling); a window whose frames disagree therefore
-  scores lower. ``renormalize=True`` switches to cosine similarity.
-* Several encoders: the similarities are averaged (the reference sums; averaging keeps
-  thresholds on the same scale as one encoder).
-* Ties (e.g. shifts that clamp to the same window) go to the smallest ``|δ|``; the ``offset``
-  column holds the shift actually applied (``start - orig_start``), always within ±T.
-* ``within_shot`` (``--within-shot``, needs the run's shots): every clamped candidate window
-  is then cut back to the shot holding its middle (``shots.bounds.clamp_windows``, the rule
-  the clip export uses), *before* it is scored, so the score, the filter and the window kept
-  all describe the same frames of one shot. Not "only shifts whose full window fits in a
-  shot": instructional videos cut every few seconds, shorter than a clip, and such a caption
-  would have no candidate at all; a window cut back near a cut is shorter than ``clip``.
-* The default filter (``null_z``): the caption's score on its chosen window, in standard
-  deviations above the scores of a fixed sample of *other videos'* captions on that window;
-  with ``drop_chatter`` (on by default) a caption the LLM stage's channel-chatter patterns
-  flag (``howtocap.caption.chatter.is_chatter``) is dropped too, and the ``chatter`` column says so.
+HowToCaption's stage 2 (after the reference ``align_and_filter.py``): every shift of a caption's
+clip within ±T is scored against the mean of its per-second frame embeddings, the caption moves
+to its best shift, and a global filter keeps the best pairs. The exact definitions (rows a
+window covers, clamping to the video, the ±T guard, ties, ``within_shot``, the default
+``null_z`` filter) are in docs/align.md and tested in ``tests/align/test_align.py``.
 
 Window means come from prefix sums over the cached rows, and all captions × all shifts of a
 video are scored in one ``einsum``: the image encoder runs once per second of video.
@@ -50,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from howtocap.align.config import AlignConfig
+from howtocap.align.config import DEFAULT_NULL_Z, AlignConfig
 from howtocap.encoders.windows import rows_covering, window_means
 from howtocap.errors import HowtocapError
 from howtocap.schemas import empty_table
@@ -62,16 +31,6 @@ if TYPE_CHECKING:
 _TIE_EPS = 1e-6
 
 
-# The default filter keeps a caption whose ``null_z`` (the mean of two robust z-scores: its
-# score on its chosen clip against other videos' captions on that clip, and against its own
-# scores on other videos' clips) reaches this bar, unless the text chatter test flags it
-# (``drop_chatter``). It is the bar benchmarks/quality/bench_filter.py chooses by its written
-# rule on its tuning set, the lowest that meets both targets (steps kept, chatter dropped); what
-# it keeps and drops there and on the held-out set, against the old visual-only default of 1.5,
-# is in benchmarks/results/filter.md and docs/align.md. Both sets share the same eight chatter
-# lines, so the text patterns are not tested on unseen phrasing, and chatter they do not flag
-# meets a lower visual bar than before.
-DEFAULT_NULL_Z = 0.75
 MIN_REFERENCE = 10  # fewer references from other videos: no z (the caption is kept)
 
 
@@ -311,13 +270,6 @@ def _row_medians(a: np.ndarray) -> np.ndarray:
     return (a[:, :k].max(axis=1) + a[:, k]) / 2
 
 
-def _with_partial(df: pd.DataFrame, partial: bool) -> pd.DataFrame:
-    """An extra ``partial`` column: True when the video decoded only partly."""
-    df = df.copy()
-    df["partial"] = pd.Series([partial] * len(df), dtype=bool)
-    return df
-
-
 # -- the global filter -----------------------------------------------------------------------
 
 ScoresArg = np.ndarray | Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -453,7 +405,8 @@ def filter_counts(filtered: pd.DataFrame, cfg: AlignConfig) -> dict[str, int]:
 
 def empty_aligned() -> pd.DataFrame:
     """A video with no captions aligns to an empty table (with the ``partial`` column)."""
-    out = _with_partial(empty_table("aligned"), False)
+    out = empty_table("aligned")
+    out["partial"] = pd.Series(dtype=bool)  # True when the video decoded only partly
     out["null_z"] = pd.Series(dtype=np.float64)
     out["outside"] = pd.Series(dtype=bool)
     return out

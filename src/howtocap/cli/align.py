@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from howtocap.align.config import AlignConfig
-from howtocap.cli.common import ConfigOpt, err, report_summary, user_errors
+from howtocap.cli.common import ConfigOpt, DeviceOpt, err, report_summary, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.engine.options import BatchConfig, RunnerConfig
 
@@ -23,8 +23,6 @@ VideosOpt = Annotated[Path | None, typer.Option(
     "--videos", help="Video files for a run captioned from --subtitles alone: a folder "
                      "(file name = video id) or a manifest CSV video_id,video_path; "
                      "recorded in DIR/videos.parquet for this and later commands.")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
-                                                    "available).")]
 
 
 @user_errors

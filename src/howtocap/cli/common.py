@@ -34,6 +34,8 @@ WhereOpt = Annotated[str | None, typer.Option(
     help="Keep the rows passing a condition on their columns and their window's signals "
          "(`howtocap signals`), in pandas query syntax, e.g. \"motion > 0.02 and text_area < "
          f"0.1\", or a preset: {', '.join(f'{k} ({v})' for k, v in PRESETS.items())}.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
+                                                    "available).")]
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML file with any of these options.")]
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory (its videos.parquet says which "
                                            "videos; made by `howtocap caption`, or by "

@@ -23,8 +23,9 @@ def dvc_eval_cmd(
     split: Annotated[str | None, typer.Option(help="Keep the YouCook2 videos of this subset "
                                               "(training, validation, testing).")] = None,
     tiou: Annotated[list[float] | None, typer.Option(
-        "--tiou", help="tIoU threshold (repeatable) \\[default: 0.3 0.5 0.7 0.9].")] = None,
-    meteor: Annotated[bool, typer.Option(help="Compute METEOR (needs Java; ~10 s to start).")]
+        "--tiou", help="tIoU threshold (repeatable) \\[default: "
+                       f"{' '.join(map(str, DEFAULT_TIOUS))}].")] = None,
+    meteor: Annotated[bool, typer.Option(help="Compute METEOR (needs Java, slow to start).")]
     = True,
     max_proposals: Annotated[int, typer.Option(min=1, help="Predictions kept per video (the "
                                                "first N), as the reference evaluation.")]

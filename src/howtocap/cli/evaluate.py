@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-from enum import Enum
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from howtocap.cli.common import user_errors
+from howtocap.cli.common import DeviceOpt, user_errors
 from howtocap.errors import HowtocapError
 
-
-class BenchmarkOpt(str, Enum):
-    msrvtt = "msrvtt"
-    youcook2 = "youcook2"
-    msvd = "msvd"
-    lsmdc = "lsmdc"
-    csv = "csv"
-    crosstask = "crosstask"
-
-
-class InferenceOpt(str, Enum):
-    dp = "dp"
-    independent = "independent"
-
-
-class SplitOpt(str, Enum):
-    val = "val"
-    train = "train"
-    all = "all"
-
-
-class TiesOpt(str, Enum):
-    pessimistic = "pessimistic"
-    optimistic = "optimistic"
-    mean = "mean"
+Benchmark = Literal["msrvtt", "youcook2", "msvd", "lsmdc", "csv", "crosstask"]
+RETRIEVAL_ONLY = ("frames", "ties", "limit", "subset")
+CROSSTASK_ONLY = ("inference", "split", "features")
 
 
 @user_errors
 def eval_cmd(
-    benchmark: Annotated[BenchmarkOpt, typer.Option(
+    benchmark: Annotated[Benchmark, typer.Option(
         "--benchmark", "-b", help="Annotation format: msrvtt (1k-A JSFusion CSV), youcook2 "
         "(annotations JSON or MIL-NCE's validation_youcook.csv, validation clips), msvd "
         "(test_list.txt + raw-captions.pkl), lsmdc "
@@ -59,49 +37,46 @@ def eval_cmd(
                                                     "the clip embedding is their mean.")] = 12,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the metrics JSON here.")
                    ] = None,
-    ties: Annotated[TiesOpt, typer.Option(help="How equal scores rank the correct item.")
-                    ] = TiesOpt.pessimistic,
+    ties: Annotated[Literal["pessimistic", "optimistic", "mean"], typer.Option(
+        help="How equal scores rank the correct item.")] = "pessimistic",
     limit: Annotated[int | None, typer.Option(help="Only the first N clips (a quick look).")
                      ] = None,
     subset: Annotated[str, typer.Option(help="YouCook2 subset.")] = "validation",
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache clip embeddings here (crosstask: per-second frame embeddings, default "
              "the user cache, so a re-run does not decode again).")] = None,
-    device: Annotated[str | None, typer.Option(help="cuda, cpu, … (default: cuda if present)")
-                      ] = None,
-    inference: Annotated[InferenceOpt, typer.Option(
+    device: DeviceOpt = None,
+    inference: Annotated[Literal["dp", "independent"], typer.Option(
         help="crosstask: dp (each step at one second, in canonical order; the paper's) or "
              "independent (each step's best second alone, for comparison).")
-                         ] = InferenceOpt.dp,
-    split: Annotated[SplitOpt, typer.Option(
+                         ] = "dp",
+    split: Annotated[Literal["val", "train", "all"], typer.Option(
         help="crosstask: val (videos_val.csv, the test set), train (videos.csv) or all.")
-                     ] = SplitOpt.val,
+                     ] = "val",
     features: Annotated[Path | None, typer.Option(
         help="crosstask: folder of <video_id>.npy features at 1 fps (seconds x encoder dim) "
              "used instead of decoding --videos.")] = None,
 ) -> None:
     """Text-to-video and video-to-text retrieval (R@1/5/10/50, median and mean rank), or
     CrossTask step localisation recall."""
-    is_ct = benchmark == BenchmarkOpt.crosstask
-    misplaced = [flag for flag, off in (
-        ("--frames", frames != 12), ("--ties", ties != TiesOpt.pessimistic),
-        ("--limit", limit is not None), ("--subset", subset != "validation"),
-    ) if is_ct and off] + [flag for flag, off in (
-        ("--inference", inference != InferenceOpt.dp), ("--split", split != SplitOpt.val),
-        ("--features", features is not None),
-    ) if not is_ct and off]
+    is_ct = benchmark == "crosstask"
+    given = locals()
+    misplaced = [f"--{name}" for name in (RETRIEVAL_ONLY if is_ct else CROSSTASK_ONLY)
+                 if given[name] != DEFAULTS[name]]
     if misplaced:
-        raise HowtocapError(f"--benchmark {benchmark.value} takes no "
-                            f"{', '.join(misplaced)}")
+        raise HowtocapError(f"--benchmark {benchmark} takes no {', '.join(misplaced)}")
     if is_ct:
         from howtocap.evaluate.crosstask import evaluate_crosstask
 
         evaluate_crosstask(annotations, videos, encoder, features=features,
-                           inference=inference.value, split=split.value, cache_dir=cache_dir,
+                           inference=inference, split=split, cache_dir=cache_dir,
                            device=device, out=out)
         return
     from howtocap.evaluate.run import evaluate
 
-    kw = {"subset": subset} if benchmark == BenchmarkOpt.youcook2 else {}
-    evaluate(benchmark.value, annotations, videos, encoder, n_frames=frames, out=out,
-             device=device, limit=limit, ties=ties.value, cache_dir=cache_dir, **kw)
+    kw = {"subset": subset} if benchmark == "youcook2" else {}
+    evaluate(benchmark, annotations, videos, encoder, n_frames=frames, out=out,
+             device=device, limit=limit, ties=ties, cache_dir=cache_dir, **kw)
+
+
+DEFAULTS = {name: p.default for name, p in inspect.signature(eval_cmd).parameters.items()}

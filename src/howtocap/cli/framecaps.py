@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import Inputs, OutDir, report_summary, user_errors
+from howtocap.cli.common import DeviceOpt, Inputs, OutDir, report_summary, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.engine.options import BatchConfig, RunnerConfig
 from howtocap.framecaps.config import FrameCapsConfig
@@ -23,8 +23,7 @@ def framecaps_cmd(
                             "embedded) or hf:<id|folder> (BLIP, GIT, …).")] = None,
     scorer: Annotated[str, typer.Option(help="Image–text encoder for CLIPScore.")] = "default",
     framecaps: FrameCapsConfig,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, … (default: cuda if "
-                                                    "available).")] = None,
+    device: DeviceOpt = None,
     runner: RunnerConfig,
     batch: BatchConfig,
 ) -> None:

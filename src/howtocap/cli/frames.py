@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import report_summary, user_errors
+from howtocap.cli.common import DeviceOpt, report_summary, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.engine.options import RunnerConfig
@@ -27,8 +27,7 @@ def frames_cmd(
     fps: Annotated[float, typer.Option(help="Frames embedded per second.")] = FPS,
     batch_size: Annotated[int, typer.Option(min=1, help="Frames per encoder batch.")
                           ] = FRAME_BATCH,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda "
-                                                    "if available).")] = None,
+    device: DeviceOpt = None,
     *,
     runner: RunnerConfig,
 ) -> None:

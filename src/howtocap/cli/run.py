@@ -11,9 +11,9 @@ import typer
 
 from howtocap.align.config import AlignConfig
 from howtocap.caption.config import CaptionRunConfig
-from howtocap.cli.align import DeviceOpt, EncoderOpt, VideosOpt, attach_videos, print_align_result
+from howtocap.cli.align import EncoderOpt, VideosOpt, attach_videos, print_align_result
 from howtocap.cli.caption import ForceOpt, OptionalInputs, report_rejected, show_captions
-from howtocap.cli.common import ConfigOpt, OutDir, report_summary, user_errors
+from howtocap.cli.common import ConfigOpt, DeviceOpt, OutDir, report_summary, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.download.config import DownloadConfig
 from howtocap.engine.options import BatchConfig, RunnerConfig
@@ -22,7 +22,7 @@ from howtocap.engine.options import BatchConfig, RunnerConfig
 @user_errors
 @settings_options(caption=CaptionRunConfig, align=AlignConfig, download=DownloadConfig,
                   runner=RunnerConfig, batch=BatchConfig,
-                  skip=("download.workers",))  # --workers is the runner's; downloads: 8
+                  skip=("download.workers",))  # --workers is the runner's
 def run_cmd(
     *,
     ctx: typer.Context,

@@ -4,34 +4,19 @@ argument."""
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import err, user_errors
-from howtocap.search import K
+from howtocap.cli.common import DeviceOpt, err, user_errors
+from howtocap.knn import IndexType
+from howtocap.search import By, K
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
-
-
-class By(str, Enum):
-    text = "text"
-    video = "video"
-    both = "both"
-
-
-class IndexType(str, Enum):
-    auto = "auto"
-    flat = "flat"
-    hnsw = "hnsw"
-
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory (made by `howtocap caption`).")]
 EncoderOpt = Annotated[str | None, typer.Option(
     "--encoder", help="Encoder name (default: `default` for index, the index's own for search).")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 … (default: cuda if "
-                                                     "available).")]
 
 
 @user_errors
@@ -42,14 +27,14 @@ def index_cmd(
     rebuild: Annotated[bool, typer.Option(help="Drop the old index (needed to change "
                                                "encoder).")] = False,
     index_type: Annotated[IndexType, typer.Option(
-        help="auto: exact up to 50k clips, HNSW above.")] = IndexType.auto,
+        help="auto: exact up to 50k clips, HNSW above.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Index the kept clips (caption text + clip video embeddings) for `search` and `serve`."""
     from howtocap.search.index import build_index
 
     info = build_index(run_dir, encoder or "default", device=device, rebuild=rebuild,
-                       index_type=index_type.value, progress=not as_json)
+                       index_type=index_type, progress=not as_json)
     if as_json:
         typer.echo(json.dumps(info.to_dict(), indent=2))
         return
@@ -70,7 +55,7 @@ def search_cmd(
     k: Annotated[int, typer.Option("-k", "--k", min=1, max=10_000,
                                    help="Number of results.")] = K,
     by: Annotated[By, typer.Option(help="Compare the query with caption text, clip video, "
-                                        "or both (mean of the two similarities).")] = By.text,
+                                        "or both (mean of the two similarities).")] = "text",
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
     encoder: EncoderOpt = None,
     device: DeviceOpt = None,
@@ -79,7 +64,7 @@ def search_cmd(
     from howtocap.search.query import Searcher, format_hits
 
     searcher = Searcher.open(run_dir, encoder, device=device)
-    typer.echo(format_hits(searcher.search(query, k=k, by=by.value), as_json=as_json))
+    typer.echo(format_hits(searcher.search(query, k=k, by=by), as_json=as_json))
 
 
 @user_errors

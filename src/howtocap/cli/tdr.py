@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import err, user_errors
+from howtocap.cli.common import DeviceOpt, err, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.tdr.config import EVERY, TdrConfig
 
@@ -26,7 +26,6 @@ AsrOpt = Annotated[str, typer.Option(
 WorkOpt = Annotated[Path | None, typer.Option(
     "--work", help="Where per-video frame features are kept (resumable) [default: "
                    "CHECKPOINT/work, or .howtocap-tdr for a baseline].")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 [default: auto].")]
 
 HELP = ("Temporal description retrieval (Jung et al. 2023): retrieve the script sentence of "
         "each frame's step.")

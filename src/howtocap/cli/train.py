@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from howtocap.cli.common import WhereOpt, err, user_errors
+from howtocap.cli.common import DeviceOpt, WhereOpt, err, user_errors
 from howtocap.train.config import DEFAULT_LR, Model, Optimizer, RecipeName, TrainConfig
 
 D = {name: field.default for name, field in TrainConfig.model_fields.items()}  # the defaults
@@ -82,7 +82,7 @@ def train_cmd(
     ] = D["frames"],
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache folder [default: SOURCE/cache for a run directory, else OUT/cache].")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 [default: auto].")] = None,
+    device: DeviceOpt = None,
     num_workers: Annotated[int, typer.Option(help="Data-loading processes.")] = D["num_workers"],
     amp: Annotated[bool, typer.Option(help="Mixed precision (CUDA only).")] = D["amp"],
     mee_dim: Annotated[int, typer.Option(help="Joint space size of the mee model.")] = D["mee_dim"],
@@ -103,18 +103,11 @@ def train_cmd(
     where: WhereOpt = None,
 ) -> None:
     """Train a retrieval model on caption–clip pairs; writes OUT/ckpt/last.pt, train_log.csv/png."""
+    options = dict(locals())  # the flags are named as train()'s arguments
     from howtocap.train.api import train
 
-    res = train(source, out_dir=out, model=model, encoder=encoder, recipe=recipe, epochs=epochs,
-                batch_size=batch_size, lr=lr, weight_decay=weight_decay, optimizer=optimizer,
-                frames_per_clip=frames_per_clip, eval_frames=eval_frames, alpha=alpha,
-                momentum=momentum, queue_size=queue_size, soft_labels=soft_labels,
-                crop_scale=crop_scale, temperature=temperature, warmup=warmup,
-                grad_clip=grad_clip, seed=seed, resume=resume,
-                eval_fraction=eval_fraction, frames=frames, cache_dir=cache_dir,
-                device=device, num_workers=num_workers, amp=amp, mee_dim=mee_dim,
-                margin=margin, clips_per_video=clips_per_video, train_params=train_params,
-                shuffle_buffer=shuffle_buffer, drop_duplicates=drop_duplicates, where=where)
+    res = train(options.pop("source"), out_dir=options.pop("out"), **options)
+
     from howtocap.train.distributed import dist_info
 
     if dist_info()[0] != 0:

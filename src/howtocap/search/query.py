@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.knn import HNSW_EF_SEARCH
-from howtocap.search import K
+from howtocap.search import BY_CHOICES, K
 from howtocap.search.index import (
     INDEX_VERSION,
     index_dir,
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     import faiss
 
     from howtocap.encoders.base import Encoder
-
-BY_CHOICES = ("text", "video", "both")
-
 
 class Ranked(NamedTuple):
     """One query's hits as arrays: index rows, scores, and the text / video halves."""

@@ -39,9 +39,9 @@ from howtocap.clips.window import window_middle
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import safe_name
-from howtocap.search import K
+from howtocap.search import BY_CHOICES, K
 from howtocap.search.index import read_meta
-from howtocap.search.query import BY_CHOICES, Hit, Ranked, Searcher
+from howtocap.search.query import Hit, Ranked, Searcher
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
 from howtocap.serve.guard import Guard, Limits, Metrics, check_listen
 
