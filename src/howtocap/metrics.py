@@ -1,26 +1,16 @@
 """Retrieval metrics (R@K, median/mean rank) that are fast, exact and explicit about ties.
 
 The rank of a query is ``1 + (wrong items scoring strictly higher than the correct one)`` plus a
-tie term for wrong items scoring *exactly the same*:
+tie term for wrong items scoring exactly the same: all of them (``pessimistic``, the default:
+constant scores get the worst rank, never a lucky one), none (``optimistic``) or half (``mean``,
+scipy's ``average``; ranks may then be fractional). With several correct items for a query
+(video-to-text on MSVD), the best-scoring one counts, against wrong items only (docs/eval.md).
 
-* ``pessimistic`` (default): every tied wrong item is ranked first, so a model that outputs
-  constant scores gets the worst rank, not a lucky one. A careful benchmark should use this.
-* ``optimistic``: the correct item wins every tie.
-* ``mean``: the average of the two (the ``average`` method of ``scipy.stats.rankdata``); ranks
-  may then be fractional, and R@K counts ranks ``<= K``.
+The common ``argsort(-sim)`` recipe leaves ties to the sort's internal order, so its numbers can
+move with the hardware or library version. Here ranks come from counting, never from sorting:
+``O(n*m)`` comparisons in row chunks, on the GPU when ``sim`` is a CUDA tensor.
 
-With several correct items for a query (e.g. video-to-text on MSVD, where a video has ~40
-captions), the rank is that of the best-scoring correct item, counting only *wrong* items
-above or tied with it: a hit when any correct caption is ranked high enough.
-
-The common ``argsort(-sim)`` recipe leaves ties to the sort's internal order, which is why its
-numbers can move with the hardware or library version. Here ranks come from counting, never
-from sorting, which is also much faster: ``O(n*m)`` comparisons in row chunks, on the GPU when
-``sim`` is a CUDA tensor.
-
-The maths is pure (numpy and torch, nothing of the package but ``errors``), so it sits at the
-bottom: training and ``evaluate`` both use it, and training does not import ``evaluate``
-(code that imported ``howtocap.evaluate.metrics``: ``tools/apply_move_map.py``).
+Pure maths (numpy and torch), so it sits at the bottom: training and ``evaluate`` both use it.
 """
 
 from __future__ import annotations

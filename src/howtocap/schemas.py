@@ -99,7 +99,7 @@ def empty_table(name: str) -> pd.DataFrame:
 class Rows:
     """One video's rows of a table as plain columns (a list or array, or one value for every
     row): what text-only stages hand the engine, which builds one Arrow table per batch from
-    them. A pandas frame per video cost 1–3 ms, more than the driver's whole budget on a
+    them. A pandas frame per video costs more than the driver's whole per-video budget on a
     million-video run; ``to_pandas`` gives the frame when a caller wants one."""
 
     __slots__ = ("cols", "n", "table")

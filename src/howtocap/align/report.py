@@ -98,18 +98,6 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     return _png(fig)
 
 
-def summary_numbers(df: pd.DataFrame, thr: float, outside: int = 0,
-                    rule: str | None = None, chatter: int = 0,
-                    chatter_only: int = 0) -> dict[str, Any]:
-    """The headline numbers shown in the report's table (``outside``: captions the guard
-    dropped because no window within ±T lies inside the video; ``chatter``: captions the
-    default filter's text test dropped, ``chatter_only`` of them the null z bar alone would
-    have kept)."""
-    stats = ReportStats()
-    stats.add(df)
-    return stats.numbers(thr, outside, rule, chatter, chatter_only)
-
-
 PLOT_ROWS = 200_000  # rows the plots draw at most: a random sample of them beyond
 LISTED = 20  # dropped captions a section lists
 

@@ -49,8 +49,8 @@ _CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
 RULES_ID = hashlib.sha256("\n".join(_PATTERNS).encode()).hexdigest()[:12]
 # Words without which no pattern above can match (each pattern holds one of them literally,
 # lower case): an ASCII caption holding none is not chatter, and is known so without the
-# regex, which tries all its alternatives at every character (~15 us a caption, 40 captions
-# a video). A new pattern needs its word here (tests/caption/test_chatter.py checks).
+# regex, which tries all its alternatives at every character. A new pattern needs its word
+# here (tests/caption/test_chatter.py checks).
 _NEEDS = ("subscrib", "like", "thumbs up", "smash", "bell", "notification", "comment", "know",
           "thank", "welcome", "guys", "every", "folks", "there", "friends", "see you",
           "catch you", "description", "check out", "sponsor", "patreon", "affiliate",
@@ -86,8 +86,8 @@ def is_chatter(text: str) -> bool:
         low = text.lower()
         if not any(map(low.__contains__, _NEEDS)):
             return False
-        # the regexes of the words it holds: all ~30 patterns at every character cost
-        # ~15 us a caption, and "like", "know", "there" or "video" are in many steps
+        # only the regexes of the words it holds: "like", "know", "there" or "video" are in
+        # many steps
         if _ALWAYS is not None and _ALWAYS.search(text):
             return True
         return any(rx.search(text) for w, rx in _BY_WORD if w in low)

@@ -1,35 +1,12 @@
 """Captions that show nothing: spoken filler, talk to the viewer, patience remarks, sign-offs.
 
-A small LLM turns "so yeah let's see" into the caption "So yeah, let's see." just as readily as
-it turns "now whisk the eggs" into "Whisk the eggs.". Such a caption names no action or object
-a frame could show, so as training text it only teaches the retrieval model noise, and the
-align filter cannot catch it when it is spoken over the task (the frames still show the food).
-
-The test reads spaCy's parse (tagger + dependency parser of ``en_core_web_sm``): a caption
-*shows something* when it has a content word a camera could film, namely
-
-- a verb that is not a discourse, perception or talk verb and not a light verb ("stir",
-  "whisk", "simmer": "Stir." and "Let it simmer." are steps), or
-- a concrete noun ("the eggs", "the pan", "Sliced onions in the pan.") that is not a unit of
-  time, a person (guys, kids), an abstraction (part, way, video) and not inside a clause of
-  talk between speaker and viewer ("let me know what you think of the sauce").
-
-Light verbs (take, give, get, keep, go, look, wait, hang …) show something only through a
-concrete noun: "Take the pan off the heat." is a step, "Take your time." is not; "Let it rest
-for 10 minutes." is a step (rest), "Give it a minute." is not. spaCy's small model often tags a
-lower-case imperative as a noun or adjective ("Season with salt", "Stir."); such a root counts
-as a content word too unless it is an evaluation ("Perfect.", "Nice.").
-
-A caption that shows nothing is named by the first kind that fits: ``signoff`` ("That's it
-for today."), ``filler`` ("So yeah, let's see.", "Okay, hang on a second."), ``time`` ("Take
-your time.", "Wait a few minutes."), ``meta`` ("Let me know what you think.") or ``no-action``
-(anything else without a content word, e.g. "My kids love this one."). The reason only
-explains; whether a caption is rejected is decided by the parse alone.
-
-Since issue #40 two more reasons reject captions that name things but are talk, not a step:
-``schedule`` (the channel's upload days: "New videos every Monday.") and ``story`` (a
-question, or a statement with its own subject whose verb is a state, taste, origin or opinion:
-"It tastes good.", "This dish is named after Singapore."); see ``talk_reason``.
+A small LLM captions "so yeah let's see" as readily as "now whisk the eggs"; such a caption
+names nothing a frame could show, so it only teaches the retrieval model noise, and the align
+filter cannot catch it when it is spoken over the task. The test reads spaCy's parse
+(``en_core_web_sm``): a caption shows something when it has a content word a camera could film
+(a non-talk, non-light verb, or a concrete noun outside talk to the viewer). The rules, their
+reasons and examples are in docs/captions.md ("Fillers"); ``talk_reason`` adds ``schedule`` and
+``story`` (issue #40). The reason only explains: the parse alone decides.
 """
 
 from __future__ import annotations
@@ -317,8 +294,8 @@ def default_parse_workers(remote_llm: bool) -> int:
 class ParserPool:
     """The filler test's parse in ``workers`` processes of their own.
 
-    A caption run over HTTP has dozens of videos in flight and about 40 captions a video to
-    parse (≈0.5 ms of CPU each with ``en_core_web_sm``): in the driver's process that parse
+    A caption run over HTTP has dozens of videos in flight, each with its captions to parse
+    (docs/captions.md quotes the CPU a caption takes): in the driver's process that parse
     holds the GIL the HTTP client and the commits need, and it cannot use more than one core.
     Each request goes to an idle worker; verdicts are the same as in process (the same
     pipeline and rules, ``caption.parse_worker``). Passed as ``nlp`` to ``reject_reasons``.

@@ -18,7 +18,7 @@ from howtocap.errors import HowtocapError
 
 def main() -> None:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
-    # thinc imports torch when it can (seconds and ~200 MB a process); the parse never uses
+    # thinc imports torch when it can (slow, and memory in every worker); the parse never uses
     # it, and nothing imported above has imported it yet (spaCy loads in ``load_parser``)
     sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
 

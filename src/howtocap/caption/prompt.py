@@ -6,16 +6,10 @@ A template is plain text holding one placeholder where the block goes: ``{asr}``
 ``examples:`` as ``[[asr, answer], ...]``. We only build chat *messages*; the backend applies
 the model's own chat template, so the same template works for every model.
 
-Built-in names: ``paper`` (the paper's final prompt, word for word), ``fewshot`` (the paper's
-prompt plus one worked example), ``actions`` (our own instructions and two worked examples
-that show chatter being skipped) and ``concise`` (the same idea pushed to 3-8 word captions in
-the model's own words) and ``steps`` (one caption per step a viewer sees; its examples are
-real ASR blocks of YouCook2 tune-split videos with their human steps, issue #40);
-``DEFAULT_TEMPLATE_NAME`` is the one the real-narration benchmark chose. The other templates'
-examples are ours and about onions, a topic the benchmark fixtures avoid; ``steps``' come from
-recipe types the benchmarks never score, so no template has seen its answers. Every built-in
-template ends with its block: llama.cpp then reuses the cached prompt up to the block and
-reads only the block itself (1.34x faster per block than the same words with the block first).
+The built-in templates are listed in docs/captions.md; ``DEFAULT_TEMPLATE_NAME`` is the one the
+real-narration benchmark chose. Their examples come from topics and recipe types the
+benchmarks never score, so no template has seen its answers. Every built-in template ends with
+its block: llama.cpp then reuses the cached prompt up to the block and reads only the block.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """``howtocap export DIR --format clips``: the kept captions' windows as video clips in
-WebDataset shards, in video2dataset's layout::
-
-    OUT/00000.tar           per clip: <key>.mp4, <key>.json, <key>.txt (the caption),
-                            <key>.jpg (the window's middle frame); key = shard (5 digits) +
-                            position in the shard, as video2dataset numbers its samples
-    OUT/00000.parquet       that shard's clips, one row each (the index columns)
-    OUT/00000_stats.json    that shard's counts, skipped videos and fingerprint; written last,
-                            so its presence means the shard is finished
-    OUT/index.parquet       every shard's rows; OUT/clips.json: settings, counts, shard sizes
-                            (both written when every shard is finished)
+WebDataset shards, in video2dataset's layout (docs/clips.md): per shard ``NNNNN.tar`` (mp4, json,
+caption, middle frame per clip), ``NNNNN.parquet`` and ``NNNNN_stats.json`` (written last: the
+shard is finished), then ``index.parquet`` and ``clips.json`` once every shard is.
 
 Why this shape: the plan (which clip goes in which shard under which key) is a function of
 the rows and the settings alone, never of timing, so a killed export resumes shard by shard

@@ -1,19 +1,11 @@
 """``howtocap duplicates DIR``: near-duplicate videos and repeated clips of a run, written to
 ``DIR/duplicates.parquet``.
 
-A reduce step over every video, after the frames stage: (1) each video's per-second frame
-embeddings come from the run's frame cache (computed through it when missing, so nothing is
-decoded twice), reduced to keyframes (a static stretch is one vector); (2) a FAISS k-NN over
-all keyframes gives candidate pairs of videos (a keyframe of one among the ``neighbours``
-nearest of another, at cosine >= ``threshold``); (3) each candidate pair is checked second by
-second (``match.match_segments``: runs of matching seconds along one time offset); (4) a pair
-is a near-duplicate video when most of the shorter video's seconds match along those runs'
-offsets at the lower ``cover_threshold`` (``match.offset_coverage``), otherwise each run is a
-repeated clip; near-duplicate videos are grouped and each group keeps one id
-(``match.kept_rank``: longest, then most pixels, then smallest id).
-
-Memory: only keyframe vectors stay in memory (the FAISS index: dim x 4 bytes each); the
-per-second rows of a pair are read back from the cache when the pair is checked (a small LRU).
+A reduce step over every video after the frames stage (the steps are in docs/duplicates.md):
+cached per-second frame embeddings reduced to keyframes, a FAISS k-NN over all keyframes for
+candidate pairs, each pair checked second by second (``match``), near-duplicate videos grouped
+with one kept id. Only keyframe vectors stay in memory; a pair's per-second rows are read back
+from the cache when it is checked (a small LRU).
 """
 
 from __future__ import annotations

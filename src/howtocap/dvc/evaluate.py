@@ -1,20 +1,10 @@
 """The dense video captioning protocol of ActivityNet Captions (densevid_eval, 2018 version;
 PDVC and Vid2Seq report with it), on YouCook2 or ActivityNet ground truth.
 
-For each tIoU threshold:
-
-- **captions**: every prediction is paired with every ground-truth segment of its video whose
-  tIoU with it is >= the threshold; a prediction that overlaps none is paired with a random
-  string, so wrong segments cost precision. Pairs are PTB-tokenised and scored per video with
-  BLEU-1..4, METEOR, ROUGE-L and CIDEr (CIDEr's document frequencies come from that video's
-  references, as in the reference code); a ground-truth video without predictions scores 0.
-  The threshold's score is the mean over ground-truth videos.
-- **segments**: recall = ground-truth segments overlapped by some prediction with tIoU >
-  threshold / ground-truth segments; precision = predictions overlapping some ground-truth
-  segment / predictions (0 for a video without predictions); both averaged over videos. The
-  reference code uses ">" here and ">=" for captions; we keep both.
-
-Final scores are the means over thresholds. Scores are fractions in [0, 1] (papers print x100).
+Per tIoU threshold, captions (predictions paired with overlapping ground truth, BLEU/METEOR/
+ROUGE-L/CIDEr per video) and segments (recall, precision); the details, including the reference
+code's ">" for segments and ">=" for captions that we keep, are in docs/dvc.md. Final scores are
+the means over thresholds, fractions in [0, 1] (papers print x100).
 """
 
 from __future__ import annotations

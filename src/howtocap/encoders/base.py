@@ -11,7 +11,7 @@ model; a head trained on pooled features (the MEE baseline) overrides it with it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,30 +62,26 @@ class Encoder(nn.Module, ABC):
             return b.device
         return torch.device("cpu")
 
-    @torch.no_grad()
     def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
         """L2-normalised float32 embeddings ``(n, dim)`` of uint8 RGB frames ``(n, H, W, 3)``."""
-        if len(frames) == 0:
-            return np.zeros((0, self.dim), np.float32)
-        was_training = self.training
-        self.eval()
-        out = []
-        for i in range(0, len(frames), batch_size):
-            feats = self.image_features(self.preprocess_images(frames[i:i + batch_size]))
-            out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
-        self.train(was_training)
-        return np.concatenate(out)
+        return self._encode(frames, batch_size,
+                            lambda b: self.image_features(self.preprocess_images(b)))
 
-    @torch.no_grad()
     def encode_texts(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
         """L2-normalised float32 embeddings ``(n, dim)``."""
-        if len(texts) == 0:
+        return self._encode(texts, batch_size, lambda b: self.text_features(self.tokenize(list(b))))
+
+    @torch.no_grad()
+    def _encode(self, items: Any, batch_size: int, features: Callable[[Any], torch.Tensor]
+                ) -> np.ndarray:
+        """``features`` of ``items`` a batch at a time, in eval mode (the mode is restored)."""
+        if len(items) == 0:
             return np.zeros((0, self.dim), np.float32)
         was_training = self.training
         self.eval()
         out = []
-        for i in range(0, len(texts), batch_size):
-            feats = self.text_features(self.tokenize(list(texts[i:i + batch_size])))
+        for i in range(0, len(items), batch_size):
+            feats = features(items[i:i + batch_size])
             out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
         self.train(was_training)
         return np.concatenate(out)

@@ -1,21 +1,10 @@
 """CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2).
 
-Every second of a video is scored against every step of its task (cosine similarity of the
-per-second frame embedding and the step text, or of given 1-fps features). The CrossTask
-inference then places each step at exactly one second, steps in their canonical order, seconds
-strictly increasing, background everywhere else; the placement maximises the sum of the chosen
-scores (a dynamic program over seconds × steps). A placed step is correct when its second lies
-inside an annotated interval of that step. Recall per task = correct / annotated steps, summed
-over the task's videos; the headline is the mean over tasks (the official protocol).
-
-``inference="independent"`` instead takes each step's best second on its own (what
-:func:`howtocap.metrics.crosstask_recall` does): it can put steps in any order, so it
-is reported for comparison, not as the paper's number.
-
-Release layout read here: ``tasks_primary.txt`` (records of 6 lines: id, title, URL, number of
-steps, comma-separated steps, blank), ``videos.csv`` / ``videos_val.csv`` (no header:
-``task_id,video_id,url``) and ``annotations/<task>_<video>.csv`` (no header: ``step,start,end``,
-steps 1-based, seconds; a step may occur several times).
+Every second of a video is scored against every step of its task; the CrossTask inference (a
+dynamic program) places each step at one second in canonical order, and recall per task is
+correct / annotated steps, averaged over tasks (the official protocol). ``inference=
+"independent"`` takes each step's best second alone, reported for comparison only. The
+release layout read here and the protocol's details are in docs/eval.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """WebDataset tar shards of a run's clips: written by ``howtocap export --format webdataset``,
-streamed by ``howtocap train SHARDS_DIR``.
+streamed by ``howtocap train SHARDS_DIR``; the layout is in docs/webdataset.md.
 
 Why: at HowTo100M scale neither the pairs, nor a decoded-pixel cache, nor random seeks into
 millions of videos fit one machine; a few hundred large tar files read sequentially do, from any
-file system or object store, and every data loader (``webdataset``, ``torchdata``, DALI) reads
-them. Layout of ``SHARDS_DIR``::
-
-    000000.tar, 000001.tar, …  one sample per clip, members ``<key>.<field>``:
-                               frames.00.jpg … (content=frames) or emb.npy (content=embeddings),
-                               json {"video_id", "start", "end", "captions", "video_path", …}
-    index.parquet              one row per sample: shard, key, video_id, start, end, n_captions
-    meta.json                  content, frames per clip, image size, encoder, counts, shard
-                               sizes; written last, so its presence means the export finished
-
-A shard is written under a hidden temp name and renamed when complete, so a killed export leaves
-no half shard that looks complete (and no ``meta.json``, which training requires).
+file system or object store, and every data loader reads them. A shard is written under a
+hidden temp name and renamed when complete, and ``meta.json`` (which training requires) last,
+so a killed export leaves nothing that looks complete.
 
 A format's reader and writer import no model: for ``content: embeddings`` the caller passes a
 ``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the frame

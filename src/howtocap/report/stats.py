@@ -1,28 +1,10 @@
 """``howtocap stats DIR``: the HowToCaption paper's dataset statistics, subtitles vs captions.
 
-Three text corpora are compared, each a table of the run directory:
-
-- ``subtitles``: every row of ``DIR/subtitles/`` (ASR or the video's own subtitle file);
-- ``captions``: every row of ``DIR/captions/`` (what the LLM wrote);
-- ``kept``: rows of ``DIR/aligned/`` with ``kept == True`` (what survives the filter).
-
-Definitions (docs/stats.md repeats them), as the paper's Table 12:
-
-- a *word* is a token of spaCy's English tokenizer that is not punctuation or whitespace,
-  lower-cased (``don't`` is two words, ``do`` + ``n't``);
-- *vocabulary*: number of distinct words;
-- *words per caption / per video*: mean and population std of the word count of one text /
-  of all texts of one video (videos without texts are not counted);
-- *verbs*: spaCy tokens with POS ``VERB`` (auxiliaries excluded), as lower-cased lemmas;
-- *diverse verbs %*: share of verb occurrences whose lemma is not one of the corpus's 5 most
-  frequent verb lemmas (ties broken alphabetically);
-- *unique word n-grams %*: 100 x distinct word n-grams / all word n-grams, n-grams taken inside
-  one text;
-- *unique verb n-grams %*: the same over the sequence of verb lemmas of each text.
-
-Like the paper (5,000 random HowTo100M videos), every text statistic is computed on the texts of
-at most ``videos`` videos, drawn once with a fixed seed and shared by all corpora, so subtitles
-and captions are compared on the same videos; ``texts`` and ``videos`` still count every row.
+Three corpora of the run are compared: ``subtitles``, ``captions`` (what the LLM wrote) and
+``kept`` (aligned rows the filter kept). The definitions (words, vocabulary, verbs, diverse
+verbs, unique n-grams, as the paper's Table 12) are in docs/stats.md. Like the paper, every text
+statistic is computed on at most ``videos`` videos drawn once with a fixed seed and shared by
+all corpora, so subtitles and captions are compared on the same videos.
 """
 
 from __future__ import annotations
@@ -49,7 +31,6 @@ from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
 
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
-CORPORA = ("subtitles", "captions", "kept")
 TABLES = ("videos", "subtitles", "captions", "aligned", "status", "signals")
 SIGNALS = ("motion", "text_area", "face_area", "brightness", "sharpness", "aesthetic")
 THUMBS = 3  # clips shown at each end of a signal's range

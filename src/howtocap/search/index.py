@@ -8,8 +8,8 @@ Layout (row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes)::
     DIR/index/meta.json      encoder, dim, n, index type, version, per-video content keys
     DIR/index/parts/*.npz    per-video embeddings, so adding videos embeds only the new ones
 
-The FAISS indexes are always rebuilt from the parts: that is cheap (seconds at 100k clips) and
-means removed videos drop out and nothing is ever half-updated.
+The FAISS indexes are always rebuilt from the parts: that is cheap, and removed videos drop out
+and nothing is ever half-updated.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-DETECTORS = ("content", "adaptive", "histogram", "hash", "none")
 Detector = Literal["content", "adaptive", "histogram", "hash", "none"]
 
 

@@ -1,20 +1,14 @@
 """Gradual transitions (dissolves): a detector of our own, added to PySceneDetect's.
 
-Why our own: PySceneDetect's detectors compare each frame with the one before (content,
-adaptive, histogram, hash) or with a fixed brightness (threshold: fades to black). A dissolve
-changes each frame by a few percent, under any frame-to-frame threshold that camera motion does
-not also cross; nothing in PySceneDetect compares frames further apart (its plan for a
-``DissolveDetector`` is an empty comment).
+Why our own: PySceneDetect's detectors compare each frame with the one before or with a fixed
+brightness; a dissolve changes each frame too little for any frame-to-frame threshold that
+camera motion does not also cross, and nothing there compares frames further apart.
 
-The signal: the distance between the colour histograms (HSV, 8x4x4 bins, total variation, 0-1)
-of the frames ``gradual_seconds`` before and after each instant. A histogram does not care
-where in the frame a colour is, so a pan or a zoom over one scene keeps it nearly still, while
-a transition between two scenes (hard or dissolved) raises it to a peak at the transition's
-middle. The signal is smoothed over ``SMOOTH_SECONDS``; each peak at least
-``gradual_threshold`` high that stands at least half that above its surroundings, at least
-``min_shot_seconds`` from the next (``scipy.signal.find_peaks``), is a transition, and its cut
-is the middle of the peak at half its prominence (a hard cut's peak is a plateau ``2 *
-gradual_seconds`` wide; a dissolve's, a ridge centred on its middle).
+The signal: the distance between the colour histograms (HSV, total variation, 0-1) of the
+frames ``gradual_seconds`` before and after each instant; a pan or zoom over one scene keeps it
+nearly still, a transition raises it to a peak at its middle (docs/shots.md). Each smoothed peak
+(``scipy.signal.find_peaks``) is a transition, cut at the middle of the peak at half its
+prominence.
 """
 
 from __future__ import annotations

