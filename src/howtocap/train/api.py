@@ -1,18 +1,10 @@
 """The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline.
 
-``train(source, out_dir=...)`` reads caption–clip pairs (a run directory's kept aligned
-captions, its ``aligned/`` table, or a CSV), drops pairs whose video is missing or unreadable,
-holds out whole videos for per-epoch evaluation and runs the loop in ``train.loop``. The result
-is ``<out>/ckpt/last.pt``, which ``howtocap.encoders.create(<path>)`` (and so ``align``,
-``eval``, ``search``) loads through ``howtocap.encoders.load_encoder``.
-
-``source`` may also be a folder of WebDataset shards (``howtocap export --format webdataset``):
-then clips stream from the shards (frames for ``dual``, frame embeddings for ``mee``) and only
-the shard index is held in memory.
-
-``recipe`` presets the papers' settings (``train.config.RECIPES``); any option given explicitly
-(not ``None``) overrides the recipe's value, and options neither gives take ``TrainConfig``'s
-defaults. Every value is checked once, by ``train.config.make_config``: a bad one is one line.
+``train(source, out_dir=...)`` reads caption–clip pairs (a run directory, its ``aligned/`` table,
+a CSV, or a folder of WebDataset shards streamed instead of held in memory), holds out whole
+videos for per-epoch evaluation and runs ``train.loop``. The result, ``<out>/ckpt/last.pt``,
+loads through ``howtocap.encoders.create(<path>)`` in ``align``, ``eval`` and ``search``. Every
+value is checked once, by ``train.config.make_config``: a bad one is one line.
 """
 
 from __future__ import annotations
