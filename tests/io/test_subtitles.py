@@ -399,43 +399,43 @@ def test_read_id_list(tmp_path: Path) -> None:
         read_id_list(_write(tmp_path, "empty.txt", "# nothing\n\n"))
 
 
-def test_the_store_index_tells_ids_of_one_hash_apart() -> None:
-    """``_Runs`` keeps hashes, not ids: runs of equal hash are told apart by the ids the
-    file holds (read back), a repeated id is one video (its last run for a "videos" file,
-    all of them for records), and the videos keep the file's order."""
+def test_a_store_makes_a_repeated_id_one_video(tmp_path: Path) -> None:
+    """A video given again is one video, numbered where it first comes: its last run of
+    rows for a converted dump (the last key wins, as ``json.load``), all of them for anyone's
+    rows; ``select`` and ``limit`` count videos, not runs; ``holds`` answers many at once."""
     import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    from howtocap.io.subtitle_dump import _Runs
+    from howtocap.io.subtitle_dump import DumpWriter, ParquetStore
 
-    names = ["a", "b", "a", "c", "b"]  # a run every 10 rows; "a" and "b" share a hash
-    start, length = np.arange(0, 50, 10), np.full(5, 10)
-    hashes = np.array([7, 7, 7, 9, 7])
-
-    def ids_at(rows: np.ndarray) -> list[str]:
-        return [names[int(r) // 10] for r in rows]
-
-    last = _Runs.build(start, length, hashes, True, ids_at)
-    assert last.videos == 3 and ids_at(last.name_rows(0, 3)) == ["a", "b", "c"]
-    assert (last.of(0), last.of(1), last.of(2)) == ([(20, 10)], [(40, 10)], [(30, 10)])
-    assert sorted(last.candidates(7)) == [0, 1] and last.candidates(9) == [2]
-    assert last.candidates(8) == []
-    every = _Runs.build(start, length, hashes, False, ids_at)
-    assert (every.of(0), every.of(1)) == ([(0, 10), (20, 10)], [(10, 10), (40, 10)])
-    assert ids_at(every.name_rows(0, 3)) == ["a", "b", "c"]
-    plain = _Runs.build(start[:2], length[:2], np.array([3, 1]), True, ids_at)
-    assert plain.ptr is None and plain.name_row is None and plain.of(1) == [(10, 10)]
-    # distinct ids of one hash, back to back: the compact form (first rows and the end)
-    names[:] = ["a", "b", "c", "d", "e"]
-    shared = _Runs.build(start, length, np.array([7, 7, 9, 7, 8]), True, ids_at)
-    assert shared.length is None and shared.name_row is None and shared.ptr is None
-    assert shared.start.dtype == np.int32 and list(shared.start) == [0, 10, 20, 30, 40, 50]
-    assert [shared.of(k) for k in range(5)] == [[(r, 10)] for r in range(0, 50, 10)]
-    assert sorted(shared.candidates(7)) == [0, 1, 3] and shared.candidates(8) == [4]
-    # a gap (a run left out): each run's length is kept
-    gap = _Runs.build(np.array([0, 10, 35]), np.array([10, 20, 5]), np.array([1, 2, 3]),
-                      True, ids_at)
-    assert gap.length is not None and [gap.of(k) for k in range(3)] == \
-        [[(0, 10)], [(10, 20)], [(35, 5)]]
+    names = ["a", "b", "a", "c", "b", "d"]  # a run of 3 rows each, in row groups of 4
+    out = tmp_path / "repeats.parquet"
+    writer = DumpWriter(out, "videos", rows_per_group=4)
+    for i, vid in enumerate(names):
+        writer.add_rows(vid, [(float(i), i + 0.5, f"{vid} {i} {j}", None) for j in range(3)])
+        writer.maybe_flush()
+    writer.close()
+    assert pq.ParquetFile(out).metadata.num_row_groups == 3  # a repeat in another group
+    last = ParquetStore(out, out)
+    assert last.video_ids() == ["a", "b", "c", "d"]
+    assert [last.get(v)["text"].tolist()[0] for v in "abcd"] == \
+        ["a 2 0", "b 4 0", "c 3 0", "d 5 0"]
+    assert last.holds(pa.array(["d", "x", "a"])).tolist() == [True, False, True]
+    rows = [(v, float(i), i + 0.5, f"{v} {i}") for i, v in enumerate(names)]
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pa.table({k: [r[i] for r in rows] for i, k in
+                             enumerate(("video_id", "start", "end", "text"))}), foreign,
+                   row_group_size=2)
+    every = ParquetStore(foreign, foreign)
+    assert every.video_ids() == ["a", "b", "c", "d"]
+    assert every.get("a")["text"].tolist() == ["a 0", "a 2"]
+    assert every.get("b")["text"].tolist() == ["b 1", "b 4"]
+    assert ParquetStore(foreign, foreign, limit=2).video_ids() == ["a", "b"]
+    some = ParquetStore(foreign, foreign, select=frozenset({"b", "d"}))
+    assert some.video_ids() == ["b", "d"] and some.get("a") is None
+    assert some.get("b")["text"].tolist() == ["b 1", "b 4"]
+    assert np.array_equal(some.holds(pa.array(["a", "b"])), [False, True])
 
 
 def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Path) -> None:

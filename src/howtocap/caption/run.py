@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import (
@@ -72,8 +76,6 @@ class _Videos:
 
     def id_arrays(self, size: int) -> Iterator[Any]:
         """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
-        import pyarrow as pa
-
         for lo in range(0, len(self), size):
             own, extra = self._split(lo, lo + size)
             if own is not None and self.source is not None:
@@ -99,16 +101,21 @@ class _Videos:
                 yield [it for it, k in zip(self.items, ks, strict=True)
                        if lo <= k < lo + per]
             return
-        extra = set(self.extra or ())
         every = len(self) == rundir.video_count()  # the run's videos are the source's
         for lo in range(0, n, per):
-            out = []
-            for k in range(lo, min(n, lo + per)):
-                for vid in rundir.shard_videos(k).column(0).to_pylist():
-                    if every or vid in extra or (self.source is not None
-                                                 and vid in self.source):
-                        out.append(VideoItem(vid, None))
-            yield out
+            ids = pa.concat_arrays([rundir.shard_videos(k).column(0).combine_chunks()
+                                    for k in range(lo, min(n, lo + per))])
+            ours = np.ones(len(ids), dtype=bool) if every else self._holds(ids)
+            yield [VideoItem(vid, None) for vid, ok in zip(ids.to_pylist(), ours, strict=True)
+                   if ok]
+
+    def _holds(self, ids: pa.Array) -> np.ndarray:
+        """Which of the run's ``ids`` are this call's: the source's and the ``extra`` ones
+        (one lookup a window, not a video)."""
+        held = self.source.holds(ids) if self.source is not None \
+            else np.zeros(len(ids), dtype=bool)
+        extra = pc.is_in(ids, value_set=pa.array(self.extra or [], pa.string()))
+        return held | extra.to_numpy(zero_copy_only=False)
 
 
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
@@ -151,7 +158,8 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                                  progress=progress)
     extra: list[str] = []
     if wanted is not None and config.limit is None:  # reported per video: not in the source
-        extra = [vid for vid in wanted if vid not in source]
+        held = source.holds(pa.array(wanted, pa.string()))
+        extra = [vid for vid, ok in zip(wanted, held, strict=True) if not ok]
     if not source.count() and not extra:
         raise InputError(config.subtitles, "holds no videos" + (" of --ids" if wanted else ""))
     return _Videos(source=source, extra=extra), source
@@ -189,7 +197,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
     videos.record(rundir)
-    give_back_memory()  # the store index and id sort transients: not kept by the stages
+    give_back_memory()  # the id transients of recording the videos: not kept by the stages
     rundir.configs.write("caption", config.model_dump())
     if force:
         for stage in (subs_stage, cap_stage):

@@ -2,10 +2,13 @@
 
 ``json.load`` of HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
 size as Python objects, so the dump is streamed once with ijson and written as Parquet row groups
-of whole videos in the file's order. A lookup needs only an index of each video's rows (numpy
-arrays, no Python string per id) and the row group holding it, kept in a small LRU: the caption
-stage asks for videos in the file's order, so each group is decoded about once per run. Peak
-memory is a row group or two plus the index, whatever the size of the dump.
+of whole videos in the file's order. Opening it reads the ``video_id`` column alone: the ids
+stay one Arrow column (no Python string a video) beside each video's first row and length. A
+run asks for its videos in the file's order (a text-only run's shards are ranges of it), so a
+lookup is answered by the ids of the block of videos around the last one found, else by a scan
+of the id column (``pyarrow.compute.index``), and the rows come from the row group holding
+them, kept in a small LRU: each group is decoded about once per run. Peak memory is a row
+group or two plus the ids, whatever the size of the dump.
 
 The converted file is kept (``DIR/cache/subtitles/``, keyed by the source's path, size, mtime
 and the selection), so a resumed or sharded run does not stream again. A Parquet source is read
@@ -33,7 +36,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from howtocap.errors import InputError
-from howtocap.hashing import sort_by_hash
 from howtocap.io.subtitle_rows import (
     COLUMNS,
     Row,
@@ -45,6 +47,7 @@ from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
+NEAR = 8192  # videos whose ids answer lookups before the id column is scanned again
 FORMAT_KEY = b"howtocap.subtitles"
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
@@ -402,23 +405,26 @@ class ParquetStore:
         self.group_starts = [0]
         for i in range(md.num_row_groups):
             self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
-        self._starts = np.asarray(self.group_starts, dtype=np.int64)
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._decoded: dict[int, dict[str, Any]] = {}  # ``_decoded_rows``' columns
+        self._near: dict[str, int] = {}  # the ids of the block of videos last found
         self._lock = threading.Lock()
         self.groups_read = 0
         self.max_cached_groups = 0
         self.max_buffered_rows = 0
-        self._index(select, limit)
+        self._read_videos(select, limit)
 
-    def _index(self, select: frozenset[str] | None, limit: int | None) -> None:
-        """Runs of equal ids, from the ``video_id`` column one row group at a time, kept as
-        numpy arrays (``_Runs``): 12 bytes a video for a converted dump, no Python string or
-        dict slot per id (a dict and a list of HowTo100M's 1.2M ids held ~200 MB for the
-        whole run). Built in typed arrays that numpy then reads in place, not copied."""
+    def _read_videos(self, select: frozenset[str] | None, limit: int | None) -> None:
+        """Each video's id and rows, in the file's order, from the ``video_id`` column read a
+        row group at a time. Kept as one Arrow column of ids (no Python string a video: a
+        dict of HowTo100M's 1.2M ids held ~200 MB) and each video's run of rows (numpy); a
+        video given again (records scattered over the file, a repeated key) is one video,
+        numbered where it first comes, with every run ("records") or its last ("videos", the
+        last key wins as with ``json.load``)."""
         wide = "q" if self.pf.metadata.num_rows >= 2**31 else "i"  # HowTo100M: ~50M rows
-        run_start, run_len, run_hash = array(wide), array(wide), array("I")
+        run_start, run_len = array(wide), array("i")
+        chunks: list[pa.Array] = []  # the kept runs' ids, a row group at a time
         kept: set[str] | None = set() if limit is not None else None  # at most ``limit`` ids
         prev_id: str | None = None
         prev_end = -1  # absolute end row of the previous run
@@ -439,9 +445,11 @@ class ParquetStore:
                 starts = np.concatenate([starts, np.flatnonzero(
                     change.to_numpy(zero_copy_only=False)) + 1])
             lengths = np.diff(np.append(starts, n))
-            ids = col.take(pa.array(starts)).to_pylist()
+            run_ids = col.take(pa.array(starts))
+            keep: list[int] = []
             base = self.group_starts[g]
-            for vid, s, ln in zip(ids, starts.tolist(), lengths.tolist(), strict=True):
+            for i, (vid, s, ln) in enumerate(zip(run_ids.to_pylist(), starts.tolist(),
+                                                 lengths.tolist(), strict=True)):
                 start = base + s
                 if vid == prev_id and prev_end == start and not (last_wins and s == 0):
                     # continues into the next row group (ours never split a video: a repeat)
@@ -457,67 +465,76 @@ class ParquetStore:
                         continue
                     kept.add(vid)
                 prev_kept = True
+                keep.append(i)
                 run_start.append(start)
                 run_len.append(ln)
-                run_hash.append(_hash32(vid))
-        rows = np.int64 if wide == "q" else np.int32
-        self._runs = _Runs.build(np.frombuffer(run_start, rows), np.frombuffer(run_len, rows),
-                                 np.frombuffer(run_hash, np.uint32), last_wins, self._ids_at)
+            if keep:
+                chunks.append(run_ids.take(pa.array(keep)))
+        ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
+        start = np.frombuffer(run_start, np.int64 if wide == "q" else np.int32)
+        length = np.frombuffer(run_len, np.int32)
+        self._ptr: np.ndarray | None = None  # None: video k is run k
+        once = pc.unique(ids)  # in order of first appearance
+        if len(once) == len(ids):  # the common case: every run its own video
+            self.ids, self._start, self._len = ids, start, length
+            return
+        video = pc.index_in(ids, value_set=once).to_numpy()  # each run's video
+        self.ids = once
+        if last_wins:
+            last = np.zeros(len(once), dtype=np.int64)
+            np.maximum.at(last, video, np.arange(len(video)))
+            self._start, self._len = start[last], length[last]
+            return
+        runs = np.argsort(video, kind="stable")
+        self._start, self._len = start[runs], length[runs]
+        self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(once)))])
 
     # -- lookups ---------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._runs.videos
+        return len(self.ids)
 
     def video_ids(self) -> list[str]:
         """Every video id, in the file's order (a list of them all: ``ids_window`` for a
         window of a large file)."""
-        return self.ids_window(0, len(self))
+        return self.ids.to_pylist()
 
     def ids_window(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi`` in the file's order, read from the file."""
-        return self._ids_at(self._runs.name_rows(lo, min(hi, len(self))))
+        """The ids of videos ``lo`` to ``hi`` in the file's order."""
+        return self.ids[lo:hi].to_pylist()
 
     def id_array(self, lo: int, hi: int) -> pa.Array:
-        """``ids_window`` as one Arrow array: ``videos.parquet``
-        of a 1.2M-video run without a Python string a video (the millions of short-lived
-        strings left the heap ~50 MB larger for the stages that follow)."""
-        return self._id_array_at(self._runs.name_rows(lo, min(hi, len(self))))
+        """``ids_window`` as one Arrow array: ``videos.parquet`` of a 1.2M-video run without
+        a Python string a video (the millions of short-lived strings left the heap ~50 MB
+        larger for the stages that follow)."""
+        return self.ids[lo:hi]
 
-    def _ids_at(self, rows: np.ndarray) -> list[str]:
-        """The ``video_id`` of each absolute row (its row group's id column, read once)."""
-        return [str(v) for v in self._id_array_at(rows).to_pylist()]
-
-    def _id_array_at(self, rows: np.ndarray) -> pa.Array:
-        if not len(rows):
-            return pa.array([], pa.string())
-        groups = np.searchsorted(self._starts, rows, "right") - 1
-        pieces, where = [], []
-        for g in np.unique(groups).tolist():
-            at = np.flatnonzero(groups == g)
-            cached = self._cache.get(g)
-            col = cached.column("video_id") if cached is not None else \
-                self.pf.read_row_group(g, columns=["video_id"]).column(0)
-            got = col.take(pa.array(rows[at] - self.group_starts[g]))
-            pieces.extend(got.chunks if isinstance(got, pa.ChunkedArray) else [got])
-            where.append(at)
-        ids = pa.concat_arrays([p.cast(pa.string()) for p in pieces])
-        order = np.concatenate(where)
-        if np.any(order[1:] < order[:-1]):  # rows not in file order: put back as asked
-            ids = ids.take(pa.array(np.argsort(order, kind="stable")))
-        return ids
+    def holds(self, ids: pa.Array) -> np.ndarray:
+        """Which of ``ids`` (distinct) the file has: a hash table of them alone (Arrow's),
+        the file's ids looked up in it once."""
+        at = pc.index_in(self.ids, value_set=ids.cast(pa.string())).drop_null().to_numpy()
+        hit = np.zeros(len(ids), dtype=bool)
+        hit[at] = True
+        return hit
 
     def _find(self, video_id: str) -> int:
-        """The video's number (file order), or -1: its hash's candidates, each checked
-        against the id the file holds."""
-        for k in self._runs.candidates(_hash32(video_id)):
-            row = int(self._runs.name_rows(k, k + 1)[0])
-            g = bisect.bisect_right(self.group_starts, row) - 1
-            cached = self._cache.get(g)  # in file order: the group ``get`` reads next
-            name = cached.column("video_id")[row - self.group_starts[g]].as_py() \
-                if cached is not None else self._ids_at(np.array([row]))[0]
-            if name == video_id:
-                return k
-        return -1
+        """The video's number (file order), or -1. A run asks in the file's order, so the
+        ids of the block of ``NEAR`` videos around the last one found answer most lookups;
+        another is a scan of the id column (Arrow's, ~ms at a million videos)."""
+        k = self._near.get(video_id)
+        if k is None:
+            k = pc.index(self.ids, video_id).as_py()
+            if k >= 0:
+                lo = k - k % NEAR
+                self._near = {v: lo + i for i, v in
+                              enumerate(self.ids[lo:lo + NEAR].to_pylist())}
+        return k
+
+    def _runs(self, k: int) -> list[tuple[int, int]]:
+        """Video ``k``'s runs of rows as ``(first row, rows)``."""
+        if self._ptr is None:
+            return [(int(self._start[k]), int(self._len[k]))]
+        a, b = int(self._ptr[k]), int(self._ptr[k + 1])
+        return list(zip(self._start[a:b].tolist(), self._len[a:b].tolist(), strict=True))
 
     def __contains__(self, video_id: str) -> bool:
         with self._lock:
@@ -556,7 +573,7 @@ class ParquetStore:
             k = self._find(video_id)
             if k < 0:
                 return None
-            runs = self._runs.of(k)
+            runs = self._runs(k)
             if not frame and self.layout == "videos" and len(runs) == 1:
                 start, length = runs[0]
                 g = bisect.bisect_right(self.group_starts, start) - 1
@@ -638,125 +655,6 @@ class ParquetStore:
         return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
                 "max_buffered_rows": self.max_buffered_rows}
 
-
-def _hash32(video_id: str) -> int:
-    """The 32-bit hash the store index sorts by (a hit is checked against the file's id)."""
-    return hash(video_id) & 0xFFFFFFFF
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """Row numbers as int32 when the file has fewer than 2**31 rows (HowTo100M: ~50M)."""
-    if len(values) and int(values.max()) >= 2**31:
-        return values.astype(np.int64, copy=False)
-    return values.astype(np.int32, copy=False)
-
-
-def _contiguous(start: np.ndarray, length: np.ndarray) -> bool:
-    """Each run starts where the one before ends (compared a million at a time)."""
-    step = 1 << 20
-    for a in range(0, len(start) - 1, step):
-        b = min(a + step, len(start) - 1)
-        if not np.array_equal(start[a + 1:b + 1], start[a:b] + length[a:b]):
-            return False
-    return True
-
-
-class _Runs:
-    """Where each video's rows are, as numpy arrays: per video (numbered in the file's
-    order) its run(s) of rows, the row naming it, and its id's hash sorted for lookups.
-
-    The common case, a converted dump (each video one run, right after the one before),
-    keeps each run's first row and the end (``length`` None) and the sorted hashes with
-    each one's video: 12 bytes a video. Runs with gaps keep their lengths; videos with
-    several runs (a repeated id: the last wins for "videos"; records scattered over the
-    file: all of them) add a row per video and a CSR of runs."""
-
-    def __init__(self, start: np.ndarray, length: np.ndarray | None, hkeys: np.ndarray,
-                 hvid: np.ndarray, name_row: np.ndarray | None = None,
-                 ptr: np.ndarray | None = None) -> None:
-        self.start, self.length = start, length  # per stored run (``length`` None: the
-        # runs are back to back and ``start`` has one more item, the end of the last)
-        self.hkeys = hkeys  # id hashes sorted
-        self.hvid = hvid  # the video of each
-        self.name_row = name_row  # None: the start of video k's run k
-        self.ptr = ptr  # None: video k is run k; else its runs are ptr[k]:ptr[k + 1]
-        self.videos = len(hvid)
-
-    @classmethod
-    def build(cls, start: np.ndarray, length: np.ndarray, hashes: np.ndarray,
-              last_wins: bool, ids_at: Callable[[np.ndarray], list[str]]) -> _Runs:
-        """From every kept run in file order with its id's hash: runs of one id made one
-        video (ids of equal hash read back from the file to tell them apart)."""
-        n = len(start)
-        key = np.empty(n, dtype=np.uint64)
-        key[:] = hashes
-        hs, order = sort_by_hash(key)  # views of ``key``: copied below when kept
-        new = np.ones(n, dtype=bool)
-        new[1:] = hs[1:] != hs[:-1]
-        repeats: list[tuple[int, int]] = []  # (run, the first run of its id)
-        if not new.all():  # equal hashes (~170 pairs of 1.2M ids): the same id again?
-            single = new & np.append(new[1:], True)
-            shared = order[~single]  # runs whose hash another run has, by hash then row
-            first: dict[tuple[int, str], int] = {}
-            for r, h, name in zip(shared.tolist(), hashes[shared].tolist(),
-                                  ids_at(start[shared]), strict=True):
-                f = first.setdefault((h, name), r)
-                if f != r:
-                    repeats.append((r, f))
-        del new
-        if not repeats:  # every run its own video: the common case, nothing more to keep
-            hvid, hs = order.astype(np.int32), hs.copy()
-            del order, key
-            if _contiguous(start, length):
-                ends = np.empty(n + 1, dtype=start.dtype)  # int32: fewer than 2**31 rows
-                ends[:n] = start
-                ends[n] = start[-1] + length[-1] if n else 0
-                return cls(_narrow(ends), None, hs, hvid)
-            return cls(_narrow(start), length.astype(np.int32), hs, hvid)
-        del order, hs, key
-        length = length.astype(np.int32)  # a video's rows: fewer than 2**31
-        label = np.arange(n, dtype=np.int64)  # each run's video: the id's first run
-        rs, fs = zip(*repeats, strict=True)
-        label[list(rs)] = fs
-        firsts = np.flatnonzero(label == np.arange(n))  # a video's first run, file order
-        video = np.searchsorted(firsts, label)  # each run's video number
-        hk = hashes[firsts]
-        by_hash = np.argsort(hk, kind="stable")
-        if last_wins:
-            last = np.zeros(len(firsts), dtype=np.int64)
-            np.maximum.at(last, video, np.arange(n))
-            return cls(start[last], length[last], hk[by_hash], by_hash.astype(np.int32),
-                       start[firsts])
-        runs = np.argsort(video, kind="stable")
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(firsts)))])
-        return cls(start[runs], length[runs], hk[by_hash], by_hash.astype(np.int32),
-                   start[firsts], ptr)
-
-    def candidates(self, h: int) -> list[int]:
-        """The videos whose id hashes to ``h`` (almost always none or one)."""
-        # as the keys' own type: a Python int against uint32 keys converts them all each call
-        i = int(np.searchsorted(self.hkeys, self.hkeys.dtype.type(h), "left"))
-        out = []
-        while i < len(self.hkeys) and self.hkeys[i] == h:
-            out.append(int(self.hvid[i]))
-            i += 1
-        return out
-
-    def name_rows(self, lo: int, hi: int) -> np.ndarray:
-        """A row holding the id of each of videos ``lo`` to ``hi``."""
-        if self.name_row is not None:
-            return self.name_row[lo:hi]
-        return self.start[lo:hi] if self.ptr is None else self.start[self.ptr[lo:hi]]
-
-    def of(self, k: int) -> list[tuple[int, int]]:
-        """Video ``k``'s runs as ``(first row, rows)``."""
-        if self.ptr is None:
-            first = int(self.start[k])
-            if self.length is None:
-                return [(first, int(self.start[k + 1]) - first)]
-            return [(first, int(self.length[k]))]
-        a, b = int(self.ptr[k]), int(self.ptr[k + 1])
-        return list(zip(self.start[a:b].tolist(), self.length[a:b].tolist(), strict=True))
 
 
 def is_converted(path: Path) -> bool:

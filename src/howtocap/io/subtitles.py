@@ -348,8 +348,8 @@ class SubtitleSource:
             return self._store
 
     def close(self) -> None:
-        """Let go of the store and its index of every video id (1.2M on HowTo100M): the next
-        lookup opens the converted file again (``cache_dir``), without converting."""
+        """Let go of the store and its column of every video id (1.2M on HowTo100M): the
+        next lookup opens the converted file again (``cache_dir``), without converting."""
         with self._lock:
             self._store = None
             self._files = None
@@ -397,6 +397,13 @@ class SubtitleSource:
 
             return pa.array(self.ids_window(lo, hi), pa.string())
         return self.store().id_array(lo, hi)
+
+    def holds(self, ids: Any) -> np.ndarray:
+        """Which of ``ids`` (an Arrow array of distinct ids) the source has, all at once."""
+        if self.kind == "folder":
+            files = self._folder()
+            return np.array([v in files for v in ids.to_pylist()], dtype=bool)
+        return self.store().holds(ids)
 
     def __contains__(self, video_id: str) -> bool:
         if self.kind == "folder":
