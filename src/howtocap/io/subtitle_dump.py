@@ -23,7 +23,6 @@ import bisect
 import json
 import pickle
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -417,77 +416,55 @@ class ParquetStore:
 
     def _read_videos(self, select: frozenset[str] | None, limit: int | None) -> None:
         """Each video's id and rows, in the file's order, from the ``video_id`` column read a
-        row group at a time. Kept as one Arrow column of ids (no Python string a video: a
-        dict of HowTo100M's 1.2M ids held ~200 MB) and each video's run of rows (numpy); a
-        video given again (records scattered over the file, a repeated key) is one video,
-        numbered where it first comes, with every run ("records") or its last ("videos", the
-        last key wins as with ``json.load``)."""
-        wide = "q" if self.pf.metadata.num_rows >= 2**31 else "i"  # HowTo100M: ~50M rows
-        run_start, run_len = array(wide), array("i")
-        chunks: list[pa.Array] = []  # the kept runs' ids, a row group at a time
-        kept: set[str] | None = set() if limit is not None else None  # at most ``limit`` ids
-        prev_id: str | None = None
-        prev_end = -1  # absolute end row of the previous run
-        prev_kept = False
+        row group at a time: the ids as one Arrow column (no Python string a video: a dict of
+        HowTo100M's 1.2M ids held ~200 MB), each video's run of rows as numpy. A video given
+        again (records scattered over the file, a repeated key) is one video, numbered where
+        it first comes, with every run of rows ("records") or its last ("videos": the last key
+        wins, as with ``json.load``). ``select`` and ``limit`` then keep some videos."""
+        wanted = pa.array(sorted(select), pa.string()) if select is not None else None
+        ids: list[pa.Array] = []
+        runs: list[tuple[np.ndarray, np.ndarray]] = []  # (first row, rows) of the kept runs
         last_wins = self.layout == "videos"
         for g in range(self.pf.metadata.num_row_groups):
-            if last_wins and kept is not None and limit is not None and len(kept) >= limit:
-                break  # whole videos in order: nothing further can be selected
+            if last_wins and limit is not None and sum(len(i) for i in ids) >= limit:
+                break  # whole videos in order: the first ``limit`` are read
             col = self.pf.read_row_group(g, columns=["video_id"]).column(0).combine_chunks()
-            if not pa.types.is_string(col.type):
-                col = col.cast(pa.string())
+            col = col.cast(pa.string())
             n = len(col)
-            if n == 0:
+            if not n:
                 continue
-            starts = np.zeros(1, dtype=np.int64)
-            if n > 1:
-                change = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
-                starts = np.concatenate([starts, np.flatnonzero(
-                    change.to_numpy(zero_copy_only=False)) + 1])
-            lengths = np.diff(np.append(starts, n))
-            run_ids = col.take(pa.array(starts))
-            keep: list[int] = []
-            base = self.group_starts[g]
-            for i, (vid, s, ln) in enumerate(zip(run_ids.to_pylist(), starts.tolist(),
-                                                 lengths.tolist(), strict=True)):
-                start = base + s
-                if vid == prev_id and prev_end == start and not (last_wins and s == 0):
-                    # continues into the next row group (ours never split a video: a repeat)
-                    prev_end += ln
-                    if prev_kept:
-                        run_len[-1] += ln
-                    continue
-                prev_id, prev_end, prev_kept = vid, start + ln, False
-                if not vid or (select is not None and vid not in select):
-                    continue
-                if kept is not None and limit is not None and vid not in kept:
-                    if len(kept) >= limit:
-                        continue
-                    kept.add(vid)
-                prev_kept = True
-                keep.append(i)
-                run_start.append(start)
-                run_len.append(ln)
-            if keep:
-                chunks.append(run_ids.take(pa.array(keep)))
-        ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
-        start = np.frombuffer(run_start, np.int64 if wide == "q" else np.int32)
-        length = np.frombuffer(run_len, np.int32)
+            change = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+            at = np.flatnonzero(np.append(True, change.to_numpy(zero_copy_only=False)))
+            run_ids = col.take(pa.array(at))
+            keep = pc.and_(pc.is_valid(run_ids), pc.not_equal(run_ids, ""))  # no id: no video
+            if wanted is not None:
+                keep = pc.and_(keep, pc.is_in(run_ids, value_set=wanted))
+            keep = pc.fill_null(keep, False).to_numpy(zero_copy_only=False)
+            ids.append(run_ids.filter(pa.array(keep)))
+            runs.append(((at + self.group_starts[g])[keep], np.diff(np.append(at, n))[keep]))
+        run_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+        start = np.concatenate([r[0] for r in runs] or [np.zeros(0, np.int64)])
+        start = start.astype(np.int32 if self.group_starts[-1] < 2**31 else np.int64)
+        length = np.concatenate([r[1] for r in runs] or [np.zeros(0, np.int64)]).astype(np.int32)
+        self.ids = pc.unique(run_ids)  # in order of first appearance
+        if limit is not None:
+            self.ids = self.ids[:limit]
         self._ptr: np.ndarray | None = None  # None: video k is run k
-        once = pc.unique(ids)  # in order of first appearance
-        if len(once) == len(ids):  # the common case: every run its own video
-            self.ids, self._start, self._len = ids, start, length
+        if len(self.ids) == len(run_ids):  # the common case: every run its own video
+            self._start, self._len = start, length
             return
-        video = pc.index_in(ids, value_set=once).to_numpy()  # each run's video
-        self.ids = once
+        video = pc.index_in(run_ids, value_set=self.ids)  # each run's video (null: not kept)
+        kept = video.is_valid().to_numpy(zero_copy_only=False)
+        video = video.drop_null().to_numpy()
+        start, length = start[kept], length[kept]
         if last_wins:
-            last = np.zeros(len(once), dtype=np.int64)
+            last = np.zeros(len(self.ids), dtype=np.int64)
             np.maximum.at(last, video, np.arange(len(video)))
             self._start, self._len = start[last], length[last]
             return
-        runs = np.argsort(video, kind="stable")
-        self._start, self._len = start[runs], length[runs]
-        self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(once)))])
+        order = np.argsort(video, kind="stable")
+        self._start, self._len = start[order], length[order]
+        self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(self.ids)))])
 
     # -- lookups ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -553,18 +530,6 @@ class ParquetStore:
         self.max_cached_groups = max(self.max_cached_groups, len(self._cache))
         return table
 
-    def _slice(self, start: int, length: int) -> list[pa.Table]:
-        parts = []
-        end = start + length
-        g = bisect.bisect_right(self.group_starts, start) - 1
-        while start < end:
-            g0, g1 = self.group_starts[g], self.group_starts[g + 1]
-            take = min(end, g1) - start
-            parts.append(self._group(g).slice(start - g0, take))
-            start += take
-            g += 1
-        return parts
-
     def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
         """The video's clean ``start, end, text[, score]`` rows, or None when not in the file.
         ``frame=False``: plain ``start, end, text`` columns where the file is clean (no pandas
@@ -573,32 +538,29 @@ class ParquetStore:
             k = self._find(video_id)
             if k < 0:
                 return None
-            runs = self._runs(k)
-            if not frame and self.layout == "videos" and len(runs) == 1:
-                start, length = runs[0]
+            parts = []  # (row group, first row in it, rows): a run never crosses a group
+            for start, length in self._runs(k):
                 g = bisect.bisect_right(self.group_starts, start) - 1
-                if start + length <= self.group_starts[g + 1]:  # in one group: as lists
-                    return self._decoded_rows(g, start - self.group_starts[g], length)
-            parts: list[pa.Table] = []
-            for start, length in runs:
-                parts += self._slice(start, length)
-        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+                parts.append((g, start - self.group_starts[g], length))
+            if self.layout == "videos":  # ours: one run, clean
+                return self._video_rows(*parts[0], frame)
+            table = pa.concat_tables([self._group(g).slice(a, n) for g, a, n in parts])
         if "error" in table.column_names:
             self._raise_first(table.column("error").to_pylist())
-        if self.layout == "videos":
-            return self._columns(table, frame)
         return self._from_raw(video_id, table)
 
-    def _decoded_rows(self, g: int, a: int, n: int) -> dict[str, Any]:
-        """``_columns`` of rows ``a`` to ``a + n`` of group ``g``, sliced from the group's
-        columns decoded once (as numpy and lists): a video in file order is then a few list
-        slices, not four Arrow calls (~30 us a video of a text-only run)."""
+    def _video_rows(self, g: int, a: int, n: int, frame: bool
+                    ) -> pd.DataFrame | dict[str, Any]:
+        """Rows ``a`` to ``a + n`` of group ``g``, sliced from the group's columns decoded
+        once (numpy and lists): a video in file order is a few list slices, not Arrow calls
+        and ``to_pandas`` (most of a text-only stage's own time); a frame with the scores
+        when given."""
         cols = self._decoded.get(g)
         if cols is None:
             table = self._group(g)
             err = table.column("error")
             cols = self._decoded[g] = {
-                "start": table.column("start").to_numpy(), "end": table.column("end").to_numpy(),
+                **{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
                 "text": table.column("text").to_pylist(),
                 "error": err.to_pylist() if err.null_count < len(err) else None}
             for old in [h for h in self._decoded if h not in self._cache]:
@@ -607,35 +569,24 @@ class ParquetStore:
         if cols["error"] is not None:
             self._raise_first(cols["error"][a:b])
         text = cols["text"][a:b]
+        rows: slice | list[int] = slice(a, b)
         if None in text:  # the placeholder row of a video without text
-            keep = [i for i, t in enumerate(text) if t is not None]
-            return {"start": cols["start"][a:b][keep], "end": cols["end"][a:b][keep],
-                    "text": [text[i] for i in keep]}
-        return {"start": cols["start"][a:b], "end": cols["end"][a:b], "text": text}
+            rows = [a + i for i, t in enumerate(text) if t is not None]
+            text = [t for t in text if t is not None]
+        out = {"start": cols["start"][rows], "end": cols["end"][rows], "text": text}
+        if not frame:
+            return out
+        df = pd.DataFrame({**out, "text": pd.Series(text, dtype=object)})
+        score = cols["score"][rows]
+        if len(score) and not np.isnan(score).all():
+            df["score"] = score
+        return df
 
     def _raise_first(self, errors: list[str | None]) -> None:
         """A video's rows carry the problem with its entry (``DumpWriter.add_error``)."""
         problem = next((e for e in errors if e), None)
         if problem:
             raise InputError(self.shown_as, problem)
-
-    @staticmethod
-    def _columns(table: pa.Table, frame: bool) -> pd.DataFrame | dict[str, Any]:
-        """Rows we wrote clean, as columns straight from Arrow (``to_pandas`` and filters
-        cost most of a text-only stage's own time); a frame with the scores when given."""
-        text = table.column("text")
-        if text.null_count:  # the placeholder row of a video without text
-            table = table.filter(pc.is_valid(text))
-        cols: dict[str, Any] = {"start": table.column("start").to_numpy(),
-                                "end": table.column("end").to_numpy(),
-                                "text": table.column("text").to_pylist()}
-        if not frame:
-            return cols
-        df = pd.DataFrame({**cols, "text": pd.Series(cols["text"], dtype=object)})
-        score = table.column("score")
-        if score.null_count < len(score):
-            df["score"] = score.to_numpy(zero_copy_only=False)
-        return df
 
     def _from_raw(self, video_id: str, table: pa.Table) -> pd.DataFrame:
         """Rows as given (records layout, or anyone's Parquet): checked, cleaned, sorted."""
@@ -654,7 +605,6 @@ class ParquetStore:
     def stats(self) -> dict[str, int]:
         return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
                 "max_buffered_rows": self.max_buffered_rows}
-
 
 
 def is_converted(path: Path) -> bool:
