@@ -97,7 +97,7 @@ class DumpWriter:
                   ) -> None:
         """One whole video (clean rows, or the problem with its entry); an empty one still
         gets a row, so it is known. The same id straight again replaces it (json.load's "last
-        key wins"; a repeat further on is a later run, which the index prefers)."""
+        key wins"; a repeat further on is a later run, which the reader prefers)."""
         n = len(self._cols["video_id"])
         if video_id == self._last_id and self._last_start >= 0:
             for col in self._cols.values():

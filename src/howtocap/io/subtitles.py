@@ -383,15 +383,14 @@ class SubtitleSource:
         return len(self.store())
 
     def ids_window(self, lo: int, hi: int) -> list[str]:
-        """``video_ids()[lo:hi]``, read a window at a time from a dump's converted file (a
-        run of 1.2M videos never lists them all)."""
+        """``video_ids()[lo:hi]``: a run of 1.2M videos never lists them all."""
         if self.kind == "folder":
             return list(self._folder())[lo:hi]
         return self.store().ids_window(lo, hi)
 
     def id_array(self, lo: int, hi: int) -> Any:
-        """``ids_window(lo, hi)`` as an Arrow string array (from a dump's converted file:
-        no Python string a video)."""
+        """``ids_window(lo, hi)`` as an Arrow string array (a dump's ids are one: no Python
+        string a video)."""
         if self.kind == "folder":
             import pyarrow as pa
 
