@@ -422,6 +422,7 @@ class ParquetStore:
         it first comes, with every run of rows ("records") or its last ("videos": the last key
         wins, as with ``json.load``). ``select`` and ``limit`` then keep some videos."""
         wanted = pa.array(sorted(select), pa.string()) if select is not None else None
+        wide = np.int32 if self.group_starts[-1] < 2**31 else np.int64  # HowTo100M: ~50M rows
         ids: list[pa.Array] = []
         runs: list[tuple[np.ndarray, np.ndarray]] = []  # (first row, rows) of the kept runs
         last_wins = self.layout == "videos"
@@ -441,18 +442,17 @@ class ParquetStore:
                 keep = pc.and_(keep, pc.is_in(run_ids, value_set=wanted))
             keep = pc.fill_null(keep, False).to_numpy(zero_copy_only=False)
             ids.append(run_ids.filter(pa.array(keep)))
-            runs.append(((at + self.group_starts[g])[keep], np.diff(np.append(at, n))[keep]))
-        run_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
-        start = np.concatenate([r[0] for r in runs] or [np.zeros(0, np.int64)])
-        start = start.astype(np.int32 if self.group_starts[-1] < 2**31 else np.int64)
-        length = np.concatenate([r[1] for r in runs] or [np.zeros(0, np.int64)]).astype(np.int32)
-        self.ids = pc.unique(run_ids)  # in order of first appearance
-        if limit is not None:
-            self.ids = self.ids[:limit]
+            runs.append(((at + self.group_starts[g])[keep].astype(wide),
+                         np.diff(np.append(at, n))[keep].astype(np.int32)))
+        run_ids = pa.chunked_array(ids, pa.string())  # a chunk a group: no copy of them all
+        start = np.concatenate([r[0] for r in runs] or [np.zeros(0, wide)])
+        length = np.concatenate([r[1] for r in runs] or [np.zeros(0, np.int32)])
         self._ptr: np.ndarray | None = None  # None: video k is run k
-        if len(self.ids) == len(run_ids):  # the common case: every run its own video
-            self._start, self._len = start, length
+        self.ids: pa.ChunkedArray | pa.Array
+        if not _repeats(run_ids):  # the common case: every run its own video
+            self.ids, self._start, self._len = run_ids[:limit], start[:limit], length[:limit]
             return
+        self.ids = pc.unique(run_ids)[:limit]  # in order of first appearance
         video = pc.index_in(run_ids, value_set=self.ids)  # each run's video (null: not kept)
         kept = video.is_valid().to_numpy(zero_copy_only=False)
         video = video.drop_null().to_numpy()
@@ -483,7 +483,7 @@ class ParquetStore:
         """``ids_window`` as one Arrow array: ``videos.parquet`` of a 1.2M-video run without
         a Python string a video (the millions of short-lived strings left the heap ~50 MB
         larger for the stages that follow)."""
-        return self.ids[lo:hi]
+        return self.ids[lo:hi].combine_chunks()
 
     def holds(self, ids: pa.Array) -> np.ndarray:
         """Which of ``ids`` (distinct) the file has: a hash table of them alone (Arrow's),
@@ -608,6 +608,18 @@ class ParquetStore:
     def stats(self) -> dict[str, int]:
         return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
                 "max_buffered_rows": self.max_buffered_rows}
+
+
+def _repeats(ids: pa.ChunkedArray) -> bool:
+    """Whether an id comes twice: the ids sorted, each compared with the next (a hash table
+    of HowTo100M's 1.2M ids, as ``pc.unique`` builds, takes ~200 MB)."""
+    order = pc.sort_indices(ids)
+    step = 1 << 16  # compared a piece at a time: no sorted copy of them all
+    for a in range(0, len(ids) - 1, step):
+        got = ids.take(order.slice(a, step + 1))
+        if pc.any(pc.equal(got.slice(1), got.slice(0, len(got) - 1))).as_py():
+            return True
+    return False
 
 
 def is_converted(path: Path) -> bool:
