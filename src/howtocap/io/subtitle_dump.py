@@ -406,7 +406,7 @@ class ParquetStore:
             self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
-        self._decoded: dict[int, dict[str, Any]] = {}  # ``_decoded_rows``' columns
+        self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
         self._near: dict[str, int] = {}  # the ids of the block of videos last found
         self._lock = threading.Lock()
         self.groups_read = 0
@@ -452,7 +452,7 @@ class ParquetStore:
         if not _repeats(run_ids):  # the common case: every run its own video
             self.ids, self._start, self._len = run_ids[:limit], start[:limit], length[:limit]
             return
-        self.ids = pc.unique(run_ids)[:limit]  # in order of first appearance
+        self.ids = pc.unique(run_ids)[:limit]  # first appearances (rare: its hash table is big)
         video = pc.index_in(run_ids, value_set=self.ids)  # each run's video (null: not kept)
         kept = video.is_valid().to_numpy(zero_copy_only=False)
         video = video.drop_null().to_numpy()
