@@ -46,7 +46,7 @@ from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
-NEAR = 8192  # videos whose ids answer lookups before the id column is scanned again
+NEAR = 8192  # videos whose ids answer in-order lookups before the next binary search
 FORMAT_KEY = b"howtocap.subtitles"
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
@@ -408,6 +408,8 @@ class ParquetStore:
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
         self._near: dict[str, int] = {}  # the ids of the block of videos last found
+        self._last = -1  # the number last found
+        self._order: np.ndarray | None = None  # the ids' sorted order (``_search``)
         self._lock = threading.Lock()
         self.groups_read = 0
         self.max_cached_groups = 0
@@ -495,16 +497,34 @@ class ParquetStore:
 
     def _find(self, video_id: str) -> int:
         """The video's number (file order), or -1. A run asks in the file's order, so the
-        ids of the block of ``NEAR`` videos around the last one found answer most lookups;
-        another is a scan of the id column (Arrow's, ~ms at a million videos)."""
+        ids of the block of ``NEAR`` videos from the last one found answer most lookups; the
+        block is read again only when the next video is asked for (in order), so a run in
+        another order (video files listed apart from the dump) pays a binary search a lookup
+        and never a block."""
         k = self._near.get(video_id)
         if k is None:
-            k = pc.index(self.ids, video_id).as_py()
-            if k >= 0:
-                lo = k - k % NEAR
-                self._near = {v: lo + i for i, v in
-                              enumerate(self.ids[lo:lo + NEAR].to_pylist())}
+            k = self._search(video_id)
+            if k >= 0 and k == self._last + 1:
+                self._near = {v: k + i for i, v in
+                              enumerate(self.ids[k:k + NEAR].to_pylist())}
+        self._last = k
         return k
+
+    def _search(self, video_id: str) -> int:
+        """Binary search over the ids' sorted order (int32 a video, sorted at the first
+        lookup: Arrow sorts by UTF-8 bytes, the order of Python's ``<`` on ``str``)."""
+        if self._order is None:
+            self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
+        order, ids = self._order, self.ids
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ids[int(order[mid])].as_py() < video_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        return int(order[lo]) if lo < len(order) and ids[int(order[lo])].as_py() == video_id \
+            else -1
 
     def _runs(self, k: int) -> list[tuple[int, int]]:
         """Video ``k``'s runs of rows as ``(first row, rows)``."""
