@@ -14,13 +14,16 @@ from pathlib import Path
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 
-# What the zygote imports once: the command table and the pipeline every caption/align/run
-# command loads (torch, pandas, pyarrow), and the spaCy pipeline a caption run parses with in
-# process (``--parse-workers 0``; ``nlp.load_spacy`` keeps it). None of them reads the
-# environment at import in a way the tests vary (a test that changes the environment gets a
-# plain subprocess anyway).
-PRELOAD = ("howtocap.cli", "howtocap.pipeline.run", "howtocap.align.run", "howtocap.caption.run",
-           "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser")
+# What the zygote imports once: the command table for every command; the pipeline that
+# caption/align/run load (torch, pandas, pyarrow) and the spaCy pipeline a caption run parses
+# with in process (``--parse-workers 0``; ``nlp.load_spacy`` keeps it) on the first of those
+# (a worker of ``make test-fast`` that only asks ``status`` does not pay for them). None of
+# them reads the environment at import in a way the tests vary (a test that changes the
+# environment gets a plain subprocess anyway).
+PRELOAD = ("howtocap.cli",)
+PIPELINE = ("caption", "align", "run")
+PRELOAD_PIPELINE = ("howtocap.pipeline.run", "howtocap.align.run", "howtocap.caption.run",
+                    "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser")
 _PER_TEST = {"PYTEST_CURRENT_TEST"}  # set by pytest for each test; no module reads it
 
 
@@ -64,7 +67,8 @@ class Zygote:
         import json
 
         out, err = Path(self.tmp.name, "stdout"), Path(self.tmp.name, "stderr")
-        req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err))
+        req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
+                   preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         pid = int(self._line(None) or 0)

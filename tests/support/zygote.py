@@ -9,7 +9,7 @@ and working directory of the request, fd 0 from /dev/null, fd 1 and 2 into the g
 (atexit hooks, flushing, finalizers, an uncaught exception's traceback and exit 1), so the test
 sees the same output and exit code. The zygote answers ``pid`` then the raw wait status; a
 child that crashes or is killed only ends itself.
-Run as a file: ``python zygote.py MODULE[:FUNCTION]...``.
+Run as a file: ``python zygote.py MODULE[:FUNCTION]...``; a request may name more to preload.
 """
 
 from __future__ import annotations
@@ -41,18 +41,28 @@ def _child(req: dict) -> None:
     sys.exit(0)
 
 
-def main() -> None:
-    for name in sys.argv[1:]:  # MODULE, or MODULE:FUNCTION to call (a cached model load)
+def preload(names: list[str], done: set[str]) -> None:
+    """Import each MODULE (or call MODULE:FUNCTION, a cached model load) not done yet."""
+    todo = [name for name in names if name not in done]
+    for name in todo:
         mod, _, fn = name.partition(":")
         obj = importlib.import_module(mod)
         if fn:
             getattr(obj, fn)()
-    gc.collect()
-    gc.freeze()  # the children's collections (and exit) skip the imported modules' objects
+        done.add(name)
+    if todo:
+        gc.collect()
+        gc.freeze()  # the children's collections (and exit) skip the imported modules' objects
+
+
+def main() -> None:
+    done: set[str] = set()
+    preload(sys.argv[1:], done)
     requests, answers = sys.stdin, sys.stdout
     print("ready", file=answers, flush=True)
     for line in requests:
         req = json.loads(line)
+        preload(req.get("preload", []), done)  # the first heavy command pays it, once
         pid = os.fork()
         if pid == 0:
             _child(req)
