@@ -37,7 +37,7 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
-                      "--concurrency", "2", "--quiet")
+                      "--parse-workers", "0", "--concurrency", "2", "--quiet")
         first_requests = srv.requests
         assert res.returncode == 1, res.stderr
         assert "Traceback" not in res.stderr
@@ -79,8 +79,8 @@ def test_bad_inputs_are_reported_and_the_rest_completes(tmp_path: Path, base_vid
 
         # a re-run with --retry-failed only redoes what failed: the good videos cost no LLM
         # request (without the flag failed videos stay failed: tests/engine/test_status.py)
-        res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url, "--quiet",
-                       "--retry-failed")
+        res2 = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                       "--parse-workers", "0", "--quiet", "--retry-failed")
         assert res2.returncode == 1
         assert "2 already done" in res2.stderr
         # only the NOPARSE block reaches the LLM again (a try and its one retry)
@@ -96,7 +96,7 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
     add_video(vids, "b", base_video, GOOD)
     with chat_server(status=500) as srv:
         res = run_cli("caption", str(vids), "--out", str(tmp_path / "r500"), "--llm-url",
-                      srv.url, "--llm-retries", "2", "--quiet")
+                      srv.url, "--parse-workers", "0", "--llm-retries", "2", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     status = pd.read_parquet(tmp_path / "r500" / "status")
     status = status[status["stage"] == "caption"]
@@ -107,7 +107,7 @@ def test_llm_server_down_or_failing_fails_each_video_in_one_line(tmp_path: Path,
     with chat_server() as srv:  # take a free port, then close the server: nobody listens
         url = srv.url
     res = run_cli("caption", str(vids), "--out", str(tmp_path / "rdown"), "--llm-url", url,
-                  "--llm-retries", "1", "--quiet")
+                  "--parse-workers", "0", "--llm-retries", "1", "--quiet")
     # a server that is gone stops the run (exit 75, one line) and marks no video failed
     assert res.returncode == 75 and "Traceback" not in res.stderr
     assert "127.0.0.1" in res.stderr and "nothing lost; re-run to resume" in res.stderr
@@ -121,8 +121,8 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
     for i in range(10):
         add_video(vids, f"v{i:02d}", base_video, GOOD.replace("eggs", f"egg{i}"))
     with chat_server(delay=0.25) as srv:
-        args = ["caption", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--quiet",
-                "--batch-size", "2"]
+        args = ["caption", str(vids), "--llm-url", srv.url, "--parse-workers", "0",
+                "--concurrency", "1", "--quiet", "--batch-size", "2"]
         killed = tmp_path / "killed"
         proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(killed)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -155,6 +155,7 @@ def test_export_howtocaption_json_and_howto100m_source(tmp_path: Path, base_vide
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--parse-workers", "0",
                       "--subtitles", str(tmp_path / "caption.json"), "--asr", "never", "--quiet")
     assert res.returncode == 0, res.stderr
     subs = pd.read_parquet(out / "subtitles")
@@ -190,7 +191,7 @@ def test_run_captions_then_aligns_and_skips_what_failed(tmp_path: Path,
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("run", str(vids), "--out", str(out), "--llm-url", srv.url,
-                      "--quantile", "0.5", "--quiet")
+                      "--parse-workers", "0", "--quantile", "0.5", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "subtitles: 1 done" in res.stderr and "caption: 1 done" in res.stderr
     assert "align: 1 done" in res.stderr
@@ -213,7 +214,8 @@ def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Pa
     for i in range(6):
         add_video(vids, f"s{i}", base_video, GOOD.replace("eggs", f"egg{i}"))
     with chat_server() as srv:
-        base = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
+        base = ["run", str(vids), "--llm-url", srv.url, "--parse-workers", "0", "--quantile", "0.5",
+                "--quiet"]
         sharded = tmp_path / "sharded"
         procs = [subprocess.Popen([*HOWTOCAP, *base, "--out", str(sharded), "--shard", f"{k}/2",
                                    "--shard-size", "2"],  # 3 shards: 0 and 2 to one, 1 to the other
@@ -232,5 +234,5 @@ def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Pa
     for table in ("captions", "aligned"):
         pd.testing.assert_frame_equal(pd.read_parquet(sharded / table),
                                       pd.read_parquet(single / table))
-    assert run_cli("caption", str(vids), "--out", str(tmp_path / "x"), "--shard",
-                   "2/2").returncode == 2
+    assert run_cli("caption", str(vids), "--out", str(tmp_path / "x"),
+                   "--shard", "2/2").returncode == 2

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -19,16 +17,13 @@ from howtocap.io.subtitle_dump import ROWS_PER_GROUP
 from howtocap.io.subtitles import SubtitleSource, read_vtt
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.subtitles.policy import choose_subtitles
+from tests.support import cli
 from tests.support.chat_server import chat_server
 from tests.support.dumps import small_dump, write_caption_json, write_source
 
-HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
-
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return cli.run_cli(*args, timeout=timeout)
 
 
 # -- text-only captioning through the CLI ----------------------------------------------------
@@ -40,7 +35,7 @@ def test_text_only_caption_from_each_source(tmp_path: Path, kind: str) -> None:
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", srv.url,
-                      "--quiet")
+                      "--parse-workers", "0", "--quiet")
     assert res.returncode == 0, res.stderr
     assert "caption: 3 done" in res.stderr and "Traceback" not in res.stderr
     caps = pd.read_parquet(out / "captions")
@@ -60,7 +55,8 @@ def test_ids_and_limit_select_videos(tmp_path: Path) -> None:
     ids = tmp_path / "ids.txt"
     ids.write_text("# the ones we downloaded\nhtm3\n\n  htm1   # a comment\nnot_in_src\nhtm3\n")
     with chat_server() as srv:
-        base = ["caption", "--subtitles", str(src), "--llm-url", srv.url, "--quiet"]
+        base = ["caption", "--subtitles", str(src), "--llm-url", srv.url, "--parse-workers", "0",
+                "--quiet"]
         res = run_cli(*base, "--out", str(tmp_path / "ids"), "--ids", str(ids))
         assert res.returncode == 1, res.stderr  # one id is not in the source: it alone fails
         lines = [ln for ln in res.stderr.splitlines() if "not_in_src" in ln]
@@ -106,7 +102,7 @@ def test_convert_pickle_once_then_caption_from_parquet(tmp_path: Path) -> None:
     assert src.video_ids() == list(data)
     with chat_server() as srv:
         res = run_cli("caption", "--subtitles", str(out_pq), "--out", str(tmp_path / "run"),
-                      "--llm-url", srv.url, "--limit", "3", "--quiet")
+                      "--llm-url", srv.url, "--parse-workers", "0", "--limit", "3", "--quiet")
     assert res.returncode == 0, res.stderr
     assert not (tmp_path / "run" / "cache" / "subtitles").exists()  # read in place, no copy
     caps = pd.read_parquet(tmp_path / "run" / "captions")
@@ -131,7 +127,7 @@ def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: 
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url",
-                      srv.url, "--quiet")
+                      srv.url, "--parse-workers", "0", "--quiet")
         assert res.returncode == 0, res.stderr
         # no video files yet: each video reports it in one line; the command does not crash
         res = run_cli("align", str(out), "--quiet")
@@ -155,7 +151,7 @@ def test_align_text_only_run_without_then_with_videos(tmp_path: Path, narrated: 
         assert set(aligned["video_id"]) == {"cook"} and len(aligned)
         # re-running the text-only caption keeps the attached file
         res = run_cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url",
-                      srv.url, "--quiet")
+                      srv.url, "--parse-workers", "0", "--quiet")
         assert res.returncode == 0 and "2 already done" in res.stderr
     vids = pd.read_parquet(out / "videos.parquet").set_index("video_id")["video_path"]
     assert vids["cook"] == str((videos / "cook.mp4").resolve()) and vids["other"] == ""

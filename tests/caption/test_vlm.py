@@ -9,11 +9,9 @@ captions what it sees; the test checks those captions reach ``captions.parquet``
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import av
@@ -31,6 +29,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
 from howtocap.io.video import segment_times
 from tests.support.chat_server import GREY_PER_SECOND, VisionServer, vision_server
+from tests.support.cli import run_cli
 from tests.support.fault_server import fault_server
 from tests.support.llm import closed_port, statuses
 
@@ -176,9 +175,7 @@ def test_yaml_config_keys(video: Path, tmp_path: Path) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "howtocap.cli", *args], capture_output=True,
-                          text=True, timeout=180, env=env)
+    return run_cli(*args, timeout=180)
 
 
 @pytest.mark.slow

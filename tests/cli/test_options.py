@@ -146,7 +146,7 @@ def test_the_llm_seed_is_sent_to_the_server(tmp_path: Path) -> None:
     src = write_source("caption.json", tmp_path / "src", data)
     with chat_server() as srv:
         res = run_cli("caption", "--subtitles", str(src), "--out", str(tmp_path / "run"),
-                      "--llm-url", srv.url, "--llm-seed", "7", "--quiet")
+                      "--llm-url", srv.url, "--parse-workers", "0", "--llm-seed", "7", "--quiet")
     assert res.returncode == 0, res.stderr
     assert srv.bodies and {b.get("seed") for b in srv.bodies} == {7}
 

@@ -74,8 +74,8 @@ def test_run_from_urls_to_aligned_with_failures_resume_and_keep_media_false(
             ("huge", f"{u}/big.mp4", ""),
             ("text", f"{u}/notes.mp4", ""),
         ])
-        args = ["run", str(csv), "--out", str(run), "--llm-url", llm.url, "--quiet",
-                "--read-timeout", "1", "--retries", "1", "--max-size", str(size + 1000),
+        args = ["run", str(csv), "--out", str(run), "--llm-url", llm.url, "--parse-workers", "0",
+                "--quiet", "--read-timeout", "1", "--retries", "1", "--max-size", str(size + 1000),
                 "--keep-media", "false", "--reference-videos", "1", "--keep-all"]
         res = run_cli(*args)
         assert res.returncode == 1, res.stderr  # some videos failed, the rest finished

@@ -130,6 +130,7 @@ def test_cli_refuses_in_one_line_and_index_follows_the_rule(tmp_path: Path,
     with chat_server() as srv:
         caption_run([vids], out, config(srv.url), progress=False)
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--parse-workers", "0",
                       "--concurrency", "2", "--block-words", "50", "--quiet")
     assert res.returncode == 2, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

@@ -31,7 +31,8 @@ def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
     add_video(vids, "a", base_video, GOOD)
     add_video(vids, "b", base_video, GOOD.replace("eggs", "onions"))
     with chat_server() as srv:
-        args = ["caption", str(vids), "--out", str(run), "--llm-url", srv.url, "--quiet"]
+        args = ["caption", str(vids), "--out", str(run), "--llm-url", srv.url,
+                "--parse-workers", "0", "--quiet"]
         assert run_cli(*args).returncode == 0
         first, n = captions(run), srv.requests
         assert n == 2 and sorted(first["video_id"].unique()) == ["a", "b"]
@@ -44,7 +45,7 @@ def test_force_redoes_the_given_videos_but_never_other_settings(tmp_path: Path,
         pd.testing.assert_frame_equal(captions(run), first)
         # --force only redoes the videos it is given
         res = run_cli("caption", str(vids / "a.mp4"), "--out", str(run), "--llm-url", srv.url,
-                      "--quiet", "--force")
+                      "--parse-workers", "0", "--quiet", "--force")
         assert res.returncode == 0, res.stderr
         assert srv.requests == 2 * n + 1 and "caption: 1 done" in res.stderr
         # --force with other settings is refused like any re-run: one line, nothing written
@@ -70,8 +71,8 @@ def test_service_failures_are_redone_by_a_plain_rerun_bad_input_is_not(
     (vids / "broken.mp4").write_bytes(b"this is not a video at all" * 100)
     (vids / "broken.vtt").write_text(GOOD)
     with chat_server(fail_when="FLAKY") as srv:  # the server 500s every request of 'flaky'
-        args = ["caption", str(vids), "--out", str(run), "--llm-url", srv.url, "--quiet",
-                "--llm-retries", "1"]
+        args = ["caption", str(vids), "--out", str(run), "--llm-url", srv.url,
+                "--parse-workers", "0", "--quiet", "--llm-retries", "1"]
         res = run_cli(*args)
         assert res.returncode == 1, res.stderr  # some videos failed, the rest finished
         st = status(run)

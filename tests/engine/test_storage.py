@@ -74,8 +74,8 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
     enc = make_tiny_clip(tmp_path / "tiny_clip")  # "hf:<folder>"
     vids = videos(tmp_path, base_video, 5)
     with chat_server(delay=0.15) as srv:
-        args = ["run", str(vids), "--llm-url", srv.url, "--concurrency", "1", "--encoder",
-                enc, "--quiet", "--batch-size", "2"]
+        args = ["run", str(vids), "--llm-url", srv.url, "--parse-workers", "0",
+                "--concurrency", "1", "--encoder", enc, "--quiet", "--batch-size", "2"]
         clean = tmp_path / "clean"
         assert run_cli(*args, "--out", str(clean)).returncode == 0
         want = tables(clean, ("subtitles", "captions", "aligned"))
@@ -246,7 +246,7 @@ def test_full_disk_is_one_line_on_the_command_line(tmp_path: Path, base_video: P
         (disk / "filler").write_bytes(b"\0" * (os.statvfs(disk).f_bavail
                                                * os.statvfs(disk).f_frsize - 8_000))
         res = run_cli("caption", str(vids), "--out", str(disk / "run"), "--llm-url", srv.url,
-                      "--quiet")
+                      "--parse-workers", "0", "--quiet")
     assert res.returncode == 2, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "no space left on device" in lines[0], res.stderr

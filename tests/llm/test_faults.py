@@ -6,10 +6,8 @@ one kind of fault, or to a port where nothing listens.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import time
 from email.utils import formatdate
 from pathlib import Path
@@ -24,6 +22,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.llm import LLMOptions
 from howtocap.llm.openai import OpenAIChatLLM, retry_after_seconds
+from tests.support.cli import run_cli
 from tests.support.fault_server import FaultServer, fault_server
 from tests.support.llm import (
     CLEAN,
@@ -225,9 +224,7 @@ def test_a_server_dying_mid_run_stops_it_and_a_rerun_resumes(tmp_path: Path) -> 
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "howtocap.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+    return run_cli(*args, timeout=120)
 
 
 @pytest.mark.slow
@@ -237,7 +234,8 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
     out = tmp_path / "run"
     port = closed_port()
     url = f"http://127.0.0.1:{port}/v1"
-    res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", url)
+    res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", url,
+              "--parse-workers", "0")
     assert res.returncode == 75, res.stderr
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and re.fullmatch(
@@ -250,7 +248,8 @@ def test_cli_stops_on_a_closed_port_with_one_line_then_resumes(tmp_path: Path) -
     assert (status["status"] == "error").sum() == 0
     assert (status["stage"] == "subtitles").sum() == 12  # the subtitles stage did finish
     with fault_server(faults=["ok", "500", "badjson"], port=port) as srv:
-        res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", srv.url)
+        res = cli("caption", "--subtitles", str(src), "--out", str(out), "--llm-url", srv.url,
+                  "--parse-workers", "0")
     assert res.returncode == 0, res.stderr
     assert "caption: 12 done" in res.stderr
     assert RunDir(out).table("captions")["video_id"].nunique() == 12

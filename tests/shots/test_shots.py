@@ -21,6 +21,7 @@ from howtocap.samples import DEFAULT_STEPS, SampleVideo, make_narrated_video
 from howtocap.shots.bounds import shot_at, shots_by_video
 from howtocap.shots.config import ShotsConfig
 from howtocap.shots.run import shots_run
+from tests.support.cli import run_cli
 from tests.support.stages import write_rows
 from tests.support.tiny_models import TinyEncoder
 
@@ -204,8 +205,6 @@ def test_within_shot_changes_the_align_config_id(tmp_path: Path) -> None:
 def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     """`howtocap run --within-shot`: subtitles, caption (a real chat server on 127.0.0.1), the
     shots stage, then align, whose windows stay inside the shots it wrote."""
-    import os
-    import subprocess
 
     from tests.support.chat_server import chat_server
 
@@ -213,11 +212,9 @@ def test_run_within_shot_runs_shots_before_align(tmp_path: Path) -> None:
     make_narrated_video(vids, "steps", DEFAULT_STEPS[:4], seconds_per_step=STEP, fps=25,
                         size=96, audio=False, subtitles="vtt")
     out = tmp_path / "run"
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     with chat_server() as srv:
-        res = subprocess.run([sys.executable, "-m", "howtocap.cli", "run", str(vids), "--out",
-                              str(out), "--llm-url", srv.url, "--within-shot", "--keep-all",
-                              "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+        res = run_cli("run", str(vids), "--out", str(out), "--llm-url", srv.url,
+                      "--parse-workers", "0", "--within-shot", "--keep-all", "--quiet", timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stderr.index("shots: 1 done") < res.stderr.index("align: 1 done")
     shots = shots_by_video(RunDir(out).table("shots"))["steps"]

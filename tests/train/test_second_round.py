@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import resolve_inputs
 from howtocap.samples import DEFAULT_STEPS, make_narrated_video
 from howtocap.train.api import train
+from tests.support.cli import run_cli
 from tests.support.stages import write_rows
 
 
@@ -46,9 +45,8 @@ def test_finetune_then_realign_with_original_and_checkpoint(tmp_path: Path) -> N
     assert "reg" in res.history[-1]  # L_align was on
 
     # the CLI, as a user types it: the original and the fine-tuned encoder, averaged
-    out = subprocess.run([sys.executable, "-m", "howtocap.cli", "align", str(rd.root),
-                          "--encoder", "default", "--encoder", str(ckpt), "--quantile", "0.8",
-                          "--redo", "--quiet"], capture_output=True, text=True, timeout=300)
+    out = run_cli("align", str(rd.root), "--encoder", "default", "--encoder", str(ckpt),
+                  "--quantile", "0.8", "--redo", "--quiet", timeout=300)
     assert out.returncode == 0, out.stderr
     aligned = pd.read_parquet(rd.root / "aligned")
     assert len(aligned) == len(rows)
