@@ -649,22 +649,24 @@ def test_shard_lookup_survives_hash_collisions(tmp_path: Path,
 
 
 @pytest.mark.parametrize("chunks", [1, 7])
-def test_last_positions_are_each_ids_last_row_in_row_order(chunks: int) -> None:
-    """Each video's newest record (chunks in commit order): against a dict of last
-    positions, on ids repeated at random, plain and chunked."""
+def test_a_shards_records_are_each_videos_newest(tmp_path: Path, chunks: int) -> None:
+    """Each video's newest record (chunks in commit order), against a dict of last
+    records, on ids repeated at random across the chunks."""
     import numpy as np
-    import pyarrow as pa
-
-    from howtocap.engine.rundir import _last_positions
 
     rng = np.random.default_rng(3)
-    ids = [f"v{int(i):05d}" for i in rng.integers(0, 4000, 20_000)]
-    want = {v: i for i, v in enumerate(ids)}
-    parts = np.array_split(np.arange(len(ids)), chunks)
-    keys = pa.chunked_array([pa.array([ids[i] for i in p], pa.string()) for p in parts])
-    got = _last_positions(keys if chunks > 1 else keys.combine_chunks())
-    assert got.tolist() == [want[v] for v in sorted(want)]
-    assert _last_positions(pa.array([], pa.string())).tolist() == []
+    ids = [f"v{int(i):04d}" for i in rng.integers(0, 400, 2_000)]
+    rd = RunDir(tmp_path / "run", shard_size=1000)
+    w = rd.writer("lines", 0, ())
+    want: dict[str, str] = {}
+    for c, part in enumerate(np.array_split(np.arange(len(ids)), chunks)):
+        recs = {ids[i]: f"{c}-{i}" for i in part.tolist()}  # within a chunk: one each
+        w.commit([StatusRecord(v, "lines", "ok", message=m) for v, m in recs.items()], {})
+        want.update(recs)
+    got = w.records(["message"])
+    assert dict(zip(got.column("video_id").to_pylist(), got.column("message").to_pylist(),
+                    strict=True)) == want and got.num_rows == len(want)
+    assert rd.writer("lines", 1).records().num_rows == 0
 
 
 def test_batch_flags_give_the_defaults_and_refuse_nonsense() -> None:

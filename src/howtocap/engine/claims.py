@@ -1,9 +1,6 @@
-"""Claims: which process works on which shard of a stage.
-
-A claim is one lock file per (stage, shard), created with O_EXCL and holding its ``Owner``; a
+"""Claims: one lock file per (stage, shard), created with O_EXCL and holding its ``Owner``; a
 claim whose owner is gone (same host: its process; elsewhere: not refreshed within the lease)
-is taken over. The run directory says where the files are.
-"""
+is taken over."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ def _start_ticks(pid: int) -> str:
         return ""
 
 
-LEASE = 6 * 3600.0  # seconds after which another host's claim counts as dead
-# (``HOWTOCAP_CLAIM_LEASE`` overrides it)
+LEASE = 6 * 3600.0  # seconds after which another host's claim is dead (HOWTOCAP_CLAIM_LEASE)
 
 
 @dataclass(frozen=True)
@@ -44,10 +40,6 @@ class Owner:
 
         lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", LEASE))
         return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
-
-    @property
-    def token(self) -> str:
-        return json.dumps({"host": self.host, "pid": self.pid, "started": self.started})
 
     def is_stale(self, path: Path) -> bool:
         """Whether the claim at ``path`` belongs to a process that is gone."""
@@ -87,7 +79,15 @@ def try_claim(path: Path, owner: Owner) -> bool:
                 return False
             _drop_stale(path, owner)  # its holder is gone
             continue
-        _write_fd(fd, path, owner.token)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps({"host": owner.host, "pid": owner.pid,
+                                     "started": owner.started}))
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            if is_disk_full(exc):
+                raise disk_full_error(path) from None
+            raise
         return True
     return False
 
@@ -109,14 +109,3 @@ def refresh_claim(path: Path) -> None:
     with contextlib.suppress(OSError):
         os.utime(path)
 
-
-def _write_fd(fd: int, path: Path, text: str) -> None:
-    """Write a lock file just created; a full disk removes it and is one line."""
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-    except OSError as exc:
-        path.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
-        raise

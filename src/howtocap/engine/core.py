@@ -1,10 +1,8 @@
-"""Orchestration of one stage over many videos, a shard at a time: pick the shards with
-work left, claim each, feed its videos to a runner, commit results in chunks, finish the
-shard, show progress.
+"""One stage over many videos, a shard at a time: pick the shards with work left, claim each,
+feed its videos to a runner, commit results in chunks, finish the shard, show progress.
 
 Only this module (through ``RunDir`` and its ``ShardWriter``) writes results, records and
-claims; stages compute, runners decide where they compute. A re-run redoes only what has no
-``ok`` record.
+claims; stages compute, runners decide where. A re-run redoes only what has no ``ok`` record.
 """
 
 from __future__ import annotations
@@ -62,7 +60,6 @@ class Shard:
         return cls(k, n)
 
     def owns(self, k: int) -> bool:
-        """Whether run shard ``k`` is this worker's."""
         return k % self.count == self.index
 
 
@@ -83,8 +80,7 @@ class StageSummary:
         return not self.failed
 
     def add(self, other: StageSummary) -> StageSummary:
-        """This summary plus the stage's run over other videos (a run taken a window of
-        videos at a time reports once for all of them)."""
+        """This summary plus the stage's run over other videos."""
         self.done += other.done
         self.skipped += other.skipped
         self.claimed_elsewhere += other.claimed_elsewhere
@@ -120,9 +116,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
                    graph: StageGraph | None = None) -> dict[str, str]:
     """Compare each stage's fingerprint with the one its results were made with, before any
     work: equal resumes; different refuses (one line naming the changed settings) unless
-    ``redo``, which clears that stage and the stages downstream of it (``graph``: derived from
-    the stages' declarations; by default every step's, found by ``graph.discover``). Returns
-    the ``config_id`` of each stage."""
+    ``redo``, which clears that stage and the stages downstream of it (``graph``; by default
+    ``graph.discover``'s). Returns the ``config_id`` of each stage."""
     ids: dict[str, str] = {}
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
@@ -163,11 +158,9 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
 @dataclass(frozen=True)
 class Batching:
     """How a stage's work is cut: finished videos are committed every ``size`` videos, or
-    once the oldest waited ``seconds`` (``--batch-size`` / ``--batch-seconds``: a kill loses
-    the chunk in flight; smaller chunks lose less and write more files); ``shard_size``: the
-    videos of a shard, for a run directory made now (``--shard-size``; an existing one keeps
-    its own). Passed down from the command to every stage it runs; the flags' bounds are
-    checked by ``engine.options.BatchConfig``."""
+    once the oldest waited ``seconds`` (a kill loses the chunk in flight); ``shard_size``:
+    the videos of a shard, for a run directory made now (an existing one keeps its own).
+    The flags are ``engine.options.BatchConfig``'s."""
 
     size: int = BATCH_SIZE
     seconds: float = BATCH_SECONDS
@@ -248,21 +241,14 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
               batching: Batching | None = None, shards: Iterable[int] | None = None
               ) -> StageSummary:
-    """Run ``stage`` on every item (of these ``shards`` and of this ``--shard K/N`` when
-    given) that has no ``ok`` record yet (every item when
-    ``skip_done`` is off: for stages whose own cache makes a repeat cheap), a shard at a
-    time.
+    """Run ``stage`` on every item (of these ``shards`` and this ``--shard K/N`` when given)
+    that has no ``ok`` record yet (every item when ``skip_done`` is off: for stages whose
+    own cache makes a repeat cheap), a shard at a time, each claimed first.
 
-    A video that failed before stays failed (``status`` lists it) unless ``retry_failed``
-    and it has failed fewer than ``max_attempts`` times; one that failed because a service
-    was down is retried anyway. ``cid``: the stage's config id, from ``prepare_stages``
-    (called here when not given: it refuses changed settings).
-
-    A shard is claimed (one lock file) before its videos run; finished videos are committed
-    in chunks of ``batching.size`` videos or ``batching.seconds``, and the shard's final
-    files are written when its last video is back: a kill loses the chunk in flight. With a
-    runner of several ``processes``, whole shards run in that many processes
-    (``engine.processes``)."""
+    A video that failed before stays failed unless ``retry_failed`` and it has failed fewer
+    than ``max_attempts`` times; one that failed because a service was down is retried
+    anyway. ``cid``: the stage's config id (``prepare_stages`` is called when not given).
+    With a runner of several ``processes``, whole shards run in that many processes."""
     from howtocap.engine.runners import LocalRunner
 
     if cid is None:
@@ -459,8 +445,8 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
 
 def _shard_task(k: int, its: list[Any], args: _PlanArgs
                 ) -> tuple[StageSummary, dict[str, float], list[str], list[str]]:
-    """One shard in a worker process: the summary, the stage's metric totals, a fatal
-    result's message and the corrupt files found (dropped; their stage redoes them)."""
+    """One shard in a worker process: its summary, metric totals, a fatal result's message
+    and the corrupt files found."""
     from howtocap.engine import processes
     from howtocap.engine.runners import LocalRunner
 
@@ -589,7 +575,7 @@ def _one_table(name: str, parts: list[Any]) -> Any:
 
 
 def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
-    log = rundir.log_path("errors")
+    log = rundir.root / "logs" / "errors.log"
     try:  # an append-only log, not a result: a torn last entry harms nothing
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as fh:

@@ -1,9 +1,5 @@
-"""Status records: one row per video a stage handled, as a shard's status file holds them.
-
-A shard's status file (``status/<stage>/<shard>.parquet``) is written last, after the shard's
-table files, so it says the shard is finished; each video appears in it once. Chunk status
-files inside an unfinished shard's work folder have the same columns.
-"""
+"""Status records: one row per video a stage handled, as a shard's status file holds them
+(and, with the same columns, the chunk status files of an unfinished shard)."""
 
 from __future__ import annotations
 
@@ -36,8 +32,6 @@ class StatusRecord:
 
 
 RECORD_COLS = [f.name for f in fields(StatusRecord)]
-_DEFAULTS = {"message": "", "seconds": 0.0, "finished_at": 0.0, "warnings": 0, "cause": "",
-             "attempts": 1, "config_id": "", "metrics": "{}"}
 
 
 @functools.cache
@@ -56,49 +50,36 @@ def records_table(records: Sequence[StatusRecord], stage: str, writes: Sequence[
     import pyarrow as pa
 
     now = time.time()
-    recs = sorted(records, key=lambda r: r.video_id)
-    cols: dict[str, list[Any]] = {c: [] for c in RECORD_COLS}
-    for r in recs:
-        for c in RECORD_COLS:
-            v = getattr(r, c)
-            cols[c].append(json.dumps(v) if c == "metrics" else
-                           (v or now) if c == "finished_at" else v)
-    return pa.table(cols, schema=record_schema()).replace_schema_metadata(
+    rows = [{**r.__dict__, "metrics": json.dumps(r.metrics), "finished_at": r.finished_at or now}
+            for r in sorted(records, key=lambda r: r.video_id)]
+    return pa.Table.from_pylist(rows, schema=record_schema()).replace_schema_metadata(
         {STATUS_META: json.dumps({"stage": stage, "writes": list(writes)}).encode()})
 
 
+def _columns(columns: Sequence[str] | None) -> list[str]:
+    return list(dict.fromkeys(["video_id", *(columns or RECORD_COLS)]))
+
+
 def read_records(path: Path, columns: Sequence[str] | None = None) -> Any:
-    """A status file's rows (only ``columns``, with ``video_id`` first) as Arrow, in the
-    record types; a missing column (an older file) gets its default. Raises
+    """A status file's rows (only ``columns``, with ``video_id`` first) as Arrow. Raises
     ``FileNotFoundError`` or ``CorruptFile``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    want = list(dict.fromkeys(["video_id", *(columns or RECORD_COLS)]))
     try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True)
-        have = set(pf.schema_arrow.names)
-        t = pf.read(columns=[c for c in want if c in have], use_threads=False)
+        return pq.read_table(path, columns=_columns(columns), use_threads=False,
+                             page_checksum_verification=True).replace_schema_metadata()
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
         raise corrupt_parquet(path, exc) from None
-    schema = record_schema()
-    out = {}
-    for c in want:
-        kind = schema.field(c).type if c in schema.names else pa.string()
-        out[c] = t.column(c).cast(kind) if c in t.column_names else \
-            pa.array([_DEFAULTS.get(c, "")] * t.num_rows, kind)
-    return pa.table(out)
 
 
 def empty_records(columns: Sequence[str] | None = None) -> Any:
     """No records, with ``video_id`` and ``columns`` in their types."""
     import pyarrow as pa
 
-    schema = record_schema()
-    return pa.schema([schema.field(c) for c in dict.fromkeys(
-        ["video_id", *(columns or RECORD_COLS)])]).empty_table()
+    return pa.schema([record_schema().field(c) for c in _columns(columns)]).empty_table()
 
 
 def status_writes(path: Path) -> list[str]:
@@ -114,12 +95,7 @@ def status_writes(path: Path) -> list[str]:
 
 
 def to_records(table: Any) -> list[StatusRecord]:
-    """Arrow rows of a status file as records (small runs, tests, ``status`` examples)."""
-    cols = {c: table.column(c).to_pylist() for c in table.column_names}
-    known = {f.name for f in fields(StatusRecord)}
-    out = []
-    for i in range(table.num_rows):
-        row = {c: v[i] for c, v in cols.items() if c in known}
-        row["metrics"] = json.loads(row.get("metrics") or "{}")
-        out.append(StatusRecord(**row))
-    return out
+    """Arrow rows of a status file as records (small runs, tests)."""
+    return [StatusRecord(**{**row, "metrics": json.loads(row.get("metrics") or "{}")})
+            for row in table.select([c for c in table.column_names
+                                     if c in RECORD_COLS]).to_pylist()]

@@ -1,24 +1,18 @@
 """The run directory: the run's videos, numbered once, and each stage's tables a shard at a
 time.
 
-``videos.parquet`` numbers the videos in the order the run first lists them (its row order,
-append-only: a source's order, so a shard reads a stretch of it); shard k is videos
-``[k*S, (k+1)*S)`` (S, the shard size, is fixed when the run directory is made:
-``layout.json``). A stage writes each table it makes as a folder of Parquet files, one per
-shard (``<table>/shard-00000.parquet``, rows grouped by video in id order), and then the
-shard's status file (``status/<stage>/shard-00000.parquet``, a row per video): a shard is
-finished iff its status file exists. So a table is read as a dataset
-(``pd.read_parquet("DIR/captions")``, DuckDB over ``DIR/captions/*.parquet``,
-``pyarrow.dataset``), and stage B's shard k reads stage A's shard k; nothing is merged.
+``videos.parquet`` numbers the videos in the order the run first lists them; shard k is
+videos ``[k*S, (k+1)*S)`` (S fixed when the directory is made: ``layout.json``). A stage
+writes each table as a folder of Parquet files, one per shard (rows grouped by video in id
+order), then the shard's status file (``status/<stage>/shard-00000.parquet``, a row per
+video): a shard is finished iff its status file exists. So a table is read as a dataset
+(``pd.read_parquet("DIR/captions")``, DuckDB, ``pyarrow.dataset``), stage B's shard k reads
+stage A's shard k, and nothing is merged.
 
-Inside an unfinished shard, finished videos are committed in chunks
-(``work/<stage>/shard-00000/``: table files, then the chunk's status file), so a kill loses
-only the videos in flight; finishing the shard concatenates its chunks (and, when a shard is
-redone in part, its earlier rows) into the final files. One lock file per (stage, shard)
+An unfinished shard commits finished videos in chunks (``work/<stage>/shard-00000/``: table
+files, then the chunk's status file), so a kill loses only the videos in flight; finishing
+the shard joins its chunks into the final files. One lock file per (stage, shard)
 (``claims/``) keeps two processes off the same shard.
-
-Run directories of the earlier layout (``parts/``) are refused in one line naming the version
-that reads them.
 """
 
 from __future__ import annotations
@@ -42,13 +36,12 @@ from howtocap.atomic import (
     atomic_write,
     atomic_write_text,
     corrupt_parquet,
-    disk_full_as,
     fsync_dir,
     looks_complete,
+    writer_tag,
 )
 from howtocap.engine.claims import Owner, refresh_claim, try_claim
 from howtocap.engine.records import (
-    StatusRecord,
     empty_records,
     read_records,
     records_table,
@@ -88,7 +81,7 @@ class RunDir:
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
         self._new_size = shard_size  # for a run directory made by this process
         self._size: int | None = None
-        self._index: tuple[int, _VideoIndex] | None = None  # (videos.parquet mtime, index)
+        self._index: tuple[int, Any] | None = None  # (videos.parquet mtime, its hash index)
         self._checked: set[tuple[Path, int]] = set()  # shard files verified whole
         # what a stage's results were made with, its totals for `status`, steps' settings
         self.fingerprints = JsonFolder(self.root / "fingerprints")
@@ -101,10 +94,8 @@ class RunDir:
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
 
-    # -- paths ---------------------------------------------------------------------------
     def table_path(self, name: str) -> Path:
-        """A one-file table (``videos.parquet``, reduce steps' tables); stages' tables are
-        folders of shard files (``table_files``)."""
+        """A one-file table (``videos.parquet``, reduce steps' tables)."""
         return self.root / f"{name}.parquet"
 
     def shard_path(self, table: str, k: int) -> Path:
@@ -115,10 +106,7 @@ class RunDir:
     def cache_dir(self) -> Path:
         return self.root / "cache"
 
-    def log_path(self, name: str) -> Path:
-        return self.root / "logs" / f"{name}.log"
-
-    # -- shards --------------------------------------------------------------------------
+    # -- shards and videos ---------------------------------------------------------------
     @property
     def shard_size(self) -> int:
         if self._size is None:
@@ -130,8 +118,7 @@ class RunDir:
         return self._size
 
     def shard_count(self) -> int:
-        n = self.video_count()
-        return -(-n // self.shard_size)
+        return -(-self.video_count() // self.shard_size)
 
     def video_count(self) -> int:
         """Rows of ``videos.parquet`` (its footer; 0 without one)."""
@@ -144,55 +131,51 @@ class RunDir:
         """Shard k's rows of ``videos.parquet`` (Arrow; its row group k)."""
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(self.table_path("videos"))
-        return pf.read_row_group(k, columns=list(columns))
+        return pq.ParquetFile(self.table_path("videos")).read_row_group(k, list(columns))
 
     def shard_of(self, video_ids: Sequence[str]) -> np.ndarray:
-        """The shard of each video (-1: not in ``videos.parquet``)."""
-        if not video_ids:
-            return np.zeros(0, np.int64)
-        nums = self._video_index().numbers(video_ids)
+        """The shard of each video (-1: not in ``videos.parquet``), found by the ids' hashes:
+        16 bytes a recorded video, not a Python string each."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        hashes, order, clash = self._video_index()
+        if not len(hashes) or not len(video_ids):
+            return np.full(len(video_ids), -1, np.int64)
+        if clash is not None:  # two recorded ids share a hash: look the ids up exactly
+            nums = pc.index_in(pa.array(list(video_ids), pa.string()), value_set=clash)
+            nums = nums.fill_null(-1).to_numpy().astype(np.int64)
+        else:
+            q = np.fromiter((hash(s) for s in video_ids), np.int64, count=len(video_ids))
+            pos = np.minimum(np.searchsorted(hashes, q), len(hashes) - 1)
+            nums = np.where(hashes[pos] == q, order[pos], -1)
         return np.where(nums >= 0, nums // self.shard_size, -1)
 
-    def _video_index(self) -> _VideoIndex:
+    def _video_index(self) -> Any:
+        """(sorted hashes of the recorded ids, each one's number, the ids when two clash)."""
+        import pyarrow.parquet as pq
+
         path = self.table_path("videos")
         stamp = path.stat().st_mtime_ns if path.exists() else 0
         if self._index is None or self._index[0] != stamp:
-            self._index = (stamp, _VideoIndex.read(path if stamp else None))
+            ids = pq.read_table(path, columns=["video_id"]).column(0) if stamp else []
+            h = np.fromiter((hash(s) for s in (ids.to_pylist() if stamp else [])), np.int64)
+            order = np.argsort(h, kind="stable")
+            hs = h[order]
+            clash = ids.combine_chunks() if len(hs) > 1 and (hs[1:] == hs[:-1]).any() else None
+            self._index = (stamp, (hs, order, clash))
         return self._index[1]
 
-    def writer(self, stage: str, k: int, writes: Sequence[str] = ()) -> ShardWriter:
-        """The unit of work: ``stage`` on shard ``k`` (its claim, chunks and final files)."""
-        return ShardWriter(self, stage, k, tuple(writes))
-
-    def read_shard(self, table: str, k: int) -> Any:
-        """Shard k's rows of ``table`` as Arrow (None when it has none); a corrupt file is
-        dropped (its shard redone) and None returned."""
-        return self._read(self.shard_path(table, k))
-
-    def _read(self, path: Path) -> Any:
-        """A Parquet file, its page checksums verified; None when missing, or when corrupt
-        (then dropped, its shard redone, and listed in ``corrupted``)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path, page_checksum_verification=True)
-        except FileNotFoundError:
-            return None
-        except (pa.ArrowException, OSError) as exc:
-            self.drop_corrupt(path, corrupt_parquet(path, exc))
-            return None
-
-    # -- videos --------------------------------------------------------------------------
     def record_videos(self, items: Iterable[Any]) -> int:
         """Number the videos not yet in ``videos.parquet`` (in the order given, after the
-        others) and remember which file each came from; returns how many videos the run has.
-        ``items`` are video items, or Arrow arrays of ids with no files yet (a text-only run:
-        a HowTo100M source's 1.2M ids never become Python objects). An empty ``video_path``
-        never erases one recorded before (a caption run from ``--subtitles`` keeps the files
-        ``howtocap align --videos`` attached)."""
+        others) with the files they came from; returns how many videos the run has.
+        ``items`` are video items, or Arrow arrays of ids (a text-only run: a source's 1.2M
+        ids never become Python objects). A video given twice keeps its first place and its
+        last paths; an empty path never erases one recorded before (``align --videos``
+        attaches files to a run captioned from ``--subtitles``)."""
         import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
         schema = arrow_schema("videos")
 
@@ -203,72 +186,48 @@ class RunDir:
                     empty = pa.repeat(pa.scalar("", pa.string()), len(it))
                     yield pa.table([it.cast(pa.string()), empty, empty], schema=schema)
                     continue
-                cols[0].append(it.video_id)
-                cols[1].append(str(it.video_path or ""))
-                cols[2].append(str(it.subtitle_path or ""))
+                for c, v in zip(cols, (it.video_id, str(it.video_path or ""),
+                                       str(it.subtitle_path or "")), strict=True):
+                    c.append(v)
                 if len(cols[0]) >= VIDEO_CHUNK:
                     yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
                     for c in cols:
                         c.clear()
-            if cols[0]:
-                yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
+            yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
 
-        return self._add_videos(tables())
-
-    def _add_videos(self, tables: Iterable[Any]) -> int:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        schema = arrow_schema("videos")
         path = self.table_path("videos")
-        new = pa.concat_tables(list(tables) or [schema.empty_table()]).cast(schema)
-        new = _last_per_id(new)  # each id once, in the order first given
+        new = pa.concat_tables(tables()).group_by("video_id", use_threads=False).aggregate(
+            [("video_path", "last"), ("subtitle_path", "last")])  # ordered: as first given
+        new = new.select(["video_id", "video_path_last", "subtitle_path_last"]).rename_columns(
+            schema.names).cast(schema)
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else schema.empty_table()
         at = pc.index_in(new.column("video_id"), value_set=old.column("video_id"))
-        known = at.is_valid().to_numpy(zero_copy_only=False)
-        fresh = new.filter(pa.array(~known))
-        changed = False
-        if known.any():  # a recorded video given a file: its path is updated
-            upd = new.filter(pa.array(known))
-            pos = at.filter(pa.array(known)).to_numpy()
-            cols = {}
-            for c in ("video_path", "subtitle_path"):
-                mine = pc.fill_null(upd.column(c), "").to_numpy(zero_copy_only=False)
-                if not (mine != "").any():
-                    cols[c] = old.column(c)
-                    continue
-                vals = pc.fill_null(old.column(c), "").to_numpy(zero_copy_only=False).copy()
-                theirs = vals[pos]
-                give = (mine != "") & (mine != theirs)
-                if give.any():
-                    vals[pos[give]] = mine[give]
-                    changed = True
-                cols[c] = pa.array(vals, pa.string())
-            if changed:
-                old = pa.table([old.column("video_id"), cols["video_path"],
-                                cols["subtitle_path"]], schema=schema)
+        fresh = new.filter(pc.invert(at.is_valid()))
+        upd, pos = new.filter(at.is_valid()), at.drop_null().to_numpy()
+        cols, changed = [old.column("video_id")], False
+        for c in ("video_path", "subtitle_path"):  # a recorded video given a file
+            vals = old.column(c)
+            mine = upd.column(c).to_numpy(zero_copy_only=False)
+            give = (mine != "") & (mine != vals.take(pos).to_numpy(zero_copy_only=False))
+            if give.any():
+                full = vals.to_numpy(zero_copy_only=False).copy()
+                full[pos[give]] = mine[give]
+                vals, changed = pa.array(full, pa.string()), True
+            cols.append(vals)
         if not fresh.num_rows and not changed:
             return old.num_rows
-        table = pa.concat_tables([old, fresh]) if fresh.num_rows else old
-        self._write_layout()
-        size = self.shard_size
-        atomic_write(path, lambda tmp: pq.write_table(table, tmp, row_group_size=size,
-                                                      write_page_checksum=True))
+        table = pa.concat_tables([pa.table(cols, schema=schema), fresh])
+        if not (self.root / "layout.json").exists():
+            atomic_write_text(self.root / "layout.json",
+                              json.dumps({"layout": LAYOUT, "shard_size": self.shard_size}))
+        atomic_write(path, lambda tmp: pq.write_table(
+            table, tmp, row_group_size=self.shard_size, write_page_checksum=True))
         return table.num_rows
 
-    def _write_layout(self) -> None:
-        path = self.root / "layout.json"
-        if not path.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps({"layout": LAYOUT,
-                                                "shard_size": self.shard_size}))
-
     def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
-        """Record video files for videos this run already has (e.g. captioned from
-        ``--subtitles`` alone): ``(ids attached, ids this run does not know)``; unknown ids
-        are left out, so a folder holding more videos than the run does not add any."""
+        """Record video files for videos this run already has: ``(ids attached, ids this run
+        does not know)``; unknown ids are left out (a folder of more videos adds none)."""
         items = list(items)
         known = self.shard_of([it.video_id for it in items]) >= 0
         attach = [it for it, k in zip(items, known, strict=True) if k and it.video_path]
@@ -277,54 +236,65 @@ class RunDir:
         return [it.video_id for it in attach], [it.video_id for it, k in
                                                 zip(items, known, strict=True) if not k]
 
-    # -- reading a table: every reader outside the engine goes through these -----------
+    def writer(self, stage: str, k: int, writes: Sequence[str] = ()) -> ShardWriter:
+        """The unit of work: ``stage`` on shard ``k`` (its claim, chunks and final files)."""
+        return ShardWriter(self, stage, k, tuple(writes))
+
+    # -- reading tables: every reader outside the engine goes through these -------------
     def table_files(self, name: str) -> list[Path]:
-        """The Parquet files that hold the table, in shard order: what ``pyarrow.dataset``,
-        DuckDB or a record batch at a time read ([] when the run has none of it)."""
+        """The Parquet files that hold the table, in shard order ([] when the run has none
+        of it): what ``pyarrow.dataset`` or DuckDB read."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
-        folder = self.root / name  # (a folder of the same name may hold other files)
+        folder = self.root / name
         files = sorted(folder.glob(SHARD_GLOB)) if folder.is_dir() else []
-        if files:
-            return files
         path = self.table_path(name)
-        return [path] if path.exists() else []
+        return files or ([path] if path.exists() else [])
 
     def has_table(self, name: str) -> bool:
         return bool(self.table_files(name))
 
-    def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The table read whole as a frame (only ``columns`` when given); empty, with its
-        columns, when the run has none of it. A corrupt shard file is dropped with a
-        warning (its shard is redone by the next run) and its rows left out."""
+    def read_shard(self, table: str, k: int) -> Any:
+        """Shard k's rows of ``table`` as Arrow; None when it has none, or when the file is
+        corrupt (then dropped, its shard redone)."""
+        return self._read(self.shard_path(table, k))
+
+    def _read(self, path: Path, columns: Sequence[str] | None = None) -> Any:
+        """A Parquet file, its page checksums verified (only the ``columns`` it has); None
+        when missing or corrupt (then dropped and listed in ``corrupted``; a corrupt
+        ``videos.parquet`` is an error: the run's numbering cannot be redone)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        parts = []
-        for path in self.table_files(name):
-            try:
-                have = pq.read_schema(path).names
-                want = None if columns is None else [c for c in columns if c in have]
-                parts.append(pq.read_table(path, columns=want,
-                                           page_checksum_verification=True))
-            except FileNotFoundError:
-                continue
-            except (pa.ArrowException, OSError) as exc:
-                if name == "videos":
-                    raise corrupt_parquet(path, exc) from None
-                self.drop_corrupt(path, corrupt_parquet(path, exc))
+        try:
+            if columns is not None:
+                have = set(pq.read_schema(path).names)
+                columns = [c for c in columns if c in have]
+            return pq.read_table(path, columns=columns, page_checksum_verification=True)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, OSError) as exc:
+            if path == self.table_path("videos"):
+                raise corrupt_parquet(path, exc) from None
+            self.drop_corrupt(path, corrupt_parquet(path, exc))
+            return None
+
+    def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The table read whole as a frame (only ``columns`` when given); empty, with its
+        columns, when the run has none of it. A corrupt shard file is dropped with a
+        warning (the next run redoes its shard) and its rows left out."""
+        import pyarrow as pa
+
+        parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
         if not parts:
             df = empty_table(name) if name in SCHEMAS else pd.DataFrame()
         else:
             df = pa.concat_tables(parts, promote_options="permissive").to_pandas()
-            if name in SCHEMAS:
-                df = df.reset_index(drop=True)
         return df if columns is None else df[[c for c in columns if c in df.columns]]
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
         """Remove a corrupt file so it is recomputed: a shard's table file takes the status
-        files of the stages that wrote it for that shard (so they redo it); the warning
-        names it."""
+        files of the stages that wrote it for that shard (so they redo it)."""
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
                       stacklevel=3)
         self.corrupted.append(path)
@@ -335,23 +305,29 @@ class RunDir:
                     status.unlink(missing_ok=True)
         path.unlink(missing_ok=True)  # after the status: a kill between leaves it redone
 
+    def _records(self, path: Path, columns: Sequence[str] | None) -> Any:
+        """A status file's records; None when missing, or corrupt (then dropped)."""
+        try:
+            return read_records(path, columns)
+        except FileNotFoundError:
+            return None
+        except CorruptFile as exc:
+            self.drop_corrupt(path, exc)
+            return None
+
     # -- status --------------------------------------------------------------------------
     def stages_with_results(self) -> set[str]:
-        found: set[str] = set()
-        for folder in (self.root / "status", self.root / "work"):
-            if folder.is_dir():
-                found |= {p.name for p in folder.iterdir() if p.is_dir()
-                          and next(p.iterdir(), None) is not None}
-        return found
+        return {p.name for folder in (self.root / "status", self.root / "work")
+                if folder.is_dir() for p in folder.iterdir()
+                if p.is_dir() and next(p.iterdir(), None) is not None}
 
     def records(self, stage: str, columns: Sequence[str] | None = None) -> Iterator[Any]:
-        """Every video's record of ``stage`` (finished shards, and the chunks of unfinished
-        ones), as Arrow tables of ``video_id`` and ``columns``, a shard at a time; each
-        video once."""
+        """Every video's newest record of ``stage`` (finished shards, and the chunks of
+        unfinished ones) as Arrow tables of ``video_id`` and ``columns``, a shard at a
+        time."""
         shards = {shard_number(p) for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
-        work = self.root / "work" / stage
-        if work.is_dir():
-            shards |= {int(p.name[len("shard-"):]) for p in work.glob("shard-*") if p.is_dir()}
+        shards |= {int(p.name[len("shard-"):]) for p in
+                   (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
         for k in sorted(shards):
             t = self.writer(stage, k).records(columns)
             if t.num_rows:
@@ -359,23 +335,16 @@ class RunDir:
 
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
              ) -> list[bool]:
-        """Which of these videos ``stage`` finished: ``ok`` in a finished shard (whose
-        ``table`` file is whole, when named): what a later stage may read."""
+        """Which of these videos ``stage`` finished: ``ok`` in a finished shard whose
+        ``table`` file (when named) is whole: what a later stage may read."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         shards = self.shard_of(list(video_ids))
         out = np.zeros(len(video_ids), dtype=bool)
         for k in np.unique(shards[shards >= 0]).tolist():
-            path = self.shard_path(f"status/{stage}", k)
-            try:
-                recs = read_records(path, ["status"])
-            except FileNotFoundError:
-                continue
-            except CorruptFile as exc:
-                self.drop_corrupt(path, exc)
-                continue
-            if table is not None and not self._whole(self.shard_path(table, k)):
+            recs = self._records(self.shard_path(f"status/{stage}", k), ["status"])
+            if recs is None or (table is not None and not self._whole(table, k)):
                 continue
             ok = recs.filter(pc.equal(recs.column("status"), "ok")).column("video_id")
             at = np.flatnonzero(shards == k)
@@ -383,37 +352,33 @@ class RunDir:
             out[at] = hit.to_numpy(zero_copy_only=False)
         return out.tolist()
 
-    def _whole(self, path: Path) -> bool:
-        """Whether a shard file is whole, its page checksums verified (once a process per
-        file version): what a later stage will read is checked before it is taken as done,
-        also when nothing else reads it again. A corrupt one is dropped (its shard redone)."""
+    def _whole(self, table: str, k: int) -> bool:
+        """Whether shard k's file of ``table`` (if any) reads whole, checked once a process
+        per file version: what a later stage reads is verified before it counts as done. A
+        corrupt one is dropped (its shard redone)."""
+        path = self.shard_path(table, k)
         try:
             key = (path, path.stat().st_mtime_ns)
         except FileNotFoundError:
             return True  # no rows of this table: nothing to check
-        if key in self._checked:
-            return True
-        seen = len(self.corrupted)
-        self._read(path)
-        if len(self.corrupted) > seen:
-            return False
-        self._checked.add(key)
+        if key not in self._checked:
+            if self._read(path) is None:
+                return False
+            self._checked.add(key)
         return True
 
-    # -- forgetting ----------------------------------------------------------------------
     def forget(self, stage: str, video_ids: Iterable[str]) -> None:
         """Take these videos' results of ``stage`` back (their shards rewritten without
         them): they are redone."""
         ids = sorted(set(video_ids))
-        if not ids:
-            return
         shards = self.shard_of(ids)
         owner = Owner.me()
         for k in np.unique(shards[shards >= 0]).tolist():
             w = self.writer(stage, k)
             if not w.started():
                 continue
-            w.writes = tuple(status_writes(w.status)) or w._chunk_writes()
+            w.writes = next(filter(None, (tuple(status_writes(w._status_of(s)))
+                                          for s in ["", *w.chunk_ids()])), ())
             while not w.claim(owner):
                 time.sleep(0.05)  # another process works on the shard: wait for it
             try:
@@ -436,8 +401,7 @@ class RunDir:
 
 class JsonFolder:
     """A folder of small JSON documents, one per stage or step (``fingerprints/``,
-    ``stats/``, ``config/``): written whole (temp file and rename), read as None when
-    missing or unreadable."""
+    ``stats/``, ``config/``): written whole, read as None when missing or unreadable."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -484,49 +448,36 @@ class ShardWriter:
 
     def chunk_ids(self) -> list[str]:
         """The chunks committed so far (those whose status file exists), in commit order."""
-        if not self.work.is_dir():
-            return []
         return sorted(p.name[:-len(".status.parquet")]
                       for p in self.work.glob("*.status.parquet"))
 
-    def _chunk_writes(self) -> tuple[str, ...]:
-        for c in self.chunk_ids():
-            return tuple(status_writes(self.work / f"{c}.status.parquet"))
-        return ()
-
-    def _parts(self, columns: Sequence[str] | None) -> list[tuple[str, Any]]:
-        """``(source, records)``: the final status file ("") and each chunk's, in order."""
-        out = []
-        for source, path in [("", self.status), *((c, self.work / f"{c}.status.parquet")
-                                                  for c in self.chunk_ids())]:
-            try:
-                out.append((source, read_records(path, columns)))
-            except FileNotFoundError:
-                continue
-            except CorruptFile as exc:
-                self.rundir.drop_corrupt(path, exc)
-        return out
-
-    def records(self, columns: Sequence[str] | None = None) -> Any:
-        """Each video's newest record of this shard (final, then chunks: the latest wins)."""
-        import pyarrow as pa
-
-        parts = self._parts(columns)
-        if not parts:
-            return empty_records(columns)
-        if len(parts) == 1:
-            return parts[0][1]
-        t = pa.concat_tables([p for _, p in parts])
-        return t.take(pa.array(_last_positions(t.column("video_id"))))
+    def _status_of(self, source: str) -> Path:
+        """The status file of the final shard ("") or of a chunk."""
+        return self.status if source == "" else self.work / f"{source}.status.parquet"
 
     def _file(self, source: str, table: str) -> Path:
         """A table's file of the final shard ("") or of a chunk."""
         return self.rundir.shard_path(table, self.k) if source == "" \
             else self.work / f"{source}.{table}.parquet"
 
-    def commit(self, records: Sequence[StatusRecord], tables: dict[str, Any]) -> None:
-        """One chunk: a file per table, then its status file (temp file + rename each), so
-        a chunk exists iff its status file does."""
+    def _parts(self, columns: Sequence[str] | None) -> list[tuple[str, Any]]:
+        """``(source, records)`` of the final status file and each chunk's, in order."""
+        return [(s, recs) for s in ["", *self.chunk_ids()]
+                if (recs := self.rundir._records(self._status_of(s), columns)) is not None]
+
+    def records(self, columns: Sequence[str] | None = None) -> Any:
+        """Each video's newest record of this shard (final, then chunks: the latest wins)."""
+        import pyarrow as pa
+
+        parts = [p for _, p in self._parts(columns)]
+        if len(parts) < 2:
+            return parts[0] if parts else empty_records(columns)
+        t = pa.concat_tables(parts)
+        return t.take(_newest(t))
+
+    def commit(self, records: Sequence[Any], tables: dict[str, Any]) -> None:
+        """One chunk: a file per table, then its status file, so a chunk exists iff its
+        status file does."""
         import pyarrow.parquet as pq
 
         if not self._chunks:  # numbered after the shard's chunks so far (a dead holder's too):
@@ -534,11 +485,10 @@ class ShardWriter:
             self._chunks = max((int(c.split("-")[0]) for c in self.chunk_ids()), default=0)
         self._chunks += 1
         cid = f"{self._chunks:08d}-{time.time_ns():020d}-{os.getpid()}"
-        self.work.mkdir(parents=True, exist_ok=True)
         for table, data in tables.items():
-            _write_rows(self.work / f"{cid}.{table}.parquet", table, data)
+            _write_rows(self._file(cid, table), table, data)
         status = records_table(records, self.stage, self.writes)
-        atomic_write(self.work / f"{cid}.status.parquet",
+        atomic_write(self._status_of(cid),
                      lambda tmp: pq.write_table(status, tmp, write_page_checksum=True))
         refresh_claim(self.claim_path)
 
@@ -555,32 +505,29 @@ class ShardWriter:
             return
         parts = self._parts(None)
         loaded: dict[tuple[int, str], Any] = {}
-        for i, (source, _) in enumerate(parts):  # a corrupt file: its videos are redone
+        for i, (source, recs) in enumerate(parts):  # a corrupt file: its videos are redone
             for table in self.writes:
                 seen = len(self.rundir.corrupted)
                 rows = self.rundir._read(self._file(source, table))
                 if rows is not None:
                     loaded[(i, table)] = rows
                 elif len(self.rundir.corrupted) > seen:  # (missing: no rows of this table)
-                    parts[i] = (source, parts[i][1].slice(0, 0))
-                    (self.status if source == "" else
-                     self.work / f"{source}.status.parquet").unlink(missing_ok=True)
+                    parts[i] = (source, recs.slice(0, 0))
+                    self._status_of(source).unlink(missing_ok=True)
         if not parts:
             shutil.rmtree(self.work, ignore_errors=True)
             return
         recs = pa.concat_tables([p for _, p in parts])
-        src = np.concatenate([np.full(p.num_rows, i) for i, (_, p) in enumerate(parts)])
-        keep = _last_positions(recs.column("video_id"))
+        src = np.repeat(np.arange(len(parts)), [p.num_rows for _, p in parts])
+        keep = _newest(recs).to_numpy()
         if drop:
-            gone = pc.is_in(recs.column("video_id").take(pa.array(keep)),
+            gone = pc.is_in(recs.column("video_id").take(keep),
                             value_set=pa.array(sorted(drop), pa.string()))
             keep = keep[~gone.to_numpy(zero_copy_only=False)]
-        final = recs.take(pa.array(keep))
-        final_src = src[keep]
-        status = records_table([], self.stage, self.writes).schema
-        records = final.select(status.names).cast(status).replace_schema_metadata(
-            status.metadata)
-        records = records.take(pc.sort_indices(records, sort_keys=[("video_id", "ascending")]))
+        final, final_src = recs.take(keep), src[keep]
+        schema = records_table([], self.stage, self.writes).schema
+        records = final.select(schema.names).cast(schema).replace_schema_metadata(
+            schema.metadata).sort_by("video_id")
         # ``forget`` of a finished shard only takes rows away: its status goes first, so a
         # kill before the tables are rewritten leaves the dropped videos to redo (the other
         # way round, they would stay done without their rows)
@@ -598,7 +545,7 @@ class ShardWriter:
                     rows = rows.filter(pc.is_in(rows.column("video_id"), value_set=ids))
                 pieces.append(rows)
             out = self.rundir.shard_path(table, self.k)
-            if pieces and sum(p.num_rows for p in pieces):
+            if sum(p.num_rows for p in pieces):
                 _write_rows(out, table, pa.concat_tables(pieces, promote_options="permissive"))
             else:
                 out.unlink(missing_ok=True)
@@ -607,25 +554,23 @@ class ShardWriter:
         self._clear_work()
 
     def _move(self, cid: str) -> bool:
-        """A shard done in one chunk: its files are the shard's (rows grouped by video in id
-        order, one record a video), hard-linked into place instead of read and written
-        again, the status file last; the chunk stays whole until then, so a kill midway
-        finishes the same way on resume. False when a file is not whole or links are not
-        possible here (then the shard is finished the long way)."""
+        """A shard done in one chunk: the chunk's files (already grouped by video in id
+        order) are hard-linked into place, the status file last, instead of read and
+        written again; the chunk stays whole until then, so a kill midway finishes the same
+        way. False when a file is not whole or links fail here (then the long way)."""
         import pyarrow.parquet as pq
 
-        status = self.work / f"{cid}.status.parquet"
-        files = {t: self._file(cid, t) for t in self.writes if self._file(cid, t).exists()}
+        status = self._status_of(cid)
+        files = {t: p for t in self.writes if (p := self._file(cid, t)).exists()}
         if not all(looks_complete(p) for p in (status, *files.values())):
             return False
         try:
             for table in self.writes:
                 out = self.rundir.shard_path(table, self.k)
-                path = files.get(table)
-                if path is None or not pq.read_metadata(path).num_rows:
+                if table not in files or not pq.read_metadata(files[table]).num_rows:
                     out.unlink(missing_ok=True)
-                    continue
-                _link(path, out)
+                else:
+                    _link(files[table], out)
             _link(status, self.status)  # last: the shard is finished
         except OSError:
             return False
@@ -642,16 +587,12 @@ class ShardWriter:
     def _write_status(self, records: Any) -> None:
         import pyarrow.parquet as pq
 
-        with disk_full_as(self.status):
-            self.status.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
                                                              write_page_checksum=True))
 
 
 def _link(src: Path, dst: Path) -> None:
     """``dst`` becomes a hard link to ``src`` at once (a temp link renamed over it)."""
-    from howtocap.atomic import writer_tag
-
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.{writer_tag()}.link.tmp")
     tmp.unlink(missing_ok=True)
@@ -660,47 +601,19 @@ def _link(src: Path, dst: Path) -> None:
     fsync_dir(dst.parent)
 
 
-def _key_runs(keys: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A stable sort of the keys (Arrow) and where each key's run of rows starts in it."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = len(keys)
-    order = pc.sort_indices(keys).to_numpy().astype(np.int64)
-    ranked = pc.take(keys, pa.array(order))
-    if isinstance(ranked, pa.ChunkedArray):
-        ranked = ranked.combine_chunks()
-    start = np.ones(n, dtype=bool)
-    if n > 1:
-        start[1:] = pc.not_equal(ranked.slice(1), ranked.slice(0, n - 1)).to_numpy(
-            zero_copy_only=False)
-    return order, start
-
-
-def _last_positions(keys: Any) -> np.ndarray:
-    """Positions of each key's last row (rows in commit order: the newest record), in key
-    order."""
-    if len(keys) == 0:
-        return np.zeros(0, np.int64)
-    order, start = _key_runs(keys)
-    return order[np.append(np.flatnonzero(start)[1:] - 1, len(order) - 1)]
-
-
-def _last_per_id(table: Any) -> Any:
-    """Each id once, with its last row's values, in the order the ids first appear."""
+def _newest(t: Any) -> Any:
+    """Positions of each video's last row of ``t`` (rows in commit order: its newest
+    record)."""
     import pyarrow as pa
 
-    if not table.num_rows:
-        return table
-    order, start = _key_runs(table.column("video_id"))
-    first = order[start]
-    last = order[np.append(np.flatnonzero(start)[1:] - 1, len(order) - 1)]
-    return table.take(pa.array(last[np.argsort(first, kind="stable")]))
+    rows = t.select(["video_id"]).append_column("row", pa.array(np.arange(t.num_rows)))
+    return rows.group_by("video_id", use_threads=False).aggregate(
+        [("row", "max")]).column("row_max")
 
 
 def _write_rows(path: Path, table: str, data: Any) -> None:
-    """A table's rows (a frame or Arrow) to ``path``, grouped by video in id order (a stable
-    sort keeps each video's rows in their order), in the schema's types."""
+    """A table's rows (a frame or Arrow) to ``path`` in the schema's types, grouped by video
+    in id order (a stable sort keeps each video's rows in their order)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -711,8 +624,7 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
     # every shard file in the schema's types (a dataset reads them as one); a table with
     # object columns (tdr_frames' vectors) has no fixed schema: written as given
     if table in SCHEMAS and "object" not in SCHEMAS[table].values():
-        schema = arrow_schema(table)
-        for f in schema:
+        for f in arrow_schema(table):
             i = data.schema.get_field_index(f.name)
             if i >= 0 and data.schema.field(i).type != f.type:
                 data = data.set_column(i, f, data.column(i).cast(f.type))
@@ -721,41 +633,5 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
         n = data.num_rows
         if not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, n - 1))).as_py():
             data = data.take(pc.sort_indices(data, sort_keys=[("video_id", "ascending")]))
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: pq.write_table(
         data, tmp, write_page_checksum=True, use_dictionary=parquet_dictionary(data.schema)))
-
-
-class _VideoIndex:
-    """Each recorded id's number, found by a hash of the id (sorted 64-bit hashes and their
-    numbers: 16 bytes a video, not a Python string each)."""
-
-    def __init__(self, hashes: np.ndarray, numbers: np.ndarray, ids: Any | None) -> None:
-        self.hashes, self.order, self.ids = hashes, numbers, ids
-
-    @classmethod
-    def read(cls, path: Path | None) -> _VideoIndex:
-        import pyarrow.parquet as pq
-
-        if path is None:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), None)
-        ids = pq.read_table(path, columns=["video_id"]).column(0)
-        h = np.fromiter((hash(s) for s in ids.to_pylist()), np.int64, count=len(ids))
-        order = np.argsort(h, kind="stable")
-        hs = h[order]
-        clash = len(hs) > 1 and bool((hs[1:] == hs[:-1]).any())
-        return cls(hs, order, ids.combine_chunks() if clash else None)
-
-    def numbers(self, video_ids: Sequence[str]) -> np.ndarray:
-        if not len(self.hashes):
-            return np.full(len(video_ids), -1, np.int64)
-        q = np.fromiter((hash(s) for s in video_ids), np.int64, count=len(video_ids))
-        pos = np.minimum(np.searchsorted(self.hashes, q), len(self.hashes) - 1)
-        out = np.where(self.hashes[pos] == q, self.order[pos], -1)
-        if self.ids is not None:  # two recorded ids share a hash: each answer is checked
-            for i in np.flatnonzero(out >= 0).tolist():
-                if self.ids[int(out[i])].as_py() != video_ids[i]:
-                    hit = np.flatnonzero(np.asarray(self.ids.to_pylist(), dtype=object)
-                                         == video_ids[i])
-                    out[i] = int(hit[0]) if len(hit) else -1
-        return out

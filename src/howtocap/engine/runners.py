@@ -19,9 +19,9 @@ import os
 import pickle
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from howtocap.engine.stage import Stage, VideoInput, VideoResult, arun_one, run_one
@@ -43,7 +43,8 @@ class Runner(Protocol):
 @dataclass
 class LocalRunner:
     """A thread pool in this process (the models are shared by its threads; stages that
-    hold one model serialise on it themselves). ``workers=None``: the stage's own choice
+    hold one model serialise on it themselves), or coroutines on ``event_loop()`` for a
+    stage written as ``async def aprocess``. ``workers=None``: the stage's own choice
     (``resources.threads``, e.g. the requests in flight to an LLM server)."""
 
     workers: int | None = None
@@ -56,21 +57,47 @@ class LocalRunner:
             with collector_tuned():
                 for video in videos:
                     emit(run_one(stage, video))
-            return
-        if hasattr(stage, "aprocess"):
+        elif hasattr(stage, "aprocess"):
             _Coroutines(stage, n).map(videos, emit)
-            return
-        _Workers(stage, n).map(videos, emit)
+        else:
+            with ThreadPoolExecutor(n, thread_name_prefix="howtocap-video") as pool:
+                _in_flight(lambda v: pool.submit(run_one, stage, v), n, videos, emit)
+
+
+def _in_flight(submit: Callable[[VideoInput], Future[VideoResult]], n: int,
+               videos: Iterator[VideoInput], emit: Emit) -> None:
+    """Hand out ``2n`` videos at most (claims are taken as work starts) and emit each result
+    on this thread as it finishes; what escaped a worker is raised here. Not
+    ``wait(FIRST_COMPLETED)``: that hangs a waiter on every pending future for each result;
+    here a result is one put and one get."""
+    done: SimpleQueue[Future[VideoResult]] = SimpleQueue()
+    live: set[Future[VideoResult]] = set()
+
+    def take() -> VideoResult:
+        fut = done.get()
+        live.discard(fut)
+        return fut.result()
+
+    try:
+        for video in videos:
+            fut = submit(video)
+            live.add(fut)
+            fut.add_done_callback(done.put)
+            if len(live) >= 2 * n:
+                emit(take())
+        while live:
+            emit(take())
+    finally:  # what was not started is dropped (a coroutine in flight: cancelled)
+        for fut in live:
+            fut.cancel()
 
 
 @contextlib.contextmanager
 def collector_tuned() -> Iterator[None]:
-    """While videos run in this thread: what lives at the start (modules, the run's
-    indexes) is left out of the collector's full passes (each walked all of it again), and
-    the young generation is collected every 10,000 allocations rather than 700, so a
-    video's short-lived objects die before a pass looks at them (0.97 -> 0.45 CPU s of
-    collections per 10,000 text-only videos). Objects freed by reference counting go at
-    once as ever; afterwards everything is collected as before."""
+    """While videos run: what lives at the start (modules, the run's indexes) is left out
+    of the collector's full passes, and the young generation is collected every 10,000
+    allocations rather than 700, so a video's short-lived objects die before a pass looks
+    at them; afterwards the collector is as before."""
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
@@ -79,77 +106,6 @@ def collector_tuned() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
-
-_STOP = object()  # a worker's signal to end
-
-
-class _Raised:
-    """What escaped ``run_one`` in a worker (not an ``Exception``: those are results),
-    re-raised on the calling thread."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-class _Workers:
-    """``n`` threads that take videos from one queue and put results on another.
-
-    Why not ``ThreadPoolExecutor`` and ``wait(pending, FIRST_COMPLETED)``: that wait hangs a
-    waiter on every pending future (2n of them) for each result, and every submit makes a
-    future and takes the pool's locks; on a text-only run of ~1,000 videos/s that was a
-    quarter of a ms of the driver's CPU per video. Here a result costs one put and one get
-    on C-implemented ``SimpleQueue``s, and the caller sleeps on the one queue.
-    """
-
-    def __init__(self, stage: Stage, n: int) -> None:
-        self.stage = stage
-        self.n = n
-        self.todo: SimpleQueue[Any] = SimpleQueue()
-        self.done: SimpleQueue[VideoResult | _Raised] = SimpleQueue()
-        self.threads: list[threading.Thread] = []
-
-    def _work(self) -> None:
-        get, put, stage = self.todo.get, self.done.put, self.stage
-        while (video := get()) is not _STOP:
-            try:
-                put(run_one(stage, video))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-                put(_Raised(exc))
-
-    def _result(self) -> VideoResult:
-        res = self.done.get()
-        if isinstance(res, _Raised):
-            raise res.exc
-        return res
-
-    def map(self, videos: Iterator[VideoInput], emit: Emit) -> None:
-        out = 0  # videos handed out, their results not yet emitted
-        try:
-            for video in videos:  # at most 2n in flight: claims are taken as work starts
-                if len(self.threads) < self.n and out >= len(self.threads):
-                    t = threading.Thread(target=self._work, daemon=True,
-                                         name=f"howtocap-video-{len(self.threads)}")
-                    t.start()
-                    self.threads.append(t)
-                self.todo.put(video)
-                out += 1
-                if out >= 2 * self.n:
-                    emit(self._result())
-                    out -= 1
-            while out:
-                emit(self._result())
-                out -= 1
-        finally:  # what was not started is dropped; what runs is waited for
-            while True:
-                try:
-                    self.todo.get_nowait()
-                except Empty:
-                    break
-            for _ in self.threads:
-                self.todo.put(_STOP)
-            for t in self.threads:
-                t.join()
 
 
 _LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop)
@@ -192,12 +148,9 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class _Coroutines:
-    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``: ``n`` at a time (as ``n``
-    threads would), ``2n`` handed out; results come back through a queue and are emitted on
-    the calling thread as they finish. Why not
-    a thread per video: a text-only run over HTTP waits on the server, not the CPU, and 32
-    threads blocking on their sockets cost the driver more in GIL hand-offs than the
-    captioning itself (benchmarks/speed/bench_driver.py)."""
+    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``, ``n`` at a time. Why
+    not a thread per video: a text-only run over HTTP waits on the server, and 32 threads
+    blocking on their sockets cost the driver more in GIL hand-offs than the captioning."""
 
     def __init__(self, stage: Stage, n: int) -> None:
         self.stage, self.n = stage, n
@@ -212,27 +165,9 @@ class _Coroutines:
             async with running:
                 return await arun_one(self.stage, video)
 
-        done: SimpleQueue[Future[VideoResult]] = SimpleQueue()
-        live: set[Future[VideoResult]] = set()
-
-        def take() -> VideoResult:
-            fut = done.get()
-            live.discard(fut)
-            return fut.result()
-
         with collector_tuned():
-            try:
-                for video in videos:  # claims are taken as work starts: 2n in flight at most
-                    fut = asyncio.run_coroutine_threadsafe(one(video), loop)
-                    live.add(fut)
-                    fut.add_done_callback(done.put)
-                    if len(live) >= 2 * self.n:
-                        emit(take())
-                while live:
-                    emit(take())
-            finally:  # what is in flight is abandoned (cancelled): its videos are not done
-                for fut in live:
-                    fut.cancel()
+            _in_flight(lambda v: asyncio.run_coroutine_threadsafe(one(v), loop), self.n,
+                       videos, emit)
 
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:

@@ -2,11 +2,8 @@
 
 A stage (in the spirit of video2dataset's subsamplers) declares the tables it reads and writes,
 loads its models once per worker in ``setup``, and maps one video's inputs to its outputs or an
-error in ``process`` — nothing else: no paths, no status, no progress. Runners (local threads,
-Ray actors) call ``setup`` once and ``run_one`` per video; ``engine.core`` alone reads inputs
-from and writes results to the run directory.
-
-Steps import this module; the engine never imports a step (a test reads the imports).
+error in ``process``: no paths, no status, no progress. Runners call ``setup`` once and
+``run_one`` per video; ``engine.core`` alone reads and writes the run directory.
 """
 
 from __future__ import annotations
@@ -30,15 +27,13 @@ if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
 
     from howtocap.schemas import Rows
 
-# How a stage's work is cut (``core.Batching``), here where the CLI's help reads them without
-# loading pandas: --batch-size, --batch-seconds, --shard-size, --max-attempts
+# How a stage's work is cut (``core.Batching``), here where the CLI reads them without pandas
 BATCH_SIZE = 1000  # videos a chunk of a shard commits at most
 BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another
 MAX_ATTEMPTS = 3  # a failed video is retried (--retry-failed) until it failed this often
 
-# A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path, which
-# the engine turns into one Arrow table per chunk
+# A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path
 Tables = dict[str, "pd.DataFrame | Rows"]
 
 
@@ -67,12 +62,9 @@ class VideoInput:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one worker of a stage needs; runners that schedule (Ray) honour it.
-
-    ``models``: the stage holds models, so a pool of long-lived workers (actors) should run it
-    rather than one task per video. ``kind`` names the stage's resource group for per-stage
-    overrides (``--ray-gpus-per-stage asr=0.5,encoder=0.25``).
-    """
+    """What one worker of a stage needs; runners that schedule (Ray) honour it. ``models``:
+    long-lived workers (actors) should run it; ``kind``: its group for per-stage overrides
+    (``--ray-gpus-per-stage asr=0.5``)."""
 
     kind: str = "cpu"
     cpus: float = 1.0
@@ -100,14 +92,12 @@ class BaseStage:
     name: ClassVar[str] = ""
     reads: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
-    # What the stage graph (``engine.graph``) is derived from besides the tables: caches it
-    # fills or reads outside the run's tables (the frame-embedding cache), and the tables its
-    # reduce step makes from its results (cleared with them by ``--redo``).
+    # What the stage graph (``engine.graph``) is derived from besides the tables: caches outside
+    # them, and the tables its reduce step makes (cleared with its results by ``--redo``)
     reads_cache: ClassVar[tuple[str, ...]] = ()
     writes_cache: ClassVar[tuple[str, ...]] = ()
     reduce_writes: ClassVar[tuple[str, ...]] = ()
-    # True: the stage is given its inputs as ``schemas.Rows`` (slices of a shard file's columns)
-    # instead of a pandas frame per video, which costs more than a text-only stage's work
+    # True: its inputs come as ``schemas.Rows`` (a shard file's column slices), not frames
     columnar: ClassVar[bool] = False
     resources: Resources = Resources()
 
@@ -118,8 +108,7 @@ class BaseStage:
         """Free what ``load`` took and no later step needs (override); see ``release``."""
 
     def _setup_guard(self) -> threading.Lock:
-        return self.__dict__.get("_setup_lock") or self.__dict__.setdefault(
-            "_setup_lock", threading.Lock())
+        return self.__dict__.setdefault("_setup_lock", threading.Lock())
 
     def setup(self) -> None:
         with self._setup_guard():
@@ -144,9 +133,8 @@ class BaseStage:
         raise NotImplementedError
 
     def fingerprint(self) -> dict[str, Any]:
-        """Everything that changes this stage's output (settings, model identity, prompt
-        text, schema version): its hash is the ``config_id`` of every row the stage writes,
-        and a re-run with another fingerprint is refused instead of mixing results."""
+        """Everything that changes this stage's output: its hash is the ``config_id`` of every
+        row the stage writes, and a re-run with another is refused instead of mixing."""
         from howtocap.engine.fingerprint import SCHEMA_VERSION
 
         return {"stage": self.name, "schema": SCHEMA_VERSION}

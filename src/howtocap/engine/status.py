@@ -1,12 +1,9 @@
 """``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
 
-Read-only: it streams each stage's status files a shard at a time (and the chunk records of
-unfinished shards), the stage fingerprints and the per-stage totals ``run_stage`` keeps (wall
-time and the stages' counts), never the tables; only the six columns it counts, as Arrow
-columns, never one object per video: its memory is a shard's, whatever the number of videos.
-Which stages exist, in which order, and which stage feeds which comes from the
-``StageGraph`` the caller gives (``pipeline.run.run_status``: every step's, in pipeline
-order).
+Read-only: it streams each stage's status records a shard at a time (six columns, as Arrow,
+never an object per video: its memory is a shard's), plus the fingerprints and the totals
+``run_stage`` keeps; never the tables. The stages, their order and which feeds which come
+from the ``StageGraph`` the caller gives.
 """
 
 from __future__ import annotations
@@ -63,13 +60,12 @@ def status_of(run_dir: str | Path, graph: StageGraph,
     if not root.is_dir():
         raise InputError(root, "not a run directory")
     rd = RunDir(root, create=False)
-    n_videos = _count_videos(rd)
+    n_videos = rd.video_count() if rd.table_path("videos").exists() else None
     stages = _stages(rd, graph.names)
     if not stages and not n_videos:
         raise InputError(root, "not a howtocap run directory (no videos.parquet, no status)")
     n_videos = n_videos or 0
-    # one stage (and one bucket of it) at a time: its counts are kept, its table is not
-    counted = {st: _count_stage(rd, st) for st in stages}
+    counted = {st: _count(rd.records(st, COUNTED)) for st in stages}
     out: list[dict[str, Any]] = []
     for stage, c in counted.items():
         done, failed = c["done"], c["failed"]
@@ -97,17 +93,11 @@ def status_of(run_dir: str | Path, graph: StageGraph,
     return {"run_dir": str(root), "videos": n_videos, "stages": out}
 
 
-def _count_stage(rd: RunDir, stage: str) -> dict[str, Any]:
-    """``_count`` of the stage's records, streamed a shard at a time."""
-    return _count(rd.records(stage, COUNTED))
-
-
 def _count(parts: Iterable[Any]) -> dict[str, Any]:
-    """One stage's counts from its newest records, given as Arrow tables of disjoint videos
-    (the whole stage, or a hash bucket each, read as they are counted): done, failed,
-    warned, failures by cause with the overall first example ids, attempts of the failed,
-    summed seconds. Every table's seconds go through one ``math.fsum``: exact, so the sum
-    does not depend on how the videos were split or ordered."""
+    """One stage's counts from its records, Arrow tables of disjoint videos read as they
+    are counted: done, failed, warned, failures by cause with the first example ids,
+    attempts of the failed, seconds summed by one ``math.fsum`` (exact: the same however
+    the videos were split)."""
     import pyarrow.compute as pc
 
     n = {"done": 0, "failed": 0, "warned": 0}
@@ -127,7 +117,7 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
             n["failed"] += int(len(ok) - ok.sum())
             n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
             secs = recs.column("seconds").fill_null(0.0).to_numpy().tolist()
-            del recs, ok, bad  # not held while the next bucket is read
+            del recs, ok, bad  # not held while the next shard is read
             yield secs
 
     total = math.fsum(itertools.chain.from_iterable(seconds()))
@@ -136,11 +126,6 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
                          if c in causes},
             "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
             "video_seconds": round(total, 3)}
-
-
-def _count_videos(rd: RunDir) -> int | None:
-    """Rows of ``videos.parquet`` from its footer (None: no such file), not the table."""
-    return rd.video_count() if rd.table_path("videos").exists() else None
 
 
 def _failures(bad: Any) -> dict[str, dict[str, Any]]:
