@@ -1,12 +1,9 @@
 """What produced a table row: settings, model identity, prompt text, schema version.
 
-A stage's ``fingerprint()`` is a flat-ish dict of everything that changes its output; its hash
-is the ``config_id`` stored with every part, status record and table row. Resume compares the
-dict, so a refusal can name the settings that changed. Model files are identified by content:
-a bundled GGUF by the SHA-256 its registry entry already pins (never re-hashed), any other
-file by a full hash cached by path + size + mtime (a 1 GB GGUF is hashed once, not per run).
-Which files identify a model is the model package's knowledge (``llm.identity``,
-``encoders.identity``); this module only hashes and compares.
+A stage's ``fingerprint()`` is a dict of everything that changes its output; its hash is the
+``config_id`` stored with every status record and row. Resume compares the dict, so a refusal
+can name the settings that changed. Model files are identified by content, hashed once per
+path + size + mtime (a 1 GB GGUF is not re-hashed each run).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The stage graph, derived from what each stage declares it reads and writes.
 
-Stage B is downstream of stage A when B reads something A writes: a table (``reads`` /
-``writes``), a cache outside the tables (``reads_cache`` / ``writes_cache``: the frame-embedding
-cache) or a table A's reduce step writes (``reduce_writes``). ``--redo`` of A clears A and every
-stage downstream of it, with their tables; ``howtocap status`` counts a stage's pending videos
-from the stage whose table it reads. Nobody types the graph: a new stage is in it by declaring.
-
-Which stages exist is not the engine's to say: the caller gives them (the composition layer
-gives every step's, in pipeline order), or ``discover`` finds them by convention (a package of
-``howtocap`` with a ``stage.py``), so a single step's command still clears what is downstream.
+Stage B is downstream of stage A when B reads something A writes: a table, a cache outside the
+tables (``reads_cache`` / ``writes_cache``) or a table A's reduce step writes
+(``reduce_writes``). ``--redo`` of A clears A and every stage downstream of it; ``howtocap
+status`` counts a stage's pending videos from the stage whose table it reads. The caller gives
+the stages, or ``discover`` finds every step's (``howtocap/<step>/stage.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Node:
-    """What one stage declares (read from a stage class or instance)."""
 
     name: str
     reads: tuple[str, ...] = ()

@@ -1,12 +1,8 @@
 """Tasks in several processes on one machine (``--processes N``), as datatrove's local executor
-runs its tasks: ``core.run_stage`` gives each process whole shards, which it claims, commits and
-finishes itself; this process only hands them out, shows progress and adds up the counts. Why:
-a stage whose own work is CPU-bound in Python (the HTTP client of a fast LLM server, decoding)
-uses one core per process.
-
-The processes start from a fork server that imported the stage's module and get what every
-task shares once (``shared``: the stage as its settings, ``BaseStage.__getstate__``, which
-loads its models there once); each task's progress comes back through a queue.
+runs its tasks: each process claims, commits and finishes whole shards itself; this one hands
+them out, shows progress and adds up the counts, so CPU-bound Python work uses every core. The
+processes start from a fork server that imported the stage's module and get what every task
+shares once (the stage as its settings); progress comes back through a queue.
 """
 
 from __future__ import annotations

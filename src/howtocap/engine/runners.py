@@ -1,12 +1,9 @@
 """Runners decide *where* a stage runs; they never read or write the run directory.
 
 ``map(stage, videos, emit)`` runs ``stage`` on every video the iterator yields and calls
-``emit`` with each result on the calling thread, which commits it. The local runner uses a
-thread pool in this process, or, for a stage written as ``async def aprocess`` (captioning
-through an LLM server), coroutines on the process's one event loop; the Ray runner
-(``howtocap[ray]``) a Ray Data pipeline whose actor pools hold the models, on a laptop or a
-cluster. ``--shard K/N`` is not a runner: it
-only narrows the videos, so it combines with either.
+``emit`` with each result on the calling thread, which commits it: the local runner in this
+process (threads, or coroutines for an ``async def aprocess`` stage), the Ray runner
+(``howtocap[ray]``) in Ray Data actor pools that hold the models.
 """
 
 from __future__ import annotations
@@ -210,22 +207,17 @@ def _run_batch(batch: dict[str, Any], stage: Stage | bytes) -> dict[str, Any]:
 
 @dataclass
 class RayRunner:
-    """Ray Data: a dataset of video items, ``map_batches`` over an actor pool for stages that
-    hold models (ASR, the embedded LLM, encoders) and plain tasks for the rest; a stage that
-    is an HTTP client (``--llm-url``) stays in this process with its bounded concurrency.
-
+    """Ray Data: ``map_batches`` over an actor pool for stages that hold models and plain
+    tasks for the rest; an HTTP client stage (``--llm-url``) stays in this process.
     ``address``: None starts a local Ray instance; ``auto`` or ``ray://host:port`` joins a
-    cluster (video files must then be readable at the same paths on every node). Videos go
-    to Ray in windows of ``window``, so claims and memory stay bounded; each window starts
-    fresh actors (their ``setup`` runs once per window and actor).
-    """
+    cluster (video files readable at the same paths on every node). Videos go to Ray in
+    windows of ``window``, so claims and memory stay bounded."""
 
     address: str | None = None
     workers: int | None = None  # actors (or concurrent tasks) per stage
     gpus: dict[str, float] = field(default_factory=dict)  # per resource kind
     cpus_per_worker: float | None = None
     window: int = 2000
-    _started: bool = False
     in_process: ClassVar[bool] = False  # stages travel to actors as their settings
 
     def _init(self) -> Any:
@@ -252,7 +244,6 @@ class RayRunner:
                 where = self.address or "a new local instance"
                 raise HowtocapError(f"cannot reach Ray at {where}: "
                                     f"{' '.join(str(exc).split())[:200]}") from None
-            self._started = True
             from ray.data import DataContext
 
             ctx = DataContext.get_current()
