@@ -167,8 +167,8 @@ class Batching:
     shard_size: int | None = None
 
 
-def _todo(recs: Any, items: Sequence[Any], cid: str, skip_done: bool, retry_failed: bool,
-          max_attempts: int, summary: StageSummary | None) -> tuple[list[Any], dict[str, int]]:
+def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummary | None
+          ) -> tuple[list[Any], dict[str, int]]:
     """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
     and the attempts each has had; counts what is skipped into ``summary``."""
     found = dict(zip(recs.column("video_id").to_pylist(),
@@ -187,17 +187,17 @@ def _todo(recs: Any, items: Sequence[Any], cid: str, skip_done: bool, retry_fail
             continue
         status, rec_cid, cause, tries = rec
         attempts[it.video_id] = int(tries)
-        if not skip_done:
+        if not args.skip_done:
             todo.append(it)
-        elif status == "ok" and (not rec_cid or rec_cid == cid):
+        elif status == "ok" and (not rec_cid or rec_cid == args.cid):
             if summary is not None:
                 summary.skipped += 1
-        elif status == "ok" or rec_cid not in ("", cid) or cause == "service":
+        elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service":
             todo.append(it)  # a record of other settings, or a service was down: redo
-        elif not retry_failed or tries >= max_attempts:
+        elif not args.retry_failed or tries >= args.max_attempts:
             if summary is not None:
                 summary.failed_before += 1
-                summary.gave_up += retry_failed
+                summary.gave_up += args.retry_failed
         else:
             todo.append(it)
     return todo, attempts
@@ -263,12 +263,12 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
             continue
         w = rundir.writer(stage.name, k, stage.writes)
         recs = w.records(_SELECT_COLS)
-        todo, _ = _todo(recs, its, *args.todo, None)
+        todo, _ = _todo(recs, its, args, None)
         if todo or w.chunk_ids():
             plan.append((k, its))
             expected += len(todo)
         else:
-            _todo(recs, its, *args.todo, summary)
+            _todo(recs, its, args, summary)
     t0 = time.perf_counter()
     processes = getattr(runner, "processes", 1)
     with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
@@ -297,11 +297,6 @@ class _PlanArgs:
     retry_failed: bool
     max_attempts: int
     batching: Batching
-
-    @property
-    def todo(self) -> tuple[str, bool, bool, int]:
-        """``_todo``'s arguments after the items."""
-        return self.cid, self.skip_done, self.retry_failed, self.max_attempts
 
 
 @dataclass
@@ -343,7 +338,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
             if not w.claim(owner):
                 summary.claimed_elsewhere += len(its)
                 continue
-            todo, attempts = _todo(w.records(_SELECT_COLS), its, *args.todo, summary)
+            todo, attempts = _todo(w.records(_SELECT_COLS), its, args, summary)
             sh = opened[k] = _Open(w, attempts, len(todo))
             inputs = _shard_inputs(rundir, stage, k)
             if inputs is None:  # an input file was corrupt: its own stage redoes it first
@@ -541,7 +536,7 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
     rundir = writer.rundir
     tables: dict[str, list[Any]] = {}
     records = []
-    for res in sorted(results, key=_by_video):
+    for res in sorted(results, key=attrgetter("video_id")):
         if res.ok:
             for name, df in res.tables.items():
                 if "config_id" in SCHEMAS.get(name, {}):
@@ -562,9 +557,6 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
     writer.commit(records, {name: _one_table(name, parts) for name, parts in tables.items()})
 
 
-_by_video = attrgetter("video_id")
-
-
 def _one_table(name: str, parts: list[Any]) -> Any:
     """A chunk's rows of one table: an Arrow table when every video gave plain columns
     (``Rows``: no pandas on the text-only path), else one frame."""
@@ -575,7 +567,7 @@ def _one_table(name: str, parts: list[Any]) -> Any:
 
 
 def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
-    log = rundir.root / "logs" / "errors.log"
+    log = rundir.error_log
     try:  # an append-only log, not a result: a torn last entry harms nothing
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as fh:

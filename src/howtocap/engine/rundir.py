@@ -87,6 +87,7 @@ class RunDir:
         self.fingerprints = JsonFolder(self.root / "fingerprints")
         self.stats = JsonFolder(self.root / "stats")
         self.configs = JsonFolder(self.root / "config")
+        self.error_log = self.root / "logs" / "errors.log"  # unexpected errors' tracebacks
         if (self.root / "parts").is_dir():
             raise OldLayout(f"{self.root}: a run directory of an earlier layout (parts/), "
                             f"written by howtocap {OLD_LAYOUT}; read it with "
@@ -196,10 +197,8 @@ class RunDir:
             yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
 
         path = self.table_path("videos")
-        new = pa.concat_tables(tables()).group_by("video_id", use_threads=False).aggregate(
-            [("video_path", "last"), ("subtitle_path", "last")])  # ordered: as first given
-        new = new.select(["video_id", "video_path_last", "subtitle_path_last"]).rename_columns(
-            schema.names).cast(schema)
+        new = pa.concat_tables(tables())
+        new = new.take(_last_rows(new.column("video_id")))
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else schema.empty_table()
         at = pc.index_in(new.column("video_id"), value_set=old.column("video_id"))
@@ -473,7 +472,7 @@ class ShardWriter:
         if len(parts) < 2:
             return parts[0] if parts else empty_records(columns)
         t = pa.concat_tables(parts)
-        return t.take(_newest(t))
+        return t.take(_last_rows(t.column("video_id")))
 
     def commit(self, records: Sequence[Any], tables: dict[str, Any]) -> None:
         """One chunk: a file per table, then its status file, so a chunk exists iff its
@@ -519,7 +518,7 @@ class ShardWriter:
             return
         recs = pa.concat_tables([p for _, p in parts])
         src = np.repeat(np.arange(len(parts)), [p.num_rows for _, p in parts])
-        keep = _newest(recs).to_numpy()
+        keep = _last_rows(recs.column("video_id"))
         if drop:
             gone = pc.is_in(recs.column("video_id").take(keep),
                             value_set=pa.array(sorted(drop), pa.string()))
@@ -601,14 +600,25 @@ def _link(src: Path, dst: Path) -> None:
     fsync_dir(dst.parent)
 
 
-def _newest(t: Any) -> Any:
-    """Positions of each video's last row of ``t`` (rows in commit order: its newest
-    record)."""
+def _last_rows(ids: Any) -> np.ndarray:
+    """Positions of each id's last row (rows in commit order: its newest record), in the
+    order the ids first appear: a stable sort, not a hash aggregation (``group_by`` took
+    twice the CPU and 200 MB more on a million ids)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    rows = t.select(["video_id"]).append_column("row", pa.array(np.arange(t.num_rows)))
-    return rows.group_by("video_id", use_threads=False).aggregate(
-        [("row", "max")]).column("row_max")
+    n = len(ids)
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    order = pc.sort_indices(ids).to_numpy().astype(np.int64)
+    ranked = ids.take(pa.array(order))
+    start = np.ones(n, dtype=bool)
+    if n > 1:
+        start[1:] = pc.not_equal(ranked.slice(1), ranked.slice(0, n - 1)).to_numpy(
+            zero_copy_only=False)
+    heads = np.flatnonzero(start)
+    last = order[np.append(heads[1:] - 1, n - 1)] if n else order
+    return last[np.argsort(order[heads], kind="stable")]
 
 
 def _write_rows(path: Path, table: str, data: Any) -> None:
