@@ -41,6 +41,10 @@ class Owner:
         lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", LEASE))
         return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
 
+    @property
+    def token(self) -> str:
+        return json.dumps({"host": self.host, "pid": self.pid, "started": self.started})
+
     def is_stale(self, path: Path) -> bool:
         """Whether the claim at ``path`` belongs to a process that is gone."""
         try:
@@ -81,8 +85,7 @@ def try_claim(path: Path, owner: Owner) -> bool:
             continue
         try:
             with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps({"host": owner.host, "pid": owner.pid,
-                                     "started": owner.started}))
+                fh.write(owner.token)
         except OSError as exc:
             path.unlink(missing_ok=True)
             if is_disk_full(exc):
