@@ -21,7 +21,7 @@ import copy
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -86,28 +86,50 @@ def freeze_except(model: DualModel, pattern: str) -> None:
             p.requires_grad_(False)
 
 
-class DualTask:
+M = TypeVar("M", bound=nn.Module)
+
+
+def _frozen(module: M) -> M:
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module.eval()
+
+
+class Task:
+    """What every task holds and, by default, a task with nothing to keep but its weights."""
+
+    kind: str
+    model: nn.Module
+
+    def __init__(self, cfg: TrainConfig, train: list[Clip], held: list[Clip],
+                 device: torch.device, rank: int, world: int) -> None:
+        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
+        self.rank, self.world, self.device = rank, world, device
+        self.cache = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out_dir) / "cache"
+
+    def after_step(self) -> None:
+        """Nothing to update beside the optimiser's step."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        """Nothing beyond the weights."""
+
+
+class DualTask(Task):
     """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
 
     kind = "dual"
 
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
-        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
-        self.rank, self.world, self.device = rank, world, device
+        super().__init__(cfg, train, held, device, rank, world)
         self.model = DualModel(encoder, cfg.temperature).to(device)
         if cfg.train_params:
             freeze_except(self.model, cfg.train_params)
-        self.frozen: DualModel | None = None
-        if cfg.alpha > 0:
-            self.frozen = copy.deepcopy(self.model).eval()
-            for p in self.frozen.parameters():
-                p.requires_grad_(False)
-        self.momentum_model: DualModel | None = None
-        if cfg.momentum > 0:
-            self.momentum_model = copy.deepcopy(self.model).eval()
-            for p in self.momentum_model.parameters():
-                p.requires_grad_(False)
+        self.frozen = _frozen(copy.deepcopy(self.model)) if cfg.alpha > 0 else None
+        self.momentum_model = _frozen(copy.deepcopy(self.model)) if cfg.momentum > 0 else None
         self.queue = FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
             if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
@@ -116,8 +138,7 @@ class DualTask:
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
-            root = Path(cfg.cache_dir) if cfg.cache_dir else Path(cfg.out_dir) / "cache"
-            return PixelCache(root / "pixels", size)
+            return PixelCache(self.cache / "pixels", size)
         if cfg.frames == "decode":
             return DecodeFrames(size)
         raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
@@ -235,18 +256,15 @@ class DualTask:
         return torch.cat(ts), torch.cat(vs)
 
 
-class MEETask:
+class MEETask(Task):
     """HowTo100M's gated embedding units on frozen, cached features (max-margin ranking)."""
 
     kind = "mee"
 
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
-        self.cfg, self.train_clips, self.eval_clips = cfg, train, held
-        self.rank, self.world, self.device = rank, world, device
-        self.encoder = encoder.eval()
-        for p in self.encoder.parameters():
-            p.requires_grad_(False)
+        super().__init__(cfg, train, held, device, rank, world)
+        self.encoder = _frozen(encoder)
         self.model = JointEmbedding(encoder.dim, encoder.dim, cfg.mee_dim).to(device)
         self.net: nn.Module = self.model
 
@@ -254,25 +272,15 @@ class MEETask:
         return ck.arch_identity("mee", self.cfg.encoder, self.model, video_dim=self.encoder.dim,
                                 text_dim=self.encoder.dim, dim=self.cfg.mee_dim)
 
-    def after_step(self) -> None:
-        """No momentum model for the baseline."""
-
-    def extra_state(self) -> dict[str, Any]:
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        """Nothing beyond the weights."""
-
     def prepare(self, show: bool) -> None:
         """Frozen features, once: max-pooled frame embeddings per clip, one vector per caption."""
         from howtocap.encoders.cache import frame_embeddings
 
-        cache = Path(self.cfg.cache_dir) if self.cfg.cache_dir else Path(self.cfg.out_dir) / "cache"
         clips = self.train_clips + self.eval_clips
         per_video: dict[str, Any] = {}
         for c in _track(list({c.video_id: c for c in clips}.values()), "frame embeddings", show):
             per_video[c.video_id] = frame_embeddings(c.video_path, self.encoder, fps=1.0,
-                                                     cache_dir=cache)
+                                                     cache_dir=self.cache)
         self.video = torch.from_numpy(np.stack([
             max_pool_clip(np.asarray(per_video[c.video_id].emb), per_video[c.video_id].fps,
                           c.start, c.end) for c in clips]))
@@ -344,12 +352,7 @@ class ShardDualTask(DualTask):
             self.frames = SampleFrames(held, self.item(0, train=False))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
-                                   self.cfg.batch_size)
-        ds = ShardStream(urls, self.source.held, self.item(epoch), seed=self.cfg.seed,
-                         epoch=epoch, rank=self.rank, buffer=self.cfg.shuffle_buffer,
-                         chunk=self.cfg.batch_size)
-        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+        n, batches = _stream(self, self.source, self.item(epoch), epoch)
         return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
                     [b[2] for b in batch], [b[3] for b in batch]) for batch in batches)
 
@@ -387,13 +390,8 @@ class ShardMEETask(MEETask):
         self.text = [emb[i:i + 1] for i in range(len(held))]
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        urls, n = self.source.plan(epoch, self.cfg.seed, self.rank, self.world,
-                                   self.cfg.batch_size)
-        ds = ShardStream(urls, self.source.held, MEEItem(self.cfg.seed, epoch),
-                         seed=self.cfg.seed, epoch=epoch, rank=self.rank,
-                         buffer=self.cfg.shuffle_buffer, chunk=self.cfg.batch_size,
-                         group=self.cfg.clips_per_video)
-        batches = stream_batches(ds, n, self.cfg.batch_size, self.cfg.num_workers)
+        n, batches = _stream(self, self.source, MEEItem(self.cfg.seed, epoch), epoch,
+                             group=self.cfg.clips_per_video)
 
         def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
             texts = torch.from_numpy(self.encoder.encode_texts([b[1] for b in batch]))
@@ -403,7 +401,17 @@ class ShardMEETask(MEETask):
         return n, (assemble(b) for b in batches)
 
 
-def set_train_mode(task: DualTask | MEETask) -> None:
+def _stream(task: Task, source: ShardSource, item: Callable[..., Any], epoch: int,
+            **group: int) -> tuple[int, Iterable[list[Any]]]:
+    """This rank's shuffled share of the shards for ``epoch``, in lists of decoded items."""
+    cfg = task.cfg
+    urls, n = source.plan(epoch, cfg.seed, task.rank, task.world, cfg.batch_size)
+    ds = ShardStream(urls, source.held, item, seed=cfg.seed, epoch=epoch, rank=task.rank,
+                     buffer=cfg.shuffle_buffer, chunk=cfg.batch_size, **group)
+    return n, stream_batches(ds, n, cfg.batch_size, cfg.num_workers)
+
+
+def set_train_mode(task: Task) -> None:
     """Train mode, except batch norms: a few correlated frames per batch would wreck their
     running statistics (and they stay as pretrained, like the frozen copy's)."""
     task.model.train()
@@ -427,7 +435,7 @@ def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
 
 def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
               eval_clips: list[Clip], shards: ShardSource | None, device: torch.device,
-              rank: int, world: int) -> DualTask | MEETask:
+              rank: int, world: int) -> Task:
     """The task for ``cfg.model`` (the encoder moved to ``device``); ``shards``: streamed."""
     if shards is not None:
         return (ShardDualTask if cfg.model == "dual" else ShardMEETask)(
@@ -437,7 +445,7 @@ def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
     return MEETask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
 
 
-def held_out_metrics(task: DualTask | MEETask) -> dict[str, float]:
+def held_out_metrics(task: Task) -> dict[str, float]:
     """Text-to-video R@1/5/10/50, MedR, MeanR on the held-out clips (none below two)."""
     if len(task.eval_clips) < 2:
         return {}
