@@ -310,22 +310,6 @@ def _video_items(rundir: RunDir) -> RunVideos:
     return RunVideos.read(rundir.table_path("videos"), rundir.shard_size)
 
 
-def _video_paths(rundir: RunDir, video_ids: Sequence[str]) -> dict[str, Any]:
-    """``video_path`` of these videos (``videos.parquet``, only their rows kept)."""
-
-    want = set(video_ids)
-    out: dict[str, Any] = {}
-    path = rundir.table_path("videos")
-    if not path.exists():
-        return out
-    for rb in stream.open_parquet(path).iter_batches(batch_size=stream.ROWS,
-                                                     columns=["video_id", "video_path"]):
-        for vid, vp in zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True):
-            if vid in want:
-                out[vid] = vp
-    return out
-
-
 def _captioned(rundir: RunDir, videos: RunVideos) -> None:
     """Keep the videos with something to align, a shard at a time: a caption record ``ok``
     in a finished caption shard (its captions file is written: what the stage reads), or
@@ -654,19 +638,17 @@ def _clip_files(videos: RunVideos) -> Sequence[str]:
 
 
 def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
-              cfg: AlignConfig, paths: Mapping[str, Any] | None = None
+              cfg: AlignConfig, paths: Mapping[str, Any]
               ) -> tuple[list[np.ndarray], list[str]] | None:
     """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos, per encoder,
     pooled as alignment pools them; from the frame cache the stage fills and reuses. A video
     that does not decode is left out (the stage reports it). ``paths``: the reference
-    videos' files (else looked up in ``videos.parquet``, those rows only)."""
+    videos' files."""
     from howtocap.encoders.cache import frame_embeddings_multi
     from howtocap.encoders.windows import rows_covering
 
     if not clip_videos or not models:
         return None
-    if paths is None:
-        paths = _video_paths(rundir, clip_videos)
     banks: list[list[np.ndarray]] = [[] for _ in models]
     owners: list[str] = []
     for vid in clip_videos:
@@ -707,24 +689,6 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
                       clip_videos=ref_videos, clips=clips, shots_settings=shots)
 
 
-def ensure_shots(rundir: RunDir, items: Sequence[VideoItem] | RunVideos, *,
-                 runner: Runner | None = None, progress: bool = True,
-                 shard: Shard | None = None, batching: Batching | None = None) -> StageSummary:
-    """``--within-shot`` needs every video's shots: the shots stage with the run's recorded
-    settings (a no-op for videos already done, so ``run`` may have run it just before),
-    over the videos with a file a ``WINDOW`` at a time."""
-    from howtocap.shots.run import shots_run
-
-    def windows() -> Iterator[list[VideoItem]]:
-        parts = items.windows(WINDOW) if isinstance(items, RunVideos) else \
-            (list(items[lo:lo + WINDOW]) for lo in range(0, len(items), WINDOW))
-        for part in parts:
-            yield [it for it in part if it.video_path]
-
-    return shots_run(rundir, windows=windows, runner=runner, progress=progress, shard=shard,
-                     batching=batching)
-
-
 WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run``): the
 # engine holds a window's items and selection (a window of 50,000 peaked higher)
 
@@ -736,12 +700,10 @@ def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
     (the selection, claims, attempts) and the items themselves are a window's, not the
     run's."""
     summary = StageSummary(stage.name)
-    ran = False
-    for items in videos.windows(WINDOW):
+    windows = videos.windows(WINDOW)
+    first = next(windows, [])  # no video: the stage still runs (its summary, its stats)
+    for items in itertools.chain([first], windows):
         summary.add(run_stage(rundir, items, stage, **opts))
-        ran = True
-    if not ran:  # no video: the stage still runs (its summary, its stats) as before
-        summary.add(run_stage(rundir, [], stage, **opts))
     return summary
 
 
@@ -797,9 +759,14 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     _captioned(rundir, videos)
     _forget_changed_videos(rundir, captions, videos)
     give_back_memory()  # the passes over the captions: freed, not to be kept under the scoring
-    if cfg.within_shot and not shots_ready:  # a run without shots computes them first
-        ensure_shots(rundir, videos, runner=runner, progress=progress, shard=shard,
-                     batching=batching)
+    if cfg.within_shot and not shots_ready:
+        # --within-shot needs every video's shots: the shots stage with the run's recorded
+        # settings (a no-op for videos already done) over the videos with a file
+        from howtocap.shots.run import shots_run
+
+        shots_run(rundir, runner=runner, progress=progress, shard=shard, batching=batching,
+                  windows=lambda: ([it for it in part if it.video_path]
+                                   for part in videos.windows(WINDOW)))
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
         from howtocap.encoders import create
