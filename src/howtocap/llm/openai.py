@@ -340,18 +340,15 @@ class OpenAIChatLLM(AsyncChat):
             self.stats["attempts"] += 1
             constrained = bool(extra) and not self.constraints_rejected
             payload = self._encode({**body, **extra} if constrained else body)
-            async with _deadline(self.timeout):
-                return (*await self._exchange(payload), constrained)
-
-    async def _exchange(self, payload: bytes) -> tuple[int, Any, bytes]:
-        async with self._open_session().post(self._url, data=payload, proxy=self._proxy,
-                                             headers=self._post_headers) as resp:
-            body = bytearray()
-            async for chunk in resp.content.iter_any():
-                body += chunk
-                if len(body) > MAX_REPLY_BYTES:
-                    return resp.status, resp.headers, b""
-            return resp.status, resp.headers, bytes(body)
+            async with _deadline(self.timeout), self._open_session().post(
+                    self._url, data=payload, proxy=self._proxy,
+                    headers=self._post_headers) as resp:
+                reply = bytearray()
+                async for chunk in resp.content.iter_any():
+                    reply += chunk
+                    if len(reply) > MAX_REPLY_BYTES:
+                        return resp.status, resp.headers, b"", constrained
+                return resp.status, resp.headers, bytes(reply), constrained
 
     async def achat(self, messages: Messages, gen: GenerationConfig) -> str:
         self._check_breaker()
