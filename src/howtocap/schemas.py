@@ -272,7 +272,3 @@ def conform(df: pd.DataFrame, name: str) -> pd.DataFrame:
                  for c in df.columns if c not in schema})
     return pd.DataFrame(data, index=idx)
 
-
-def concat_or_empty(frames: Iterable[pd.DataFrame], table: str) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return conform(pd.concat(frames, ignore_index=True), table) if frames else empty_table(table)
