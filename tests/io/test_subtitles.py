@@ -436,6 +436,12 @@ def test_a_store_makes_a_repeated_id_one_video(tmp_path: Path) -> None:
     assert some.video_ids() == ["b", "d"] and some.get("a") is None
     assert some.get("b")["text"].tolist() == ["b 1", "b 4"]
     assert np.array_equal(some.holds(pa.array(["a", "b"])), [False, True])
+    distinct = tmp_path / "distinct.parquet"  # no repeat: the sorted order is kept from opening
+    pq.write_table(pa.table({"video_id": ["d", "b", "c", "a"], "start": [0.0] * 4,
+                             "end": [1.0] * 4, "text": ["d", "b", "c", "a"]}), distinct)
+    first = ParquetStore(distinct, distinct, limit=3)  # asked out of the file's order
+    assert [first.get(v)["text"].tolist() if v in first else None for v in "acbd"] == \
+        [None, ["c"], ["b"], ["d"]]
 
 
 def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Path) -> None:

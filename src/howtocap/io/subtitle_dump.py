@@ -5,10 +5,10 @@ size as Python objects, so the dump is streamed once with ijson and written as P
 of whole videos in the file's order. Opening it reads the ``video_id`` column alone: the ids
 stay one Arrow column (no Python string a video) beside each video's first row and length. A
 run asks for its videos in the file's order (a text-only run's shards are ranges of it), so a
-lookup is answered by the ids of the block of videos around the last one found, else by a scan
-of the id column (``pyarrow.compute.index``), and the rows come from the row group holding
-them, kept in a small LRU: each group is decoded about once per run. Peak memory is a row
-group or two plus the ids, whatever the size of the dump.
+lookup is answered by the ids of the block of videos from the last one found, else by a binary
+search over the ids' sorted order, and the rows come from the row group holding them, kept in
+a small LRU: each group is decoded about once per run. Peak memory is a row group or two plus
+the ids, whatever the size of the dump.
 
 The converted file is kept (``DIR/cache/subtitles/``, keyed by the source's path, size, mtime
 and the selection), so a resumed or sharded run does not stream again. A Parquet source is read
@@ -451,8 +451,10 @@ class ParquetStore:
         length = np.concatenate([r[1] for r in runs] or [np.zeros(0, np.int32)])
         self._ptr: np.ndarray | None = None  # None: video k is run k
         self.ids: pa.ChunkedArray | pa.Array
-        if not _repeats(run_ids):  # the common case: every run its own video
+        order = _order_if_distinct(run_ids)
+        if order is not None:  # the common case: every run its own video
             self.ids, self._start, self._len = run_ids[:limit], start[:limit], length[:limit]
+            self._order = order if limit is None else order[order < limit]  # ``_search``'s
             return
         self.ids = pc.unique(run_ids)[:limit]  # first appearances (rare: its hash table is big)
         video = pc.index_in(run_ids, value_set=self.ids)  # each run's video (null: not kept)
@@ -511,8 +513,9 @@ class ParquetStore:
         return k
 
     def _search(self, video_id: str) -> int:
-        """Binary search over the ids' sorted order (int32 a video, sorted at the first
-        lookup: Arrow sorts by UTF-8 bytes, the order of Python's ``<`` on ``str``)."""
+        """Binary search over the ids' sorted order (int32 a video: kept from opening, or,
+        when ids repeated there, sorted at the first lookup; Arrow sorts by UTF-8 bytes, the
+        order of Python's ``<`` on ``str``)."""
         if self._order is None:
             self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
         order, ids = self._order, self.ids
@@ -630,16 +633,17 @@ class ParquetStore:
                 "max_buffered_rows": self.max_buffered_rows}
 
 
-def _repeats(ids: pa.ChunkedArray) -> bool:
-    """Whether an id comes twice: the ids sorted, each compared with the next (a hash table
-    of HowTo100M's 1.2M ids, as ``pc.unique`` builds, takes ~200 MB)."""
+def _order_if_distinct(ids: pa.ChunkedArray) -> np.ndarray | None:
+    """The ids' sorted order (int32 a video, kept for ``ParquetStore._search``), or None
+    when an id comes twice: the ids sorted, each compared with the next (a hash table of
+    HowTo100M's 1.2M ids, as ``pc.unique`` builds, takes ~200 MB)."""
     order = pc.sort_indices(ids)
     step = 1 << 16  # compared a piece at a time: no sorted copy of them all
     for a in range(0, len(ids) - 1, step):
         got = ids.take(order.slice(a, step + 1))
         if pc.any(pc.equal(got.slice(1), got.slice(0, len(got) - 1))).as_py():
-            return True
-    return False
+            return None
+    return order.to_numpy().astype(np.int32)
 
 
 def is_converted(path: Path) -> bool:
