@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import locale
 import os
 import select
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
@@ -39,6 +41,7 @@ class Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, bufsize=0)
         self.buf = b""
         self.tmp = tempfile.TemporaryDirectory(prefix="howtocap-zygote-")
+        self.lock = threading.Lock()  # one request at a time: answers come back in order
         if self._line(None) != "ready":
             raise RuntimeError("the CLI zygote did not start")
 
@@ -64,8 +67,11 @@ class Zygote:
 
     def run(self, args: list[str], env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
-        import json
+        with self.lock:
+            return self._run(args, env, timeout)
 
+    def _run(self, args: list[str], env: dict[str, str],
+             timeout: float) -> subprocess.CompletedProcess[str]:
         out, err = Path(self.tmp.name, "stdout"), Path(self.tmp.name, "stderr")
         req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
                    preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
