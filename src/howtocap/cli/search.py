@@ -11,7 +11,7 @@ import typer
 
 from howtocap.cli.common import DeviceOpt, err, user_errors
 from howtocap.knn import IndexType
-from howtocap.search import By, K
+from howtocap.search import BY, By, K
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory (made by `howtocap caption`).")]
@@ -55,7 +55,7 @@ def search_cmd(
     k: Annotated[int, typer.Option("-k", "--k", min=1, max=10_000,
                                    help="Number of results.")] = K,
     by: Annotated[By, typer.Option(help="Compare the query with caption text, clip video, "
-                                        "or both (mean of the two similarities).")] = "text",
+                                        "or both (mean of the two similarities).")] = BY,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
     encoder: EncoderOpt = None,
     device: DeviceOpt = None,

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.knn import HNSW_EF_SEARCH
-from howtocap.search import BY_CHOICES, K
+from howtocap.search import BY, BY_CHOICES, K
 from howtocap.search.index import (
     INDEX_VERSION,
     index_dir,
@@ -155,16 +155,16 @@ class Searcher:
                 self._cache.popitem(last=False)
         return vec
 
-    def search(self, query: str, k: int = K, by: str = "text") -> list[Hit]:
+    def search(self, query: str, k: int = K, by: str = BY) -> list[Hit]:
         query = query.strip()
         if not query:
             raise HowtocapError("empty query")
         return self.search_vector(self.embed(query), k=k, by=by)
 
-    def search_vector(self, qvec: np.ndarray, k: int = K, by: str = "text") -> list[Hit]:
+    def search_vector(self, qvec: np.ndarray, k: int = K, by: str = BY) -> list[Hit]:
         return self._hits(*self.rank(qvec, k=k, by=by))
 
-    def search_rows(self, query: str, k: int = K, by: str = "text") -> Ranked:
+    def search_rows(self, query: str, k: int = K, by: str = BY) -> Ranked:
         """Like ``search`` but only row numbers and scores: a server that builds its own
         records skips one pydantic object per hit."""
         query = query.strip()
@@ -177,7 +177,7 @@ class Searcher:
         """``video_id, start, end, text, orig_start, orig_end`` as arrays (row i = vector i)."""
         return self._cols
 
-    def rank(self, qvec: np.ndarray, k: int = K, by: str = "text") -> Ranked:
+    def rank(self, qvec: np.ndarray, k: int = K, by: str = BY) -> Ranked:
         if by not in BY_CHOICES:
             raise HowtocapError(f"by must be one of {', '.join(BY_CHOICES)}, not {by!r}")
         if k < 1:

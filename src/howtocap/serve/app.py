@@ -39,7 +39,7 @@ from howtocap.clips.window import window_middle
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import safe_name
-from howtocap.search import BY_CHOICES, K
+from howtocap.search import BY, BY_CHOICES, K
 from howtocap.search.index import read_meta
 from howtocap.search.query import Hit, Ranked, Searcher
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
@@ -59,7 +59,7 @@ ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short dict each)
 class SearchBody(BaseModel):
     q: str
     k: int = K
-    by: str = "text"
+    by: str = BY
 
 
 SEARCH_PARAMS = [
@@ -67,7 +67,7 @@ SEARCH_PARAMS = [
      "description": "What to look for."},
     {"name": "k", "in": "query", "schema": {"type": "integer", "default": K, "minimum": 1},
      "description": "Number of results (at most the server's --max-k)."},
-    {"name": "by", "in": "query", "schema": {"type": "string", "default": "text",
+    {"name": "by", "in": "query", "schema": {"type": "string", "default": BY,
                                              "enum": list(BY_CHOICES)},
      "description": "Compare with caption text, clip video, or both."},
 ]
@@ -390,7 +390,7 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         except ValueError:
             raise HTTPException(422, f"k: Input should be a valid integer, unable to parse "
                                      f"{k_raw[:40]!r}") from None
-        return run_search(params.get("q"), k, params.get("by", "text"))
+        return run_search(params.get("q"), k, params.get("by", BY))
 
     @app.post("/api/search", tags=["search"], response_model=SearchOut)
     async def search_post(body: SearchBody) -> Response:
