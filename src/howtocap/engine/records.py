@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from howtocap.atomic import corrupt_parquet
+from howtocap.atomic import corrupt_parquet, read_arrow
 
 STATUS_META = b"howtocap_status"  # the status file's JSON: {"stage", "writes"}
 
@@ -64,11 +64,9 @@ def read_records(path: Path, columns: Sequence[str] | None = None) -> Any:
     """A status file's rows (only ``columns``, with ``video_id`` first) as Arrow. Raises
     ``FileNotFoundError`` or ``CorruptFile``."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path, columns=_columns(columns), use_threads=False,
-                             page_checksum_verification=True).replace_schema_metadata()
+        return read_arrow(path, _columns(columns), use_threads=False).replace_schema_metadata()
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:

@@ -38,6 +38,7 @@ from howtocap.atomic import (
     corrupt_parquet,
     fsync_dir,
     looks_complete,
+    read_arrow,
     writer_tag,
 )
 from howtocap.engine.claims import Owner, refresh_claim, try_claim
@@ -263,13 +264,9 @@ class RunDir:
         when missing or corrupt (then dropped and listed in ``corrupted``; a corrupt
         ``videos.parquet`` is an error: the run's numbering cannot be redone)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         try:
-            if columns is not None:
-                have = set(pq.read_schema(path).names)
-                columns = [c for c in columns if c in have]
-            return pq.read_table(path, columns=columns, page_checksum_verification=True)
+            return read_arrow(path, columns, present=True)
         except FileNotFoundError:
             return None
         except (pa.ArrowException, OSError) as exc:
@@ -324,12 +321,15 @@ class RunDir:
         """Every video's newest record of ``stage`` (finished shards, and the chunks of
         unfinished ones) as Arrow tables of ``video_id`` and ``columns``, a shard at a
         time."""
-        shards = {shard_number(p) for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
-        shards |= {int(p.name[len("shard-"):]) for p in
+        finished = {shard_number(p): p for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
+        working = {int(p.name[len("shard-"):]) for p in
                    (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
-        for k in sorted(shards):
-            t = self.writer(stage, k).records(columns)
-            if t.num_rows:
+        for k in sorted(finished.keys() | working):
+            # a finished shard without chunks is its status file (the common case, read
+            # directly: status reads every shard)
+            t = self.writer(stage, k).records(columns) if k in working \
+                else self._records(finished[k], columns)
+            if t is not None and t.num_rows:
                 yield t
 
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
