@@ -1,7 +1,7 @@
 """``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
 
 Read-only: it streams each stage's status records a shard at a time (six columns, as Arrow,
-never an object per video: its memory is a shard's), plus the fingerprints and the totals
+never an object per video), counted in groups of ~64k records, plus the fingerprints and the totals
 ``run_stage`` keeps; never the tables. The stages, their order and which feeds which come
 from the ``StageGraph`` the caller gives.
 """
