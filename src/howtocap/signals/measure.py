@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import cv2
 import numpy as np
 
 WORK = 144  # the working size's shorter side (px) for motion, sharpness and brightness
@@ -25,6 +24,8 @@ COLUMNS = ("motion", "static", "text_area", "face_area", "brightness", "sharpnes
 def luma(rgb: np.ndarray) -> np.ndarray:
     """The frame's luma in 0..1 at the working size (shorter side ``WORK``, never upscaled
     beyond it: a smaller frame is scaled up so every video is measured on the same grid)."""
+    import cv2  # here, not at the top: `howtocap status` imports every stage, never this
+
     h, w = rgb.shape[:2]
     s = WORK / min(h, w)
     size = (max(1, round(w * s)), max(1, round(h * s)))
@@ -34,6 +35,8 @@ def luma(rgb: np.ndarray) -> np.ndarray:
 
 def sharpness(gray: np.ndarray) -> float:
     """Variance of the Laplacian (a blurred or flat frame has little high-frequency energy)."""
+    import cv2
+
     return float(cv2.Laplacian(gray, cv2.CV_32F, ksize=1).var())
 
 
