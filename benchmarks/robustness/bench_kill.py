@@ -1,11 +1,12 @@
-"""Kill and resume: SIGKILL a multi-video ``run`` (caption + align) at random moments spread
-over every stage, resume, and compare every table with an uninterrupted run; some resumes
-first meet deliberately truncated or bit-flipped files, which must be detected and recomputed.
+"""Kill and resume: SIGKILL a multi-video ``run`` (caption + align) followed by a WebDataset
+``export`` at random moments spread over every stage, resume, and compare every table and the
+exported shards with an uninterrupted run; some resumes first meet deliberately truncated or
+bit-flipped files, which must be detected and recomputed.
 
 The uninterrupted run is watched (its run directory polled every few ms) to learn when each
 stage runs; each kill is drawn inside one stage's time span, in turn, so kills land in
-subtitles, mid-caption, align and the align filter alike (``kills_by_step``: where each landed,
-read back from the killed run's files).
+subtitles, mid-caption, align, the align filter and the export alike (``kills_by_step``: where
+each landed, read back from the killed run's files).
 
 Each run is a forked child of this process (a real process, killed with a real SIGKILL; the
 parent imports torch and the pipeline before forking, so a child skips the ~20 s of imports
@@ -20,13 +21,16 @@ generated sample with different subtitles.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
 import random
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import warnings
 from pathlib import Path
@@ -73,6 +77,8 @@ def make_inputs(work: Path, n: int) -> tuple[Path, str]:
 
 
 BATCH = [2, 2]  # videos per committed chunk, videos per shard of the forked runs
+EXPORT = "webdataset"  # the export's folder inside the run directory
+EXPORT_KW = {"image_size": 32, "frames_per_clip": 2, "shard_size": 2, "progress": False}
 
 
 def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) -> None:
@@ -85,6 +91,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
         from howtocap.atomic import CorruptPartWarning
         from howtocap.caption.config import CaptionRunConfig
         from howtocap.engine.core import Batching
+        from howtocap.io.webdataset import export_webdataset
         from howtocap.llm import LLMOptions
         from howtocap.pipeline.run import run_pipeline
 
@@ -93,6 +100,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
             run_pipeline([vids], out, caption=CaptionRunConfig(
                 llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False,
                 batching=Batching(BATCH[0], shard_size=BATCH[1]))
+            export_webdataset(out, out / EXPORT, **EXPORT_KW)
         if report is not None:
             report.write_text(json.dumps([str(w.message) for w in caught
                                           if issubclass(w.category, CorruptPartWarning)]))
@@ -115,26 +123,28 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-STEPS = ("subtitles", "caption", "align", "align filter")
+STEPS = ("subtitles", "caption", "align", "align filter", "export")
 
 
-def where(out: Path) -> str:
-    """Which stage the run was in, from its files: the newest stage with committed work
-    (chunks or finished shards); the filter once every align shard is finished."""
-    if not (out / "layout.json").exists():
-        return "subtitles"
+def where(out: Path, shards: int) -> str:
+    """Which stage the run was in, from its files: the export once its folder exists, the
+    filter once every one of the ``shards`` align shards is finished, else the newest stage
+    with committed work (chunks or finished shards)."""
+    if (out / EXPORT).exists():
+        return "export"
     if (out / "aligned").exists() or (out / "config" / "align.json").exists():
         return "align filter"
     for stage in ("align", "caption", "subtitles"):
-        if (out / "status" / stage).exists() or (out / "work" / stage).exists():
-            busy = (out / "work" / stage).exists()
-            if stage == "align" and not busy:
+        status, work = out / "status" / stage, out / "work" / stage
+        if status.exists() or work.exists():  # a cheap look first: the clean run is polled
+            if stage == "align" and not work.exists() and \
+                    len(list(status.glob("shard-*.parquet"))) == shards:
                 return "align filter"
             return stage
     return "subtitles"
 
 
-def timeline(pid: int, out: Path) -> dict[str, list[float]]:
+def timeline(pid: int, out: Path, shards: int) -> dict[str, list[float]]:
     """Poll the run directory while ``pid`` runs: each step's first and last moment seen
     (seconds from the start)."""
     t0 = time.perf_counter()
@@ -142,7 +152,7 @@ def timeline(pid: int, out: Path) -> dict[str, list[float]]:
     while True:
         done, _ = os.waitpid(pid, os.WNOHANG)
         t = time.perf_counter() - t0
-        step = where(out)
+        step = where(out, shards)
         seen.setdefault(step, [t, t])[1] = t
         if done:
             return seen
@@ -166,8 +176,22 @@ def corrupt(out: Path, rng: random.Random) -> list[str]:
     return [str(a.relative_to(out)), str(b.relative_to(out))]
 
 
-def tables(out: Path) -> dict[str, pd.DataFrame]:
-    return {t: pd.read_parquet(out / t) for t in TABLES}
+def tables(out: Path) -> dict[str, Any]:
+    """The run's tables, and the export: each shard's members with a hash of their bytes
+    (a tar's own headers hold write times), its index and its meta.json without its date."""
+    got: dict[str, Any] = {t: pd.read_parquet(out / t) for t in TABLES}
+    shards = {}
+    for tar in sorted((out / EXPORT).glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            shards[tar.name] = [(m.name, hashlib.sha1(tf.extractfile(m).read()).hexdigest())
+                                for m in tf.getmembers() if m.isfile()]
+    meta = json.loads((out / EXPORT / "meta.json").read_text())
+    for varies in ("created", "source"):  # the date, and the run directory's own path
+        meta.pop(varies, None)
+    got["export"] = {"shards": shards, "meta": meta,
+                     "index": pd.read_parquet(out / EXPORT / "index.parquet").to_dict("list"),
+                     "left": sorted(p.name for p in (out / EXPORT).iterdir())}
+    return got
 
 
 def main() -> None:
@@ -190,6 +214,7 @@ def main() -> None:
     args.work.mkdir(parents=True)
     load_before = os.getloadavg()
     vids, enc = make_inputs(args.work, args.videos)
+    shards = math.ceil(args.videos / args.shard_size)
     # Import (never run) torch and the pipeline here, once: forked children share the
     # modules, so each run pays its own work, not ~20 s of imports on a loaded machine.
     import torch  # noqa: F401
@@ -198,6 +223,7 @@ def main() -> None:
     import howtocap.encoders.hf  # noqa: F401
     import howtocap.pipeline.run  # noqa: F401
     trials: list[dict[str, Any]] = []
+    missed: list[dict[str, Any]] = []  # draws the run outlived: not counted as kills
     with chat_server(delay=0.05) as srv:
         # the uninterrupted run, twice: the first pays one-off costs (hashing the encoder's
         # weights, the OS file cache), the second's duration is where kills are drawn from
@@ -205,7 +231,7 @@ def main() -> None:
         for _ in range(2):
             shutil.rmtree(clean, ignore_errors=True)
             t0, asked = time.perf_counter(), srv.requests
-            spans = timeline(start(vids, clean, srv.url, enc), clean)
+            spans = timeline(start(vids, clean, srv.url, enc), clean, shards)
             clean_s = time.perf_counter() - t0
             clean_requests = srv.requests - asked  # LLM requests of an uninterrupted run
         assert (clean / "aligned").exists(), "the clean run failed"
@@ -221,10 +247,14 @@ def main() -> None:
             pid = start(vids, out, srv.url, enc)
             time.sleep(at)
             os.kill(pid, signal.SIGKILL)
-            if wait(pid) != -signal.SIGKILL:  # it finished before the kill: draw again
+            if (code := wait(pid)) != -signal.SIGKILL:  # it ended before the kill: again
+                missed.append({"step": steps_seen[i % len(steps_seen)], "at": round(at, 3),
+                               "exit": code})
+                print(f"draw at {at:.2f}s ({missed[-1]['step']}): the run ended first "
+                      f"(exit {code})", flush=True)
                 shutil.rmtree(out)
                 continue
-            step = where(out)
+            step = where(out, shards)
             injected = corrupt(out, rng) if (i + 1) % args.corrupt_every == 0 else []
             report = args.work / f"detected{i:02d}.json"
             t1 = time.perf_counter()
@@ -242,6 +272,9 @@ def main() -> None:
                         pd.testing.assert_frame_equal(got[name], want[name])
                     except AssertionError as exc:  # what differs, for the results file
                         equal, why = False, f"{name}: {' '.join(str(exc).split())[:300]}"
+                if equal and got["export"] != want["export"]:
+                    diff = [k for k in want["export"] if got["export"][k] != want["export"][k]]
+                    equal, why = False, f"export: {', '.join(diff)} differ"
             temp_left = [str(p) for p in out.rglob("*.tmp")]
             trials.append({"kill_at_s": round(at, 3), "step": step,
                            "resume_exit": code, "resume_s": round(resume_s, 2),
@@ -276,7 +309,10 @@ def main() -> None:
            "videos_redone_max": round(max(redone_all, default=0) / per_video, 2),
            "clean_run_s": round(clean_s, 2), "equal_after_resume": n_equal,
            "corrupt_parts_injected": injected, "corrupt_parts_detected": detected,
-           "kills_by_step": steps, "rows": {t: len(df) for t, df in want.items()},
+           "kills_by_step": steps, "missed_draws": missed,
+           "rows": {t: len(want[t]) for t in TABLES},
+           "export_samples": len(want["export"]["index"]["key"])
+           if "key" in want["export"]["index"] else None,
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
            "cpus": os.cpu_count(), "trials": trials}
     results = HERE / "results"
@@ -285,13 +321,15 @@ def main() -> None:
     lines = [
         "# Kill and resume (`benchmarks/robustness/bench_kill.py`)", "",
         f"A {args.videos}-video `run` (subtitles -> LLM captions -> align scores -> filter; "
+        "then `export --format webdataset` of the run; "
         f"fake OpenAI server, tiny random CLIP encoder; {args.shard_size} videos a shard, "
         f"results committed {args.batch_size} videos a chunk) SIGKILLed at "
         f"{args.kills} random moments of its {clean_s:.1f} s, drawn in each stage's time "
         "span in turn, then resumed with the same "
         "call. Every resumed run's `subtitles`, `captions` and `aligned` tables are compared "
         "with an uninterrupted run's (pandas `assert_frame_equal`: same rows, order, values, "
-        "dtypes).", "",
+        "dtypes), and its export too (the same files; in each tar the same members with the "
+        "same bytes; the same index and `meta.json` but for its date and source path).", "",
         f"- **Tables identical to the uninterrupted run: {n_equal}/{len(trials)}** "
         f"({tries - len(trials)} drawn moments fell after a run had finished and were drawn "
         "again)",

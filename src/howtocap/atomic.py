@@ -70,17 +70,25 @@ def writer_tag() -> str:
 
 def sweep_temp_files(root: Path) -> int:
     """Remove the temp files a killed writer of this host left (never another host's, nor a
-    live process's) in ``root`` and three levels below (``work/<stage>/shard-k/``; not
-    ``cache/`` or ``index/``); returns how many went."""
+    live process's) in ``root`` and three levels below (``work/<stage>/shard-k/``,
+    ``cache/frames/<encoder>/``; not ``index/``); returns how many went. Streamed with
+    ``scandir``: a cache folder holds a file per video and is never listed whole."""
     removed = 0
-    for folder, dirs, files in os.walk(root):
-        depth = len(Path(folder).relative_to(root).parts)
-        dirs[:] = [d for d in dirs if depth < 3 and d not in ("cache", "index")]
-        for name in files:
-            m = _TEMP.match(name)
-            if m and dead_here(f"{m.group(1)}~{m.group(2)}"):
-                Path(folder, name).unlink(missing_ok=True)
-                removed += 1
+
+    def sweep(folder: str, depth: int) -> None:
+        nonlocal removed
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.name.startswith(".") and e.name.endswith(".tmp"):
+                    m = _TEMP.match(e.name)
+                    if m and dead_here(f"{m.group(1)}~{m.group(2)}"):
+                        Path(e.path).unlink(missing_ok=True)
+                        removed += 1
+                elif depth < 3 and e.name != "index" and e.is_dir(follow_symlinks=False):
+                    sweep(e.path, depth + 1)
+
+    if root.is_dir():
+        sweep(str(root), 0)
     return removed
 
 

@@ -53,7 +53,8 @@ def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: 
     dead = subprocess.Popen(["true"])
     dead.wait()
     folders = [tmp_path, tmp_path / "captions", tmp_path / "status" / "caption",
-               tmp_path / "work" / "caption" / "shard-00000"]
+               tmp_path / "work" / "caption" / "shard-00000",
+               tmp_path / "cache" / "frames" / "hf_tiny"]  # a frame cached mid-align
     stale, live = [], []
     for i, folder in enumerate(folders):
         folder.mkdir(parents=True, exist_ok=True)
@@ -61,9 +62,12 @@ def test_sweep_removes_dead_writers_temp_files_at_every_run_dir_depth(tmp_path: 
         live.append(folder / f".w{i}.json.{host}~{os.getpid()}.abc123.tmp")
     for p in stale + live:
         p.write_text("{")
+    kept = tmp_path / "index" / f".x.faiss.{host}~{dead.pid}.abc123.tmp"  # index/: not ours
+    kept.parent.mkdir()
+    kept.write_text("{")
     assert sweep_temp_files(tmp_path) == len(stale)
     assert not any(p.exists() for p in stale)
-    assert all(p.exists() for p in live)
+    assert all(p.exists() for p in [*live, kept])
 
 
 @pytest.mark.slow
