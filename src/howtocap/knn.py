@@ -23,9 +23,10 @@ HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 64
 HNSW_EF_SEARCH = 128
 IndexType = Literal["auto", "flat", "hnsw"]  # auto: flat up to EXACT_MAX vectors, hnsw above
+INDEX_TYPE: IndexType = "auto"
 
 
-def make_faiss(vectors: np.ndarray, index_type: str = "auto") -> tuple[faiss.Index, str]:
+def make_faiss(vectors: np.ndarray, index_type: str = INDEX_TYPE) -> tuple[faiss.Index, str]:
     """Exact inner product up to ``EXACT_MAX`` vectors (``auto``), an HNSW graph above."""
     import faiss
 

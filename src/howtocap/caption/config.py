@@ -25,7 +25,7 @@ from howtocap.caption.vlm import VLMOptions
 from howtocap.llm import LLMOptions
 from howtocap.llm.base import GenerationConfig
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
-from howtocap.subtitles.policy import AsrMode
+from howtocap.subtitles.policy import ASR_MODE, AsrMode
 
 LLM_FLAGS: dict[str, Any] = {
     "name": {"flag": "--llm", "help": f"embedded (= {EMBEDDED_DEFAULT}), "
@@ -129,7 +129,7 @@ class CaptionRunConfig(BaseModel):
         description="Caption only these videos: a text file, one video id a line (# comments).")
     limit: int | None = Field(None, ge=1, description="Caption only the first N videos (of "
                                                       "--subtitles, or of INPUTS).")
-    asr: AsrMode = Field("auto", description=(
+    asr: AsrMode = Field(ASR_MODE, description=(
         "auto: Whisper only for videos without subtitles; always: Whisper on every video "
         "file, ignoring all subtitles; never: no Whisper (no subtitles = error)."))
     asr_model: str = Field("default", description="default (bundled tiny.en), base, a "

@@ -5,6 +5,7 @@ options several commands take, ``--config`` YAML files (a stage command's runner
 from __future__ import annotations
 
 import functools
+import inspect
 import shutil
 import warnings
 from collections.abc import Callable
@@ -124,6 +125,13 @@ def load_yaml_config(ctx: click.Context, path: Path | None, values: dict[str, An
         if getattr(source, "name", None) != "COMMANDLINE":
             merged[name] = val
     return merged
+
+
+def defaults(*fns: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword defaults of the library functions a command calls: its options take them
+    from there, so each default is written once."""
+    return {name: p.default for fn in reversed(fns)
+            for name, p in inspect.signature(fn).parameters.items()}
 
 
 M = TypeVar("M")

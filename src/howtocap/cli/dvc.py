@@ -8,8 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from howtocap.cli.common import out, user_errors
-from howtocap.dvc.evaluate import DEFAULT_TIOUS, MAX_PROPOSALS
+from howtocap.cli.common import defaults, out, user_errors
+from howtocap.dvc.evaluate import DEFAULT_TIOUS, evaluate
+
+D = defaults(evaluate)
 
 
 @user_errors
@@ -26,16 +28,15 @@ def dvc_eval_cmd(
         "--tiou", help="tIoU threshold (repeatable) \\[default: "
                        f"{' '.join(map(str, DEFAULT_TIOUS))}].")] = None,
     meteor: Annotated[bool, typer.Option(help="Compute METEOR (needs Java, slow to start).")]
-    = True,
+    = D["meteor"],
     max_proposals: Annotated[int, typer.Option(min=1, help="Predictions kept per video (the "
                                                "first N), as the reference evaluation.")]
-    = MAX_PROPOSALS,
+    = D["max_proposals"],
 ) -> None:
     """Dense video captioning scores (ActivityNet protocol): BLEU-4, METEOR, CIDEr, ROUGE-L on
     segments matched at each tIoU, plus segment recall/precision, averaged over thresholds."""
     from howtocap.atomic import atomic_write_text
     from howtocap.dvc.data import load_ground_truth, load_predictions
-    from howtocap.dvc.evaluate import evaluate
 
     result = evaluate(load_predictions(pred), load_ground_truth(gt),
                       tuple(tiou) if tiou else DEFAULT_TIOUS, split=split, meteor=meteor,

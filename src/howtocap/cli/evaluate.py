@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from howtocap import evaluate as ev
 from howtocap.cli.common import DeviceOpt, user_errors
 from howtocap.errors import HowtocapError
 
@@ -34,14 +35,15 @@ def eval_cmd(
                                               "openclip:<arch>/<pretrained> | checkpoint")
                        ] = "default",
     frames: Annotated[int, typer.Option(min=1, help="Frames sampled uniformly per clip; "
-                                                    "the clip embedding is their mean.")] = 12,
+                                                    "the clip embedding is their mean.")
+                      ] = ev.N_FRAMES,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the metrics JSON here.")
                    ] = None,
     ties: Annotated[Literal["pessimistic", "optimistic", "mean"], typer.Option(
-        help="How equal scores rank the correct item.")] = "pessimistic",
+        help="How equal scores rank the correct item.")] = ev.TIES,
     limit: Annotated[int | None, typer.Option(help="Only the first N clips (a quick look).")
                      ] = None,
-    subset: Annotated[str, typer.Option(help="YouCook2 subset.")] = "validation",
+    subset: Annotated[str, typer.Option(help="YouCook2 subset.")] = ev.YOUCOOK2_SUBSET,
     cache_dir: Annotated[Path | None, typer.Option(
         help="Cache clip embeddings here (crosstask: per-second frame embeddings, default "
              "the user cache, so a re-run does not decode again).")] = None,
@@ -49,10 +51,10 @@ def eval_cmd(
     inference: Annotated[Literal["dp", "independent"], typer.Option(
         help="crosstask: dp (each step at one second, in canonical order; the paper's) or "
              "independent (each step's best second alone, for comparison).")
-                         ] = "dp",
+                         ] = ev.CROSSTASK_INFERENCE,
     split: Annotated[Literal["val", "train", "all"], typer.Option(
         help="crosstask: val (videos_val.csv, the test set), train (videos.csv) or all.")
-                     ] = "val",
+                     ] = ev.CROSSTASK_SPLIT,
     features: Annotated[Path | None, typer.Option(
         help="crosstask: folder of <video_id>.npy features at 1 fps (seconds x encoder dim) "
              "used instead of decoding --videos.")] = None,

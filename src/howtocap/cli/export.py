@@ -12,6 +12,7 @@ from howtocap.cli.common import QuietOpt, WhereOpt, err, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.clips.config import ClipsConfig
 from howtocap.errors import HowtocapError
+from howtocap.io import CONTENT, FRAMES_PER_CLIP, IMAGE_SIZE, WHAT, ExportWhat
 
 
 class ExportFmt(str, Enum):
@@ -21,22 +22,15 @@ class ExportFmt(str, Enum):
     clips = "clips"
 
 
-class ExportWhatOpt(str, Enum):
-    auto = "auto"
-    captions = "captions"
-    aligned = "aligned"
-    framecaps = "framecaps"
-
-
 @user_errors
 @settings_options(clips=ClipsConfig)
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     *,
     format: Annotated[ExportFmt, typer.Option("--format", "-f")] = ExportFmt.howtocaption,
-    what: Annotated[ExportWhatOpt, typer.Option(
+    what: Annotated[ExportWhat, typer.Option(
         help="auto: kept aligned pairs if aligned, else captions (webdataset: else frame "
-             "captions, as `train` does).")] = ExportWhatOpt.auto,
+             "captions, as `train` does).")] = WHAT,
     out_file: Annotated[Path | None, typer.Option(
         "--out", "-o", help="File, or for webdataset and clips a folder [default: "
                             "DIR/webdataset, DIR/clips].")]
@@ -45,11 +39,11 @@ def export_cmd(
                                                    "HowToCaption's unfiltered release.")] = False,
     content: Annotated[str, typer.Option(
         help="webdataset: frames (JPEGs, for the dual encoder) or embeddings (per-second "
-             "frame embeddings of --encoder from the run's cache, for mee).")] = "frames",
+             "frame embeddings of --encoder from the run's cache, for mee).")] = CONTENT,
     frames_per_clip: Annotated[int, typer.Option(help="webdataset: frames stored per clip "
-                                                      "(segment centres).")] = 4,
+                                                      "(segment centres).")] = FRAMES_PER_CLIP,
     image_size: Annotated[int, typer.Option(help="webdataset: frame size (shorter side, "
-                                                 "centre crop).")] = 224,
+                                                 "centre crop).")] = IMAGE_SIZE,
     clips: ClipsConfig,
     encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
                                               "whose cached frame embeddings are stored.")]
@@ -72,7 +66,7 @@ def export_cmd(
         if unfiltered:
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
         clips.check()
-        res = export_clips(run_dir, out_file, what=what.value, config=clips,
+        res = export_clips(run_dir, out_file, what=what, config=clips,
                            progress=not quiet, drop_duplicates=drop_duplicates, where=where)
         err.print(f"wrote {res.n_clips} clips ({res.n_captions} {res.kind} captions) in "
                   f"{len(res.shards)} shard(s) to {res.out}"
@@ -86,7 +80,7 @@ def export_cmd(
 
         if unfiltered:
             raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
-        res = export_webdataset(run_dir, out_file, what=what.value, content=content,
+        res = export_webdataset(run_dir, out_file, what=what, content=content,
                                 frames_per_clip=frames_per_clip, image_size=image_size,
                                 shard_size=clips.shard_size, progress=not quiet,
                                 embed=ClipRows(encoder, device=device)
@@ -99,7 +93,7 @@ def export_cmd(
         return
     from howtocap.io.export import export_run
 
-    path, n = export_run(run_dir, fmt=format.value, what=what.value, out=out_file,
+    path, n = export_run(run_dir, fmt=format.value, what=what, out=out_file,
                          unfiltered=unfiltered, drop_duplicates=drop_duplicates, where=where)
     err.print(f"wrote {n} captions to {path}")
 

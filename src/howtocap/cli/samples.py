@@ -7,28 +7,34 @@ from typing import Annotated
 
 import typer
 
-from howtocap.cli.common import user_errors
-from howtocap.samples import ground_truth, make_demo_video, make_fixture_set
+from howtocap.cli.common import defaults, user_errors
+from howtocap.samples import ground_truth, make_demo_video, make_fixture_set, make_narrated_video
+
+D = defaults(make_fixture_set, make_narrated_video)
 
 
 @user_errors
 def samples_cmd(
     out_dir: Annotated[Path, typer.Argument(help="Folder for the videos (created).")],
-    n_videos: Annotated[int, typer.Option("--n-videos", "-n", help="How many videos.")] = 6,
-    seed: Annotated[int, typer.Option(help="Which photos/orders are drawn.")] = 0,
-    seconds_per_step: Annotated[float, typer.Option(help="Length of each step (s).")] = 6.0,
+    n_videos: Annotated[int, typer.Option("--n-videos", "-n", help="How many videos.")
+                        ] = D["n_videos"],
+    seed: Annotated[int, typer.Option(help="Which photos/orders are drawn.")] = D["seed"],
+    seconds_per_step: Annotated[float, typer.Option(help="Length of each step (s).")
+                                ] = D["seconds_per_step"],
     subtitles: Annotated[str, typer.Option(help="Sidecar subtitles: vtt, srt or none.")]
-    = "vtt",
-    audio: Annotated[bool, typer.Option(help="Speak the narration (espeak-ng).")] = True,
+    = D["subtitles"],
+    audio: Annotated[bool, typer.Option(help="Speak the narration (espeak-ng).")] = D["audio"],
     narration_lead: Annotated[float, typer.Option(
-        help="Shift speech vs. its step (s); negative = speech comes first.")] = 0.0,
+        help="Shift speech vs. its step (s); negative = speech comes first.")
+    ] = D["narration_lead"],
     demo: Annotated[bool, typer.Option(help="Write only the 30-s demo video.")] = False,
     chatter: Annotated[int, typer.Option(
         min=0, help="Channel-chatter segments per video (a presenter talks about the channel; "
-                    "kind=chatter in ground_truth.csv).")] = 0,
+                    "kind=chatter in ground_truth.csv).")] = D["chatter"],
     fillers: Annotated[int, typer.Option(
         min=0, help="Filler segments per video (spoken filler or meta-talk over a step, e.g. "
-                    "'so yeah, let's see'; kind=filler in ground_truth.csv).")] = 0,
+                    "'so yeah, let's see'; kind=filler in ground_truth.csv).")
+    ] = D["fillers"],
     tdr: Annotated[bool, typer.Option(
         "--tdr", help="Write a `howtocap tdr` dataset instead: N videos per goal (3 goals), "
                       "annotations.json (YouCook2 form), scripts.json.")] = False,

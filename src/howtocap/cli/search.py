@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import DeviceOpt, err, user_errors
-from howtocap.knn import IndexType
+from howtocap.knn import INDEX_TYPE, IndexType
 from howtocap.search import BY, By, K
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
 
@@ -27,7 +27,7 @@ def index_cmd(
     rebuild: Annotated[bool, typer.Option(help="Drop the old index (needed to change "
                                                "encoder).")] = False,
     index_type: Annotated[IndexType, typer.Option(
-        help="auto: exact up to 50k clips, HNSW above.")] = "auto",
+        help="auto: exact up to 50k clips, HNSW above.")] = INDEX_TYPE,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Index the kept clips (caption text + clip video embeddings) for `search` and `serve`."""

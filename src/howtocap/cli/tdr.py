@@ -10,7 +10,8 @@ import typer
 
 from howtocap.cli.common import DeviceOpt, err, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.tdr.config import EVERY, TdrConfig
+from howtocap.subtitles.policy import ASR_MODE
+from howtocap.tdr.config import EVERY, SPLIT, TdrConfig
 
 AnnOpt = Annotated[Path, typer.Option(
     "--annotations", help="YouCook2-format annotations JSON ({\"database\": {vid: ...}}).")]
@@ -43,7 +44,7 @@ def train_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder.")],
     *,
     cfg: TdrConfig,
-    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    subtitles: SubsOpt = None, asr: AsrOpt = ASR_MODE, work: WorkOpt = None,
     device: DeviceOpt = None,
 ) -> None:
     """Train on the training split; writes OUT/tdr.pt and OUT/train_log.csv."""
@@ -70,11 +71,11 @@ def eval_cmd(
         help="Instead of a checkpoint: bm25 (transcript), text, image or joint (frozen "
              "encoder cosine).")] = None,
     split: Annotated[str, typer.Option(help="training, validation or testing.")
-                     ] = "validation",
+                     ] = SPLIT,
     encoder: Annotated[str, typer.Option(help="Baselines: the frozen encoder.")
                        ] = "default",
     every: Annotated[float, typer.Option(help="Baselines: seconds between frames.")] = EVERY,
-    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    subtitles: SubsOpt = None, asr: AsrOpt = ASR_MODE, work: WorkOpt = None,
     device: DeviceOpt = None,
 ) -> None:
     """R@1/3/5 among the video's gold captions, NDCG@1/3/5 over the goal's script sentences
@@ -100,7 +101,7 @@ def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Features folder.")],
     split: Annotated[str | None, typer.Option(help="Only this split [default: all].")
                      ] = None,
-    subtitles: SubsOpt = None, asr: AsrOpt = "auto", work: WorkOpt = None,
+    subtitles: SubsOpt = None, asr: AsrOpt = ASR_MODE, work: WorkOpt = None,
     device: DeviceOpt = None,
 ) -> None:
     """OUT/<vid>.npy, frames × (d_g + d_r): frame ⊕ retrieved sentence, for PDVC-style DVC

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from howtocap.errors import HowtocapError
+from howtocap.io import JPEG_QUALITY, SHARD_SIZE
 
 Cut = Literal["fast", "exact"]
 
@@ -23,14 +24,14 @@ class ClipsConfig(BaseModel):
         "list starts playback at the window); exact = re-encoded to the window."))
     max_side: int | None = Field(None, ge=16, description=(
         "clips (--cut exact): scale the longer side down to this many pixels."))
-    shard_size: int = Field(1000, ge=1, description="webdataset, clips: clips per shard.")
+    shard_size: int = Field(SHARD_SIZE, ge=1, description="webdataset, clips: clips per shard.")
     workers: int = Field(2, ge=1, description="clips: videos cut at a time.")
     cross_shots: bool = Field(False, description=(
         "clips: keep windows that cross a cut of DIR/shots/ (default: a window is cut back to "
         "the shot that holds its middle)."))
     crf: int = Field(23, ge=0, le=51)  # exact: x264 quality (lower = better, larger)
     preset: str = "veryfast"  # exact: x264 speed preset
-    jpeg_quality: int = Field(90, ge=1, le=100)
+    jpeg_quality: int = Field(JPEG_QUALITY, ge=1, le=100)
 
     def check(self) -> None:
         """Combinations no single field can refuse; one line, before any file is written."""

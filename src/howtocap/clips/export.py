@@ -37,7 +37,8 @@ from howtocap.clips.cut import ClipFiles, ClipJob, cut_video
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
-from howtocap.io.export import ExportWhat, pairs_for_export
+from howtocap.io import WHAT, ExportWhat
+from howtocap.io.export import pairs_for_export
 from howtocap.io.webdataset import shard_folder
 from howtocap.progress import console, progress_bar
 from howtocap.shots.bounds import clamp_to_shot, shots_by_video
@@ -263,7 +264,7 @@ def _write_tar(tmp: str, items: Iterator[tuple[_Task, Future[Any]]], name: str,
 
 
 def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
-                 rows: pd.DataFrame | None = None, what: ExportWhat = "auto",
+                 rows: pd.DataFrame | None = None, what: ExportWhat = WHAT,
                  config: ClipsConfig | None = None, progress: bool = True,
                  drop_duplicates: bool = False, where: str | None = None) -> ClipsExport:
     """Write the clips of ``rows`` (default: what every export format takes,

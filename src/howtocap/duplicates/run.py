@@ -36,7 +36,7 @@ from howtocap.encoders.defaults import FPS
 from howtocap.engine.fingerprint import config_id
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
-from howtocap.knn import make_faiss
+from howtocap.knn import INDEX_TYPE, make_faiss
 from howtocap.progress import console, progress_bar
 from howtocap.schemas import conform
 
@@ -60,7 +60,7 @@ class DuplicatesResult:
 
 
 def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
-                    index_type: str = "auto") -> dict[tuple[int, int], int]:
+                    index_type: str = INDEX_TYPE) -> dict[tuple[int, int], int]:
     """``(i, j) -> hits`` (i < j): keyframes of video i among the k nearest of a keyframe of
     video j (or back), at cosine >= ``cfg.threshold``; a video's own keyframes are skipped."""
     owner = np.concatenate([np.full(len(k), i, dtype=np.int64) for i, k in enumerate(keys)]) \
@@ -111,7 +111,7 @@ def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
 def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                     load: Callable[[int], np.ndarray], durations: Sequence[float],
                     pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = FPS,
-                    progress: bool = False, index_type: str = "auto",
+                    progress: bool = False, index_type: str = INDEX_TYPE,
                     cands: dict[tuple[int, int], int] | None = None
                     ) -> tuple[pd.DataFrame, int]:
     """The duplicates table (without ``config_id``) of videos ``ids``: ``keys[i]`` their

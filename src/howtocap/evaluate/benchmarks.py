@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.evaluate import YOUCOOK2_SUBSET
 from howtocap.io.inputs import VIDEO_EXTS, listed_path
 
 KINDS = ("msrvtt", "youcook2", "msvd", "lsmdc", "csv")
@@ -97,7 +98,7 @@ def read_msrvtt(annotation_path: Path, video_root: Path | None) -> list[EvalSamp
 
 
 def read_youcook2(annotation_path: Path, video_root: Path | None, *,
-                  subset: str = "validation") -> list[EvalSample]:
+                  subset: str = YOUCOOK2_SUBSET) -> list[EvalSample]:
     """YouCook2 clips: ``youcookii_annotations_trainval.json``, one clip per annotated segment.
 
     The standard text-to-video test uses the ``validation`` subset (~3.3k clips); each clip

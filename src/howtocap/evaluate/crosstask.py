@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from howtocap.errors import HowtocapError, InputError
+from howtocap.evaluate import CROSSTASK_INFERENCE, CROSSTASK_SPLIT
 from howtocap.evaluate.benchmarks import read_text
 
 INFERENCE = ("dp", "independent")
@@ -141,7 +142,7 @@ def gt_matrix(segments: np.ndarray, n_seconds: int, n_steps: int) -> np.ndarray:
     return y
 
 
-def read_release(root: Path | str, split: str = "val") -> CrossTaskRelease:
+def read_release(root: Path | str, split: str = CROSSTASK_SPLIT) -> CrossTaskRelease:
     """Tasks and videos of ``split`` (``val``: ``videos_val.csv``, the test set; ``train``;
     ``all``) of a CrossTask release folder, keeping only videos of primary tasks."""
     root = Path(root)
@@ -269,7 +270,7 @@ class _Skip:
 
 def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None,
                        encoder_name: Any = "default", *, features: Path | str | None = None,
-                       inference: str = "dp", split: str = "val",
+                       inference: str = CROSSTASK_INFERENCE, split: str = CROSSTASK_SPLIT,
                        cache_dir: Path | str | None = None, device: str | None = None,
                        out: Path | str | None = None, progress: bool = True,
                        show: bool = True) -> dict[str, Any]:

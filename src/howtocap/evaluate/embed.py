@@ -22,6 +22,7 @@ import numpy as np
 from howtocap.atomic import atomic_write_bytes
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
+from howtocap.evaluate import N_FRAMES
 from howtocap.evaluate.benchmarks import EvalSample
 from howtocap.hashing import hash_text
 from howtocap.io.video import probe, sample_frames, segment_times
@@ -59,7 +60,7 @@ def _cache_file(cache_dir: Path, sample: EvalSample, encoder: Encoder, n_frames:
     return cache_dir / "eval" / f"{hash_text(key):016x}.npy"
 
 
-def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frames: int = 12,
+def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frames: int = N_FRAMES,
                      cache_dir: Path | None = None, progress: bool = True,
                      decode_workers: int = 2, prefetch: int = 8) -> ClipEmbeddings:
     """One L2-normalised float32 embedding per sample (clips shared by samples are encoded once).

@@ -22,6 +22,7 @@ from rich.table import Table
 from howtocap.atomic import atomic_write_text
 from howtocap.encoders.base import Encoder
 from howtocap.errors import HowtocapError
+from howtocap.evaluate import N_FRAMES, TIES
 from howtocap.evaluate.benchmarks import EvalSample, read_benchmark
 from howtocap.evaluate.embed import video_embeddings
 from howtocap.metrics import RECALL_AT, multi_caption_metrics
@@ -59,7 +60,7 @@ def _limit(samples: list[EvalSample], limit: int | None) -> list[EvalSample]:
 
 
 def score(text_emb: np.ndarray, clip_emb: np.ndarray, caption_item: np.ndarray, *,
-          ties: str = "pessimistic", device: torch.device | str | None = None
+          ties: str = TIES, device: torch.device | str | None = None
           ) -> dict[str, dict]:
     """t2v and v2t metrics from L2-normalised caption and clip embeddings (cosine similarity).
 
@@ -95,9 +96,9 @@ def print_table(result: dict[str, Any], out: Console | None = None) -> None:
 
 
 def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | None,
-             encoder_name: str | Encoder = "default", *, n_frames: int = 12,
+             encoder_name: str | Encoder = "default", *, n_frames: int = N_FRAMES,
              out: Path | str | None = None, device: str | None = None,
-             limit: int | None = None, ties: str = "pessimistic",
+             limit: int | None = None, ties: str = TIES,
              cache_dir: Path | str | None = None, progress: bool = True,
              show: bool = True, **reader_kw: Any) -> dict[str, Any]:
     """Evaluate retrieval on benchmark ``kind``; returns (and optionally writes) the result.

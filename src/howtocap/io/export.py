@@ -13,11 +13,11 @@ import pandas as pd
 from howtocap.atomic import atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError
+from howtocap.io import WHAT, ExportWhat
 from howtocap.io.where import where_rows, with_signals
 from howtocap.schemas import kept_captions
 
 ExportFormat = Literal["howtocaption", "csv", "webdataset"]
-ExportWhat = Literal["auto", "captions", "aligned", "framecaps"]
 # ``auto`` takes the first table a run has; training data prefers frame captions to unaligned
 # LLM captions, as ``howtocap train DIR`` does.
 AUTO_ORDER = ("aligned", "captions", "framecaps")
@@ -46,7 +46,7 @@ def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
     return rows[~drop.to_numpy()].reset_index(drop=True)
 
 
-def pairs_for_export(rundir: RunDir, what: ExportWhat = "auto", *, kept_only: bool = True,
+def pairs_for_export(rundir: RunDir, what: ExportWhat = WHAT, *, kept_only: bool = True,
                      order: tuple[str, ...] = AUTO_ORDER, drop_duplicates: bool = False,
                      where: str | None = None, carry_signals: bool = False
                      ) -> tuple[pd.DataFrame, str]:
@@ -121,7 +121,7 @@ def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str,
 
 
 def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
-               what: ExportWhat = "auto", out: str | Path | None = None,
+               what: ExportWhat = WHAT, out: str | Path | None = None,
                unfiltered: bool = False, drop_duplicates: bool = False,
                where: str | None = None) -> tuple[Path, int]:
     """Write the export file; returns its path and the number of captions in it."""

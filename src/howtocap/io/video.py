@@ -22,6 +22,7 @@ import av
 import numpy as np
 
 from howtocap.errors import HowtocapError, InputError, short_reason
+from howtocap.io import JPEG_QUALITY
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -322,7 +323,7 @@ def expected_frames(duration: float, fps: float = 1.0) -> int:
     return max(0, math.ceil(duration * fps - 0.5 - 1e-6))
 
 
-def encode_jpeg(img: np.ndarray, quality: int = 90) -> bytes:
+def encode_jpeg(img: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
     from PIL import Image
 
     buf = io.BytesIO()

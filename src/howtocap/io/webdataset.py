@@ -32,7 +32,16 @@ from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
-from howtocap.io.export import TRAIN_ORDER, ExportWhat, pairs_for_export
+from howtocap.io import (
+    CONTENT,
+    FRAMES_PER_CLIP,
+    IMAGE_SIZE,
+    JPEG_QUALITY,
+    SHARD_SIZE,
+    WHAT,
+    ExportWhat,
+)
+from howtocap.io.export import TRAIN_ORDER, pairs_for_export
 from howtocap.io.pairs import Clip, build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
@@ -178,9 +187,10 @@ def _prepare_out(out: Path) -> None:
 
 
 def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
-                      what: ExportWhat = "auto", content: str = "frames",
-                      frames_per_clip: int = 4, image_size: int = 224, shard_size: int = 1000,
-                      embed: ClipEmbedder | None = None, jpeg_quality: int = 90,
+                      what: ExportWhat = WHAT, content: str = CONTENT,
+                      frames_per_clip: int = FRAMES_PER_CLIP, image_size: int = IMAGE_SIZE,
+                      shard_size: int = SHARD_SIZE, embed: ClipEmbedder | None = None,
+                      jpeg_quality: int = JPEG_QUALITY,
                       progress: bool = True, drop_duplicates: bool = False,
                       where: str | None = None) -> WebDatasetExport:
     """Write one sample per clip (pairs grouped by ``(video, start, end)``, as training groups

@@ -27,13 +27,14 @@ from howtocap.atomic import atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy, model_label
-from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS
+from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS, DEFAULT_WORKERS
 
 NGRAM_ORDERS = (1, 2, 3)
 TOP_VERBS = 5  # "diverse" verbs are the ones outside this many most frequent lemmas
 TABLES = ("videos", "subtitles", "captions", "aligned", "status", "signals")
 SIGNALS = ("motion", "text_area", "face_area", "brightness", "sharpness", "aesthetic")
 THUMBS = 3  # clips shown at each end of a signal's range
+BATCH_SIZE = 512  # texts per spaCy batch
 
 
 # -- small pure helpers ---------------------------------------------------------------------
@@ -105,7 +106,7 @@ def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None
 
 # -- one corpus -------------------------------------------------------------------------------
 def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
-                 batch_size: int = 512, workers: int = 1,
+                 batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
                  cache: dict[str, tuple[list[str], list[str]]] | None = None,
                  progress: Any = None, label: str = "") -> dict[str, Any]:
     """All text statistics of one table with ``video_id`` and ``text`` columns, on the texts of
@@ -319,8 +320,8 @@ def _status(rd: RunDir) -> pd.DataFrame | None:
 
 # -- the whole report ---------------------------------------------------------------------------
 def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
-                  seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = 512,
-                  workers: int = 1, progress: bool = False) -> dict[str, Any]:
+                  seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = BATCH_SIZE,
+                  workers: int = DEFAULT_WORKERS, progress: bool = False) -> dict[str, Any]:
     """All statistics of a run directory as a JSON-ready dict (pure over its tables).
 
     Text statistics use the texts of at most ``videos`` videos (0: all), the same videos for
@@ -428,7 +429,7 @@ def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
 
 def stats_run(run_dir: str | Path, *, videos: int = DEFAULT_VIDEOS,
               seed: int = DEFAULT_SEED, spacy_model: str | None = None,
-              batch_size: int = 512, workers: int = 1,
+              batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
               progress: bool = True) -> dict[str, Any]:
     """The ``howtocap stats DIR`` command: writes ``DIR/stats.json`` and ``DIR/report.html``."""
     root = Path(run_dir)

@@ -30,7 +30,7 @@ from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_wri
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
-from howtocap.knn import make_faiss
+from howtocap.knn import INDEX_TYPE, make_faiss
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def write_faiss(index: faiss.Index, path: Path) -> None:
 
 
 def write_index_files(out: Path, clips: pd.DataFrame, text: np.ndarray, video: np.ndarray,
-                      meta: dict[str, Any], index_type: str = "auto") -> str:
+                      meta: dict[str, Any], index_type: str = INDEX_TYPE) -> str:
     """Write the two FAISS indexes, ``clips.parquet`` and ``meta.json`` (meta last: it commits)."""
     out.mkdir(parents=True, exist_ok=True)
     t_index, kind = make_faiss(text, index_type)
@@ -201,7 +201,7 @@ def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[st
 # -- the stage --------------------------------------------------------------------------------
 def build_index(run_dir: str | Path, encoder_name: str = "default", *,
                 encoder: Encoder | None = None, device: str | None = None,
-                rebuild: bool = False, index_type: str = "auto", fps: float = 1.0,
+                rebuild: bool = False, index_type: str = INDEX_TYPE, fps: float = 1.0,
                 progress: bool = True) -> IndexInfo:
     """Index the kept clips of a run; re-embeds only videos whose clips or file changed.
 

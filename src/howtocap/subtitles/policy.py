@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the CLI reads ASR_MODES at start-up; pandas loads when a st
 
 AsrMode = Literal["auto", "always", "never"]
 ASR_MODES: tuple[str, ...] = ("auto", "always", "never")
+ASR_MODE: AsrMode = "auto"  # every command's and function's default
 
 
 class LazyASR:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
-from howtocap.subtitles.policy import AsrMode, LazyASR
+from howtocap.subtitles.policy import ASR_MODE, AsrMode, LazyASR
 
 
 class SubtitlesStage(BaseStage):
@@ -16,7 +16,7 @@ class SubtitlesStage(BaseStage):
     writes = ("subtitles",)
     resources = Resources(kind="asr", models=True)
 
-    def __init__(self, asr_mode: AsrMode = "auto", asr_model: str = "default", *,
+    def __init__(self, asr_mode: AsrMode = ASR_MODE, asr_model: str = "default", *,
                  source: Any | None = None) -> None:
         """``source``: the ``--subtitles`` collection (a ``SubtitleSource``: it travels to
         workers as its settings and reopens its converted file there)."""

@@ -20,7 +20,8 @@ import torch
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
-from howtocap.tdr.config import EVERY, TdrConfig
+from howtocap.subtitles.policy import ASR_MODE
+from howtocap.tdr.config import EVERY, SPLIT, TdrConfig
 from howtocap.tdr.data import (
     SPLITS,
     VideoAnn,
@@ -145,7 +146,7 @@ class TrainResult:
 
 
 def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out: str | Path,
-          cfg: TdrConfig | None = None, *, subtitles: str | None = None, asr: str = "auto",
+          cfg: TdrConfig | None = None, *, subtitles: str | None = None, asr: str = ASR_MODE,
           work: str | Path | None = None, device: str | None = None, progress: bool = True,
           encoder_model: Any | None = None,
           on_epoch: Callable[[int, float], None] | None = None) -> TrainResult:
@@ -323,7 +324,7 @@ def _work_root(work: str | Path | None, checkpoint: str | Path | None) -> Path:
 
 def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *,
              checkpoint: str | Path | None = None, baseline: str | None = None,
-             split: str = "validation", subtitles: str | None = None, asr: str = "auto",
+             split: str = SPLIT, subtitles: str | None = None, asr: str = ASR_MODE,
              work: str | Path | None = None, encoder: str | None = None,
              every: float | None = None, device: str | None = None, progress: bool = True,
              encoder_model: Any | None = None) -> dict[str, Any]:
@@ -374,7 +375,7 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
 
 def export(annotations: str | Path, scripts: str | Path, videos: str | Path, out: str | Path, *,
            checkpoint: str | Path, split: str | None = None, subtitles: str | None = None,
-           asr: str = "auto", work: str | Path | None = None, device: str | None = None,
+           asr: str = ASR_MODE, work: str | Path | None = None, device: str | None = None,
            progress: bool = True, encoder_model: Any | None = None) -> dict[str, Any]:
     """``OUT/<vid>.npy`` ``[frames, d_g + d_r]`` (frame representation ⊕ the embedding of its
     top retrieved script sentence, the paper's [g; d]) and ``OUT/retrieved.parquet``."""

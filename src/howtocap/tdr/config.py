@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from howtocap.errors import HowtocapError
 
 EVERY = 4.5  # seconds between sampled frames: the paper's rate
+SPLIT = "validation"  # what `tdr eval` scores
 
 
 class TdrConfig(BaseModel):

@@ -15,6 +15,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
+from howtocap.subtitles.policy import ASR_MODE
 from howtocap.tdr.config import EVERY
 from howtocap.tdr.stage import TDR_TABLE, TdrFramesStage
 
@@ -39,7 +40,7 @@ def work_dir(root: str | Path, encoder: str, every: float, window: float | None)
 def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: str = "default",
                      every: float = EVERY, window: float | None = None,
                      subtitles: str | None = None,
-                     asr: str = "auto", asr_model: str = "default", device: str | None = None,
+                     asr: str = ASR_MODE, asr_model: str = "default", device: str | None = None,
                      model: Any | None = None, runner: Runner | None = None,
                      progress: bool = True) -> tuple[StageSummary, dict[str, FrameFeatures]]:
     """Features for every item (done videos are read back, not recomputed); failed videos are

@@ -14,7 +14,7 @@ import pandas as pd
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
-from howtocap.subtitles.policy import AsrMode, LazyASR
+from howtocap.subtitles.policy import ASR_MODE, AsrMode, LazyASR
 from howtocap.tdr.config import EVERY
 
 TDR_TABLE = "tdr_frames"  # video_id, time, transcript, image (list), text (list)
@@ -41,7 +41,7 @@ class TdrFramesStage(BaseStage):
     resources = Resources(kind="encoder", models=True)
 
     def __init__(self, encoder: str = "default", *, every: float = EVERY,
-                 window: float | None = None, asr_mode: AsrMode = "auto",
+                 window: float | None = None, asr_mode: AsrMode = ASR_MODE,
                  asr_model: str = "default", source: Any | None = None,
                  device: str | None = None, model: Any | None = None) -> None:
         """``window``: seconds of transcript around each frame (default: ``every``, the
