@@ -9,7 +9,6 @@ Both become ``{vid: [(start, end, sentence), ...]}`` so the protocol never sees 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.errors import InputError
+from howtocap.io.inputs import read_json
 
 Segment = tuple[float, float, str]
 
@@ -119,20 +119,6 @@ def parse_ground_truth(data: Any) -> GroundTruth:
                             for i, (ts, sent) in enumerate(zip(entry["timestamps"],
                                                                entry["sentences"], strict=True))]
     return GroundTruth(videos, "activitynet")
-
-
-def read_json(path: str | Path) -> Any:
-    """A JSON file, or an ``InputError`` naming it."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(p, "no such file")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(p, "not UTF-8 text (expected JSON)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(p, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
-                            f"{exc.colno})") from None
 
 
 def _load_checked(path: str | Path, parse: Callable[[Any], object]) -> dict[str, Any]:

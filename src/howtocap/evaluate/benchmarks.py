@@ -20,6 +20,7 @@ from pathlib import Path
 
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import YOUCOOK2_SUBSET
+from howtocap.io import inputs
 from howtocap.io.inputs import VIDEO_EXTS, listed_path
 
 KINDS = ("msrvtt", "youcook2", "msvd", "lsmdc", "csv")
@@ -59,10 +60,7 @@ def read_text(path: Path) -> str:
     """A release file's text (BOM tolerated) or one line naming the file."""
     if not path.is_file():
         raise InputError(path, "annotation file does not exist")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"is not UTF-8 text ({exc.reason})") from None
+    return inputs.read_text(path)
 
 
 def _csv_rows(path: Path, required: tuple[str, ...], delimiter: str = ",") -> list[dict]:

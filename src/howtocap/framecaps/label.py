@@ -130,13 +130,12 @@ def framecaps_video(item: VideoItem, captioners: Sequence[Captioner], scorer: En
     """One video: sample M frames, caption them with each captioner, keep the best K each."""
     from howtocap.io.video import probe, sample_frames, segment_times
 
-    if item.video_path is None:
-        raise InputError(item.video_id, "no video file")
-    info = probe(item.video_path)
+    path = item.video_file()
+    info = probe(path)
     times = segment_times(0.0, info.duration, cfg.frames)  # segment centres
-    frames = sample_frames(item.video_path, times, size=max(scorer.image_size, 224))
+    frames = sample_frames(path, times, size=max(scorer.image_size, 224))
     if len(frames) == 0:
-        raise InputError(item.video_path, "no frame could be decoded")
+        raise InputError(path, "no frame could be decoded")
     frame_emb = scorer.encode_images(frames)
     captions = {c.name: c.caption(frames) for c in captioners}
     text_emb = {n: scorer.encode_texts(t) for n, t in captions.items()}

@@ -10,7 +10,6 @@ from typing import Any
 
 from howtocap.encoders.defaults import FPS, FRAME_BATCH
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
-from howtocap.errors import InputError
 
 
 class FramesStage(BaseStage):
@@ -43,10 +42,7 @@ class FramesStage(BaseStage):
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.encoders.cache import frame_embeddings_multi
 
-        path = video.item.video_path
-        if path is None:
-            raise InputError(video.video_id, "no video file")
-        res = frame_embeddings_multi(Path(path), self._models or [], fps=self.fps,
+        res = frame_embeddings_multi(video.item.video_file(), self._models or [], fps=self.fps,
                                      cache_dir=self.cache_dir, batch_size=self.batch_size)
         warn = ["video decoded only partly; kept the good part"] if res[0].partial else []
         return StageOutput({}, warn, metrics={"frames": float(len(res[0].emb))})

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from howtocap.errors import HowtocapError, InputError
@@ -26,6 +28,12 @@ class VideoItem:
     subtitle_path: Path | None = None
     video_url: str = ""
     subtitle_url: str = ""
+
+    def video_file(self) -> Path:
+        """The video file a step decodes, or one line saying there is none."""
+        if self.video_path is None or not str(self.video_path):
+            raise InputError(self.video_id, "no video file")
+        return Path(self.video_path)
 
     @property
     def remote(self) -> bool:
@@ -161,20 +169,34 @@ def read_id_list(path: str | Path) -> list[str]:
     """Video ids from a text file, one a line; blank lines and ``#`` comments are ignored and a
     repeated id counts once (``--ids``)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder; --ids takes a text file with one video id a line") \
-            from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+    text = read_text(path, "--ids takes a text file with one video id a line")
     ids = [v for line in text.splitlines() if (v := _COMMENT.sub("", line).strip())]
     if not ids:
         raise InputError(path, "no video ids (one a line; blank lines and # comments are "
                                "ignored)")
     return list(dict.fromkeys(ids))
+
+
+def read_text(path: str | Path, folder: str = "expected a text file") -> str:
+    """A UTF-8 file's text (a BOM tolerated), or one ``InputError`` line naming it (``folder``:
+    what to say when it is a folder)."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, f"is a folder; {folder}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file, or one ``InputError`` line naming it."""
+    try:
+        return json.loads(read_text(path, "expected a JSON file"))
+    except json.JSONDecodeError as exc:
+        raise InputError(Path(path), f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
 def select_videos(items: list[VideoItem], ids: str | Path | Sequence[str] | None,

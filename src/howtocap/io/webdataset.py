@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -42,13 +42,13 @@ from howtocap.io import (
     ExportWhat,
 )
 from howtocap.io.export import TRAIN_ORDER, pairs_for_export
+from howtocap.io.inputs import read_json
 from howtocap.io.pairs import Clip, build_clips, frame_times
 from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
 
 FORMAT = "howtocap-webdataset"
 VERSION = 1
-Content = Literal["frames", "embeddings"]
 CONTENTS = ("frames", "embeddings")
 INDEX_COLUMNS = ["shard", "key", "video_id", "start", "end", "n_captions"]
 _SHARD_RE = re.compile(r"^\d{6}\.tar$")
@@ -349,10 +349,7 @@ def open_shards(path: str | Path) -> ShardSet:
     if not meta_path.exists():
         raise InputError(root, "has shards but no meta.json: the export did not finish; run "
                                "`howtocap export … --format webdataset` again")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(meta_path, f"not readable JSON ({exc})") from None
+    meta = read_json(meta_path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise InputError(meta_path, f"not a howtocap WebDataset export (format {FORMAT!r})")
     if meta.get("version") != VERSION:

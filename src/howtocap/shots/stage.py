@@ -8,7 +8,6 @@ from typing import Any
 import pandas as pd
 
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
-from howtocap.errors import InputError
 from howtocap.shots.config import ShotsConfig
 
 SHOTS = "shots"
@@ -34,10 +33,7 @@ class ShotsStage(BaseStage):
     def process(self, video: VideoInput) -> StageOutput:
         from howtocap.shots.detect import detect_shots
 
-        path = video.item.video_path
-        if path is None or not str(path):
-            raise InputError(video.video_id, "no video file")
-        found = detect_shots(path, self.cfg)
+        found = detect_shots(video.item.video_file(), self.cfg)
         table = pd.DataFrame({"video_id": video.video_id,
                               "start": [s for s, _ in found.shots],
                               "end": [e for _, e in found.shots]})

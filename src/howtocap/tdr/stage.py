@@ -6,7 +6,6 @@ the costly decoding and encoding happen once per video (and resume like every st
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,16 +62,14 @@ class TdrFramesStage(BaseStage):
         from howtocap.io.video import probe, sample_frames
         from howtocap.subtitles.policy import choose_subtitles
 
-        path = video.item.video_path
-        if path is None:
-            raise InputError(video.video_id, "no video file")
+        path = video.item.video_file()
         info = probe(path)
         times = frame_times(info.duration, self.every)
         if not times:
             raise InputError(path, "video has no duration")
         subs = choose_subtitles(video.item, self.asr_mode, self.source, self._asr).to_pandas()
         model = self._model
-        frames = sample_frames(Path(path), times, size=getattr(model, "image_size", 224))
+        frames = sample_frames(path, times, size=getattr(model, "image_size", 224))
         img = model.encode_images(frames).astype(np.float32)
         texts = [words_around(subs, t, self.window / 2) for t in times]
         txt = np.zeros_like(img)
