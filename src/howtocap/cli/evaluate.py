@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
 from howtocap import evaluate as ev
-from howtocap.cli.common import DeviceOpt, user_errors
+from howtocap.cli.common import DeviceOpt, defaults, user_errors
 from howtocap.errors import HowtocapError
 
 Benchmark = Literal["msrvtt", "youcook2", "msvd", "lsmdc", "csv", "crosstask"]
@@ -81,4 +80,4 @@ def eval_cmd(
              device=device, limit=limit, ties=ties, cache_dir=cache_dir, **kw)
 
 
-DEFAULTS = {name: p.default for name, p in inspect.signature(eval_cmd).parameters.items()}
+DEFAULTS = defaults(eval_cmd)

@@ -32,9 +32,13 @@ HELP = ("Temporal description retrieval (Jung et al. 2023): retrieve the script 
         "each frame's step.")
 
 
-def _problems(problems: list[str]) -> None:
+def _report(problems: list[str], line: str) -> None:
+    """The inputs left out, one line each, then the result; exit 1 when any was left out."""
     for p in problems:
         err.print(f"[yellow]skipped[/yellow] {p}", highlight=False)
+    err.print(line, highlight=False)
+    if problems:
+        raise typer.Exit(1)
 
 
 @user_errors
@@ -52,13 +56,9 @@ def train_cmd(
 
     res = train(annotations, scripts, videos, out, cfg, subtitles=subtitles, asr=asr,
                 work=work, device=device)
-    _problems(res.problems)
-    last = res.log[-1]
-    err.print(f"[green]tdr train[/green]: {res.videos} videos, {res.frames} frames, "
-              f"{cfg.epochs} epochs in {res.seconds:.1f} s, last L_TDR "
-              f"{last['loss_tdr']:.3f} → {res.checkpoint}", highlight=False)
-    if res.problems:
-        raise typer.Exit(1)
+    _report(res.problems, f"[green]tdr train[/green]: {res.videos} videos, {res.frames} "
+                          f"frames, {cfg.epochs} epochs in {res.seconds:.1f} s, last L_TDR "
+                          f"{res.log[-1]['loss_tdr']:.3f} → {res.checkpoint}")
 
 
 @user_errors
@@ -85,13 +85,10 @@ def eval_cmd(
     res = evaluate(annotations, scripts, videos, checkpoint=checkpoint, baseline=baseline,
                    split=split, subtitles=subtitles, asr=asr, work=work, encoder=encoder,
                    every=every, device=device)
-    _problems(res["problems"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
-    err.print(f"[green]tdr eval[/green] {res['method']} on {res['videos']} videos, "
-              f"{res['frames']} frames: {summary_line(res)} → {out}", highlight=False)
-    if res["problems"]:
-        raise typer.Exit(1)
+    _report(res["problems"], f"[green]tdr eval[/green] {res['method']} on {res['videos']} "
+                             f"videos, {res['frames']} frames: {summary_line(res)} → {out}")
 
 
 @user_errors
@@ -110,8 +107,5 @@ def export_cmd(
 
     info = export(annotations, scripts, videos, out, checkpoint=checkpoint, split=split,
                   subtitles=subtitles, asr=asr, work=work, device=device)
-    _problems(info["problems"])
-    err.print(f"[green]tdr export[/green]: {info['videos']} videos, "
-              f"{info['d_g']}+{info['d_r']} dims per frame → {out}", highlight=False)
-    if info["problems"]:
-        raise typer.Exit(1)
+    _report(info["problems"], f"[green]tdr export[/green]: {info['videos']} videos, "
+                              f"{info['d_g']}+{info['d_r']} dims per frame → {out}")

@@ -107,14 +107,15 @@ def make_batch(ann: VideoAnn, ff: FrameFeatures, device: torch.device) -> VideoB
         np.array([g is not None and iso_step[g] for g in gold]))
 
 
-def _features(inp: Inputs, root: Path, encoder_name: str, every: float, window: float | None,
-              model: Any, *, subtitles: str | None, asr: str, device: str | None,
-              progress: bool, problems: list[str]) -> dict[str, FrameFeatures]:
-    summary, feats = tdr_features_run(inp.items, root, encoder=encoder_name, every=every,
-                                      window=window, subtitles=subtitles, asr=asr,
+def _features(inp: Inputs, root: Path, cfg: TdrConfig, model: Any, *, subtitles: str | None,
+              asr: str, device: str | None, progress: bool
+              ) -> tuple[dict[str, FrameFeatures], list[str]]:
+    """Each video's frame features (kept under ``root``: a re-run resumes) and the problems of
+    the inputs and the videos, one line each."""
+    summary, feats = tdr_features_run(inp.items, root, encoder=cfg.encoder, every=cfg.every,
+                                      window=cfg.window, subtitles=subtitles, asr=asr,
                                       device=device, model=model, progress=progress)
-    problems += [f"{vid}: {msg}" for vid, msg in summary.failed]
-    return feats
+    return feats, [*inp.problems, *(f"{vid}: {msg}" for vid, msg in summary.failed)]
 
 
 _ENCODERS: dict[tuple[str, str | None], Any] = {}
@@ -158,10 +159,8 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     enc = encoder_model or _encoder(cfg.encoder, device)
-    problems = list(inp.problems)
-    feats = _features(inp, Path(work) if work else out / "work", cfg.encoder, cfg.every,
-                      cfg.window, enc, subtitles=subtitles, asr=asr, device=device,
-                      progress=progress, problems=problems)
+    feats, problems = _features(inp, Path(work) if work else out / "work", cfg, enc,
+                                subtitles=subtitles, asr=asr, device=device, progress=progress)
     if not feats:
         raise HowtocapError("no training video could be read: " + "; ".join(problems[:3]))
     dev = pick_device(device)
@@ -333,10 +332,8 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
     if checkpoint is None:  # a baseline: the sampling and encoder are the user's choice
         cfg = TdrConfig(encoder=encoder or "default", every=every or EVERY)
     inp = load_inputs(annotations, scripts, videos, split)
-    problems = list(inp.problems)
-    feats = _features(inp, _work_root(work, checkpoint), cfg.encoder, cfg.every,
-                      cfg.window, scorer.encoder, subtitles=subtitles, asr=asr,
-                      device=device, progress=progress, problems=problems)
+    feats, problems = _features(inp, _work_root(work, checkpoint), cfg, scorer.encoder,
+                                subtitles=subtitles, asr=asr, device=device, progress=progress)
     ranks, iso_ranks = [], []
     ndcg: dict[int, list[float]] = {1: [], 3: [], 5: []}
     t0 = time.perf_counter()
@@ -361,7 +358,7 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
     seconds = time.perf_counter() - t0
     all_r = np.concatenate(ranks) if ranks else np.zeros(0, int)
     iso = np.concatenate(iso_ranks) if iso_ranks else np.zeros(0, int)
-    res: dict[str, Any] = {
+    return {
         "method": baseline or str(checkpoint), "split": split, "videos": len(ranks),
         "frames": int(len(all_r)), "isolated_frames": int(len(iso)),
         **recall_at(all_r), **{f"NDCG@{k}": float(np.mean(v)) if v else float("nan")
@@ -370,7 +367,6 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
         "retrieval_seconds_per_video": seconds / max(1, len(ranks)),
         "problems": problems,
     }
-    return res
 
 
 def export(annotations: str | Path, scripts: str | Path, videos: str | Path, out: str | Path, *,
@@ -381,12 +377,10 @@ def export(annotations: str | Path, scripts: str | Path, videos: str | Path, out
     top retrieved script sentence, the paper's [g; d]) and ``OUT/retrieved.parquet``."""
     scorer, cfg = _scorer(checkpoint, None, device, encoder_model)
     inp = load_inputs(annotations, scripts, videos, split)
-    problems = list(inp.problems)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    feats = _features(inp, _work_root(work, checkpoint), cfg.encoder, cfg.every, cfg.window,
-                      scorer.encoder, subtitles=subtitles, asr=asr, device=device,
-                      progress=progress, problems=problems)
+    feats, problems = _features(inp, _work_root(work, checkpoint), cfg, scorer.encoder,
+                                subtitles=subtitles, asr=asr, device=device, progress=progress)
     rows = []
     shapes = {}
     for vid, ff in feats.items():
