@@ -1,14 +1,11 @@
-"""Turn an LLM reply into timestamped captions.
+"""Turn an LLM reply into timestamped captions (the accepted forms: docs/captions.md, "Parsing").
 
 One caption per timestamped sentence. A timestamp opens a caption when it starts a line (after
 an optional list marker) or follows a sentence end (``.!?;:``) inside a line, so
 ``0s: a. 5s: b.`` gives two captions while ``Add 2.5 cups`` is never split (we split on
-timestamps, never on '.'). Accepted forms: ``12s:``, ``12 s -``, ``12.5s``, ``[12s]``,
-``(12 sec)``, ``00:12``, ``1:02:03``, ``At 12s,``, ranges ``12s-20s:`` (start kept), and a
-trailing ``(12s)`` / ``[00:12]`` on a line that has no leading one.
-
-Kept only when ``floor(block.start) - slack <= t <= ceil(block.end) + slack`` (the reference
-uses the same floor/ceil bounds with no slack; slack defaults to 0).
+timestamps, never on '.'). Kept only when ``floor(block.start) - slack <= t <=
+ceil(block.end) + slack`` (the reference uses the same floor/ceil bounds with no slack; slack
+defaults to 0).
 """
 
 from __future__ import annotations

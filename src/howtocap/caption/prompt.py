@@ -1,15 +1,11 @@
-"""Prompt templates: the paper's final prompt by default, or the user's own file.
+"""Prompt templates: the paper's final prompt, the built-in ones (``DEFAULT_TEMPLATE_NAME``), or
+the user's own file (its format: docs/captions.md, "Templates").
 
-A template is plain text holding one placeholder where the block goes: ``{asr}`` (preferred),
-``<block>`` or ``{}`` (the reference's YAML style). A ``.yaml``/``.yml``/``.json`` file may hold
-``prompt:`` (the template), an optional ``system:`` message and optional few-shot
-``examples:`` as ``[[asr, answer], ...]``. We only build chat *messages*; the backend applies
-the model's own chat template, so the same template works for every model.
-
-The built-in templates are listed in docs/captions.md; ``DEFAULT_TEMPLATE_NAME`` is the one the
-real-narration benchmark chose. Their examples come from topics and recipe types the
-benchmarks never score, so no template has seen its answers. Every built-in template ends with
-its block: llama.cpp then reuses the cached prompt up to the block and reads only the block.
+We only build chat *messages*; the backend applies the model's own chat template, so the same
+template works for every model. The built-in templates' examples come from topics and recipe
+types the benchmarks never score, so no template has seen its answers. Every built-in template
+ends with its block: llama.cpp then reuses the cached prompt up to the block and reads only the
+block.
 """
 
 from __future__ import annotations

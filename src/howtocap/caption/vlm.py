@@ -1,13 +1,7 @@
 """Visually grounded captions (HowToCaption A.1, the MiniGPT-4 variant): each block's prompt
-goes to a multimodal chat server with frames sampled across the block's time span.
-
-What is sent: the block's usual chat messages (the same template, few-shot turns and all),
-except that the last user message becomes a list of content parts: for each of ``frames``
-frames, in time order, a text part ``Frame at <t>s:`` and an ``image_url`` part holding the
-frame as a ``data:image/jpeg;base64,…`` URI (the whole frame, shorter side scaled down to at
-most ``frame_side`` px), then one text part: ``VLM_INSTRUCTION`` followed by the rendered
-template with the block. The reply is parsed, constrained, retried and circuit-broken exactly
-as an ``--llm-url`` reply (the same ``OpenAIChatLLM`` client sends it).
+goes to a multimodal chat server with frames sampled across the block's time span; what is sent
+is in docs/captions.md. The reply is parsed, constrained, retried and circuit-broken exactly as
+an ``--llm-url`` reply (the same ``OpenAIChatLLM`` client sends it).
 """
 
 from __future__ import annotations

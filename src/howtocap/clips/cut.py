@@ -1,15 +1,11 @@
 """Cutting one video's windows into clip files with ffmpeg (a process per clip: the work
 happens outside Python, so a thread pool runs several videos at once).
 
-``fast`` seeks the input to the keyframe at or before the window's start and copies the
-streams (``-c copy``): no decoding. The clip holds the packets from that keyframe (a decoder
-needs them) and an MP4 edit list that starts playback at the window's start, so players that
-honour edit lists (ffmpeg, PyAV, browsers) show the window, give or take the few frames that
-whole-packet copying adds at the end; ones that ignore edit lists show up to one GOP more at
-the start. ``exact`` seeks the same way, then decodes from the keyframe and re-encodes from
-the window's start (H.264 + AAC, ``-crf``, ``-preset``), scaled so its longer side is at most
-``max_side``. Both write ``-bitexact`` MP4s without the
-source's metadata, so the same export run twice gives the same bytes.
+``fast`` copies the streams from the keyframe at or before the window's start, with an MP4 edit
+list that starts playback at the window; ``exact`` decodes from that keyframe and re-encodes
+from the window's start, scaled to ``max_side`` (docs/clips.md, "Cutting"). Both write
+``-bitexact`` MP4s without the source's metadata, so the same export run twice gives the same
+bytes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Per-second frame embeddings, cached per (video content, encoder, fps).
+"""Per-second frame embeddings, cached per (video content, encoder, fps); the file layout, key
+and header are in docs/encoders.md.
 
 Why: alignment, search, evaluation and a second encoder all need the same per-second frame
 embeddings, and decoding is the expensive part. Each video is decoded once, encoded in batches
-while it streams (memory stays flat however long the video), and stored as float16 under
-``<cache_dir>/frames/<encoder-slug>/<content-key>_<fps>fps.npz``.
-
-A cache file carries a header (format version, encoder name, content key, fps, shape, dtype and
-a blake2b checksum of the array bytes). Anything that does not match exactly (a truncated or
-corrupt file, an old format, another encoder) is reported with a warning and rebuilt, never
-trusted. Files are written atomically (temp file + rename), so concurrent workers at worst
-compute the same file twice; within a process a per-file lock prevents even that.
+while it streams (memory stays flat however long the video). A file that does not match its
+header exactly is rebuilt, never trusted; files are written atomically, so concurrent workers
+at worst compute the same file twice, and within a process a per-file lock prevents even that.
 """
 
 from __future__ import annotations

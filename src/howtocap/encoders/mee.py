@@ -1,17 +1,11 @@
-"""The HowTo100M baseline: gated embedding units on frozen, pre-extracted features.
-
-Miech et al. (2019) map max-pooled video features and pooled word vectors into a joint space
-with one gated embedding unit per modality. Here the frozen features come from any encoder:
-per-second frame embeddings (from the frame cache) max-pooled over the clip, and the encoder's
-sentence embedding for the text (the embedded default's is MiniLM; no word2vec ships in a
-package). ``MEEEncoder`` wraps the frozen encoder plus the two units as an ``Encoder``, so a
-trained baseline can be used by align, eval and search like any other model.
+"""The HowTo100M baseline (Miech et al. 2019): gated embedding units on frozen features of any
+encoder (docs/train.md). ``MEEEncoder`` wraps the frozen encoder and the two units as an
+``Encoder``, so align, eval and search use a trained baseline like any other model.
 
 One pooling everywhere: the units were trained on the *max* over a clip's frame features, so
-training (``max_pool_clip``) and ``MEEEncoder.pool_clips`` (which align, eval and search call,
-as for every encoder) take the max over the clip's frames of the frozen base encoder,
-L2-normalise it and apply the video unit once. Averaging the unit's per-frame outputs instead
-gives a different embedding.
+training (``max_pool_clip``) and ``MEEEncoder.pool_clips`` (what align, eval and search call)
+take that max over the base encoder's frames, L2-normalise it and apply the video unit once;
+averaging the unit's per-frame outputs would give a different embedding.
 """
 
 from __future__ import annotations

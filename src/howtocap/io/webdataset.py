@@ -1,15 +1,11 @@
 """WebDataset tar shards of a run's clips: written by ``howtocap export --format webdataset``,
-streamed by ``howtocap train SHARDS_DIR``; the layout is in docs/webdataset.md.
+streamed by ``howtocap train SHARDS_DIR``; why shards, and their layout: docs/webdataset.md.
 
-Why: at HowTo100M scale neither the pairs, nor a decoded-pixel cache, nor random seeks into
-millions of videos fit one machine; a few hundred large tar files read sequentially do, from any
-file system or object store, and every data loader reads them. A shard is written under a
-hidden temp name and renamed when complete, and ``meta.json`` (which training requires) last,
-so a killed export leaves nothing that looks complete.
-
-A format's reader and writer import no model: for ``content: embeddings`` the caller passes a
-``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the frame
-cache.
+A shard is written under a hidden temp name and renamed when complete, and ``meta.json``
+(which training requires) last, so a killed export leaves nothing that looks complete. A
+format's reader and writer import no model: for ``content: embeddings`` the caller passes a
+``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the
+frame cache.
 """
 
 from __future__ import annotations
@@ -51,8 +47,6 @@ FORMAT = "howtocap-webdataset"
 VERSION = 1
 CONTENTS = ("frames", "embeddings")
 INDEX_COLUMNS = ["shard", "key", "video_id", "start", "end", "n_captions"]
-_SHARD_RE = re.compile(r"^\d{6}\.tar$")
-_TMP_RE = re.compile(r"^\.\d{6}\.tar\.tmp$")
 _OURS_RE = re.compile(r"^(\d{6}\.tar|\.\d{6}\.tar\.tmp|index\.parquet|meta\.json|"
                       r"\.(index\.parquet|meta\.json)\..*\.tmp)$")
 

@@ -1,12 +1,9 @@
 """``--where``: keep the caption rows whose columns (theirs, and the visual signals of their
-window) pass an expression, e.g. ``"motion > 0.02 and text_area < 0.1"``.
+window) pass an expression in pandas' ``DataFrame.query`` syntax, or a preset's (``PRESETS``);
+docs/signals.md has both.
 
-Signals are scored per shot or fixed window (``howtocap signals``); a caption's window gets
-each signal's mean over the signal rows it overlaps, weighted by the overlap (a flag such as
-``static``: whether it holds for most of the window), so a filter and
-a clip's JSON see one value per caption whatever the shots. The expression is pandas'
-``DataFrame.query`` syntax (``and``, ``or``, ``not``, comparisons, backticks for odd names);
-a preset name (``PRESETS``) stands for its expression.
+A caption's window gets each signal's mean over the signal rows it overlaps, weighted by the
+overlap, so a filter and a clip's JSON see one value per caption whatever the shots.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Build ``DIR/index/``: FAISS indexes over the kept clips, plus what each vector is.
+"""Build ``DIR/index/``: FAISS indexes over the kept clips, plus what each vector is (the layout
+is in docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes).
 
-Layout (row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes)::
-
-    DIR/index/text.faiss     caption text embeddings (inner product, L2-normalised vectors)
-    DIR/index/video.faiss    clip video embeddings (mean of the clip's 1 fps frame embeddings)
-    DIR/index/clips.parquet  video_id, start, end, text, orig_start, orig_end, score, has_video
-    DIR/index/meta.json      encoder, dim, n, index type, version, per-video content keys
-    DIR/index/parts/*.npz    per-video embeddings, so adding videos embeds only the new ones
-
-The FAISS indexes are always rebuilt from the parts: that is cheap, and removed videos drop out
-and nothing is ever half-updated.
+Embeddings are kept per video in ``parts/``, so adding videos embeds only the new ones; the
+FAISS indexes are always rebuilt from the parts: that is cheap, and removed videos drop out and
+nothing is ever half-updated.
 """
 
 from __future__ import annotations

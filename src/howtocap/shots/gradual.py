@@ -1,14 +1,11 @@
-"""Gradual transitions (dissolves): a detector of our own, added to PySceneDetect's.
+"""Gradual transitions (dissolves): a detector of our own, added to PySceneDetect's (the signal
+is described in docs/shots.md).
 
 Why our own: PySceneDetect's detectors compare each frame with the one before or with a fixed
 brightness; a dissolve changes each frame too little for any frame-to-frame threshold that
-camera motion does not also cross, and nothing there compares frames further apart.
-
-The signal: the distance between the colour histograms (HSV, total variation, 0-1) of the
-frames ``gradual_seconds`` before and after each instant; a pan or zoom over one scene keeps it
-nearly still, a transition raises it to a peak at its middle (docs/shots.md). Each smoothed peak
-(``scipy.signal.find_peaks``) is a transition, cut at the middle of the peak at half its
-prominence.
+camera motion does not also cross, and nothing there compares frames further apart. Each
+smoothed peak of the signal (``scipy.signal.find_peaks``) is a transition, cut at the middle of
+the peak at half its prominence.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Per-frame measures and their per-window means: the arithmetic of the signals step, apart
-from decoding and the detectors so it is testable on arrays.
+from decoding and the detectors so it is testable on arrays (each measure: docs/signals.md).
 
 Each measure is made comparable across resolutions by computing it on luma in 0..1 at a fixed
-working size (``WORK`` px on the shorter side, area-averaged): ``motion`` is the mean absolute
-difference of two consecutive sampled frames (so 0 is a still, 1 a black/white flip of every
-pixel), its window's value the median over the window's pairs (a slide change or a cut inside
-a fixed window is one outlying pair, not motion); ``sharpness`` is the variance of the 3x3
-Laplacian, ``brightness`` the mean luma.
+working size (``WORK`` px on the shorter side, area-averaged); a window's ``motion`` is the
+median over its pairs of frames, so a slide change or a cut inside a fixed window is one
+outlying pair, not motion.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""What is trained, on what, and how it is scored: one class per model and data source.
+"""What is trained, on what, and how it is scored: one class per model and data source (the
+models and their recipes are in docs/train.md).
 
-``DualTask`` fine-tunes the whole dual encoder with InfoNCE (plus ``alpha`` times the pull to a
-frozen copy); with HowToCaption's BLIP-style recipe it adds a momentum model (EMA of the trained
-one), a FIFO queue of its text and video embeddings used as extra candidates, soft targets
-mixing its softmax similarities with the positives, and random-resized crops of the frames.
-``MEETask`` trains HowTo100M's gated embedding units on frozen, cached features (max-margin
-ranking). ``ShardDualTask`` and ``ShardMEETask`` stream this rank's share of WebDataset shards
-through a shuffle buffer instead of indexing clips held in memory; an epoch is still a function
-of ``(seed, epoch)``. ``held_out_metrics`` scores a task on its held-out videos (text-to-video
-R@K) after every epoch.
-
-The loop (``train.loop``) sees a task through ``identity``, ``prepare``, ``batches``, ``loss``,
-``after_step``, ``extra_state``/``load_extra_state`` (momentum model and queue travel in the
-checkpoint, so resume stays exact) and ``embed_eval``.
+``ShardDualTask`` and ``ShardMEETask`` stream this rank's share of WebDataset shards through a
+shuffle buffer instead of indexing clips held in memory; an epoch is still a function of
+``(seed, epoch)``. The loop (``train.loop``) sees a task through ``identity``, ``prepare``,
+``batches``, ``loss``, ``after_step``, ``extra_state``/``load_extra_state`` (the momentum model
+and queue travel in the checkpoint, so resume stays exact) and ``embed_eval``.
 """
 
 from __future__ import annotations
