@@ -41,6 +41,7 @@ from howtocap.align.stream import (
 )
 from howtocap.align.videos import RunVideos
 from howtocap.atomic import CorruptFile, corrupt_parquet
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -684,7 +685,7 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
     ref_caps, ref_videos = reference if reference is not None \
         else recorded_reference(rundir, cfg)
     shots = recorded_config(rundir).model_dump() if cfg.within_shot else None
-    return AlignStage(list(encoder_names) or ["default"], cfg, rundir.cache_dir, device=device,
+    return AlignStage(list(encoder_names) or [ENCODER], cfg, rundir.cache_dir, device=device,
                       models=encoders, models_from_names=from_names, reference=ref_caps,
                       clip_videos=ref_videos, clips=clips, shots_settings=shots)
 
@@ -724,7 +725,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     videos are scored and the global filter is left to a final run without a shard.
     """
     in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
-    names_in = list(encoder_names) or ["default"]
+    names_in = list(encoder_names) or [ENCODER]
     from_names = encoders is None
     # The captions are read a window of whole videos at a time, in passes (the stage reads
     # each video's rows itself): the whole table grows with the run.

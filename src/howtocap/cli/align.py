@@ -11,6 +11,7 @@ import typer
 from howtocap.align.config import AlignConfig
 from howtocap.cli.common import ConfigOpt, DeviceOpt, err, report_summary, user_errors
 from howtocap.cli.options import settings_options
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.options import BatchConfig, RunnerConfig
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def align_cmd(
     rundir = RunDir(root, create=False)
     if videos:
         attach_videos(rundir, videos)
-    summary = align_run(rundir, encoder or ["default"], align, device=device,
+    summary = align_run(rundir, encoder or [ENCODER], align, device=device,
                         batching=batch.batching(), **args)
     print_align_result(root, runner.shard)
     report_summary(summary)

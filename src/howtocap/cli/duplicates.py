@@ -11,7 +11,7 @@ import typer
 from howtocap.cli.common import QuietOpt, err, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.duplicates.config import DuplicatesConfig
-from howtocap.encoders.defaults import FPS
+from howtocap.encoders.defaults import ENCODER, FPS
 
 
 @user_errors
@@ -22,7 +22,7 @@ def duplicates_cmd(
     settings: DuplicatesConfig,
     encoder: Annotated[str, typer.Option(
         help="Encoder whose cached frame embeddings are compared (missing ones are computed "
-             "into the cache).")] = "default",
+             "into the cache).")] = ENCODER,
     fps: Annotated[float, typer.Option(help="Frame rate of the cached embeddings.")] = FPS,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (for embeddings not "
                                                     "cached yet).")] = None,

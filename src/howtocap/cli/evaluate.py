@@ -9,6 +9,7 @@ import typer
 
 from howtocap import evaluate as ev
 from howtocap.cli.common import DeviceOpt, defaults, user_errors
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 
 Benchmark = Literal["msrvtt", "youcook2", "msvd", "lsmdc", "csv", "crosstask"]
@@ -32,7 +33,7 @@ def eval_cmd(
                       ] = None,
     encoder: Annotated[str, typer.Option(help="default | hf:<id or folder> | "
                                               "openclip:<arch>/<pretrained> | checkpoint")
-                       ] = "default",
+                       ] = ENCODER,
     frames: Annotated[int, typer.Option(min=1, help="Frames sampled uniformly per clip; "
                                                     "the clip embedding is their mean.")
                       ] = ev.N_FRAMES,

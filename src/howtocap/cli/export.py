@@ -11,6 +11,7 @@ import typer
 from howtocap.cli.common import QuietOpt, WhereOpt, err, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.clips.config import ClipsConfig
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 from howtocap.io import CONTENT, FRAMES_PER_CLIP, IMAGE_SIZE, WHAT, ExportWhat
 
@@ -47,7 +48,7 @@ def export_cmd(
     clips: ClipsConfig,
     encoder: Annotated[str, typer.Option(help="webdataset --content embeddings: the encoder "
                                               "whose cached frame embeddings are stored.")]
-    = "default",
+    = ENCODER,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, … (embeddings not cached "
                                                     "yet are computed).")] = None,
     drop_duplicates: Annotated[bool, typer.Option(

@@ -8,6 +8,7 @@ import typer
 
 from howtocap.cli.common import DeviceOpt, Inputs, OutDir, report_summary, user_errors
 from howtocap.cli.options import settings_options
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.options import BatchConfig, RunnerConfig
 from howtocap.framecaps.config import FrameCapsConfig
 
@@ -21,7 +22,7 @@ def framecaps_cmd(
     captioner: Annotated[list[str] | None, typer.Option(
         "--captioner", help="Image captioner (repeatable): default (ImageNet class names, "
                             "embedded) or hf:<id|folder> (BLIP, GIT, …).")] = None,
-    scorer: Annotated[str, typer.Option(help="Image–text encoder for CLIPScore.")] = "default",
+    scorer: Annotated[str, typer.Option(help="Image–text encoder for CLIPScore.")] = ENCODER,
     framecaps: FrameCapsConfig,
     device: DeviceOpt = None,
     runner: RunnerConfig,

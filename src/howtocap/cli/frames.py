@@ -9,7 +9,7 @@ import typer
 
 from howtocap.cli.common import DeviceOpt, report_summary, user_errors
 from howtocap.cli.options import settings_options
-from howtocap.encoders.defaults import FPS, FRAME_BATCH
+from howtocap.encoders.defaults import ENCODER, FPS, FRAME_BATCH
 from howtocap.engine.options import RunnerConfig
 
 
@@ -34,7 +34,7 @@ def frames_cmd(
     """Decode each video once and cache its per-second frame embeddings (float16)."""
     from howtocap.frames.run import frames_run
 
-    summary = frames_run(list(inputs), out_dir, encoders=encoder or ["default"], fps=fps,
+    summary = frames_run(list(inputs), out_dir, encoders=encoder or [ENCODER], fps=fps,
                          batch_size=batch_size, device=device, runner=runner.make_runner(),
                          shard=runner.shard_part(), progress=not runner.quiet, redo=runner.redo)
     report_summary(summary)

@@ -16,6 +16,7 @@ from howtocap.cli.caption import ForceOpt, OptionalInputs, report_rejected, show
 from howtocap.cli.common import ConfigOpt, DeviceOpt, OutDir, report_summary, user_errors
 from howtocap.cli.options import settings_options
 from howtocap.download.config import DownloadConfig
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.options import BatchConfig, RunnerConfig
 
 
@@ -52,7 +53,7 @@ def run_cmd(
     if videos:
         attach_videos(RunDir(out_dir, create=False, shard_size=batch.shard_size), videos)
     summaries = run_pipeline(inputs, out_dir, caption=caption, align=align,
-                             encoders=encoder or ["default"], batching=batch.batching(),
+                             encoders=encoder or [ENCODER], batching=batch.batching(),
                              force=force, device=device, download=download, signals=signals,
                              **runner.stage_args())
     print_align_result(Path(out_dir), runner.shard)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from howtocap.cli.common import DeviceOpt, err, user_errors
+from howtocap.encoders.defaults import ENCODER
 from howtocap.knn import INDEX_TYPE, IndexType
 from howtocap.search import BY, By, K
 from howtocap.serve.defaults import HOST, MAX_BODY_BYTES, MAX_K, MAX_QUERY_CHARS, PORT, RATE_LIMIT
@@ -33,7 +34,7 @@ def index_cmd(
     """Index the kept clips (caption text + clip video embeddings) for `search` and `serve`."""
     from howtocap.search.index import build_index
 
-    info = build_index(run_dir, encoder or "default", device=device, rebuild=rebuild,
+    info = build_index(run_dir, encoder or ENCODER, device=device, rebuild=rebuild,
                        index_type=index_type, progress=not as_json)
     if as_json:
         typer.echo(json.dumps(info.to_dict(), indent=2))

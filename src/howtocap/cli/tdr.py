@@ -10,6 +10,7 @@ import typer
 
 from howtocap.cli.common import DeviceOpt, err, user_errors
 from howtocap.cli.options import settings_options
+from howtocap.encoders.defaults import ENCODER
 from howtocap.subtitles.policy import ASR_MODE
 from howtocap.tdr.config import EVERY, SPLIT, TdrConfig
 
@@ -73,7 +74,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option(help="training, validation or testing.")
                      ] = SPLIT,
     encoder: Annotated[str, typer.Option(help="Baselines: the frozen encoder.")
-                       ] = "default",
+                       ] = ENCODER,
     every: Annotated[float, typer.Option(help="Baselines: seconds between frames.")] = EVERY,
     subtitles: SubsOpt = None, asr: AsrOpt = ASR_MODE, work: WorkOpt = None,
     device: DeviceOpt = None,

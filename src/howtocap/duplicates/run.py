@@ -32,7 +32,7 @@ from howtocap.duplicates.match import (
     offset_coverage,
     unit_rows,
 )
-from howtocap.encoders.defaults import FPS
+from howtocap.encoders.defaults import ENCODER, FPS
 from howtocap.engine.fingerprint import config_id
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
@@ -191,7 +191,7 @@ def duplicates_fingerprint(cfg: DuplicatesConfig, encoder: str, fps: float) -> d
 
 
 def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
-                   encoder: str = "default", fps: float = FPS, device: str | None = None,
+                   encoder: str = ENCODER, fps: float = FPS, device: str | None = None,
                    progress: bool = True) -> DuplicatesResult:
     """Find the run's duplicates and write ``DIR/duplicates.parquet`` (rewritten whole: a
     reduce over every video). A video that has no cached embeddings and does not decode is

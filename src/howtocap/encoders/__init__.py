@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _is_checkpoint(name: str) -> bool:
     return (name.endswith(".pt") and p.is_file()) or (p / "howtocap_checkpoint.json").is_file()
 
 
-def create(name: str = "default", *, device: str | torch.device | None = None) -> Encoder:
+def create(name: str = ENCODER, *, device: str | torch.device | None = None) -> Encoder:
     """Build an encoder from its name (see ``available()``); CUDA when present by default."""
     name = name.strip()
     if name in ("default", "embedded") or name.startswith("default-"):

@@ -17,6 +17,7 @@ import numpy as np
 from howtocap.encoders import create
 from howtocap.encoders.base import Encoder
 from howtocap.encoders.cache import frame_embeddings
+from howtocap.encoders.defaults import ENCODER
 from howtocap.encoders.windows import rows_covering
 from howtocap.io.pairs import Clip
 
@@ -27,7 +28,7 @@ class ClipRows:
 
     fps = 1.0
 
-    def __init__(self, encoder: str | Encoder = "default", *, device: str | None = None) -> None:
+    def __init__(self, encoder: str | Encoder = ENCODER, *, device: str | None = None) -> None:
         self.spec = encoder if isinstance(encoder, str) else str(getattr(encoder, "spec",
                                                                          encoder.name))
         self.device = device

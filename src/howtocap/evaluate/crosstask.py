@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import CROSSTASK_INFERENCE, CROSSTASK_SPLIT
 from howtocap.evaluate.benchmarks import read_text
@@ -269,7 +270,7 @@ class _Skip:
 
 
 def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None,
-                       encoder_name: Any = "default", *, features: Path | str | None = None,
+                       encoder_name: Any = ENCODER, *, features: Path | str | None = None,
                        inference: str = CROSSTASK_INFERENCE, split: str = CROSSTASK_SPLIT,
                        cache_dir: Path | str | None = None, device: str | None = None,
                        out: Path | str | None = None, progress: bool = True,

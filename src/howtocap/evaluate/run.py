@@ -21,6 +21,7 @@ from rich.table import Table
 
 from howtocap.atomic import atomic_write_text
 from howtocap.encoders.base import Encoder
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 from howtocap.evaluate import N_FRAMES, TIES
 from howtocap.evaluate.benchmarks import EvalSample, read_benchmark
@@ -96,7 +97,7 @@ def print_table(result: dict[str, Any], out: Console | None = None) -> None:
 
 
 def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | None,
-             encoder_name: str | Encoder = "default", *, n_frames: int = N_FRAMES,
+             encoder_name: str | Encoder = ENCODER, *, n_frames: int = N_FRAMES,
              out: Path | str | None = None, device: str | None = None,
              limit: int | None = None, ties: str = TIES,
              cache_dir: Path | str | None = None, progress: bool = True,

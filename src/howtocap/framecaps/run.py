@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -22,7 +23,7 @@ from howtocap.io.inputs import resolve_videos
 
 
 def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
-                  captioners: Sequence[str] = ("default",), scorer: str = "default",
+                  captioners: Sequence[str] = ("default",), scorer: str = ENCODER,
                   cfg: FrameCapsConfig | None = None, device: str | None = None,
                   runner: Runner | None = None, progress: bool = True,
                   shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,

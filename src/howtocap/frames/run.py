@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from howtocap.encoders.defaults import FPS, FRAME_BATCH
+from howtocap.encoders.defaults import ENCODER, FPS, FRAME_BATCH
 from howtocap.engine.core import Shard, StageSummary, prepare_stages, run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -29,7 +29,7 @@ def frames_run(inputs: Sequence[str | Path], out: str | Path, *, encoders: Seque
         raise HowtocapError(f"--fps must be positive, got {fps}")
     items = resolve_videos(inputs)
     rundir = RunDir(out)
-    stage = FramesStage(list(encoders) or ["default"], rundir.cache_dir, fps=fps,
+    stage = FramesStage(list(encoders) or [ENCODER], rundir.cache_dir, fps=fps,
                         batch_size=batch_size, device=device)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     return run_stage(rundir, items, stage, runner=runner, progress=progress, shard=shard,

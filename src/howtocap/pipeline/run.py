@@ -19,6 +19,7 @@ from howtocap.caption.stage import CaptionStage
 from howtocap.download.config import DownloadConfig
 from howtocap.download.run import download_run, drop_media
 from howtocap.download.stage import DownloadStage
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import MAX_ATTEMPTS, Batching, Shard, StageSummary
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.rundir import RunDir
@@ -58,7 +59,7 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
 
 def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  caption: CaptionRunConfig | None = None, align: AlignConfig | None = None,
-                 encoders: Sequence[str] = ("default",), runner: Runner | None = None,
+                 encoders: Sequence[str] = (ENCODER,), runner: Runner | None = None,
                  shard: Shard | None = None, force: bool = False, device: str | None = None,
                  llm: Any | None = None, progress: bool = True, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
@@ -193,7 +194,7 @@ def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[st
 
 
 # -- the stage --------------------------------------------------------------------------------
-def build_index(run_dir: str | Path, encoder_name: str = "default", *,
+def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 encoder: Encoder | None = None, device: str | None = None,
                 rebuild: bool = False, index_type: str = INDEX_TYPE, fps: float = 1.0,
                 progress: bool = True) -> IndexInfo:

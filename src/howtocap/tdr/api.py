@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
 from howtocap.subtitles.policy import ASR_MODE
@@ -330,7 +331,7 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
     """R@1/3/5, NDCG@1/3/5 and isolated-frame R@1 of a checkpoint or a baseline on ``split``."""
     scorer, cfg = _scorer(checkpoint, baseline, device, encoder_model)
     if checkpoint is None:  # a baseline: the sampling and encoder are the user's choice
-        cfg = TdrConfig(encoder=encoder or "default", every=every or EVERY)
+        cfg = TdrConfig(encoder=encoder or ENCODER, every=every or EVERY)
     inp = load_inputs(annotations, scripts, videos, split)
     feats, problems = _features(inp, _work_root(work, checkpoint), cfg, scorer.encoder,
                                 subtitles=subtitles, asr=asr, device=device, progress=progress)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 
 EVERY = 4.5  # seconds between sampled frames: the paper's rate
@@ -19,7 +20,7 @@ class TdrConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    encoder: str = Field("default", description="Frozen image–text encoder.")
+    encoder: str = Field(ENCODER, description="Frozen image–text encoder.")
     every: float = Field(EVERY, gt=0, description="Seconds between sampled frames.")
     window: float | None = Field(None, gt=0, description=(
         "Seconds of transcript around a frame [default: --every]."))

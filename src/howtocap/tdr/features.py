@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import StageSummary, run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
@@ -37,7 +38,7 @@ def work_dir(root: str | Path, encoder: str, every: float, window: float | None)
     return Path(root) / f"{encoder_slug(encoder)}-every{every:g}-win{(window or every):g}"
 
 
-def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: str = "default",
+def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: str = ENCODER,
                      every: float = EVERY, window: float | None = None,
                      subtitles: str | None = None,
                      asr: str = ASR_MODE, asr_model: str = "default", device: str | None = None,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError
 from howtocap.subtitles.policy import ASR_MODE, AsrMode, LazyASR
@@ -39,7 +40,7 @@ class TdrFramesStage(BaseStage):
     writes = (TDR_TABLE,)
     resources = Resources(kind="encoder", models=True)
 
-    def __init__(self, encoder: str = "default", *, every: float = EVERY,
+    def __init__(self, encoder: str = ENCODER, *, every: float = EVERY,
                  window: float | None = None, asr_mode: AsrMode = ASR_MODE,
                  asr_model: str = "default", source: Any | None = None,
                  device: str | None = None, model: Any | None = None) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
 
 Model = Literal["dual", "mee"]
@@ -34,7 +35,7 @@ class TrainConfig(BaseModel):
 
     out_dir: str
     model: Model = "dual"
-    encoder: str = "default"
+    encoder: str = ENCODER
     epochs: int = 5
     batch_size: int = 32
     lr: float = DEFAULT_LR["dual"]  # not given: DEFAULT_LR[model]
