@@ -2,12 +2,11 @@
 ``s3://``, ``gs://``), yt-dlp for YouTube and other web pages (as video2dataset splits them:
 a URL ending in a video extension is a file, anything else a page for yt-dlp's extractors).
 
-Every fetch writes a temp file beside its target and renames it only once it is whole and,
-for a video, probes as one (PyAV): a kill leaves a temp file (swept on the next start), never
-a file taken as done. A failure is one exception whose message starts with its cause
-(``not found: HTTP 404 for http://…``); ``ServiceError`` for what a plain re-run may fix
-(timeouts, rate limits, unreachable servers), ``HowtocapError`` (cause "bad input") for the
-rest."""
+A fetch is atomic (docs/download.md): a kill leaves a temp file, never a file taken as done. A
+failure is one exception whose message starts with its cause (``not found: HTTP 404 for
+http://…``); ``ServiceError`` for what a plain re-run may fix (timeouts, rate limits,
+unreachable servers), ``HowtocapError`` (cause "bad input") for the rest.
+"""
 
 from __future__ import annotations
 
