@@ -3,10 +3,11 @@
 exported shards with an uninterrupted run; some resumes first meet deliberately truncated or
 bit-flipped files, which must be detected and recomputed.
 
-The uninterrupted run is watched (its run directory polled every few ms) to learn when each
-stage runs; each kill is drawn inside one stage's time span, in turn, so kills land in
-subtitles, mid-caption, align, the align filter and the export alike (``kills_by_step``: where
-each landed, read back from the killed run's files).
+The uninterrupted run is watched (its run directory polled every few ms) to learn how long
+each stage runs. Each killed run is watched too, the stages taken in turn: once it enters the
+stage, it is killed after a random part of that stage's duration, so kills land in subtitles,
+mid-caption, align, the align filter and the export alike (``kills_by_step``: where each
+landed, read back from the killed run's files).
 
 Each run is a forked child of this process (a real process, killed with a real SIGKILL; the
 parent imports torch and the pipeline before forking, so a child skips the ~20 s of imports
@@ -78,7 +79,9 @@ def make_inputs(work: Path, n: int) -> tuple[Path, str]:
 
 BATCH = [2, 2]  # videos per committed chunk, videos per shard of the forked runs
 EXPORT = "webdataset"  # the export's folder inside the run directory
-EXPORT_KW = {"image_size": 32, "frames_per_clip": 2, "shard_size": 2, "progress": False}
+# every caption a sample (not only the aligned ones kept): an export long enough to kill
+EXPORT_KW = {"what": "captions", "image_size": 64, "frames_per_clip": 4, "shard_size": 2,
+             "progress": False}
 
 
 def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) -> None:
@@ -100,6 +103,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
             run_pipeline([vids], out, caption=CaptionRunConfig(
                 llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False,
                 batching=Batching(BATCH[0], shard_size=BATCH[1]))
+            started(out).touch()  # where() tells the export from here on
             export_webdataset(out, out / EXPORT, **EXPORT_KW)
         if report is not None:
             report.write_text(json.dumps([str(w.message) for w in caught
@@ -126,13 +130,24 @@ def wait(pid: int) -> int:
 STEPS = ("subtitles", "caption", "align", "align filter", "export")
 
 
+def started(out: Path) -> Path:
+    """The bench's own mark, beside the run directory, that the run is done and its export
+    began (the export's folder appears only once its clips are read)."""
+    return out.with_name(out.name + ".exporting")
+
+
+def drop(out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    started(out).unlink(missing_ok=True)
+
+
 def where(out: Path, shards: int) -> str:
-    """Which stage the run was in, from its files: the export once its folder exists, the
-    filter once every one of the ``shards`` align shards is finished, else the newest stage
-    with committed work (chunks or finished shards)."""
-    if (out / EXPORT).exists():
+    """Which stage the run was in, from its files: the export once it began; the
+    filter once the ``shards`` align shards are finished; align once its settings are
+    recorded (before its first shard); else the newest stage with committed work."""
+    if started(out).exists():
         return "export"
-    if (out / "aligned").exists() or (out / "config" / "align.json").exists():
+    if (out / "aligned").exists():
         return "align filter"
     for stage in ("align", "caption", "subtitles"):
         status, work = out / "status" / stage, out / "work" / stage
@@ -141,7 +156,25 @@ def where(out: Path, shards: int) -> str:
                     len(list(status.glob("shard-*.parquet"))) == shards:
                 return "align filter"
             return stage
+        if stage == "align" and (out / "config" / "align.json").exists():
+            return stage
     return "subtitles"
+
+
+def kill_in(pid: int, out: Path, shards: int, step: str, offset: float) -> tuple[float, int]:
+    """Watch the run until it enters ``step`` (or passes it), then SIGKILL it ``offset``
+    seconds later: drawn against the run's own progress, not the clean run's clock, which
+    varies with the machine's load. Returns (seconds from the start, exit code)."""
+    t0 = time.perf_counter()
+    while where(out, shards) != step and STEPS.index(where(out, shards)) < STEPS.index(step):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:  # ended (reaped here) before the step
+            return time.perf_counter() - t0, os.waitstatus_to_exitcode(status)
+        time.sleep(0.002)
+    time.sleep(offset)
+    at = time.perf_counter() - t0
+    os.kill(pid, signal.SIGKILL)
+    return at, wait(pid)
 
 
 def timeline(pid: int, out: Path, shards: int) -> dict[str, list[float]]:
@@ -229,7 +262,7 @@ def main() -> None:
         # weights, the OS file cache), the second's duration is where kills are drawn from
         clean = args.work / "clean"
         for _ in range(2):
-            shutil.rmtree(clean, ignore_errors=True)
+            drop(clean)
             t0, asked = time.perf_counter(), srv.requests
             spans = timeline(start(vids, clean, srv.url, enc), clean, shards)
             clean_s = time.perf_counter() - t0
@@ -241,18 +274,16 @@ def main() -> None:
         while i < args.kills and tries < 2 * args.kills:
             tries += 1
             out = args.work / f"killed{i:02d}"
-            lo, hi = spans[steps_seen[i % len(steps_seen)]]  # each stage in turn
-            at = rng.uniform(lo, hi)
+            aim = steps_seen[i % len(steps_seen)]  # each stage in turn
+            lo, hi = spans[aim]
             asked = srv.requests
             pid = start(vids, out, srv.url, enc)
-            time.sleep(at)
-            os.kill(pid, signal.SIGKILL)
-            if (code := wait(pid)) != -signal.SIGKILL:  # it ended before the kill: again
-                missed.append({"step": steps_seen[i % len(steps_seen)], "at": round(at, 3),
-                               "exit": code})
+            at, code = kill_in(pid, out, shards, aim, rng.uniform(0, hi - lo))
+            if code != -signal.SIGKILL:  # it ended before the kill: draw again
+                missed.append({"step": aim, "at": round(at, 3), "exit": code})
                 print(f"draw at {at:.2f}s ({missed[-1]['step']}): the run ended first "
                       f"(exit {code})", flush=True)
-                shutil.rmtree(out)
+                drop(out)
                 continue
             step = where(out, shards)
             injected = corrupt(out, rng) if (i + 1) % args.corrupt_every == 0 else []
@@ -289,14 +320,12 @@ def main() -> None:
                   + (f", corrupt parts {len(injected)} -> detected "
                      f"{trials[-1]['detected']}" if injected else ""), flush=True)
             if equal:  # a run that differs is kept for a look (args.work/killedNN)
-                shutil.rmtree(out)
+                drop(out)
             i += 1
     n_equal = sum(t["equal"] for t in trials)
     injected = sum(len(t["injected"]) for t in trials)
     detected = sum(t["detected"] for t in trials)
-    steps: dict[str, int] = {}
-    for t in trials:
-        steps[t["step"]] = steps.get(t["step"], 0) + 1
+    steps = {step: sum(t["step"] == step for t in trials) for step in STEPS}  # 0s too
     per_video = clean_requests / args.videos
     redone_all = [t["requests_redone"] for t in trials]
     res = {"kills": len(trials), "draws": tries, "videos": args.videos, "seed": args.seed,
@@ -324,8 +353,9 @@ def main() -> None:
         "then `export --format webdataset` of the run; "
         f"fake OpenAI server, tiny random CLIP encoder; {args.shard_size} videos a shard, "
         f"results committed {args.batch_size} videos a chunk) SIGKILLed at "
-        f"{args.kills} random moments of its {clean_s:.1f} s, drawn in each stage's time "
-        "span in turn, then resumed with the same "
+        f"{args.kills} random moments (of its {clean_s:.1f} s: the stages in turn, each "
+        "kill a random part of the stage's duration after the run entered it), then resumed "
+        "with the same "
         "call. Every resumed run's `subtitles`, `captions` and `aligned` tables are compared "
         "with an uninterrupted run's (pandas `assert_frame_equal`: same rows, order, values, "
         "dtypes), and its export too (the same files; in each tar the same members with the "
@@ -345,7 +375,7 @@ def main() -> None:
         "`--batch-size` videos or `--batch-seconds` of work each.",
         f"- Left-over temp files after resume: "
         f"{sum(len(t['temp_files_left']) for t in trials)}",
-        "- Where the kills landed: " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())),
+        "- Where the kills landed: " + ", ".join(f"{k} {v}" for k, v in steps.items()),
         f"- Load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after on "
         f"{os.cpu_count()} CPUs shared with other jobs: the times below are inflated by it.",
         "", "| # | kill at (s) | step | LLM requests redone | resume (s) | "
