@@ -17,6 +17,7 @@ when asked for and need not be grouped. ``io.subtitles`` opens a source's store.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import threading
 from collections import OrderedDict
@@ -63,65 +64,48 @@ class DumpWriter:
         self.videos = 0
         self.rows = 0
         self.max_buffered_rows = 0
-        self._cols: dict[str, list[Any]] = {n: [] for n in SCHEMA.names}
+        self._rows: list[tuple[Any, ...]] = []  # (video_id, start, end, text, score, error)
         self._last_id: str | None = None  # the last whole video added, while still buffered
         self._last_start = -1
-        self._last_empty = False
 
     def add_rows(self, video_id: str, rows: list[Row]) -> None:
-        c = self._cols
-        c["video_id"].extend([video_id] * len(rows))
-        c["start"].extend([r[0] for r in rows])
-        c["end"].extend([r[1] for r in rows])
-        c["text"].extend([r[2] for r in rows])
-        c["score"].extend([r[3] for r in rows])
-        c["error"].extend([None] * len(rows))
+        self._rows += [(video_id, *r, None) for r in rows]
         self.rows += len(rows)
 
-    def add_error(self, video_id: str, problem: str) -> None:
+    def add_error(self, video_id: str, problem: str | None) -> None:
         """A record whose numbers are bad: one row carrying the message (text is null)."""
-        self._placeholder(video_id, problem)
+        self._rows.append((video_id, None, None, None, None, problem))
 
     def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None
                   ) -> None:
         """One whole video (clean rows, or the problem with its entry); an empty one still
         gets a row, so it is known. The same id straight again replaces it (json.load's "last
         key wins"; a repeat further on is a later run, which the reader prefers)."""
-        n = len(self._cols["video_id"])
         if video_id == self._last_id and self._last_start >= 0:
-            for col in self._cols.values():
-                del col[self._last_start:]
-            self.rows -= n - self._last_start - (1 if self._last_empty else 0)
+            self.rows -= sum(r[3] is not None for r in self._rows[self._last_start:])
+            del self._rows[self._last_start:]
             self.videos -= 1
-            n = self._last_start
-        self._last_id, self._last_start = video_id, n
-        self._last_empty = not rows
+        self._last_id, self._last_start = video_id, len(self._rows)
         if rows:
             self.add_rows(video_id, rows)
         else:
-            self._placeholder(video_id, error)
+            self.add_error(video_id, error)
         self.videos += 1
         self.maybe_flush()
 
-    def _placeholder(self, video_id: str, error: str | None) -> None:
-        for name, value in (("video_id", video_id), ("start", None), ("end", None),
-                            ("text", None), ("score", None), ("error", error)):
-            self._cols[name].append(value)
-
     def maybe_flush(self) -> None:
-        n = len(self._cols["video_id"])
-        self.max_buffered_rows = max(self.max_buffered_rows, n)
-        if n >= self.rows_per_group:
+        self.max_buffered_rows = max(self.max_buffered_rows, len(self._rows))
+        if len(self._rows) >= self.rows_per_group:
             self.flush()
 
     def flush(self) -> None:
-        if not self._cols["video_id"]:
+        if not self._rows:
             return
-        table = pa.table({n: pa.array(v, type=SCHEMA.field(n).type)
-                          for n, v in self._cols.items()}, schema=self.schema)
+        cols = zip(*self._rows, strict=True)
+        table = pa.table([pa.array(c, f.type) for c, f in zip(cols, SCHEMA, strict=True)],
+                         schema=self.schema)
         self.writer.write_table(table, row_group_size=len(table))
-        self._cols = {n: [] for n in SCHEMA.names}
-        self._last_start = -1
+        self._rows, self._last_start = [], -1
 
     def close(self) -> None:
         self.flush()
@@ -153,9 +137,8 @@ class ParquetStore:
                 raise InputError(shown_as, f"missing column {c!r}")
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
         md = self.pf.metadata
-        self.group_starts = [0]
-        for i in range(md.num_row_groups):
-            self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
+        self.group_starts = list(itertools.accumulate(
+            (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
@@ -271,14 +254,8 @@ class ParquetStore:
         if self._order is None:
             self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
         order, ids = self._order, self.ids
-        lo, hi = 0, len(order)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ids[int(order[mid])].as_py() < video_id:
-                lo = mid + 1
-            else:
-                hi = mid
-        return int(order[lo]) if lo < len(order) and ids[int(order[lo])].as_py() == video_id \
+        at = bisect.bisect_left(order, video_id, key=lambda i: ids[int(i)].as_py())
+        return int(order[at]) if at < len(order) and ids[int(order[at])].as_py() == video_id \
             else -1
 
     def _runs(self, k: int) -> list[tuple[int, int]]:
