@@ -32,17 +32,6 @@ class DiskFull(HowtocapError):
     """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and (
-        exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
-        or "Disk quota exceeded" in str(exc))
-
-
-def disk_full_error(path: Path) -> DiskFull:
-    return DiskFull(f"{path}: no space left on device; the run stopped and left no "
-                    "half-written file: free space and run the same command to resume")
-
-
 def _fsync_file(name: str) -> None:
     fd = os.open(name, os.O_RDONLY)
     try:
@@ -118,8 +107,11 @@ def disk_full_as(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc) \
+                or "Disk quota exceeded" in str(exc):
+            raise DiskFull(f"{path}: no space left on device; the run stopped and left no "
+                           "half-written file: free space and run the same command to "
+                           "resume") from None
         raise
 
 
@@ -205,18 +197,3 @@ def open_parquet(path: Path, *, verify: bool = True) -> Any:
 
     return pq.ParquetFile(path, page_checksum_verification=verify, pre_buffer=False,
                           buffer_size=1 << 16)
-
-
-def looks_complete(path: Path) -> bool:
-    """Whether a Parquet file was written to its end (footer magic and length), without
-    reading it."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(4)
-            fh.seek(max(0, size - 8))
-            tail = fh.read(8)
-    except OSError:
-        return False
-    footer = int.from_bytes(tail[:4], "little")
-    return size >= 12 and head == b"PAR1" and tail[4:] == b"PAR1" and 0 < footer <= size - 12

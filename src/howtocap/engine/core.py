@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from rich.progress import TextColumn
 
-from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
+from howtocap.atomic import disk_full_as, sweep_temp_files
 from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
@@ -568,11 +568,7 @@ def _one_table(name: str, parts: list[Any]) -> Any:
 
 def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
     log = rundir.error_log
-    try:  # an append-only log, not a result: a torn last entry harms nothing
+    with disk_full_as(log):  # an append-only log, not a result: a torn entry harms nothing
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as fh:
             fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(log) from None
-        raise

@@ -37,7 +37,6 @@ from howtocap.atomic import (
     atomic_write_text,
     corrupt_parquet,
     fsync_dir,
-    looks_complete,
     read_arrow,
     writer_tag,
 )
@@ -557,21 +556,22 @@ class ShardWriter:
         order) are hard-linked into place, the status file last, instead of read and
         written again; the chunk stays whole until then, so a kill midway finishes the same
         way. False when a file is not whole or links fail here (then the long way)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         status = self._status_of(cid)
-        files = {t: p for t in self.writes if (p := self._file(cid, t)).exists()}
-        if not all(looks_complete(p) for p in (status, *files.values())):
-            return False
-        try:
+        try:  # a torn file has no footer
+            pq.read_metadata(status)
+            rows = {t: pq.read_metadata(p).num_rows for t in self.writes
+                    if (p := self._file(cid, t)).exists()}
             for table in self.writes:
                 out = self.rundir.shard_path(table, self.k)
-                if table not in files or not pq.read_metadata(files[table]).num_rows:
-                    out.unlink(missing_ok=True)
+                if rows.get(table):
+                    _link(self._file(cid, table), out)
                 else:
-                    _link(files[table], out)
+                    out.unlink(missing_ok=True)
             _link(status, self.status)  # last: the shard is finished
-        except OSError:
+        except (OSError, pa.ArrowException):
             return False
         self._clear_work()
         return True
