@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import socket
@@ -148,6 +149,30 @@ def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | Non
     """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
     atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True,
                                                  row_group_size=row_group_size))
+
+
+class JsonFolder:
+    """A folder of small JSON documents, one per stage or step (``fingerprints/``,
+    ``stats/``, ``config/``): written whole, read as None when missing or unreadable."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.json"
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.path(name).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write(self, name: str, data: dict[str, Any]) -> None:
+        atomic_write_text(self.path(name), json.dumps(data, indent=2, default=str))
+
+    def names(self) -> set[str]:
+        return {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()
 
 
 class CorruptPartWarning(UserWarning):

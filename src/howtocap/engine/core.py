@@ -7,9 +7,10 @@ claims; stages compute, runners decide where. A re-run redoes only what has no `
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -81,14 +82,8 @@ class StageSummary:
 
     def add(self, other: StageSummary) -> StageSummary:
         """This summary plus the stage's run over other videos."""
-        self.done += other.done
-        self.skipped += other.skipped
-        self.claimed_elsewhere += other.claimed_elsewhere
-        self.failed += other.failed
-        self.warned += other.warned
-        self.seconds += other.seconds
-        self.failed_before += other.failed_before
-        self.gave_up += other.gave_up
+        for f in fields(self)[1:]:  # every count after the stage's name
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
@@ -505,12 +500,14 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
 
 def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     """Each video's ``[first, end)`` rows in a shard file (grouped by video when written)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if "video_id" not in arrow.column_names or not arrow.num_rows:
         return {}
-    ids = np.asarray(arrow.column("video_id").to_numpy(zero_copy_only=False), dtype=object)
-    cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-    bounds = [0, *cut.tolist(), len(ids)]
-    return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+    runs = pc.run_end_encode(arrow.column("video_id").combine_chunks().cast(pa.string()))
+    ends = runs.run_ends.to_pylist()
+    return dict(zip(runs.values.to_pylist(), itertools.pairwise([0, *ends]), strict=True))
 
 
 def _column_values(name: str, col: Any) -> Any:
