@@ -303,23 +303,20 @@ class ParquetStore:
 
     def _video_rows(self, g: int, a: int, n: int, frame: bool
                     ) -> pd.DataFrame | dict[str, Any]:
-        """Rows ``a`` to ``a + n`` of group ``g``. ``frame=False`` (the subtitles stage):
-        sliced from the group's columns decoded once (numpy and lists), so a video in file
-        order is a few list slices, not Arrow calls and ``to_pandas`` (most of a text-only
-        stage's own time); a frame (with the scores when given): the video's rows alone."""
-        cols = self._decoded.get(g) if not frame else None
+        """Rows ``a`` to ``a + n`` of group ``g``, sliced from the group's columns decoded once
+        (numpy and lists): a video in file order is a few list slices, not Arrow calls and
+        ``to_pandas`` (most of a text-only stage's own time). ``frame=False`` (the subtitles
+        stage): plain columns; else a frame, with the scores when given."""
+        cols = self._decoded.get(g)
         if cols is None:
-            table = self._group(g).slice(a, n) if frame else self._group(g)
+            table = self._group(g)
             err = table.column("error")
-            cols = {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
-                    "text": table.column("text").to_pylist(),
-                    "error": err.to_pylist() if err.null_count < len(err) else None}
-            if frame:
-                a = 0
-            else:
-                self._decoded[g] = cols
-                while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
-                    del self._decoded[next(iter(self._decoded))]  # the two groups in use
+            cols = self._decoded[g] = {
+                **{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
+                "text": table.column("text").to_pylist(),
+                "error": err.to_pylist() if err.null_count < len(err) else None}
+            while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
+                del self._decoded[next(iter(self._decoded))]  # the two groups in use
         b = a + n
         if cols["error"] is not None:
             self._raise_first(cols["error"][a:b])
