@@ -9,7 +9,6 @@ the stages, or ``discover`` finds every step's (``howtocap/<step>/stage.py``).
 
 from __future__ import annotations
 
-import graphlib
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -77,18 +76,16 @@ class StageGraph:
             if n not in seen and n != name:
                 seen.add(n)
                 todo += self.children(n)
-        order = graphlib.TopologicalSorter(
-            {n: [m for m in seen if n in self.children(m)] for n in seen})
-        try:
-            order.prepare()
-        except graphlib.CycleError:  # no order to respect: the names sorted
-            return tuple(sorted(seen))
-        out: list[str] = []
-        while order.is_active():
-            ready = sorted(order.get_ready())
-            out += ready
-            order.done(*ready)
-        return tuple(out)
+        order: list[str] = []
+        left = set(seen)
+        while left:  # Kahn's order within the reachable stages
+            ready = sorted(n for n in left
+                           if not any(n in self.children(m) for m in left if m != n))
+            if not ready:  # a cycle: no order to respect, keep the names sorted
+                ready = sorted(left)
+            order.append(ready[0])
+            left.discard(ready[0])
+        return tuple(order)
 
     def tables(self, name: str) -> tuple[str, ...]:
         """The tables ``name``'s results live in (parts and merged), cleared with it."""
