@@ -303,12 +303,10 @@ class _Shown:
     task: Any
 
     def video(self, video_id: str, ok: bool, message: str, warned: bool) -> None:
-        if not ok:
-            self.bar.console.print(f"[red]✗[/red] {self.stage} {video_id}: {message}",
-                                   markup=True, highlight=False)
-        elif warned:
-            self.bar.console.print(f"[yellow]![/yellow] {self.stage} {video_id}: {message}",
-                                   markup=True, highlight=False)
+        if not ok or warned:
+            mark = "[yellow]![/yellow]" if ok else "[red]✗[/red]"
+            self.bar.console.print(f"{mark} {self.stage} {video_id}: {message}", markup=True,
+                                   highlight=False)
         self.bar.update(self.task, advance=1, last=video_id)
 
 
