@@ -147,18 +147,14 @@ class _Coroutines:
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:
     """``encoder=0.25,asr=0.5`` -> ``{"encoder": 0.25, "asr": 0.5}`` (one line on error)."""
-    out: dict[str, float] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        key, sep, value = part.partition("=")
-        try:
-            if not sep or not key.strip():
-                raise ValueError
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise HowtocapError(f"--ray-gpus-per-stage takes KIND=GPUS,… (e.g. "
-                                f"encoder=0.25,asr=0.5), got {text!r}") from None
+    try:
+        pairs = [part.split("=") for part in (text or "").split(",") if part.strip()]
+        out = {key.strip(): float(value) for key, value in pairs}
+    except ValueError:  # no "=", two of them, or not a number
+        out = {"": 0.0}
+    if "" in out:
+        raise HowtocapError(f"--ray-gpus-per-stage takes KIND=GPUS,… (e.g. "
+                            f"encoder=0.25,asr=0.5), got {text!r}")
     return out
 
 
