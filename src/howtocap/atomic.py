@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import socket
@@ -30,17 +31,6 @@ _TEMP = re.compile(r"^\..+\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")  # a writer_tag
 
 class DiskFull(HowtocapError):
     """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and (
-        exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
-        or "Disk quota exceeded" in str(exc))
-
-
-def disk_full_error(path: Path) -> DiskFull:
-    return DiskFull(f"{path}: no space left on device; the run stopped and left no "
-                    "half-written file: free space and run the same command to resume")
 
 
 def _fsync_file(name: str) -> None:
@@ -118,8 +108,11 @@ def disk_full_as(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(path) from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc) \
+                or "Disk quota exceeded" in str(exc):
+            raise DiskFull(f"{path}: no space left on device; the run stopped and left no "
+                           "half-written file: free space and run the same command to "
+                           "resume") from None
         raise
 
 
@@ -156,6 +149,30 @@ def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | Non
     """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
     atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True,
                                                  row_group_size=row_group_size))
+
+
+class JsonFolder:
+    """A folder of small JSON documents, one per stage or step (``fingerprints/``,
+    ``stats/``, ``config/``): written whole, read as None when missing or unreadable."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.json"
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.path(name).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write(self, name: str, data: dict[str, Any]) -> None:
+        atomic_write_text(self.path(name), json.dumps(data, indent=2, default=str))
+
+    def names(self) -> set[str]:
+        return {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()
 
 
 class CorruptPartWarning(UserWarning):
@@ -205,18 +222,3 @@ def open_parquet(path: Path, *, verify: bool = True) -> Any:
 
     return pq.ParquetFile(path, page_checksum_verification=verify, pre_buffer=False,
                           buffer_size=1 << 16)
-
-
-def looks_complete(path: Path) -> bool:
-    """Whether a Parquet file was written to its end (footer magic and length), without
-    reading it."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(4)
-            fh.seek(max(0, size - 8))
-            tail = fh.read(8)
-    except OSError:
-        return False
-    footer = int.from_bytes(tail[:4], "little")
-    return size >= 12 and head == b"PAR1" and tail[4:] == b"PAR1" and 0 < footer <= size - 12

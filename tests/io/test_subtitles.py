@@ -452,7 +452,8 @@ def test_a_stores_plain_columns_equal_its_frames_across_row_groups(tmp_path: Pat
 
     import numpy as np
 
-    from howtocap.io.subtitle_dump import ParquetStore, convert_dump
+    from howtocap.io.dump_readers import convert_dump
+    from howtocap.io.subtitle_dump import ParquetStore
 
     rng = random.Random(4)
     dump: dict[str, Any] = {}
@@ -487,7 +488,8 @@ def test_a_store_finds_videos_by_window_and_by_id_in_any_order(tmp_path: Path) -
     """Windows of ids in the file's order, and each video found by its id in any order (a
     run's shards, or ``--ids``), equal to the dump; an id not in it is None; a key given
     twice is one video, the last entry winning (as ``json.load``)."""
-    from howtocap.io.subtitle_dump import ParquetStore, convert_dump
+    from howtocap.io.dump_readers import convert_dump
+    from howtocap.io.subtitle_dump import ParquetStore
 
     dump = {f"v{i:02d}": {"start": [float(i)], "end": [i + 1.0], "text": [f"line {i}"]}
             for i in range(40)}
@@ -517,7 +519,7 @@ def test_a_store_finds_videos_by_window_and_by_id_in_any_order(tmp_path: Path) -
 
 
 def _converted(src: Path) -> tuple[Path, Path]:
-    from howtocap.io.subtitle_dump import convert_dump
+    from howtocap.io.dump_readers import convert_dump
 
     out = src.with_suffix(".parquet")
     convert_dump(src, "json", out)

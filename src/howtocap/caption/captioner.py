@@ -20,9 +20,8 @@ from howtocap.caption.config import CaptionConfig
 from howtocap.caption.imperative import judge_captions
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
-from howtocap.engine.runners import run_inline, run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable
-from howtocap.llm.base import LLM, Messages, ask, drop_cut_line, is_blocking
+from howtocap.llm.base import LLM, Messages, ask, drop_cut_line, is_blocking, run_inline, run_sync
 from howtocap.schemas import Rows, empty_rows, rows
 
 __all__ = ["CaptionConfig", "CaptionError", "CaptionStats"]  # CaptionConfig: caption.config

@@ -11,11 +11,10 @@ from typing import Any
 from howtocap.caption.blocks import Block
 from howtocap.caption.captioner import CaptionConfig, CaptionError, acaption_rows
 from howtocap.caption.vlm import VLMOptions, attach_frames
-from howtocap.engine.runners import run_inline, run_sync
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
 from howtocap.llm import LLMOptions, from_options
-from howtocap.llm.base import Messages, is_blocking
+from howtocap.llm.base import Messages, is_blocking, run_inline, run_sync
 
 
 def block_frames(path: Path | None, block: Block, opts: VLMOptions) -> list[tuple[float, bytes]]:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from howtocap.atomic import FILE_MODE, disk_full_error, is_disk_full
+from howtocap.atomic import FILE_MODE, disk_full_as
 
 
 def _start_ticks(pid: int) -> str:
@@ -83,14 +83,13 @@ def try_claim(path: Path, owner: Owner) -> bool:
                 return False
             _drop_stale(path, owner)  # its holder is gone
             continue
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(owner.token)
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            if is_disk_full(exc):
-                raise disk_full_error(path) from None
-            raise
+        with disk_full_as(path):
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(owner.token)
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
         return True
     return False
 

@@ -7,9 +7,10 @@ claims; stages compute, runners decide where. A re-run redoes only what has no `
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 from rich.progress import TextColumn
 
-from howtocap.atomic import disk_full_error, is_disk_full, sweep_temp_files
+from howtocap.atomic import disk_full_as, sweep_temp_files
 from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
@@ -81,14 +82,8 @@ class StageSummary:
 
     def add(self, other: StageSummary) -> StageSummary:
         """This summary plus the stage's run over other videos."""
-        self.done += other.done
-        self.skipped += other.skipped
-        self.claimed_elsewhere += other.claimed_elsewhere
-        self.failed += other.failed
-        self.warned += other.warned
-        self.seconds += other.seconds
-        self.failed_before += other.failed_before
-        self.gave_up += other.gave_up
+        for f in fields(self)[1:]:  # every count after the stage's name
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
@@ -308,12 +303,10 @@ class _Shown:
     task: Any
 
     def video(self, video_id: str, ok: bool, message: str, warned: bool) -> None:
-        if not ok:
-            self.bar.console.print(f"[red]✗[/red] {self.stage} {video_id}: {message}",
-                                   markup=True, highlight=False)
-        elif warned:
-            self.bar.console.print(f"[yellow]![/yellow] {self.stage} {video_id}: {message}",
-                                   markup=True, highlight=False)
+        if not ok or warned:
+            mark = "[yellow]![/yellow]" if ok else "[red]✗[/red]"
+            self.bar.console.print(f"{mark} {self.stage} {video_id}: {message}", markup=True,
+                                   highlight=False)
         self.bar.update(self.task, advance=1, last=video_id)
 
 
@@ -505,12 +498,14 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
 
 def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     """Each video's ``[first, end)`` rows in a shard file (grouped by video when written)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if "video_id" not in arrow.column_names or not arrow.num_rows:
         return {}
-    ids = np.asarray(arrow.column("video_id").to_numpy(zero_copy_only=False), dtype=object)
-    cut = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-    bounds = [0, *cut.tolist(), len(ids)]
-    return {ids[a]: (a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+    runs = pc.run_end_encode(arrow.column("video_id").combine_chunks().cast(pa.string()))
+    ends = runs.run_ends.to_pylist()
+    return dict(zip(runs.values.to_pylist(), itertools.pairwise([0, *ends]), strict=True))
 
 
 def _column_values(name: str, col: Any) -> Any:
@@ -568,11 +563,7 @@ def _one_table(name: str, parts: list[Any]) -> Any:
 
 def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
     log = rundir.error_log
-    try:  # an append-only log, not a result: a torn last entry harms nothing
+    with disk_full_as(log):  # an append-only log, not a result: a torn entry harms nothing
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as fh:
             fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full_error(log) from None
-        raise

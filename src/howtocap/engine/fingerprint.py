@@ -17,11 +17,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from howtocap.atomic import JsonFolder
+
 # Bump when a stage's output format changes in a way old parts cannot be mixed with.
 SCHEMA_VERSION = 2
 
 _lock = threading.Lock()
-_memo: dict[tuple[str, int, int], str] = {}
+_memo: dict[str, str] = {}
 
 
 def config_id(fingerprint: Mapping[str, Any]) -> str:
@@ -30,46 +32,32 @@ def config_id(fingerprint: Mapping[str, Any]) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
-def _hash_cache_path() -> Path:
+def _hash_cache() -> JsonFolder:  # its hashes.json: the model files hashed so far
     from howtocap.bundled import cache_root
 
-    return cache_root() / "hashes.json"
-
-
-def _load_hash_cache() -> dict[str, str]:
-    try:
-        data = json.loads(_hash_cache_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return JsonFolder(cache_root())
 
 
 def file_hash(path: str | os.PathLike[str]) -> str:
     """blake2b of a file's bytes, computed once per (path, size, mtime) and remembered in the
     user cache, so a model file is hashed on first use only."""
-    from howtocap.atomic import atomic_write_text
-
     p = Path(path).resolve()
     st = p.stat()
-    key = (str(p), st.st_size, st.st_mtime_ns)
+    key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
     with _lock:
         if key in _memo:
             return _memo[key]
-        skey = f"{key[0]}|{key[1]}|{key[2]}"
-        cache = _load_hash_cache()
-        if skey in cache:
-            _memo[key] = cache[skey]
-            return cache[skey]
-        h = hashlib.blake2b(digest_size=16)
-        with p.open("rb") as fh:
-            while chunk := fh.read(8 << 20):
-                h.update(chunk)
-        digest = h.hexdigest()
+        digest = (_hash_cache().read("hashes") or {}).get(key)
+        if digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            with p.open("rb") as fh:
+                while chunk := fh.read(8 << 20):
+                    h.update(chunk)
+            digest = h.hexdigest()
+            cache = _hash_cache().read("hashes") or {}  # another process may have added some
+            with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
+                _hash_cache().write("hashes", {**cache, key: digest})
         _memo[key] = digest
-        cache = _load_hash_cache()  # another process may have added entries meanwhile
-        cache[skey] = digest
-        with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
-            atomic_write_text(_hash_cache_path(), json.dumps(cache))
         return digest
 
 

@@ -1,20 +1,12 @@
 """The run directory: the run's videos, numbered once, and each stage's tables a shard at a
-time.
+time (the layout and its guarantees: docs/runs.md).
 
-``videos.parquet`` numbers the videos in the order the run first lists them; shard k is
-videos ``[k*S, (k+1)*S)`` (S fixed when the directory is made: ``layout.json``). A stage
-writes each table as a folder of Parquet files, one per shard (rows grouped by video in id
-order), then the shard's status file (``status/<stage>/shard-00000.parquet``, a row per
-video): a shard is finished iff its status file exists. So a table is read as a dataset
-(``pd.read_parquet("DIR/captions")``, DuckDB, ``pyarrow.dataset``), stage B's shard k reads
-stage A's shard k, and nothing is merged.
-
-An unfinished shard commits finished videos in chunks (``work/<stage>/shard-00000/``: table
-files, then the chunk's status file), so a kill loses only the videos in flight; finishing
-the shard joins its chunks into the final files. One lock file per (stage, shard)
-(``claims/``) keeps two processes off the same shard.
+Shard k is videos ``[k*S, (k+1)*S)`` of ``videos.parquet``. A stage writes each table as a
+folder of Parquet files, one per shard, then the shard's status file (a row per video): a shard
+is finished iff its status file exists. So a table is read as a dataset, stage B's shard k
+reads stage A's shard k, and nothing is merged. An unfinished shard commits finished videos in
+chunks (``work/<stage>/shard-k/``), so a kill loses only the videos in flight.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -33,11 +25,11 @@ import pandas as pd
 from howtocap.atomic import (
     CorruptFile,
     CorruptPartWarning,
+    JsonFolder,
     atomic_write,
     atomic_write_text,
     corrupt_parquet,
     fsync_dir,
-    looks_complete,
     read_arrow,
     writer_tag,
 )
@@ -398,30 +390,6 @@ class RunDir:
         self.fingerprints.path(stage).unlink(missing_ok=True)
 
 
-class JsonFolder:
-    """A folder of small JSON documents, one per stage or step (``fingerprints/``,
-    ``stats/``, ``config/``): written whole, read as None when missing or unreadable."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def path(self, name: str) -> Path:
-        return self.folder / f"{name}.json"
-
-    def read(self, name: str) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.path(name).read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def write(self, name: str, data: dict[str, Any]) -> None:
-        atomic_write_text(self.path(name), json.dumps(data, indent=2, default=str))
-
-    def names(self) -> set[str]:
-        return {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()
-
-
 class ShardWriter:
     """One stage on one shard: its claim, the chunks committed while it runs, and the final
     files that finish it (table files, then the status file)."""
@@ -557,21 +525,22 @@ class ShardWriter:
         order) are hard-linked into place, the status file last, instead of read and
         written again; the chunk stays whole until then, so a kill midway finishes the same
         way. False when a file is not whole or links fail here (then the long way)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         status = self._status_of(cid)
-        files = {t: p for t in self.writes if (p := self._file(cid, t)).exists()}
-        if not all(looks_complete(p) for p in (status, *files.values())):
-            return False
-        try:
+        try:  # a torn file has no footer
+            pq.read_metadata(status)
+            rows = {t: pq.read_metadata(p).num_rows for t in self.writes
+                    if (p := self._file(cid, t)).exists()}
             for table in self.writes:
                 out = self.rundir.shard_path(table, self.k)
-                if table not in files or not pq.read_metadata(files[table]).num_rows:
-                    out.unlink(missing_ok=True)
+                if rows.get(table):
+                    _link(self._file(cid, table), out)
                 else:
-                    _link(files[table], out)
+                    out.unlink(missing_ok=True)
             _link(status, self.status)  # last: the shard is finished
-        except OSError:
+        except (OSError, pa.ArrowException):
             return False
         self._clear_work()
         return True

@@ -15,17 +15,16 @@ import itertools
 import os
 import pickle
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from queue import SimpleQueue
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 from howtocap.engine.stage import Stage, VideoInput, VideoResult, arun_one, run_one
 from howtocap.errors import HowtocapError
 
 Emit = Callable[[VideoResult], None]
-T = TypeVar("T")
 RUNNERS = ("local", "ray")
 
 
@@ -112,7 +111,7 @@ _LOOP_LOCK = threading.Lock()
 def event_loop() -> asyncio.AbstractEventLoop:
     """The process's one asyncio loop, on a daemon thread of its own (started at first use,
     again in a forked child). The LLM clients keep their connections, slots and breakers on
-    it, so every caller, thread or coroutine, shares them."""
+    it, so every caller, thread or coroutine, shares them (``llm.base.run_sync``)."""
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None or _LOOP[0] != os.getpid():
@@ -121,27 +120,6 @@ def event_loop() -> asyncio.AbstractEventLoop:
                              name="howtocap-event-loop").start()
             _LOOP = (os.getpid(), loop)
         return _LOOP[1]
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on ``event_loop()`` and wait for its value (from any other thread)."""
-    loop = event_loop()
-    if threading.current_thread().name == "howtocap-event-loop":
-        coro.close()
-        raise RuntimeError("run_sync called on the event loop: await the coroutine instead")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-def run_inline(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to its end on this thread, with no event loop: for a coroutine whose every
-    await returns at once (a blocking model called in place), where ``run_sync``'s two thread
-    hops a call would be most of the cost. One that would wait raises ``RuntimeError``."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("run_inline: the coroutine waited; run it with run_sync")
 
 
 class _Coroutines:
@@ -169,18 +147,14 @@ class _Coroutines:
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:
     """``encoder=0.25,asr=0.5`` -> ``{"encoder": 0.25, "asr": 0.5}`` (one line on error)."""
-    out: dict[str, float] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        key, sep, value = part.partition("=")
-        try:
-            if not sep or not key.strip():
-                raise ValueError
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise HowtocapError(f"--ray-gpus-per-stage takes KIND=GPUS,… (e.g. "
-                                f"encoder=0.25,asr=0.5), got {text!r}") from None
+    try:
+        pairs = [part.split("=") for part in (text or "").split(",") if part.strip()]
+        out = {key.strip(): float(value) for key, value in pairs}
+    except ValueError:  # no "=", two of them, or not a number
+        out = {"": 0.0}
+    if "" in out:
+        raise HowtocapError(f"--ray-gpus-per-stage takes KIND=GPUS,… (e.g. "
+                            f"encoder=0.25,asr=0.5), got {text!r}")
     return out
 
 

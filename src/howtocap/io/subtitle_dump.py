@@ -1,30 +1,26 @@
-"""HowTo100M-size subtitle dumps without loading them: stream once into Parquet, read by row group.
+"""The subtitle store: HowTo100M-size subtitles as Parquet, read by row group, never whole.
 
 ``json.load`` of HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
-size as Python objects, so the dump is streamed once with ijson and written as Parquet row groups
-of whole videos in the file's order. Opening it reads the ``video_id`` column alone: the ids
-stay one Arrow column (no Python string a video) beside each video's first row and length. A
-run asks for its videos in the file's order (a text-only run's shards are ranges of it), so a
-lookup is answered by the ids of the block of videos from the last one found, else by a binary
-search over the ids' sorted order, and the rows come from the row group holding them, kept in
-a small LRU: each group is decoded about once per run. Peak memory is a row group or two plus
-the ids, whatever the size of the dump.
+size as Python objects, so a dump is streamed once (``io.dump_readers``) into Parquet row groups
+of whole videos in the file's order (``DumpWriter``). Opening it reads the ``video_id`` column
+alone: the ids stay one Arrow column (no Python string a video) beside each video's first row
+and length. A run asks for its videos in the file's order (a text-only run's shards are ranges
+of it), so a lookup is answered by the ids of the block of videos from the last one found, else
+by a binary search over the ids' sorted order, and the rows come from the row group holding
+them, kept in a small LRU: each group is decoded about once per run. Peak memory is a row group
+or two plus the ids, whatever the size of the dump.
 
-The converted file is kept (``DIR/cache/subtitles/``, keyed by the source's path, size, mtime
-and the selection), so a resumed or sharded run does not stream again. A Parquet source is read
-in place; someone else's rows are cleaned per video when asked for and need not be grouped. A
-pickle cannot be streamed: it is loaded once and converted (``howtocap subtitles convert``).
-``io.subtitles`` opens a source's store (``open_store``) with the pieces here.
+The converted file is kept (``DIR/cache/subtitles/``), so a resumed or sharded run does not
+stream again. A Parquet source is read in place; someone else's rows are cleaned per video
+when asked for and need not be grouped. ``io.subtitles`` opens a source's store.
 """
-
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
-import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from howtocap.errors import InputError
-from howtocap.io.subtitle_rows import (
-    COLUMNS,
-    Row,
-    entry_rows,
-    rows_frame,
-    tidy_rows,
-)
+from howtocap.io.subtitle_rows import COLUMNS, Row, entry_rows, rows_frame, tidy_rows
 from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
@@ -74,306 +64,52 @@ class DumpWriter:
         self.videos = 0
         self.rows = 0
         self.max_buffered_rows = 0
-        self._cols: dict[str, list[Any]] = {n: [] for n in SCHEMA.names}
+        self._rows: list[tuple[Any, ...]] = []  # (video_id, start, end, text, score, error)
         self._last_id: str | None = None  # the last whole video added, while still buffered
         self._last_start = -1
-        self._last_empty = False
 
     def add_rows(self, video_id: str, rows: list[Row]) -> None:
-        c = self._cols
-        c["video_id"].extend([video_id] * len(rows))
-        c["start"].extend([r[0] for r in rows])
-        c["end"].extend([r[1] for r in rows])
-        c["text"].extend([r[2] for r in rows])
-        c["score"].extend([r[3] for r in rows])
-        c["error"].extend([None] * len(rows))
+        self._rows += [(video_id, *r, None) for r in rows]
         self.rows += len(rows)
 
-    def add_error(self, video_id: str, problem: str) -> None:
+    def add_error(self, video_id: str, problem: str | None) -> None:
         """A record whose numbers are bad: one row carrying the message (text is null)."""
-        self._placeholder(video_id, problem)
+        self._rows.append((video_id, None, None, None, None, problem))
 
     def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None
                   ) -> None:
         """One whole video (clean rows, or the problem with its entry); an empty one still
         gets a row, so it is known. The same id straight again replaces it (json.load's "last
         key wins"; a repeat further on is a later run, which the reader prefers)."""
-        n = len(self._cols["video_id"])
         if video_id == self._last_id and self._last_start >= 0:
-            for col in self._cols.values():
-                del col[self._last_start:]
-            self.rows -= n - self._last_start - (1 if self._last_empty else 0)
+            self.rows -= sum(r[3] is not None for r in self._rows[self._last_start:])
+            del self._rows[self._last_start:]
             self.videos -= 1
-            n = self._last_start
-        self._last_id, self._last_start = video_id, n
-        self._last_empty = not rows
+        self._last_id, self._last_start = video_id, len(self._rows)
         if rows:
             self.add_rows(video_id, rows)
         else:
-            self._placeholder(video_id, error)
+            self.add_error(video_id, error)
         self.videos += 1
         self.maybe_flush()
 
-    def _placeholder(self, video_id: str, error: str | None) -> None:
-        for name, value in (("video_id", video_id), ("start", None), ("end", None),
-                            ("text", None), ("score", None), ("error", error)):
-            self._cols[name].append(value)
-
     def maybe_flush(self) -> None:
-        n = len(self._cols["video_id"])
-        self.max_buffered_rows = max(self.max_buffered_rows, n)
-        if n >= self.rows_per_group:
+        self.max_buffered_rows = max(self.max_buffered_rows, len(self._rows))
+        if len(self._rows) >= self.rows_per_group:
             self.flush()
 
     def flush(self) -> None:
-        if not self._cols["video_id"]:
+        if not self._rows:
             return
-        table = pa.table({n: pa.array(v, type=SCHEMA.field(n).type)
-                          for n, v in self._cols.items()}, schema=self.schema)
+        cols = zip(*self._rows, strict=True)
+        table = pa.table([pa.array(c, f.type) for c, f in zip(cols, SCHEMA, strict=True)],
+                         schema=self.schema)
         self.writer.write_table(table, row_group_size=len(table))
-        self._cols = {n: [] for n in SCHEMA.names}
-        self._last_start = -1
+        self._rows, self._last_start = [], -1
 
     def close(self) -> None:
         self.flush()
         self.writer.close()
-
-
-# -- reading JSON as a stream --------------------------------------------------------------
-class _CountingReader:
-    """A binary file that remembers where the parser is, so a JSON error can name its line."""
-
-    def __init__(self, fh: Any, on_read: Callable[[int], None] | None = None) -> None:
-        self.fh = fh
-        self.offset = 0  # bytes handed out before the last chunk
-        self.newlines = 0  # newlines before the last chunk
-        self.last_newline = -1  # absolute offset of the last newline before the last chunk
-        self.chunk = b""
-        self.on_read = on_read
-
-    def read(self, n: int = -1) -> bytes:
-        if self.chunk:
-            self.offset += len(self.chunk)
-            self.newlines += self.chunk.count(b"\n")
-            nl = self.chunk.rfind(b"\n")
-            if nl >= 0:
-                self.last_newline = self.offset - len(self.chunk) + nl
-        self.chunk = self.fh.read(n)
-        if self.on_read is not None and self.chunk:
-            self.on_read(len(self.chunk))
-        return self.chunk
-
-    def position(self, message: str) -> tuple[int, int | None]:
-        """(line, column) of a yajl error: its context snippet located in the last chunk; the
-        column is ``None`` when the snippet cannot be placed exactly."""
-        lines = message.split("\n")
-        chunk = self.chunk
-        at: int | None = None
-        if len(lines) >= 3 and "^" in lines[2]:
-            snippet = lines[1].lstrip(" ")
-            k = lines[2].index("^") - (len(lines[1]) - len(snippet))
-            if not snippet.strip():
-                at = len(chunk)  # premature end: the error is at the end of the data
-            else:
-                flat = chunk.replace(b"\n", b" ").replace(b"\r", b" ")
-                needle = snippet.encode()
-                hit = flat.find(needle)
-                if hit >= 0 and flat.find(needle, hit + 1) < 0:
-                    at = min(len(chunk), max(0, hit + k - 1))  # caret: 1 past
-        if at is None:
-            return self.newlines + 1, None
-        before = chunk[:at]
-        line = self.newlines + before.count(b"\n") + 1
-        nl = before.rfind(b"\n")
-        col = at - nl if nl >= 0 else self.offset + at - self.last_newline
-        return line, col
-
-
-def _json_error(path: Path, reader: _CountingReader, exc: Exception) -> InputError:
-    raw = exc.args[0] if exc.args else str(exc)
-    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    problem = message.split("\n")[0]
-    for prefix in ("parse error: ", "lexical error: "):
-        problem = problem.removeprefix(prefix)
-    problem = problem.rstrip(".") or type(exc).__name__
-    line, col = reader.position(message)
-    where = f"line {line} column {col}" if col is not None else f"line {line}"
-    if "UTF8" in problem or "UTF-8" in problem:
-        return InputError(path, f"not UTF-8 JSON (at {where})")
-    return InputError(path, f"invalid JSON at {where}: {problem}")
-
-
-def _json_stream(path: Path, on_read: Callable[[int], None] | None
-                 ) -> tuple[str, Iterator[Any]]:
-    """``("videos", (id, entry)…)`` for ``{id: entry}``, ``("records", record…)`` for a list."""
-    import ijson
-
-    fh = path.open("rb")
-    head = fh.read(4096)
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        fh.close()
-        raise InputError(path, "not UTF-8 JSON (UTF-16); re-save it as UTF-8")
-    skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
-    first = head[skip:].lstrip()[:1]
-    if not first:
-        fh.close()
-        raise InputError(path, "empty file")
-    fh.seek(skip)
-    reader = _CountingReader(fh, on_read)
-    if first == b"{":
-        layout, events = "videos", ijson.kvitems(reader, "", use_float=True)
-    elif first == b"[":
-        layout, events = "records", ijson.items(reader, "item", use_float=True)
-    else:
-        fh.close()
-        raise InputError(path, "expected a mapping video_id -> subtitles (a JSON object) or a "
-                               "list of records")
-
-    def guarded() -> Iterator[Any]:
-        try:
-            yield from events
-        except ijson.JSONError as exc:
-            raise _json_error(path, reader, exc) from None
-        except UnicodeDecodeError:
-            raise InputError(path, "not UTF-8 JSON") from None
-        finally:
-            fh.close()
-
-    return layout, guarded()
-
-
-# -- converting ----------------------------------------------------------------------------
-def _record_rows(path: Path, i: int, rec: Any) -> tuple[str, list[Row] | str]:
-    """One record's video id and its rows (or the per-video problem with its numbers)."""
-    if not isinstance(rec, dict) or "video_id" not in rec:
-        raise InputError(path, f"item {i}: expected an object with video_id, start, end, text")
-    for k in COLUMNS:
-        if k not in rec:
-            raise InputError(path, f"item {i}: missing {k!r}")
-    vid = str(rec["video_id"])
-    try:
-        return vid, entry_rows(path, vid, {k: [rec[k]] for k in COLUMNS})
-    except InputError as exc:
-        return vid, exc.problem
-
-
-def _write_videos(writer: DumpWriter, path: Path, entries: Iterable[tuple[Any, Any]],
-                  select: frozenset[str] | None, limit: int | None) -> None:
-    for key, entry in entries:
-        if limit is not None and writer.videos >= limit:
-            break
-        vid = str(key)
-        if select is not None and vid not in select:
-            continue
-        try:
-            rows = tidy_rows(entry_rows(path, vid, entry))
-        except InputError as exc:
-            writer.add_video(vid, None, exc.problem)
-            continue
-        writer.add_video(vid, rows)
-
-
-def _write_records(writer: DumpWriter, path: Path, records: Iterable[Any],
-                   select: frozenset[str] | None, limit: int | None) -> None:
-    kept: set[str] = set()
-    for i, rec in enumerate(records):
-        vid, rows = _record_rows(path, i, rec)
-        if select is not None and vid not in select:
-            continue
-        if vid not in kept:
-            if limit is not None and len(kept) >= limit:
-                continue  # keep scanning: a kept video's records may come later
-            kept.add(vid)
-        if isinstance(rows, str):
-            writer.add_error(vid, rows)
-        else:
-            writer.add_rows(vid, rows)
-        writer.maybe_flush()
-    writer.videos = len(kept)
-
-
-def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
-    """A single ``video_id,start,end,text`` CSV, chunk by chunk, as records."""
-    head = _read_csv_part_head(path)
-    if "video_id" not in head:
-        raise InputError(path, "a single-table source needs a video_id column "
-                               "(or give a folder of <video_id>.csv files)")
-    try:
-        for chunk in pd.read_csv(path, keep_default_na=False, chunksize=ROWS_PER_GROUP,
-                                 dtype={"video_id": str}):
-            yield from chunk[["video_id", *COLUMNS]].to_dict(orient="records")
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
-            from None
-
-
-def _read_csv_part_head(path: Path) -> list[str]:
-    """The CSV's columns, with the per-video reader's checks and one-line errors."""
-    try:
-        cols = list(pd.read_csv(path, nrows=0).columns)
-    except pd.errors.EmptyDataError:
-        raise InputError(path, "empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
-            from None
-    missing = [c for c in COLUMNS if c not in cols]
-    if missing:
-        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
-    return cols
-
-
-def _load_pickle(path: Path) -> Any:
-    try:
-        with path.open("rb") as fh:
-            return pickle.load(fh)  # noqa: S301 - the user's own dataset file
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise InputError(path, f"not a readable pickle ({type(exc).__name__})") from None
-
-
-def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str] | None = None,
-                 limit: int | None = None, progress: bool = False,
-                 rows_per_group: int = ROWS_PER_GROUP) -> DumpWriter:
-    """Stream a ``json`` / ``pickle`` / ``csv`` dump into a Parquet file at ``out``."""
-    bar = None
-    on_read = None
-    if progress and kind == "json":
-        from howtocap.progress import progress_bar
-
-        bar = progress_bar(f"reading {src.name} (MB)", transient=True)
-        bar.start()
-        task = bar.add_task("read", total=max(1, src.stat().st_size // 1_000_000))
-        on_read = lambda n: bar.update(task, advance=n / 1e6)  # noqa: E731
-    try:
-        if kind == "json":
-            layout, stream = _json_stream(src, on_read)
-        elif kind == "pickle":
-            data = _load_pickle(src)
-            if isinstance(data, dict):
-                layout, stream = "videos", iter(data.items())
-            elif isinstance(data, list):
-                layout, stream = "records", iter(data)
-            else:
-                raise InputError(src, f"expected a mapping video_id -> subtitles, got "
-                                      f"{type(data).__name__}")
-        elif kind == "csv":
-            layout, stream = "records", _csv_records(src)
-        else:
-            raise ValueError(f"not a dump kind: {kind}")
-        writer = DumpWriter(out, layout, rows_per_group)
-        try:
-            if layout == "videos":
-                _write_videos(writer, src, stream, select, limit)
-            else:
-                _write_records(writer, src, stream, select, limit)
-        finally:
-            writer.close()
-            close = getattr(stream, "close", None)
-            if close is not None:  # --limit stops early: release the file now
-                close()
-        return writer
-    finally:
-        if bar is not None:
-            bar.stop()
 
 
 # -- reading by row group ------------------------------------------------------------------
@@ -401,9 +137,8 @@ class ParquetStore:
                 raise InputError(shown_as, f"missing column {c!r}")
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
         md = self.pf.metadata
-        self.group_starts = [0]
-        for i in range(md.num_row_groups):
-            self.group_starts.append(self.group_starts[-1] + md.row_group(i).num_rows)
+        self.group_starts = list(itertools.accumulate(
+            (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
@@ -519,14 +254,8 @@ class ParquetStore:
         if self._order is None:
             self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
         order, ids = self._order, self.ids
-        lo, hi = 0, len(order)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ids[int(order[mid])].as_py() < video_id:
-                lo = mid + 1
-            else:
-                hi = mid
-        return int(order[lo]) if lo < len(order) and ids[int(order[lo])].as_py() == video_id \
+        at = bisect.bisect_left(order, video_id, key=lambda i: ids[int(i)].as_py())
+        return int(order[at]) if at < len(order) and ids[int(order[at])].as_py() == video_id \
             else -1
 
     def _runs(self, k: int) -> list[tuple[int, int]]:
@@ -574,23 +303,20 @@ class ParquetStore:
 
     def _video_rows(self, g: int, a: int, n: int, frame: bool
                     ) -> pd.DataFrame | dict[str, Any]:
-        """Rows ``a`` to ``a + n`` of group ``g``. ``frame=False`` (the subtitles stage):
-        sliced from the group's columns decoded once (numpy and lists), so a video in file
-        order is a few list slices, not Arrow calls and ``to_pandas`` (most of a text-only
-        stage's own time); a frame (with the scores when given): the video's rows alone."""
-        cols = self._decoded.get(g) if not frame else None
+        """Rows ``a`` to ``a + n`` of group ``g``, sliced from the group's columns decoded once
+        (numpy and lists): a video in file order is a few list slices, not Arrow calls and
+        ``to_pandas`` (most of a text-only stage's own time). ``frame=False`` (the subtitles
+        stage): plain columns; else a frame, with the scores when given."""
+        cols = self._decoded.get(g)
         if cols is None:
-            table = self._group(g).slice(a, n) if frame else self._group(g)
+            table = self._group(g)
             err = table.column("error")
-            cols = {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
-                    "text": table.column("text").to_pylist(),
-                    "error": err.to_pylist() if err.null_count < len(err) else None}
-            if frame:
-                a = 0
-            else:
-                self._decoded[g] = cols
-                while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
-                    del self._decoded[next(iter(self._decoded))]  # the two groups in use
+            cols = self._decoded[g] = {
+                **{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
+                "text": table.column("text").to_pylist(),
+                "error": err.to_pylist() if err.null_count < len(err) else None}
+            while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
+                del self._decoded[next(iter(self._decoded))]  # the two groups in use
         b = a + n
         if cols["error"] is not None:
             self._raise_first(cols["error"][a:b])

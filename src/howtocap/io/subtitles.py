@@ -29,14 +29,9 @@ import pandas as pd
 from howtocap.atomic import atomic_write
 from howtocap.errors import InputError
 from howtocap.hashing import hash_text, safe_name
+from howtocap.io.dump_readers import convert_dump
 from howtocap.io.inputs import VideoItem
-from howtocap.io.subtitle_dump import (
-    FORMAT_VERSION,
-    DumpWriter,
-    ParquetStore,
-    convert_dump,
-    is_converted,
-)
+from howtocap.io.subtitle_dump import FORMAT_VERSION, DumpWriter, ParquetStore, is_converted
 from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
 from howtocap.schemas import Rows, rows
 

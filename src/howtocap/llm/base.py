@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from howtocap.engine.runners import run_sync
+from howtocap.engine.runners import event_loop
 
 # A message's content is text, or a list of parts (text, image_url) for a multimodal server.
 Messages = list[dict[str, Any]]
+T = TypeVar("T")
 
 # An OpenAI-compatible server's client, by default (``LLMOptions``, ``create``, the client)
 API_KEY_ENV = "OPENAI_API_KEY"  # the environment variable holding the key
@@ -141,10 +143,31 @@ async def ask(llm: LLM, batch: Sequence[Messages], gen: GenerationConfig, *,
     return await asyncio.to_thread(llm.chat_many, batch, gen)
 
 
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on ``event_loop()`` and wait for its value (from any other thread)."""
+    loop = event_loop()
+    if threading.current_thread().name == "howtocap-event-loop":
+        coro.close()
+        raise RuntimeError("run_sync called on the event loop: await the coroutine instead")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on this thread, with no event loop: for a coroutine whose every
+    await returns at once (a blocking model called in place), where ``run_sync``'s two thread
+    hops a call would be most of the cost. One that would wait raises ``RuntimeError``."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("run_inline: the coroutine waited; run it with run_sync")
+
+
 class AsyncChat:
     """An LLM written as ``async def achat``: one coroutine per request, gathered per batch.
     The blocking ``chat``/``chat_many`` run it on the process's one event loop
-    (``engine.runners.run_sync``), so that every thread shares the client's connections and
+    (``run_sync``), so that every thread shares the client's connections and
     its in-flight limit."""
 
     name: str

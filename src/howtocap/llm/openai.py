@@ -44,7 +44,6 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
-from howtocap.engine.runners import run_sync
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
 from howtocap.llm.base import (
     API_KEY_ENV,
@@ -55,6 +54,7 @@ from howtocap.llm.base import (
     GenerationConfig,
     Messages,
     Reply,
+    run_sync,
 )
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
