@@ -102,8 +102,23 @@ def test_processes_leave_a_stage_holding_its_callers_model_here(tmp_path: Path) 
     assert summary.done == 10 and setups(tmp_path / "log") == [os.getpid()]
 
 
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray instance for this module's Ray tests, started here the way `--runner ray`
+    without an address starts one; the other processes join it by its address (what users
+    on a cluster do) instead of each paying seconds of CPU to start their own."""
+    env = dict(os.environ)
+    ray = RayRunner()._init()  # sets RAY_AUTH_MODE=token: the drivers that join inherit it
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(env)
+
+
 @pytest.mark.slow
-def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
+def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path, ray_cluster: str) -> None:
     local = RunDir(tmp_path / "local")
     run_stage(local, ITEMS, SquareStage(tmp_path / "llog"), runner=LocalRunner(2),
               progress=False)
@@ -128,9 +143,10 @@ def test_ray_equals_local_and_sets_up_once_per_actor(tmp_path: Path) -> None:
 
 
 def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
-                   batch: int = 4, die_at_chunk: int = 0) -> str:
+                   batch: int = 4, die_at_chunk: int = 0, ray_address: str | None = None) -> str:
     """A process running SquareStage on ``n`` videos; ``die_at_chunk``: SIGKILL itself just
-    before writing its K-th chunk's status file (that chunk's table files are written)."""
+    before writing its K-th chunk's status file (that chunk's table files are written);
+    ``ray_address``: the Ray instance to join."""
     return textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
@@ -151,7 +167,9 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
         from howtocap.engine.rundir import RunDir
         items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
         s = run_stage(RunDir({str(run)!r}), items, SquareStage({str(log)!r}, delay={delay}),
-                      runner=make_runner({runner!r}, workers=1), progress=False,
+                      runner=make_runner({runner!r}, workers=1,
+                                         ray_address={ray_address!r}),
+                      progress=False,
                       batching=Batching({batch}))
         print("DONE", s.done, s.claimed_elsewhere, s.skipped)
     """)
@@ -197,21 +215,24 @@ def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["local", "ray"])
-def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str) -> None:
+def test_killed_run_resumes_to_the_same_tables(tmp_path: Path, runner: str,
+                                               request: pytest.FixtureRequest) -> None:
     run, log = tmp_path / "run", tmp_path / "log"
     n = 12
+    ray = request.getfixturevalue("ray_cluster") if runner == "ray" else None
     proc = subprocess.Popen([sys.executable, "-c", _worker_script(run, log, n, 0.4, runner,
-                                                                  batch=2)],
+                                                                  batch=2, ray_address=ray)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and committed(run, "square") < 3:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and, for Ray, its workers
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver (Ray ends a dead driver's workers)
     proc.wait()
     finished = committed(run, "square")
     assert 3 <= finished < n, "the kill must land mid-run"
-    out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, runner)],
+    out = subprocess.run([sys.executable, "-c", _worker_script(run, log, n, 0.0, runner,
+                                                               ray_address=ray)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     resumed = RunDir(run).table("squares")
@@ -262,9 +283,11 @@ def test_runner_choices_and_resources() -> None:
 
 
 @pytest.mark.slow
-def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video: Path) -> None:
-    """`howtocap run --runner ray`: subtitles and alignment on Ray actors (the embedded encoder
-    loaded once per actor), the LLM stage an HTTP client in the driver; same tables as local."""
+def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video: Path,
+                                                      ray_cluster: str) -> None:
+    """`howtocap run --runner ray --ray-address`: subtitles and alignment on Ray actors of a
+    running instance (the embedded encoder loaded once per actor), the LLM stage an HTTP
+    client in the driver; same tables as local."""
     from tests.support.chat_server import chat_server
     from tests.support.cli import GOOD, add_video, run_cli
 
@@ -276,7 +299,7 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
         common = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
         local = run_cli(*common, "--out", str(tmp_path / "local"), timeout=600)
         ray = run_cli(*common, "--out", str(tmp_path / "ray"), "--runner", "ray",
-                      "--workers", "2", timeout=600)
+                      "--ray-address", ray_cluster, "--workers", "2", timeout=600)
     assert local.returncode == ray.returncode == 1, ray.stderr  # "broken" fails, the rest ok
     assert "Traceback" not in ray.stderr and "broken" in ray.stderr
     for table in ("subtitles", "captions", "aligned"):

@@ -29,13 +29,19 @@ PRELOAD_PIPELINE = ("howtocap.pipeline.run", "howtocap.align.run", "howtocap.cap
 _PER_TEST = {"PYTEST_CURRENT_TEST"}  # set by pytest for each test; no module reads it
 
 
+def _compared(env: dict[str, str]) -> dict[str, str]:
+    """The variables a preloaded import could read: not the per-test ones, nor Ray's (a
+    local Ray start sets RAY_AUTH_MODE for the drivers that join it; Ray is not preloaded)."""
+    return {k: v for k, v in env.items() if k not in _PER_TEST and not k.startswith("RAY_")}
+
+
 class Zygote:
     """One pre-warmed ``tests/support/zygote.py`` per test process (each xdist worker starts
     its own); :meth:`run` is ``subprocess.run(HOWTOCAP + args, capture_output=True,
     text=True)`` without paying the imports again."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.env = {k: v for k, v in env.items() if k not in _PER_TEST}
+        self.env = _compared(env)
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("zygote.py")), *PRELOAD],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, bufsize=0)
@@ -48,8 +54,7 @@ class Zygote:
     def serves(self, env: dict[str, str]) -> bool:
         """True when ``env`` is the environment the zygote imported under (but the per-test
         variables), so a child of it is the same as a fresh process."""
-        return self.proc.poll() is None and \
-            {k: v for k, v in env.items() if k not in _PER_TEST} == self.env
+        return self.proc.poll() is None and _compared(env) == self.env
 
     def _line(self, timeout: float | None) -> str | None:
         """The next answer line, or None when ``timeout`` seconds pass first."""
