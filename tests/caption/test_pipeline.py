@@ -13,7 +13,7 @@ import pytest
 
 from howtocap.engine.rundir import RunDir
 from tests.support.chat_server import chat_server
-from tests.support.cli import GOOD, HOWTOCAP, add_video, run_cli, vtt
+from tests.support.cli import GOOD, add_video, run_cli, start_cli, vtt
 from tests.support.llm import statuses
 from tests.support.stages import committed
 
@@ -124,8 +124,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path: Path, base_video:
         args = ["caption", str(vids), "--llm-url", srv.url, "--parse-workers", "0",
                 "--concurrency", "1", "--quiet", "--batch-size", "2"]
         killed = tmp_path / "killed"
-        proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(killed)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = start_cli(*args, "--out", str(killed))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and committed(killed, "caption") < 3:
             time.sleep(0.05)
@@ -217,9 +216,8 @@ def test_shards_on_one_run_dir_equal_a_single_run(tmp_path: Path, base_video: Pa
         base = ["run", str(vids), "--llm-url", srv.url, "--parse-workers", "0", "--quantile", "0.5",
                 "--quiet"]
         sharded = tmp_path / "sharded"
-        procs = [subprocess.Popen([*HOWTOCAP, *base, "--out", str(sharded), "--shard", f"{k}/2",
-                                   "--shard-size", "2"],  # 3 shards: 0 and 2 to one, 1 to the other
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs = [start_cli(*base, "--out", str(sharded), "--shard", f"{k}/2",
+                           "--shard-size", "2")  # 3 shards: 0 and 2 to one, 1 to the other
                  for k in range(2)]
         errs = [p.communicate(timeout=300)[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0], errs

@@ -29,6 +29,7 @@ from howtocap.io.inputs import VideoItem
 from howtocap.io.video import decode_jpeg, frame_at
 from howtocap.progress import console
 from howtocap.schemas import conform
+from tests.support.cli import run_cli, start_cli
 from tests.support.stages import write_rows
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
@@ -318,9 +319,8 @@ def test_a_foreign_folder_and_bad_options_are_one_line(run: Path, tmp_path: Path
     assert res.returncode == 2 and "notes.txt" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
-    res = subprocess.run([*HOWTOCAP, "export", str(run), "--format", "clips", "--out",
-                          str(tmp_path / "x"), "--max-side", "4", "--cut", "exact"],
-                         capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    res = run_cli("export", str(run), "--format", "clips", "--out", str(tmp_path / "x"),
+                  "--max-side", "4", "--cut", "exact")
     assert res.returncode == 2 and "--max-side" in res.stderr and "16" in res.stderr
 
 
@@ -336,10 +336,9 @@ def test_killed_export_resumes_to_the_clean_export(run: Path, tmp_path: Path) ->
     run used 2 workers, the killed one 1: the plan does not depend on timing)."""
     clean, _ = export(run, tmp_path / "clean", cut="exact", shard_size=1)
     out = tmp_path / "cut"
-    args = [*HOWTOCAP, "export", str(run), "--format", "clips", "--out", str(out),
+    args = ["export", str(run), "--format", "clips", "--out", str(out),
             "--cut", "exact", "--shard-size", "1", "--workers", "1", "--quiet"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "NO_COLOR": "1"})
+    proc = start_cli(*args)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None \
             and len(list(out.glob("*_stats.json"))) < 2:
@@ -350,8 +349,7 @@ def test_killed_export_resumes_to_the_clean_export(run: Path, tmp_path: Path) ->
     planned = len(list(clean.out.glob("*_stats.json")))
     assert planned == 9 and len(clean.shards) == 6  # skipped videos' shards are empty
     assert 2 <= len(finished) < planned and not (out / "clips.json").exists()
-    res = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_COLOR": "1"})
+    res = run_cli(*args, timeout=300)
     assert res.returncode == 0, res.stderr
     assert f"({len(finished)} finished earlier)" in res.stderr
     for name, mtime in finished.items():  # finished shards were not redone

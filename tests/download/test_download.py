@@ -26,7 +26,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import failure_cause
 from howtocap.errors import HowtocapError
 from tests.support.chat_server import chat_server
-from tests.support.cli import GOOD, HOWTOCAP, run_cli
+from tests.support.cli import GOOD, HOWTOCAP, run_cli, start_cli
 from tests.support.media_server import media_server
 from tests.support.stages import record_table
 
@@ -172,9 +172,8 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
     run = tmp_path / "run"
     with media_server(root, trickle=0.05) as www:
         csv = manifest(tmp_path / "m.csv", [("slow", f"{www.url}/slow/big.mp4", "")])
-        cmd = [*HOWTOCAP, "download", str(csv), "--out", str(run), "--quiet"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "NO_COLOR": "1"})
+        cmd = ["download", str(csv), "--out", str(run), "--quiet"]
+        proc = start_cli(*cmd)
         deadline = time.monotonic() + 60
         while www.sent["/slow/big.mp4"] < 40_000 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -190,7 +189,7 @@ def test_kill_mid_download_leaves_nothing_taken_as_done(tmp_path: Path,
         assert "ok" not in set(record_table(rd, "download", ["status"]).column("status")
                                .to_pylist())
         www.trickle = 0.0
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        res = run_cli(*cmd, timeout=120)
         assert res.returncode == 0, res.stderr
         assert sorted(p.name for p in media.iterdir()) == ["slow.download.json", "slow.mp4"]
         assert (media / "slow.mp4").read_bytes() == (root / "big.mp4").read_bytes()

@@ -23,7 +23,7 @@ from howtocap.caption.run import caption_run
 from howtocap.engine.rundir import RunDir
 from howtocap.llm import LLMOptions
 from tests.support.chat_server import chat_server
-from tests.support.cli import GOOD, HOWTOCAP, add_video, run_cli
+from tests.support.cli import GOOD, add_video, run_cli, start_cli
 from tests.support.stages import committed, status_records
 
 
@@ -88,8 +88,7 @@ def test_sigkill_at_several_points_then_resume_equals_clean_run(tmp_path: Path,
         # moments), batches of 2 videos: the kill lands after one batch, in the middle of the next
         for i, (stage, count) in enumerate([("caption", 2), ("align", 2)]):
             run = tmp_path / f"killed{i}"
-            proc = subprocess.Popen([*HOWTOCAP, *args, "--out", str(run)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = start_cli(*args, "--out", str(run))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and proc.poll() is None and \
                     committed(run, stage) < count:

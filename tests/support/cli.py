@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
@@ -37,8 +38,9 @@ def _compared(env: dict[str, str]) -> dict[str, str]:
 
 class Zygote:
     """One pre-warmed ``tests/support/zygote.py`` per test process (each xdist worker starts
-    its own); :meth:`run` is ``subprocess.run(HOWTOCAP + args, capture_output=True,
-    text=True)`` without paying the imports again."""
+    its own); :meth:`start` is ``subprocess.Popen(HOWTOCAP + args)`` and :meth:`run` is
+    ``subprocess.run(HOWTOCAP + args, capture_output=True, text=True)`` without paying the
+    imports again."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = _compared(env)
@@ -46,8 +48,10 @@ class Zygote:
             [sys.executable, str(Path(__file__).with_name("zygote.py")), *PRELOAD],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, bufsize=0)
         self.buf = b""
+        self.exits: dict[int, int] = {}  # wait statuses the zygote reported, by pid
+        self.count = 0
         self.tmp = tempfile.TemporaryDirectory(prefix="howtocap-zygote-")
-        self.lock = threading.Lock()  # one request at a time: answers come back in order
+        self.lock = threading.Lock()  # one reader of the answers at a time
         if self._line(None) != "ready":
             raise RuntimeError("the CLI zygote did not start")
 
@@ -70,37 +74,104 @@ class Zygote:
         line, self.buf = self.buf.split(b"\n", 1)
         return line.decode()
 
+    def _answer(self, timeout: float | None) -> int | None:
+        """Read one answer: an ``exit`` is kept in :attr:`exits`; a ``pid`` is returned."""
+        line = self._line(timeout)
+        if line is None:
+            return None
+        kind, pid, *status = line.split()
+        if kind == "exit":
+            self.exits[int(pid)] = int(status[0])
+            return None
+        return int(pid)
+
+    def start(self, args: list[str], env: dict[str, str]) -> ZygoteChild:
+        with self.lock:
+            self.count += 1
+            out, err = (Path(self.tmp.name, f"{self.count}.{name}") for name in ("out", "err"))
+            req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
+                       preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            while (pid := self._answer(None)) is None:
+                pass
+        return ZygoteChild(self, pid, [*HOWTOCAP, *args], out, err)
+
+    def status(self, pid: int, timeout: float | None) -> int | None:
+        """``pid``'s wait status, or None when it still runs after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if pid in self.exits:
+                    return self.exits.pop(pid)
+                left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+                self._answer(max(0.0, left))
+                if pid in self.exits:
+                    return self.exits.pop(pid)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
     def run(self, args: list[str], env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
-        with self.lock:
-            return self._run(args, env, timeout)
-
-    def _run(self, args: list[str], env: dict[str, str],
-             timeout: float) -> subprocess.CompletedProcess[str]:
-        out, err = Path(self.tmp.name, "stdout"), Path(self.tmp.name, "stderr")
-        req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
-                   preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(req) + "\n").encode())
-        pid = int(self._line(None) or 0)
-        status = self._line(timeout)
-        if status is None:  # what subprocess.run does on a timeout: kill, wait, raise
-            os.kill(pid, signal.SIGKILL)
-            self._line(None)
-            raise subprocess.TimeoutExpired([*HOWTOCAP, *args], timeout, *self._read(out, err))
-        code = os.waitstatus_to_exitcode(int(status))
-        return subprocess.CompletedProcess([*HOWTOCAP, *args], code, *self._read(out, err))
-
-    @staticmethod
-    def _read(*paths: Path) -> list[str]:
-        enc = locale.getpreferredencoding(False)
-        return [p.read_text(encoding=enc) for p in paths]
+        child = self.start(args, env)
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:  # what subprocess.run does: kill, wait, raise
+            child.kill()
+            child.wait()
+            raise subprocess.TimeoutExpired(child.args, timeout, *child.output()) from None
+        return subprocess.CompletedProcess(child.args, child.returncode, *child.output())
 
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
         self.tmp.cleanup()
+
+
+class ZygoteChild:
+    """A ``howtocap`` process forked by the zygote: what the tests use of ``Popen`` (its
+    output goes to files, read by :meth:`communicate`)."""
+
+    def __init__(self, zygote: Zygote, pid: int, args: list[str], out: Path,
+                 err: Path) -> None:
+        self.zygote, self.pid, self.args, self.paths = zygote, pid, args, (out, err)
+        self.returncode: int | None = None
+
+    def _status(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            status = self.zygote.status(self.pid, timeout)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never signal a pid the system may have given again
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def output(self) -> list[str]:
+        enc = locale.getpreferredencoding(False)
+        text = [p.read_text(encoding=enc) for p in self.paths]
+        for p in self.paths:
+            p.unlink()
+        return text
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        out, err = self.output()
+        return out, err
 
 
 _zygotes: dict[int, Zygote] = {}
@@ -122,16 +193,32 @@ def vtt(cues: list[tuple[float, float, str]]) -> str:
     return "WEBVTT\n\n" + "\n\n".join(f"{ts(a)} --> {ts(b)}\n{t}" for a, b, t in cues) + "\n"
 
 
+def _cli_env() -> tuple[dict[str, str], Zygote | None]:
+    """The environment of a CLI child, and the zygote to fork it from (None: start it afresh;
+    HOWTOCAP_TEST_FRESH=1 starts each afresh)."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return env, None if os.environ.get("HOWTOCAP_TEST_FRESH") else _zygote(env)
+
+
 def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """``howtocap ARGS`` as a separate process (a fork of the zygote when the environment is
-    the usual one; HOWTOCAP_TEST_FRESH=1 starts each afresh): its exit code and text output,
-    like ``subprocess.run``."""
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    zygote = None if os.environ.get("HOWTOCAP_TEST_FRESH") else _zygote(env)
+    the usual one): its exit code and text output, like ``subprocess.run``."""
+    env, zygote = _cli_env()
     if zygote is not None:
         return zygote.run(list(args), env, timeout)
     return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
+
+
+def start_cli(*args: str) -> ZygoteChild | subprocess.Popen[str]:
+    """``howtocap ARGS`` started as a separate process that a test may signal (SIGKILL mid-run)
+    or run alongside another: ``poll``, ``wait``, ``send_signal``, ``communicate``, like
+    ``subprocess.Popen`` with both outputs captured; a fork of the zygote when it can."""
+    env, zygote = _cli_env()
+    if zygote is not None:
+        return zygote.start(list(args), env)
+    return subprocess.Popen([*HOWTOCAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
 
 def add_video(folder: Path, name: str, base: Path, subtitle: str | None = None,

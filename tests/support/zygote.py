@@ -7,8 +7,9 @@ child per request. The child does what ``python -m howtocap.cli`` does — the a
 and working directory of the request, fd 0 from /dev/null, fd 1 and 2 into the given files,
 ``runpy`` of ``howtocap.cli`` as ``__main__`` — and exits through the normal interpreter exit
 (atexit hooks, flushing, finalizers, an uncaught exception's traceback and exit 1), so the test
-sees the same output and exit code. The zygote answers ``pid`` then the raw wait status; a
-child that crashes or is killed only ends itself.
+sees the same output and exit code. The zygote answers ``pid PID`` at once and ``exit PID
+STATUS`` (the raw wait status) when that child ends, so several children can run at once (the
+kill tests signal one while it runs); a child that crashes or is killed only ends itself.
 Run as a file: ``python zygote.py MODULE[:FUNCTION]...``; a request may name more to preload.
 """
 
@@ -18,13 +19,19 @@ import gc
 import importlib
 import json
 import os
+import select
+import signal
 import sys
 
 
-def _child(req: dict) -> None:
+def _child(req: dict, wakeup: tuple[int, int]) -> None:
     """Become ``python -m howtocap.cli ARGS`` (never returns to the request loop)."""
     import runpy
 
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in wakeup:
+        os.close(fd)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -58,17 +65,41 @@ def preload(names: list[str], done: set[str]) -> None:
 def main() -> None:
     done: set[str] = set()
     preload(sys.argv[1:], done)
-    requests, answers = sys.stdin, sys.stdout
+    answers = sys.stdout
+    wakeup = os.pipe()  # SIGCHLD writes a byte here: select wakes up to reap the child
+    os.set_blocking(wakeup[1], False)
+    signal.set_wakeup_fd(wakeup[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     print("ready", file=answers, flush=True)
-    for line in requests:
-        req = json.loads(line)
-        preload(req.get("preload", []), done)  # the first heavy command pays it, once
-        pid = os.fork()
-        if pid == 0:
-            _child(req)
-        print(pid, file=answers, flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(status, file=answers, flush=True)
+    buf, live = b"", set()
+    while True:
+        ready = select.select([0, wakeup[0]], [], [])[0]
+        if wakeup[0] in ready:
+            os.read(wakeup[0], 4096)
+        while live:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if not pid:
+                break
+            live.discard(pid)
+            print("exit", pid, status, file=answers, flush=True)
+        if 0 not in ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:  # the test process closed us: what it left running goes too
+            for pid in live:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line)
+            preload(req.get("preload", []), done)  # the first heavy command pays it, once
+            pid = os.fork()
+            if pid == 0:
+                _child(req, wakeup)
+            live.add(pid)
+            print("pid", pid, file=answers, flush=True)
 
 
 if __name__ == "__main__":
