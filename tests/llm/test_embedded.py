@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def embedded() -> LlamaCppLLM:
-    llm = create("embedded")
+    """The default model on one thread: `make test` runs two test processes on two cores, and
+    llama.cpp's threads spin-wait for each other when another process has the second core."""
+    llm = create("embedded", n_threads=1)
     assert isinstance(llm, LlamaCppLLM)
     return llm.load()
 
