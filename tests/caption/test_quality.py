@@ -111,7 +111,7 @@ def test_some_blocks_failing_keeps_the_rest_with_a_warning(tmp_path: Path,
     out = tmp_path / "run"
     with chat_server() as srv:
         res = run_cli("caption", str(vids), "--out", str(out), "--llm-url", srv.url,
-                      "--block-words", "10", "--quiet")
+                      "--parse-workers", "0", "--block-words", "10", "--quiet")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     status = pd.read_parquet(out / "status")
     status = status[status["stage"] == "caption"].set_index("video_id")

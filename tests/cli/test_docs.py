@@ -175,7 +175,8 @@ def test_caption_workers_bounds_the_videos_in_flight(tmp_path: Path, workers: st
         peak = count_peak_requests(srv)
         extra = ["--workers", workers] if workers else []
         res = run_cli("caption", "--subtitles", str(src), "--out", str(tmp_path / "run"),
-                      "--llm-url", srv.url, "--concurrency", "4", "--quiet", *extra)
+                      "--llm-url", srv.url, "--concurrency", "4", "--parse-workers", "0",
+                      "--quiet", *extra)
     assert res.returncode == 0, res.stderr
     assert srv.requests == len(data)  # one block, so one request, per video
     assert peak["max"] <= expect  # never more than asked for

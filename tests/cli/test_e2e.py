@@ -117,7 +117,8 @@ def asr_run(tmp_path_factory: pytest.TempPathFactory, narrated_video: SampleVide
     out = root / "run"
     with chat_server() as srv:
         res = run_cli("run", str(root / "videos"), "--out", str(out), "--llm-url", srv.url,
-                      "--keep-top", "1", "--keep-fillers", "--quiet", timeout=600)
+                      "--keep-top", "1", "--keep-fillers", "--parse-workers", "0", "--quiet",
+                      timeout=600)
         # (the echo server's "captions" are line prefixes such as "Next, take the": the
         # filler test may reject them; it is tested on real captions in test_filler.py)
     assert res.returncode == 0, res.stderr
@@ -185,7 +186,8 @@ def test_config_yaml_with_a_flag_that_wins(tmp_path: Path, base_video: Path) -> 
     with chat_server() as srv:
         conf = tmp_path / "run.yaml"
         conf.write_text(yaml.safe_dump({"block-words": 50, "clip-seconds": 3.0,
-                                        "llm-url": srv.url, "quiet": True}))
+                                        "llm-url": srv.url, "parse-workers": 0,
+                                        "quiet": True}))
         res = run_cli("caption", str(vids), "--out", str(tmp_path / "run"), "--config",
                       str(conf), "--block-words", "80")
         assert res.returncode == 0, res.stderr

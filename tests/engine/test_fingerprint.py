@@ -31,8 +31,10 @@ def videos(tmp_path: Path, base: Path, n: int = 3) -> Path:
 
 
 def config(url: str, **caption: object) -> CaptionRunConfig:
+    """Parsed in this process (``--parse-workers 0``): the parser pool is not what is tested here,
+    and its processes would each load spaCy afresh, on every run."""
     return CaptionRunConfig(llm=LLMOptions(url=url, concurrency=2),
-                            caption=CaptionConfig(**caption))
+                            caption=CaptionConfig(**caption), parse_workers=0)
 
 
 @pytest.mark.slow

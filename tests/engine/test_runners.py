@@ -296,7 +296,8 @@ def test_run_on_ray_equals_local_with_the_real_stages(tmp_path: Path, base_video
         add_video(vids, f"r{i}", base_video, GOOD.replace("eggs", f"egg{i}"))
     add_video(vids, "broken", base_video, "WEBVTT\n\nnot a cue at all\n")
     with chat_server() as srv:
-        common = ["run", str(vids), "--llm-url", srv.url, "--quantile", "0.5", "--quiet"]
+        common = ["run", str(vids), "--llm-url", srv.url, "--parse-workers", "0",
+                  "--quantile", "0.5", "--quiet"]
         local = run_cli(*common, "--out", str(tmp_path / "local"), timeout=600)
         ray = run_cli(*common, "--out", str(tmp_path / "ray"), "--runner", "ray",
                       "--ray-address", ray_cluster, "--workers", "2", timeout=600)

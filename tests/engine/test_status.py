@@ -41,7 +41,7 @@ def batch(tmp_path: Path, base: Path) -> Path:
 def test_status_counts_causes_and_throughput(tmp_path: Path, base_video: Path) -> None:
     vids, out = batch(tmp_path, base_video), tmp_path / "run"
     with chat_server() as srv:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
         t0 = time.monotonic()
         caption_run([vids], out, cfg, progress=False)
         elapsed = time.monotonic() - t0  # the stages' wall times lie within this
@@ -86,7 +86,7 @@ def test_retry_failed_and_max_attempts(tmp_path: Path, base_video: Path) -> None
     vids, out = batch(tmp_path, base_video), tmp_path / "run"
     rd = RunDir(out, create=False)
     with chat_server() as srv:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
         caption_run([vids], out, cfg, progress=False)
         n = srv.requests
         # a plain re-run leaves failed videos failed: no LLM request, nothing redone

@@ -116,7 +116,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
 
     vids, out = videos(tmp_path, base_video, 6), tmp_path / "run"
     with chat_server() as srv:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
         caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
@@ -192,7 +192,7 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
         tmp_path: Path, base_video: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     vids = videos(tmp_path, base_video, 8)
     with chat_server() as srv, small_disk(tmp_path, 256) as disk:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1), parse_workers=0)
         clean = tmp_path / "clean"
         caption_run([vids], clean, cfg, progress=False)
         if disk is not None:  # a real ENOSPC: fill the file system to ~40 KB from full
@@ -287,7 +287,7 @@ def test_temp_files_of_a_killed_writer_are_swept_on_resume(tmp_path: Path,
     dead = subprocess.Popen(["true"])
     dead.wait()
     with chat_server() as srv:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=1), parse_workers=0)
         caption_run([vids], out, cfg, progress=False)
         left = out / "captions" / f".shard-00000.parquet.{host}~{dead.pid}.k1ll3d.tmp"
         other = out / f".videos.parquet.another-host~{dead.pid}.x.tmp"  # maybe alive there
@@ -341,7 +341,7 @@ def test_a_torn_subtitles_file_and_a_corrupt_captions_file_of_one_shard_are_redo
 
     vids, out = videos(tmp_path, base_video, 4), tmp_path / "run"
     with chat_server() as srv:
-        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2))
+        cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
         caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
