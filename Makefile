@@ -15,7 +15,8 @@ EXTRA_APT ?=
 DEMO_DATA ?= demo-data
 DEMO_RUN ?= demo-run
 # pytest-xdist workers; --dist loadfile keeps a file's module fixtures (one ASR run, one
-# Ray cluster) in one worker
+# Ray cluster) in one worker; --no-loadscope-reorder hands out the files in the order
+# tests/conftest.py sorts them (longest first), not by how many tests they hold
 TEST_WORKERS ?= 2
 # A download that arrives damaged (a hash mismatch, a cut connection) is fetched again, up to
 # three times, without pip's cache so a bad copy is not reused.
@@ -64,12 +65,13 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The tests not marked slow: the logic of every module, without real models, whole pipelines,
 # Ray clusters or a browser (those run in make test).
 test-fast: install lint
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		-m "not slow"
 
 # The benchmarks also compare the optional models (the llm-small extra) and evaluate on
 # photographs no training video used (opencv-doc's examples, see howtocap.photos).

@@ -76,3 +76,31 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
     from howtocap.train.tiny import make_tiny_clip
 
     return make_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
+
+
+
+# The longest files of `make test` (their tests' --durations summed, most first). A stale list
+# only costs balance, never a result.
+LONGEST = ("tests/cli/test_e2e.py", "tests/engine/test_runners.py", "tests/engine/test_storage.py",
+           "tests/caption/test_pipeline.py", "tests/llm/test_embedded.py",
+           "tests/cli/test_eval_formats.py", "tests/engine/test_status.py",
+           "tests/engine/test_fingerprint.py", "tests/engine/test_reruns.py",
+           "tests/download/test_download.py", "tests/caption/test_textonly.py",
+           "tests/cli/test_docs.py", "tests/caption/test_vlm.py", "tests/caption/test_filler.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, then those with the most slow tests (a slow test weighs 10
+    fast ones); each file stays whole and in order. `make test` hands whole files to its
+    workers in this order (--no-loadscope-reorder), so the long ones start early and the run
+    does not end with one worker alone on a long file."""
+    weight: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        weight[path] = weight.get(path, 0) + (10 if item.get_closest_marker("slow") else 1)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        return (LONGEST.index(path) if path in LONGEST else len(LONGEST), -weight[path])
+
+    items.sort(key=rank)
