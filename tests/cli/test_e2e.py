@@ -39,12 +39,15 @@ def step_of(sample: SampleVideo, t: float) -> int:
 
 @pytest.fixture(scope="module")
 def llm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[SampleVideo, Path]:
-    """One 12-s narrated video (coffee, cat, rocket) with its WebVTT, through `howtocap run`."""
+    """One 12-s narrated video (coffee, cat, rocket) with its WebVTT, through `howtocap run`,
+    on one core (as on a one-core share; llama.cpp then takes one thread: with the other test
+    process on the second core its threads would spin-wait for each other)."""
     root = tmp_path_factory.mktemp("llm_run")
     sample = make_narrated_video(root / "videos", "howto", DEFAULT_STEPS[:3],
                                  seconds_per_step=4.0, fps=5, size=128)
     out = root / "run"
-    res = run_cli("run", str(root / "videos"), "--out", str(out), "--quiet", timeout=900)
+    res = run_cli("run", str(root / "videos"), "--out", str(out), "--quiet", timeout=900,
+                  cores=1)
     assert res.returncode == 0, res.stderr
     return sample, out
 

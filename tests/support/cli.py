@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
@@ -85,11 +86,13 @@ class Zygote:
             return None
         return int(pid)
 
-    def start(self, args: list[str], env: dict[str, str]) -> ZygoteChild:
+    def start(self, args: list[str], env: dict[str, str],
+              cores: int | None = None) -> ZygoteChild:
         with self.lock:
             self.count += 1
             out, err = (Path(self.tmp.name, f"{self.count}.{name}") for name in ("out", "err"))
             req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
+                       cores=cores,
                        preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
             assert self.proc.stdin is not None
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
@@ -111,9 +114,9 @@ class Zygote:
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
-    def run(self, args: list[str], env: dict[str, str],
-            timeout: float) -> subprocess.CompletedProcess[str]:
-        child = self.start(args, env)
+    def run(self, args: list[str], env: dict[str, str], timeout: float,
+            cores: int | None = None) -> subprocess.CompletedProcess[str]:
+        child = self.start(args, env, cores)
         try:
             child.wait(timeout)
         except subprocess.TimeoutExpired:  # what subprocess.run does: kill, wait, raise
@@ -200,14 +203,25 @@ def _cli_env() -> tuple[dict[str, str], Zygote | None]:
     return env, None if os.environ.get("HOWTOCAP_TEST_FRESH") else _zygote(env)
 
 
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def _keep_cores(cores: int | None) -> Callable[[], None] | None:
+    """Limit a child to the first ``cores`` of the cores this process may use (what a SLURM
+    or cgroup share does), or None."""
+    if cores is None:
+        return None
+    mine = sorted(os.sched_getaffinity(0))[:cores]
+    return lambda: os.sched_setaffinity(0, mine)
+
+
+def run_cli(*args: str, timeout: float = 180,
+            cores: int | None = None) -> subprocess.CompletedProcess[str]:
     """``howtocap ARGS`` as a separate process (a fork of the zygote when the environment is
-    the usual one): its exit code and text output, like ``subprocess.run``."""
+    the usual one): its exit code and text output, like ``subprocess.run``; ``cores``: the
+    number of cores it may use."""
     env, zygote = _cli_env()
     if zygote is not None:
-        return zygote.run(list(args), env, timeout)
+        return zygote.run(list(args), env, timeout, cores)
     return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+                          env=env, preexec_fn=_keep_cores(cores))
 
 
 def start_cli(*args: str) -> ZygoteChild | subprocess.Popen[str]:

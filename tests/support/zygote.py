@@ -32,6 +32,8 @@ def _child(req: dict, wakeup: tuple[int, int]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for fd in wakeup:
         os.close(fd)
+    if req.get("cores"):  # the first N of the cores the zygote may use
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:req["cores"]])
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
