@@ -5,10 +5,8 @@ The server binds 0.0.0.0 (or is refused before binding); requests only ever go t
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.cli import run_cli
+from tests.support.cli import ZygoteChild, run_cli, start_cli
 from tests.support.search import free_port, shared_run, shared_sample
 
 KEY_VAR = "HOWTOCAP_E2E_KEY"
@@ -30,20 +28,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextmanager
 def serving(run: Path, *flags: str, env: dict[str, str] | None = None
-            ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+            ) -> Iterator[tuple[str, ZygoteChild | subprocess.Popen[str]]]:
     """Start `howtocap serve RUN --port P FLAGS`, wait until /healthz answers, stop it after."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "howtocap.cli", "serve", str(run),
-                             "--port", str(port), *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {}), "NO_COLOR": "1"})
+    proc = start_cli("serve", str(run), "--port", str(port), *flags, run_env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited with {proc.returncode}: "
-                                     f"{proc.stderr.read() if proc.stderr else ''}")
+                                     f"{proc.communicate()[1]}")
             try:
                 if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
                     break

@@ -164,6 +164,9 @@ class ZygoteChild:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
     def output(self) -> list[str]:
         enc = locale.getpreferredencoding(False)
         text = [p.read_text(encoding=enc) for p in self.paths]
@@ -224,11 +227,15 @@ def run_cli(*args: str, timeout: float = 180,
                           env=env, preexec_fn=_keep_cores(cores))
 
 
-def start_cli(*args: str) -> ZygoteChild | subprocess.Popen[str]:
+def start_cli(*args: str, run_env: dict[str, str] | None = None
+              ) -> ZygoteChild | subprocess.Popen[str]:
     """``howtocap ARGS`` started as a separate process that a test may signal (SIGKILL mid-run)
-    or run alongside another: ``poll``, ``wait``, ``send_signal``, ``communicate``, like
-    ``subprocess.Popen`` with both outputs captured; a fork of the zygote when it can."""
+    or run alongside another: ``poll``, ``wait``, ``send_signal``, ``terminate``,
+    ``communicate``, like ``subprocess.Popen`` with both outputs captured; a fork of the zygote
+    when it can. ``run_env``: more variables, read only while the command runs (an API key it
+    is told to read), never at import."""
     env, zygote = _cli_env()
+    env.update(run_env or {})
     if zygote is not None:
         return zygote.start(list(args), env)
     return subprocess.Popen([*HOWTOCAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
