@@ -5,9 +5,9 @@ bit-flipped files, which must be detected and recomputed.
 
 The uninterrupted run is watched (its run directory polled every few ms) to learn how long
 each stage runs. Each killed run is watched too, the stages taken in turn: once it enters the
-stage, it is killed after a random part of that stage's duration, so kills land in subtitles,
-mid-caption, align, the align filter and the export alike (``kills_by_step``: where each
-landed, read back from the killed run's files).
+stage, it is killed after a random part of that stage's duration, so kills land at the start
+(before any commit), in subtitles, mid-caption, align, the align filter and the export alike
+(``kills_by_step``: where each landed, read back from the killed run's files).
 
 Each run is a forked child of this process (a real process, killed with a real SIGKILL; the
 parent imports torch and the pipeline before forking, so a child skips the ~20 s of imports
@@ -127,7 +127,7 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-STEPS = ("subtitles", "caption", "align", "align filter", "export")
+STEPS = ("start", "subtitles", "caption", "align", "align filter", "export")
 
 
 def started(out: Path) -> Path:
@@ -144,7 +144,8 @@ def drop(out: Path) -> None:
 def where(out: Path, shards: int) -> str:
     """Which stage the run was in, from its files: the export once it began; the
     filter once the ``shards`` align shards are finished; align once its settings are
-    recorded (before its first shard); else the newest stage with committed work."""
+    recorded (before its first shard); else the newest stage with committed work; "start"
+    before any (the videos recorded, the settings checked, the models set up)."""
     if started(out).exists():
         return "export"
     if (out / "aligned").exists():
@@ -158,7 +159,7 @@ def where(out: Path, shards: int) -> str:
             return stage
         if stage == "align" and (out / "config" / "align.json").exists():
             return stage
-    return "subtitles"
+    return "start"
 
 
 def kill_in(pid: int, out: Path, shards: int, step: str, offset: float) -> tuple[float, int]:
