@@ -115,9 +115,9 @@ def breaker_seconds(url: str) -> dict[str, Any]:
 def run_state(out: Path, n: int) -> dict[str, Any]:
     """What the run directory holds: statuses by stage, captioned videos, leftover claims."""
     rd = RunDir(out, create=False)
-    status = rd.status_table()
+    status = rd.table("status")
     cap = status[status["stage"] == "caption"]
-    claims = list((out / "parts" / "claims").rglob("*.json")) if out.exists() else []
+    claims = list((out / "claims").rglob("*.lock")) if out.exists() else []
     return {"caption_ok": int((cap["status"] == "ok").sum()),
             "caption_failed": int((cap["status"] == "error").sum()),
             "caption_pending": n - len(cap), "failed_any_stage": int((status["status"] ==

@@ -10,8 +10,8 @@ Each measurement runs in its own child process, so its peak RSS (``ru_maxrss``) 
 * ``json.load``: the old ``SubtitleSource`` (the whole file as Python objects, keys as str);
 * ``reader``: ``SubtitleSource`` streaming the file into Parquet, then every video read back;
 * ``caption_run``: the full library call ``caption_run(None, DIR, CaptionRunConfig(subtitles=
-  SRC), llm=InstantLLM())`` — conversion, one stage per video (part files + status records),
-  merged tables — with phases timed by wrapping the functions that run them;
+  SRC), llm=InstantLLM())`` — conversion, the stages a shard at a time (chunk and shard
+  files, status files; no merge) — with phases timed by wrapping the functions that run them;
 * ``import``: the same imports and nothing else, the floor every process pays.
 """
 
@@ -138,8 +138,6 @@ def child_caption_run(src: Path) -> dict:
     timed(SubtitleSource, "video_ids", "convert (stream caption.json -> Parquet)")
     timed(RunDir, "record_videos", "record videos.parquet")
     timed(cap_mod, "run_stage", "captioning, per video (stage + part files + status)")
-    timed(RunDir, "merge_streaming", "merge subtitles.parquet + captions.parquet")
-    timed(RunDir, "status_table", "status.parquet")
     out = WORK / "run"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
@@ -250,15 +248,6 @@ def report(r: dict) -> str:
              "thread; the template line is part of `caption_video`, measured apart):", "",
              *md_table(["step", "ms / video"],
                        [[k, f"{v:.2f}"] for k, v in bd["ms_per_video"].items()], align="lr")]
-    rows += ["", "Found while profiling: merging 2 x 100k tiny part files with one "
-             "`pd.read_parquet` each (~4 ms a part) and one big `DataFrame` held the whole "
-             "subtitles table; `RunDir.merge_streaming` reads parts with pyarrow in video-id "
-             "order and writes batches (same file, ~2.5x faster, bounded memory). `conform` of "
-             "an already conforming table (every part write) now costs a shallow copy, and the "
-             "subtitles table is built in its final dtypes. Left: `caption_video` re-reads the "
-             "prompt template file for every video (the template row), and every video costs "
-             "two Parquet files and an fsynced JSON status record; the runner submits every "
-             "video to its thread pool up front."]
     rows += ["", f"{cr['done']:,} videos captioned ({cr['failed']} failed); "
              f"{cr['rows']['subtitles']:,} subtitle rows, {cr['rows']['captions']:,} captions; "
              f"{cr['files_in_parts']:,} files under `parts/` (two parts and a status record "

@@ -146,7 +146,7 @@ def failures(tmp: Path, url: str, size: int) -> dict:
     t0 = time.perf_counter()
     _, summary = download_run([csv], tmp / "run_fail", cfg, progress=False)
     seconds = time.perf_counter() - t0
-    st = RunDir(tmp / "run_fail", create=False).status_table()
+    st = RunDir(tmp / "run_fail", create=False).table("status")
     st = st[st["stage"] == "download"].set_index("video_id")
     rows = []
     for vid, path, want in FAILURES:
