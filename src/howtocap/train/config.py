@@ -3,7 +3,7 @@ papers' recipes as typed presets of it (``RECIPES``).
 
 Why one model: the loop, the tasks and the checkpoint read the same fields, so a value is
 checked once, where it enters (``make_config``), and a bad one is one line naming the option
-(``--momentum must be in [0, 1) (got 1.5; 0 = off)``), never a traceback from deep in a run.
+(``--momentum: Input should be less than 1 (got 1.5)``), never a traceback from deep in a run.
 ``train_config.json`` and the checkpoint's ``config`` are ``TrainConfig.model_dump()``.
 
 Precedence: an option given explicitly (not ``None``) > the recipe's setting > the field's
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
@@ -36,34 +36,37 @@ class TrainConfig(BaseModel):
     out_dir: str
     model: Model = "dual"
     encoder: str = ENCODER
-    epochs: int = 5
-    batch_size: int = 32
-    lr: float = DEFAULT_LR["dual"]  # not given: DEFAULT_LR[model]
-    weight_decay: float = 0.05
-    frames_per_clip: int = 4
-    alpha: float = 0.0  # L_align: HowToCaption uses 0.1 only for the second-round fine-tune
-    temperature: float | None = None
-    warmup: float = 0.05  # fraction of all steps
-    grad_clip: float = 20.0
+    epochs: int = Field(5, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(DEFAULT_LR["dual"], gt=0)  # not given: DEFAULT_LR[model]
+    weight_decay: float = Field(0.05, ge=0)
+    frames_per_clip: int = Field(4, ge=1)
+    # L_align: HowToCaption uses 0.1 only for the second-round fine-tune
+    alpha: float = Field(0.0, ge=0)
+    temperature: float | None = Field(None, gt=0)
+    warmup: float = Field(0.05, ge=0, le=1)  # fraction of all steps
+    grad_clip: float = Field(20.0, ge=0)
     seed: int = 0
-    eval_fraction: float = 0.1
+    eval_fraction: float = Field(0.1, ge=0, lt=1)
     frames: FrameSource = "decode"  # dual: how frames are read; mee: cached frame embeddings
     cache_dir: str | None = None
-    num_workers: int = 0
+    num_workers: int = Field(0, ge=0)
     amp: bool = True
-    mee_dim: int = 256
-    margin: float = 0.1
-    clips_per_video: int = 2
-    eval_batch_size: int = 64
+    mee_dim: int = Field(256, ge=1)
+    margin: float = Field(0.1, ge=0)
+    clips_per_video: int = Field(2, ge=1)
+    eval_batch_size: int = Field(64, ge=1)
     train_params: str | None = None  # regex over parameter names; None = all
     webdataset: str | None = None  # a shard folder streamed instead of pairs held in memory
-    shuffle_buffer: int = 1000  # samples (mee: groups of clips) per loader worker
+    shuffle_buffer: int = Field(1000, ge=1)  # samples (mee: groups of clips) per loader worker
     optimizer: Optimizer = "adamw"
-    momentum: float = 0.0  # EMA factor of the momentum model (0 = none)
-    queue_size: int = 0  # momentum embeddings kept as extra candidates (0 = none)
-    soft_labels: float = 0.0  # weight of the teacher's softmax in the targets (0 = one-hot)
+    momentum: float = Field(0.0, ge=0, lt=1)  # EMA factor of the momentum model (0 = none)
+    queue_size: int = Field(0, ge=0)  # momentum embeddings kept as extra candidates (0 = none)
+    # weight of the teacher's softmax in the targets (0 = one-hot)
+    soft_labels: float = Field(0.0, ge=0, le=1)
     crop_scale: tuple[float, float] | None = None  # random-resized-crop area range
-    eval_frames: int | None = None  # frames per clip at evaluation (None = frames_per_clip)
+    # frames per clip at evaluation (None = frames_per_clip)
+    eval_frames: int | None = Field(None, ge=1)
     recipe: RecipeName | None = None  # the preset the values came from (recorded, not read)
 
     @model_validator(mode="before")
@@ -86,18 +89,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        """The checks that need more than a type; the BLIP-style parts need the dual encoder
-        (and a queue needs the momentum model whose embeddings it holds)."""
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"--momentum must be in [0, 1) (got {self.momentum}; 0 = off)")
-        if self.queue_size < 0:
-            raise ValueError(f"--queue-size must be >= 0 (got {self.queue_size})")
-        if not 0 <= self.soft_labels <= 1:
-            raise ValueError(f"--soft-labels must be in [0, 1] (got {self.soft_labels})")
-        if self.alpha < 0:
-            raise ValueError(f"--alpha must be >= 0 (got {self.alpha})")
-        if self.eval_frames is not None and self.eval_frames < 1:
-            raise ValueError(f"--eval-frames must be at least 1 (got {self.eval_frames})")
+        """The checks over several fields (bounds are the fields'): the BLIP-style parts need
+        the dual encoder, and a queue needs the momentum model whose embeddings it holds."""
         if self.queue_size > 0 and self.momentum == 0:
             raise ValueError("--queue-size needs --momentum: the queue holds the momentum "
                              "model's embeddings (e.g. --momentum 0.995)")
@@ -108,13 +101,6 @@ class TrainConfig(BaseModel):
             if self.momentum or self.queue_size or self.soft_labels:
                 raise ValueError("--momentum, --queue-size and --soft-labels apply to --model "
                                  "dual only")
-        for name in ("epochs", "batch_size", "frames_per_clip", "shuffle_buffer"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{_flag(name)} must be at least 1 (got {getattr(self, name)})")
-        if not 0 <= self.eval_fraction < 1:
-            raise ValueError(f"--eval-fraction must be in [0, 1) (got {self.eval_fraction})")
-        if self.temperature is not None and self.temperature <= 0:
-            raise ValueError(f"--temperature must be positive (got {self.temperature})")
         return self
 
 
