@@ -182,13 +182,13 @@ RECIPES: dict[RecipeName, Recipe] = {
 }
 
 
-def make_config(*, recipe: str | None = None, log: bool = False, **options: Any) -> TrainConfig:
-    """``TrainConfig`` from options (``None`` = not given) over ``recipe``'s settings; a bad
-    value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings, which cannot be
-    cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
+def make_config(*, log: bool = False, **options: Any) -> TrainConfig:
+    """``TrainConfig`` from options (``None`` = not given; a ``recipe``'s settings fill the
+    rest); a bad value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings,
+    which cannot be cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
     given = {k: v for k, v in options.items() if v is not None}
     try:
-        cfg = TrainConfig(**given, recipe=recipe)
+        cfg = TrainConfig(**given)
     except ValidationError as exc:
         raise config_error(exc) from None
     if cfg.model == "mee" and cfg.crop_scale is not None:
