@@ -541,11 +541,13 @@ def process(files: list[Path], r: Results, write: bool) -> list[Problem]:
 # ---- the CLI reference ---------------------------------------------------------------------
 CLI_NOTES = """## Where the step options come from
 
-The step options of `caption`, `align`, `download` and `run` are the fields of the steps'
-configs (`CaptionRunConfig` in `src/howtocap/caption/config.py`, `AlignConfig` in
-`src/howtocap/align/config.py`, `DownloadConfig` in `src/howtocap/download/config.py`): each
-field's name, default, bounds and help are declared there once, and `run` takes the union (a
-flag two declare, `--clip-seconds` or `--keep-chatter`, sets both). A `--config` YAML file
+The step options of `caption`, `align`, `download`, `run` and `train` are the fields of the
+steps' configs (`CaptionRunConfig` in `src/howtocap/caption/config.py`, `AlignConfig` in
+`src/howtocap/align/config.py`, `DownloadConfig` in `src/howtocap/download/config.py`,
+`TrainConfig` in `src/howtocap/train/config.py`): each field's name, default, bounds and help
+are declared there once, and `run` takes the union (a flag two declare, `--clip-seconds` or
+`--keep-chatter`, sets both). A `train` setting that `--recipe` sets is the recipe's unless
+typed. A `--config` YAML file
 (`caption`, `align`, `run`) takes the same names as keys (`block-words` or `block_words`); an
 unknown key is refused. A value out of its bounds is refused in one line naming the flag.
 

@@ -155,10 +155,11 @@ def test_without_java_meteor_is_null_with_one_warning(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("content", "problem"), [
     (None, "no such file"),
     ("{not json", "not valid JSON"),
-    ('{"results": {"v": {"timestamp": [0, 1]}}}', "expected a list of predictions"),
+    ('{"results": {"v": {"timestamp": [0, 1]}}}', "results\\['v'\\]: Input should be a valid list"),
     ('{"results": {"v": [{"timestamp": [5, 1], "sentence": "x"}]}}', "end 1 is before start 5"),
-    ('{"results": {"v": [{"timestamp": [0], "sentence": "x"}]}}', "expected \\[start, end\\]"),
-    ('{"results": {"v": [{"timestamp": [0, 1]}]}}', "expected {\"timestamp\""),
+    ('{"results": {"v": [{"timestamp": [0], "sentence": "x"}]}}',
+     "\\['timestamp'\\]\\[1\\]: Field required \\(got \\[0\\]\\)"),
+    ('{"results": {"v": [{"timestamp": [0, 1]}]}}', "\\['sentence'\\]: Field required"),
     ('{"version": "1.0", "external_data": {}}', "no 'results' key"),
 ])
 def test_broken_prediction_files_are_one_line(tmp_path, content, problem):
@@ -171,8 +172,10 @@ def test_broken_prediction_files_are_one_line(tmp_path, content, problem):
 
 
 @pytest.mark.parametrize(("content", "problem"), [
-    ('{"database": {"v": {"duration": 3}}}', "database\\['v'\\]: no 'annotations' list"),
-    ('{"database": {"v": {"annotations": [{"segment": [0, 1]}]}}}', "expected {\"segment\""),
+    ('{"database": {"v": {"duration": 3}}}',
+     "database\\['v'\\]\\['annotations'\\]: Field required"),
+    ('{"database": {"v": {"annotations": [{"segment": [0, 1]}]}}}',
+     "\\['sentence'\\]: Field required"),
     ('{"v": {"timestamps": [[0, 1]], "sentences": []}}', "1 timestamps but 0 sentences"),
     ('{"v": [1, 2]}', "neither"),
     ('[1, 2]', "expected a JSON object"),
@@ -220,7 +223,7 @@ def test_cli_end_to_end(tmp_path, monkeypatch):
                        "missing.json: no such file"),
                       (["--pred", str(pred), "--gt", str(write_json(tmp_path / "b.json",
                                                                      {"database": 3}))],
-                       "b.json: 'database' must map"),
+                       "b.json: database: Input should be a valid dictionary"),
                       (["--pred", str(pred), "--gt", str(gt_path), "--split", "val"],
                        "--split val: no ground-truth video"),
                       (["--pred", str(pred), "--gt", str(gt_path), "--tiou", "1.5"],

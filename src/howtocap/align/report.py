@@ -5,35 +5,18 @@ One self-contained HTML file (plots embedded as base64 PNG) so it can be mailed 
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 from howtocap.atomic import atomic_write_text
-
-
-def _counts(ax: Any) -> None:
-    """A count axis in whole numbers: matplotlib's default ticks a small count in quarters."""
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+from howtocap.io.html import esc, figure, kv_rows, page, whole_numbers
+from howtocap.io.html import png as _png  # by this name: tests skip the rasterising
 
 
 def _score_plot(df: pd.DataFrame, thr: float) -> str:
@@ -51,7 +34,7 @@ def _score_plot(df: pd.DataFrame, thr: float) -> str:
         ax.axvline(thr, color="tab:red", linestyle="--", label=f"threshold {thr:.4f}")
     ax.set_xlabel("best score (text · mean frame embedding)")
     ax.set_ylabel("captions")
-    _counts(ax)
+    whole_numbers(ax.yaxis)
     ax.set_title("Score of each caption at its best offset")
     ax.legend(loc="upper left")
     return _png(fig)
@@ -70,7 +53,7 @@ def _offset_plot(df: pd.DataFrame) -> str:
         ax.legend(loc="upper left")
     ax.set_xlabel("applied offset (s): aligned start − original start")
     ax.set_ylabel("captions")
-    _counts(ax)
+    whole_numbers(ax.yaxis)
     ax.set_title("Chosen offsets")
     return _png(fig)
 
@@ -92,7 +75,7 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     ax.set_xlabel("null z: mean of z vs other videos' captions on the clip and vs other "
                   "videos' clips")
     ax.set_ylabel("captions")
-    _counts(ax)
+    whole_numbers(ax.yaxis)
     ax.set_title("The default filter's test")
     ax.legend(loc="upper left")
     return _png(fig)
@@ -221,7 +204,7 @@ def _per_video_stats_plot(stats: ReportStats) -> str:
         ax.hist(edges[:-1], bins=edges, weights=stats.fraction_counts, color="tab:blue")
         ax.set_xlabel("kept fraction of a video")
         ax.set_ylabel("videos")
-        _counts(ax)
+        whole_numbers(ax.yaxis)
     ax.set_title("Kept fraction per video")
     return _png(fig)
 
@@ -244,8 +227,8 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
     nums = stats.numbers(threshold, stats.outside, config.get("filter"),
                          int(config.get("chatter_dropped", 0)),
                          int(config.get("chatter_dropped_only_by_text", 0)))
-    rows = _kv_rows(nums)
-    cfg_rows = _kv_rows(config)
+    rows = kv_rows(nums)
+    cfg_rows = kv_rows(config)
     plotted = stats.plot_rows()
     figs = _figures(stats, plotted, threshold, config)
     dropped = ""
@@ -265,20 +248,18 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
     sample = (f"<p>The score, offset and null z plots draw a uniform random sample of "
               f"{len(plotted):,} of the {stats.rows:,} pairs (the numbers above count every "
               "pair).</p>" if stats.sampled else "")
-    doc = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>howtocap: filter &amp; align</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}
-table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;padding:4px 8px;
-text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head>
-<body><h1>Filter &amp; align</h1>
+    body = f"""<h1>Filter &amp; align</h1>
 <h2>Summary</h2><table>{rows}</table>
 {sample}{figs}
 {dropped}
-<h2>Configuration</h2><table>{cfg_rows}</table>
-</body></html>
-"""
-    atomic_write_text(path, doc)
+<h2>Configuration</h2><table>{cfg_rows}</table>"""
+    atomic_write_text(path, page("howtocap: filter & align", CSS, body))
     return path
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px;
+text-align:left}figure{display:inline-block;margin:0 1em 1em 0}"""
 
 
 def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
@@ -298,7 +279,7 @@ def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
          "one bar a second; a pile at the edges means ±T was too small.")]
     if stats.videos == 1:
         only = stats.fractions[0] if stats.fractions else ("the video", kept / n)
-        items.append((None, f"One video ({html.escape(str(only[0]))}): {kept:,} of its "
+        items.append((None, f"One video ({esc(only[0])}): {kept:,} of its "
                             f"{n:,} captions kept ({only[1]:.0%})."))
     else:
         items.append((_per_video_stats_plot(stats),
@@ -311,14 +292,8 @@ def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
                       "The default filter's test: how far a caption's score stands above "
                       "other videos' captions on its clip and its own caption on other "
                       "videos' clips (z); captions left of the bar are dropped."))
-    return "".join(f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{png}"/>'
-                   f"<figcaption>{html.escape(cap)}</figcaption></figure>" if png is not None
-                   else f"<p>{cap}</p>" for png, cap in items)
-
-
-def _kv_rows(items: dict) -> str:
-    return "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                   for k, v in items.items())
+    return "".join(figure(image, cap) if image is not None else f"<p>{cap}</p>"
+                   for image, cap in items)
 
 
 def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool,
@@ -327,9 +302,9 @@ def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool,
     (``count``: how many it dropped, when ``rows`` holds only the first)."""
     z_head = "<th>null z</th>" if with_z else ""
     cells = "".join(
-        f"<tr><td>{html.escape(str(r.video_id))}</td><td>{float(r.orig_start):.1f}</td>"
+        f"<tr><td>{esc(r.video_id)}</td><td>{float(r.orig_start):.1f}</td>"
         + (f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>" if with_z else "")
-        + f"<td>{html.escape(str(r.text))}</td></tr>" for r in rows.head(20).itertuples())
+        + f"<td>{esc(r.text)}</td></tr>" for r in rows.head(20).itertuples())
     shown = len(rows) if count is None else count
     return (f"<h2>Dropped: {why} ({shown})</h2><p>{explain}</p><table><tr><th>video</th>"
             f"<th>start (s)</th>{z_head}<th>text</th></tr>{cells}</table>")

@@ -8,13 +8,17 @@ A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` o
 ``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
 field), ``path`` (a file name, kept as text), ``text`` (typed as text, read by the model's own
 validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable``
-(false: a bool flag without its ``--no-`` form, ``--redo``). A nested model
+(false: a bool flag without its ``--no-`` form, ``--redo``), ``choices`` (the values the
+flag offers of a ``Literal`` field), ``shown`` (the default as ``--help`` words it). A field
+without a default is a required flag. A nested model
 declared in another package (the LLM's ``LLMOptions``) gets its flags from the parent field's
 ``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults and bounds still from its
 own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
-one option per flag and calls the command with the validated model; ``run`` passes several
+one option per flag and calls the command with the validated model (``unset=`` names flags
+that default to "not given", e.g. a recipe's settings: the model sees only the flags typed,
+``--help`` shows the field's default); ``run`` passes several
 models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both).
 Every stage command also takes ``runner=RunnerConfig`` (``engine.options``: ``--workers``,
 ``--shard``, ``--redo`` …). A ``--config`` YAML file fills the same names. A bad value is one
@@ -30,7 +34,7 @@ import operator
 import types
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -67,6 +71,8 @@ class Opt:
 
     @property
     def default(self) -> Any:
+        if self.extra.get("unset"):
+            return None
         if self.extra.get("switch"):
             return "true" if self.info.default else "false"
         if self.info.default_factory is not None:
@@ -140,13 +146,22 @@ def _parameter(opt: Opt) -> inspect.Parameter:
         plain = str
     elif opt.extra.get("switch"):  # a value, `--keep-media false`, as the docs write it
         plain = Literal["true", "false"]
+    elif opt.extra.get("choices"):
+        plain = Literal[tuple(opt.extra["choices"])]  # type: ignore[valid-type]
     negatable = plain is bool and opt.extra.get("negatable", True)
     decls = [opt.flag + (f"/--no-{opt.flag[2:]}" if negatable else "")]
     if opt.extra.get("short"):
         decls.append(opt.extra["short"])
     shown = "" if opt.extra.get("text") else bounds(opt.info)
     # escaped: Rich would read [x>=1] as markup
-    option = typer.Option(*decls, help=opt.help + (f"  \\[{shown}]" if shown else ""))
+    notes = [f"  \\[{shown}]"] if shown else []
+    if opt.extra.get("unset") or "shown" in opt.extra:  # Click shows no default of None
+        value = opt.extra.get("shown", opt.info.default)
+        notes.append(f"  \\[default: {f'{value:g}' if isinstance(value, float) else value}]")
+    option = typer.Option(*decls, help=opt.help + "".join(notes))
+    if opt.info.is_required() and opt.optional_parent is None:  # (vlm's url: not required)
+        return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=Annotated[plain, option])
     default = opt.default
     annotation = plain if default is not None else plain | None
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -215,8 +230,8 @@ def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:
     return f"{by_path[loc]}: {msg}" if loc else msg
 
 
-def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
-                     ) -> Callable[[F], F]:
+def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),
+                     **models: type[BaseModel]) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
     models (each model's in its place; not the ``skip`` ones: those fields keep their
     defaults); the
@@ -225,7 +240,9 @@ def settings_options(*, skip: tuple[str, ...] = (), **models: type[BaseModel]
     command line win)."""
 
     def decorate(fn: F) -> F:
-        found = _flags(models, skip)
+        found = {param: [(key, replace(opt, extra={**opt.extra, "unset": True})
+                          if opt.path[-1] in unset else opt) for key, opt in opts]
+                 for param, opts in _flags(models, skip).items()}
         own = inspect.signature(fn, eval_str=True).parameters
         params: list[inspect.Parameter] = []
         for p in own.values():

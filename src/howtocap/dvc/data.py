@@ -9,11 +9,20 @@ Both become ``{vid: [(start, end, sentence), ...]}`` so the protocol never sees 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from howtocap.errors import InputError
 from howtocap.io.inputs import read_json
@@ -35,22 +44,59 @@ class GroundTruth:
     subsets: dict[str, str] = field(default_factory=dict)  # vid -> subset (YouCook2 only)
 
 
-def _segment(value: Any, where: str) -> tuple[float, float]:
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
-        raise Malformed(f"{where}: expected [start, end] in seconds, got {value!r:.60}")
-    s, e = float(value[0]), float(value[1])
-    if not (math.isfinite(s) and math.isfinite(e)):
-        raise Malformed(f"{where}: start and end must be finite numbers, got {value!r:.60}")
-    if e < s:
-        raise Malformed(f"{where}: end {e:g} is before start {s:g}")
-    return s, e
+def _ordered(span: tuple[float, float]) -> tuple[float, float]:
+    if span[1] < span[0]:
+        raise ValueError(f"end {span[1]:g} is before start {span[0]:g}")
+    return span
 
 
-def _sentence(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise Malformed(f"{where}: sentence must be a string, got {type(value).__name__}")
-    return value
+# [start, end] in seconds: JSON numbers (not true/false, not "1"), finite, end >= start
+Seconds = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Span = Annotated[tuple[Seconds, Seconds], AfterValidator(_ordered)]
+
+
+class Prediction(BaseModel):  # other keys (e.g. a proposal score) are ignored
+    timestamp: Span
+    sentence: StrictStr
+
+
+class Annotation(BaseModel):
+    segment: Span
+    sentence: StrictStr
+
+
+class YouCook2Video(BaseModel):
+    annotations: list[Annotation]
+    subset: Any = None
+
+
+class ActivityNetVideo(BaseModel):
+    timestamps: list[Span]
+    sentences: list[StrictStr]  # PDVC's test file holds placeholders (["None"]): accepted
+
+    @model_validator(mode="after")
+    def _paired(self) -> ActivityNetVideo:
+        if len(self.timestamps) != len(self.sentences):
+            raise ValueError(f"{len(self.timestamps)} timestamps but {len(self.sentences)} "
+                             "sentences")
+        return self
+
+
+_PREDICTIONS = TypeAdapter(dict[str, list[Prediction]])
+_YOUCOOK2 = TypeAdapter(dict[str, YouCook2Video])
+_ACTIVITYNET = TypeAdapter(dict[str, ActivityNetVideo])
+
+
+def _checked(adapter: TypeAdapter[Any], data: Any, root: str) -> Any:
+    """``adapter``'s value, or ``Malformed`` naming where the first problem is
+    (``results['v'][0]['timestamp']: end 1 is before start 5 (got (5.0, 1.0))``)."""
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = root + "".join(f"[{p!r}]" for p in e["loc"])
+        raise Malformed(f"{where}: {str(e['msg']).removeprefix('Value error, ')} "
+                        f"(got {e['input']!r:.60})") from None
 
 
 def parse_predictions(data: Any) -> dict[str, list[Segment]]:
@@ -60,24 +106,8 @@ def parse_predictions(data: Any) -> dict[str, list[Segment]]:
     if "results" not in data and not all(isinstance(v, list) for v in data.values()):
         raise Malformed("no 'results' key: expected {\"results\": {vid: [{\"timestamp\": "
                         "[s, e], \"sentence\": ...}]}}")
-    results = data.get("results", data)
-    if not isinstance(results, dict):
-        raise Malformed("'results' must map video ids to lists of "
-                        "{\"timestamp\": [s, e], \"sentence\": ...}")
-    out: dict[str, list[Segment]] = {}
-    for vid, preds in results.items():
-        if not isinstance(preds, list):
-            raise Malformed(f"results[{vid!r}]: expected a list of predictions, got "
-                            f"{type(preds).__name__}")
-        segs = []
-        for i, p in enumerate(preds):
-            where = f"results[{vid!r}][{i}]"
-            if not isinstance(p, dict) or "timestamp" not in p or "sentence" not in p:
-                raise Malformed(f"{where}: expected {{\"timestamp\": [s, e], \"sentence\": ...}}")
-            s, e = _segment(p["timestamp"], where)
-            segs.append((s, e, _sentence(p["sentence"], where)))
-        out[str(vid)] = segs
-    return out
+    results = _checked(_PREDICTIONS, data.get("results", data), "results")
+    return {vid: [(*p.timestamp, p.sentence) for p in preds] for vid, preds in results.items()}
 
 
 def parse_ground_truth(data: Any) -> GroundTruth:
@@ -85,40 +115,18 @@ def parse_ground_truth(data: Any) -> GroundTruth:
     if not isinstance(data, dict):
         raise Malformed(f"expected a JSON object, got {type(data).__name__}")
     if "database" in data:
-        db = data["database"]
-        if not isinstance(db, dict):
-            raise Malformed("'database' must map video ids to {\"annotations\": [...], ...}")
-        videos: dict[str, list[Segment]] = {}
-        subsets: dict[str, str] = {}
-        for vid, entry in db.items():
-            if not isinstance(entry, dict) or not isinstance(entry.get("annotations"), list):
-                raise Malformed(f"database[{vid!r}]: no 'annotations' list")
-            segs = []
-            for i, ann in enumerate(entry["annotations"]):
-                where = f"database[{vid!r}].annotations[{i}]"
-                if not isinstance(ann, dict) or "segment" not in ann or "sentence" not in ann:
-                    raise Malformed(f"{where}: expected {{\"segment\": [s, e], \"sentence\": ...}}")
-                s, e = _segment(ann["segment"], where)
-                segs.append((s, e, _sentence(ann["sentence"], where)))
-            videos[str(vid)] = segs
-            if "subset" in entry:
-                subsets[str(vid)] = str(entry["subset"])
-        return GroundTruth(videos, "youcook2", subsets)
-    videos = {}
+        db = _checked(_YOUCOOK2, data["database"], "database")
+        return GroundTruth({vid: [(*a.segment, a.sentence) for a in v.annotations]
+                            for vid, v in db.items()}, "youcook2",
+                           {vid: str(v.subset) for vid, v in db.items() if v.subset is not None})
     for vid, entry in data.items():
-        if (not isinstance(entry, dict) or not isinstance(entry.get("timestamps"), list)
-                or not isinstance(entry.get("sentences"), list)):
+        if not isinstance(entry, dict):
             raise Malformed("expected YouCook2 JSON ({\"database\": ...}) or ActivityNet "
                             "Captions JSON ({vid: {\"timestamps\": [...], \"sentences\": "
                             f"[...]}}); {vid!r} is neither")
-        if len(entry["timestamps"]) != len(entry["sentences"]):
-            raise Malformed(f"{vid!r}: {len(entry['timestamps'])} timestamps but "
-                            f"{len(entry['sentences'])} sentences")
-        videos[str(vid)] = [(*_segment(ts, f"{vid!r}.timestamps[{i}]"),
-                             _sentence(sent, f"{vid!r}.sentences[{i}]"))
-                            for i, (ts, sent) in enumerate(zip(entry["timestamps"],
-                                                               entry["sentences"], strict=True))]
-    return GroundTruth(videos, "activitynet")
+    videos = _checked(_ACTIVITYNET, data, "")
+    return GroundTruth({vid: [(*ts, s) for ts, s in zip(v.timestamps, v.sentences, strict=True)]
+                        for vid, v in videos.items()}, "activitynet")
 
 
 def _load_checked(path: str | Path, parse: Callable[[Any], object]) -> dict[str, Any]:

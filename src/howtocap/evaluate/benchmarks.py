@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import math
 import pickle
 from collections.abc import Callable
@@ -108,11 +107,7 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
             raise HowtocapError(f"{annotation_path}: a YouCook2 CSV holds validation clips "
                                 f"only; --subset {subset} needs the annotations JSON")
         return _read_youcook2_csv(Path(annotation_path), video_root)
-    try:
-        data = json.loads(read_text(annotation_path))
-    except json.JSONDecodeError as exc:
-        raise InputError(annotation_path, f"is not valid JSON ({exc.msg}, line {exc.lineno})"
-                         ) from None
+    data = inputs.read_json(annotation_path)
     if not isinstance(data, dict) or not isinstance(data.get("database"), dict):
         raise InputError(annotation_path, "missing key 'database' (expected YouCook2's "
                                           "youcookii_annotations_*.json)")

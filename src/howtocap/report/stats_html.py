@@ -5,17 +5,12 @@ It reads only the stats dict, so a saved ``stats.json`` can be re-rendered witho
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from howtocap.io.html import esc, figure, page, png, whole_numbers
 
 LABELS = {"subtitles": "Subtitles", "captions": "LLM captions", "kept": "Kept captions",
           "dropped": "Dropped by the filter"}
@@ -50,10 +45,6 @@ dt{font-weight:600;margin-top:.4rem}dd{margin-left:1rem;color:#3a4252}
 """
 
 
-def _esc(x: Any) -> str:
-    return html.escape(str(x))
-
-
 def _num(x: Any, digits: int = 2) -> str:
     if x is None:
         return "–"
@@ -74,13 +65,6 @@ def _secs(s: float) -> str:
     if s >= 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 60:.1f} min" if s >= 120 else f"{s:.1f} s"
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
@@ -107,12 +91,12 @@ def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
         xlabel += f" (last bin: ≥ {h['clipped_at']})"
     ax.set(title=title, xlabel=xlabel, ylabel="% of items" if percent else "count")
     if not percent:  # counts in whole numbers (matplotlib ticks a few items in quarters)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        whole_numbers(ax.yaxis)
     if integer:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        whole_numbers(ax.xaxis)
     ax.grid(alpha=.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig, dpi=90)
 
 
 def _summary_html(stats: dict[str, Any]) -> str:
@@ -127,17 +111,17 @@ def _summary_html(stats: dict[str, Any]) -> str:
              ("captions aligned", _num(s.get("captions_aligned"))),
              ("captions kept", kept)]
     out = ["<div class='cards'>"]
-    out += [f"<div class='card'><b>{v}</b><span>{_esc(k)}</span></div>" for k, v in cards]
+    out += [f"<div class='card'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in cards]
     out.append("</div>")
     if s.get("subtitle_sources"):
         out.append("<p class='meta'>Subtitle sources: " + ", ".join(
-            f"{_esc(k)}: {v:,}" for k, v in s["subtitle_sources"].items()) + "</p>")
+            f"{esc(k)}: {v:,}" for k, v in s["subtitle_sources"].items()) + "</p>")
     if s["stages"]:
         out.append("<table><thead><tr><th>stage</th><th>videos ok</th><th>failed</th>"
                    "<th>total time</th><th>mean time / video</th></tr></thead><tbody>")
         for st in s["stages"]:
             bad = " class='bad'" if st["failed"] else ""
-            out.append(f"<tr><td>{_esc(st['stage'])}</td><td>{st['ok']:,}</td>"
+            out.append(f"<tr><td>{esc(st['stage'])}</td><td>{st['ok']:,}</td>"
                        f"<td{bad}>{st['failed']:,}</td><td>{_secs(st['seconds_total'])}</td>"
                        f"<td>{_secs(st['seconds_mean'])}</td></tr>")
         out.append("</tbody></table>")
@@ -149,9 +133,9 @@ def _summary_html(stats: dict[str, Any]) -> str:
                    "<th>videos</th><th style='text-align:left'>message</th>"
                    "<th>example video</th></tr></thead><tbody>")
         for f in s["failures"]:
-            out.append(f"<tr><td>{_esc(f['stage'])}</td><td>{f['count']:,}</td>"
-                       f"<td class='msg'>{_esc(f['message'])}</td>"
-                       f"<td>{_esc(f['example_video'])}</td></tr>")
+            out.append(f"<tr><td>{esc(f['stage'])}</td><td>{f['count']:,}</td>"
+                       f"<td class='msg'>{esc(f['message'])}</td>"
+                       f"<td>{esc(f['example_video'])}</td></tr>")
         out.append("</tbody></table>")
     return "\n".join(out)
 
@@ -185,22 +169,22 @@ def _cell(corpus: dict[str, Any] | None, key: Any, fmt: Any) -> str:
     if corpus is None:
         return "–"
     if key == "top_verbs":
-        return _esc(", ".join(f"{v} ({c})" for v, c in corpus.get("top_verbs", [])[:5]) or "–")
+        return esc(", ".join(f"{v} ({c})" for v, c in corpus.get("top_verbs", [])[:5]) or "–")
     val = corpus.get(key[0], {}).get(key[1]) if isinstance(key, tuple) else corpus.get(key)
-    return fmt(val) if fmt is not None else _esc(val)
+    return fmt(val) if fmt is not None else esc(val)
 
 
 def _comparison_html(stats: dict[str, Any]) -> str:
     text = stats["text"]
     cols = [c for c in ("subtitles", "captions", "kept") if c in text]
     out = ["<table><thead><tr><th>statistic</th>"
-           + "".join(f"<th>{_esc(LABELS[c])}</th>" for c in cols) + "</tr></thead><tbody>"]
+           + "".join(f"<th>{esc(LABELS[c])}</th>" for c in cols) + "</tr></thead><tbody>"]
     for label, key, fmt in ROWS:
         if not key:
-            out.append(f"<tr class='group'><td colspan='{len(cols) + 1}'>{_esc(label)}</td></tr>")
+            out.append(f"<tr class='group'><td colspan='{len(cols) + 1}'>{esc(label)}</td></tr>")
             continue
         style = " style='text-align:left;font-size:.85rem'" if key == "top_verbs" else ""
-        out.append(f"<tr><td>{_esc(label)}</td>"
+        out.append(f"<tr><td>{esc(label)}</td>"
                    + "".join(f"<td{style}>{_cell(text.get(c), key, fmt)}</td>" for c in cols)
                    + "</tr>")
     out.append("</tbody></table>")
@@ -262,16 +246,16 @@ def _signals_html(sig: dict[str, Any] | None) -> str:
         img = _hist_plot(h, col, what, percent=False)
         if img:
             cap = f"{col}: {what}, one count per shot or window ({sig['rows']:,} in all)."
-            parts.append(f"<div class='plots'><figure><img alt='{_esc(cap)}' "
-                         f"src='data:image/png;base64,{img}'><figcaption>{_esc(cap)}"
+            parts.append(f"<div class='plots'><figure><img alt='{esc(cap)}' "
+                         f"src='data:image/png;base64,{img}'><figcaption>{esc(cap)}"
                          "</figcaption></figure></div>")
         for end, label in (("high", "highest"), ("low", "lowest")):
             clips = sig["extremes"].get(col, {}).get(end, [])
             cells = "".join(
-                f"<figure>{_thumb_img(c)}<figcaption>{_esc(c['video_id'])} "
+                f"<figure>{_thumb_img(c)}<figcaption>{esc(c['video_id'])} "
                 f"{c['start']:.1f}–{c['end']:.1f} s: {_num(c['value'], 4)}</figcaption>"
                 "</figure>" for c in clips)
-            parts.append(f"<p>The {len(clips)} {label} {_esc(col)}:</p>"
+            parts.append(f"<p>The {len(clips)} {label} {esc(col)}:</p>"
                          f"<div class='thumbs'>{cells}</div>")
     return "".join(parts)
 
@@ -279,7 +263,7 @@ def _signals_html(sig: dict[str, Any] | None) -> str:
 def _thumb_img(clip: dict[str, Any]) -> str:
     if not clip.get("jpg"):
         return "<div class='none'>video not readable</div>"
-    return f"<img alt='{_esc(clip['video_id'])}' src='data:image/jpeg;base64,{clip['jpg']}'>"
+    return f"<img alt='{esc(clip['video_id'])}' src='data:image/jpeg;base64,{clip['jpg']}'>"
 
 
 def render_html(stats: dict[str, Any]) -> str:
@@ -309,19 +293,12 @@ def render_html(stats: dict[str, Any]) -> str:
         (_hist_plot(h.get("score", {}), "Alignment scores", "video–text score", percent=False,
                     stacked=True), "Score of each caption at its aligned position."),
     ]
-    figs = "".join(f"<figure><img alt='{_esc(cap)}' src='data:image/png;base64,{img}'>"
-                   f"<figcaption>{_esc(cap)}</figcaption></figure>"
-                   for img, cap in plots if img)
-    defs = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in DEFINITIONS)
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>howtocap report – {_esc(stats['run_dir'])}</title><style>{CSS}</style></head>
-<body>
-<h1>howtocap dataset report</h1>
-<p class="meta">{_esc(stats['run_dir'])} · generated {_esc(stats['generated_at'])} ·
-howtocap {_esc(stats['howtocap_version'])} · spaCy model {_esc(stats['spacy_model'])}</p>
-{"".join(f"<p class='note'>{_esc(n)}</p>" for n in notes)}
+    figs = "".join(figure(img, cap) for img, cap in plots if img)
+    defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in DEFINITIONS)
+    return page(f"howtocap report – {stats['run_dir']}", CSS, f"""<h1>howtocap dataset report</h1>
+<p class="meta">{esc(stats['run_dir'])} · generated {esc(stats['generated_at'])} ·
+howtocap {esc(stats['howtocap_version'])} · spaCy model {esc(stats['spacy_model'])}</p>
+{"".join(f"<p class='note'>{esc(n)}</p>" for n in notes)}
 <h2>Run summary</h2>
 {_summary_html(stats)}
 <h2>Subtitles vs captions</h2>
@@ -331,6 +308,4 @@ howtocap {_esc(stats['howtocap_version'])} · spaCy model {_esc(stats['spacy_mod
 <h2>Visual signals</h2>
 {_signals_html(stats.get("signals"))}
 <h2>Definitions</h2>
-<dl>{defs}</dl>
-</body></html>
-"""
+<dl>{defs}</dl>""")

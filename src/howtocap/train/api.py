@@ -62,41 +62,21 @@ def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[En
     return create(spec, device=device), spec
 
 
-def train(pairs_source: str | Path, *, out_dir: str | Path, model: str | None = None,
-          encoder: str | Encoder | None = None, recipe: str | None = None,
-          epochs: int | None = None, batch_size: int | None = None,
-          lr: float | None = None, weight_decay: float | None = None,
-          frames_per_clip: int | None = None, eval_frames: int | None = None,
-          alpha: float | None = None, temperature: float | None = None,
-          warmup: float | None = None, optimizer: str | None = None,
-          momentum: float | None = None, queue_size: int | None = None,
-          soft_labels: float | None = None, crop_scale: tuple[float, float] | None = None,
-          grad_clip: float | None = None, seed: int | None = None, resume: bool = False,
-          eval_fraction: float | None = None, frames: str | None = None,
-          cache_dir: str | Path | None = None, device: str | None = None,
-          num_workers: int | None = None, amp: bool | None = None, mee_dim: int | None = None,
-          margin: float | None = None, clips_per_video: int | None = None,
-          train_params: str | None = None, shuffle_buffer: int | None = None,
+def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encoder | None = None,
+          cache_dir: str | Path | None = None, resume: bool = False, device: str | None = None,
           progress: bool = True, drop_duplicates: bool = False, where: str | None = None,
-          on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+          on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+          **settings: Any) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
 
-    A setting left ``None`` takes the recipe's value, else ``TrainConfig``'s default (the
-    options' meanings: ``howtocap train --help``, docs/train.md). ``resume`` restarts the
-    interrupted epoch (checkpoints are per epoch); ``drop_duplicates`` and ``where`` filter a
-    run directory's pairs (``howtocap duplicates``, ``io.where``).
+    ``settings`` are ``TrainConfig``'s fields (``recipe``, ``epochs``, ``lr`` …); one left
+    ``None`` takes the recipe's value, else the field's default (their meanings: ``howtocap
+    train --help``, docs/train.md). ``resume`` restarts the interrupted epoch (checkpoints are
+    per epoch); ``drop_duplicates`` and ``where`` filter a run directory's pairs (``howtocap
+    duplicates``, ``io.where``).
     """
-    cfg = make_config(
-        recipe=recipe, log=rank_zero(), out_dir=str(out_dir), model=model,
-        encoder=encoder if isinstance(encoder, str) else None, epochs=epochs,
-        batch_size=batch_size, lr=lr, weight_decay=weight_decay, frames_per_clip=frames_per_clip,
-        eval_frames=eval_frames, alpha=alpha, temperature=temperature, warmup=warmup,
-        grad_clip=grad_clip, seed=seed, optimizer=optimizer, momentum=momentum,
-        queue_size=queue_size, soft_labels=soft_labels,
-        crop_scale=tuple(crop_scale) if crop_scale is not None else None,
-        eval_fraction=eval_fraction, frames=frames, num_workers=num_workers, amp=amp,
-        mee_dim=mee_dim, margin=margin, clips_per_video=clips_per_video,
-        train_params=train_params, shuffle_buffer=shuffle_buffer)
+    cfg = make_config(log=rank_zero(), out_dir=str(out_dir),
+                      encoder=encoder if isinstance(encoder, str) else None, **settings)
     rank, world, _ = dist_info()
     frames, eval_fraction, seed = cfg.frames, cfg.eval_fraction, cfg.seed
     from howtocap.io.webdataset import is_shard_dir

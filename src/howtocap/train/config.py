@@ -3,7 +3,7 @@ papers' recipes as typed presets of it (``RECIPES``).
 
 Why one model: the loop, the tasks and the checkpoint read the same fields, so a value is
 checked once, where it enters (``make_config``), and a bad one is one line naming the option
-(``--momentum must be in [0, 1) (got 1.5; 0 = off)``), never a traceback from deep in a run.
+(``--momentum: Input should be less than 1 (got 1.5)``), never a traceback from deep in a run.
 ``train_config.json`` and the checkpoint's ``config`` are ``TrainConfig.model_dump()``.
 
 Precedence: an option given explicitly (not ``None``) > the recipe's setting > the field's
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
@@ -29,47 +29,87 @@ DEFAULT_LR: dict[str, float] = {"dual": 1e-5, "mee": 1e-3}
 
 class TrainConfig(BaseModel):
     """Every setting of a training run (``dual``: fine-tune the encoder with InfoNCE; ``mee``:
-    HowTo100M's gated units on frozen features)."""
+    HowTo100M's gated units on frozen features). A field with a ``description`` is a flag of
+    ``howtocap train`` (``cli.options``); ``shown`` is its default as ``--help`` words it when
+    the recipe or another field decides it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    out_dir: str
-    model: Model = "dual"
-    encoder: str = ENCODER
-    epochs: int = 5
-    batch_size: int = 32
-    lr: float = DEFAULT_LR["dual"]  # not given: DEFAULT_LR[model]
-    weight_decay: float = 0.05
-    frames_per_clip: int = 4
-    alpha: float = 0.0  # L_align: HowToCaption uses 0.1 only for the second-round fine-tune
-    temperature: float | None = None
-    warmup: float = 0.05  # fraction of all steps
-    grad_clip: float = 20.0
-    seed: int = 0
-    eval_fraction: float = 0.1
-    frames: FrameSource = "decode"  # dual: how frames are read; mee: cached frame embeddings
-    cache_dir: str | None = None
-    num_workers: int = 0
-    amp: bool = True
-    mee_dim: int = 256
-    margin: float = 0.1
-    clips_per_video: int = 2
-    eval_batch_size: int = 64
-    train_params: str | None = None  # regex over parameter names; None = all
+    out_dir: str = Field(description="Folder for checkpoints and logs.", json_schema_extra={
+        "flag": "--out", "short": "-o", "path": True})
+    model: Model = Field("dual", description=(
+        "dual: fine-tune the encoder (InfoNCE); mee: HowTo100M gated embedding baseline on "
+        "frozen features (max-margin)."))
+    encoder: str = Field(ENCODER, description=(
+        "Encoder to start from: default, hf:<id|folder>, openclip:<arch>/<pretrained>, or a "
+        "checkpoint."))
+    # the preset the values came from (recorded; its settings are merged in by the validator)
+    recipe: RecipeName | None = Field(None, description=(
+        "Preset of a paper's settings (explicit options override it): howtocaption (AdamW lr "
+        "1e-6, batch 128, 4/12 frames, momentum 0.995, queue 2048, soft labels 0.6, crops "
+        "0.5-1), second-round (the same with --alpha 0.1), ventura (Adam lr 1e-4, cosine, "
+        "batch 16, 10 frames, 10 epochs)."))
+    epochs: int = Field(5, ge=1, description="Passes over the clips.")
+    batch_size: int = Field(32, ge=1, description="Clips per step and process.")
+    lr: float = Field(DEFAULT_LR["dual"], gt=0, description="Peak learning rate.",
+                      json_schema_extra={"shown": ", ".join(f"{v:g} {k}"
+                                                            for k, v in DEFAULT_LR.items())})
+    weight_decay: float = Field(0.05, ge=0, description="Weight decay (matrices only).")
+    optimizer: Optimizer = Field("adamw", description="adamw (decoupled decay) or adam.")
+    frames_per_clip: int = Field(4, ge=1, description="Frames drawn per clip.")
+    eval_frames: int | None = Field(None, ge=1, description=(
+        "Frames per clip at the per-epoch evaluation."), json_schema_extra={
+        "shown": "--frames-per-clip"})
+    alpha: float = Field(0.0, ge=0, description=(
+        "L_align: weight of the pull towards a frozen copy of the start model."),
+        json_schema_extra={"shown": "0; 0.1 with --recipe second-round"})
+    momentum: float = Field(0.0, ge=0, lt=1, description=(
+        "dual: EMA factor of a momentum model that gives the queue and soft labels (0 = none)."))
+    queue_size: int = Field(0, ge=0, description=(
+        "dual: momentum text/video embeddings kept as extra candidates (needs --momentum)."))
+    soft_labels: float = Field(0.0, ge=0, le=1, description=(
+        "dual: weight of the momentum model's softmax in the targets (0 = one-hot)."))
+    crop_scale: tuple[float, float] | None = Field(None, description=(
+        "dual: random-resized crops of the frames, area fraction MIN MAX (e.g. 0.5 1.0)."),
+        json_schema_extra={"shown": "no crop"})
+    temperature: float | None = Field(None, gt=0, description="Fixed InfoNCE temperature.",
+                                      json_schema_extra={"shown": "learnable, starts at 0.07"})
+    warmup: float = Field(0.05, ge=0, le=1, description="Warmup, as a fraction of all steps.")
+    grad_clip: float = Field(20.0, ge=0, description="Max gradient norm (0 = off).")
+    seed: int = Field(0, description="Seed of the initialisation, the split and the draws.")
+    eval_fraction: float = Field(0.1, ge=0, lt=1, description=(
+        "Share of videos held out for per-epoch retrieval metrics."))
+    # dual: how frames are read (webdataset: set for a shard folder); mee: cached embeddings
+    frames: FrameSource = Field("decode", description=(
+        "decode: seek in the video for every draw; pixels: decode each video once into a uint8 "
+        "cache (fast epochs, ~147 KB per video second at 224 px)."), json_schema_extra={
+        "choices": ["decode", "pixels"]})
+    cache_dir: str | None = Field(None, description="Cache folder.", json_schema_extra={
+        "path": True, "shown": "SOURCE/cache for a run directory, else OUT/cache"})
+    num_workers: int = Field(0, ge=0, description="Data-loading processes.")
+    amp: bool = Field(True, description="Mixed precision (CUDA only).")
+    mee_dim: int = Field(256, ge=1, description="Joint space size of the mee model.")
+    margin: float = Field(0.1, ge=0, description="Ranking margin of the mee model.")
+    clips_per_video: int = Field(2, ge=1, description=(
+        "mee: clips of one video placed together in a batch (hard negatives); 1: no "
+        "intra-video negatives (a batch holds clips of different videos)."))
+    eval_batch_size: int = Field(64, ge=1)
+    train_params: str | None = Field(None, description=(
+        "dual: train only parameters whose name matches this regex (e.g. 'residual' for the "
+        "default encoder's head)."), json_schema_extra={"shown": "all"})
     webdataset: str | None = None  # a shard folder streamed instead of pairs held in memory
-    shuffle_buffer: int = 1000  # samples (mee: groups of clips) per loader worker
-    optimizer: Optimizer = "adamw"
-    momentum: float = 0.0  # EMA factor of the momentum model (0 = none)
-    queue_size: int = 0  # momentum embeddings kept as extra candidates (0 = none)
-    soft_labels: float = 0.0  # weight of the teacher's softmax in the targets (0 = one-hot)
-    crop_scale: tuple[float, float] | None = None  # random-resized-crop area range
-    eval_frames: int | None = None  # frames per clip at evaluation (None = frames_per_clip)
-    recipe: RecipeName | None = None  # the preset the values came from (recorded, not read)
+    shuffle_buffer: int = Field(1000, ge=1, description=(  # mee: groups of clips
+        "WebDataset shards: samples shuffled in memory per loading process."))
 
     @model_validator(mode="before")
     @classmethod
-    def _lr_of_the_model(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("lr") is None:
+    def _recipe_and_lr(cls, data: Any) -> Any:
+        """A recipe's settings under the values given; ``lr`` not given: the model's."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("recipe") in RECIPES:
+            data = {**RECIPES[data["recipe"]].settings(), **data}
+        if data.get("lr") is None:
             data = {**data, "lr": DEFAULT_LR.get(data.get("model", "dual"), DEFAULT_LR["dual"])}
         return data
 
@@ -86,18 +126,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        """The checks that need more than a type; the BLIP-style parts need the dual encoder
-        (and a queue needs the momentum model whose embeddings it holds)."""
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"--momentum must be in [0, 1) (got {self.momentum}; 0 = off)")
-        if self.queue_size < 0:
-            raise ValueError(f"--queue-size must be >= 0 (got {self.queue_size})")
-        if not 0 <= self.soft_labels <= 1:
-            raise ValueError(f"--soft-labels must be in [0, 1] (got {self.soft_labels})")
-        if self.alpha < 0:
-            raise ValueError(f"--alpha must be >= 0 (got {self.alpha})")
-        if self.eval_frames is not None and self.eval_frames < 1:
-            raise ValueError(f"--eval-frames must be at least 1 (got {self.eval_frames})")
+        """The checks over several fields (bounds are the fields'): the BLIP-style parts need
+        the dual encoder, and a queue needs the momentum model whose embeddings it holds."""
         if self.queue_size > 0 and self.momentum == 0:
             raise ValueError("--queue-size needs --momentum: the queue holds the momentum "
                              "model's embeddings (e.g. --momentum 0.995)")
@@ -108,13 +138,6 @@ class TrainConfig(BaseModel):
             if self.momentum or self.queue_size or self.soft_labels:
                 raise ValueError("--momentum, --queue-size and --soft-labels apply to --model "
                                  "dual only")
-        for name in ("epochs", "batch_size", "frames_per_clip", "shuffle_buffer"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{_flag(name)} must be at least 1 (got {getattr(self, name)})")
-        if not 0 <= self.eval_fraction < 1:
-            raise ValueError(f"--eval-fraction must be in [0, 1) (got {self.eval_fraction})")
-        if self.temperature is not None and self.temperature <= 0:
-            raise ValueError(f"--temperature must be positive (got {self.temperature})")
         return self
 
 
@@ -159,16 +182,13 @@ RECIPES: dict[RecipeName, Recipe] = {
 }
 
 
-def make_config(*, recipe: str | None = None, log: bool = False, **options: Any) -> TrainConfig:
-    """``TrainConfig`` from options (``None`` = not given) over ``recipe``'s settings; a bad
-    value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings, which cannot be
-    cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
-    if recipe is not None and recipe not in RECIPES:
-        raise HowtocapError(f"--recipe must be {_either(tuple(RECIPES))}, not {recipe!r}")
-    preset = RECIPES[recipe].settings() if recipe is not None else {}
+def make_config(*, log: bool = False, **options: Any) -> TrainConfig:
+    """``TrainConfig`` from options (``None`` = not given; a ``recipe``'s settings fill the
+    rest); a bad value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings,
+    which cannot be cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
     given = {k: v for k, v in options.items() if v is not None}
     try:
-        cfg = TrainConfig(**{**preset, **given, "recipe": recipe})
+        cfg = TrainConfig(**given)
     except ValidationError as exc:
         raise config_error(exc) from None
     if cfg.model == "mee" and cfg.crop_scale is not None:
