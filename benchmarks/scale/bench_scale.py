@@ -394,9 +394,11 @@ def measure_driver(n: int, trees: dict[str, Path], before: str) -> dict[str, Any
 # -- report -----------------------------------------------------------------------------------
 def write_md(r: dict[str, Any]) -> str:
     rows = ["# A million videos on one run directory: `status`, merge, driver memory", "",
-            f"{r['machine']}. \"before\": commit `{r['before']}`, \"after\": this tree, both "
-            "measured in the same invocation, each cell a fresh process (peak RSS of that "
-            f"process). Synthetic run directories written by each version's own code (before: "
+            f"{r['machine']}. \"before\": commit `{r['before']}`, \"after\": this tree, each "
+            "cell a fresh process (peak RSS of that process), taken when its row says (an "
+            "invocation with `--only` measures one side and keeps the other's cells: compare "
+            "the load averages too). Synthetic run directories written by each version's own "
+            "code (before: "
             f"`RunDir.commit_batch`, batches of {r['batch']:,} videos; after: a `ShardWriter` "
             f"per shard of {r['batch']:,} videos): `subtitles` ({r['sub_lines']} lines a "
             f"video), `caption` "
@@ -406,8 +408,8 @@ def write_md(r: dict[str, Any]) -> str:
             "| videos | code | `status` | `status` CPU | `status` peak RSS | `status`, imports "
             "done | closing step (before: merge of subtitles + captions + status.parquet; after: "
             "the shard files' footers) | CPU | peak RSS "
-            "| load avg |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| load avg | taken |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for key in r["sizes"]:
         s = r["runs"][key]
         for code in ("before", "after"):
@@ -419,7 +421,8 @@ def write_md(r: dict[str, Any]) -> str:
                         f"{m['status_cpu_seconds']:.2f} s | "
                         f"{m['status_peak_rss_mb']:.0f} MB | {m['status_inproc_seconds']:.2f} s "
                         f"| {m['merge_seconds']:.1f} s | {m['merge_cpu_seconds']:.1f} s | "
-                        f"{m['merge_peak_rss_mb']:.0f} MB | {m['load_avg']} |")
+                        f"{m['merge_peak_rss_mb']:.0f} MB | {m['load_avg']} | "
+                        f"{m.get('taken_at', '')} |")
     rows += ["", "Files per 100 videos, by folder (after):", "",
              "| videos | folders |", "|---:|---|"]
     for key in r["sizes"]:
