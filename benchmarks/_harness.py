@@ -18,6 +18,7 @@ import os
 import platform
 import resource
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -134,6 +135,18 @@ def write_results(name: str, result: Any, lines: Sequence[str] | str, echo: bool
 def load_results(name: str) -> Any:
     """A results file as the last run wrote it (``--render`` modes re-render from it)."""
     return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+# ---- run directories ---------------------------------------------------------------------------
+def write_rows(rundir: Any, table: str, df: Any, stage: str | None = None) -> None:
+    """Put ``df``'s rows into a run directory's ``table`` as its stage would commit them
+    (videos numbered, an ``ok`` record per video, shard by shard): a benchmark builds its run
+    the way the tests build theirs (``tests/support/stages.py``), not a second way."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.support.stages import write_rows as commit
+
+    commit(rundir, table, df, stage)
 
 
 # ---- before/after --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, machine, md_table, write_results
+from _harness import RESULTS, machine, md_table, write_results, write_rows
 
 from howtocap.align.config import AlignConfig
 from howtocap.align.filter import DEFAULT_NULL_Z, chatter_flags
@@ -117,8 +117,7 @@ class ScoredSet:
         self.kinds = {(r.video_id, r.text): r.kind for r in self.caps.itertuples()}
         self.rundir = RunDir(root / "run")
         self.rundir.record_videos([VideoItem(v.video_id, v.video_path) for v in self.videos])
-        for vid, g in self.caps.groupby("video_id"):
-            self.rundir.write_part("captions", str(vid), g.drop(columns="kind"))
+        write_rows(self.rundir, "captions", self.caps.drop(columns="kind"))
         t0 = time.perf_counter()
         align_run(self.rundir, [], AlignConfig(), encoders=[encoder], progress=False)
         self.first_run_seconds = round(time.perf_counter() - t0, 1)

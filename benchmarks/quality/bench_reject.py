@@ -22,7 +22,7 @@ Run: python benchmarks/quality/bench_reject.py [--quick] [--no-pipeline] [--work
    replays the first run's replies (same prompts, greedy decoding), so the two rows differ
    only by the rejection. A caption belongs to the segment whose narration shares most of
    its words (the LLM's timestamps are often one segment off; no shared word: the segment
-   its start falls in); a step is covered when a kept caption (``aligned.parquet``,
+   its start falls in); a step is covered when a kept caption (the ``aligned`` table,
    ``kept``) belongs to it. Sample sets by seed: ``TUNE_SEEDS`` (the rules were looked at
    and changed there) apart, ``REPORT_SEEDS`` pooled for the verdict (counts added).
 """
@@ -166,11 +166,12 @@ class ReplayLLM:
         rd = RunDir(run_dir, create=False)
         gen, template = cfg.resolved_generation(), cfg.resolved_template()
         added = 0
-        merged = run_dir / "captions.parquet"  # the run's merged table (batched or not)
-        if not merged.exists():
+        captions = rd.table("captions")
+        if captions.empty:
             return 0
-        for vid, caps in pd.read_parquet(merged).groupby("video_id", sort=True):
-            for block in make_blocks(rd.read_part("subtitles", str(vid)), cfg.block_words):
+        subs = dict(iter(rd.table("subtitles").groupby("video_id", sort=False)))
+        for vid, caps in captions.groupby("video_id", sort=True):
+            for block in make_blocks(subs[vid].reset_index(drop=True), cfg.block_words):
                 b = caps[caps["block"] == block.index]
                 key = json.dumps([build_messages(block, template), gen.model_dump(mode="json")],
                                  sort_keys=True)
@@ -210,8 +211,10 @@ def _segment_of(gt: pd.DataFrame) -> Any:
 def pipeline_rates(run_dir: Path, gt: pd.DataFrame) -> dict[str, Any]:
     """Filler share among kept captions and steps covered, at the caption and align stage."""
     find = _segment_of(gt)
-    caps = pd.read_parquet(run_dir / "captions.parquet")
-    al = pd.read_parquet(run_dir / "aligned.parquet")
+    from howtocap.engine.rundir import RunDir
+
+    rd = RunDir(run_dir, create=False)
+    caps, al = rd.table("captions"), rd.table("aligned")
     caps["seg"] = [find(v, t, x) for v, t, x in zip(caps["video_id"], caps["start"],
                                                       caps["text"], strict=True)]
     al["seg"] = [find(v, t, x) for v, t, x in zip(al["video_id"], al["orig_start"], al["text"],

@@ -11,7 +11,8 @@ peak RSS (``ru_maxrss``) is its own. Per size and code:
 
 * ``caption_run(None, DIR, CaptionRunConfig(subtitles=SRC), llm=InstantLLM())`` end to end:
   wall time, videos/s, peak RSS;
-* files under ``DIR/parts/`` per table/stage folder, per 100 videos;
+* files that hold results per table/stage folder, per 100 videos: under ``DIR/parts/``
+  (before), or the table, ``status``, ``work`` and ``claims`` folders of the shard layout;
 * ``howtocap status DIR --json`` as a user runs it (a fresh process, import included), wall s,
   and ``run_status(DIR)`` alone (imports done): what reading the run directory costs.
 
@@ -70,15 +71,23 @@ def child(src: Path, out: Path) -> dict[str, Any]:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def files_per_folder(parts: Path) -> dict[str, int]:
-    """Files under each ``parts/<a>`` (and ``parts/<a>/<b>`` for status/batches/claims)."""
+# folders of a shard-layout run directory that hold no results (settings, caches, logs)
+NOT_RESULTS = ("fingerprints", "stats", "config", "logs", "cache", "index")
+
+
+def files_per_folder(run: Path) -> dict[str, int]:
+    """The files that hold results, by folder: under each ``parts/<a>`` of a run directory
+    with parts (``parts/<a>/<b>`` for status/batches/claims), else each table folder and
+    ``status|work|claims/<stage>`` of the shard layout."""
+    root = run / "parts" if (run / "parts").is_dir() else run
     counts: dict[str, int] = {}
-    for p in parts.rglob("*"):
-        if p.is_file():
-            rel = p.relative_to(parts).parts
-            key = "/".join(rel[:2]) if rel[0] in ("status", "batches", "claims") and \
-                len(rel) > 2 else rel[0]
-            counts[key] = counts.get(key, 0) + 1
+    for p in root.rglob("*"):
+        rel = p.relative_to(root).parts
+        if not p.is_file() or len(rel) < 2 or rel[0] in NOT_RESULTS:
+            continue
+        key = "/".join(rel[:2]) if rel[0] in ("status", "batches", "claims", "work") and \
+            len(rel) > 2 else rel[0]
+        counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -100,7 +109,7 @@ def measure(code: str, n: int, src: Path, before: str) -> dict[str, Any]:
     if proc.returncode != 0:
         raise SystemExit(f"{code} {n}: {proc.stderr[-3000:]}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    files = files_per_folder(out / "parts")
+    files = files_per_folder(out)
     res["files"] = files
     res["files_per_100_videos"] = {k: round(100 * v / n, 3) for k, v in files.items()}
     res["files_total"] = sum(files.values())
@@ -129,9 +138,10 @@ def write_md(r: dict[str, Any]) -> str:
     rows = ["# Batched commits vs per-video parts (`caption --subtitles caption.json`, "
             "instant LLM)", "",
             f"{r['machine']}. \"before\": commit `{r['before']}` (a part file per table and a "
-            "status JSON per video and stage); \"after\": batches of "
-            f"{r['batch_size']:,} videos (one Parquet file per table per batch + one manifest "
-            "per stage per batch). Synthetic HowTo100M-style ASR (20-60 lines a video); the "
+            "status JSON per video and stage); \"after\": this tree (shards of videos: one "
+            "Parquet file per table and one status file per stage per shard, committed in "
+            f"chunks of {r['batch_size']:,} videos). Synthetic HowTo100M-style ASR (20-60 "
+            "lines a video); the "
             "LLM answers instantly, so the figures are our own overhead. Each cell is its own "
             "process.", "",
             "| videos | code | videos/s | peak RSS | files per 100 videos | `status` | "
@@ -148,7 +158,8 @@ def write_md(r: dict[str, Any]) -> str:
                         + (f"{m['status_inproc_seconds']:.2f} s |"
                            if "status_inproc_seconds" in m else "- |")
                         + f" {m.get('load_avg', '-')} |")
-    rows += ["", "Files under `parts/` by folder (per 100 videos):", "",
+    rows += ["", "Files that hold results by folder (per 100 videos; before: under `parts/`, "
+             "after: the shard layout's table and status folders):", "",
              "| videos | code | folders |", "|---:|---|---|"]
     for n in r["sizes"]:
         for code in ("before", "after"):

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import RESULTS, best_time, machine, md_table, write_json, write_md
+from _harness import RESULTS, best_time, machine, md_table, write_json, write_md, write_rows
 
 from howtocap.clips.config import ClipsConfig
 from howtocap.clips.export import export_clips
@@ -59,8 +59,8 @@ def make_run(root: Path, videos: list[tuple[str, Path]], windows: int) -> RunDir
     rng = random.Random(0)
     rd = RunDir(root)
     rd.record_videos([VideoItem(v, p) for v, p in videos])
+    rows = []
     for vid, _ in videos:
-        rows = []
         for k in range(windows):
             length = rng.uniform(2.0, 8.0)
             start = round(rng.uniform(0.0, SECONDS - length), 2)
@@ -68,8 +68,7 @@ def make_run(root: Path, videos: list[tuple[str, Path]], windows: int) -> RunDir
                          "text": f"step {k} of {vid}", "orig_start": start,
                          "orig_end": start + length, "offset": 0.0, "score": 0.5, "kept": True,
                          "encoders": "x", "source": "llm", "block": 0, "model": "m"})
-        rd.write_part("aligned", vid, conform(pd.DataFrame(rows), "aligned"))
-    rd.merge("aligned")
+    write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     return rd
 
 
@@ -142,7 +141,7 @@ def main() -> None:
             gop_of[vid] = gop / FPS
         out["videos"]["mb"] = round(sum(p.stat().st_size for _, p in videos) / 1e6, 2)
         rd = make_run(tmp / "run", videos, WINDOWS)
-        rows = pd.read_parquet(rd.root / "aligned.parquet")
+        rows = rd.table("aligned")
         n_clips = len(rows)
         out["clips"] = n_clips
         out["window_seconds"] = round(float((rows["end"] - rows["start"]).sum()), 1)

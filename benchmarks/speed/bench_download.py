@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 from _harness import ROOT, machine, write_results
@@ -110,13 +111,15 @@ def kill_resume(tmp: Path, srv: object, url: str) -> dict:
     media = run / "cache" / "media"
     whole = len(list(media.glob("*.mp4")))
     temps = len([p for p in media.iterdir() if p.name.startswith(".")])
-    committed = sum(RunDir(run, create=False).is_done("download", f"v{i:03d}")
-                    for i in range(N_VIDEOS))
+    # committed: an ok record in a finished shard or in a chunk of the unfinished one (what
+    # a resume keeps; RunDir.done counts finished shards only)
+    committed = sum(int(pc.sum(pc.equal(t.column("status"), "ok")).as_py() or 0)
+                    for t in RunDir(run, create=False).records("download", ["status"]))
     before = sum(srv.requests.values())  # type: ignore[attr-defined]
     srv.delay = DELAY  # type: ignore[attr-defined]
     res = subprocess.run(cmd, capture_output=True, text=True)
     again = sum(srv.requests.values()) - before  # type: ignore[attr-defined]
-    done = pd.read_parquet(run / "downloads.parquet")
+    done = RunDir(run, create=False).table("downloads")
     left = [p for p in media.iterdir() if p.name.startswith(".")]
     return {"videos": N_VIDEOS, "requests_before_kill": before,
             "whole_files_at_kill": whole, "temp_files_at_kill": temps,
@@ -207,8 +210,8 @@ def lines_of(r: dict) -> list[str]:
         f"{KILL_DELAY * 1000:.0f} ms per request) SIGKILLed after {k['requests_before_kill']} "
         f"requests: {k['whole_files_at_kill']} files were whole (renamed into place), "
         f"{k['temp_files_at_kill']} temp files were left, {k['committed_at_kill']} videos "
-        "were committed (results are committed in batches: a kill loses the batch in "
-        "flight). The same command again: "
+        "were committed (a shard's finished videos are committed in chunks as they come: a "
+        "kill loses the videos in flight). The same command again: "
         f"**{k['refetched_on_resume']} videos fetched again**, {k['not_refetched']} found "
         f"whole by their markers; exit {k['resume_exit']}, {k['done_after_resume']} done, "
         f"{k['temp_files_after_resume']} temp files left.", "",

@@ -63,8 +63,8 @@ def one_run(name: str, runner: object, vids: Path, url: str) -> tuple[float, Pat
 def same_tables(a: Path, b: Path) -> bool:
     for t in TABLES:
         try:
-            pd.testing.assert_frame_equal(pd.read_parquet(a / f"{t}.parquet"),
-                                          pd.read_parquet(b / f"{t}.parquet"))
+            pd.testing.assert_frame_equal(RunDir(a, create=False).table(t),
+                                          RunDir(b, create=False).table(t))
         except AssertionError:
             return False
     return True

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import numpy as np
 import pandas as pd
-from _harness import machine_info, write_results
+from _harness import machine_info, write_results, write_rows
 
 from howtocap.engine.rundir import RunDir
 from howtocap.nlp import iter_verb_lemmas, load_spacy, verb_lemmas
@@ -85,8 +85,7 @@ def bench_run(n_run: int) -> dict:
                                "block": 0, "model": "bench"})
             if name == "subtitles":
                 df = df.drop(columns=["block", "model"])
-            rd.write_part(name, "all", df)
-            rd.merge(name)
+            write_rows(rd, name, df)
         nlp = load_spacy()
         t0 = time.perf_counter()
         stats = compute_stats(rd, nlp=nlp, progress=True)

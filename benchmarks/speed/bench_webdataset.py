@@ -2,7 +2,7 @@
 
 Both paths train the same tiny dual encoder (a randomly initialised Hugging Face CLIP, 224 px,
 4 frames per clip, batch 8, alpha 0.1) on the same clips of the same generated videos: a run
-directory whose ``aligned.parquet`` holds the reference captions, read either directly (frames
+directory whose ``aligned`` table holds the reference captions, read either directly (frames
 from the decoded-pixel cache, ``--frames pixels``) or from ``howtocap export --format
 webdataset`` shards (JPEG frames streamed through a shuffle buffer). Also measured: the data
 path alone (clips/s with no model), the one-off cost of each (building the pixel cache vs
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness
 import pandas as pd
 import torch
-from _harness import best_time, machine, write_json, write_md
+from _harness import best_time, machine, write_json, write_md, write_rows
 
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
@@ -53,13 +53,12 @@ def make_run(root: Path, videos: list) -> RunDir:
     """A run directory whose kept aligned captions are the videos' reference step captions."""
     rd = RunDir(root)
     rd.record_videos([VideoItem(v.video_id, v.video_path) for v in videos])
-    for v in videos:
-        rows = [{"video_id": v.video_id, "start": s.start, "end": s.end, "text": t,
-                 "orig_start": s.start, "orig_end": s.end, "offset": 0.0, "score": 0.5,
-                 "kept": True, "encoders": "reference", "source": "reference", "block": 0,
-                 "model": "reference"} for s in v.steps for t in (s.caption, s.narration)]
-        rd.write_part("aligned", v.video_id, conform(pd.DataFrame(rows), "aligned"))
-    rd.merge("aligned")
+    rows = [{"video_id": v.video_id, "start": s.start, "end": s.end, "text": t,
+             "orig_start": s.start, "orig_end": s.end, "offset": 0.0, "score": 0.5,
+             "kept": True, "encoders": "reference", "source": "reference", "block": 0,
+             "model": "reference"} for v in videos for s in v.steps
+            for t in (s.caption, s.narration)]
+    write_rows(rd, "aligned", conform(pd.DataFrame(rows), "aligned"))
     return rd
 
 
@@ -159,7 +158,7 @@ def main() -> None:
           "paths.", "",
           "## Training throughput", "",
           "| data path | training pairs/s |", "|---|---|",
-          f"| aligned.parquet + decoded-pixel cache (`--frames pixels`) | "
+          f"| the run's aligned table + decoded-pixel cache (`--frames pixels`) | "
           f"{thr['parquet_pixel_cache']['pairs_per_s']} |",
           f"| WebDataset shards (JPEG frames, streamed) | {thr['webdataset']['pairs_per_s']} |",
           "",
