@@ -167,7 +167,7 @@ def kill_in(pid: int, out: Path, shards: int, step: str, offset: float) -> tuple
     seconds later: drawn against the run's own progress, not the clean run's clock, which
     varies with the machine's load. Returns (seconds from the start, exit code)."""
     t0 = time.perf_counter()
-    while where(out, shards) != step and STEPS.index(where(out, shards)) < STEPS.index(step):
+    while STEPS.index(where(out, shards)) < STEPS.index(step):  # before the step: look again
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:  # ended (reaped here) before the step
             return time.perf_counter() - t0, os.waitstatus_to_exitcode(status)

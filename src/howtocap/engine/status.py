@@ -134,11 +134,13 @@ def _batched(parts: Iterable[Any], rows: int = 1 << 16) -> Iterator[Any]:
     import pyarrow as pa
 
     held: list[Any] = []
+    n = 0
     for t in parts:
         held.append(t)
-        if sum(len(h) for h in held) >= rows:
+        n += len(t)
+        if n >= rows:
             yield pa.concat_tables(held)
-            held = []
+            held, n = [], 0
     if held:
         yield pa.concat_tables(held)
 
