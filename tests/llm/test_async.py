@@ -52,13 +52,13 @@ def test_requests_share_kept_connections_up_to_the_slots() -> None:
 def events(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the runs that kept videos in flight as coroutines."""
     taken: list[int] = []
-    real = runners._Coroutines.map
+    real = runners._coroutines
 
-    def counted(self: Any, videos: Any, emit: Any) -> None:
+    def counted(stage: Any, n: int, videos: Any, emit: Any) -> None:
         taken.append(1)
-        real(self, videos, emit)
+        real(stage, n, videos, emit)
 
-    monkeypatch.setattr(runners._Coroutines, "map", counted)
+    monkeypatch.setattr(runners, "_coroutines", counted)
     return taken
 
 

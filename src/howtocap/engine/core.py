@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +82,14 @@ class StageSummary:
 
     def add(self, other: StageSummary) -> StageSummary:
         """This summary plus the stage's run over other videos."""
-        for f in fields(self)[1:]:  # every count after the stage's name
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.done += other.done
+        self.skipped += other.skipped
+        self.claimed_elsewhere += other.claimed_elsewhere
+        self.failed += other.failed
+        self.warned += other.warned
+        self.seconds += other.seconds
+        self.failed_before += other.failed_before
+        self.gave_up += other.gave_up
         return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
@@ -162,7 +168,7 @@ class Batching:
     shard_size: int | None = None
 
 
-def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummary | None
+def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummary
           ) -> tuple[list[Any], dict[str, int]]:
     """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
     and the attempts each has had; counts what is skipped into ``summary``."""
@@ -185,14 +191,12 @@ def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummar
         if not args.skip_done:
             todo.append(it)
         elif status == "ok" and (not rec_cid or rec_cid == args.cid):
-            if summary is not None:
-                summary.skipped += 1
+            summary.skipped += 1
         elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service":
             todo.append(it)  # a record of other settings, or a service was down: redo
         elif not args.retry_failed or tries >= args.max_attempts:
-            if summary is not None:
-                summary.failed_before += 1
-                summary.gave_up += args.retry_failed
+            summary.failed_before += 1
+            summary.gave_up += args.retry_failed
         else:
             todo.append(it)
     return todo, attempts
@@ -257,23 +261,31 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
         if shard is not None and not shard.owns(k):
             continue
         w = rundir.writer(stage.name, k, stage.writes)
-        recs = w.records(_SELECT_COLS)
-        todo, _ = _todo(recs, its, args, None)
+        counted = StageSummary(stage.name)  # kept only when the shard has nothing to do
+        todo, _ = _todo(w.records(_SELECT_COLS), its, args, counted)
         if todo or w.chunk_ids():
             plan.append((k, its))
             expected += len(todo)
         else:
-            _todo(recs, its, args, summary)
+            summary.add(counted)
     t0 = time.perf_counter()
     processes = getattr(runner, "processes", 1)
     with progress_bar(f"[bold]{stage.name}", TextColumn("{task.fields[last]}"),
                       disable=not progress) as bar:
-        show = _Shown(stage.name, bar, bar.add_task(stage.name, total=expected, last=""))
+        task = bar.add_task(stage.name, total=expected, last="")
+
+        def shown(video_id: str, ok: bool, message: str, warned: bool) -> None:
+            if not ok or warned:  # the one line a failed or warned video gets
+                mark = "[yellow]![/yellow]" if ok else "[red]✗[/red]"
+                bar.console.print(f"{mark} {stage.name} {video_id}: {message}", markup=True,
+                                  highlight=False)
+            bar.update(task, advance=1, last=video_id)
+
         if processes > 1 and len(plan) > 1:
-            totals, down = _run_in_processes(rundir, plan, stage, runner, args, summary, show,
-                                             min(processes, len(plan)))
+            totals, down = _run_in_processes(rundir, plan, stage, runner, args, summary,
+                                             bar.console, shown, min(processes, len(plan)))
         else:
-            totals, down = run_plan(rundir, plan, stage, runner, args, summary, show.video)
+            totals, down = run_plan(rundir, plan, stage, runner, args, summary, shown)
     summary.seconds = time.perf_counter() - t0
     if summary.done or summary.failed:
         _add_stats(rundir, stage.name, wall_seconds=summary.seconds, videos=summary.done,
@@ -292,22 +304,6 @@ class _PlanArgs:
     retry_failed: bool
     max_attempts: int
     batching: Batching
-
-
-@dataclass
-class _Shown:
-    """The progress bar and the one line each failed or warned video gets."""
-
-    stage: str
-    bar: Any
-    task: Any
-
-    def video(self, video_id: str, ok: bool, message: str, warned: bool) -> None:
-        if not ok or warned:
-            mark = "[yellow]![/yellow]" if ok else "[red]✗[/red]"
-            self.bar.console.print(f"{mark} {self.stage} {video_id}: {message}", markup=True,
-                                   highlight=False)
-        self.bar.update(self.task, advance=1, last=video_id)
 
 
 def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, runner: Runner,
@@ -398,18 +394,18 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
 
 
 def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage,
-                      runner: Runner, args: _PlanArgs, summary: StageSummary, show: _Shown,
-                      n: int) -> tuple[dict[str, float], list[str]]:
+                      runner: Runner, args: _PlanArgs, summary: StageSummary, console: Any,
+                      shown: Any, n: int) -> tuple[dict[str, float], list[str]]:
     """``run_plan`` over ``n`` processes (``engine.processes``), a task a shard; the stage's
     totals are written once, here, so the processes never write the same file. A stage
     holding an object its caller built runs here instead."""
     from howtocap.engine import processes
 
     if not processes.portable(stage):
-        show.bar.console.print(f"{stage.name}: holds a model built by its caller, so it runs "
+        console.print(f"{stage.name}: holds a model built by its caller, so it runs "
                                "in this process (--processes needs a stage built from its "
                                "settings)", highlight=False)
-        return run_plan(rundir, plan, stage, runner, args, summary, show.video)
+        return run_plan(rundir, plan, stage, runner, args, summary, shown)
     totals: dict[str, float] = {}
     down: list[str] = []
 
@@ -427,7 +423,7 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
         _shard_task, ((k, its, args) for k, its in plan), n,
         shared_values={"root": str(rundir.root), "stage": stage,
                        "workers": getattr(runner, "workers", None)},
-        preload=[__name__, type(stage).__module__], on_event=show.video, on_result=on_result)
+        preload=[__name__, type(stage).__module__], on_event=shown, on_result=on_result)
     return totals, down
 
 

@@ -54,7 +54,7 @@ class LocalRunner:
                 for video in videos:
                     emit(run_one(stage, video))
         elif hasattr(stage, "aprocess"):
-            _Coroutines(stage, n).map(videos, emit)
+            _coroutines(stage, n, videos, emit)
         else:
             with ThreadPoolExecutor(n, thread_name_prefix="howtocap-video") as pool:
                 _in_flight(lambda v: pool.submit(run_one, stage, v), n, videos, emit)
@@ -122,27 +122,21 @@ def event_loop() -> asyncio.AbstractEventLoop:
         return _LOOP[1]
 
 
-class _Coroutines:
+def _coroutines(stage: Stage, n: int, videos: Iterator[VideoInput], emit: Emit) -> None:
     """Videos as coroutines (``stage.aprocess``) on ``event_loop()``, ``n`` at a time. Why
     not a thread per video: a text-only run over HTTP waits on the server, and 32 threads
     blocking on their sockets cost the driver more in GIL hand-offs than the captioning."""
+    with contextlib.suppress(Exception):  # arun_one reports a failed setup per video
+        stage.setup()  # models load here, not on the loop
+    loop = event_loop()
+    running = asyncio.Semaphore(n)  # binds to the loop at its first wait
 
-    def __init__(self, stage: Stage, n: int) -> None:
-        self.stage, self.n = stage, n
+    async def one(video: VideoInput) -> VideoResult:
+        async with running:
+            return await arun_one(stage, video)
 
-    def map(self, videos: Iterator[VideoInput], emit: Emit) -> None:
-        with contextlib.suppress(Exception):  # arun_one reports a failed setup per video
-            self.stage.setup()  # models load here, not on the loop
-        loop = event_loop()
-        running = asyncio.Semaphore(self.n)  # binds to the loop at its first wait
-
-        async def one(video: VideoInput) -> VideoResult:
-            async with running:
-                return await arun_one(self.stage, video)
-
-        with collector_tuned():
-            _in_flight(lambda v: asyncio.run_coroutine_threadsafe(one(v), loop), self.n,
-                       videos, emit)
+    with collector_tuned():
+        _in_flight(lambda v: asyncio.run_coroutine_threadsafe(one(v), loop), n, videos, emit)
 
 
 def parse_stage_resources(text: str | None) -> dict[str, float]:

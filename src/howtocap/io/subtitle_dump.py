@@ -5,10 +5,10 @@ size as Python objects, so a dump is streamed once (``io.dump_readers``) into Pa
 of whole videos in the file's order (``DumpWriter``). Opening it reads the ``video_id`` column
 alone: the ids stay one Arrow column (no Python string a video) beside each video's first row
 and length. A run asks for its videos in the file's order (a text-only run's shards are ranges
-of it), so a lookup is answered by the ids of the block of videos from the last one found, else
-by a binary search over the ids' sorted order, and the rows come from the row group holding
-them, kept in a small LRU: each group is decoded about once per run. Peak memory is a row group
-or two plus the ids, whatever the size of the dump.
+of it), so a lookup tries the video after the last one found, else a binary search over the
+ids' sorted order, and the rows come from the row group holding them, kept in a small LRU:
+each group is decoded about once per run. Peak memory is a row group or two plus the ids,
+whatever the size of the dump.
 
 The converted file is kept (``DIR/cache/subtitles/``), so a resumed or sharded run does not
 stream again. A Parquet source is read in place; someone else's rows are cleaned per video
@@ -36,7 +36,6 @@ from howtocap.schemas import parquet_dictionary
 
 ROWS_PER_GROUP = 32_768  # ~800 HowTo100M videos, ~2 MB of text: cheap to decode, few groups
 CACHED_GROUPS = 4  # in-flight videos (threads) span at most two neighbouring groups
-NEAR = 8192  # videos whose ids answer in-order lookups before the next binary search
 FORMAT_KEY = b"howtocap.subtitles"
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
@@ -142,7 +141,6 @@ class ParquetStore:
         self.cached_groups = cached_groups
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
-        self._near: dict[str, int] = {}  # the ids of the block of videos last found
         self._last = -1  # the number last found
         self._order: np.ndarray | None = None  # the ids' sorted order (``_search``)
         self._lock = threading.Lock()
@@ -233,17 +231,11 @@ class ParquetStore:
         return hit
 
     def _find(self, video_id: str) -> int:
-        """The video's number (file order), or -1. A run asks in the file's order, so the
-        ids of the block of ``NEAR`` videos from the last one found answer most lookups; the
-        block is read again only when the next video is asked for (in order), so a run in
-        another order (video files listed apart from the dump) pays a binary search a lookup
-        and never a block."""
-        k = self._near.get(video_id)
-        if k is None:
+        """The video's number (file order), or -1. A run asks in the file's order: the video
+        after the last one found is tried first (one id read), then a binary search."""
+        k = self._last + 1
+        if not (k < len(self.ids) and self.ids[k].as_py() == video_id):
             k = self._search(video_id)
-            if k >= 0 and k == self._last + 1:
-                self._near = {v: k + i for i, v in
-                              enumerate(self.ids[k:k + NEAR].to_pylist())}
         self._last = k
         return k
 
