@@ -11,8 +11,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from howtocap.atomic import corrupt_parquet, read_arrow
-
 STATUS_META = b"howtocap_status"  # the status file's JSON: {"stage", "writes"}
 
 
@@ -56,28 +54,16 @@ def records_table(records: Sequence[StatusRecord], stage: str, writes: Sequence[
         {STATUS_META: json.dumps({"stage": stage, "writes": list(writes)}).encode()})
 
 
-def _columns(columns: Sequence[str] | None) -> list[str]:
+def record_columns(columns: Sequence[str] | None) -> list[str]:
+    """``video_id`` and ``columns`` (every column when None): what a status file is read for."""
     return list(dict.fromkeys(["video_id", *(columns or RECORD_COLS)]))
-
-
-def read_records(path: Path, columns: Sequence[str] | None = None) -> Any:
-    """A status file's rows (only ``columns``, with ``video_id`` first) as Arrow. Raises
-    ``FileNotFoundError`` or ``CorruptFile``."""
-    import pyarrow as pa
-
-    try:
-        return read_arrow(path, _columns(columns), use_threads=False).replace_schema_metadata()
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise corrupt_parquet(path, exc) from None
 
 
 def empty_records(columns: Sequence[str] | None = None) -> Any:
     """No records, with ``video_id`` and ``columns`` in their types."""
     import pyarrow as pa
 
-    return pa.schema([record_schema().field(c) for c in _columns(columns)]).empty_table()
+    return pa.schema([record_schema().field(c) for c in record_columns(columns)]).empty_table()
 
 
 def status_writes(path: Path) -> list[str]:

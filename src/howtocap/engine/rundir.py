@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from howtocap.atomic import (
-    CorruptFile,
     CorruptPartWarning,
     JsonFolder,
     atomic_write,
@@ -34,12 +33,7 @@ from howtocap.atomic import (
     writer_tag,
 )
 from howtocap.engine.claims import Owner, refresh_claim, try_claim
-from howtocap.engine.records import (
-    empty_records,
-    read_records,
-    records_table,
-    status_writes,
-)
+from howtocap.engine.records import empty_records, record_columns, records_table, status_writes
 from howtocap.engine.stage import SHARD_SIZE
 from howtocap.errors import HowtocapError
 from howtocap.schemas import SCHEMAS, arrow_schema, conform, empty_table, parquet_dictionary
@@ -122,14 +116,14 @@ class RunDir:
         return pq.read_metadata(path).num_rows if path.exists() else 0
 
     def shard_videos(self, k: int, columns: Sequence[str] = ("video_id",)) -> Any:
-        """Shard k's rows of ``videos.parquet`` (Arrow; its row group k)."""
+        """Shard k's rows of ``videos.parquet`` (its row group k)."""
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(self.table_path("videos")).read_row_group(k, list(columns))
 
     def shard_of(self, video_ids: Sequence[str]) -> np.ndarray:
-        """The shard of each video (-1: not in ``videos.parquet``), found by the ids' hashes:
-        16 bytes a recorded video, not a Python string each."""
+        """The shard of each video (-1: not recorded), by the ids' hashes: 16 bytes a
+        recorded video, not a Python string each."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -234,8 +228,8 @@ class RunDir:
 
     # -- reading tables: every reader outside the engine goes through these -------------
     def table_files(self, name: str) -> list[Path]:
-        """The Parquet files that hold the table, in shard order ([] when the run has none
-        of it): what ``pyarrow.dataset`` or DuckDB read."""
+        """The table's Parquet files in shard order: what ``pyarrow.dataset`` or DuckDB
+        read."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
         folder = self.root / name
@@ -247,18 +241,18 @@ class RunDir:
         return bool(self.table_files(name))
 
     def read_shard(self, table: str, k: int) -> Any:
-        """Shard k's rows of ``table`` as Arrow; None when it has none, or when the file is
-        corrupt (then dropped, its shard redone)."""
+        """Shard k's rows of ``table`` (Arrow); None when it has none or is corrupt."""
         return self._read(self.shard_path(table, k))
 
-    def _read(self, path: Path, columns: Sequence[str] | None = None) -> Any:
+    def _read(self, path: Path, columns: Sequence[str] | None = None, threads: bool = True
+              ) -> Any:
         """A Parquet file, its page checksums verified (only the ``columns`` it has); None
         when missing or corrupt (then dropped and listed in ``corrupted``; a corrupt
         ``videos.parquet`` is an error: the run's numbering cannot be redone)."""
         import pyarrow as pa
 
         try:
-            return read_arrow(path, columns, present=True)
+            return read_arrow(path, columns, present=True, use_threads=threads)
         except FileNotFoundError:
             return None
         except (pa.ArrowException, OSError) as exc:
@@ -268,9 +262,8 @@ class RunDir:
             return None
 
     def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The table read whole as a frame (only ``columns`` when given); empty, with its
-        columns, when the run has none of it. A corrupt shard file is dropped with a
-        warning (the next run redoes its shard) and its rows left out."""
+        """The table read whole as a frame (empty, with its columns, when the run has none
+        of it); a corrupt shard file is dropped with a warning, its shard redone."""
         import pyarrow as pa
 
         parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
@@ -294,14 +287,10 @@ class RunDir:
         path.unlink(missing_ok=True)  # after the status: a kill between leaves it redone
 
     def _records(self, path: Path, columns: Sequence[str] | None) -> Any:
-        """A status file's records; None when missing, or corrupt (then dropped)."""
-        try:
-            return read_records(path, columns)
-        except FileNotFoundError:
-            return None
-        except CorruptFile as exc:
-            self.drop_corrupt(path, exc)
-            return None
+        """A status file's records (``video_id`` and ``columns``); None when missing, or
+        corrupt (then dropped)."""
+        t = self._read(path, record_columns(columns), threads=False)
+        return None if t is None else t.replace_schema_metadata()
 
     # -- status --------------------------------------------------------------------------
     def stages_with_results(self) -> set[str]:
@@ -316,9 +305,7 @@ class RunDir:
         finished = {shard_number(p): p for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
         working = {int(p.name[len("shard-"):]) for p in
                    (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
-        for k in sorted(finished.keys() | working):
-            # a finished shard without chunks is its status file (the common case, read
-            # directly: status reads every shard)
+        for k in sorted(finished.keys() | working):  # no chunks: its status file alone
             t = self.writer(stage, k).records(columns) if k in working \
                 else self._records(finished[k], columns)
             if t is not None and t.num_rows:
@@ -366,8 +353,8 @@ class RunDir:
         owner = Owner.me()
         for k in np.unique(shards[shards >= 0]).tolist():
             w = self.writer(stage, k)
-            if not w.started():
-                continue
+            if not (w.status.exists() or w.work.is_dir()):
+                continue  # nothing of the stage on this shard
             w.writes = next(filter(None, (tuple(status_writes(w._status_of(s)))
                                           for s in ["", *w.chunk_ids()])), ())
             while not w.claim(owner):
@@ -401,9 +388,6 @@ class ShardWriter:
         self.status = rundir.shard_path(f"status/{stage}", k)
         self._chunks = 0
 
-    def started(self) -> bool:
-        return self.status.exists() or self.work.is_dir()
-
     def claim(self, owner: Owner) -> bool:
         return try_claim(self.claim_path, owner)
 
@@ -414,7 +398,7 @@ class ShardWriter:
             self.claim_path.parent.parent.rmdir()
 
     def chunk_ids(self) -> list[str]:
-        """The chunks committed so far (those whose status file exists), in commit order."""
+        """The chunks committed so far (their status file exists), in commit order."""
         return sorted(p.name[:-len(".status.parquet")]
                       for p in self.work.glob("*.status.parquet"))
 

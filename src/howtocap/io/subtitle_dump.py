@@ -1,18 +1,13 @@
 """The subtitle store: HowTo100M-size subtitles as Parquet, read by row group, never whole.
 
-``json.load`` of HowTo100M's ``caption.json`` (1.2M videos, several GB) takes several times its
-size as Python objects, so a dump is streamed once (``io.dump_readers``) into Parquet row groups
-of whole videos in the file's order (``DumpWriter``). Opening it reads the ``video_id`` column
-alone: the ids stay one Arrow column (no Python string a video) beside each video's first row
-and length. A run asks for its videos in the file's order (a text-only run's shards are ranges
-of it), so a lookup tries the video after the last one found, else a binary search over the
-ids' sorted order, and the rows come from the row group holding them, kept in a small LRU:
-each group is decoded about once per run. Peak memory is a row group or two plus the ids,
-whatever the size of the dump.
-
-The converted file is kept (``DIR/cache/subtitles/``), so a resumed or sharded run does not
-stream again. A Parquet source is read in place; someone else's rows are cleaned per video
-when asked for and need not be grouped. ``io.subtitles`` opens a source's store.
+A dump is streamed once (``io.dump_readers``; ``json.load`` of HowTo100M's several-GB
+``caption.json`` takes several times its size) into row groups of whole videos in the file's
+order (``DumpWriter``), kept under ``DIR/cache/subtitles/`` for resumed and sharded runs. Opening
+it reads the ``video_id`` column alone, kept as one Arrow column (no Python string a video).
+A run asks in the file's order, so a lookup tries the video after the last one found before a
+binary search, and each row group is decoded about once: peak memory is a row group or two plus
+the ids. A Parquet source is read in place; someone else's rows are cleaned per video when
+asked for and need not be grouped.
 """
 from __future__ import annotations
 
