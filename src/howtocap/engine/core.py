@@ -287,9 +287,12 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
         else:
             totals, down = run_plan(rundir, plan, stage, runner, args, summary, shown)
     summary.seconds = time.perf_counter() - t0
-    if summary.done or summary.failed:
-        _add_stats(rundir, stage.name, wall_seconds=summary.seconds, videos=summary.done,
-                   failed=len(summary.failed), **totals)
+    if summary.done or summary.failed:  # added to the stage's totals, for `status`
+        stats = rundir.stats.read(stage.name) or {}
+        for key, v in {"wall_seconds": summary.seconds, "videos": summary.done,
+                       "failed": len(summary.failed), **totals}.items():
+            stats[key] = float(stats.get(key, 0.0)) + float(v)
+        rundir.stats.write(stage.name, stats)
     if down:  # finished videos are committed; the ones in flight are simply not done
         raise ServiceUnavailable(down[0])
     return summary
@@ -444,14 +447,6 @@ def _shard_task(k: int, its: list[Any], args: _PlanArgs
     totals, down = run_plan(rundir, [(k, its)], stage, got["runner"], args, summary,
                             lambda *outcome: events.put(outcome))
     return summary, totals, down, [str(p) for p in rundir.corrupted[seen:]]
-
-
-def _add_stats(rundir: RunDir, stage: str, **values: float) -> None:
-    """Add one stage run's wall time and counts to the stage's totals (for `status`)."""
-    stats = rundir.stats.read(stage) or {}
-    for k, v in values.items():
-        stats[k] = float(stats.get(k, 0.0)) + float(v)
-    rundir.stats.write(stage, stats)
 
 
 def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
