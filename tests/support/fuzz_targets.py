@@ -327,7 +327,8 @@ def run_reply(case: tuple[str, float, float, float]) -> None:
 
 def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
     from howtocap.caption.captioner import CaptionConfig
-    from howtocap.cli.common import load_yaml_config, validated
+    from howtocap.cli.common import load_yaml_config
+    from howtocap.cli.options import validated
     from howtocap.llm import LLMOptions
 
     data, cap, llm = case
@@ -342,8 +343,8 @@ def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
         except HowtocapError:
             pass
     with contextlib.suppress(HowtocapError):
-        validated(CaptionConfig, **cap).resolved_template()
-    validated(LLMOptions, **llm)
+        validated(CaptionConfig, cap).resolved_template()
+    validated(LLMOptions, llm)
 
 
 # -- structured mutation of valid files ---------------------------------------------------------

@@ -48,6 +48,7 @@ from howtocap.cli.common import load_yaml_config
 from howtocap.errors import HowtocapError
 
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
 
 
 @dataclass(frozen=True)
@@ -214,11 +215,17 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
             for part in parent[:-1]:
                 node = node.get(part, {})
             node.pop(parent[-1], None)
-    by_path = {o.path: o.flag for o in opts} | (flags or {})
+    return validated(model, data, {o.path: o.flag for o in opts} | (flags or {}))
+
+
+def validated(model: Callable[..., M], values: dict[str, Any],
+              by_path: dict[tuple[str, ...], str] | None = None) -> M:
+    """The model from ``values``; a bad value is one ``HowtocapError`` line (naming its flag
+    where ``by_path`` has it)."""
     try:
-        return model(**data)
+        return model(**values)
     except ValidationError as exc:
-        raise HowtocapError("; ".join(_message(e, by_path) for e in exc.errors())) from None
+        raise HowtocapError("; ".join(_message(e, by_path or {}) for e in exc.errors())) from None
 
 
 def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:

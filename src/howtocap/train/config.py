@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
@@ -141,36 +149,27 @@ class TrainConfig(BaseModel):
         return self
 
 
-class Recipe(BaseModel):
-    """A paper's preset: the ``TrainConfig`` fields it sets, typed as there; the fields it does
-    not set keep their defaults, and options given explicitly override it."""
-
+class _Preset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    frames_per_clip: int | None = None
-    eval_frames: int | None = None
-    alpha: float | None = None
-    warmup: float | None = None
-    optimizer: Optimizer | None = None
-    momentum: float | None = None
-    queue_size: int | None = None
-    soft_labels: float | None = None
-    crop_scale: tuple[float, float] | None = None
 
     def settings(self) -> dict[str, Any]:
         """The fields this recipe sets (an explicit ``None``, e.g. "no crop", counts)."""
         return self.model_dump(exclude_unset=True)
 
 
+# A paper's preset: the ``TrainConfig`` fields it may set, typed as there (derived, so a
+# field's type is written once); unset fields keep their defaults, explicit options win.
+Recipe = create_model("Recipe", __base__=_Preset, **{  # type: ignore[call-overload]
+    name: (TrainConfig.model_fields[name].annotation | None, None) for name in (
+        "epochs", "batch_size", "lr", "weight_decay", "frames_per_clip", "eval_frames", "alpha",
+        "warmup", "optimizer", "momentum", "queue_size", "soft_labels", "crop_scale")})
+
+
 # HowToCaption A.4 / its dual_encoder_retrieval.yaml: BLIP's ITC fine-tune
 _HOWTOCAPTION = Recipe(optimizer="adamw", lr=1e-6, weight_decay=0.05, batch_size=128,
                        frames_per_clip=4, eval_frames=12, momentum=0.995, queue_size=2048,
                        soft_labels=0.6, crop_scale=(0.5, 1.0), alpha=0.0)
-RECIPES: dict[RecipeName, Recipe] = {
+RECIPES: dict[RecipeName, _Preset] = {
     "howtocaption": _HOWTOCAPTION,
     # the fine-tune of the second filter-&-align round: the same plus L_align (alpha 0.1)
     "second-round": Recipe(**{**_HOWTOCAPTION.settings(), "alpha": 0.1}),
