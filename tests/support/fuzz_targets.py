@@ -328,7 +328,7 @@ def run_reply(case: tuple[str, float, float, float]) -> None:
 def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
     from howtocap.caption.captioner import CaptionConfig
     from howtocap.cli.common import load_yaml_config
-    from howtocap.cli.options import validated
+    from howtocap.errors import validated
     from howtocap.llm import LLMOptions
 
     data, cap, llm = case
