@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+M = TypeVar("M")
+
 
 class HowtocapError(Exception):
     """A user-facing problem (bad input, missing model, bad option): printed as one line."""
@@ -36,3 +41,32 @@ def short_reason(exc: BaseException, limit: int = 200) -> str:
     file or server): an OS error's own words, else its text with whitespace collapsed."""
     text = getattr(exc, "strerror", None) or str(exc)
     return " ".join(str(text).split())[:limit] or type(exc).__name__
+
+
+def validated(model: Callable[..., M], values: dict[str, Any],
+              flags: Mapping[tuple[str, ...], str] | None = None) -> M:
+    """``model(**values)``; pydantic's report becomes one line, a problem per option in the
+    CLI's words (``flags``: a field's flag by its path; a rule over several fields is its own
+    sentence). The one formatter of a settings model's errors (CLI, library, YAML)."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        raise HowtocapError("; ".join(_problem(e, flags or {}) for e in exc.errors())) from None
+
+
+def _problem(error: Any, flags: Mapping[tuple[str, ...], str]) -> str:
+    loc = tuple(str(p) for p in error["loc"])
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    where = loc
+    while where and where not in flags:
+        where = where[:-1]
+    if error["type"] == "extra_forbidden":
+        return f"{'.'.join(loc)!r} is not an option"
+    if not where:
+        return msg
+    if error["type"] == "literal_error":  # --model must be dual or mee, not 'x'
+        return (f"{flags[where]} must be {error['ctx']['expected'].replace(chr(39), '')}, "
+                f"not {error['input']!r}")
+    return f"{flags[where]}: {msg}"

@@ -15,6 +15,9 @@ Pure maths (numpy and torch), so it sits at the bottom: training and ``evaluate`
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -244,18 +247,31 @@ def crosstask_recall(scores: list[np.ndarray], gt: list[np.ndarray],
     tasks = list(tasks) if tasks is not None else [str(i) for i in range(len(scores))]
     if len(tasks) != len(scores):
         raise HowtocapError(f"{len(tasks)} task names for {len(scores)} videos")
+    for sc, g in zip(scores, gt, strict=True):
+        if np.shape(sc) != np.shape(g) or np.ndim(sc) != 2:
+            raise HowtocapError(f"scores {np.shape(sc)} and gt {np.shape(g)} must both be "
+                                "(n_seconds, n_steps)")
+    r = step_recall([np.asarray(sc).argmax(axis=0) for sc in scores],
+                    [np.asarray(g) != 0 for g in gt], tasks)
+    return {"recall": r["recall"], "per_task": {t: v["recall"] for t, v in r["per_task"].items()},
+            "n_steps": sum(v["steps"] for v in r["per_task"].values())}
+
+
+def step_recall(seconds: list[np.ndarray], gt: list[np.ndarray], tasks: list[str]
+                ) -> dict[str, Any]:
+    """Recall of predicted step seconds against ``gt`` masks, per task and averaged over tasks.
+
+    ``seconds[v][k]`` is the second predicted for step ``k`` of video ``v``; a step counts as
+    annotated when ``gt[v][:, k]`` has any True, and as found when ``gt[v][seconds[v][k], k]``.
+    """
     hits: dict[str, int] = {}
     total: dict[str, int] = {}
-    for sc, g, task in zip(scores, gt, tasks, strict=True):
-        sc, g = np.asarray(sc), np.asarray(g) != 0
-        if sc.shape != g.shape or sc.ndim != 2:
-            raise HowtocapError(f"scores {sc.shape} and gt {g.shape} must both be "
-                                "(n_seconds, n_steps)")
-        present = g.any(axis=0)
-        pred = sc.argmax(axis=0)
-        hit = g[pred, np.arange(g.shape[1])] & present
-        hits[task] = hits.get(task, 0) + int(hit.sum())
-        total[task] = total.get(task, 0) + int(present.sum())
-    per_task = {t: 100.0 * hits[t] / total[t] for t in total if total[t]}
-    mean = float(np.mean(list(per_task.values()))) if per_task else float("nan")
-    return {"recall": mean, "per_task": per_task, "n_steps": int(sum(total.values()))}
+    for sec, g, task in zip(seconds, gt, tasks, strict=True):
+        g = np.asarray(g, bool)
+        k = np.arange(g.shape[1])
+        hits[task] = hits.get(task, 0) + int(g[np.asarray(sec), k].sum())
+        total[task] = total.get(task, 0) + int(g.any(axis=0).sum())
+    per_task = {t: {"recall": 100.0 * hits[t] / total[t], "hits": hits[t], "steps": total[t]}
+                for t in sorted(total) if total[t]}
+    mean = float(np.mean([v["recall"] for v in per_task.values()])) if per_task else math.nan
+    return {"recall": mean, "per_task": per_task}

@@ -34,13 +34,6 @@ SCHEMAS: dict[str, dict[str, str]] = {
                 "orig_start": "float64", "orig_end": "float64", "offset": "float64",
                 "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
                 "block": "int64", "model": "str", "config_id": "str"},
-    # The align stage's per-video scores (``DIR/parts/align_scores/``): aligned's columns, then
-    # the scoring extras (partial, null_z, z_text, z_clip, outside); ``kept`` is set by the
-    # reduce step (the global filter) that turns them into ``aligned``.
-    "align_scores": {"video_id": "str", "start": "float64", "end": "float64", "text": "str",
-                     "orig_start": "float64", "orig_end": "float64", "offset": "float64",
-                     "score": "float64", "kept": "bool", "encoders": "str", "source": "str",
-                     "block": "int64", "model": "str", "config_id": "str"},
     # TDR frame features (``howtocap tdr``): a frame every few seconds, its transcript words and
     # the image and text embeddings (lists of floats)
     "tdr_frames": {"video_id": "str", "time": "float64", "transcript": "str", "image": "object",
@@ -76,6 +69,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
                "seconds": "float64", "finished_at": "float64", "warnings": "int64",
                "cause": "str", "attempts": "int64", "config_id": "str"},
 }
+# The align stage's per-video scores (``DIR/parts/align_scores/``): aligned's columns, then the
+# scoring extras (partial, null_z, z_text, z_clip, outside); ``kept`` is set by the reduce step
+# (the global filter) that turns them into ``aligned``.
+SCHEMAS["align_scores"] = dict(SCHEMAS["aligned"])
 # Columns older tables (or a stage's raw output) may lack, filled by ``conform``.
 # (captions without ``rejected`` were made before the filler test: all kept)
 DEFAULTS: dict[str, Any] = {"config_id": "", "cause": "", "attempts": 1, "rejected": ""}

@@ -327,7 +327,8 @@ def run_reply(case: tuple[str, float, float, float]) -> None:
 
 def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
     from howtocap.caption.captioner import CaptionConfig
-    from howtocap.cli.common import load_yaml_config, validated
+    from howtocap.cli.common import load_yaml_config
+    from howtocap.errors import validated
     from howtocap.llm import LLMOptions
 
     data, cap, llm = case
@@ -342,8 +343,8 @@ def run_config(case: tuple[bytes, dict[str, Any], dict[str, Any]]) -> None:
         except HowtocapError:
             pass
     with contextlib.suppress(HowtocapError):
-        validated(CaptionConfig, **cap).resolved_template()
-    validated(LLMOptions, **llm)
+        validated(CaptionConfig, cap).resolved_template()
+    validated(LLMOptions, llm)
 
 
 # -- structured mutation of valid files ---------------------------------------------------------
@@ -636,15 +637,15 @@ def run_dvc(files: dict[str, bytes]) -> None:
 
     with tempfile.TemporaryDirectory() as d:
         _write_all(Path(d), files)
-        errors = []
+        errors, loaded = [], []
         for load, name in ((load_predictions, "pred.json"), (load_ground_truth, "gt.json")):
             try:
-                load(Path(d) / name)
+                loaded.append(load(Path(d) / name))  # as dvc-eval reads it (a BOM too)
             except HowtocapError as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]
-        pred, gt = (json.loads((Path(d) / n).read_text()) for n in ("pred.json", "gt.json"))
+        pred, gt = loaded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = evaluate(pred, gt, meteor=False)

@@ -119,9 +119,9 @@ def test_read_youcook2_annotations(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("db", "needle"), [
     ({"videos": {}}, "expected YouCook2 annotations"),
     ({"database": {"v": {"annotations": [{"segment": [1], "sentence": "a"}],
-                         "recipe_type": "1"}}}, "'segment' must be [start, end]"),
+                         "recipe_type": "1"}}}, "['segment'][1]: Field required"),
     ({"database": {"v": {"annotations": [{"segment": [5, 1], "sentence": "a"}],
-                         "recipe_type": "1"}}}, "ends before it starts"),
+                         "recipe_type": "1"}}}, "end 1 is before start 5"),
     ({"database": {"v": {"annotations": [], "recipe_type": "1", "subset": "dev"}}},
      "subset 'dev'"),
     ({"database": {"v": {"annotations": []}}}, "no 'recipe_type'"),

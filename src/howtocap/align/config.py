@@ -1,6 +1,6 @@
 """The align step's typed settings: scoring (windows, encoders' frame rate) and the filter.
 
-Built from the CLI's options by ``align_config`` (a bad value is one line naming it) and
+Built from the CLI's options (``cli.options``: a bad value is one line naming it) and
 recorded in ``DIR/config/align.json``; ``scoring_key`` is what the per-video scores depend on.
 """
 
@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from howtocap.errors import HowtocapError
 from howtocap.hashing import hash_text
 
 # The default filter's bar on ``null_z`` (the mean of two robust z-scores: the caption's score
@@ -82,13 +80,3 @@ class AlignConfig(BaseModel):
                           sort_keys=True)
         return format(hash_text(blob), "016x")
 
-
-def align_config(**options: Any) -> AlignConfig:
-    """``AlignConfig`` from CLI options (``None`` means "not given"); bad values -> one line."""
-    from pydantic import ValidationError
-
-    try:
-        return AlignConfig(**{k: v for k, v in options.items() if v is not None})
-    except ValidationError as exc:
-        msgs = [f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors()]
-        raise HowtocapError("align: " + "; ".join(msgs)) from None

@@ -134,22 +134,6 @@ def defaults(*fns: Callable[..., Any]) -> dict[str, Any]:
             for name, p in inspect.signature(fn).parameters.items()}
 
 
-M = TypeVar("M")
-
-
-def validated(settings: type[M], /, **values: Any) -> M:
-    """A pydantic settings object from CLI values; a bad value is one line naming the option,
-    raised before any file is written."""
-    from pydantic import ValidationError
-
-    try:
-        return settings(**values)
-    except ValidationError as exc:
-        msgs = [f"--{'.'.join(map(str, e['loc'][-1:])).replace('_', '-') or 'option'}: "
-                f"{e['msg']}" for e in exc.errors()]
-        raise HowtocapError("; ".join(msgs)) from None
-
-
 def report_summary(*summaries: Any) -> None:
     """One line per stage; exit 1 when any video failed (the rest finished)."""
     failed = False

@@ -40,12 +40,12 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import annotated_types as at
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from howtocap.cli.common import load_yaml_config
-from howtocap.errors import HowtocapError
+from howtocap.errors import validated
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -214,20 +214,8 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
             for part in parent[:-1]:
                 node = node.get(part, {})
             node.pop(parent[-1], None)
-    by_path = {o.path: o.flag for o in opts} | (flags or {})
-    try:
-        return model(**data)
-    except ValidationError as exc:
-        raise HowtocapError("; ".join(_message(e, by_path) for e in exc.errors())) from None
+    return validated(model, data, {o.path: o.flag for o in opts} | (flags or {}))
 
-
-def _message(error: Any, by_path: dict[tuple[str, ...], str]) -> str:
-    """``--flag: what is wrong``; a rule over several flags is its own sentence."""
-    loc = tuple(str(p) for p in error["loc"])
-    msg = str(error["msg"]).removeprefix("Value error, ")
-    while loc and loc not in by_path:
-        loc = loc[:-1]
-    return f"{by_path[loc]}: {msg}" if loc else msg
 
 
 def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),

@@ -164,24 +164,17 @@ def mean_similarity(segments: list[Segment]) -> float:
 
 
 def groups(n: int, pairs: list[tuple[int, int]]) -> list[list[int]]:
-    """Connected components (union–find) of ``pairs`` over ``0..n-1``, singletons left out:
-    a re-upload of a re-upload is in its original's group."""
-    parent = list(range(n))
+    """Connected components of ``pairs`` over ``0..n-1`` by smallest member, singletons left
+    out: a re-upload of a re-upload is in its original's group."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import connected_components
 
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+    ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    graph = coo_array((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(n, n))
     comps: dict[int, list[int]] = {}
-    for i in range(n):
-        comps.setdefault(find(i), []).append(i)
-    return [sorted(c) for c in comps.values() if len(c) > 1]
+    for i, label in enumerate(connected_components(graph, directed=False)[1].tolist()):
+        comps.setdefault(label, []).append(i)
+    return [c for c in comps.values() if len(c) > 1]
 
 
 def kept_rank(duration: float, pixels: int, video_id: str) -> tuple[float, int, str]:

@@ -18,7 +18,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     Field,
+    StrictInt,
     StrictStr,
+    StringConstraints,
     TypeAdapter,
     ValidationError,
     model_validator,
@@ -70,6 +72,21 @@ class YouCook2Video(BaseModel):
     subset: Any = None
 
 
+class Step(Annotation):
+    """A YouCook2 segment read as a query (``evaluate``) or a step (``tdr``): its sentence is
+    text, stripped."""
+
+    sentence: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
+    id: StrictInt | None = None
+    key_objects: list[StrictStr] | None = None
+
+
+class StepsVideo(YouCook2Video):
+    annotations: list[Step]
+    recipe_type: str | int | None = None
+    duration: Seconds | None = None
+
+
 class ActivityNetVideo(BaseModel):
     timestamps: list[Span]
     sentences: list[StrictStr]  # PDVC's test file holds placeholders (["None"]): accepted
@@ -85,6 +102,7 @@ class ActivityNetVideo(BaseModel):
 _PREDICTIONS = TypeAdapter(dict[str, list[Prediction]])
 _YOUCOOK2 = TypeAdapter(dict[str, YouCook2Video])
 _ACTIVITYNET = TypeAdapter(dict[str, ActivityNetVideo])
+_STEPS = TypeAdapter(dict[str, StepsVideo])
 
 
 def _checked(adapter: TypeAdapter[Any], data: Any, root: str) -> Any:
@@ -127,6 +145,19 @@ def parse_ground_truth(data: Any) -> GroundTruth:
     videos = _checked(_ACTIVITYNET, data, "")
     return GroundTruth({vid: [(*ts, s) for ts, s in zip(v.timestamps, v.sentences, strict=True)]
                         for vid, v in videos.items()}, "activitynet")
+
+
+def youcook2_steps(path: Path) -> dict[str, StepsVideo]:
+    """The videos of a YouCook2 annotations file (``youcookii_annotations_*.json``), checked;
+    a malformed one is one line naming the file and where."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("database"), dict):
+        raise InputError(path, 'missing key \'database\' (expected YouCook2 annotations: '
+                               '{"database": {video_id: {...}}})')
+    try:
+        return _checked(_STEPS, data["database"], "database")  # type: ignore[no-any-return]
+    except Malformed as exc:
+        raise InputError(path, str(exc)) from None
 
 
 def _load_checked(path: str | Path, parse: Callable[[Any], object]) -> dict[str, Any]:

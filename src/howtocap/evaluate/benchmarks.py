@@ -9,7 +9,6 @@ whose file is missing keeps ``video_path=None`` and is reported as skipped by th
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import math
 import pickle
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from howtocap.dvc.data import youcook2_steps
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import YOUCOOK2_SUBSET
 from howtocap.io import inputs
@@ -107,41 +107,15 @@ def read_youcook2(annotation_path: Path, video_root: Path | None, *,
             raise HowtocapError(f"{annotation_path}: a YouCook2 CSV holds validation clips "
                                 f"only; --subset {subset} needs the annotations JSON")
         return _read_youcook2_csv(Path(annotation_path), video_root)
-    data = inputs.read_json(annotation_path)
-    if not isinstance(data, dict) or not isinstance(data.get("database"), dict):
-        raise InputError(annotation_path, "missing key 'database' (expected YouCook2's "
-                                          "youcookii_annotations_*.json)")
     videos = index_videos(video_root)
     out = []
-    for vid, entry in data["database"].items():
-        if not isinstance(entry, dict) or not vid.strip():
-            raise InputError(annotation_path, f"database[{vid!r}] is not an object keyed by a "
-                                              "video id")
-        for key in ("subset", "annotations"):
-            if key not in entry:
-                raise InputError(annotation_path, f"database[{vid!r}]: missing key {key!r}")
-        if entry["subset"] != subset:
-            continue
-        if not isinstance(entry["annotations"], list):
-            raise InputError(annotation_path, f"database[{vid!r}]: 'annotations' is not a list")
-        for j, ann in enumerate(entry["annotations"]):
-            for key in ("segment", "sentence"):
-                if not isinstance(ann, dict) or key not in ann:
-                    raise InputError(annotation_path,
-                                     f"database[{vid!r}].annotations[{j}]: missing key {key!r}")
-            where = f"database[{vid!r}].annotations[{j}]"
-            seg = ann["segment"]
-            start = end = math.nan
-            if isinstance(seg, list) and len(seg) == 2:
-                with contextlib.suppress(TypeError, ValueError):
-                    start, end = float(seg[0]), float(seg[1])
-            if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
-                raise InputError(annotation_path, f"{where}: segment must be [start, end] "
-                                                  f"seconds, got {seg!r:.60}")
-            text = ann["sentence"]
-            if not isinstance(text, str) or not text.strip():
-                raise InputError(annotation_path, f"{where}: sentence must be non-empty text")
-            out.append(EvalSample(vid, videos.get(vid), text.strip(), start, end))
+    for vid, entry in youcook2_steps(Path(annotation_path)).items():
+        for j, ann in enumerate(entry.annotations if entry.subset == subset else []):
+            start, end = ann.segment
+            if end <= start:
+                raise InputError(annotation_path, f"database[{vid!r}]['annotations'][{j}]: a "
+                                                  f"clip needs end > start, got {ann.segment}")
+            out.append(EvalSample(vid, videos.get(vid), ann.sentence, start, end))
     if not out:
         raise InputError(annotation_path, f"no annotated clips in subset {subset!r}")
     return out

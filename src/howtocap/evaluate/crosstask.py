@@ -24,6 +24,7 @@ from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import CROSSTASK_INFERENCE, CROSSTASK_SPLIT
 from howtocap.evaluate.benchmarks import read_text
+from howtocap.metrics import step_recall
 
 INFERENCE = ("dp", "independent")
 SPLITS = {"val": ("videos_val.csv",), "train": ("videos.csv",),
@@ -222,26 +223,6 @@ def recall_by_inference(kept: Sequence[tuple[Any, np.ndarray, np.ndarray]],
     gts = [g for _, _, g in kept]
     own = [s for _, s, _ in kept] if scores is None else scores
     return {n: step_recall([infer(s, n) for s in own], gts, tasks) for n in INFERENCE}
-
-
-def step_recall(seconds: list[np.ndarray], gt: list[np.ndarray], tasks: list[str]
-                ) -> dict[str, Any]:
-    """Recall of predicted step seconds against ``gt`` masks, per task and averaged over tasks.
-
-    ``seconds[v][k]`` is the second predicted for step ``k`` of video ``v``; a step counts as
-    annotated when ``gt[v][:, k]`` has any True, and as found when ``gt[v][seconds[v][k], k]``.
-    """
-    hits: dict[str, int] = {}
-    total: dict[str, int] = {}
-    for sec, g, task in zip(seconds, gt, tasks, strict=True):
-        g = np.asarray(g, bool)
-        k = np.arange(g.shape[1])
-        hits[task] = hits.get(task, 0) + int(g[np.asarray(sec), k].sum())
-        total[task] = total.get(task, 0) + int(g.any(axis=0).sum())
-    per_task = {t: {"recall": 100.0 * hits[t] / total[t], "hits": hits[t], "steps": total[t]}
-                for t in sorted(total) if total[t]}
-    mean = float(np.mean([v["recall"] for v in per_task.values()])) if per_task else math.nan
-    return {"recall": mean, "per_task": per_task}
 
 
 # -- scoring -------------------------------------------------------------------------------

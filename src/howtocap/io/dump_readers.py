@@ -18,7 +18,7 @@ import pandas as pd
 
 from howtocap.errors import InputError
 from howtocap.io.subtitle_dump import ROWS_PER_GROUP, DumpWriter
-from howtocap.io.subtitle_rows import COLUMNS, Row, entry_rows, tidy_rows
+from howtocap.io.subtitle_rows import COLUMNS, Row, entry_rows, read_csv_part, tidy_rows
 
 
 # -- reading JSON as a stream --------------------------------------------------------------
@@ -176,7 +176,7 @@ def _write_records(writer: DumpWriter, path: Path, records: Iterable[Any],
 
 def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
     """A single ``video_id,start,end,text`` CSV, chunk by chunk, as records."""
-    head = _read_csv_part_head(path)
+    head = list(read_csv_part(path, nrows=0).columns)
     if "video_id" not in head:
         raise InputError(path, "a single-table source needs a video_id column "
                                "(or give a folder of <video_id>.csv files)")
@@ -187,21 +187,6 @@ def _csv_records(path: Path) -> Iterator[dict[str, Any]]:
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
             from None
-
-
-def _read_csv_part_head(path: Path) -> list[str]:
-    """The CSV's columns, with the per-video reader's checks and one-line errors."""
-    try:
-        cols = list(pd.read_csv(path, nrows=0).columns)
-    except pd.errors.EmptyDataError:
-        raise InputError(path, "empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
-            from None
-    missing = [c for c in COLUMNS if c not in cols]
-    if missing:
-        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
-    return cols
 
 
 def _load_pickle(path: Path) -> Any:

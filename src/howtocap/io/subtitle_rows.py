@@ -146,3 +146,18 @@ def rows_frame(rows: list[Row]) -> pd.DataFrame:
         df["score"] = pd.Series([math.nan if r[3] is None else r[3] for r in rows],
                                 dtype="float64")
     return df
+
+
+def read_csv_part(path: Path, nrows: int | None = None) -> pd.DataFrame:
+    """A ``start,end,text`` CSV (its first ``nrows`` rows), or one line naming the file."""
+    try:
+        df = pd.read_csv(path, keep_default_na=False, nrows=nrows)
+    except pd.errors.EmptyDataError:
+        raise InputError(path, "empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
+            from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
+    return df

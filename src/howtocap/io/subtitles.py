@@ -32,7 +32,14 @@ from howtocap.hashing import hash_text, safe_name
 from howtocap.io.dump_readers import convert_dump
 from howtocap.io.inputs import VideoItem
 from howtocap.io.subtitle_dump import FORMAT_VERSION, DumpWriter, ParquetStore, is_converted
-from howtocap.io.subtitle_rows import COLUMNS, clean_text, entry_rows, rows_frame, tidy_rows
+from howtocap.io.subtitle_rows import (
+    COLUMNS,
+    clean_text,
+    entry_rows,
+    read_csv_part,
+    rows_frame,
+    tidy_rows,
+)
 from howtocap.schemas import Rows, rows
 
 
@@ -257,20 +264,6 @@ def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
     return rows_frame(tidy_rows(entry_rows(where, video_id, entry)))
 
 
-def _read_csv_part(path: Path) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise InputError(path, "empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV ({' '.join(str(exc).split())[:120]})") \
-            from None
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise InputError(path, f"needs columns start,end,text; missing {','.join(missing)}")
-    return df
-
-
 class SubtitleSource:
     """Subtitles for many videos from one place, looked up by video id.
 
@@ -413,7 +406,7 @@ class SubtitleSource:
                 return None
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
-            return _frame_from_lists(file, video_id, _read_csv_part(file)[COLUMNS])
+            return _frame_from_lists(file, video_id, read_csv_part(file)[COLUMNS])
         return self.store().get(video_id, frame)
 
     def items(self) -> Iterable[tuple[str, pd.DataFrame]]:

@@ -7,13 +7,13 @@ so a user can point the commands at real data. A malformed file is one line nami
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from howtocap.dvc.data import youcook2_steps
 from howtocap.errors import InputError
 from howtocap.io.inputs import read_json
 
@@ -48,13 +48,6 @@ class VideoAnn:
         return None
 
 
-def _num(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value):
-        raise InputError(path, f"{where}: expected a number, got {value!r:.60}")
-    return float(value)
-
-
 def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str, VideoAnn]:
     """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``.
 
@@ -62,49 +55,25 @@ def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str,
     sets carry them), else from the nouns of its sentence (``key_objects_of``), as in the paper.
     """
     path = Path(path)
-    data = read_json(path)
-    db = data.get("database") if isinstance(data, dict) else None
-    if not isinstance(db, dict):
-        raise InputError(path, 'expected YouCook2 annotations: {"database": {video_id: {...}}}')
     out: dict[str, VideoAnn] = {}
     todo: list[tuple[str, int, str]] = []  # (video, index in file order, sentence)
-    for vid, entry in db.items():
-        where = f"video {vid!r}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("annotations"), list):
-            raise InputError(path, f"{where}: needs an 'annotations' list")
-        subset = entry.get("subset", "training")
+    for vid, entry in youcook2_steps(path).items():
+        subset = entry.subset if entry.subset is not None else "training"
         if subset not in SPLITS:
-            raise InputError(path, f"{where}: subset {subset!r} is not one of {', '.join(SPLITS)}")
-        goal = entry.get("recipe_type")
-        if goal is None:
-            raise InputError(path, f"{where}: no 'recipe_type' (the goal that picks its scripts)")
+            raise InputError(path, f"video {vid!r}: subset {subset!r} is not one of "
+                                   f"{', '.join(SPLITS)}")
+        if entry.recipe_type is None:
+            raise InputError(path, f"video {vid!r}: no 'recipe_type' (the goal that picks its "
+                                   "scripts)")
         steps = []
-        for k, a in enumerate(entry["annotations"]):
-            seg = a.get("segment") if isinstance(a, dict) else None
-            if not isinstance(seg, list) or len(seg) != 2:
-                raise InputError(path, f"{where}, annotation {k}: 'segment' must be [start, end]")
-            s, e = (_num(path, f"{where}, annotation {k}", v) for v in seg)
-            if e < s:
-                raise InputError(path, f"{where}, annotation {k}: segment ends before it starts")
-            sent = a.get("sentence")
-            if not isinstance(sent, str) or not sent.strip():
-                raise InputError(path, f"{where}, annotation {k}: no 'sentence'")
-            objs = a.get("key_objects")
-            if objs is not None and not (isinstance(objs, list)
-                                         and all(isinstance(o, str) for o in objs)):
-                raise InputError(path, f"{where}, annotation {k}: 'key_objects' must be a list "
-                                       "of words")
-            if objs is None and key_objects:
-                todo.append((str(vid), k, sent))
-            sid = a.get("id", k)
-            if isinstance(sid, bool) or not isinstance(sid, int):
-                raise InputError(path, f"{where}, annotation {k}: 'id' must be an integer")
-            steps.append(StepAnn(sid, s, e, sent.strip(),
-                                 frozenset(o.lower() for o in objs or [])))
-        dur = entry.get("duration")
-        duration = _num(path, f"{where}: duration", dur) if dur is not None else \
+        for k, a in enumerate(entry.annotations):
+            if a.key_objects is None and key_objects:
+                todo.append((vid, k, a.sentence))
+            steps.append(StepAnn(k if a.id is None else a.id, *a.segment, a.sentence,
+                                 frozenset(o.lower() for o in a.key_objects or [])))
+        duration = entry.duration if entry.duration is not None else \
             max((s.end for s in steps), default=0.0)
-        out[str(vid)] = VideoAnn(str(vid), str(goal), subset, duration, steps)
+        out[vid] = VideoAnn(vid, str(entry.recipe_type), subset, duration, steps)
     if todo:  # one spaCy pass over every sentence that lacks key objects
         for (vid, k, _), ko in zip(todo, key_objects_of([t[2] for t in todo]), strict=True):
             s = out[vid].steps[k]

@@ -12,12 +12,19 @@ default (``lr``'s default depends on the model: ``DEFAULT_LR``).
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from howtocap.encoders.defaults import ENCODER
-from howtocap.errors import HowtocapError
+from howtocap.errors import validated
 
 Model = Literal["dual", "mee"]
 FrameSource = Literal["decode", "pixels", "webdataset"]  # webdataset: set for a shard folder
@@ -120,7 +127,7 @@ class TrainConfig(BaseModel):
             return v
         cs = tuple(v)
         if len(cs) != 2 or not 0 < cs[0] <= cs[1] <= 1:
-            raise ValueError(f"--crop-scale needs two area fractions 0 < MIN <= MAX <= 1 "
+            raise ValueError(f"needs two area fractions 0 < MIN <= MAX <= 1 "
                              f"(got {' '.join(map(str, cs))})")
         return None if cs[0] == cs[1] == 1 else cs  # the whole frame: no crop
 
@@ -141,36 +148,27 @@ class TrainConfig(BaseModel):
         return self
 
 
-class Recipe(BaseModel):
-    """A paper's preset: the ``TrainConfig`` fields it sets, typed as there; the fields it does
-    not set keep their defaults, and options given explicitly override it."""
-
+class _Preset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    frames_per_clip: int | None = None
-    eval_frames: int | None = None
-    alpha: float | None = None
-    warmup: float | None = None
-    optimizer: Optimizer | None = None
-    momentum: float | None = None
-    queue_size: int | None = None
-    soft_labels: float | None = None
-    crop_scale: tuple[float, float] | None = None
 
     def settings(self) -> dict[str, Any]:
         """The fields this recipe sets (an explicit ``None``, e.g. "no crop", counts)."""
         return self.model_dump(exclude_unset=True)
 
 
+# A paper's preset: the ``TrainConfig`` fields it may set, typed as there (derived, so a
+# field's type is written once); unset fields keep their defaults, explicit options win.
+Recipe = create_model("Recipe", __base__=_Preset, **{  # type: ignore[call-overload]
+    name: (TrainConfig.model_fields[name].annotation | None, None) for name in (
+        "epochs", "batch_size", "lr", "weight_decay", "frames_per_clip", "eval_frames", "alpha",
+        "warmup", "optimizer", "momentum", "queue_size", "soft_labels", "crop_scale")})
+
+
 # HowToCaption A.4 / its dual_encoder_retrieval.yaml: BLIP's ITC fine-tune
 _HOWTOCAPTION = Recipe(optimizer="adamw", lr=1e-6, weight_decay=0.05, batch_size=128,
                        frames_per_clip=4, eval_frames=12, momentum=0.995, queue_size=2048,
                        soft_labels=0.6, crop_scale=(0.5, 1.0), alpha=0.0)
-RECIPES: dict[RecipeName, Recipe] = {
+RECIPES: dict[RecipeName, _Preset] = {
     "howtocaption": _HOWTOCAPTION,
     # the fine-tune of the second filter-&-align round: the same plus L_align (alpha 0.1)
     "second-round": Recipe(**{**_HOWTOCAPTION.settings(), "alpha": 0.1}),
@@ -186,11 +184,9 @@ def make_config(*, log: bool = False, **options: Any) -> TrainConfig:
     """``TrainConfig`` from options (``None`` = not given; a ``recipe``'s settings fill the
     rest); a bad value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings,
     which cannot be cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
-    given = {k: v for k, v in options.items() if v is not None}
-    try:
-        cfg = TrainConfig(**given)
-    except ValidationError as exc:
-        raise config_error(exc) from None
+    flags = {(name,): dict(f.json_schema_extra or {}).get("flag")  # type: ignore[arg-type]
+             or "--" + name.replace("_", "-") for name, f in TrainConfig.model_fields.items()}
+    cfg = validated(TrainConfig, {k: v for k, v in options.items() if v is not None}, flags)
     if cfg.model == "mee" and cfg.crop_scale is not None:
         if log:
             from howtocap.progress import console
@@ -199,36 +195,3 @@ def make_config(*, log: bool = False, **options: Any) -> TrainConfig:
                           "frame embeddings, which cannot be cropped", highlight=False)
         cfg = cfg.model_copy(update={"crop_scale": None})
     return cfg
-
-
-def config_error(exc: ValidationError) -> HowtocapError:
-    """Pydantic's report as one line in the CLI's words: ``--model must be dual or mee, not
-    'x'``; several problems are joined with ``;``."""
-    msgs = []
-    for e in exc.errors():
-        name = str(e["loc"][0]) if e["loc"] else ""
-        if e["type"] == "literal_error" and name in TrainConfig.model_fields:
-            choices = _literal_values(TrainConfig.model_fields[name].annotation)
-            msgs.append(f"{_flag(name)} must be {_either(choices)}, not {e['input']!r}")
-        elif e["type"] == "value_error":
-            msgs.append(str(e["ctx"]["error"]))
-        elif e["type"] == "extra_forbidden":
-            msgs.append(f"{name!r} is not a training option")
-        else:
-            msgs.append(f"{_flag(name) if name else 'training options'}: {e['msg']} "
-                        f"(got {e['input']!r})")
-    return HowtocapError("; ".join(msgs))
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _either(choices: tuple[str, ...]) -> str:
-    return " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
-
-
-def _literal_values(tp: Any) -> tuple[str, ...]:
-    if get_origin(tp) is Literal:
-        return tuple(get_args(tp))
-    return tuple(v for arg in get_args(tp) for v in _literal_values(arg))
