@@ -159,8 +159,9 @@ def child_caption_run(src: Path) -> dict:
 
 
 def child_breakdown(src: Path, n: int = 2000) -> dict:
-    """CPU milliseconds a video (steadier than wall time on shared cores) for each step of one caption-stage call and its writes (the first
-    ``n`` videos, one thread): what the captioning phase above is made of."""
+    """CPU milliseconds a video (steadier than wall time on shared cores) for each step of
+    one caption-stage call and its writes (the first ``n`` videos, one thread): what the
+    captioning phase above is made of."""
     child_import(src)
     import pandas as pd
 
