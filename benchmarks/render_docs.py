@@ -244,8 +244,11 @@ DERIVED: dict[str, Callable[[Results], float]] = {
     "bench.mee_negatives_minutes": lambda r: r.get("mee_negatives.json", "seconds_total") / 60,
     "textonly.caption_run_minutes": lambda r: r.get("textonly.json", "caption_run.seconds") / 60,
     "textonly.ms_per_video": lambda r: r.get(
-        "textonly.json", "caption_run.phases.captioning, per video (stage + part files + status)")
-    / r.get("textonly.json", "caption_run.done") * 1000,
+        "textonly.json", "caption_run.phases.captioning, a shard at a time (stage + chunk, shard "
+        "and status files)") / r.get("textonly.json", "caption_run.done") * 1000,
+    "textonly.engine_ms_per_video": lambda r: sum(
+        v for k, v in r.get("textonly.json", "breakdown.ms_per_video").items()
+        if k.startswith(("chunk commits", "shard finish"))),
     "webdataset.ms_per_clip": lambda r: 1000 / r.get(
         "webdataset.json", "data_only.webdataset.clips_per_s"),
     "tdr.train_s_per_video_epoch_max": lambda r: max(
