@@ -197,7 +197,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
     ids = prepare_stages(rundir, [subs_stage, cap_stage], redo=redo)
     rundir.root.mkdir(parents=True, exist_ok=True)
     videos.record(rundir)
-    give_back_memory()  # the id transients of recording the videos: not kept by the stages
+    give_back_memory(collect=False)  # the ids of recording the videos (no cycles)
     rundir.configs.write("caption", config.model_dump())
     if force:
         for stage in (subs_stage, cap_stage):
