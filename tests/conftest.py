@@ -89,6 +89,17 @@ LONGEST = ("tests/cli/test_e2e.py", "tests/engine/test_runners.py", "tests/engin
            "tests/cli/test_docs.py", "tests/caption/test_vlm.py", "tests/caption/test_filler.py")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the collection imported (pandas, torch, the test modules: ~300k objects) is left
+    out of the collector's full passes, as the CLI zygote does for its children: each of a
+    stage's memory give-backs (a full pass) otherwise walks them all, ~0.4 s a call in a test
+    process (the runner's collector tuning keeps a caller's freeze)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest files first, then those with the most slow tests (a slow test weighs 10
     fast ones); each file stays whole and in order. `make test` hands whole files to its
