@@ -26,7 +26,8 @@ HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 # environment gets a plain subprocess anyway).
 PRELOAD = ("howtocap.cli",)
 PRELOAD_PIPELINE = ("howtocap.pipeline.run", "howtocap.align.run", "howtocap.caption.run",
-                    "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser")
+                    "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser",
+                    "howtocap.llm.pool", "howtocap.llm.openai")  # (+ the HTTP client's SSL setup)
 # ... and for the commands that embed frames or text, what creating an encoder imports (the
 # default one's BERT and EfficientNet, an ``hf:`` CLIP, PyAV) and align's report (matplotlib):
 # ~5 s of CPU in each such child otherwise, more than a small run's own work.
