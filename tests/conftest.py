@@ -81,12 +81,13 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 # The longest files of `make test` (their tests' --durations summed, most first). A stale list
 # only costs balance, never a result.
-LONGEST = ("tests/cli/test_e2e.py", "tests/engine/test_runners.py", "tests/engine/test_storage.py",
-           "tests/caption/test_pipeline.py", "tests/llm/test_embedded.py",
-           "tests/cli/test_eval_formats.py", "tests/engine/test_status.py",
-           "tests/engine/test_fingerprint.py", "tests/engine/test_reruns.py",
-           "tests/download/test_download.py", "tests/caption/test_textonly.py",
-           "tests/cli/test_docs.py", "tests/caption/test_vlm.py", "tests/caption/test_filler.py")
+LONGEST = ("tests/cli/test_e2e.py", "tests/caption/test_pipeline.py",
+           "tests/engine/test_runners.py", "tests/engine/test_storage.py",
+           "tests/engine/test_reruns.py", "tests/align/test_e2e.py",
+           "tests/caption/test_textonly.py", "tests/download/test_download.py",
+           "tests/align/test_filter.py", "tests/cli/test_eval_formats.py",
+           "tests/engine/test_status.py", "tests/cli/test_docs.py", "tests/caption/test_vlm.py",
+           "tests/caption/test_filler.py", "tests/engine/test_fingerprint.py")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
