@@ -636,15 +636,15 @@ def run_dvc(files: dict[str, bytes]) -> None:
 
     with tempfile.TemporaryDirectory() as d:
         _write_all(Path(d), files)
-        errors = []
+        loaded, errors = [], []
         for load, name in ((load_predictions, "pred.json"), (load_ground_truth, "gt.json")):
             try:
-                load(Path(d) / name)
+                loaded.append(load(Path(d) / name))
             except HowtocapError as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]
-        pred, gt = (json.loads((Path(d) / n).read_text()) for n in ("pred.json", "gt.json"))
+        pred, gt = loaded  # what dvc-eval scores (a file with a BOM reads; json.loads would not)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = evaluate(pred, gt, meteor=False)
