@@ -81,12 +81,24 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 # The longest files of `make test` (their tests' --durations summed, most first). A stale list
 # only costs balance, never a result.
-LONGEST = ("tests/cli/test_e2e.py", "tests/engine/test_runners.py", "tests/engine/test_storage.py",
-           "tests/caption/test_pipeline.py", "tests/llm/test_embedded.py",
-           "tests/cli/test_eval_formats.py", "tests/engine/test_status.py",
-           "tests/engine/test_fingerprint.py", "tests/engine/test_reruns.py",
-           "tests/download/test_download.py", "tests/caption/test_textonly.py",
-           "tests/cli/test_docs.py", "tests/caption/test_vlm.py", "tests/caption/test_filler.py")
+LONGEST = ("tests/cli/test_e2e.py", "tests/caption/test_pipeline.py",
+           "tests/engine/test_runners.py", "tests/engine/test_storage.py",
+           "tests/engine/test_reruns.py", "tests/align/test_e2e.py",
+           "tests/caption/test_textonly.py", "tests/download/test_download.py",
+           "tests/align/test_filter.py", "tests/cli/test_eval_formats.py",
+           "tests/engine/test_status.py", "tests/cli/test_docs.py", "tests/caption/test_vlm.py",
+           "tests/caption/test_filler.py", "tests/engine/test_fingerprint.py")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the collection imported (pandas, torch, the test modules: ~300k objects) is left
+    out of the collector's full passes, as the CLI zygote does for its children: each of a
+    stage's memory give-backs (a full pass) otherwise walks them all, ~0.4 s a call in a test
+    process (the runner's collector tuning keeps a caller's freeze)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,8 +14,15 @@ import pandas as pd
 import pytest
 import yaml
 
+from howtocap.caption.parse import norm_text
 from howtocap.llm import EMBEDDED_DEFAULT
-from howtocap.samples import DEFAULT_STEPS, SampleVideo, make_narrated_video
+from howtocap.samples import (
+    CHATTER_IMAGE,
+    CHATTER_LINES,
+    DEFAULT_STEPS,
+    SampleVideo,
+    make_narrated_video,
+)
 from tests.support.chat_server import chat_server
 from tests.support.cli import run_cli, vtt
 
@@ -37,13 +44,20 @@ def step_of(sample: SampleVideo, t: float) -> int:
 
 # --- `run` with the default embedded LLM (no --llm flag), shared by several tests -----------
 
+# the chatter line the narrator ends on: the model's caption of it must be dropped
+SUBSCRIBE = CHATTER_LINES[1]
+
+
 @pytest.fixture(scope="module")
 def llm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[SampleVideo, Path]:
-    """One 12-s narrated video (coffee, cat, rocket) with its WebVTT, through `howtocap run`,
-    on one core (as on a one-core share; llama.cpp then takes one thread: with the other test
-    process on the second core its threads would spin-wait for each other)."""
+    """One 16-s narrated video (coffee, cat, rocket, then "like and subscribe") with its
+    WebVTT, through `howtocap run`, on one core (as on a one-core share; llama.cpp then takes
+    one thread: with the other test process on the second core its threads would spin-wait
+    for each other). The only test of the real default model captioning (its prompt alone
+    is ~1,300 tokens, ~90 s on one core): each fact is checked on this one run."""
     root = tmp_path_factory.mktemp("llm_run")
-    sample = make_narrated_video(root / "videos", "howto", DEFAULT_STEPS[:3],
+    sample = make_narrated_video(root / "videos", "howto",
+                                 [*DEFAULT_STEPS[:3], (CHATTER_IMAGE, *SUBSCRIBE)],
                                  seconds_per_step=4.0, fps=5, size=128)
     out = root / "run"
     res = run_cli("run", str(root / "videos"), "--out", str(out), "--quiet", timeout=900,
@@ -57,8 +71,14 @@ def test_run_with_the_default_embedded_llm(llm_run: tuple[SampleVideo, Path]) ->
     cfg = json.loads((out / "config" / "caption.json").read_text())
     assert cfg["llm"]["name"] == "embedded" and cfg["llm"]["url"] is None
     caps = pd.read_parquet(out / "captions")
-    assert len(caps) >= 1 and set(caps["model"]) == {EMBEDDED_DEFAULT}
+    assert len(caps) >= 2 and set(caps["model"]) == {EMBEDDED_DEFAULT}
     assert set(caps["source"]) == {"llm"} and set(caps["video_id"]) == {"howto"}
+    assert set(caps["block"]) == {0}  # the four sentences are one block: one reply
+    # captions, not copies of the speech, and no channel chatter
+    assert caps["text"].str.len().gt(3).all()
+    subs = pd.read_parquet(out / "subtitles")
+    assert not set(caps["text"].map(norm_text)) & set(subs["text"].map(norm_text))
+    assert not caps["text"].str.contains("subscribe", case=False).any(), caps["text"].tolist()
     # every caption starts inside the video, at the start of a narrated sentence (the LLM is
     # shown the cue times), and lasts --clip-seconds
     starts = [s.narration_start for s in sample.steps]
@@ -67,8 +87,8 @@ def test_run_with_the_default_embedded_llm(llm_run: tuple[SampleVideo, Path]) ->
         assert min(abs(t - s) for s in starts) <= 1.0, (t, starts)
     assert (caps["end"] - caps["start"]).round(6).eq(8.0).all()
     # they are captions of what was said: at least one names the object of its own step
-    named = [any(w in words(row.text) for w in OBJECTS[sample.steps[step_of(sample, row.start)]
-                                                       .image])
+    named = [any(w in words(row.text)
+                 for w in OBJECTS.get(sample.steps[step_of(sample, row.start)].image, ()))
              for row in caps.itertuples()]
     assert any(named), caps["text"].tolist()
 
@@ -94,7 +114,8 @@ def test_index_then_search_finds_each_steps_clip(llm_run: tuple[SampleVideo, Pat
     # the step in other words (the sample's reference caption); the hit is that step's clip,
     # judged by where its caption came from in the narration, not by its text
     steps = {step_of(sample, r.orig_start) for r in kept.itertuples()
-             if words(r.text) & set(OBJECTS[sample.steps[step_of(sample, r.orig_start)].image])}
+             if words(r.text) & set(OBJECTS.get(sample.steps[step_of(sample, r.orig_start)]
+                                                .image, ()))}
     assert steps, kept["text"].tolist()
     for i in steps:
         step = sample.steps[i]

