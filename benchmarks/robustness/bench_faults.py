@@ -108,7 +108,9 @@ def breaker_seconds(url: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
         outcomes = Counter(pool.map(ask, range(4)))
-    return {"seconds": round(time.perf_counter() - t0, 2), "outcomes": dict(outcomes),
+    seconds = time.perf_counter() - t0
+    llm.close()  # its aiohttp session: unclosed, aiohttp warns at exit
+    return {"seconds": round(seconds, 2), "outcomes": dict(outcomes),
             "attempts": llm.stats["attempts"]}
 
 
@@ -273,8 +275,8 @@ def report(r: dict[str, Any]) -> str:
     return f"""# LLM server faults (`howtocap caption --subtitles … --llm-url …`)
 
 {m['platform']}, {m['cpus']} cores, Python {m['python']}; load average {m['load_avg_start'][0]}
-at start, {m['load_avg_end'][0]} at the end (about 8 engineers share these 2 cores: times are
-inflated and noisy; the *differences* between scenarios are what the numbers show). Every
+at start, {m['load_avg_end'][0]} at the end (other jobs on the cores inflate the times; the
+*differences* between scenarios are what the numbers show). Every
 scenario is the real CLI in a child process (its start-up alone: {r['cli_startup_s']:.1f} s)
 against a real HTTP server on 127.0.0.1 (`tests/support/fault_server.py`), **{r['videos']} videos**
 from a HowTo100M-style caption.json, default client settings (4 requests in flight, 3
