@@ -43,17 +43,27 @@ def short_reason(exc: BaseException, limit: int = 200) -> str:
     return " ".join(str(text).split())[:limit] or type(exc).__name__
 
 
+def flag_of(name: str, extra: Mapping[str, Any]) -> str:
+    """A settings field's CLI flag: the ``flag`` of its extra keys, else ``--field-name``."""
+    return extra.get("flag") or "--" + name.replace("_", "-")
+
+
 def validated(model: Callable[..., M], values: dict[str, Any],
               flags: Mapping[tuple[str, ...], str] | None = None) -> M:
     """``model(**values)``; pydantic's report becomes one line, a problem per option in the
-    CLI's words (``flags``: a field's flag by its path; a rule over several fields is its own
-    sentence). The one formatter of a settings model's errors (CLI, library, YAML)."""
+    CLI's words (``flags``: a field's flag by its path, by default each top-level field's
+    ``flag_of``; a rule over several fields is its own sentence). The one formatter of a
+    settings model's errors (CLI, library, YAML)."""
     from pydantic import ValidationError
 
     try:
         return model(**values)
     except ValidationError as exc:
-        raise HowtocapError("; ".join(_problem(e, flags or {}) for e in exc.errors())) from None
+        if flags is None:
+            flags = {(name,): flag_of(name, f.json_schema_extra
+                                       if isinstance(f.json_schema_extra, dict) else {})
+                     for name, f in getattr(model, "model_fields", {}).items()}
+        raise HowtocapError("; ".join(_problem(e, flags) for e in exc.errors())) from None
 
 
 def _problem(error: Any, flags: Mapping[tuple[str, ...], str]) -> str:

@@ -45,7 +45,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from howtocap.cli.common import load_yaml_config
-from howtocap.errors import validated
+from howtocap.errors import flag_of, validated
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,8 +112,7 @@ def model_options(model: type[BaseModel], table: dict[str, Any] | None = None,
             opt_parent = optional or (path + (name,) if _plain(info.annotation)[1] else None)
             yield from model_options(sub, extra.get("flags"), path + (name,), opt_parent)
         elif table is not None and name in table or table is None and info.description:
-            flag = extra.get("flag") or "--" + name.replace("_", "-")
-            yield Opt(path + (name,), flag, info, extra, optional)
+            yield Opt(path + (name,), flag_of(name, extra), info, extra, optional)
 
 
 def _has_options(model: type[BaseModel]) -> bool:
@@ -215,7 +214,6 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
                 node = node.get(part, {})
             node.pop(parent[-1], None)
     return validated(model, data, {o.path: o.flag for o in opts} | (flags or {}))
-
 
 
 def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),

@@ -405,9 +405,9 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
     from howtocap.engine import processes
 
     if not processes.portable(stage):
-        console.print(f"{stage.name}: holds a model built by its caller, so it runs "
-                               "in this process (--processes needs a stage built from its "
-                               "settings)", highlight=False)
+        console.print(f"{stage.name}: holds a model built by its caller, so it runs in this "
+                      "process (--processes needs a stage built from its settings)",
+                      highlight=False)
         return run_plan(rundir, plan, stage, runner, args, summary, shown)
     totals: dict[str, float] = {}
     down: list[str] = []

@@ -184,9 +184,7 @@ def make_config(*, log: bool = False, **options: Any) -> TrainConfig:
     """``TrainConfig`` from options (``None`` = not given; a ``recipe``'s settings fill the
     rest); a bad value is one ``HowtocapError`` line. ``mee`` trains on frame embeddings,
     which cannot be cropped: a ``crop_scale`` is dropped (with a warning when ``log``)."""
-    flags = {(name,): dict(f.json_schema_extra or {}).get("flag")  # type: ignore[arg-type]
-             or "--" + name.replace("_", "-") for name, f in TrainConfig.model_fields.items()}
-    cfg = validated(TrainConfig, {k: v for k, v in options.items() if v is not None}, flags)
+    cfg = validated(TrainConfig, {k: v for k, v in options.items() if v is not None})
     if cfg.model == "mee" and cfg.crop_scale is not None:
         if log:
             from howtocap.progress import console
