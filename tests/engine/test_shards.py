@@ -95,7 +95,11 @@ def _mid_shard(run: Path) -> bool:
     """A shard finished and another with a committed chunk but not finished. The chunks are
     looked at before the finished shards: a shard finishing between the two looks is then
     never taken for an unfinished one (a count of both, ``committed``, was such a race)."""
-    chunks = {p.parent.name for p in (run / "work" / "square").glob("shard-*/*.status.parquet")}
+    try:
+        chunks = {p.parent.name
+                  for p in (run / "work" / "square").glob("shard-*/*.status.parquet")}
+    except FileNotFoundError:  # a shard's work folder removed as it finished, mid-glob
+        return False
     done = {p.name for p in (run / "status" / "square").glob("shard-*.parquet")}
     return bool(done) and any(f"{c}.parquet" not in done for c in chunks)
 

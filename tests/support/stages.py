@@ -59,9 +59,13 @@ def committed(run: Path, stage: str) -> int:
     """Videos committed by the stage: in its finished shards' status files and in the chunk
     status files of unfinished ones (each written whole, by rename)."""
     root = Path(run)
-    return sum(pq.read_metadata(p).num_rows for p in
-               [*(root / "status" / stage).glob("shard-*.parquet"),
-                *(root / "work" / stage).glob("shard-*/*.status.parquet")])
+    while True:
+        try:  # a shard finishing mid-look removes its work folder: look again
+            return sum(pq.read_metadata(p).num_rows for p in
+                       [*(root / "status" / stage).glob("shard-*.parquet"),
+                        *(root / "work" / stage).glob("shard-*/*.status.parquet")])
+        except FileNotFoundError:
+            continue
 
 
 # which stage writes each table (fixtures are committed as that stage would commit them)
