@@ -103,11 +103,9 @@ def test_all_interfaces_public_without_a_key(run: Path) -> None:
      f"--api-key-env {KEY_VAR}: environment variable {KEY_VAR} is not set or empty"),
 ])
 def test_exposure_without_a_usable_key_is_refused_in_one_line(
-        run: Path, flags: list[str], env: dict[str, str], message: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    res = run_cli("serve", str(run), "--port", str(free_port()), *flags, timeout=120)
+        run: Path, flags: list[str], env: dict[str, str], message: str) -> None:
+    res = run_cli("serve", str(run), "--port", str(free_port()), *flags, timeout=120,
+                  run_env=env)
     assert res.returncode == 2, (res.stdout, res.stderr)
     # one message (the console may wrap it), before anything was served
     assert res.stderr.count("error:") == 1 and message in " ".join(res.stderr.split())

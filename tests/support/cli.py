@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,12 +44,16 @@ PRELOADS = {"caption": PRELOAD_PIPELINE,
             **dict.fromkeys(("align", "run", "download"), PRELOAD_PIPELINE + PRELOAD_ENCODERS),
             **dict.fromkeys(("index", "search", "framecaps", "eval", "duplicates", "export"),
                             PRELOAD_ENCODERS)}
-_PER_TEST = {"PYTEST_CURRENT_TEST"}  # set by pytest for each test; no module reads it
+# Variables no preloaded import reads, which the test process itself comes to set: pytest's
+# per-test name; torch's compile cache folder (set in os.environ by the first in-process
+# torch.compile or inductor import) and Ray's breakpoint hook and auth mode (set by a local
+# Ray start for the drivers that join it). The child is still given them; comparing them
+# sent every later CLI call of that worker to a fresh interpreter (~6 s of imports each).
+_PER_TEST = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT"}
 
 
 def _compared(env: dict[str, str]) -> dict[str, str]:
-    """The variables a preloaded import could read: not the per-test ones, nor Ray's (a
-    local Ray start sets RAY_AUTH_MODE for the drivers that join it; Ray is not preloaded)."""
+    """The variables a preloaded import could read."""
     return {k: v for k, v in env.items() if k not in _PER_TEST and not k.startswith("RAY_")}
 
 
@@ -196,6 +201,11 @@ class ZygoteChild:
 
 
 _zygotes: dict[int, Zygote] = {}
+_refused: set[tuple[str, ...]] = set()
+
+
+class FreshStart(UserWarning):
+    """A CLI call that the zygote could not serve."""
 
 
 def _zygote(env: dict[str, str]) -> Zygote | None:
@@ -204,7 +214,17 @@ def _zygote(env: dict[str, str]) -> Zygote | None:
     if z is None:
         z = _zygotes[os.getpid()] = Zygote(env)
         atexit.register(z.close)
-    return z if z.serves(env) else None
+    if not z.serves(env):
+        changed = sorted(k for k in _compared(env).keys() | z.env.keys()
+                         if _compared(env).get(k) != z.env.get(k))
+        if tuple(changed) not in _refused:  # once each: a library's stray variable shows
+            _refused.add(tuple(changed))
+            why = f"the environment differs from the zygote's in {changed}" if changed \
+                else "the zygote ended"
+            warnings.warn(f"CLI calls start afresh (~6 s of imports each): {why}", FreshStart,
+                          stacklevel=3)
+        return None
+    return z
 
 
 def vtt(cues: list[tuple[float, float, str]]) -> str:
@@ -230,12 +250,13 @@ def _keep_cores(cores: int | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, mine)
 
 
-def run_cli(*args: str, timeout: float = 180,
-            cores: int | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 180, cores: int | None = None,
+            run_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``howtocap ARGS`` as a separate process (a fork of the zygote when the environment is
     the usual one): its exit code and text output, like ``subprocess.run``; ``cores``: the
-    number of cores it may use."""
+    number of cores it may use; ``run_env`` as for :func:`start_cli`."""
     env, zygote = _cli_env()
+    env.update(run_env or {})
     if zygote is not None:
         return zygote.run(list(args), env, timeout, cores)
     return subprocess.run([*HOWTOCAP, *args], capture_output=True, text=True, timeout=timeout,
