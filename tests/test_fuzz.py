@@ -157,6 +157,7 @@ def test_a_bad_eval_csv_row_is_one_line(tmp_path: Path, row: str, problem: str) 
 @pytest.mark.parametrize("row,problem", [
     ("v1,a\x00b.mp4,crack eggs,0,5", "a path holds a NUL byte"),
     ("v1,v.mp4,crack eggs,0,inf", "start/end must be numbers"),     # was a clip ending at inf
+    (",v.mp4,crack eggs,0,8", "empty video_id"),                    # was a clip of video ''
 ])
 def test_a_bad_training_pair_is_one_line(tmp_path: Path, row: str, problem: str) -> None:
     from howtocap.io.pairs import read_pairs

@@ -118,6 +118,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
                                f"missing {','.join(missing)}")
     out = []
     for i, r in enumerate(rows, start=2):
+        vid = (r["video_id"] or "").strip()
+        if not vid:  # (eval's CSV reader says the same)
+            raise InputError(path, f"line {i}: empty video_id")
         try:
             start, end = float(r["start"]), float(r["end"])
             if not (math.isfinite(start) and math.isfinite(end)):
@@ -126,7 +129,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
             raise InputError(path, f"line {i}: start/end must be numbers of seconds "
                                    f"(got {r['start']!r}, {r['end']!r})") from None
         vp = listed_path(path, i, (r["video_path"] or "").strip(), path.parent)
-        out.append({"video_id": (r["video_id"] or "").strip(),
+        out.append({"video_id": vid,
                     "video_path": str(vp) if vp else "",
                     "start": start, "end": end, "text": (r["caption"] or "").strip()})
     return pd.DataFrame(out, columns=["video_id", "video_path", "start", "end", "text"])
