@@ -141,6 +141,18 @@ def test_a_bad_youcook2_annotation_is_one_line(tmp_path: Path, ann: Any) -> None
         read_youcook2(path, None)
 
 
+def test_a_blank_youcook2_video_id_is_one_line(tmp_path: Path) -> None:
+    """Was a clip of video ' ' (lost when the three YouCook2 readers were merged)."""
+    import json
+
+    from howtocap.evaluate.benchmarks import read_youcook2
+
+    path = write(tmp_path, "yc2.json", json.dumps({"database": {" ": {
+        "subset": "validation", "annotations": [{"segment": [0, 5], "sentence": "x"}]}}}).encode())
+    with pytest.raises(HowtocapError, match=r"yc2\.json: database\[' '\].*must not be blank"):
+        read_youcook2(path, None)
+
+
 @pytest.mark.parametrize("row,problem", [
     ("v1,a\x00b.mp4,crack eggs,0,5", "a path holds a NUL byte"),   # was ValueError
     ("v1,,crack eggs,nan,5", "start must be seconds"),              # was a NaN clip

@@ -102,7 +102,14 @@ class ActivityNetVideo(BaseModel):
 _PREDICTIONS = TypeAdapter(dict[str, list[Prediction]])
 _YOUCOOK2 = TypeAdapter(dict[str, YouCook2Video])
 _ACTIVITYNET = TypeAdapter(dict[str, ActivityNetVideo])
-_STEPS = TypeAdapter(dict[str, StepsVideo])
+def _not_blank(vid: str) -> str:
+    if not vid.strip():
+        raise ValueError("a video id must not be blank")
+    return vid
+
+
+VideoId = Annotated[str, AfterValidator(_not_blank)]  # kept as written
+_STEPS = TypeAdapter(dict[VideoId, StepsVideo])
 
 
 def _checked(adapter: TypeAdapter[Any], data: Any, root: str) -> Any:
