@@ -130,7 +130,10 @@ accepted as a query, a damaged MSVD `raw-captions.pkl` (`KeyError`, `TypeError`,
 annotation `id` that is not an integer (`ValueError`) and non-finite TDR times. An earlier
 version of the manifest target counted any crash of the manifest reader as a one-line error
 (the `--ids` reading of the same bytes ran in a `finally`); `tests/test_fuzz.py` now plants a
-`ValueError` there and checks that it is reported as a crash. What it cannot show:
+`ValueError` there and checks that it is reported as a crash. Later, at 5,000 cases a
+target: a training-pair row with an empty `video_id` (a clip of video ''), and a blank
+YouCook2 video id again (its check was lost when the three YouCook2 readers became one
+model); both are one line now. What it cannot show:
 inputs far outside these shapes (multi-GB files, deep nesting beyond Hypothesis's sizes), and
 whether a *valid* result is the
 right one (the readers' own tests check that).
