@@ -91,14 +91,6 @@ LONGEST = ("tests/cli/test_e2e.py", "tests/align/test_stream.py",
            "tests/shots/test_shots.py")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """A CLI call the zygote cannot serve fails its test: a variable some library sets in
-    the test process once sent every later call of that worker to a fresh interpreter, and
-    the suite took 16 min instead of 12 (a test that needs other import-time variables
-    passes them as ``run_env``, or sets HOWTOCAP_TEST_FRESH=1)."""
-    config.addinivalue_line("filterwarnings", "error::tests.support.cli.FreshStart")
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What the collection imported (pandas, torch, the test modules: ~300k objects) is left
     out of the collector's full passes, as the CLI zygote does for its children: each of a

@@ -45,11 +45,15 @@ PRELOADS = {"caption": PRELOAD_PIPELINE,
             **dict.fromkeys(("index", "search", "framecaps", "eval", "duplicates", "export"),
                             PRELOAD_ENCODERS)}
 # Variables no preloaded import reads, which the test process itself comes to set: pytest's
-# per-test name; torch's compile cache folder (set in os.environ by the first in-process
-# torch.compile or inductor import) and Ray's breakpoint hook and auth mode (set by a local
-# Ray start for the drivers that join it). The child is still given them; comparing them
-# sent every later CLI call of that worker to a fresh interpreter (~6 s of imports each).
-_PER_TEST = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT"}
+# per-test name; torch's compile cache folder (set in os.environ by its inductor), Ray's
+# breakpoint hook and auth mode (set by a local Ray start for the drivers that join it), the
+# Intel OpenMP switches sklearn and joblib set when imported (read by libiomp only, which
+# torch here does not load) and the LD_LIBRARY_PATH cv2 extends with its own folder when
+# imported (a child importing cv2 extends it itself). The child is still given them;
+# comparing them sent every later CLI call of that worker to a fresh interpreter (~6 s of
+# imports each).
+_PER_TEST = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT",
+             "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "LD_LIBRARY_PATH"}
 
 
 def _compared(env: dict[str, str]) -> dict[str, str]:
@@ -205,7 +209,8 @@ _refused: set[tuple[str, ...]] = set()
 
 
 class FreshStart(UserWarning):
-    """A CLI call that the zygote could not serve."""
+    """CLI calls the zygote could not serve: a warning in the summary, not a failure (which
+    library sets what depends on the order the tests run in; a new one costs time only)."""
 
 
 def _zygote(env: dict[str, str]) -> Zygote | None:
