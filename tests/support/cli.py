@@ -220,8 +220,8 @@ def _zygote(env: dict[str, str]) -> Zygote | None:
         z = _zygotes[os.getpid()] = Zygote(env)
         atexit.register(z.close)
     if not z.serves(env):
-        changed = sorted(k for k in _compared(env).keys() | z.env.keys()
-                         if _compared(env).get(k) != z.env.get(k))
+        mine = _compared(env)
+        changed = sorted(k for k in mine.keys() | z.env.keys() if mine.get(k) != z.env.get(k))
         if tuple(changed) not in _refused:  # once each: a library's stray variable shows
             _refused.add(tuple(changed))
             why = f"the environment differs from the zygote's in {changed}" if changed \

@@ -99,17 +99,17 @@ class ActivityNetVideo(BaseModel):
         return self
 
 
-_PREDICTIONS = TypeAdapter(dict[str, list[Prediction]])
-_YOUCOOK2 = TypeAdapter(dict[str, YouCook2Video])
-_ACTIVITYNET = TypeAdapter(dict[str, ActivityNetVideo])
 def _not_blank(vid: str) -> str:
     if not vid.strip():
         raise ValueError("a video id must not be blank")
     return vid
 
 
-VideoId = Annotated[str, AfterValidator(_not_blank)]  # kept as written
-_STEPS = TypeAdapter(dict[VideoId, StepsVideo])
+_VideoId = Annotated[str, AfterValidator(_not_blank)]  # a key a query is made of: kept as written
+_PREDICTIONS = TypeAdapter(dict[str, list[Prediction]])
+_YOUCOOK2 = TypeAdapter(dict[str, YouCook2Video])
+_ACTIVITYNET = TypeAdapter(dict[str, ActivityNetVideo])
+_STEPS = TypeAdapter(dict[_VideoId, StepsVideo])
 
 
 def _checked(adapter: TypeAdapter[Any], data: Any, root: str) -> Any:
