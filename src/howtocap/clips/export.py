@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,14 +198,10 @@ def _add_clip(tar: tarfile.TarFile, c: ClipFiles, shard: str) -> dict[str, Any]:
         _member(tar, f"{job.key}.mp4", mp4_bytes, fh)
     c.mp4.unlink()
     scores = [s for s in job.meta["scores"] if s is not None]
-    return {"shard": shard, "key": job.key, "video_id": job.meta["video_id"],
-            "start": job.start, "end": c.end, "caption": job.meta["caption"],
-            "n_captions": len(job.meta["captions"]),
-            "score": scores[0] if scores else float("nan"), "config_id": job.meta["config_id"],
-            "window_start": job.meta["window_start"], "window_end": job.meta["window_end"],
-            "keyframe": float("nan") if c.keyframe is None else c.keyframe,
-            "duration": c.duration, "middle": c.middle,
-            "mp4_bytes": mp4_bytes}
+    return {**{k: v for k, v in record.items() if k in INDEX_COLUMNS},
+            "n_captions": len(job.meta["captions"]), "mp4_bytes": mp4_bytes,
+            "score": scores[0] if scores else float("nan"),
+            "keyframe": float("nan") if c.keyframe is None else c.keyframe}
 
 
 def _results(pool: ThreadPoolExecutor, tasks: list[_Task], cfg: ClipsConfig, work: Path,
@@ -211,26 +209,11 @@ def _results(pool: ThreadPoolExecutor, tasks: list[_Task], cfg: ClipsConfig, wor
     """The tasks' futures in plan order, at most ``ahead`` submitted beyond the one the
     writer waits for (what bounds the clips waiting on disk)."""
     queue: deque[tuple[_Task, Future[Any]]] = deque()
-    it = iter(tasks)
-    for task in it:
+    for task in tasks:
         queue.append((task, pool.submit(_cut, task, cfg, work)))
         if len(queue) > ahead:
             yield queue.popleft()
-    while queue:
-        yield queue.popleft()
-
-
-class _Feed:
-    """The cut videos in plan order, handed to the writer one shard at a time."""
-
-    def __init__(self, results: Iterator[tuple[_Task, Future[Any]]]) -> None:
-        self.results = results
-        self.current = next(results, None)
-
-    def of_shard(self, i: int) -> Iterator[tuple[_Task, Future[Any]]]:
-        while self.current is not None and self.current[0].shard == i:
-            yield self.current
-            self.current = next(self.results, None)
+    yield from queue
 
 
 @dataclass
@@ -291,11 +274,9 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: no clips to export ({len(rows)} {kind} rows)")
     _prepare_out(out)
     names = [shard_name(i) for i in range(len(shards))]
-    for extra in sorted(out.glob("[0-9]*_stats.json")):  # shards of a larger earlier plan
-        name = extra.name[:5]
-        if name not in names:
-            _drop_shard(out, name)
-    for extra in [*out.glob("[0-9]*.tar"), *out.glob("[0-9]*.parquet")]:
+    # shards of a larger earlier plan (their markers first)
+    for extra in [*out.glob("[0-9]*_stats.json"), *out.glob("[0-9]*.parquet"),
+                  *out.glob("[0-9]*.tar")]:
         if extra.name[:5] not in names:
             extra.unlink(missing_ok=True)
 
@@ -307,14 +288,10 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
             done[i] = stats
         else:
             _drop_shard(out, name)
-    tasks: list[_Task] = []
-    for i, part in enumerate(shards):
-        if i in done:
-            continue
-        by_video: dict[str, list[ClipJob]] = {}
-        for vid, job in part:
-            by_video.setdefault(vid, []).append(job)
-        tasks += [_Task(i, vid, paths.get(vid, ""), jobs) for vid, jobs in by_video.items()]
+    # a shard's jobs are in video order: one task per run of a video
+    tasks = [_Task(i, vid, paths.get(vid, ""), [job for _, job in jobs])
+             for i, part in enumerate(shards) if i not in done
+             for vid, jobs in groupby(part, key=itemgetter(0))]
 
     reused = len(done)
     work = out / ".work"
@@ -327,11 +304,11 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
             bar = prog.add_task("clips", total=sum(len(p) for p in shards))
             prog.advance(bar, sum(len(shards[i]) for i in done))
             results = _results(pool, tasks, cfg, work, ahead=2 * cfg.workers)
-            feed = _Feed(results)
-            for i in sorted(set(range(len(shards))) - set(done)):
+            # every shard not done has tasks (a shard holds at least one job)
+            for i, items in groupby(results, key=lambda r: r[0].shard):
                 name, rec, t_shard = names[i], _ShardRecord(), time.perf_counter()
                 atomic_write(out / f"{name}.tar", partial(
-                    _write_tar, items=feed.of_shard(i), name=name, rec=rec, skipped=skipped,
+                    _write_tar, items=items, name=name, rec=rec, skipped=skipped,
                     advance=partial(prog.advance, bar)))
                 _write_table(pa.Table.from_pylist(rec.rows, schema=INDEX_SCHEMA),
                              out / f"{name}.parquet")

@@ -59,8 +59,14 @@ class DownloadConfig(BaseModel):
 
     @field_validator("max_size", mode="before")
     @classmethod
-    def _size(cls, value: Any) -> Any:
-        return parse_size(value) if isinstance(value, str) else value
+    def _size(cls, text: Any) -> Any:
+        """``500M``, ``2G``, ``1.5GB``, ``800k`` or bytes -> bytes (powers of 1024)."""
+        if not isinstance(text, str):
+            return text
+        m = _SIZE.match(text)
+        if m is None:
+            raise HowtocapError(f"--max-size: not a size: {text!r} (e.g. 500M, 2G)")
+        return int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
 
     @field_validator("sub_langs", mode="before")
     @classmethod
@@ -70,8 +76,19 @@ class DownloadConfig(BaseModel):
 
     @field_validator("storage_options", mode="before")
     @classmethod
-    def _storage(cls, value: Any) -> Any:
-        return parse_storage_options(value) if isinstance(value, str) else value
+    def _storage(cls, text: Any) -> Any:
+        """``--storage-options`` JSON: ``{"s3": {"endpoint_url": …}, "gs": {…}}`` (fsspec's
+        options per protocol), or one flat object applied to every protocol."""
+        if not isinstance(text, str) or not text:
+            return {} if text == "" else text
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise HowtocapError(f"--storage-options: not JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise HowtocapError("--storage-options: expected a JSON object")
+        return value if value and all(isinstance(v, dict) for v in value.values()) \
+            else {"*": value}
 
     def fingerprint(self) -> dict[str, Any]:
         return {"format": self.format, "max_height": self.max_height, "audio": self.audio,
@@ -79,30 +96,3 @@ class DownloadConfig(BaseModel):
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """``500M``, ``2G``, ``1.5GB``, ``800k`` or bytes -> bytes (powers of 1024)."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(text)
-    if m is None:
-        raise HowtocapError(f"--max-size: not a size: {text!r} (e.g. 500M, 2G)")
-    scale = 1024 ** "bkmgt".index((m.group(2) or "b").lower())
-    return int(float(m.group(1)) * scale)
-
-
-def parse_storage_options(text: str | None) -> dict[str, dict[str, Any]]:
-    """``--storage-options`` JSON: ``{"s3": {"endpoint_url": …}, "gs": {…}}`` (fsspec's
-    options per protocol), or one flat object applied to every protocol."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HowtocapError(f"--storage-options: not JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise HowtocapError("--storage-options: expected a JSON object")
-    if all(isinstance(v, dict) for v in value.values()) and value:
-        return value
-    return {"*": value}

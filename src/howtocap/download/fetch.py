@@ -15,7 +15,7 @@ import re
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,58 +27,32 @@ from howtocap.io.inputs import VIDEO_EXTS, YOUTUBE_ID
 
 CHUNK = 1 << 20
 
-# The causes a failed download is reported with (the first words of its status message), and
-# whether a plain re-run retries it (``service``) or only ``--retry-failed`` (``bad input``).
-CAUSES: dict[str, str] = {
-    "not found": "bad input",
-    "removed or private": "bad input",
-    "geo-blocked": "bad input",
-    "too large": "bad input",
-    "not a video": "bad input",
-    "refused": "bad input",
-    "rate-limited or bot check": "service",
-    "timeout": "service",
-    "unreachable": "service",
-    "server error": "service",
-    "download failed": "service",
-}
+# The causes a failed download is reported with (the first words of its status message) that a
+# plain re-run retries (``service``); the rest (not found, removed or private, geo-blocked, too
+# large, not a video, refused) are ``bad input``, retried only with ``--retry-failed``.
+SERVICE = {"rate-limited or bot check", "timeout", "unreachable", "server error",
+           "download failed"}
 
 
 def failure(kind: str, detail: str) -> HowtocapError:
     """The exception for a failed download: message ``"<kind>: <detail>"``, its class the
-    status table's cause (``CAUSES``)."""
-    cls = ServiceError if CAUSES[kind] == "service" else HowtocapError
-    return cls(f"{kind}: {detail}")
+    status table's cause."""
+    return (ServiceError if kind in SERVICE else HowtocapError)(f"{kind}: {detail}")
 
 
 class _Transient(Exception):
-    """A failure worth another attempt (timeouts, 5xx, 429, a dropped connection)."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind, self.detail = kind, detail
-
-
-def is_youtube(url: str) -> bool:
-    if YOUTUBE_ID.match(url):
-        return True
-    host = urlsplit(url).netloc.lower()
-    return host.endswith(("youtube.com", "youtu.be", "youtube-nocookie.com"))
+    """``(kind, detail)`` of a failure worth another attempt (timeouts, 5xx, 429, a dropped
+    connection)."""
 
 
 def uses_ytdlp(url: str) -> bool:
     """YouTube, or an http(s) page that is not a video file (yt-dlp's extractors)."""
-    if is_youtube(url):
-        return True
     parts = urlsplit(url)
+    if YOUTUBE_ID.match(url) or parts.netloc.lower().endswith(
+            ("youtube.com", "youtu.be", "youtube-nocookie.com")):
+        return True
     return parts.scheme in ("http", "https") and \
         Path(parts.path).suffix.lower() not in (*VIDEO_EXTS, ".vtt", ".srt")
-
-
-def temp_beside(dest: Path, suffix: str = ".tmp") -> Path:
-    """A temp name ``atomic.sweep_temp_files`` recognises (host, pid): a killed writer's
-    is removed on the next start, a live one's never."""
-    return dest.parent / f".{dest.name}.{writer_tag()}.{uuid.uuid4().hex[:8]}{suffix}"
 
 
 YTDLP_TMP = "-ytdlp.tmp"  # yt-dlp's private temp folders in the media cache
@@ -116,9 +90,8 @@ def storage_options(protocol: str, cfg: DownloadConfig) -> dict[str, Any]:
         opts["config_kwargs"] = {"connect_timeout": cfg.connect_timeout,
                                  "read_timeout": cfg.read_timeout,
                                  "retries": {"max_attempts": 1}}  # ours retry (below)
-        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
-            opts["endpoint_url"] = os.environ.get("AWS_ENDPOINT_URL_S3") or \
-                os.environ["AWS_ENDPOINT_URL"]
+        if endpoint := os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+            opts["endpoint_url"] = endpoint
     user = {**cfg.storage_options.get("*", {}), **cfg.storage_options.get(protocol, {}),
             **(cfg.storage_options.get("gs", {}) if protocol == "gcs" else {})}
     return {**opts, **user}
@@ -210,22 +183,22 @@ def fetch_file(url: str, dest: Path, cfg: DownloadConfig, *, video: bool) -> int
     attempt = 0
     while True:
         try:
-            try:
-                atomic_write(dest, write)
-                return got[-1]
-            except HowtocapError:  # too large, not a video, a full disk
+            atomic_write(dest, write)
+            return got[-1]
+        except HowtocapError:  # too large, not a video, a full disk
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified; unknown ones re-raised
+            found = _classify(exc, url, cfg)
+            if found is exc:
                 raise
-            except Exception as exc:  # noqa: BLE001 - classified; unknown ones re-raised
-                found = _classify(exc, url, cfg)
-                if found is exc:
-                    raise
+            if not isinstance(found, _Transient):
                 raise found from None
-        except _Transient as t:
             if attempt >= cfg.retries:
-                raise failure(t.kind, t.detail + (f" (after {attempt + 1} tries)"
-                                                   if attempt else "")) from None
-            time.sleep(cfg.backoff * 2 ** attempt)
-            attempt += 1
+                kind, detail = found.args
+                raise failure(kind, detail + (f" (after {attempt + 1} tries)"
+                                              if attempt else "")) from None
+        time.sleep(cfg.backoff * 2 ** attempt)
+        attempt += 1
 
 
 def check_video(path: Path, url: str) -> None:
@@ -304,14 +277,11 @@ def ytdlp_failure(message: str, url: str) -> HowtocapError:
     return failure("download failed", f"{url}: {text}")
 
 
-@dataclass
-class _Log:
+class _Log(list[str]):
     """yt-dlp's logger: keeps its messages (the max-filesize notice is not an error)."""
 
-    lines: list[str] = field(default_factory=list)
-
     def debug(self, msg: str) -> None:
-        self.lines.append(msg)
+        self.append(msg)
 
     info = warning = error = debug
 
@@ -328,7 +298,9 @@ def fetch_ytdlp(url: str, dest_stem: Path, cfg: DownloadConfig) -> Fetched:
     then moved next to ``dest_stem`` (``<stem>.<ext>``, ``<stem>.<lang>.vtt``)."""
     import yt_dlp
 
-    work = temp_beside(dest_stem, YTDLP_TMP)
+    # a temp name ``atomic.sweep_temp_files`` recognises (host, pid): a killed writer's is
+    # removed on the next start (``sweep_media``), a live one's never
+    work = dest_stem.parent / f".{dest_stem.name}.{writer_tag()}.{uuid.uuid4().hex[:8]}{YTDLP_TMP}"
     work.mkdir(parents=True)
     log = _Log()
     over: list[int] = []
@@ -340,13 +312,13 @@ def fetch_ytdlp(url: str, dest_stem: Path, cfg: DownloadConfig) -> Fetched:
             raise yt_dlp.utils.DownloadError(f"File is larger than max-filesize ({got} bytes)")
 
     try:
-        opts = yt_dlp.parse_options(ytdlp_args(url, str(work / "media.%(ext)s"), cfg)).ydl_opts
+        args = ytdlp_args(url, str(work / "media.%(ext)s"), cfg)
+        opts = yt_dlp.parse_options(args).ydl_opts
         # the command line's default ignores extraction errors ('only_download'): raise them
         opts.update(logger=log, progress_hooks=[limit], ignoreerrors=False)
-        target = url if not YOUTUBE_ID.match(url) else f"https://www.youtube.com/watch?v={url}"
         try:
             with yt_dlp.YoutubeDL(opts) as ydl:
-                ydl.extract_info(target, download=True)
+                ydl.extract_info(args[-1], download=True)  # the URL (a YouTube id's page)
         except yt_dlp.utils.DownloadError as exc:
             if over:
                 raise _too_large(url, over[0], cfg) from None
@@ -357,7 +329,7 @@ def fetch_ytdlp(url: str, dest_stem: Path, cfg: DownloadConfig) -> Fetched:
         videos = [p for p in files if p.suffix.lower() not in (".vtt", ".srt", ".part",
                                                                 ".ytdl", ".json")]
         if not videos:
-            if over or any("larger than max-filesize" in ln for ln in log.lines):
+            if over or any("larger than max-filesize" in ln for ln in log):
                 raise failure("too large", f"{url} is over --max-size ({cfg.max_size:,} "
                                            f"bytes)")
             raise failure("download failed", f"{url}: yt-dlp wrote no video file")

@@ -30,10 +30,6 @@ def media_dir(rundir: RunDir) -> Path:
     return (rundir.cache_dir / "media").resolve()
 
 
-def download_stage(rundir: RunDir, config: DownloadConfig) -> DownloadStage:
-    return DownloadStage(config, media_dir(rundir))
-
-
 def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
                  config: DownloadConfig | None = None, *, runner: Runner | None = None,
                  progress: bool = True, shard: Shard | None = None, redo: bool = False,
@@ -49,7 +45,7 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
     config = config or DownloadConfig()
     items = resolve_videos(inputs)
     rundir = RunDir(out, shard_size=batching.shard_size if batching is not None else None)
-    stage = download_stage(rundir, config)
+    stage = DownloadStage(config, media_dir(rundir))
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     remote = [it for it in items if it.remote]
     need_backends(remote)
@@ -90,7 +86,6 @@ def need_backends(items: Iterable[VideoItem]) -> None:
 
 
 def _rows(rundir: RunDir) -> dict[str, dict[str, str]]:
-
     df = rundir.table(TABLE, ["video_id", "video_path", "subtitle_path"])
     return {str(r.video_id): {"video_path": str(r.video_path),
                               "subtitle_path": str(r.subtitle_path)}
@@ -105,16 +100,14 @@ def local_items(rundir: RunDir, items: Iterable[VideoItem]) -> list[VideoItem]:
     done = rundir.done(DownloadStage.name, [it.video_id for it in items], TABLE)
     out: list[VideoItem] = []
     for it, ok in zip(items, done, strict=True):
+        row = rows.get(it.video_id)
         if not it.remote:
             out.append(it)
-            continue
-        row = rows.get(it.video_id)
-        if row is None or not ok:
-            continue
-        out.append(VideoItem(it.video_id,
-                             Path(row["video_path"]) if row["video_path"] else it.video_path,
-                             Path(row["subtitle_path"]) if row["subtitle_path"]
-                             else it.subtitle_path))
+        elif row is not None and ok:
+            out.append(VideoItem(it.video_id,
+                                 Path(row["video_path"]) if row["video_path"] else it.video_path,
+                                 Path(row["subtitle_path"]) if row["subtitle_path"]
+                                 else it.subtitle_path))
     return out
 
 

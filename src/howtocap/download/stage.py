@@ -34,12 +34,7 @@ class DownloadStage(BaseStage):
     def process(self, video: VideoInput) -> StageOutput:
         import pandas as pd
 
-        from howtocap.download.fetch import (
-            failure,
-            fetch_file,
-            fetch_ytdlp,
-            uses_ytdlp,
-        )
+        from howtocap.download.fetch import failure, fetch_file, fetch_ytdlp, uses_ytdlp
 
         item, cfg = video.item, self.config
         stem = self.media_dir / safe_name(item.video_id)

@@ -11,9 +11,10 @@ from the cache when it is checked (a small LRU).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
     vectors = np.concatenate(keys).astype(np.float32)
     index, _ = make_faiss(vectors, index_type)
     k = min(cfg.neighbours + 1, len(owner))  # +1: the query itself comes back first
-    hits: dict[tuple[int, int], int] = {}
+    hits: Counter[tuple[int, int]] = Counter()
     for lo in range(0, len(owner), QUERY_BATCH):
         sims, nbrs = index.search(vectors[lo:lo + QUERY_BATCH], k)
         q_owner = owner[lo:lo + QUERY_BATCH, None]
@@ -80,26 +81,8 @@ def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
         qi, col = np.nonzero(ok)
         a = q_owner[qi, 0]
         b = other[qi, col]
-        for x, y in zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), strict=True):
-            hits[(x, y)] = hits.get((x, y), 0) + 1
-    return hits
-
-
-class _Rows:
-    """Per-second unit rows of video ``i`` by ``load(i)``, the last ``size`` kept."""
-
-    def __init__(self, load: Callable[[int], np.ndarray], size: int = LRU_VIDEOS) -> None:
-        self.load, self.size, self.memo = load, size, OrderedDict[int, np.ndarray]()
-
-    def __call__(self, i: int) -> np.ndarray:
-        if i in self.memo:
-            self.memo.move_to_end(i)
-            return self.memo[i]
-        rows = unit_rows(self.load(i))
-        self.memo[i] = rows
-        if len(self.memo) > self.size:
-            self.memo.popitem(last=False)
-        return rows
+        hits.update(zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), strict=True))
+    return dict(hits)
 
 
 def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
@@ -120,7 +103,7 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
     (``cands``: ``candidate_pairs`` already computed)."""
     if cands is None:
         cands = candidate_pairs(keys, cfg, index_type)
-    rows = _Rows(load)
+    rows = lru_cache(maxsize=LRU_VIDEOS)(lambda i: unit_rows(load(i)))
     video_pairs: dict[tuple[int, int], list[Segment]] = {}
     clip_pairs: dict[tuple[int, int], list[Segment]] = {}
     with progress_bar("checking pairs", transient=True, disable=not progress) as prog:
@@ -136,12 +119,10 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                 else:
                     clip_pairs[(i, j)] = segs
             prog.advance(bar)
-    px: dict[int, int] = {}
+    size = cache(pixels)
 
     def rank(i: int) -> tuple[float, int, str]:
-        if i not in px:
-            px[i] = pixels(i)
-        return kept_rank(durations[i], px[i], ids[i])
+        return kept_rank(durations[i], size(i), ids[i])
 
     out: list[dict[str, Any]] = []
     dropped: set[int] = set()
@@ -183,13 +164,6 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                           ignore_index=True), len(cands)
 
 
-def duplicates_fingerprint(cfg: DuplicatesConfig, encoder: str, fps: float) -> dict[str, Any]:
-    from howtocap.encoders.identity import encoder_identity
-
-    return {"stage": "duplicates", "version": VERSION, "encoder": encoder_identity(encoder),
-            "fps": fps, **cfg.model_dump()}
-
-
 def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
                    encoder: str = ENCODER, fps: float = FPS, device: str | None = None,
                    progress: bool = True) -> DuplicatesResult:
@@ -199,6 +173,7 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
     from howtocap.encoders import create
     from howtocap.encoders.cache import cache_path as frames_path
     from howtocap.encoders.cache import frame_embeddings, load
+    from howtocap.encoders.identity import encoder_identity
     from howtocap.io.video import probe
 
     t0 = time.time()
@@ -256,8 +231,9 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
 
     df, n_cands = find_duplicates(ids, keys, load_rows,
                                   durations, pixels, cfg, fps=fps, progress=progress)
-    fingerprint = duplicates_fingerprint(cfg, encoder, fps)
-    df["config_id"] = config_id(fingerprint)
+    df["config_id"] = config_id({"stage": "duplicates", "version": VERSION,
+                                 "encoder": encoder_identity(encoder), "fps": fps,
+                                 **cfg.model_dump()})
     out = rd.table_path("duplicates")
     atomic_write_parquet(conform(df, "duplicates"), out)
     rd.configs.write("duplicates", {"encoder": encoder, "fps": fps, **cfg.model_dump()})
