@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from howtocap.engine.rundir import RunDir
-from howtocap.shots.bounds import clamp_to_shot, shot_at, shots_by_video
+from howtocap.shots.bounds import clamp_to_shot, shots_by_video
 from tests.support.stages import write_rows
 
 SHOTS = [(0.0, 4.0), (4.0, 9.5), (9.5, 20.0)]
@@ -18,8 +18,7 @@ def test_window_across_a_cut_keeps_the_side_of_its_middle() -> None:
 
 
 def test_a_cut_belongs_to_the_later_shot_and_outside_is_none() -> None:
-    assert shot_at(SHOTS, 4.0) == (4.0, 9.5)
-    assert shot_at(SHOTS, 25.0) is None
+    assert clamp_to_shot(SHOTS, 2.0, 6.0) == (4.0, 6.0)  # middle 4.0, on a cut: the later shot
     assert clamp_to_shot(SHOTS, 22.0, 30.0) == (22.0, 30.0)
     assert clamp_to_shot([], 1.0, 3.0) == (1.0, 3.0)
 

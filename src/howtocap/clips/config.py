@@ -15,10 +15,6 @@ Cut = Literal["fast", "exact"]
 
 
 class ClipsConfig(BaseModel):
-    """``fast``: stream copy from the keyframe at or before the window's start (no decoding;
-    an MP4 edit list starts playback at the window); ``exact``: re-encoded (H.264 + AAC) to
-    the window."""
-
     cut: Cut = Field("fast", description=(
         "clips: fast = stream copy from the keyframe at or before the window's start (an edit "
         "list starts playback at the window); exact = re-encoded to the window."))

@@ -138,12 +138,10 @@ def cut_video(video_path: Path, jobs: list[ClipJob], cfg: ClipsConfig, work: Pat
                 img.save(buf, format="JPEG", quality=cfg.jpeg_quality)
                 out.append(ClipFiles(job, mp4, buf.getvalue(), end, key_t,
                                      round(probe(mp4).duration, 6), round(middle, 6)))
-    except av.FFmpegError as exc:
+    except BaseException as exc:
         for c in out:
             c.mp4.unlink(missing_ok=True)
-        raise InputError(video_path, f"not a readable video file ({exc})") from None
-    except BaseException:
-        for c in out:
-            c.mp4.unlink(missing_ok=True)
+        if isinstance(exc, av.FFmpegError):
+            raise InputError(video_path, f"not a readable video file ({exc})") from None
         raise
     return out, left_out

@@ -60,8 +60,8 @@ class DuplicatesResult:
     seconds: float = 0.0
 
 
-def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
-                    index_type: str = INDEX_TYPE) -> dict[tuple[int, int], int]:
+def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig
+                    ) -> dict[tuple[int, int], int]:
     """``(i, j) -> hits`` (i < j): keyframes of video i among the k nearest of a keyframe of
     video j (or back), at cosine >= ``cfg.threshold``; a video's own keyframes are skipped."""
     owner = np.concatenate([np.full(len(k), i, dtype=np.int64) for i, k in enumerate(keys)]) \
@@ -69,7 +69,7 @@ def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig,
     if len(owner) < 2:
         return {}
     vectors = np.concatenate(keys).astype(np.float32)
-    index, _ = make_faiss(vectors, index_type)
+    index, _ = make_faiss(vectors, INDEX_TYPE)
     k = min(cfg.neighbours + 1, len(owner))  # +1: the query itself comes back first
     hits: Counter[tuple[int, int]] = Counter()
     for lo in range(0, len(owner), QUERY_BATCH):
@@ -94,15 +94,14 @@ def _span(segs: list[Segment], side: str, fps: float) -> tuple[float, float]:
 def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                     load: Callable[[int], np.ndarray], durations: Sequence[float],
                     pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = FPS,
-                    progress: bool = False, index_type: str = INDEX_TYPE,
-                    cands: dict[tuple[int, int], int] | None = None
+                    progress: bool = False, cands: dict[tuple[int, int], int] | None = None
                     ) -> tuple[pd.DataFrame, int]:
     """The duplicates table (without ``config_id``) of videos ``ids``: ``keys[i]`` their
     keyframe vectors (unit), ``load(i)`` every per-second row, ``pixels(i)`` the frame size
     (asked only of videos in a group or a repeated clip); and the number of candidate pairs
     (``cands``: ``candidate_pairs`` already computed)."""
     if cands is None:
-        cands = candidate_pairs(keys, cfg, index_type)
+        cands = candidate_pairs(keys, cfg)
     rows = lru_cache(maxsize=LRU_VIDEOS)(lambda i: unit_rows(load(i)))
     video_pairs: dict[tuple[int, int], list[Segment]] = {}
     clip_pairs: dict[tuple[int, int], list[Segment]] = {}

@@ -7,7 +7,7 @@ kept caption per video per epoch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -54,13 +54,11 @@ class ClassifierCaptioner:
 class HFCaptioner:
     """A Hugging Face image-to-text model (BLIP, GIT, …) by hub id or local folder."""
 
-    def __init__(self, source: str, *, device: str | torch.device | None = None,
-                 max_new_tokens: int = 30, num_beams: int = 1, prompt: str | None = None) -> None:
+    def __init__(self, source: str, *, device: str | torch.device | None = None) -> None:
         import transformers as tf
 
         self.name = f"hf:{source}"
         self.device = pick_device(device)
-        self.max_new_tokens, self.num_beams, self.prompt = max_new_tokens, num_beams, prompt
         try:
             self.processor = tf.AutoProcessor.from_pretrained(source)
             auto = getattr(tf, "AutoModelForImageTextToText", None) or tf.AutoModelForVision2Seq
@@ -77,16 +75,11 @@ class HFCaptioner:
 
     @torch.no_grad()
     def caption(self, frames: np.ndarray) -> list[str]:
-        kwargs: dict[str, Any] = {"images": list(frames), "return_tensors": "pt"}
-        if self.prompt:
-            kwargs["text"] = [self.prompt] * len(frames)
-        inputs = {k: v.to(self.device) for k, v in self.processor(**kwargs).items()}
-        ids = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens,
-                                  num_beams=self.num_beams, do_sample=False)
-        texts = self.processor.batch_decode(ids, skip_special_tokens=True)
-        if self.prompt:
-            texts = [t[len(self.prompt):] if t.startswith(self.prompt) else t for t in texts]
-        return [" ".join(t.split()) for t in texts]
+        inputs = self.processor(images=list(frames), return_tensors="pt")
+        ids = self.model.generate(**{k: v.to(self.device) for k, v in inputs.items()},
+                                  max_new_tokens=30, num_beams=1, do_sample=False)
+        return [" ".join(t.split())
+                for t in self.processor.batch_decode(ids, skip_special_tokens=True)]
 
 
 def create_captioner(name: str = "default", *, device: str | None = None) -> Captioner:

@@ -38,7 +38,6 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
     rundir.record_videos(items)
     rundir.configs.write("framecaps", {"captioners": list(captioners), "scorer": scorer,
                                       **cfg.model_dump()})
-    opts = {"runner": runner, "progress": progress, "shard": shard,
-            "retry_failed": retry_failed, "max_attempts": max_attempts, "cid": cid,
-            "batching": batching}
-    return run_stage(rundir, items, stage, **opts)
+    return run_stage(rundir, items, stage, runner=runner, progress=progress, shard=shard,
+                     retry_failed=retry_failed, max_attempts=max_attempts, cid=cid,
+                     batching=batching)

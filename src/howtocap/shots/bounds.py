@@ -3,7 +3,6 @@ export, which must agree on where a video cuts."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,14 +18,6 @@ def shots_by_video(df: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
     df = df.sort_values(["video_id", "start"], kind="stable")
     return {str(v): list(zip(g["start"].astype(float), g["end"].astype(float), strict=True))
             for v, g in df.groupby("video_id", sort=False)}
-
-
-def shot_at(bounds: Bounds, t: float) -> tuple[float, float] | None:
-    """The shot that holds time ``t`` (the later one on a cut); None outside every shot."""
-    i = bisect.bisect_right([s for s, _ in bounds], t) - 1
-    if i >= 0 and bounds[i][0] <= t < bounds[i][1]:
-        return bounds[i]
-    return None
 
 
 def clamp_windows(bounds: Bounds, start: np.ndarray, end: np.ndarray

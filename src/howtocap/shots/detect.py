@@ -93,13 +93,11 @@ def detect_shots(path: str | Path, cfg: ShotsConfig) -> Detection:
     manager = SceneManager()
     manager.auto_downscale = True  # compare at PySceneDetect's default width (256 px)
     fps = float(video.frame_rate)
-    frame_detector = make_detector(cfg, fps)
-    if frame_detector is not None:
-        manager.add_detector(frame_detector)
     gradual = make_gradual_detector(fps, cfg.gradual_threshold, cfg.gradual_seconds,
                                     cfg.min_shot_seconds) if cfg.gradual else None
-    if gradual is not None:
-        manager.add_detector(gradual)
+    for detector in (make_detector(cfg, fps), gradual):
+        if detector is not None:
+            manager.add_detector(detector)
     try:
         frames = manager.detect_scenes(video)
     except Exception as e:  # noqa: BLE001 - a decode error mid-stream

@@ -27,11 +27,6 @@ def colour_histogram(frame_bgr: np.ndarray) -> np.ndarray:
     return (hist / max(float(hist.sum()), 1.0)).astype(np.float32)
 
 
-def tv_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Total variation distance of two histograms summing to 1: 0 same, 1 disjoint."""
-    return 0.5 * float(np.abs(a - b).sum())
-
-
 def gradual_cuts(signal: np.ndarray, fps: float, threshold: float,
                  min_shot_seconds: float) -> list[int]:
     """The frame index of each transition's middle, from the per-frame distance ``signal``
@@ -74,9 +69,11 @@ def make_gradual_detector(fps: float, threshold: float, seconds: float,
         def process_frame(self, timecode: Any, frame_img: np.ndarray) -> list[Any]:
             self.window.append(colour_histogram(frame_img))
             self.times.append(timecode)
-            # the distance centred on the frame ``lag`` back; 0 for the first ``lag`` frames
+            # the total variation distance (0 same, 1 disjoint) centred on the frame ``lag``
+            # back; 0 for the first ``lag`` frames
             full = len(self.window) == self.window.maxlen
-            self.signal.append(tv_distance(self.window[0], self.window[-1]) if full else 0.0)
+            self.signal.append(0.5 * float(np.abs(self.window[0] - self.window[-1]).sum())
+                               if full else 0.0)
             return []
 
         def post_process(self, timecode: Any) -> list[Any]:

@@ -55,11 +55,8 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
     videos compactly never lists them all), resumably, into ``DIR/shots/``. ``cfg`` None:
     the recorded settings. A video that does not decode fails alone, one status line."""
     cfg = cfg or recorded_config(rundir)
-    if windows is None:
-        whole = list(items) if items is not None else run_videos(rundir)
-
-        def windows() -> Iterable[Sequence[VideoItem]]:
-            return [whole]
+    # one window of every video unless the caller's ``windows`` pass is given
+    whole = None if windows else [list(items) if items is not None else run_videos(rundir)]
     stage = ShotsStage(cfg)
     cid = prepare_stages(rundir, [stage], redo=redo)[stage.name]
     rundir.configs.write(CONFIG, cfg.model_dump())
@@ -68,7 +65,7 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
             "batching": batching}
 
     out, ran = StageSummary(stage.name), False
-    for part in windows():
+    for part in whole or windows():  # type: ignore[misc]
         out.add(run_stage(rundir, part, stage, **opts))
         ran = True
     return out if ran else run_stage(rundir, [], stage, **opts)

@@ -120,10 +120,8 @@ class FaceDetector:
         bw, bh = raw[:, 2] / self.SIZE, raw[:, 3] / self.SIZE
         # from the letterboxed square back to the frame's own 0..1 coordinates
         sx, sy = 1 - 2 * pad_x, 1 - 2 * pad_y
-        x0 = np.clip((cx - bw / 2 - pad_x) / sx, 0, 1)
-        x1 = np.clip((cx + bw / 2 - pad_x) / sx, 0, 1)
-        y0 = np.clip((cy - bh / 2 - pad_y) / sy, 0, 1)
-        y1 = np.clip((cy + bh / 2 - pad_y) / sy, 0, 1)
+        x0, x1 = (np.clip((cx + d - pad_x) / sx, 0, 1) for d in (-bw / 2, bw / 2))
+        y0, y1 = (np.clip((cy + d - pad_y) / sy, 0, 1) for d in (-bh / 2, bh / 2))
         rects = [[float(a), float(b), float(c - a), float(d - b)]
                  for a, b, c, d in zip(x0, y0, x1, y1, strict=True)]
         kept = cv2.dnn.NMSBoxes(rects, score.tolist(), self.min_score, 0.3)

