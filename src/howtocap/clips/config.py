@@ -1,6 +1,5 @@
-"""The clip export's typed settings (recorded in ``OUT/clips.json`` and in every shard's
-fingerprint, so a re-run with other settings redoes the shards instead of mixing them). Each
-field with a ``description`` is a flag of ``howtocap export`` (``cli.options``)."""
+"""The clip export's typed settings (in ``OUT/clips.json`` and every shard's fingerprint: other
+settings redo the shards, never mix them); described fields are ``howtocap export`` flags."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Cutting one video's windows into clip files with ffmpeg (a process per clip: the work
-happens outside Python, so a thread pool runs several videos at once).
-
-``fast`` copies the streams from the keyframe at or before the window's start, with an MP4 edit
-list that starts playback at the window; ``exact`` decodes from that keyframe and re-encodes
-from the window's start, scaled to ``max_side`` (docs/clips.md, "Cutting"). Both write
-``-bitexact`` MP4s without the source's metadata, so the same export run twice gives the same
-bytes.
-"""
+happens outside Python, so a thread pool runs several videos at once). Both cuts
+(docs/clips.md, "Cutting") write ``-bitexact`` MP4s without the source's metadata, so the
+same export run twice gives the same bytes."""
 
 from __future__ import annotations
 
@@ -107,9 +102,8 @@ class ClipFiles:
 
 def cut_video(video_path: Path, jobs: list[ClipJob], cfg: ClipsConfig, work: Path
               ) -> tuple[list[ClipFiles], dict[str, str]]:
-    """Cut every job of one video into ``work/``; returns the clips and, per key, why a clip
-    was left out (its window lies outside the video). Raises ``InputError`` (the whole video
-    is skipped) when the video is missing or ffmpeg cannot cut it."""
+    """Cut every job of one video into ``work/``; the clips and, per key, why a window was left
+    out. ``InputError`` (the whole video skipped) when the video or ffmpeg fails."""
     import av
 
     from howtocap.io.video import frame_at, probe

@@ -1,15 +1,11 @@
 """``howtocap export DIR --format clips``: the kept captions' windows as video clips in
-WebDataset shards, in video2dataset's layout (docs/clips.md): per shard ``NNNNN.tar`` (mp4, json,
-caption, middle frame per clip), ``NNNNN.parquet`` and ``NNNNN_stats.json`` (written last: the
-shard is finished), then ``index.parquet`` and ``clips.json`` once every shard is.
+WebDataset shards, video2dataset's layout (docs/clips.md); a shard's ``_stats.json`` is
+written last, ``index.parquet`` and ``clips.json`` once every shard is.
 
-Why this shape: the plan (which clip goes in which shard under which key) is a function of
-the rows and the settings alone, never of timing, so a killed export resumes shard by shard
-(finished shards are kept, a half-written one is redone whole) and ends with the shards a
-clean run writes. Videos are cut by a thread pool (ffmpeg processes) a few videos ahead of the
-writer; each clip's MP4 waits on disk in ``OUT/.work/`` until the writer copies it into the
-tar, so memory does not grow with the number or size of the clips.
-"""
+Why this shape: the plan (which clip goes in which shard under which key) depends on the rows
+and settings alone, never on timing, so a killed export resumes shard by shard and ends with
+the shards a clean run writes. A thread pool cuts (ffmpeg) a few videos ahead of the writer;
+each MP4 waits in ``OUT/.work/`` until it is copied into the tar, so memory stays flat."""
 
 from __future__ import annotations
 
@@ -169,11 +165,6 @@ def _finished(out: Path, name: str, fingerprint: str) -> dict[str, Any] | None:
     return stats if ok else None
 
 
-def _drop_shard(out: Path, name: str) -> None:
-    for suffix in ("_stats.json", ".parquet", ".tar"):  # the marker first
-        (out / f"{name}{suffix}").unlink(missing_ok=True)
-
-
 # -- writing ---------------------------------------------------------------------------------
 def _member(tar: tarfile.TarFile, name: str, size: int, data: IO[bytes]) -> None:
     info = tarfile.TarInfo(name)
@@ -250,11 +241,9 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                  rows: pd.DataFrame | None = None, what: ExportWhat = WHAT,
                  config: ClipsConfig | None = None, progress: bool = True,
                  drop_duplicates: bool = False, where: str | None = None) -> ClipsExport:
-    """Write the clips of ``rows`` (default: what every export format takes,
-    ``io.export.pairs_for_export``; a filter such as ``--drop-duplicates`` passes its own)
-    into ``OUT`` [``DIR/clips``]; a missing or undecodable video is one line and skipped.
-    ``drop_duplicates``: the default rows without what ``howtocap duplicates`` found;
-    ``where``: only the rows passing it (``io.where``)."""
+    """Write the clips of ``rows`` (default: what every export format takes, filtered by
+    ``drop_duplicates`` and ``where``) into ``OUT`` [``DIR/clips``]; a missing or undecodable
+    video is one line and skipped."""
     cfg = config or ClipsConfig()
     cfg.check()
     rundir = RunDir(run_dir, create=False)
@@ -283,11 +272,11 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     fingerprints = [shard_fingerprint(part, paths, cfg) for part in shards]
     done: dict[int, dict[str, Any]] = {}
     for i, (name, fp) in enumerate(zip(names, fingerprints, strict=True)):
-        stats = _finished(out, name, fp)
-        if stats is not None:
+        if (stats := _finished(out, name, fp)) is not None:
             done[i] = stats
-        else:
-            _drop_shard(out, name)
+            continue
+        for suffix in ("_stats.json", ".parquet", ".tar"):  # the marker first
+            (out / f"{name}{suffix}").unlink(missing_ok=True)
     # a shard's jobs are in video order: one task per run of a video
     tasks = [_Task(i, vid, paths.get(vid, ""), [job for _, job in jobs])
              for i, part in enumerate(shards) if i not in done

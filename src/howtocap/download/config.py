@@ -16,12 +16,8 @@ Format = Literal["mp4", "webm", "any"]
 
 
 class DownloadConfig(BaseModel):
-    """Defaults as video2dataset's YouTube reader and HowTo100M: mp4 at most 360p with its
-    audio, English automatic captions as WebVTT.
-
-    Each field with a description is a flag of ``howtocap download`` and ``run``
-    (``cli.options``); ``max_size``, ``sub_langs`` and ``storage_options`` are typed as text
-    (``2G``, ``en,de``, JSON) and read here."""
+    """Defaults as video2dataset's YouTube reader and HowTo100M. Fields with a description are
+    flags of ``howtocap download`` and ``run``; sizes, languages and options are typed as text."""
 
     format: Format = Field("mp4", description=(
         "Container of downloaded videos (yt-dlp merges video and audio into it); any: "

@@ -101,16 +101,12 @@ def _classify(exc: BaseException, url: str, cfg: DownloadConfig) -> BaseExceptio
     """A fetch exception as a failure (``failure``) or a ``_Transient``; unknown ones as they
     are (cause "internal", traceback in the log). fsspec wraps the cause (its HTTP ``info``
     raises ``FileNotFoundError`` from a timeout), so the chain is read from the inside out."""
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and len(chain) < 8:
+    chain = [exc]
+    while len(chain) < 8 and (e := chain[-1].__cause__ or chain[-1].__context__) is not None:
         chain.append(e)
-        e = e.__cause__ or e.__context__
     for e in reversed(chain):
-        name = type(e).__name__
-        status = getattr(e, "status", None)
-        code = str((getattr(e, "response", None) or {}).get("Error", {}).get("Code", "")) \
-            if isinstance(getattr(e, "response", None), dict) else ""
+        status, response = getattr(e, "status", None), getattr(e, "response", None)
+        code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
         if isinstance(status, int) or code:
             if status in (404, 410) or code in ("404", "NoSuchKey", "NoSuchBucket"):
                 return failure("not found", f"HTTP {status or 404} for {url}")
@@ -124,7 +120,7 @@ def _classify(exc: BaseException, url: str, cfg: DownloadConfig) -> BaseExceptio
                 return _Transient("server error", f"HTTP {status} from {url}")
             if isinstance(status, int):
                 return failure("refused", f"HTTP {status} for {url}")
-        if isinstance(e, TimeoutError) or "Timeout" in name:
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
             return _Transient("timeout", f"no answer within {cfg.read_timeout:g} s "
                                          f"(--read-timeout) from {url}")
     for e in reversed(chain):
@@ -209,8 +205,7 @@ def check_video(path: Path, url: str) -> None:
     try:
         probe(path)
     except HowtocapError as exc:
-        problem = getattr(exc, "problem", str(exc))
-        raise failure("not a video", f"{url} ({problem})") from None
+        raise failure("not a video", f"{url} ({getattr(exc, 'problem', str(exc))})") from None
 
 
 # -- yt-dlp ---------------------------------------------------------------------------------

@@ -1,7 +1,5 @@
-"""``howtocap download`` (and the first stage of ``howtocap run`` when an input is remote):
-fetch every remote input into ``DIR/cache/media``, then hand later stages the same videos with
-local paths (``local_items``: each item's video_path / subtitle_path resolved through the
-``downloads`` table). Resumable like every stage: a finished download is not fetched again."""
+"""``howtocap download`` (and ``run``'s first stage when an input is remote): every remote
+input into ``DIR/cache/media``, then the same videos with local paths for later stages."""
 
 from __future__ import annotations
 
@@ -36,12 +34,9 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
                  refetch_missing: bool = True, batching: Batching | None = None
                  ) -> tuple[list[VideoItem], StageSummary]:
-    """Download every remote input (of this ``shard``); returns every input as later stages
-    should see it (``local_items``: failed downloads left out, their cause in the status
-    table) and the stage's summary.
-
-    ``refetch_missing``: a done download whose file is gone (deleted by hand, or by
-    ``--keep-media false``) is fetched again; ``run`` turns it off when it deletes media."""
+    """Download every remote input (of this ``shard``); returns the inputs as later stages see
+    them (``local_items``) and the summary. ``refetch_missing``: a done download whose file is
+    gone is fetched again (``run`` turns it off when it deletes media)."""
     config = config or DownloadConfig()
     items = resolve_videos(inputs)
     rundir = RunDir(out, shard_size=batching.shard_size if batching is not None else None)

@@ -1,6 +1,5 @@
-"""The download stage: one video's remote inputs into the run's media cache, as a row of the
-``downloads`` table (where the file came from, where it is, its size). Downloads wait on the
-network, so a worker runs many at a time (threads, ``--workers``)."""
+"""The download stage: one video's remote inputs into the media cache, a row of ``downloads``.
+Downloads wait on the network, so a worker runs many at a time (threads, ``--workers``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The duplicates step's typed settings (recorded in ``DIR/config/duplicates.json``); each
-field with a description is a flag of ``howtocap duplicates`` (``cli.options`` reads its name,
-default, bounds and help from here)."""
+"""The duplicates step's typed settings (``DIR/config/duplicates.json``); described fields
+are flags of ``howtocap duplicates`` (``cli.options``)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Segment:
-    """Rows ``a0..a1`` of video A show what rows ``b0..b1`` of video B show (inclusive row
-    indices of the per-second embeddings); ``seconds`` rows matched, at ``similarity`` (mean
-    cosine of the matched rows)."""
+    """Rows ``a0..a1`` of A show what rows ``b0..b1`` of B show (inclusive); ``seconds`` rows
+    matched, at mean cosine ``similarity``."""
 
     a0: int
     a1: int

@@ -1,16 +1,9 @@
-"""``howtocap duplicates DIR``: near-duplicate videos and repeated clips of a run, written to
-``DIR/duplicates.parquet``.
-
-A reduce step over every video after the frames stage (the steps are in docs/duplicates.md):
-cached per-second frame embeddings reduced to keyframes, a FAISS k-NN over all keyframes for
-candidate pairs, each pair checked second by second (``match``), near-duplicate videos grouped
-with one kept id. Only keyframe vectors stay in memory; a pair's per-second rows are read back
-from the cache when it is checked (a small LRU).
-"""
+"""``howtocap duplicates DIR`` -> ``DIR/duplicates.parquet``: a reduce over every video's cached
+per-second frame embeddings (steps: docs/duplicates.md). Only keyframe vectors stay in memory;
+a pair's per-second rows are read back from the cache when it is checked (a small LRU)."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +50,6 @@ class DuplicatesResult:
     clips: int  # rows of kind clip
     candidate_pairs: int
     skipped: dict[str, str] = field(default_factory=dict)  # video_id -> why
-    seconds: float = 0.0
 
 
 def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig
@@ -96,10 +88,8 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
                     pixels: Callable[[int], int], cfg: DuplicatesConfig, *, fps: float = FPS,
                     progress: bool = False, cands: dict[tuple[int, int], int] | None = None
                     ) -> tuple[pd.DataFrame, int]:
-    """The duplicates table (without ``config_id``) of videos ``ids``: ``keys[i]`` their
-    keyframe vectors (unit), ``load(i)`` every per-second row, ``pixels(i)`` the frame size
-    (asked only of videos in a group or a repeated clip); and the number of candidate pairs
-    (``cands``: ``candidate_pairs`` already computed)."""
+    """The duplicates table (without ``config_id``) and the number of candidate pairs.
+    ``pixels(i)`` is asked only of videos in a group or a repeated clip."""
     if cands is None:
         cands = candidate_pairs(keys, cfg)
     rows = lru_cache(maxsize=LRU_VIDEOS)(lambda i: unit_rows(load(i)))
@@ -166,16 +156,14 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
 def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
                    encoder: str = ENCODER, fps: float = FPS, device: str | None = None,
                    progress: bool = True) -> DuplicatesResult:
-    """Find the run's duplicates and write ``DIR/duplicates.parquet`` (rewritten whole: a
-    reduce over every video). A video that has no cached embeddings and does not decode is
-    one line and left out; the rest are compared."""
+    """Find the run's duplicates and write ``DIR/duplicates.parquet`` (whole: a reduce over
+    every video); a video without embeddings that does not decode is one line, left out."""
     from howtocap.encoders import create
     from howtocap.encoders.cache import cache_path as frames_path
     from howtocap.encoders.cache import frame_embeddings, load
     from howtocap.encoders.identity import encoder_identity
     from howtocap.io.video import probe
 
-    t0 = time.time()
     cfg = cfg or DuplicatesConfig()
     root = Path(run_dir)
     if not root.is_dir():
@@ -189,10 +177,9 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
                                                   "(run `howtocap run` or `howtocap frames`)")
     enc = create(encoder, device=device).frame_encoder
     ids: list[str] = []
-    paths: list[Path] = []
     keys: list[np.ndarray] = []
     durations: list[float] = []
-    cache_files: list[tuple[Path, str]] = []
+    files: list[tuple[Path, Path, str]] = []  # the video, its cache file and cache key
     skipped: dict[str, str] = {}
     with progress_bar("frame embeddings", transient=True, disable=not progress) as prog:
         bar = prog.add_task("videos", total=len(videos))
@@ -202,28 +189,27 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
             except InputError as exc:
                 skipped[vid] = str(exc)
                 console.print(f"[yellow]skip[/] {vid}: {exc}", highlight=False)
-                prog.advance(bar)
-                continue
-            rows = unit_rows(fe.emb)
-            ids.append(vid)
-            paths.append(Path(path))
-            keys.append(rows[keyframes(rows, cfg.keyframe_same)].astype(np.float16))
-            durations.append(fe.duration)
-            cache_files.append((frames_path(rd.cache_dir, enc.name, fe.key, fps), fe.key))
+            else:
+                rows = unit_rows(fe.emb)
+                ids.append(vid)
+                keys.append(rows[keyframes(rows, cfg.keyframe_same)].astype(np.float16))
+                durations.append(fe.duration)
+                files.append((Path(path), frames_path(rd.cache_dir, enc.name, fe.key, fps),
+                              fe.key))
             prog.advance(bar)
     if not ids:
         raise InputError(root, "no video has frame embeddings or decodes: nothing to compare")
 
     def load_rows(i: int) -> np.ndarray:
-        path, key = cache_files[i]
-        fe = load(path, encoder=enc.name, key=key, fps=fps)
+        video, cached, key = files[i]
+        fe = load(cached, encoder=enc.name, key=key, fps=fps)
         if fe is None:  # removed or corrupt since it was read: through the cache again
-            fe = frame_embeddings(paths[i], enc, fps=fps, cache_dir=rd.cache_dir)
+            fe = frame_embeddings(video, enc, fps=fps, cache_dir=rd.cache_dir)
         return fe.emb
 
     def pixels(i: int) -> int:
         try:
-            info = probe(paths[i])
+            info = probe(files[i][0])
         except InputError:
             return 0
         return info.width * info.height
@@ -239,5 +225,4 @@ def duplicates_run(run_dir: str | Path, cfg: DuplicatesConfig | None = None, *,
     n_video = int((df["kind"] == "video").sum())
     return DuplicatesResult(out, len(ids), n_video,
                             int(df.loc[df["kind"] == "video", "duplicate_of"].nunique()),
-                            int((df["kind"] == "clip").sum()), n_cands, skipped,
-                            round(time.time() - t0, 3))
+                            int((df["kind"] == "clip").sum()), n_cands, skipped)

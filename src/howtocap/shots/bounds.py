@@ -12,9 +12,8 @@ Bounds = Sequence[tuple[float, float]]
 
 
 def shots_by_video(df: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
-    """The shots table (``RunDir.table("shots")``) as {video_id: [(start, end), …] sorted by
-    start}; {} when it is empty (a run without the shots stage keeps its windows as they
-    are)."""
+    """The shots table as {video_id: [(start, end), …] by start}; {} when empty (a run without
+    shots keeps its windows)."""
     df = df.sort_values(["video_id", "start"], kind="stable")
     return {str(v): list(zip(g["start"].astype(float), g["end"].astype(float), strict=True))
             for v, g in df.groupby("video_id", sort=False)}

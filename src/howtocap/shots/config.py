@@ -1,7 +1,5 @@
-"""The shots step's typed settings: which detectors find the cuts and their thresholds (recorded
-in ``DIR/config/shots.json`` and part of the stage's fingerprint, so other settings are
-refused on a finished run unless ``--redo``). Each field with a ``description`` is a flag of
-``howtocap shots`` (``cli.options`` reads its name, default, bounds and help from here)."""
+"""The shots step's typed settings (``DIR/config/shots.json``, part of the fingerprint); each
+field with a ``description`` is a flag of ``howtocap shots`` (``cli.options``)."""
 
 from __future__ import annotations
 
@@ -13,16 +11,10 @@ Detector = Literal["content", "adaptive", "histogram", "hash", "none"]
 
 
 class ShotsConfig(BaseModel):
-    """Up to two detectors, their cuts combined: one of PySceneDetect's, which compares each
-    frame with the one before (hard cuts), and ``gradual`` (``shots.gradual``), which compares
-    frames ``gradual_seconds`` before and after each instant (dissolves, which change each
-    frame too little for the first; it finds hard cuts too). The defaults are the choice of
-    ``benchmarks/quality/bench_shots.py``'s written rule on its tuning set: the gradual
-    detector alone, a frame-to-frame one adding false cuts there without more hard cuts;
-    docs/shots.md quotes the held-out figures.
-
-    The minimum shot length is in seconds rather than PySceneDetect's frames (videos of a run
-    have different frame rates)."""
+    """Up to two detectors, their cuts combined: one of PySceneDetect's (each frame against the one
+    before: hard cuts) and ``gradual`` (frames ``gradual_seconds`` apart: dissolves, which change
+    each frame too little for the first). The defaults are ``benchmarks/quality/bench_shots.py``'s
+    choice (docs/shots.md). Shot lengths are in seconds, not frames: a run's frame rates differ."""
 
     detector: Detector = Field("none", json_schema_extra={"text": True}, description=(
         "Frame-to-frame detector (PySceneDetect): content (HSV difference of two frames "

@@ -50,10 +50,9 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
               redo: bool = False, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
               ) -> StageSummary:
-    """Detect the shots of every video of the run (``items``: these instead; ``windows``:
-    a fresh pass over these, a window of items at a time, so that a caller holding its
-    videos compactly never lists them all), resumably, into ``DIR/shots/``. ``cfg`` None:
-    the recorded settings. A video that does not decode fails alone, one status line."""
+    """Detect the shots of every video of the run (``items``: these instead; ``windows``: a
+    pass over them a window at a time, never listing them all) into ``DIR/shots/``. ``cfg``
+    None: the recorded settings."""
     cfg = cfg or recorded_config(rundir)
     # one window of every video unless the caller's ``windows`` pass is given
     whole = None if windows else [list(items) if items is not None else run_videos(rundir)]

@@ -1,6 +1,5 @@
-"""The signals step's typed settings (each a flag of ``howtocap signals``, through
-``cli.options``), recorded in ``DIR/config/signals.json`` and part of the stage's fingerprint:
-other settings are refused on a finished run unless ``--redo``."""
+"""The signals step's typed settings (flags of ``howtocap signals``), recorded in
+``DIR/config/signals.json`` and fingerprinted: others are refused unless ``--redo``."""
 
 from __future__ import annotations
 
@@ -8,12 +7,8 @@ from pydantic import BaseModel, Field, model_validator
 
 
 class SignalsConfig(BaseModel):
-    """How often frames are sampled, how a video without shots is cut into windows, and the
-    bar below which a window counts as static.
-
-    One decode pass per video at ``fps`` (frames scaled so the shorter side is at most
-    ``frame_size``): brightness, sharpness and motion use every sampled frame; the text and
-    face detectors, the costly part, run on every ``fps / detect_fps``-th one."""
+    """One decode pass per video at ``fps``: every sampled frame feeds brightness, sharpness and
+    motion; the text and face detectors, the costly part, see every ``fps / detect_fps``-th."""
 
     fps: float = Field(4.0, gt=0, le=30, description=(
         "Frames sampled per second for motion, brightness and sharpness."))

@@ -37,8 +37,7 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
                 batching: Batching | None = None, stage: SignalsStage | None = None
                 ) -> StageSummary:
     """Score every video of the run (``items``: these instead) into ``DIR/signals/``; a
-    video that does not decode fails alone, one status line. ``cfg`` None: the recorded
-    settings; ``stage``: a prepared stage (tests hand in their detectors)."""
+    video that does not decode fails alone. ``cfg`` None: the recorded settings."""
     stage = stage or SignalsStage(cfg or recorded_config(rundir))
     stage.cache_dir = rundir.cache_dir
     stage.shots_settings = rundir.configs.read("shots")  # None: fixed windows

@@ -1,11 +1,6 @@
 """The per-video signals stage: one decode pass per video (``io.video.iter_frames``, the
-decoder the frame cache uses) scored per shot — from the run's ``shots`` table when it has
-rows for the video — or per fixed window (``SignalsConfig.window_seconds``) otherwise.
-
-Frames are sampled at ``SignalsConfig.fps`` (4 per second by default) for motion, brightness
-and sharpness, and the text and face detectors see ``detect_fps`` of them (1 per second by
-default). With ``--aesthetic`` a linear head scores the frame cache's 1-fps embeddings
-(``signals.aesthetic``). It scores; it removes nothing."""
+frame cache's decoder), scored per shot of the run's ``shots`` table when it has the video,
+else per fixed window. It scores; it removes nothing."""
 
 from __future__ import annotations
 
