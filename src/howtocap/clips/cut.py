@@ -20,23 +20,12 @@ MIN_SECONDS = 0.05  # a window shorter than this (after cutting to the video) is
 FFMPEG_TIMEOUT = 600.0
 
 
-def ffmpeg() -> str:
-    exe = shutil.which("ffmpeg")
-    if exe is None:
-        raise HowtocapError("--format clips needs ffmpeg: apt-get install ffmpeg")
-    return exe
-
-
-def scale_filter(max_side: int) -> str:
-    """Longer side at most ``max_side`` (never up), even sizes (yuv420p)."""
-    return (f"scale=w='if(gte(iw,ih),min({max_side},iw),-2)':"
-            f"h='if(gte(iw,ih),-2,min({max_side},ih))'")
-
-
 def cut_command(src: Path, dst: Path, start: float, end: float, cfg: ClipsConfig,
                 has_audio: bool) -> list[str]:
     """The ffmpeg command line that writes the clip ``[start, end]`` of ``src`` to ``dst``."""
-    cmd = [ffmpeg(), "-nostdin", "-y", "-loglevel", "error", "-ss", f"{start:.6f}",
+    if (exe := shutil.which("ffmpeg")) is None:
+        raise HowtocapError("--format clips needs ffmpeg: apt-get install ffmpeg")
+    cmd = [exe, "-nostdin", "-y", "-loglevel", "error", "-ss", f"{start:.6f}",
            "-i", str(src), "-t", f"{end - start:.6f}", "-map", "0:v:0"]
     if has_audio:
         cmd += ["-map", "0:a:0"]
@@ -45,8 +34,9 @@ def cut_command(src: Path, dst: Path, start: float, end: float, cfg: ClipsConfig
         # MP4 muxer turns into an edit list (playback starts at the window, not the keyframe)
         cmd += ["-c", "copy"]
     else:
-        if cfg.max_side is not None:
-            cmd += ["-vf", scale_filter(cfg.max_side)]
+        if (side := cfg.max_side) is not None:  # longer side at most this, never up; even sizes
+            cmd += ["-vf", f"scale=w='if(gte(iw,ih),min({side},iw),-2)':"
+                           f"h='if(gte(iw,ih),-2,min({side},ih))'"]
         cmd += ["-c:v", "libx264", "-preset", cfg.preset, "-crf", str(cfg.crf),
                 "-pix_fmt", "yuv420p", "-flags:v", "+bitexact"]
         if has_audio:

@@ -1,3 +1,2 @@
 """The ``duplicates`` step: near-duplicate videos and repeated clips of a run, from the frame
-cache (``match``: the maths; ``run``: ``howtocap duplicates DIR``, writing
-``DIR/duplicates.parquet``). ``export`` and ``train`` drop them with ``--drop-duplicates``."""
+cache (``match``: the maths; ``run``: ``howtocap duplicates DIR``)."""

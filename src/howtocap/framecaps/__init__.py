@@ -1,2 +1,1 @@
-"""The ``framecaps`` step (Ventura et al.): ``label`` (captioners + CLIPScore top-K),
-``config`` (typed settings), ``stage`` (one video), ``run`` (``howtocap framecaps``)."""
+"""The ``framecaps`` step (Ventura et al.): video labels from image captioners."""

@@ -1,3 +1,2 @@
-"""Step ``signals``: what each shot (or fixed window) of a video looks like — motion, static,
-text and face area, brightness, sharpness — in ``DIR/signals/``, so junk (slides, a talking
-head, a black screen, a blurred frame) can be told apart before anything trains on it."""
+"""Step ``signals``: what each shot of a video looks like (``DIR/signals/``), so junk (slides,
+a talking head, a black screen, a blur) can be told apart before anything trains on it."""
