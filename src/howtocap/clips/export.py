@@ -145,11 +145,9 @@ def _prepare_out(out: Path) -> None:
     of a killed run (temp files, ``.work/``) go, finished shards stay for the resume."""
     names = shard_folder(out, _OURS_RE, ", or an earlier --format clips export to resume")
     # the summary first: a reader never pairs an old clips.json with new shards
-    for name in ("clips.json", "index.parquet"):
+    for name in ["clips.json", "index.parquet",
+                 *(n for n in names if n.startswith(".") and n.endswith(".tmp"))]:
         (out / name).unlink(missing_ok=True)
-    for name in names:
-        if name.startswith(".") and name.endswith(".tmp"):
-            (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / ".work", ignore_errors=True)
 
 

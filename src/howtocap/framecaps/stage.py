@@ -22,10 +22,7 @@ class FrameCapsStage(BaseStage):
 
     def __init__(self, captioners: Sequence[str], scorer: str, cfg: FrameCapsConfig, *,
                  device: str | None = None) -> None:
-        self.captioners = list(captioners)
-        self.scorer = scorer
-        self.cfg = cfg
-        self.device = device
+        self.captioners, self.scorer, self.cfg, self.device = list(captioners), scorer, cfg, device
         self._models: tuple[list[Any], Any] | None = None
 
     def load(self) -> None:

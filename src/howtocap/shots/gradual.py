@@ -18,15 +18,6 @@ SMOOTH_SECONDS = 0.3  # the moving average over the signal: a noisy plateau beco
 BINS = (8, 4, 4)  # hue, saturation, value
 
 
-def colour_histogram(frame_bgr: np.ndarray) -> np.ndarray:
-    """The frame's HSV histogram, summing to 1."""
-    import cv2
-
-    hsv = cv2.cvtColor(frame_bgr, cv2.COLOR_BGR2HSV)
-    hist = cv2.calcHist([hsv], [0, 1, 2], None, list(BINS), [0, 180, 0, 256, 0, 256]).ravel()
-    return (hist / max(float(hist.sum()), 1.0)).astype(np.float32)
-
-
 def gradual_cuts(signal: np.ndarray, fps: float, threshold: float,
                  min_shot_seconds: float) -> list[int]:
     """The frame index of each transition's middle, from the per-frame distance ``signal``
@@ -54,6 +45,7 @@ def make_gradual_detector(fps: float, threshold: float, seconds: float,
     them in seconds, so the caller can tell them from the other detector's."""
     from collections import deque
 
+    import cv2
     from scenedetect.detector import SceneDetector
 
     lag = max(1, int(round(seconds * fps)))
@@ -67,7 +59,10 @@ def make_gradual_detector(fps: float, threshold: float, seconds: float,
             self.cuts: list[float] = []
 
         def process_frame(self, timecode: Any, frame_img: np.ndarray) -> list[Any]:
-            self.window.append(colour_histogram(frame_img))
+            hsv = cv2.cvtColor(frame_img, cv2.COLOR_BGR2HSV)  # its HSV histogram, summing to 1
+            hist = cv2.calcHist([hsv], [0, 1, 2], None, list(BINS),
+                                [0, 180, 0, 256, 0, 256]).ravel()
+            self.window.append((hist / max(float(hist.sum()), 1.0)).astype(np.float32))
             self.times.append(timecode)
             # the total variation distance (0 same, 1 disjoint) centred on the frame ``lag``
             # back; 0 for the first ``lag`` frames

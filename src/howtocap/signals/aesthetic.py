@@ -65,13 +65,9 @@ def window_scores(path: Path, encoder: Any, head: tuple[np.ndarray, float],
     emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     score = emb @ w + b
     t = fe.times
-    out = []
-    for a, e in windows:
-        inside = (t >= a) & (t < e)
-        if inside.any():
-            out.append(float(score[inside].mean()))
-        elif len(t):
-            out.append(float(score[np.argmin(np.abs(t - (a + e) / 2))]))
-        else:
-            out.append(float("nan"))
-    return out
+
+    def mean(a: float, e: float) -> float:
+        if (inside := (t >= a) & (t < e)).any():
+            return float(score[inside].mean())
+        return float(score[np.argmin(np.abs(t - (a + e) / 2))]) if len(t) else float("nan")
+    return [mean(a, e) for a, e in windows]
