@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from howtocap.atomic import atomic_write, writer_tag
+from howtocap.atomic import HOST, atomic_write, pid_alive, sweep_temp_files, writer_tag
 from howtocap.download.config import DownloadConfig
 from howtocap.errors import HowtocapError, ServiceError
 from howtocap.io.inputs import VIDEO_EXTS, YOUTUBE_ID
@@ -62,8 +62,6 @@ _WRITER = re.compile(r"\.([A-Za-z0-9-]*)~(\d+)\.[^.]+\.tmp$")
 def sweep_media(media: Path) -> int:
     """Remove what killed downloads of this host left in ``media``: temp files (the
     project's sweep) and yt-dlp's temp folders (whose writer is dead)."""
-    from howtocap.atomic import HOST, pid_alive, sweep_temp_files
-
     if not media.is_dir():
         return 0
     removed = sweep_temp_files(media)
@@ -92,9 +90,8 @@ def storage_options(protocol: str, cfg: DownloadConfig) -> dict[str, Any]:
                                  "retries": {"max_attempts": 1}}  # ours retry (below)
         if endpoint := os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
             opts["endpoint_url"] = endpoint
-    user = {**cfg.storage_options.get("*", {}), **cfg.storage_options.get(protocol, {}),
+    return {**opts, **cfg.storage_options.get("*", {}), **cfg.storage_options.get(protocol, {}),
             **(cfg.storage_options.get("gs", {}) if protocol == "gcs" else {})}
-    return {**opts, **user}
 
 
 def _classify(exc: BaseException, url: str, cfg: DownloadConfig) -> BaseException:

@@ -3,8 +3,10 @@ input into ``DIR/cache/media``, then the same videos with local paths for later 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from howtocap.download.config import DownloadConfig
 from howtocap.download.stage import DownloadStage
@@ -18,6 +20,7 @@ from howtocap.engine.core import (
 )
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
+from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem, resolve_videos
 
 TABLE = "downloads"
@@ -66,11 +69,6 @@ BACKENDS = {"s3": ("s3fs", "s3://"), "gs": ("gcsfs", "gs://"), "gcs": ("gcsfs", 
 def need_backends(items: Iterable[VideoItem]) -> None:
     """One line before any work when a URL's file system is not installed (not one failed
     video per URL)."""
-    import importlib.util
-    from urllib.parse import urlsplit
-
-    from howtocap.errors import HowtocapError
-
     schemes = {urlsplit(u).scheme.lower() for it in items
                for u in (it.video_url, it.subtitle_url) if "://" in u}
     for scheme in sorted(schemes & set(BACKENDS)):

@@ -89,9 +89,8 @@ def _finished(marker: Path, item: Any, cfg: DownloadConfig) -> dict[str, Any] | 
             item.video_url, item.subtitle_url, cfg.fingerprint()):
         return None
     files = [done.get("video_path"), done.get("subtitle_path") if item.subtitle_url else ""]
-    if not all(Path(f).is_file() for f in files if f):
-        return None
-    if item.video_url and Path(done["video_path"]).stat().st_size != done.get("bytes"):
+    if not all(Path(f).is_file() for f in files if f) or (
+            item.video_url and Path(done["video_path"]).stat().st_size != done.get("bytes")):
         return None
     done.pop("settings")
     return done

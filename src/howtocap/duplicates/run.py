@@ -71,8 +71,7 @@ def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig
         other = owner[np.where(nbrs >= 0, nbrs, 0)]
         ok &= other != q_owner
         qi, col = np.nonzero(ok)
-        a = q_owner[qi, 0]
-        b = other[qi, col]
+        a, b = q_owner[qi, 0], other[qi, col]
         hits.update(zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), strict=True))
     return dict(hits)
 

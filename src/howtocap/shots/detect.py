@@ -69,13 +69,6 @@ def combine_cuts(frame_cuts: list[float], gradual: list[float], snap_seconds: fl
     return sorted(set(kept.values()))
 
 
-def shots_from_cuts(cuts: list[float], duration: float) -> list[tuple[float, float]]:
-    """Cut times -> consecutive shots covering ``[0, duration]`` (no cut: one shot)."""
-    inner = sorted(c for c in set(cuts) if 0.0 < c < duration)
-    edges = [0.0, *inner, duration]
-    return [(round(a, 4), round(b, 4)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-
-
 def detect_shots(path: str | Path, cfg: ShotsConfig) -> Detection:
     """The shots of the video at ``path``; one ``InputError`` line when it is no video or does
     not decode (the file is probed with ``io.video.probe`` first, which names the problem)."""
@@ -109,4 +102,7 @@ def detect_shots(path: str | Path, cfg: ShotsConfig) -> Detection:
     if gradual is not None:  # one cut per transition (within the gradual detector's reach)
         cuts = combine_cuts(cuts, gradual.cuts, cfg.gradual_seconds / 2,
                             max(cfg.min_shot_seconds, 2 * cfg.gradual_seconds))
-    return Detection(shots_from_cuts(cuts, duration), int(frames), duration)
+    # consecutive shots covering [0, duration] (no cut: one shot)
+    edges = [0.0, *sorted(c for c in set(cuts) if 0.0 < c < duration), duration]
+    shots = [(round(a, 4), round(b, 4)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return Detection(shots, int(frames), duration)

@@ -103,8 +103,7 @@ class SignalsStage(BaseStage):
         else:
             windows = fixed_windows(duration, cfg.window_seconds)
         n = max(1, math.ceil(duration * cfg.fps)) if duration > 0 else 0
-        planned = [(i + 0.5) / cfg.fps for i in range(n)]
-        chosen = detect_at(planned, windows, cfg.detect_every)
+        chosen = detect_at([(i + 0.5) / cfg.fps for i in range(n)], windows, cfg.detect_every)
         s = Samples()
         prev: tuple[float, np.ndarray] | None = None
         stream = iter_frames(path, fps=cfg.fps, size=cfg.frame_size, fit=True)
