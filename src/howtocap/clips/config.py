@@ -33,7 +33,3 @@ class ClipsConfig(BaseModel):
         if self.max_side is not None and self.cut == "fast":
             raise HowtocapError("--max-side scales the picture, which re-encodes it: use it "
                                 "with --cut exact (--cut fast copies the stream as it is)")
-
-    def fingerprint_fields(self) -> dict[str, object]:
-        """What changes the bytes of a shard (not how many workers made it)."""
-        return self.model_dump(exclude={"workers"})

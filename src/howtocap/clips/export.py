@@ -132,9 +132,10 @@ def deal(jobs: list[tuple[str, ClipJob]], shard_size: int) -> list[list[tuple[st
 
 def shard_fingerprint(part: list[tuple[str, ClipJob]], paths: dict[str, str],
                       cfg: ClipsConfig) -> str:
-    """What a shard's bytes depend on: its jobs, their videos' paths and the settings."""
+    """What a shard's bytes depend on: its jobs, their videos' paths and the settings (not how
+    many workers made it)."""
     return format(hash_text(json.dumps({
-        "format": FORMAT, "version": VERSION, "settings": cfg.fingerprint_fields(),
+        "format": FORMAT, "version": VERSION, "settings": cfg.model_dump(exclude={"workers"}),
         "jobs": [[j.key, j.start, j.end, j.meta, paths.get(v, "")] for v, j in part]},
         sort_keys=True)), "016x")
 

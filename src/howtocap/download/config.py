@@ -87,8 +87,7 @@ class DownloadConfig(BaseModel):
             else {"*": value}
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"format": self.format, "max_height": self.max_height, "audio": self.audio,
-                "max_size": self.max_size, "sub_langs": list(self.sub_langs)}
+        return self.model_dump(include={"format", "max_height", "audio", "max_size", "sub_langs"})
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)

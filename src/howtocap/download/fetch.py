@@ -1,12 +1,7 @@
-"""Fetching one remote file into the media cache: fsspec for direct files (``http(s)://``,
-``s3://``, ``gs://``), yt-dlp for YouTube and other web pages (as video2dataset splits them:
-a URL ending in a video extension is a file, anything else a page for yt-dlp's extractors).
-
-A fetch is atomic (docs/download.md): a kill leaves a temp file, never a file taken as done. A
-failure is one exception whose message starts with its cause (``not found: HTTP 404 for
-http://…``); ``ServiceError`` for what a plain re-run may fix (timeouts, rate limits,
-unreachable servers), ``HowtocapError`` (cause "bad input") for the rest.
-"""
+"""Fetching one remote file into the media cache: fsspec for direct files (http(s), s3, gs),
+yt-dlp for YouTube and other pages (video2dataset's split: a URL ending in a video extension is
+a file). A fetch is atomic (docs/download.md). A failure is one exception whose message starts
+with its cause; ``ServiceError`` for what a plain re-run may fix, ``HowtocapError`` else."""
 
 from __future__ import annotations
 

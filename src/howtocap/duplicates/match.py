@@ -1,12 +1,8 @@
-"""The maths of the duplicates step: which seconds of two videos show the same footage, in
-temporal order, and what that makes the pair (pure numpy, no files).
-
-Why seconds in order and not one vector per video: a trimmed copy, or a video that repeats a
-minute of another, has a video-mean vector unlike the other's, but its seconds match the other's
-seconds at one constant offset. So a pair is compared second by second (the cosine of the
-per-second frame embeddings the frame cache holds), and a run of matching seconds along one
-offset (a diagonal of the similarity matrix) is one piece of shared footage.
-"""
+"""The maths of the duplicates step (pure numpy): which seconds of two videos show the same
+footage, in temporal order. Why not one vector per video: a trimmed copy, or a video repeating
+a minute of another, has a mean vector unlike the other's, but its seconds match the other's at
+one constant offset; a run of matching seconds along one offset (a diagonal of the similarity
+matrix) is one piece of shared footage."""
 
 from __future__ import annotations
 

@@ -56,10 +56,9 @@ def candidate_pairs(keys: Sequence[np.ndarray], cfg: DuplicatesConfig
                     ) -> dict[tuple[int, int], int]:
     """``(i, j) -> hits`` (i < j): keyframes of video i among the k nearest of a keyframe of
     video j (or back), at cosine >= ``cfg.threshold``; a video's own keyframes are skipped."""
-    owner = np.concatenate([np.full(len(k), i, dtype=np.int64) for i, k in enumerate(keys)]) \
-        if keys else np.zeros(0, dtype=np.int64)
-    if len(owner) < 2:
+    if sum(len(k) for k in keys) < 2:
         return {}
+    owner = np.concatenate([np.full(len(k), i, dtype=np.int64) for i, k in enumerate(keys)])
     vectors = np.concatenate(keys).astype(np.float32)
     index, _ = make_faiss(vectors, INDEX_TYPE)
     k = min(cfg.neighbours + 1, len(owner))  # +1: the query itself comes back first

@@ -29,11 +29,8 @@ class Captioner(Protocol):
 
 
 class ClassifierCaptioner:
-    """The embedded default: "a photo of a <top ImageNet class>" from EfficientNet-Lite0.
-
-    It names objects, never actions: a stand-in that keeps the pipeline runnable offline,
-    not a substitute for BLIP/GIT captions (use ``hf:<id>`` for those).
-    """
+    """The embedded default: "a photo of a <top ImageNet class>" (EfficientNet-Lite0). It names
+    objects, never actions: it keeps the pipeline runnable offline; ``hf:<id>`` for BLIP/GIT."""
 
     name = "default"
 

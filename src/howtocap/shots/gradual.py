@@ -1,12 +1,7 @@
-"""Gradual transitions (dissolves): a detector of our own, added to PySceneDetect's (the signal
-is described in docs/shots.md).
-
-Why our own: PySceneDetect's detectors compare each frame with the one before or with a fixed
-brightness; a dissolve changes each frame too little for any frame-to-frame threshold that
-camera motion does not also cross, and nothing there compares frames further apart. Each
-smoothed peak of the signal (``scipy.signal.find_peaks``) is a transition, cut at the middle of
-the peak at half its prominence.
-"""
+"""Gradual transitions (dissolves): our own detector beside PySceneDetect's (docs/shots.md),
+whose detectors compare a frame with the one before or a fixed brightness: a dissolve changes
+each frame too little for any threshold camera motion does not also cross. Each smoothed peak
+of the signal is a transition, cut at the middle of the peak at half its prominence."""
 
 from __future__ import annotations
 

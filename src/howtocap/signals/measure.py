@@ -1,11 +1,7 @@
-"""Per-frame measures and their per-window means: the arithmetic of the signals step, apart
-from decoding and the detectors so it is testable on arrays (each measure: docs/signals.md).
-
-Each measure is made comparable across resolutions by computing it on luma in 0..1 at a fixed
-working size (``WORK`` px on the shorter side, area-averaged); a window's ``motion`` is the
-median over its pairs of frames, so a slide change or a cut inside a fixed window is one
-outlying pair, not motion.
-"""
+"""Per-frame measures and their per-window means, apart from decoding and the detectors so
+they are testable on arrays (docs/signals.md). Measures are taken on luma in 0..1 at a fixed
+working size (``WORK``), so resolutions compare; a window's ``motion`` is the median over its
+pairs of frames, so a slide change or a cut inside a fixed window is not motion."""
 
 from __future__ import annotations
 
