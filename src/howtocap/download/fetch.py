@@ -10,7 +10,7 @@ import re
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -264,11 +264,14 @@ def ytdlp_failure(message: str, url: str) -> HowtocapError:
     return failure("download failed", f"{url}: {text}")
 
 
-class _Log(list[str]):
+@dataclass
+class _Log:
     """yt-dlp's logger: keeps its messages (the max-filesize notice is not an error)."""
 
+    lines: list[str] = field(default_factory=list)
+
     def debug(self, msg: str) -> None:
-        self.append(msg)
+        self.lines.append(msg)
 
     info = warning = error = debug
 
@@ -316,7 +319,7 @@ def fetch_ytdlp(url: str, dest_stem: Path, cfg: DownloadConfig) -> Fetched:
         videos = [p for p in files if p.suffix.lower() not in (".vtt", ".srt", ".part",
                                                                 ".ytdl", ".json")]
         if not videos:
-            if over or any("larger than max-filesize" in ln for ln in log):
+            if over or any("larger than max-filesize" in ln for ln in log.lines):
                 raise failure("too large", f"{url} is over --max-size ({cfg.max_size:,} "
                                            f"bytes)")
             raise failure("download failed", f"{url}: yt-dlp wrote no video file")

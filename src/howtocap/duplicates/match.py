@@ -45,8 +45,7 @@ def keyframes(emb: np.ndarray, same: float) -> np.ndarray:
     not fill every k-NN slot of its queries (and the index is smaller)."""
     if len(emb) == 0:
         return np.zeros(0, dtype=np.int64)
-    keep = [0]
-    last = emb[0]
+    keep, last = [0], emb[0]
     for i in range(1, len(emb)):
         if float(emb[i] @ last) < same:
             keep.append(i)

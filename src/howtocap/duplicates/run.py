@@ -99,12 +99,9 @@ def find_duplicates(ids: Sequence[str], keys: Sequence[np.ndarray],
             ea, eb = rows(i), rows(j)
             segs = match_segments(ea, eb, threshold=cfg.threshold,
                                   min_seconds=cfg.min_seconds, gap=cfg.gap)
-            if segs:
-                if offset_coverage(ea, eb, segs, threshold=cfg.cover_threshold) \
-                        >= cfg.video_cover:
-                    video_pairs[(i, j)] = segs
-                else:
-                    clip_pairs[(i, j)] = segs
+            if segs:  # the whole video when its seconds match along the offsets, else clips
+                whole = offset_coverage(ea, eb, segs, threshold=cfg.cover_threshold)
+                (video_pairs if whole >= cfg.video_cover else clip_pairs)[(i, j)] = segs
             prog.advance(bar)
     size = cache(pixels)
 
