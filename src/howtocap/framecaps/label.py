@@ -89,15 +89,18 @@ def create_captioner(name: str = "default", *, device: str | None = None) -> Cap
                         "hf:<id|folder> (e.g. hf:Salesforce/blip-image-captioning-base)")
 
 
+def clipscore(image_emb: np.ndarray, text_emb: np.ndarray, weight: float = 2.5) -> np.ndarray:
+    """Row-wise CLIPScore of L2-normalised pairs."""
+    return weight * np.clip(np.sum(image_emb * text_emb, axis=1), 0.0, None)
+
+
 def select_captions(video_id: str, duration: float, times: np.ndarray,
                     captions: dict[str, list[str]], frame_emb: np.ndarray,
                     text_emb: dict[str, np.ndarray], cfg: FrameCapsConfig) -> pd.DataFrame:
     """Score every (frame, caption) pair and mark the top K distinct captions per captioner."""
     rows = []
     for name, texts in captions.items():
-        # CLIPScore of the L2-normalised (frame, caption) rows
-        scores = cfg.clipscore_weight * np.clip(np.sum(frame_emb * text_emb[name], axis=1), 0.0,
-                                                None)
+        scores = clipscore(frame_emb, text_emb[name], cfg.clipscore_weight)
         kept_texts: set[str] = set()
         keep = np.zeros(len(texts), bool)
         for i in np.argsort(-scores, kind="stable"):
