@@ -62,10 +62,8 @@ class SignalsStage(BaseStage):
     def load(self) -> None:
         from howtocap.signals.detectors import FaceDetector, TextDetector
 
-        if self._text is None:
-            self._text = TextDetector()
-        if self._faces is None:
-            self._faces = FaceDetector(min_score=self.cfg.min_face_score)
+        self._text = self._text or TextDetector()
+        self._faces = self._faces or FaceDetector(min_score=self.cfg.min_face_score)
         if self.cfg.aesthetic:
             from howtocap.signals.aesthetic import load_head
 
