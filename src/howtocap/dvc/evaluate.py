@@ -24,6 +24,7 @@ from howtocap.errors import HowtocapError
 DEFAULT_TIOUS: tuple[float, ...] = (0.3, 0.5, 0.7, 0.9)
 MAX_PROPOSALS = 1000  # per video, as the reference evaluation
 CAPTION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+METRICS = (*CAPTION_METRICS, "Recall", "Precision")
 PROTOCOL = ("densevid_eval (ActivityNet Captions, 2018): per-video mean over ground-truth "
             "videos, unmatched predictions scored against a random string, mean over tIoUs")
 
@@ -121,14 +122,11 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
 
     # Pair captions at every threshold, then tokenise every distinct sentence once.
     rng = random.Random(seed)
-    pairs: dict[float, dict[str, list[tuple[str, str]]]] = {}
-    for t in tious:
-        pairs[t] = {}
-        for v, ref in refs.items():
-            pairs[t][v] = [(preds[v][i][2], ref[j][2] if j is not None else
-                            "".join(rng.choice(string.ascii_lowercase)
-                                    for _ in range(rng.randint(10, 20))))
-                           for i, j in caption_pairs(preds[v], ref, t)]
+    pairs = {t: {v: [(preds[v][i][2], ref[j][2] if j is not None else
+                      "".join(rng.choice(string.ascii_lowercase)
+                              for _ in range(rng.randint(10, 20))))
+                     for i, j in caption_pairs(preds[v], ref, t)]
+                 for v, ref in refs.items()} for t in tious}
     sentences = sorted({s for per_t in pairs.values() for ps in per_t.values()
                         for pair in ps for s in pair})
     java = java_path()
@@ -147,8 +145,7 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
     per_video: dict[str, dict[str, list[float | None]]] = {v: {} for v in refs}
     try:
         for t in tious:
-            rows: dict[str, list[float | None]] = {m: [] for m in CAPTION_METRICS}
-            rows.update(Recall=[], Precision=[])
+            rows: dict[str, list[float | None]] = {m: [] for m in METRICS}
             for v, ref in refs.items():
                 ps = pairs[t][v]
                 if ps:
@@ -162,17 +159,15 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
                 for m, val in {**caps, "Recall": recall, "Precision": precision}.items():
                     rows[m].append(val)
                     per_video[v].setdefault(m, []).append(val)
-            per_tiou[f"{t:g}"] = {m: _mean(vals) for m, vals in rows.items()}
-            r, p = per_tiou[f"{t:g}"]["Recall"], per_tiou[f"{t:g}"]["Precision"]
-            per_tiou[f"{t:g}"]["F1"] = _f1(float(p or 0), float(r or 0))
+            at_t = per_tiou[f"{t:g}"] = {m: _mean(vals) for m, vals in rows.items()}
+            at_t["F1"] = _f1(float(at_t["Precision"] or 0), float(at_t["Recall"] or 0))
     finally:
         scorers.close()
     notes += scorers.warnings
     if scorers.warnings:  # METEOR failed: partial numbers would mislead
         for row in [*per_tiou.values(), *per_video.values()]:
             row["METEOR"] = None
-    metrics = [*CAPTION_METRICS, "Recall", "Precision"]
-    scores = {m: _mean([row[m] for row in per_tiou.values()]) for m in metrics}
+    scores = {m: _mean([row[m] for row in per_tiou.values()]) for m in METRICS}
     scores["F1"] = _f1(float(scores["Precision"] or 0), float(scores["Recall"] or 0))
     for n in notes:
         warnings.warn(n, UserWarning, stacklevel=2)

@@ -101,12 +101,17 @@ class Scorers:
     def score(self, gts: dict[int, list[str]],
               res: dict[int, list[str]]) -> dict[str, float | None]:
         """Scores of one video's pairs (keys shared by ``gts`` and ``res``)."""
-        out: dict[str, float | None] = {}
         with contextlib.redirect_stdout(io.StringIO()):  # BLEU prints its lengths
             bleu, _ = self._bleu.compute_score(gts, res)
-        for n, b in enumerate(bleu, 1):
-            out[f"Bleu_{n}"] = float(b)
-        out["METEOR"] = self._meteor_score(gts, res)
+        out: dict[str, float | None] = {f"Bleu_{n}": float(b) for n, b in enumerate(bleu, 1)}
+        out["METEOR"] = None
+        if self._meteor is not None:
+            try:
+                out["METEOR"] = float(self._meteor.compute_score(gts, res)[0])
+            except (ValueError, OSError, BrokenPipeError) as exc:
+                self.warnings.append(f"METEOR failed ({type(exc).__name__}: {exc}); reported "
+                                     "as null from here on")
+                self.close()
         out["ROUGE_L"] = float(self._rouge.compute_score(gts, res)[0])
         # CIDEr weighs n-grams by how many references hold them; references with no token at
         # all (an empty or punctuation-only sentence) leave it nothing to weigh: it scores 0
@@ -114,18 +119,6 @@ class Scorers:
         out["CIDEr"] = float(self._cider.compute_score(gts, res)[0]) \
             if any(r.split() for refs in gts.values() for r in refs) else 0.0
         return out
-
-    def _meteor_score(self, gts: dict[int, list[str]],
-                      res: dict[int, list[str]]) -> float | None:
-        if self._meteor is None:
-            return None
-        try:
-            return float(self._meteor.compute_score(gts, res)[0])
-        except (ValueError, OSError, BrokenPipeError) as exc:
-            self.warnings.append(f"METEOR failed ({type(exc).__name__}: {exc}); reported as "
-                                 "null from here on")
-            self.close()
-            return None
 
     def close(self) -> None:
         """Stop METEOR's JVM (pycocoevalcap only does it when the object is collected)."""
@@ -141,10 +134,10 @@ class Scorers:
 def tokenize_all(sentences: list[str], java: str | None) -> tuple[list[str], str, list[str]]:
     """Tokenised sentences, the tokenizer used, and warnings (PTB with Java, else Python)."""
     clean = [ascii_only(s) for s in sentences]
+    warn = []
     if java is not None:
         try:
             return ptb_tokenize(clean, java), "ptb (Stanford CoreNLP 3.4.1, Java)", []
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            warn = f"PTB tokenizer failed ({exc}); used the Python tokenizer instead"
-            return [python_tokenize(s) for s in clean], "python (PTB approximation)", [warn]
-    return [python_tokenize(s) for s in clean], "python (PTB approximation)", []
+            warn = [f"PTB tokenizer failed ({exc}); used the Python tokenizer instead"]
+    return [python_tokenize(s) for s in clean], "python (PTB approximation)", warn

@@ -11,6 +11,7 @@ clips.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -84,21 +85,15 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
     errors: dict[str, str] = {}
     size = encoder.image_size
 
-    def fail(s: EvalSample, exc: BaseException) -> None:
-        msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
-        errors.setdefault(s.video_id, " ".join(msg.split())[:300])
-
     todo: list[int] = []
     for i, s in enumerate(first):
         if cache_dir is not None and s.video_path is not None and s.video_path.exists():
             f = _cache_file(Path(cache_dir), s, encoder, n_frames)
             if f.exists():
-                try:
+                with contextlib.suppress(OSError, ValueError):  # a damaged entry is recomputed
                     clip_emb[i] = np.load(f)
                     clip_ok[i] = True
                     continue
-                except (OSError, ValueError):
-                    pass  # a damaged cache entry is recomputed
         todo.append(i)
 
     bar = progress_bar("[bold]embed clips", disable=not progress, transient=True)
@@ -127,10 +122,9 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
                     atomic_write_bytes(_cache_file(Path(cache_dir), s, encoder, n_frames),
                                        buf.getvalue())
             except Exception as exc:  # noqa: BLE001 - any per-video failure is a skip
-                fail(s, exc)
+                msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
+                errors.setdefault(s.video_id, " ".join(msg.split())[:300])
             bar.advance(task)
 
     idx = np.array([unique[(str(s.video_path), s.start, s.end)] for s in samples], np.int64)
-    if len(samples) == 0:
-        return ClipEmbeddings(np.zeros((0, encoder.dim), np.float32), np.zeros(0, bool), errors)
     return ClipEmbeddings(clip_emb[idx], clip_ok[idx], errors)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from howtocap.atomic import atomic_write_text
+from howtocap.encoders import create
 from howtocap.encoders.base import Encoder
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
@@ -31,16 +32,11 @@ from howtocap.metrics import RECALL_AT, multi_caption_metrics
 
 def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:
     """Unique clips (first sample of each) and, per sample, the index of its clip."""
-    index: dict[tuple, int] = {}
-    clips: list[EvalSample] = []
-    item = np.empty(len(samples), np.int64)
-    for j, s in enumerate(samples):
-        key = s.clip_key
-        if key not in index:
-            index[key] = len(clips)
-            clips.append(s)
-        item[j] = index[key]
-    return clips, item
+    first: dict[tuple, EvalSample] = {}
+    for s in samples:
+        first.setdefault(s.clip_key, s)
+    row = {key: i for i, key in enumerate(first)}
+    return list(first.values()), np.array([row[s.clip_key] for s in samples], np.int64)
 
 
 def _limit(samples: list[EvalSample], limit: int | None) -> list[EvalSample]:
@@ -49,29 +45,8 @@ def _limit(samples: list[EvalSample], limit: int | None) -> list[EvalSample]:
         return samples
     if limit < 1:
         raise HowtocapError("limit must be a positive number of clips")
-    keep: set[tuple] = set()
-    out = []
-    for s in samples:
-        if s.clip_key not in keep:
-            if len(keep) >= limit:
-                continue
-            keep.add(s.clip_key)
-        out.append(s)
-    return out
-
-
-def score(text_emb: np.ndarray, clip_emb: np.ndarray, caption_item: np.ndarray, *,
-          ties: str = TIES, device: torch.device | str | None = None
-          ) -> dict[str, dict]:
-    """t2v and v2t metrics from L2-normalised caption and clip embeddings (cosine similarity).
-
-    A small building block shared with training (per-epoch validation): embeddings in, metrics
-    out, nothing else.
-    """
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    t = torch.as_tensor(np.asarray(text_emb, np.float32), device=dev)
-    v = torch.as_tensor(np.asarray(clip_emb, np.float32), device=dev)
-    return multi_caption_metrics(t @ v.T, caption_item, ties=ties)
+    keep = set(list(dict.fromkeys(s.clip_key for s in samples))[:limit])
+    return [s for s in samples if s.clip_key in keep]
 
 
 def print_table(result: dict[str, Any], out: Console | None = None) -> None:
@@ -116,12 +91,8 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
     if not any(s.video_path is not None for s in samples):
         raise HowtocapError(f"none of the videos listed in {annotation_path} were found under "
                             f"{video_root} (looked for <video id>.<ext> at any depth)")
-    if isinstance(encoder_name, Encoder):
-        encoder = encoder_name
-    else:
-        from howtocap.encoders import create
-
-        encoder = create(encoder_name, device=device)
+    encoder = encoder_name if isinstance(encoder_name, Encoder) \
+        else create(encoder_name, device=device)
     clips, _ = _group(samples)
     emb = video_embeddings(clips, encoder, n_frames=n_frames,
                            cache_dir=Path(cache_dir) if cache_dir else None, progress=progress)
@@ -133,8 +104,11 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
     kept_clips, caption_item = _group(kept)
     clip_row = {c.clip_key: i for i, c in enumerate(clips)}
     clip_emb = emb.emb[[clip_row[c.clip_key] for c in kept_clips]]
-    text_emb = encoder.encode_texts([s.caption for s in kept])
-    metrics = score(text_emb, clip_emb, caption_item, ties=ties, device=encoder.device)
+    dev = torch.device(encoder.device) if encoder.device is not None else torch.device("cpu")
+    t = torch.as_tensor(np.asarray(encoder.encode_texts([s.caption for s in kept]), np.float32),
+                        device=dev)  # cosine similarity: both sides are L2-normalised
+    v = torch.as_tensor(np.asarray(clip_emb, np.float32), device=dev)
+    metrics = multi_caption_metrics(t @ v.T, caption_item, ties=ties)
 
     skipped_clips = [c for c, ok in zip(clips, emb.ok, strict=True) if not ok]
     result: dict[str, Any] = {

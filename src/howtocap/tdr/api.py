@@ -23,21 +23,9 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
 from howtocap.subtitles.policy import ASR_MODE
 from howtocap.tdr.config import EVERY, SPLIT, TdrConfig
-from howtocap.tdr.data import (
-    SPLITS,
-    VideoAnn,
-    goal_sentences,
-    read_annotations,
-    read_scripts,
-)
+from howtocap.tdr.data import SPLITS, VideoAnn, goal_sentences, read_annotations, read_scripts
 from howtocap.tdr.features import FrameFeatures, tdr_features_run
-from howtocap.tdr.losses import (
-    aux_loss,
-    fcl_labels,
-    kofcl_labels,
-    pair_mask,
-    tdr_loss,
-)
+from howtocap.tdr.losses import aux_loss, fcl_labels, kofcl_labels, pair_mask, tdr_loss
 from howtocap.tdr.metrics import gold_ranks, isolated_steps, ndcg_at, recall_at, rouge_l
 from howtocap.tdr.model import TdrModel
 
@@ -66,10 +54,8 @@ def load_inputs(annotations: str | Path, scripts: str | Path, videos: str | Path
     vdir = Path(videos)
     if not vdir.is_dir():
         raise InputError(vdir, "not a folder of videos")
-    by_stem: dict[str, Path] = {}
-    for p in sorted(vdir.iterdir()):
-        if p.suffix.lower() in VIDEO_EXTS and p.is_file():
-            by_stem.setdefault(p.stem, p.resolve())
+    by_stem = {p.stem: p.resolve() for p in sorted(vdir.iterdir(), reverse=True)  # first wins
+               if p.suffix.lower() in VIDEO_EXTS and p.is_file()}
     items, problems = [], []
     for vid, ann in anns.items():
         if split is not None and ann.subset != split:
@@ -167,11 +153,9 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
     dev = pick_device(device)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    batches, caps = [], {}
-    for vid, ff in feats.items():
-        ann = inp.anns[vid]
-        batches.append(make_batch(ann, ff, dev))
-        caps[vid] = torch.from_numpy(_encode(enc, [s.sentence for s in ann.steps])).to(dev)
+    batches = [make_batch(inp.anns[vid], ff, dev) for vid, ff in feats.items()]
+    caps = {vid: torch.from_numpy(_encode(enc, [s.sentence for s in inp.anns[vid].steps])).to(dev)
+            for vid in feats}
     model = TdrModel(enc.dim, d_model=cfg.d_model, d_r=cfg.d_r, context=cfg.context,
                      modality=cfg.modality).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -186,7 +170,27 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
         torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        _epochs(model, opt, batches, caps, aux, cfg, rng, dev, log, t0, on_epoch)
+        for epoch in range(cfg.epochs):
+            model.train()
+            rng.shuffle(batches)
+            tot = aux_tot = 0.0
+            for b in batches:  # one video per batch: its other captions are the negatives
+                g, q = model.frames(b.image, b.text)
+                loss = l_tdr = tdr_loss(model.relevance(q, model.sentences(caps[b.video_id])),
+                                        b.gold)
+                l_aux = torch.zeros((), device=dev)
+                if cfg.aux != "none" and cfg.lam > 0:
+                    l_aux = aux_loss(g, model.aux_w, *aux[b.video_id])
+                    loss = l_tdr + cfg.lam * l_aux
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                tot += float(l_tdr.detach())
+                aux_tot += float(l_aux.detach())
+            log.append({"epoch": epoch + 1, "loss_tdr": tot / len(batches),
+                        "loss_aux": aux_tot / len(batches), "seconds": time.perf_counter() - t0})
+            if on_epoch:
+                on_epoch(epoch + 1, log[-1]["loss_tdr"])
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - t0
@@ -199,33 +203,6 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
         {"config": cfg.model_dump(), "videos": len(batches), "problems": problems}, indent=1))
     return TrainResult(ckpt, len(batches), int(sum(len(b.gold) for b in batches)), seconds,
                        seconds / max(1, len(batches) * cfg.epochs), log, problems)
-
-
-def _epochs(model: TdrModel, opt: torch.optim.Optimizer, batches: list[VideoBatch],
-            caps: dict[str, torch.Tensor], aux: dict[str, tuple[torch.Tensor, torch.Tensor]],
-            cfg: TdrConfig, rng: random.Random, dev: torch.device, log: list[dict[str, float]],
-            t0: float, on_epoch: Callable[[int, float], None] | None) -> None:
-    for epoch in range(cfg.epochs):
-        model.train()
-        rng.shuffle(batches)
-        tot = aux_tot = 0.0
-        for b in batches:  # one video per batch: its other captions are the negatives
-            g, q = model.frames(b.image, b.text)
-            loss = l_tdr = tdr_loss(model.relevance(q, model.sentences(caps[b.video_id])), b.gold)
-            l_aux = torch.zeros((), device=dev)
-            if cfg.aux != "none" and cfg.lam > 0:
-                l_aux = aux_loss(g, model.aux_w, *aux[b.video_id])
-                loss = l_tdr + cfg.lam * l_aux
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            tot += float(l_tdr.detach())
-            aux_tot += float(l_aux.detach())
-        row = {"epoch": epoch + 1, "loss_tdr": tot / len(batches),
-               "loss_aux": aux_tot / len(batches), "seconds": time.perf_counter() - t0}
-        log.append(row)
-        if on_epoch:
-            on_epoch(epoch + 1, row["loss_tdr"])
 
 
 def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrModel, TdrConfig]:
@@ -247,14 +224,15 @@ def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrMod
     return model.to(pick_device(device)).eval(), cfg
 
 
+@dataclass
 class Scorer:
     """Frame × candidate relevance for one video: a trained model or a training-free baseline
     (``bm25`` over the transcript; ``text``/``image``/``joint``: cosine of the frozen encoder's
     transcript / image / summed embedding with the sentence embedding)."""
 
-    def __init__(self, encoder: Any, model: TdrModel | None = None,
-                 baseline: str | None = None) -> None:
-        self.encoder, self.model, self.baseline = encoder, model, baseline
+    encoder: Any
+    model: TdrModel | None = None
+    baseline: str | None = None
 
     def __call__(self, ff: FrameFeatures, sentences: Sequence[str]
                  ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -269,12 +247,7 @@ class Scorer:
                                          torch.from_numpy(ff.text).to(dev))
                 d = self.model.sentences(torch.from_numpy(emb).to(dev))
                 return (q @ d.T).cpu().numpy(), g.cpu().numpy(), d.cpu().numpy()
-        if self.baseline == "text":
-            query = ff.text
-        elif self.baseline == "image":
-            query = ff.image
-        else:
-            query = ff.image + ff.text
+        query = {"text": ff.text, "image": ff.image}.get(self.baseline or "", ff.image + ff.text)
         norm = np.linalg.norm(query, axis=1, keepdims=True)
         query = query / np.where(norm > 0, norm, 1.0)
         return query @ emb.T, query, emb
@@ -298,7 +271,6 @@ def _bm25(queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
 
 def _scorer(checkpoint: str | Path | None, baseline: str | None, device: str | None,
             encoder_model: Any | None) -> tuple[Scorer, TdrConfig]:
-
     if (checkpoint is None) == (baseline is None):
         raise HowtocapError("give either --checkpoint or --baseline")
     if baseline is not None and baseline not in BASELINES:
