@@ -42,26 +42,18 @@ def caption_pairs(preds: Sequence[Segment], refs: Sequence[Segment],
     prediction with every reference it overlaps by tIoU >= threshold, else with nothing."""
     pairs: list[tuple[int, int | None]] = []
     for i, p in enumerate(preds):
-        hits = [j for j, r in enumerate(refs) if tiou(p[:2], r[:2]) >= threshold]
-        if hits:
-            pairs.extend((i, j) for j in hits)
-        else:
-            pairs.append((i, None))
+        hits: list[int | None] = [j for j, r in enumerate(refs) if tiou(p[:2], r[:2]) >= threshold]
+        pairs.extend((i, j) for j in hits or [None])
     return pairs
 
 
 def detection(preds: Sequence[Segment], refs: Sequence[Segment],
               threshold: float) -> tuple[float, float]:
     """(recall, precision) of one video's segments at one threshold (tIoU > threshold)."""
-    covered_refs: set[int] = set()
-    covered_preds: set[int] = set()
-    for i, p in enumerate(preds):
-        for j, r in enumerate(refs):
-            if tiou(p[:2], r[:2]) > threshold:
-                covered_refs.add(j)
-                covered_preds.add(i)
-    recall = len(covered_refs) / len(refs) if refs else 0.0
-    precision = len(covered_preds) / len(preds) if preds else 0.0
+    hits = [(i, j) for i, p in enumerate(preds) for j, r in enumerate(refs)
+            if tiou(p[:2], r[:2]) > threshold]
+    recall = len({j for _, j in hits}) / len(refs) if refs else 0.0
+    precision = len({i for i, _ in hits}) / len(preds) if preds else 0.0
     return recall, precision
 
 

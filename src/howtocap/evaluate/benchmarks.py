@@ -9,6 +9,7 @@ whose file is missing keeps ``video_path=None`` and is reported as skipped by th
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import pickle
@@ -48,11 +49,8 @@ def index_videos(video_root: Path | None) -> dict[str, Path]:
     root = Path(video_root)
     if not root.is_dir():
         raise InputError(root, "video folder does not exist")
-    found: dict[str, Path] = {}
-    for p in sorted(root.rglob("*")):
-        if p.suffix.lower() in VIDEO_EXTS and p.is_file():
-            found.setdefault(p.stem, p)
-    return found
+    return {p.stem: p for p in sorted(root.rglob("*"), reverse=True)  # the first one wins
+            if p.suffix.lower() in VIDEO_EXTS and p.is_file()}
 
 
 def read_text(path: Path) -> str:
@@ -213,15 +211,12 @@ def read_lsmdc(annotation_path: Path, video_root: Path | None) -> list[EvalSampl
 
 
 def _float_or_none(value: str | None, path: Path, line: int, col: str) -> float | None:
-    if value is None or value == "":
+    if not value:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds):
-        raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}")
-    return seconds
+    with contextlib.suppress(ValueError):
+        if math.isfinite(seconds := float(value)):
+            return seconds
+    raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}")
 
 
 def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:

@@ -269,17 +269,13 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
                     "recall_" + other: by_inf[other]["per_task"][t]["recall"]}
                 for t, r in main["per_task"].items()}
     result: dict[str, Any] = {
-        "benchmark": "crosstask",
-        "annotations": str(annotations),
+        "benchmark": "crosstask", "annotations": str(annotations),
         "videos": str(videos) if videos is not None else None,
         "features": str(feat_dir) if feat_dir is not None else None,
         "encoder": getattr(encoder, "name", str(encoder_name)),
-        "split": split,
-        "inference": inference,
-        "recall": main["recall"],
+        "split": split, "inference": inference, "recall": main["recall"],
         "recall_by_inference": {n: r["recall"] for n, r in by_inf.items()},
-        "n_tasks": len(per_task),
-        "n_videos": len(kept),
+        "n_tasks": len(per_task), "n_videos": len(kept),
         "n_steps": int(sum(r["steps"] for r in main["per_task"].values())),
         "per_task": per_task,
         "skipped": {"videos": len(skipped), "errors": skipped,
@@ -378,10 +374,8 @@ def print_crosstask(result: dict[str, Any]) -> None:
     other = next(n for n in INFERENCE if n != inf)
     table = Table(title=f"crosstask ({result['split']}): {result['n_videos']} videos, "
                         f"{result['n_tasks']} tasks ({result['encoder']})")
-    for col, just in (("task", "left"), ("title", "left"), ("videos", "right"),
-                      ("steps", "right"), (f"recall {inf}", "right"),
-                      (f"recall {other}", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for col in ("task", "title", "videos", "steps", f"recall {inf}", f"recall {other}"):
+        table.add_column(col, justify="left" if col in ("task", "title") else "right")
     for t, r in result["per_task"].items():
         table.add_row(t, r["title"][:40], str(r["videos"]), str(r["steps"]),
                       f"{r['recall']:.1f}", f"{r['recall_' + other]:.1f}")

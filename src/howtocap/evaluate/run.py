@@ -56,8 +56,7 @@ def print_table(result: dict[str, Any], out: Console | None = None) -> None:
              f" ({result['encoder']}, {result['n_frames']} frames, ties {result['ties']})")
     table = Table(title=title)
     table.add_column("direction")
-    cols = [f"R@{k}" for k in RECALL_AT] + ["MedR", "MeanR", "n"]
-    for c in cols:
+    for c in [*(f"R@{k}" for k in RECALL_AT), "MedR", "MeanR", "n"]:
         table.add_column(c, justify="right")
     for direction in ("t2v", "v2t"):
         m = result[direction]
@@ -112,20 +111,14 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
 
     skipped_clips = [c for c, ok in zip(clips, emb.ok, strict=True) if not ok]
     result: dict[str, Any] = {
-        "benchmark": kind,
-        "annotations": str(annotation_path),
+        "benchmark": kind, "annotations": str(annotation_path),
         "videos": str(video_root) if video_root is not None else None,
         "encoder": getattr(encoder, "name", str(encoder_name)),
-        "n_frames": n_frames,
-        "ties": ties,
-        "limit": limit,
-        "n_clips": len(kept_clips),
-        "n_captions": len(kept),
-        "t2v": metrics["t2v"],
-        "v2t": metrics["v2t"],
+        "n_frames": n_frames, "ties": ties, "limit": limit,
+        "n_clips": len(kept_clips), "n_captions": len(kept),
+        "t2v": metrics["t2v"], "v2t": metrics["v2t"],
         "skipped": {
-            "clips": len(skipped_clips),
-            "captions": len(samples) - len(kept),
+            "clips": len(skipped_clips), "captions": len(samples) - len(kept),
             "videos": len({c.video_id for c in skipped_clips}),
             "errors": [{"video_id": v, "error": e} for v, e in sorted(emb.errors.items())],
         },

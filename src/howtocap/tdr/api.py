@@ -4,6 +4,7 @@ trained, scored or run on those features."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -105,17 +106,13 @@ def _features(inp: Inputs, root: Path, cfg: TdrConfig, model: Any, *, subtitles:
     return feats, [*inp.problems, *(f"{vid}: {msg}" for vid, msg in summary.failed)]
 
 
-_ENCODERS: dict[tuple[str, str | None], Any] = {}
-
-
+@functools.cache
 def _encoder(name: str, device: str | None) -> Any:
     """One frozen encoder per (name, device) per process: train → eval → export in one
     process (a notebook, a benchmark) load it once (loading is most of a small run)."""
     from howtocap.encoders import create
 
-    if (name, device) not in _ENCODERS:
-        _ENCODERS[(name, device)] = create(name, device=device)
-    return _ENCODERS[(name, device)]
+    return create(name, device=device)
 
 
 def _encode(model: Any, texts: Sequence[str]) -> np.ndarray:
