@@ -78,14 +78,11 @@ def _f1(p: float, r: float) -> float:
 def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
              split: str | None = None, meteor: bool = True,
              max_proposals: int = MAX_PROPOSALS, seed: int = 0) -> dict[str, Any]:
-    """Dense-captioning scores of ``pred`` against ``gt`` (see the module docstring).
+    """Dense-captioning scores of ``pred`` against ``gt`` (the JSON forms of ``dvc.data``).
 
-    ``pred``: ``{"results": {vid: [{"timestamp": [s, e], "sentence": str}]}}``; ``gt``: YouCook2
-    JSON (``{"database": ...}``) or ActivityNet Captions JSON. ``split`` keeps the YouCook2
-    videos of that subset. ``meteor=False`` skips METEOR (its JVM takes seconds to start).
-    The random strings that unmatched predictions are scored against come from ``seed``, so
-    results repeat. Returns ``scores`` (means over thresholds), ``per_tiou``, ``per_video``,
-    counts, the tokenizer and METEOR used, and warnings (also issued as ``UserWarning``).
+    ``split`` keeps the YouCook2 videos of that subset. ``meteor=False`` skips METEOR (its JVM
+    takes seconds to start). The random strings unmatched predictions are scored against come
+    from ``seed``, so results repeat. Warnings are also issued as ``UserWarning``.
     """
     if not tious or any(not 0 < t <= 1 for t in tious):
         raise HowtocapError(f"tIoU thresholds must be in (0, 1], got {list(tious)}")
@@ -140,10 +137,9 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
             rows: dict[str, list[float | None]] = {m: [] for m in METRICS}
             for v, ref in refs.items():
                 ps = pairs[t][v]
-                if ps:
-                    gts = {k: [tok[g]] for k, (_, g) in enumerate(ps)}
-                    res = {k: [tok[p]] for k, (p, _) in enumerate(ps)}
-                    caps = scorers.score(gts, res)
+                if ps:  # (reference, prediction) per pair
+                    caps = scorers.score({k: [tok[g]] for k, (_, g) in enumerate(ps)},
+                                         {k: [tok[p]] for k, (p, _) in enumerate(ps)})
                 else:
                     caps = {m: 0.0 for m in CAPTION_METRICS}
                     caps["METEOR"] = 0.0 if scorers.meteor_name else None

@@ -60,9 +60,6 @@ class CrossTaskRelease:
         return self.root / "annotations" / f"{video.task_id}_{video.video_id}.csv"
 
 
-# -- reading the release -------------------------------------------------------------------
-
-
 def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
     """``tasks_primary.txt``: records of id, title, URL, step count, comma-separated steps."""
     path = Path(path)
@@ -168,7 +165,6 @@ def read_release(root: Path | str, split: str = CROSSTASK_SPLIT) -> CrossTaskRel
                             sum(v.task_id not in tasks for v in listed))
 
 
-# -- inference -----------------------------------------------------------------------------
 def dp_inference(scores: np.ndarray) -> np.ndarray:
     """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]`` (one per step).
 
@@ -218,7 +214,6 @@ def recall_by_inference(kept: Sequence[tuple[Any, np.ndarray, np.ndarray]],
     return {n: step_recall([infer[n](s) for s in own], gts, tasks) for n in INFERENCE}
 
 
-# -- scoring -------------------------------------------------------------------------------
 def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None,
                        encoder_name: Any = ENCODER, *, features: Path | str | None = None,
                        inference: str = CROSSTASK_INFERENCE, split: str = CROSSTASK_SPLIT,
@@ -227,11 +222,9 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
                        show: bool = True) -> dict[str, Any]:
     """Step-localisation recall on a CrossTask release; returns (and may write) the result.
 
-    Frames come from the shared per-second frame-embedding cache (``cache_dir``, by default
-    the user cache), so a second run or another command on the same videos does not decode
-    again. With ``features`` (a folder of ``<video_id>.npy``, ``(seconds, encoder dim)`` at
-    1 fps) no video is decoded. A video without an annotation file, video or features, or with
-    a broken file, is listed under ``skipped`` with one line and left out.
+    Frames come from the shared per-second frame cache (``cache_dir``, by default the user
+    cache), so no run decodes a video twice; with ``features`` none is decoded. A video without
+    annotations, video or features, or with a broken file, is one line under ``skipped``.
     """
     from howtocap.encoders import create
     from howtocap.encoders.base import Encoder
@@ -296,11 +289,8 @@ def score_videos(release: CrossTaskRelease, encoder: Any, *, feat_dir: Path | No
                  progress: bool = False
                  ) -> tuple[list[tuple[CrossTaskVideo, np.ndarray, np.ndarray]],
                             list[dict[str, str]]]:
-    """``([(video, scores (seconds, steps), gt mask)], skipped)`` for the release's videos.
-
-    Scores are cosine similarities of per-second features (``feat_dir/<id>.npy``, or frames of
-    ``found[video_id]`` through the frame cache in ``cache_dir``) with the task's step texts.
-    """
+    """``([(video, scores (seconds, steps), gt mask)], skipped)`` for the release's videos:
+    cosine similarities of per-second features with the task's step texts."""
     from howtocap.progress import progress_bar
 
     found = found or {}

@@ -1,13 +1,8 @@
-"""Clip embeddings for evaluation: the mean of a few uniformly sampled frame embeddings.
-
-Standard zero-shot protocol (CLIP4Clip-style mean pooling): ``n_frames`` frames at the middles
-of ``n_frames`` equal slices of the clip, each embedded and L2-normalised, averaged and
-normalised again: ``Encoder.encode_clip``, pooled by the encoder's ``pool_clips`` as align and
-search pool, so the HowTo100M baseline (MEE) takes the max of its base features instead, the
-pooling it was trained with. Decoding (PyAV, releases the GIL) runs a few clips ahead of the
-encoder in a small thread pool, bounded so memory stays flat on benchmarks with thousands of
-clips.
-"""
+"""Clip embeddings for evaluation (the zero-shot protocol): ``n_frames`` frames at the middles
+of equal slices of the clip, pooled by ``Encoder.encode_clip`` as align and search pool (the
+mean of L2-normalised frames, CLIP4Clip-style; MEE the max it was trained with). Decoding
+(PyAV, releases the GIL) runs a few clips ahead of the encoder in a small thread pool, bounded
+so memory stays flat on benchmarks with thousands of clips."""
 
 from __future__ import annotations
 
@@ -44,8 +39,7 @@ def _decode(sample: EvalSample, n_frames: int, size: int) -> np.ndarray:
         raise HowtocapError("video file not found under the video folder")
     start, end = sample.start, sample.end
     if start is None or end is None:
-        info = probe(sample.video_path)
-        start, end = 0.0, info.duration
+        start, end = 0.0, probe(sample.video_path).duration
         if end <= 0:
             raise HowtocapError(f"{sample.video_path}: unknown or zero duration")
     return sample_frames(sample.video_path, segment_times(start, end, n_frames), size=size)
@@ -73,13 +67,11 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
     """
     if n_frames < 1:
         raise HowtocapError("n_frames must be at least 1")
-    unique: dict[tuple, int] = {}
-    first: list[EvalSample] = []
+    by_key: dict[tuple, EvalSample] = {}
     for s in samples:
-        key = (str(s.video_path), s.start, s.end)
-        if key not in unique:
-            unique[key] = len(first)
-            first.append(s)
+        by_key.setdefault((str(s.video_path), s.start, s.end), s)
+    first = list(by_key.values())
+    unique = {key: i for i, key in enumerate(by_key)}
     clip_emb = np.zeros((len(first), encoder.dim), np.float32)
     clip_ok = np.zeros(len(first), bool)
     errors: dict[str, str] = {}

@@ -1,11 +1,7 @@
-"""``howtocap eval``: zero-shot (or trained-checkpoint) text-video retrieval on a benchmark.
-
-Reads the benchmark's annotations, embeds each clip as the mean of ``n_frames`` frame
-embeddings and each caption with the text tower, then scores text-to-video and video-to-text
-retrieval (see :mod:`howtocap.metrics` for ranks and ties). Clips whose video is
-missing or unreadable are dropped together with their captions and listed in the output, so
-the numbers say exactly which subset they were measured on.
-"""
+"""``howtocap eval``: zero-shot (or trained-checkpoint) text-video retrieval on a benchmark
+(ranks and ties: :mod:`howtocap.metrics`). Clips whose video is missing or unreadable are
+dropped with their captions and listed in the output, so the numbers say exactly which subset
+they were measured on."""
 
 from __future__ import annotations
 
@@ -76,13 +72,9 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
              limit: int | None = None, ties: str = TIES,
              cache_dir: Path | str | None = None, progress: bool = True,
              show: bool = True, **reader_kw: Any) -> dict[str, Any]:
-    """Evaluate retrieval on benchmark ``kind``; returns (and optionally writes) the result.
-
-    ``encoder_name`` is anything :func:`howtocap.encoders.create` accepts (``default``,
-    ``hf:<id>``, ``openclip:<arch>/<pretrained>``, a trained checkpoint) or an ``Encoder``.
-    ``reader_kw`` goes to the benchmark reader (``subset=`` for YouCook2,
-    ``captions_path=`` for MSVD).
-    """
+    """Retrieval on benchmark ``kind``; returns (and may write) the result. ``encoder_name``:
+    a name :func:`howtocap.encoders.create` accepts, or an ``Encoder``; ``reader_kw`` go to the
+    reader (``subset=`` for YouCook2, ``captions_path=`` for MSVD)."""
     t0 = time.perf_counter()
     if video_root is None and kind != "csv":
         raise HowtocapError(f"{kind} needs the folder holding its videos (--videos DIR)")
@@ -100,9 +92,8 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
         first = next(iter(emb.errors.items()), ("?", "?"))
         raise HowtocapError(f"no clip could be read (e.g. {first[0]}: {first[1]})")
     kept = [s for s in samples if s.clip_key in ok_keys]
-    kept_clips, caption_item = _group(kept)
-    clip_row = {c.clip_key: i for i, c in enumerate(clips)}
-    clip_emb = emb.emb[[clip_row[c.clip_key] for c in kept_clips]]
+    kept_clips, caption_item = _group(kept)  # the readable clips, in the same order
+    clip_emb = emb.emb[emb.ok]
     dev = torch.device(encoder.device) if encoder.device is not None else torch.device("cpu")
     t = torch.as_tensor(np.asarray(encoder.encode_texts([s.caption for s in kept]), np.float32),
                         device=dev)  # cosine similarity: both sides are L2-normalised

@@ -322,9 +322,8 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
         sents = goal_sentences(inp.scripts, ann.goal)
         ss, _, _ = scorer(ff, sents)
         rel = rouge_l(caps, sents)
-        for i in np.flatnonzero(keep):
-            for k in ndcg:
-                ndcg[k].append(ndcg_at(ss[i], rel[gold[i]], k))
+        for k in ndcg:
+            ndcg[k] += [ndcg_at(ss[i], rel[gold[i]], k) for i in np.flatnonzero(keep)]
     seconds = time.perf_counter() - t0
     all_r = np.concatenate(ranks) if ranks else np.zeros(0, int)
     iso = np.concatenate(iso_ranks) if iso_ranks else np.zeros(0, int)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,7 @@ class VideoAnn:
 
     def step_at(self, t: float) -> int | None:
         """Index of the step whose segment holds time ``t`` (the first, if several do)."""
-        for i, s in enumerate(self.steps):
-            if s.start <= t <= s.end:
-                return i
-        return None
+        return next((i for i, s in enumerate(self.steps) if s.start <= t <= s.end), None)
 
 
 def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str, VideoAnn]:
@@ -76,8 +73,7 @@ def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str,
         out[vid] = VideoAnn(vid, str(entry.recipe_type), subset, duration, steps)
     if todo:  # one spaCy pass over every sentence that lacks key objects
         for (vid, k, _), ko in zip(todo, key_objects_of([t[2] for t in todo]), strict=True):
-            s = out[vid].steps[k]
-            out[vid].steps[k] = StepAnn(s.id, s.start, s.end, s.sentence, ko)
+            out[vid].steps[k] = replace(out[vid].steps[k], key_objects=ko)
     for ann in out.values():
         ann.steps.sort(key=lambda s: (s.start, s.end))
     return out

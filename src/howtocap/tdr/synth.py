@@ -124,15 +124,13 @@ class TdrSampleSet:
 def _scripts(rng: random.Random, n_scripts: int) -> dict[str, list[list[str]]]:
     """``n_scripts`` per goal: each words every step with one paraphrase, in order, with one or
     two distractor sentences slipped in."""
-    out: dict[str, list[list[str]]] = {}
+    out: dict[str, list[list[str]]] = {goal: [] for goal in GOALS}
     for goal, steps in GOALS.items():
-        scripts = []
         for j in range(n_scripts):
             sents = [s.paraphrases[j] if j < 3 else rng.choice(s.paraphrases) for s in steps]
             for d in rng.sample(DISTRACTORS[goal], rng.choice([1, 2])):
                 sents.insert(rng.randrange(len(sents) + 1), d)
-            scripts.append(sents)
-        out[goal] = scripts
+            out[goal].append(sents)
     return out
 
 
