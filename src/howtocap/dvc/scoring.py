@@ -37,13 +37,9 @@ def ascii_only(text: str) -> str:
 def python_tokenize(text: str) -> str:
     """A pure-Python stand-in for Stanford PTB tokenisation + the toolkit's punctuation removal:
     lower-cased, clitics split (``don't`` -> ``do n't``), punctuation dropped."""
-    out: list[str] = []
-    for tok in _TOKEN.findall(text.replace("\n", " ").lower()):
-        m = _CLITIC.match(tok)
-        for part in (m.group(1), m.group(2)) if m else (tok,):
-            if part not in PTB_PUNCTUATION and part not in _BRACKETS_QUOTES:
-                out.append(part)
-    return " ".join(out)
+    parts = [p for tok in _TOKEN.findall(text.replace("\n", " ").lower())
+             for m in [_CLITIC.match(tok)] for p in (m.groups() if m else (tok,))]
+    return " ".join(p for p in parts if p not in PTB_PUNCTUATION and p not in _BRACKETS_QUOTES)
 
 
 def ptb_tokenize(sentences: list[str], java: str) -> list[str]:

@@ -229,9 +229,8 @@ def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]
     path = Path(annotation_path)
     rows = _csv_rows(path, ("video_id", "video_path", "caption"))
     base = Path(video_root) if video_root is not None else path.parent
-    videos: dict[str, Path] | None = None
+    videos: dict[str, Path] | None = None  # indexed when a row first needs it
     out = []
-    full: Path | None
     for i, row in enumerate(rows, start=2):
         vid, vp, text = row["video_id"], row["video_path"], row["caption"]
         if not vid or not text:
@@ -242,11 +241,9 @@ def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]
             raise InputError(path, f"line {i}: give both start and end (end > start) or neither")
         if vp:
             full = listed_path(path, i, vp, base)
-            if full is not None and not full.exists():
-                full = None
+            full = full if full is not None and full.exists() else None
         else:
-            if videos is None:
-                videos = index_videos(base)
+            videos = videos if videos is not None else index_videos(base)
             full = videos.get(vid)
         out.append(EvalSample(vid, full, text, start, end))
     return out

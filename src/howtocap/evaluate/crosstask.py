@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_text
+from howtocap.bundled import cache_root
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import CROSSTASK_INFERENCE, CROSSTASK_SPLIT
-from howtocap.evaluate.benchmarks import read_text
+from howtocap.evaluate.benchmarks import index_videos, read_text
 from howtocap.metrics import step_recall
 
 INFERENCE = ("dp", "independent")
@@ -228,7 +230,6 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
     """
     from howtocap.encoders import create
     from howtocap.encoders.base import Encoder
-    from howtocap.evaluate.benchmarks import index_videos
 
     t0 = time.perf_counter()
     if inference not in INFERENCE:
@@ -244,12 +245,9 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
     found = index_videos(Path(videos)) if feat_dir is None and videos is not None else {}
     encoder = encoder_name if isinstance(encoder_name, Encoder) \
         else create(str(encoder_name), device=device)
-    if cache_dir is None:
-        from howtocap.bundled import cache_root
-
-        cache_dir = cache_root()
     kept, skipped = score_videos(release, encoder, feat_dir=feat_dir, found=found,
-                                 cache_dir=Path(cache_dir), progress=progress)
+                                 cache_dir=cache_root() if cache_dir is None else Path(cache_dir),
+                                 progress=progress)
     if not kept:
         first = skipped[0]["error"] if skipped else "no videos"
         raise HowtocapError(f"no CrossTask video could be evaluated (e.g. {first})")
@@ -276,8 +274,6 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
         "seconds": round(time.perf_counter() - t0, 2),
     }
     if out is not None:
-        from howtocap.atomic import atomic_write_text
-
         atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
     if show:
         print_crosstask(result)

@@ -105,9 +105,8 @@ def write_crosstask_release(out_dir: Path | str, *, videos_per_task: int = 2,
                                          fps=fps, size=size, audio=False, subtitles=None,
                                          seed=seed)
             segs = [(k, sample.steps[i].start, sample.steps[i].end) for k, i in shown]
-            fv = FixtureVideo(task_id, vid, sample.video_path, order, segs,
-                              "train" if j < train_per_task else "val")
-            videos.append(fv)
+            videos.append(FixtureVideo(task_id, vid, sample.video_path, order, segs,
+                                       "train" if j < train_per_task else "val"))
             (release / "annotations" / f"{task_id}_{vid}.csv").write_text(
                 "".join(f"{k + 1},{s:.2f},{e:.2f}\n" for k, s, e in segs), encoding="utf-8")
     (release / "tasks_primary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

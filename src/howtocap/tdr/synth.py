@@ -154,7 +154,6 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
     rng = random.Random(seed)
     n_val = max(1, round(videos_per_goal * validation_share)) if videos_per_goal >= 2 else 0
     db: dict[str, dict[str, object]] = {}
-    ids = []
     for goal in GOALS:
         for v in range(videos_per_goal):
             vid = f"tdr_{goal}_{v:02d}"
@@ -177,9 +176,8 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
                      "degenerate": spoken[i] == s.pronoun}
                     for i, (s, st) in enumerate(zip(steps, video.steps, strict=True))],
             }
-            ids.append(vid)
     ann = out / "annotations.json"
     atomic_write_text(ann, json.dumps({"database": db}, indent=1))
     scripts = out / "scripts.json"
     atomic_write_text(scripts, json.dumps(_scripts(rng, n_scripts), indent=1))
-    return TdrSampleSet(vdir, ann, scripts, ids)
+    return TdrSampleSet(vdir, ann, scripts, list(db))
