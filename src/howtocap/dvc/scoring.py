@@ -43,11 +43,8 @@ def python_tokenize(text: str) -> str:
 
 
 def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
-    """Stanford PTB tokenisation (the jar inside pycocoevalcap), one output line per sentence.
-
-    The toolkit's own wrapper writes its temp file into site-packages; this one keeps it in the
-    system temp folder so a read-only install works.
-    """
+    """Stanford PTB tokenisation (the jar inside pycocoevalcap), one line per sentence; unlike
+    the toolkit's wrapper, not writing into site-packages, so a read-only install works."""
     from pycocoevalcap.tokenizer import ptbtokenizer
 
     jar = Path(ptbtokenizer.__file__).with_name(ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR)
@@ -71,10 +68,7 @@ def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
 
 class Scorers:
     """BLEU-1..4, METEOR (when Java runs), ROUGE-L and CIDEr over tokenised caption pairs.
-
-    METEOR holds a JVM with the paraphrase table loaded (seconds to start), so one instance is
-    used for every video and threshold and closed at the end.
-    """
+    METEOR's JVM takes seconds to start: one instance serves every video and threshold."""
 
     def __init__(self, meteor: bool, java: str | None) -> None:
         from pycocoevalcap.bleu.bleu import Bleu

@@ -168,11 +168,9 @@ def read_release(root: Path | str, split: str = CROSSTASK_SPLIT) -> CrossTaskRel
 
 
 def dp_inference(scores: np.ndarray) -> np.ndarray:
-    """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]`` (one per step).
-
-    ``O(T·K)``: ``best[k][t]`` = the best sum of steps ``0..k`` with step ``k`` at ``t``, from a
-    running maximum of ``best[k-1]`` over earlier seconds. Ties go to the earliest seconds.
-    """
+    """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]``, in ``O(T·K)``:
+    ``best[k][t]`` = the best sum of steps ``0..k`` with step ``k`` at ``t``, from a running
+    maximum of ``best[k-1]`` over earlier seconds. Ties go to the earliest seconds."""
     s = np.asarray(scores, np.float64)
     if s.ndim != 2:
         raise HowtocapError(f"scores must be (n_seconds, n_steps), got shape {s.shape}")

@@ -59,11 +59,9 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
                      cache_dir: Path | None = None, progress: bool = True,
                      decode_workers: int = 2, prefetch: int = 8) -> ClipEmbeddings:
     """One L2-normalised float32 embedding per sample (clips shared by samples are encoded once).
-
-    Unreadable or missing videos are not fatal: their rows stay zero, ``ok`` is False and the
-    reason is in ``errors``, so one broken download does not sink a 3,000-clip benchmark.
-    With ``cache_dir``, clip embeddings are kept as ``cache_dir/eval/<key>.npy`` (the key covers
-    encoder, file size/mtime, clip times and ``n_frames``), making re-runs nearly free.
+    An unreadable or missing video leaves its rows zero, ``ok`` False and a reason in ``errors``:
+    one broken download does not sink a 3,000-clip benchmark. ``cache_dir/eval/<key>.npy`` (key:
+    encoder, file size/mtime, clip times, ``n_frames``) makes re-runs nearly free.
     """
     if n_frames < 1:
         raise HowtocapError("n_frames must be at least 1")

@@ -35,16 +35,6 @@ def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:
     return list(first.values()), np.array([row[s.clip_key] for s in samples], np.int64)
 
 
-def _limit(samples: list[EvalSample], limit: int | None) -> list[EvalSample]:
-    """The captions of the first ``limit`` clips (for a quick look at a large benchmark)."""
-    if limit is None:
-        return samples
-    if limit < 1:
-        raise HowtocapError("limit must be a positive number of clips")
-    keep = set(list(dict.fromkeys(s.clip_key for s in samples))[:limit])
-    return [s for s in samples if s.clip_key in keep]
-
-
 def print_table(result: dict[str, Any], out: Console | None = None) -> None:
     """The t2v/v2t metrics as a rich table."""
     out = out or Console()
@@ -78,7 +68,12 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
     t0 = time.perf_counter()
     if video_root is None and kind != "csv":
         raise HowtocapError(f"{kind} needs the folder holding its videos (--videos DIR)")
-    samples = _limit(read_benchmark(kind, annotation_path, video_root, **reader_kw), limit)
+    samples = read_benchmark(kind, annotation_path, video_root, **reader_kw)
+    if limit is not None:  # the captions of the first ``limit`` clips: a quick look
+        if limit < 1:
+            raise HowtocapError("limit must be a positive number of clips")
+        keep = {c.clip_key for c in _group(samples)[0][:limit]}
+        samples = [s for s in samples if s.clip_key in keep]
     if not any(s.video_path is not None for s in samples):
         raise HowtocapError(f"none of the videos listed in {annotation_path} were found under "
                             f"{video_root} (looked for <video id>.<ext> at any depth)")

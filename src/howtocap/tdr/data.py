@@ -46,11 +46,9 @@ class VideoAnn:
 
 
 def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str, VideoAnn]:
-    """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``.
-
-    Key objects come from an annotation's ``key_objects`` list when present (our generated
-    sets carry them), else from the nouns of its sentence (``key_objects_of``), as in the paper.
-    """
+    """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``; key objects
+    from an annotation's ``key_objects`` (our generated sets carry them), else the nouns of its
+    sentence, as in the paper."""
     path = Path(path)
     out: dict[str, VideoAnn] = {}
     todo: list[tuple[str, int, str]] = []  # (video, index in file order, sentence)
@@ -116,20 +114,16 @@ _nlp: Any = None
 _nlp_lock = threading.Lock()
 
 
-def _spacy() -> Any:
+def key_objects_of(sentences: Iterable[str]) -> list[frozenset[str]]:
+    """The key objects of each sentence: lower-cased lemmas of its nouns and proper nouns."""
     global _nlp
     with _nlp_lock:
         if _nlp is None:
             import spacy
 
             _nlp = spacy.load(SPACY_MODEL, disable=["ner", "parser"])
-        return _nlp
-
-
-def key_objects_of(sentences: Iterable[str]) -> list[frozenset[str]]:
-    """The key objects of each sentence: lower-cased lemmas of its nouns and proper nouns."""
     return [frozenset(t.lemma_.lower() for t in doc if t.pos_ in ("NOUN", "PROPN"))
-            for doc in _spacy().pipe(list(sentences))]
+            for doc in _nlp.pipe(list(sentences))]
 
 
 def iou(a: Sequence[str] | frozenset[str], b: Sequence[str] | frozenset[str]) -> float:
