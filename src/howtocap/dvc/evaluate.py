@@ -65,9 +65,8 @@ def _select_split(gt: GroundTruth, split: str | None) -> dict[str, list[Segment]
                             "(ActivityNet Captions ships one file per split: pass that file)")
     chosen = {v: s for v, s in gt.videos.items() if gt.subsets.get(v) == split}
     if not chosen:
-        known = ", ".join(sorted(set(gt.subsets.values())))
         raise HowtocapError(f"--split {split}: no ground-truth video has that subset "
-                            f"(subsets: {known})")
+                            f"(subsets: {', '.join(sorted(set(gt.subsets.values())))})")
     return chosen
 
 

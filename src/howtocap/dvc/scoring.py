@@ -1,9 +1,6 @@
-"""Caption scorers of the COCO caption toolkit (pycocoevalcap), with and without Java.
-
-BLEU, ROUGE-L and CIDEr are pure Python; METEOR 1.5 and the Stanford PTB tokenizer are Java
-programs the toolkit starts as subprocesses. Without Java we still score: METEOR becomes
-``None`` and a pure-Python approximation of PTB tokenisation is used, and the result says so.
-"""
+"""Caption scorers of the COCO caption toolkit (pycocoevalcap), with and without Java: METEOR
+1.5 and the Stanford PTB tokenizer are Java subprocesses; without Java, METEOR is ``None``, a
+pure-Python approximation of PTB tokenisation is used, and the result says so."""
 
 from __future__ import annotations
 

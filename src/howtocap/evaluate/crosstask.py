@@ -1,11 +1,9 @@
-"""CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2).
-
-Every second of a video is scored against every step of its task; the CrossTask inference (a
+"""CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2):
+every second of a video is scored against every step of its task; the CrossTask inference (a
 dynamic program) places each step at one second in canonical order, and recall per task is
 correct / annotated steps, averaged over tasks (the official protocol). ``inference=
-"independent"`` takes each step's best second alone, reported for comparison only. The
-release layout read here and the protocol's details are in docs/eval.md.
-"""
+"independent"`` takes each step's best second alone, for comparison only. The release layout
+and the protocol's details are in docs/eval.md."""
 
 from __future__ import annotations
 
@@ -161,8 +159,7 @@ def read_release(root: Path | str, split: str = CROSSTASK_SPLIT) -> CrossTaskRel
         if v.task_id in tasks:
             videos.setdefault((v.task_id, v.video_id), v)
     if not videos:
-        raise InputError(root / SPLITS[split][-1], "lists no video of a task in "
-                                                   "tasks_primary.txt")
+        raise InputError(root / SPLITS[split][-1], "lists no video of a task in tasks_primary.txt")
     return CrossTaskRelease(root, tasks, list(videos.values()),
                             sum(v.task_id not in tasks for v in listed))
 
@@ -231,8 +228,7 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
 
     t0 = time.perf_counter()
     if inference not in INFERENCE:
-        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, "
-                            f"not {inference!r}")
+        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, not {inference!r}")
     if videos is None and features is None:
         raise HowtocapError("crosstask needs --videos DIR (or --features DIR of "
                             "<video_id>.npy at 1 fps)")

@@ -73,7 +73,6 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
     clip_emb = np.zeros((len(first), encoder.dim), np.float32)
     clip_ok = np.zeros(len(first), bool)
     errors: dict[str, str] = {}
-    size = encoder.image_size
 
     todo: list[int] = []
     for i, s in enumerate(first):
@@ -94,7 +93,7 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
         while nxt < len(todo) or pending:
             while nxt < len(todo) and len(pending) < max(1, prefetch):
                 i = todo[nxt]
-                pending.append((i, pool.submit(_decode, first[i], n_frames, size)))
+                pending.append((i, pool.submit(_decode, first[i], n_frames, encoder.image_size)))
                 nxt += 1
             i, fut = pending.pop(0)
             s = first[i]

@@ -46,9 +46,8 @@ def print_table(result: dict[str, Any], out: Console | None = None) -> None:
         table.add_column(c, justify="right")
     for direction in ("t2v", "v2t"):
         m = result[direction]
-        cells = [f"{m[f'R@{k}']:.1f}" for k in RECALL_AT]
-        cells += [f"{m['MedR']:g}", f"{m['MeanR']:.1f}", str(m["n"])]
-        table.add_row(direction, *cells)
+        table.add_row(direction, *(f"{m[f'R@{k}']:.1f}" for k in RECALL_AT), f"{m['MedR']:g}",
+                      f"{m['MeanR']:.1f}", str(m["n"]))
     out.print(table)
     sk = result["skipped"]
     if sk["clips"]:

@@ -205,8 +205,7 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
 def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrModel, TdrConfig]:
     from howtocap.encoders.base import pick_device
 
-    p = Path(path)
-    p = p / CKPT_FILE if p.is_dir() else p
+    p = Path(path) / CKPT_FILE if Path(path).is_dir() else Path(path)
     if not p.is_file():
         raise InputError(p, "no TDR checkpoint here (train one with `howtocap tdr train`)")
     try:
@@ -315,8 +314,7 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
         if not keep.any():
             continue
         caps = [s.sentence for s in ann.steps]
-        sc, _, _ = scorer(ff, caps)
-        r = gold_ranks(sc[keep], gold[keep])
+        r = gold_ranks(scorer(ff, caps)[0][keep], gold[keep])
         ranks.append(r)
         iso_ranks.append(r[b.isolated[keep]])
         sents = goal_sentences(inp.scripts, ann.goal)

@@ -1,9 +1,7 @@
-"""Readers for the inputs of ``howtocap tdr``: YouCook2 annotations and instructional scripts.
-
-Both formats are the field's own (YouCook2's ``youcookii_annotations_*.json``; scripts as
-``{goal: [[sentence, ...], ...]}`` or the paper's recipe crawl ``{goal: [{"split_ins": [...]}]}``),
-so a user can point the commands at real data. A malformed file is one line naming it.
-"""
+"""Readers for the inputs of ``howtocap tdr`` in the field's own formats (YouCook2's
+``youcookii_annotations_*.json``; scripts as ``{goal: [[sentence, ...], ...]}`` or the paper's
+recipe crawl ``{goal: [{"split_ins": [...]}]}``), so a user can point the commands at real data.
+A malformed file is one line naming it."""
 
 from __future__ import annotations
 

@@ -61,8 +61,7 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
     ids = [it.video_id for it in items]
     done = rundir.done(stage.name, ids, TDR_TABLE)
     wanted = {v for v, ok in zip(ids, done, strict=True) if ok}
-    shards = rundir.shard_of(ids)
-    for k in sorted({int(s) for s, ok in zip(shards, done, strict=True) if ok}):
+    for k in sorted({int(s) for s, ok in zip(rundir.shard_of(ids), done, strict=True) if ok}):
         rows = rundir.read_shard(TDR_TABLE, k)  # a shard file at a time, not the table
         if rows is None:
             continue

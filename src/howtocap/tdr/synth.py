@@ -139,13 +139,10 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
                  size: int = 128, validation_share: float = 0.34, vary: bool = True,
                  seed: int = 0) -> TdrSampleSet:
     """Write ``videos/<vid>.mp4`` (+ ``.vtt`` narration), ``annotations.json`` (YouCook2 form,
-    with ``key_objects``) and ``scripts.json`` under ``out_dir``.
-
-    Per goal, the last ``validation_share`` of its videos are ``validation``, the rest
-    ``training`` (at least one of each when ``videos_per_goal`` >= 2). Each pronoun-capable step
-    uses its pronoun narration with probability ``pronoun_rate``. ``vary``: half the videos
-    skip one step and step lengths vary (0.75-1.25x), so a frame's position alone does not
-    tell its step.
+    with ``key_objects``) and ``scripts.json`` under ``out_dir``. Per goal, the last
+    ``validation_share`` of its videos are ``validation`` (at least one of each split when
+    ``videos_per_goal`` >= 2). ``vary``: half the videos skip one step and step lengths vary
+    (0.75-1.25x), so a frame's position alone does not tell its step.
     """
     if videos_per_goal < 1 or n_scripts < 1 or not 0 <= pronoun_rate <= 1:
         raise HowtocapError("videos_per_goal and n_scripts must be >= 1, pronoun_rate in [0, 1]")
