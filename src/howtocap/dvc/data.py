@@ -33,8 +33,7 @@ Segment = tuple[float, float, str]
 
 
 class Malformed(ValueError):
-    """A structural problem in a prediction or ground-truth dict (turned into a one-line error
-    naming the file by the caller)."""
+    """A structural problem in a prediction or ground-truth dict (the caller names the file)."""
 
 
 @dataclass
@@ -73,8 +72,7 @@ class YouCook2Video(BaseModel):
 
 
 class Step(Annotation):
-    """A YouCook2 segment read as a query (``evaluate``) or a step (``tdr``): its sentence is
-    text, stripped."""
+    """A YouCook2 segment read as a query (``evaluate``) or a step (``tdr``): text, stripped."""
 
     sentence: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
     id: StrictInt | None = None

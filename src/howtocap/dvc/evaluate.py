@@ -24,6 +24,7 @@ from howtocap.errors import HowtocapError
 DEFAULT_TIOUS: tuple[float, ...] = (0.3, 0.5, 0.7, 0.9)
 MAX_PROPOSALS = 1000  # per video, as the reference evaluation
 CAPTION_METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+METRICS = (*CAPTION_METRICS, "Recall", "Precision")
 PROTOCOL = ("densevid_eval (ActivityNet Captions, 2018): per-video mean over ground-truth "
             "videos, unmatched predictions scored against a random string, mean over tIoUs")
 
@@ -41,26 +42,18 @@ def caption_pairs(preds: Sequence[Segment], refs: Sequence[Segment],
     prediction with every reference it overlaps by tIoU >= threshold, else with nothing."""
     pairs: list[tuple[int, int | None]] = []
     for i, p in enumerate(preds):
-        hits = [j for j, r in enumerate(refs) if tiou(p[:2], r[:2]) >= threshold]
-        if hits:
-            pairs.extend((i, j) for j in hits)
-        else:
-            pairs.append((i, None))
+        hits: list[int | None] = [j for j, r in enumerate(refs) if tiou(p[:2], r[:2]) >= threshold]
+        pairs.extend((i, j) for j in hits or [None])
     return pairs
 
 
 def detection(preds: Sequence[Segment], refs: Sequence[Segment],
               threshold: float) -> tuple[float, float]:
     """(recall, precision) of one video's segments at one threshold (tIoU > threshold)."""
-    covered_refs: set[int] = set()
-    covered_preds: set[int] = set()
-    for i, p in enumerate(preds):
-        for j, r in enumerate(refs):
-            if tiou(p[:2], r[:2]) > threshold:
-                covered_refs.add(j)
-                covered_preds.add(i)
-    recall = len(covered_refs) / len(refs) if refs else 0.0
-    precision = len(covered_preds) / len(preds) if preds else 0.0
+    hits = [(i, j) for i, p in enumerate(preds) for j, r in enumerate(refs)
+            if tiou(p[:2], r[:2]) > threshold]
+    recall = len({j for _, j in hits}) / len(refs) if refs else 0.0
+    precision = len({i for i, _ in hits}) / len(preds) if preds else 0.0
     return recall, precision
 
 
@@ -72,9 +65,8 @@ def _select_split(gt: GroundTruth, split: str | None) -> dict[str, list[Segment]
                             "(ActivityNet Captions ships one file per split: pass that file)")
     chosen = {v: s for v, s in gt.videos.items() if gt.subsets.get(v) == split}
     if not chosen:
-        known = ", ".join(sorted(set(gt.subsets.values())))
         raise HowtocapError(f"--split {split}: no ground-truth video has that subset "
-                            f"(subsets: {known})")
+                            f"(subsets: {', '.join(sorted(set(gt.subsets.values())))})")
     return chosen
 
 
@@ -85,14 +77,11 @@ def _f1(p: float, r: float) -> float:
 def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
              split: str | None = None, meteor: bool = True,
              max_proposals: int = MAX_PROPOSALS, seed: int = 0) -> dict[str, Any]:
-    """Dense-captioning scores of ``pred`` against ``gt`` (see the module docstring).
+    """Dense-captioning scores of ``pred`` against ``gt`` (the JSON forms of ``dvc.data``).
 
-    ``pred``: ``{"results": {vid: [{"timestamp": [s, e], "sentence": str}]}}``; ``gt``: YouCook2
-    JSON (``{"database": ...}``) or ActivityNet Captions JSON. ``split`` keeps the YouCook2
-    videos of that subset. ``meteor=False`` skips METEOR (its JVM takes seconds to start).
-    The random strings that unmatched predictions are scored against come from ``seed``, so
-    results repeat. Returns ``scores`` (means over thresholds), ``per_tiou``, ``per_video``,
-    counts, the tokenizer and METEOR used, and warnings (also issued as ``UserWarning``).
+    ``split`` keeps the YouCook2 videos of that subset. ``meteor=False`` skips METEOR (its JVM
+    takes seconds to start). The random strings unmatched predictions are scored against come
+    from ``seed``, so results repeat. Warnings are also issued as ``UserWarning``.
     """
     if not tious or any(not 0 < t <= 1 for t in tious):
         raise HowtocapError(f"tIoU thresholds must be in (0, 1], got {list(tious)}")
@@ -121,14 +110,11 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
 
     # Pair captions at every threshold, then tokenise every distinct sentence once.
     rng = random.Random(seed)
-    pairs: dict[float, dict[str, list[tuple[str, str]]]] = {}
-    for t in tious:
-        pairs[t] = {}
-        for v, ref in refs.items():
-            pairs[t][v] = [(preds[v][i][2], ref[j][2] if j is not None else
-                            "".join(rng.choice(string.ascii_lowercase)
-                                    for _ in range(rng.randint(10, 20))))
-                           for i, j in caption_pairs(preds[v], ref, t)]
+    pairs = {t: {v: [(preds[v][i][2], ref[j][2] if j is not None else
+                      "".join(rng.choice(string.ascii_lowercase)
+                              for _ in range(rng.randint(10, 20))))
+                     for i, j in caption_pairs(preds[v], ref, t)]
+                 for v, ref in refs.items()} for t in tious}
     sentences = sorted({s for per_t in pairs.values() for ps in per_t.values()
                         for pair in ps for s in pair})
     java = java_path()
@@ -147,14 +133,12 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
     per_video: dict[str, dict[str, list[float | None]]] = {v: {} for v in refs}
     try:
         for t in tious:
-            rows: dict[str, list[float | None]] = {m: [] for m in CAPTION_METRICS}
-            rows.update(Recall=[], Precision=[])
+            rows: dict[str, list[float | None]] = {m: [] for m in METRICS}
             for v, ref in refs.items():
                 ps = pairs[t][v]
-                if ps:
-                    gts = {k: [tok[g]] for k, (_, g) in enumerate(ps)}
-                    res = {k: [tok[p]] for k, (p, _) in enumerate(ps)}
-                    caps = scorers.score(gts, res)
+                if ps:  # (reference, prediction) per pair
+                    caps = scorers.score({k: [tok[g]] for k, (_, g) in enumerate(ps)},
+                                         {k: [tok[p]] for k, (p, _) in enumerate(ps)})
                 else:
                     caps = {m: 0.0 for m in CAPTION_METRICS}
                     caps["METEOR"] = 0.0 if scorers.meteor_name else None
@@ -162,17 +146,15 @@ def evaluate(pred: dict, gt: dict, tious: Sequence[float] = DEFAULT_TIOUS, *,
                 for m, val in {**caps, "Recall": recall, "Precision": precision}.items():
                     rows[m].append(val)
                     per_video[v].setdefault(m, []).append(val)
-            per_tiou[f"{t:g}"] = {m: _mean(vals) for m, vals in rows.items()}
-            r, p = per_tiou[f"{t:g}"]["Recall"], per_tiou[f"{t:g}"]["Precision"]
-            per_tiou[f"{t:g}"]["F1"] = _f1(float(p or 0), float(r or 0))
+            at_t = per_tiou[f"{t:g}"] = {m: _mean(vals) for m, vals in rows.items()}
+            at_t["F1"] = _f1(float(at_t["Precision"] or 0), float(at_t["Recall"] or 0))
     finally:
         scorers.close()
     notes += scorers.warnings
     if scorers.warnings:  # METEOR failed: partial numbers would mislead
         for row in [*per_tiou.values(), *per_video.values()]:
             row["METEOR"] = None
-    metrics = [*CAPTION_METRICS, "Recall", "Precision"]
-    scores = {m: _mean([row[m] for row in per_tiou.values()]) for m in metrics}
+    scores = {m: _mean([row[m] for row in per_tiou.values()]) for m in METRICS}
     scores["F1"] = _f1(float(scores["Precision"] or 0), float(scores["Recall"] or 0))
     for n in notes:
         warnings.warn(n, UserWarning, stacklevel=2)

@@ -1,9 +1,6 @@
-"""Caption scorers of the COCO caption toolkit (pycocoevalcap), with and without Java.
-
-BLEU, ROUGE-L and CIDEr are pure Python; METEOR 1.5 and the Stanford PTB tokenizer are Java
-programs the toolkit starts as subprocesses. Without Java we still score: METEOR becomes
-``None`` and a pure-Python approximation of PTB tokenisation is used, and the result says so.
-"""
+"""Caption scorers of the COCO caption toolkit (pycocoevalcap), with and without Java: METEOR
+1.5 and the Stanford PTB tokenizer are Java subprocesses; without Java, METEOR is ``None``, a
+pure-Python approximation of PTB tokenisation is used, and the result says so."""
 
 from __future__ import annotations
 
@@ -37,21 +34,14 @@ def ascii_only(text: str) -> str:
 def python_tokenize(text: str) -> str:
     """A pure-Python stand-in for Stanford PTB tokenisation + the toolkit's punctuation removal:
     lower-cased, clitics split (``don't`` -> ``do n't``), punctuation dropped."""
-    out: list[str] = []
-    for tok in _TOKEN.findall(text.replace("\n", " ").lower()):
-        m = _CLITIC.match(tok)
-        for part in (m.group(1), m.group(2)) if m else (tok,):
-            if part not in PTB_PUNCTUATION and part not in _BRACKETS_QUOTES:
-                out.append(part)
-    return " ".join(out)
+    parts = [p for tok in _TOKEN.findall(text.replace("\n", " ").lower())
+             for m in [_CLITIC.match(tok)] for p in (m.groups() if m else (tok,))]
+    return " ".join(p for p in parts if p not in PTB_PUNCTUATION and p not in _BRACKETS_QUOTES)
 
 
 def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
-    """Stanford PTB tokenisation (the jar inside pycocoevalcap), one output line per sentence.
-
-    The toolkit's own wrapper writes its temp file into site-packages; this one keeps it in the
-    system temp folder so a read-only install works.
-    """
+    """Stanford PTB tokenisation (the jar inside pycocoevalcap), one line per sentence; unlike
+    the toolkit's wrapper, not writing into site-packages, so a read-only install works."""
     from pycocoevalcap.tokenizer import ptbtokenizer
 
     jar = Path(ptbtokenizer.__file__).with_name(ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR)
@@ -75,10 +65,7 @@ def ptb_tokenize(sentences: list[str], java: str) -> list[str]:
 
 class Scorers:
     """BLEU-1..4, METEOR (when Java runs), ROUGE-L and CIDEr over tokenised caption pairs.
-
-    METEOR holds a JVM with the paraphrase table loaded (seconds to start), so one instance is
-    used for every video and threshold and closed at the end.
-    """
+    METEOR's JVM takes seconds to start: one instance serves every video and threshold."""
 
     def __init__(self, meteor: bool, java: str | None) -> None:
         from pycocoevalcap.bleu.bleu import Bleu
@@ -101,12 +88,17 @@ class Scorers:
     def score(self, gts: dict[int, list[str]],
               res: dict[int, list[str]]) -> dict[str, float | None]:
         """Scores of one video's pairs (keys shared by ``gts`` and ``res``)."""
-        out: dict[str, float | None] = {}
         with contextlib.redirect_stdout(io.StringIO()):  # BLEU prints its lengths
             bleu, _ = self._bleu.compute_score(gts, res)
-        for n, b in enumerate(bleu, 1):
-            out[f"Bleu_{n}"] = float(b)
-        out["METEOR"] = self._meteor_score(gts, res)
+        out: dict[str, float | None] = {f"Bleu_{n}": float(b) for n, b in enumerate(bleu, 1)}
+        out["METEOR"] = None
+        if self._meteor is not None:
+            try:
+                out["METEOR"] = float(self._meteor.compute_score(gts, res)[0])
+            except (ValueError, OSError, BrokenPipeError) as exc:
+                self.warnings.append(f"METEOR failed ({type(exc).__name__}: {exc}); reported "
+                                     "as null from here on")
+                self.close()
         out["ROUGE_L"] = float(self._rouge.compute_score(gts, res)[0])
         # CIDEr weighs n-grams by how many references hold them; references with no token at
         # all (an empty or punctuation-only sentence) leave it nothing to weigh: it scores 0
@@ -114,18 +106,6 @@ class Scorers:
         out["CIDEr"] = float(self._cider.compute_score(gts, res)[0]) \
             if any(r.split() for refs in gts.values() for r in refs) else 0.0
         return out
-
-    def _meteor_score(self, gts: dict[int, list[str]],
-                      res: dict[int, list[str]]) -> float | None:
-        if self._meteor is None:
-            return None
-        try:
-            return float(self._meteor.compute_score(gts, res)[0])
-        except (ValueError, OSError, BrokenPipeError) as exc:
-            self.warnings.append(f"METEOR failed ({type(exc).__name__}: {exc}); reported as "
-                                 "null from here on")
-            self.close()
-            return None
 
     def close(self) -> None:
         """Stop METEOR's JVM (pycocoevalcap only does it when the object is collected)."""
@@ -141,10 +121,10 @@ class Scorers:
 def tokenize_all(sentences: list[str], java: str | None) -> tuple[list[str], str, list[str]]:
     """Tokenised sentences, the tokenizer used, and warnings (PTB with Java, else Python)."""
     clean = [ascii_only(s) for s in sentences]
+    warn = []
     if java is not None:
         try:
             return ptb_tokenize(clean, java), "ptb (Stanford CoreNLP 3.4.1, Java)", []
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            warn = f"PTB tokenizer failed ({exc}); used the Python tokenizer instead"
-            return [python_tokenize(s) for s in clean], "python (PTB approximation)", [warn]
-    return [python_tokenize(s) for s in clean], "python (PTB approximation)", []
+            warn = [f"PTB tokenizer failed ({exc}); used the Python tokenizer instead"]
+    return [python_tokenize(s) for s in clean], "python (PTB approximation)", warn

@@ -1,9 +1,6 @@
-"""Text-video retrieval evaluation: metrics (``metrics``), benchmark readers (``benchmarks``),
-clip embeddings (``embed``), ``evaluate`` (``run``) and CrossTask (``crosstask``).
-
-Import from the submodule that defines a name: the metrics need torch, ``evaluate`` the video
-decoder, and training imports the metrics alone.
-"""
+"""Text-video retrieval evaluation: benchmark readers (``benchmarks``), clip embeddings
+(``embed``), ``evaluate`` (``run``) and CrossTask (``crosstask``). Import from the submodule
+that defines a name: most need torch or the video decoder."""
 
 # `howtocap eval`'s defaults, here so the CLI reads them without loading torch or a decoder.
 N_FRAMES = 12  # frames sampled per clip; the clip embedding is their mean

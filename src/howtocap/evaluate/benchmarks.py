@@ -1,14 +1,13 @@
-"""Readers for the standard text-video retrieval test sets, in their published file formats.
-
-Each reader returns one :class:`EvalSample` per (caption, clip) pair. A clip is a video file,
-optionally cut to ``[start, end]`` seconds (YouCook2 segments, a user's own CSV). Video files
-are looked up under ``video_root`` by file stem, at any depth, so the usual download layouts
-(``all/video7579.mp4``, ``validation/113/<id>.mkv``, ``<movie>/<clip>.avi``) all work; a clip
-whose file is missing keeps ``video_path=None`` and is reported as skipped by the evaluation.
+"""Readers for the standard text-video retrieval test sets, in their published file formats:
+one :class:`EvalSample` per (caption, clip) pair. Videos are found under ``video_root`` by file
+stem at any depth, so the usual download layouts (``all/video7579.mp4``,
+``validation/113/<id>.mkv``, ``<movie>/<clip>.avi``) all work; a clip whose file is missing
+keeps ``video_path=None`` and is reported as skipped by the evaluation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import pickle
@@ -48,11 +47,8 @@ def index_videos(video_root: Path | None) -> dict[str, Path]:
     root = Path(video_root)
     if not root.is_dir():
         raise InputError(root, "video folder does not exist")
-    found: dict[str, Path] = {}
-    for p in sorted(root.rglob("*")):
-        if p.suffix.lower() in VIDEO_EXTS and p.is_file():
-            found.setdefault(p.stem, p)
-    return found
+    return {p.stem: p for p in sorted(root.rglob("*"), reverse=True)  # the first one wins
+            if p.suffix.lower() in VIDEO_EXTS and p.is_file()}
 
 
 def read_text(path: Path) -> str:
@@ -79,10 +75,8 @@ def _csv_rows(path: Path, required: tuple[str, ...], delimiter: str = ",") -> li
 
 
 def read_msrvtt(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
-    """MSR-VTT 1k-A: ``MSRVTT_JSFUSION_test.csv`` (key,vid_key,video_id,sentence), 1 caption each.
-
-    Videos are ``<video_id>.mp4`` (e.g. ``video7579.mp4``) anywhere under ``video_root``.
-    """
+    """MSR-VTT 1k-A: ``MSRVTT_JSFUSION_test.csv`` (key,vid_key,video_id,sentence), 1 caption
+    each, of ``<video_id>.mp4`` (e.g. ``video7579.mp4``)."""
     rows = _csv_rows(annotation_path, ("video_id", "sentence"))
     videos = index_videos(video_root)
     out = []
@@ -96,11 +90,9 @@ def read_msrvtt(annotation_path: Path, video_root: Path | None) -> list[EvalSamp
 
 def read_youcook2(annotation_path: Path, video_root: Path | None, *,
                   subset: str = YOUCOOK2_SUBSET) -> list[EvalSample]:
-    """YouCook2 clips: ``youcookii_annotations_trainval.json``, one clip per annotated segment.
-
-    The standard text-to-video test uses the ``validation`` subset (~3.3k clips); each clip
-    is ``[segment[0], segment[1]]`` seconds of the raw video ``<youtube id>.{mp4,mkv,webm}``.
-    A ``.csv`` is MIL-NCE's ``validation_youcook.csv`` of the same clips instead.
+    """YouCook2 clips: ``youcookii_annotations_trainval.json``, one clip per annotated segment
+    of the raw video ``<youtube id>.{mp4,mkv,webm}``; the standard test is the ``validation``
+    subset (~3.3k clips). A ``.csv`` is MIL-NCE's ``validation_youcook.csv`` of the same clips.
     """
     if Path(annotation_path).suffix.lower() == ".csv":
         if subset != "validation":
@@ -146,12 +138,9 @@ class _CaptionUnpickler(pickle.Unpickler):
 
 def read_msvd(annotation_path: Path, video_root: Path | None, *,
               captions_path: Path | None = None) -> list[EvalSample]:
-    """MSVD test: ``test_list.txt`` (one video id per line) + ``raw-captions.pkl``.
-
-    ``annotation_path`` is the list file or the folder holding both files. The pickle maps a
-    video id (``-4wsuPCjDBc_5_15``) to its captions, each a list of tokens; a video has ~40,
-    and every one of them becomes a query.
-    """
+    """MSVD test: ``test_list.txt`` (one video id per line; ``annotation_path`` is it or its
+    folder) + ``raw-captions.pkl``, a video id (``-4wsuPCjDBc_5_15``) -> its captions, each a
+    list of tokens; a video has ~40, and every one of them becomes a query."""
     path = Path(annotation_path)
     list_path = path / "test_list.txt" if path.is_dir() else path
     cap_path = Path(captions_path) if captions_path else list_path.parent / "raw-captions.pkl"
@@ -187,17 +176,14 @@ def read_msvd(annotation_path: Path, video_root: Path | None, *,
 
 
 def read_lsmdc(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
-    """LSMDC test: ``LSMDC16_challenge_1000_publictect.csv``, tab-separated, no header.
-
-    Fields: clip id, start/end aligned, start/end extracted, sentence. Clips are already cut,
-    so each is a whole video file ``<clip id>.avi`` (under per-movie folders).
-    """
+    """LSMDC test: ``LSMDC16_challenge_1000_publictect.csv``, tab-separated, no header. Clips
+    are already cut: each is a whole video file ``<clip id>.avi`` (under per-movie folders)."""
     out = []
     videos = index_videos(video_root)
     for i, line in enumerate(read_text(annotation_path).splitlines(), start=1):
         if not line.strip():
             continue
-        fields = line.rstrip("\r\n").split("\t")
+        fields = line.split("\t")
         if len(fields) != 6:
             raise InputError(annotation_path,
                              f"line {i}: expected 6 tab-separated columns (clip_id, "
@@ -213,30 +199,23 @@ def read_lsmdc(annotation_path: Path, video_root: Path | None) -> list[EvalSampl
 
 
 def _float_or_none(value: str | None, path: Path, line: int, col: str) -> float | None:
-    if value is None or value == "":
+    if not value:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds):
-        raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}")
-    return seconds
+    with contextlib.suppress(ValueError):
+        if math.isfinite(seconds := float(value)):
+            return seconds
+    raise InputError(path, f"line {line}: {col} must be seconds, got {value!r}")
 
 
 def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]:
     """A user's own set: ``video_id,video_path,caption[,start,end]`` with a header.
-
-    ``video_path`` is relative to ``video_root`` (or the CSV's folder when no root is given);
-    when empty, ``<video_id>.<ext>`` is looked up under the root. Rows with equal
-    ``video_id,start,end`` are several captions of one clip.
-    """
+    ``video_path`` is relative to ``video_root`` (else the CSV's folder); when empty,
+    ``<video_id>.<ext>`` is looked up there. Equal ``video_id,start,end``: one clip."""
     path = Path(annotation_path)
     rows = _csv_rows(path, ("video_id", "video_path", "caption"))
     base = Path(video_root) if video_root is not None else path.parent
-    videos: dict[str, Path] | None = None
+    videos: dict[str, Path] | None = None  # indexed when a row first needs it
     out = []
-    full: Path | None
     for i, row in enumerate(rows, start=2):
         vid, vp, text = row["video_id"], row["video_path"], row["caption"]
         if not vid or not text:
@@ -247,11 +226,9 @@ def read_csv(annotation_path: Path, video_root: Path | None) -> list[EvalSample]
             raise InputError(path, f"line {i}: give both start and end (end > start) or neither")
         if vp:
             full = listed_path(path, i, vp, base)
-            if full is not None and not full.exists():
-                full = None
+            full = full if full is not None and full.exists() else None
         else:
-            if videos is None:
-                videos = index_videos(base)
+            videos = videos if videos is not None else index_videos(base)
             full = videos.get(vid)
         out.append(EvalSample(vid, full, text, start, end))
     return out

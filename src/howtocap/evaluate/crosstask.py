@@ -1,11 +1,9 @@
-"""CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2).
-
-Every second of a video is scored against every step of its task; the CrossTask inference (a
+"""CrossTask step localisation (Zhukov et al. 2019), as the HowTo100M paper evaluates it (§5.2):
+every second of a video is scored against every step of its task; the CrossTask inference (a
 dynamic program) places each step at one second in canonical order, and recall per task is
 correct / annotated steps, averaged over tasks (the official protocol). ``inference=
-"independent"`` takes each step's best second alone, reported for comparison only. The
-release layout read here and the protocol's details are in docs/eval.md.
-"""
+"independent"`` takes each step's best second alone, for comparison only. The release layout
+and the protocol's details are in docs/eval.md."""
 
 from __future__ import annotations
 
@@ -13,17 +11,20 @@ import csv
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from howtocap.atomic import atomic_write_text
+from howtocap.bundled import cache_root
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError, InputError
 from howtocap.evaluate import CROSSTASK_INFERENCE, CROSSTASK_SPLIT
-from howtocap.evaluate.benchmarks import read_text
+from howtocap.evaluate.benchmarks import index_videos, read_text
 from howtocap.metrics import step_recall
 
 INFERENCE = ("dp", "independent")
@@ -57,9 +58,6 @@ class CrossTaskRelease:
 
     def annotation_path(self, video: CrossTaskVideo) -> Path:
         return self.root / "annotations" / f"{video.task_id}_{video.video_id}.csv"
-
-
-# -- reading the release -------------------------------------------------------------------
 
 
 def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
@@ -97,13 +95,17 @@ def read_tasks(path: Path | str) -> dict[str, CrossTaskTask]:
     return tasks
 
 
+def _rows(path: Path) -> list[tuple[int, list[str]]]:
+    """(1-based line, fields) of a header-less CSV's non-blank rows."""
+    rows = enumerate(csv.reader(read_text(path).splitlines()), start=1)
+    return [(n, row) for n, row in rows if "".join(row).strip()]
+
+
 def read_video_list(path: Path | str) -> list[CrossTaskVideo]:
     """``videos.csv`` / ``videos_val.csv``: ``task_id,video_id,url`` rows without a header."""
     path = Path(path)
     out = []
-    for n, row in enumerate(csv.reader(read_text(path).splitlines()), start=1):
-        if not row or not "".join(row).strip():
-            continue
+    for n, row in _rows(path):
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise InputError(path, f"line {n}: expected task_id,video_id,url, got "
                                    f"{','.join(row)[:80]!r}")
@@ -116,9 +118,7 @@ def read_annotation(path: Path | str, n_steps: int) -> np.ndarray:
     """``(n, 3)`` float rows ``step (0-based), start, end`` of one ``<task>_<video>.csv``."""
     path = Path(path)
     rows = []
-    for n, row in enumerate(csv.reader(read_text(path).splitlines()), start=1):
-        if not row or not "".join(row).strip():
-            continue
+    for n, row in _rows(path):
         if len(row) != 3:
             raise InputError(path, f"line {n}: expected step,start,end, got {len(row)} fields")
         try:
@@ -153,29 +153,21 @@ def read_release(root: Path | str, split: str = CROSSTASK_SPLIT) -> CrossTaskRel
     if not root.is_dir():
         raise InputError(root, "CrossTask release folder does not exist")
     tasks = read_tasks(root / "tasks_primary.txt")
-    videos: list[CrossTaskVideo] = []
-    other = 0
-    seen: set[tuple[str, str]] = set()
-    for name in SPLITS[split]:
-        for v in read_video_list(root / name):
-            if v.task_id not in tasks:
-                other += 1
-            elif (v.task_id, v.video_id) not in seen:
-                seen.add((v.task_id, v.video_id))
-                videos.append(v)
+    listed = [v for name in SPLITS[split] for v in read_video_list(root / name)]
+    videos: dict[tuple[str, str], CrossTaskVideo] = {}  # a video listed twice counts once
+    for v in listed:
+        if v.task_id in tasks:
+            videos.setdefault((v.task_id, v.video_id), v)
     if not videos:
-        raise InputError(root / SPLITS[split][-1], "lists no video of a task in "
-                                                   "tasks_primary.txt")
-    return CrossTaskRelease(root, tasks, videos, other)
+        raise InputError(root / SPLITS[split][-1], "lists no video of a task in tasks_primary.txt")
+    return CrossTaskRelease(root, tasks, list(videos.values()),
+                            sum(v.task_id not in tasks for v in listed))
 
 
-# -- inference -----------------------------------------------------------------------------
 def dp_inference(scores: np.ndarray) -> np.ndarray:
-    """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]`` (one per step).
-
-    ``O(T·K)``: ``best[k][t]`` = the best sum of steps ``0..k`` with step ``k`` at ``t``, from a
-    running maximum of ``best[k-1]`` over earlier seconds. Ties go to the earliest seconds.
-    """
+    """Seconds ``t_0 < t_1 < … < t_{K-1}`` maximising ``sum_k scores[t_k, k]``, in ``O(T·K)``:
+    ``best[k][t]`` = the best sum of steps ``0..k`` with step ``k`` at ``t``, from a running
+    maximum of ``best[k-1]`` over earlier seconds. Ties go to the earliest seconds."""
     s = np.asarray(scores, np.float64)
     if s.ndim != 2:
         raise HowtocapError(f"scores must be (n_seconds, n_steps), got shape {s.shape}")
@@ -208,13 +200,6 @@ def independent_inference(scores: np.ndarray) -> np.ndarray:
     return s.argmax(axis=0) if s.shape[1] else np.zeros(0, np.int64)
 
 
-def infer(scores: np.ndarray, inference: str = "dp") -> np.ndarray:
-    if inference not in INFERENCE:
-        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, "
-                            f"not {inference!r}")
-    return dp_inference(scores) if inference == "dp" else independent_inference(scores)
-
-
 def recall_by_inference(kept: Sequence[tuple[Any, np.ndarray, np.ndarray]],
                         scores: Sequence[np.ndarray] | None = None) -> dict[str, dict[str, Any]]:
     """``step_recall`` of every inference over scored videos (``score_videos``' kept list);
@@ -222,32 +207,8 @@ def recall_by_inference(kept: Sequence[tuple[Any, np.ndarray, np.ndarray]],
     tasks = [v.task_id for v, _, _ in kept]
     gts = [g for _, _, g in kept]
     own = [s for _, s, _ in kept] if scores is None else scores
-    return {n: step_recall([infer(s, n) for s in own], gts, tasks) for n in INFERENCE}
-
-
-# -- scoring -------------------------------------------------------------------------------
-def load_features(path: Path, dim: int) -> np.ndarray:
-    """A ``(n_seconds, dim)`` feature array at 1 fps, L2-normalised per row."""
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(path, f"not a readable .npy array ({type(exc).__name__})") from None
-    if x.ndim != 2 or x.shape[1] != dim:
-        raise InputError(path, f"features have shape {tuple(x.shape)}; expected "
-                               f"(seconds, {dim}) for this encoder")
-    x = x.astype(np.float32)
-    if not np.isfinite(x).all():
-        raise InputError(path, "features hold NaN or infinite values")
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-@dataclass
-class _Skip:
-    items: list[dict[str, str]] = field(default_factory=list)
-
-    def add(self, video: CrossTaskVideo, reason: str) -> None:
-        self.items.append({"task": video.task_id, "video_id": video.video_id,
-                           "error": " ".join(reason.split())[:300]})
+    infer = {"dp": dp_inference, "independent": independent_inference}
+    return {n: step_recall([infer[n](s) for s in own], gts, tasks) for n in INFERENCE}
 
 
 def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None,
@@ -258,19 +219,16 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
                        show: bool = True) -> dict[str, Any]:
     """Step-localisation recall on a CrossTask release; returns (and may write) the result.
 
-    Frames come from the shared per-second frame-embedding cache (``cache_dir``, by default
-    the user cache), so a second run or another command on the same videos does not decode
-    again. With ``features`` (a folder of ``<video_id>.npy``, ``(seconds, encoder dim)`` at
-    1 fps) no video is decoded. A video without an annotation file, video or features, or with
-    a broken file, is listed under ``skipped`` with one line and left out.
+    Frames come from the shared per-second frame cache (``cache_dir``, by default the user
+    cache), so no run decodes a video twice; with ``features`` none is decoded. A video without
+    annotations, video or features, or with a broken file, is one line under ``skipped``.
     """
+    from howtocap.encoders import create
     from howtocap.encoders.base import Encoder
-    from howtocap.evaluate.benchmarks import index_videos
 
     t0 = time.perf_counter()
     if inference not in INFERENCE:
-        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, "
-                            f"not {inference!r}")
+        raise HowtocapError(f"--inference must be one of {', '.join(INFERENCE)}, not {inference!r}")
     if videos is None and features is None:
         raise HowtocapError("crosstask needs --videos DIR (or --features DIR of "
                             "<video_id>.npy at 1 fps)")
@@ -279,44 +237,30 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
     if feat_dir is not None and not feat_dir.is_dir():
         raise InputError(feat_dir, "features folder does not exist")
     found = index_videos(Path(videos)) if feat_dir is None and videos is not None else {}
-    if isinstance(encoder_name, Encoder):
-        encoder = encoder_name
-    else:
-        from howtocap.encoders import create
-
-        encoder = create(str(encoder_name), device=device)
-    if cache_dir is None:
-        from howtocap.bundled import cache_root
-
-        cache_dir = cache_root()
+    encoder = encoder_name if isinstance(encoder_name, Encoder) \
+        else create(str(encoder_name), device=device)
     kept, skipped = score_videos(release, encoder, feat_dir=feat_dir, found=found,
-                                 cache_dir=Path(cache_dir), progress=progress)
+                                 cache_dir=cache_root() if cache_dir is None else Path(cache_dir),
+                                 progress=progress)
     if not kept:
         first = skipped[0]["error"] if skipped else "no videos"
         raise HowtocapError(f"no CrossTask video could be evaluated (e.g. {first})")
 
-    tasks = [v.task_id for v, _, _ in kept]
     by_inf = recall_by_inference(kept)
     main = by_inf[inference]
-    n_videos: dict[str, int] = {}
-    for t in tasks:
-        n_videos[t] = n_videos.get(t, 0) + 1
+    n_videos = Counter(v.task_id for v, _, _ in kept)
+    other = next(n for n in INFERENCE if n != inference)
     per_task = {t: {"title": release.tasks[t].title, **r, "videos": n_videos[t],
                     "recall_" + other: by_inf[other]["per_task"][t]["recall"]}
-                for t, r in main["per_task"].items()
-                for other in [n for n in INFERENCE if n != inference]}
+                for t, r in main["per_task"].items()}
     result: dict[str, Any] = {
-        "benchmark": "crosstask",
-        "annotations": str(annotations),
+        "benchmark": "crosstask", "annotations": str(annotations),
         "videos": str(videos) if videos is not None else None,
         "features": str(feat_dir) if feat_dir is not None else None,
         "encoder": getattr(encoder, "name", str(encoder_name)),
-        "split": split,
-        "inference": inference,
-        "recall": main["recall"],
+        "split": split, "inference": inference, "recall": main["recall"],
         "recall_by_inference": {n: r["recall"] for n, r in by_inf.items()},
-        "n_tasks": len(per_task),
-        "n_videos": len(kept),
+        "n_tasks": len(per_task), "n_videos": len(kept),
         "n_steps": int(sum(r["steps"] for r in main["per_task"].values())),
         "per_task": per_task,
         "skipped": {"videos": len(skipped), "errors": skipped,
@@ -324,8 +268,6 @@ def evaluate_crosstask(annotations: Path | str, videos: Path | str | None = None
         "seconds": round(time.perf_counter() - t0, 2),
     }
     if out is not None:
-        from howtocap.atomic import atomic_write_text
-
         atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
     if show:
         print_crosstask(result)
@@ -337,63 +279,69 @@ def score_videos(release: CrossTaskRelease, encoder: Any, *, feat_dir: Path | No
                  progress: bool = False
                  ) -> tuple[list[tuple[CrossTaskVideo, np.ndarray, np.ndarray]],
                             list[dict[str, str]]]:
-    """``([(video, scores (seconds, steps), gt mask)], skipped)`` for the release's videos.
-
-    Scores are cosine similarities of per-second features (``feat_dir/<id>.npy``, or frames of
-    ``found[video_id]`` through the frame cache in ``cache_dir``) with the task's step texts.
-    """
+    """``([(video, scores (seconds, steps), gt mask)], skipped)`` for the release's videos:
+    cosine similarities of per-second features with the task's step texts."""
     from howtocap.progress import progress_bar
 
     found = found or {}
     if feat_dir is None and cache_dir is None:
         raise HowtocapError("scoring videos needs a frame cache folder or a features folder")
     step_emb = {t: encoder.encode_texts(task.steps) for t, task in release.tasks.items()}
-    skip = _Skip()
+    skipped: list[dict[str, str]] = []
     kept: list[tuple[CrossTaskVideo, np.ndarray, np.ndarray]] = []  # video, scores, gt
     bar = progress_bar("[bold]crosstask", disable=not progress, transient=True)
     with bar:
         job = bar.add_task("score", total=len(release.videos))
         for v in release.videos:
             bar.advance(job)
-            task = release.tasks[v.task_id]
+            n_steps = len(release.tasks[v.task_id].steps)
             ann = release.annotation_path(v)
-            if not ann.is_file():
-                skip.add(v, f"{ann}: no annotation file")
-                continue
             try:
-                segments = read_annotation(ann, len(task.steps))
+                if not ann.is_file():
+                    raise HowtocapError(f"{ann}: no annotation file")
+                segments = read_annotation(ann, n_steps)
                 frames = _frame_features(v, encoder, feat_dir, found, cache_dir)
-            except HowtocapError as exc:
-                skip.add(v, str(exc))
-                continue
+                if len(frames) < n_steps:
+                    raise HowtocapError(f"{v.video_id}: {len(frames)} s of video cannot hold "
+                                        f"the task's {n_steps} steps")
             except Exception as exc:  # noqa: BLE001 - one broken video never sinks the rest
-                skip.add(v, f"{v.video_id}: {type(exc).__name__}: {exc}")
-                continue
-            if len(frames) < len(task.steps):
-                skip.add(v, f"{v.video_id}: {len(frames)} s of video cannot hold the task's "
-                            f"{len(task.steps)} steps")
+                reason = str(exc) if isinstance(exc, HowtocapError) \
+                    else f"{v.video_id}: {type(exc).__name__}: {exc}"
+                skipped.append({"task": v.task_id, "video_id": v.video_id,
+                                "error": " ".join(reason.split())[:300]})
                 continue
             kept.append((v, frames @ step_emb[v.task_id].T,
-                         gt_matrix(segments, len(frames), len(task.steps))))
-    return kept, skip.items
+                         gt_matrix(segments, len(frames), n_steps)))
+    return kept, skipped
 
 
 def _frame_features(video: CrossTaskVideo, encoder: Any, feat_dir: Path | None,
                     found: dict[str, Path], cache_dir: Path | None) -> np.ndarray:
-    """Per-second L2-normalised features of one video: given ``.npy`` or the frame cache."""
+    """Per-second L2-normalised features of one video: ``feat_dir/<id>.npy`` ``(seconds, dim)``
+    at 1 fps, or its frames through the frame cache."""
     if feat_dir is not None:
         f = feat_dir / f"{video.video_id}.npy"
         if not f.is_file():
             raise InputError(f, "no features for this video")
-        return load_features(f, encoder.dim)
-    path = found.get(video.video_id)
-    if path is None:
-        raise HowtocapError(f"{video.video_id}: video file not found under the video folder")
-    from howtocap.encoders.cache import frame_embeddings
+        try:
+            x = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise InputError(f, f"not a readable .npy array ({type(exc).__name__})") from None
+        if x.ndim != 2 or x.shape[1] != encoder.dim:
+            raise InputError(f, f"features have shape {tuple(x.shape)}; expected "
+                                f"(seconds, {encoder.dim}) for this encoder")
+        x = x.astype(np.float32)
+        if not np.isfinite(x).all():
+            raise InputError(f, "features hold NaN or infinite values")
+    else:
+        path = found.get(video.video_id)
+        if path is None:
+            raise HowtocapError(f"{video.video_id}: video file not found under the video folder")
+        from howtocap.encoders.cache import frame_embeddings
 
-    assert cache_dir is not None
-    fe = frame_embeddings(path, encoder, fps=1.0, cache_dir=cache_dir)
-    x = np.asarray(fe.emb, np.float32)
+        assert cache_dir is not None
+        x = np.asarray(frame_embeddings(path, encoder, fps=1.0, cache_dir=cache_dir).emb,
+                       np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
@@ -406,10 +354,8 @@ def print_crosstask(result: dict[str, Any]) -> None:
     other = next(n for n in INFERENCE if n != inf)
     table = Table(title=f"crosstask ({result['split']}): {result['n_videos']} videos, "
                         f"{result['n_tasks']} tasks ({result['encoder']})")
-    for col, just in (("task", "left"), ("title", "left"), ("videos", "right"),
-                      ("steps", "right"), (f"recall {inf}", "right"),
-                      (f"recall {other}", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for col in ("task", "title", "videos", "steps", f"recall {inf}", f"recall {other}"):
+        table.add_column(col, justify="left" if col in ("task", "title") else "right")
     for t, r in result["per_task"].items():
         table.add_row(t, r["title"][:40], str(r["videos"]), str(r["steps"]),
                       f"{r['recall']:.1f}", f"{r['recall_' + other]:.1f}")

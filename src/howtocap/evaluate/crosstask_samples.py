@@ -1,11 +1,8 @@
-"""A CrossTask-format release built from generated videos whose step times we know.
-
-The real CrossTask videos cannot be downloaded here, so tests and the benchmark write their own
-release in the exact file layout (``tasks_primary.txt``, ``videos.csv``, ``videos_val.csv``,
-``annotations/<task>_<video>.csv``). Each task is a few photographs (its steps, named by a short
-instruction); each video shows the task's steps as segments, in canonical order with background
-photographs between them, sometimes with two steps swapped or one left out, as real videos do.
-"""
+"""A CrossTask-format release built from generated videos whose step times we know: the real
+videos cannot be downloaded here, so tests and the benchmark write their own release in the exact
+file layout. Each task is a few photographs (its steps, named by a short instruction); each
+video shows them in canonical order with background photographs between them, sometimes with
+two steps swapped or one left out, as real videos do."""
 
 from __future__ import annotations
 
@@ -64,13 +61,10 @@ def write_crosstask_release(out_dir: Path | str, *, videos_per_task: int = 2,
                             p_swap: float = 0.3, p_drop: float = 0.2, p_background: float = 0.6,
                             train_per_task: int = 0, size: int = 160, fps: int = 4,
                             seed: int = 0) -> CrossTaskFixture:
-    """Write ``out_dir/release`` (CrossTask layout) and ``out_dir/videos`` (``<id>.mp4``).
-
-    Each video shows its task's steps (with probability ``p_background`` a background
-    photograph before each one), two adjacent steps swapped with probability ``p_swap`` and one
-    step left out with probability ``p_drop``. The first ``train_per_task`` videos of each task
-    are listed in ``videos.csv``, the rest in ``videos_val.csv``; ``videos.csv`` also lists one
-    video of a related task (no annotations), as the real release does.
+    """Write ``out_dir/release`` (CrossTask layout) and ``out_dir/videos`` (``<id>.mp4``): the
+    first ``train_per_task`` videos of each task in ``videos.csv`` (with one video of a related,
+    unannotated task, as the real release), the rest in ``videos_val.csv``. ``p_*``: chances of a
+    background photograph before each step, of two adjacent steps swapped, of one left out.
     """
     if not 1 <= n_tasks <= len(TASKS) or videos_per_task < 1:
         raise HowtocapError(f"n_tasks must be 1..{len(TASKS)} and videos_per_task >= 1")
@@ -105,9 +99,8 @@ def write_crosstask_release(out_dir: Path | str, *, videos_per_task: int = 2,
                                          fps=fps, size=size, audio=False, subtitles=None,
                                          seed=seed)
             segs = [(k, sample.steps[i].start, sample.steps[i].end) for k, i in shown]
-            fv = FixtureVideo(task_id, vid, sample.video_path, order, segs,
-                              "train" if j < train_per_task else "val")
-            videos.append(fv)
+            videos.append(FixtureVideo(task_id, vid, sample.video_path, order, segs,
+                                       "train" if j < train_per_task else "val"))
             (release / "annotations" / f"{task_id}_{vid}.csv").write_text(
                 "".join(f"{k + 1},{s:.2f},{e:.2f}\n" for k, s, e in segs), encoding="utf-8")
     (release / "tasks_primary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

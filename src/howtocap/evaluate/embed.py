@@ -1,16 +1,12 @@
-"""Clip embeddings for evaluation: the mean of a few uniformly sampled frame embeddings.
-
-Standard zero-shot protocol (CLIP4Clip-style mean pooling): ``n_frames`` frames at the middles
-of ``n_frames`` equal slices of the clip, each embedded and L2-normalised, averaged and
-normalised again: ``Encoder.encode_clip``, pooled by the encoder's ``pool_clips`` as align and
-search pool, so the HowTo100M baseline (MEE) takes the max of its base features instead, the
-pooling it was trained with. Decoding (PyAV, releases the GIL) runs a few clips ahead of the
-encoder in a small thread pool, bounded so memory stays flat on benchmarks with thousands of
-clips.
-"""
+"""Clip embeddings for evaluation (the zero-shot protocol): ``n_frames`` frames at the middles
+of equal slices of the clip, pooled by ``Encoder.encode_clip`` as align and search pool (the
+mean of L2-normalised frames, CLIP4Clip-style; MEE the max it was trained with). Decoding
+(PyAV, releases the GIL) runs a few clips ahead of the encoder in a small thread pool, bounded
+so memory stays flat on benchmarks with thousands of clips."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,8 +39,7 @@ def _decode(sample: EvalSample, n_frames: int, size: int) -> np.ndarray:
         raise HowtocapError("video file not found under the video folder")
     start, end = sample.start, sample.end
     if start is None or end is None:
-        info = probe(sample.video_path)
-        start, end = 0.0, info.duration
+        start, end = 0.0, probe(sample.video_path).duration
         if end <= 0:
             raise HowtocapError(f"{sample.video_path}: unknown or zero duration")
     return sample_frames(sample.video_path, segment_times(start, end, n_frames), size=size)
@@ -64,41 +59,30 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
                      cache_dir: Path | None = None, progress: bool = True,
                      decode_workers: int = 2, prefetch: int = 8) -> ClipEmbeddings:
     """One L2-normalised float32 embedding per sample (clips shared by samples are encoded once).
-
-    Unreadable or missing videos are not fatal: their rows stay zero, ``ok`` is False and the
-    reason is in ``errors``, so one broken download does not sink a 3,000-clip benchmark.
-    With ``cache_dir``, clip embeddings are kept as ``cache_dir/eval/<key>.npy`` (the key covers
-    encoder, file size/mtime, clip times and ``n_frames``), making re-runs nearly free.
+    An unreadable or missing video leaves its rows zero, ``ok`` False and a reason in ``errors``:
+    one broken download does not sink a 3,000-clip benchmark. ``cache_dir/eval/<key>.npy`` (key:
+    encoder, file size/mtime, clip times, ``n_frames``) makes re-runs nearly free.
     """
     if n_frames < 1:
         raise HowtocapError("n_frames must be at least 1")
-    unique: dict[tuple, int] = {}
-    first: list[EvalSample] = []
+    by_key: dict[tuple, EvalSample] = {}
     for s in samples:
-        key = (str(s.video_path), s.start, s.end)
-        if key not in unique:
-            unique[key] = len(first)
-            first.append(s)
+        by_key.setdefault((str(s.video_path), s.start, s.end), s)
+    first = list(by_key.values())
+    unique = {key: i for i, key in enumerate(by_key)}
     clip_emb = np.zeros((len(first), encoder.dim), np.float32)
     clip_ok = np.zeros(len(first), bool)
     errors: dict[str, str] = {}
-    size = encoder.image_size
-
-    def fail(s: EvalSample, exc: BaseException) -> None:
-        msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
-        errors.setdefault(s.video_id, " ".join(msg.split())[:300])
 
     todo: list[int] = []
     for i, s in enumerate(first):
         if cache_dir is not None and s.video_path is not None and s.video_path.exists():
             f = _cache_file(Path(cache_dir), s, encoder, n_frames)
             if f.exists():
-                try:
+                with contextlib.suppress(OSError, ValueError):  # a damaged entry is recomputed
                     clip_emb[i] = np.load(f)
                     clip_ok[i] = True
                     continue
-                except (OSError, ValueError):
-                    pass  # a damaged cache entry is recomputed
         todo.append(i)
 
     bar = progress_bar("[bold]embed clips", disable=not progress, transient=True)
@@ -109,7 +93,7 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
         while nxt < len(todo) or pending:
             while nxt < len(todo) and len(pending) < max(1, prefetch):
                 i = todo[nxt]
-                pending.append((i, pool.submit(_decode, first[i], n_frames, size)))
+                pending.append((i, pool.submit(_decode, first[i], n_frames, encoder.image_size)))
                 nxt += 1
             i, fut = pending.pop(0)
             s = first[i]
@@ -127,10 +111,9 @@ def video_embeddings(samples: Sequence[EvalSample], encoder: Encoder, *, n_frame
                     atomic_write_bytes(_cache_file(Path(cache_dir), s, encoder, n_frames),
                                        buf.getvalue())
             except Exception as exc:  # noqa: BLE001 - any per-video failure is a skip
-                fail(s, exc)
+                msg = str(exc) if isinstance(exc, HowtocapError) else f"{type(exc).__name__}: {exc}"
+                errors.setdefault(s.video_id, " ".join(msg.split())[:300])
             bar.advance(task)
 
     idx = np.array([unique[(str(s.video_path), s.start, s.end)] for s in samples], np.int64)
-    if len(samples) == 0:
-        return ClipEmbeddings(np.zeros((0, encoder.dim), np.float32), np.zeros(0, bool), errors)
     return ClipEmbeddings(clip_emb[idx], clip_ok[idx], errors)

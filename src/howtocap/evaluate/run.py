@@ -1,11 +1,7 @@
-"""``howtocap eval``: zero-shot (or trained-checkpoint) text-video retrieval on a benchmark.
-
-Reads the benchmark's annotations, embeds each clip as the mean of ``n_frames`` frame
-embeddings and each caption with the text tower, then scores text-to-video and video-to-text
-retrieval (see :mod:`howtocap.metrics` for ranks and ties). Clips whose video is
-missing or unreadable are dropped together with their captions and listed in the output, so
-the numbers say exactly which subset they were measured on.
-"""
+"""``howtocap eval``: zero-shot (or trained-checkpoint) text-video retrieval on a benchmark
+(ranks and ties: :mod:`howtocap.metrics`). Clips whose video is missing or unreadable are
+dropped with their captions and listed in the output, so the numbers say exactly which subset
+they were measured on."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from howtocap.atomic import atomic_write_text
+from howtocap.encoders import create
 from howtocap.encoders.base import Encoder
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import HowtocapError
@@ -31,47 +28,11 @@ from howtocap.metrics import RECALL_AT, multi_caption_metrics
 
 def _group(samples: list[EvalSample]) -> tuple[list[EvalSample], np.ndarray]:
     """Unique clips (first sample of each) and, per sample, the index of its clip."""
-    index: dict[tuple, int] = {}
-    clips: list[EvalSample] = []
-    item = np.empty(len(samples), np.int64)
-    for j, s in enumerate(samples):
-        key = s.clip_key
-        if key not in index:
-            index[key] = len(clips)
-            clips.append(s)
-        item[j] = index[key]
-    return clips, item
-
-
-def _limit(samples: list[EvalSample], limit: int | None) -> list[EvalSample]:
-    """The captions of the first ``limit`` clips (for a quick look at a large benchmark)."""
-    if limit is None:
-        return samples
-    if limit < 1:
-        raise HowtocapError("limit must be a positive number of clips")
-    keep: set[tuple] = set()
-    out = []
+    first: dict[tuple, EvalSample] = {}
     for s in samples:
-        if s.clip_key not in keep:
-            if len(keep) >= limit:
-                continue
-            keep.add(s.clip_key)
-        out.append(s)
-    return out
-
-
-def score(text_emb: np.ndarray, clip_emb: np.ndarray, caption_item: np.ndarray, *,
-          ties: str = TIES, device: torch.device | str | None = None
-          ) -> dict[str, dict]:
-    """t2v and v2t metrics from L2-normalised caption and clip embeddings (cosine similarity).
-
-    A small building block shared with training (per-epoch validation): embeddings in, metrics
-    out, nothing else.
-    """
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    t = torch.as_tensor(np.asarray(text_emb, np.float32), device=dev)
-    v = torch.as_tensor(np.asarray(clip_emb, np.float32), device=dev)
-    return multi_caption_metrics(t @ v.T, caption_item, ties=ties)
+        first.setdefault(s.clip_key, s)
+    row = {key: i for i, key in enumerate(first)}
+    return list(first.values()), np.array([row[s.clip_key] for s in samples], np.int64)
 
 
 def print_table(result: dict[str, Any], out: Console | None = None) -> None:
@@ -81,14 +42,12 @@ def print_table(result: dict[str, Any], out: Console | None = None) -> None:
              f" ({result['encoder']}, {result['n_frames']} frames, ties {result['ties']})")
     table = Table(title=title)
     table.add_column("direction")
-    cols = [f"R@{k}" for k in RECALL_AT] + ["MedR", "MeanR", "n"]
-    for c in cols:
+    for c in [*(f"R@{k}" for k in RECALL_AT), "MedR", "MeanR", "n"]:
         table.add_column(c, justify="right")
     for direction in ("t2v", "v2t"):
         m = result[direction]
-        cells = [f"{m[f'R@{k}']:.1f}" for k in RECALL_AT]
-        cells += [f"{m['MedR']:g}", f"{m['MeanR']:.1f}", str(m["n"])]
-        table.add_row(direction, *cells)
+        table.add_row(direction, *(f"{m[f'R@{k}']:.1f}" for k in RECALL_AT), f"{m['MedR']:g}",
+                      f"{m['MeanR']:.1f}", str(m["n"]))
     out.print(table)
     sk = result["skipped"]
     if sk["clips"]:
@@ -102,26 +61,23 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
              limit: int | None = None, ties: str = TIES,
              cache_dir: Path | str | None = None, progress: bool = True,
              show: bool = True, **reader_kw: Any) -> dict[str, Any]:
-    """Evaluate retrieval on benchmark ``kind``; returns (and optionally writes) the result.
-
-    ``encoder_name`` is anything :func:`howtocap.encoders.create` accepts (``default``,
-    ``hf:<id>``, ``openclip:<arch>/<pretrained>``, a trained checkpoint) or an ``Encoder``.
-    ``reader_kw`` goes to the benchmark reader (``subset=`` for YouCook2,
-    ``captions_path=`` for MSVD).
-    """
+    """Retrieval on benchmark ``kind``; returns (and may write) the result. ``encoder_name``:
+    a name :func:`howtocap.encoders.create` accepts, or an ``Encoder``; ``reader_kw`` go to the
+    reader (``subset=`` for YouCook2, ``captions_path=`` for MSVD)."""
     t0 = time.perf_counter()
     if video_root is None and kind != "csv":
         raise HowtocapError(f"{kind} needs the folder holding its videos (--videos DIR)")
-    samples = _limit(read_benchmark(kind, annotation_path, video_root, **reader_kw), limit)
+    samples = read_benchmark(kind, annotation_path, video_root, **reader_kw)
+    if limit is not None:  # the captions of the first ``limit`` clips: a quick look
+        if limit < 1:
+            raise HowtocapError("limit must be a positive number of clips")
+        keep = {c.clip_key for c in _group(samples)[0][:limit]}
+        samples = [s for s in samples if s.clip_key in keep]
     if not any(s.video_path is not None for s in samples):
         raise HowtocapError(f"none of the videos listed in {annotation_path} were found under "
                             f"{video_root} (looked for <video id>.<ext> at any depth)")
-    if isinstance(encoder_name, Encoder):
-        encoder = encoder_name
-    else:
-        from howtocap.encoders import create
-
-        encoder = create(encoder_name, device=device)
+    encoder = encoder_name if isinstance(encoder_name, Encoder) \
+        else create(encoder_name, device=device)
     clips, _ = _group(samples)
     emb = video_embeddings(clips, encoder, n_frames=n_frames,
                            cache_dir=Path(cache_dir) if cache_dir else None, progress=progress)
@@ -130,28 +86,24 @@ def evaluate(kind: str, annotation_path: Path | str, video_root: Path | str | No
         first = next(iter(emb.errors.items()), ("?", "?"))
         raise HowtocapError(f"no clip could be read (e.g. {first[0]}: {first[1]})")
     kept = [s for s in samples if s.clip_key in ok_keys]
-    kept_clips, caption_item = _group(kept)
-    clip_row = {c.clip_key: i for i, c in enumerate(clips)}
-    clip_emb = emb.emb[[clip_row[c.clip_key] for c in kept_clips]]
-    text_emb = encoder.encode_texts([s.caption for s in kept])
-    metrics = score(text_emb, clip_emb, caption_item, ties=ties, device=encoder.device)
+    kept_clips, caption_item = _group(kept)  # the readable clips, in the same order
+    clip_emb = emb.emb[emb.ok]
+    dev = torch.device(encoder.device) if encoder.device is not None else torch.device("cpu")
+    t = torch.as_tensor(np.asarray(encoder.encode_texts([s.caption for s in kept]), np.float32),
+                        device=dev)  # cosine similarity: both sides are L2-normalised
+    v = torch.as_tensor(np.asarray(clip_emb, np.float32), device=dev)
+    metrics = multi_caption_metrics(t @ v.T, caption_item, ties=ties)
 
     skipped_clips = [c for c, ok in zip(clips, emb.ok, strict=True) if not ok]
     result: dict[str, Any] = {
-        "benchmark": kind,
-        "annotations": str(annotation_path),
+        "benchmark": kind, "annotations": str(annotation_path),
         "videos": str(video_root) if video_root is not None else None,
         "encoder": getattr(encoder, "name", str(encoder_name)),
-        "n_frames": n_frames,
-        "ties": ties,
-        "limit": limit,
-        "n_clips": len(kept_clips),
-        "n_captions": len(kept),
-        "t2v": metrics["t2v"],
-        "v2t": metrics["v2t"],
+        "n_frames": n_frames, "ties": ties, "limit": limit,
+        "n_clips": len(kept_clips), "n_captions": len(kept),
+        "t2v": metrics["t2v"], "v2t": metrics["v2t"],
         "skipped": {
-            "clips": len(skipped_clips),
-            "captions": len(samples) - len(kept),
+            "clips": len(skipped_clips), "captions": len(samples) - len(kept),
             "videos": len({c.video_id for c in skipped_clips}),
             "errors": [{"video_id": v, "error": e} for v, e in sorted(emb.errors.items())],
         },

@@ -4,6 +4,7 @@ trained, scored or run on those features."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -23,21 +24,9 @@ from howtocap.errors import HowtocapError, InputError
 from howtocap.io.inputs import VIDEO_EXTS, VideoItem
 from howtocap.subtitles.policy import ASR_MODE
 from howtocap.tdr.config import EVERY, SPLIT, TdrConfig
-from howtocap.tdr.data import (
-    SPLITS,
-    VideoAnn,
-    goal_sentences,
-    read_annotations,
-    read_scripts,
-)
+from howtocap.tdr.data import SPLITS, VideoAnn, goal_sentences, read_annotations, read_scripts
 from howtocap.tdr.features import FrameFeatures, tdr_features_run
-from howtocap.tdr.losses import (
-    aux_loss,
-    fcl_labels,
-    kofcl_labels,
-    pair_mask,
-    tdr_loss,
-)
+from howtocap.tdr.losses import aux_loss, fcl_labels, kofcl_labels, pair_mask, tdr_loss
 from howtocap.tdr.metrics import gold_ranks, isolated_steps, ndcg_at, recall_at, rouge_l
 from howtocap.tdr.model import TdrModel
 
@@ -66,10 +55,8 @@ def load_inputs(annotations: str | Path, scripts: str | Path, videos: str | Path
     vdir = Path(videos)
     if not vdir.is_dir():
         raise InputError(vdir, "not a folder of videos")
-    by_stem: dict[str, Path] = {}
-    for p in sorted(vdir.iterdir()):
-        if p.suffix.lower() in VIDEO_EXTS and p.is_file():
-            by_stem.setdefault(p.stem, p.resolve())
+    by_stem = {p.stem: p.resolve() for p in sorted(vdir.iterdir(), reverse=True)  # first wins
+               if p.suffix.lower() in VIDEO_EXTS and p.is_file()}
     items, problems = [], []
     for vid, ann in anns.items():
         if split is not None and ann.subset != split:
@@ -119,17 +106,13 @@ def _features(inp: Inputs, root: Path, cfg: TdrConfig, model: Any, *, subtitles:
     return feats, [*inp.problems, *(f"{vid}: {msg}" for vid, msg in summary.failed)]
 
 
-_ENCODERS: dict[tuple[str, str | None], Any] = {}
-
-
+@functools.cache
 def _encoder(name: str, device: str | None) -> Any:
     """One frozen encoder per (name, device) per process: train → eval → export in one
     process (a notebook, a benchmark) load it once (loading is most of a small run)."""
     from howtocap.encoders import create
 
-    if (name, device) not in _ENCODERS:
-        _ENCODERS[(name, device)] = create(name, device=device)
-    return _ENCODERS[(name, device)]
+    return create(name, device=device)
 
 
 def _encode(model: Any, texts: Sequence[str]) -> np.ndarray:
@@ -167,11 +150,9 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
     dev = pick_device(device)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    batches, caps = [], {}
-    for vid, ff in feats.items():
-        ann = inp.anns[vid]
-        batches.append(make_batch(ann, ff, dev))
-        caps[vid] = torch.from_numpy(_encode(enc, [s.sentence for s in ann.steps])).to(dev)
+    batches = [make_batch(inp.anns[vid], ff, dev) for vid, ff in feats.items()]
+    caps = {vid: torch.from_numpy(_encode(enc, [s.sentence for s in inp.anns[vid].steps])).to(dev)
+            for vid in feats}
     model = TdrModel(enc.dim, d_model=cfg.d_model, d_r=cfg.d_r, context=cfg.context,
                      modality=cfg.modality).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -186,7 +167,27 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
         torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        _epochs(model, opt, batches, caps, aux, cfg, rng, dev, log, t0, on_epoch)
+        for epoch in range(cfg.epochs):
+            model.train()
+            rng.shuffle(batches)
+            tot = aux_tot = 0.0
+            for b in batches:  # one video per batch: its other captions are the negatives
+                g, q = model.frames(b.image, b.text)
+                loss = l_tdr = tdr_loss(model.relevance(q, model.sentences(caps[b.video_id])),
+                                        b.gold)
+                l_aux = torch.zeros((), device=dev)
+                if cfg.aux != "none" and cfg.lam > 0:
+                    l_aux = aux_loss(g, model.aux_w, *aux[b.video_id])
+                    loss = l_tdr + cfg.lam * l_aux
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                tot += float(l_tdr.detach())
+                aux_tot += float(l_aux.detach())
+            log.append({"epoch": epoch + 1, "loss_tdr": tot / len(batches),
+                        "loss_aux": aux_tot / len(batches), "seconds": time.perf_counter() - t0})
+            if on_epoch:
+                on_epoch(epoch + 1, log[-1]["loss_tdr"])
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - t0
@@ -201,38 +202,10 @@ def train(annotations: str | Path, scripts: str | Path, videos: str | Path, out:
                        seconds / max(1, len(batches) * cfg.epochs), log, problems)
 
 
-def _epochs(model: TdrModel, opt: torch.optim.Optimizer, batches: list[VideoBatch],
-            caps: dict[str, torch.Tensor], aux: dict[str, tuple[torch.Tensor, torch.Tensor]],
-            cfg: TdrConfig, rng: random.Random, dev: torch.device, log: list[dict[str, float]],
-            t0: float, on_epoch: Callable[[int, float], None] | None) -> None:
-    for epoch in range(cfg.epochs):
-        model.train()
-        rng.shuffle(batches)
-        tot = aux_tot = 0.0
-        for b in batches:  # one video per batch: its other captions are the negatives
-            g, q = model.frames(b.image, b.text)
-            loss = l_tdr = tdr_loss(model.relevance(q, model.sentences(caps[b.video_id])), b.gold)
-            l_aux = torch.zeros((), device=dev)
-            if cfg.aux != "none" and cfg.lam > 0:
-                l_aux = aux_loss(g, model.aux_w, *aux[b.video_id])
-                loss = l_tdr + cfg.lam * l_aux
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            tot += float(l_tdr.detach())
-            aux_tot += float(l_aux.detach())
-        row = {"epoch": epoch + 1, "loss_tdr": tot / len(batches),
-               "loss_aux": aux_tot / len(batches), "seconds": time.perf_counter() - t0}
-        log.append(row)
-        if on_epoch:
-            on_epoch(epoch + 1, row["loss_tdr"])
-
-
 def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrModel, TdrConfig]:
     from howtocap.encoders.base import pick_device
 
-    p = Path(path)
-    p = p / CKPT_FILE if p.is_dir() else p
+    p = Path(path) / CKPT_FILE if Path(path).is_dir() else Path(path)
     if not p.is_file():
         raise InputError(p, "no TDR checkpoint here (train one with `howtocap tdr train`)")
     try:
@@ -247,14 +220,15 @@ def load_checkpoint(path: str | Path, device: str | None = None) -> tuple[TdrMod
     return model.to(pick_device(device)).eval(), cfg
 
 
+@dataclass
 class Scorer:
     """Frame × candidate relevance for one video: a trained model or a training-free baseline
     (``bm25`` over the transcript; ``text``/``image``/``joint``: cosine of the frozen encoder's
     transcript / image / summed embedding with the sentence embedding)."""
 
-    def __init__(self, encoder: Any, model: TdrModel | None = None,
-                 baseline: str | None = None) -> None:
-        self.encoder, self.model, self.baseline = encoder, model, baseline
+    encoder: Any
+    model: TdrModel | None = None
+    baseline: str | None = None
 
     def __call__(self, ff: FrameFeatures, sentences: Sequence[str]
                  ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -269,12 +243,7 @@ class Scorer:
                                          torch.from_numpy(ff.text).to(dev))
                 d = self.model.sentences(torch.from_numpy(emb).to(dev))
                 return (q @ d.T).cpu().numpy(), g.cpu().numpy(), d.cpu().numpy()
-        if self.baseline == "text":
-            query = ff.text
-        elif self.baseline == "image":
-            query = ff.image
-        else:
-            query = ff.image + ff.text
+        query = {"text": ff.text, "image": ff.image}.get(self.baseline or "", ff.image + ff.text)
         norm = np.linalg.norm(query, axis=1, keepdims=True)
         query = query / np.where(norm > 0, norm, 1.0)
         return query @ emb.T, query, emb
@@ -298,7 +267,6 @@ def _bm25(queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
 
 def _scorer(checkpoint: str | Path | None, baseline: str | None, device: str | None,
             encoder_model: Any | None) -> tuple[Scorer, TdrConfig]:
-
     if (checkpoint is None) == (baseline is None):
         raise HowtocapError("give either --checkpoint or --baseline")
     if baseline is not None and baseline not in BASELINES:
@@ -346,16 +314,14 @@ def evaluate(annotations: str | Path, scripts: str | Path, videos: str | Path, *
         if not keep.any():
             continue
         caps = [s.sentence for s in ann.steps]
-        sc, _, _ = scorer(ff, caps)
-        r = gold_ranks(sc[keep], gold[keep])
+        r = gold_ranks(scorer(ff, caps)[0][keep], gold[keep])
         ranks.append(r)
         iso_ranks.append(r[b.isolated[keep]])
         sents = goal_sentences(inp.scripts, ann.goal)
         ss, _, _ = scorer(ff, sents)
         rel = rouge_l(caps, sents)
-        for i in np.flatnonzero(keep):
-            for k in ndcg:
-                ndcg[k].append(ndcg_at(ss[i], rel[gold[i]], k))
+        for k in ndcg:
+            ndcg[k] += [ndcg_at(ss[i], rel[gold[i]], k) for i in np.flatnonzero(keep)]
     seconds = time.perf_counter() - t0
     all_r = np.concatenate(ranks) if ranks else np.zeros(0, int)
     iso = np.concatenate(iso_ranks) if iso_ranks else np.zeros(0, int)

@@ -1,6 +1,5 @@
 """``tdr train``'s settings, declared once: each field with a description is a flag of the
-command (``cli.options``: default, bounds, help). Recorded in the checkpoint (eval and export
-reuse its encoder and rate). No torch here, so ``--help`` stays fast."""
+command (``cli.options``: default, bounds, help). No torch here, so ``--help`` stays fast."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""Readers for the inputs of ``howtocap tdr``: YouCook2 annotations and instructional scripts.
-
-Both formats are the field's own (YouCook2's ``youcookii_annotations_*.json``; scripts as
-``{goal: [[sentence, ...], ...]}`` or the paper's recipe crawl ``{goal: [{"split_ins": [...]}]}``),
-so a user can point the commands at real data. A malformed file is one line naming it.
-"""
+"""Readers for the inputs of ``howtocap tdr`` in the field's own formats (YouCook2's
+``youcookii_annotations_*.json``; scripts as ``{goal: [[sentence, ...], ...]}`` or the paper's
+recipe crawl ``{goal: [{"split_ins": [...]}]}``), so a user can point the commands at real data.
+A malformed file is one line naming it."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +40,13 @@ class VideoAnn:
 
     def step_at(self, t: float) -> int | None:
         """Index of the step whose segment holds time ``t`` (the first, if several do)."""
-        for i, s in enumerate(self.steps):
-            if s.start <= t <= s.end:
-                return i
-        return None
+        return next((i for i, s in enumerate(self.steps) if s.start <= t <= s.end), None)
 
 
 def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str, VideoAnn]:
-    """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``.
-
-    Key objects come from an annotation's ``key_objects`` list when present (our generated
-    sets carry them), else from the nouns of its sentence (``key_objects_of``), as in the paper.
-    """
+    """YouCook2 annotations ``{"database": {vid: {"annotations": [...], ...}}}``; key objects
+    from an annotation's ``key_objects`` (our generated sets carry them), else the nouns of its
+    sentence, as in the paper."""
     path = Path(path)
     out: dict[str, VideoAnn] = {}
     todo: list[tuple[str, int, str]] = []  # (video, index in file order, sentence)
@@ -76,8 +69,7 @@ def read_annotations(path: str | Path, *, key_objects: bool = True) -> dict[str,
         out[vid] = VideoAnn(vid, str(entry.recipe_type), subset, duration, steps)
     if todo:  # one spaCy pass over every sentence that lacks key objects
         for (vid, k, _), ko in zip(todo, key_objects_of([t[2] for t in todo]), strict=True):
-            s = out[vid].steps[k]
-            out[vid].steps[k] = StepAnn(s.id, s.start, s.end, s.sentence, ko)
+            out[vid].steps[k] = replace(out[vid].steps[k], key_objects=ko)
     for ann in out.values():
         ann.steps.sort(key=lambda s: (s.start, s.end))
     return out
@@ -120,20 +112,16 @@ _nlp: Any = None
 _nlp_lock = threading.Lock()
 
 
-def _spacy() -> Any:
+def key_objects_of(sentences: Iterable[str]) -> list[frozenset[str]]:
+    """The key objects of each sentence: lower-cased lemmas of its nouns and proper nouns."""
     global _nlp
     with _nlp_lock:
         if _nlp is None:
             import spacy
 
             _nlp = spacy.load(SPACY_MODEL, disable=["ner", "parser"])
-        return _nlp
-
-
-def key_objects_of(sentences: Iterable[str]) -> list[frozenset[str]]:
-    """The key objects of each sentence: lower-cased lemmas of its nouns and proper nouns."""
     return [frozenset(t.lemma_.lower() for t in doc if t.pos_ in ("NOUN", "PROPN"))
-            for doc in _spacy().pipe(list(sentences))]
+            for doc in _nlp.pipe(list(sentences))]
 
 
 def iou(a: Sequence[str] | frozenset[str], b: Sequence[str] | frozenset[str]) -> float:

@@ -31,13 +31,6 @@ class FrameFeatures:
     text: np.ndarray
 
 
-def work_dir(root: str | Path, encoder: str, every: float, window: float | None) -> Path:
-    """One run directory per (encoder, sampling) so features of other settings never mix."""
-    from howtocap.encoders.cache import encoder_slug
-
-    return Path(root) / f"{encoder_slug(encoder)}-every{every:g}-win{(window or every):g}"
-
-
 def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: str = ENCODER,
                      every: float = EVERY, window: float | None = None,
                      subtitles: str | None = None,
@@ -46,9 +39,12 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
                      progress: bool = True) -> tuple[StageSummary, dict[str, FrameFeatures]]:
     """Features for every item (done videos are read back, not recomputed); failed videos are
     in the summary and missing from the dict."""
+    from howtocap.encoders.cache import encoder_slug
+
     if every <= 0 or (window is not None and window <= 0):
         raise HowtocapError(f"--every and --window must be positive, got {every}, {window}")
-    rundir = RunDir(work_dir(root, encoder, every, window))
+    # one run directory per (encoder, sampling) so features of other settings never mix
+    rundir = RunDir(Path(root) / f"{encoder_slug(encoder)}-every{every:g}-win{(window or every):g}")
     rundir.configs.write("tdr_frames", {"encoder": encoder, "every": every,
                                        "window": window or every, "asr": asr,
                                        "subtitles": subtitles})
@@ -65,8 +61,7 @@ def tdr_features_run(items: Sequence[VideoItem], root: str | Path, *, encoder: s
     ids = [it.video_id for it in items]
     done = rundir.done(stage.name, ids, TDR_TABLE)
     wanted = {v for v, ok in zip(ids, done, strict=True) if ok}
-    shards = rundir.shard_of(ids)
-    for k in sorted({int(s) for s, ok in zip(shards, done, strict=True) if ok}):
+    for k in sorted({int(s) for s, ok in zip(rundir.shard_of(ids), done, strict=True) if ok}):
         rows = rundir.read_shard(TDR_TABLE, k)  # a shard file at a time, not the table
         if rows is None:
             continue

@@ -38,14 +38,8 @@ def fcl_labels(steps: Sequence[int]) -> torch.Tensor:
 def kofcl_labels(objects: Sequence[frozenset[str] | None], mu: float = 0.1) -> torch.Tensor:
     """Pair labels for KOFCL: 1 where the IoU of the two frames' key-object sets exceeds
     ``mu`` (``None``: the frame lies in no step, label 0)."""
-    n = len(objects)
-    out = torch.zeros(n, n)
-    for i in range(n):
-        for j in range(n):
-            a, b = objects[i], objects[j]
-            if a is not None and b is not None and iou(a, b) > mu:
-                out[i, j] = 1.0
-    return out
+    return torch.tensor([[float(a is not None and b is not None and iou(a, b) > mu)
+                          for b in objects] for a in objects]).reshape(len(objects), len(objects))
 
 
 def pair_mask(steps: Sequence[int]) -> torch.Tensor:

@@ -51,20 +51,14 @@ def rouge_l(references: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
         from rouge_score import rouge_scorer
 
         _scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    out = np.zeros((len(references), len(candidates)))
-    for i, r in enumerate(references):
-        for j, c in enumerate(candidates):
-            out[i, j] = _scorer.score(r, c)["rougeL"].fmeasure
-    return out
+    return np.array([[_scorer.score(r, c)["rougeL"].fmeasure for c in candidates]
+                     for r in references], np.float64).reshape(len(references), len(candidates))
 
 
 def isolated_steps(objects: Sequence[frozenset[str]], threshold: float = ISOLATED_IOU
                    ) -> list[bool]:
     """Steps (in time order) whose key-object IoU with both neighbouring steps is below
     ``threshold``; a missing neighbour (first or last step) shares nothing."""
-    out = []
-    for i, o in enumerate(objects):
-        prev = iou(o, objects[i - 1]) if i > 0 else 0.0
-        nxt = iou(o, objects[i + 1]) if i + 1 < len(objects) else 0.0
-        out.append(prev < threshold and nxt < threshold)
-    return out
+    pad = [frozenset(), *objects, frozenset()]  # iou with an empty set is 0
+    return [max(iou(pad[i + 1], pad[i]), iou(pad[i + 1], pad[i + 2])) < threshold
+            for i in range(len(objects))]

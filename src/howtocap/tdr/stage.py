@@ -49,8 +49,7 @@ class TdrFramesStage(BaseStage):
         already built (else ``encoder`` names it)."""
         self.encoder, self.every, self.window = encoder, every, window or every
         self.asr_mode, self.asr_model, self.source = asr_mode, asr_model, source
-        self.device = device
-        self._model = model
+        self.device, self._model = device, model
 
     def load(self) -> None:
         if self._model is None:

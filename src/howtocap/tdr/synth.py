@@ -124,15 +124,13 @@ class TdrSampleSet:
 def _scripts(rng: random.Random, n_scripts: int) -> dict[str, list[list[str]]]:
     """``n_scripts`` per goal: each words every step with one paraphrase, in order, with one or
     two distractor sentences slipped in."""
-    out: dict[str, list[list[str]]] = {}
+    out: dict[str, list[list[str]]] = {goal: [] for goal in GOALS}
     for goal, steps in GOALS.items():
-        scripts = []
         for j in range(n_scripts):
             sents = [s.paraphrases[j] if j < 3 else rng.choice(s.paraphrases) for s in steps]
             for d in rng.sample(DISTRACTORS[goal], rng.choice([1, 2])):
                 sents.insert(rng.randrange(len(sents) + 1), d)
-            scripts.append(sents)
-        out[goal] = scripts
+            out[goal].append(sents)
     return out
 
 
@@ -141,13 +139,10 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
                  size: int = 128, validation_share: float = 0.34, vary: bool = True,
                  seed: int = 0) -> TdrSampleSet:
     """Write ``videos/<vid>.mp4`` (+ ``.vtt`` narration), ``annotations.json`` (YouCook2 form,
-    with ``key_objects``) and ``scripts.json`` under ``out_dir``.
-
-    Per goal, the last ``validation_share`` of its videos are ``validation``, the rest
-    ``training`` (at least one of each when ``videos_per_goal`` >= 2). Each pronoun-capable step
-    uses its pronoun narration with probability ``pronoun_rate``. ``vary``: half the videos
-    skip one step and step lengths vary (0.75-1.25x), so a frame's position alone does not
-    tell its step.
+    with ``key_objects``) and ``scripts.json`` under ``out_dir``. Per goal, the last
+    ``validation_share`` of its videos are ``validation`` (at least one of each split when
+    ``videos_per_goal`` >= 2). ``vary``: half the videos skip one step and step lengths vary
+    (0.75-1.25x), so a frame's position alone does not tell its step.
     """
     if videos_per_goal < 1 or n_scripts < 1 or not 0 <= pronoun_rate <= 1:
         raise HowtocapError("videos_per_goal and n_scripts must be >= 1, pronoun_rate in [0, 1]")
@@ -156,7 +151,6 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
     rng = random.Random(seed)
     n_val = max(1, round(videos_per_goal * validation_share)) if videos_per_goal >= 2 else 0
     db: dict[str, dict[str, object]] = {}
-    ids = []
     for goal in GOALS:
         for v in range(videos_per_goal):
             vid = f"tdr_{goal}_{v:02d}"
@@ -179,9 +173,8 @@ def make_tdr_set(out_dir: str | Path, *, videos_per_goal: int = 2, seconds_per_s
                      "degenerate": spoken[i] == s.pronoun}
                     for i, (s, st) in enumerate(zip(steps, video.steps, strict=True))],
             }
-            ids.append(vid)
     ann = out / "annotations.json"
     atomic_write_text(ann, json.dumps({"database": db}, indent=1))
     scripts = out / "scripts.json"
     atomic_write_text(scripts, json.dumps(_scripts(rng, n_scripts), indent=1))
-    return TdrSampleSet(vdir, ann, scripts, ids)
+    return TdrSampleSet(vdir, ann, scripts, list(db))
