@@ -27,6 +27,7 @@ from howtocap.atomic import atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy, model_label
+from howtocap.progress import progress_bar
 from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS, DEFAULT_WORKERS
 
 NGRAM_ORDERS = (1, 2, 3)
@@ -38,9 +39,9 @@ BATCH_SIZE = 512  # texts per spaCy batch
 
 
 # -- small pure helpers ---------------------------------------------------------------------
-def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+def mean_std(values: np.ndarray) -> dict[str, float | None]:
     """Mean and population std of the finite values; ``None`` when there are none (never NaN)."""
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, float)
+    arr = np.asarray(values, float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return {"mean": None, "std": None}
@@ -121,14 +122,10 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
 
     cache = cache if cache is not None else {}
     todo = [t for t in dict.fromkeys(texts) if t not in cache]
-    task = progress.add_task(f"spaCy: {label}", total=len(todo)) if progress else None
     parsed = iter_words_and_verbs(nlp, todo, batch_size=batch_size, n_process=workers)
-    for i, (text, result) in enumerate(zip(todo, parsed, strict=True)):
-        cache[text] = result
-        if task is not None and (i + 1) % 256 == 0:
-            progress.update(task, completed=i + 1)
-    if task is not None:
-        progress.update(task, completed=len(todo))
+    if progress is not None:
+        parsed = progress.track(parsed, total=len(todo), description=f"spaCy: {label}")
+    cache.update(zip(todo, parsed, strict=True))
 
     tokens = [cache[t][0] for t in texts]
     n_words = np.array([len(toks) for toks in tokens], dtype=int)
@@ -161,11 +158,9 @@ def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
     """Videos ok/failed per stage, time per stage, caption counts, the commonest failures."""
     status = tables.get("status")
     status = status if status is not None else pd.DataFrame(columns=["video_id", "stage"])
-    ids: set[str] = set()
-    for name in ("videos", "subtitles", "captions", "aligned", "status"):
-        t = tables.get(name)
-        if t is not None and "video_id" in t.columns:
-            ids.update(t["video_id"].astype(str))
+    ids = {v for name in ("videos", "subtitles", "captions", "aligned", "status")
+           if (t := tables.get(name)) is not None and "video_id" in t.columns
+           for v in t["video_id"].astype(str)}
 
     stages = []
     if len(status):
@@ -344,19 +339,11 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
     ids = video_ids(corpora_frames.values())
     sample = sample_videos(ids, videos, seed)
     cache: dict[str, tuple[list[str], list[str]]] = {}
-    text: dict[str, Any] = {}
-    bar = _progress() if progress else None
-    try:
-        if bar is not None:
-            bar.start()
-        for name, frame in corpora_frames.items():
-            text[name] = (corpus_stats(frame, nlp, sample=sample, batch_size=batch_size,
-                                       workers=workers, cache=cache, progress=bar,
-                                       label=name)
-                          if frame is not None and len(frame) else None)
-    finally:
-        if bar is not None:
-            bar.stop()
+    with progress_bar("{task.description}", disable=not progress) as bar:
+        text = {name: corpus_stats(frame, nlp, sample=sample, batch_size=batch_size,
+                                   workers=workers, cache=cache, progress=bar, label=name)
+                if frame is not None and len(frame) else None
+                for name, frame in corpora_frames.items()}
 
     present = {k: v for k, v in text.items() if v is not None}
     hist: dict[str, Any] = {
@@ -391,12 +378,6 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
         if tables["signals"] is not None and len(tables["signals"]) else None,
         "seconds": round(time.perf_counter() - t0, 3),
     }
-
-
-def _progress() -> Any:
-    from howtocap.progress import progress_bar
-
-    return progress_bar("{task.description}")
 
 
 def write_report(rundir: RunDir, stats: dict[str, Any]) -> Path:

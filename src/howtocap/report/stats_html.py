@@ -151,16 +151,12 @@ ROWS: list[tuple[str, str, Any]] = [
     ("words per caption (mean ± std)", "words_per_caption", _ms),
     ("words per video (mean ± std)", "words_per_video", _ms),
     ("captions per video (mean ± std)", "captions_per_video", _ms),
-    ("unique word 1-grams %", ("word_ngram_unique_pct", "1"), _num),
-    ("unique word 2-grams %", ("word_ngram_unique_pct", "2"), _num),
-    ("unique word 3-grams %", ("word_ngram_unique_pct", "3"), _num),
+    *[(f"unique word {n}-grams %", ("word_ngram_unique_pct", n), _num) for n in "123"],
     ("Verbs (lemmatised)", "", None),
     ("verb occurrences", "verbs", _num),
     ("distinct verbs", "verb_vocabulary", _num),
     ("diverse verbs % (outside the 5 most frequent)", "diverse_verbs_pct", _num),
-    ("unique verb 1-grams %", ("verb_ngram_unique_pct", "1"), _num),
-    ("unique verb 2-grams %", ("verb_ngram_unique_pct", "2"), _num),
-    ("unique verb 3-grams %", ("verb_ngram_unique_pct", "3"), _num),
+    *[(f"unique verb {n}-grams %", ("verb_ngram_unique_pct", n), _num) for n in "123"],
     ("most frequent verbs", "top_verbs", None),
 ]
 
@@ -268,13 +264,11 @@ def _thumb_img(clip: dict[str, Any]) -> str:
 
 def render_html(stats: dict[str, Any]) -> str:
     """The report page: run summary, ASR-vs-captions table, histograms, definitions."""
-    notes = []
-    missing = stats.get("missing", [])
     hints = {"aligned": "no alignment yet: kept-caption statistics, offsets and scores need "
                         "`howtocap align`.",
              "captions": "no captions yet: run `howtocap caption`.",
              "subtitles": "no subtitles table."}
-    notes += [hints[m] for m in missing if m in hints]
+    notes = [hints[m] for m in stats.get("missing", []) if m in hints]
     smp = stats.get("sample", {})
     if smp.get("sampled"):
         notes.append(f"Text statistics use the texts of {smp['videos_used']:,} of the "

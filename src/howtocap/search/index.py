@@ -29,8 +29,6 @@ from howtocap.knn import INDEX_TYPE, make_faiss
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
-    import faiss
-
     from howtocap.encoders.base import Encoder
 
 INDEX_VERSION = 1
@@ -126,11 +124,10 @@ def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends:
 
 
 # -- parts ----------------------------------------------------------------------------------------
-def _write_part(path: Path, key: str, text: np.ndarray, video: np.ndarray,
-                has_video: bool) -> None:
+def _write_part(path: Path, key: str, part: dict[str, Any]) -> None:
     buf = io.BytesIO()
-    np.savez(buf, key=np.array(key), text=text.astype(np.float32),
-             video=video.astype(np.float32), has_video=np.array(has_video))
+    np.savez(buf, key=np.array(key), text=part["text"].astype(np.float32),
+             video=part["video"].astype(np.float32), has_video=np.array(part["has_video"]))
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -144,21 +141,17 @@ def _read_part(path: Path) -> dict[str, Any] | None:
 
 
 # -- faiss ------------------------------------------------------------------------------------
-def write_faiss(index: faiss.Index, path: Path) -> None:
-    import faiss
-
-    atomic_write_bytes(path, faiss.serialize_index(index).tobytes())
-
-
 def write_index_files(out: Path, clips: pd.DataFrame, text: np.ndarray, video: np.ndarray,
                       meta: dict[str, Any], index_type: str = INDEX_TYPE) -> str:
     """Write the two FAISS indexes, ``clips.parquet`` and ``meta.json`` (meta last: it commits)."""
+    import faiss
+
     out.mkdir(parents=True, exist_ok=True)
-    t_index, kind = make_faiss(text, index_type)
-    write_faiss(t_index, out / "text.faiss")
-    del t_index
-    v_index, _ = make_faiss(video, kind)
-    write_faiss(v_index, out / "video.faiss")
+    kind = index_type
+    for name, vectors in (("text", text), ("video", video)):  # video: of the text index's kind
+        index, kind = make_faiss(vectors, kind)
+        atomic_write_bytes(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+        del index
     atomic_write_parquet(clips.reset_index(drop=True), out / "clips.parquet")
     meta = {**meta, "n": int(len(clips)), "dim": int(text.shape[1]), "index_type": kind,
             "version": INDEX_VERSION, "built_at": time.time()}
@@ -240,9 +233,7 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
              for r in videos.itertuples()}
     groups = {vid: g for vid, g in clips.groupby("video_id", sort=True)}
     info = IndexInfo(out, encoder.name, int(encoder.dim), len(clips), "", source)
-    texts: list[np.ndarray] = []
-    vids: list[np.ndarray] = []
-    has_video: list[np.ndarray] = []
+    parts: list[dict[str, Any]] = []
     keys: dict[str, str] = {}
 
     from howtocap.progress import progress_bar
@@ -259,13 +250,11 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 info.reused.append(vid)
             else:
                 part = _embed_video(rows, vpath, encoder, fps, rd.cache_dir)
-                _write_part(part_path, key, part["text"], part["video"], part["has_video"])
+                _write_part(part_path, key, part)
                 info.embedded.append(vid)
             if not part["has_video"]:
                 info.no_video.append(vid)
-            texts.append(part["text"])
-            vids.append(part["video"])
-            has_video.append(np.full(len(rows), part["has_video"]))
+            parts.append(part)
             bar.advance(task)
 
     wanted = {f"{safe_name(v)}.npz" for v in groups}
@@ -275,10 +264,10 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 p.unlink()
     info.removed = sorted(set((old or {}).get("videos", {})) - set(groups))
 
-    dim = int(encoder.dim)
-    text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
-    video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
-    clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
+    text_m, video_m = (np.concatenate([p[m] for p in parts]) if parts
+                       else np.zeros((0, int(encoder.dim)), np.float32) for m in ("text", "video"))
+    clips = clips.assign(has_video=np.concatenate([np.full(len(p["text"]), p["has_video"])
+                                                   for p in parts]) if parts else np.zeros(0, bool))
     from howtocap.engine.fingerprint import config_id
 
     meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,

@@ -10,9 +10,8 @@ comparable, and a mean keeps a meaningful score to show.
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,12 +22,7 @@ from pydantic import BaseModel
 from howtocap.errors import HowtocapError, InputError
 from howtocap.knn import HNSW_EF_SEARCH
 from howtocap.search import BY, BY_CHOICES, K
-from howtocap.search.index import (
-    INDEX_VERSION,
-    index_dir,
-    mismatch_message,
-    read_meta,
-)
+from howtocap.search.index import INDEX_VERSION, index_dir, mismatch_message, read_meta
 
 if TYPE_CHECKING:
     import faiss
@@ -94,11 +88,11 @@ class Searcher:
         self.encoder = encoder
         self._has_video = clips["has_video"].to_numpy(bool) if "has_video" in clips else \
             np.ones(len(clips), bool)
-        self._cols = {c: self.clips[c].to_numpy() for c in
-                      ("video_id", "start", "end", "text", "orig_start", "orig_end")}
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        # row i = vector i, as arrays: a server builds its records from these
+        self.columns = {c: self.clips[c].to_numpy() for c in
+                        ("video_id", "start", "end", "text", "orig_start", "orig_end")}
+        # the query's embedding ``(1, dim)``; repeated queries come from a small LRU cache
+        self.embed = functools.lru_cache(maxsize=cache_size)(self._encode)
 
     @classmethod
     def open(cls, run_dir: str | Path, encoder: str | Encoder | None = None, *,
@@ -141,25 +135,11 @@ class Searcher:
         return len(self.clips)
 
     # -- queries ----------------------------------------------------------------------------
-    def embed(self, query: str) -> np.ndarray:
-        """The query's embedding ``(1, dim)``; repeated queries come from a small LRU cache."""
-        with self._lock:
-            hit = self._cache.get(query)
-            if hit is not None:
-                self._cache.move_to_end(query)
-                return hit
-        vec = np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
-        with self._lock:
-            self._cache[query] = vec
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vec
+    def _encode(self, query: str) -> np.ndarray:
+        return np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
 
     def search(self, query: str, k: int = K, by: str = BY) -> list[Hit]:
-        query = query.strip()
-        if not query:
-            raise HowtocapError("empty query")
-        return self.search_vector(self.embed(query), k=k, by=by)
+        return self._hits(*self.search_rows(query, k=k, by=by))
 
     def search_vector(self, qvec: np.ndarray, k: int = K, by: str = BY) -> list[Hit]:
         return self._hits(*self.rank(qvec, k=k, by=by))
@@ -171,11 +151,6 @@ class Searcher:
         if not query:
             raise HowtocapError("empty query")
         return self.rank(self.embed(query), k=k, by=by)
-
-    @property
-    def columns(self) -> dict[str, np.ndarray]:
-        """``video_id, start, end, text, orig_start, orig_end`` as arrays (row i = vector i)."""
-        return self._cols
 
     def rank(self, qvec: np.ndarray, k: int = K, by: str = BY) -> Ranked:
         if by not in BY_CHOICES:
@@ -213,19 +188,14 @@ class Searcher:
 
     def _hits(self, ids: np.ndarray, scores: np.ndarray, text: np.ndarray | None = None,
               video: np.ndarray | None = None) -> list[Hit]:
-        c = self._cols
-        hits = []
-        for j, (i, s) in enumerate(zip(ids, scores, strict=True)):
-            if i < 0:
-                continue
-            hits.append(Hit(
-                video_id=str(c["video_id"][i]), start=float(c["start"][i]),
-                end=float(c["end"][i]), text=str(c["text"][i]), score=round(float(s), 6),
-                orig_start=float(c["orig_start"][i]), orig_end=float(c["orig_end"][i]),
-                text_score=None if text is None else round(float(text[j]), 6),
-                video_score=None if video is None else round(float(video[j]), 6),
-                row=int(i)))
-        return hits
+        c = self.columns
+        return [Hit(video_id=str(c["video_id"][i]), start=float(c["start"][i]),
+                    end=float(c["end"][i]), text=str(c["text"][i]), score=round(float(s), 6),
+                    orig_start=float(c["orig_start"][i]), orig_end=float(c["orig_end"][i]),
+                    text_score=None if text is None else round(float(text[j]), 6),
+                    video_score=None if video is None else round(float(video[j]), 6),
+                    row=int(i))
+                for j, (i, s) in enumerate(zip(ids, scores, strict=True)) if i >= 0]
 
 
 def format_hits(hits: list[Hit], as_json: bool = False) -> str:
@@ -234,11 +204,8 @@ def format_hits(hits: list[Hit], as_json: bool = False) -> str:
         return json.dumps([h.to_dict() for h in hits], indent=2)
     if not hits:
         return "no results"
-    lines = []
-    for r, h in enumerate(hits, 1):
-        lines.append(f"{r:>3}. {h.score:6.3f}  {h.video_id}  "
-                     f"{_ts(h.start)}-{_ts(h.end)}  {h.text}")
-    return "\n".join(lines)
+    return "\n".join(f"{r:>3}. {h.score:6.3f}  {h.video_id}  {_ts(h.start)}-{_ts(h.end)}  "
+                     f"{h.text}" for r, h in enumerate(hits, 1))
 
 
 def _ts(t: float) -> str:

@@ -1,14 +1,10 @@
 """The web page and JSON API over one run directory (FastAPI).
 
-Safety model: the only files this server reads from disk are its own package's static files,
-the run directory's tables and cache, and video files *registered in* ``DIR/videos.parquet``.
-Video ids from a URL are looked up in that table, never joined into a path, so ``..``,
-encoded slashes or absolute paths can only ever produce "unknown video" (404). Who may connect
-and how often is ``guard.py``'s job.
-
-Speed: the search endpoint is ``async`` and answers on the event loop (no thread hop: under
-load a hop costs more than the HNSW search), builds its JSON from the index's columns without
-a pydantic object per hit, and caches each row's static part (links, subtitle context).
+Safety: besides its static files and the run's tables and cache, the server reads only video
+files registered in ``DIR/videos.parquet``; a URL's video id is looked up there, never joined
+into a path, so ``..`` or encoded slashes can only give 404. Who may connect: ``guard.py``.
+Speed: search is ``async`` on the event loop (a thread hop costs more than the HNSW search)
+and builds its JSON from the index's columns, caching each row's static part.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import math
 import mimetypes
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -111,7 +106,7 @@ def _num(x: Any) -> float | None:
 
 
 class _Lines:
-    """One video's subtitle lines (sorted by start), searchable by time with bisection."""
+    """One video's subtitle lines (sorted by start), searched by time with bisection."""
 
     def __init__(self, g: pd.DataFrame) -> None:
         self.starts = g["start"].to_numpy(float).tolist()
@@ -142,14 +137,12 @@ class Dataset:
     def __init__(self, root: Path) -> None:
         if not root.is_dir():
             raise InputError(root, "run directory does not exist")
-        self.root = root
-        self.rd = RunDir(root, create=False)
-        videos = self.rd.table("videos")
+        rd = RunDir(root, create=False)
         self.paths: dict[str, Path | None] = {
             str(r.video_id): (Path(r.video_path).resolve() if r.video_path else None)
-            for r in videos.itertuples()}
+            for r in rd.table("videos").itertuples()}
         self.subtitles, self.aligned, self.captions = (
-            _by_video(self.rd.table(t) if self.rd.has_table(t) else None)
+            _by_video(rd.table(t) if rd.has_table(t) else None)
             for t in ("subtitles", "aligned", "captions"))
         ids = set(self.paths) | set(self.subtitles) | set(self.aligned) | set(self.captions)
         self.video_ids = sorted(ids)
@@ -183,35 +176,24 @@ class Dataset:
         """Every caption with its ASR lines, LLM times and aligned times (the timeline page)."""
         if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
-        subs = self.subtitles.get(video_id)
-        captions: list[dict[str, Any]] = []
         aligned = self.aligned.get(video_id)
-        if aligned is not None:
-            for r in aligned.itertuples():
-                captions.append({
-                    "text": str(r.text), "llm_start": _num(r.orig_start),
-                    "llm_end": _num(r.orig_end), "start": _num(r.start), "end": _num(r.end),
-                    "score": _num(r.score), "kept": bool(r.kept), "block": int(r.block)})
-        else:
-            for r in self.captions.get(video_id, pd.DataFrame()).itertuples():
-                captions.append({
-                    "text": str(r.text), "llm_start": _num(r.start), "llm_end": _num(r.end),
-                    "start": None, "end": None, "score": None, "kept": None,
-                    "block": int(r.block)})
-        subtitles = [] if subs is None else [
-            {"start": _num(r.start), "end": _num(r.end), "text": str(r.text),
-             "source": str(r.source)} for r in subs.itertuples()]
+        captions = [
+            {"text": str(r.text), "llm_start": _num(r.orig_start), "llm_end": _num(r.orig_end),
+             "start": _num(r.start), "end": _num(r.end), "score": _num(r.score),
+             "kept": bool(r.kept), "block": int(r.block)} for r in aligned.itertuples()
+        ] if aligned is not None else [
+            {"text": str(r.text), "llm_start": _num(r.start), "llm_end": _num(r.end),
+             "start": None, "end": None, "score": None, "kept": None, "block": int(r.block)}
+            for r in self.captions.get(video_id, pd.DataFrame()).itertuples()]
+        subtitles = [{"start": _num(r.start), "end": _num(r.end), "text": str(r.text),
+                      "source": str(r.source)}
+                     for r in self.subtitles.get(video_id, pd.DataFrame()).itertuples()]
         ends = [x for c in captions for x in (c["llm_end"], c["end"]) if x is not None]
         ends += [s["end"] for s in subtitles if s["end"] is not None]
         out = self.summary(video_id)
-        out.update({
-            "media": f"/media/{quote(video_id, safe='')}" if out["has_file"] else None,
-            "duration": max(ends) if ends else 0.0,
-            "aligned": aligned is not None,
-            "subtitles": subtitles,
-            "captions": captions,
-        })
-        return out
+        return out | {"media": f"/media/{quote(video_id, safe='')}" if out["has_file"] else None,
+                      "duration": max(ends) if ends else 0.0, "aligned": aligned is not None,
+                      "subtitles": subtitles, "captions": captions}
 
 
 def _finite(x: Any) -> float | None:
@@ -222,9 +204,8 @@ def _finite(x: Any) -> float | None:
 class HitRecords:
     """Search results as JSON bytes built straight from the index's columns.
 
-    A row never changes while the server runs, so everything but its scores (times, text,
-    links, subtitle context) is serialised once per row and reused; a response is those
-    fragments joined with the scores (the serialisation was a third of a request's cost).
+    A row never changes while the server runs, so all but its scores is serialised once per
+    row and reused (the serialisation was a third of a request's cost).
     """
 
     def __init__(self, searcher: Searcher, data: Dataset) -> None:
@@ -260,22 +241,22 @@ class HitRecords:
         return frag
 
     def hits_json(self, r: Ranked) -> bytes:
-        text = None if r.text is None else r.text.tolist()
-        video = None if r.video is None else r.video.tolist()
-        parts = []
-        for j, (i, s) in enumerate(zip(r.ids.tolist(), r.scores.tolist(), strict=True)):
-            parts.append(b"%s,\"score\":%s,\"text_score\":%s,\"video_score\":%s}" % (
-                self.fragment(i), _score(s), b"null" if text is None else _score(text[j]),
-                b"null" if video is None else _score(video[j])))
-        return b"[" + b",".join(parts) + b"]"
+        n = len(r.ids)
+        text = [None] * n if r.text is None else r.text.tolist()
+        video = [None] * n if r.video is None else r.video.tolist()
+        return b"[" + b",".join(
+            b"%s,\"score\":%s,\"text_score\":%s,\"video_score\":%s}" % (
+                self.fragment(i), _score(s), _score(t), _score(v))
+            for i, s, t, v in zip(r.ids.tolist(), r.scores.tolist(), text, video, strict=True)
+        ) + b"]"
 
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _score(x: float) -> bytes:
-    return repr(round(x, 6)).encode() if math.isfinite(x) else b"null"
+def _score(x: float | None) -> bytes:
+    return repr(round(x, 6)).encode() if x is not None and math.isfinite(x) else b"null"
 
 
 def thumb_time(start: float | None, end: float | None) -> float:
@@ -302,14 +283,11 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = MAX_K,
                max_query_chars: int = MAX_QUERY_CHARS, device: str | None = None,
                faiss_threads: int | None = 1, limits: Limits | None = None) -> FastAPI:
-    """The app for one run directory. Loads the tables and (if present) the index up front.
+    """The app for one run directory; loads the tables and (if present) the index up front.
 
-    ``searcher`` lets a caller share an already opened index; without an index the page still
-    shows videos and the search API answers 409 with how to build one. ``limits``: API key,
-    rate and size limits (default: no key and ``serve``'s defaults).
-    ``faiss_threads`` (process-wide): a server answers many one-query searches at once, so one
-    OpenMP thread per search is faster than several threads fighting over the cores (``None``
-    leaves it alone).
+    ``searcher`` shares an opened index; without an index the search API answers 409 with how
+    to build one. ``faiss_threads`` (process-wide; ``None``: left alone): one OpenMP thread
+    per search beats several fighting over the cores when many one-query searches run at once.
     """
     if faiss_threads is not None:
         import faiss
@@ -325,11 +303,8 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
     app = FastAPI(title="howtocap", version="1", openapi_url="/api/openapi.json",
                   docs_url="/api/docs", redoc_url=None,
                   description="Moment search over a howtocap run directory.")
-    app.state.dataset = data
-    app.state.searcher = searcher
     metrics = Metrics()
     metrics.clips.set(len(searcher) if searcher is not None else 0)
-    app.state.metrics = metrics
     app.add_middleware(Guard, limits=limits or Limits(), metrics=metrics)
     records = HitRecords(searcher, data) if searcher is not None else None
 
@@ -447,12 +422,9 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return FileResponse(path, media_type=mime)
 
-    def page(name: str) -> Callable[..., FileResponse]:
-        def _page() -> FileResponse:
-            return FileResponse(STATIC / name, media_type="text/html")
-        return _page
-
-    app.get("/", include_in_schema=False)(page("index.html"))
+    @app.get("/", include_in_schema=False)
+    def index_page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
 
     @app.get("/video/{video_id:path}", include_in_schema=False)
     def video_page(video_id: str) -> FileResponse:

@@ -9,25 +9,21 @@ than the search itself (``benchmarks/speed/bench_serve.py``).
 from __future__ import annotations
 
 import base64
+import functools
 import hmac
 import ipaddress
+import json
 import math
+import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from howtocap.errors import HowtocapError
 from howtocap.serve.defaults import MAX_BODY_BYTES, RATE_LIMIT
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MIN_KEY_CHARS = 16
 OPEN_PATHS = frozenset({"/healthz"})  # no key, no rate limit: load balancers poll these
@@ -69,8 +65,6 @@ def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
 
 
 def api_key_from_env(var: str) -> str:
-    import os
-
     key = os.environ.get(var, "")
     if not key.strip():
         raise HowtocapError(f"--api-key-env {var}: environment variable {var} is not set "
@@ -125,20 +119,13 @@ class Metrics:
                                "Requests being answered now.", registry=self.registry)
         self.clips = Gauge("howtocap_index_clips", "Clips in the served index.",
                            registry=self.registry)
-        self._children: dict[tuple[str, str, int], Any] = {}
-        self._lat_children: dict[str, Any] = {}
+        # label lookups are cached: prometheus_client's .labels() is the costly part
+        self._requests = functools.cache(self.requests.labels)
+        self._latency = functools.cache(self.latency.labels)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        # label lookups are cached: prometheus_client's .labels() is the costly part
-        key = (method, route, status)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.requests.labels(method, route, str(status))
-        child.inc()
-        lat = self._lat_children.get(route)
-        if lat is None:
-            lat = self._lat_children[route] = self.latency.labels(route)
-        lat.observe(seconds)
+        self._requests(method, route, str(status)).inc()
+        self._latency(route).observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -147,10 +134,7 @@ class Metrics:
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    for k, v in scope["headers"]:
-        if k == name:
-            return v
-    return None
+    return next((v for k, v in scope["headers"] if k == name), None)
 
 
 def presented_key(scope: Scope) -> bytes | None:
@@ -212,11 +196,9 @@ class Guard:
                 receive = self.counting(receive, limit)
             try:
                 await self.app(scope, receive, send_wrapper)
-            except _BodyTooLarge:
+            except _BodyTooLarge as exc:
                 if not started:
-                    await self.respond(send_wrapper, 413,
-                                       f"request body larger than {limit} bytes",
-                                       [(b"connection", b"close")])
+                    await self.respond(send_wrapper, 413, exc.detail, [(b"connection", b"close")])
         finally:
             self.metrics.in_flight.dec()
             route = scope.get("route")
@@ -272,15 +254,10 @@ class Guard:
             self.buckets[who] = (tokens, now)
             return (1.0 - tokens) / rate
         self.buckets[who] = (tokens - 1.0, now)
-        if len(self.buckets) > MAX_BUCKETS:
-            self.forget_idle(now)
+        if len(self.buckets) > MAX_BUCKETS:  # forget the clients whose bucket is full again
+            self.buckets = {k: v for k, v in self.buckets.items()
+                            if v[0] + (now - v[1]) * rate < burst}
         return 0.0
-
-    def forget_idle(self, now: float) -> None:
-        full = float(max(1, self.limits.burst))
-        rate = self.limits.rate_per_s
-        self.buckets = {k: v for k, v in self.buckets.items()
-                        if v[0] + (now - v[1]) * rate < full}
 
     @staticmethod
     def counting(receive: Receive, limit: int) -> Receive:
@@ -301,8 +278,6 @@ class Guard:
     @staticmethod
     async def respond(send: Send, status: int, detail: str,
                       headers: list[tuple[bytes, bytes]]) -> None:
-        import json
-
         body = json.dumps({"detail": detail}).encode()
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", b"application/json"),
