@@ -57,6 +57,6 @@ def run_cmd(
                              force=force, device=device, download=download, signals=signals,
                              **runner.stage_args())
     print_align_result(Path(out_dir), runner.shard)
-    show_captions(out_dir, limit=0)
+    show_captions(out_dir)
     report_rejected(out_dir)
     report_summary(*summaries)

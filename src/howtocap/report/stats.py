@@ -9,6 +9,7 @@ all corpora, so subtitles and captions are compared on the same videos.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -106,10 +107,9 @@ def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None
 
 
 # -- one corpus -------------------------------------------------------------------------------
-def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
-                 batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
-                 cache: dict[str, tuple[list[str], list[str]]] | None = None,
-                 progress: Any = None, label: str = "") -> dict[str, Any]:
+def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers: int,
+                 cache: dict[str, tuple[list[str], list[str]]], progress: Any,
+                 label: str) -> dict[str, Any]:
     """All text statistics of one table with ``video_id`` and ``text`` columns, on the texts of
     the ``sample`` videos (all videos when ``None``).
 
@@ -119,13 +119,10 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
     vids_all = df["video_id"].astype(str)
     used = df[vids_all.isin(sample)] if sample is not None else df
     texts = used["text"].fillna("").astype(str).tolist()
-
-    cache = cache if cache is not None else {}
     todo = [t for t in dict.fromkeys(texts) if t not in cache]
-    parsed = iter_words_and_verbs(nlp, todo, batch_size=batch_size, n_process=workers)
-    if progress is not None:
-        parsed = progress.track(parsed, total=len(todo), description=f"spaCy: {label}")
-    cache.update(zip(todo, parsed, strict=True))
+    parsed = iter_words_and_verbs(nlp, todo, batch_size=BATCH_SIZE, n_process=workers)
+    cache.update(zip(todo, progress.track(parsed, total=len(todo),
+                                          description=f"spaCy: {label}"), strict=True))
 
     tokens = [cache[t][0] for t in texts]
     n_words = np.array([len(toks) for toks in tokens], dtype=int)
@@ -273,16 +270,13 @@ def _thumb(row: pd.Series, signal: str, paths: dict[str, Any]) -> dict[str, Any]
 
     vid, start, end = str(row["video_id"]), float(row["start"]), float(row["end"])
     jpg = None
-    path = paths.get(vid)
-    if path:
-        try:
+    if path := paths.get(vid):
+        with contextlib.suppress(InputError, OSError):
             img = frame_at(path, (start + end) / 2)
             img.thumbnail((192, 108))
             buf = io.BytesIO()
             img.save(buf, format="JPEG", quality=80)
             jpg = base64.b64encode(buf.getvalue()).decode("ascii")
-        except (InputError, OSError):
-            jpg = None
     return {"video_id": vid, "start": start, "end": end, "value": float(row[signal]),
             "jpg": jpg}
 
@@ -294,10 +288,8 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
     out: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
         try:
-            if name == "status":
-                out[name] = _status(rd)
-            else:
-                out[name] = rd.table(name) if rd.has_table(name) else None
+            out[name] = _status(rd) if name == "status" else \
+                rd.table(name) if rd.has_table(name) else None
         except (OSError, ValueError) as exc:
             where = rd.table_path(name) if name == "videos" else rd.root / name
             raise InputError(where, f"unreadable table ({' '.join(str(exc).split())[:200]})"
@@ -307,15 +299,14 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
 
 def _status(rd: RunDir) -> pd.DataFrame | None:
     """Every stage's status records as one frame (None: no stage has run)."""
-    stages = sorted(rd.stages_with_results())
-    parts = [t.to_pandas() for s in stages for t in rd.records(s)]
-    parts = [p for p in parts if len(p)]
+    parts = [p for s in sorted(rd.stages_with_results()) for t in rd.records(s)
+             if len(p := t.to_pandas())]
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
 # -- the whole report ---------------------------------------------------------------------------
 def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
-                  seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = BATCH_SIZE,
+                  seed: int = DEFAULT_SEED, nlp: Any = None,
                   workers: int = DEFAULT_WORKERS, progress: bool = False) -> dict[str, Any]:
     """All statistics of a run directory as a JSON-ready dict (pure over its tables).
 
@@ -340,8 +331,8 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
     sample = sample_videos(ids, videos, seed)
     cache: dict[str, tuple[list[str], list[str]]] = {}
     with progress_bar("{task.description}", disable=not progress) as bar:
-        text = {name: corpus_stats(frame, nlp, sample=sample, batch_size=batch_size,
-                                   workers=workers, cache=cache, progress=bar, label=name)
+        text = {name: corpus_stats(frame, nlp, sample=sample, workers=workers, cache=cache,
+                                   progress=bar, label=name)
                 if frame is not None and len(frame) else None
                 for name, frame in corpora_frames.items()}
 
@@ -410,16 +401,15 @@ def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
 
 def stats_run(run_dir: str | Path, *, videos: int = DEFAULT_VIDEOS,
               seed: int = DEFAULT_SEED, spacy_model: str | None = None,
-              batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
-              progress: bool = True) -> dict[str, Any]:
+              workers: int = DEFAULT_WORKERS, progress: bool = True) -> dict[str, Any]:
     """The ``howtocap stats DIR`` command: writes ``DIR/stats.json`` and ``DIR/report.html``."""
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "no such run directory")
     rundir = RunDir(root, create=False)
     nlp = load_spacy(spacy_model)
-    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=nlp,
-                          batch_size=batch_size, workers=workers, progress=progress)
+    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=nlp, workers=workers,
+                          progress=progress)
     stats["outputs"] = {"json": str(rundir.root / "stats.json"),
                         "report": str(rundir.root / "report.html")}
     write_json(rundir, stats)

@@ -111,8 +111,7 @@ class _Lines:
     def __init__(self, g: pd.DataFrame) -> None:
         self.starts = g["start"].to_numpy(float).tolist()
         self.ends = g["end"].to_numpy(float).tolist()
-        self.max_end = np.maximum.accumulate(g["end"].to_numpy(float)).tolist() \
-            if len(g) else []
+        self.max_end = np.maximum.accumulate(g["end"].to_numpy(float)).tolist()
         self.texts = g["text"].astype(str).tolist()
 
     def near(self, start: float, end: float) -> list[dict[str, Any]]:
@@ -282,17 +281,16 @@ def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
 def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = MAX_K,
                max_query_chars: int = MAX_QUERY_CHARS, device: str | None = None,
-               faiss_threads: int | None = 1, limits: Limits | None = None) -> FastAPI:
+               limits: Limits | None = None) -> FastAPI:
     """The app for one run directory; loads the tables and (if present) the index up front.
 
     ``searcher`` shares an opened index; without an index the search API answers 409 with how
-    to build one. ``faiss_threads`` (process-wide; ``None``: left alone): one OpenMP thread
-    per search beats several fighting over the cores when many one-query searches run at once.
+    to build one. FAISS gets one OpenMP thread (process-wide): under many one-query searches at
+    once that beats several threads per search fighting over the cores.
     """
-    if faiss_threads is not None:
-        import faiss
+    import faiss
 
-        faiss.omp_set_num_threads(faiss_threads)
+    faiss.omp_set_num_threads(1)
     root = Path(run_dir).resolve()
     data = Dataset(root)
     if searcher is None and read_meta(root) is not None:

@@ -9,6 +9,7 @@ than the search itself (``benchmarks/speed/bench_serve.py``).
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hmac
 import ipaddress
@@ -65,11 +66,11 @@ def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
 
 
 def api_key_from_env(var: str) -> str:
-    key = os.environ.get(var, "")
-    if not key.strip():
+    key = os.environ.get(var, "").strip()
+    if not key:
         raise HowtocapError(f"--api-key-env {var}: environment variable {var} is not set "
                             "or empty")
-    return key.strip()
+    return key
 
 
 @dataclass
@@ -143,19 +144,12 @@ def presented_key(scope: Scope) -> bytes | None:
     key = _header(scope, b"x-api-key")
     if key is not None:
         return key.strip()
-    auth = _header(scope, b"authorization")
-    if auth is None:
-        return None
-    scheme, _, value = auth.strip().partition(b" ")
-    scheme = scheme.lower()
-    if scheme == b"bearer":
+    scheme, _, value = (_header(scope, b"authorization") or b"").strip().partition(b" ")
+    if scheme.lower() == b"bearer":
         return value.strip()
-    if scheme == b"basic":
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True)
-        except ValueError:
-            return None
-        return decoded.partition(b":")[2]
+    if scheme.lower() == b"basic":
+        with contextlib.suppress(ValueError):  # not base64
+            return base64.b64decode(value.strip(), validate=True).partition(b":")[2]
     return None
 
 
