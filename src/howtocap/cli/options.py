@@ -1,28 +1,25 @@
 """A step's options are declared once, as fields of its pydantic config; this turns them into
 Typer options (as open_clip's ``params.py`` declares each parameter once).
 
-A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` of its
-``json_schema_extra``), its default, its bounds (``ge``/``gt``/``le``/``lt``, Click's ranges, so
-``--help`` shows them) and its help all come from the field. Extra keys a flag may need:
-``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
-``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
-field), ``path`` (a file name, kept as text), ``text`` (typed as text, read by the model's own
-validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable``
-(false: a bool flag without its ``--no-`` form, ``--redo``), ``choices`` (the values the
-flag offers of a ``Literal`` field), ``shown`` (the default as ``--help`` words it). A field
-without a default is a required flag. A nested model
-declared in another package (the LLM's ``LLMOptions``) gets its flags from the parent field's
-``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults and bounds still from its
-own fields.
+A field with a ``description`` is an option: its flag (``--field-name``), default, bounds
+(``ge``/``gt``/``le``/``lt``, shown by ``--help`` as Click's ranges) and help all come from the
+field; without a default it is a required flag. Keys of its ``json_schema_extra``: ``flag``
+(the name), ``short`` (``-x``), ``invert`` (the flag sets the opposite: ``--keep-chatter`` for
+``drop_chatter``), ``multiple`` (false: one value of a ``str | list`` field), ``path`` (a file
+name, kept as text), ``text`` (typed as text, read by the model's own validator: ``2G``),
+``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable`` (false: no
+``--no-`` form, ``--redo``), ``choices`` (the values offered of a ``Literal`` field), ``shown``
+(the default as ``--help`` words it). A nested model declared in another package (the LLM's
+``LLMOptions``) takes its flags from the parent field's ``{"flags": {sub-field: {"flag",
+"help", ...}}}`` table, its defaults and bounds still from its own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
 one option per flag and calls the command with the validated model (``unset=`` names flags
 that default to "not given", e.g. a recipe's settings: the model sees only the flags typed,
-``--help`` shows the field's default); ``run`` passes several
-models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both).
-Every stage command also takes ``runner=RunnerConfig`` (``engine.options``: ``--workers``,
-``--shard``, ``--redo`` …). A ``--config`` YAML file fills the same names. A bad value is one
-line naming the flag.
+``--help`` shows the field's default); ``run`` passes several models and gets their union (a
+flag two models share, e.g. ``--clip-seconds``, sets both). Every stage command also takes
+``runner=RunnerConfig`` (``engine.options``: ``--workers``, ``--shard``, ``--redo`` …). A
+``--config`` YAML file fills the same names. A bad value is one line naming the flag.
 """
 
 from __future__ import annotations
@@ -219,11 +216,9 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
 def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),
                      **models: type[BaseModel]) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
-    models (each model's in its place; not the ``skip`` ones: those fields keep their
-    defaults); the
-    command is called with each model validated. The command's ``ctx`` and ``config``
-    parameters, when it has them, apply a ``--config`` YAML file first (flags typed on the
-    command line win)."""
+    models (in its place; ``skip`` fields keep their defaults) and get each model validated. Its
+    ``ctx`` and ``config`` parameters, when it has them, apply a ``--config`` YAML file first
+    (flags typed on the command line win)."""
 
     def decorate(fn: F) -> F:
         found = {param: [(key, replace(opt, extra={**opt.extra, "unset": True})

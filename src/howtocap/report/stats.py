@@ -1,10 +1,7 @@
-"""``howtocap stats DIR``: the HowToCaption paper's dataset statistics, subtitles vs captions.
-
-Three corpora of the run are compared: ``subtitles``, ``captions`` (what the LLM wrote) and
-``kept`` (aligned rows the filter kept). The definitions (words, vocabulary, verbs, diverse
-verbs, unique n-grams, as the paper's Table 12) are in docs/stats.md. Like the paper, every text
-statistic is computed on at most ``videos`` videos drawn once with a fixed seed and shared by
-all corpora, so subtitles and captions are compared on the same videos.
+"""``howtocap stats DIR``: the HowToCaption paper's dataset statistics (its Table 12, defined
+in docs/stats.md) of three corpora: ``subtitles``, ``captions`` (the LLM's) and ``kept``
+(aligned rows the filter kept). As in the paper, text statistics use at most ``videos`` videos
+drawn once with a fixed seed, the same for every corpus.
 """
 
 from __future__ import annotations
@@ -56,12 +53,9 @@ def to_pct(ratios: dict[str, float | None]) -> dict[str, float | None]:
 
 def ngram_ratios(seqs: Iterable[Sequence[str]],
                  orders: Sequence[int] = NGRAM_ORDERS) -> dict[str, float | None]:
-    """Distinct / total n-grams per order, n-grams never crossing a sequence boundary.
-
-    Distinct n-grams are counted through 64-bit hashes in compact arrays, so memory stays
-    ~8 bytes per n-gram at 200k captions; a collision among a few million hashes is
-    vanishingly unlikely.
-    """
+    """Distinct / total n-grams per order, never crossing a sequence boundary. Distinct ones
+    are counted by 64-bit hashes in compact arrays (~8 bytes per n-gram at 200k captions; a
+    collision among a few million is vanishingly unlikely)."""
     hashes = {n: array("q") for n in orders}
     for seq in seqs:
         seq = tuple(seq)
@@ -110,12 +104,9 @@ def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None
 def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers: int,
                  cache: dict[str, tuple[list[str], list[str]]], progress: Any,
                  label: str) -> dict[str, Any]:
-    """All text statistics of one table with ``video_id`` and ``text`` columns, on the texts of
-    the ``sample`` videos (all videos when ``None``).
-
-    ``cache`` maps text -> (words, verb lemmas) and is shared between corpora, so a caption that
-    is both generated and kept is tagged once; identical texts are tagged once too.
-    """
+    """All text statistics of one table (``video_id``, ``text``) on the ``sample`` videos' texts
+    (None: all). ``cache`` (text -> words, verb lemmas) is shared by the corpora, so a caption
+    both generated and kept, or any repeated text, is tagged once."""
     vids_all = df["video_id"].astype(str)
     used = df[vids_all.isin(sample)] if sample is not None else df
     texts = used["text"].fillna("").astype(str).tolist()
@@ -308,10 +299,8 @@ def _status(rd: RunDir) -> pd.DataFrame | None:
 def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                   seed: int = DEFAULT_SEED, nlp: Any = None,
                   workers: int = DEFAULT_WORKERS, progress: bool = False) -> dict[str, Any]:
-    """All statistics of a run directory as a JSON-ready dict (pure over its tables).
-
-    Text statistics use the texts of at most ``videos`` videos (0: all), the same videos for
-    every corpus, drawn with ``seed``."""
+    """All statistics of a run directory as a JSON-ready dict (pure over its tables); text
+    statistics on at most ``videos`` videos (0: all) drawn with ``seed``."""
     if videos < 0:
         raise HowtocapError(f"--videos must be 0 (all) or more, got {videos}")
     if workers < 1:

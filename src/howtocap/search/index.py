@@ -1,9 +1,7 @@
-"""Build ``DIR/index/``: FAISS indexes over the kept clips, plus what each vector is (the layout
-is in docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes).
-
-Embeddings are kept per video in ``parts/``, so adding videos embeds only the new ones; the
-FAISS indexes are always rebuilt from the parts: that is cheap, and removed videos drop out and
-nothing is ever half-updated.
+"""Build ``DIR/index/``: FAISS indexes over the kept clips and what each vector is (layout in
+docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes). Embeddings are
+kept per video in ``parts/``, so only new videos are embedded; the indexes are always rebuilt
+from the parts: that is cheap, removed videos drop out and nothing is ever half-updated.
 """
 
 from __future__ import annotations
@@ -52,9 +50,7 @@ class IndexInfo:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["path"] = str(self.path)
-        return d
+        return {**asdict(self), "path": str(self.path)}
 
 
 def index_dir(run_dir: str | Path) -> Path:
@@ -68,19 +64,14 @@ def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
         df = df[df["kept"].astype(bool)]
         source = "aligned"
     elif rd.has_table("captions"):
-        df = kept_captions(rd.table("captions")).copy()
-        df["orig_start"] = df["start"]
-        df["orig_end"] = df["end"]
-        df["score"] = np.nan
+        df = kept_captions(rd.table("captions"))
+        df = df.assign(orig_start=df["start"], orig_end=df["end"], score=np.nan)
         source = "captions"
     else:
         raise InputError(rd.root, "nothing to index: no aligned/ or captions/ table "
                                   "(run `howtocap caption` and `howtocap align` first)")
-    df = df[CLIP_COLUMNS].copy()
-    df["video_id"] = df["video_id"].astype(str)
-    df["text"] = df["text"].fillna("").astype(str)
-    for col in ("start", "end", "orig_start", "orig_end", "score"):
-        df[col] = df[col].astype("float64")
+    df = df[CLIP_COLUMNS].astype({c: "float64" for c in CLIP_COLUMNS[1:] if c != "text"})
+    df = df.assign(video_id=df["video_id"].astype(str), text=df["text"].fillna("").astype(str))
     df = df[df["text"].str.strip() != ""]
     df = df.sort_values(["video_id", "start", "end", "text"], kind="stable")
     return df.reset_index(drop=True), source
@@ -191,12 +182,9 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 encoder: Encoder | None = None, device: str | None = None,
                 rebuild: bool = False, index_type: str = INDEX_TYPE, fps: float = 1.0,
                 progress: bool = True) -> IndexInfo:
-    """Index the kept clips of a run; re-embeds only videos whose clips or file changed.
-
-    ``encoder`` (an already created encoder) wins over ``encoder_name``. An index built with a
-    different encoder is refused unless ``rebuild`` is set: vectors of two encoders live in
-    different spaces and must never be mixed.
-    """
+    """Index the kept clips of a run, re-embedding only videos whose clips or file changed.
+    ``encoder`` (created already) wins over ``encoder_name``; an index of another encoder is
+    refused unless ``rebuild``: two encoders' vectors live in different spaces."""
     t0 = time.time()
     root = Path(run_dir)
     if not root.is_dir():
@@ -228,9 +216,8 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
     if rebuild and parts_dir.exists():
         shutil.rmtree(parts_dir)
 
-    videos = rd.table("videos")
     paths = {str(r.video_id): Path(r.video_path) if r.video_path else None
-             for r in videos.itertuples()}
+             for r in rd.table("videos").itertuples()}
     groups = {vid: g for vid, g in clips.groupby("video_id", sort=True)}
     info = IndexInfo(out, encoder.name, int(encoder.dim), len(clips), "", source)
     parts: list[dict[str, Any]] = []
@@ -242,8 +229,7 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
         task = bar.add_task("indexing videos", total=len(groups))
         for vid, rows in groups.items():
             vpath = paths.get(vid)
-            key = _video_key(encoder, fps, rows, vpath)
-            keys[vid] = key
+            keys[vid] = key = _video_key(encoder, fps, rows, vpath)
             part_path = parts_dir / f"{safe_name(vid)}.npz"
             part = _read_part(part_path) if part_path.exists() else None
             if part is not None and part["key"] == key and len(part["text"]) == len(rows):
@@ -258,10 +244,9 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
             bar.advance(task)
 
     wanted = {f"{safe_name(v)}.npz" for v in groups}
-    if parts_dir.exists():
-        for p in parts_dir.glob("*.npz"):
-            if p.name not in wanted:
-                p.unlink()
+    for p in parts_dir.glob("*.npz"):
+        if p.name not in wanted:
+            p.unlink()
     info.removed = sorted(set((old or {}).get("videos", {})) - set(groups))
 
     text_m, video_m = (np.concatenate([p[m] for p in parts]) if parts

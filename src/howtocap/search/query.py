@@ -1,11 +1,7 @@
-"""Answer text queries against ``DIR/index/``.
-
-``by="text"`` compares the query with the caption embeddings, ``by="video"`` with the clips'
-video embeddings (mean of their frame embeddings), and ``by="both"`` takes the union of the top
-candidates of each index and ranks them by the *mean of the two cosine similarities* (a clip
-without a video embedding counts 0 for its video half). The mean is used rather than
-reciprocal-rank fusion because both scores are cosines in one joint space, so they are directly
-comparable, and a mean keeps a meaningful score to show.
+"""Answer text queries against ``DIR/index/``: ``by="text"`` compares with the caption
+embeddings, ``"video"`` with the clips' pooled frame embeddings, ``"both"`` ranks the union of
+each index's top candidates by the mean of the two cosines (0 for a clip without video): both
+are cosines in one joint space, so unlike reciprocal-rank fusion the mean keeps a score to show.
 """
 
 from __future__ import annotations
@@ -97,10 +93,8 @@ class Searcher:
     @classmethod
     def open(cls, run_dir: str | Path, encoder: str | Encoder | None = None, *,
              device: str | None = None) -> Searcher:
-        """Open ``DIR/index``; ``encoder`` defaults to the one the index was built with.
-
-        A different encoder is refused (its vectors live in another space).
-        """
+        """Open ``DIR/index``; ``encoder`` defaults to the one the index was built with (another
+        one is refused: its vectors live in another space)."""
         root = Path(run_dir)
         meta = read_meta(root)
         if meta is None:

@@ -444,12 +444,9 @@ def serve(run_dir: str | Path, *, host: str = HOST, port: int = PORT,
           max_query_chars: int = MAX_QUERY_CHARS, log_level: str = "warning",
           api_key: str | None = None, public: bool = False, rate_limit: float = RATE_LIMIT,
           max_body_bytes: int = MAX_BODY_BYTES, max_connections: int = 1_000) -> None:
-    """Serve the page and API until interrupted (``howtocap serve DIR``).
-
-    A non-loopback ``host`` is refused before anything loads unless ``api_key`` is set or
-    ``public`` says the open exposure is meant. ``max_connections``: beyond it uvicorn
-    answers 503 instead of queueing without bound.
-    """
+    """Serve the page and API until interrupted (``howtocap serve DIR``). A non-loopback
+    ``host`` is refused before anything loads unless ``api_key`` or ``public``; beyond
+    ``max_connections`` uvicorn answers 503 instead of queueing without bound."""
     import uvicorn
 
     check_listen(host, api_key=api_key, public=public)

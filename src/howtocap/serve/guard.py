@@ -1,10 +1,7 @@
 """What stands between the network and the app: who may listen where, an API key, request
-limits, a per-client rate limit and Prometheus metrics.
-
-Everything runs in one plain ASGI middleware (no ``BaseHTTPMiddleware``, no threads), because
-the search it guards takes well under a millisecond and a heavier wrapper would cost more
-than the search itself (``benchmarks/speed/bench_serve.py``).
-"""
+limits, a per-client rate limit and Prometheus metrics, in one plain ASGI middleware (no
+``BaseHTTPMiddleware``, no threads): the search takes well under a millisecond and a heavier
+wrapper would cost more than it (``benchmarks/speed/bench_serve.py``)."""
 
 from __future__ import annotations
 
