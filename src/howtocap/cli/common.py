@@ -138,12 +138,9 @@ def report_summary(*summaries: Any) -> None:
     """One line per stage; exit 1 when any video failed (the rest finished)."""
     failed = False
     for s in summaries:
-        colour = "green" if s.ok else "yellow"
-        warned = getattr(s, "warned", [])
+        warned, before = getattr(s, "warned", []), getattr(s, "failed_before", 0)
+        colour = "green" if s.ok and not before else "yellow"
         note = f" ({len(warned)} with warnings)" if warned else ""
-        before = getattr(s, "failed_before", 0)
-        if before:
-            colour = "yellow"
         kept = f", {before} failed before (not retried: --retry-failed; `howtocap status`)" \
             if before else ""
         err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done{note}, {s.skipped} already "

@@ -50,11 +50,8 @@ class Hit(BaseModel):
     row: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        d = self.model_dump()
-        for k, v in d.items():  # NaN is not JSON
-            if isinstance(v, float) and not np.isfinite(v):
-                d[k] = None
-        return d
+        return {k: None if isinstance(v, float) and not np.isfinite(v) else v  # NaN: not JSON
+                for k, v in self.model_dump().items()}
 
 
 def _read_faiss(path: Path) -> faiss.Index:
@@ -104,13 +101,11 @@ class Searcher:
             raise InputError(out, f"index format {meta.get('version')!r} is not the current "
                                   f"{INDEX_VERSION}: rebuild with `howtocap index {root} "
                                   "--rebuild`")
-        if encoder is None or isinstance(encoder, str):
-            wanted = encoder or meta.get("encoder_spec") or meta["encoder"]
+        enc = encoder
+        if enc is None or isinstance(enc, str):
             from howtocap.encoders import create
 
-            enc = create(wanted, device=device)
-        else:
-            enc = encoder
+            enc = create(encoder or meta.get("encoder_spec") or meta["encoder"], device=device)
         if enc.name != meta["encoder"]:
             raise HowtocapError(mismatch_message(root, meta["encoder"], enc.name))
         try:
