@@ -1,8 +1,4 @@
-"""``howtocap caption``: subtitles or Whisper -> LLM captions with timestamps.
-
-Its step options are the fields of ``CaptionRunConfig`` (``cli.options``); ``run`` takes them
-too.
-"""
+"""``howtocap caption``: its step options are ``CaptionRunConfig``'s (``run`` takes them too)."""
 
 from __future__ import annotations
 

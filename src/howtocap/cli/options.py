@@ -155,10 +155,8 @@ def _parameter(opt: Opt) -> inspect.Parameter:
         value = opt.extra.get("shown", opt.info.default)
         notes.append(f"  \\[default: {f'{value:g}' if isinstance(value, float) else value}]")
     option = typer.Option(*decls, help=opt.help + "".join(notes))
-    if opt.info.is_required() and opt.optional_parent is None:  # (vlm's url: not required)
-        return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY,
-                                 annotation=Annotated[plain, option])
-    default = opt.default
+    required = opt.info.is_required() and opt.optional_parent is None  # (vlm's url: not)
+    default = inspect.Parameter.empty if required else opt.default
     annotation = plain if default is not None else plain | None
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[annotation, option])
@@ -188,10 +186,9 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
     optional: dict[tuple[str, ...], bool] = {}
     for opt in opts:
         value = values.get(opt.param)
-        if opt.optional_parent is not None:
-            optional.setdefault(opt.optional_parent, False)
-            if value not in (None, opt.default, [], ()):
-                optional[opt.optional_parent] = True
+        if (parent := opt.optional_parent) is not None:
+            given = value not in (None, opt.default, [], ())
+            optional[parent] = optional.get(parent, False) or given
         if value is None or value in ([], ()):
             continue
         if isinstance(value, Path):

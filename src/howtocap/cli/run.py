@@ -1,6 +1,5 @@
-"""``howtocap run``: caption -> align in one command; its step options are the union of
-``CaptionRunConfig``'s and ``AlignConfig``'s (``cli.options``: a flag both declare, such as
-``--clip-seconds`` or ``--keep-chatter``, sets both) and ``DownloadConfig``'s."""
+"""``howtocap run``: its step options are the union of ``CaptionRunConfig``'s, ``AlignConfig``'s
+(a flag both declare, e.g. ``--clip-seconds``, sets both) and ``DownloadConfig``'s."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``howtocap status DIR``: per-stage counts, failures by cause, throughput (``--json`` for
-scripts)."""
+"""``howtocap status DIR``: a table of ``pipeline.run.run_status`` (``--json`` for scripts)."""
 
 from __future__ import annotations
 

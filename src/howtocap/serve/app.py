@@ -10,6 +10,7 @@ and builds its JSON from the index's columns, caching each row's static part.
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import json
 import logging
@@ -48,7 +49,7 @@ STATIC = Path(__file__).parent / "static"
 THUMB_WIDTH = 320
 CONTEXT_SECONDS = 3.0  # subtitle lines this close to a clip are shown with it
 MAX_CONTEXT_LINES = 8
-ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short dict each)
+ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short string each)
 
 
 class SearchBody(BaseModel):
@@ -148,7 +149,7 @@ class Dataset:
         self.known = frozenset(ids)
         # checked once: result cards are built per request and must stay cheap
         self.has_file = {v: bool(p is not None and p.is_file()) for v, p in self.paths.items()}
-        self._sub_lines = {v: _Lines(g) for v, g in self.subtitles.items()}
+        self.lines = {v: _Lines(g) for v, g in self.subtitles.items()}
 
     def video_file(self, video_id: str) -> Path:
         if video_id not in self.known:
@@ -157,10 +158,6 @@ class Dataset:
         if path is None or not path.is_file():
             raise HTTPException(404, f"video {video_id!r} has no video file")
         return path
-
-    def context(self, video_id: str, start: float, end: float) -> list[dict[str, Any]]:
-        lines = self._sub_lines.get(video_id)
-        return [] if lines is None else lines.near(start, end)
 
     def summary(self, video_id: str) -> dict[str, Any]:
         return {
@@ -210,10 +207,10 @@ class HitRecords:
     def __init__(self, searcher: Searcher, data: Dataset) -> None:
         self.cols = searcher.columns
         self.data = data
-        self._static: dict[int, bytes] = {}
+        self.fragment = functools.lru_cache(maxsize=ROW_CACHE)(self._fragment)
 
-    def static(self, i: int) -> dict[str, Any]:
-        """Row ``i``'s fields that do not depend on the query."""
+    def _fragment(self, i: int) -> bytes:
+        """Row ``i``'s JSON object without its scores, left open for them."""
         c, data = self.cols, self.data
         vid = str(c["video_id"][i])
         start, end = _finite(c["start"][i]), _finite(c["end"][i])
@@ -223,21 +220,13 @@ class HitRecords:
         hi = max((x for x in (end, o_end) if x is not None), default=lo)
         q = quote(vid, safe="")
         has_file = data.has_file.get(vid, False)
-        return {"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
-                "orig_start": o_start, "orig_end": o_end, "row": i,
-                "media": f"/media/{q}" if has_file else None,
-                "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
-                if has_file else None,
-                "page": f"/video/{q}", "context": data.context(vid, lo, hi)}
-
-    def fragment(self, i: int) -> bytes:
-        frag = self._static.get(i)
-        if frag is None:
-            frag = _dumps(self.static(i))[:-1]  # open: the scores follow
-            if len(self._static) >= ROW_CACHE:
-                self._static.clear()
-            self._static[i] = frag
-        return frag
+        lines = data.lines.get(vid)
+        return _dumps({"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
+                       "orig_start": o_start, "orig_end": o_end, "row": i,
+                       "media": f"/media/{q}" if has_file else None,
+                       "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
+                       if has_file else None, "page": f"/video/{q}",
+                       "context": [] if lines is None else lines.near(lo, hi)})[:-1]
 
     def hits_json(self, r: Ranked) -> bytes:
         n = len(r.ids)
