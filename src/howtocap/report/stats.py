@@ -306,7 +306,8 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
     if workers < 1:
         raise HowtocapError(f"--workers must be at least 1, got {workers}")
     tables = read_tables(rundir)
-    if all(tables[n] is None or not len(tables[n]) for n in ("subtitles", "captions", "status")):
+    have = {n: t is not None and len(t) > 0 for n, t in tables.items()}
+    if not any(have[n] for n in ("subtitles", "captions", "status")):
         raise HowtocapError(f"{rundir.root}: nothing to report (no subtitles, captions or status "
                             "yet); run `howtocap caption` on this directory first")
     nlp = nlp if nlp is not None else load_spacy()
@@ -325,21 +326,14 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                 if frame is not None and len(frame) else None
                 for name, frame in corpora_frames.items()}
 
-    present = {k: v for k, v in text.items() if v is not None}
-    hist: dict[str, Any] = {
-        "words_per_caption": int_histogram({k: v.pop("_words_per_caption")
-                                            for k, v in present.items()}),
-        "captions_per_video": int_histogram({k: v.pop("_captions_per_video")
-                                             for k, v in present.items()}),
-    }
-    if aligned is not None and len(aligned):
+    hist: dict[str, Any] = {h: int_histogram({k: v.pop(f"_{h}") for k, v in text.items() if v})
+                            for h in ("words_per_caption", "captions_per_video")}
+    if have["aligned"]:
         kept_mask = aligned["kept"].astype(bool).to_numpy()
         off, score = aligned["offset"].to_numpy(float), aligned["score"].to_numpy(float)
         hist["offset"] = float_histogram({"kept": off[kept_mask], "dropped": off[~kept_mask]})
         hist["score"] = float_histogram({"kept": score[kept_mask], "dropped": score[~kept_mask]})
 
-    missing = [n for n in ("subtitles", "captions", "aligned", "status")
-               if tables[n] is None or not len(tables[n])]
     return {
         "run_dir": str(rundir.root),
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -349,13 +343,12 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                    "videos_total": len(ids),
                    "videos_used": len(sample) if sample is not None else len(ids),
                    "sampled": sample is not None},
-        "missing": missing,
+        "missing": [n for n in ("subtitles", "captions", "aligned", "status") if not have[n]],
         "summary": run_summary(tables),
         "text": text,
-        "alignment": alignment_stats(aligned) if aligned is not None and len(aligned) else None,
+        "alignment": alignment_stats(aligned) if have["aligned"] else None,
         "histograms": hist,
-        "signals": signal_stats(tables["signals"], tables["videos"])
-        if tables["signals"] is not None and len(tables["signals"]) else None,
+        "signals": signal_stats(tables["signals"], tables["videos"]) if have["signals"] else None,
         "seconds": round(time.perf_counter() - t0, 3),
     }
 
