@@ -36,7 +36,6 @@ THUMBS = 3  # clips shown at each end of a signal's range
 BATCH_SIZE = 512  # texts per spaCy batch
 
 
-# -- small pure helpers ---------------------------------------------------------------------
 def mean_std(values: np.ndarray) -> dict[str, float | None]:
     """Mean and population std of the finite values; ``None`` when there are none (never NaN)."""
     arr = np.asarray(values, float)
@@ -100,7 +99,6 @@ def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None
     return {ids[i] for i in rng.choice(len(ids), size=videos, replace=False)}
 
 
-# -- one corpus -------------------------------------------------------------------------------
 def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers: int,
                  cache: dict[str, tuple[list[str], list[str]]], progress: Any,
                  label: str) -> dict[str, Any]:
@@ -141,7 +139,6 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers
     }
 
 
-# -- the run summary ----------------------------------------------------------------------------
 def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
     """Videos ok/failed per stage, time per stage, caption counts, the commonest failures."""
     status = tables.get("status")
@@ -198,10 +195,10 @@ def alignment_stats(aligned: pd.DataFrame) -> dict[str, Any]:
     return {"all": block(aligned), "kept": block(aligned[aligned["kept"].astype(bool)])}
 
 
-# -- histograms (pre-binned, so stats.json alone can redraw them) -------------------------------
 def int_histogram(series: dict[str, np.ndarray], *, max_bins: int = 50,
                   clip_quantile: float = 0.995) -> dict[str, Any]:
-    """Shared integer bins for counts; values above the pooled 99.5% quantile go in the last."""
+    """Shared integer bins for counts (pre-binned, so stats.json alone can redraw them); values
+    above the pooled 99.5% quantile go in the last."""
     pooled = np.concatenate([np.asarray(v, float) for v in series.values()]) if series else []
     if len(pooled) == 0:
         return {"edges": [], "clipped_at": None, "series": {}}
@@ -272,7 +269,6 @@ def _thumb(row: pd.Series, signal: str, paths: dict[str, Any]) -> dict[str, Any]
             "jpg": jpg}
 
 
-# -- reading the run directory ------------------------------------------------------------------
 def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
     """Every table the run has (``None`` where a stage has not run), read once; ``status``
     is every stage's records (those of unfinished shards too: a killed run still reports)."""
@@ -295,7 +291,6 @@ def _status(rd: RunDir) -> pd.DataFrame | None:
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
-# -- the whole report ---------------------------------------------------------------------------
 def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                   seed: int = DEFAULT_SEED, nlp: Any = None,
                   workers: int = DEFAULT_WORKERS, progress: bool = False) -> dict[str, Any]:

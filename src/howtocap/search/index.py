@@ -90,7 +90,6 @@ def _video_key(encoder: Encoder, fps: float, rows: pd.DataFrame, video_path: Pat
     return format(hash_text(payload), "016x")
 
 
-# -- frame embeddings ---------------------------------------------------------------------------
 def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
                  cache_dir: Path) -> np.ndarray:
     """``(n_seconds, dim)`` float32 rows of ``encoder.frame_encoder`` from the run's frame cache
@@ -114,7 +113,6 @@ def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends:
     return encoder.pool_clips(frames, lo, hi, renormalize=True).astype(np.float32)
 
 
-# -- parts ----------------------------------------------------------------------------------------
 def _write_part(path: Path, key: str, part: dict[str, Any]) -> None:
     buf = io.BytesIO()
     np.savez(buf, key=np.array(key), text=part["text"].astype(np.float32),
@@ -131,7 +129,6 @@ def _read_part(path: Path) -> dict[str, Any] | None:
         return None  # torn or foreign file: re-embed
 
 
-# -- faiss ------------------------------------------------------------------------------------
 def write_index_files(out: Path, clips: pd.DataFrame, text: np.ndarray, video: np.ndarray,
                       meta: dict[str, Any], index_type: str = INDEX_TYPE) -> str:
     """Write the two FAISS indexes, ``clips.parquet`` and ``meta.json`` (meta last: it commits)."""
@@ -177,7 +174,6 @@ def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[st
     return {"encoder": enc, "fps": fps, "version": INDEX_VERSION}
 
 
-# -- the stage --------------------------------------------------------------------------------
 def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 encoder: Encoder | None = None, device: str | None = None,
                 rebuild: bool = False, index_type: str = INDEX_TYPE, fps: float = 1.0,

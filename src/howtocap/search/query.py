@@ -123,7 +123,6 @@ class Searcher:
     def __len__(self) -> int:
         return len(self.clips)
 
-    # -- queries ----------------------------------------------------------------------------
     def _encode(self, query: str) -> np.ndarray:
         return np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
 
@@ -159,9 +158,8 @@ class Searcher:
             # ask for extra rows: clips whose video could not be read carry zero vectors
             extra = int((~self._has_video).sum())
             scores, ids = self.video_index.search(q, min(n, k + extra))
-            ids_, scores_ = ids[0], scores[0]
-            ok = (ids_ >= 0) & self._has_video[np.maximum(ids_, 0)]
-            ids_, scores_ = ids_[ok][:k], scores_[ok][:k]
+            ok = (ids[0] >= 0) & self._has_video[np.maximum(ids[0], 0)]
+            ids_, scores_ = ids[0][ok][:k], scores[0][ok][:k]
             return Ranked(ids_.astype(np.int64), scores_, video=scores_)
         pool = min(n, max(4 * k, 50))
         _, t_ids = self.text_index.search(q, pool)

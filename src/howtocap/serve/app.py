@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import io
+import itertools
 import json
 import logging
 import math
@@ -120,15 +121,10 @@ class _Lines:
         lo, hi = start - CONTEXT_SECONDS, end + CONTEXT_SECONDS
         first = bisect.bisect_left(self.max_end, lo)  # before it every line ends too early
         last = bisect.bisect_right(self.starts, hi)  # from it every line starts too late
-        out = []
-        for i in range(first, last):
-            s, e = self.starts[i], self.ends[i]
-            if e >= lo:
-                out.append({"start": _num(s), "end": _num(e), "text": self.texts[i],
-                            "in_clip": bool(e > start and s < end)})
-                if len(out) == MAX_CONTEXT_LINES:
-                    break
-        return out
+        near = (i for i in range(first, last) if self.ends[i] >= lo)
+        return [{"start": _num(self.starts[i]), "end": _num(self.ends[i]), "text": self.texts[i],
+                 "in_clip": bool(self.ends[i] > start and self.starts[i] < end)}
+                for i in itertools.islice(near, MAX_CONTEXT_LINES)]
 
 
 class Dataset:
@@ -160,13 +156,10 @@ class Dataset:
         return path
 
     def summary(self, video_id: str) -> dict[str, Any]:
-        return {
-            "video_id": video_id,
-            "has_file": self.has_file.get(video_id, False),
-            "n_subtitles": len(self.subtitles.get(video_id, ())),
-            "n_captions": len(self.aligned.get(video_id, self.captions.get(video_id, ()))),
-            "page": f"/video/{quote(video_id, safe='')}",
-        }
+        return {"video_id": video_id, "has_file": self.has_file.get(video_id, False),
+                "n_subtitles": len(self.subtitles.get(video_id, ())),
+                "n_captions": len(self.aligned.get(video_id, self.captions.get(video_id, ()))),
+                "page": f"/video/{quote(video_id, safe='')}"}
 
     def detail(self, video_id: str) -> dict[str, Any]:
         """Every caption with its ASR lines, LLM times and aligned times (the timeline page)."""
@@ -198,11 +191,9 @@ def _finite(x: Any) -> float | None:
 
 
 class HitRecords:
-    """Search results as JSON bytes built straight from the index's columns.
-
-    A row never changes while the server runs, so all but its scores is serialised once per
-    row and reused (the serialisation was a third of a request's cost).
-    """
+    """Search results as JSON bytes built straight from the index's columns: a row never
+    changes while the server runs, so all but its scores is serialised once per row (the
+    serialisation was a third of a request's cost)."""
 
     def __init__(self, searcher: Searcher, data: Dataset) -> None:
         self.cols = searcher.columns
@@ -271,12 +262,10 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = MAX_K,
                max_query_chars: int = MAX_QUERY_CHARS, device: str | None = None,
                limits: Limits | None = None) -> FastAPI:
-    """The app for one run directory; loads the tables and (if present) the index up front.
-
-    ``searcher`` shares an opened index; without an index the search API answers 409 with how
-    to build one. FAISS gets one OpenMP thread (process-wide): under many one-query searches at
-    once that beats several threads per search fighting over the cores.
-    """
+    """The app for one run directory; loads the tables and the index (if any: else search
+    answers 409 with how to build one) up front, or shares ``searcher``. FAISS gets one OpenMP
+    thread (process-wide): with many one-query searches at once, more threads per search
+    would only fight over the cores."""
     import faiss
 
     faiss.omp_set_num_threads(1)

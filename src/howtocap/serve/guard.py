@@ -35,17 +35,13 @@ MAX_BUCKETS = 10_000  # clients remembered by the rate limiter before idle ones 
 def is_loopback(host: str) -> bool:
     """True if every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
     name = host.strip("[]")
-    try:
+    with contextlib.suppress(ValueError):  # not an address: a name to resolve
         return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        pass
     try:
-        infos = socket.getaddrinfo(name, None)
+        addrs = {info[4][0] for info in socket.getaddrinfo(name, None)}
     except OSError:
         return False
-    addrs = {info[4][0] for info in infos}
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback
-                               for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
 
 
 def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
@@ -192,8 +188,7 @@ class Guard:
                     await self.respond(send_wrapper, 413, exc.detail, [(b"connection", b"close")])
         finally:
             self.metrics.in_flight.dec()
-            route = scope.get("route")
-            label = getattr(route, "path", None) or "unmatched"
+            label = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in METHODS else "other"
             self.metrics.observe(method, label, status, time.perf_counter() - t0)
 
@@ -203,40 +198,34 @@ class Guard:
         if path in OPEN_PATHS:
             return None
         lim = self.limits
-        if lim.rate_per_s > 0 and path not in UNLIMITED_PATHS:
-            wait = self.take_token(scope)
-            if wait > 0:
-                secs = max(1, math.ceil(wait))
-                return 429, f"too many requests: at most {lim.rate_per_s:g}/s per client " \
-                            f"(burst {lim.burst}); retry in {secs} s", \
-                    [(b"retry-after", str(secs).encode())]
-        if self.key is not None:
-            got = presented_key(scope)
-            if got is None or not hmac.compare_digest(got, self.key):
-                return 401, "missing or wrong API key (send `Authorization: Bearer KEY` or " \
-                            "`X-API-Key: KEY`)", \
-                    [(b"www-authenticate", b'Basic realm="howtocap", charset="UTF-8"')]
+        if lim.rate_per_s > 0 and path not in UNLIMITED_PATHS and \
+                (wait := self.take_token(scope)) > 0:
+            secs = max(1, math.ceil(wait))
+            return 429, f"too many requests: at most {lim.rate_per_s:g}/s per client " \
+                        f"(burst {lim.burst}); retry in {secs} s", \
+                [(b"retry-after", str(secs).encode())]
+        if self.key is not None and not hmac.compare_digest(presented_key(scope) or b"", self.key):
+            return 401, "missing or wrong API key (send `Authorization: Bearer KEY` or " \
+                        "`X-API-Key: KEY`)", \
+                [(b"www-authenticate", b'Basic realm="howtocap", charset="UTF-8"')]
         if lim.max_url_bytes and len(scope.get("raw_path") or b"") + \
                 len(scope.get("query_string") or b"") > lim.max_url_bytes:
             return 414, f"URL longer than {lim.max_url_bytes} bytes", []
-        if lim.max_body_bytes:
-            length = _header(scope, b"content-length")
-            if length is not None:
-                try:
-                    n = int(length)
-                except ValueError:
-                    return 400, "malformed Content-Length header", []
-                if n > lim.max_body_bytes:
-                    # close: the client may still be sending a body nobody will read
-                    return 413, f"request body larger than {lim.max_body_bytes} bytes", \
-                        [(b"connection", b"close")]
+        if lim.max_body_bytes and (length := _header(scope, b"content-length")) is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return 400, "malformed Content-Length header", []
+            if n > lim.max_body_bytes:
+                # close: the client may still be sending a body nobody will read
+                return 413, f"request body larger than {lim.max_body_bytes} bytes", \
+                    [(b"connection", b"close")]
         return None
 
     def take_token(self, scope: Scope) -> float:
         """Token bucket per client address: seconds to wait, 0 if the request may go now.
         (Runs on the event loop only, so it needs no lock.)"""
-        client = scope.get("client")
-        who = client[0] if client else "?"
+        who = (scope.get("client") or ("?",))[0]
         now = time.monotonic()
         rate, burst = self.limits.rate_per_s, max(1, self.limits.burst)
         tokens, last = self.buckets.get(who, (float(burst), now))
