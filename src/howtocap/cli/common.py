@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from howtocap.engine.options import RunnerConfig
-from howtocap.errors import HowtocapError, ServiceUnavailable
+from howtocap.errors import HowtocapError, InputError, ServiceUnavailable
 from howtocap.io.where import PRESETS
 from howtocap.progress import console
 
@@ -53,7 +53,6 @@ def run_step_on_run(run_dir: Path, videos: Path | None, step_run: Callable[..., 
     (``AddVideosOpt``) recorded first (one line when there is neither), the step run, then a
     line counting its ``table`` (not for a ``--shard``: the others may not be done)."""
     from howtocap.engine.rundir import RunDir
-    from howtocap.errors import InputError
     from howtocap.io.inputs import resolve_videos
 
     root = Path(run_dir)
@@ -85,12 +84,10 @@ def user_errors(fn: F) -> F:
                 if issubclass(w.category, UserWarning):
                     err.print(f"[yellow]note:[/yellow] {w.message}", highlight=False)
             return result
-        except ServiceUnavailable as exc:  # not a user mistake: 75 = EX_TEMPFAIL, re-run
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(75) from None
         except HowtocapError as exc:
             err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
+            # a down service is no user mistake: 75 = EX_TEMPFAIL, re-run
+            raise typer.Exit(75 if isinstance(exc, ServiceUnavailable) else 2) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/yellow]: finished work is saved; run the same "
                       "command again to resume (train: add --resume)")

@@ -182,14 +182,13 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
           flags: dict[tuple[str, ...], str] | None = None) -> Any:
     """The model from option values by parameter name (a missing or None value: the field's
     default); a bad value is one ``HowtocapError`` line naming the flag."""
+    # a nested model that is None unless given (vlm) is built only when one of its flags was
+    given = {None} | {o.optional_parent for o in opts
+                      if values.get(o.param) not in (None, o.default, [], ())}
     data: dict[str, Any] = {}
-    optional: dict[tuple[str, ...], bool] = {}
     for opt in opts:
         value = values.get(opt.param)
-        if (parent := opt.optional_parent) is not None:
-            given = value not in (None, opt.default, [], ())
-            optional[parent] = optional.get(parent, False) or given
-        if value is None or value in ([], ()):
+        if value is None or value in ([], ()) or opt.optional_parent not in given:
             continue
         if isinstance(value, Path):
             value = str(value)
@@ -201,12 +200,6 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
         for part in opt.path[:-1]:
             node = node.setdefault(part, {})
         node[opt.path[-1]] = value
-    for parent, given in optional.items():  # e.g. vlm: only when one of its flags was given
-        if not given:
-            node = data
-            for part in parent[:-1]:
-                node = node.get(part, {})
-            node.pop(parent[-1], None)
     return validated(model, data, {o.path: o.flag for o in opts} | (flags or {}))
 
 
