@@ -93,20 +93,16 @@ def _plain(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    plain, _ = _plain(annotation)
-    return plain if isinstance(plain, type) and issubclass(plain, BaseModel) else None
-
-
 def model_options(model: type[BaseModel], table: dict[str, Any] | None = None,
                   path: tuple[str, ...] = (), optional: tuple[str, ...] | None = None
                   ) -> Iterator[Opt]:
     """Every option of ``model``, nested models' included, in declaration order."""
     for name, info in model.model_fields.items():
         extra = {**_extra(info), **((table or {}).get(name) or {})}
-        sub = _model_of(info.annotation)
-        if sub is not None and ("flags" in extra or table is None and _has_options(sub)):
-            opt_parent = optional or (path + (name,) if _plain(info.annotation)[1] else None)
+        sub, nullable = _plain(info.annotation)
+        if isinstance(sub, type) and issubclass(sub, BaseModel) and (
+                "flags" in extra or table is None and _has_options(sub)):
+            opt_parent = optional or (path + (name,) if nullable else None)
             yield from model_options(sub, extra.get("flags"), path + (name,), opt_parent)
         elif table is not None and name in table or table is None and info.description:
             yield Opt(path + (name,), flag_of(name, extra), info, extra, optional)

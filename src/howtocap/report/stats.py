@@ -6,8 +6,10 @@ drawn once with a fixed seed, the same for every corpus.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
+import io
 import json
 import math
 import time
@@ -251,9 +253,6 @@ def signal_stats(signals: pd.DataFrame, videos: pd.DataFrame | None) -> dict[str
 def _thumb(row: pd.Series, signal: str, paths: dict[str, Any]) -> dict[str, Any]:
     """One clip of a signal's extremes, with a small JPEG of its middle frame (None when
     the video is gone or does not decode: the report still lists the clip)."""
-    import base64
-    import io
-
     from howtocap.io.video import frame_at
 
     vid, start, end = str(row["video_id"]), float(row["start"]), float(row["end"])

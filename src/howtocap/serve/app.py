@@ -356,8 +356,9 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus text format: requests by route and status, latency histograms."""
-        body, content_type = metrics.exposition()
-        return Response(body, media_type=content_type)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/info", tags=["videos"])
     def info() -> dict[str, Any]:

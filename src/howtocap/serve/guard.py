@@ -121,11 +121,6 @@ class Metrics:
         self._requests(method, route, str(status)).inc()
         self._latency(route).observe(seconds)
 
-    def exposition(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
     return next((v for k, v in scope["headers"] if k == name), None)
