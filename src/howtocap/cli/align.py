@@ -1,5 +1,4 @@
-"""``howtocap align DIR``: its step options are the fields of ``AlignConfig`` (``cli.options``;
-``run`` takes them too), the rest are ``align_run``'s."""
+"""``howtocap align DIR``: its step options are ``AlignConfig``'s (``run`` takes them too)."""
 
 from __future__ import annotations
 

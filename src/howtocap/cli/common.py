@@ -1,6 +1,5 @@
 """Shared by every command module: one-line user errors, warnings as notes, the consoles, the
-options several commands take, ``--config`` YAML files (a stage command's runner flags are
-``engine.options.RunnerConfig``'s)."""
+options several commands take, ``--config`` YAML files."""
 
 from __future__ import annotations
 
@@ -49,9 +48,8 @@ AddVideosOpt = Annotated[Path | None, typer.Option(
 
 def run_step_on_run(run_dir: Path, videos: Path | None, step_run: Callable[..., Any],
                     settings: Any, runner: RunnerConfig, table: str, rows: str) -> None:
-    """A per-video step command on a run directory (``shots``, ``signals``): ``videos``
-    (``AddVideosOpt``) recorded first (one line when there is neither), the step run, then a
-    line counting its ``table`` (not for a ``--shard``: the others may not be done)."""
+    """A per-video step command on a run directory (``shots``, ``signals``): ``videos`` recorded
+    first, then a line counting its ``table`` (not for a ``--shard``: others may not be done)."""
     from howtocap.engine.rundir import RunDir
     from howtocap.io.inputs import resolve_videos
 

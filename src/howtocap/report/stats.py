@@ -230,9 +230,8 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
 
 
 def signal_stats(signals: pd.DataFrame, videos: pd.DataFrame | None) -> dict[str, Any]:
-    """Each signal's histogram over the ``signals`` rows, the share flagged static, and the
-    ``THUMBS`` highest- and lowest-scoring clips with a thumbnail each (the one place the
-    report decodes video: a frame at each of those clips' middles)."""
+    """Each signal's histogram, the share flagged static, and the ``THUMBS`` highest- and
+    lowest-scoring clips with a thumbnail each (the one place the report decodes video)."""
     paths = {} if videos is None else {
         str(v): p for v, p in zip(videos["video_id"], videos["video_path"], strict=True)}
     cols = [c for c in SIGNALS if c in signals and signals[c].notna().any()]
@@ -383,9 +382,8 @@ def stats_run(run_dir: str | Path, *, videos: int = DEFAULT_VIDEOS,
     if not root.is_dir():
         raise InputError(root, "no such run directory")
     rundir = RunDir(root, create=False)
-    nlp = load_spacy(spacy_model)
-    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=nlp, workers=workers,
-                          progress=progress)
+    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=load_spacy(spacy_model),
+                          workers=workers, progress=progress)
     stats["outputs"] = {"json": str(rundir.root / "stats.json"),
                         "report": str(rundir.root / "report.html")}
     write_json(rundir, stats)

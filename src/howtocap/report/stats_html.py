@@ -50,8 +50,6 @@ dt{font-weight:600;margin-top:.4rem}dd{margin-left:1rem;color:#3a4252}
 def _num(x: Any, digits: int = 2) -> str:
     if x is None:
         return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
     if isinstance(x, int):
         return f"{x:,}"
     return f"{x:,.{digits}f}"

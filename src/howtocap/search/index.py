@@ -102,9 +102,8 @@ def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
 
 def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                  fps: float) -> np.ndarray:
-    """Unit clip vectors pooled by the encoder (``pool_clips``, as align and eval pool them) from
-    the frame rows whose time lies in ``[start, end)`` (the same rows as ``align`` uses; a clip
-    shorter than a frame interval takes the frame at its middle)."""
+    """Unit clip vectors pooled by the encoder from the frame rows in ``[start, end)``, as
+    ``align`` and eval pool them (a clip shorter than a frame interval: its middle frame)."""
     from howtocap.encoders.windows import rows_covering
 
     if len(frames) == 0:

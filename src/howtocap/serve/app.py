@@ -362,10 +362,9 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
 
     @app.get("/api/info", tags=["videos"])
     def info() -> dict[str, Any]:
-        meta = searcher.meta if searcher is not None else None
         return {"run_dir": str(root), "videos": len(data.video_ids),
-                "index": None if meta is None else {
-                    k: meta.get(k) for k in ("encoder", "n", "dim", "index_type", "source")},
+                "index": None if searcher is None else {k: searcher.meta.get(k) for k in (
+                    "encoder", "n", "dim", "index_type", "source")},
                 "max_k": max_k, "max_query_chars": max_query_chars}
 
     @app.get("/api/videos", tags=["videos"])

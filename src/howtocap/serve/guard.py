@@ -157,14 +157,12 @@ class Guard:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 500
-        started = False
+        status: int | None = None  # until the response starts
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status, started
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                started = True
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -179,13 +177,13 @@ class Guard:
             try:
                 await self.app(scope, receive, send_wrapper)
             except _BodyTooLarge as exc:
-                if not started:
+                if status is None:
                     await self.respond(send_wrapper, 413, exc.detail, [(b"connection", b"close")])
         finally:
             self.metrics.in_flight.dec()
             label = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in METHODS else "other"
-            self.metrics.observe(method, label, status, time.perf_counter() - t0)
+            self.metrics.observe(method, label, status or 500, time.perf_counter() - t0)
 
     def refuse(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
         """``(status, detail, headers)`` when the request is turned away before the app."""
