@@ -123,21 +123,16 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers
     verbs = verb_stats([cache[t][1] for t in texts])
 
     return {
-        "texts": int(len(df)),
-        "videos": int(vids_all.nunique()),
-        "texts_used": int(len(texts)),
-        "videos_used": int(len(texts_per_video)),
-        "sampled": bool(len(texts) < len(df)),
-        "words": int(n_words.sum()),
-        "vocabulary": len({w for toks in tokens for w in toks}),
+        "texts": int(len(df)), "videos": int(vids_all.nunique()), "texts_used": int(len(texts)),
+        "videos_used": int(len(texts_per_video)), "sampled": bool(len(texts) < len(df)),
+        "words": int(n_words.sum()), "vocabulary": len({w for toks in tokens for w in toks}),
         "words_per_caption": mean_std(n_words),
         "words_per_video": mean_std(words_per_video.to_numpy()),
         "captions_per_video": mean_std(texts_per_video.to_numpy()),
         "word_ngram_unique_pct": to_pct(ngram_ratios(tokens)),
         **verbs,
         # raw distributions for the histograms; popped before the JSON is written
-        "_words_per_caption": n_words,
-        "_captions_per_video": texts_per_video.to_numpy(),
+        "_words_per_caption": n_words, "_captions_per_video": texts_per_video.to_numpy(),
     }
 
 
@@ -172,8 +167,7 @@ def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
     return {
         "videos": len(ids),
         "videos_failed": int(errors["video_id"].nunique()) if len(errors) else 0,
-        "stages": stages,
-        "failures": failures,
+        "stages": stages, "failures": failures,
         "subtitles": int(len(subs)) if subs is not None else None,
         "subtitle_sources": ({str(k): int(v) for k, v in subs["source"].value_counts().items()}
                              if subs is not None else {}),

@@ -20,10 +20,12 @@ import pandas as pd
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.encoders.defaults import ENCODER
+from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
 from howtocap.knn import INDEX_TYPE, make_faiss
+from howtocap.progress import progress_bar
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
@@ -168,8 +170,7 @@ def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[st
     rate and the index format; a re-run with another one is refused, as for the stages."""
     from howtocap.encoders.identity import encoder_identity
 
-    enc = encoder_identity(spec) if spec else {"name": encoder.name}
-    enc["name"] = encoder.name
+    enc = {**(encoder_identity(spec) if spec else {}), "name": encoder.name}
     return {"encoder": enc, "fps": fps, "version": INDEX_VERSION}
 
 
@@ -202,8 +203,6 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
         if old.get("encoder") != encoder.name:
             raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
         if old.get("fingerprint") and old["fingerprint"] != fingerprint:
-            from howtocap.engine.fingerprint import describe_change
-
             raise HowtocapError(
                 f"index in {root} was built with other settings "
                 f"({describe_change(old['fingerprint'], fingerprint)}): add --rebuild to "
@@ -217,8 +216,6 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
     info = IndexInfo(out, encoder.name, int(encoder.dim), len(clips), "", source)
     parts: list[dict[str, Any]] = []
     keys: dict[str, str] = {}
-
-    from howtocap.progress import progress_bar
 
     with progress_bar("{task.description}", disable=not progress, transient=True) as bar:
         task = bar.add_task("indexing videos", total=len(groups))
@@ -248,8 +245,6 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                        else np.zeros((0, int(encoder.dim)), np.float32) for m in ("text", "video"))
     clips = clips.assign(has_video=np.concatenate([np.full(len(p["text"]), p["has_video"])
                                                    for p in parts]) if parts else np.zeros(0, bool))
-    from howtocap.engine.fingerprint import config_id
-
     meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,
             "fps": fps, "videos": keys, "fingerprint": fingerprint,
             "config_id": config_id(fingerprint)}
