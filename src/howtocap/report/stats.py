@@ -78,13 +78,10 @@ def verb_stats(verb_seqs: Sequence[Sequence[str]], top: int = TOP_VERBS) -> dict
     total = sum(counts.values())
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     frequent = sum(c for _, c in ranked[:top])
-    return {
-        "verbs": total,
-        "verb_vocabulary": len(counts),
-        "top_verbs": [[v, c] for v, c in ranked[:10]],
-        "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
-        "verb_ngram_unique_pct": to_pct(ngram_ratios(verb_seqs)),
-    }
+    return {"verbs": total, "verb_vocabulary": len(counts),
+            "top_verbs": [[v, c] for v, c in ranked[:10]],
+            "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
+            "verb_ngram_unique_pct": to_pct(ngram_ratios(verb_seqs))}
 
 
 def video_ids(frames: Iterable[pd.DataFrame | None]) -> list[str]:
