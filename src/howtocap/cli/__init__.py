@@ -1,8 +1,7 @@
 """The ``howtocap`` command: a thin Typer layer over library functions, one module per command
 (or tight group); the tables below are the whole command line. A user mistake (HowtocapError)
 is one red line and exit 2; a batch where some videos failed exits 1 after finishing the rest.
-Importing the commands loads no model code, so ``howtocap --help`` stays fast.
-"""
+Importing the commands loads no model code, so ``howtocap --help`` stays fast."""
 
 from __future__ import annotations
 

@@ -68,8 +68,7 @@ def print_align_result(root: Path, shard: str | None) -> None:
                   f"once every shard is done to filter and write {root / 'aligned'}/",
                   highlight=False)
         return
-    rundir = RunDir(root, create=False)
-    info = rundir.configs.read("align") or {}
+    info = RunDir(root, create=False).configs.read("align") or {}
     rule = info.get("filter") or "no filter"
     outside = int(info.get("outside_video", 0))
     chatter = int(info.get("chatter_dropped", 0))

@@ -14,13 +14,9 @@ name, kept as text), ``text`` (typed as text, read by the model's own validator:
 "help", ...}}}`` table, its defaults and bounds still from its own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
-one option per flag and calls the command with the validated model (``unset=`` names flags
-that default to "not given", e.g. a recipe's settings: the model sees only the flags typed,
-``--help`` shows the field's default); ``run`` passes several models and gets their union (a
-flag two models share, e.g. ``--clip-seconds``, sets both). Every stage command also takes
-``runner=RunnerConfig`` (``engine.options``: ``--workers``, ``--shard``, ``--redo`` …). A
-``--config`` YAML file fills the same names. A bad value is one line naming the flag.
-"""
+those options; ``run`` passes several models (a flag two share, e.g. ``--clip-seconds``, sets
+both), every stage command ``runner=RunnerConfig`` (``--workers``, ``--shard``, ``--redo`` …).
+A ``--config`` YAML file fills the same names. A bad value is one line naming the flag."""
 
 from __future__ import annotations
 
@@ -101,15 +97,11 @@ def model_options(model: type[BaseModel], table: dict[str, Any] | None = None,
         extra = {**_extra(info), **((table or {}).get(name) or {})}
         sub, nullable = _plain(info.annotation)
         if isinstance(sub, type) and issubclass(sub, BaseModel) and (
-                "flags" in extra or table is None and _has_options(sub)):
+                "flags" in extra or table is None and any(True for _ in model_options(sub))):
             opt_parent = optional or (path + (name,) if nullable else None)
             yield from model_options(sub, extra.get("flags"), path + (name,), opt_parent)
         elif table is not None and name in table or table is None and info.description:
             yield Opt(path + (name,), flag_of(name, extra), info, extra, optional)
-
-
-def _has_options(model: type[BaseModel]) -> bool:
-    return any(True for _ in model_options(model))
 
 
 def bounds(info: FieldInfo) -> str:
@@ -202,9 +194,10 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
 def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),
                      **models: type[BaseModel]) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
-    models (in its place; ``skip`` fields keep their defaults) and get each model validated. Its
-    ``ctx`` and ``config`` parameters, when it has them, apply a ``--config`` YAML file first
-    (flags typed on the command line win)."""
+    models (in its place; ``skip`` fields keep their defaults) and get each model validated.
+    ``unset`` flags default to "not given" (a recipe's settings: the model sees only the flags
+    typed, ``--help`` shows the field's default). Its ``ctx`` and ``config`` parameters, when it
+    has them, apply a ``--config`` YAML file first (flags typed on the command line win)."""
 
     def decorate(fn: F) -> F:
         found = {param: [(key, replace(opt, extra={**opt.extra, "unset": True})

@@ -1,8 +1,7 @@
 """``howtocap stats DIR``: the HowToCaption paper's dataset statistics (its Table 12, defined
 in docs/stats.md) of three corpora: ``subtitles``, ``captions`` (the LLM's) and ``kept``
 (aligned rows the filter kept). As in the paper, text statistics use at most ``videos`` videos
-drawn once with a fixed seed, the same for every corpus.
-"""
+drawn once with a fixed seed, the same for every corpus."""
 
 from __future__ import annotations
 

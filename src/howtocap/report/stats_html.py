@@ -115,9 +115,8 @@ def _summary_html(stats: dict[str, Any]) -> str:
              ("captions generated", _num(s.get("captions_generated"))),
              ("captions aligned", _num(s.get("captions_aligned"))),
              ("captions kept", kept)]
-    out = ["<div class='cards'>"]
-    out += [f"<div class='card'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in cards]
-    out.append("</div>")
+    out = ["<div class='cards'>", *(f"<div class='card'><b>{v}</b><span>{esc(k)}</span></div>"
+                                     for k, v in cards), "</div>"]
     if s.get("subtitle_sources"):
         out.append("<p class='meta'>Subtitle sources: " + ", ".join(
             f"{esc(k)}: {v:,}" for k, v in s["subtitle_sources"].items()) + "</p>")

@@ -1,8 +1,7 @@
 """Build ``DIR/index/``: FAISS indexes over the kept clips and what each vector is (layout in
 docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes). Embeddings are
 kept per video in ``parts/``, so only new videos are embedded; the indexes are always rebuilt
-from the parts: that is cheap, removed videos drop out and nothing is ever half-updated.
-"""
+from the parts: that is cheap, removed videos drop out and nothing is ever half-updated."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""The web page and JSON API over one run directory (FastAPI).
-
-Safety: besides its static files and the run's tables and cache, the server reads only video
-files registered in ``DIR/videos.parquet``; a URL's video id is looked up there, never joined
-into a path, so ``..`` or encoded slashes can only give 404. Who may connect: ``guard.py``.
-Speed: search is ``async`` on the event loop (a thread hop costs more than the HNSW search)
-and builds its JSON from the index's columns, caching each row's static part.
-"""
+"""The web page and JSON API over one run directory (FastAPI). Besides its static files and
+the run's tables and cache it reads only video files registered in ``DIR/videos.parquet``: a
+URL's video id is looked up there, never joined into a path, so ``..`` or encoded slashes can
+only give 404 (who may connect: ``guard.py``). Search answers on the event loop (a thread hop
+costs more than the HNSW search) with JSON built from the index's columns."""
 
 from __future__ import annotations
 
@@ -150,8 +147,7 @@ class Dataset:
     def video_file(self, video_id: str) -> Path:
         if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
-        path = self.paths.get(video_id)
-        if path is None or not path.is_file():
+        if (path := self.paths.get(video_id)) is None or not path.is_file():
             raise HTTPException(404, f"video {video_id!r} has no video file")
         return path
 
@@ -241,9 +237,7 @@ def _score(x: float | None) -> bytes:
 def thumb_time(start: float | None, end: float | None) -> float:
     """A hit's thumbnail shows its window's middle, as the clip export's ``.jpg`` does: the
     start of an aligned window is where the step before it ends."""
-    if start is None:
-        return 0.0
-    return max(window_middle(start, end if end is not None else start), 0.0)
+    return 0.0 if start is None else max(window_middle(start, start if end is None else end), 0.0)
 
 
 def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:

@@ -50,12 +50,11 @@ def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
         raise HowtocapError(
             f"API key too short ({len(api_key)} characters, need {MIN_KEY_CHARS}+): make one "
             "with `python -c \"import secrets; print(secrets.token_urlsafe(32))\"`")
-    if is_loopback(host) or api_key is not None or public:
-        return
-    raise HowtocapError(
-        f"refusing to listen on {host} (not a loopback address) without an API key: set "
-        "--api-key-env VAR (clients then send the key) or pass --public to serve anyone "
-        "who can reach this machine")
+    if not (is_loopback(host) or api_key is not None or public):
+        raise HowtocapError(
+            f"refusing to listen on {host} (not a loopback address) without an API key: set "
+            "--api-key-env VAR (clients then send the key) or pass --public to serve anyone "
+            "who can reach this machine")
 
 
 def api_key_from_env(var: str) -> str:
