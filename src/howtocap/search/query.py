@@ -129,9 +129,6 @@ class Searcher:
     def search(self, query: str, k: int = K, by: str = BY) -> list[Hit]:
         return self._hits(*self.search_rows(query, k=k, by=by))
 
-    def search_vector(self, qvec: np.ndarray, k: int = K, by: str = BY) -> list[Hit]:
-        return self._hits(*self.rank(qvec, k=k, by=by))
-
     def search_rows(self, query: str, k: int = K, by: str = BY) -> Ranked:
         """Like ``search`` but only row numbers and scores: a server that builds its own
         records skips one pydantic object per hit."""
