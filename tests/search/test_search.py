@@ -100,7 +100,7 @@ def test_video_and_both_rankings_are_consistent(searcher: Searcher) -> None:
     # every clip's own video vector finds that clip first in the video index
     for i in range(len(searcher)):
         vec = searcher.video_index.reconstruct(i)
-        assert searcher.search_vector(vec, k=1, by="video")[0].row == i
+        assert searcher.rank(vec, k=1, by="video").ids[0] == i
     # distinct photographs give distinct clip vectors
     vecs = searcher.video_index.reconstruct_n(0, len(searcher))
     sims = vecs @ vecs.T

@@ -1,10 +1,7 @@
-"""The ``howtocap`` command: a thin Typer layer over library functions.
-
-One module per command (or per tight group), each command a module-level function whose typed
-options map onto a library call; this table is the whole command line. User mistakes
-(HowtocapError) print one red line and exit 2; a batch where some videos failed exits 1 after
-finishing the rest. Importing the commands loads no model code: ``howtocap --help`` stays fast.
-"""
+"""The ``howtocap`` command: a thin Typer layer over library functions, one module per command
+(or tight group); the tables below are the whole command line. A user mistake (HowtocapError)
+is one red line and exit 2; a batch where some videos failed exits 1 after finishing the rest.
+Importing the commands loads no model code, so ``howtocap --help`` stays fast."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``howtocap align DIR``: its step options are the fields of ``AlignConfig`` (``cli.options``;
-``run`` takes them too), the rest are ``align_run``'s."""
+"""``howtocap align DIR``: its step options are ``AlignConfig``'s (``run`` takes them too)."""
 
 from __future__ import annotations
 
@@ -69,8 +68,7 @@ def print_align_result(root: Path, shard: str | None) -> None:
                   f"once every shard is done to filter and write {root / 'aligned'}/",
                   highlight=False)
         return
-    rundir = RunDir(root, create=False)
-    info = rundir.configs.read("align") or {}
+    info = RunDir(root, create=False).configs.read("align") or {}
     rule = info.get("filter") or "no filter"
     outside = int(info.get("outside_video", 0))
     chatter = int(info.get("chatter_dropped", 0))

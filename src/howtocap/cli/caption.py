@@ -1,8 +1,4 @@
-"""``howtocap caption``: subtitles or Whisper -> LLM captions with timestamps.
-
-Its step options are the fields of ``CaptionRunConfig`` (``cli.options``); ``run`` takes them
-too.
-"""
+"""``howtocap caption``: its step options are ``CaptionRunConfig``'s (``run`` takes them too)."""
 
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ def caption_cmd(
 
     summaries = caption_run(inputs, out_dir, caption, force=force, batching=batch.batching(),
                             **runner.stage_args())
-    show_captions(out_dir, limit=0)
+    show_captions(out_dir)
     report_rejected(out_dir)
     report_summary(*summaries)
 
@@ -60,26 +56,16 @@ def report_rejected(run_dir: Path) -> None:
                   "keeps them)", highlight=False)
 
 
-def show_captions(run_dir: Path, limit: int = 20) -> None:
-    """Print a run's captions as a table (all of them when ``limit`` is 0)."""
-    import pandas as pd
+def show_captions(run_dir: Path) -> None:
+    """Print a run's captions as a table (not when piped and longer than 200 rows)."""
     from rich.table import Table
 
     from howtocap.engine.rundir import RunDir
 
     rd = RunDir(run_dir, create=False)
     aligned = rd.has_table("aligned")
-    name = "aligned" if aligned else "captions"
-    if limit:  # the first shard files that hold ``limit`` rows, not the whole table
-        parts: list[pd.DataFrame] = []
-        for path in rd.table_files(name):
-            parts.append(pd.read_parquet(path))
-            if sum(len(p) for p in parts) >= limit:
-                break
-        df = pd.concat(parts, ignore_index=True).head(limit) if parts else rd.table(name)
-    else:
-        df = rd.table(name)
-    if not len(df) or limit == 0 and not sys.stdout.isatty() and len(df) > 200:
+    df = rd.table("aligned" if aligned else "captions")
+    if not len(df) or not sys.stdout.isatty() and len(df) > 200:
         return
     table = Table(title=f"{'aligned ' if aligned else ''}captions in {run_dir}")
     for col in ["video", "time", *(["aligned", "score", "kept"] if aligned else []), "caption"]:

@@ -1,6 +1,5 @@
 """Shared by every command module: one-line user errors, warnings as notes, the consoles, the
-options several commands take, ``--config`` YAML files (a stage command's runner flags are
-``engine.options.RunnerConfig``'s)."""
+options several commands take, ``--config`` YAML files."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import typer
 from rich.console import Console
 
 from howtocap.engine.options import RunnerConfig
-from howtocap.errors import HowtocapError, ServiceUnavailable
+from howtocap.errors import HowtocapError, InputError, ServiceUnavailable
 from howtocap.io.where import PRESETS
 from howtocap.progress import console
 
@@ -49,11 +48,9 @@ AddVideosOpt = Annotated[Path | None, typer.Option(
 
 def run_step_on_run(run_dir: Path, videos: Path | None, step_run: Callable[..., Any],
                     settings: Any, runner: RunnerConfig, table: str, rows: str) -> None:
-    """A per-video step command on a run directory (``shots``, ``signals``): ``videos``
-    (``AddVideosOpt``) recorded first (one line when there is neither), the step run, then a
-    line counting its ``table`` (not for a ``--shard``: the others may not be done)."""
+    """A per-video step command on a run directory (``shots``, ``signals``): ``videos`` recorded
+    first, then a line counting its ``table`` (not for a ``--shard``: others may not be done)."""
     from howtocap.engine.rundir import RunDir
-    from howtocap.errors import InputError
     from howtocap.io.inputs import resolve_videos
 
     root = Path(run_dir)
@@ -85,12 +82,10 @@ def user_errors(fn: F) -> F:
                 if issubclass(w.category, UserWarning):
                     err.print(f"[yellow]note:[/yellow] {w.message}", highlight=False)
             return result
-        except ServiceUnavailable as exc:  # not a user mistake: 75 = EX_TEMPFAIL, re-run
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(75) from None
         except HowtocapError as exc:
             err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
+            # a down service is no user mistake: 75 = EX_TEMPFAIL, re-run
+            raise typer.Exit(75 if isinstance(exc, ServiceUnavailable) else 2) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/yellow]: finished work is saved; run the same "
                       "command again to resume (train: add --resume)")
@@ -138,12 +133,9 @@ def report_summary(*summaries: Any) -> None:
     """One line per stage; exit 1 when any video failed (the rest finished)."""
     failed = False
     for s in summaries:
-        colour = "green" if s.ok else "yellow"
-        warned = getattr(s, "warned", [])
+        warned, before = getattr(s, "warned", []), getattr(s, "failed_before", 0)
+        colour = "green" if s.ok and not before else "yellow"
         note = f" ({len(warned)} with warnings)" if warned else ""
-        before = getattr(s, "failed_before", 0)
-        if before:
-            colour = "yellow"
         kept = f", {before} failed before (not retried: --retry-failed; `howtocap status`)" \
             if before else ""
         err.print(f"[{colour}]{s.stage}[/{colour}]: {s.done} done{note}, {s.skipped} already "

@@ -1,6 +1,5 @@
-"""``howtocap download``: fetch remote inputs (URLs, ``s3://``, ``gs://``, YouTube ids) into a
-run's media cache (``download.run.download_run``); its step options are the fields of
-``DownloadConfig`` (``cli.options``), which ``run`` takes too (and ``--keep-media``)."""
+"""``howtocap download``: its step options are ``DownloadConfig``'s, which ``run`` takes too
+(with ``--keep-media``)."""
 
 from __future__ import annotations
 

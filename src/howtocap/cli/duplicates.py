@@ -1,5 +1,4 @@
-"""``howtocap duplicates DIR``: near-duplicate videos and repeated clips of a run
-(``howtocap.duplicates.run.duplicates_run``) into ``DIR/duplicates.parquet``."""
+"""``howtocap duplicates DIR``: a thin layer over ``duplicates.run.duplicates_run``."""
 
 from __future__ import annotations
 

@@ -58,8 +58,7 @@ def _print_table(result: dict[str, Any]) -> None:
     table.add_column("tIoU")
     for m in metrics:
         table.add_column(m, justify="right")
-    rows = [*result["per_tiou"].items(), ("mean", result["scores"])]
-    for name, row in rows:
+    for name, row in [*result["per_tiou"].items(), ("mean", result["scores"])]:
         table.add_row(name, *("–" if row.get(m) is None else f"{100 * row[m]:.2f}"
                               for m in metrics))
     out.print(table)

@@ -61,11 +61,11 @@ def export_cmd(
     """Write captions as HowToCaption JSON {video_id: {start, end, text}}, a CSV of pairs,
     WebDataset tar shards of clips (frames or embeddings + captions) to train at scale, or the
     clips themselves (MP4 + JSON + caption + middle frame, video2dataset's layout)."""
+    if unfiltered and format in (ExportFmt.clips, ExportFmt.webdataset):
+        raise HowtocapError(f"--unfiltered applies to howtocaption and csv, not {format.value}")
     if format == ExportFmt.clips:
         from howtocap.clips.export import export_clips
 
-        if unfiltered:
-            raise HowtocapError("--unfiltered applies to howtocaption and csv, not clips")
         clips.check()
         res = export_clips(run_dir, out_file, what=what, config=clips,
                            progress=not quiet, drop_duplicates=drop_duplicates, where=where)
@@ -79,8 +79,6 @@ def export_cmd(
         from howtocap.encoders.clip_rows import ClipRows
         from howtocap.io.webdataset import export_webdataset
 
-        if unfiltered:
-            raise HowtocapError("--unfiltered applies to howtocaption and csv, not webdataset")
         res = export_webdataset(run_dir, out_file, what=what, content=content,
                                 frames_per_clip=frames_per_clip, image_size=image_size,
                                 shard_size=clips.shard_size, progress=not quiet,

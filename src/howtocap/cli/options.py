@@ -1,29 +1,22 @@
 """A step's options are declared once, as fields of its pydantic config; this turns them into
 Typer options (as open_clip's ``params.py`` declares each parameter once).
 
-A field with a ``description`` is an option: ``--field-name`` (or the ``flag`` of its
-``json_schema_extra``), its default, its bounds (``ge``/``gt``/``le``/``lt``, Click's ranges, so
-``--help`` shows them) and its help all come from the field. Extra keys a flag may need:
-``flag`` (the name), ``short`` (``-x``), ``invert`` (the flag sets the field to the opposite:
-``--keep-chatter`` for ``drop_chatter``), ``multiple`` (false: one value of a ``str | list``
-field), ``path`` (a file name, kept as text), ``text`` (typed as text, read by the model's own
-validator: ``2G``), ``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable``
-(false: a bool flag without its ``--no-`` form, ``--redo``), ``choices`` (the values the
-flag offers of a ``Literal`` field), ``shown`` (the default as ``--help`` words it). A field
-without a default is a required flag. A nested model
-declared in another package (the LLM's ``LLMOptions``) gets its flags from the parent field's
-``{"flags": {sub-field: {"flag", "help", ...}}}`` table, its defaults and bounds still from its
-own fields.
+A field with a ``description`` is an option: its flag (``--field-name``), default, bounds
+(``ge``/``gt``/``le``/``lt``, shown by ``--help`` as Click's ranges) and help all come from the
+field; without a default it is a required flag. Keys of its ``json_schema_extra``: ``flag``
+(the name), ``short`` (``-x``), ``invert`` (the flag sets the opposite: ``--keep-chatter`` for
+``drop_chatter``), ``multiple`` (false: one value of a ``str | list`` field), ``path`` (a file
+name, kept as text), ``text`` (typed as text, read by the model's own validator: ``2G``),
+``switch`` (a bool typed as a value: ``--keep-media false``), ``negatable`` (false: no
+``--no-`` form, ``--redo``), ``choices`` (the values offered of a ``Literal`` field), ``shown``
+(the default as ``--help`` words it). A nested model declared in another package (the LLM's
+``LLMOptions``) takes its flags from the parent field's ``{"flags": {sub-field: {"flag",
+"help", ...}}}`` table, its defaults and bounds still from its own fields.
 
 ``@settings_options(caption=CaptionRunConfig)`` replaces a command's ``caption`` parameter by
-one option per flag and calls the command with the validated model (``unset=`` names flags
-that default to "not given", e.g. a recipe's settings: the model sees only the flags typed,
-``--help`` shows the field's default); ``run`` passes several
-models and gets their union (a flag two models share, e.g. ``--clip-seconds``, sets both).
-Every stage command also takes ``runner=RunnerConfig`` (``engine.options``: ``--workers``,
-``--shard``, ``--redo`` …). A ``--config`` YAML file fills the same names. A bad value is one
-line naming the flag.
-"""
+those options; ``run`` passes several models (a flag two share, e.g. ``--clip-seconds``, sets
+both), every stage command ``runner=RunnerConfig`` (``--workers``, ``--shard``, ``--redo`` …).
+A ``--config`` YAML file fills the same names. A bad value is one line naming the flag."""
 
 from __future__ import annotations
 
@@ -96,27 +89,19 @@ def _plain(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    plain, _ = _plain(annotation)
-    return plain if isinstance(plain, type) and issubclass(plain, BaseModel) else None
-
-
 def model_options(model: type[BaseModel], table: dict[str, Any] | None = None,
                   path: tuple[str, ...] = (), optional: tuple[str, ...] | None = None
                   ) -> Iterator[Opt]:
     """Every option of ``model``, nested models' included, in declaration order."""
     for name, info in model.model_fields.items():
         extra = {**_extra(info), **((table or {}).get(name) or {})}
-        sub = _model_of(info.annotation)
-        if sub is not None and ("flags" in extra or table is None and _has_options(sub)):
-            opt_parent = optional or (path + (name,) if _plain(info.annotation)[1] else None)
+        sub, nullable = _plain(info.annotation)
+        if isinstance(sub, type) and issubclass(sub, BaseModel) and (
+                "flags" in extra or table is None and any(True for _ in model_options(sub))):
+            opt_parent = optional or (path + (name,) if nullable else None)
             yield from model_options(sub, extra.get("flags"), path + (name,), opt_parent)
         elif table is not None and name in table or table is None and info.description:
             yield Opt(path + (name,), flag_of(name, extra), info, extra, optional)
-
-
-def _has_options(model: type[BaseModel]) -> bool:
-    return any(True for _ in model_options(model))
 
 
 def bounds(info: FieldInfo) -> str:
@@ -158,10 +143,8 @@ def _parameter(opt: Opt) -> inspect.Parameter:
         value = opt.extra.get("shown", opt.info.default)
         notes.append(f"  \\[default: {f'{value:g}' if isinstance(value, float) else value}]")
     option = typer.Option(*decls, help=opt.help + "".join(notes))
-    if opt.info.is_required() and opt.optional_parent is None:  # (vlm's url: not required)
-        return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY,
-                                 annotation=Annotated[plain, option])
-    default = opt.default
+    required = opt.info.is_required() and opt.optional_parent is None  # (vlm's url: not)
+    default = inspect.Parameter.empty if required else opt.default
     annotation = plain if default is not None else plain | None
     return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[annotation, option])
@@ -187,15 +170,13 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
           flags: dict[tuple[str, ...], str] | None = None) -> Any:
     """The model from option values by parameter name (a missing or None value: the field's
     default); a bad value is one ``HowtocapError`` line naming the flag."""
+    # a nested model that is None unless given (vlm) is built only when one of its flags was
+    given = {None} | {o.optional_parent for o in opts
+                      if values.get(o.param) not in (None, o.default, [], ())}
     data: dict[str, Any] = {}
-    optional: dict[tuple[str, ...], bool] = {}
     for opt in opts:
         value = values.get(opt.param)
-        if opt.optional_parent is not None:
-            optional.setdefault(opt.optional_parent, False)
-            if value not in (None, opt.default, [], ()):
-                optional[opt.optional_parent] = True
-        if value is None or value in ([], ()):
+        if value is None or value in ([], ()) or opt.optional_parent not in given:
             continue
         if isinstance(value, Path):
             value = str(value)
@@ -207,23 +188,16 @@ def build(model: type[BaseModel], values: dict[str, Any], opts: list[Opt],
         for part in opt.path[:-1]:
             node = node.setdefault(part, {})
         node[opt.path[-1]] = value
-    for parent, given in optional.items():  # e.g. vlm: only when one of its flags was given
-        if not given:
-            node = data
-            for part in parent[:-1]:
-                node = node.get(part, {})
-            node.pop(parent[-1], None)
     return validated(model, data, {o.path: o.flag for o in opts} | (flags or {}))
 
 
 def settings_options(*, skip: tuple[str, ...] = (), unset: tuple[str, ...] = (),
                      **models: type[BaseModel]) -> Callable[[F], F]:
     """The command's parameters named like ``models`` become one option per flag of those
-    models (each model's in its place; not the ``skip`` ones: those fields keep their
-    defaults); the
-    command is called with each model validated. The command's ``ctx`` and ``config``
-    parameters, when it has them, apply a ``--config`` YAML file first (flags typed on the
-    command line win)."""
+    models (in its place; ``skip`` fields keep their defaults) and get each model validated.
+    ``unset`` flags default to "not given" (a recipe's settings: the model sees only the flags
+    typed, ``--help`` shows the field's default). Its ``ctx`` and ``config`` parameters, when it
+    has them, apply a ``--config`` YAML file first (flags typed on the command line win)."""
 
     def decorate(fn: F) -> F:
         found = {param: [(key, replace(opt, extra={**opt.extra, "unset": True})

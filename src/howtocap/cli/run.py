@@ -1,6 +1,5 @@
-"""``howtocap run``: caption -> align in one command; its step options are the union of
-``CaptionRunConfig``'s and ``AlignConfig``'s (``cli.options``: a flag both declare, such as
-``--clip-seconds`` or ``--keep-chatter``, sets both) and ``DownloadConfig``'s."""
+"""``howtocap run``: its step options are the union of ``CaptionRunConfig``'s, ``AlignConfig``'s
+(a flag both declare, e.g. ``--clip-seconds``, sets both) and ``DownloadConfig``'s."""
 
 from __future__ import annotations
 
@@ -57,6 +56,6 @@ def run_cmd(
                              force=force, device=device, download=download, signals=signals,
                              **runner.stage_args())
     print_align_result(Path(out_dir), runner.shard)
-    show_captions(out_dir, limit=0)
+    show_captions(out_dir)
     report_rejected(out_dir)
     report_summary(*summaries)

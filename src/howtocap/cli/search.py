@@ -1,5 +1,4 @@
-"""``howtocap index`` / ``search`` / ``serve``: each flag maps one-to-one onto a library
-argument."""
+"""``howtocap index`` / ``search`` / ``serve``: each flag is one library argument."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``howtocap shots DIR``: cut detection over a run's videos -> DIR/shots/
-(``shots.run.shots_run``); its detector flags are the fields of ``ShotsConfig``
-(``cli.options``), the rest are the stage's."""
+"""``howtocap shots DIR``: its detector flags are ``ShotsConfig``'s, the rest the stage's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``howtocap signals DIR``: visual signals per shot or window -> DIR/signals/
-(``signals.run.signals_run``); its step options are the fields of ``SignalsConfig``
-(``cli.options``)."""
+"""``howtocap signals DIR``: its step options are ``SignalsConfig``'s, the rest the stage's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``howtocap status DIR``: per-stage counts, failures by cause, throughput (``--json`` for
-scripts)."""
+"""``howtocap status DIR``: a table of ``pipeline.run.run_status`` (``--json`` for scripts)."""
 
 from __future__ import annotations
 
@@ -11,9 +10,8 @@ import typer
 
 from howtocap.cli.common import out, user_errors
 
-
-def _fmt_rate(v: float | None, unit: str) -> str:
-    return "" if v is None else f"{v:.3g} {unit}"
+RATES = {"audio_hours_per_hour": "audio h/h", "llm_tokens_per_s": "tokens/s",
+         "captions_per_s": "captions/s", "frames_per_s": "frames/s"}
 
 
 def print_status(info: dict[str, Any]) -> None:
@@ -24,14 +22,12 @@ def print_status(info: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col in ("stage", "throughput") else "right")
     for s in info["stages"]:
         t = s["throughput"]
-        rates = [_fmt_rate(t["audio_hours_per_hour"], "audio h/h"),
-                 _fmt_rate(t["llm_tokens_per_s"], "tokens/s"),
-                 _fmt_rate(t["captions_per_s"], "captions/s"),
-                 _fmt_rate(t["frames_per_s"], "frames/s")]
+        rates = ", ".join(f"{t[k]:.3g} {unit}" for k, unit in RATES.items() if t[k] is not None)
+        per_s = "" if t["videos_per_s"] is None else f"{t['videos_per_s']:.3g} "
         table.add_row(s["stage"], str(s["done"]) + (f" ({s['warned']} warned)" if s["warned"]
                                                     else ""),
                       str(s["failed"]), str(s["pending"]), f"{s['wall_seconds']:.1f} s",
-                      _fmt_rate(t["videos_per_s"], ""), ", ".join(r for r in rates if r))
+                      per_s, rates)
     out.print(table)
     for s in info["stages"]:
         for cause, f in s["failures"].items():

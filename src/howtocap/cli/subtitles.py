@@ -1,5 +1,4 @@
-"""``howtocap subtitles convert SRC OUT.parquet``: a subtitle collection as one clean Parquet
-file that ``--subtitles`` reads by row groups, never whole."""
+"""``howtocap subtitles convert``: a thin layer over ``io.subtitles.convert_subtitles``."""
 
 from __future__ import annotations
 

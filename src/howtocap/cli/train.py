@@ -1,8 +1,5 @@
-"""``howtocap train``: its flags are ``TrainConfig``'s fields (``cli.options``; those a
-``--recipe`` sets default to the recipe's), and ``train()``'s ``resume``, ``device`` and filters.
-
-Several GPUs: ``torchrun --nproc_per_node N -m howtocap.cli train ...``.
-"""
+"""``howtocap train``: its flags are ``TrainConfig``'s fields (those a ``--recipe`` sets default
+to the recipe's). Several GPUs: ``torchrun --nproc_per_node N -m howtocap.cli train ...``."""
 
 from __future__ import annotations
 

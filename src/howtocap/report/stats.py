@@ -1,15 +1,14 @@
-"""``howtocap stats DIR``: the HowToCaption paper's dataset statistics, subtitles vs captions.
-
-Three corpora of the run are compared: ``subtitles``, ``captions`` (what the LLM wrote) and
-``kept`` (aligned rows the filter kept). The definitions (words, vocabulary, verbs, diverse
-verbs, unique n-grams, as the paper's Table 12) are in docs/stats.md. Like the paper, every text
-statistic is computed on at most ``videos`` videos drawn once with a fixed seed and shared by
-all corpora, so subtitles and captions are compared on the same videos.
-"""
+"""``howtocap stats DIR``: the HowToCaption paper's dataset statistics (its Table 12, defined
+in docs/stats.md) of three corpora: ``subtitles``, ``captions`` (the LLM's) and ``kept``
+(aligned rows the filter kept). As in the paper, text statistics use at most ``videos`` videos
+drawn once with a fixed seed, the same for every corpus."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import datetime as dt
+import io
 import json
 import math
 import time
@@ -27,6 +26,7 @@ from howtocap.atomic import atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.nlp import iter_words_and_verbs, load_spacy, model_label
+from howtocap.progress import progress_bar
 from howtocap.report import DEFAULT_SEED, DEFAULT_VIDEOS, DEFAULT_WORKERS
 
 NGRAM_ORDERS = (1, 2, 3)
@@ -37,10 +37,9 @@ THUMBS = 3  # clips shown at each end of a signal's range
 BATCH_SIZE = 512  # texts per spaCy batch
 
 
-# -- small pure helpers ---------------------------------------------------------------------
-def mean_std(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+def mean_std(values: np.ndarray) -> dict[str, float | None]:
     """Mean and population std of the finite values; ``None`` when there are none (never NaN)."""
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, float)
+    arr = np.asarray(values, float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return {"mean": None, "std": None}
@@ -54,12 +53,9 @@ def to_pct(ratios: dict[str, float | None]) -> dict[str, float | None]:
 
 def ngram_ratios(seqs: Iterable[Sequence[str]],
                  orders: Sequence[int] = NGRAM_ORDERS) -> dict[str, float | None]:
-    """Distinct / total n-grams per order, n-grams never crossing a sequence boundary.
-
-    Distinct n-grams are counted through 64-bit hashes in compact arrays, so memory stays
-    ~8 bytes per n-gram at 200k captions; a collision among a few million hashes is
-    vanishingly unlikely.
-    """
+    """Distinct / total n-grams per order, never crossing a sequence boundary. Distinct ones
+    are counted by 64-bit hashes in compact arrays (~8 bytes per n-gram at 200k captions; a
+    collision among a few million is vanishingly unlikely)."""
     hashes = {n: array("q") for n in orders}
     for seq in seqs:
         seq = tuple(seq)
@@ -81,13 +77,10 @@ def verb_stats(verb_seqs: Sequence[Sequence[str]], top: int = TOP_VERBS) -> dict
     total = sum(counts.values())
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     frequent = sum(c for _, c in ranked[:top])
-    return {
-        "verbs": total,
-        "verb_vocabulary": len(counts),
-        "top_verbs": [[v, c] for v, c in ranked[:10]],
-        "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
-        "verb_ngram_unique_pct": to_pct(ngram_ratios(verb_seqs)),
-    }
+    return {"verbs": total, "verb_vocabulary": len(counts),
+            "top_verbs": [[v, c] for v, c in ranked[:10]],
+            "diverse_verbs_pct": 100.0 * (total - frequent) / total if total else None,
+            "verb_ngram_unique_pct": to_pct(ngram_ratios(verb_seqs))}
 
 
 def video_ids(frames: Iterable[pd.DataFrame | None]) -> list[str]:
@@ -104,31 +97,19 @@ def sample_videos(ids: Sequence[str], videos: int, seed: int) -> set[str] | None
     return {ids[i] for i in rng.choice(len(ids), size=videos, replace=False)}
 
 
-# -- one corpus -------------------------------------------------------------------------------
-def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
-                 batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
-                 cache: dict[str, tuple[list[str], list[str]]] | None = None,
-                 progress: Any = None, label: str = "") -> dict[str, Any]:
-    """All text statistics of one table with ``video_id`` and ``text`` columns, on the texts of
-    the ``sample`` videos (all videos when ``None``).
-
-    ``cache`` maps text -> (words, verb lemmas) and is shared between corpora, so a caption that
-    is both generated and kept is tagged once; identical texts are tagged once too.
-    """
+def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None, workers: int,
+                 cache: dict[str, tuple[list[str], list[str]]], progress: Any,
+                 label: str) -> dict[str, Any]:
+    """All text statistics of one table (``video_id``, ``text``) on the ``sample`` videos' texts
+    (None: all). ``cache`` (text -> words, verb lemmas) is shared by the corpora, so a caption
+    both generated and kept, or any repeated text, is tagged once."""
     vids_all = df["video_id"].astype(str)
     used = df[vids_all.isin(sample)] if sample is not None else df
     texts = used["text"].fillna("").astype(str).tolist()
-
-    cache = cache if cache is not None else {}
     todo = [t for t in dict.fromkeys(texts) if t not in cache]
-    task = progress.add_task(f"spaCy: {label}", total=len(todo)) if progress else None
-    parsed = iter_words_and_verbs(nlp, todo, batch_size=batch_size, n_process=workers)
-    for i, (text, result) in enumerate(zip(todo, parsed, strict=True)):
-        cache[text] = result
-        if task is not None and (i + 1) % 256 == 0:
-            progress.update(task, completed=i + 1)
-    if task is not None:
-        progress.update(task, completed=len(todo))
+    parsed = iter_words_and_verbs(nlp, todo, batch_size=BATCH_SIZE, n_process=workers)
+    cache.update(zip(todo, progress.track(parsed, total=len(todo),
+                                          description=f"spaCy: {label}"), strict=True))
 
     tokens = [cache[t][0] for t in texts]
     n_words = np.array([len(toks) for toks in tokens], dtype=int)
@@ -138,34 +119,26 @@ def corpus_stats(df: pd.DataFrame, nlp: Any, *, sample: set[str] | None = None,
     verbs = verb_stats([cache[t][1] for t in texts])
 
     return {
-        "texts": int(len(df)),
-        "videos": int(vids_all.nunique()),
-        "texts_used": int(len(texts)),
-        "videos_used": int(len(texts_per_video)),
-        "sampled": bool(len(texts) < len(df)),
-        "words": int(n_words.sum()),
-        "vocabulary": len({w for toks in tokens for w in toks}),
+        "texts": int(len(df)), "videos": int(vids_all.nunique()), "texts_used": int(len(texts)),
+        "videos_used": int(len(texts_per_video)), "sampled": bool(len(texts) < len(df)),
+        "words": int(n_words.sum()), "vocabulary": len({w for toks in tokens for w in toks}),
         "words_per_caption": mean_std(n_words),
         "words_per_video": mean_std(words_per_video.to_numpy()),
         "captions_per_video": mean_std(texts_per_video.to_numpy()),
         "word_ngram_unique_pct": to_pct(ngram_ratios(tokens)),
         **verbs,
         # raw distributions for the histograms; popped before the JSON is written
-        "_words_per_caption": n_words,
-        "_captions_per_video": texts_per_video.to_numpy(),
+        "_words_per_caption": n_words, "_captions_per_video": texts_per_video.to_numpy(),
     }
 
 
-# -- the run summary ----------------------------------------------------------------------------
 def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
     """Videos ok/failed per stage, time per stage, caption counts, the commonest failures."""
     status = tables.get("status")
     status = status if status is not None else pd.DataFrame(columns=["video_id", "stage"])
-    ids: set[str] = set()
-    for name in ("videos", "subtitles", "captions", "aligned", "status"):
-        t = tables.get(name)
-        if t is not None and "video_id" in t.columns:
-            ids.update(t["video_id"].astype(str))
+    ids = {v for name in ("videos", "subtitles", "captions", "aligned", "status")
+           if (t := tables.get(name)) is not None and "video_id" in t.columns
+           for v in t["video_id"].astype(str)}
 
     stages = []
     if len(status):
@@ -190,8 +163,7 @@ def run_summary(tables: dict[str, pd.DataFrame | None]) -> dict[str, Any]:
     return {
         "videos": len(ids),
         "videos_failed": int(errors["video_id"].nunique()) if len(errors) else 0,
-        "stages": stages,
-        "failures": failures,
+        "stages": stages, "failures": failures,
         "subtitles": int(len(subs)) if subs is not None else None,
         "subtitle_sources": ({str(k): int(v) for k, v in subs["source"].value_counts().items()}
                              if subs is not None else {}),
@@ -215,10 +187,10 @@ def alignment_stats(aligned: pd.DataFrame) -> dict[str, Any]:
     return {"all": block(aligned), "kept": block(aligned[aligned["kept"].astype(bool)])}
 
 
-# -- histograms (pre-binned, so stats.json alone can redraw them) -------------------------------
 def int_histogram(series: dict[str, np.ndarray], *, max_bins: int = 50,
                   clip_quantile: float = 0.995) -> dict[str, Any]:
-    """Shared integer bins for counts; values above the pooled 99.5% quantile go in the last."""
+    """Shared integer bins for counts (pre-binned, so stats.json alone can redraw them); values
+    above the pooled 99.5% quantile go in the last."""
     pooled = np.concatenate([np.asarray(v, float) for v in series.values()]) if series else []
     if len(pooled) == 0:
         return {"edges": [], "clipped_at": None, "series": {}}
@@ -248,9 +220,8 @@ def float_histogram(series: dict[str, np.ndarray], *, bins: int = 40) -> dict[st
 
 
 def signal_stats(signals: pd.DataFrame, videos: pd.DataFrame | None) -> dict[str, Any]:
-    """Each signal's histogram over the ``signals`` rows, the share flagged static, and the
-    ``THUMBS`` highest- and lowest-scoring clips with a thumbnail each (the one place the
-    report decodes video: a frame at each of those clips' middles)."""
+    """Each signal's histogram, the share flagged static, and the ``THUMBS`` highest- and
+    lowest-scoring clips with a thumbnail each (the one place the report decodes video)."""
     paths = {} if videos is None else {
         str(v): p for v, p in zip(videos["video_id"], videos["video_path"], strict=True)}
     cols = [c for c in SIGNALS if c in signals and signals[c].notna().any()]
@@ -271,38 +242,29 @@ def signal_stats(signals: pd.DataFrame, videos: pd.DataFrame | None) -> dict[str
 def _thumb(row: pd.Series, signal: str, paths: dict[str, Any]) -> dict[str, Any]:
     """One clip of a signal's extremes, with a small JPEG of its middle frame (None when
     the video is gone or does not decode: the report still lists the clip)."""
-    import base64
-    import io
-
     from howtocap.io.video import frame_at
 
     vid, start, end = str(row["video_id"]), float(row["start"]), float(row["end"])
     jpg = None
-    path = paths.get(vid)
-    if path:
-        try:
+    if path := paths.get(vid):
+        with contextlib.suppress(InputError, OSError):
             img = frame_at(path, (start + end) / 2)
             img.thumbnail((192, 108))
             buf = io.BytesIO()
             img.save(buf, format="JPEG", quality=80)
             jpg = base64.b64encode(buf.getvalue()).decode("ascii")
-        except (InputError, OSError):
-            jpg = None
     return {"video_id": vid, "start": start, "end": end, "value": float(row[signal]),
             "jpg": jpg}
 
 
-# -- reading the run directory ------------------------------------------------------------------
 def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
     """Every table the run has (``None`` where a stage has not run), read once; ``status``
     is every stage's records (those of unfinished shards too: a killed run still reports)."""
     out: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
         try:
-            if name == "status":
-                out[name] = _status(rd)
-            else:
-                out[name] = rd.table(name) if rd.has_table(name) else None
+            out[name] = _status(rd) if name == "status" else \
+                rd.table(name) if rd.has_table(name) else None
         except (OSError, ValueError) as exc:
             where = rd.table_path(name) if name == "videos" else rd.root / name
             raise InputError(where, f"unreadable table ({' '.join(str(exc).split())[:200]})"
@@ -312,26 +274,23 @@ def read_tables(rd: RunDir) -> dict[str, pd.DataFrame | None]:
 
 def _status(rd: RunDir) -> pd.DataFrame | None:
     """Every stage's status records as one frame (None: no stage has run)."""
-    stages = sorted(rd.stages_with_results())
-    parts = [t.to_pandas() for s in stages for t in rd.records(s)]
-    parts = [p for p in parts if len(p)]
+    parts = [p for s in sorted(rd.stages_with_results()) for t in rd.records(s)
+             if len(p := t.to_pandas())]
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
-# -- the whole report ---------------------------------------------------------------------------
 def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
-                  seed: int = DEFAULT_SEED, nlp: Any = None, batch_size: int = BATCH_SIZE,
+                  seed: int = DEFAULT_SEED, nlp: Any = None,
                   workers: int = DEFAULT_WORKERS, progress: bool = False) -> dict[str, Any]:
-    """All statistics of a run directory as a JSON-ready dict (pure over its tables).
-
-    Text statistics use the texts of at most ``videos`` videos (0: all), the same videos for
-    every corpus, drawn with ``seed``."""
+    """All statistics of a run directory as a JSON-ready dict (pure over its tables); text
+    statistics on at most ``videos`` videos (0: all) drawn with ``seed``."""
     if videos < 0:
         raise HowtocapError(f"--videos must be 0 (all) or more, got {videos}")
     if workers < 1:
         raise HowtocapError(f"--workers must be at least 1, got {workers}")
     tables = read_tables(rundir)
-    if all(tables[n] is None or not len(tables[n]) for n in ("subtitles", "captions", "status")):
+    have = {n: t is not None and len(t) > 0 for n, t in tables.items()}
+    if not any(have[n] for n in ("subtitles", "captions", "status")):
         raise HowtocapError(f"{rundir.root}: nothing to report (no subtitles, captions or status "
                             "yet); run `howtocap caption` on this directory first")
     nlp = nlp if nlp is not None else load_spacy()
@@ -344,35 +303,20 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
     ids = video_ids(corpora_frames.values())
     sample = sample_videos(ids, videos, seed)
     cache: dict[str, tuple[list[str], list[str]]] = {}
-    text: dict[str, Any] = {}
-    bar = _progress() if progress else None
-    try:
-        if bar is not None:
-            bar.start()
-        for name, frame in corpora_frames.items():
-            text[name] = (corpus_stats(frame, nlp, sample=sample, batch_size=batch_size,
-                                       workers=workers, cache=cache, progress=bar,
-                                       label=name)
-                          if frame is not None and len(frame) else None)
-    finally:
-        if bar is not None:
-            bar.stop()
+    with progress_bar("{task.description}", disable=not progress) as bar:
+        text = {name: corpus_stats(frame, nlp, sample=sample, workers=workers, cache=cache,
+                                   progress=bar, label=name)
+                if frame is not None and len(frame) else None
+                for name, frame in corpora_frames.items()}
 
-    present = {k: v for k, v in text.items() if v is not None}
-    hist: dict[str, Any] = {
-        "words_per_caption": int_histogram({k: v.pop("_words_per_caption")
-                                            for k, v in present.items()}),
-        "captions_per_video": int_histogram({k: v.pop("_captions_per_video")
-                                             for k, v in present.items()}),
-    }
-    if aligned is not None and len(aligned):
+    hist: dict[str, Any] = {h: int_histogram({k: v.pop(f"_{h}") for k, v in text.items() if v})
+                            for h in ("words_per_caption", "captions_per_video")}
+    if have["aligned"]:
         kept_mask = aligned["kept"].astype(bool).to_numpy()
         off, score = aligned["offset"].to_numpy(float), aligned["score"].to_numpy(float)
         hist["offset"] = float_histogram({"kept": off[kept_mask], "dropped": off[~kept_mask]})
         hist["score"] = float_histogram({"kept": score[kept_mask], "dropped": score[~kept_mask]})
 
-    missing = [n for n in ("subtitles", "captions", "aligned", "status")
-               if tables[n] is None or not len(tables[n])]
     return {
         "run_dir": str(rundir.root),
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -382,21 +326,14 @@ def compute_stats(rundir: RunDir, *, videos: int = DEFAULT_VIDEOS,
                    "videos_total": len(ids),
                    "videos_used": len(sample) if sample is not None else len(ids),
                    "sampled": sample is not None},
-        "missing": missing,
+        "missing": [n for n in ("subtitles", "captions", "aligned", "status") if not have[n]],
         "summary": run_summary(tables),
         "text": text,
-        "alignment": alignment_stats(aligned) if aligned is not None and len(aligned) else None,
+        "alignment": alignment_stats(aligned) if have["aligned"] else None,
         "histograms": hist,
-        "signals": signal_stats(tables["signals"], tables["videos"])
-        if tables["signals"] is not None and len(tables["signals"]) else None,
+        "signals": signal_stats(tables["signals"], tables["videos"]) if have["signals"] else None,
         "seconds": round(time.perf_counter() - t0, 3),
     }
-
-
-def _progress() -> Any:
-    from howtocap.progress import progress_bar
-
-    return progress_bar("{task.description}")
 
 
 def write_report(rundir: RunDir, stats: dict[str, Any]) -> Path:
@@ -429,16 +366,14 @@ def write_json(rundir: RunDir, stats: dict[str, Any]) -> Path:
 
 def stats_run(run_dir: str | Path, *, videos: int = DEFAULT_VIDEOS,
               seed: int = DEFAULT_SEED, spacy_model: str | None = None,
-              batch_size: int = BATCH_SIZE, workers: int = DEFAULT_WORKERS,
-              progress: bool = True) -> dict[str, Any]:
+              workers: int = DEFAULT_WORKERS, progress: bool = True) -> dict[str, Any]:
     """The ``howtocap stats DIR`` command: writes ``DIR/stats.json`` and ``DIR/report.html``."""
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "no such run directory")
     rundir = RunDir(root, create=False)
-    nlp = load_spacy(spacy_model)
-    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=nlp,
-                          batch_size=batch_size, workers=workers, progress=progress)
+    stats = compute_stats(rundir, videos=videos, seed=seed, nlp=load_spacy(spacy_model),
+                          workers=workers, progress=progress)
     stats["outputs"] = {"json": str(rundir.root / "stats.json"),
                         "report": str(rundir.root / "report.html")}
     write_json(rundir, stats)

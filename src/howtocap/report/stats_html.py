@@ -5,6 +5,7 @@ It reads only the stats dict, so a saved ``stats.json`` can be re-rendered witho
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -16,6 +17,7 @@ LABELS = {"subtitles": "Subtitles", "captions": "LLM captions", "kept": "Kept ca
           "dropped": "Dropped by the filter"}
 COLORS = {"subtitles": "#7f7f7f", "captions": "#1f77b4", "kept": "#2ca02c", "dropped": "#d62728"}
 STYLES = {"subtitles": "-", "captions": "-", "kept": "--"}  # kept often equals captions
+BAD = " class='bad'"
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2330;
@@ -48,8 +50,6 @@ dt{font-weight:600;margin-top:.4rem}dd{margin-left:1rem;color:#3a4252}
 def _num(x: Any, digits: int = 2) -> str:
     if x is None:
         return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
     if isinstance(x, int):
         return f"{x:,}"
     return f"{x:,.{digits}f}"
@@ -99,6 +99,11 @@ def _hist_plot(h: dict[str, Any], title: str, xlabel: str, *, percent: bool,
     return png(fig, dpi=90)
 
 
+def _table(head: str, rows: Iterable[str]) -> str:
+    """A table from the HTML of its header cells and of its rows (a line each)."""
+    return "\n".join([f"<table><thead><tr>{head}</tr></thead><tbody>", *rows, "</tbody></table>"])
+
+
 def _summary_html(stats: dict[str, Any]) -> str:
     s = stats["summary"]
     kept = (f"{_num(s['captions_kept'])} <span>({s['kept_pct']:.0f}%)</span>"
@@ -110,33 +115,29 @@ def _summary_html(stats: dict[str, Any]) -> str:
              ("captions generated", _num(s.get("captions_generated"))),
              ("captions aligned", _num(s.get("captions_aligned"))),
              ("captions kept", kept)]
-    out = ["<div class='cards'>"]
-    out += [f"<div class='card'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in cards]
-    out.append("</div>")
+    out = ["<div class='cards'>", *(f"<div class='card'><b>{v}</b><span>{esc(k)}</span></div>"
+                                     for k, v in cards), "</div>"]
     if s.get("subtitle_sources"):
         out.append("<p class='meta'>Subtitle sources: " + ", ".join(
             f"{esc(k)}: {v:,}" for k, v in s["subtitle_sources"].items()) + "</p>")
     if s["stages"]:
-        out.append("<table><thead><tr><th>stage</th><th>videos ok</th><th>failed</th>"
-                   "<th>total time</th><th>mean time / video</th></tr></thead><tbody>")
-        for st in s["stages"]:
-            bad = " class='bad'" if st["failed"] else ""
-            out.append(f"<tr><td>{esc(st['stage'])}</td><td>{st['ok']:,}</td>"
-                       f"<td{bad}>{st['failed']:,}</td><td>{_secs(st['seconds_total'])}</td>"
-                       f"<td>{_secs(st['seconds_mean'])}</td></tr>")
-        out.append("</tbody></table>")
+        out.append(_table(
+            "<th>stage</th><th>videos ok</th><th>failed</th><th>total time</th>"
+            "<th>mean time / video</th>",
+            (f"<tr><td>{esc(st['stage'])}</td><td>{st['ok']:,}</td>"
+             f"<td{BAD if st['failed'] else ''}>{st['failed']:,}</td>"
+             f"<td>{_secs(st['seconds_total'])}</td>"
+             f"<td>{_secs(st['seconds_mean'])}</td></tr>" for st in s["stages"])))
     else:
         out.append("<p class='note'>No status records: per-stage counts and times are unknown."
                    "</p>")
     if s["failures"]:
-        out.append("<h3>Most common failures</h3><table><thead><tr><th>stage</th>"
-                   "<th>videos</th><th style='text-align:left'>message</th>"
-                   "<th>example video</th></tr></thead><tbody>")
-        for f in s["failures"]:
-            out.append(f"<tr><td>{esc(f['stage'])}</td><td>{f['count']:,}</td>"
-                       f"<td class='msg'>{esc(f['message'])}</td>"
-                       f"<td>{esc(f['example_video'])}</td></tr>")
-        out.append("</tbody></table>")
+        out.append("<h3>Most common failures</h3>" + _table(
+            "<th>stage</th><th>videos</th><th style='text-align:left'>message</th>"
+            "<th>example video</th>",
+            (f"<tr><td>{esc(f['stage'])}</td><td>{f['count']:,}</td><td class='msg'>"
+             f"{esc(f['message'])}</td><td>{esc(f['example_video'])}</td></tr>"
+             for f in s["failures"])))
     return "\n".join(out)
 
 
@@ -151,16 +152,12 @@ ROWS: list[tuple[str, str, Any]] = [
     ("words per caption (mean ± std)", "words_per_caption", _ms),
     ("words per video (mean ± std)", "words_per_video", _ms),
     ("captions per video (mean ± std)", "captions_per_video", _ms),
-    ("unique word 1-grams %", ("word_ngram_unique_pct", "1"), _num),
-    ("unique word 2-grams %", ("word_ngram_unique_pct", "2"), _num),
-    ("unique word 3-grams %", ("word_ngram_unique_pct", "3"), _num),
+    *[(f"unique word {n}-grams %", ("word_ngram_unique_pct", n), _num) for n in "123"],
     ("Verbs (lemmatised)", "", None),
     ("verb occurrences", "verbs", _num),
     ("distinct verbs", "verb_vocabulary", _num),
     ("diverse verbs % (outside the 5 most frequent)", "diverse_verbs_pct", _num),
-    ("unique verb 1-grams %", ("verb_ngram_unique_pct", "1"), _num),
-    ("unique verb 2-grams %", ("verb_ngram_unique_pct", "2"), _num),
-    ("unique verb 3-grams %", ("verb_ngram_unique_pct", "3"), _num),
+    *[(f"unique verb {n}-grams %", ("verb_ngram_unique_pct", n), _num) for n in "123"],
     ("most frequent verbs", "top_verbs", None),
 ]
 
@@ -177,29 +174,19 @@ def _cell(corpus: dict[str, Any] | None, key: Any, fmt: Any) -> str:
 def _comparison_html(stats: dict[str, Any]) -> str:
     text = stats["text"]
     cols = [c for c in ("subtitles", "captions", "kept") if c in text]
-    out = ["<table><thead><tr><th>statistic</th>"
-           + "".join(f"<th>{esc(LABELS[c])}</th>" for c in cols) + "</tr></thead><tbody>"]
-    for label, key, fmt in ROWS:
-        if not key:
-            out.append(f"<tr class='group'><td colspan='{len(cols) + 1}'>{esc(label)}</td></tr>")
-            continue
-        style = " style='text-align:left;font-size:.85rem'" if key == "top_verbs" else ""
-        out.append(f"<tr><td>{esc(label)}</td>"
-                   + "".join(f"<td{style}>{_cell(text.get(c), key, fmt)}</td>" for c in cols)
-                   + "</tr>")
-    out.append("</tbody></table>")
-    al = stats.get("alignment")
-    if al:
-        out.append("<h3>Alignment</h3><table><thead><tr><th></th><th>rows</th>"
-                   "<th>offset mean ± std (s)</th><th>median offset (s)</th>"
-                   "<th>mean |offset| (s)</th><th>score mean ± std</th></tr></thead><tbody>")
-        for part in ("all", "kept"):
-            b = al[part]
-            out.append(f"<tr><td>{part}</td><td>{b['rows']:,}</td><td>{_ms(b['offset'], 2)}</td>"
-                       f"<td>{_num(b['offset']['median'])}</td>"
-                       f"<td>{_num(b['offset']['abs_mean'])}</td>"
-                       f"<td>{_ms(b['score'], 3)}</td></tr>")
-        out.append("</tbody></table>")
+    style = {"top_verbs": " style='text-align:left;font-size:.85rem'"}
+    out = [_table("<th>statistic</th>" + "".join(f"<th>{esc(LABELS[c])}</th>" for c in cols), (
+        f"<tr><td>{esc(label)}</td>" + "".join(
+            f"<td{style.get(key, '')}>{_cell(text.get(c), key, fmt)}</td>" for c in cols) + "</tr>"
+        if key else f"<tr class='group'><td colspan='{len(cols) + 1}'>{esc(label)}</td></tr>"
+        for label, key, fmt in ROWS))]
+    if al := stats.get("alignment"):
+        out.append("<h3>Alignment</h3>" + _table(
+            "<th></th><th>rows</th><th>offset mean ± std (s)</th><th>median offset (s)</th>"
+            "<th>mean |offset| (s)</th><th>score mean ± std</th>",
+            (f"<tr><td>{part}</td><td>{b['rows']:,}</td><td>{_ms(b['offset'], 2)}</td>"
+             f"<td>{_num(b['offset']['median'])}</td><td>{_num(b['offset']['abs_mean'])}</td>"
+             f"<td>{_ms(b['score'], 3)}</td></tr>" for part, b in al.items())))
     return "\n".join(out)
 
 
@@ -268,13 +255,11 @@ def _thumb_img(clip: dict[str, Any]) -> str:
 
 def render_html(stats: dict[str, Any]) -> str:
     """The report page: run summary, ASR-vs-captions table, histograms, definitions."""
-    notes = []
-    missing = stats.get("missing", [])
     hints = {"aligned": "no alignment yet: kept-caption statistics, offsets and scores need "
                         "`howtocap align`.",
              "captions": "no captions yet: run `howtocap caption`.",
              "subtitles": "no subtitles table."}
-    notes += [hints[m] for m in missing if m in hints]
+    notes = [hints[m] for m in stats.get("missing", []) if m in hints]
     smp = stats.get("sample", {})
     if smp.get("sampled"):
         notes.append(f"Text statistics use the texts of {smp['videos_used']:,} of the "

@@ -1,10 +1,7 @@
-"""Build ``DIR/index/``: FAISS indexes over the kept clips, plus what each vector is (the layout
-is in docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes).
-
-Embeddings are kept per video in ``parts/``, so adding videos embeds only the new ones; the
-FAISS indexes are always rebuilt from the parts: that is cheap, and removed videos drop out and
-nothing is ever half-updated.
-"""
+"""Build ``DIR/index/``: FAISS indexes over the kept clips and what each vector is (layout in
+docs/search.md; row ``i`` of ``clips.parquet`` is vector ``i`` of both indexes). Embeddings are
+kept per video in ``parts/``, so only new videos are embedded; the indexes are always rebuilt
+from the parts: that is cheap, removed videos drop out and nothing is ever half-updated."""
 
 from __future__ import annotations
 
@@ -22,15 +19,15 @@ import pandas as pd
 
 from howtocap.atomic import atomic_write_bytes, atomic_write_parquet, atomic_write_text
 from howtocap.encoders.defaults import ENCODER
+from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text, safe_name
 from howtocap.knn import INDEX_TYPE, make_faiss
+from howtocap.progress import progress_bar
 from howtocap.schemas import kept_captions
 
 if TYPE_CHECKING:
-    import faiss
-
     from howtocap.encoders.base import Encoder
 
 INDEX_VERSION = 1
@@ -54,9 +51,7 @@ class IndexInfo:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["path"] = str(self.path)
-        return d
+        return {**asdict(self), "path": str(self.path)}
 
 
 def index_dir(run_dir: str | Path) -> Path:
@@ -70,19 +65,14 @@ def load_clips(rd: RunDir) -> tuple[pd.DataFrame, str]:
         df = df[df["kept"].astype(bool)]
         source = "aligned"
     elif rd.has_table("captions"):
-        df = kept_captions(rd.table("captions")).copy()
-        df["orig_start"] = df["start"]
-        df["orig_end"] = df["end"]
-        df["score"] = np.nan
+        df = kept_captions(rd.table("captions"))
+        df = df.assign(orig_start=df["start"], orig_end=df["end"], score=np.nan)
         source = "captions"
     else:
         raise InputError(rd.root, "nothing to index: no aligned/ or captions/ table "
                                   "(run `howtocap caption` and `howtocap align` first)")
-    df = df[CLIP_COLUMNS].copy()
-    df["video_id"] = df["video_id"].astype(str)
-    df["text"] = df["text"].fillna("").astype(str)
-    for col in ("start", "end", "orig_start", "orig_end", "score"):
-        df[col] = df[col].astype("float64")
+    df = df[CLIP_COLUMNS].astype({c: "float64" for c in CLIP_COLUMNS[1:] if c != "text"})
+    df = df.assign(video_id=df["video_id"].astype(str), text=df["text"].fillna("").astype(str))
     df = df[df["text"].str.strip() != ""]
     df = df.sort_values(["video_id", "start", "end", "text"], kind="stable")
     return df.reset_index(drop=True), source
@@ -101,7 +91,6 @@ def _video_key(encoder: Encoder, fps: float, rows: pd.DataFrame, video_path: Pat
     return format(hash_text(payload), "016x")
 
 
-# -- frame embeddings ---------------------------------------------------------------------------
 def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
                  cache_dir: Path) -> np.ndarray:
     """``(n_seconds, dim)`` float32 rows of ``encoder.frame_encoder`` from the run's frame cache
@@ -114,9 +103,8 @@ def frame_matrix(video_path: Path, encoder: Encoder, *, fps: float,
 
 def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                  fps: float) -> np.ndarray:
-    """Unit clip vectors pooled by the encoder (``pool_clips``, as align and eval pool them) from
-    the frame rows whose time lies in ``[start, end)`` (the same rows as ``align`` uses; a clip
-    shorter than a frame interval takes the frame at its middle)."""
+    """Unit clip vectors pooled by the encoder from the frame rows in ``[start, end)``, as
+    ``align`` and eval pool them (a clip shorter than a frame interval: its middle frame)."""
     from howtocap.encoders.windows import rows_covering
 
     if len(frames) == 0:
@@ -125,12 +113,10 @@ def clip_vectors(encoder: Encoder, frames: np.ndarray, starts: np.ndarray, ends:
     return encoder.pool_clips(frames, lo, hi, renormalize=True).astype(np.float32)
 
 
-# -- parts ----------------------------------------------------------------------------------------
-def _write_part(path: Path, key: str, text: np.ndarray, video: np.ndarray,
-                has_video: bool) -> None:
+def _write_part(path: Path, key: str, part: dict[str, Any]) -> None:
     buf = io.BytesIO()
-    np.savez(buf, key=np.array(key), text=text.astype(np.float32),
-             video=video.astype(np.float32), has_video=np.array(has_video))
+    np.savez(buf, key=np.array(key), text=part["text"].astype(np.float32),
+             video=part["video"].astype(np.float32), has_video=np.array(part["has_video"]))
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -143,22 +129,17 @@ def _read_part(path: Path) -> dict[str, Any] | None:
         return None  # torn or foreign file: re-embed
 
 
-# -- faiss ------------------------------------------------------------------------------------
-def write_faiss(index: faiss.Index, path: Path) -> None:
-    import faiss
-
-    atomic_write_bytes(path, faiss.serialize_index(index).tobytes())
-
-
 def write_index_files(out: Path, clips: pd.DataFrame, text: np.ndarray, video: np.ndarray,
                       meta: dict[str, Any], index_type: str = INDEX_TYPE) -> str:
     """Write the two FAISS indexes, ``clips.parquet`` and ``meta.json`` (meta last: it commits)."""
+    import faiss
+
     out.mkdir(parents=True, exist_ok=True)
-    t_index, kind = make_faiss(text, index_type)
-    write_faiss(t_index, out / "text.faiss")
-    del t_index
-    v_index, _ = make_faiss(video, kind)
-    write_faiss(v_index, out / "video.faiss")
+    kind = index_type
+    for name, vectors in (("text", text), ("video", video)):  # video: of the text index's kind
+        index, kind = make_faiss(vectors, kind)
+        atomic_write_bytes(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+        del index
     atomic_write_parquet(clips.reset_index(drop=True), out / "clips.parquet")
     meta = {**meta, "n": int(len(clips)), "dim": int(text.shape[1]), "index_type": kind,
             "version": INDEX_VERSION, "built_at": time.time()}
@@ -188,22 +169,17 @@ def index_fingerprint(encoder: Encoder, spec: str | None, fps: float) -> dict[st
     rate and the index format; a re-run with another one is refused, as for the stages."""
     from howtocap.encoders.identity import encoder_identity
 
-    enc = encoder_identity(spec) if spec else {"name": encoder.name}
-    enc["name"] = encoder.name
+    enc = {**(encoder_identity(spec) if spec else {}), "name": encoder.name}
     return {"encoder": enc, "fps": fps, "version": INDEX_VERSION}
 
 
-# -- the stage --------------------------------------------------------------------------------
 def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
                 encoder: Encoder | None = None, device: str | None = None,
                 rebuild: bool = False, index_type: str = INDEX_TYPE, fps: float = 1.0,
                 progress: bool = True) -> IndexInfo:
-    """Index the kept clips of a run; re-embeds only videos whose clips or file changed.
-
-    ``encoder`` (an already created encoder) wins over ``encoder_name``. An index built with a
-    different encoder is refused unless ``rebuild`` is set: vectors of two encoders live in
-    different spaces and must never be mixed.
-    """
+    """Index the kept clips of a run, re-embedding only videos whose clips or file changed.
+    ``encoder`` (created already) wins over ``encoder_name``; an index of another encoder is
+    refused unless ``rebuild``: two encoders' vectors live in different spaces."""
     t0 = time.time()
     root = Path(run_dir)
     if not root.is_dir():
@@ -226,8 +202,6 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
         if old.get("encoder") != encoder.name:
             raise HowtocapError(mismatch_message(root, old.get("encoder", "?"), encoder.name))
         if old.get("fingerprint") and old["fingerprint"] != fingerprint:
-            from howtocap.engine.fingerprint import describe_change
-
             raise HowtocapError(
                 f"index in {root} was built with other settings "
                 f"({describe_change(old['fingerprint'], fingerprint)}): add --rebuild to "
@@ -235,52 +209,41 @@ def build_index(run_dir: str | Path, encoder_name: str = ENCODER, *,
     if rebuild and parts_dir.exists():
         shutil.rmtree(parts_dir)
 
-    videos = rd.table("videos")
     paths = {str(r.video_id): Path(r.video_path) if r.video_path else None
-             for r in videos.itertuples()}
+             for r in rd.table("videos").itertuples()}
     groups = {vid: g for vid, g in clips.groupby("video_id", sort=True)}
     info = IndexInfo(out, encoder.name, int(encoder.dim), len(clips), "", source)
-    texts: list[np.ndarray] = []
-    vids: list[np.ndarray] = []
-    has_video: list[np.ndarray] = []
+    parts: list[dict[str, Any]] = []
     keys: dict[str, str] = {}
-
-    from howtocap.progress import progress_bar
 
     with progress_bar("{task.description}", disable=not progress, transient=True) as bar:
         task = bar.add_task("indexing videos", total=len(groups))
         for vid, rows in groups.items():
             vpath = paths.get(vid)
-            key = _video_key(encoder, fps, rows, vpath)
-            keys[vid] = key
+            keys[vid] = key = _video_key(encoder, fps, rows, vpath)
             part_path = parts_dir / f"{safe_name(vid)}.npz"
             part = _read_part(part_path) if part_path.exists() else None
             if part is not None and part["key"] == key and len(part["text"]) == len(rows):
                 info.reused.append(vid)
             else:
                 part = _embed_video(rows, vpath, encoder, fps, rd.cache_dir)
-                _write_part(part_path, key, part["text"], part["video"], part["has_video"])
+                _write_part(part_path, key, part)
                 info.embedded.append(vid)
             if not part["has_video"]:
                 info.no_video.append(vid)
-            texts.append(part["text"])
-            vids.append(part["video"])
-            has_video.append(np.full(len(rows), part["has_video"]))
+            parts.append(part)
             bar.advance(task)
 
     wanted = {f"{safe_name(v)}.npz" for v in groups}
-    if parts_dir.exists():
-        for p in parts_dir.glob("*.npz"):
-            if p.name not in wanted:
-                p.unlink()
+    for p in parts_dir.glob("*.npz"):
+        if p.name not in wanted:
+            p.unlink()
     info.removed = sorted(set((old or {}).get("videos", {})) - set(groups))
 
-    dim = int(encoder.dim)
-    text_m = np.concatenate(texts) if texts else np.zeros((0, dim), np.float32)
-    video_m = np.concatenate(vids) if vids else np.zeros((0, dim), np.float32)
-    clips = clips.assign(has_video=np.concatenate(has_video) if has_video else np.zeros(0, bool))
-    from howtocap.engine.fingerprint import config_id
-
+    text_m, video_m = (np.concatenate([p[m] for p in parts]) if parts
+                       else np.zeros((0, int(encoder.dim)), np.float32) for m in ("text", "video"))
+    clips = clips.assign(has_video=np.concatenate([np.full(len(p["text"]), p["has_video"])
+                                                   for p in parts]) if parts else np.zeros(0, bool))
     meta = {"encoder": encoder.name, "encoder_spec": spec, "source": source,
             "fps": fps, "videos": keys, "fingerprint": fingerprint,
             "config_id": config_id(fingerprint)}

@@ -1,18 +1,13 @@
-"""Answer text queries against ``DIR/index/``.
-
-``by="text"`` compares the query with the caption embeddings, ``by="video"`` with the clips'
-video embeddings (mean of their frame embeddings), and ``by="both"`` takes the union of the top
-candidates of each index and ranks them by the *mean of the two cosine similarities* (a clip
-without a video embedding counts 0 for its video half). The mean is used rather than
-reciprocal-rank fusion because both scores are cosines in one joint space, so they are directly
-comparable, and a mean keeps a meaningful score to show.
+"""Answer text queries against ``DIR/index/``: ``by="text"`` compares with the caption
+embeddings, ``"video"`` with the clips' pooled frame embeddings, ``"both"`` ranks the union of
+each index's top candidates by the mean of the two cosines (0 for a clip without video): both
+are cosines in one joint space, so unlike reciprocal-rank fusion the mean keeps a score to show.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,12 +18,7 @@ from pydantic import BaseModel
 from howtocap.errors import HowtocapError, InputError
 from howtocap.knn import HNSW_EF_SEARCH
 from howtocap.search import BY, BY_CHOICES, K
-from howtocap.search.index import (
-    INDEX_VERSION,
-    index_dir,
-    mismatch_message,
-    read_meta,
-)
+from howtocap.search.index import INDEX_VERSION, index_dir, mismatch_message, read_meta
 
 if TYPE_CHECKING:
     import faiss
@@ -60,11 +50,8 @@ class Hit(BaseModel):
     row: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        d = self.model_dump()
-        for k, v in d.items():  # NaN is not JSON
-            if isinstance(v, float) and not np.isfinite(v):
-                d[k] = None
-        return d
+        return {k: None if isinstance(v, float) and not np.isfinite(v) else v  # NaN: not JSON
+                for k, v in self.model_dump().items()}
 
 
 def _read_faiss(path: Path) -> faiss.Index:
@@ -94,19 +81,17 @@ class Searcher:
         self.encoder = encoder
         self._has_video = clips["has_video"].to_numpy(bool) if "has_video" in clips else \
             np.ones(len(clips), bool)
-        self._cols = {c: self.clips[c].to_numpy() for c in
-                      ("video_id", "start", "end", "text", "orig_start", "orig_end")}
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        # row i = vector i, as arrays: a server builds its records from these
+        self.columns = {c: self.clips[c].to_numpy() for c in
+                        ("video_id", "start", "end", "text", "orig_start", "orig_end")}
+        # the query's embedding ``(1, dim)``; repeated queries come from a small LRU cache
+        self.embed = functools.lru_cache(maxsize=cache_size)(self._encode)
 
     @classmethod
     def open(cls, run_dir: str | Path, encoder: str | Encoder | None = None, *,
              device: str | None = None) -> Searcher:
-        """Open ``DIR/index``; ``encoder`` defaults to the one the index was built with.
-
-        A different encoder is refused (its vectors live in another space).
-        """
+        """Open ``DIR/index``; ``encoder`` defaults to the one the index was built with (another
+        one is refused: its vectors live in another space)."""
         root = Path(run_dir)
         meta = read_meta(root)
         if meta is None:
@@ -116,13 +101,11 @@ class Searcher:
             raise InputError(out, f"index format {meta.get('version')!r} is not the current "
                                   f"{INDEX_VERSION}: rebuild with `howtocap index {root} "
                                   "--rebuild`")
-        if encoder is None or isinstance(encoder, str):
-            wanted = encoder or meta.get("encoder_spec") or meta["encoder"]
+        enc = encoder
+        if enc is None or isinstance(enc, str):
             from howtocap.encoders import create
 
-            enc = create(wanted, device=device)
-        else:
-            enc = encoder
+            enc = create(encoder or meta.get("encoder_spec") or meta["encoder"], device=device)
         if enc.name != meta["encoder"]:
             raise HowtocapError(mismatch_message(root, meta["encoder"], enc.name))
         try:
@@ -140,29 +123,11 @@ class Searcher:
     def __len__(self) -> int:
         return len(self.clips)
 
-    # -- queries ----------------------------------------------------------------------------
-    def embed(self, query: str) -> np.ndarray:
-        """The query's embedding ``(1, dim)``; repeated queries come from a small LRU cache."""
-        with self._lock:
-            hit = self._cache.get(query)
-            if hit is not None:
-                self._cache.move_to_end(query)
-                return hit
-        vec = np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
-        with self._lock:
-            self._cache[query] = vec
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vec
+    def _encode(self, query: str) -> np.ndarray:
+        return np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
 
     def search(self, query: str, k: int = K, by: str = BY) -> list[Hit]:
-        query = query.strip()
-        if not query:
-            raise HowtocapError("empty query")
-        return self.search_vector(self.embed(query), k=k, by=by)
-
-    def search_vector(self, qvec: np.ndarray, k: int = K, by: str = BY) -> list[Hit]:
-        return self._hits(*self.rank(qvec, k=k, by=by))
+        return self._hits(*self.search_rows(query, k=k, by=by))
 
     def search_rows(self, query: str, k: int = K, by: str = BY) -> Ranked:
         """Like ``search`` but only row numbers and scores: a server that builds its own
@@ -171,11 +136,6 @@ class Searcher:
         if not query:
             raise HowtocapError("empty query")
         return self.rank(self.embed(query), k=k, by=by)
-
-    @property
-    def columns(self) -> dict[str, np.ndarray]:
-        """``video_id, start, end, text, orig_start, orig_end`` as arrays (row i = vector i)."""
-        return self._cols
 
     def rank(self, qvec: np.ndarray, k: int = K, by: str = BY) -> Ranked:
         if by not in BY_CHOICES:
@@ -195,9 +155,8 @@ class Searcher:
             # ask for extra rows: clips whose video could not be read carry zero vectors
             extra = int((~self._has_video).sum())
             scores, ids = self.video_index.search(q, min(n, k + extra))
-            ids_, scores_ = ids[0], scores[0]
-            ok = (ids_ >= 0) & self._has_video[np.maximum(ids_, 0)]
-            ids_, scores_ = ids_[ok][:k], scores_[ok][:k]
+            ok = (ids[0] >= 0) & self._has_video[np.maximum(ids[0], 0)]
+            ids_, scores_ = ids[0][ok][:k], scores[0][ok][:k]
             return Ranked(ids_.astype(np.int64), scores_, video=scores_)
         pool = min(n, max(4 * k, 50))
         _, t_ids = self.text_index.search(q, pool)
@@ -213,19 +172,14 @@ class Searcher:
 
     def _hits(self, ids: np.ndarray, scores: np.ndarray, text: np.ndarray | None = None,
               video: np.ndarray | None = None) -> list[Hit]:
-        c = self._cols
-        hits = []
-        for j, (i, s) in enumerate(zip(ids, scores, strict=True)):
-            if i < 0:
-                continue
-            hits.append(Hit(
-                video_id=str(c["video_id"][i]), start=float(c["start"][i]),
-                end=float(c["end"][i]), text=str(c["text"][i]), score=round(float(s), 6),
-                orig_start=float(c["orig_start"][i]), orig_end=float(c["orig_end"][i]),
-                text_score=None if text is None else round(float(text[j]), 6),
-                video_score=None if video is None else round(float(video[j]), 6),
-                row=int(i)))
-        return hits
+        c = self.columns
+        return [Hit(video_id=str(c["video_id"][i]), start=float(c["start"][i]),
+                    end=float(c["end"][i]), text=str(c["text"][i]), score=round(float(s), 6),
+                    orig_start=float(c["orig_start"][i]), orig_end=float(c["orig_end"][i]),
+                    text_score=None if text is None else round(float(text[j]), 6),
+                    video_score=None if video is None else round(float(video[j]), 6),
+                    row=int(i))
+                for j, (i, s) in enumerate(zip(ids, scores, strict=True)) if i >= 0]
 
 
 def format_hits(hits: list[Hit], as_json: bool = False) -> str:
@@ -234,11 +188,8 @@ def format_hits(hits: list[Hit], as_json: bool = False) -> str:
         return json.dumps([h.to_dict() for h in hits], indent=2)
     if not hits:
         return "no results"
-    lines = []
-    for r, h in enumerate(hits, 1):
-        lines.append(f"{r:>3}. {h.score:6.3f}  {h.video_id}  "
-                     f"{_ts(h.start)}-{_ts(h.end)}  {h.text}")
-    return "\n".join(lines)
+    return "\n".join(f"{r:>3}. {h.score:6.3f}  {h.video_id}  {_ts(h.start)}-{_ts(h.end)}  "
+                     f"{h.text}" for r, h in enumerate(hits, 1))
 
 
 def _ts(t: float) -> str:

@@ -1,7 +1,5 @@
-"""``howtocap serve``: a search page and a JSON API over one run directory.
-
-``create_app`` and ``serve`` load FastAPI when first asked for, so the CLI can read
-``serve.defaults`` without it."""
+"""``howtocap serve``: ``create_app`` and ``serve`` load FastAPI when first asked for, so the
+CLI can read ``serve.defaults`` without it."""
 
 from __future__ import annotations
 

@@ -1,27 +1,21 @@
-"""The web page and JSON API over one run directory (FastAPI).
-
-Safety model: the only files this server reads from disk are its own package's static files,
-the run directory's tables and cache, and video files *registered in* ``DIR/videos.parquet``.
-Video ids from a URL are looked up in that table, never joined into a path, so ``..``,
-encoded slashes or absolute paths can only ever produce "unknown video" (404). Who may connect
-and how often is ``guard.py``'s job.
-
-Speed: the search endpoint is ``async`` and answers on the event loop (no thread hop: under
-load a hop costs more than the HNSW search), builds its JSON from the index's columns without
-a pydantic object per hit, and caches each row's static part (links, subtitle context).
-"""
+"""The web page and JSON API over one run directory (FastAPI). Besides its static files and
+the run's tables and cache it reads only video files registered in ``DIR/videos.parquet``: a
+URL's video id is looked up there, never joined into a path, so ``..`` or encoded slashes can
+only give 404 (who may connect: ``guard.py``). Search answers on the event loop (a thread hop
+costs more than the HNSW search) with JSON built from the index's columns."""
 
 from __future__ import annotations
 
 import bisect
+import functools
 import io
+import itertools
 import json
 import logging
 import math
 import mimetypes
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -53,7 +47,7 @@ STATIC = Path(__file__).parent / "static"
 THUMB_WIDTH = 320
 CONTEXT_SECONDS = 3.0  # subtitle lines this close to a clip are shown with it
 MAX_CONTEXT_LINES = 8
-ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short dict each)
+ROW_CACHE = 50_000  # rows whose static JSON part is kept (a short string each)
 
 
 class SearchBody(BaseModel):
@@ -111,13 +105,12 @@ def _num(x: Any) -> float | None:
 
 
 class _Lines:
-    """One video's subtitle lines (sorted by start), searchable by time with bisection."""
+    """One video's subtitle lines (sorted by start), searched by time with bisection."""
 
     def __init__(self, g: pd.DataFrame) -> None:
         self.starts = g["start"].to_numpy(float).tolist()
         self.ends = g["end"].to_numpy(float).tolist()
-        self.max_end = np.maximum.accumulate(g["end"].to_numpy(float)).tolist() \
-            if len(g) else []
+        self.max_end = np.maximum.accumulate(g["end"].to_numpy(float)).tolist()
         self.texts = g["text"].astype(str).tolist()
 
     def near(self, start: float, end: float) -> list[dict[str, Any]]:
@@ -125,15 +118,10 @@ class _Lines:
         lo, hi = start - CONTEXT_SECONDS, end + CONTEXT_SECONDS
         first = bisect.bisect_left(self.max_end, lo)  # before it every line ends too early
         last = bisect.bisect_right(self.starts, hi)  # from it every line starts too late
-        out = []
-        for i in range(first, last):
-            s, e = self.starts[i], self.ends[i]
-            if e >= lo:
-                out.append({"start": _num(s), "end": _num(e), "text": self.texts[i],
-                            "in_clip": bool(e > start and s < end)})
-                if len(out) == MAX_CONTEXT_LINES:
-                    break
-        return out
+        near = (i for i in range(first, last) if self.ends[i] >= lo)
+        return [{"start": _num(self.starts[i]), "end": _num(self.ends[i]), "text": self.texts[i],
+                 "in_clip": bool(self.ends[i] > start and self.starts[i] < end)}
+                for i in itertools.islice(near, MAX_CONTEXT_LINES)]
 
 
 class Dataset:
@@ -142,76 +130,55 @@ class Dataset:
     def __init__(self, root: Path) -> None:
         if not root.is_dir():
             raise InputError(root, "run directory does not exist")
-        self.root = root
-        self.rd = RunDir(root, create=False)
-        videos = self.rd.table("videos")
+        rd = RunDir(root, create=False)
         self.paths: dict[str, Path | None] = {
             str(r.video_id): (Path(r.video_path).resolve() if r.video_path else None)
-            for r in videos.itertuples()}
+            for r in rd.table("videos").itertuples()}
         self.subtitles, self.aligned, self.captions = (
-            _by_video(self.rd.table(t) if self.rd.has_table(t) else None)
+            _by_video(rd.table(t) if rd.has_table(t) else None)
             for t in ("subtitles", "aligned", "captions"))
         ids = set(self.paths) | set(self.subtitles) | set(self.aligned) | set(self.captions)
         self.video_ids = sorted(ids)
         self.known = frozenset(ids)
         # checked once: result cards are built per request and must stay cheap
         self.has_file = {v: bool(p is not None and p.is_file()) for v, p in self.paths.items()}
-        self._sub_lines = {v: _Lines(g) for v, g in self.subtitles.items()}
+        self.lines = {v: _Lines(g) for v, g in self.subtitles.items()}
 
     def video_file(self, video_id: str) -> Path:
         if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
-        path = self.paths.get(video_id)
-        if path is None or not path.is_file():
+        if (path := self.paths.get(video_id)) is None or not path.is_file():
             raise HTTPException(404, f"video {video_id!r} has no video file")
         return path
 
-    def context(self, video_id: str, start: float, end: float) -> list[dict[str, Any]]:
-        lines = self._sub_lines.get(video_id)
-        return [] if lines is None else lines.near(start, end)
-
     def summary(self, video_id: str) -> dict[str, Any]:
-        return {
-            "video_id": video_id,
-            "has_file": self.has_file.get(video_id, False),
-            "n_subtitles": len(self.subtitles.get(video_id, ())),
-            "n_captions": len(self.aligned.get(video_id, self.captions.get(video_id, ()))),
-            "page": f"/video/{quote(video_id, safe='')}",
-        }
+        return {"video_id": video_id, "has_file": self.has_file.get(video_id, False),
+                "n_subtitles": len(self.subtitles.get(video_id, ())),
+                "n_captions": len(self.aligned.get(video_id, self.captions.get(video_id, ()))),
+                "page": f"/video/{quote(video_id, safe='')}"}
 
     def detail(self, video_id: str) -> dict[str, Any]:
         """Every caption with its ASR lines, LLM times and aligned times (the timeline page)."""
         if video_id not in self.known:
             raise HTTPException(404, f"unknown video id {video_id!r}")
-        subs = self.subtitles.get(video_id)
-        captions: list[dict[str, Any]] = []
         aligned = self.aligned.get(video_id)
-        if aligned is not None:
-            for r in aligned.itertuples():
-                captions.append({
-                    "text": str(r.text), "llm_start": _num(r.orig_start),
-                    "llm_end": _num(r.orig_end), "start": _num(r.start), "end": _num(r.end),
-                    "score": _num(r.score), "kept": bool(r.kept), "block": int(r.block)})
-        else:
-            for r in self.captions.get(video_id, pd.DataFrame()).itertuples():
-                captions.append({
-                    "text": str(r.text), "llm_start": _num(r.start), "llm_end": _num(r.end),
-                    "start": None, "end": None, "score": None, "kept": None,
-                    "block": int(r.block)})
-        subtitles = [] if subs is None else [
-            {"start": _num(r.start), "end": _num(r.end), "text": str(r.text),
-             "source": str(r.source)} for r in subs.itertuples()]
+        captions = [
+            {"text": str(r.text), "llm_start": _num(r.orig_start), "llm_end": _num(r.orig_end),
+             "start": _num(r.start), "end": _num(r.end), "score": _num(r.score),
+             "kept": bool(r.kept), "block": int(r.block)} for r in aligned.itertuples()
+        ] if aligned is not None else [
+            {"text": str(r.text), "llm_start": _num(r.start), "llm_end": _num(r.end),
+             "start": None, "end": None, "score": None, "kept": None, "block": int(r.block)}
+            for r in self.captions.get(video_id, pd.DataFrame()).itertuples()]
+        subtitles = [{"start": _num(r.start), "end": _num(r.end), "text": str(r.text),
+                      "source": str(r.source)}
+                     for r in self.subtitles.get(video_id, pd.DataFrame()).itertuples()]
         ends = [x for c in captions for x in (c["llm_end"], c["end"]) if x is not None]
         ends += [s["end"] for s in subtitles if s["end"] is not None]
         out = self.summary(video_id)
-        out.update({
-            "media": f"/media/{quote(video_id, safe='')}" if out["has_file"] else None,
-            "duration": max(ends) if ends else 0.0,
-            "aligned": aligned is not None,
-            "subtitles": subtitles,
-            "captions": captions,
-        })
-        return out
+        return out | {"media": f"/media/{quote(video_id, safe='')}" if out["has_file"] else None,
+                      "duration": max(ends) if ends else 0.0, "aligned": aligned is not None,
+                      "subtitles": subtitles, "captions": captions}
 
 
 def _finite(x: Any) -> float | None:
@@ -220,20 +187,17 @@ def _finite(x: Any) -> float | None:
 
 
 class HitRecords:
-    """Search results as JSON bytes built straight from the index's columns.
-
-    A row never changes while the server runs, so everything but its scores (times, text,
-    links, subtitle context) is serialised once per row and reused; a response is those
-    fragments joined with the scores (the serialisation was a third of a request's cost).
-    """
+    """Search results as JSON bytes built straight from the index's columns: a row never
+    changes while the server runs, so all but its scores is serialised once per row (the
+    serialisation was a third of a request's cost)."""
 
     def __init__(self, searcher: Searcher, data: Dataset) -> None:
         self.cols = searcher.columns
         self.data = data
-        self._static: dict[int, bytes] = {}
+        self.fragment = functools.lru_cache(maxsize=ROW_CACHE)(self._fragment)
 
-    def static(self, i: int) -> dict[str, Any]:
-        """Row ``i``'s fields that do not depend on the query."""
+    def _fragment(self, i: int) -> bytes:
+        """Row ``i``'s JSON object without its scores, left open for them."""
         c, data = self.cols, self.data
         vid = str(c["video_id"][i])
         start, end = _finite(c["start"][i]), _finite(c["end"][i])
@@ -243,47 +207,37 @@ class HitRecords:
         hi = max((x for x in (end, o_end) if x is not None), default=lo)
         q = quote(vid, safe="")
         has_file = data.has_file.get(vid, False)
-        return {"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
-                "orig_start": o_start, "orig_end": o_end, "row": i,
-                "media": f"/media/{q}" if has_file else None,
-                "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
-                if has_file else None,
-                "page": f"/video/{q}", "context": data.context(vid, lo, hi)}
-
-    def fragment(self, i: int) -> bytes:
-        frag = self._static.get(i)
-        if frag is None:
-            frag = _dumps(self.static(i))[:-1]  # open: the scores follow
-            if len(self._static) >= ROW_CACHE:
-                self._static.clear()
-            self._static[i] = frag
-        return frag
+        lines = data.lines.get(vid)
+        return _dumps({"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
+                       "orig_start": o_start, "orig_end": o_end, "row": i,
+                       "media": f"/media/{q}" if has_file else None,
+                       "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
+                       if has_file else None, "page": f"/video/{q}",
+                       "context": [] if lines is None else lines.near(lo, hi)})[:-1]
 
     def hits_json(self, r: Ranked) -> bytes:
-        text = None if r.text is None else r.text.tolist()
-        video = None if r.video is None else r.video.tolist()
-        parts = []
-        for j, (i, s) in enumerate(zip(r.ids.tolist(), r.scores.tolist(), strict=True)):
-            parts.append(b"%s,\"score\":%s,\"text_score\":%s,\"video_score\":%s}" % (
-                self.fragment(i), _score(s), b"null" if text is None else _score(text[j]),
-                b"null" if video is None else _score(video[j])))
-        return b"[" + b",".join(parts) + b"]"
+        n = len(r.ids)
+        text = [None] * n if r.text is None else r.text.tolist()
+        video = [None] * n if r.video is None else r.video.tolist()
+        return b"[" + b",".join(
+            b"%s,\"score\":%s,\"text_score\":%s,\"video_score\":%s}" % (
+                self.fragment(i), _score(s), _score(t), _score(v))
+            for i, s, t, v in zip(r.ids.tolist(), r.scores.tolist(), text, video, strict=True)
+        ) + b"]"
 
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _score(x: float) -> bytes:
-    return repr(round(x, 6)).encode() if math.isfinite(x) else b"null"
+def _score(x: float | None) -> bytes:
+    return repr(round(x, 6)).encode() if x is not None and math.isfinite(x) else b"null"
 
 
 def thumb_time(start: float | None, end: float | None) -> float:
     """A hit's thumbnail shows its window's middle, as the clip export's ``.jpg`` does: the
     start of an aligned window is where the step before it ends."""
-    if start is None:
-        return 0.0
-    return max(window_middle(start, end if end is not None else start), 0.0)
+    return 0.0 if start is None else max(window_middle(start, start if end is None else end), 0.0)
 
 
 def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
@@ -301,20 +255,14 @@ def thumbnail_jpeg(path: Path, t: float, width: int = THUMB_WIDTH) -> bytes:
 def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
                searcher: Searcher | None = None, max_k: int = MAX_K,
                max_query_chars: int = MAX_QUERY_CHARS, device: str | None = None,
-               faiss_threads: int | None = 1, limits: Limits | None = None) -> FastAPI:
-    """The app for one run directory. Loads the tables and (if present) the index up front.
+               limits: Limits | None = None) -> FastAPI:
+    """The app for one run directory; loads the tables and the index (if any: else search
+    answers 409 with how to build one) up front, or shares ``searcher``. FAISS gets one OpenMP
+    thread (process-wide): with many one-query searches at once, more threads per search
+    would only fight over the cores."""
+    import faiss
 
-    ``searcher`` lets a caller share an already opened index; without an index the page still
-    shows videos and the search API answers 409 with how to build one. ``limits``: API key,
-    rate and size limits (default: no key and ``serve``'s defaults).
-    ``faiss_threads`` (process-wide): a server answers many one-query searches at once, so one
-    OpenMP thread per search is faster than several threads fighting over the cores (``None``
-    leaves it alone).
-    """
-    if faiss_threads is not None:
-        import faiss
-
-        faiss.omp_set_num_threads(faiss_threads)
+    faiss.omp_set_num_threads(1)
     root = Path(run_dir).resolve()
     data = Dataset(root)
     if searcher is None and read_meta(root) is not None:
@@ -325,11 +273,8 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
     app = FastAPI(title="howtocap", version="1", openapi_url="/api/openapi.json",
                   docs_url="/api/docs", redoc_url=None,
                   description="Moment search over a howtocap run directory.")
-    app.state.dataset = data
-    app.state.searcher = searcher
     metrics = Metrics()
     metrics.clips.set(len(searcher) if searcher is not None else 0)
-    app.state.metrics = metrics
     app.add_middleware(Guard, limits=limits or Limits(), metrics=metrics)
     records = HitRecords(searcher, data) if searcher is not None else None
 
@@ -405,15 +350,15 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus text format: requests by route and status, latency histograms."""
-        body, content_type = metrics.exposition()
-        return Response(body, media_type=content_type)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/info", tags=["videos"])
     def info() -> dict[str, Any]:
-        meta = searcher.meta if searcher is not None else None
         return {"run_dir": str(root), "videos": len(data.video_ids),
-                "index": None if meta is None else {
-                    k: meta.get(k) for k in ("encoder", "n", "dim", "index_type", "source")},
+                "index": None if searcher is None else {k: searcher.meta.get(k) for k in (
+                    "encoder", "n", "dim", "index_type", "source")},
                 "max_k": max_k, "max_query_chars": max_query_chars}
 
     @app.get("/api/videos", tags=["videos"])
@@ -447,12 +392,9 @@ def create_app(run_dir: str | Path, *, encoder: str | Encoder | None = None,
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return FileResponse(path, media_type=mime)
 
-    def page(name: str) -> Callable[..., FileResponse]:
-        def _page() -> FileResponse:
-            return FileResponse(STATIC / name, media_type="text/html")
-        return _page
-
-    app.get("/", include_in_schema=False)(page("index.html"))
+    @app.get("/", include_in_schema=False)
+    def index_page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
 
     @app.get("/video/{video_id:path}", include_in_schema=False)
     def video_page(video_id: str) -> FileResponse:
@@ -474,12 +416,9 @@ def serve(run_dir: str | Path, *, host: str = HOST, port: int = PORT,
           max_query_chars: int = MAX_QUERY_CHARS, log_level: str = "warning",
           api_key: str | None = None, public: bool = False, rate_limit: float = RATE_LIMIT,
           max_body_bytes: int = MAX_BODY_BYTES, max_connections: int = 1_000) -> None:
-    """Serve the page and API until interrupted (``howtocap serve DIR``).
-
-    A non-loopback ``host`` is refused before anything loads unless ``api_key`` is set or
-    ``public`` says the open exposure is meant. ``max_connections``: beyond it uvicorn
-    answers 503 instead of queueing without bound.
-    """
+    """Serve the page and API until interrupted (``howtocap serve DIR``). A non-loopback
+    ``host`` is refused before anything loads unless ``api_key`` or ``public``; beyond
+    ``max_connections`` uvicorn answers 503 instead of queueing without bound."""
     import uvicorn
 
     check_listen(host, api_key=api_key, public=public)

@@ -1,33 +1,27 @@
 """What stands between the network and the app: who may listen where, an API key, request
-limits, a per-client rate limit and Prometheus metrics.
-
-Everything runs in one plain ASGI middleware (no ``BaseHTTPMiddleware``, no threads), because
-the search it guards takes well under a millisecond and a heavier wrapper would cost more
-than the search itself (``benchmarks/speed/bench_serve.py``).
-"""
+limits, a per-client rate limit and Prometheus metrics, in one plain ASGI middleware (no
+``BaseHTTPMiddleware``, no threads): the search takes well under a millisecond and a heavier
+wrapper would cost more than it (``benchmarks/speed/bench_serve.py``)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import hmac
 import ipaddress
+import json
 import math
+import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from howtocap.errors import HowtocapError
 from howtocap.serve.defaults import MAX_BODY_BYTES, RATE_LIMIT
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MIN_KEY_CHARS = 16
 OPEN_PATHS = frozenset({"/healthz"})  # no key, no rate limit: load balancers poll these
@@ -41,17 +35,13 @@ MAX_BUCKETS = 10_000  # clients remembered by the rate limiter before idle ones 
 def is_loopback(host: str) -> bool:
     """True if every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
     name = host.strip("[]")
-    try:
+    with contextlib.suppress(ValueError):  # not an address: a name to resolve
         return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        pass
     try:
-        infos = socket.getaddrinfo(name, None)
+        addrs = {info[4][0] for info in socket.getaddrinfo(name, None)}
     except OSError:
         return False
-    addrs = {info[4][0] for info in infos}
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback
-                               for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
 
 
 def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
@@ -60,22 +50,19 @@ def check_listen(host: str, *, api_key: str | None, public: bool) -> None:
         raise HowtocapError(
             f"API key too short ({len(api_key)} characters, need {MIN_KEY_CHARS}+): make one "
             "with `python -c \"import secrets; print(secrets.token_urlsafe(32))\"`")
-    if is_loopback(host) or api_key is not None or public:
-        return
-    raise HowtocapError(
-        f"refusing to listen on {host} (not a loopback address) without an API key: set "
-        "--api-key-env VAR (clients then send the key) or pass --public to serve anyone "
-        "who can reach this machine")
+    if not (is_loopback(host) or api_key is not None or public):
+        raise HowtocapError(
+            f"refusing to listen on {host} (not a loopback address) without an API key: set "
+            "--api-key-env VAR (clients then send the key) or pass --public to serve anyone "
+            "who can reach this machine")
 
 
 def api_key_from_env(var: str) -> str:
-    import os
-
-    key = os.environ.get(var, "")
-    if not key.strip():
+    key = os.environ.get(var, "").strip()
+    if not key:
         raise HowtocapError(f"--api-key-env {var}: environment variable {var} is not set "
                             "or empty")
-    return key.strip()
+    return key
 
 
 @dataclass
@@ -125,32 +112,17 @@ class Metrics:
                                "Requests being answered now.", registry=self.registry)
         self.clips = Gauge("howtocap_index_clips", "Clips in the served index.",
                            registry=self.registry)
-        self._children: dict[tuple[str, str, int], Any] = {}
-        self._lat_children: dict[str, Any] = {}
+        # label lookups are cached: prometheus_client's .labels() is the costly part
+        self._requests = functools.cache(self.requests.labels)
+        self._latency = functools.cache(self.latency.labels)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        # label lookups are cached: prometheus_client's .labels() is the costly part
-        key = (method, route, status)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.requests.labels(method, route, str(status))
-        child.inc()
-        lat = self._lat_children.get(route)
-        if lat is None:
-            lat = self._lat_children[route] = self.latency.labels(route)
-        lat.observe(seconds)
-
-    def exposition(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        self._requests(method, route, str(status)).inc()
+        self._latency(route).observe(seconds)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    for k, v in scope["headers"]:
-        if k == name:
-            return v
-    return None
+    return next((v for k, v in scope["headers"] if k == name), None)
 
 
 def presented_key(scope: Scope) -> bytes | None:
@@ -159,19 +131,12 @@ def presented_key(scope: Scope) -> bytes | None:
     key = _header(scope, b"x-api-key")
     if key is not None:
         return key.strip()
-    auth = _header(scope, b"authorization")
-    if auth is None:
-        return None
-    scheme, _, value = auth.strip().partition(b" ")
-    scheme = scheme.lower()
-    if scheme == b"bearer":
+    scheme, _, value = (_header(scope, b"authorization") or b"").strip().partition(b" ")
+    if scheme.lower() == b"bearer":
         return value.strip()
-    if scheme == b"basic":
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True)
-        except ValueError:
-            return None
-        return decoded.partition(b":")[2]
+    if scheme.lower() == b"basic":
+        with contextlib.suppress(ValueError):  # not base64
+            return base64.b64decode(value.strip(), validate=True).partition(b":")[2]
     return None
 
 
@@ -191,14 +156,12 @@ class Guard:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 500
-        started = False
+        status: int | None = None  # until the response starts
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status, started
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                started = True
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -212,17 +175,14 @@ class Guard:
                 receive = self.counting(receive, limit)
             try:
                 await self.app(scope, receive, send_wrapper)
-            except _BodyTooLarge:
-                if not started:
-                    await self.respond(send_wrapper, 413,
-                                       f"request body larger than {limit} bytes",
-                                       [(b"connection", b"close")])
+            except _BodyTooLarge as exc:
+                if status is None:
+                    await self.respond(send_wrapper, 413, exc.detail, [(b"connection", b"close")])
         finally:
             self.metrics.in_flight.dec()
-            route = scope.get("route")
-            label = getattr(route, "path", None) or "unmatched"
+            label = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in METHODS else "other"
-            self.metrics.observe(method, label, status, time.perf_counter() - t0)
+            self.metrics.observe(method, label, status or 500, time.perf_counter() - t0)
 
     def refuse(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
         """``(status, detail, headers)`` when the request is turned away before the app."""
@@ -230,40 +190,34 @@ class Guard:
         if path in OPEN_PATHS:
             return None
         lim = self.limits
-        if lim.rate_per_s > 0 and path not in UNLIMITED_PATHS:
-            wait = self.take_token(scope)
-            if wait > 0:
-                secs = max(1, math.ceil(wait))
-                return 429, f"too many requests: at most {lim.rate_per_s:g}/s per client " \
-                            f"(burst {lim.burst}); retry in {secs} s", \
-                    [(b"retry-after", str(secs).encode())]
-        if self.key is not None:
-            got = presented_key(scope)
-            if got is None or not hmac.compare_digest(got, self.key):
-                return 401, "missing or wrong API key (send `Authorization: Bearer KEY` or " \
-                            "`X-API-Key: KEY`)", \
-                    [(b"www-authenticate", b'Basic realm="howtocap", charset="UTF-8"')]
+        if lim.rate_per_s > 0 and path not in UNLIMITED_PATHS and \
+                (wait := self.take_token(scope)) > 0:
+            secs = max(1, math.ceil(wait))
+            return 429, f"too many requests: at most {lim.rate_per_s:g}/s per client " \
+                        f"(burst {lim.burst}); retry in {secs} s", \
+                [(b"retry-after", str(secs).encode())]
+        if self.key is not None and not hmac.compare_digest(presented_key(scope) or b"", self.key):
+            return 401, "missing or wrong API key (send `Authorization: Bearer KEY` or " \
+                        "`X-API-Key: KEY`)", \
+                [(b"www-authenticate", b'Basic realm="howtocap", charset="UTF-8"')]
         if lim.max_url_bytes and len(scope.get("raw_path") or b"") + \
                 len(scope.get("query_string") or b"") > lim.max_url_bytes:
             return 414, f"URL longer than {lim.max_url_bytes} bytes", []
-        if lim.max_body_bytes:
-            length = _header(scope, b"content-length")
-            if length is not None:
-                try:
-                    n = int(length)
-                except ValueError:
-                    return 400, "malformed Content-Length header", []
-                if n > lim.max_body_bytes:
-                    # close: the client may still be sending a body nobody will read
-                    return 413, f"request body larger than {lim.max_body_bytes} bytes", \
-                        [(b"connection", b"close")]
+        if lim.max_body_bytes and (length := _header(scope, b"content-length")) is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return 400, "malformed Content-Length header", []
+            if n > lim.max_body_bytes:
+                # close: the client may still be sending a body nobody will read
+                return 413, f"request body larger than {lim.max_body_bytes} bytes", \
+                    [(b"connection", b"close")]
         return None
 
     def take_token(self, scope: Scope) -> float:
         """Token bucket per client address: seconds to wait, 0 if the request may go now.
         (Runs on the event loop only, so it needs no lock.)"""
-        client = scope.get("client")
-        who = client[0] if client else "?"
+        who = (scope.get("client") or ("?",))[0]
         now = time.monotonic()
         rate, burst = self.limits.rate_per_s, max(1, self.limits.burst)
         tokens, last = self.buckets.get(who, (float(burst), now))
@@ -272,15 +226,10 @@ class Guard:
             self.buckets[who] = (tokens, now)
             return (1.0 - tokens) / rate
         self.buckets[who] = (tokens - 1.0, now)
-        if len(self.buckets) > MAX_BUCKETS:
-            self.forget_idle(now)
+        if len(self.buckets) > MAX_BUCKETS:  # forget the clients whose bucket is full again
+            self.buckets = {k: v for k, v in self.buckets.items()
+                            if v[0] + (now - v[1]) * rate < burst}
         return 0.0
-
-    def forget_idle(self, now: float) -> None:
-        full = float(max(1, self.limits.burst))
-        rate = self.limits.rate_per_s
-        self.buckets = {k: v for k, v in self.buckets.items()
-                        if v[0] + (now - v[1]) * rate < full}
 
     @staticmethod
     def counting(receive: Receive, limit: int) -> Receive:
@@ -301,8 +250,6 @@ class Guard:
     @staticmethod
     async def respond(send: Send, status: int, detail: str,
                       headers: list[tuple[bytes, bytes]]) -> None:
-        import json
-
         body = json.dumps({"detail": detail}).encode()
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", b"application/json"),
