@@ -153,13 +153,10 @@ def resolve_inputs(inputs: list[str | Path | VideoItem]) -> list[VideoItem]:
             items += _read_manifest(path)
         else:
             items.append(VideoItem(path.stem, path.resolve()))
-    seen: set[str] = set()
-    unique = []
+    unique: dict[str, VideoItem] = {}
     for it in items:
-        if it.video_id not in seen:
-            seen.add(it.video_id)
-            unique.append(it)
-    return unique
+        unique.setdefault(it.video_id, it)
+    return list(unique.values())
 
 
 _COMMENT = re.compile(r"(?:^|\s)#.*$")

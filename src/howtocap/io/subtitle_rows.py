@@ -100,9 +100,6 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
                             repeat(None, len(texts)), strict=True))
         for s, e, t in zip(starts, ends, texts, strict=True):
             s, e = float(s), float(e)
-            if isinstance(t, str):  # the common case first: one plain line
-                rows.append((s, e, t, None))
-                continue
             for item in (t if isinstance(t, (list, tuple)) else [t]):
                 if isinstance(item, (list, tuple)) and len(item) == 2:
                     rows.append((s, e, str(item[0]), float(item[1])))

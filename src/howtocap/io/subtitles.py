@@ -48,6 +48,7 @@ class ASR(Protocol):
 
     def transcribe(self, path: Path) -> pd.DataFrame: ...
 
+
 log = logging.getLogger(__name__)
 
 SUBTITLE_SUFFIXES = (".vtt", ".srt")
@@ -78,15 +79,14 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        first_bad = exc.start
+        bad = InputError(path, f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at "
+                               f"offset {exc.start}); re-save it as UTF-8")
     try:
         text = data.decode("cp1252")
     except UnicodeDecodeError:
-        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
-                               f"offset {first_bad}); re-save it as UTF-8") from None
+        raise bad from None
     if any(ord(c) < 32 and c not in "\r\n\t" for c in text):
-        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
-                               f"offset {first_bad}); re-save it as UTF-8")
+        raise bad
     log.warning("%s: not UTF-8; read as Windows-1252", path)
     return text
 
@@ -222,7 +222,8 @@ def _sniff(text: str) -> str | None:
     return None
 
 
-def _read(path: Path) -> pd.DataFrame:
+def read_subtitle_file(path: Path) -> pd.DataFrame:
+    """A WebVTT (plain or YouTube auto-captions) or SRT file as ``start, end, text`` rows."""
     path = Path(path)
     text = read_text(path)
     sniffed = _sniff(text)
@@ -236,34 +237,10 @@ def _read(path: Path) -> pd.DataFrame:
     return _cues_to_frame(path, cues)
 
 
-def read_vtt(path: Path) -> pd.DataFrame:
-    """A WebVTT file (plain or YouTube auto-captions) as ``start, end, text`` rows."""
-    return _read(Path(path))
-
-
-def read_srt(path: Path) -> pd.DataFrame:
-    """An SRT file as ``start, end, text`` rows (a WebVTT body under .srt is read as WebVTT)."""
-    return _read(Path(path))
-
-
-def read_subtitle_file(path: Path) -> pd.DataFrame:
-    """By extension, else by content: WebVTT or SRT."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".vtt":
-        return read_vtt(path)
-    if suffix == ".srt":
-        return read_srt(path)
-    return _read(path)
+read_vtt = read_srt = read_subtitle_file  # the content decides, not the extension
 
 
 # -- HowTo100M-style sources --------------------------------------------------------------------
-
-def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
-    """One video's entry as a clean ``start, end, text[, score]`` table (see ``entry_rows``)."""
-    return rows_frame(tidy_rows(entry_rows(where, video_id, entry)))
-
-
 class SubtitleSource:
     """Subtitles for many videos from one place, looked up by video id.
 
@@ -296,17 +273,14 @@ class SubtitleSource:
         path = Path(path)
         if not path.exists():
             raise InputError(path, "no such file or folder")
-        cache = Path(cache_dir) if cache_dir is not None else None
-        if path.is_dir():
-            return cls(path, "folder", cache_dir=cache, select=select, limit=limit)
-        suffix = path.suffix.lower()
-        kinds = {".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
-                 ".parquet": "parquet"}
-        if suffix not in kinds:
+        kind = "folder" if path.is_dir() else {
+            ".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
+            ".parquet": "parquet"}.get(path.suffix.lower())
+        if kind is None:
             raise InputError(path, "unknown subtitle source; expected a folder of per-video "
                                    ".csv/.vtt/.srt files, or a .json, .pickle, .csv or .parquet "
                                    "dump")
-        return cls(path, kinds[suffix], cache_dir=cache, select=select, limit=limit,
+        return cls(path, kind, cache_dir=cache_dir, select=select, limit=limit,
                    progress=progress)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -406,7 +380,8 @@ class SubtitleSource:
                 return None
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
-            return _frame_from_lists(file, video_id, read_csv_part(file)[COLUMNS])
+            entry = read_csv_part(file)[COLUMNS]
+            return rows_frame(tidy_rows(entry_rows(file, video_id, entry)))
         return self.store().get(video_id, frame)
 
     def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
@@ -493,19 +468,19 @@ def open_store(source: SubtitleSource) -> ParquetStore:
         cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
         weakref.finalize(source, shutil.rmtree, cache_dir, True)
     out = _cache_file(source, cache_dir)
-    high_water = 0
-    if not is_converted(out):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=source.select,
-                                        limit=source.limit, progress=source.progress))
-
-        atomic_write(out, write)
-        high_water = written[0].max_buffered_rows
+    high_water = 0 if is_converted(out) else _convert(source, out).max_buffered_rows
     store = ParquetStore(out, source.path, select=source.select, limit=source.limit)
     store.max_buffered_rows = high_water
     return store
+
+
+def _convert(source: SubtitleSource, out: Path) -> DumpWriter:
+    """``source``'s dump streamed into the Parquet file ``out``, atomically."""
+    written: list[DumpWriter] = []
+    atomic_write(out, lambda tmp: written.append(convert_dump(
+        source.path, source.kind, tmp, select=source.select, limit=source.limit,
+        progress=source.progress)))
+    return written[0]
 
 
 def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | None = None,
@@ -519,15 +494,9 @@ def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | 
     select = frozenset(ids) if ids is not None else None
     source = SubtitleSource.open(src, select=select, limit=limit, progress=progress)
     if source.kind in ("json", "pickle", "csv"):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=select,
-                                        limit=limit, progress=progress))
-
-        atomic_write(out, write)
-        if written[0].layout == "videos":
-            return written[0].videos, written[0].rows
+        writer = _convert(source, out)
+        if writer.layout == "videos":
+            return writer.videos, writer.rows
         # records: group each video's rows now, so readers need not
         tmp_src = out.with_name(f".{out.name}.records.parquet")
         os.replace(out, tmp_src)

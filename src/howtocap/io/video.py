@@ -12,7 +12,6 @@ cache means.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,6 @@ from howtocap.io import JPEG_QUALITY
 
 if TYPE_CHECKING:
     from PIL import Image
-
-__all__ = ["VideoInfo", "FrameStream", "probe", "iter_frames", "sample_frames", "resize_frame"]
-
 
 @dataclass
 class VideoInfo:
@@ -76,39 +72,21 @@ def probe(path: str | Path) -> VideoInfo:
                          has_audio=bool(c.streams.audio))
 
 
-def _target_size(width: int, height: int, size: int | None) -> tuple[int, int]:
-    """Scale so the shorter side is ``size`` (keeping aspect); ``None`` keeps the original."""
-    if size is None:
-        return width, height
-    if width <= height:
-        return size, max(size, round(height * size / width))
-    return max(size, round(width * size / height)), size
-
-
-def _centre_crop(img: np.ndarray, size: int | None) -> np.ndarray:
-    if size is None:
-        return img
-    h, w = img.shape[:2]
-    top, left = (h - size) // 2, (w - size) // 2
-    return np.ascontiguousarray(img[top:top + size, left:left + size])
-
-
 def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.ndarray:
+    """Shorter side scaled to ``size`` (keeping aspect), then a centre crop ``size x size``;
+    ``None`` keeps the frame's size."""
+    w, h = frame.width, frame.height
     if fit and size is not None:  # the whole frame, shorter side down to ``size``, never up
-        size = min(size, frame.width, frame.height)
-    w, h = _target_size(frame.width, frame.height, size)
+        size = min(size, w, h)
+    if size is not None:
+        w, h = ((size, max(size, round(h * size / w))) if w <= h
+                else (max(size, round(w * size / h)), size))
     # AREA filtering avoids aliasing on big downscales (720p -> 224) at a small cost.
     img = frame.to_ndarray(format="rgb24", width=w, height=h, interpolation="AREA")
-    return img if fit else _centre_crop(img, size)
-
-
-def resize_frame(img: np.ndarray, size: int) -> np.ndarray:
-    """Shorter side to ``size`` then centre crop, for RGB arrays already in memory."""
-    h, w = img.shape[:2]
-    if (h, w) == (size, size):
+    if fit or size is None:
         return img
-    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
-    return _to_rgb(frame, size)
+    top, left = (h - size) // 2, (w - size) // 2
+    return np.ascontiguousarray(img[top:top + size, left:left + size])
 
 
 class FrameStream(Iterator[tuple[float, np.ndarray]]):
@@ -275,18 +253,15 @@ def sample_frames(path: str | Path, times: Sequence[float],
                             break
                     if done:
                         break
-                else:  # end of file: the remaining times get the last frame
+                else:  # end of file: the remaining times get the last frame (below)
                     if prev is not None:
                         last = _to_rgb(prev[1], size, fit)
-                    while pos < len(order):
-                        out[order[pos]] = last
-                        pos += 1
+                    pos = len(order)
             except (av.FFmpegError, EOFError) as e:
                 if last is None:
                     raise InputError(path, f"could not decode frames ({short_reason(e)})") from None
-                while pos < len(order):
-                    out[order[pos]] = last
-                    pos += 1
+                pos = len(order)
+    out = [last if o is None else o for o in out]
     if any(o is None for o in out):
         raise InputError(path, "no decodable video frames")
     return np.stack(out)  # type: ignore[arg-type]
@@ -316,11 +291,6 @@ def frame_at(path: str | Path, t: float) -> Image.Image:
         if last is None:
             raise InputError(path, f"no frame at {t:.2f} s")
         return last.to_image().convert("RGB")
-
-
-def expected_frames(duration: float, fps: float = 1.0) -> int:
-    """How many frames ``iter_frames`` yields for a stream of ``duration`` seconds."""
-    return max(0, math.ceil(duration * fps - 0.5 - 1e-6))
 
 
 def encode_jpeg(img: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
