@@ -137,9 +137,8 @@ def metrics_from_ranks(r: np.ndarray, recall_at: tuple[int, ...] = RECALL_AT) ->
     """R@K in percent, median and mean rank, and the number of queries."""
     r = np.asarray(r, dtype=np.float64)
     n = len(r)
-    out: dict[str, float | int] = {}
-    for k in recall_at:
-        out[f"R@{k}"] = float(100.0 * np.mean(r <= k)) if n else float("nan")
+    out: dict[str, float | int] = {f"R@{k}": float(100.0 * np.mean(r <= k)) if n
+                                   else float("nan") for k in recall_at}
     out["MedR"] = float(np.median(r)) if n else float("nan")
     out["MeanR"] = float(np.mean(r)) if n else float("nan")
     out["n"] = n
@@ -169,11 +168,7 @@ def reference_ranks(sim: ArrayLike, gt: ArrayLike | None = None, *,
     s = _as_tensor(sim).cpu().numpy()
     n_q, n_items = s.shape
     g = _gt_tensor(gt, n_q, n_items, torch.device("cpu")).numpy()
-    if g.ndim == 1:
-        mask = np.zeros((n_q, n_items), dtype=bool)
-        mask[np.arange(n_q), g] = True
-    else:
-        mask = g
+    mask = g if g.ndim == 2 else g[:, None] == np.arange(n_items)
 
     def one_order(correct_last: bool) -> np.ndarray:
         out = np.empty(n_q, dtype=np.float64)

@@ -14,8 +14,9 @@ already installed here or one Debian package away, never a download:
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from howtocap.bundled import package_dir
 
 OPENCV_DOC = Path("/usr/share/doc/opencv-doc/examples")
 # opencv-doc photographs of real scenes or objects (the rest are drawings, charts, boards)
@@ -25,26 +26,19 @@ OPENCV_PHOTOS = ("apple", "baboon", "building", "butterfly", "fruits", "home", "
 _IMAGE_EXT = (".png", ".jpg", ".jpeg")
 
 
-def _package_dir(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def packaged_photos() -> dict[str, Path]:
     """``source:name`` -> image file, for every source that is installed (sorted by name)."""
     out: dict[str, Path] = {}
-    sk = _package_dir("skimage")
+    sk = package_dir("skimage")
     if sk is not None and (sk / "data").is_dir():
         for p in (sk / "data").iterdir():
             if p.suffix in _IMAGE_EXT:
                 out[f"skimage:{p.stem}"] = p
-    sl = _package_dir("sklearn")
+    sl = package_dir("sklearn")
     if sl is not None:
         for p in sorted((sl / "datasets" / "images").glob("*.jpg")):
             out[f"sklearn:{p.stem}"] = p
-    mpl = _package_dir("matplotlib")
+    mpl = package_dir("matplotlib")
     if mpl is not None:
         p = mpl / "mpl-data" / "sample_data" / "grace_hopper.jpg"
         if p.is_file():

@@ -9,7 +9,6 @@ alignment and ASR stages be measured, not just run.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from howtocap.bundled import package_dir
 from howtocap.errors import HowtocapError
 
 if TYPE_CHECKING:
@@ -126,11 +126,10 @@ class SampleVideo:
 
 
 def _image_dir() -> Path:
-    spec = importlib.util.find_spec("skimage")
-    if spec is None or not spec.submodule_search_locations:
+    if (pkg := package_dir("skimage")) is None:
         raise HowtocapError("sample videos need the photographs in scikit-image: "
                             "pip install scikit-image")
-    return Path(next(iter(spec.submodule_search_locations))) / "data"
+    return pkg / "data"
 
 
 def available_images() -> list[str]:
@@ -229,16 +228,12 @@ def _fmt_time(t: float, sep: str) -> str:
 
 def write_subtitles(path: Path, cues: list[tuple[float, float, str]], fmt: str) -> None:
     """Write ``(start, end, text)`` cues as WebVTT (``fmt="vtt"``) or SRT."""
-    if fmt == "vtt":
-        lines = ["WEBVTT", ""]
-        for s, e, text in cues:
-            lines += [f"{_fmt_time(s, '.')} --> {_fmt_time(e, '.')}", text, ""]
-    elif fmt == "srt":
-        lines = []
-        for i, (s, e, text) in enumerate(cues, start=1):
-            lines += [str(i), f"{_fmt_time(s, ',')} --> {_fmt_time(e, ',')}", text, ""]
-    else:
+    if fmt not in ("vtt", "srt"):
         raise HowtocapError(f"subtitles must be 'vtt', 'srt' or None, not {fmt!r}")
+    sep, lines = (".", ["WEBVTT", ""]) if fmt == "vtt" else (",", [])
+    for i, (s, e, text) in enumerate(cues, start=1):
+        lines += ([] if fmt == "vtt" else [str(i)]) + [
+            f"{_fmt_time(s, sep)} --> {_fmt_time(e, sep)}", text, ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 

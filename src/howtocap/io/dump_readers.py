@@ -201,16 +201,12 @@ def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str
                  limit: int | None = None, progress: bool = False,
                  rows_per_group: int = ROWS_PER_GROUP) -> DumpWriter:
     """Stream a ``json`` / ``pickle`` / ``csv`` dump into a Parquet file at ``out``."""
-    bar = None
-    on_read = None
-    if progress and kind == "json":
-        from howtocap.progress import progress_bar
+    from howtocap.progress import progress_bar
 
-        bar = progress_bar(f"reading {src.name} (MB)", transient=True)
-        bar.start()
+    shown = progress and kind == "json"
+    with progress_bar(f"reading {src.name} (MB)", transient=True, disable=not shown) as bar:
         task = bar.add_task("read", total=max(1, src.stat().st_size // 1_000_000))
-        on_read = lambda n: bar.update(task, advance=n / 1e6)  # noqa: E731
-    try:
+        on_read = (lambda n: bar.update(task, advance=n / 1e6)) if shown else None
         if kind == "json":
             layout, stream = _json_stream(src, on_read)
         elif kind == "pickle":
@@ -238,6 +234,3 @@ def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str
             if close is not None:  # --limit stops early: release the file now
                 close()
         return writer
-    finally:
-        if bar is not None:
-            bar.stop()

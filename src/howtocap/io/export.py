@@ -77,27 +77,24 @@ def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = F
     return rows
 
 
-def _pairs(rundir: RunDir, what: ExportWhat, *, kept_only: bool, order: tuple[str, ...]
+_NOT_YET = {"aligned": "no aligned captions yet; run `howtocap align`",
+            "framecaps": "no frame captions yet; run `howtocap framecaps`",
+            "captions": "no captions yet; run `howtocap caption` first"}
+
+
+def _pairs(rundir: RunDir, what: str, *, kept_only: bool, order: tuple[str, ...]
            ) -> tuple[pd.DataFrame, str]:
     if what == "auto":
-        what = next((t for t in order if rundir.has_table(t)), "captions")  # type: ignore[assignment]
-    if what == "aligned":
-        if not rundir.has_table("aligned"):
-            raise HowtocapError(f"{rundir.root}: no aligned captions yet; run `howtocap align`")
-        df = rundir.table("aligned")
-        return (df[df["kept"]] if kept_only else df).reset_index(drop=True), "aligned"
-    if what == "framecaps":
-        if not rundir.has_table("framecaps"):
-            raise HowtocapError(f"{rundir.root}: no frame captions yet; run `howtocap framecaps`")
-        df = rundir.table("framecaps")
-        return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), \
-            "framecaps"
-    if what != "captions":
+        what = next((t for t in order if rundir.has_table(t)), "captions")
+    if what not in _NOT_YET:
         raise HowtocapError(f"unknown --what {what!r}; choose auto, aligned, captions or "
                             "framecaps")
-    if not rundir.has_table("captions"):
-        raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
-    return kept_captions(rundir.table("captions")), "captions"
+    if not rundir.has_table(what):
+        raise HowtocapError(f"{rundir.root}: {_NOT_YET[what]}")
+    df = rundir.table(what)
+    if what == "captions":
+        return kept_captions(df), what
+    return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), what
 
 
 def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str, dict[str, list]]:

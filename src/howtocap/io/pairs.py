@@ -21,7 +21,7 @@ from rich.console import Console
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
 from howtocap.io.inputs import listed_path
-from howtocap.io.video import segment_times
+from howtocap.io.video import probe, segment_times
 from howtocap.progress import console
 
 CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
@@ -142,12 +142,6 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
 
     ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
     """
-    if check is None:
-        from howtocap.io.video import probe
-
-        def check(p: Path) -> float:
-            return probe(p).duration
-
     pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
                   & (pairs["end"].astype(float) > pairs["start"].astype(float))]
     durations: dict[str, float] = {}
@@ -157,7 +151,7 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
             skipped[vid] = "no video file known for this video id"
             continue
         try:
-            durations[vid] = float(check(Path(path)))
+            durations[vid] = float(check(Path(path)) if check else probe(Path(path)).duration)
         except InputError as exc:
             skipped[vid] = str(exc)
     skipped_pairs = int(pairs["video_id"].isin(list(skipped)).sum())

@@ -366,11 +366,6 @@ class SubtitleSource:
             return np.array([v in files for v in ids.to_pylist()], dtype=bool)
         return self.store().holds(ids)
 
-    def __contains__(self, video_id: str) -> bool:
-        if self.kind == "folder":
-            return video_id in self._folder()
-        return video_id in self.store()
-
     def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
         """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it
         (``frame=False``: maybe as plain columns, see ``ParquetStore.get``)."""
@@ -383,12 +378,6 @@ class SubtitleSource:
             entry = read_csv_part(file)[COLUMNS]
             return rows_frame(tidy_rows(entry_rows(file, video_id, entry)))
         return self.store().get(video_id, frame)
-
-    def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
-        for vid in self.video_ids():
-            df = self.get(vid)
-            if df is not None:
-                yield vid, df
 
     def stats(self) -> dict[str, int]:
         """Memory high-water marks of the dump reader (rows buffered while converting, row
@@ -413,14 +402,9 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
                           ) -> tuple[Rows, Path | str]:
     """``subtitles_for_video`` as plain columns (``schemas.Rows``, what the subtitles stage
     commits), plus where the rows came from: the file read, "htm" or "asr"."""
-    df: pd.DataFrame | None = None
-    kind = ""
-    origin: Path | str = ""
-    if item.subtitle_path is not None:
-        df, kind = read_subtitle_file(item.subtitle_path), _kind_of(item.subtitle_path)
-        origin = item.subtitle_path
-    if df is None and sidecars and (side := item.sidecar_subtitle()) is not None:
-        df, kind, origin = read_subtitle_file(side), _kind_of(side), side
+    path = item.subtitle_path or (item.sidecar_subtitle() if sidecars else None)
+    df: Any = None if path is None else read_subtitle_file(path)
+    kind, origin = ("", "") if path is None else (_kind_of(path), path)
     if df is None and source is not None:
         df, kind, origin = source.get(item.video_id, frame=False), "htm", "htm"
     if df is None and asr is not None and item.video_path is not None:

@@ -38,14 +38,19 @@ class VideoInfo:
 
 
 def _open(path: Path) -> av.container.InputContainer:
+    """The container, which has a video stream (``streams.video[0]``)."""
     if not path.exists():
         raise InputError(path, "file does not exist")
     if path.is_dir():
         raise InputError(path, "is a folder, not a video file")
     try:
-        return av.open(str(path), metadata_errors="ignore")
+        container = av.open(str(path), metadata_errors="ignore")
     except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:
         raise InputError(path, f"not a readable video file ({short_reason(e)})") from None
+    if not container.streams.video:
+        container.close()
+        raise InputError(path, "has no video stream")
+    return container
 
 
 def _declared_duration(container: av.container.InputContainer, vs: av.VideoStream) -> float:
@@ -61,9 +66,7 @@ def probe(path: str | Path) -> VideoInfo:
     """Container metadata without decoding; raises ``InputError`` when there is no video."""
     path = Path(path)
     with _open(path) as c:
-        vs = c.streams.video[0] if c.streams.video else None
-        if vs is None:
-            raise InputError(path, "has no video stream")
+        vs = c.streams.video[0]
         duration = _declared_duration(c, vs)
         rate = vs.average_rate or vs.guessed_rate or vs.base_rate
         return VideoInfo(path=path, duration=max(duration, 0.0),
@@ -117,8 +120,6 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
     def _run(self) -> Iterator[tuple[float, np.ndarray]]:
         container = _open(self.path)
         try:
-            if not container.streams.video:
-                raise InputError(self.path, "has no video stream")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             yield from self._select(container, stream)
@@ -217,8 +218,6 @@ def sample_frames(path: str | Path, times: Sequence[float],
         s = size or 0
         return np.zeros((0, s, s, 3), np.uint8)
     with _open(path) as container:
-        if not container.streams.video:
-            raise InputError(path, "has no video stream")
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         tb = float(stream.time_base)
@@ -274,8 +273,6 @@ def frame_at(path: str | Path, t: float) -> Image.Image:
     they show the same picture. Raises ``InputError`` when nothing decodes."""
     path = Path(path)
     with _open(path) as container:
-        if not container.streams.video:
-            raise InputError(path, "has no video stream")
         stream = container.streams.video[0]
         last = None
         try:

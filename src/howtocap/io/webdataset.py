@@ -216,13 +216,10 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     if not ps.clips:
         raise HowtocapError(f"{rundir.root}: no clips to export ({len(df)} {kind} rows, "
                             f"{len(skipped)} video(s) skipped)")
-    meta_extra: dict[str, Any] = {}
-    if content == "embeddings" and embed is not None:
-        meta_extra = embed.meta()
-    else:
-        meta_extra = {"frames_per_clip": frames_per_clip, "image_size": image_size,
-                      "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
-    by_video: dict[str, list[Any]] = {}
+    meta_extra = embed.meta() if content == "embeddings" and embed is not None else {
+        "frames_per_clip": frames_per_clip, "image_size": image_size,
+        "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
+    by_video: dict[str, list[Clip]] = {}
     for c in ps.clips:
         by_video.setdefault(c.video_id, []).append(c)
 
