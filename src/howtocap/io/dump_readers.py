@@ -4,8 +4,7 @@ HowTo100M's ``caption.json`` (a JSON object ``{video_id: entry}``, several GB fo
 and collections of records (a JSON list, a ``video_id,start,end,text`` CSV) are read once with
 ijson or pandas in chunks, never whole; a pickle cannot be streamed, so it is loaded once.
 Each becomes the Parquet file ``ParquetStore`` reads by row group; a malformed entry fails its
-own video there (a per-video error row), not the collection.
-"""
+own video there (a per-video error row), not the collection."""
 
 from __future__ import annotations
 

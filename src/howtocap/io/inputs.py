@@ -88,7 +88,6 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def remote_source(value: str, base: Path, where: str) -> str | None:
     """``value`` when it names a remote input (``http(s)://``, ``s3://``, ``gs://`` or a
     YouTube id), else None (a local path). A malformed URL is one line naming ``where``.
-
     An 11-character YouTube id is taken as a local path when such a file exists there."""
     m = _SCHEME.match(value)
     if m is None:

@@ -3,8 +3,7 @@
 A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
 often repeat a span). Reading pairs (a run directory, its ``aligned/`` or ``framecaps/``
 table, a Parquet file or a CSV) and grouping them into clips lives here, below both the
-trainer and the shard writer, so neither imports the other.
-"""
+trainer and the shard writer, so neither imports the other."""
 
 from __future__ import annotations
 
@@ -65,12 +64,10 @@ def run_root(source: str | Path) -> Path:
 def read_pairs(source: str | Path) -> pd.DataFrame:
     """``video_id, video_path, start, end, text`` from a run directory, one of its tables
     (``DIR/aligned/``, ``DIR/framecaps/``, a shard file of them), a Parquet file or CSV.
-
     A run directory gives its aligned captions, or, without them, its frame captions (clips are
     whole videos with several captions each). Only rows with ``kept`` are used; video paths
     come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
-    (relative paths are taken from the CSV's folder).
-    """
+    (relative paths are taken from the CSV's folder)."""
     src = Path(source)
     if not src.exists():
         raise InputError(src, "does not exist (expected a run directory, its aligned/ table, "
@@ -139,9 +136,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = None,
                 log: Console | None = console) -> PairSet:
     """Group pairs into clips; drop pairs whose video is missing or unreadable (one line each).
-
-    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
-    """
+    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe)."""
     pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
                   & (pairs["end"].astype(float) > pairs["start"].astype(float))]
     durations: dict[str, float] = {}

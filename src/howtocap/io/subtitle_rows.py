@@ -44,10 +44,8 @@ _START_END = itemgetter(0, 1)
 
 def clean_text(text: str) -> str:
     """Spoken words only: no markup, no ``[Music]``/``(applause)``, no ``>>`` speaker turns.
-
     Parentheses are removed only when they hold at most three words (sound descriptions such as
-    ``(laughs)``); longer parentheticals are more likely real speech and are kept.
-    """
+    ``(laughs)``); longer parentheticals are more likely real speech and are kept."""
     if text[:1] != "-" and " ".join(text.split()) == text and not _SPECIAL.search(text):
         return text
     text = _TIMING_TAG.sub("", text)
@@ -66,11 +64,9 @@ Row = tuple[float, float, str, "float | None"]  # start, end, text, score (HowTo
 
 def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
     """One video's entry, validated and flattened (text not yet cleaned).
-
     ``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
     HowToCaption files hold a list of captions (or ``(caption, score)`` pairs) per position: each
-    becomes its own row with its score.
-    """
+    becomes its own row with its score."""
     def bad(problem: str) -> InputError:
         return InputError(where, f"video {video_id!r}: {problem}")
 
@@ -118,7 +114,7 @@ def _needs_cleaning(joined: str) -> bool:
 
 def tidy_rows(rows: list[Row], clean: bool = True) -> list[Row]:
     """Cleaned text, no empty lines or end<start rows, sorted by (start, end) (stable), and an
-    end that runs into the next line's start clipped to it: ``_tidy`` in plain Python, because a
+    end that runs into the next line's start clipped to it: in plain Python, because a
     DataFrame per video costs more than the work itself on a million videos."""
     # clean_text changes no line when none of them, joined by NUL, has a character it acts
     # on or whitespace other than single spaces inside a line (one search a video)

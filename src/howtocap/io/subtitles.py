@@ -7,8 +7,7 @@ the same columns, sorted by time, with text cleaned by ``clean_text``. A malform
 ``InputError`` naming the file and, where it helps, the line.
 
 The parser is our own (about 150 lines) rather than pysubs2/webvtt-py: those either reject or
-silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway.
-"""
+silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway."""
 
 from __future__ import annotations
 
@@ -194,21 +193,8 @@ def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
         rows.append([start, end, text])
     if dropped:
         log.warning("%s: dropped %d cue(s) whose end is before their start", path, dropped)
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    df = _tidy(df)
+    df = rows_frame(tidy_rows([(s, e, t, None) for s, e, t in rows], clean=False))
     df.attrs["dropped_cues"] = dropped
-    return df
-
-
-def _tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """Sorted by time; an end that runs into the next line's start is clipped to it."""
-    df = df.astype({"start": "float64", "end": "float64"})
-    df["text"] = df["text"].astype(object)
-    df = df.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-    if len(df) > 1:
-        nxt = df["start"].shift(-1)
-        clip = (df["end"] > nxt) & (nxt > df["start"])
-        df.loc[clip, "end"] = nxt[clip]
     return df
 
 
@@ -243,14 +229,12 @@ read_vtt = read_srt = read_subtitle_file  # the content decides, not the extensi
 # -- HowTo100M-style sources --------------------------------------------------------------------
 class SubtitleSource:
     """Subtitles for many videos from one place, looked up by video id.
-
     A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for.
     A Parquet table is read by row groups. A JSON, pickle or single CSV dump is streamed once
     into a Parquet file under ``cache_dir`` (a private temporary folder when not given), then
     read like one: memory stays bounded however large the dump (see ``howtocap.io.subtitle_dump``
     for the design). ``select`` (video ids) and ``limit`` (the first N videos, in the source's
-    order) restrict what is kept; a video outside them is "not in the source".
-    """
+    order) restrict what is kept; a video outside them is "not in the source"."""
 
     def __init__(self, path: Path, kind: str, *, cache_dir: Path | None = None,
                  select: Iterable[str] | None = None, limit: int | None = None,
@@ -390,10 +374,8 @@ def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None
                         asr: ASR | None = None) -> pd.DataFrame:
     """One video's subtitles as a ``subtitles`` table (its schema; ``config_id`` is set when the
     stage commits).
-
     Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
-    the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
-    """
+    the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given)."""
     return subtitles_and_origin(item, source=source, asr=asr)[0].to_pandas()
 
 

@@ -6,8 +6,7 @@ ones are scaled by libswscale straight to the encoder's size (no PIL round trip)
 
 Frame ``i`` of a stream at ``fps`` is the decoded frame nearest to ``(i + 0.5) / fps`` seconds
 (the middle of second ``i`` at 1 fps), which is also what row ``i`` of the frame-embedding
-cache means.
-"""
+cache means."""
 
 from __future__ import annotations
 
@@ -94,12 +93,10 @@ def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.nda
 
 class FrameStream(Iterator[tuple[float, np.ndarray]]):
     """Iterator of ``(time, rgb)`` pairs that survives a broken stream.
-
     When the file stops decoding part-way, iteration ends normally after the last good frame and
     ``partial`` becomes ``True`` (``error`` holds the decoder's one-line message), so a caller
     keeps everything that decoded and can still tell the result is incomplete. ``partial`` is
-    only final once the iterator is exhausted.
-    """
+    only final once the iterator is exhausted."""
 
     def __init__(self, path: Path, fps: float, size: int | None, fit: bool = False) -> None:
         if fps <= 0:
@@ -186,12 +183,10 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
 def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224,
                 fit: bool = False) -> FrameStream:
     """Stream one RGB uint8 frame ``(H, W, 3)`` per ``1/fps`` seconds, decoding the file once.
-
     ``size`` scales the shorter side to ``size`` and centre-crops ``size x size`` (what CLIP-style
     encoders expect); ``None`` keeps the full frame and lets the encoder resize; ``fit`` keeps
     the whole frame, its shorter side scaled down to ``size`` (never up). Read
-    ``.partial`` on the returned stream after iterating to learn whether the file was cut short.
-    """
+    ``.partial`` on the returned stream after iterating to learn whether the file was cut short."""
     return FrameStream(Path(path), fps, size, fit)
 
 
@@ -206,11 +201,9 @@ def segment_times(start: float, end: float, n: int,
 def sample_frames(path: str | Path, times: Sequence[float],
                   size: int | None = 224, *, fit: bool = False) -> np.ndarray:
     """Frames nearest to each time (seconds), by seeking; for training and evaluation.
-
     ``fit``: keep the whole frame (no centre crop) with its shorter side scaled down to
     ``size`` (never up), as a multimodal LLM is sent it. Times past the end give the last
-    frame. Raises ``InputError`` if nothing decodes.
-    """
+    frame. Raises ``InputError`` if nothing decodes."""
     path = Path(path)
     times = [float(t) for t in times]
     out: list[np.ndarray | None] = [None] * len(times)

@@ -5,8 +5,7 @@ A shard is written under a hidden temp name and renamed when complete, and ``met
 (which training requires) last, so a killed export leaves nothing that looks complete. A
 format's reader and writer import no model: for ``content: embeddings`` the caller passes a
 ``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the
-frame cache.
-"""
+frame cache."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ window) pass an expression in pandas' ``DataFrame.query`` syntax, or a preset's 
 docs/signals.md has both.
 
 A caption's window gets each signal's mean over the signal rows it overlaps, weighted by the
-overlap, so a filter and a clip's JSON see one value per caption whatever the shots.
-"""
+overlap, so a filter and a clip's JSON see one value per caption whatever the shots."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ PRESETS = {
 def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
     """Each row's window's overlap-weighted mean of every signal column (NaN where no signal
     row overlaps it); a flag holds where it holds for at least half the window.
-
     One sorted pass for all videos: videos are laid end to end on one time axis, and a
     window's mean is the difference of the running integral at its two ends."""
     import numpy as np

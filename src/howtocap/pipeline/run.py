@@ -73,7 +73,6 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
     processed and the filter waits for a final run without one. Every stage's settings are
     checked before any work (``redo``: recompute the stages whose settings changed, and those
     downstream). Returns one summary per stage.
-
     Remote inputs (URLs, YouTube ids in a manifest) are downloaded first (``download``) and
     the later stages see their local files; with ``download.keep_media`` off a downloaded
     video is deleted once align has used its frames (the default filter's reference videos
