@@ -89,26 +89,22 @@ def _json_stream(path: Path, on_read: Callable[[int], None] | None
     """``("videos", (id, entry)…)`` for ``{id: entry}``, ``("records", record…)`` for a list."""
     import ijson
 
-    fh = path.open("rb")
-    head = fh.read(4096)
+    with path.open("rb") as fh:
+        head = fh.read(4096)
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        fh.close()
         raise InputError(path, "not UTF-8 JSON (UTF-16); re-save it as UTF-8")
     skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
     first = head[skip:].lstrip()[:1]
     if not first:
-        fh.close()
         raise InputError(path, "empty file")
-    fh.seek(skip)
-    reader = _Tracked(fh, on_read)
-    if first == b"{":
-        layout, events = "videos", ijson.kvitems(reader, "", use_float=True)
-    elif first == b"[":
-        layout, events = "records", ijson.items(reader, "item", use_float=True)
-    else:
-        fh.close()
+    if first not in (b"{", b"["):
         raise InputError(path, "expected a mapping video_id -> subtitles (a JSON object) or a "
                                "list of records")
+    fh = path.open("rb")
+    fh.seek(skip)
+    reader = _Tracked(fh, on_read)
+    layout, events = (("videos", ijson.kvitems(reader, "", use_float=True)) if first == b"{"
+                      else ("records", ijson.items(reader, "item", use_float=True)))
 
     def guarded() -> Iterator[Any]:
         try:

@@ -43,12 +43,8 @@ class VideoItem:
         """``<stem>.vtt`` / ``.srt`` (also ``<stem>.en.vtt`` as yt-dlp writes) next to the video."""
         if self.video_path is None:
             return None
-        for ext in SUBTITLE_EXTS:
-            for cand in (self.video_path.with_suffix(ext),
-                         self.video_path.with_suffix(".en" + ext)):
-                if cand.exists():
-                    return cand
-        return None
+        return next((c for ext in SUBTITLE_EXTS for c in (self.video_path.with_suffix(ext),
+                     self.video_path.with_suffix(".en" + ext)) if c.exists()), None)
 
 
 def _read_manifest(path: Path) -> list[VideoItem]:

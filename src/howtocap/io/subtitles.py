@@ -31,14 +31,7 @@ from howtocap.hashing import hash_text, safe_name
 from howtocap.io.dump_readers import convert_dump
 from howtocap.io.inputs import VideoItem
 from howtocap.io.subtitle_dump import FORMAT_VERSION, DumpWriter, ParquetStore, is_converted
-from howtocap.io.subtitle_rows import (
-    COLUMNS,
-    clean_text,
-    entry_rows,
-    read_csv_part,
-    rows_frame,
-    tidy_rows,
-)
+from howtocap.io.subtitle_rows import clean_text, entry_rows, read_csv_part, rows_frame, tidy_rows
 from howtocap.schemas import Rows, rows
 
 
@@ -140,8 +133,10 @@ def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
             continue
         # timing is the first line, or the second after a cue id / SRT counter
         idx = next((i for i, ln in enumerate(block[:2]) if "-->" in ln), None)
-        if idx is None:
-            bad = next((i for i, ln in enumerate(block[:2]) if _LOOKS_TIMED.match(ln)), None)
+        times = None if idx is None else _parse_timing(block[idx])
+        if times is None:
+            bad = idx if idx is not None else next(
+                (i for i, ln in enumerate(block[:2]) if _LOOKS_TIMED.match(ln)), None)
             if bad is not None:
                 raise InputError(path, f"line {first + bad}: bad timestamp line "
                                        f"{block[bad].strip()[:60]!r}")
@@ -150,10 +145,6 @@ def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
                 # auto-captions do: it belongs to the previous cue
                 cues[-1][2].extend(block)
             continue
-        times = _parse_timing(block[idx])
-        if times is None:
-            raise InputError(path, f"line {first + idx}: bad timestamp line "
-                                   f"{block[idx].strip()[:60]!r}")
         cues.append((times[0], times[1], block[idx + 1:], first + idx))
     return cues
 
@@ -359,8 +350,7 @@ class SubtitleSource:
                 return None
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
-            entry = read_csv_part(file)[COLUMNS]
-            return rows_frame(tidy_rows(entry_rows(file, video_id, entry)))
+            return rows_frame(tidy_rows(entry_rows(file, video_id, read_csv_part(file))))
         return self.store().get(video_id, frame)
 
     def stats(self) -> dict[str, int]:
