@@ -41,7 +41,6 @@ class ASR(Protocol):
 
     def transcribe(self, media_path: Path) -> pd.DataFrame:
         """``start, end, text`` rows (seconds), one per recognised segment; empty if silent."""
-        ...
 
 
 # -- locating models ----------------------------------------------------------------------------

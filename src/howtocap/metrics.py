@@ -185,14 +185,6 @@ def reference_metrics(sim: ArrayLike, gt: ArrayLike | None = None, *,
     return metrics_from_ranks(reference_ranks(sim, gt, ties=ties), recall_at)
 
 
-def caption_mask(caption_item: ArrayLike, n_items: int) -> np.ndarray:
-    """``(n_items, n_captions)`` boolean: which captions describe each item."""
-    ci = np.asarray(caption_item, dtype=np.int64)
-    mask = np.zeros((n_items, len(ci)), dtype=bool)
-    mask[ci, np.arange(len(ci))] = True
-    return mask
-
-
 def multi_caption_metrics(sim_t2v: ArrayLike, caption_item: ArrayLike, *,
                           ties: str = "pessimistic", recall_at: tuple[int, ...] = RECALL_AT
                           ) -> dict[str, dict]:

@@ -30,13 +30,11 @@ def packaged_photos() -> dict[str, Path]:
     out: dict[str, Path] = {}
     sk = package_dir("skimage")
     if sk is not None and (sk / "data").is_dir():
-        for p in (sk / "data").iterdir():
-            if p.suffix in _IMAGE_EXT:
-                out[f"skimage:{p.stem}"] = p
-    sl = package_dir("sklearn")
-    if sl is not None:
-        for p in sorted((sl / "datasets" / "images").glob("*.jpg")):
-            out[f"sklearn:{p.stem}"] = p
+        out.update({f"skimage:{p.stem}": p for p in (sk / "data").iterdir()
+                    if p.suffix in _IMAGE_EXT})
+    if (sl := package_dir("sklearn")) is not None:
+        out.update({f"sklearn:{p.stem}": p
+                    for p in sorted((sl / "datasets" / "images").glob("*.jpg"))})
     mpl = package_dir("matplotlib")
     if mpl is not None:
         p = mpl / "mpl-data" / "sample_data" / "grace_hopper.jpg"

@@ -131,12 +131,6 @@ def _image_dir() -> Path:
     return pkg / "data"
 
 
-def available_images() -> list[str]:
-    """Names of the photographs usable as steps (those shipped as plain image files)."""
-    d = _image_dir()
-    return sorted(p.stem for p in d.iterdir() if p.suffix in (".png", ".jpg"))
-
-
 def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = None
                 ) -> np.ndarray:
     """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan).
@@ -156,8 +150,8 @@ def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = 
             img = Image.open(d / f"{name}{ext}").convert("RGB")
             break
     else:
-        raise HowtocapError(f"no photograph named {name!r}; choose from "
-                            f"{', '.join(available_images())}")
+        names = sorted(p.stem for p in _image_dir().iterdir() if p.suffix in (".png", ".jpg"))
+        raise HowtocapError(f"no photograph named {name!r}; choose from {', '.join(names)}")
     big = int(round(size * 1.25))
     w, h = img.size
     scale = big / min(w, h)

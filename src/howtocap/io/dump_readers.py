@@ -75,10 +75,8 @@ def _json_error(path: Path, reader: _Tracked, exc: Exception) -> InputError:
         problem = problem.removeprefix(prefix)
     problem = problem.rstrip(".") or type(exc).__name__
     at = reader.error_offset(message)
-    if at is None:
-        where = f"line {reader.line_column(reader.start)[0]}"
-    else:
-        where = "line {} column {}".format(*reader.line_column(at))
+    where = (f"line {reader.line_column(reader.start)[0]}" if at is None
+             else "line {} column {}".format(*reader.line_column(at)))
     if "UTF8" in problem or "UTF-8" in problem:
         return InputError(path, f"not UTF-8 JSON (at {where})")
     return InputError(path, f"invalid JSON at {where}: {problem}")

@@ -211,7 +211,9 @@ def read_subtitle_file(path: Path) -> pd.DataFrame:
     cues = _parse_cues(path, text, sniffed)
     if not cues:
         raise InputError(path, "no cues found")
-    return _cues_to_frame(path, cues)
+    df = _cues_to_frame(path, cues)
+    df.attrs["format"] = sniffed  # what the file really is, for the ``source`` column
+    return df
 
 
 read_vtt = read_srt = read_subtitle_file  # the content decides, not the extension
@@ -227,10 +229,19 @@ class SubtitleSource:
     for the design). ``select`` (video ids) and ``limit`` (the first N videos, in the source's
     order) restrict what is kept; a video outside them is "not in the source"."""
 
-    def __init__(self, path: Path, kind: str, *, cache_dir: Path | None = None,
+    def __init__(self, path: str | Path, *, cache_dir: str | Path | None = None,
                  select: Iterable[str] | None = None, limit: int | None = None,
                  progress: bool = False) -> None:
         self.path = Path(path)
+        if not self.path.exists():
+            raise InputError(self.path, "no such file or folder")
+        kind = "folder" if self.path.is_dir() else {
+            ".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
+            ".parquet": "parquet"}.get(self.path.suffix.lower())
+        if kind is None:
+            raise InputError(self.path, "unknown subtitle source; expected a folder of per-video "
+                                        ".csv/.vtt/.srt files, or a .json, .pickle, .csv or "
+                                        ".parquet dump")
         self.kind = kind
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.select = frozenset(select) if select is not None else None
@@ -242,21 +253,8 @@ class SubtitleSource:
         self._files: dict[str, Path] | None = None
 
     @classmethod
-    def open(cls, path: str | Path, *, cache_dir: str | Path | None = None,
-             select: Iterable[str] | None = None, limit: int | None = None,
-             progress: bool = False) -> SubtitleSource:
-        path = Path(path)
-        if not path.exists():
-            raise InputError(path, "no such file or folder")
-        kind = "folder" if path.is_dir() else {
-            ".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
-            ".parquet": "parquet"}.get(path.suffix.lower())
-        if kind is None:
-            raise InputError(path, "unknown subtitle source; expected a folder of per-video "
-                                   ".csv/.vtt/.srt files, or a .json, .pickle, .csv or .parquet "
-                                   "dump")
-        return cls(path, kind, cache_dir=cache_dir, select=select, limit=limit,
-                   progress=progress)
+    def open(cls, path: str | Path, **kw: Any) -> SubtitleSource:
+        return cls(path, **kw)
 
     def __getstate__(self) -> dict[str, Any]:
         """Travels as its settings (e.g. to a worker process), which reopens the converted file
@@ -376,7 +374,7 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
     commits), plus where the rows came from: the file read, "htm" or "asr"."""
     path = item.subtitle_path or (item.sidecar_subtitle() if sidecars else None)
     df: Any = None if path is None else read_subtitle_file(path)
-    kind, origin = ("", "") if path is None else (_kind_of(path), path)
+    kind, origin = ("", "") if df is None else (df.attrs["format"], path)
     if df is None and source is not None:
         df, kind, origin = source.get(item.video_id, frame=False), "htm", "htm"
     if df is None and asr is not None and item.video_path is not None:
@@ -393,14 +391,6 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
     out = rows("subtitles", len(start), video_id=item.video_id, start=start,
                end=np.asarray(df["end"], dtype="float64"), text=list(df["text"]), source=kind)
     return out, origin
-
-
-def _kind_of(path: Path) -> str:
-    """``vtt`` or ``srt`` by content (what the file really is), for the ``source`` column."""
-    try:
-        return _sniff(read_text(path)) or "srt"
-    except InputError:
-        return path.suffix.lower().lstrip(".") or "srt"
 
 
 # -- the Parquet store behind a dump ---------------------------------------------------------

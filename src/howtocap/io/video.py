@@ -114,15 +114,6 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
     def close(self) -> None:
         self._gen.close()
 
-    def _run(self) -> Iterator[tuple[float, np.ndarray]]:
-        container = _open(self.path)
-        try:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            yield from self._select(container, stream)
-        finally:
-            container.close()
-
     def _frames(self, container: av.container.InputContainer,
                 stream: av.VideoStream) -> Iterator[av.VideoFrame]:
         """Decoded frames; a decode/demux error ends the stream and marks it partial."""
@@ -135,49 +126,52 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
             self.partial = True
             self.error = short_reason(e)
 
-    def _select(self, container: av.container.InputContainer,
-                stream: av.VideoStream) -> Iterator[tuple[float, np.ndarray]]:
-        tb = float(stream.time_base) if stream.time_base else 1.0 / av.time_base
-        start = stream.start_time * tb if stream.start_time is not None else None
-        rate = stream.average_rate or stream.guessed_rate
-        frame_dur = 1.0 / float(rate) if rate else 1.0 / 25
-        step = 1.0 / self.fps
-        i = 0
-        prev: tuple[float, av.VideoFrame] | None = None
-        converted: tuple[av.VideoFrame | None, np.ndarray | None] = (None, None)
-        for frame in self._frames(container, stream):
-            if frame.pts is None:
-                t = (prev[0] + frame_dur) if prev else 0.0
-            else:
-                t = frame.pts * tb
-                if start is None:
-                    start = t
-                t -= start
-            target = (i + 0.5) * step
-            while t >= target:
-                # the previous frame or this one, whichever is nearer to the target time;
-                # several targets can share a frame when the source rate is below ``fps``
-                best = frame if prev is None or (t - target) <= (target - prev[0]) else prev[1]
-                if converted[0] is not best:
-                    converted = (best, _to_rgb(best, self.size, self.fit))
-                yield round(target, 6), converted[1]
-                i += 1
+    def _run(self) -> Iterator[tuple[float, np.ndarray]]:
+        with _open(self.path) as container:  # closed with the generator, however it ends
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = float(stream.time_base) if stream.time_base else 1.0 / av.time_base
+            start = stream.start_time * tb if stream.start_time is not None else None
+            rate = stream.average_rate or stream.guessed_rate
+            frame_dur = 1.0 / float(rate) if rate else 1.0 / 25
+            step = 1.0 / self.fps
+            i = 0
+            prev: tuple[float, av.VideoFrame] | None = None
+            converted: tuple[av.VideoFrame | None, np.ndarray | None] = (None, None)
+            for frame in self._frames(container, stream):
+                if frame.pts is None:
+                    t = (prev[0] + frame_dur) if prev else 0.0
+                else:
+                    t = frame.pts * tb
+                    if start is None:
+                        start = t
+                    t -= start
                 target = (i + 0.5) * step
-            prev = (t, frame)
-            self.last_time = t + frame_dur
-        declared = _declared_duration(container, stream)
-        if not self.partial and declared > 0 and self.last_time < declared - max(1.0, 2 * step):
-            # demuxers often stop quietly at a cut; the header still knows the real length
-            self.partial = True
-            self.error = f"stream ends at {self.last_time:.1f} s of {declared:.1f} s"
-        # the last frame covers its own duration: emit the targets that fall inside it
-        if prev is not None:
-            end = prev[0] + frame_dur
-            while (i + 0.5) * step < end - 1e-6:
-                if converted[0] is not prev[1]:
-                    converted = (prev[1], _to_rgb(prev[1], self.size, self.fit))
-                yield round((i + 0.5) * step, 6), converted[1]
-                i += 1
+                while t >= target:
+                    # the previous frame or this one, whichever is nearer to the target time;
+                    # several targets can share a frame when the source rate is below ``fps``
+                    best = frame if prev is None or (t - target) <= (target - prev[0]) else prev[1]
+                    if converted[0] is not best:
+                        converted = (best, _to_rgb(best, self.size, self.fit))
+                    yield round(target, 6), converted[1]
+                    i += 1
+                    target = (i + 0.5) * step
+                prev = (t, frame)
+                self.last_time = t + frame_dur
+            declared = _declared_duration(container, stream)
+            if not self.partial and declared > 0 and \
+                    self.last_time < declared - max(1.0, 2 * step):
+                # demuxers often stop quietly at a cut; the header still knows the real length
+                self.partial = True
+                self.error = f"stream ends at {self.last_time:.1f} s of {declared:.1f} s"
+            # the last frame covers its own duration: emit the targets that fall inside it
+            if prev is not None:
+                end = prev[0] + frame_dur
+                while (i + 0.5) * step < end - 1e-6:
+                    if converted[0] is not prev[1]:
+                        converted = (prev[1], _to_rgb(prev[1], self.size, self.fit))
+                    yield round((i + 0.5) * step, 6), converted[1]
+                    i += 1
 
 
 def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224,

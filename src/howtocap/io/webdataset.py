@@ -73,13 +73,11 @@ class ClipEmbedder(Protocol):
 
     def meta(self) -> dict[str, Any]:
         """``encoder``, ``encoder_name``, ``dim``, ``fps``: recorded in ``meta.json``."""
-        ...
 
     def __call__(self, clips: list[Clip], cache_dir: Path
                  ) -> list[tuple[np.ndarray, dict[str, Any]]]:
         """Each clip's rows (of one video) and the fields its JSON records; ``InputError``
         when the video does not decode."""
-        ...
 
 
 @dataclass
@@ -218,7 +216,6 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     files = _ShardFiles(out, shard_size)
     rows: list[dict[str, Any]] = []
     keys: set[str] = set()
-    n_captions = 0
     try:
         with progress_bar("exporting shards", transient=True, disable=not progress) as prog:
             bar = prog.add_task("export", total=len(by_video))
@@ -243,7 +240,6 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
                     rows.append({"shard": shard, "key": key, "video_id": clip.video_id,
                                  "start": clip.start, "end": clip.end,
                                  "n_captions": len(clip.captions)})
-                    n_captions += len(clip.captions)
                 prog.advance(bar)
         shards = files.close()
     except BaseException:
@@ -253,6 +249,7 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: no clip could be exported ({len(skipped)} "
                             "video(s) skipped)")
     index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
+    n_captions = int(index["n_captions"].sum())
     atomic_write_parquet(index, out / "index.parquet")
     meta = {"format": FORMAT, "version": VERSION, "content": content, **meta_extra,
             "source": str(rundir.root.resolve()), "table": kind, "shard_size": shard_size,
