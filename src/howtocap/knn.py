@@ -1,5 +1,4 @@
 """The FAISS index choice shared by the search index and the duplicates step.
-
 Bottom layer (imports nothing of the package but ``errors``; FAISS only when called), so a
 step and the search index build their inner-product indexes the same way."""
 

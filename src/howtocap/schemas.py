@@ -1,5 +1,4 @@
 """The tables a run writes: column order and dtypes (``SCHEMAS``), and making a frame conform.
-
 Bottom layer: imports nothing of the package, so readers, stages and the run directory share
 one definition of every table."""
 

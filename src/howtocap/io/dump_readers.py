@@ -1,5 +1,4 @@
 """The field's subtitle dumps read as a stream into the store's Parquet (``subtitle_dump``).
-
 HowTo100M's ``caption.json`` (a JSON object ``{video_id: entry}``, several GB for 1.2M videos)
 and collections of records (a JSON list, a ``video_id,start,end,text`` CSV) are read once with
 ijson or pandas in chunks, never whole; a pickle cannot be streamed, so it is loaded once.

@@ -1,5 +1,4 @@
 """Caption–clip pairs as every consumer reads them: training, WebDataset shards, eval.
-
 A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
 often repeat a span). Reading pairs (a run directory, its ``aligned/`` or ``framecaps/``
 table, a Parquet file or a CSV) and grouping them into clips lives here, below both the

@@ -1,6 +1,5 @@
 """Subtitle rows before any file format: text cleaning and the ``start, end, text`` rows that
 every reader (per-video files in ``subtitles``, streamed dumps in ``dump_readers``) builds.
-
 Its own module so both readers import it and neither imports the other's internals."""
 
 from __future__ import annotations

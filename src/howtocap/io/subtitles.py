@@ -1,11 +1,9 @@
 """Subtitles in, one clean ``start, end, text`` table out.
-
 Readers accept what users really have: WebVTT (including YouTube's rolling auto-captions with
 word-timing tags), SRT, and the HowTo100M / HowToCaption dumps (``caption.json``, the
 "sentencified" JSON, the same as pickle, folders of per-video CSVs). Everything they return has
 the same columns, sorted by time, with text cleaned by ``clean_text``. A malformed file raises
 ``InputError`` naming the file and, where it helps, the line.
-
 The parser is our own (about 150 lines) rather than pysubs2/webvtt-py: those either reject or
 silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway."""
 
@@ -19,6 +17,8 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import closing
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -110,18 +110,11 @@ _Cue = tuple[float, float, list[str], int]  # start, end, raw payload lines, lin
 
 def _blocks(text: str) -> Iterator[tuple[int, list[str]]]:
     """Blank-line separated blocks with the 1-based line number of their first line."""
-    block: list[str] = []
-    first = 0
-    for i, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            if not block:
-                first = i
-            block.append(line.rstrip())
-        elif block:
-            yield first, block
-            block = []
-    if block:
-        yield first, block
+    lines = enumerate(text.splitlines(), start=1)
+    for filled, run in groupby(lines, key=lambda x: bool(x[1].strip())):
+        if filled:
+            block = list(run)
+            yield block[0][0], [line.rstrip() for _, line in block]
 
 
 def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
@@ -408,9 +401,8 @@ def open_store(source: SubtitleSource) -> ParquetStore:
     """The store behind a ``SubtitleSource``: the Parquet file itself, or the dump converted."""
     if source.kind == "parquet":
         return ParquetStore(source.path, source.path, select=source.select, limit=source.limit)
-    if source.cache_dir is not None:
-        cache_dir = source.cache_dir
-    else:  # a private folder, removed with the source
+    cache_dir = source.cache_dir
+    if cache_dir is None:  # a private folder, removed with the source
         cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
         weakref.finalize(source, shutil.rmtree, cache_dir, True)
     out = _cache_file(source, cache_dir)
@@ -459,8 +451,7 @@ def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
     counts: list[int] = []
 
     def write(tmp: str) -> None:
-        writer = DumpWriter(tmp, "videos")
-        try:
+        with closing(DumpWriter(tmp, "videos")) as writer:
             for vid in source.video_ids():
                 try:
                     df = source.get(vid)
@@ -470,14 +461,10 @@ def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
                     continue
                 if df is None:
                     continue
+                cols = [df[c].tolist() for c in ("start", "end", "text")]
                 score = df["score"].tolist() if "score" in df.columns else [None] * len(df)
                 writer.add_video(vid, [(s, e, t, None if sc is None or sc != sc else sc)
-                                       for s, e, t, sc in zip(df["start"].tolist(),
-                                                              df["end"].tolist(),
-                                                              df["text"].tolist(), score,
-                                                              strict=True)])
-        finally:
-            writer.close()
+                                       for s, e, t, sc in zip(*cols, score, strict=True)])
         counts.extend([writer.videos, writer.rows])
 
     atomic_write(out, write)

@@ -1,9 +1,7 @@
 """Frame decoding with PyAV: probe a file, stream frames at a fixed rate, sample given times.
-
 Why this shape: at HowTo100M scale decoding dominates, so every video is decoded once, in one
 pass, with codec threading; frames that are not kept are never converted to RGB, and the kept
 ones are scaled by libswscale straight to the encoder's size (no PIL round trip).
-
 Frame ``i`` of a stream at ``fps`` is the decoded frame nearest to ``(i + 0.5) / fps`` seconds
 (the middle of second ``i`` at 1 fps), which is also what row ``i`` of the frame-embedding
 cache means."""

@@ -1,6 +1,5 @@
 """WebDataset tar shards of a run's clips: written by ``howtocap export --format webdataset``,
 streamed by ``howtocap train SHARDS_DIR``; why shards, and their layout: docs/webdataset.md.
-
 A shard is written under a hidden temp name and renamed when complete, and ``meta.json``
 (which training requires) last, so a killed export leaves nothing that looks complete. A
 format's reader and writer import no model: for ``content: embeddings`` the caller passes a

@@ -1,7 +1,6 @@
 """``--where``: keep the caption rows whose columns (theirs, and the visual signals of their
 window) pass an expression in pandas' ``DataFrame.query`` syntax, or a preset's (``PRESETS``);
 docs/signals.md has both.
-
 A caption's window gets each signal's mean over the signal rows it overlaps, weighted by the
 overlap, so a filter and a clip's JSON see one value per caption whatever the shots."""
 

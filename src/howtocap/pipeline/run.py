@@ -1,7 +1,6 @@
 """The composition above the steps: ``howtocap run`` (the whole pipeline in one resumable call —
 subtitles, LLM captions, alignment scoring (per-video stages), then the align filter, a reduce
 step) and ``howtocap status`` over every step's stages, in pipeline order.
-
 The only module that knows every step; the steps know the engine, the engine knows none."""
 
 from __future__ import annotations
