@@ -1,13 +1,9 @@
-"""Real photographs that ship inside installed packages, for generated sample videos.
-scikit-image ships about 17 usable photographs; benchmarks that hold out whole photographs
-(train on some, evaluate on others) need more. These sources are plain files of packages
-already installed here or one Debian package away, never a download:
-* scikit-image ``skimage/data`` (``skimage:<name>``),
-* scikit-learn's sample images ``sklearn/datasets/images`` (``sklearn:china``, ``sklearn:flower``),
-* matplotlib's ``sample_data`` (``matplotlib:grace_hopper``),
-* Debian's ``opencv-doc`` examples ``/usr/share/doc/opencv-doc/examples/data``
-  (``opencv:<name>``; ``apt-get install opencv-doc``), only its real photographs (the drawings,
-  calibration boards and logos are left out)."""
+"""Real photographs that ship inside installed packages, for generated sample videos:
+scikit-image's 17 or so are too few for benchmarks that hold out whole photographs. Plain files
+of packages installed here or one Debian package away, never a download: ``skimage:<name>``,
+``sklearn:china``/``flower``, ``matplotlib:grace_hopper`` and the real photographs (not the
+drawings, calibration boards or logos) of ``opencv-doc``'s examples (``opencv:<name>``;
+``apt-get install opencv-doc``)."""
 
 from __future__ import annotations
 

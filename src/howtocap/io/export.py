@@ -51,10 +51,8 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = WHAT, *, kept_only: bool
                      where: str | None = None, carry_signals: bool = False
                      ) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
-    frame captions; ``what`` names one table instead. ``drop_duplicates``: without the rows
-    of duplicate videos and repeated clips (``drop_duplicate_rows``). ``where`` filters on
-    any column and the window's signals; ``carry_signals``: the rows keep those signals
-    (for a writer that stores them)."""
+    frame captions; ``what`` names one table instead. Then ``filter_rows``; ``carry_signals``:
+    the rows keep the window's signals (for a writer that stores them)."""
     df, kind = _pairs(rundir, what, kept_only=kept_only, order=order)
     return filter_rows(df, rundir, drop_duplicates=drop_duplicates, where=where,
                        carry_signals=carry_signals), kind
@@ -62,9 +60,8 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = WHAT, *, kept_only: bool
 
 def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = False,
                 where: str | None = None, carry_signals: bool = False) -> pd.DataFrame:
-    """The filters ``export`` and ``train`` share, in one place: duplicates out, the
-    window's signals in (read only when ``where`` or ``carry_signals`` needs them), then
-    ``--where``."""
+    """The filters ``export`` and ``train`` share: duplicates out, the window's signals in
+    (read only when needed), then ``--where``."""
     if drop_duplicates:
         rows = drop_duplicate_rows(rows, rundir)
     has_signals = (where is not None or carry_signals) and rundir.has_table("signals")

@@ -90,8 +90,7 @@ def remote_source(value: str, base: Path, where: str) -> str | None:
         if YOUTUBE_ID.match(value) and not (base / value).exists():
             return value
         return None
-    scheme = m.group(1).lower()
-    if scheme not in URL_SCHEMES:
+    if m.group(1).lower() not in URL_SCHEMES:
         raise HowtocapError(f"{where}: unsupported URL {value!r} (take http(s)://, s3://, "
                             f"gs:// or a YouTube id)")
     try:

@@ -61,12 +61,10 @@ def run_root(source: str | Path) -> Path:
 
 
 def read_pairs(source: str | Path) -> pd.DataFrame:
-    """``video_id, video_path, start, end, text`` from a run directory, one of its tables
-    (``DIR/aligned/``, ``DIR/framecaps/``, a shard file of them), a Parquet file or CSV.
-    A run directory gives its aligned captions, or, without them, its frame captions (clips are
-    whole videos with several captions each). Only rows with ``kept`` are used; video paths
-    come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
-    (relative paths are taken from the CSV's folder)."""
+    """``video_id, video_path, start, end, text`` from a run directory (its aligned captions,
+    else its frame captions), one of its tables or their shard files, a Parquet file or a CSV
+    ``video_id,video_path,caption,start,end`` (paths relative to its folder). Only ``kept``
+    rows; video paths come from the run's ``videos.parquet``."""
     src = Path(source)
     if not src.exists():
         raise InputError(src, "does not exist (expected a run directory, its aligned/ table, "

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from howtocap.atomic import atomic_write
 from howtocap.errors import InputError
@@ -162,8 +163,7 @@ def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
         lines = [t for t in (clean_text(r) for r in raw) if t]
         if not lines:
             continue  # YouTube's blank transition cue, or only [Music]
-        k = _overlap(prev_lines, lines)
-        new = lines[k:]
+        new = lines[_overlap(prev_lines, lines):]
         prev_lines = lines
         if not new:
             sound_only = any(r.strip() and not clean_text(r) for r in raw)
@@ -214,13 +214,11 @@ read_vtt = read_srt = read_subtitle_file  # the content decides, not the extensi
 
 # -- HowTo100M-style sources --------------------------------------------------------------------
 class SubtitleSource:
-    """Subtitles for many videos from one place, looked up by video id.
-    A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for.
-    A Parquet table is read by row groups. A JSON, pickle or single CSV dump is streamed once
-    into a Parquet file under ``cache_dir`` (a private temporary folder when not given), then
-    read like one: memory stays bounded however large the dump (see ``howtocap.io.subtitle_dump``
-    for the design). ``select`` (video ids) and ``limit`` (the first N videos, in the source's
-    order) restrict what is kept; a video outside them is "not in the source"."""
+    """Subtitles for many videos from one place, looked up by video id. A folder is listed once
+    and each file read when asked for; a Parquet table is read by row groups; a JSON, pickle or
+    CSV dump is streamed once into Parquet under ``cache_dir`` (a private temporary folder when
+    not given), so memory stays bounded however large the dump (``io.subtitle_dump``).
+    ``select`` (ids) and ``limit`` (the first N, in the source's order) restrict what is kept."""
 
     def __init__(self, path: str | Path, *, cache_dir: str | Path | None = None,
                  select: Iterable[str] | None = None, limit: int | None = None,
@@ -320,8 +318,6 @@ class SubtitleSource:
         """``ids_window(lo, hi)`` as an Arrow string array (a dump's ids are one: no Python
         string a video)."""
         if self.kind == "folder":
-            import pyarrow as pa
-
             return pa.array(self.ids_window(lo, hi), pa.string())
         return self.store().id_array(lo, hi)
 

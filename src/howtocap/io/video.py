@@ -90,11 +90,9 @@ def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.nda
 
 
 class FrameStream(Iterator[tuple[float, np.ndarray]]):
-    """Iterator of ``(time, rgb)`` pairs that survives a broken stream.
-    When the file stops decoding part-way, iteration ends normally after the last good frame and
-    ``partial`` becomes ``True`` (``error`` holds the decoder's one-line message), so a caller
-    keeps everything that decoded and can still tell the result is incomplete. ``partial`` is
-    only final once the iterator is exhausted."""
+    """Iterator of ``(time, rgb)`` pairs that survives a broken stream: a file that stops
+    decoding part-way ends the iteration normally and sets ``partial`` (``error``: the decoder's
+    one line), so a caller keeps what decoded and knows it is incomplete (once exhausted)."""
 
     def __init__(self, path: Path, fps: float, size: int | None, fit: bool = False) -> None:
         if fps <= 0:
@@ -175,10 +173,9 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
 def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224,
                 fit: bool = False) -> FrameStream:
     """Stream one RGB uint8 frame ``(H, W, 3)`` per ``1/fps`` seconds, decoding the file once.
-    ``size`` scales the shorter side to ``size`` and centre-crops ``size x size`` (what CLIP-style
-    encoders expect); ``None`` keeps the full frame and lets the encoder resize; ``fit`` keeps
-    the whole frame, its shorter side scaled down to ``size`` (never up). Read
-    ``.partial`` on the returned stream after iterating to learn whether the file was cut short."""
+    ``size``: shorter side scaled to it, centre-cropped square (what CLIP-style encoders
+    expect); ``None`` keeps the full frame; ``fit`` keeps the whole frame, its shorter side
+    scaled down to ``size`` (never up). ``.partial`` tells, once iterated, a cut-short file."""
     return FrameStream(Path(path), fps, size, fit)
 
 
@@ -213,9 +210,8 @@ def sample_frames(path: str | Path, times: Sequence[float],
         order = sorted(range(len(times)), key=lambda k: times[k])
         pos = 0
         while pos < len(order):
-            t_want = times[order[pos]]
             try:
-                container.seek(int((max(t_want, 0.0) + start) / tb), stream=stream,
+                container.seek(int((max(times[order[pos]], 0.0) + start) / tb), stream=stream,
                                backward=True, any_frame=False)
                 prev: tuple[float, av.VideoFrame] | None = None
                 pos_at_seek = pos

@@ -101,7 +101,6 @@ class _ShardFiles:
                                       post=self._finish, opener=self._open, verbose=0,
                                       encoder=False, user="howtocap", group="howtocap",
                                       mtime=int(time.time()))
-        self.count = 0
 
     def _open(self, fname: str) -> Any:
         fh = open(fname, "wb")  # noqa: SIM115 - closed in _finish, after the tar trailer
@@ -120,12 +119,11 @@ class _ShardFiles:
     def write(self, sample: dict[str, Any]) -> str:
         """Write one sample; returns the (final) name of the shard that holds it."""
         self.writer.write(sample)
-        self.count += 1
         return Path(self.writer.fname).name[1:-len(".tmp")]
 
     def close(self) -> list[str]:
         self.writer.close()
-        if not self.count:  # ShardWriter opens a shard before any write: drop it if empty
+        if not self.writer.total:  # ShardWriter opens a shard before any write: drop it if empty
             for name in self.done:
                 (self.out / name).unlink(missing_ok=True)
             self.done = []
@@ -235,10 +233,9 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
                         key = f"{base}-{i}"
                     keys.add(key)
                     sample["__key__"] = key
-                    shard = files.write(sample)
-                    rows.append({"shard": shard, "key": key, "video_id": clip.video_id,
-                                 "start": clip.start, "end": clip.end,
-                                 "n_captions": len(clip.captions)})
+                    rows.append({"shard": files.write(sample), "key": key,
+                                 "video_id": clip.video_id, "start": clip.start,
+                                 "end": clip.end, "n_captions": len(clip.captions)})
                 prog.advance(bar)
         shards = files.close()
     except BaseException:
@@ -264,12 +261,11 @@ def _video_samples(clips: list[Clip], content: str, k: int, size: int,
                    embed: ClipEmbedder | None, cache: Path, quality: int
                    ) -> Iterator[tuple[Clip, dict[str, Any]]]:
     """Every clip of one video as a sample (decoding the video once); raises ``InputError``."""
-    first = clips[0]
     if content == "frames":
         from howtocap.io.video import sample_frames
 
         times = [frame_times(c, k, None) for c in clips]
-        flat = sample_frames(first.video_path, [t for ts in times for t in ts], size=size)
+        flat = sample_frames(clips[0].video_path, [t for ts in times for t in ts], size=size)
         for j, (c, ts) in enumerate(zip(clips, times, strict=True)):
             sample: dict[str, Any] = {name: encode_jpeg(img, quality) for name, img in
                                       zip(frame_names(k), flat[j * k:(j + 1) * k], strict=True)}
