@@ -15,8 +15,7 @@ from howtocap.errors import HowtocapError
 
 def cache_root() -> Path:
     """``$HOWTOCAP_CACHE``, else ``$XDG_CACHE_HOME/howtocap``, else ``~/.cache/howtocap``."""
-    env = os.environ.get("HOWTOCAP_CACHE")
-    if env:
+    if env := os.environ.get("HOWTOCAP_CACHE"):
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "howtocap"

@@ -185,5 +185,4 @@ def iter_words_and_verbs(nlp: Any, texts: Iterable[str], *, batch_size: int = 51
 def iter_verb_lemmas(nlp: Any, texts: Iterable[str], *, batch_size: int = 512,
                      n_process: int = 1) -> Iterator[list[str]]:
     """Verb lemmas of each text, in order, streamed through ``nlp.pipe`` in batches."""
-    for doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
-        yield verb_lemmas(doc)
+    return map(verb_lemmas, nlp.pipe(texts, batch_size=batch_size, n_process=n_process))

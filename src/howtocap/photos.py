@@ -35,11 +35,9 @@ def packaged_photos() -> dict[str, Path]:
         if p.is_file():
             out["matplotlib:grace_hopper"] = p
     for name in OPENCV_PHOTOS:
-        for ext in _IMAGE_EXT:
-            p = OPENCV_DOC / "data" / f"{name}{ext}"
-            if p.is_file():
-                out[f"opencv:{name}"] = p
-                break
+        found = [p for ext in _IMAGE_EXT if (p := OPENCV_DOC / "data" / f"{name}{ext}").is_file()]
+        if found:
+            out[f"opencv:{name}"] = found[0]
     plant = OPENCV_DOC / "alphamat" / "input_images" / "plant.jpg"
     if plant.is_file():
         out["opencv:plant"] = plant

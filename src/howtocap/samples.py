@@ -333,8 +333,7 @@ def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: i
     videos = []
     for v in range(n_videos):
         for _ in range(100):
-            k = rng.choice([4, 5])
-            chosen = rng.sample(steps or DEFAULT_STEPS, k)
+            chosen = rng.sample(steps or DEFAULT_STEPS, rng.choice([4, 5]))
             key = tuple(s[0] for s in chosen)
             if key not in seen:
                 break

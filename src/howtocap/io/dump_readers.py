@@ -121,9 +121,8 @@ def _record_rows(path: Path, i: int, rec: Any) -> tuple[str, list[Row] | str]:
     """One record's video id and its rows (or the per-video problem with its numbers)."""
     if not isinstance(rec, dict) or "video_id" not in rec:
         raise InputError(path, f"item {i}: expected an object with video_id, start, end, text")
-    for k in COLUMNS:
-        if k not in rec:
-            raise InputError(path, f"item {i}: missing {k!r}")
+    if (missing := next((k for k in COLUMNS if k not in rec), None)) is not None:
+        raise InputError(path, f"item {i}: missing {missing!r}")
     vid = str(rec["video_id"])
     try:
         return vid, entry_rows(path, vid, {k: [rec[k]] for k in COLUMNS})

@@ -64,9 +64,8 @@ def probe(path: str | Path) -> VideoInfo:
     path = Path(path)
     with _open(path) as c:
         vs = c.streams.video[0]
-        duration = _declared_duration(c, vs)
         rate = vs.average_rate or vs.guessed_rate or vs.base_rate
-        return VideoInfo(path=path, duration=max(duration, 0.0),
+        return VideoInfo(path=path, duration=max(_declared_duration(c, vs), 0.0),
                          width=int(vs.codec_context.width), height=int(vs.codec_context.height),
                          fps=float(rate) if rate else 0.0, has_video=True,
                          has_audio=bool(c.streams.audio))

@@ -47,8 +47,7 @@ def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
             out[c] = pd.array([None] * len(rows), dtype="boolean") if c in flags else np.nan
         return out
     order = {v: i for i, v in enumerate(pd.unique(sig["video_id"]))}
-    span = float(max(sig["end"].max() if len(sig) else 0.0,
-                     rows["end"].max() if len(rows) else 0.0)) + 1.0
+    span = float(max(sig["end"].max(), rows["end"].max() if len(rows) else 0.0)) + 1.0
     base = sig["video_id"].map(order).to_numpy(float) * span
     s0 = base + sig["start"].to_numpy(float)
     # overlapping signal rows (not ours, but a user's table may have them): the later one wins
