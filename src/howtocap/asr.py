@@ -141,12 +141,6 @@ _MODELS: dict[tuple[str, str, str], tuple[Any, threading.Lock]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _default_device() -> str:
-    import ctranslate2
-
-    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-
-
 def _load(model_ref: str, device: str, compute_type: str, label: str
           ) -> tuple[Any, threading.Lock]:
     """One model per (model, device, compute type) per process."""
@@ -213,9 +207,11 @@ def create(name: str = "default", *, device: str | None = None,
     two packages), a local CTranslate2 folder, or a faster-whisper model name such as
     ``small.en`` / ``large-v3`` (downloaded; needs internet)."""
     model_ref, forced_lang = resolve_model(name)
-    device = device or _default_device()
+    if not device:
+        import ctranslate2
+
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     compute_type = compute_type or ("float16" if device.startswith("cuda") else "int8")
     return WhisperASR(name, model_ref, device=device, compute_type=compute_type,
                       language=language or forced_lang, beam_size=beam_size,
-                      vad_filter=vad_filter,
-                      condition_on_previous_text=condition_on_previous_text)
+                      vad_filter=vad_filter, condition_on_previous_text=condition_on_previous_text)

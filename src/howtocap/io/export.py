@@ -137,13 +137,12 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
     elif fmt == "csv":
         path = Path(out) if out else rundir.root / f"{kind}_pairs.csv"
         videos = rundir.table("videos")[["video_id", "video_path"]]
-        cols = ["video_id", "video_path", "text", "start", "end"]
+        cols = ["video_id", "video_path", "caption", "start", "end"]
         if unfiltered:  # as promised by --unfiltered: every pair with its score and verdict
             cols += ["score", "kept"]
         cols += list(df.attrs.get("signals", []))
         merged = df.merge(videos, on="video_id", how="left").rename(columns={"text": "caption"})
-        atomic_write_text(path, merged[[c if c != "text" else "caption" for c in cols]]
-                          .to_csv(index=False))
+        atomic_write_text(path, merged[cols].to_csv(index=False))
     else:
         raise HowtocapError(f"unknown export format {fmt!r}; choose howtocaption, csv or "
                             "webdataset")

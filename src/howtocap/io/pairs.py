@@ -154,11 +154,9 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
             log.print(f"skipped {len(skipped)} video(s), {skipped_pairs} pair(s) "
                       "(missing or unreadable)", highlight=False)
     good = pairs[pairs["video_id"].isin(list(durations))]
-    clips = []
-    for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True):
-        path = Path(grp["video_path"].iloc[0])
-        clips.append(Clip(str(vid), path, float(start), float(end),
-                          [str(t) for t in grp["text"]], durations[vid]))
+    clips = [Clip(str(vid), Path(grp["video_path"].iloc[0]), float(start), float(end),
+                  [str(t) for t in grp["text"]], durations[vid])
+             for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True)]
     return PairSet(clips, int(len(good)), skipped, skipped_pairs)
 
 

@@ -186,10 +186,8 @@ def _sniff(text: str) -> str | None:
     head = text.lstrip("\ufeff \t\r\n")
     if head.startswith("WEBVTT"):
         return "vtt"
-    for line in head.splitlines()[:50]:
-        if "-->" in line:
-            return "srt" if re.search(r"\d,\d", line) else "vtt"
-    return None
+    timing = next((line for line in head.splitlines()[:50] if "-->" in line), None)
+    return None if timing is None else "srt" if re.search(r"\d,\d", timing) else "vtt"
 
 
 def read_subtitle_file(path: Path) -> pd.DataFrame:
@@ -277,8 +275,7 @@ class SubtitleSource:
         """Let go of the store and its column of every video id (1.2M on HowTo100M): the
         next lookup opens the converted file again (``cache_dir``), without converting."""
         with self._lock:
-            self._store = None
-            self._files = None
+            self._store = self._files = None
 
     def _folder(self) -> dict[str, Path]:
         with self._lock:
@@ -290,9 +287,7 @@ class SubtitleSource:
                         files.setdefault(p.stem, p)
                 if not files and self.select is None:
                     raise InputError(self.path, "folder holds no <video_id>.csv/.vtt/.srt files")
-                if self.limit is not None:
-                    files = dict(list(files.items())[:self.limit])
-                self._files = files
+                self._files = dict(list(files.items())[:self.limit])
             return self._files
 
     # -- lookup ----------------------------------------------------------------------------

@@ -196,8 +196,7 @@ def sample_frames(path: str | Path, times: Sequence[float],
     times = [float(t) for t in times]
     out: list[np.ndarray | None] = [None] * len(times)
     if not times:
-        s = size or 0
-        return np.zeros((0, s, s, 3), np.uint8)
+        return np.zeros((0, size or 0, size or 0, 3), np.uint8)
     with _open(path) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"

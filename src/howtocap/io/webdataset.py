@@ -332,8 +332,7 @@ def open_shards(path: str | Path) -> ShardSet:
     try:
         index = pd.read_parquet(root / "index.parquet")
     except Exception as exc:  # pyarrow raises several types for a bad or missing file
-        raise InputError(root / "index.parquet", f"not a readable Parquet table ({exc})"
-                         ) from None
+        raise InputError(root / "index.parquet", f"not a readable Parquet table ({exc})") from None
     for shard in meta["shards"]:
         p = root / shard
         if not p.exists():
