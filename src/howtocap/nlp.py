@@ -27,10 +27,9 @@ def load_spacy(name: str | None = None, *, parser: bool = False, whole: bool = F
     ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``."""
     import spacy
 
-    names = (name,) if name else MODEL_CANDIDATES
     disabled = [] if whole else [c for c in DISABLED if not (parser and c == "parser")]
     problems = []
-    for cand in names:
+    for cand in (name,) if name else MODEL_CANDIDATES:
         try:
             nlp = spacy.load(cand, disable=disabled)
         except (OSError, ImportError, ValueError) as exc:
@@ -97,14 +96,11 @@ def _anchor(spec: dict[str, Any]) -> tuple[str, frozenset[str]] | None:
 
 
 class RuleIndex:
-    """``AttributeRuler.match`` by dictionary lookups: the same matches as spaCy's Matcher.
-    ``en_core_web_sm``'s attribute ruler has ~180 one- and two-token patterns (the tag map and
-    its exceptions), and the Matcher tries every one at every token: the filler test's largest
-    cost after the tok2vec layer (benchmarks/results/parse.md measures both). Nearly
-    every pattern fixes its first token's lower form or tag, so a token needs only the few
-    patterns those two values can start. The ruler then sets the attributes exactly as before
-    (``set_annotations``, in rule order). A ruler with any pattern this index cannot reproduce,
-    or whose patterns changed since, keeps (or goes back to) the Matcher."""
+    """``AttributeRuler.match`` by dictionary lookups, with the Matcher's matches: it tries
+    ``en_core_web_sm``'s ~180 patterns at every token, the filler test's largest cost after
+    tok2vec (benchmarks/results/parse.md), but nearly every pattern fixes its first token's
+    lower form or tag. A ruler with a pattern this index cannot reproduce, or whose patterns
+    changed since, keeps (or goes back to) the Matcher."""
 
     def __init__(self, ruler: Any) -> None:
         self.ruler = ruler

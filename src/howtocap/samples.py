@@ -1,9 +1,7 @@
-"""Small narrated "instructional" videos whose ground truth we know exactly.
-No real instructional video can be downloaded here, so tests, benchmarks and ``make demo`` build
-their own: each step shows one real photograph (shipped inside scikit-image) with a slow zoom and
-pan, while espeak-ng speaks a how-to sentence about it. Because we place every sentence
-ourselves, the true narration times and the true visual step times are known, which lets the
-alignment and ASR stages be measured, not just run."""
+"""Small narrated "instructional" videos whose ground truth we know exactly, for tests,
+benchmarks and ``make demo`` (no real one can be downloaded here): each step shows a real
+photograph with a slow zoom and pan while espeak-ng speaks a how-to sentence about it. We place
+every sentence, so the true narration and step times are known: alignment and ASR are measured."""
 
 from __future__ import annotations
 
@@ -323,11 +321,9 @@ def make_narrated_video(out_dir: Path, video_id: str,
 def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: int = 0,
                      steps: list[tuple[str, str, str]] | None = None, fillers: int = 0,
                      **kw: object) -> list[SampleVideo]:
-    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps,
-    plus ``chatter`` labelled chatter segments each (intro, outro, then between steps) and
-    ``fillers`` labelled filler segments each (after random steps, over the step's photo).
-    ``steps`` is the pool of (photo, narration, caption) to draw from [``DEFAULT_STEPS``];
-    pass ``photos=`` (see ``howtocap.photos``) when it names photographs outside scikit-image."""
+    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 of
+    ``steps`` [``DEFAULT_STEPS``], plus ``chatter`` and ``fillers`` labelled segments each
+    (``photos=``: for photographs outside scikit-image, see ``howtocap.photos``)."""
     rng = random.Random(seed)
     seen: set[tuple[str, ...]] = set()
     videos = []

@@ -1,9 +1,7 @@
-"""The field's subtitle dumps read as a stream into the store's Parquet (``subtitle_dump``).
-HowTo100M's ``caption.json`` (a JSON object ``{video_id: entry}``, several GB for 1.2M videos)
-and collections of records (a JSON list, a ``video_id,start,end,text`` CSV) are read once with
-ijson or pandas in chunks, never whole; a pickle cannot be streamed, so it is loaded once.
-Each becomes the Parquet file ``ParquetStore`` reads by row group; a malformed entry fails its
-own video there (a per-video error row), not the collection."""
+"""The field's subtitle dumps streamed into the store's Parquet (``subtitle_dump``): HowTo100M's
+``caption.json`` (several GB) and collections of records (a JSON list, a CSV) are read with
+ijson or pandas in chunks, never whole (a pickle cannot be streamed: it is loaded once). A
+malformed entry fails its own video (a per-video error row), not the collection."""
 
 from __future__ import annotations
 

@@ -26,9 +26,8 @@ TRAIN_ORDER = ("aligned", "framecaps", "captions")
 
 def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
     """``rows`` (video_id, start, end, …) without the duplicates ``howtocap duplicates`` found:
-    every row of a video that is not its group's kept id (kind ``video``), and every row whose
-    window's middle lies in a repeated clip of another video (kind ``clip``: the other video
-    keeps that footage). The one filter ``export`` and ``train`` apply before any writer."""
+    the rows of a video not its group's kept id, and those whose window's middle lies in a
+    clip another video repeats (that video keeps the footage)."""
     if not rundir.has_table("duplicates"):
         raise HowtocapError(f"{rundir.root}: no duplicates table; run `howtocap duplicates "
                             f"{rundir.root}` first (--drop-duplicates reads it)")

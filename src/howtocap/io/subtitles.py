@@ -145,10 +145,7 @@ def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
 
 def _overlap(prev: list[str], cur: list[str]) -> int:
     """How many leading lines of ``cur`` repeat the trailing lines of ``prev`` (rolling cues)."""
-    for k in range(min(len(prev), len(cur)), 0, -1):
-        if prev[-k:] == cur[:k]:
-            return k
-    return 0
+    return next((k for k in range(min(len(prev), len(cur)), 0, -1) if prev[-k:] == cur[:k]), 0)
 
 
 def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
@@ -344,10 +341,9 @@ class SubtitleSource:
 # -- the per-video stage function ---------------------------------------------------------------
 def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None,
                         asr: ASR | None = None) -> pd.DataFrame:
-    """One video's subtitles as a ``subtitles`` table (its schema; ``config_id`` is set when the
-    stage commits).
-    Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
-    the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given)."""
+    """One video's subtitles as a ``subtitles`` table: the item's explicit subtitle file, else a
+    sidecar ``<stem>.vtt/.srt`` next to the video, else ``source`` (``--subtitles``), else
+    ASR (when ``asr`` is given)."""
     return subtitles_and_origin(item, source=source, asr=asr)[0].to_pandas()
 
 

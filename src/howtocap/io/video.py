@@ -1,10 +1,8 @@
 """Frame decoding with PyAV: probe a file, stream frames at a fixed rate, sample given times.
-Why this shape: at HowTo100M scale decoding dominates, so every video is decoded once, in one
-pass, with codec threading; frames that are not kept are never converted to RGB, and the kept
-ones are scaled by libswscale straight to the encoder's size (no PIL round trip).
-Frame ``i`` of a stream at ``fps`` is the decoded frame nearest to ``(i + 0.5) / fps`` seconds
-(the middle of second ``i`` at 1 fps), which is also what row ``i`` of the frame-embedding
-cache means."""
+At HowTo100M scale decoding dominates: each video is decoded once, with codec threading;
+frames not kept are never converted to RGB, the kept ones scaled by libswscale straight to the
+encoder's size. Frame ``i`` at ``fps`` is the one nearest ``(i + 0.5) / fps`` seconds, which
+is also what row ``i`` of the frame-embedding cache means."""
 
 from __future__ import annotations
 
@@ -246,10 +244,9 @@ def sample_frames(path: str | Path, times: Sequence[float],
 
 
 def frame_at(path: str | Path, t: float) -> Image.Image:
-    """The first frame at or after ``t`` seconds (the last frame if ``t`` is past the end):
-    the frame a player shows when seeking to ``t``. The search page's thumbnails and the clip
-    export's ``.jpg`` both take it at a window's middle (``clips.window.window_middle``), so
-    they show the same picture. Raises ``InputError`` when nothing decodes."""
+    """The first frame at or after ``t`` seconds (the last one past the end), as a player shows
+    it: the search page's thumbnails and the clip export's ``.jpg`` take it at a window's
+    middle (``clips.window.window_middle``), so they show the same picture."""
     path = Path(path)
     with _open(path) as container:
         stream = container.streams.video[0]

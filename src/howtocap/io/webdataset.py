@@ -1,10 +1,8 @@
 """WebDataset tar shards of a run's clips: written by ``howtocap export --format webdataset``,
-streamed by ``howtocap train SHARDS_DIR``; why shards, and their layout: docs/webdataset.md.
-A shard is written under a hidden temp name and renamed when complete, and ``meta.json``
-(which training requires) last, so a killed export leaves nothing that looks complete. A
-format's reader and writer import no model: for ``content: embeddings`` the caller passes a
-``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the
-frame cache."""
+streamed by ``howtocap train SHARDS_DIR`` (why, and the layout: docs/webdataset.md). A shard is
+written under a hidden temp name and renamed when complete, ``meta.json`` (which training
+requires) last: a killed export leaves nothing that looks complete. No model is imported: for
+``content: embeddings`` the caller passes a ``ClipEmbedder`` (``encoders.clip_rows.ClipRows``)."""
 
 from __future__ import annotations
 
@@ -103,8 +101,7 @@ class _ShardFiles:
                                       mtime=int(time.time()))
 
     def _open(self, fname: str) -> Any:
-        fh = open(fname, "wb")  # noqa: SIM115 - closed in _finish, after the tar trailer
-        self.files[fname] = fh
+        fh = self.files[fname] = open(fname, "wb")  # noqa: SIM115 - closed in _finish
         return fh
 
     def _finish(self, fname: str) -> None:
