@@ -5,6 +5,7 @@ every sentence, so the true narration and step times are known: alignment and AS
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import subprocess
@@ -297,14 +298,12 @@ def make_narrated_video(out_dir: Path, video_id: str,
                 str(tmp / "out.mp4")]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None
-        try:
+        with contextlib.suppress(BrokenPipeError):  # ffmpeg died: its stderr says why
             for step in plan:
                 photo = _load_image(step.image, size, photos)
                 for frame in _step_frames(photo, frames_per_step, size, rng):
                     proc.stdin.write(frame)
             proc.stdin.close()
-        except BrokenPipeError:
-            pass
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         if proc.wait() != 0:
             raise HowtocapError(f"ffmpeg failed writing {video_path}: {err.strip()[:300]}")

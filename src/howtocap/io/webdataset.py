@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -202,9 +203,7 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     meta_extra = embed.meta() if content == "embeddings" and embed is not None else {
         "frames_per_clip": frames_per_clip, "image_size": image_size,
         "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
-    by_video: dict[str, list[Clip]] = {}
-    for c in ps.clips:
-        by_video.setdefault(c.video_id, []).append(c)
+    by_video = {v: list(g) for v, g in groupby(ps.clips, key=lambda c: c.video_id)}  # sorted
 
     _prepare_out(out)
     files = _ShardFiles(out, shard_size)

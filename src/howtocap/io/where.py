@@ -103,9 +103,8 @@ def where_rows(rows: pd.DataFrame, expr: str, source: str) -> pd.DataFrame:
     naming ``source``, the unknown column or the syntax error."""
     import pandas as pd
 
-    text = PRESETS.get(expr.strip(), expr)
     try:
-        keep = rows.eval(text, engine="python")
+        keep = rows.eval(PRESETS.get(expr.strip(), expr), engine="python")
     except pd.errors.UndefinedVariableError as exc:
         name = str(exc).split("'")[1] if "'" in str(exc) else str(exc)
         raise HowtocapError(f"{source}: --where {expr!r}: no column {name!r}; columns: "
