@@ -12,7 +12,6 @@ import torch
 
 from howtocap.errors import HowtocapError
 from howtocap.metrics import (
-    caption_mask,
     crosstask_recall,
     metrics_from_ranks,
     multi_caption_metrics,
@@ -74,13 +73,6 @@ def test_bad_shapes_and_rules_are_named_in_the_error() -> None:
         ranks(np.zeros((2, 2)), ties="best")
     with pytest.raises(HowtocapError, match="diagonal"):
         ranks(np.zeros((3, 2)))
-
-
-def test_caption_mask_is_a_boolean_item_by_caption_table() -> None:
-    mask = caption_mask([0, 2, 0, 1], 3)
-    assert mask.dtype == bool
-    assert mask.tolist() == [[True, False, True, False], [False, False, False, True],
-                             [False, True, False, False]]
 
 
 def test_multi_caption_refuses_bad_caption_items() -> None:

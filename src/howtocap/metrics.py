@@ -1,17 +1,13 @@
 """Retrieval metrics (R@K, median/mean rank) that are fast, exact and explicit about ties.
-
 The rank of a query is ``1 + (wrong items scoring strictly higher than the correct one)`` plus a
 tie term for wrong items scoring exactly the same: all of them (``pessimistic``, the default:
 constant scores get the worst rank, never a lucky one), none (``optimistic``) or half (``mean``,
 scipy's ``average``; ranks may then be fractional). With several correct items for a query
 (video-to-text on MSVD), the best-scoring one counts, against wrong items only (docs/eval.md).
-
 The common ``argsort(-sim)`` recipe leaves ties to the sort's internal order, so its numbers can
 move with the hardware or library version. Here ranks come from counting, never from sorting:
 ``O(n*m)`` comparisons in row chunks, on the GPU when ``sim`` is a CUDA tensor.
-
-Pure maths (numpy and torch), so it sits at the bottom: training and ``evaluate`` both use it.
-"""
+Pure maths (numpy and torch), so it sits at the bottom: training and ``evaluate`` both use it."""
 
 from __future__ import annotations
 
@@ -76,13 +72,11 @@ def _gt_tensor(gt: ArrayLike | None, n_q: int, n_items: int, device: torch.devic
 def ranks(sim: ArrayLike, gt: ArrayLike | None = None, *, ties: str = "pessimistic",
           chunk: int | None = None, owner: ArrayLike | None = None) -> np.ndarray:
     """1-based rank of the (best) correct item for every query, as float64 numpy.
-
     ``sim`` is ``(n_queries, n_items)``; ``gt`` is ``None`` (item ``i`` is correct for query
     ``i``), a 1-D array of correct item indices, or a 2-D boolean mask of correct items.
     Memory is bounded by processing ``chunk`` rows at a time (default: ~64 MB per chunk).
     ``owner`` (instead of ``gt``) is the compact form of a mask: item ``j`` is correct for
-    query ``owner[j]`` (video-to-text with several captions per video, without a dense mask).
-    """
+    query ``owner[j]`` (video-to-text with several captions per video, without a dense mask)."""
     _check_ties(ties)
     s = _as_tensor(sim)
     n_q, n_items = s.shape
@@ -137,9 +131,8 @@ def metrics_from_ranks(r: np.ndarray, recall_at: tuple[int, ...] = RECALL_AT) ->
     """R@K in percent, median and mean rank, and the number of queries."""
     r = np.asarray(r, dtype=np.float64)
     n = len(r)
-    out: dict[str, float | int] = {}
-    for k in recall_at:
-        out[f"R@{k}"] = float(100.0 * np.mean(r <= k)) if n else float("nan")
+    out: dict[str, float | int] = {f"R@{k}": float(100.0 * np.mean(r <= k)) if n
+                                   else float("nan") for k in recall_at}
     out["MedR"] = float(np.median(r)) if n else float("nan")
     out["MeanR"] = float(np.mean(r)) if n else float("nan")
     out["n"] = n
@@ -150,30 +143,22 @@ def retrieval_metrics(sim: ArrayLike, gt: ArrayLike | None = None, *,
                       ties: str = "pessimistic", recall_at: tuple[int, ...] = RECALL_AT
                       ) -> dict:
     """R@1/5/10/50 (percent), MedR, MeanR and n for a ``(n_queries, n_items)`` similarity.
-
     Text-to-video: ``sim = text_emb @ video_emb.T``; video-to-text: pass ``sim.T``. See the
-    module docstring for the tie rules and for ``gt`` as a mask (several correct items).
-    """
+    module docstring for the tie rules and for ``gt`` as a mask (several correct items)."""
     return metrics_from_ranks(ranks(sim, gt, ties=ties), recall_at)
 
 
 def reference_ranks(sim: ArrayLike, gt: ArrayLike | None = None, *,
                     ties: str = "pessimistic") -> np.ndarray:
     """The same ranks from a full sort of every row (slow; for tests and the benchmark).
-
     Each row is sorted by descending score with an explicit secondary key that puts correct
     items after (pessimistic) or before (optimistic) equal-scoring wrong ones; the rank is the
-    1-based position of the first correct item. ``mean`` averages the two orders.
-    """
+    1-based position of the first correct item. ``mean`` averages the two orders."""
     _check_ties(ties)
     s = _as_tensor(sim).cpu().numpy()
     n_q, n_items = s.shape
     g = _gt_tensor(gt, n_q, n_items, torch.device("cpu")).numpy()
-    if g.ndim == 1:
-        mask = np.zeros((n_q, n_items), dtype=bool)
-        mask[np.arange(n_q), g] = True
-    else:
-        mask = g
+    mask = g if g.ndim == 2 else g[:, None] == np.arange(n_items)
 
     def one_order(correct_last: bool) -> np.ndarray:
         out = np.empty(n_q, dtype=np.float64)
@@ -197,25 +182,15 @@ def reference_metrics(sim: ArrayLike, gt: ArrayLike | None = None, *,
     return metrics_from_ranks(reference_ranks(sim, gt, ties=ties), recall_at)
 
 
-def caption_mask(caption_item: ArrayLike, n_items: int) -> np.ndarray:
-    """``(n_items, n_captions)`` boolean: which captions describe each item."""
-    ci = np.asarray(caption_item, dtype=np.int64)
-    mask = np.zeros((n_items, len(ci)), dtype=bool)
-    mask[ci, np.arange(len(ci))] = True
-    return mask
-
-
 def multi_caption_metrics(sim_t2v: ArrayLike, caption_item: ArrayLike, *,
                           ties: str = "pessimistic", recall_at: tuple[int, ...] = RECALL_AT
                           ) -> dict[str, dict]:
     """``{"t2v": …, "v2t": …}`` when an item (video/clip) may have several captions.
-
     ``sim_t2v`` is ``(n_captions, n_items)``; ``caption_item[j]`` is the item caption ``j``
     describes. Text-to-video: every caption is a query whose one correct item is its video.
     Video-to-text: every item is a query and counts as a hit at K if *any* of its captions is
     ranked within the top K (rank of its best caption among wrong captions). With one caption
-    per item this equals :func:`retrieval_metrics` in both directions.
-    """
+    per item this equals :func:`retrieval_metrics` in both directions."""
     s = _as_tensor(sim_t2v)
     ci = np.asarray(caption_item, dtype=np.int64)
     n_items = s.shape[1]
@@ -232,16 +207,10 @@ def multi_caption_metrics(sim_t2v: ArrayLike, caption_item: ArrayLike, *,
 
 def crosstask_recall(scores: list[np.ndarray], gt: list[np.ndarray],
                      tasks: list[str] | None = None) -> dict:
-    """Step-localisation recall (CrossTask, as in the HowTo100M paper).
-
-    For every video ``scores[v]`` is ``(n_seconds, n_steps)`` (how well each second matches
-    each step of the video's task) and ``gt[v]`` is the same shape, nonzero where a step truly
-    happens. For each step that occurs in the video, the single best-scoring second is the
-    prediction; it is a hit if that second lies inside the step. Recall is averaged over the
-    steps of each task, then over tasks (CrossTask's protocol); without ``tasks`` every video
-    is its own task. This independent argmax ignores step order; the paper's ordered inference
-    and the release reader are in :mod:`howtocap.evaluate.crosstask`.
-    """
+    """Step-localisation recall (CrossTask, as in the HowTo100M paper): ``scores[v]`` and
+    ``gt[v]`` are ``(n_seconds, n_steps)``; each step of the video is predicted at its best
+    second, a hit if ``gt`` is nonzero there. Averaged over each task's steps, then over tasks
+    (without ``tasks`` each video is one). The ordered inference is ``evaluate.crosstask``'s."""
     if len(scores) != len(gt):
         raise HowtocapError(f"{len(scores)} score arrays for {len(gt)} ground-truth arrays")
     tasks = list(tasks) if tasks is not None else [str(i) for i in range(len(scores))]
@@ -260,10 +229,8 @@ def crosstask_recall(scores: list[np.ndarray], gt: list[np.ndarray],
 def step_recall(seconds: list[np.ndarray], gt: list[np.ndarray], tasks: list[str]
                 ) -> dict[str, Any]:
     """Recall of predicted step seconds against ``gt`` masks, per task and averaged over tasks.
-
     ``seconds[v][k]`` is the second predicted for step ``k`` of video ``v``; a step counts as
-    annotated when ``gt[v][:, k]`` has any True, and as found when ``gt[v][seconds[v][k], k]``.
-    """
+    annotated when ``gt[v][:, k]`` has any True, and as found when ``gt[v][seconds[v][k], k]``."""
     hits: dict[str, int] = {}
     total: dict[str, int] = {}
     for sec, g, task in zip(seconds, gt, tasks, strict=True):

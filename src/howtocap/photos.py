@@ -1,21 +1,15 @@
-"""Real photographs that ship inside installed packages, for generated sample videos.
-
-scikit-image ships about 17 usable photographs; benchmarks that hold out whole photographs
-(train on some, evaluate on others) need more. These sources are plain files of packages
-already installed here or one Debian package away, never a download:
-
-* scikit-image ``skimage/data`` (``skimage:<name>``),
-* scikit-learn's sample images ``sklearn/datasets/images`` (``sklearn:china``, ``sklearn:flower``),
-* matplotlib's ``sample_data`` (``matplotlib:grace_hopper``),
-* Debian's ``opencv-doc`` examples ``/usr/share/doc/opencv-doc/examples/data``
-  (``opencv:<name>``; ``apt-get install opencv-doc``), only its real photographs (the drawings,
-  calibration boards and logos are left out).
-"""
+"""Real photographs that ship inside installed packages, for generated sample videos:
+scikit-image's 17 or so are too few for benchmarks that hold out whole photographs. Plain files
+of packages installed here or one Debian package away, never a download: ``skimage:<name>``,
+``sklearn:china``/``flower``, ``matplotlib:grace_hopper`` and the real photographs (not the
+drawings, calibration boards or logos) of ``opencv-doc``'s examples (``opencv:<name>``;
+``apt-get install opencv-doc``)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from howtocap.bundled import package_dir
 
 OPENCV_DOC = Path("/usr/share/doc/opencv-doc/examples")
 # opencv-doc photographs of real scenes or objects (the rest are drawings, charts, boards)
@@ -25,36 +19,25 @@ OPENCV_PHOTOS = ("apple", "baboon", "building", "butterfly", "fruits", "home", "
 _IMAGE_EXT = (".png", ".jpg", ".jpeg")
 
 
-def _package_dir(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def packaged_photos() -> dict[str, Path]:
     """``source:name`` -> image file, for every source that is installed (sorted by name)."""
     out: dict[str, Path] = {}
-    sk = _package_dir("skimage")
+    sk = package_dir("skimage")
     if sk is not None and (sk / "data").is_dir():
-        for p in (sk / "data").iterdir():
-            if p.suffix in _IMAGE_EXT:
-                out[f"skimage:{p.stem}"] = p
-    sl = _package_dir("sklearn")
-    if sl is not None:
-        for p in sorted((sl / "datasets" / "images").glob("*.jpg")):
-            out[f"sklearn:{p.stem}"] = p
-    mpl = _package_dir("matplotlib")
+        out.update({f"skimage:{p.stem}": p for p in (sk / "data").iterdir()
+                    if p.suffix in _IMAGE_EXT})
+    if (sl := package_dir("sklearn")) is not None:
+        out.update({f"sklearn:{p.stem}": p
+                    for p in sorted((sl / "datasets" / "images").glob("*.jpg"))})
+    mpl = package_dir("matplotlib")
     if mpl is not None:
         p = mpl / "mpl-data" / "sample_data" / "grace_hopper.jpg"
         if p.is_file():
             out["matplotlib:grace_hopper"] = p
     for name in OPENCV_PHOTOS:
-        for ext in _IMAGE_EXT:
-            p = OPENCV_DOC / "data" / f"{name}{ext}"
-            if p.is_file():
-                out[f"opencv:{name}"] = p
-                break
+        found = [p for ext in _IMAGE_EXT if (p := OPENCV_DOC / "data" / f"{name}{ext}").is_file()]
+        if found:
+            out[f"opencv:{name}"] = found[0]
     plant = OPENCV_DOC / "alphamat" / "input_images" / "plant.jpg"
     if plant.is_file():
         out["opencv:plant"] = plant

@@ -3,23 +3,15 @@ printed mid-run never tears a bar)."""
 
 from __future__ import annotations
 
+import rich.progress as rp
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 console = Console(stderr=True, soft_wrap=True)  # one error = one line, however long
 
 
-def progress_bar(label: str, *extra: ProgressColumn, disable: bool = False,
-                 transient: bool = False) -> Progress:
+def progress_bar(label: str, *extra: rp.ProgressColumn, disable: bool = False,
+                 transient: bool = False) -> rp.Progress:
     """``label ━━━━ n/N elapsed remaining [extra…]``."""
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), *extra, console=console, disable=disable,
-                    transient=transient)
+    return rp.Progress(rp.TextColumn(label), rp.BarColumn(), rp.MofNCompleteColumn(),
+                       rp.TimeElapsedColumn(), rp.TimeRemainingColumn(), *extra, console=console,
+                       disable=disable, transient=transient)

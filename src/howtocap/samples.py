@@ -1,15 +1,11 @@
-"""Small narrated "instructional" videos whose ground truth we know exactly.
-
-No real instructional video can be downloaded here, so tests, benchmarks and ``make demo`` build
-their own: each step shows one real photograph (shipped inside scikit-image) with a slow zoom and
-pan, while espeak-ng speaks a how-to sentence about it. Because we place every sentence
-ourselves, the true narration times and the true visual step times are known, which lets the
-alignment and ASR stages be measured, not just run.
-"""
+"""Small narrated "instructional" videos whose ground truth we know exactly, for tests,
+benchmarks and ``make demo`` (no real one can be downloaded here): each step shows a real
+photograph with a slow zoom and pan while espeak-ng speaks a how-to sentence about it. We place
+every sentence, so the true narration and step times are known: alignment and ASR are measured."""
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import random
 import shutil
 import subprocess
@@ -22,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from howtocap.bundled import package_dir
 from howtocap.errors import HowtocapError
 
 if TYPE_CHECKING:
@@ -126,23 +123,15 @@ class SampleVideo:
 
 
 def _image_dir() -> Path:
-    spec = importlib.util.find_spec("skimage")
-    if spec is None or not spec.submodule_search_locations:
+    if (pkg := package_dir("skimage")) is None:
         raise HowtocapError("sample videos need the photographs in scikit-image: "
                             "pip install scikit-image")
-    return Path(next(iter(spec.submodule_search_locations))) / "data"
-
-
-def available_images() -> list[str]:
-    """Names of the photographs usable as steps (those shipped as plain image files)."""
-    d = _image_dir()
-    return sorted(p.stem for p in d.iterdir() if p.suffix in (".png", ".jpg"))
+    return pkg / "data"
 
 
 def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = None
                 ) -> np.ndarray:
     """The photograph as RGB, resized to cover a square a bit larger than the frame (for pan).
-
     ``photos`` (name -> image file, e.g. ``howtocap.photos.packaged_photos()``) is looked up
     before scikit-image's own photographs."""
     from PIL import Image
@@ -159,8 +148,8 @@ def _load_image(name: str, size: int, photos: Mapping[str, str | Path] | None = 
             img = Image.open(d / f"{name}{ext}").convert("RGB")
             break
     else:
-        raise HowtocapError(f"no photograph named {name!r}; choose from "
-                            f"{', '.join(available_images())}")
+        names = sorted(p.stem for p in _image_dir().iterdir() if p.suffix in (".png", ".jpg"))
+        raise HowtocapError(f"no photograph named {name!r}; choose from {', '.join(names)}")
     big = int(round(size * 1.25))
     w, h = img.size
     scale = big / min(w, h)
@@ -229,46 +218,35 @@ def _fmt_time(t: float, sep: str) -> str:
 
 def write_subtitles(path: Path, cues: list[tuple[float, float, str]], fmt: str) -> None:
     """Write ``(start, end, text)`` cues as WebVTT (``fmt="vtt"``) or SRT."""
-    if fmt == "vtt":
-        lines = ["WEBVTT", ""]
-        for s, e, text in cues:
-            lines += [f"{_fmt_time(s, '.')} --> {_fmt_time(e, '.')}", text, ""]
-    elif fmt == "srt":
-        lines = []
-        for i, (s, e, text) in enumerate(cues, start=1):
-            lines += [str(i), f"{_fmt_time(s, ',')} --> {_fmt_time(e, ',')}", text, ""]
-    else:
+    if fmt not in ("vtt", "srt"):
         raise HowtocapError(f"subtitles must be 'vtt', 'srt' or None, not {fmt!r}")
+    sep, lines = (".", ["WEBVTT", ""]) if fmt == "vtt" else (",", [])
+    for i, (s, e, text) in enumerate(cues, start=1):
+        lines += ([] if fmt == "vtt" else [str(i)]) + [
+            f"{_fmt_time(s, sep)} --> {_fmt_time(e, sep)}", text, ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def _place_narrations(steps: list[Step], speech: list[np.ndarray], lead: float,
+def _place_narrations(steps: list[Step], speech: list[np.ndarray] | None, lead: float,
                       duration: float) -> np.ndarray:
-    """Mix each sentence into one track at step start + lead, never overlapping its neighbours."""
+    """Mix each sentence into one track at step start + lead, never overlapping its neighbours.
+    Without ``speech`` (no audio) there is none to measure: ~2.6 words/s inside each step."""
     track = np.zeros(int(round(duration * SAMPLE_RATE)), dtype=np.int16)
     free_from = 0.0
-    for step, pcm in zip(steps, speech, strict=True):
-        dur = len(pcm) / SAMPLE_RATE
-        start = max(step.start + lead, free_from, 0.0)
-        start = min(start, max(duration - dur, 0.0))
-        i = int(round(start * SAMPLE_RATE))
-        chunk = pcm[: len(track) - i]
-        track[i:i + len(chunk)] = chunk
-        step.narration_start = round(i / SAMPLE_RATE, 3)
-        step.narration_end = round((i + len(chunk)) / SAMPLE_RATE, 3)
+    for k, step in enumerate(steps):
+        dur = (len(speech[k]) / SAMPLE_RATE if speech is not None
+               else min(len(step.narration.split()) / 2.6, step.end - step.start - 0.3))
+        start = min(max(step.start + lead, free_from, 0.0), max(duration - dur, 0.0))
+        if speech is None:
+            step.narration_start, step.narration_end = round(start, 3), round(start + dur, 3)
+        else:
+            i = int(round(start * SAMPLE_RATE))
+            chunk = speech[k][: len(track) - i]
+            track[i:i + len(chunk)] = chunk
+            step.narration_start = round(i / SAMPLE_RATE, 3)
+            step.narration_end = round((i + len(chunk)) / SAMPLE_RATE, 3)
         free_from = step.narration_end + _MIN_GAP
     return track
-
-
-def _narration_times_without_audio(steps: list[Step], lead: float, duration: float) -> None:
-    """Without audio there is no speech to measure: assume ~2.6 words/s inside each step."""
-    free_from = 0.0
-    for step in steps:
-        dur = min(len(step.narration.split()) / 2.6, step.end - step.start - 0.3)
-        start = min(max(step.start + lead, free_from, 0.0), max(duration - dur, 0.0))
-        step.narration_start = round(start, 3)
-        step.narration_end = round(start + dur, 3)
-        free_from = step.narration_end + _MIN_GAP
 
 
 def make_narrated_video(out_dir: Path, video_id: str,
@@ -278,11 +256,9 @@ def make_narrated_video(out_dir: Path, video_id: str,
                         narration_lead: float = 0.0, seed: int = 0,
                         photos: Mapping[str, str | Path] | None = None) -> SampleVideo:
     """Write ``<out_dir>/<video_id>.mp4`` (H.264 + AAC) and, if asked, a sidecar subtitle file.
-
     ``narration_lead`` shifts every sentence relative to its step (negative: the narrator talks
     about a step before it is shown, as real instructors often do). Sentences longer than a step
-    are spoken faster so that the ground truth stays one sentence per step.
-    """
+    are spoken faster so that the ground truth stays one sentence per step."""
     if shutil.which("ffmpeg") is None:
         raise HowtocapError("sample videos need ffmpeg: apt-get install ffmpeg")
     if seconds_per_step <= 0.5 or fps < 1 or size < 16:
@@ -309,31 +285,25 @@ def make_narrated_video(out_dir: Path, video_id: str,
         tmp = Path(tmp_name)
         cmd = ["ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
                "-s", f"{size}x{size}", "-r", str(fps), "-i", "-"]
+        speech = [_fit_speech(s.narration, step_len - 0.4, tmp) for s in plan] if audio else None
+        track = _place_narrations(plan, speech, narration_lead, duration)
         if audio:
-            speech = [_fit_speech(s.narration, step_len - 0.4, tmp) for s in plan]
-            track = _place_narrations(plan, speech, narration_lead, duration)
             wav_path = tmp / "narration.wav"
             with wave.open(str(wav_path), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(SAMPLE_RATE)
+                w.setparams((1, 2, SAMPLE_RATE, 0, "NONE", "not compressed"))
                 w.writeframes(track.tobytes())
             cmd += ["-i", str(wav_path), "-c:a", "aac", "-b:a", "64k"]
-        else:
-            _narration_times_without_audio(plan, narration_lead, duration)
         cmd += ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
                 "-g", str(fps), "-movflags", "+faststart", "-t", f"{duration:.3f}",
                 str(tmp / "out.mp4")]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None
-        try:
+        with contextlib.suppress(BrokenPipeError):  # ffmpeg died: its stderr says why
             for step in plan:
                 photo = _load_image(step.image, size, photos)
                 for frame in _step_frames(photo, frames_per_step, size, rng):
                     proc.stdin.write(frame)
             proc.stdin.close()
-        except BrokenPipeError:
-            pass
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         if proc.wait() != 0:
             raise HowtocapError(f"ffmpeg failed writing {video_path}: {err.strip()[:300]}")
@@ -350,18 +320,15 @@ def make_narrated_video(out_dir: Path, video_id: str,
 def make_fixture_set(out_dir: Path, n_videos: int = 6, seed: int = 0, chatter: int = 0,
                      steps: list[tuple[str, str, str]] | None = None, fillers: int = 0,
                      **kw: object) -> list[SampleVideo]:
-    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 steps,
-    plus ``chatter`` labelled chatter segments each (intro, outro, then between steps) and
-    ``fillers`` labelled filler segments each (after random steps, over the step's photo).
-    ``steps`` is the pool of (photo, narration, caption) to draw from [``DEFAULT_STEPS``];
-    pass ``photos=`` (see ``howtocap.photos``) when it names photographs outside scikit-image."""
+    """``n_videos`` videos (``sample_000`` …), each a distinct choice and order of 4-5 of
+    ``steps`` [``DEFAULT_STEPS``], plus ``chatter`` and ``fillers`` labelled segments each
+    (``photos=``: for photographs outside scikit-image, see ``howtocap.photos``)."""
     rng = random.Random(seed)
     seen: set[tuple[str, ...]] = set()
     videos = []
     for v in range(n_videos):
         for _ in range(100):
-            k = rng.choice([4, 5])
-            chosen = rng.sample(steps or DEFAULT_STEPS, k)
+            chosen = rng.sample(steps or DEFAULT_STEPS, rng.choice([4, 5]))
             key = tuple(s[0] for s in chosen)
             if key not in seen:
                 break

@@ -1,12 +1,12 @@
 """The tables a run writes: column order and dtypes (``SCHEMAS``), and making a frame conform.
-
 Bottom layer: imports nothing of the package, so readers, stages and the run directory share
-one definition of every table.
-"""
+one definition of every table."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -160,25 +160,20 @@ def parquet_dictionary(schema: Any) -> list[str]:
             and not pa.types.is_floating(f.type)]
 
 
+@functools.cache
 def arrow_schema(name: str) -> Any:
     """The Arrow schema pandas writes for table ``name`` (its metadata included), so a batch
     built from ``Rows`` and one written from a frame are the same file to every reader."""
-    cached = _SCHEMA_CACHE.get(name)
-    if cached is None:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        fields = [pa.field(c, getattr(pa, _ARROW_TYPES[t])()) for c, t in SCHEMAS[name].items()
-                  if t in _ARROW_TYPES]
-        if len(fields) < len(SCHEMAS[name]):
-            raise ValueError(f"{name}: a table with object columns has no fixed Arrow schema")
-        dummy = {"str": "", "float64": 0.0, "int64": 0, "bool": False}
-        sample = rows_table(name, 1, **{c: dummy[t] for c, t in SCHEMAS[name].items()})
-        meta = pa.Table.from_pandas(sample, preserve_index=False).schema.metadata
-        cached = _SCHEMA_CACHE[name] = pa.schema(fields, metadata=meta)
-    return cached
-
-
-_SCHEMA_CACHE: dict[str, Any] = {}
+    fields = [pa.field(c, getattr(pa, _ARROW_TYPES[t])()) for c, t in SCHEMAS[name].items()
+              if t in _ARROW_TYPES]
+    if len(fields) < len(SCHEMAS[name]):
+        raise ValueError(f"{name}: a table with object columns has no fixed Arrow schema")
+    dummy = {"str": "", "float64": 0.0, "int64": 0, "bool": False}
+    sample = rows_table(name, 1, **{c: dummy[t] for c, t in SCHEMAS[name].items()})
+    meta = pa.Table.from_pandas(sample, preserve_index=False).schema.metadata
+    return pa.schema(fields, metadata=meta)
 
 
 def rows_to_arrow(name: str, parts: Iterable[Rows]) -> Any:
@@ -200,15 +195,10 @@ def rows_to_arrow(name: str, parts: Iterable[Rows]) -> Any:
                                             [part.n for part in parts]))
             arrays.append(pa.array(vs, type=f.type).take(repeat))
             continue
-        values: list[Any] = []
-        for part, v in zip(parts, vs, strict=True):
-            if isinstance(v, np.ndarray):
-                values.extend(v.tolist())
-            elif isinstance(v, list):
-                values.extend(v)
-            else:
-                values.extend([v] * part.n)
-        arrays.append(pa.array(values, type=f.type))
+        values = chain.from_iterable(v.tolist() if isinstance(v, np.ndarray) else v
+                                     if isinstance(v, list) else [v] * part.n
+                                     for part, v in zip(parts, vs, strict=True))
+        arrays.append(pa.array(list(values), type=f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 
 from howtocap.errors import InputError
-from howtocap.io.video import expected_frames, iter_frames, probe, resize_frame, sample_frames
+from howtocap.io.video import _to_rgb, iter_frames, probe, sample_frames
 
 
 def _ffmpeg(*args: str) -> None:
@@ -45,7 +46,6 @@ def test_one_fps_picks_the_frame_nearest_each_second_centre(ramp: Path) -> None:
     stream = iter_frames(ramp, fps=1.0, size=None)
     frames = list(stream)
     assert [t for t, _ in frames] == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]
-    assert len(frames) == expected_frames(6.0, 1.0)
     # frame nearest to (i + 0.5) s at 10 fps is frame 10 i + 5
     assert [frame_index(f) for _, f in frames] == [5, 15, 25, 35, 45, 55]
     assert all(f.shape == (48, 64, 3) and f.dtype == np.uint8 for _, f in frames)
@@ -67,7 +67,7 @@ def test_resize_shorter_side_and_centre_crop(ramp: Path) -> None:
     assert img.shape == (32, 32, 3) and t == 0.5
     wide = np.zeros((40, 100, 3), np.uint8)
     wide[:, 30:70] = 255  # a white centre band survives the centre crop
-    out = resize_frame(wide, 20)
+    out = _to_rgb(av.VideoFrame.from_ndarray(wide, format="rgb24"), 20)
     assert out.shape == (20, 20, 3)
     assert out[:, 5:15].mean() > 200
 

@@ -18,13 +18,10 @@ def frames_run(inputs: Sequence[str | Path], out: str | Path, *, encoders: Seque
                fps: float = FPS, batch_size: int = FRAME_BATCH, device: str | None = None,
                runner: Runner | None = None, progress: bool = True,
                shard: Shard | None = None, redo: bool = False) -> StageSummary:
-    """Fill ``out/cache/frames`` for every video and encoder, decoding each video once.
-
-    Why a command of its own: at scale one decodes every video once (on a GPU box, several
-    encoders at a time) before ``align``, ``index`` or ``train`` read the cache. The cache is
-    its own resume mechanism (a hit costs one hash), so finished videos are not skipped.
-    Other encoders or fps than the run's are refused unless ``redo`` (which clears align
-    and framecaps, computed from frames)."""
+    """Fill ``out/cache/frames`` for every video and encoder, decoding each video once (at
+    scale, on a GPU box, before ``align``, ``index`` or ``train`` read the cache). The cache is
+    its own resume mechanism (a hit costs one hash), so finished videos are not skipped. Other
+    encoders or fps than the run's are refused unless ``redo`` (clears align and framecaps)."""
     if fps <= 0:
         raise HowtocapError(f"--fps must be positive, got {fps}")
     items = resolve_videos(inputs)

@@ -1,11 +1,7 @@
-"""The field's subtitle dumps read as a stream into the store's Parquet (``subtitle_dump``).
-
-HowTo100M's ``caption.json`` (a JSON object ``{video_id: entry}``, several GB for 1.2M videos)
-and collections of records (a JSON list, a ``video_id,start,end,text`` CSV) are read once with
-ijson or pandas in chunks, never whole; a pickle cannot be streamed, so it is loaded once.
-Each becomes the Parquet file ``ParquetStore`` reads by row group; a malformed entry fails its
-own video there (a per-video error row), not the collection.
-"""
+"""The field's subtitle dumps streamed into the store's Parquet (``subtitle_dump``): HowTo100M's
+``caption.json`` (several GB) and collections of records (a JSON list, a CSV) are read with
+ijson or pandas in chunks, never whole (a pickle cannot be streamed: it is loaded once). A
+malformed entry fails its own video (a per-video error row), not the collection."""
 
 from __future__ import annotations
 
@@ -76,10 +72,8 @@ def _json_error(path: Path, reader: _Tracked, exc: Exception) -> InputError:
         problem = problem.removeprefix(prefix)
     problem = problem.rstrip(".") or type(exc).__name__
     at = reader.error_offset(message)
-    if at is None:
-        where = f"line {reader.line_column(reader.start)[0]}"
-    else:
-        where = "line {} column {}".format(*reader.line_column(at))
+    where = (f"line {reader.line_column(reader.start)[0]}" if at is None
+             else "line {} column {}".format(*reader.line_column(at)))
     if "UTF8" in problem or "UTF-8" in problem:
         return InputError(path, f"not UTF-8 JSON (at {where})")
     return InputError(path, f"invalid JSON at {where}: {problem}")
@@ -90,26 +84,22 @@ def _json_stream(path: Path, on_read: Callable[[int], None] | None
     """``("videos", (id, entry)…)`` for ``{id: entry}``, ``("records", record…)`` for a list."""
     import ijson
 
-    fh = path.open("rb")
-    head = fh.read(4096)
+    with path.open("rb") as fh:
+        head = fh.read(4096)
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        fh.close()
         raise InputError(path, "not UTF-8 JSON (UTF-16); re-save it as UTF-8")
     skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
     first = head[skip:].lstrip()[:1]
     if not first:
-        fh.close()
         raise InputError(path, "empty file")
-    fh.seek(skip)
-    reader = _Tracked(fh, on_read)
-    if first == b"{":
-        layout, events = "videos", ijson.kvitems(reader, "", use_float=True)
-    elif first == b"[":
-        layout, events = "records", ijson.items(reader, "item", use_float=True)
-    else:
-        fh.close()
+    if first not in (b"{", b"["):
         raise InputError(path, "expected a mapping video_id -> subtitles (a JSON object) or a "
                                "list of records")
+    fh = path.open("rb")
+    fh.seek(skip)
+    reader = _Tracked(fh, on_read)
+    layout, events = (("videos", ijson.kvitems(reader, "", use_float=True)) if first == b"{"
+                      else ("records", ijson.items(reader, "item", use_float=True)))
 
     def guarded() -> Iterator[Any]:
         try:
@@ -129,9 +119,8 @@ def _record_rows(path: Path, i: int, rec: Any) -> tuple[str, list[Row] | str]:
     """One record's video id and its rows (or the per-video problem with its numbers)."""
     if not isinstance(rec, dict) or "video_id" not in rec:
         raise InputError(path, f"item {i}: expected an object with video_id, start, end, text")
-    for k in COLUMNS:
-        if k not in rec:
-            raise InputError(path, f"item {i}: missing {k!r}")
+    if (missing := next((k for k in COLUMNS if k not in rec), None)) is not None:
+        raise InputError(path, f"item {i}: missing {missing!r}")
     vid = str(rec["video_id"])
     try:
         return vid, entry_rows(path, vid, {k: [rec[k]] for k in COLUMNS})
@@ -201,16 +190,12 @@ def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str
                  limit: int | None = None, progress: bool = False,
                  rows_per_group: int = ROWS_PER_GROUP) -> DumpWriter:
     """Stream a ``json`` / ``pickle`` / ``csv`` dump into a Parquet file at ``out``."""
-    bar = None
-    on_read = None
-    if progress and kind == "json":
-        from howtocap.progress import progress_bar
+    from howtocap.progress import progress_bar
 
-        bar = progress_bar(f"reading {src.name} (MB)", transient=True)
-        bar.start()
+    shown = progress and kind == "json"
+    with progress_bar(f"reading {src.name} (MB)", transient=True, disable=not shown) as bar:
         task = bar.add_task("read", total=max(1, src.stat().st_size // 1_000_000))
-        on_read = lambda n: bar.update(task, advance=n / 1e6)  # noqa: E731
-    try:
+        on_read = (lambda n: bar.update(task, advance=n / 1e6)) if shown else None
         if kind == "json":
             layout, stream = _json_stream(src, on_read)
         elif kind == "pickle":
@@ -238,6 +223,3 @@ def convert_dump(src: Path, kind: str, out: str | Path, *, select: frozenset[str
             if close is not None:  # --limit stops early: release the file now
                 close()
         return writer
-    finally:
-        if bar is not None:
-            bar.stop()

@@ -26,9 +26,8 @@ TRAIN_ORDER = ("aligned", "framecaps", "captions")
 
 def drop_duplicate_rows(rows: pd.DataFrame, rundir: RunDir) -> pd.DataFrame:
     """``rows`` (video_id, start, end, …) without the duplicates ``howtocap duplicates`` found:
-    every row of a video that is not its group's kept id (kind ``video``), and every row whose
-    window's middle lies in a repeated clip of another video (kind ``clip``: the other video
-    keeps that footage). The one filter ``export`` and ``train`` apply before any writer."""
+    the rows of a video not its group's kept id, and those whose window's middle lies in a
+    clip another video repeats (that video keeps the footage)."""
     if not rundir.has_table("duplicates"):
         raise HowtocapError(f"{rundir.root}: no duplicates table; run `howtocap duplicates "
                             f"{rundir.root}` first (--drop-duplicates reads it)")
@@ -51,10 +50,8 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = WHAT, *, kept_only: bool
                      where: str | None = None, carry_signals: bool = False
                      ) -> tuple[pd.DataFrame, str]:
     """Kept aligned pairs when alignment ran (``auto``), else the LLM captions, else the kept
-    frame captions; ``what`` names one table instead. ``drop_duplicates``: without the rows
-    of duplicate videos and repeated clips (``drop_duplicate_rows``). ``where`` filters on
-    any column and the window's signals; ``carry_signals``: the rows keep those signals
-    (for a writer that stores them)."""
+    frame captions; ``what`` names one table instead. Then ``filter_rows``; ``carry_signals``:
+    the rows keep the window's signals (for a writer that stores them)."""
     df, kind = _pairs(rundir, what, kept_only=kept_only, order=order)
     return filter_rows(df, rundir, drop_duplicates=drop_duplicates, where=where,
                        carry_signals=carry_signals), kind
@@ -62,9 +59,8 @@ def pairs_for_export(rundir: RunDir, what: ExportWhat = WHAT, *, kept_only: bool
 
 def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = False,
                 where: str | None = None, carry_signals: bool = False) -> pd.DataFrame:
-    """The filters ``export`` and ``train`` share, in one place: duplicates out, the
-    window's signals in (read only when ``where`` or ``carry_signals`` needs them), then
-    ``--where``."""
+    """The filters ``export`` and ``train`` share: duplicates out, the window's signals in
+    (read only when needed), then ``--where``."""
     if drop_duplicates:
         rows = drop_duplicate_rows(rows, rundir)
     has_signals = (where is not None or carry_signals) and rundir.has_table("signals")
@@ -77,27 +73,24 @@ def filter_rows(rows: pd.DataFrame, rundir: RunDir, *, drop_duplicates: bool = F
     return rows
 
 
-def _pairs(rundir: RunDir, what: ExportWhat, *, kept_only: bool, order: tuple[str, ...]
+_NOT_YET = {"aligned": "no aligned captions yet; run `howtocap align`",
+            "framecaps": "no frame captions yet; run `howtocap framecaps`",
+            "captions": "no captions yet; run `howtocap caption` first"}
+
+
+def _pairs(rundir: RunDir, what: str, *, kept_only: bool, order: tuple[str, ...]
            ) -> tuple[pd.DataFrame, str]:
     if what == "auto":
-        what = next((t for t in order if rundir.has_table(t)), "captions")  # type: ignore[assignment]
-    if what == "aligned":
-        if not rundir.has_table("aligned"):
-            raise HowtocapError(f"{rundir.root}: no aligned captions yet; run `howtocap align`")
-        df = rundir.table("aligned")
-        return (df[df["kept"]] if kept_only else df).reset_index(drop=True), "aligned"
-    if what == "framecaps":
-        if not rundir.has_table("framecaps"):
-            raise HowtocapError(f"{rundir.root}: no frame captions yet; run `howtocap framecaps`")
-        df = rundir.table("framecaps")
-        return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), \
-            "framecaps"
-    if what != "captions":
+        what = next((t for t in order if rundir.has_table(t)), "captions")
+    if what not in _NOT_YET:
         raise HowtocapError(f"unknown --what {what!r}; choose auto, aligned, captions or "
                             "framecaps")
-    if not rundir.has_table("captions"):
-        raise HowtocapError(f"{rundir.root}: no captions yet; run `howtocap caption` first")
-    return kept_captions(rundir.table("captions")), "captions"
+    if not rundir.has_table(what):
+        raise HowtocapError(f"{rundir.root}: {_NOT_YET[what]}")
+    df = rundir.table(what)
+    if what == "captions":
+        return kept_captions(df), what
+    return (df[df["kept"].astype(bool)] if kept_only else df).reset_index(drop=True), what
 
 
 def to_howtocaption(df: pd.DataFrame, *, with_scores: bool = False) -> dict[str, dict[str, list]]:
@@ -143,13 +136,12 @@ def export_run(run_dir: str | Path, *, fmt: ExportFormat = "howtocaption",
     elif fmt == "csv":
         path = Path(out) if out else rundir.root / f"{kind}_pairs.csv"
         videos = rundir.table("videos")[["video_id", "video_path"]]
-        cols = ["video_id", "video_path", "text", "start", "end"]
+        cols = ["video_id", "video_path", "caption", "start", "end"]
         if unfiltered:  # as promised by --unfiltered: every pair with its score and verdict
             cols += ["score", "kept"]
         cols += list(df.attrs.get("signals", []))
         merged = df.merge(videos, on="video_id", how="left").rename(columns={"text": "caption"})
-        atomic_write_text(path, merged[[c if c != "text" else "caption" for c in cols]]
-                          .to_csv(index=False))
+        atomic_write_text(path, merged[cols].to_csv(index=False))
     else:
         raise HowtocapError(f"unknown export format {fmt!r}; choose howtocaption, csv or "
                             "webdataset")

@@ -43,12 +43,8 @@ class VideoItem:
         """``<stem>.vtt`` / ``.srt`` (also ``<stem>.en.vtt`` as yt-dlp writes) next to the video."""
         if self.video_path is None:
             return None
-        for ext in SUBTITLE_EXTS:
-            for cand in (self.video_path.with_suffix(ext),
-                         self.video_path.with_suffix(".en" + ext)):
-                if cand.exists():
-                    return cand
-        return None
+        return next((c for ext in SUBTITLE_EXTS for c in (self.video_path.with_suffix(ext),
+                     self.video_path.with_suffix(".en" + ext)) if c.exists()), None)
 
 
 def _read_manifest(path: Path) -> list[VideoItem]:
@@ -88,15 +84,13 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def remote_source(value: str, base: Path, where: str) -> str | None:
     """``value`` when it names a remote input (``http(s)://``, ``s3://``, ``gs://`` or a
     YouTube id), else None (a local path). A malformed URL is one line naming ``where``.
-
     An 11-character YouTube id is taken as a local path when such a file exists there."""
     m = _SCHEME.match(value)
     if m is None:
         if YOUTUBE_ID.match(value) and not (base / value).exists():
             return value
         return None
-    scheme = m.group(1).lower()
-    if scheme not in URL_SCHEMES:
+    if m.group(1).lower() not in URL_SCHEMES:
         raise HowtocapError(f"{where}: unsupported URL {value!r} (take http(s)://, s3://, "
                             f"gs:// or a YouTube id)")
     try:
@@ -153,13 +147,10 @@ def resolve_inputs(inputs: list[str | Path | VideoItem]) -> list[VideoItem]:
             items += _read_manifest(path)
         else:
             items.append(VideoItem(path.stem, path.resolve()))
-    seen: set[str] = set()
-    unique = []
+    unique: dict[str, VideoItem] = {}
     for it in items:
-        if it.video_id not in seen:
-            seen.add(it.video_id)
-            unique.append(it)
-    return unique
+        unique.setdefault(it.video_id, it)
+    return list(unique.values())
 
 
 _COMMENT = re.compile(r"(?:^|\s)#.*$")

@@ -1,10 +1,8 @@
 """Caption–clip pairs as every consumer reads them: training, WebDataset shards, eval.
-
 A *clip* is one ``(video, start, end)`` span; it may carry several captions (aligned captions
 often repeat a span). Reading pairs (a run directory, its ``aligned/`` or ``framecaps/``
 table, a Parquet file or a CSV) and grouping them into clips lives here, below both the
-trainer and the shard writer, so neither imports the other.
-"""
+trainer and the shard writer, so neither imports the other."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from rich.console import Console
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import InputError
 from howtocap.io.inputs import listed_path
-from howtocap.io.video import segment_times
+from howtocap.io.video import probe, segment_times
 from howtocap.progress import console
 
 CSV_COLUMNS = ("video_id", "video_path", "caption", "start", "end")
@@ -63,14 +61,10 @@ def run_root(source: str | Path) -> Path:
 
 
 def read_pairs(source: str | Path) -> pd.DataFrame:
-    """``video_id, video_path, start, end, text`` from a run directory, one of its tables
-    (``DIR/aligned/``, ``DIR/framecaps/``, a shard file of them), a Parquet file or CSV.
-
-    A run directory gives its aligned captions, or, without them, its frame captions (clips are
-    whole videos with several captions each). Only rows with ``kept`` are used; video paths
-    come from the run's ``videos.parquet``. A CSV needs ``video_id,video_path,caption,start,end``
-    (relative paths are taken from the CSV's folder).
-    """
+    """``video_id, video_path, start, end, text`` from a run directory (its aligned captions,
+    else its frame captions), one of its tables or their shard files, a Parquet file or a CSV
+    ``video_id,video_path,caption,start,end`` (paths relative to its folder). Only ``kept``
+    rows; video paths come from the run's ``videos.parquet``."""
     src = Path(source)
     if not src.exists():
         raise InputError(src, "does not exist (expected a run directory, its aligned/ table, "
@@ -139,15 +133,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = None,
                 log: Console | None = console) -> PairSet:
     """Group pairs into clips; drop pairs whose video is missing or unreadable (one line each).
-
-    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe).
-    """
-    if check is None:
-        from howtocap.io.video import probe
-
-        def check(p: Path) -> float:
-            return probe(p).duration
-
+    ``check(path) -> duration`` raises ``InputError`` for a bad video (default: a PyAV probe)."""
     pairs = pairs[(pairs["text"].astype(str).str.strip() != "")
                   & (pairs["end"].astype(float) > pairs["start"].astype(float))]
     durations: dict[str, float] = {}
@@ -157,7 +143,7 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
             skipped[vid] = "no video file known for this video id"
             continue
         try:
-            durations[vid] = float(check(Path(path)))
+            durations[vid] = float(check(Path(path)) if check else probe(Path(path)).duration)
         except InputError as exc:
             skipped[vid] = str(exc)
     skipped_pairs = int(pairs["video_id"].isin(list(skipped)).sum())
@@ -168,11 +154,9 @@ def build_clips(pairs: pd.DataFrame, *, check: Callable[[Path], float] | None = 
             log.print(f"skipped {len(skipped)} video(s), {skipped_pairs} pair(s) "
                       "(missing or unreadable)", highlight=False)
     good = pairs[pairs["video_id"].isin(list(durations))]
-    clips = []
-    for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True):
-        path = Path(grp["video_path"].iloc[0])
-        clips.append(Clip(str(vid), path, float(start), float(end),
-                          [str(t) for t in grp["text"]], durations[vid]))
+    clips = [Clip(str(vid), Path(grp["video_path"].iloc[0]), float(start), float(end),
+                  [str(t) for t in grp["text"]], durations[vid])
+             for (vid, start, end), grp in good.groupby(["video_id", "start", "end"], sort=True)]
     return PairSet(clips, int(len(good)), skipped, skipped_pairs)
 
 

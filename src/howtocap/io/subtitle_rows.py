@@ -1,6 +1,5 @@
 """Subtitle rows before any file format: text cleaning and the ``start, end, text`` rows that
 every reader (per-video files in ``subtitles``, streamed dumps in ``dump_readers``) builds.
-
 Its own module so both readers import it and neither imports the other's internals."""
 
 from __future__ import annotations
@@ -44,10 +43,8 @@ _START_END = itemgetter(0, 1)
 
 def clean_text(text: str) -> str:
     """Spoken words only: no markup, no ``[Music]``/``(applause)``, no ``>>`` speaker turns.
-
     Parentheses are removed only when they hold at most three words (sound descriptions such as
-    ``(laughs)``); longer parentheticals are more likely real speech and are kept.
-    """
+    ``(laughs)``); longer parentheticals are more likely real speech and are kept."""
     if text[:1] != "-" and " ".join(text.split()) == text and not _SPECIAL.search(text):
         return text
     text = _TIMING_TAG.sub("", text)
@@ -66,11 +63,9 @@ Row = tuple[float, float, str, "float | None"]  # start, end, text, score (HowTo
 
 def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
     """One video's entry, validated and flattened (text not yet cleaned).
-
     ``{"start": [...], "end": [...], "text": [...]}`` or a list of ``{start,end,text}`` dicts.
     HowToCaption files hold a list of captions (or ``(caption, score)`` pairs) per position: each
-    becomes its own row with its score.
-    """
+    becomes its own row with its score."""
     def bad(problem: str) -> InputError:
         return InputError(where, f"video {video_id!r}: {problem}")
 
@@ -100,9 +95,6 @@ def entry_rows(where: Path, video_id: str, entry: Any) -> list[Row]:
                             repeat(None, len(texts)), strict=True))
         for s, e, t in zip(starts, ends, texts, strict=True):
             s, e = float(s), float(e)
-            if isinstance(t, str):  # the common case first: one plain line
-                rows.append((s, e, t, None))
-                continue
             for item in (t if isinstance(t, (list, tuple)) else [t]):
                 if isinstance(item, (list, tuple)) and len(item) == 2:
                     rows.append((s, e, str(item[0]), float(item[1])))
@@ -121,7 +113,7 @@ def _needs_cleaning(joined: str) -> bool:
 
 def tidy_rows(rows: list[Row], clean: bool = True) -> list[Row]:
     """Cleaned text, no empty lines or end<start rows, sorted by (start, end) (stable), and an
-    end that runs into the next line's start clipped to it: ``_tidy`` in plain Python, because a
+    end that runs into the next line's start clipped to it: in plain Python, because a
     DataFrame per video costs more than the work itself on a million videos."""
     # clean_text changes no line when none of them, joined by NUL, has a character it acts
     # on or whitespace other than single spaces inside a line (one search a video)

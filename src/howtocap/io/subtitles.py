@@ -1,14 +1,11 @@
 """Subtitles in, one clean ``start, end, text`` table out.
-
 Readers accept what users really have: WebVTT (including YouTube's rolling auto-captions with
 word-timing tags), SRT, and the HowTo100M / HowToCaption dumps (``caption.json``, the
 "sentencified" JSON, the same as pickle, folders of per-video CSVs). Everything they return has
 the same columns, sorted by time, with text cleaned by ``clean_text``. A malformed file raises
 ``InputError`` naming the file and, where it helps, the line.
-
 The parser is our own (about 150 lines) rather than pysubs2/webvtt-py: those either reject or
-silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway.
-"""
+silently keep YouTube's rolling duplicates, and we want our own one-line errors anyway."""
 
 from __future__ import annotations
 
@@ -20,11 +17,14 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import closing
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from howtocap.atomic import atomic_write
 from howtocap.errors import InputError
@@ -32,14 +32,7 @@ from howtocap.hashing import hash_text, safe_name
 from howtocap.io.dump_readers import convert_dump
 from howtocap.io.inputs import VideoItem
 from howtocap.io.subtitle_dump import FORMAT_VERSION, DumpWriter, ParquetStore, is_converted
-from howtocap.io.subtitle_rows import (
-    COLUMNS,
-    clean_text,
-    entry_rows,
-    read_csv_part,
-    rows_frame,
-    tidy_rows,
-)
+from howtocap.io.subtitle_rows import clean_text, entry_rows, read_csv_part, rows_frame, tidy_rows
 from howtocap.schemas import Rows, rows
 
 
@@ -47,6 +40,7 @@ class ASR(Protocol):
     """A speech recognizer (``howtocap.asr``): what ``subtitles_for_video`` falls back to."""
 
     def transcribe(self, path: Path) -> pd.DataFrame: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +72,14 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        first_bad = exc.start
+        bad = InputError(path, f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at "
+                               f"offset {exc.start}); re-save it as UTF-8")
     try:
         text = data.decode("cp1252")
     except UnicodeDecodeError:
-        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
-                               f"offset {first_bad}); re-save it as UTF-8") from None
+        raise bad from None
     if any(ord(c) < 32 and c not in "\r\n\t" for c in text):
-        raise InputError(path, f"not UTF-8 text (invalid byte 0x{data[first_bad]:02x} at "
-                               f"offset {first_bad}); re-save it as UTF-8")
+        raise bad
     log.warning("%s: not UTF-8; read as Windows-1252", path)
     return text
 
@@ -118,18 +111,11 @@ _Cue = tuple[float, float, list[str], int]  # start, end, raw payload lines, lin
 
 def _blocks(text: str) -> Iterator[tuple[int, list[str]]]:
     """Blank-line separated blocks with the 1-based line number of their first line."""
-    block: list[str] = []
-    first = 0
-    for i, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            if not block:
-                first = i
-            block.append(line.rstrip())
-        elif block:
-            yield first, block
-            block = []
-    if block:
-        yield first, block
+    lines = enumerate(text.splitlines(), start=1)
+    for filled, run in groupby(lines, key=lambda x: bool(x[1].strip())):
+        if filled:
+            block = list(run)
+            yield block[0][0], [line.rstrip() for _, line in block]
 
 
 def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
@@ -141,8 +127,10 @@ def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
             continue
         # timing is the first line, or the second after a cue id / SRT counter
         idx = next((i for i, ln in enumerate(block[:2]) if "-->" in ln), None)
-        if idx is None:
-            bad = next((i for i, ln in enumerate(block[:2]) if _LOOKS_TIMED.match(ln)), None)
+        times = None if idx is None else _parse_timing(block[idx])
+        if times is None:
+            bad = idx if idx is not None else next(
+                (i for i, ln in enumerate(block[:2]) if _LOOKS_TIMED.match(ln)), None)
             if bad is not None:
                 raise InputError(path, f"line {first + bad}: bad timestamp line "
                                        f"{block[bad].strip()[:60]!r}")
@@ -151,20 +139,13 @@ def _parse_cues(path: Path, text: str, kind: str) -> list[_Cue]:
                 # auto-captions do: it belongs to the previous cue
                 cues[-1][2].extend(block)
             continue
-        times = _parse_timing(block[idx])
-        if times is None:
-            raise InputError(path, f"line {first + idx}: bad timestamp line "
-                                   f"{block[idx].strip()[:60]!r}")
         cues.append((times[0], times[1], block[idx + 1:], first + idx))
     return cues
 
 
 def _overlap(prev: list[str], cur: list[str]) -> int:
     """How many leading lines of ``cur`` repeat the trailing lines of ``prev`` (rolling cues)."""
-    for k in range(min(len(prev), len(cur)), 0, -1):
-        if prev[-k:] == cur[:k]:
-            return k
-    return 0
+    return next((k for k in range(min(len(prev), len(cur)), 0, -1) if prev[-k:] == cur[:k]), 0)
 
 
 def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
@@ -179,8 +160,7 @@ def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
         lines = [t for t in (clean_text(r) for r in raw) if t]
         if not lines:
             continue  # YouTube's blank transition cue, or only [Music]
-        k = _overlap(prev_lines, lines)
-        new = lines[k:]
+        new = lines[_overlap(prev_lines, lines):]
         prev_lines = lines
         if not new:
             sound_only = any(r.strip() and not clean_text(r) for r in raw)
@@ -194,21 +174,8 @@ def _cues_to_frame(path: Path, cues: list[_Cue]) -> pd.DataFrame:
         rows.append([start, end, text])
     if dropped:
         log.warning("%s: dropped %d cue(s) whose end is before their start", path, dropped)
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    df = _tidy(df)
+    df = rows_frame(tidy_rows([(s, e, t, None) for s, e, t in rows], clean=False))
     df.attrs["dropped_cues"] = dropped
-    return df
-
-
-def _tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """Sorted by time; an end that runs into the next line's start is clipped to it."""
-    df = df.astype({"start": "float64", "end": "float64"})
-    df["text"] = df["text"].astype(object)
-    df = df.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-    if len(df) > 1:
-        nxt = df["start"].shift(-1)
-        clip = (df["end"] > nxt) & (nxt > df["start"])
-        df.loc[clip, "end"] = nxt[clip]
     return df
 
 
@@ -216,13 +183,12 @@ def _sniff(text: str) -> str | None:
     head = text.lstrip("\ufeff \t\r\n")
     if head.startswith("WEBVTT"):
         return "vtt"
-    for line in head.splitlines()[:50]:
-        if "-->" in line:
-            return "srt" if re.search(r"\d,\d", line) else "vtt"
-    return None
+    timing = next((line for line in head.splitlines()[:50] if "-->" in line), None)
+    return None if timing is None else "srt" if re.search(r"\d,\d", timing) else "vtt"
 
 
-def _read(path: Path) -> pd.DataFrame:
+def read_subtitle_file(path: Path) -> pd.DataFrame:
+    """A WebVTT (plain or YouTube auto-captions) or SRT file as ``start, end, text`` rows."""
     path = Path(path)
     text = read_text(path)
     sniffed = _sniff(text)
@@ -233,52 +199,35 @@ def _read(path: Path) -> pd.DataFrame:
     cues = _parse_cues(path, text, sniffed)
     if not cues:
         raise InputError(path, "no cues found")
-    return _cues_to_frame(path, cues)
+    df = _cues_to_frame(path, cues)
+    df.attrs["format"] = sniffed  # what the file really is, for the ``source`` column
+    return df
 
 
-def read_vtt(path: Path) -> pd.DataFrame:
-    """A WebVTT file (plain or YouTube auto-captions) as ``start, end, text`` rows."""
-    return _read(Path(path))
-
-
-def read_srt(path: Path) -> pd.DataFrame:
-    """An SRT file as ``start, end, text`` rows (a WebVTT body under .srt is read as WebVTT)."""
-    return _read(Path(path))
-
-
-def read_subtitle_file(path: Path) -> pd.DataFrame:
-    """By extension, else by content: WebVTT or SRT."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".vtt":
-        return read_vtt(path)
-    if suffix == ".srt":
-        return read_srt(path)
-    return _read(path)
+read_vtt = read_srt = read_subtitle_file  # the content decides, not the extension
 
 
 # -- HowTo100M-style sources --------------------------------------------------------------------
-
-def _frame_from_lists(where: Path, video_id: str, entry: Any) -> pd.DataFrame:
-    """One video's entry as a clean ``start, end, text[, score]`` table (see ``entry_rows``)."""
-    return rows_frame(tidy_rows(entry_rows(where, video_id, entry)))
-
-
 class SubtitleSource:
-    """Subtitles for many videos from one place, looked up by video id.
+    """Subtitles for many videos from one place, looked up by video id. A folder is listed once
+    and each file read when asked for; a Parquet table is read by row groups; a JSON, pickle or
+    CSV dump is streamed once into Parquet under ``cache_dir`` (a private temporary folder when
+    not given), so memory stays bounded however large the dump (``io.subtitle_dump``).
+    ``select`` (ids) and ``limit`` (the first N, in the source's order) restrict what is kept."""
 
-    A folder is listed once and each ``<video_id>.csv/.vtt/.srt`` is read only when asked for.
-    A Parquet table is read by row groups. A JSON, pickle or single CSV dump is streamed once
-    into a Parquet file under ``cache_dir`` (a private temporary folder when not given), then
-    read like one: memory stays bounded however large the dump (see ``howtocap.io.subtitle_dump``
-    for the design). ``select`` (video ids) and ``limit`` (the first N videos, in the source's
-    order) restrict what is kept; a video outside them is "not in the source".
-    """
-
-    def __init__(self, path: Path, kind: str, *, cache_dir: Path | None = None,
+    def __init__(self, path: str | Path, *, cache_dir: str | Path | None = None,
                  select: Iterable[str] | None = None, limit: int | None = None,
                  progress: bool = False) -> None:
         self.path = Path(path)
+        if not self.path.exists():
+            raise InputError(self.path, "no such file or folder")
+        kind = "folder" if self.path.is_dir() else {
+            ".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
+            ".parquet": "parquet"}.get(self.path.suffix.lower())
+        if kind is None:
+            raise InputError(self.path, "unknown subtitle source; expected a folder of per-video "
+                                        ".csv/.vtt/.srt files, or a .json, .pickle, .csv or "
+                                        ".parquet dump")
         self.kind = kind
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.select = frozenset(select) if select is not None else None
@@ -290,24 +239,8 @@ class SubtitleSource:
         self._files: dict[str, Path] | None = None
 
     @classmethod
-    def open(cls, path: str | Path, *, cache_dir: str | Path | None = None,
-             select: Iterable[str] | None = None, limit: int | None = None,
-             progress: bool = False) -> SubtitleSource:
-        path = Path(path)
-        if not path.exists():
-            raise InputError(path, "no such file or folder")
-        cache = Path(cache_dir) if cache_dir is not None else None
-        if path.is_dir():
-            return cls(path, "folder", cache_dir=cache, select=select, limit=limit)
-        suffix = path.suffix.lower()
-        kinds = {".json": "json", ".pkl": "pickle", ".pickle": "pickle", ".csv": "csv",
-                 ".parquet": "parquet"}
-        if suffix not in kinds:
-            raise InputError(path, "unknown subtitle source; expected a folder of per-video "
-                                   ".csv/.vtt/.srt files, or a .json, .pickle, .csv or .parquet "
-                                   "dump")
-        return cls(path, kinds[suffix], cache_dir=cache, select=select, limit=limit,
-                   progress=progress)
+    def open(cls, path: str | Path, **kw: Any) -> SubtitleSource:
+        return cls(path, **kw)
 
     def __getstate__(self) -> dict[str, Any]:
         """Travels as its settings (e.g. to a worker process), which reopens the converted file
@@ -339,8 +272,7 @@ class SubtitleSource:
         """Let go of the store and its column of every video id (1.2M on HowTo100M): the
         next lookup opens the converted file again (``cache_dir``), without converting."""
         with self._lock:
-            self._store = None
-            self._files = None
+            self._store = self._files = None
 
     def _folder(self) -> dict[str, Path]:
         with self._lock:
@@ -352,9 +284,7 @@ class SubtitleSource:
                         files.setdefault(p.stem, p)
                 if not files and self.select is None:
                     raise InputError(self.path, "folder holds no <video_id>.csv/.vtt/.srt files")
-                if self.limit is not None:
-                    files = dict(list(files.items())[:self.limit])
-                self._files = files
+                self._files = dict(list(files.items())[:self.limit])
             return self._files
 
     # -- lookup ----------------------------------------------------------------------------
@@ -380,8 +310,6 @@ class SubtitleSource:
         """``ids_window(lo, hi)`` as an Arrow string array (a dump's ids are one: no Python
         string a video)."""
         if self.kind == "folder":
-            import pyarrow as pa
-
             return pa.array(self.ids_window(lo, hi), pa.string())
         return self.store().id_array(lo, hi)
 
@@ -392,11 +320,6 @@ class SubtitleSource:
             return np.array([v in files for v in ids.to_pylist()], dtype=bool)
         return self.store().holds(ids)
 
-    def __contains__(self, video_id: str) -> bool:
-        if self.kind == "folder":
-            return video_id in self._folder()
-        return video_id in self.store()
-
     def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
         """The video's subtitles (``start, end, text``), or ``None`` if the source lacks it
         (``frame=False``: maybe as plain columns, see ``ParquetStore.get``)."""
@@ -406,14 +329,8 @@ class SubtitleSource:
                 return None
             if file.suffix.lower() in SUBTITLE_SUFFIXES:
                 return read_subtitle_file(file)
-            return _frame_from_lists(file, video_id, read_csv_part(file)[COLUMNS])
+            return rows_frame(tidy_rows(entry_rows(file, video_id, read_csv_part(file))))
         return self.store().get(video_id, frame)
-
-    def items(self) -> Iterable[tuple[str, pd.DataFrame]]:
-        for vid in self.video_ids():
-            df = self.get(vid)
-            if df is not None:
-                yield vid, df
 
     def stats(self) -> dict[str, int]:
         """Memory high-water marks of the dump reader (rows buffered while converting, row
@@ -424,12 +341,9 @@ class SubtitleSource:
 # -- the per-video stage function ---------------------------------------------------------------
 def subtitles_for_video(item: VideoItem, *, source: SubtitleSource | None = None,
                         asr: ASR | None = None) -> pd.DataFrame:
-    """One video's subtitles as a ``subtitles`` table (its schema; ``config_id`` is set when the
-    stage commits).
-
-    Precedence: the item's explicit subtitle file, then a sidecar ``<stem>.vtt/.srt`` next to
-    the video, then ``source`` (``--subtitles``), then ASR (when ``asr`` is given).
-    """
+    """One video's subtitles as a ``subtitles`` table: the item's explicit subtitle file, else a
+    sidecar ``<stem>.vtt/.srt`` next to the video, else ``source`` (``--subtitles``), else
+    ASR (when ``asr`` is given)."""
     return subtitles_and_origin(item, source=source, asr=asr)[0].to_pandas()
 
 
@@ -438,14 +352,9 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
                           ) -> tuple[Rows, Path | str]:
     """``subtitles_for_video`` as plain columns (``schemas.Rows``, what the subtitles stage
     commits), plus where the rows came from: the file read, "htm" or "asr"."""
-    df: pd.DataFrame | None = None
-    kind = ""
-    origin: Path | str = ""
-    if item.subtitle_path is not None:
-        df, kind = read_subtitle_file(item.subtitle_path), _kind_of(item.subtitle_path)
-        origin = item.subtitle_path
-    if df is None and sidecars and (side := item.sidecar_subtitle()) is not None:
-        df, kind, origin = read_subtitle_file(side), _kind_of(side), side
+    path = item.subtitle_path or (item.sidecar_subtitle() if sidecars else None)
+    df: Any = None if path is None else read_subtitle_file(path)
+    kind, origin = ("", "") if df is None else (df.attrs["format"], path)
     if df is None and source is not None:
         df, kind, origin = source.get(item.video_id, frame=False), "htm", "htm"
     if df is None and asr is not None and item.video_path is not None:
@@ -464,14 +373,6 @@ def subtitles_and_origin(item: VideoItem, *, source: SubtitleSource | None = Non
     return out, origin
 
 
-def _kind_of(path: Path) -> str:
-    """``vtt`` or ``srt`` by content (what the file really is), for the ``source`` column."""
-    try:
-        return _sniff(read_text(path)) or "srt"
-    except InputError:
-        return path.suffix.lower().lstrip(".") or "srt"
-
-
 # -- the Parquet store behind a dump ---------------------------------------------------------
 def _cache_file(source: SubtitleSource, cache_dir: Path) -> Path:
     """One converted file per (source file as it is now, selection): a changed dump or another
@@ -487,25 +388,24 @@ def open_store(source: SubtitleSource) -> ParquetStore:
     """The store behind a ``SubtitleSource``: the Parquet file itself, or the dump converted."""
     if source.kind == "parquet":
         return ParquetStore(source.path, source.path, select=source.select, limit=source.limit)
-    if source.cache_dir is not None:
-        cache_dir = source.cache_dir
-    else:  # a private folder, removed with the source
+    cache_dir = source.cache_dir
+    if cache_dir is None:  # a private folder, removed with the source
         cache_dir = Path(tempfile.mkdtemp(prefix="howtocap-subtitles-"))
         weakref.finalize(source, shutil.rmtree, cache_dir, True)
     out = _cache_file(source, cache_dir)
-    high_water = 0
-    if not is_converted(out):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=source.select,
-                                        limit=source.limit, progress=source.progress))
-
-        atomic_write(out, write)
-        high_water = written[0].max_buffered_rows
+    high_water = 0 if is_converted(out) else _convert(source, out).max_buffered_rows
     store = ParquetStore(out, source.path, select=source.select, limit=source.limit)
     store.max_buffered_rows = high_water
     return store
+
+
+def _convert(source: SubtitleSource, out: Path) -> DumpWriter:
+    """``source``'s dump streamed into the Parquet file ``out``, atomically."""
+    written: list[DumpWriter] = []
+    atomic_write(out, lambda tmp: written.append(convert_dump(
+        source.path, source.kind, tmp, select=source.select, limit=source.limit,
+        progress=source.progress)))
+    return written[0]
 
 
 def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | None = None,
@@ -519,15 +419,9 @@ def convert_subtitles(src: str | Path, out: str | Path, *, ids: Iterable[str] | 
     select = frozenset(ids) if ids is not None else None
     source = SubtitleSource.open(src, select=select, limit=limit, progress=progress)
     if source.kind in ("json", "pickle", "csv"):
-        written: list[DumpWriter] = []
-
-        def write(tmp: str) -> None:
-            written.append(convert_dump(source.path, source.kind, tmp, select=select,
-                                        limit=limit, progress=progress))
-
-        atomic_write(out, write)
-        if written[0].layout == "videos":
-            return written[0].videos, written[0].rows
+        writer = _convert(source, out)
+        if writer.layout == "videos":
+            return writer.videos, writer.rows
         # records: group each video's rows now, so readers need not
         tmp_src = out.with_name(f".{out.name}.records.parquet")
         os.replace(out, tmp_src)
@@ -544,8 +438,7 @@ def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
     counts: list[int] = []
 
     def write(tmp: str) -> None:
-        writer = DumpWriter(tmp, "videos")
-        try:
+        with closing(DumpWriter(tmp, "videos")) as writer:
             for vid in source.video_ids():
                 try:
                     df = source.get(vid)
@@ -555,14 +448,10 @@ def _write_clean(source: SubtitleSource, out: Path) -> tuple[int, int]:
                     continue
                 if df is None:
                     continue
+                cols = [df[c].tolist() for c in ("start", "end", "text")]
                 score = df["score"].tolist() if "score" in df.columns else [None] * len(df)
                 writer.add_video(vid, [(s, e, t, None if sc is None or sc != sc else sc)
-                                       for s, e, t, sc in zip(df["start"].tolist(),
-                                                              df["end"].tolist(),
-                                                              df["text"].tolist(), score,
-                                                              strict=True)])
-        finally:
-            writer.close()
+                                       for s, e, t, sc in zip(*cols, score, strict=True)])
         counts.extend([writer.videos, writer.rows])
 
     atomic_write(out, write)

@@ -1,18 +1,12 @@
 """Frame decoding with PyAV: probe a file, stream frames at a fixed rate, sample given times.
-
-Why this shape: at HowTo100M scale decoding dominates, so every video is decoded once, in one
-pass, with codec threading; frames that are not kept are never converted to RGB, and the kept
-ones are scaled by libswscale straight to the encoder's size (no PIL round trip).
-
-Frame ``i`` of a stream at ``fps`` is the decoded frame nearest to ``(i + 0.5) / fps`` seconds
-(the middle of second ``i`` at 1 fps), which is also what row ``i`` of the frame-embedding
-cache means.
-"""
+At HowTo100M scale decoding dominates: each video is decoded once, with codec threading;
+frames not kept are never converted to RGB, the kept ones scaled by libswscale straight to the
+encoder's size. Frame ``i`` at ``fps`` is the one nearest ``(i + 0.5) / fps`` seconds, which
+is also what row ``i`` of the frame-embedding cache means."""
 
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +21,6 @@ from howtocap.io import JPEG_QUALITY
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["VideoInfo", "FrameStream", "probe", "iter_frames", "sample_frames", "resize_frame"]
-
-
 @dataclass
 class VideoInfo:
     path: Path
@@ -42,14 +33,19 @@ class VideoInfo:
 
 
 def _open(path: Path) -> av.container.InputContainer:
+    """The container, which has a video stream (``streams.video[0]``)."""
     if not path.exists():
         raise InputError(path, "file does not exist")
     if path.is_dir():
         raise InputError(path, "is a folder, not a video file")
     try:
-        return av.open(str(path), metadata_errors="ignore")
+        container = av.open(str(path), metadata_errors="ignore")
     except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:
         raise InputError(path, f"not a readable video file ({short_reason(e)})") from None
+    if not container.streams.video:
+        container.close()
+        raise InputError(path, "has no video stream")
+    return container
 
 
 def _declared_duration(container: av.container.InputContainer, vs: av.VideoStream) -> float:
@@ -65,60 +61,35 @@ def probe(path: str | Path) -> VideoInfo:
     """Container metadata without decoding; raises ``InputError`` when there is no video."""
     path = Path(path)
     with _open(path) as c:
-        vs = c.streams.video[0] if c.streams.video else None
-        if vs is None:
-            raise InputError(path, "has no video stream")
-        duration = _declared_duration(c, vs)
+        vs = c.streams.video[0]
         rate = vs.average_rate or vs.guessed_rate or vs.base_rate
-        return VideoInfo(path=path, duration=max(duration, 0.0),
+        return VideoInfo(path=path, duration=max(_declared_duration(c, vs), 0.0),
                          width=int(vs.codec_context.width), height=int(vs.codec_context.height),
                          fps=float(rate) if rate else 0.0, has_video=True,
                          has_audio=bool(c.streams.audio))
 
 
-def _target_size(width: int, height: int, size: int | None) -> tuple[int, int]:
-    """Scale so the shorter side is ``size`` (keeping aspect); ``None`` keeps the original."""
-    if size is None:
-        return width, height
-    if width <= height:
-        return size, max(size, round(height * size / width))
-    return max(size, round(width * size / height)), size
-
-
-def _centre_crop(img: np.ndarray, size: int | None) -> np.ndarray:
-    if size is None:
+def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.ndarray:
+    """Shorter side scaled to ``size`` (keeping aspect), then a centre crop ``size x size``;
+    ``None`` keeps the frame's size."""
+    w, h = frame.width, frame.height
+    if fit and size is not None:  # the whole frame, shorter side down to ``size``, never up
+        size = min(size, w, h)
+    if size is not None:
+        w, h = ((size, max(size, round(h * size / w))) if w <= h
+                else (max(size, round(w * size / h)), size))
+    # AREA filtering avoids aliasing on big downscales (720p -> 224) at a small cost.
+    img = frame.to_ndarray(format="rgb24", width=w, height=h, interpolation="AREA")
+    if fit or size is None:
         return img
-    h, w = img.shape[:2]
     top, left = (h - size) // 2, (w - size) // 2
     return np.ascontiguousarray(img[top:top + size, left:left + size])
 
 
-def _to_rgb(frame: av.VideoFrame, size: int | None, fit: bool = False) -> np.ndarray:
-    if fit and size is not None:  # the whole frame, shorter side down to ``size``, never up
-        size = min(size, frame.width, frame.height)
-    w, h = _target_size(frame.width, frame.height, size)
-    # AREA filtering avoids aliasing on big downscales (720p -> 224) at a small cost.
-    img = frame.to_ndarray(format="rgb24", width=w, height=h, interpolation="AREA")
-    return img if fit else _centre_crop(img, size)
-
-
-def resize_frame(img: np.ndarray, size: int) -> np.ndarray:
-    """Shorter side to ``size`` then centre crop, for RGB arrays already in memory."""
-    h, w = img.shape[:2]
-    if (h, w) == (size, size):
-        return img
-    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
-    return _to_rgb(frame, size)
-
-
 class FrameStream(Iterator[tuple[float, np.ndarray]]):
-    """Iterator of ``(time, rgb)`` pairs that survives a broken stream.
-
-    When the file stops decoding part-way, iteration ends normally after the last good frame and
-    ``partial`` becomes ``True`` (``error`` holds the decoder's one-line message), so a caller
-    keeps everything that decoded and can still tell the result is incomplete. ``partial`` is
-    only final once the iterator is exhausted.
-    """
+    """Iterator of ``(time, rgb)`` pairs that survives a broken stream: a file that stops
+    decoding part-way ends the iteration normally and sets ``partial`` (``error``: the decoder's
+    one line), so a caller keeps what decoded and knows it is incomplete (once exhausted)."""
 
     def __init__(self, path: Path, fps: float, size: int | None, fit: bool = False) -> None:
         if fps <= 0:
@@ -136,17 +107,6 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
     def close(self) -> None:
         self._gen.close()
 
-    def _run(self) -> Iterator[tuple[float, np.ndarray]]:
-        container = _open(self.path)
-        try:
-            if not container.streams.video:
-                raise InputError(self.path, "has no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            yield from self._select(container, stream)
-        finally:
-            container.close()
-
     def _frames(self, container: av.container.InputContainer,
                 stream: av.VideoStream) -> Iterator[av.VideoFrame]:
         """Decoded frames; a decode/demux error ends the stream and marks it partial."""
@@ -159,60 +119,60 @@ class FrameStream(Iterator[tuple[float, np.ndarray]]):
             self.partial = True
             self.error = short_reason(e)
 
-    def _select(self, container: av.container.InputContainer,
-                stream: av.VideoStream) -> Iterator[tuple[float, np.ndarray]]:
-        tb = float(stream.time_base) if stream.time_base else 1.0 / av.time_base
-        start = stream.start_time * tb if stream.start_time is not None else None
-        rate = stream.average_rate or stream.guessed_rate
-        frame_dur = 1.0 / float(rate) if rate else 1.0 / 25
-        step = 1.0 / self.fps
-        i = 0
-        prev: tuple[float, av.VideoFrame] | None = None
-        converted: tuple[av.VideoFrame | None, np.ndarray | None] = (None, None)
-        for frame in self._frames(container, stream):
-            if frame.pts is None:
-                t = (prev[0] + frame_dur) if prev else 0.0
-            else:
-                t = frame.pts * tb
-                if start is None:
-                    start = t
-                t -= start
-            target = (i + 0.5) * step
-            while t >= target:
-                # the previous frame or this one, whichever is nearer to the target time;
-                # several targets can share a frame when the source rate is below ``fps``
-                best = frame if prev is None or (t - target) <= (target - prev[0]) else prev[1]
-                if converted[0] is not best:
-                    converted = (best, _to_rgb(best, self.size, self.fit))
-                yield round(target, 6), converted[1]
-                i += 1
+    def _run(self) -> Iterator[tuple[float, np.ndarray]]:
+        with _open(self.path) as container:  # closed with the generator, however it ends
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = float(stream.time_base) if stream.time_base else 1.0 / av.time_base
+            start = stream.start_time * tb if stream.start_time is not None else None
+            rate = stream.average_rate or stream.guessed_rate
+            frame_dur = 1.0 / float(rate) if rate else 1.0 / 25
+            step = 1.0 / self.fps
+            i = 0
+            prev: tuple[float, av.VideoFrame] | None = None
+            converted: tuple[av.VideoFrame | None, np.ndarray | None] = (None, None)
+            for frame in self._frames(container, stream):
+                if frame.pts is None:
+                    t = (prev[0] + frame_dur) if prev else 0.0
+                else:
+                    t = frame.pts * tb
+                    if start is None:
+                        start = t
+                    t -= start
                 target = (i + 0.5) * step
-            prev = (t, frame)
-            self.last_time = t + frame_dur
-        declared = _declared_duration(container, stream)
-        if not self.partial and declared > 0 and self.last_time < declared - max(1.0, 2 * step):
-            # demuxers often stop quietly at a cut; the header still knows the real length
-            self.partial = True
-            self.error = f"stream ends at {self.last_time:.1f} s of {declared:.1f} s"
-        # the last frame covers its own duration: emit the targets that fall inside it
-        if prev is not None:
-            end = prev[0] + frame_dur
-            while (i + 0.5) * step < end - 1e-6:
-                if converted[0] is not prev[1]:
-                    converted = (prev[1], _to_rgb(prev[1], self.size, self.fit))
-                yield round((i + 0.5) * step, 6), converted[1]
-                i += 1
+                while t >= target:
+                    # the previous frame or this one, whichever is nearer to the target time;
+                    # several targets can share a frame when the source rate is below ``fps``
+                    best = frame if prev is None or (t - target) <= (target - prev[0]) else prev[1]
+                    if converted[0] is not best:
+                        converted = (best, _to_rgb(best, self.size, self.fit))
+                    yield round(target, 6), converted[1]
+                    i += 1
+                    target = (i + 0.5) * step
+                prev = (t, frame)
+                self.last_time = t + frame_dur
+            declared = _declared_duration(container, stream)
+            if not self.partial and declared > 0 and \
+                    self.last_time < declared - max(1.0, 2 * step):
+                # demuxers often stop quietly at a cut; the header still knows the real length
+                self.partial = True
+                self.error = f"stream ends at {self.last_time:.1f} s of {declared:.1f} s"
+            # the last frame covers its own duration: emit the targets that fall inside it
+            if prev is not None:
+                end = prev[0] + frame_dur
+                while (i + 0.5) * step < end - 1e-6:
+                    if converted[0] is not prev[1]:
+                        converted = (prev[1], _to_rgb(prev[1], self.size, self.fit))
+                    yield round((i + 0.5) * step, 6), converted[1]
+                    i += 1
 
 
 def iter_frames(path: str | Path, fps: float = 1.0, size: int | None = 224,
                 fit: bool = False) -> FrameStream:
     """Stream one RGB uint8 frame ``(H, W, 3)`` per ``1/fps`` seconds, decoding the file once.
-
-    ``size`` scales the shorter side to ``size`` and centre-crops ``size x size`` (what CLIP-style
-    encoders expect); ``None`` keeps the full frame and lets the encoder resize; ``fit`` keeps
-    the whole frame, its shorter side scaled down to ``size`` (never up). Read
-    ``.partial`` on the returned stream after iterating to learn whether the file was cut short.
-    """
+    ``size``: shorter side scaled to it, centre-cropped square (what CLIP-style encoders
+    expect); ``None`` keeps the full frame; ``fit`` keeps the whole frame, its shorter side
+    scaled down to ``size`` (never up). ``.partial`` tells, once iterated, a cut-short file."""
     return FrameStream(Path(path), fps, size, fit)
 
 
@@ -227,20 +187,15 @@ def segment_times(start: float, end: float, n: int,
 def sample_frames(path: str | Path, times: Sequence[float],
                   size: int | None = 224, *, fit: bool = False) -> np.ndarray:
     """Frames nearest to each time (seconds), by seeking; for training and evaluation.
-
     ``fit``: keep the whole frame (no centre crop) with its shorter side scaled down to
     ``size`` (never up), as a multimodal LLM is sent it. Times past the end give the last
-    frame. Raises ``InputError`` if nothing decodes.
-    """
+    frame. Raises ``InputError`` if nothing decodes."""
     path = Path(path)
     times = [float(t) for t in times]
     out: list[np.ndarray | None] = [None] * len(times)
     if not times:
-        s = size or 0
-        return np.zeros((0, s, s, 3), np.uint8)
+        return np.zeros((0, size or 0, size or 0, 3), np.uint8)
     with _open(path) as container:
-        if not container.streams.video:
-            raise InputError(path, "has no video stream")
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         tb = float(stream.time_base)
@@ -251,9 +206,8 @@ def sample_frames(path: str | Path, times: Sequence[float],
         order = sorted(range(len(times)), key=lambda k: times[k])
         pos = 0
         while pos < len(order):
-            t_want = times[order[pos]]
             try:
-                container.seek(int((max(t_want, 0.0) + start) / tb), stream=stream,
+                container.seek(int((max(times[order[pos]], 0.0) + start) / tb), stream=stream,
                                backward=True, any_frame=False)
                 prev: tuple[float, av.VideoFrame] | None = None
                 pos_at_seek = pos
@@ -275,32 +229,26 @@ def sample_frames(path: str | Path, times: Sequence[float],
                             break
                     if done:
                         break
-                else:  # end of file: the remaining times get the last frame
+                else:  # end of file: the remaining times get the last frame (below)
                     if prev is not None:
                         last = _to_rgb(prev[1], size, fit)
-                    while pos < len(order):
-                        out[order[pos]] = last
-                        pos += 1
+                    pos = len(order)
             except (av.FFmpegError, EOFError) as e:
                 if last is None:
                     raise InputError(path, f"could not decode frames ({short_reason(e)})") from None
-                while pos < len(order):
-                    out[order[pos]] = last
-                    pos += 1
+                pos = len(order)
+    out = [last if o is None else o for o in out]
     if any(o is None for o in out):
         raise InputError(path, "no decodable video frames")
     return np.stack(out)  # type: ignore[arg-type]
 
 
 def frame_at(path: str | Path, t: float) -> Image.Image:
-    """The first frame at or after ``t`` seconds (the last frame if ``t`` is past the end):
-    the frame a player shows when seeking to ``t``. The search page's thumbnails and the clip
-    export's ``.jpg`` both take it at a window's middle (``clips.window.window_middle``), so
-    they show the same picture. Raises ``InputError`` when nothing decodes."""
+    """The first frame at or after ``t`` seconds (the last one past the end), as a player shows
+    it: the search page's thumbnails and the clip export's ``.jpg`` take it at a window's
+    middle (``clips.window.window_middle``), so they show the same picture."""
     path = Path(path)
     with _open(path) as container:
-        if not container.streams.video:
-            raise InputError(path, "has no video stream")
         stream = container.streams.video[0]
         last = None
         try:
@@ -316,11 +264,6 @@ def frame_at(path: str | Path, t: float) -> Image.Image:
         if last is None:
             raise InputError(path, f"no frame at {t:.2f} s")
         return last.to_image().convert("RGB")
-
-
-def expected_frames(duration: float, fps: float = 1.0) -> int:
-    """How many frames ``iter_frames`` yields for a stream of ``duration`` seconds."""
-    return max(0, math.ceil(duration * fps - 0.5 - 1e-6))
 
 
 def encode_jpeg(img: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:

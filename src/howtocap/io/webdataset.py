@@ -1,12 +1,8 @@
 """WebDataset tar shards of a run's clips: written by ``howtocap export --format webdataset``,
-streamed by ``howtocap train SHARDS_DIR``; why shards, and their layout: docs/webdataset.md.
-
-A shard is written under a hidden temp name and renamed when complete, and ``meta.json``
-(which training requires) last, so a killed export leaves nothing that looks complete. A
-format's reader and writer import no model: for ``content: embeddings`` the caller passes a
-``ClipEmbedder`` (``howtocap.encoders.clip_rows.ClipRows``), which owns the encoder and the
-frame cache.
-"""
+streamed by ``howtocap train SHARDS_DIR`` (why, and the layout: docs/webdataset.md). A shard is
+written under a hidden temp name and renamed when complete, ``meta.json`` (which training
+requires) last: a killed export leaves nothing that looks complete. No model is imported: for
+``content: embeddings`` the caller passes a ``ClipEmbedder`` (``encoders.clip_rows.ClipRows``)."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,19 +25,11 @@ from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
-from howtocap.io import (
-    CONTENT,
-    FRAMES_PER_CLIP,
-    IMAGE_SIZE,
-    JPEG_QUALITY,
-    SHARD_SIZE,
-    WHAT,
-    ExportWhat,
-)
+from howtocap.io import CONTENT, FRAMES_PER_CLIP, IMAGE_SIZE, SHARD_SIZE, WHAT, ExportWhat
 from howtocap.io.export import TRAIN_ORDER, pairs_for_export
 from howtocap.io.inputs import read_json
 from howtocap.io.pairs import Clip, build_clips, frame_times
-from howtocap.io.video import encode_jpeg
+from howtocap.io.video import JPEG_QUALITY, encode_jpeg
 from howtocap.progress import console, progress_bar
 
 FORMAT = "howtocap-webdataset"
@@ -82,13 +71,11 @@ class ClipEmbedder(Protocol):
 
     def meta(self) -> dict[str, Any]:
         """``encoder``, ``encoder_name``, ``dim``, ``fps``: recorded in ``meta.json``."""
-        ...
 
     def __call__(self, clips: list[Clip], cache_dir: Path
                  ) -> list[tuple[np.ndarray, dict[str, Any]]]:
         """Each clip's rows (of one video) and the fields its JSON records; ``InputError``
         when the video does not decode."""
-        ...
 
 
 @dataclass
@@ -113,11 +100,9 @@ class _ShardFiles:
                                       post=self._finish, opener=self._open, verbose=0,
                                       encoder=False, user="howtocap", group="howtocap",
                                       mtime=int(time.time()))
-        self.count = 0
 
     def _open(self, fname: str) -> Any:
-        fh = open(fname, "wb")  # noqa: SIM115 - closed in _finish, after the tar trailer
-        self.files[fname] = fh
+        fh = self.files[fname] = open(fname, "wb")  # noqa: SIM115 - closed in _finish
         return fh
 
     def _finish(self, fname: str) -> None:
@@ -132,12 +117,11 @@ class _ShardFiles:
     def write(self, sample: dict[str, Any]) -> str:
         """Write one sample; returns the (final) name of the shard that holds it."""
         self.writer.write(sample)
-        self.count += 1
         return Path(self.writer.fname).name[1:-len(".tmp")]
 
     def close(self) -> list[str]:
         self.writer.close()
-        if not self.count:  # ShardWriter opens a shard before any write: drop it if empty
+        if not self.writer.total:  # ShardWriter opens a shard before any write: drop it if empty
             for name in self.done:
                 (self.out / name).unlink(missing_ok=True)
             self.done = []
@@ -216,21 +200,15 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
     if not ps.clips:
         raise HowtocapError(f"{rundir.root}: no clips to export ({len(df)} {kind} rows, "
                             f"{len(skipped)} video(s) skipped)")
-    meta_extra: dict[str, Any] = {}
-    if content == "embeddings" and embed is not None:
-        meta_extra = embed.meta()
-    else:
-        meta_extra = {"frames_per_clip": frames_per_clip, "image_size": image_size,
-                      "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
-    by_video: dict[str, list[Any]] = {}
-    for c in ps.clips:
-        by_video.setdefault(c.video_id, []).append(c)
+    meta_extra = embed.meta() if content == "embeddings" and embed is not None else {
+        "frames_per_clip": frames_per_clip, "image_size": image_size,
+        "frame_keys": frame_names(frames_per_clip), "jpeg_quality": jpeg_quality}
+    by_video = {v: list(g) for v, g in groupby(ps.clips, key=lambda c: c.video_id)}  # sorted
 
     _prepare_out(out)
     files = _ShardFiles(out, shard_size)
     rows: list[dict[str, Any]] = []
     keys: set[str] = set()
-    n_captions = 0
     try:
         with progress_bar("exporting shards", transient=True, disable=not progress) as prog:
             bar = prog.add_task("export", total=len(by_video))
@@ -251,11 +229,9 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
                         key = f"{base}-{i}"
                     keys.add(key)
                     sample["__key__"] = key
-                    shard = files.write(sample)
-                    rows.append({"shard": shard, "key": key, "video_id": clip.video_id,
-                                 "start": clip.start, "end": clip.end,
-                                 "n_captions": len(clip.captions)})
-                    n_captions += len(clip.captions)
+                    rows.append({"shard": files.write(sample), "key": key,
+                                 "video_id": clip.video_id, "start": clip.start,
+                                 "end": clip.end, "n_captions": len(clip.captions)})
                 prog.advance(bar)
         shards = files.close()
     except BaseException:
@@ -265,6 +241,7 @@ def export_webdataset(run_dir: str | Path, out: str | Path | None = None, *,
         raise HowtocapError(f"{rundir.root}: no clip could be exported ({len(skipped)} "
                             "video(s) skipped)")
     index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
+    n_captions = int(index["n_captions"].sum())
     atomic_write_parquet(index, out / "index.parquet")
     meta = {"format": FORMAT, "version": VERSION, "content": content, **meta_extra,
             "source": str(rundir.root.resolve()), "table": kind, "shard_size": shard_size,
@@ -280,12 +257,11 @@ def _video_samples(clips: list[Clip], content: str, k: int, size: int,
                    embed: ClipEmbedder | None, cache: Path, quality: int
                    ) -> Iterator[tuple[Clip, dict[str, Any]]]:
     """Every clip of one video as a sample (decoding the video once); raises ``InputError``."""
-    first = clips[0]
     if content == "frames":
         from howtocap.io.video import sample_frames
 
         times = [frame_times(c, k, None) for c in clips]
-        flat = sample_frames(first.video_path, [t for ts in times for t in ts], size=size)
+        flat = sample_frames(clips[0].video_path, [t for ts in times for t in ts], size=size)
         for j, (c, ts) in enumerate(zip(clips, times, strict=True)):
             sample: dict[str, Any] = {name: encode_jpeg(img, quality) for name, img in
                                       zip(frame_names(k), flat[j * k:(j + 1) * k], strict=True)}
@@ -352,8 +328,7 @@ def open_shards(path: str | Path) -> ShardSet:
     try:
         index = pd.read_parquet(root / "index.parquet")
     except Exception as exc:  # pyarrow raises several types for a bad or missing file
-        raise InputError(root / "index.parquet", f"not a readable Parquet table ({exc})"
-                         ) from None
+        raise InputError(root / "index.parquet", f"not a readable Parquet table ({exc})") from None
     for shard in meta["shards"]:
         p = root / shard
         if not p.exists():

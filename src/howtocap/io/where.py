@@ -1,10 +1,8 @@
 """``--where``: keep the caption rows whose columns (theirs, and the visual signals of their
 window) pass an expression in pandas' ``DataFrame.query`` syntax, or a preset's (``PRESETS``);
 docs/signals.md has both.
-
 A caption's window gets each signal's mean over the signal rows it overlaps, weighted by the
-overlap, so a filter and a clip's JSON see one value per caption whatever the shots.
-"""
+overlap, so a filter and a clip's JSON see one value per caption whatever the shots."""
 
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ PRESETS = {
 def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
     """Each row's window's overlap-weighted mean of every signal column (NaN where no signal
     row overlaps it); a flag holds where it holds for at least half the window.
-
     One sorted pass for all videos: videos are laid end to end on one time axis, and a
     window's mean is the difference of the running integral at its two ends."""
     import numpy as np
@@ -50,8 +47,7 @@ def window_signals(rows: pd.DataFrame, signals: pd.DataFrame) -> pd.DataFrame:
             out[c] = pd.array([None] * len(rows), dtype="boolean") if c in flags else np.nan
         return out
     order = {v: i for i, v in enumerate(pd.unique(sig["video_id"]))}
-    span = float(max(sig["end"].max() if len(sig) else 0.0,
-                     rows["end"].max() if len(rows) else 0.0)) + 1.0
+    span = float(max(sig["end"].max(), rows["end"].max() if len(rows) else 0.0)) + 1.0
     base = sig["video_id"].map(order).to_numpy(float) * span
     s0 = base + sig["start"].to_numpy(float)
     # overlapping signal rows (not ours, but a user's table may have them): the later one wins
@@ -107,9 +103,8 @@ def where_rows(rows: pd.DataFrame, expr: str, source: str) -> pd.DataFrame:
     naming ``source``, the unknown column or the syntax error."""
     import pandas as pd
 
-    text = PRESETS.get(expr.strip(), expr)
     try:
-        keep = rows.eval(text, engine="python")
+        keep = rows.eval(PRESETS.get(expr.strip(), expr), engine="python")
     except pd.errors.UndefinedVariableError as exc:
         name = str(exc).split("'")[1] if "'" in str(exc) else str(exc)
         raise HowtocapError(f"{source}: --where {expr!r}: no column {name!r}; columns: "

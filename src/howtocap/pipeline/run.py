@@ -1,7 +1,6 @@
 """The composition above the steps: ``howtocap run`` (the whole pipeline in one resumable call —
 subtitles, LLM captions, alignment scoring (per-video stages), then the align filter, a reduce
 step) and ``howtocap status`` over every step's stages, in pipeline order.
-
 The only module that knows every step; the steps know the engine, the engine knows none."""
 
 from __future__ import annotations
@@ -67,17 +66,12 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  signals: bool | SignalsConfig = False) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
     then (``align.within_shot``) detect shots, then (``signals``: True for the run's recorded
-    or default settings) score visual signals per shot or window, then align. Each stage skips
-    what is done, so
-    the same call resumes a killed run; with a ``shard`` only that shard's videos are
-    processed and the filter waits for a final run without one. Every stage's settings are
-    checked before any work (``redo``: recompute the stages whose settings changed, and those
-    downstream). Returns one summary per stage.
-
-    Remote inputs (URLs, YouTube ids in a manifest) are downloaded first (``download``) and
-    the later stages see their local files; with ``download.keep_media`` off a downloaded
-    video is deleted once align has used its frames (the default filter's reference videos
-    stay: later videos are scored against them)."""
+    or default settings) score visual signals, then align; one summary per stage. Each stage
+    skips what is done, so the same call resumes a killed run; with a ``shard`` only its
+    videos are processed and the filter waits for a final run without one. Settings are
+    checked before any work (``redo``: recompute the changed stages and those downstream).
+    Remote inputs are downloaded first; without ``download.keep_media`` a fetched video is
+    deleted once align used its frames (not the default filter's reference videos)."""
     caption = caption or CaptionRunConfig()
     align = align or AlignConfig()
     download = download or DownloadConfig()

@@ -41,14 +41,10 @@ class LazyASR:
 
 def choose_subtitles(item: VideoItem, mode: str, source: SubtitleSource | None = None,
                      asr: ASR | None = None) -> Rows:
-    """The one place that decides where a video's narration comes from (``--asr`` mode).
-
-    ``always``: Whisper on the video file, ignoring manifest, sidecar and ``--subtitles`` text;
-    ``auto``: subtitles in ``subtitles_for_video`` order, Whisper only when there are none;
-    ``never``: subtitles only, a video without them is an error. Empty text is an error naming
-    where it came from, so a caption run never sends the LLM nothing. Returns plain columns
-    (``schemas.Rows``; ``.to_pandas()`` for a frame).
-    """
+    """Where a video's narration comes from, as plain columns (``schemas.Rows``). ``always``:
+    Whisper on the video file, ignoring manifest, sidecar and ``--subtitles`` text; ``auto``:
+    subtitles in ``subtitles_for_video`` order, Whisper only when there are none; ``never``:
+    subtitles only. Empty text is an error naming its origin: the LLM is never sent nothing."""
     from howtocap.io.subtitles import subtitles_and_origin
 
     if mode not in ("always", "auto", "never"):

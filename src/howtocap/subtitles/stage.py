@@ -36,12 +36,9 @@ class SubtitlesStage(BaseStage):
         folder = Path(self.asr_model)
         if folder.is_dir():
             asr["weights"] = files_hash([p for p in folder.iterdir() if p.is_file()])
-        src = getattr(self.source, "path", None)
-        source = None
-        if src is not None:
-            p = Path(src)
-            source = {"path": str(p.resolve()),
-                      "size": p.stat().st_size if p.is_file() else None}
+        p = Path(self.source.path) if getattr(self.source, "path", None) is not None else None
+        source = None if p is None else {"path": str(p.resolve()),
+                                         "size": p.stat().st_size if p.is_file() else None}
         return {**super().fingerprint(), "asr": asr, "subtitles": source}
 
     def process(self, video: VideoInput) -> StageOutput:
