@@ -102,17 +102,17 @@ def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarra
 
     ``pool(frame_emb, lo, hi, renormalize)`` replaces the window mean: an encoder's
     ``pool_clips`` (the MEE baseline's is the max pooling it was trained with)."""
-    text = np.asarray(text_emb, dtype=np.float64)
-    if text.ndim != 2 or len(text) != len(np.asarray(starts).reshape(-1)):
-        raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} captions")
     _, _, lo, hi, offsets = candidate_windows(starts, len(frame_emb), duration, cfg, shots)
-    return _scores(frame_emb, text, lo, hi, cfg, pool)[0], offsets
+    return _scores(frame_emb, text_emb, lo, hi, cfg, pool)[0], offsets
 
 
-def _scores(frame_emb: np.ndarray, text: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _scores(frame_emb: np.ndarray, text_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
             cfg: AlignConfig, pool: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """``window_scores`` on windows already cut, and the pooled windows themselves: the
     chosen window's embedding is one of them, so the caller never pools it a second time."""
+    text = np.asarray(text_emb, dtype=np.float64)
+    if text.ndim != 2 or len(text) != len(lo):
+        raise ValueError(f"text embeddings {text.shape} do not match {len(lo)} captions")
     if len(text) == 0:
         return np.zeros((0, lo.shape[1] if lo.ndim == 2 else 0)), None
     means = (pool or window_means)(frame_emb, lo, hi, cfg.renormalize)
@@ -165,11 +165,7 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     total = None
     pooled = []
     for f, t, pool in zip(frames, text_embs, pools or [None] * len(frames), strict=True):
-        text = np.asarray(t, dtype=np.float64)
-        if text.ndim != 2 or len(text) != len(starts):
-            raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} "
-                             "captions")
-        s, means = _scores(f.emb[:n_rows], text, lo, hi, cfg, pool)
+        s, means = _scores(f.emb[:n_rows], t, lo, hi, cfg, pool)
         pooled.append(means)
         total = s if total is None else total + s
     assert total is not None
@@ -284,12 +280,9 @@ def choose_threshold(scores: ScoresArg, cfg: AlignConfig,
     ``cfg.sample_videos``, both are estimated like the reference does: N becomes the fraction
     N / all pairs, and the threshold is that quantile of ``sample_videos`` random videos.
     """
-    if isinstance(scores, Mapping):
-        groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in scores.values()]
-    elif isinstance(scores, np.ndarray):
-        groups = [scores.astype(np.float64).reshape(-1)]
-    else:
-        groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in scores]
+    parts = scores.values() if isinstance(scores, Mapping) else \
+        [scores] if isinstance(scores, np.ndarray) else scores
+    groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in parts]
     if cfg.threshold is not None:
         return float(cfg.threshold)
     if cfg.quantile is None and cfg.keep_top is None:
@@ -374,15 +367,12 @@ def filter_window(aligned: pd.DataFrame, cfg: AlignConfig, thr: float) -> pd.Dat
         df["kept"] = pd.Series(dtype=bool)
         return df
     mode = filter_mode(cfg)
-    if mode in ("keep_all", "null_z"):
-        keep = np.ones(len(df), dtype=bool)
-        if mode == "null_z":
-            keep = null_z_pass(df, cfg)
-            if cfg.drop_chatter:
-                keep &= ~df["chatter"].to_numpy(dtype=bool)
-        df["kept"] = keep
-        return df
-    df["kept"] = df["score"].to_numpy(dtype=np.float64) >= thr
+    if mode == "keep_all":
+        df["kept"] = np.ones(len(df), dtype=bool)
+    elif mode == "null_z":
+        df["kept"] = null_z_pass(df, cfg) & ~(cfg.drop_chatter & df["chatter"].to_numpy(bool))
+    else:
+        df["kept"] = df["score"].to_numpy(dtype=np.float64) >= thr
     return df
 
 

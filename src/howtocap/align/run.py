@@ -69,28 +69,13 @@ def _fingerprint(item: VideoItem, text: str) -> str:
     return format(hash_text(f"{item.video_path}\n{text}"), "016x")
 
 
-def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
-    """Per video, a hash of its captions and video path: what its scores were computed from."""
-    cols = [c for c in ("start", "end", "text") if c in captions.columns]
-    texts = _csv_per_video(captions, cols)
-    return {it.video_id: _fingerprint(it, texts.get(it.video_id, "")) for it in items}
-
-
-def _in_id_order(items: Sequence[VideoItem] | RunVideos) -> Iterator[VideoItem]:
-    """The items by video id (stable): the run's kept videos as they are stored, made a
-    chunk at a time; a list sorted."""
-    if isinstance(items, RunVideos):
-        return items.kept_items()
-    return iter(sorted(items, key=lambda it: it.video_id))
-
-
-def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem] | RunVideos
+def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]
                         ) -> Iterator[tuple[str, str]]:
-    """``_fingerprints`` of every item, in video id order, from windows of whole videos of
-    the kept captions in id order (a shard's, with the shard's items): an item whose id is
-    at most the window's largest is hashed with that window's text (its captions are all
-    there, or it has none)."""
-    todo = _in_id_order(items)
+    """Per item, in video id order, a hash of its captions and video path (what its scores
+    were computed from), from windows of whole videos of the kept captions in id order (a
+    shard's, with the shard's items): an item whose id is at most the window's largest is
+    hashed with that window's text (its captions are all there, or it has none)."""
+    todo = iter(sorted(items, key=lambda it: it.video_id))
     it = next(todo, None)
     for df in windows:
         cols = [c for c in ("start", "end", "text") if c in df.columns]
@@ -211,7 +196,7 @@ def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideo
         ids: list[str] = []
         fps: list[str] = []
         fresh = False
-        now = _fingerprint_stream(captions.kept_shard(k), videos.items(pos))
+        now = _fingerprint_stream(captions.kept(shard=k), videos.items(pos))
         for vid, old, new in _joined(_recorded_fingerprints(path), now):
             if old is not None and new is not None and old != new:
                 changed.append(vid)
@@ -260,45 +245,32 @@ class _Captions:
             self.columns += [c for c in cols if c not in self.columns]
         self.files = {k: p for k, p in self.files.items() if p.exists()}
 
-    def windows(self, columns: Sequence[str] | None = None, rows: int | None = None
+    def windows(self, columns: Sequence[str] | None = None, shard: int | None = None
                 ) -> Iterator[pd.DataFrame]:
-        """Every shard file's windows, in shard order."""
-        for k in sorted(self.files):
-            yield from self.shard(k, columns, rows)
+        """Every shard file's windows in shard order (``shard``: that shard's, if it has a
+        file)."""
+        for k in sorted(self.files) if shard is None else [shard]:
+            if k in self.files:
+                yield from file_windows(self.rundir, self.files[k], columns)
 
-    def shard(self, k: int, columns: Sequence[str] | None = None, rows: int | None = None
-              ) -> Iterator[pd.DataFrame]:
-        """Shard k's windows (none when it has no captions file)."""
-        path = self.files.get(k)
-        if path is not None:
-            yield from file_windows(self.rundir, path, columns, rows)
-
-    def kept(self, columns: Sequence[str] | None = None, rows: int | None = None
+    def kept(self, columns: Sequence[str] | None = None, shard: int | None = None
              ) -> Iterator[pd.DataFrame]:
         """The kept captions (``kept_captions``), a window at a time."""
-        for df in self.windows(self._with_rejected(columns), rows):
-            yield kept_captions(df)
-
-    def kept_shard(self, k: int, columns: Sequence[str] | None = None,
-                   rows: int | None = None) -> Iterator[pd.DataFrame]:
-        """Shard k's kept captions, a window at a time."""
-        for df in self.shard(k, self._with_rejected(columns), rows):
-            yield kept_captions(df)
-
-    def _with_rejected(self, columns: Sequence[str] | None) -> list[str] | None:
-        return None if columns is None else \
+        with_rejected = None if columns is None else \
             [c for c in (*columns, "rejected") if c in self.columns]
+        for df in self.windows(with_rejected, shard):
+            yield kept_captions(df)
 
 
-def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = None,
-                 rows: int | None = None) -> Iterator[pd.DataFrame]:
+def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = None
+                 ) -> Iterator[pd.DataFrame]:
     """``video_windows`` of one shard file; a file that turns out corrupt is dropped (its
     shard redone by its stage: ``RunDir.drop_corrupt``) and yields no more."""
     import pyarrow as pa
 
     try:
         cols = None if columns is None else [c for c in columns if c in columns_of(path)]
-        yield from video_windows(path, cols, rows)
+        yield from video_windows(path, cols)
     except CorruptFile as exc:
         rundir.drop_corrupt(path, exc)
     except (pa.ArrowException, OSError) as exc:  # a page's checksum, found as it is read

@@ -24,18 +24,9 @@ CHUNK = 8_192  # videos made into Python objects at a time (ids, items): a bound
 # held at once
 
 
-class _Sorted(Sequence[str]):
-    """An id-sorted Arrow string array as a sequence of ``str`` for ``bisect`` (a
-    scalar read per probe, no list of every id)."""
-
-    def __init__(self, ids: Any) -> None:
-        self.ids = ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.ids[i].as_py()
+def _py(scalar: Any) -> Any:
+    """An Arrow scalar as Python, the key ``bisect`` probes the sorted ids by (no list)."""
+    return scalar.as_py()
 
 
 class RunVideos:
@@ -123,13 +114,6 @@ class RunVideos:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def add_unknown(self, ids: Sequence[str]) -> None:
-        """Videos the captions name and ``videos.parquet`` lacks (no file known, no number),
-        merged into id order; called before ``select`` (every video is kept after it)."""
-        if len(ids):
-            self._extend([self._chunk(list(ids), [None] * len(ids))])
-        self.keep = np.ones(len(self), dtype=bool)
-
     def id_list(self, positions: Any = None) -> list[str]:
         """The ids at ``positions`` (every id when None) as Python strings."""
         import pyarrow as pa
@@ -160,20 +144,10 @@ class RunVideos:
         if by_shard and self.shard_size:
             groups = [pos for _, pos in self.shards(kept=kept)]
             every = np.concatenate(groups) if groups else np.zeros(0, np.int64)
-            for lo in range(0, len(every), size):
-                yield every[lo:lo + size]
-            return
-        carry = np.zeros(0, np.int64)
-        n = len(self)
-        for lo in range(0, n, size):
-            got = np.arange(lo, min(n, lo + size)) if not kept \
-                else lo + np.flatnonzero(self.keep[lo:lo + size])
-            carry = np.concatenate([carry, got]) if len(carry) else got
-            while len(carry) >= size:
-                yield carry[:size]
-                carry = carry[size:]
-        if len(carry):
-            yield carry
+        else:
+            every = np.flatnonzero(self.keep) if kept else np.arange(len(self), dtype=np.int64)
+        for lo in range(0, len(every), size):
+            yield every[lo:lo + size]
 
     def shards(self, *, kept: bool = True) -> Iterator[tuple[int, np.ndarray]]:
         """``(shard, positions)`` of the kept videos (every video unless ``kept``), shard by
@@ -200,28 +174,20 @@ class RunVideos:
         for pos in self.positions(size, by_shard=True):
             yield self.items(pos)
 
-    def kept_items(self) -> Iterator[VideoItem]:
-        """Every kept video's item, in id order (a chunk of them made at a time)."""
-        for pos in self.positions(CHUNK):
-            yield from self.items(pos)
-
     def select(self, keep: np.ndarray) -> None:
         """Keep only these videos (a bool per video, in id order) for what follows."""
         self.keep = np.asarray(keep, dtype=bool)
 
     def span(self, lo: str, hi: str) -> Any:
         """The ids (Arrow) from ``lo`` to ``hi``, both included: a slice of the sorted ids."""
-        ids = _Sorted(self.ids)
-        a = bisect.bisect_left(ids, lo)
-        b = bisect.bisect_right(ids, hi, lo=a)
-        return self.ids.slice(a, b - a)
+        a = bisect.bisect_left(self.ids, lo, key=_py)
+        return self.ids.slice(a, bisect.bisect_right(self.ids, hi, lo=a, key=_py) - a)
 
     def paths_of(self, video_ids: Iterable[str]) -> dict[str, Path | None]:
         """The file of each of a few videos (by binary search)."""
-        ids = _Sorted(self.ids)
         out: dict[str, Path | None] = {}
         for vid in video_ids:
-            i = bisect.bisect_left(ids, vid)
-            if i < len(ids) and ids[i] == vid:
+            i = bisect.bisect_left(self.ids, vid, key=_py)
+            if i < len(self.ids) and self.ids[i].as_py() == vid:
                 out[vid] = self.items([i])[0].video_path
         return out

@@ -7,6 +7,7 @@ and where the rows go is the runner's business.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
@@ -213,26 +214,21 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     # Plain lists, one frame built in schema order: per-video pandas (sorting, inserts, dtype
     # fixes) was most of the driver's own cost on a text-only run of a million videos.
     flat.sort(key=_by_time)  # stable: a block's order stays
-    seen: set[str] = set()
-    kept = []
+    first: dict[str, CaptionRow] = {}
     for r in flat:
-        key = r[4]  # norm_text(text), from the parser
-        if key not in seen:
-            seen.add(key)
-            kept.append(r)
+        first.setdefault(r[4], r)  # r[4]: norm_text(text), from the parser
+    kept = list(first.values())
     stats.duplicates += len(flat) - len(kept)
     texts = [str(r[3]) for r in kept]
     starts = [r[0] for r in kept]
-    if cfg.reject_fillers or cfg.imperative:  # the parse: off the event loop
-        texts, rejected = await _blocking(inline, lambda: _judged(texts, starts, cfg, nlp))
-    else:
-        texts, rejected = _judged(texts, starts, cfg, nlp)
+    parse = cfg.reject_fillers or cfg.imperative  # the parse: off the event loop
+    texts, rejected = await _blocking(inline or not parse,
+                                      lambda: _judged(texts, starts, cfg, nlp))
     out = rows("captions", len(kept), video_id=video_id,
                start=[r[0] for r in kept], end=[r[2] for r in kept],
                text=texts, source="llm", block=[r[1] for r in kept],
                model=llm.name, config_id="", rejected=rejected)
-    for why_not in rejected if isinstance(rejected, list) else ():
-        if why_not:
-            stats.rejected[why_not] = stats.rejected.get(why_not, 0) + 1
+    if isinstance(rejected, list):
+        stats.rejected = dict(Counter(why_not for why_not in rejected if why_not))
     stats.captions = len(out)
     return out, stats

@@ -12,11 +12,13 @@ reasons and examples are in docs/captions.md ("Fillers"); ``talk_reason`` adds `
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
@@ -156,22 +158,15 @@ _SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
 
 def talk_reason(doc: Any) -> str:
     """"story" for a caption that names things but is talk, else "" (``schedule``, the
-    channel's upload days, is found first by ``verdict``):
-
-    - ``story``: a question, or a statement with its own subject (a written step has none)
-      whose main verb is a state, taste, origin or opinion verb (``STORY_VERBS``).
-    """
+    channel's upload days, is found first by ``verdict``): a question, or a statement with
+    its own subject (a written step has none) whose main verb is a state, taste, origin or
+    opinion verb (``STORY_VERBS``)."""
     if doc.text.rstrip().endswith("?"):
         return "story"
     root = next((t for t in doc if t.dep_ == "ROOT"), None)  # the first sentence's
-    if root is None:  # no parse
-        return ""
-    subjects = [c for c in root.children if c.dep_ in _SUBJECT_DEPS]
-    if not subjects:
-        return ""
-    if root.lemma_.lower() in STORY_VERBS:
-        return "story"
-    return ""
+    story = root is not None and root.lemma_.lower() in STORY_VERBS and any(
+        c.dep_ in _SUBJECT_DEPS for c in root.children)
+    return "story" if story else ""
 
 
 def verdict(doc: Any) -> str:
@@ -189,13 +184,13 @@ def load_parser(name: str | None = None) -> Any:
     return load_spacy(name, parser=True)
 
 
+@dataclass(slots=True)
 class _Request:
-    __slots__ = ("nlp", "judge", "texts", "answers", "error")
-
-    def __init__(self, nlp: Any, judge: Judge, texts: Sequence[str]) -> None:
-        self.nlp, self.judge, self.texts = nlp, judge, texts
-        self.answers: list[Any] | None = None
-        self.error: BaseException | None = None
+    nlp: Any
+    judge: Judge
+    texts: Sequence[str]
+    answers: list[Any] | None = None
+    error: BaseException | None = None
 
 
 class _Combiner:
@@ -327,7 +322,7 @@ class ParserPool:
             self._all.append(_Worker(proc, log))
         weakref.finalize(self, _stop_all, list(self._all))
         for w in self._all:  # each loads its parser: a missing model is one error, up front
-            w.ready()
+            w.recv()
             self._idle.put(w)
 
     def verdicts(self, texts: Sequence[str], batch_size: int = 256,
@@ -353,7 +348,7 @@ class _Worker:
     def __init__(self, proc: Any, log: Any) -> None:
         self.proc, self.log = proc, log
 
-    def _recv(self) -> Any:
+    def recv(self) -> Any:
         reply = read_message(self.proc.stdout)
         if reply is None:
             raise self._died()
@@ -373,9 +368,6 @@ class _Worker:
         return ServiceUnavailable(f"the filler test's parser process exited (code {code})"
                                   + (f": {tail[-1]}" if tail else ""))
 
-    def ready(self) -> None:
-        self._recv()
-
     def ask(self, texts: list[str], batch_size: int, kind: str) -> list[Any]:
         try:
             send_message(self.proc.stdin, {"texts": texts, "batch_size": batch_size,
@@ -383,7 +375,7 @@ class _Worker:
         except OSError:  # a broken pipe: the worker is gone
             raise self._died() from None
         # a pair of answers comes back as a JSON list: the tuple the parse in process gives
-        return [tuple(v) if isinstance(v, list) else v for v in self._recv()]
+        return [tuple(v) if isinstance(v, list) else v for v in self.recv()]
 
 
 def send_message(out: Any, obj: object) -> None:
@@ -434,12 +426,8 @@ def parsed(texts: Iterable[str], nlp: Any, kind: str, judge: Judge, *,
         return []
     unique = list(dict.fromkeys(items))
     known = _VERDICTS.known(nlp, unique, kind)
-    if isinstance(nlp, ParserPool):
-        def parse(texts: Sequence[str], size: int) -> list[Any]:
-            return nlp.verdicts(texts, size, kind)
-    else:
-        def parse(texts: Sequence[str], size: int) -> list[Any]:
-            return _COMBINE(nlp, texts, size, judge)
+    parse = functools.partial(nlp.verdicts, kind=kind) if isinstance(nlp, ParserPool) \
+        else functools.partial(_COMBINE, nlp, judge=judge)
     if known is None:
         return parse(items, batch_size)
     new = [t for t in unique if t not in known]

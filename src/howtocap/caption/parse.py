@@ -34,8 +34,7 @@ _TS = re.compile(
 _TRAILING_TS = re.compile(rf"\s*[\[(]\s*(?P<t>{_ANY_TIME})\s*[\])]\s*[.!]?\s*$", re.IGNORECASE)
 _MARKER = re.compile(r"^\s*(?:[-*•·‣▪◦–—>]+|\d{1,3}[.)](?=\s)|\(\d{1,3}\)|#+)\s*")
 _QUOTE_END = re.compile(r"[\"”]\s*([.!?]?)$")
-_STRIP_CHARS = " \t\"'“”‘’`*_-–—:|,>"
-_EDGE_CHARS = " \t*_-–—:|,>"  # _STRIP_CHARS but the quotes
+_EDGE_CHARS = " \t*_-–—:|,>"  # edge punctuation (quotes are _strip_quotes's)
 _QUOTE_PAIRS = {'"': '"', "“": "”", "'": "'", "‘": "’", "`": "`"}
 # Every timestamp form holds a digit: a line without one has no timestamp (and no caption).
 _DIGIT = re.compile(r"\d")
