@@ -347,14 +347,10 @@ def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame,
 
     Only the default filter (``null_z``) with ``drop_chatter`` drops flagged captions: the
     paper's explicit modes and ``keep_all`` mean exactly what they say."""
-    if len(aligned) == 0:
-        thr = cfg.threshold if cfg.threshold is not None else -math.inf
-    elif filter_mode(cfg) in ("keep_all", "null_z"):
-        thr = -math.inf
-    else:
-        groups = {vid: g.to_numpy(dtype=np.float64)
-                  for vid, g in aligned.groupby("video_id", sort=True)["score"]}
-        thr = choose_threshold(groups, cfg, np.random.default_rng(cfg.seed))
+    explicit = len(aligned) and filter_mode(cfg) not in ("keep_all", "null_z")
+    groups = {vid: g.to_numpy(dtype=np.float64)
+              for vid, g in aligned.groupby("video_id", sort=True)["score"]} if explicit else {}
+    thr = choose_threshold(groups, cfg)
     return filter_window(aligned, cfg, thr), thr
 
 

@@ -185,13 +185,8 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
                 slack: float = 0.0) -> ParseResult:
     """Captions ``(t, t + clip_seconds, text)`` of one reply for one block."""
     res = ParseResult()
-    new = object.__new__
     for start, _, end, text, key in parse_rows(reply, block, res, clip_seconds, slack):
-        # ParsedCaption(start, end, text), its fields set at once (a frozen dataclass's
-        # __init__ sets each through object.__setattr__)
-        cap = new(ParsedCaption)
-        cap.__dict__.update(start=start, end=end, text=text)
-        res.captions.append(cap)
+        res.captions.append(ParsedCaption(start, end, text))
         res.keys.append(key)
     return res
 

@@ -63,16 +63,10 @@ class _Videos:
         own = (lo, min(hi, have)) if self.source is not None and lo < have else None
         return own, (self.extra or [])[max(0, lo - have):max(0, hi - have)]
 
-    def _ids(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
-        own, extra = self._split(lo, hi)
-        return (self.source.ids_window(*own)
-                if own is not None and self.source is not None else []) + extra
-
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
-        return (vid for lo in range(0, len(self), WINDOW) for vid in self._ids(lo, lo + WINDOW))
+        return (vid for ids in self.id_arrays(WINDOW) for vid in ids.to_pylist())
 
     def id_arrays(self, size: int) -> Iterator[Any]:
         """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
