@@ -32,13 +32,12 @@ from howtocap.align.run import (
     draw_reference,
     finish_align,
     read_aligned,
-    recorded_fingerprints,
 )
 from howtocap.atomic import atomic_write_parquet
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
-from tests.support.align import Stub, make_run, whole_fingerprints
+from tests.support.align import Stub, make_run, recorded_fingerprints, whole_fingerprints
 
 
 def _old_draw(captions: pd.DataFrame, files: list[str], cfg: AlignConfig

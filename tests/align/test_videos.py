@@ -28,14 +28,13 @@ from howtocap.align.run import (
     _video_items,
     align_run,
     read_aligned,
-    recorded_fingerprints,
 )
 from howtocap.align.videos import RunVideos
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import kept_captions
-from tests.support.align import Stub, make_run, whole_fingerprints
+from tests.support.align import Stub, make_run, recorded_fingerprints, whole_fingerprints
 
 PATHS = ["/data/videos/a.mp4", "rel/b.mp4", "", None, "c.mp4", "./d.mp4", "/x//y/e.mp4",
          "/data/videos/ü f.mp4", "/data/videos/", "/"]
@@ -80,7 +79,8 @@ def test_items_are_the_rows_items_in_id_order(tmp_path: Path, chunk: int,
 
 
 def test_videos_given_out_of_order_are_kept_in_id_order(tmp_path: Path) -> None:
-    vs = RunVideos(["b", "d", "a", "c", "e"], ["/v/b.mp4", "/v/d.mp4", None, "", None])
+    vs = RunVideos.read(_table(tmp_path / "videos.parquet", ["b", "d", "a", "c", "e"],
+                               ["/v/b.mp4", "/v/d.mp4", None, "", None]))
     assert [it.video_id for it in _kept_items(vs)] == ["a", "b", "c", "d", "e"]
     assert [it.video_path for it in _kept_items(vs)] == [
         None, Path("/v/b.mp4"), None, Path("/v/d.mp4"), None]
@@ -111,7 +111,8 @@ def test_shards_group_the_videos_in_run_order(tmp_path: Path) -> None:
     got = [(k, vs.id_list(pos)) for k, pos in vs.shards()]
     assert got == [(0, ["v0", "v2"]), *want[1:]]
     assert [k for k, _ in vs.shards(kept=False)] == [0, 1, 2]
-    assert [k for k, _ in RunVideos(["b", "a"], ["", ""]).shards()] == [-1]  # shards unknown
+    unknown = RunVideos.read(_table(tmp_path / "v.parquet", ["b", "a"], ["", ""]))
+    assert [k for k, _ in unknown.shards()] == [-1]  # shards unknown
 
 
 @pytest.mark.parametrize("rows", [1, 4, 100_000])

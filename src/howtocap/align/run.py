@@ -139,15 +139,6 @@ def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
         yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
 
 
-def recorded_fingerprints(rundir: RunDir) -> dict[str, str]:
-    """Every video's recorded caption fingerprint, whole (for tests and tools)."""
-    out: dict[str, str] = {}
-    folder = _inputs_dir(rundir)
-    for path in sorted(folder.glob("shard-*.parquet")) if folder.is_dir() else []:
-        out.update(_recorded_fingerprints(path))
-    return out
-
-
 def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideos) -> None:
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
 

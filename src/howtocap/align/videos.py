@@ -12,7 +12,7 @@ video: a small fraction of a list of items.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,7 @@ class RunVideos:
     and ``keep`` (the videos align takes, ``select``). ``shard_size``: the run's, when the
     videos were read from a run directory (``by_shard`` then groups them by shard)."""
 
-    def __init__(self, ids: Sequence[str] = (), paths: Sequence[str | None] = (),
-                 shard_size: int | None = None) -> None:
+    def __init__(self, shard_size: int | None = None) -> None:
         import pyarrow as pa
 
         self.folders: list[str] = []
@@ -46,9 +45,7 @@ class RunVideos:
         self.names: Any = pa.array([], pa.string())
         self.codes = np.zeros(0, np.int32)
         self.numbers = np.zeros(0, np.int64)
-        if len(ids):
-            self._extend([self._chunk(list(ids), list(paths))])
-        self.keep = np.ones(len(self), dtype=bool)
+        self.keep = np.ones(0, dtype=bool)
 
     @classmethod
     def read(cls, path: Path, shard_size: int | None = None) -> RunVideos:
@@ -69,11 +66,10 @@ class RunVideos:
         out.keep = np.ones(len(out), dtype=bool)
         return out
 
-    def _chunk(self, ids: list[str], paths: list[str | None],
-               numbers: np.ndarray | None = None) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    def _chunk(self, ids: list[str], paths: list[str | None], numbers: np.ndarray
+               ) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """A chunk's columns: ids, file names, folder codes (a path is ``folder + name``
-        exactly, so the ``Path`` made of it is the one made of the whole string), numbers
-        (``-1`` when not given: not in ``videos.parquet``)."""
+        exactly, so the ``Path`` made of it is the one made of the whole string), numbers."""
         import pyarrow as pa
 
         names: list[str | None] = []
@@ -90,8 +86,7 @@ class RunVideos:
                 self.folders.append(folder)
             codes[i] = code
             names.append(vp[cut:])
-        nums = np.full(len(ids), -1, np.int64) if numbers is None else numbers
-        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes, nums
+        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes, numbers
 
     def _extend(self, parts: list[tuple[Any, Any, np.ndarray, np.ndarray]]) -> None:
         """Append chunks, then put every column in id order (stable) if it is not."""

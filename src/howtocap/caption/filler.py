@@ -153,7 +153,7 @@ _SCHEDULE = re.compile(
 STORY_VERBS = _words("be have taste smell look sound seem feel know think name call mean "
                      "originate come grow love like enjoy remember learn live visit buy find "
                      "eat hope believe wonder grow use")
-_SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
+SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
 
 
 def talk_reason(doc: Any) -> str:
@@ -165,7 +165,7 @@ def talk_reason(doc: Any) -> str:
         return "story"
     root = next((t for t in doc if t.dep_ == "ROOT"), None)  # the first sentence's
     story = root is not None and root.lemma_.lower() in STORY_VERBS and any(
-        c.dep_ in _SUBJECT_DEPS for c in root.children)
+        c.dep_ in SUBJECT_DEPS for c in root.children)
     return "story" if story else ""
 
 
