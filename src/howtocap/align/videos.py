@@ -1,12 +1,8 @@
 """The run's videos (``videos.parquet``) as compact columns, made into ``VideoItem`` s a
-window at a time (issue #22): a list of every item with its ``Path`` was the largest thing
-align's driver held that grew with the run (both measured in benchmarks/results/align_scale.md).
-
-The ids are one Arrow string array in id order (``videos.parquet`` is in id order only until
-videos are appended, so it is sorted here), each path is split into its folder (a code into
-the few distinct folders) and its file name (an Arrow string array), each video's number (its
-row: ``number // shard_size`` is its shard) is kept, and the align selection is a bool a
-video: a small fraction of a list of items.
+window at a time (issue #22): a list of every item was the largest thing align's driver held
+that grew with the run (benchmarks/results/align_scale.md). Ids are one sorted Arrow array,
+paths a folder code and an Arrow file name, plus each video's row (``// shard_size``: its
+shard) and a bool for the align selection.
 """
 
 from __future__ import annotations

@@ -115,9 +115,8 @@ def mark_repeats(texts: list[str], rejected: list[str] | str, starts: list[float
 def _judged(texts: list[str], starts: list[float], cfg: CaptionConfig, nlp: Any | None
             ) -> tuple[list[str], list[str] | str]:
     """The captions' texts and reasons for rejection: filler verdicts and the imperative
-    rewrite of the kept ones from one parse a caption (``caption.imperative``), then the
-    near-duplicates marked "repeat"; rejected captions stay as the LLM wrote them. Without
-    the filler test every row's reason is "": one value for the column."""
+    rewrite of the kept ones from one parse, then the repeats; without the filler test every
+    reason is "" (one value for the column)."""
     rejected: list[str] | str = ""
     if cfg.reject_fillers or cfg.imperative:
         why, texts = judge_captions(texts, nlp, reject_fillers=cfg.reject_fillers,
@@ -131,19 +130,14 @@ def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                   attach: Callable[[Block, Messages], Messages] | None = None,
                   nlp: Any | None = None
                   ) -> tuple[pd.DataFrame, CaptionStats]:
-    """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
+    """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated (the earliest of
+    identical texts up to case/spacing/end punctuation) and time-sorted.
 
-    A block whose reply gives no caption is asked again (``cfg.retries`` times, sampling with
-    another seed); a block that still fails is listed in ``stats.failed_blocks`` and the
-    other blocks' captions are kept. Raises ``CaptionError`` only when no block gave a
-    caption and some failed (a video of pure chatter has no captions and no error).
-    Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
-    ``attach``: turns a block's text messages into the ones sent (frames for a VLM); called
-    once per block, before the first request.
-    With ``cfg.reject_fillers`` every caption that shows nothing gets its reason in the
-    ``rejected`` column (``caption.filler``; ``nlp``: its spaCy parser, loaded once when None);
-    the row stays, so the table keeps all the LLM said.
-    """
+    A block whose reply gives no caption is asked again (``cfg.retries`` times, another seed);
+    one that still fails is listed in ``stats.failed_blocks``. ``CaptionError`` only when no
+    block gave a caption and some failed (pure chatter is no error). ``attach``: a block's
+    messages as sent (frames for a VLM), once per block. With ``cfg.reject_fillers`` a caption
+    that shows nothing keeps its row with its reason in ``rejected`` (``nlp``: the parser)."""
     out, stats = caption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp)
     return out.to_pandas(), stats
 
@@ -165,10 +159,9 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                         attach: Callable[[Block, Messages], Messages] | None = None,
                         nlp: Any | None = None, inline: bool = False
                         ) -> tuple[Rows, CaptionStats]:
-    """``caption_rows`` as a coroutine: each round's blocks are asked at once (one coroutine
-    per block, ``llm.base.ask``); what blocks the thread (decoding frames, the filler
-    parse) runs on another thread, so the loop keeps every other video's requests going.
-    ``inline``: everything runs in place instead (no loop: ``engine.runners.run_inline``)."""
+    """``caption_rows`` as a coroutine: each round's blocks are asked at once; what blocks the
+    thread (frames, the parse) runs on another one so the loop keeps other videos' requests
+    going (``inline``: all in place, no loop)."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()

@@ -238,11 +238,9 @@ _COMBINE = _Combiner()
 
 
 class _Verdicts:
-    """Answers already found, per parser, for at most ``size`` (kind, text) pairs each (the
-    oldest go first). An answer depends on the text, the parser and the kind of answer alone,
-    and short captions repeat across videos ("Stir.", "Serve.", "Let it simmer."): a text
-    seen before is not parsed again. One table per parser object, so another pipeline never
-    sees this one's answers."""
+    """Answers already found, per parser object, for at most ``size`` (kind, text) pairs each
+    (first in, first out): short captions repeat across videos ("Stir.", "Serve."), and an
+    answer depends on the text, the parser and the kind alone."""
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
@@ -274,11 +272,9 @@ _VERDICTS = _Verdicts()
 
 
 def default_parse_workers(remote_llm: bool) -> int:
-    """Parser processes when none are asked for: one per core, up to 8. The driver's own work
-    (HTTP client, commits, merges) is a small part of the parse's CPU a video, so a core kept
-    idle for it would slow the run (benchmarks/results/parse.md and driver.md). An LLM in this
-    process (llama.cpp, the embedded model) already takes every core, so its captions are
-    parsed in place."""
+    """Parser processes when none are asked for: one per core, up to 8 (the driver's own work
+    is small: benchmarks/results/parse.md, driver.md); none with an LLM in this process, which
+    already takes every core."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
@@ -287,18 +283,13 @@ def default_parse_workers(remote_llm: bool) -> int:
 
 
 class ParserPool:
-    """The filler test's parse in ``workers`` processes of their own.
+    """The filler test's parse in ``workers`` processes (passed as ``nlp``): in the driver's
+    process it would hold the GIL the HTTP client and the commits need, on one core. Each
+    request goes to an idle worker (``caption.parse_worker``: the same pipeline and rules).
 
-    A caption run over HTTP has dozens of videos in flight, each with its captions to parse
-    (docs/captions.md quotes the CPU a caption takes): in the driver's process that parse
-    holds the GIL the HTTP client and the commits need, and it cannot use more than one core.
-    Each request goes to an idle worker; verdicts are the same as in process (the same
-    pipeline and rules, ``caption.parse_worker``). Passed as ``nlp`` to ``reject_reasons``.
-
-    The workers are plain ``python -m`` children speaking length-prefixed JSON on their
-    pipes, not ``multiprocessing`` ones: a spawned ``multiprocessing`` child re-runs the
-    caller's main script, so a user's script without a ``__main__`` guard would caption
-    again inside every worker."""
+    Plain ``python -m`` children speaking length-prefixed JSON, not ``multiprocessing`` ones:
+    a spawned child re-runs the caller's main script, so a script without a ``__main__``
+    guard would caption again inside every worker."""
 
     def __init__(self, workers: int, name: str | None = None) -> None:
         import os
@@ -416,11 +407,9 @@ def _stop_all(workers: list[_Worker]) -> None:
 
 def parsed(texts: Iterable[str], nlp: Any, kind: str, judge: Judge, *,
            batch_size: int = 256) -> list[Any]:
-    """``judge`` of each text's parse (``kind`` names it: the same judge in a ``ParserPool``'s
-    workers). Texts seen before by this parser for this kind are answered from a bounded
-    table; the others are parsed once each: by a ``ParserPool``'s processes when ``nlp`` is
-    one, else in one batched ``nlp.pipe`` pass shared with the other threads' captions
-    waiting at the same time."""
+    """``judge`` of each text's parse (``kind`` names it for a ``ParserPool``'s workers): texts
+    this parser saw are answered from a bounded table, the others parsed once each, by the
+    pool or in one ``nlp.pipe`` pass shared with other threads' waiting captions."""
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []

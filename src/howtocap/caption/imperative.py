@@ -1,15 +1,10 @@
 """Kept captions rewritten into the imperative a written step uses (issue #40).
 
-A small model retells the speech: "So now I'm going to add two cups of flour." is what the
-narrator said, "Add two cups of flour." is the step a viewer sees. spaCy's dependency parse
-(the filler test's pipeline) finds the action verb under the speaker's frame: the root, or
-the verb a frame verb (go, want, need, let, start …) governs through ``xcomp``/``ccomp``. The
-caption becomes that verb's lemma followed by everything the verb governs after it (its
-objects, particles, quantities and places), in the caption's own words.
-
-Only speaker and viewer clauses are rewritten: a caption whose action has another subject
-("The noodles are soaking.") or none to find, a negation ("Don't overmix."), and verbs that
-are no action (be, have, talk and perception verbs) stay as they are.
+"So now I'm going to add two cups of flour." is what the narrator said, "Add two cups of
+flour." the step a viewer sees. The parse finds the action verb under the speaker's frame (the
+root, or what a frame verb governs through ``xcomp``/``ccomp``); the caption becomes its lemma
+and everything it governs after it, in the caption's own words. Only speaker and viewer
+clauses are rewritten: another subject, a negation or a non-action verb stays as it is.
 """
 
 from __future__ import annotations

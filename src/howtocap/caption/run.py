@@ -115,12 +115,8 @@ class _Videos:
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                       config: CaptionRunConfig, progress: bool
                       ) -> tuple[_Videos, SubtitleSource | None]:
-    """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``.
-
-    With no ``inputs`` the run is text-only: one video per video of the source (ids only, in
-    the source's order; each video's rows are read when its turn comes), with no video file
-    yet.
-    """
+    """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``;
+    no ``inputs``: text-only, the source's videos (ids only, rows read in their turn)."""
     from howtocap.io.inputs import read_id_list, select_videos
     from howtocap.io.subtitles import SubtitleSource
 
@@ -167,19 +163,14 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 also_check: Sequence[Stage] = (),
                 window: int | None = None, batching: Batching | None = None
                 ) -> tuple[StageSummary, StageSummary]:
-    """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
-    ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
-    an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
-    (else ``config.llm`` names it). Returns the two stages' summaries.
+    """Every input video (of this ``shard``; no ``inputs``: every video of
+    ``config.subtitles``, text-only) gets subtitles and LLM captions; returns the two stages'
+    summaries. ``llm``: a model already built. The videos go through both stages ``window``
+    at a time, so what the stages keep per video is a window's, not the run's.
 
-    The videos go through both stages ``window`` at a time (``WINDOW``), so what the stages
-    keep per video to do (lists, claims, lookups) is a window's, not the whole run's; the
-    tables do not depend on it.
-
-    Settings are checked against the run's before anything is written: other settings than
-    the ones its results were made with are refused (``redo``: recompute, clearing the
-    stages downstream). ``also_check``: later stages of the same command (``run``'s align),
-    checked now too so a refusal comes before any work."""
+    Other settings than the run's are refused before anything is written (``redo``:
+    recompute). ``also_check``: later stages of the same command, checked now too so a
+    refusal comes before any work."""
     rundir = RunDir(out, create=False,  # a user mistake leaves no empty run directory
                     shard_size=batching.shard_size if batching is not None else None)
     videos, source = _items_and_source(inputs, rundir, config, progress)
