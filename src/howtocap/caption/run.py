@@ -56,26 +56,20 @@ class _Videos:
             return len(self.items)
         return (self.source.count() if self.source is not None else 0) + len(self.extra or [])
 
-    def _split(self, lo: int, hi: int) -> tuple[tuple[int, int] | None, list[str]]:
-        """Videos ``lo`` to ``hi`` as a range of the source's (None: none of them) and the
-        ``extra`` ids that follow."""
-        have = self.source.count() if self.source is not None else 0
-        own = (lo, min(hi, have)) if self.source is not None and lo < have else None
-        return own, (self.extra or [])[max(0, lo - have):max(0, hi - have)]
-
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
         return (vid for ids in self.id_arrays(WINDOW) for vid in ids.to_pylist())
 
     def id_arrays(self, size: int) -> Iterator[Any]:
-        """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
-        for lo in range(0, len(self), size):
-            own, extra = self._split(lo, lo + size)
-            if own is not None and self.source is not None:
-                yield self.source.id_array(*own)
-            if extra:
-                yield pa.array(extra, pa.string())
+        """Text-only: the ids in order (the source's, then ``extra``) as Arrow arrays, at most
+        ``size`` at a time."""
+        have = self.source.count() if self.source is not None else 0
+        for lo in range(0, have, size):
+            yield self.source.id_array(lo, min(lo + size, have))  # type: ignore[union-attr]
+        extra = self.extra or []
+        for lo in range(0, len(extra), size):
+            yield pa.array(extra[lo:lo + size], pa.string())
 
     def record(self, rundir: RunDir) -> None:
         """``videos.parquet``: text-only from the source's id columns, no item a video."""
