@@ -164,10 +164,6 @@ class ReportStats:
                 {"kept": bool})
         return self._sample.drop(columns="_key")
 
-    def listed(self, which: str) -> pd.DataFrame:
-        rows = self.outside_rows if which == "outside" else self.chatter_rows
-        return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-
     def numbers(self, thr: float, config: Mapping[str, Any]) -> dict[str, Any]:
         n, kept = self.rows, self.kept
         rule = config.get("filter")
@@ -210,13 +206,10 @@ def _per_video_stats_plot(stats: ReportStats) -> str:
 
 
 def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[str, Any],
-                       path: Path, outside: pd.DataFrame | None = None) -> Path:
-    """Write the report; ``config`` is what ``DIR/config/align.json`` records; ``outside``
-    the captions the guard dropped (counted, and the first 20 listed)."""
+                       path: Path) -> Path:
+    """Write the report of one filtered frame; ``config`` is what ``config/align.json`` holds."""
     stats = ReportStats()
     stats.add(aligned)
-    if outside is not None:
-        stats.add_outside(outside)
     return write_report_from(stats, threshold, config, path)
 
 
@@ -229,17 +222,15 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
     dropped = ""
     if stats.outside:
         dropped = _dropped_table(
-            "window outside the video", stats.listed("outside"),
+            "window outside the video", stats.outside_rows, stats.outside,
             "No clip within ±T of these captions lies inside the (decoded) video, so they were "
-            "not moved further than T but dropped, as the reference does.", with_z=False,
-            count=stats.outside)
+            "not moved further than T but dropped, as the reference does.", with_z=False)
     if config.get("chatter_dropped") and stats.has_chatter:
         dropped += _dropped_table(
-            "channel chatter", stats.listed("chatter"),
+            "channel chatter", stats.chatter_rows, stats.chatter,
             "The default filter also drops captions the LLM stage's chatter patterns flag "
             "(subscribing, sponsors, greetings; column <code>chatter</code>); "
-            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True,
-            count=stats.chatter)
+            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True)
     sample = (f"<p>The score, offset and null z plots draw a uniform random sample of "
               f"{len(plotted):,} of the {stats.rows:,} pairs (the numbers above count every "
               "pair).</p>" if stats.sampled else "")
@@ -291,16 +282,15 @@ def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
                    for image, cap in items)
 
 
-def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool,
-                   count: int | None = None) -> str:
-    """One section listing (up to 20 of) the captions a rule dropped, so users can audit it
-    (``count``: how many it dropped, when ``rows`` holds only the first)."""
+def _dropped_table(why: str, frames: list[pd.DataFrame], count: int, explain: str,
+                   with_z: bool) -> str:
+    """A section listing the first captions (``LISTED``) of the ``count`` a rule dropped, so
+    users can audit it."""
     z_head = "<th>null z</th>" if with_z else ""
     cells = "".join(
         f"<tr><td>{esc(r.video_id)}</td><td>{float(r.orig_start):.1f}</td>"
         + (f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>" if with_z else "")
-        + f"<td>{esc(r.text)}</td></tr>" for r in rows.head(20).itertuples())
-    shown = len(rows) if count is None else count
-    return (f"<h2>Dropped: {why} ({shown})</h2><p>{explain}</p><table><tr><th>video</th>"
+        + f"<td>{esc(r.text)}</td></tr>" for f in frames for r in f.itertuples())
+    return (f"<h2>Dropped: {why} ({count})</h2><p>{explain}</p><table><tr><th>video</th>"
             f"<th>start (s)</th>{z_head}<th>text</th></tr>{cells}</table>")
 
