@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from howtocap.align import stream
 from howtocap.align.config import AlignConfig
@@ -35,7 +37,7 @@ from howtocap.align.stream import (
     write_windows,
 )
 from howtocap.align.videos import RunVideos
-from howtocap.atomic import CorruptFile, corrupt_parquet
+from howtocap.atomic import CorruptFile, atomic_write, corrupt_parquet, dead_here, writer_tag
 from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
@@ -128,8 +130,6 @@ def _inputs_dir(rundir: RunDir) -> Path:
 def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
     """A shard's recorded fingerprints, in id order (none when the file is missing or
     unreadable: every video counts as new, none as changed)."""
-    import pyarrow as pa
-
     try:
         batches = list(stream.open_parquet(path).iter_batches(
             batch_size=stream.ROWS, columns=["video_id", "fingerprint"]))
@@ -147,10 +147,7 @@ def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideo
     written back when a video is new or changed; the changed videos are forgotten before the
     new file replaces the old, so a kill in between finds them changed again. Videos without
     a shard (not in ``videos.parquet``) are left out."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from howtocap.atomic import atomic_write
 
     schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
     folder = _inputs_dir(rundir)
@@ -224,8 +221,6 @@ def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = Non
                  ) -> Iterator[pd.DataFrame]:
     """``video_windows`` of one shard file; a corrupt one is dropped (``RunDir.drop_corrupt``)
     and yields no more."""
-    import pyarrow as pa
-
     try:
         cols = None if columns is None else [c for c in columns if c in columns_of(path)]
         yield from video_windows(path, cols)
@@ -244,9 +239,6 @@ def _captioned(rundir: RunDir, videos: RunVideos) -> None:
     """Keep the videos with something to align: a caption record ``ok`` in a finished caption
     shard (its captions file is written), or (captions brought in without status records) no
     caption nor subtitles record at all. One captioned in an unfinished shard waits."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     keep = np.zeros(len(videos), dtype=bool)
     for k, pos in videos.shards(kept=False):
         if k < 0:  # not in videos.parquet: no record can name it
@@ -268,9 +260,6 @@ def _captioned(rundir: RunDir, videos: RunVideos) -> None:
 def _unknown_ids(windows: Iterable[pd.DataFrame], videos: RunVideos) -> list[str]:
     """Video ids of the (kept) captions that ``videos`` do not list, sorted: each window's
     ids against the run's ids of its span (both in id order: no set of every id)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     out: set[str] = set()
     for df in windows:
         ids = np.asarray(pd.unique(df["video_id"]), dtype=object)
@@ -292,8 +281,6 @@ def read_aligned(rundir: RunDir) -> pd.DataFrame:
 def _staged(rundir: RunDir, name: str, kind: str) -> Path:
     """A folder beside ``DIR/<name>/`` that only this process writes (``kind``: new, old);
     the ones of this host's dead processes are removed first."""
-    from howtocap.atomic import dead_here, writer_tag
-
     for left in rundir.root.glob(f".{name}.*"):
         tag = left.name[len(name) + 2:].rpartition(".")[0]
         if left.is_dir() and dead_here(tag):
@@ -383,9 +370,6 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
 def _id_order(chunks: list[Any]) -> np.ndarray:
     """``order[r]``: the position, among ids read in chunks (Arrow strings, each once), of
     the r-th smallest id: the rank a whole-table ``groupby`` (sorted by id) gives them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
     return pc.sort_indices(ids).to_numpy().astype(np.int64)
 
@@ -395,8 +379,6 @@ def _threshold(rundir: RunDir, files: Sequence[Path], cfg: AlignConfig) -> float
     in a first pass (their ids kept, ranked by id as the whole table's ``groupby`` ranks
     them), ``choose_threshold``'s draw among them (the same rng call on the same count), and
     a second pass for the drawn videos' scores; with no sample every score is pooled."""
-    import pyarrow as pa
-
     if filter_mode(cfg) in ("keep_all", "null_z"):
         return -np.inf
     if cfg.threshold is not None:
@@ -481,8 +463,6 @@ def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Se
     what one sorted pool of the whole table drew: the first counts each video's distinct
     ``(video_id, text)`` (and ranks the videos by id), the rng picks among that count, the
     second takes the picked rows."""
-    import pyarrow as pa
-
     old = recorded_reference(rundir, cfg)
     if (len(old[0]) or old[1]) and STAGE in rundir.stages_with_results() and not redo:
         return old

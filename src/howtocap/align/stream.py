@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from howtocap.atomic import corrupt_parquet, open_parquet
+from howtocap.atomic import atomic_write, corrupt_parquet, open_parquet
 
 ROWS = 16_384  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
 
 
 def _metadata(path: Path) -> Any:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -62,7 +62,6 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | 
     """The file's rows as frames of whole videos, in file order (``rows`` at a time, and the
     rest of the last video); the whole file as one frame when it is not sorted by video
     (``ordered``: already known). Frames are what ``pd.read_parquet`` gives, row for row."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = rows or ROWS
@@ -106,10 +105,7 @@ def _pandas(t: Any, pf: Any) -> pd.DataFrame:
 def write_windows(path: Path, frames: Iterator[pd.DataFrame]) -> int:
     """Frames of one table into one Parquet file (atomic, page checksums), a row group each,
     as ``atomic_write_parquet`` would write their concatenation; returns the row count."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from howtocap.atomic import atomic_write
 
     total = [0]
 

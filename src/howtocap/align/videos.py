@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from howtocap.align import stream
 from howtocap.io.inputs import VideoItem
 
 CHUNK = 8_192  # videos made into Python objects at a time (ids, items): a bound on what is
@@ -32,8 +35,6 @@ class RunVideos:
     videos were read from a run directory (``by_shard`` then groups them by shard)."""
 
     def __init__(self, shard_size: int | None = None) -> None:
-        import pyarrow as pa
-
         self.folders: list[str] = []
         self._folder_code: dict[str, int] = {}
         self.shard_size = shard_size
@@ -47,8 +48,6 @@ class RunVideos:
     def read(cls, path: Path, shard_size: int | None = None) -> RunVideos:
         """``video_id`` and ``video_path`` of ``videos.parquet``, a record batch at a time;
         a video's number is its row."""
-        from howtocap.align import stream
-
         out = cls(shard_size=shard_size)
         if path.exists():
             parts = []
@@ -66,8 +65,6 @@ class RunVideos:
                ) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """A chunk's columns: ids, file names, folder codes (a path is ``folder + name``
         exactly, so the ``Path`` made of it is the one made of the whole string), numbers."""
-        import pyarrow as pa
-
         names: list[str | None] = []
         codes = np.full(len(ids), -1, dtype=np.int32)
         for i, vp in enumerate(paths):
@@ -86,9 +83,6 @@ class RunVideos:
 
     def _extend(self, parts: list[tuple[Any, Any, np.ndarray, np.ndarray]]) -> None:
         """Append chunks, then put every column in id order (stable) if it is not."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if not parts:
             return
         self.ids = pa.concat_arrays([self.ids, *(p[0] for p in parts)])
@@ -107,8 +101,6 @@ class RunVideos:
 
     def id_list(self, positions: Any = None) -> list[str]:
         """The ids at ``positions`` (every id when None) as Python strings."""
-        import pyarrow as pa
-
         if positions is None:
             return list(self.ids.to_pylist())
         return list(self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
@@ -117,8 +109,6 @@ class RunVideos:
     def items(self, positions: Any) -> list[VideoItem]:
         """The ``VideoItem`` s of the videos at ``positions``: what ``VideoItem(vid,
         Path(path) if path else None)`` gave for each row of the table."""
-        import pyarrow as pa
-
         pos = pa.array(np.asarray(positions, dtype=np.int64))
         ids = self.ids.take(pos).to_pylist()
         names = self.names.take(pos).to_pylist()

@@ -19,6 +19,7 @@ from howtocap.caption.blocks import Block, make_blocks
 from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.config import CaptionConfig
 from howtocap.caption.imperative import judge_captions
+from howtocap.caption.merge import repeats
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
 from howtocap.errors import HowtocapError, ServiceUnavailable
@@ -100,8 +101,6 @@ def mark_repeats(texts: list[str], rejected: list[str] | str, starts: list[float
                  seconds: float) -> list[str] | str:
     """``rejected`` with the kept near-duplicates of an earlier kept caption within
     ``seconds`` marked "repeat" (issue #40; 0: none marked)."""
-    from howtocap.caption.merge import repeats
-
     reasons = rejected if isinstance(rejected, list) else [rejected] * len(texts)
     keep = [i for i, why in enumerate(reasons) if not why]
     if not seconds or not keep:

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
+import queue
 import re
+import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from howtocap.errors import HowtocapError, ServiceUnavailable
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
 # Captions that name things but are talk, not a step (issue #40): see ``talk_reason``.
@@ -275,8 +284,6 @@ def default_parse_workers(remote_llm: bool) -> int:
     """Parser processes when none are asked for: one per core, up to 8 (the driver's own work
     is small: benchmarks/results/parse.md, driver.md); none with an LLM in this process, which
     already takes every core."""
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 2)  # the cores this process may use (a SLURM or cgroup share)
     return max(1, min(8, cores)) if remote_llm else 0
@@ -292,12 +299,6 @@ class ParserPool:
     guard would caption again inside every worker."""
 
     def __init__(self, workers: int, name: str | None = None) -> None:
-        import os
-        import queue
-        import subprocess
-        import sys
-        import tempfile
-
         if workers < 1:
             raise ValueError("a parser pool needs at least one worker")
         self.workers, self.name = workers, name
@@ -344,15 +345,11 @@ class _Worker:
         if reply is None:
             raise self._died()
         if isinstance(reply, dict) and "error" in reply:
-            from howtocap.errors import HowtocapError
-
             raise HowtocapError(str(reply["error"]))
         return reply
 
     def _died(self) -> Exception:
         """Every video needs the parse: the run stops, marking nothing failed (exit 75)."""
-        from howtocap.errors import ServiceUnavailable
-
         code = self.proc.wait()
         self.log.seek(0)
         tail = self.log.read()[-600:].decode(errors="replace").strip().splitlines()
@@ -371,9 +368,6 @@ class _Worker:
 
 def send_message(out: Any, obj: object) -> None:
     """One message of the pool's pipes: JSON after its length (4 bytes, big-endian)."""
-    import json
-    import struct
-
     data = json.dumps(obj).encode()
     out.write(struct.pack(">I", len(data)) + data)
     out.flush()
@@ -381,9 +375,6 @@ def send_message(out: Any, obj: object) -> None:
 
 def read_message(inp: Any) -> Any | None:
     """The next message ``send_message`` wrote, or None at end of input."""
-    import json
-    import struct
-
     head = inp.read(4)
     if len(head) < 4:
         return None

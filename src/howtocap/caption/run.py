@@ -31,7 +31,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.engine.stage import Stage
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import VideoItem, resolve_videos
+from howtocap.io.inputs import VideoItem, read_id_list, resolve_videos, select_videos
 from howtocap.subtitles.stage import SubtitlesStage
 
 if TYPE_CHECKING:
@@ -111,7 +111,6 @@ def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                       ) -> tuple[_Videos, SubtitleSource | None]:
     """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``;
     no ``inputs``: text-only, the source's videos (ids only, rows read in their turn)."""
-    from howtocap.io.inputs import read_id_list, select_videos
     from howtocap.io.subtitles import SubtitleSource
 
     ids = config.ids
