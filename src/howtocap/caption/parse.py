@@ -10,6 +10,7 @@ defaults to 0).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -68,10 +69,7 @@ def to_seconds(sec: str | None, clock: str | None) -> float:
     if sec is not None:
         return float(sec)
     assert clock is not None
-    total = 0.0
-    for part in clock.split(":"):
-        total = total * 60 + float(part)
-    return total
+    return functools.reduce(lambda total, part: total * 60 + float(part), clock.split(":"), 0.0)
 
 
 _END_PUNCT = ".!?;,"
@@ -128,28 +126,22 @@ def clean_text(text: str) -> str:
 
 
 def _opens_caption(line: str, m: re.Match[str]) -> bool:
-    bracketed = bool(m.group("open") and m.group("close"))
-    sep = (m.group("sep") or "").strip()
     if m.start() == 0:  # line start: a unit, a clock, brackets or a separator all suffice
         return True
-    before = line[: m.start()].rstrip()
-    return (bracketed or bool(sep)) and before[-1:] in ".!?;:"
+    marked = (m.group("open") and m.group("close")) or (m.group("sep") or "").strip()
+    return bool(marked) and line[: m.start()].rstrip()[-1:] in ".!?;:"
 
 
 def _split_line(line: str) -> list[tuple[float, str]]:
     """(seconds, text) for every caption a line opens; [] when it has no timestamp."""
     starts = [m for m in _TS.finditer(line) if _opens_caption(line, m)]
-    out = []
-    for i, m in enumerate(starts):
-        stop = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-        out.append((to_seconds(m.group("sec"), m.group("clock")), line[m.end():stop]))
-    if not out:
-        trail = _TRAILING_TS.search(line)
-        if trail:
-            m2 = _TS.match(trail.group("t"))
-            if m2:
-                out.append((to_seconds(m2.group("sec"), m2.group("clock")),
-                            line[: trail.start()]))
+    stops = [m.start() for m in starts[1:]] + [len(line)]
+    out = [(to_seconds(m.group("sec"), m.group("clock")), line[m.end():stop])
+           for m, stop in zip(starts, stops, strict=False)]
+    trail = None if out else _TRAILING_TS.search(line)
+    m2 = _TS.match(trail.group("t")) if trail else None
+    if trail and m2:
+        out.append((to_seconds(m2.group("sec"), m2.group("clock")), line[: trail.start()]))
     return out
 
 
