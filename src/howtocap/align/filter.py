@@ -374,11 +374,9 @@ def filter_counts(filtered: pd.DataFrame, cfg: AlignConfig) -> dict[str, int]:
 
 def empty_aligned() -> pd.DataFrame:
     """A video with no captions aligns to an empty table (with the ``partial`` column)."""
-    out = empty_table("aligned")
-    out["partial"] = pd.Series(dtype=bool)  # True when the video decoded only partly
-    out["null_z"] = pd.Series(dtype=np.float64)
-    out["outside"] = pd.Series(dtype=bool)
-    return out
+    return empty_table("aligned").assign(  # partial: the video decoded only partly
+        partial=pd.Series(dtype=bool), null_z=pd.Series(dtype=np.float64),
+        outside=pd.Series(dtype=bool))
 
 
 __all__ = ["DEFAULT_NULL_Z", "align_video", "apply_filter",

@@ -39,6 +39,7 @@ from howtocap.align.stream import (
 from howtocap.align.videos import RunVideos
 from howtocap.atomic import CorruptFile, atomic_write, corrupt_parquet, dead_here, writer_tag
 from howtocap.encoders.defaults import ENCODER
+from howtocap.encoders.windows import rows_covering
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -534,7 +535,6 @@ def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
     ``paths``), per encoder, pooled as alignment pools them, from the frame cache. A video that
     does not decode is left out (the stage reports it)."""
     from howtocap.encoders.cache import frame_embeddings_multi
-    from howtocap.encoders.windows import rows_covering
 
     if not clip_videos or not models:
         return None
@@ -619,9 +619,9 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
-    if encoders is None and in_process:
-        from howtocap.encoders import create  # loaded here once, shared with the stage
+    from howtocap.encoders import create  # a model is loaded here once, shared with the stage
 
+    if encoders is None and in_process:
         encoders = [create(n, device=device) for n in names_in]
     names = [e.name for e in encoders] if encoders is not None else names_in
     if len(set(names)) != len(names):
@@ -643,8 +643,6 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
                                    for part in videos.windows(WINDOW)))
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
-        from howtocap.encoders import create
-
         clips = clip_bank(rundir, reference[1], encoders if encoders is not None
                           else [create(n, device=device) for n in names_in], cfg, clip_paths)
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
