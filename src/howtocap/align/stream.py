@@ -57,18 +57,16 @@ def sorted_by_video(path: Path, rows: int | None = None) -> bool:
     return True
 
 
-def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None,
-                  *, ordered: bool | None = None) -> Iterator[pd.DataFrame]:
+def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None
+                  ) -> Iterator[pd.DataFrame]:
     """The file's rows as frames of whole videos, in file order (``rows`` at a time, and the
-    rest of the last video); the whole file as one frame when it is not sorted by video
-    (``ordered``: already known). Frames are what ``pd.read_parquet`` gives, row for row."""
+    rest of the last video); the whole file as one frame when it is not sorted by video.
+    Frames are what ``pd.read_parquet`` gives, row for row."""
     import pyarrow.parquet as pq
 
     rows = rows or ROWS
-    if ordered is None:
-        ordered = sorted_by_video(path, rows)
     cols = list(columns) if columns is not None else None
-    if not ordered:
+    if not sorted_by_video(path, rows):
         yield pq.read_table(path, columns=cols, page_checksum_verification=True).to_pandas()
         return
     pf = open_parquet(path)
@@ -78,9 +76,7 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | 
     carry: pa.Table | None = None
     for rb in pf.iter_batches(batch_size=rows, columns=cols):
         t = pa.Table.from_batches([rb])
-        if carry is not None:
-            t = pa.concat_tables([carry, t])
-            carry = None
+        t = t if carry is None else pa.concat_tables([carry, t])  # (a carry is never empty)
         if not t.num_rows:
             continue
         ids = t.column("video_id")
