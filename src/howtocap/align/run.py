@@ -246,15 +246,11 @@ def _captioned(rundir: RunDir, videos: RunVideos) -> None:
             keep[pos] = True
             continue
         ids = videos.id_list(pos)
-        arr = pa.array(ids, pa.string())
-
-        def found(stage: str, k: int = k, arr: Any = arr) -> np.ndarray:
-            recs = rundir.writer(stage, k).records(["status"])
-            return pc.is_in(arr, value_set=recs.column("video_id")).to_numpy(
-                zero_copy_only=False)
-
         ok = np.asarray(rundir.done("caption", ids), dtype=bool)
-        keep[pos] = np.where(found("caption"), ok, ~found("subtitles"))
+        captioned, subtitled = (pc.is_in(pa.array(ids, pa.string()), value_set=rundir.writer(
+            stage, k).records(["status"]).column("video_id")).to_numpy(zero_copy_only=False)
+            for stage in ("caption", "subtitles"))  # which have a record of the stage
+        keep[pos] = np.where(captioned, ok, ~subtitled)
     videos.select(keep)
 
 
