@@ -312,8 +312,6 @@ def chatter_flags(texts: pd.Series | Sequence[str]) -> np.ndarray:
     from howtocap.caption.chatter import is_chatter  # lazily: the CLI starts without the LLM code
 
     values = pd.Series(texts, dtype=object).astype(str)
-    if len(values) == 0:
-        return np.zeros(0, dtype=bool)
     verdict = {t: is_chatter(t) for t in values.unique()}
     return values.map(verdict).to_numpy(dtype=bool)
 

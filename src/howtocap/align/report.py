@@ -93,19 +93,16 @@ class ReportStats:
 
     def __init__(self, seed: int = 0) -> None:
         self.rows = self.kept = self.videos = self.partial_videos = self.moved = 0
+        self.score_n = self.outside = self.chatter = 0  # outside, chatter: the rules' drops
         self.score_sums: list[float] = []
-        self.score_n = 0
         self.abs_offset_sums: list[float] = []
-        self.has_null_z = self.has_chatter = False
+        self.has_null_z = self.has_chatter = self.sampled = False
         self.fractions: list[tuple[str, float]] = []  # per video, while there are <= 40
         self.fraction_counts = np.zeros(20, dtype=np.int64)
         self.frac_edges = np.linspace(0, 1, 21)
         self._rng = np.random.default_rng(seed)
         self._sample: pd.DataFrame | None = None  # rows with their random keys
-        self.sampled = False
-        self.outside = 0
-        self.outside_rows: list[pd.DataFrame] = []
-        self.chatter = 0
+        self.outside_rows: list[pd.DataFrame] = []  # the first ``LISTED`` of each
         self.chatter_rows: list[pd.DataFrame] = []
 
     def add(self, df: pd.DataFrame) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,20 +74,15 @@ def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoIt
     were computed from), from windows of whole videos of the kept captions in id order (a
     shard's, with the shard's items): an item whose id is at most the window's largest is
     hashed with that window's text (its captions are all there, or it has none)."""
-    todo = iter(sorted(items, key=lambda it: it.video_id))
-    it = next(todo, None)
+    todo = sorted(items, key=lambda it: it.video_id)
+    at = 0
     for df in windows:
-        cols = [c for c in ("start", "end", "text") if c in df.columns]
-        texts = _csv_per_video(df, cols)
-        if not texts:
-            continue
-        top = max(texts)
-        while it is not None and it.video_id <= top:
-            yield it.video_id, _fingerprint(it, texts.get(it.video_id, ""))
-            it = next(todo, None)
-    while it is not None:
-        yield it.video_id, _fingerprint(it, "")
-        it = next(todo, None)
+        texts = _csv_per_video(df, [c for c in ("start", "end", "text") if c in df.columns])
+        top = max(texts, default=None)
+        while top is not None and at < len(todo) and todo[at].video_id <= top:
+            yield todo[at].video_id, _fingerprint(todo[at], texts.get(todo[at].video_id, ""))
+            at += 1
+    yield from ((it.video_id, _fingerprint(it, "")) for it in todo[at:])
 
 
 def _csv_per_video(captions: pd.DataFrame, cols: list[str],
@@ -146,15 +142,12 @@ def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideo
     A shard at a time: its kept videos' fingerprints (from its captions file) against the
     ones recorded for the shard (``align_inputs/shard-k.parquet``, in id order), their union
     written back when a video is new or changed; the changed videos are forgotten before the
-    new file replaces the old, so a kill in between finds them changed again. Videos without
-    a shard (not in ``videos.parquet``) are left out."""
+    new file replaces the old, so a kill in between finds them changed again."""
     import pyarrow.parquet as pq
 
     schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
     folder = _inputs_dir(rundir)
     for k, pos in videos.shards():
-        if k < 0:
-            continue
         path = folder / shard_name(k)
         old = dict(_recorded_fingerprints(path))
         now = dict(_fingerprint_stream(captions.kept(shard=k), videos.items(pos)))
@@ -242,9 +235,6 @@ def _captioned(rundir: RunDir, videos: RunVideos) -> None:
     caption nor subtitles record at all. One captioned in an unfinished shard waits."""
     keep = np.zeros(len(videos), dtype=bool)
     for k, pos in videos.shards(kept=False):
-        if k < 0:  # not in videos.parquet: no record can name it
-            keep[pos] = True
-            continue
         ids = videos.id_list(pos)
         ok = np.asarray(rundir.done("caption", ids), dtype=bool)
         captioned, subtitled = (pc.is_in(pa.array(ids, pa.string()), value_set=rundir.writer(
@@ -315,7 +305,7 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
     files = [p for p in rundir.table_files(SCORES) if p.name.startswith("shard-")]
     thr = _threshold(rundir, files, cfg)
     stats = ReportStats()
-    counts = {"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    counts = Counter({"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0})
     n = {"kept": 0, "outside": 0}
 
     def filtered(windows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -333,8 +323,7 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
             # the chatter test is part of the filter, not the stage: --keep-chatter re-filters
             aligned = filter_window(merged, cfg, thr)
             n["kept"] += int(aligned["kept"].sum())
-            for k, v in filter_counts(aligned, cfg).items():
-                counts[k] += v
+            counts.update(filter_counts(aligned, cfg))
             if report:
                 stats.add_outside(outside)
                 stats.add(aligned)

@@ -56,9 +56,7 @@ class AlignStage(BaseStage):
         self._clips64: tuple[list[np.ndarray], np.ndarray] | None = None
         self.encoders = list(encoders)
         self.models_from_names = models_from_names or models is None
-        self.cfg = cfg
-        self.cache_dir = Path(cache_dir)
-        self.device = device
+        self.cfg, self.cache_dir, self.device = cfg, Path(cache_dir), device
         self._models = list(models) if models is not None else None  # built by the caller
 
     def load(self) -> None:

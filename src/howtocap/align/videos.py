@@ -30,9 +30,8 @@ def _py(scalar: Any) -> Any:
 
 class RunVideos:
     """The run's videos in id order: ``ids`` (Arrow), each one's folder code (``-1``: no
-    file known), file name and number (its row of ``videos.parquet``; ``-1``: not in it),
-    and ``keep`` (the videos align takes, ``select``). ``shard_size``: the run's, when the
-    videos were read from a run directory (``by_shard`` then groups them by shard)."""
+    file known), file name and number (its row of ``videos.parquet``), and ``keep`` (the
+    videos align takes, ``select``). ``shard_size``: the run's (``shards`` group by it)."""
 
     def __init__(self, shard_size: int | None = None) -> None:
         self.folders: list[str] = []
@@ -101,10 +100,9 @@ class RunVideos:
 
     def id_list(self, positions: Any = None) -> list[str]:
         """The ids at ``positions`` (every id when None) as Python strings."""
-        if positions is None:
-            return list(self.ids.to_pylist())
-        return list(self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
-                    .to_pylist())
+        ids = self.ids if positions is None else \
+            self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
+        return list(ids.to_pylist())
 
     def items(self, positions: Any) -> list[VideoItem]:
         """The ``VideoItem`` s of the videos at ``positions``: what ``VideoItem(vid,
@@ -131,16 +129,14 @@ class RunVideos:
             yield every[lo:lo + size]
 
     def shards(self, *, kept: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-        """``(shard, positions)`` of the kept videos (every video unless ``kept``), shard by
-        shard in shard order, each shard's in id order: a run's stage tables are files of a
-        shard, and only a shard's rows are in id order once videos were appended. Videos
-        without a number (or shards unknown) come first, as shard -1."""
+        """``(shard, positions)`` of the kept videos (every video unless ``kept``) in shard
+        order, each shard's in id order: only a shard's rows are in id order once videos were
+        appended. Shards unknown (no ``shard_size``): one shard -1."""
         pos = np.flatnonzero(self.keep) if kept else np.arange(len(self), dtype=np.int64)
         if not len(pos):
             return
         nums = self.numbers[pos]
-        ks = np.where(nums >= 0, nums // self.shard_size, -1) if self.shard_size \
-            else np.full(len(pos), -1, np.int64)
+        ks = nums // self.shard_size if self.shard_size else np.full(len(pos), -1, np.int64)
         order = np.argsort(ks, kind="stable")
         ks, pos = ks[order], pos[order]
         cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
@@ -148,10 +144,8 @@ class RunVideos:
             yield int(ks[lo]), pos[lo:hi]
 
     def windows(self, size: int) -> Iterator[list[VideoItem]]:
-        """The kept videos as ``VideoItem`` s, ``size`` at a time, in run order (shard by
-        shard, ``shards``; id order when the shards are unknown): a window then touches as
-        few of the run's shards as it can, and a run numbered in id order is taken in id
-        order."""
+        """The kept videos as ``VideoItem`` s, ``size`` at a time, in run order (``shards``): a
+        window then touches as few of the run's shards as it can."""
         for pos in self.positions(size, by_shard=True):
             yield self.items(pos)
 

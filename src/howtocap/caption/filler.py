@@ -378,8 +378,7 @@ def read_message(inp: Any) -> Any | None:
     head = inp.read(4)
     if len(head) < 4:
         return None
-    (size,) = struct.unpack(">I", head)
-    return json.loads(inp.read(size))
+    return json.loads(inp.read(struct.unpack(">I", head)[0]))
 
 
 def _stop_all(workers: list[_Worker]) -> None:

@@ -73,10 +73,7 @@ class _Videos:
 
     def record(self, rundir: RunDir) -> None:
         """``videos.parquet``: text-only from the source's id columns, no item a video."""
-        if self.items is not None:
-            rundir.record_videos(self.items)
-        else:
-            rundir.record_videos(self.id_arrays(WINDOW))
+        rundir.record_videos(self.items if self.items is not None else self.id_arrays(WINDOW))
 
     def windows(self, rundir: RunDir, size: int) -> Iterator[list[VideoItem]]:
         """The videos in the run's shard order, the videos of about ``size`` (whole shards)

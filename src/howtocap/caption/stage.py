@@ -44,9 +44,7 @@ class CaptionStage(BaseStage):
                  vlm: VLMOptions | None = None, parse_workers: int | None = None) -> None:
         if vlm is not None:  # the VLM writes the captions, through the same client as --llm-url
             llm = llm.model_copy(update={"url": vlm.url, "model": vlm.model})
-        self.llm = llm
-        self.cfg = cfg
-        self.vlm = vlm
+        self.llm, self.cfg, self.vlm = llm, cfg, vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
         # the spaCy parser of the filler test and the imperative rewrite, loaded per worker;
         # None with both off: spaCy is never imported
