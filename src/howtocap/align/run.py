@@ -237,9 +237,10 @@ def _captioned(rundir: RunDir, videos: RunVideos) -> None:
     for k, pos in videos.shards(kept=False):
         ids = videos.id_list(pos)
         ok = np.asarray(rundir.done("caption", ids), dtype=bool)
-        captioned, subtitled = (pc.is_in(pa.array(ids, pa.string()), value_set=rundir.writer(
-            stage, k).records(["status"]).column("video_id")).to_numpy(zero_copy_only=False)
-            for stage in ("caption", "subtitles"))  # which have a record of the stage
+        arr = pa.array(ids, pa.string())
+        captioned, subtitled = (  # which have a record of the stage
+            pc.is_in(arr, value_set=rundir.writer(stage, k).records(["status"]).column("video_id"))
+            .to_numpy(zero_copy_only=False) for stage in ("caption", "subtitles"))
         keep[pos] = np.where(captioned, ok, ~subtitled)
     videos.select(keep)
 
