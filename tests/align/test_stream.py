@@ -26,20 +26,18 @@ from howtocap.align.run import (
     _caption_pool,
     _Captions,
     _fingerprint_stream,
-    _fingerprints,
     _inputs_dir,
     _threshold,
     align_run,
     draw_reference,
     finish_align,
     read_aligned,
-    recorded_fingerprints,
 )
 from howtocap.atomic import atomic_write_parquet
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import conform, kept_captions
-from tests.support.align import Stub, make_run
+from tests.support.align import Stub, make_run, recorded_fingerprints, whole_fingerprints
 
 
 def _old_draw(captions: pd.DataFrame, files: list[str], cfg: AlignConfig
@@ -164,7 +162,7 @@ def test_fingerprints_in_windows_equal_the_whole_table(made: Path, tmp_path: Pat
     kept = kept_captions(pd.read_parquet(rd.root / "captions"))
     items = [VideoItem(f"v{i:03d}", Path(f"/x/v{i:03d}.mp4")) for i in range(30)][::-1]
     items += [VideoItem("a-first", None), VideoItem("zz-last", None)]
-    want = _fingerprints(kept, items)
+    want = whole_fingerprints(kept, items)
     for rows in (1, 5, 100_000):
         monkeypatch.setattr(stream, "ROWS", rows)
         got = list(_fingerprint_stream(caps.kept(), items))
@@ -183,7 +181,7 @@ def test_recorded_fingerprints_are_the_whole_tables_per_shard(appended: Path,
     align_run(rd, [], AlignConfig(), encoders=[Stub()], progress=False)
     items = list(pd.read_parquet(rd.table_path("videos")).itertuples(index=False))
     items = [VideoItem(it.video_id, Path(it.video_path)) for it in items]
-    want = _fingerprints(kept_captions(_whole(rd, "captions")), items)
+    want = whole_fingerprints(kept_captions(_whole(rd, "captions")), items)
     assert recorded_fingerprints(rd) == want and len(want) == 31
     files = sorted(_inputs_dir(rd).glob("shard-*.parquet"))
     assert [f.name for f in files] == [f"shard-0000{k}.parquet" for k in range(4)]

@@ -24,19 +24,17 @@ from howtocap.align.run import (
     _Captions,
     _clip_files,
     _fingerprint_stream,
-    _fingerprints,
     _unknown_ids,
     _video_items,
     align_run,
     read_aligned,
-    recorded_fingerprints,
 )
 from howtocap.align.videos import RunVideos
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.io.inputs import VideoItem
 from howtocap.schemas import kept_captions
-from tests.support.align import Stub, make_run
+from tests.support.align import Stub, make_run, recorded_fingerprints, whole_fingerprints
 
 PATHS = ["/data/videos/a.mp4", "rel/b.mp4", "", None, "c.mp4", "./d.mp4", "/x//y/e.mp4",
          "/data/videos/ü f.mp4", "/data/videos/", "/"]
@@ -45,6 +43,11 @@ PATHS = ["/data/videos/a.mp4", "rel/b.mp4", "", None, "c.mp4", "./d.mp4", "/x//y
 def _old_items(ids: Sequence[str], paths: Sequence[str | None]) -> list[VideoItem]:
     """What align's list held: a ``VideoItem`` per row, ``Path`` of a non-empty path."""
     return [VideoItem(v, Path(p) if p else None) for v, p in zip(ids, paths, strict=True)]
+
+
+def _kept_items(vs: RunVideos) -> list[VideoItem]:
+    """The kept videos' items, in id order."""
+    return vs.items(np.flatnonzero(vs.keep))
 
 
 def _table(path: Path, ids: Sequence[str], paths: Sequence[str | None]) -> Path:
@@ -67,7 +70,7 @@ def test_items_are_the_rows_items_in_id_order(tmp_path: Path, chunk: int,
         assert max(len(w) for w in wins) == min(size, len(want))
         assert [it for w in wins for it in w] == want
     vs.select(np.arange(len(vs)) % 3 == 0)
-    assert list(vs.kept_items()) == want[::3]
+    assert _kept_items(vs) == want[::3]
     assert [it for w in vs.windows(2) for it in w] == want[::3]
     assert vs.paths_of(["v00", "v06", "nope"]) == {"v00": Path("/"), "v06": None}
     assert vs.span("v02", "v04").to_pylist() == ["v02", "v03", "v04"]
@@ -75,11 +78,11 @@ def test_items_are_the_rows_items_in_id_order(tmp_path: Path, chunk: int,
     assert vs.span("w", "z").to_pylist() == []
 
 
-def test_unknown_videos_join_in_id_order_kept(tmp_path: Path) -> None:
-    vs = RunVideos(["b", "d"], ["/v/b.mp4", "/v/d.mp4"])
-    vs.add_unknown(["a", "c", "e"])
-    assert [it.video_id for it in vs.kept_items()] == ["a", "b", "c", "d", "e"]
-    assert [it.video_path for it in vs.kept_items()] == [
+def test_videos_given_out_of_order_are_kept_in_id_order(tmp_path: Path) -> None:
+    vs = RunVideos.read(_table(tmp_path / "videos.parquet", ["b", "d", "a", "c", "e"],
+                               ["/v/b.mp4", "/v/d.mp4", None, "", None]))
+    assert [it.video_id for it in _kept_items(vs)] == ["a", "b", "c", "d", "e"]
+    assert [it.video_path for it in _kept_items(vs)] == [
         None, Path("/v/b.mp4"), None, Path("/v/d.mp4"), None]
     empty = RunVideos.read(tmp_path / "missing.parquet")
     assert len(empty) == 0 and list(empty.windows(3)) == []
@@ -103,13 +106,13 @@ def test_shards_group_the_videos_in_run_order(tmp_path: Path) -> None:
     run_order = [v for _, ids in want for v in ids]
     assert [[it.video_id for it in w] for w in vs.windows(4)] == [run_order[:4],
                                                                   run_order[4:]]
-    assert [it.video_id for it in vs.kept_items()] == vs.id_list()  # still id order
-    vs.add_unknown(["zz"])
+    assert [it.video_id for it in _kept_items(vs)] == vs.id_list()  # still id order
     vs.select(np.array([v != "v1" for v in vs.id_list()]))
     got = [(k, vs.id_list(pos)) for k, pos in vs.shards()]
-    assert got == [(-1, ["zz"]), (0, ["v0", "v2"]), *want[1:]]
-    assert [k for k, _ in vs.shards(kept=False)] == [-1, 0, 1, 2]
-    assert [k for k, _ in RunVideos(["b", "a"], ["", ""]).shards()] == [-1]  # shards unknown
+    assert got == [(0, ["v0", "v2"]), *want[1:]]
+    assert [k for k, _ in vs.shards(kept=False)] == [0, 1, 2]
+    unknown = RunVideos.read(_table(tmp_path / "v.parquet", ["b", "a"], ["", ""]))
+    assert [k for k, _ in unknown.shards()] == [-1]  # shards unknown
 
 
 @pytest.mark.parametrize("rows", [1, 4, 100_000])
@@ -138,7 +141,7 @@ def test_lookups_equal_the_whole_list_ones(tmp_path: Path, rows: int,
     vs = _video_items(rd)
     old = _old_items(table.column("video_id").to_pylist(), table.column("video_path")
                      .to_pylist())
-    assert list(vs.kept_items()) == old
+    assert _kept_items(vs) == old
     assert list(_clip_files(vs)) == sorted(it.video_id for it in old
                                            if it.video_path and it.video_path.is_file())
     # captions of videos videos.parquet lacks (a table brought in by hand): named as such
@@ -151,12 +154,12 @@ def test_lookups_equal_the_whole_list_ones(tmp_path: Path, rows: int,
     assert _unknown_ids(caps.kept(["video_id"]), few) == sorted(
         named - {"v000", "v004", "v011"})
     _captioned(rd, vs)
-    got = list(vs.kept_items())
+    got = _kept_items(vs)
     assert [it.video_id for it in got] == sorted(
         it.video_id for it in old if it.video_id not in ("v007", "v008", "v014"))
     for k, pos in vs.shards():
-        assert dict(_fingerprint_stream(caps.kept_shard(k), vs.items(pos))) == \
-            _fingerprints(whole, vs.items(pos))
+        assert dict(_fingerprint_stream(caps.kept(shard=k), vs.items(pos))) == \
+            whole_fingerprints(whole, vs.items(pos))
 
 
 @pytest.mark.slow

@@ -36,6 +36,26 @@ def unit(x: np.ndarray) -> np.ndarray:
 DIM = 16
 
 
+def recorded_fingerprints(rundir: RunDir) -> dict[str, str]:
+    """Every video's fingerprint recorded by align (``align_inputs/``), whole."""
+    from howtocap.align.run import _inputs_dir, _recorded_fingerprints
+
+    out: dict[str, str] = {}
+    for path in sorted(_inputs_dir(rundir).glob("shard-*.parquet")):
+        out.update(_recorded_fingerprints(path))
+    return out
+
+
+def whole_fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
+    """The whole-table fingerprints ``align.run._fingerprint_stream`` streams: per video, a
+    hash of its captions (each video's ``to_csv``) and video path."""
+    from howtocap.align.run import _csv_per_group, _fingerprint
+
+    cols = [c for c in ("start", "end", "text") if c in captions.columns]
+    texts = _csv_per_group(captions, cols)
+    return {it.video_id: _fingerprint(it, texts.get(it.video_id, "")) for it in items}
+
+
 WORDS = ["add", "cut", "stir", "pour", "mix", "the board", "flour", "a screw", "the lid",
          "subscribe to my channel"]
 

@@ -1,13 +1,9 @@
-"""Filter & align: move every caption to the clip that matches it best, then keep the best pairs.
-
-HowToCaption's stage 2 (after the reference ``align_and_filter.py``): every shift of a caption's
-clip within ±T is scored against the mean of its per-second frame embeddings, the caption moves
-to its best shift, and a global filter keeps the best pairs. The exact definitions (rows a
-window covers, clamping to the video, the ±T guard, ties, ``within_shot``, the default
-``null_z`` filter) are in docs/align.md and tested in ``tests/align/test_align.py``.
-
-Window means come from prefix sums over the cached rows, and all captions × all shifts of a
-video are scored in one ``einsum``: the image encoder runs once per second of video.
+"""Filter & align (HowToCaption stage 2, after the reference ``align_and_filter.py``): every
+shift within ±T of a caption's clip is scored against the mean of its per-second frame
+embeddings, the caption moves to its best shift, and a global filter keeps the best pairs. The
+exact definitions (covered rows, clamping, the ±T guard, ties, ``within_shot``, ``null_z``) are
+in docs/align.md. All captions × all shifts of a video are one ``einsum`` over window means
+from prefix sums: the image encoder runs once per second of video.
 """
 
 from __future__ import annotations
@@ -71,11 +67,8 @@ def video_extent(n_rows: int, duration: float, fps: float) -> float:
 def candidate_windows(starts: np.ndarray, n_rows: int, duration: float, cfg: AlignConfig,
                       shots: Bounds | None = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Clamped windows of every caption × shift: ``(win_start, win_end, lo, hi, offsets)``.
-
-    ``win_*`` are seconds ``(n_cap, n_off)``; ``lo:hi`` the rows each window covers.
-    ``shots`` (``within_shot``): each window is then cut back to one shot (module docstring).
-    """
+    """Clamped windows of every caption × shift: ``(win_start, win_end, lo, hi, offsets)``,
+    seconds and covered rows ``(n_cap, n_off)``; ``shots``: each cut back to one shot."""
     if n_rows <= 0:
         raise ValueError("no frame embeddings")
     offsets = offset_grid(cfg)
@@ -102,17 +95,17 @@ def window_scores(frame_emb: np.ndarray, text_emb: np.ndarray, starts: np.ndarra
 
     ``pool(frame_emb, lo, hi, renormalize)`` replaces the window mean: an encoder's
     ``pool_clips`` (the MEE baseline's is the max pooling it was trained with)."""
-    text = np.asarray(text_emb, dtype=np.float64)
-    if text.ndim != 2 or len(text) != len(np.asarray(starts).reshape(-1)):
-        raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} captions")
     _, _, lo, hi, offsets = candidate_windows(starts, len(frame_emb), duration, cfg, shots)
-    return _scores(frame_emb, text, lo, hi, cfg, pool)[0], offsets
+    return _scores(frame_emb, text_emb, lo, hi, cfg, pool)[0], offsets
 
 
-def _scores(frame_emb: np.ndarray, text: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _scores(frame_emb: np.ndarray, text_emb: np.ndarray, lo: np.ndarray, hi: np.ndarray,
             cfg: AlignConfig, pool: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """``window_scores`` on windows already cut, and the pooled windows themselves: the
     chosen window's embedding is one of them, so the caller never pools it a second time."""
+    text = np.asarray(text_emb, dtype=np.float64)
+    if text.ndim != 2 or len(text) != len(lo):
+        raise ValueError(f"text embeddings {text.shape} do not match {len(lo)} captions")
     if len(text) == 0:
         return np.zeros((0, lo.shape[1] if lo.ndim == 2 else 0)), None
     means = (pool or window_means)(frame_emb, lo, hi, cfg.renormalize)
@@ -137,18 +130,15 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
                 clip_videos: Sequence[str] | None = None,
                 shots: Bounds | None = None) -> pd.DataFrame:
     """One video's captions moved to their best window, with scores (``kept`` is set later).
-    ``pools``: per encoder, its ``pool_clips`` for ``window_scores`` (``None`` = the mean).
+    ``pools``: per encoder, its ``pool_clips`` (``None`` = the mean).
 
     The guard: only shifts whose (clamped) window starts within ±T of the caption count; a
-    caption with none (its window lies outside the decoded video) gets ``outside = True``, no
-    score, and is dropped by the reduce step, as the reference drops it. Each caption is
-    scored on its own row, so a dropped one never changes another's window (unlike the
-    reference, whose text index falls out of step after a skipped caption).
-    ``reference`` (per encoder, text embeddings of other captions of the run, from
-    ``reference_videos``) gives ``z_text``, ``clips`` (per encoder, clip embeddings of other
-    videos of the run, from ``clip_videos``) gives ``z_clip`` (see ``reference_z``);
-    ``null_z`` is their mean (or the one there is). ``shots``: the video's shots, each
-    candidate window cut back to one of them (``within_shot``)."""
+    caption with none gets ``outside = True``, no score, and is dropped by the reduce step, as
+    the reference drops it; each caption is scored on its own row, so a dropped one never
+    shifts another's (the reference's text index falls out of step there). Per encoder,
+    ``reference`` (other captions' text embeddings, of ``reference_videos``) gives ``z_text``
+    and ``clips`` (other videos' clips, of ``clip_videos``) ``z_clip``; ``null_z`` is their
+    mean. ``shots``: each window cut back to one shot (``within_shot``)."""
     if not (len(frames) == len(text_embs) == len(encoder_names)) or not frames:
         raise ValueError("need one frame table and one text table per encoder")
     starts = np.asarray(captions["start"], dtype=np.float64).reshape(-1)
@@ -165,11 +155,7 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
     total = None
     pooled = []
     for f, t, pool in zip(frames, text_embs, pools or [None] * len(frames), strict=True):
-        text = np.asarray(t, dtype=np.float64)
-        if text.ndim != 2 or len(text) != len(starts):
-            raise ValueError(f"text embeddings {text.shape} do not match {len(starts)} "
-                             "captions")
-        s, means = _scores(f.emb[:n_rows], text, lo, hi, cfg, pool)
+        s, means = _scores(f.emb[:n_rows], t, lo, hi, cfg, pool)
         pooled.append(means)
         total = s if total is None else total + s
     assert total is not None
@@ -225,15 +211,13 @@ def align_video(video_id: str, captions: pd.DataFrame, frames: Sequence[FrameEmb
 def reference_z(video_id: str, score: np.ndarray, windows: Sequence[np.ndarray],
                 reference: Sequence[np.ndarray], reference_videos: Sequence[str]
                 ) -> np.ndarray:
-    """How far each caption's score stands above a null of *other videos'* items, in their
-    standard deviations (NaN: fewer than ``MIN_REFERENCE`` of them).
+    """How far each caption's score stands above a null of *other videos'* items, in robust
+    standard deviations (NaN: fewer than ``MIN_REFERENCE``), per encoder averaged.
 
-    With ``windows`` = the chosen clip per caption and ``reference`` = other captions' texts:
-    a clip that attracts every text (a talking head, a hub of the encoder) raises its own bar;
-    with ``windows`` = the captions' texts and ``reference`` = other videos' clips: a text that
-    scores high everywhere raises its own. A caption that names what is shown clears both,
-    chatter that names nothing visible does not. In units of spread, so it carries across
-    encoders. ``windows[e]`` / ``reference[e]`` are per encoder (similarities averaged)."""
+    Windows = chosen clips vs other captions' texts: a clip that attracts every text (a
+    talking head, an encoder hub) raises its own bar; windows = the captions' texts vs other
+    videos' clips: a text that scores high everywhere raises its own. A caption naming what
+    is shown clears both, chatter does not; in units of spread, it carries across encoders."""
     other = np.asarray(reference_videos, dtype=object) != video_id
     if int(other.sum()) < MIN_REFERENCE or len(score) == 0:
         return np.full(len(score), np.nan)
@@ -277,19 +261,13 @@ ScoresArg = np.ndarray | Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 def choose_threshold(scores: ScoresArg, cfg: AlignConfig,
                      rng: np.random.Generator | None = None) -> float:
-    """The score a pair needs to be kept (``score >= threshold``); ``-inf`` keeps everything.
-
-    ``quantile`` Q keeps the best fraction Q; ``keep_top`` N keeps the N best pairs overall
-    (ties at the threshold are all kept). With per-video scores and more videos than
-    ``cfg.sample_videos``, both are estimated like the reference does: N becomes the fraction
-    N / all pairs, and the threshold is that quantile of ``sample_videos`` random videos.
-    """
-    if isinstance(scores, Mapping):
-        groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in scores.values()]
-    elif isinstance(scores, np.ndarray):
-        groups = [scores.astype(np.float64).reshape(-1)]
-    else:
-        groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in scores]
+    """The score a pair needs to be kept (``score >= threshold``; ``-inf``: all). ``quantile`` Q
+    keeps the best fraction Q, ``keep_top`` N the N best pairs (ties all kept); with more
+    videos than ``sample_videos`` both are estimated as the reference does: N becomes the
+    fraction N / all pairs, the threshold that quantile of ``sample_videos`` random videos."""
+    parts = scores.values() if isinstance(scores, Mapping) else \
+        [scores] if isinstance(scores, np.ndarray) else scores
+    groups = [np.asarray(v, dtype=np.float64).reshape(-1) for v in parts]
     if cfg.threshold is not None:
         return float(cfg.threshold)
     if cfg.quantile is None and cfg.keep_top is None:
@@ -334,8 +312,6 @@ def chatter_flags(texts: pd.Series | Sequence[str]) -> np.ndarray:
     from howtocap.caption.chatter import is_chatter  # lazily: the CLI starts without the LLM code
 
     values = pd.Series(texts, dtype=object).astype(str)
-    if len(values) == 0:
-        return np.zeros(0, dtype=bool)
     verdict = {t: is_chatter(t) for t in values.unique()}
     return values.map(verdict).to_numpy(dtype=bool)
 
@@ -350,18 +326,12 @@ def null_z_pass(df: pd.DataFrame, cfg: AlignConfig) -> np.ndarray:
 
 def apply_filter(aligned: pd.DataFrame, cfg: AlignConfig) -> tuple[pd.DataFrame, float]:
     """Set ``kept`` and ``chatter`` (the text test's verdict, recorded in every mode so a
-    reader sees why a caption went) on every row; returns the table and the threshold used.
-
-    Only the default filter (``null_z``) with ``drop_chatter`` drops flagged captions: the
-    paper's explicit modes and ``keep_all`` mean exactly what they say."""
-    if len(aligned) == 0:
-        thr = cfg.threshold if cfg.threshold is not None else -math.inf
-    elif filter_mode(cfg) in ("keep_all", "null_z"):
-        thr = -math.inf
-    else:
-        groups = {vid: g.to_numpy(dtype=np.float64)
-                  for vid, g in aligned.groupby("video_id", sort=True)["score"]}
-        thr = choose_threshold(groups, cfg, np.random.default_rng(cfg.seed))
+    reader sees why a caption went); returns the table and the threshold. Only ``null_z``
+    drops chatter: the paper's explicit modes and ``keep_all`` mean exactly what they say."""
+    explicit = len(aligned) and filter_mode(cfg) not in ("keep_all", "null_z")
+    groups = {vid: g.to_numpy(dtype=np.float64)
+              for vid, g in aligned.groupby("video_id", sort=True)["score"]} if explicit else {}
+    thr = choose_threshold(groups, cfg)
     return filter_window(aligned, cfg, thr), thr
 
 
@@ -374,15 +344,12 @@ def filter_window(aligned: pd.DataFrame, cfg: AlignConfig, thr: float) -> pd.Dat
         df["kept"] = pd.Series(dtype=bool)
         return df
     mode = filter_mode(cfg)
-    if mode in ("keep_all", "null_z"):
-        keep = np.ones(len(df), dtype=bool)
-        if mode == "null_z":
-            keep = null_z_pass(df, cfg)
-            if cfg.drop_chatter:
-                keep &= ~df["chatter"].to_numpy(dtype=bool)
-        df["kept"] = keep
-        return df
-    df["kept"] = df["score"].to_numpy(dtype=np.float64) >= thr
+    if mode == "keep_all":
+        df["kept"] = np.ones(len(df), dtype=bool)
+    elif mode == "null_z":
+        df["kept"] = null_z_pass(df, cfg) & ~(cfg.drop_chatter & df["chatter"].to_numpy(bool))
+    else:
+        df["kept"] = df["score"].to_numpy(dtype=np.float64) >= thr
     return df
 
 
@@ -405,11 +372,9 @@ def filter_counts(filtered: pd.DataFrame, cfg: AlignConfig) -> dict[str, int]:
 
 def empty_aligned() -> pd.DataFrame:
     """A video with no captions aligns to an empty table (with the ``partial`` column)."""
-    out = empty_table("aligned")
-    out["partial"] = pd.Series(dtype=bool)  # True when the video decoded only partly
-    out["null_z"] = pd.Series(dtype=np.float64)
-    out["outside"] = pd.Series(dtype=bool)
-    return out
+    return empty_table("aligned").assign(  # partial: the video decoded only partly
+        partial=pd.Series(dtype=bool), null_z=pd.Series(dtype=np.float64),
+        outside=pd.Series(dtype=bool))
 
 
 __all__ = ["DEFAULT_NULL_Z", "align_video", "apply_filter",

@@ -14,9 +14,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from howtocap.align.config import DEFAULT_NULL_Z
 from howtocap.atomic import atomic_write_text
 from howtocap.io.html import esc, figure, kv_rows, page, whole_numbers
 from howtocap.io.html import png as _png  # by this name: tests skip the rasterising
+
+
+def _finish(fig: Any, ax: Any, title: str, ylabel: str = "captions", legend: bool = True
+            ) -> str:
+    """The plots' common last steps: whole-number y ticks, title, legend, PNG."""
+    ax.set_ylabel(ylabel)
+    whole_numbers(ax.yaxis)
+    ax.set_title(title)
+    if legend:
+        ax.legend(loc="upper left")
+    return _png(fig)
 
 
 def _score_plot(df: pd.DataFrame, thr: float) -> str:
@@ -33,11 +45,7 @@ def _score_plot(df: pd.DataFrame, thr: float) -> str:
     if math.isfinite(thr):
         ax.axvline(thr, color="tab:red", linestyle="--", label=f"threshold {thr:.4f}")
     ax.set_xlabel("best score (text · mean frame embedding)")
-    ax.set_ylabel("captions")
-    whole_numbers(ax.yaxis)
-    ax.set_title("Score of each caption at its best offset")
-    ax.legend(loc="upper left")
-    return _png(fig)
+    return _finish(fig, ax, "Score of each caption at its best offset")
 
 
 def _offset_plot(df: pd.DataFrame) -> str:
@@ -50,12 +58,8 @@ def _offset_plot(df: pd.DataFrame) -> str:
         bins = np.arange(lo - 0.5, hi + 1.5, 1.0) if hi - lo <= 80 else 80
         ax.hist([off[kept], off[~kept]], bins=bins, stacked=True,
                 color=["tab:green", "tab:gray"], label=["kept", "dropped"])
-        ax.legend(loc="upper left")
     ax.set_xlabel("applied offset (s): aligned start − original start")
-    ax.set_ylabel("captions")
-    whole_numbers(ax.yaxis)
-    ax.set_title("Chosen offsets")
-    return _png(fig)
+    return _finish(fig, ax, "Chosen offsets", legend=bool(len(off)))
 
 
 def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
@@ -74,11 +78,7 @@ def _null_z_plot(df: pd.DataFrame, bar: float) -> str:
     ax.axvline(bar, color="tab:red", linestyle="--", label=f"default bar z = {bar:g}")
     ax.set_xlabel("null z: mean of z vs other videos' captions on the clip and vs other "
                   "videos' clips")
-    ax.set_ylabel("captions")
-    whole_numbers(ax.yaxis)
-    ax.set_title("The default filter's test")
-    ax.legend(loc="upper left")
-    return _png(fig)
+    return _finish(fig, ax, "The default filter's test")
 
 
 PLOT_ROWS = 200_000  # rows the plots draw at most: a random sample of them beyond
@@ -93,19 +93,16 @@ class ReportStats:
 
     def __init__(self, seed: int = 0) -> None:
         self.rows = self.kept = self.videos = self.partial_videos = self.moved = 0
+        self.score_n = self.outside = self.chatter = 0  # outside, chatter: the rules' drops
         self.score_sums: list[float] = []
-        self.score_n = 0
         self.abs_offset_sums: list[float] = []
-        self.has_null_z = self.has_chatter = False
+        self.has_null_z = self.has_chatter = self.sampled = False
         self.fractions: list[tuple[str, float]] = []  # per video, while there are <= 40
         self.fraction_counts = np.zeros(20, dtype=np.int64)
         self.frac_edges = np.linspace(0, 1, 21)
         self._rng = np.random.default_rng(seed)
         self._sample: pd.DataFrame | None = None  # rows with their random keys
-        self.sampled = False
-        self.outside = 0
-        self.outside_rows: list[pd.DataFrame] = []
-        self.chatter = 0
+        self.outside_rows: list[pd.DataFrame] = []  # the first ``LISTED`` of each
         self.chatter_rows: list[pd.DataFrame] = []
 
     def add(self, df: pd.DataFrame) -> None:
@@ -164,13 +161,11 @@ class ReportStats:
                 {"kept": bool})
         return self._sample.drop(columns="_key")
 
-    def listed(self, which: str) -> pd.DataFrame:
-        rows = self.outside_rows if which == "outside" else self.chatter_rows
-        return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-
-    def numbers(self, thr: float, outside: int = 0, rule: str | None = None,
-                chatter: int = 0, chatter_only: int = 0) -> dict[str, Any]:
+    def numbers(self, thr: float, config: Mapping[str, Any]) -> dict[str, Any]:
         n, kept = self.rows, self.kept
+        rule = config.get("filter")
+        chatter = int(config.get("chatter_dropped", 0))
+        chatter_only = int(config.get("chatter_dropped_only_by_text", 0))
         return {
             "videos with captions": self.videos,
             "caption–clip pairs": n,
@@ -178,7 +173,7 @@ class ReportStats:
             "kept fraction": round(kept / n, 4) if n else 0.0,
             "filter": rule or ("score threshold" if math.isfinite(thr) else "none"),
             "threshold": round(thr, 6) if math.isfinite(thr) else "none (no score threshold)",
-            "dropped: window outside the video (±T)": outside,
+            "dropped: window outside the video (±T)": self.outside,
             "dropped: channel chatter (text test)":
                 f"{chatter} ({chatter_only} of them above the null z bar)" if chatter else 0,
             "mean score": (round(math.fsum(self.score_sums) / self.score_n, 6)
@@ -190,7 +185,7 @@ class ReportStats:
 
 
 def _per_video_stats_plot(stats: ReportStats) -> str:
-    """``_per_video_plot`` from the gathered per-video fractions (an exact histogram)."""
+    """Each video's kept fraction, named (up to 40 videos), else their exact histogram."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     if stats.videos <= 40:
         frac = pd.Series(dict(stats.fractions), dtype=float).sort_values() \
@@ -199,24 +194,19 @@ def _per_video_stats_plot(stats: ReportStats) -> str:
         ax.set_yticks(range(len(frac)), [str(v)[:30] for v in frac.index], fontsize=7)
         ax.set_xlabel("kept fraction")
         ax.set_xlim(0, 1)
-    else:
-        edges = stats.frac_edges
-        ax.hist(edges[:-1], bins=edges, weights=stats.fraction_counts, color="tab:blue")
-        ax.set_xlabel("kept fraction of a video")
-        ax.set_ylabel("videos")
-        whole_numbers(ax.yaxis)
-    ax.set_title("Kept fraction per video")
-    return _png(fig)
+        ax.set_title("Kept fraction per video")
+        return _png(fig)
+    edges = stats.frac_edges
+    ax.hist(edges[:-1], bins=edges, weights=stats.fraction_counts, color="tab:blue")
+    ax.set_xlabel("kept fraction of a video")
+    return _finish(fig, ax, "Kept fraction per video", "videos", legend=False)
 
 
 def write_align_report(aligned: pd.DataFrame, threshold: float, config: Mapping[str, Any],
-                       path: Path, outside: pd.DataFrame | None = None) -> Path:
-    """Write the report; ``config`` is what ``DIR/config/align.json`` records; ``outside``
-    the captions the guard dropped (counted, and the first 20 listed)."""
+                       path: Path) -> Path:
+    """Write the report of one filtered frame; ``config`` is what ``config/align.json`` holds."""
     stats = ReportStats()
     stats.add(aligned)
-    if outside is not None:
-        stats.add_outside(outside)
     return write_report_from(stats, threshold, config, path)
 
 
@@ -224,35 +214,28 @@ def write_report_from(stats: ReportStats, threshold: float, config: Mapping[str,
                       path: Path) -> Path:
     """The report from ``stats`` gathered over the filtered table (``finish_align`` streams
     it; ``write_align_report`` gathers one frame)."""
-    nums = stats.numbers(threshold, stats.outside, config.get("filter"),
-                         int(config.get("chatter_dropped", 0)),
-                         int(config.get("chatter_dropped_only_by_text", 0)))
-    rows = kv_rows(nums)
-    cfg_rows = kv_rows(config)
     plotted = stats.plot_rows()
     figs = _figures(stats, plotted, threshold, config)
     dropped = ""
     if stats.outside:
         dropped = _dropped_table(
-            "window outside the video", stats.listed("outside"),
+            "window outside the video", stats.outside_rows, stats.outside,
             "No clip within ±T of these captions lies inside the (decoded) video, so they were "
-            "not moved further than T but dropped, as the reference does.", with_z=False,
-            count=stats.outside)
+            "not moved further than T but dropped, as the reference does.", with_z=False)
     if config.get("chatter_dropped") and stats.has_chatter:
         dropped += _dropped_table(
-            "channel chatter", stats.listed("chatter"),
+            "channel chatter", stats.chatter_rows, stats.chatter,
             "The default filter also drops captions the LLM stage's chatter patterns flag "
             "(subscribing, sponsors, greetings; column <code>chatter</code>); "
-            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True,
-            count=stats.chatter)
+            "<code>--keep-chatter</code> keeps them when their null z passes.", with_z=True)
     sample = (f"<p>The score, offset and null z plots draw a uniform random sample of "
               f"{len(plotted):,} of the {stats.rows:,} pairs (the numbers above count every "
               "pair).</p>" if stats.sampled else "")
     body = f"""<h1>Filter &amp; align</h1>
-<h2>Summary</h2><table>{rows}</table>
+<h2>Summary</h2><table>{kv_rows(stats.numbers(threshold, config))}</table>
 {sample}{figs}
 {dropped}
-<h2>Configuration</h2><table>{cfg_rows}</table>"""
+<h2>Configuration</h2><table>{kv_rows(config)}</table>"""
     atomic_write_text(path, page("howtocap: filter & align", CSS, body))
     return path
 
@@ -288,7 +271,7 @@ def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
                       "talk, or footage unlike its words)."))
     if str(config.get("filter", "")).startswith("default filter") and stats.has_null_z:
         bar = config.get("null_z")
-        items.append((_null_z_plot(plotted, float(bar if bar is not None else _default_bar())),
+        items.append((_null_z_plot(plotted, float(bar if bar is not None else DEFAULT_NULL_Z)),
                       "The default filter's test: how far a caption's score stands above "
                       "other videos' captions on its clip and its own caption on other "
                       "videos' clips (z); captions left of the bar are dropped."))
@@ -296,21 +279,15 @@ def _figures(stats: ReportStats, plotted: pd.DataFrame, threshold: float,
                    for image, cap in items)
 
 
-def _dropped_table(why: str, rows: pd.DataFrame, explain: str, with_z: bool,
-                   count: int | None = None) -> str:
-    """One section listing (up to 20 of) the captions a rule dropped, so users can audit it
-    (``count``: how many it dropped, when ``rows`` holds only the first)."""
+def _dropped_table(why: str, frames: list[pd.DataFrame], count: int, explain: str,
+                   with_z: bool) -> str:
+    """A section listing the first captions (``LISTED``) of the ``count`` a rule dropped, so
+    users can audit it."""
     z_head = "<th>null z</th>" if with_z else ""
     cells = "".join(
         f"<tr><td>{esc(r.video_id)}</td><td>{float(r.orig_start):.1f}</td>"
         + (f"<td>{float(getattr(r, 'null_z', math.nan)):.2f}</td>" if with_z else "")
-        + f"<td>{esc(r.text)}</td></tr>" for r in rows.head(20).itertuples())
-    shown = len(rows) if count is None else count
-    return (f"<h2>Dropped: {why} ({shown})</h2><p>{explain}</p><table><tr><th>video</th>"
+        + f"<td>{esc(r.text)}</td></tr>" for f in frames for r in f.itertuples())
+    return (f"<h2>Dropped: {why} ({count})</h2><p>{explain}</p><table><tr><th>video</th>"
             f"<th>start (s)</th>{z_head}<th>text</th></tr>{cells}</table>")
 
-
-def _default_bar() -> float:
-    from howtocap.align.filter import DEFAULT_NULL_Z
-
-    return DEFAULT_NULL_Z

@@ -1,27 +1,25 @@
-"""``howtocap align DIR``: the per-video scoring stage over every captioned video, then the
-global filter as a reduce step.
-
-Scores per video go to ``DIR/align_scores/`` (a file per shard, independent of the filter), so
-changing only the filter re-filters without rescoring; changing encoders or window settings
-rescores everything, and a re-captioned (or re-pointed) video is rescored alone. The filter
-writes ``DIR/aligned/``, a file per shard of scores.
+"""``howtocap align DIR``: the per-video scoring stage (``DIR/align_scores/``, independent of
+the filter, so a new filter re-filters without rescoring; a re-captioned video is rescored
+alone), then the global filter as a reduce step (``DIR/aligned/``, a file per shard of scores).
 
 The driver works a shard (or a window of whole videos) at a time: only a shard's rows are in
-video id order once videos were appended to the run, so what needs the whole run in id order
-(the reference draw, the sampled threshold) ranks the run's videos once by id instead of
-reading its tables in that order.
+video id order once videos were appended, so what needs the whole run in id order (the
+reference draw, the sampled threshold) ranks the run's videos once by id.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from howtocap.align import stream
 from howtocap.align.config import AlignConfig
@@ -40,8 +38,9 @@ from howtocap.align.stream import (
     write_windows,
 )
 from howtocap.align.videos import RunVideos
-from howtocap.atomic import CorruptFile, corrupt_parquet
+from howtocap.atomic import CorruptFile, atomic_write, corrupt_parquet, dead_here, writer_tag
 from howtocap.encoders.defaults import ENCODER
+from howtocap.encoders.windows import rows_covering
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
     Batching,
@@ -69,50 +68,28 @@ def _fingerprint(item: VideoItem, text: str) -> str:
     return format(hash_text(f"{item.video_path}\n{text}"), "016x")
 
 
-def _fingerprints(captions: pd.DataFrame, items: Sequence[VideoItem]) -> dict[str, str]:
-    """Per video, a hash of its captions and video path: what its scores were computed from."""
-    cols = [c for c in ("start", "end", "text") if c in captions.columns]
-    texts = _csv_per_video(captions, cols)
-    return {it.video_id: _fingerprint(it, texts.get(it.video_id, "")) for it in items}
-
-
-def _in_id_order(items: Sequence[VideoItem] | RunVideos) -> Iterator[VideoItem]:
-    """The items by video id (stable): the run's kept videos as they are stored, made a
-    chunk at a time; a list sorted."""
-    if isinstance(items, RunVideos):
-        return items.kept_items()
-    return iter(sorted(items, key=lambda it: it.video_id))
-
-
-def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem] | RunVideos
+def _fingerprint_stream(windows: Iterable[pd.DataFrame], items: Sequence[VideoItem]
                         ) -> Iterator[tuple[str, str]]:
-    """``_fingerprints`` of every item, in video id order, from windows of whole videos of
-    the kept captions in id order (a shard's, with the shard's items): an item whose id is
-    at most the window's largest is hashed with that window's text (its captions are all
-    there, or it has none)."""
-    todo = _in_id_order(items)
-    it = next(todo, None)
+    """Per item, in video id order, a hash of its captions and video path (what its scores
+    were computed from), from windows of whole videos of the kept captions in id order (a
+    shard's, with the shard's items): an item whose id is at most the window's largest is
+    hashed with that window's text (its captions are all there, or it has none)."""
+    todo = sorted(items, key=lambda it: it.video_id)
+    at = 0
     for df in windows:
-        cols = [c for c in ("start", "end", "text") if c in df.columns]
-        texts = _csv_per_video(df, cols)
-        if not texts:
-            continue
-        top = max(texts)
-        while it is not None and it.video_id <= top:
-            yield it.video_id, _fingerprint(it, texts.get(it.video_id, ""))
-            it = next(todo, None)
-    while it is not None:
-        yield it.video_id, _fingerprint(it, "")
-        it = next(todo, None)
+        texts = _csv_per_video(df, [c for c in ("start", "end", "text") if c in df.columns])
+        top = max(texts, default=None)
+        while top is not None and at < len(todo) and todo[at].video_id <= top:
+            yield todo[at].video_id, _fingerprint(todo[at], texts.get(todo[at].video_id, ""))
+            at += 1
+    yield from ((it.video_id, _fingerprint(it, "")) for it in todo[at:])
 
 
 def _csv_per_video(captions: pd.DataFrame, cols: list[str],
                    chunk: int = 200_000) -> dict[str, str]:
-    """Each video's ``cols`` exactly as ``g[cols].to_csv(index=False, header=False)`` writes
-    them (the recorded fingerprints are hashes of that text, so it must not change): one
-    ``to_csv`` per chunk of rows, split into lines, instead of a call per video (a fixed cost
-    that adds up over a HowTo100M run). CSV formats every row on its own, so a row is one line
-    unless a text holds a line break: such a video is written alone, as before."""
+    """``_csv_per_group`` exactly (the recorded fingerprints hash it), from one ``to_csv`` per
+    chunk of rows split into lines instead of a call per video (a fixed cost that adds up over
+    HowTo100M); a video whose text holds a line break is written alone."""
     if len(captions) == 0 or not cols:
         return _csv_per_group(captions, cols)
     keyed = captions["video_id"].notna().to_numpy()  # groupby leaves rows without an id out
@@ -148,11 +125,8 @@ def _inputs_dir(rundir: RunDir) -> Path:
 
 
 def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
-    """The fingerprints of a shard recorded by earlier runs, in video id order, a record
-    batch at a time (none when the file is missing or unreadable: then every video of the
-    shard counts as new, and none as changed)."""
-    import pyarrow as pa
-
+    """A shard's recorded fingerprints, in id order (none when the file is missing or
+    unreadable: every video counts as new, none as changed)."""
     try:
         batches = list(stream.open_parquet(path).iter_batches(
             batch_size=stream.ROWS, columns=["video_id", "fingerprint"]))
@@ -162,76 +136,36 @@ def _recorded_fingerprints(path: Path) -> Iterator[tuple[str, str]]:
         yield from zip(rb.column(0).to_pylist(), rb.column(1).to_pylist(), strict=True)
 
 
-def recorded_fingerprints(rundir: RunDir) -> dict[str, str]:
-    """Every video's recorded caption fingerprint, whole (for tests and tools)."""
-    out: dict[str, str] = {}
-    folder = _inputs_dir(rundir)
-    for path in sorted(folder.glob("shard-*.parquet")) if folder.is_dir() else []:
-        out.update(_recorded_fingerprints(path))
-    return out
-
-
-def _joined(old: Iterator[tuple[str, str]], now: Iterator[tuple[str, str]]
-            ) -> Iterator[tuple[str, str | None, str | None]]:
-    """``(video_id, old, now)`` of two id-sorted streams (None where one lacks the id)."""
-    a, b = next(old, None), next(now, None)
-    while a is not None or b is not None:
-        if b is None or (a is not None and a[0] < b[0]):
-            assert a is not None
-            yield a[0], a[1], None
-            a = next(old, None)
-        elif a is None or b[0] < a[0]:
-            yield b[0], None, b[1]
-            b = next(now, None)
-        else:
-            yield a[0], a[1], b[1]
-            a, b = next(old, None), next(now, None)
-
-
 def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideos) -> None:
     """Re-captioned (or re-pointed) videos lose their old scores, so they are aligned again.
 
-    A shard at a time: its kept videos' fingerprints (from its captions file, both in id
-    order) joined with the ones recorded for the shard (``align_inputs/shard-k.parquet``,
-    in id order) and their union written back when a video is new or changed; the changed
-    videos are forgotten before the new file replaces the old, so a kill in between finds
-    them changed again. Videos without a shard (not in ``videos.parquet``) are left out."""
-    import pyarrow as pa
+    A shard at a time: its kept videos' fingerprints (from its captions file) against the
+    ones recorded for the shard (``align_inputs/shard-k.parquet``, in id order), their union
+    written back when a video is new or changed; the changed videos are forgotten before the
+    new file replaces the old, so a kill in between finds them changed again."""
     import pyarrow.parquet as pq
-
-    from howtocap.atomic import atomic_write
 
     schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
     folder = _inputs_dir(rundir)
     for k, pos in videos.shards():
-        if k < 0:
-            continue
         path = folder / shard_name(k)
-        changed: list[str] = []
-        ids: list[str] = []
-        fps: list[str] = []
-        fresh = False
-        now = _fingerprint_stream(captions.kept_shard(k), videos.items(pos))
-        for vid, old, new in _joined(_recorded_fingerprints(path), now):
-            if old is not None and new is not None and old != new:
-                changed.append(vid)
-            fresh |= new is not None and old != new
-            ids.append(vid)
-            fps.append(new if new is not None else str(old))
-        if not fresh:
+        old = dict(_recorded_fingerprints(path))
+        now = dict(_fingerprint_stream(captions.kept(shard=k), videos.items(pos)))
+        if all(old.get(vid) == fp for vid, fp in now.items()):
             continue
-        rundir.forget(STAGE, changed)
+        rundir.forget(STAGE, [vid for vid, fp in now.items() if old.get(vid, fp) != fp])
         folder.mkdir(parents=True, exist_ok=True)
-        table = pa.table([ids, fps], schema=schema)
+        union = {**old, **now}
+        ids = sorted(union)
+        table = pa.table([ids, [union[vid] for vid in ids]], schema=schema)
         atomic_write(path, lambda tmp, t=table: pq.write_table(t, tmp,
                                                                write_page_checksum=True))
 
 
 class _Captions:
-    """The run's captions, a shard file at a time and each file a window of whole videos at
-    a time: every pass reads them again, the driver never holds the table. A file that
-    turns out corrupt is dropped (``RunDir.drop_corrupt``: its caption shard is redone) and
-    left out."""
+    """The run's captions, a window of whole videos of a shard file at a time: every pass reads
+    them again, the driver never holds the table. A corrupt file is dropped
+    (``RunDir.drop_corrupt``: its caption shard is redone) and left out."""
 
     def __init__(self, rundir: RunDir) -> None:
         if not rundir.has_table("captions"):
@@ -260,45 +194,30 @@ class _Captions:
             self.columns += [c for c in cols if c not in self.columns]
         self.files = {k: p for k, p in self.files.items() if p.exists()}
 
-    def windows(self, columns: Sequence[str] | None = None, rows: int | None = None
+    def windows(self, columns: Sequence[str] | None = None, shard: int | None = None
                 ) -> Iterator[pd.DataFrame]:
-        """Every shard file's windows, in shard order."""
-        for k in sorted(self.files):
-            yield from self.shard(k, columns, rows)
+        """Every shard file's windows in shard order (``shard``: that shard's, if it has a
+        file)."""
+        for k in sorted(self.files) if shard is None else [shard]:
+            if k in self.files:
+                yield from file_windows(self.rundir, self.files[k], columns)
 
-    def shard(self, k: int, columns: Sequence[str] | None = None, rows: int | None = None
-              ) -> Iterator[pd.DataFrame]:
-        """Shard k's windows (none when it has no captions file)."""
-        path = self.files.get(k)
-        if path is not None:
-            yield from file_windows(self.rundir, path, columns, rows)
-
-    def kept(self, columns: Sequence[str] | None = None, rows: int | None = None
+    def kept(self, columns: Sequence[str] | None = None, shard: int | None = None
              ) -> Iterator[pd.DataFrame]:
         """The kept captions (``kept_captions``), a window at a time."""
-        for df in self.windows(self._with_rejected(columns), rows):
-            yield kept_captions(df)
-
-    def kept_shard(self, k: int, columns: Sequence[str] | None = None,
-                   rows: int | None = None) -> Iterator[pd.DataFrame]:
-        """Shard k's kept captions, a window at a time."""
-        for df in self.shard(k, self._with_rejected(columns), rows):
-            yield kept_captions(df)
-
-    def _with_rejected(self, columns: Sequence[str] | None) -> list[str] | None:
-        return None if columns is None else \
+        with_rejected = None if columns is None else \
             [c for c in (*columns, "rejected") if c in self.columns]
+        for df in self.windows(with_rejected, shard):
+            yield kept_captions(df)
 
 
-def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = None,
-                 rows: int | None = None) -> Iterator[pd.DataFrame]:
-    """``video_windows`` of one shard file; a file that turns out corrupt is dropped (its
-    shard redone by its stage: ``RunDir.drop_corrupt``) and yields no more."""
-    import pyarrow as pa
-
+def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = None
+                 ) -> Iterator[pd.DataFrame]:
+    """``video_windows`` of one shard file; a corrupt one is dropped (``RunDir.drop_corrupt``)
+    and yields no more."""
     try:
         cols = None if columns is None else [c for c in columns if c in columns_of(path)]
-        yield from video_windows(path, cols, rows)
+        yield from video_windows(path, cols)
     except CorruptFile as exc:
         rundir.drop_corrupt(path, exc)
     except (pa.ArrowException, OSError) as exc:  # a page's checksum, found as it is read
@@ -306,44 +225,29 @@ def file_windows(rundir: RunDir, path: Path, columns: Sequence[str] | None = Non
 
 
 def _video_items(rundir: RunDir) -> RunVideos:
-    """The run's videos (``videos.parquet``) as compact columns (``RunVideos``, with their
-    shards), read a batch at a time: items are made a window at a time from them."""
+    """``videos.parquet`` as compact columns, with their shards."""
     return RunVideos.read(rundir.table_path("videos"), rundir.shard_size)
 
 
 def _captioned(rundir: RunDir, videos: RunVideos) -> None:
-    """Keep the videos with something to align, a shard at a time: a caption record ``ok``
-    in a finished caption shard (its captions file is written: what the stage reads), or
-    (captions brought in without status records) no caption nor subtitles record at all.
-    A video captioned in a shard not finished yet waits for a later run."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """Keep the videos with something to align: a caption record ``ok`` in a finished caption
+    shard (its captions file is written), or (captions brought in without status records) no
+    caption nor subtitles record at all. One captioned in an unfinished shard waits."""
     keep = np.zeros(len(videos), dtype=bool)
     for k, pos in videos.shards(kept=False):
-        if k < 0:  # not in videos.parquet: no record can name it
-            keep[pos] = True
-            continue
         ids = videos.id_list(pos)
-        arr = pa.array(ids, pa.string())
-
-        def found(stage: str, k: int = k, arr: Any = arr) -> np.ndarray:
-            recs = rundir.writer(stage, k).records(["status"])
-            return pc.is_in(arr, value_set=recs.column("video_id")).to_numpy(
-                zero_copy_only=False)
-
         ok = np.asarray(rundir.done("caption", ids), dtype=bool)
-        keep[pos] = np.where(found("caption"), ok, ~found("subtitles"))
+        arr = pa.array(ids, pa.string())
+        captioned, subtitled = (  # which have a record of the stage
+            pc.is_in(arr, value_set=rundir.writer(stage, k).records(["status"]).column("video_id"))
+            .to_numpy(zero_copy_only=False) for stage in ("caption", "subtitles"))
+        keep[pos] = np.where(captioned, ok, ~subtitled)
     videos.select(keep)
 
 
 def _unknown_ids(windows: Iterable[pd.DataFrame], videos: RunVideos) -> list[str]:
     """Video ids of the (kept) captions that ``videos`` do not list, sorted: each window's
-    ids against the run's ids of its span (the windows and the run are both in id order, so
-    no set of every id is made)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    ids against the run's ids of its span (both in id order: no set of every id)."""
     out: set[str] = set()
     for df in windows:
         ids = np.asarray(pd.unique(df["video_id"]), dtype=object)
@@ -365,8 +269,6 @@ def read_aligned(rundir: RunDir) -> pd.DataFrame:
 def _staged(rundir: RunDir, name: str, kind: str) -> Path:
     """A folder beside ``DIR/<name>/`` that only this process writes (``kind``: new, old);
     the ones of this host's dead processes are removed first."""
-    from howtocap.atomic import dead_here, writer_tag
-
     for left in rundir.root.glob(f".{name}.*"):
         tag = left.name[len(name) + 2:].rpartition(".")[0]
         if left.is_dir() and dead_here(tag):
@@ -390,46 +292,39 @@ def _swap_in(rundir: RunDir, name: str, staged: Path) -> None:
 def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
                  *, report: bool = True, table: bool = True
                  ) -> tuple[pd.DataFrame | None, float]:
-    """The reduce step: apply the global filter to the per-video scores, write
-    ``DIR/aligned/`` (a file per shard of scores) + report + config; returns the table read
-    back (None unless ``table``: ``align_run`` does not look at it) and the threshold.
+    """The reduce step: the global filter over the per-video scores, written to
+    ``DIR/aligned/`` + report + config; returns the table read back (None unless ``table``)
+    and the threshold.
 
-    Its memory is a window and not the run: an explicit mode's threshold is chosen in a
-    first pass over the score column (``_threshold``), then each shard file's windows of
-    whole videos are filtered, written as row groups of its ``aligned`` file and added to
-    the report's sums. The rows are the whole-table ``apply_filter``'s, row for row, for a
-    run numbered in id order (else in shard order). A corrupt scores file is dropped (its
-    shard rescored: ``align_run`` then filters again)."""
+    Its memory is a window, not the run: the threshold comes from a first pass over the
+    scores (``_threshold``), then each shard file's windows are filtered and written as row
+    groups. The rows are the whole-table ``apply_filter``'s, row for row (in shard order). A
+    corrupt scores file is dropped (``align_run`` rescores its shard and filters again)."""
     from howtocap.align.report import ReportStats, write_report_from
 
     give_back_memory()  # what the scoring freed, before the filter's own peak adds to it
     files = [p for p in rundir.table_files(SCORES) if p.name.startswith("shard-")]
     thr = _threshold(rundir, files, cfg)
     stats = ReportStats()
-    counts = {"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0}
+    counts = Counter({"no_null_z": 0, "chatter_dropped": 0, "chatter_dropped_only_by_text": 0})
     n = {"kept": 0, "outside": 0}
 
     def filtered(windows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for window in windows:
             merged = conform(window, "aligned")
-            # each video's rows by where they now are (the stage writes them in caption
-            # order), ties in that order: the order aligned tables always had
+            # each video's rows by where they now are (the stage writes caption order)
             merged = merged.sort_values(ORDER, kind="stable", ignore_index=True)
-            # The guard's drops: captions with no window inside the video within ±T (not
-            # moved, not scored). Like the reference they leave the table; they are counted
-            # and listed.
+            # the guard's drops (no window inside the video within ±T): like the reference,
+            # they leave the table; counted and listed
             out_mask = merged.pop("outside").fillna(False).to_numpy(dtype=bool) \
                 if "outside" in merged else np.zeros(len(merged), dtype=bool)
             outside = merged[out_mask].reset_index(drop=True)
             merged = merged[~out_mask].reset_index(drop=True)
             n["outside"] += len(outside)
-            # The text chatter test runs here, on every video's captions, not in the
-            # per-video stage: it is part of the filter, so switching it (``--keep-chatter``)
-            # re-filters old scores.
+            # the chatter test is part of the filter, not the stage: --keep-chatter re-filters
             aligned = filter_window(merged, cfg, thr)
             n["kept"] += int(aligned["kept"].sum())
-            for k, v in filter_counts(aligned, cfg).items():
-                counts[k] += v
+            counts.update(filter_counts(aligned, cfg))
             if report:
                 stats.add_outside(outside)
                 stats.add(aligned)
@@ -462,22 +357,15 @@ def finish_align(rundir: RunDir, cfg: AlignConfig, encoder_names: Sequence[str],
 def _id_order(chunks: list[Any]) -> np.ndarray:
     """``order[r]``: the position, among ids read in chunks (Arrow strings, each once), of
     the r-th smallest id: the rank a whole-table ``groupby`` (sorted by id) gives them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
     return pc.sort_indices(ids).to_numpy().astype(np.int64)
 
 
 def _threshold(rundir: RunDir, files: Sequence[Path], cfg: AlignConfig) -> float:
-    """``apply_filter``'s threshold over every shard's scores, without holding them: the
-    per-video groups counted in a first pass over the score column (their ids kept, to rank
-    them as the whole table's ``groupby`` does: by id), ``choose_threshold``'s draw among
-    them (the same rng call on the same count), and a second pass for the drawn videos'
-    scores. Only ``sample_videos`` 0 (every score, exactly) or a run of at most
-    ``sample_videos`` videos pools them all (in any order: only their values count)."""
-    import pyarrow as pa
-
+    """``apply_filter``'s threshold without holding the scores: the per-video groups counted
+    in a first pass (their ids kept, ranked by id as the whole table's ``groupby`` ranks
+    them), ``choose_threshold``'s draw among them (the same rng call on the same count), and
+    a second pass for the drawn videos' scores; with no sample every score is pooled."""
     if filter_mode(cfg) in ("keep_all", "null_z"):
         return -np.inf
     if cfg.threshold is not None:
@@ -488,12 +376,8 @@ def _threshold(rundir: RunDir, files: Sequence[Path], cfg: AlignConfig) -> float
             for w in file_windows(rundir, path, ["video_id", "score", "outside"]):
                 if "outside" in w:
                     w = w[~w["outside"].fillna(False).to_numpy(dtype=bool)]
-                keys: list[str] = []
-                vals: list[np.ndarray] = []
-                for vid, g in w.groupby("video_id", sort=True)["score"]:
-                    keys.append(str(vid))
-                    vals.append(g.to_numpy(dtype=np.float64))
-                yield keys, vals
+                gs = list(w.groupby("video_id", sort=True)["score"])
+                yield [str(v) for v, _ in gs], [g.to_numpy(dtype=np.float64) for _, g in gs]
 
     n_groups = total = 0
     ids: list[Any] = []
@@ -558,18 +442,14 @@ def _pool_groups(pool: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Sequence[str]],
                    cfg: AlignConfig, *, redo: bool = False) -> Reference:
     """The default filter's references: ``reference_captions`` random captions of the run and
-    the clips of ``reference_videos`` random videos, drawn once and recorded, so that later
-    runs (more videos, a resumed run) score against the same ones and keep their results;
-    ``redo`` or new settings draw again.
+    the clips of ``reference_videos`` random videos, drawn once and recorded so that later
+    runs score against the same ones; ``redo`` or new settings draw again.
 
-    ``windows()`` is a pass over every caption (rejected ones too), windows of whole videos
-    (in any order of videos, the same at each pass); ``clip_files()`` the videos with a
-    file, sorted. Two passes draw what one sorted pool of the whole table drew: the first
-    counts each video's distinct ``(video_id, text)`` (and keeps its id, to place it in the
-    whole pool by id), the rng picks among that count (the same calls), the second takes
-    the picked rows."""
-    import pyarrow as pa
-
+    ``windows()``: a pass over every caption (rejected ones too), windows of whole videos,
+    the same at each pass; ``clip_files()``: the videos with a file, sorted. Two passes draw
+    what one sorted pool of the whole table drew: the first counts each video's distinct
+    ``(video_id, text)`` (and ranks the videos by id), the rng picks among that count, the
+    second takes the picked rows."""
     old = recorded_reference(rundir, cfg)
     if (len(old[0]) or old[1]) and STAGE in rundir.stages_with_results() and not redo:
         return old
@@ -614,8 +494,7 @@ def draw_reference(rundir: RunDir, windows: Windows, clip_files: Callable[[], Se
 
 
 class _IdsAt(Sequence[str]):
-    """The ids of some of the run's videos (their positions, 8 bytes each): a sequence of
-    ``str`` made one id at a time."""
+    """The ids of some of the run's videos, held as their positions (8 bytes each)."""
 
     def __init__(self, videos: RunVideos, positions: np.ndarray) -> None:
         self.videos, self.at = videos, positions
@@ -624,14 +503,11 @@ class _IdsAt(Sequence[str]):
         return len(self.at)
 
     def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return self.videos.id_list(self.at[i])
         return self.videos.id_list([self.at[i]])[0]
 
 
 def _clip_files(videos: RunVideos) -> Sequence[str]:
-    """The videos whose file is there, sorted (``draw_reference``'s clip candidates): their
-    positions among the run's (id-ordered) videos, not a list of their ids."""
+    """The videos whose file is there, sorted (``draw_reference``'s clip candidates)."""
     found = [pos[np.array([it.video_path is not None and it.video_path.is_file()
                            for it in videos.items(pos)], dtype=bool)]
              for pos in videos.positions(kept=False)]
@@ -641,12 +517,10 @@ def _clip_files(videos: RunVideos) -> Sequence[str]:
 def clip_bank(rundir: RunDir, clip_videos: Sequence[str], models: Sequence[Any],
               cfg: AlignConfig, paths: Mapping[str, Any]
               ) -> tuple[list[np.ndarray], list[str]] | None:
-    """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos, per encoder,
-    pooled as alignment pools them; from the frame cache the stage fills and reuses. A video
-    that does not decode is left out (the stage reports it). ``paths``: the reference
-    videos' files."""
+    """Every clip (``clip_seconds`` long, 1-s steps) of the reference videos (files in
+    ``paths``), per encoder, pooled as alignment pools them, from the frame cache. A video that
+    does not decode is left out (the stage reports it)."""
     from howtocap.encoders.cache import frame_embeddings_multi
-    from howtocap.encoders.windows import rows_covering
 
     if not clip_videos or not models:
         return None
@@ -677,9 +551,8 @@ def align_stage(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, 
                 device: str | None = None, encoders: Sequence[Any] | None = None,
                 from_names: bool = True, reference: Reference | None = None,
                 clips: tuple[list[np.ndarray], list[str]] | None = None) -> AlignStage:
-    """The align stage of these settings (its fingerprint is what a re-run is checked by);
-    no ``reference``: the one recorded in the run directory. With ``within_shot`` the shots
-    settings recorded in the run (the defaults before any) are part of it."""
+    """The align stage of these settings (no ``reference``: the recorded one). With
+    ``within_shot`` the run's recorded shots settings are part of its fingerprint."""
     from howtocap.shots.run import recorded_config
 
     ref_caps, ref_videos = reference if reference is not None \
@@ -696,10 +569,8 @@ WINDOW = 10_000  # videos taken through the scoring stage at a time (``align_run
 
 def _score_windows(rundir: RunDir, videos: RunVideos, stage: AlignStage,
                    opts: dict[str, Any]) -> StageSummary:
-    """The scoring stage over the kept videos a ``WINDOW`` at a time, in run order (shard
-    by shard), as ``caption_run`` takes its stages: what the engine keeps per video to do
-    (the selection, claims, attempts) and the items themselves are a window's, not the
-    run's."""
+    """The scoring stage over the kept videos a ``WINDOW`` at a time, in run order: what the
+    engine keeps per video (selection, claims, attempts, items) is a window's, not the run's."""
     summary = StageSummary(stage.name)
     windows = videos.windows(WINDOW)
     first = next(windows, [])  # no video: the stage still runs (its summary, its stats)
@@ -716,34 +587,27 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               batching: Batching | None = None) -> StageSummary:
     """Score every captioned video (resumable), then filter globally.
 
-    Re-running with only a different filter re-uses the per-video scores; different encoders
-    or window settings are refused unless ``redo`` (then every video is rescored);
-    re-captioned videos are rescored alone. No names: ``default``.
-    ``encoders`` (already built, e.g. in tests) overrides the names. ``shots_ready``: the
-    caller has just run the shots stage over the run's videos (``run --within-shot``), so
-    ``--within-shot`` does not run it a second time. With a ``shard`` only that shard's
-    videos are scored and the global filter is left to a final run without a shard.
-    """
+    Other encoders or window settings are refused unless ``redo``. ``encoders`` (already
+    built) override the names (none: ``default``). ``shots_ready``: the caller has just run
+    the shots stage (``run --within-shot``). With a ``shard`` only that shard's videos are
+    scored and the global filter is left to a final run without a shard."""
     in_process = runner is None or runner.in_process  # None: run_stage's LocalRunner
     names_in = list(encoder_names) or [ENCODER]
     from_names = encoders is None
-    # The captions are read a window of whole videos at a time, in passes (the stage reads
-    # each video's rows itself): the whole table grows with the run.
     captions = _Captions(rundir)
     videos = _video_items(rundir)
-    # The default filter's reference is drawn from every caption the LLM wrote, rejected ones
-    # too: they are "other captions" all the same, and so the rejection never changes which
-    # of the other captions the filter keeps. Rejected captions themselves are not aligned:
-    # not scored, not in aligned/ (they stay in captions/ with their reason).
+    # The reference is drawn from every caption, rejected ones too: they are "other captions"
+    # all the same, so the rejection never changes which others the filter keeps. Rejected
+    # captions themselves are not aligned (they stay in captions/ with their reason).
     reference = draw_reference(rundir, lambda: captions.windows(["video_id", "text"]),
                                lambda: _clip_files(videos), cfg, redo=redo)
     clip_paths = videos.paths_of(reference[1])
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,
                         from_names=from_names, reference=reference)
     cid = prepare_stages(rundir, [stage], redo=redo)[STAGE]  # before any model is loaded
-    if encoders is None and in_process:
-        from howtocap.encoders import create  # loaded here once, shared with the stage
+    from howtocap.encoders import create  # a model is loaded here once, shared with the stage
 
+    if encoders is None and in_process:
         encoders = [create(n, device=device) for n in names_in]
     names = [e.name for e in encoders] if encoders is not None else names_in
     if len(set(names)) != len(names):
@@ -754,24 +618,17 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
     if unknown:  # captions of videos videos.parquet lacks (brought in by hand): numbered
         rundir.record_videos(VideoItem(v, None) for v in unknown)
         videos = _video_items(rundir)
-    # A video whose subtitles or captioning failed has nothing to align: leave it out (its
-    # error is already in the status table) instead of recording an empty "ok". Captions
-    # brought in without status records (a copied table) are aligned.
-    _captioned(rundir, videos)
+    _captioned(rundir, videos)  # a failed video's error is in the status table: no empty "ok"
     _forget_changed_videos(rundir, captions, videos)
     give_back_memory()  # the passes over the captions: freed, not to be kept under the scoring
     if cfg.within_shot and not shots_ready:
-        # --within-shot needs every video's shots: the shots stage with the run's recorded
-        # settings (a no-op for videos already done) over the videos with a file
-        from howtocap.shots.run import shots_run
+        from howtocap.shots.run import shots_run  # the run's settings, over the video files
 
         shots_run(rundir, runner=runner, progress=progress, shard=shard, batching=batching,
                   windows=lambda: ([it for it in part if it.video_path]
                                    for part in videos.windows(WINDOW)))
     clips = None
     if reference[1]:  # the default filter's reference clips, from the driver's encoders
-        from howtocap.encoders import create
-
         clips = clip_bank(rundir, reference[1], encoders if encoders is not None
                           else [create(n, device=device) for n in names_in], cfg, clip_paths)
     stage = align_stage(rundir, names_in, cfg, device=device, encoders=encoders,

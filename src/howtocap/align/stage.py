@@ -40,13 +40,10 @@ class AlignStage(BaseStage):
                  reference: pd.DataFrame | None = None, clip_videos: Sequence[str] = (),
                  clips: tuple[list[np.ndarray], list[str]] | None = None,
                  shots_settings: dict[str, Any] | None = None) -> None:
-        """``models``: encoders already built (from ``encoders`` when ``models_from_names``,
-        else given by the caller, e.g. tests: then their names identify them).
-        ``reference``: ``video_id, text`` of the captions the default filter's null
-        distribution is made of, ``clip_videos`` the videos whose clips it uses and ``clips``
-        those clips (per encoder, and each clip's video), computed by the pipeline.
-        ``cfg.within_shot``: the stage also reads each video's rows of ``shots``, made with
-        ``shots_settings`` (part of the fingerprint: other shots, other scores)."""
+        """``models``: encoders already built (given, not ``models_from_names``: their names
+        identify them). ``reference``/``clip_videos``/``clips``: the default filter's null
+        captions, clip videos and clips (per encoder, with each clip's video).
+        ``within_shot``: also reads ``shots``, made with ``shots_settings`` (fingerprinted)."""
         if cfg.within_shot:  # an instance's declaration: the graph reads it (engine.graph)
             self.reads = (*self.reads, "shots")
         self.shots_settings = dict(shots_settings or {})
@@ -59,9 +56,7 @@ class AlignStage(BaseStage):
         self._clips64: tuple[list[np.ndarray], np.ndarray] | None = None
         self.encoders = list(encoders)
         self.models_from_names = models_from_names or models is None
-        self.cfg = cfg
-        self.cache_dir = Path(cache_dir)
-        self.device = device
+        self.cfg, self.cache_dir, self.device = cfg, Path(cache_dir), device
         self._models = list(models) if models is not None else None  # built by the caller
 
     def load(self) -> None:

@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from howtocap.atomic import corrupt_parquet, open_parquet
+from howtocap.atomic import atomic_write, corrupt_parquet, open_parquet
 
 ROWS = 16_384  # rows a window holds (plus the rest of the video it ends in); read at each
 # call, so a test can make windows tiny
 
 
 def _metadata(path: Path) -> Any:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -57,19 +57,16 @@ def sorted_by_video(path: Path, rows: int | None = None) -> bool:
     return True
 
 
-def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None,
-                  *, ordered: bool | None = None) -> Iterator[pd.DataFrame]:
+def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | None = None
+                  ) -> Iterator[pd.DataFrame]:
     """The file's rows as frames of whole videos, in file order (``rows`` at a time, and the
-    rest of the last video); the whole file as one frame when it is not sorted by video
-    (``ordered``: already known). Frames are what ``pd.read_parquet`` gives, row for row."""
-    import pyarrow as pa
+    rest of the last video); the whole file as one frame when it is not sorted by video.
+    Frames are what ``pd.read_parquet`` gives, row for row."""
     import pyarrow.parquet as pq
 
     rows = rows or ROWS
-    if ordered is None:
-        ordered = sorted_by_video(path, rows)
     cols = list(columns) if columns is not None else None
-    if not ordered:
+    if not sorted_by_video(path, rows):
         yield pq.read_table(path, columns=cols, page_checksum_verification=True).to_pandas()
         return
     pf = open_parquet(path)
@@ -79,9 +76,7 @@ def video_windows(path: Path, columns: Sequence[str] | None = None, rows: int | 
     carry: pa.Table | None = None
     for rb in pf.iter_batches(batch_size=rows, columns=cols):
         t = pa.Table.from_batches([rb])
-        if carry is not None:
-            t = pa.concat_tables([carry, t])
-            carry = None
+        t = t if carry is None else pa.concat_tables([carry, t])  # (a carry is never empty)
         if not t.num_rows:
             continue
         ids = t.column("video_id")
@@ -106,10 +101,7 @@ def _pandas(t: Any, pf: Any) -> pd.DataFrame:
 def write_windows(path: Path, frames: Iterator[pd.DataFrame]) -> int:
     """Frames of one table into one Parquet file (atomic, page checksums), a row group each,
     as ``atomic_write_parquet`` would write their concatenation; returns the row count."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from howtocap.atomic import atomic_write
 
     total = [0]
 

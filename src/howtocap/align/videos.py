@@ -1,53 +1,39 @@
 """The run's videos (``videos.parquet``) as compact columns, made into ``VideoItem`` s a
-window at a time (issue #22): a list of every item with its ``Path`` was the largest thing
-align's driver held that grew with the run (both measured in benchmarks/results/align_scale.md).
-
-The ids are one Arrow string array in id order (``videos.parquet`` is in id order only until
-videos are appended, so it is sorted here), each path is split into its folder (a code into
-the few distinct folders) and its file name (an Arrow string array), each video's number (its
-row: ``number // shard_size`` is its shard) is kept, and the align selection is a bool a
-video: a small fraction of a list of items.
+window at a time (issue #22): a list of every item was the largest thing align's driver held
+that grew with the run (benchmarks/results/align_scale.md). Ids are one sorted Arrow array,
+paths a folder code and an Arrow file name, plus each video's row (``// shard_size``: its
+shard) and a bool for the align selection.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from howtocap.align import stream
 from howtocap.io.inputs import VideoItem
 
 CHUNK = 8_192  # videos made into Python objects at a time (ids, items): a bound on what is
 # held at once
 
 
-class _Sorted(Sequence[str]):
-    """An id-sorted Arrow string array as a sequence of ``str`` for ``bisect`` (a
-    scalar read per probe, no list of every id)."""
-
-    def __init__(self, ids: Any) -> None:
-        self.ids = ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.ids[i].as_py()
+def _py(scalar: Any) -> Any:
+    """An Arrow scalar as Python, the key ``bisect`` probes the sorted ids by (no list)."""
+    return scalar.as_py()
 
 
 class RunVideos:
     """The run's videos in id order: ``ids`` (Arrow), each one's folder code (``-1``: no
-    file known), file name and number (its row of ``videos.parquet``; ``-1``: not in it),
-    and ``keep`` (the videos align takes, ``select``). ``shard_size``: the run's, when the
-    videos were read from a run directory (``by_shard`` then groups them by shard)."""
+    file known), file name and number (its row of ``videos.parquet``), and ``keep`` (the
+    videos align takes, ``select``). ``shard_size``: the run's (``shards`` group by it)."""
 
-    def __init__(self, ids: Sequence[str] = (), paths: Sequence[str | None] = (),
-                 shard_size: int | None = None) -> None:
-        import pyarrow as pa
-
+    def __init__(self, shard_size: int | None = None) -> None:
         self.folders: list[str] = []
         self._folder_code: dict[str, int] = {}
         self.shard_size = shard_size
@@ -55,16 +41,12 @@ class RunVideos:
         self.names: Any = pa.array([], pa.string())
         self.codes = np.zeros(0, np.int32)
         self.numbers = np.zeros(0, np.int64)
-        if len(ids):
-            self._extend([self._chunk(list(ids), list(paths))])
-        self.keep = np.ones(len(self), dtype=bool)
+        self.keep = np.ones(0, dtype=bool)
 
     @classmethod
     def read(cls, path: Path, shard_size: int | None = None) -> RunVideos:
         """``video_id`` and ``video_path`` of ``videos.parquet``, a record batch at a time;
         a video's number is its row."""
-        from howtocap.align import stream
-
         out = cls(shard_size=shard_size)
         if path.exists():
             parts = []
@@ -78,13 +60,10 @@ class RunVideos:
         out.keep = np.ones(len(out), dtype=bool)
         return out
 
-    def _chunk(self, ids: list[str], paths: list[str | None],
-               numbers: np.ndarray | None = None) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    def _chunk(self, ids: list[str], paths: list[str | None], numbers: np.ndarray
+               ) -> tuple[Any, Any, np.ndarray, np.ndarray]:
         """A chunk's columns: ids, file names, folder codes (a path is ``folder + name``
-        exactly, so the ``Path`` made of it is the one made of the whole string), numbers
-        (``-1`` when not given: not in ``videos.parquet``)."""
-        import pyarrow as pa
-
+        exactly, so the ``Path`` made of it is the one made of the whole string), numbers."""
         names: list[str | None] = []
         codes = np.full(len(ids), -1, dtype=np.int32)
         for i, vp in enumerate(paths):
@@ -99,14 +78,10 @@ class RunVideos:
                 self.folders.append(folder)
             codes[i] = code
             names.append(vp[cut:])
-        nums = np.full(len(ids), -1, np.int64) if numbers is None else numbers
-        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes, nums
+        return pa.array(ids, pa.string()), pa.array(names, pa.string()), codes, numbers
 
     def _extend(self, parts: list[tuple[Any, Any, np.ndarray, np.ndarray]]) -> None:
         """Append chunks, then put every column in id order (stable) if it is not."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if not parts:
             return
         self.ids = pa.concat_arrays([self.ids, *(p[0] for p in parts)])
@@ -123,27 +98,15 @@ class RunVideos:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def add_unknown(self, ids: Sequence[str]) -> None:
-        """Videos the captions name and ``videos.parquet`` lacks (no file known, no number),
-        merged into id order; called before ``select`` (every video is kept after it)."""
-        if len(ids):
-            self._extend([self._chunk(list(ids), [None] * len(ids))])
-        self.keep = np.ones(len(self), dtype=bool)
-
     def id_list(self, positions: Any = None) -> list[str]:
         """The ids at ``positions`` (every id when None) as Python strings."""
-        import pyarrow as pa
-
-        if positions is None:
-            return list(self.ids.to_pylist())
-        return list(self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
-                    .to_pylist())
+        ids = self.ids if positions is None else \
+            self.ids.take(pa.array(np.asarray(positions, dtype=np.int64)))
+        return list(ids.to_pylist())
 
     def items(self, positions: Any) -> list[VideoItem]:
         """The ``VideoItem`` s of the videos at ``positions``: what ``VideoItem(vid,
         Path(path) if path else None)`` gave for each row of the table."""
-        import pyarrow as pa
-
         pos = pa.array(np.asarray(positions, dtype=np.int64))
         ids = self.ids.take(pos).to_pylist()
         names = self.names.take(pos).to_pylist()
@@ -160,32 +123,20 @@ class RunVideos:
         if by_shard and self.shard_size:
             groups = [pos for _, pos in self.shards(kept=kept)]
             every = np.concatenate(groups) if groups else np.zeros(0, np.int64)
-            for lo in range(0, len(every), size):
-                yield every[lo:lo + size]
-            return
-        carry = np.zeros(0, np.int64)
-        n = len(self)
-        for lo in range(0, n, size):
-            got = np.arange(lo, min(n, lo + size)) if not kept \
-                else lo + np.flatnonzero(self.keep[lo:lo + size])
-            carry = np.concatenate([carry, got]) if len(carry) else got
-            while len(carry) >= size:
-                yield carry[:size]
-                carry = carry[size:]
-        if len(carry):
-            yield carry
+        else:
+            every = np.flatnonzero(self.keep) if kept else np.arange(len(self), dtype=np.int64)
+        for lo in range(0, len(every), size):
+            yield every[lo:lo + size]
 
     def shards(self, *, kept: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-        """``(shard, positions)`` of the kept videos (every video unless ``kept``), shard by
-        shard in shard order, each shard's in id order: a run's stage tables are files of a
-        shard, and only a shard's rows are in id order once videos were appended. Videos
-        without a number (or shards unknown) come first, as shard -1."""
+        """``(shard, positions)`` of the kept videos (every video unless ``kept``) in shard
+        order, each shard's in id order: only a shard's rows are in id order once videos were
+        appended. Shards unknown (no ``shard_size``): one shard -1."""
         pos = np.flatnonzero(self.keep) if kept else np.arange(len(self), dtype=np.int64)
         if not len(pos):
             return
         nums = self.numbers[pos]
-        ks = np.where(nums >= 0, nums // self.shard_size, -1) if self.shard_size \
-            else np.full(len(pos), -1, np.int64)
+        ks = nums // self.shard_size if self.shard_size else np.full(len(pos), -1, np.int64)
         order = np.argsort(ks, kind="stable")
         ks, pos = ks[order], pos[order]
         cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
@@ -193,17 +144,10 @@ class RunVideos:
             yield int(ks[lo]), pos[lo:hi]
 
     def windows(self, size: int) -> Iterator[list[VideoItem]]:
-        """The kept videos as ``VideoItem`` s, ``size`` at a time, in run order (shard by
-        shard, ``shards``; id order when the shards are unknown): a window then touches as
-        few of the run's shards as it can, and a run numbered in id order is taken in id
-        order."""
+        """The kept videos as ``VideoItem`` s, ``size`` at a time, in run order (``shards``): a
+        window then touches as few of the run's shards as it can."""
         for pos in self.positions(size, by_shard=True):
             yield self.items(pos)
-
-    def kept_items(self) -> Iterator[VideoItem]:
-        """Every kept video's item, in id order (a chunk of them made at a time)."""
-        for pos in self.positions(CHUNK):
-            yield from self.items(pos)
 
     def select(self, keep: np.ndarray) -> None:
         """Keep only these videos (a bool per video, in id order) for what follows."""
@@ -211,17 +155,14 @@ class RunVideos:
 
     def span(self, lo: str, hi: str) -> Any:
         """The ids (Arrow) from ``lo`` to ``hi``, both included: a slice of the sorted ids."""
-        ids = _Sorted(self.ids)
-        a = bisect.bisect_left(ids, lo)
-        b = bisect.bisect_right(ids, hi, lo=a)
-        return self.ids.slice(a, b - a)
+        a = bisect.bisect_left(self.ids, lo, key=_py)
+        return self.ids.slice(a, bisect.bisect_right(self.ids, hi, lo=a, key=_py) - a)
 
     def paths_of(self, video_ids: Iterable[str]) -> dict[str, Path | None]:
         """The file of each of a few videos (by binary search)."""
-        ids = _Sorted(self.ids)
         out: dict[str, Path | None] = {}
         for vid in video_ids:
-            i = bisect.bisect_left(ids, vid)
-            if i < len(ids) and ids[i] == vid:
+            i = bisect.bisect_left(self.ids, vid, key=_py)
+            if i < len(self.ids) and self.ids[i].as_py() == vid:
                 out[vid] = self.items([i])[0].video_path
         return out

@@ -30,9 +30,6 @@ class Sentence:
     def n_words(self) -> int:
         return len(self.text.split())
 
-    def line(self) -> str:
-        return f"{math.floor(self.start)}s: {self.text}"
-
 
 @dataclass(frozen=True)
 class Block:

@@ -7,6 +7,7 @@ and where the rows go is the runner's business.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
@@ -18,6 +19,7 @@ from howtocap.caption.blocks import Block, make_blocks
 from howtocap.caption.chatter import is_chatter, may_hold_chatter
 from howtocap.caption.config import CaptionConfig
 from howtocap.caption.imperative import judge_captions
+from howtocap.caption.merge import repeats
 from howtocap.caption.parse import CaptionRow, ParseResult, parse_rows
 from howtocap.caption.prompt import build_messages
 from howtocap.errors import HowtocapError, ServiceUnavailable
@@ -99,8 +101,6 @@ def mark_repeats(texts: list[str], rejected: list[str] | str, starts: list[float
                  seconds: float) -> list[str] | str:
     """``rejected`` with the kept near-duplicates of an earlier kept caption within
     ``seconds`` marked "repeat" (issue #40; 0: none marked)."""
-    from howtocap.caption.merge import repeats
-
     reasons = rejected if isinstance(rejected, list) else [rejected] * len(texts)
     keep = [i for i, why in enumerate(reasons) if not why]
     if not seconds or not keep:
@@ -114,9 +114,8 @@ def mark_repeats(texts: list[str], rejected: list[str] | str, starts: list[float
 def _judged(texts: list[str], starts: list[float], cfg: CaptionConfig, nlp: Any | None
             ) -> tuple[list[str], list[str] | str]:
     """The captions' texts and reasons for rejection: filler verdicts and the imperative
-    rewrite of the kept ones from one parse a caption (``caption.imperative``), then the
-    near-duplicates marked "repeat"; rejected captions stay as the LLM wrote them. Without
-    the filler test every row's reason is "": one value for the column."""
+    rewrite of the kept ones from one parse, then the repeats; without the filler test every
+    reason is "" (one value for the column)."""
     rejected: list[str] | str = ""
     if cfg.reject_fillers or cfg.imperative:
         why, texts = judge_captions(texts, nlp, reject_fillers=cfg.reject_fillers,
@@ -130,19 +129,14 @@ def caption_video(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                   attach: Callable[[Block, Messages], Messages] | None = None,
                   nlp: Any | None = None
                   ) -> tuple[pd.DataFrame, CaptionStats]:
-    """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated and time-sorted.
+    """Caption rows (``SCHEMAS['captions']``) for one video, de-duplicated (the earliest of
+    identical texts up to case/spacing/end punctuation) and time-sorted.
 
-    A block whose reply gives no caption is asked again (``cfg.retries`` times, sampling with
-    another seed); a block that still fails is listed in ``stats.failed_blocks`` and the
-    other blocks' captions are kept. Raises ``CaptionError`` only when no block gave a
-    caption and some failed (a video of pure chatter has no captions and no error).
-    Identical captions (same text up to case/spacing/end punctuation) keep the earliest.
-    ``attach``: turns a block's text messages into the ones sent (frames for a VLM); called
-    once per block, before the first request.
-    With ``cfg.reject_fillers`` every caption that shows nothing gets its reason in the
-    ``rejected`` column (``caption.filler``; ``nlp``: its spaCy parser, loaded once when None);
-    the row stays, so the table keeps all the LLM said.
-    """
+    A block whose reply gives no caption is asked again (``cfg.retries`` times, another seed);
+    one that still fails is listed in ``stats.failed_blocks``. ``CaptionError`` only when no
+    block gave a caption and some failed (pure chatter is no error). ``attach``: a block's
+    messages as sent (frames for a VLM), once per block. With ``cfg.reject_fillers`` a caption
+    that shows nothing keeps its row with its reason in ``rejected`` (``nlp``: the parser)."""
     out, stats = caption_rows(video_id, subtitles, llm, cfg, attach=attach, nlp=nlp)
     return out.to_pandas(), stats
 
@@ -164,10 +158,9 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
                         attach: Callable[[Block, Messages], Messages] | None = None,
                         nlp: Any | None = None, inline: bool = False
                         ) -> tuple[Rows, CaptionStats]:
-    """``caption_rows`` as a coroutine: each round's blocks are asked at once (one coroutine
-    per block, ``llm.base.ask``); what blocks the thread (decoding frames, the filler
-    parse) runs on another thread, so the loop keeps every other video's requests going.
-    ``inline``: everything runs in place instead (no loop: ``engine.runners.run_inline``)."""
+    """``caption_rows`` as a coroutine: each round's blocks are asked at once; what blocks the
+    thread (frames, the parse) runs on another one so the loop keeps other videos' requests
+    going (``inline``: all in place, no loop)."""
     cfg = cfg or CaptionConfig()
     template = cfg.resolved_template()
     gen = cfg.resolved_generation()
@@ -213,26 +206,21 @@ async def acaption_rows(video_id: str, subtitles: pd.DataFrame | Rows, llm: LLM,
     # Plain lists, one frame built in schema order: per-video pandas (sorting, inserts, dtype
     # fixes) was most of the driver's own cost on a text-only run of a million videos.
     flat.sort(key=_by_time)  # stable: a block's order stays
-    seen: set[str] = set()
-    kept = []
+    first: dict[str, CaptionRow] = {}
     for r in flat:
-        key = r[4]  # norm_text(text), from the parser
-        if key not in seen:
-            seen.add(key)
-            kept.append(r)
+        first.setdefault(r[4], r)  # r[4]: norm_text(text), from the parser
+    kept = list(first.values())
     stats.duplicates += len(flat) - len(kept)
     texts = [str(r[3]) for r in kept]
     starts = [r[0] for r in kept]
-    if cfg.reject_fillers or cfg.imperative:  # the parse: off the event loop
-        texts, rejected = await _blocking(inline, lambda: _judged(texts, starts, cfg, nlp))
-    else:
-        texts, rejected = _judged(texts, starts, cfg, nlp)
+    parse = cfg.reject_fillers or cfg.imperative  # the parse: off the event loop
+    texts, rejected = await _blocking(inline or not parse,
+                                      lambda: _judged(texts, starts, cfg, nlp))
     out = rows("captions", len(kept), video_id=video_id,
                start=[r[0] for r in kept], end=[r[2] for r in kept],
                text=texts, source="llm", block=[r[1] for r in kept],
                model=llm.name, config_id="", rejected=rejected)
-    for why_not in rejected if isinstance(rejected, list) else ():
-        if why_not:
-            stats.rejected[why_not] = stats.rejected.get(why_not, 0) + 1
+    if isinstance(rejected, list):
+        stats.rejected = dict(Counter(why_not for why_not in rejected if why_not))
     stats.captions = len(out)
     return out, stats

@@ -44,7 +44,13 @@ _PATTERNS = [
     r"\bfunny story\b",
     r"\b(?:\d+|a few|fifteen|ten|twenty|five) bucks\b|\bnot sponsored\b",
 ]
-_CHATTER = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
+
+
+def _union(patterns: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+
+
+_CHATTER = _union(_PATTERNS)
 # In the caption stage's fingerprint: other patterns drop other captions.
 RULES_ID = hashlib.sha256("\n".join(_PATTERNS).encode()).hexdigest()[:12]
 # Words without which no pattern above can match (each pattern holds one of them literally,
@@ -58,26 +64,12 @@ _NEEDS = ("subscrib", "like", "thumbs up", "smash", "bell", "notification", "com
           "so satisfying", "funny story", "bucks")  # "code": also "promo/discount code"
 
 
-def _by_word() -> tuple[list[tuple[str, re.Pattern[str]]], re.Pattern[str] | None]:
-    """Per prefilter word, the patterns that spell it literally (one regex each); and the
-    patterns that spell none of the words (always tried). A pattern's match holds one of its
-    words (tests/caption/test_chatter.py generates matches of every pattern), so an ASCII
-    caption need only be tried against the patterns of the words it holds."""
-    words: dict[str, list[str]] = {}
-    always = []
-    for pattern in _PATTERNS:
-        mine = [w for w in _NEEDS if w in pattern]
-        for w in mine:
-            words.setdefault(w, []).append(pattern)
-        if not mine:
-            always.append(pattern)
-    compiled = [(w, re.compile("|".join(f"(?:{p})" for p in ps), re.IGNORECASE))
-                for w, ps in words.items()]
-    rest = re.compile("|".join(f"(?:{p})" for p in always), re.IGNORECASE) if always else None
-    return compiled, rest
-
-
-_BY_WORD, _ALWAYS = _by_word()
+# Per prefilter word, one regex of the patterns that spell it literally; and the patterns that
+# spell none (always tried). A pattern's match holds one of its words (test_chatter.py generates
+# matches of every pattern), so an ASCII caption is tried against its words' patterns alone.
+_BY_WORD = [(w, _union(ps)) for w in _NEEDS if (ps := [p for p in _PATTERNS if w in p])]
+_REST = [p for p in _PATTERNS if not any(w in p for w in _NEEDS)]
+_ALWAYS = _union(_REST) if _REST else None
 
 
 def is_chatter(text: str) -> bool:

@@ -73,8 +73,6 @@ class CaptionConfig(BaseModel):
     constrain: bool = Field(False, description=(
         "Constrain decoding to '<n>s: caption' lines (grammar; servers that reject it are "
         "asked without). Off by default (benchmarks/results/captions.md)."))
-    # The language --constrain allows: "lines" (any "<s>s: <sentence>" line) or "steps" (the
-    # same, but no line opens with I, we, you, so, and, but or if: caption.constrain).
     grammar: Literal["lines", "steps"] = Field("lines", json_schema_extra={"text": True},
                                                description=(
         "The language --constrain allows: 'lines' (any '<n>s: caption' line) or 'steps' (no "
@@ -83,20 +81,17 @@ class CaptionConfig(BaseModel):
                                                         "invert": True}, description=(
         "Keep captions such as 'Subscribe to the channel.' (`run`: in the align filter "
         "too)."))
-    # mark captions that show nothing ("So yeah, let's see.") in the `rejected` column
     reject_fillers: bool = Field(True, json_schema_extra={"flag": "--keep-fillers",
                                                           "invert": True}, description=(
         "Keep captions that show nothing ('So yeah, let's see.', 'Take your time.') as "
         "training text; by default they are marked in the captions table's `rejected` column "
         "and not aligned."))
     retries: int = Field(1, ge=0, le=5)  # extra tries for a block whose reply gave nothing
-    # rewrite kept captions into the imperative ("So I'm adding salt." -> "Add salt."); on
-    # by default: chosen by benchmarks/quality/bench_real_captions.py (results/real_captions.md)
+    # on by default: chosen by benchmarks/quality/bench_real_captions.py (real_captions.md)
     imperative: bool = Field(True, description=(
         "Rewrite kept captions into the imperative ('So now I'm going to add salt' -> "
         "'Add salt.')."))
-    # mark a kept caption "repeat" when an earlier kept one within this many seconds says
-    # nearly the same (caption.merge); 0 = off. 30 s: chosen with the template, as above
+    # caption.merge; 30 s: chosen with the template, as above
     merge_seconds: float = Field(30.0, ge=0, le=600, description=(
         "Mark a kept caption 'repeat' when an earlier kept one within this many seconds "
         "says nearly the same; 0 = off."))

@@ -4,16 +4,12 @@ Small models answer the paper's prompt with a paragraph and no timestamps about 
 not; a grammar makes every reply parse. The same language is given twice, as GBNF for
 llama.cpp and as a regex for vLLM's structured outputs, and ``parse.parse_reply`` reads both.
 
-Shape choices, measured on Qwen2.5-Coder (see ``benchmarks/results/llm.md``): the reply may end
-after any complete line (a grammar that forces a newline after every line never lets the model
-stop, and it pads with invented steps); commas only between words (else runs of commas);
-words up to 24 characters (a tight cap glues words together).
-
-``STEP_GBNF``/``STEP_REGEX`` (``CaptionConfig.grammar = "steps"``, issue #40) are the same
-language except that a line cannot open with a word a written step never starts with
-(``NO_OPENING``: "I", "we", "you", "so", "and", "but", "if", also before an apostrophe, as in
-"I'm"): the model's first-person retelling of the speech ("So now I'm adding…") is then
-not writable, and it has to begin with the action.
+Shape choices, measured on Qwen2.5-Coder (``benchmarks/results/llm.md``): the reply may end
+after any line (a forced newline never lets the model stop: it pads with invented steps);
+commas only between words (else runs of commas); words up to 24 characters (a tight cap glues
+words). ``STEP_GBNF``/``STEP_REGEX`` (``grammar = "steps"``, issue #40) also forbid a line to
+open with a word of ``NO_OPENING`` (also before an apostrophe, "I'm"): the first-person
+retelling ("So now I'm adding…") is not writable, the line must begin with the action.
 """
 
 from __future__ import annotations

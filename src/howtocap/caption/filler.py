@@ -12,12 +12,23 @@ reasons and examples are in docs/captions.md ("Fillers"); ``talk_reason`` adds `
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
+import os
+import queue
 import re
+import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from howtocap.errors import HowtocapError, ServiceUnavailable
 
 REASONS = ("filler", "meta", "time", "signoff", "no-action")
 # Captions that name things but are talk, not a step (issue #40): see ``talk_reason``.
@@ -151,27 +162,20 @@ _SCHEDULE = re.compile(
 STORY_VERBS = _words("be have taste smell look sound seem feel know think name call mean "
                      "originate come grow love like enjoy remember learn live visit buy find "
                      "eat hope believe wonder grow use")
-_SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
+SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl", "csubj")
 
 
 def talk_reason(doc: Any) -> str:
     """"story" for a caption that names things but is talk, else "" (``schedule``, the
-    channel's upload days, is found first by ``verdict``):
-
-    - ``story``: a question, or a statement with its own subject (a written step has none)
-      whose main verb is a state, taste, origin or opinion verb (``STORY_VERBS``).
-    """
+    channel's upload days, is found first by ``verdict``): a question, or a statement with
+    its own subject (a written step has none) whose main verb is a state, taste, origin or
+    opinion verb (``STORY_VERBS``)."""
     if doc.text.rstrip().endswith("?"):
         return "story"
     root = next((t for t in doc if t.dep_ == "ROOT"), None)  # the first sentence's
-    if root is None:  # no parse
-        return ""
-    subjects = [c for c in root.children if c.dep_ in _SUBJECT_DEPS]
-    if not subjects:
-        return ""
-    if root.lemma_.lower() in STORY_VERBS:
-        return "story"
-    return ""
+    story = root is not None and root.lemma_.lower() in STORY_VERBS and any(
+        c.dep_ in SUBJECT_DEPS for c in root.children)
+    return "story" if story else ""
 
 
 def verdict(doc: Any) -> str:
@@ -189,13 +193,13 @@ def load_parser(name: str | None = None) -> Any:
     return load_spacy(name, parser=True)
 
 
+@dataclass(slots=True)
 class _Request:
-    __slots__ = ("nlp", "judge", "texts", "answers", "error")
-
-    def __init__(self, nlp: Any, judge: Judge, texts: Sequence[str]) -> None:
-        self.nlp, self.judge, self.texts = nlp, judge, texts
-        self.answers: list[Any] | None = None
-        self.error: BaseException | None = None
+    nlp: Any
+    judge: Judge
+    texts: Sequence[str]
+    answers: list[Any] | None = None
+    error: BaseException | None = None
 
 
 class _Combiner:
@@ -243,11 +247,9 @@ _COMBINE = _Combiner()
 
 
 class _Verdicts:
-    """Answers already found, per parser, for at most ``size`` (kind, text) pairs each (the
-    oldest go first). An answer depends on the text, the parser and the kind of answer alone,
-    and short captions repeat across videos ("Stir.", "Serve.", "Let it simmer."): a text
-    seen before is not parsed again. One table per parser object, so another pipeline never
-    sees this one's answers."""
+    """Answers already found, per parser object, for at most ``size`` (kind, text) pairs each
+    (first in, first out): short captions repeat across videos ("Stir.", "Serve."), and an
+    answer depends on the text, the parser and the kind alone."""
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
@@ -279,39 +281,24 @@ _VERDICTS = _Verdicts()
 
 
 def default_parse_workers(remote_llm: bool) -> int:
-    """Parser processes when none are asked for: one per core, up to 8. The driver's own work
-    (HTTP client, commits, merges) is a small part of the parse's CPU a video, so a core kept
-    idle for it would slow the run (benchmarks/results/parse.md and driver.md). An LLM in this
-    process (llama.cpp, the embedded model) already takes every core, so its captions are
-    parsed in place."""
-    import os
-
+    """Parser processes when none are asked for: one per core, up to 8 (the driver's own work
+    is small: benchmarks/results/parse.md, driver.md); none with an LLM in this process, which
+    already takes every core."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 2)  # the cores this process may use (a SLURM or cgroup share)
     return max(1, min(8, cores)) if remote_llm else 0
 
 
 class ParserPool:
-    """The filler test's parse in ``workers`` processes of their own.
+    """The filler test's parse in ``workers`` processes (passed as ``nlp``): in the driver's
+    process it would hold the GIL the HTTP client and the commits need, on one core. Each
+    request goes to an idle worker (``caption.parse_worker``: the same pipeline and rules).
 
-    A caption run over HTTP has dozens of videos in flight, each with its captions to parse
-    (docs/captions.md quotes the CPU a caption takes): in the driver's process that parse
-    holds the GIL the HTTP client and the commits need, and it cannot use more than one core.
-    Each request goes to an idle worker; verdicts are the same as in process (the same
-    pipeline and rules, ``caption.parse_worker``). Passed as ``nlp`` to ``reject_reasons``.
-
-    The workers are plain ``python -m`` children speaking length-prefixed JSON on their
-    pipes, not ``multiprocessing`` ones: a spawned ``multiprocessing`` child re-runs the
-    caller's main script, so a user's script without a ``__main__`` guard would caption
-    again inside every worker."""
+    Plain ``python -m`` children speaking length-prefixed JSON, not ``multiprocessing`` ones:
+    a spawned child re-runs the caller's main script, so a script without a ``__main__``
+    guard would caption again inside every worker."""
 
     def __init__(self, workers: int, name: str | None = None) -> None:
-        import os
-        import queue
-        import subprocess
-        import sys
-        import tempfile
-
         if workers < 1:
             raise ValueError("a parser pool needs at least one worker")
         self.workers, self.name = workers, name
@@ -327,7 +314,7 @@ class ParserPool:
             self._all.append(_Worker(proc, log))
         weakref.finalize(self, _stop_all, list(self._all))
         for w in self._all:  # each loads its parser: a missing model is one error, up front
-            w.ready()
+            w.recv()
             self._idle.put(w)
 
     def verdicts(self, texts: Sequence[str], batch_size: int = 256,
@@ -353,28 +340,21 @@ class _Worker:
     def __init__(self, proc: Any, log: Any) -> None:
         self.proc, self.log = proc, log
 
-    def _recv(self) -> Any:
+    def recv(self) -> Any:
         reply = read_message(self.proc.stdout)
         if reply is None:
             raise self._died()
         if isinstance(reply, dict) and "error" in reply:
-            from howtocap.errors import HowtocapError
-
             raise HowtocapError(str(reply["error"]))
         return reply
 
     def _died(self) -> Exception:
         """Every video needs the parse: the run stops, marking nothing failed (exit 75)."""
-        from howtocap.errors import ServiceUnavailable
-
         code = self.proc.wait()
         self.log.seek(0)
         tail = self.log.read()[-600:].decode(errors="replace").strip().splitlines()
         return ServiceUnavailable(f"the filler test's parser process exited (code {code})"
                                   + (f": {tail[-1]}" if tail else ""))
-
-    def ready(self) -> None:
-        self._recv()
 
     def ask(self, texts: list[str], batch_size: int, kind: str) -> list[Any]:
         try:
@@ -383,14 +363,11 @@ class _Worker:
         except OSError:  # a broken pipe: the worker is gone
             raise self._died() from None
         # a pair of answers comes back as a JSON list: the tuple the parse in process gives
-        return [tuple(v) if isinstance(v, list) else v for v in self._recv()]
+        return [tuple(v) if isinstance(v, list) else v for v in self.recv()]
 
 
 def send_message(out: Any, obj: object) -> None:
     """One message of the pool's pipes: JSON after its length (4 bytes, big-endian)."""
-    import json
-    import struct
-
     data = json.dumps(obj).encode()
     out.write(struct.pack(">I", len(data)) + data)
     out.flush()
@@ -398,14 +375,10 @@ def send_message(out: Any, obj: object) -> None:
 
 def read_message(inp: Any) -> Any | None:
     """The next message ``send_message`` wrote, or None at end of input."""
-    import json
-    import struct
-
     head = inp.read(4)
     if len(head) < 4:
         return None
-    (size,) = struct.unpack(">I", head)
-    return json.loads(inp.read(size))
+    return json.loads(inp.read(struct.unpack(">I", head)[0]))
 
 
 def _stop_all(workers: list[_Worker]) -> None:
@@ -424,22 +397,16 @@ def _stop_all(workers: list[_Worker]) -> None:
 
 def parsed(texts: Iterable[str], nlp: Any, kind: str, judge: Judge, *,
            batch_size: int = 256) -> list[Any]:
-    """``judge`` of each text's parse (``kind`` names it: the same judge in a ``ParserPool``'s
-    workers). Texts seen before by this parser for this kind are answered from a bounded
-    table; the others are parsed once each: by a ``ParserPool``'s processes when ``nlp`` is
-    one, else in one batched ``nlp.pipe`` pass shared with the other threads' captions
-    waiting at the same time."""
+    """``judge`` of each text's parse (``kind`` names it for a ``ParserPool``'s workers): texts
+    this parser saw are answered from a bounded table, the others parsed once each, by the
+    pool or in one ``nlp.pipe`` pass shared with other threads' waiting captions."""
     items: Sequence[str] = [str(t) for t in texts]
     if not items:
         return []
     unique = list(dict.fromkeys(items))
     known = _VERDICTS.known(nlp, unique, kind)
-    if isinstance(nlp, ParserPool):
-        def parse(texts: Sequence[str], size: int) -> list[Any]:
-            return nlp.verdicts(texts, size, kind)
-    else:
-        def parse(texts: Sequence[str], size: int) -> list[Any]:
-            return _COMBINE(nlp, texts, size, judge)
+    parse = functools.partial(nlp.verdicts, kind=kind) if isinstance(nlp, ParserPool) \
+        else functools.partial(_COMBINE, nlp, judge=judge)
     if known is None:
         return parse(items, batch_size)
     new = [t for t in unique if t not in known]

@@ -1,15 +1,10 @@
 """Kept captions rewritten into the imperative a written step uses (issue #40).
 
-A small model retells the speech: "So now I'm going to add two cups of flour." is what the
-narrator said, "Add two cups of flour." is the step a viewer sees. spaCy's dependency parse
-(the filler test's pipeline) finds the action verb under the speaker's frame: the root, or
-the verb a frame verb (go, want, need, let, start …) governs through ``xcomp``/``ccomp``. The
-caption becomes that verb's lemma followed by everything the verb governs after it (its
-objects, particles, quantities and places), in the caption's own words.
-
-Only speaker and viewer clauses are rewritten: a caption whose action has another subject
-("The noodles are soaking.") or none to find, a negation ("Don't overmix."), and verbs that
-are no action (be, have, talk and perception verbs) stay as they are.
+"So now I'm going to add two cups of flour." is what the narrator said, "Add two cups of
+flour." the step a viewer sees. The parse finds the action verb under the speaker's frame (the
+root, or what a frame verb governs through ``xcomp``/``ccomp``); the caption becomes its lemma
+and everything it governs after it, in the caption's own words. Only speaker and viewer
+clauses are rewritten: another subject, a negation or a non-action verb stays as it is.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from typing import Any
 from howtocap.caption.filler import (
     META_VERBS,
     SPEAKER_VIEWER,
+    SUBJECT_DEPS,
     Judge,
     load_parser,
     parsed,
@@ -32,11 +28,10 @@ FRAME_VERBS = frozenset([
     "go", "want", "need", "have", "let", "start", "begin", "try", "like", "gon", "wanna",
     "gonna", "continue", "decide", "plan"])
 _NOT_ACTIONS = META_VERBS | {"be", "have", "do", "go"}
-_SUBJECTS = ("nsubj", "nsubjpass", "expl", "csubj")
 
 
-def _action(doc: Any) -> tuple[Any, bool] | None:
-    """The action verb and whether a frame led to it; None when there is none to rewrite."""
+def _action(doc: Any) -> Any | None:
+    """The action verb under the speaker's frame; None when there is none to rewrite."""
     verb = next((t for t in doc if t.dep_ == "ROOT"), None)  # the first sentence's root
     if verb is None:
         return None
@@ -51,20 +46,19 @@ def _action(doc: Any) -> tuple[Any, bool] | None:
         return None
     if any(c.dep_ == "neg" for c in verb.children):
         return None
-    subjects = [c for c in verb.children if c.dep_ in _SUBJECTS]
+    subjects = [c for c in verb.children if c.dep_ in SUBJECT_DEPS]
     if any(s.lower_ not in SPEAKER_VIEWER and s.lower_ not in ("'s", "us") for s in subjects):
         return None
     if not subjects and not framed:  # already a step ("Add the onions."), or no clause
         return None
-    return verb, framed
+    return verb
 
 
 def rewrite(doc: Any) -> str:
     """The caption as a step ("Add two cups of flour."), or its text unchanged."""
-    found = _action(doc)
-    if found is None:
+    verb = _action(doc)
+    if verb is None:
         return doc.text
-    verb, _ = found
     after = [t for t in verb.subtree if t.i > verb.i]
     while after and (after[-1].is_punct or after[-1].is_space):
         after.pop()

@@ -10,6 +10,7 @@ defaults to 0).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -34,8 +35,7 @@ _TS = re.compile(
 _TRAILING_TS = re.compile(rf"\s*[\[(]\s*(?P<t>{_ANY_TIME})\s*[\])]\s*[.!]?\s*$", re.IGNORECASE)
 _MARKER = re.compile(r"^\s*(?:[-*•·‣▪◦–—>]+|\d{1,3}[.)](?=\s)|\(\d{1,3}\)|#+)\s*")
 _QUOTE_END = re.compile(r"[\"”]\s*([.!?]?)$")
-_STRIP_CHARS = " \t\"'“”‘’`*_-–—:|,>"
-_EDGE_CHARS = " \t*_-–—:|,>"  # _STRIP_CHARS but the quotes
+_EDGE_CHARS = " \t*_-–—:|,>"  # edge punctuation (quotes are _strip_quotes's)
 _QUOTE_PAIRS = {'"': '"', "“": "”", "'": "'", "‘": "’", "`": "`"}
 # Every timestamp form holds a digit: a line without one has no timestamp (and no caption).
 _DIGIT = re.compile(r"\d")
@@ -69,10 +69,7 @@ def to_seconds(sec: str | None, clock: str | None) -> float:
     if sec is not None:
         return float(sec)
     assert clock is not None
-    total = 0.0
-    for part in clock.split(":"):
-        total = total * 60 + float(part)
-    return total
+    return functools.reduce(lambda total, part: total * 60 + float(part), clock.split(":"), 0.0)
 
 
 _END_PUNCT = ".!?;,"
@@ -129,28 +126,22 @@ def clean_text(text: str) -> str:
 
 
 def _opens_caption(line: str, m: re.Match[str]) -> bool:
-    bracketed = bool(m.group("open") and m.group("close"))
-    sep = (m.group("sep") or "").strip()
     if m.start() == 0:  # line start: a unit, a clock, brackets or a separator all suffice
         return True
-    before = line[: m.start()].rstrip()
-    return (bracketed or bool(sep)) and before[-1:] in ".!?;:"
+    marked = (m.group("open") and m.group("close")) or (m.group("sep") or "").strip()
+    return bool(marked) and line[: m.start()].rstrip()[-1:] in ".!?;:"
 
 
 def _split_line(line: str) -> list[tuple[float, str]]:
     """(seconds, text) for every caption a line opens; [] when it has no timestamp."""
     starts = [m for m in _TS.finditer(line) if _opens_caption(line, m)]
-    out = []
-    for i, m in enumerate(starts):
-        stop = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-        out.append((to_seconds(m.group("sec"), m.group("clock")), line[m.end():stop]))
-    if not out:
-        trail = _TRAILING_TS.search(line)
-        if trail:
-            m2 = _TS.match(trail.group("t"))
-            if m2:
-                out.append((to_seconds(m2.group("sec"), m2.group("clock")),
-                            line[: trail.start()]))
+    stops = [m.start() for m in starts[1:]] + [len(line)]
+    out = [(to_seconds(m.group("sec"), m.group("clock")), line[m.end():stop])
+           for m, stop in zip(starts, stops, strict=False)]
+    trail = None if out else _TRAILING_TS.search(line)
+    m2 = _TS.match(trail.group("t")) if trail else None
+    if trail and m2:
+        out.append((to_seconds(m2.group("sec"), m2.group("clock")), line[: trail.start()]))
     return out
 
 
@@ -186,13 +177,8 @@ def parse_reply(reply: str, block: Block, clip_seconds: float = 8.0,
                 slack: float = 0.0) -> ParseResult:
     """Captions ``(t, t + clip_seconds, text)`` of one reply for one block."""
     res = ParseResult()
-    new = object.__new__
     for start, _, end, text, key in parse_rows(reply, block, res, clip_seconds, slack):
-        # ParsedCaption(start, end, text), its fields set at once (a frozen dataclass's
-        # __init__ sets each through object.__setattr__)
-        cap = new(ParsedCaption)
-        cap.__dict__.update(start=start, end=end, text=text)
-        res.captions.append(cap)
+        res.captions.append(ParsedCaption(start, end, text))
         res.keys.append(key)
     return res
 

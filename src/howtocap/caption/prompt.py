@@ -123,13 +123,10 @@ def _prefix(tpl: Template) -> tuple[dict[str, str], ...]:
     """The messages before the block (system, few-shot pairs), rendered once per template:
     every request of a run shares them (the same objects, so the client encodes them once;
     nobody may change them)."""
-    msgs: list[dict[str, str]] = []
-    if tpl.system:
-        msgs.append({"role": "system", "content": tpl.system})
-    for asr, answer in tpl.examples:
-        msgs.append({"role": "user", "content": tpl.render(asr.strip())})
-        msgs.append({"role": "assistant", "content": answer.strip()})
-    return tuple(msgs)
+    system = [{"role": "system", "content": tpl.system}] if tpl.system else []
+    return (*system, *(msg for asr, answer in tpl.examples for msg in (
+        {"role": "user", "content": tpl.render(asr.strip())},
+        {"role": "assistant", "content": answer.strip()})))
 
 
 def template_text(template: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.engine.stage import Stage
 from howtocap.errors import HowtocapError, InputError
-from howtocap.io.inputs import VideoItem, resolve_videos
+from howtocap.io.inputs import VideoItem, read_id_list, resolve_videos, select_videos
 from howtocap.subtitles.stage import SubtitlesStage
 
 if TYPE_CHECKING:
@@ -56,39 +56,24 @@ class _Videos:
             return len(self.items)
         return (self.source.count() if self.source is not None else 0) + len(self.extra or [])
 
-    def _split(self, lo: int, hi: int) -> tuple[tuple[int, int] | None, list[str]]:
-        """Videos ``lo`` to ``hi`` as a range of the source's (None: none of them) and the
-        ``extra`` ids that follow."""
-        have = self.source.count() if self.source is not None else 0
-        own = (lo, min(hi, have)) if self.source is not None and lo < have else None
-        return own, (self.extra or [])[max(0, lo - have):max(0, hi - have)]
-
-    def _ids(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi``: the source's, then the ``extra`` ones."""
-        own, extra = self._split(lo, hi)
-        return (self.source.ids_window(*own)
-                if own is not None and self.source is not None else []) + extra
-
     def video_ids(self) -> Iterator[str]:
         if self.items is not None:
             return (it.video_id for it in self.items)
-        return (vid for lo in range(0, len(self), WINDOW) for vid in self._ids(lo, lo + WINDOW))
+        return (vid for ids in self.id_arrays(WINDOW) for vid in ids.to_pylist())
 
     def id_arrays(self, size: int) -> Iterator[Any]:
-        """Text-only: the ids in order as Arrow arrays, ``size`` at a time."""
-        for lo in range(0, len(self), size):
-            own, extra = self._split(lo, lo + size)
-            if own is not None and self.source is not None:
-                yield self.source.id_array(*own)
-            if extra:
-                yield pa.array(extra, pa.string())
+        """Text-only: the ids in order (the source's, then ``extra``) as Arrow arrays, at most
+        ``size`` at a time."""
+        have = self.source.count() if self.source is not None else 0
+        for lo in range(0, have, size):
+            yield self.source.id_array(lo, min(lo + size, have))  # type: ignore[union-attr]
+        extra = self.extra or []
+        for lo in range(0, len(extra), size):
+            yield pa.array(extra[lo:lo + size], pa.string())
 
     def record(self, rundir: RunDir) -> None:
         """``videos.parquet``: text-only from the source's id columns, no item a video."""
-        if self.items is not None:
-            rundir.record_videos(self.items)
-        else:
-            rundir.record_videos(self.id_arrays(WINDOW))
+        rundir.record_videos(self.items if self.items is not None else self.id_arrays(WINDOW))
 
     def windows(self, rundir: RunDir, size: int) -> Iterator[list[VideoItem]]:
         """The videos in the run's shard order, the videos of about ``size`` (whole shards)
@@ -121,13 +106,8 @@ class _Videos:
 def _items_and_source(inputs: Sequence[str | Path] | None, rundir: RunDir,
                       config: CaptionRunConfig, progress: bool
                       ) -> tuple[_Videos, SubtitleSource | None]:
-    """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``.
-
-    With no ``inputs`` the run is text-only: one video per video of the source (ids only, in
-    the source's order; each video's rows are read when its turn comes), with no video file
-    yet.
-    """
-    from howtocap.io.inputs import read_id_list, select_videos
+    """The videos to caption and the ``--subtitles`` source, after ``--ids`` / ``--limit``;
+    no ``inputs``: text-only, the source's videos (ids only, rows read in their turn)."""
     from howtocap.io.subtitles import SubtitleSource
 
     ids = config.ids
@@ -173,19 +153,14 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 also_check: Sequence[Stage] = (),
                 window: int | None = None, batching: Batching | None = None
                 ) -> tuple[StageSummary, StageSummary]:
-    """Every input video (of this ``shard``) gets subtitles and LLM captions; with no
-    ``inputs``, every video of ``config.subtitles`` does (text-only: ``videos.parquet`` gets
-    an empty ``video_path`` until ``howtocap align --videos``). ``llm``: a model already built
-    (else ``config.llm`` names it). Returns the two stages' summaries.
+    """Every input video (of this ``shard``; no ``inputs``: every video of
+    ``config.subtitles``, text-only) gets subtitles and LLM captions; returns the two stages'
+    summaries. ``llm``: a model already built. The videos go through both stages ``window``
+    at a time, so what the stages keep per video is a window's, not the run's.
 
-    The videos go through both stages ``window`` at a time (``WINDOW``), so what the stages
-    keep per video to do (lists, claims, lookups) is a window's, not the whole run's; the
-    tables do not depend on it.
-
-    Settings are checked against the run's before anything is written: other settings than
-    the ones its results were made with are refused (``redo``: recompute, clearing the
-    stages downstream). ``also_check``: later stages of the same command (``run``'s align),
-    checked now too so a refusal comes before any work."""
+    Other settings than the run's are refused before anything is written (``redo``:
+    recompute). ``also_check``: later stages of the same command, checked now too so a
+    refusal comes before any work."""
     rundir = RunDir(out, create=False,  # a user mistake leaves no empty run directory
                     shard_size=batching.shard_size if batching is not None else None)
     videos, source = _items_and_source(inputs, rundir, config, progress)

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from howtocap.caption import chatter, filler
 from howtocap.caption.blocks import Block
 from howtocap.caption.captioner import CaptionConfig, CaptionError, acaption_rows
+from howtocap.caption.prompt import template_text
 from howtocap.caption.vlm import VLMOptions, attach_frames
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError
@@ -42,9 +44,7 @@ class CaptionStage(BaseStage):
                  vlm: VLMOptions | None = None, parse_workers: int | None = None) -> None:
         if vlm is not None:  # the VLM writes the captions, through the same client as --llm-url
             llm = llm.model_copy(update={"url": vlm.url, "model": vlm.model})
-        self.llm = llm
-        self.cfg = cfg
-        self.vlm = vlm
+        self.llm, self.cfg, self.vlm = llm, cfg, vlm
         self._model = model  # an LLM built by the caller (tests, notebooks)
         # the spaCy parser of the filler test and the imperative rewrite, loaded per worker;
         # None with both off: spaCy is never imported
@@ -66,11 +66,9 @@ class CaptionStage(BaseStage):
         if self._model is None:
             self._model = from_options(self.llm)
         if self.cfg.reject_fillers or self.cfg.imperative:  # both read one parse a caption
-            from howtocap.caption.filler import ParserPool, default_parse_workers, load_parser
-
             workers = self.parse_workers if self.parse_workers is not None else \
-                default_parse_workers(remote_llm=remote)
-            self._nlp = ParserPool(workers) if workers else load_parser()
+                filler.default_parse_workers(remote_llm=remote)
+            self._nlp = filler.ParserPool(workers) if workers else filler.load_parser()
 
     def unload(self) -> None:
         """Stop the parser processes (a few hundred MB, idle once the videos are captioned:
@@ -87,7 +85,6 @@ class CaptionStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The LLM's identity, the prompt's text and every caption setting (not how hard the
         server is pushed: concurrency, timeouts and retries do not change a caption)."""
-        from howtocap.caption.prompt import template_text
         from howtocap.llm.identity import llm_identity
 
         llm = {"kind": "object", "name": self.model_name} if self.model_name else \
@@ -97,13 +94,9 @@ class CaptionStage(BaseStage):
         cfg = self.cfg.model_dump(mode="json")
         cfg["template"] = template_text(self.cfg.template)
         if self.cfg.reject_fillers:  # new rules reject other captions
-            from howtocap.caption.filler import RULES_VERSION
-
-            cfg["filler_rules"] = RULES_VERSION
+            cfg["filler_rules"] = filler.RULES_VERSION
         if self.cfg.drop_chatter:
-            from howtocap.caption.chatter import RULES_ID
-
-            cfg["chatter_rules"] = RULES_ID
+            cfg["chatter_rules"] = chatter.RULES_ID
         return {**super().fingerprint(), "llm": llm, "caption": cfg}
 
     def process(self, video: VideoInput) -> StageOutput:

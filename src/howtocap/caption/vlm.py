@@ -46,12 +46,9 @@ class VLMOptions(BaseModel):
 def attach_frames(messages: Messages, frames: list[tuple[float, bytes]]) -> Messages:
     """The same messages with the frames and ``VLM_INSTRUCTION`` in the last (user) turn."""
     last = messages[-1]
-    parts: list[dict[str, Any]] = []
-    for t, jpeg in frames:
-        parts.append({"type": "text", "text": f"Frame at {t:.1f}s:"})
-        data = base64.b64encode(jpeg).decode("ascii")
-        parts.append({"type": "image_url",
-                      "image_url": {"url": f"data:image/jpeg;base64,{data}"}})
+    parts: list[dict[str, Any]] = [part for t, jpeg in frames for part in (
+        {"type": "text", "text": f"Frame at {t:.1f}s:"},
+        {"type": "image_url", "image_url": {
+            "url": "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")}})]
     text = VLM_INSTRUCTION.format(n=len(frames)) + str(last["content"])
-    parts.append({"type": "text", "text": text})
-    return [*messages[:-1], {**last, "content": parts}]
+    return [*messages[:-1], {**last, "content": [*parts, {"type": "text", "text": text}]}]
