@@ -50,10 +50,6 @@ class TrainResult:
                 if k.startswith("R@") or k in ("MedR", "MeanR")}
 
 
-def rank_zero() -> bool:
-    return dist_info()[0] == 0
-
-
 def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[Encoder, str]:
     if isinstance(spec, Encoder):
         return spec, str(getattr(spec, "spec", spec.name))
@@ -75,9 +71,9 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
     per epoch); ``drop_duplicates`` and ``where`` filter a run directory's pairs (``howtocap
     duplicates``, ``io.where``).
     """
-    cfg = make_config(log=rank_zero(), out_dir=str(out_dir),
-                      encoder=encoder if isinstance(encoder, str) else None, **settings)
     rank, world, _ = dist_info()
+    cfg = make_config(log=rank == 0, out_dir=str(out_dir),
+                      encoder=encoder if isinstance(encoder, str) else None, **settings)
     frames, eval_fraction, seed = cfg.frames, cfg.eval_fraction, cfg.seed
     from howtocap.io.webdataset import is_shard_dir
 

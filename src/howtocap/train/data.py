@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +145,11 @@ def grouped_batches(clips: Sequence[Clip], batch_size: int, clips_per_video: int
 
 
 # -- frames ----------------------------------------------------------------------------------
+@dataclass
 class DecodeFrames:
     """Frames decoded from the video file for every draw (no disk cache, slow)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    size: int
 
     def __call__(self, clip: Clip, times: Sequence[float]) -> np.ndarray:
         from howtocap.io.video import sample_frames
@@ -208,13 +208,10 @@ class ClipBatches(torch.utils.data.Dataset):
 
     def __getitem__(self, b: int) -> tuple[np.ndarray, list[str], list[str], list[int]]:
         """``(frames, texts, video ids, clip keys)``."""
-        draws = self.batches[b]
-        pix = np.stack([apply_crop(self.frames(self.clips[d.clip], d.times), d.crop)
-                        for d in draws])
-        texts = [self.clips[d.clip].captions[d.caption] for d in draws]
-        keys = [clip_key(self.clips[d.clip].video_id, self.clips[d.clip].start,
-                         self.clips[d.clip].end) for d in draws]
-        return pix, texts, [self.clips[d.clip].video_id for d in draws], keys
+        draws = [(self.clips[d.clip], d) for d in self.batches[b]]
+        return (np.stack([apply_crop(self.frames(c, d.times), d.crop) for c, d in draws]),
+                [c.captions[d.caption] for c, d in draws], [c.video_id for c, _ in draws],
+                [clip_key(c.video_id, c.start, c.end) for c, _ in draws])
 
 
 def _identity(x: object) -> object:
@@ -334,26 +331,25 @@ class MEEItem:
     train: bool = True
 
     def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+        from howtocap.encoders.mee import max_pool_frames
         from howtocap.io.webdataset import decode_npy
 
         j = s["json"]
         cap = int(_sample_rng(self.seed, self.epoch, s["__key__"]).integers(
             len(j["captions"]))) if self.train else 0
-        from howtocap.encoders.mee import max_pool_frames
-
         return (max_pool_frames(decode_npy(s["emb.npy"])), j["captions"][cap], j["video_id"])
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of ``size`` items (the last may be shorter)."""
+    it = iter(items)
+    return iter(lambda: list(islice(it, size)), [])
 
 
 def _by_video(samples: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
     """Runs of up to ``size`` consecutive same-video samples (shards are in video order)."""
-    run: list[dict[str, Any]] = []
-    for s in samples:
-        if run and (len(run) == size or s["json"]["video_id"] != run[0]["json"]["video_id"]):
-            yield run
-            run = []
-        run.append(s)
-    if run:
-        yield run
+    for _, run in groupby(samples, key=lambda s: s["json"]["video_id"]):
+        yield from _chunks(run, size)
 
 
 class ShardStream(torch.utils.data.IterableDataset):
@@ -382,16 +378,9 @@ class ShardStream(torch.utils.data.IterableDataset):
         rng = random.Random(f"{self.seed}/{self.epoch}/{self.rank}/{wid}")
         samples = (s for s in iter_samples(self.urls[wid::nw])
                    if s["json"]["video_id"] not in self.held)
-        units = _by_video(samples, self.group)
-        out: list[Any] = []
-        for unit in wds.shuffle(self.buffer, min(self.buffer, 100), rng=rng)(units):
-            for s in unit:
-                out.append(self.item(s))
-                if len(out) == self.chunk:
-                    yield out
-                    out = []
-        if out:
-            yield out
+        units = wds.shuffle(self.buffer, min(self.buffer, 100), rng=rng)(
+            _by_video(samples, self.group))
+        yield from _chunks((self.item(s) for unit in units for s in unit), self.chunk)
 
 
 def stream_batches(ds: ShardStream, n_batches: int, batch_size: int, num_workers: int

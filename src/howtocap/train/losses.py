@@ -51,15 +51,13 @@ def max_margin_ranking(sim: torch.Tensor, video_ids: list[str] | None = None,
     else:
         codes = {v: k for k, v in enumerate(dict.fromkeys(video_ids))}
         vid = torch.tensor([codes[v] for v in video_ids], device=sim.device)
-        same = (vid.view(-1, 1) == vid.view(1, -1)) & off
-        other = ~(vid.view(-1, 1) == vid.view(1, -1))
+        eq = vid.view(-1, 1) == vid.view(1, -1)
+        same, other = eq & off, ~eq
         n_same = same.sum(1, keepdim=True).float()
         n_other = other.sum(1, keepdim=True).float()
-        both = (n_same > 0) & (n_other > 0)
-        w_same = torch.where(both, same_video_share / n_same.clamp(min=1),
-                             1.0 / (n_same + n_other).clamp(min=1))
-        w_other = torch.where(both, (1 - same_video_share) / n_other.clamp(min=1),
-                              1.0 / (n_same + n_other).clamp(min=1))
+        both, even = (n_same > 0) & (n_other > 0), 1.0 / (n_same + n_other).clamp(min=1)
+        w_same = torch.where(both, same_video_share / n_same.clamp(min=1), even)
+        w_other = torch.where(both, (1 - same_video_share) / n_other.clamp(min=1), even)
         w = same.float() * w_same + other.float() * w_other
     return (hinge * w).sum(1).mean()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -103,11 +103,24 @@ class Task:
     def after_step(self) -> None:
         """Nothing to update beside the optimiser's step."""
 
-    def extra_state(self) -> dict[str, Any]:
+    def extras(self) -> dict[str, nn.Module]:
+        """What the checkpoint holds beside the weights, by its key there."""
         return {}
 
+    def extra_state(self) -> dict[str, Any]:
+        return {name: mod.state_dict() for name, mod in self.extras().items()}
+
     def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        """Nothing beyond the weights."""
+        for name, mod in self.extras().items():
+            if name not in state:
+                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
+                                    "resume with the recipe/options it was trained with")
+            try:
+                mod.load_state_dict(state[name])
+            except RuntimeError:
+                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
+                                    "run's (another --queue-size?); resume with the same "
+                                    "options") from None
 
 
 class DualTask(Task):
@@ -144,8 +157,7 @@ class DualTask(Task):
         if not isinstance(self.frames, PixelCache):
             return
         if self.rank == 0:
-            vids = {c.video_id: c for c in self.train_clips + self.eval_clips}
-            for c in _track(list(vids.values()), "caching frames", show):
+            for c in _videos(self.train_clips + self.eval_clips, "caching frames", show):
                 self.frames.build(c)
         barrier(self.world)
 
@@ -190,50 +202,30 @@ class DualTask(Task):
                 t_m, v_m, _ = self.momentum_model(frames, texts)
             else:
                 t_m, v_m = t.detach(), v.detach()
-            t_all, v_all = gather_nograd(t_m, self.world), gather_nograd(v_m, self.world)
-            ids_all = gather_nograd(ids, self.world)
-            tk, vk, idk = t_all, v_all, ids_all
+            batch_all = [gather_nograd(x, self.world) for x in (t_m, v_m, ids)]
+            tk, vk, idk = batch_all
             if self.queue is not None:
-                tq, vq, iq = self.queue.contents()
-                tk, vk, idk = torch.cat([t_all, tq]), torch.cat([v_all, vq]), torch.cat([ids_all,
-                                                                                          iq])
-            s = scale.detach()
-            t2v_m = s * t_m.float() @ vk.float().t() if self.soft_labels > 0 else None
-            v2t_m = s * v_m.float() @ tk.float().t() if self.soft_labels > 0 else None
+                tk, vk, idk = (torch.cat(p) for p in zip(batch_all, self.queue.contents(),
+                                                         strict=True))
+            soft, s = self.soft_labels > 0, scale.detach()
+            t2v_m = s * t_m.float() @ vk.float().t() if soft else None
+            v2t_m = s * v_m.float() @ tk.float().t() if soft else None
             tgt_t2v = itc_targets(ids, idk, t2v_m, self.soft_labels)
             tgt_v2t = itc_targets(ids, idk, v2t_m, self.soft_labels)
         if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
             tk, vk = gather_all(t, self.world), gather_all(v, self.world)
         loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
         if self.queue is not None:
-            self.queue.enqueue(t_all, v_all, ids_all)
+            self.queue.enqueue(*batch_all)
         return loss
 
     def after_step(self) -> None:
         if self.momentum_model is not None:
             ema_update(self.model, self.momentum_model, self.cfg.momentum)
 
-    def extra_state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.momentum_model is not None:
-            out["momentum_model"] = self.momentum_model.state_dict()
-        if self.queue is not None:
-            out["queue"] = self.queue.state_dict()
-        return out
-
-    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        for name, mod in (("momentum_model", self.momentum_model), ("queue", self.queue)):
-            if mod is None:
-                continue
-            if name not in state:
-                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
-                                    "resume with the recipe/options it was trained with")
-            try:
-                mod.load_state_dict(state[name])
-            except RuntimeError:
-                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
-                                    "run's (another --queue-size?); resume with the same "
-                                    "options") from None
+    def extras(self) -> dict[str, nn.Module]:
+        return {name: mod for name, mod in (("momentum_model", self.momentum_model),
+                                            ("queue", self.queue)) if mod is not None}
 
     @torch.no_grad()
     def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,20 +262,14 @@ class MEETask(Task):
         from howtocap.encoders.cache import frame_embeddings
 
         clips = self.train_clips + self.eval_clips
-        per_video: dict[str, Any] = {}
-        for c in _track(list({c.video_id: c for c in clips}.values()), "frame embeddings", show):
-            per_video[c.video_id] = frame_embeddings(c.video_path, self.encoder, fps=1.0,
-                                                     cache_dir=self.cache)
+        per_video = {c.video_id: frame_embeddings(c.video_path, self.encoder, fps=1.0,
+                                                  cache_dir=self.cache)
+                     for c in _videos(clips, "frame embeddings", show)}
         self.video = torch.from_numpy(np.stack([
             max_pool_clip(np.asarray(per_video[c.video_id].emb), per_video[c.video_id].fps,
                           c.start, c.end) for c in clips]))
-        texts = [t for c in clips for t in c.captions]
-        emb = torch.from_numpy(self.encoder.encode_texts(texts))
-        self.text: list[torch.Tensor] = []
-        i = 0
-        for c in clips:
-            self.text.append(emb[i:i + len(c.captions)])
-            i += len(c.captions)
+        emb = torch.from_numpy(self.encoder.encode_texts([t for c in clips for t in c.captions]))
+        self.text: list[torch.Tensor] = list(emb.split([len(c.captions) for c in clips]))
         self.n_train = len(self.train_clips)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
@@ -346,8 +332,8 @@ class ShardDualTask(DualTask):
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
         n, batches = _stream(self, self.source, self.item(epoch), epoch)
-        return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
-                    [b[2] for b in batch], [b[3] for b in batch]) for batch in batches)
+        return n, ((np.stack(f), list(t), list(v), list(k))
+                    for f, t, v, k in (zip(*batch, strict=True) for batch in batches))
 
 
 class ShardMEETask(MEETask):
@@ -387,9 +373,9 @@ class ShardMEETask(MEETask):
                              group=self.cfg.clips_per_video)
 
         def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-            texts = torch.from_numpy(self.encoder.encode_texts([b[1] for b in batch]))
-            return torch.from_numpy(np.stack([b[0] for b in batch])), texts, \
-                [b[2] for b in batch]
+            video, texts, vids = zip(*batch, strict=True)
+            emb = torch.from_numpy(self.encoder.encode_texts(list(texts)))
+            return torch.from_numpy(np.stack(video)), emb, list(vids)
 
         return n, (assemble(b) for b in batches)
 
@@ -415,15 +401,10 @@ def set_train_mode(task: Task) -> None:
             m.eval()
 
 
-def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
-    if not show:
-        yield from items
-        return
-    with progress_bar(what, transient=True) as prog:
-        task = prog.add_task(what, total=len(items))
-        for it in items:
-            yield it
-            prog.advance(task)
+def _videos(clips: list[Clip], what: str, show: bool) -> Iterator[Clip]:
+    """One clip of each video, under a progress bar when ``show``."""
+    with progress_bar(what, transient=True, disable=not show) as prog:
+        yield from prog.track(list({c.video_id: c for c in clips}.values()), description=what)
 
 
 def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
@@ -433,9 +414,8 @@ def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
     if shards is not None:
         return (ShardDualTask if cfg.model == "dual" else ShardMEETask)(
             cfg, encoder.to(device), shards, device, rank, world)
-    if cfg.model == "dual":
-        return DualTask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
-    return MEETask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
+    return (DualTask if cfg.model == "dual" else MEETask)(
+        cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
 
 
 def held_out_metrics(task: Task) -> dict[str, float]:
