@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -56,11 +57,8 @@ class Encoder(nn.Module, ABC):
     # -- numpy level (used by align, search, eval) -----------------------------------------
     @property
     def device(self) -> torch.device:
-        for p in self.parameters():
-            return p.device
-        for b in self.buffers():
-            return b.device
-        return torch.device("cpu")
+        first = next(chain(self.parameters(), self.buffers()), None)
+        return torch.device("cpu") if first is None else first.device
 
     def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
         """L2-normalised float32 embeddings ``(n, dim)`` of uint8 RGB frames ``(n, H, W, 3)``."""

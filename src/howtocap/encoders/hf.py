@@ -45,16 +45,11 @@ def _weights_identity(folder: Path) -> str:
 def _preprocessor_config(source: str) -> dict[str, Any]:
     from transformers.utils import cached_file
 
-    try:
+    try:  # none, offline, private or unreadable: the model type's defaults
         path = cached_file(source, "preprocessor_config.json",
                            _raise_exceptions_for_missing_entries=False)
-    except Exception:  # offline / private: fall back to the model type's defaults
-        path = None
-    if path is None:
-        return {}
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return json.loads(Path(path).read_text()) if path is not None else {}
+    except Exception:
         return {}
 
 

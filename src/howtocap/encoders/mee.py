@@ -124,11 +124,8 @@ class MEEEncoder(Encoder):
         output is unit length, so ``renormalize`` changes nothing). Each distinct span is pooled
         and embedded once."""
         emb = np.asarray(frame_emb, dtype=np.float32)
-        lo, hi = np.asarray(lo), np.asarray(hi)
-        keys = sorted({(int(a), int(b)) for a, b in zip(lo.ravel(), hi.ravel(), strict=True)})
-        pooled = np.stack([max_pool_frames(emb[a:b]) for a, b in keys])
-        out = self.embed_pooled(pooled)
-        index = {k: i for i, k in enumerate(keys)}
-        rows = np.array([index[(int(a), int(b))] for a, b in zip(lo.ravel(), hi.ravel(),
-                                                                  strict=True)])
-        return out[rows].reshape(*lo.shape, out.shape[-1]).astype(np.float64)
+        lo = np.asarray(lo)
+        spans = np.stack([lo.ravel(), np.asarray(hi).ravel()], axis=1).astype(np.int64)
+        keys, rows = np.unique(spans, axis=0, return_inverse=True)
+        out = self.embed_pooled(np.stack([max_pool_frames(emb[a:b]) for a, b in keys]))
+        return out[rows.ravel()].reshape(*lo.shape, out.shape[-1]).astype(np.float64)

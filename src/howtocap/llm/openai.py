@@ -1,18 +1,15 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, llama.cpp, Ollama, hosted APIs).
 
 An ``aiohttp.ClientSession`` on the process's one event loop (``engine.runners.event_loop``):
-one coroutine per request, at most ``concurrency`` of them in flight, each on a kept-alive
-connection of the session's pool; proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and TLS roots
-(``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) come from the environment. Why aiohttp
-and not httpx: a request costs far less of the driver's CPU (httpcore's pool and anyio's
-cancel scopes; ``benchmarks/speed/bench_driver.py``), which decides how many videos a second
-one driver feeds to fast servers; vLLM's own serving benchmark uses it for the same reason.
-Each try has a deadline (``timeout``, whole reply included, so a server
-trickling bytes cannot hold a slot forever). 5xx, 408/409/425/429, timeouts, connection
-errors and malformed replies (invalid JSON, no ``choices``) are retried with exponential backoff
-plus jitter; ``Retry-After`` (seconds or an HTTP date) is honoured up to ``retry_after_max``.
-Other 4xx are the request's fault and are not retried. After the last try one
-``HowtocapError`` line names the server and the problem; the runner records it for that block.
+one coroutine per request, at most ``concurrency`` in flight, each on a kept-alive connection;
+proxies and TLS roots come from the environment. Why aiohttp and not httpx: a request costs
+far less of the driver's CPU (``benchmarks/speed/bench_driver.py``), which decides how many
+videos a second one driver feeds to fast servers (vLLM's serving benchmark uses it too).
+Each try has a deadline (``timeout``, whole reply included, so a server trickling bytes cannot
+hold a slot forever). 5xx, 408/409/425/429, timeouts, connection errors and malformed replies
+are retried with exponential backoff plus jitter; ``Retry-After`` (seconds or an HTTP date) is
+honoured up to ``retry_after_max``. Other 4xx are the request's fault and are not retried.
+After the last try one ``HowtocapError`` line names the server and the problem.
 
 Circuit breaker: a server that is *down* is not one video's problem. Connection failures,
 timeouts and gateway errors (502/503/504) with no other answer in between are counted across
@@ -60,6 +57,7 @@ from howtocap.llm.base import (
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
 USER_AGENT = "howtocap"
+_JSON = {"Content-Type": "application/json"}
 MAX_REPLY_BYTES = 32 << 20  # a reply larger than this is dropped (read as garbled)
 
 if sys.version_info >= (3, 11):
@@ -138,20 +136,16 @@ class OpenAIChatLLM(AsyncChat):
         key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         self._headers = {"User-Agent": USER_AGENT,
                          **({"Authorization": f"Bearer {key}"} if key else {})}
-        self._post_headers = {"Content-Type": "application/json"}
-        self.timeout = float(timeout)
-        self.concurrency = int(concurrency)
+        self.timeout, self.concurrency = float(timeout), int(concurrency)
         self.max_retries = max(0, int(max_retries))
-        self.backoff = float(backoff)
-        self.backoff_max = float(backoff_max)
+        self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.retry_after_max = float(retry_after_max)
         self.breaker_after = max(1, int(breaker_after))
         self._model = model
         self._model_checked = model is not None
-        # asyncio primitives bind to the loop that first waits on them: the one event loop
+        # asyncio primitives bind to the loop that first waits on them: the one event loop; the
+        # in-flight limit is a semaphore, the session is made on that loop at the first request
         self._model_lock = asyncio.Lock()
-        # the in-flight limit (a semaphore: it binds to the one loop at its first wait) and the
-        # session, made on that loop at the first request
         self._slots = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
         atexit.register(_close_at_exit, weakref.ref(self))  # else aiohttp says it was left open
@@ -232,11 +226,6 @@ class OpenAIChatLLM(AsyncChat):
     # -- circuit breaker ---------------------------------------------------------------------
     # One event loop runs every request, so the counters need no lock.
 
-    def _answered(self) -> None:
-        """The server answered (anything but a gateway error): it is there."""
-        self._outages = 0
-        self._epoch += 1
-
     def _outage(self, problem: str, first: int | None) -> int:
         """Count one outage; returns the epoch of the request's first outage (``first``, or
         now): while no answer comes in between, the epoch stays the same."""
@@ -270,14 +259,14 @@ class OpenAIChatLLM(AsyncChat):
 
     def _content(self, body: bytes) -> str:
         try:
-            choice = json.loads(body)["choices"][0]
+            reply = json.loads(body)
+        except ValueError:
+            raise _Malformed("returned invalid JSON") from None
+        try:
+            choice = reply["choices"][0]
             content = choice["message"].get("content")
             finish = choice.get("finish_reason")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            try:
-                json.loads(body)
-            except ValueError:
-                raise _Malformed("returned invalid JSON") from None
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise _Malformed("returned a reply without choices[0].message") from None
         return Reply.make(str(content or ""), finish if isinstance(finish, str) else None)
 
@@ -290,13 +279,9 @@ class OpenAIChatLLM(AsyncChat):
         except (ValueError, AttributeError):
             pass
         if not detail:
-            from http import HTTPStatus
+            from http.client import responses
 
-            try:
-                phrase = HTTPStatus(status).phrase
-            except ValueError:
-                phrase = ""
-            detail = body.decode("utf-8", "replace") or phrase
+            detail = body.decode("utf-8", "replace") or responses.get(status, "")
         return " ".join(str(detail).split())[:200]
 
     def _encode(self, body: dict[str, Any]) -> bytes:
@@ -341,8 +326,7 @@ class OpenAIChatLLM(AsyncChat):
             constrained = bool(extra) and not self.constraints_rejected
             payload = self._encode({**body, **extra} if constrained else body)
             async with _deadline(self.timeout), self._open_session().post(
-                    self._url, data=payload, proxy=self._proxy,
-                    headers=self._post_headers) as resp:
+                    self._url, data=payload, proxy=self._proxy, headers=_JSON) as resp:
                 reply = bytearray()
                 async for chunk in resp.content.iter_any():
                     reply += chunk
@@ -386,8 +370,8 @@ class OpenAIChatLLM(AsyncChat):
                     refused += 1
                     retry_after = retry_after_seconds(rheaders.get("Retry-After"))
                     epoch = self._outage(reason, epoch)
-                else:
-                    self._answered()
+                else:  # an answer (anything but a gateway error): the server is there
+                    self._outages, self._epoch = 0, self._epoch + 1
                     if status == 200:
                         try:
                             return self._content(data)

@@ -59,10 +59,8 @@ class ServerPool(AsyncChat):
 
     @property
     def stats(self) -> dict[str, int]:
-        total = {"attempts": 0, "retries": 0, "outages": 0}
-        for c in self.clients:
-            for k in total:
-                total[k] += c.stats.get(k, 0)
+        total = {k: sum(c.stats.get(k, 0) for c in self.clients)
+                 for k in ("attempts", "retries", "outages")}
         return {**total, "resent": self.resent, "servers_down": len(self._down)}
 
     def close(self) -> None:

@@ -220,9 +220,8 @@ def _identity(x: object) -> object:
 
 def batch_loader(dataset: ClipBatches, num_workers: int) -> torch.utils.data.DataLoader:
     """Batches in plan order (the plan already decided everything random)."""
-    return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False,
-                                       num_workers=num_workers, collate_fn=_identity,
-                                       persistent_workers=False)
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
+                                       collate_fn=_identity)
 
 
 def require_pairs(ps: PairSet, source: object) -> None:
@@ -390,7 +389,7 @@ def stream_batches(ds: ShardStream, n_batches: int, batch_size: int, num_workers
     if n_batches <= 0:
         return
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers,
-                                         collate_fn=_identity, persistent_workers=False)
+                                         collate_fn=_identity)
     items = (x for chunk in loader for x in chunk)
     try:
         for _ in range(n_batches):

@@ -44,10 +44,8 @@ class _GatherWithGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, x.contiguous())
         ctx.rank, ctx.n = dist.get_rank(), len(x)
-        return torch.cat(parts, 0)
+        return _all_gather(x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
@@ -63,9 +61,11 @@ def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
 @torch.no_grad()
 def gather_nograd(x: torch.Tensor, world: int) -> torch.Tensor:
     """All ranks' rows, no gradient (momentum embeddings and ids for the queue)."""
-    if world == 1:
-        return x
-    parts = [torch.empty_like(x) for _ in range(world)]
+    return x if world == 1 else _all_gather(x)
+
+
+def _all_gather(x: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, 0)
 

@@ -91,7 +91,6 @@ def _frozen(module: M) -> M:
 class Task:
     """What every task holds and, by default, a task with nothing to keep but its weights."""
 
-    kind: str
     model: nn.Module
 
     def __init__(self, cfg: TrainConfig, train: list[Clip], held: list[Clip],
@@ -126,8 +125,6 @@ class Task:
 class DualTask(Task):
     """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
 
-    kind = "dual"
-
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
         super().__init__(cfg, train, held, device, rank, world)
@@ -140,7 +137,6 @@ class DualTask(Task):
             if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
         self.net: nn.Module = self.model
-        self.soft_labels = cfg.soft_labels
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
@@ -168,14 +164,10 @@ class DualTask(Task):
         ds = ClipBatches(self.train_clips, plan, self.frames)
         return len(plan), batch_loader(ds, self.cfg.num_workers)
 
-    @property
-    def blip_style(self) -> bool:
-        return self.momentum_model is not None or self.queue is not None or self.soft_labels > 0
-
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         frames, texts = batch[0], batch[1]
         t, v, scale = self.net(frames, texts)
-        if self.blip_style:
+        if self.momentum_model is not None or self.queue is not None or self.cfg.soft_labels > 0:
             main = self.itc_loss(frames, texts, batch[3], t, v, scale)
         elif self.world > 1:
             main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
@@ -207,11 +199,11 @@ class DualTask(Task):
             if self.queue is not None:
                 tk, vk, idk = (torch.cat(p) for p in zip(batch_all, self.queue.contents(),
                                                          strict=True))
-            soft, s = self.soft_labels > 0, scale.detach()
-            t2v_m = s * t_m.float() @ vk.float().t() if soft else None
-            v2t_m = s * v_m.float() @ tk.float().t() if soft else None
-            tgt_t2v = itc_targets(ids, idk, t2v_m, self.soft_labels)
-            tgt_v2t = itc_targets(ids, idk, v2t_m, self.soft_labels)
+            soft, s = self.cfg.soft_labels, scale.detach()
+            t2v_m = s * t_m.float() @ vk.float().t() if soft > 0 else None
+            v2t_m = s * v_m.float() @ tk.float().t() if soft > 0 else None
+            tgt_t2v = itc_targets(ids, idk, t2v_m, soft)
+            tgt_v2t = itc_targets(ids, idk, v2t_m, soft)
         if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
             tk, vk = gather_all(t, self.world), gather_all(v, self.world)
         loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
@@ -232,19 +224,14 @@ class DualTask(Task):
         draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.eval_frames or self.cfg.frames_per_clip,
                             train=False)
         plan = shard_batches(draws, self.cfg.eval_batch_size)
-        ts, vs = [], []
-        for frames, texts, *_ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
-                                             self.cfg.num_workers):
-            t, v, _ = self.model(frames, texts)
-            ts.append(t.float().cpu())
-            vs.append(v.float().cpu())
+        loader = batch_loader(ClipBatches(self.eval_clips, plan, self.frames), self.cfg.num_workers)
+        ts, vs = zip(*((t.float().cpu(), v.float().cpu()) for t, v, _ in
+                       (self.model(frames, texts) for frames, texts, *_ in loader)), strict=True)
         return torch.cat(ts), torch.cat(vs)
 
 
 class MEETask(Task):
     """HowTo100M's gated embedding units on frozen, cached features (max-margin ranking)."""
-
-    kind = "mee"
 
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
@@ -364,9 +351,8 @@ class ShardMEETask(MEETask):
             return
         item = MEEItem(self.cfg.seed, 0, train=False)
         self.video = torch.from_numpy(np.stack([item(s)[0] for s in held]))
-        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0]
-                                                          for c in self.eval_clips]))
-        self.text = [emb[i:i + 1] for i in range(len(held))]
+        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0] for c in self.eval_clips]))
+        self.text = list(emb.split(1))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
         n, batches = _stream(self, self.source, MEEItem(self.cfg.seed, epoch), epoch,
