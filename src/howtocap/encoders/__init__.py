@@ -29,11 +29,6 @@ def available() -> list[str]:
     return list(_CHOICES)
 
 
-def _is_checkpoint(name: str) -> bool:
-    p = Path(name)
-    return (name.endswith(".pt") and p.is_file()) or (p / "howtocap_checkpoint.json").is_file()
-
-
 def create(name: str = ENCODER, *, device: str | torch.device | None = None) -> Encoder:
     """Build an encoder from its name (see ``available()``); CUDA when present by default."""
     name = name.strip()
@@ -52,7 +47,8 @@ def create(name: str = ENCODER, *, device: str | torch.device | None = None) -> 
         from howtocap.encoders.openclip import OpenClipEncoder
 
         return OpenClipEncoder(name[9:], device=device)
-    if _is_checkpoint(name):
+    if (name.endswith(".pt") and Path(name).is_file()) or \
+            (Path(name) / "howtocap_checkpoint.json").is_file():
         return load_encoder(name, device)
     if name.endswith(".pt"):
         raise HowtocapError(f"encoder checkpoint '{name}' does not exist")

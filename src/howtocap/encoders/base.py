@@ -70,8 +70,8 @@ class Encoder(nn.Module, ABC):
         return self._encode(texts, batch_size, lambda b: self.text_features(self.tokenize(list(b))))
 
     @torch.no_grad()
-    def _encode(self, items: Any, batch_size: int, features: Callable[[Any], torch.Tensor]
-                ) -> np.ndarray:
+    def _encode(self, items: Any, batch_size: int, features: Callable[[Any], torch.Tensor],
+                normalize: bool = True) -> np.ndarray:
         """``features`` of ``items`` a batch at a time, in eval mode (the mode is restored)."""
         if len(items) == 0:
             return np.zeros((0, self.dim), np.float32)
@@ -79,8 +79,9 @@ class Encoder(nn.Module, ABC):
         self.eval()
         out = []
         for i in range(0, len(items), batch_size):
-            feats = features(items[i:i + batch_size])
-            out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
+            feats = features(items[i:i + batch_size]).float()
+            out.append((torch.nn.functional.normalize(feats, dim=-1) if normalize else feats)
+                       .cpu().numpy())
         self.train(was_training)
         return np.concatenate(out)
 

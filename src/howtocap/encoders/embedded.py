@@ -187,15 +187,10 @@ class EmbeddedEncoder(Encoder):
         pooled = (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
-    @torch.no_grad()
     def sentences(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
         """Plain MiniLM sentence embeddings as numpy (class names, ablations)."""
-        was = self.training
-        self.eval()
-        out = [self.sentence_embeddings(self.tokenize(texts[i:i + batch_size])).cpu().numpy()
-               for i in range(0, len(texts), batch_size)]
-        self.train(was)
-        return np.concatenate(out).astype(np.float32)
+        return self._encode(texts, batch_size,
+                            lambda b: self.sentence_embeddings(self.tokenize(b)), normalize=False)
 
     def text_features(self, tokens: Any) -> torch.Tensor:
         return self.sentence_embeddings(tokens) - self.text_center

@@ -50,15 +50,14 @@ class _ServerKey:
     n_gpu_layers: int
 
 
-_SERVERS: dict[_ServerKey, Any] = {}
-_SERVER_KEYS: dict[_ServerKey, str] = {}
+_SERVERS: dict[_ServerKey, tuple[Any, str]] = {}  # the server and its API key
 _LOAD_LOCK = threading.Lock()
 
 
 def _load_server(key: _ServerKey) -> tuple[Any, str]:
     with _LOAD_LOCK:
         if key in _SERVERS:
-            return _SERVERS[key], _SERVER_KEYS[key]
+            return _SERVERS[key]
         import xllamacpp as xlc
 
         params = xlc.CommonParams()
@@ -76,8 +75,7 @@ def _load_server(key: _ServerKey) -> tuple[Any, str]:
             server = xlc.Server(params)
         except RuntimeError as exc:
             raise InputError(key.path, f"llama.cpp could not load this model ({exc})") from None
-        _SERVERS[key] = server
-        _SERVER_KEYS[key] = api_key
+        _SERVERS[key] = server, api_key
         return server, api_key
 
 

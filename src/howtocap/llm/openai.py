@@ -137,12 +137,10 @@ class OpenAIChatLLM(AsyncChat):
         self._headers = {"User-Agent": USER_AGENT,
                          **({"Authorization": f"Bearer {key}"} if key else {})}
         self.timeout, self.concurrency = float(timeout), int(concurrency)
-        self.max_retries = max(0, int(max_retries))
+        self.max_retries, self.breaker_after = max(0, int(max_retries)), max(1, int(breaker_after))
         self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.retry_after_max = float(retry_after_max)
-        self.breaker_after = max(1, int(breaker_after))
-        self._model = model
-        self._model_checked = model is not None
+        self._model, self._model_checked = model, model is not None
         # asyncio primitives bind to the loop that first waits on them: the one event loop; the
         # in-flight limit is a semaphore, the session is made on that loop at the first request
         self._model_lock = asyncio.Lock()
@@ -151,8 +149,7 @@ class OpenAIChatLLM(AsyncChat):
         atexit.register(_close_at_exit, weakref.ref(self))  # else aiohttp says it was left open
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
-        self._outages = 0
-        self._epoch = 0
+        self._outages = self._epoch = 0
         self._open: ServiceUnavailable | None = None
         self.stats = {"attempts": 0, "retries": 0, "outages": 0}
         self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode

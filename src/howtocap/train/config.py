@@ -14,14 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import validated

@@ -17,8 +17,9 @@ import contextlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,10 @@ __all__ = ["LoopResult", "run"]
 @dataclass
 class LoopResult:
     checkpoint: Path
-    history: list[dict[str, Any]] = field(default_factory=list)
-    epochs_run: int = 0
-    resumed_from: int = 0
-    model: nn.Module | None = None
+    history: list[dict[str, Any]]
+    epochs_run: int
+    resumed_from: int
+    model: nn.Module
 
 
 def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
@@ -90,8 +91,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     if n_batches == 0:
         raise HowtocapError(f"too few training clips ({n_train}) for {world} process(es) and "
                             f"batches of {cfg.batch_size}")
-    total = n_batches * cfg.epochs
-    sched = make_scheduler(opt, cfg, total)
+    sched = make_scheduler(opt, cfg, n_batches * cfg.epochs)
     if state is not None:
         task.model.load_state_dict(state["model"])
         try:
@@ -120,16 +120,14 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     if start_epoch == 0 and rank == 0 and task.eval_clips:
         history.append({"epoch": 0, "steps": 0, **held_out_metrics(task)})
     ckpt_path = existing
-    epochs_run = 0
     for epoch in range(start_epoch, cfg.epochs):
         torch.manual_seed(cfg.seed * 100003 + epoch)  # dropout etc.: same draws after a resume
         set_train_mode(task)
         n, batches = task.batches(epoch)
-        t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, {}
-        prog = progress_bar(f"epoch {epoch + 1}/{cfg.epochs}",
-                            TextColumn("loss {task.fields[loss]:.4f}"), transient=True,
-                            disable=not show)
-        with prog:
+        t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, Counter[str]()
+        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}",
+                          TextColumn("loss {task.fields[loss]:.4f}"), transient=True,
+                          disable=not show) as prog:
             bar = prog.add_task("train", total=n, loss=float("nan"))
             for batch in batches:
                 with (torch.autocast(device_type="cuda", dtype=torch.float16) if use_amp
@@ -147,8 +145,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                 step += 1
                 pairs += len(batch[2])
                 loss_sum += loss.item()
-                for k, val in parts.items():
-                    parts_sum[k] = parts_sum.get(k, 0.0) + val
+                parts_sum.update(parts)
                 prog.update(bar, advance=1, loss=loss.item())
         secs = time.perf_counter() - t0
         row: dict[str, Any] = {"epoch": epoch + 1, "steps": step, "loss": loss_sum / max(1, n),
@@ -173,9 +170,9 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                 console.print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  {metrics}",
                               highlight=False)
         barrier(world)
-        epochs_run += 1
         if on_epoch_end is not None:
             on_epoch_end(row)
+    epochs_run = max(0, cfg.epochs - start_epoch)
     if rank == 0 and history and epochs_run == 0:
         write_logs(out, history)
     return LoopResult(ckpt_path, history, epochs_run, start_epoch, task.model)
