@@ -1,11 +1,7 @@
-"""The one interface every image–text dual encoder implements.
-
-Subclasses implement the four torch-level methods; ``encode_images``/``encode_texts`` (batched,
-no-grad, L2-normalised numpy) come for free, and training uses the torch-level ones directly.
-
-A clip is embedded in one place, ``pool_clips``: from the per-second rows of ``frame_encoder``
-(what the frame cache holds), so align, eval and search score a clip the same way for every
-model; a head trained on pooled features (the MEE baseline) overrides it with its own pooling.
+"""The one interface every image–text dual encoder implements: four torch-level methods (what
+training uses); the batched numpy ``encode_*`` come for free. A clip is embedded in one place,
+``pool_clips``, from the per-second rows of ``frame_encoder`` (what the frame cache holds), so
+align, eval and search score a clip alike for every model (the MEE head pools its own way).
 """
 
 from __future__ import annotations

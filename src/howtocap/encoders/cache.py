@@ -1,11 +1,9 @@
-"""Per-second frame embeddings, cached per (video content, encoder, fps); the file layout, key
-and header are in docs/encoders.md.
+"""Per-second frame embeddings, cached per (video content, encoder, fps) (docs/encoders.md).
 
-Why: alignment, search, evaluation and a second encoder all need the same per-second frame
-embeddings, and decoding is the expensive part. Each video is decoded once, encoded in batches
-while it streams (memory stays flat however long the video). A file that does not match its
-header exactly is rebuilt, never trusted; files are written atomically, so concurrent workers
-at worst compute the same file twice, and within a process a per-file lock prevents even that.
+Alignment, search, evaluation and a second encoder all need them, and decoding is the costly
+part: each video is decoded once, encoded in batches as it streams (flat memory). A file not
+matching its header exactly is rebuilt, never trusted; writes are atomic, so concurrent workers
+at worst compute a file twice, and within a process a per-file lock prevents even that.
 """
 
 from __future__ import annotations
@@ -59,13 +57,9 @@ class FrameEmbeddings:
 
 
 def content_key(path: str | Path) -> str:
-    """A fast content hash: file size plus blake2b of 1 MiB at the head, middle and tail.
-
-    Reading 3 MiB instead of the whole file keeps this instant on multi-GB videos while still
-    changing when the file is re-encoded, trimmed or replaced (any edit that moves bytes changes
-    the size or one of the sampled chunks). It ignores the name and modification time, so a
-    copied or renamed video reuses its cache.
-    """
+    """A fast content hash: file size plus blake2b of 1 MiB at the head, middle and tail. Instant
+    on multi-GB videos, yet any edit that moves bytes changes it; name and modification time
+    are ignored, so a copied or renamed video reuses its cache."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -174,11 +168,8 @@ def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = F
 def frame_embeddings_multi(video_path: str | Path, encoders: list[Encoder], *,
                            fps: float = FPS, cache_dir: Path,
                            batch_size: int = FRAME_BATCH) -> list[FrameEmbeddings]:
-    """Like ``frame_embeddings`` for several encoders, decoding the video at most once.
-
-    Frames are decoded at the largest ``image_size`` among the encoders that miss the cache;
-    each encoder's own preprocessing resizes from there.
-    """
+    """Like ``frame_embeddings`` for several encoders, decoding the video at most once (at the
+    largest ``image_size`` of those that miss the cache; each resizes from there)."""
     video_path = Path(video_path)
     if not encoders:
         return []

@@ -1,10 +1,7 @@
-"""Checkpoints that resume exactly and say what they contain.
-
-``<out>/ckpt/last.pt`` holds the weights, optimizer, scheduler, AMP scaler, RNG states, epoch and
-step, config and log history; ``howtocap_checkpoint.json`` next to it (and a copy inside the
-``.pt``) names the architecture: model kind, the encoder spec it was built from, and a signature
-of parameter names and shapes. Loading into a different architecture therefore fails with both
-descriptions instead of a wall of ``state_dict`` key errors. Writes are atomic (temp + rename).
+"""Checkpoints that resume exactly and say what they contain: ``<out>/ckpt/last.pt`` holds every
+training state; ``howtocap_checkpoint.json`` beside it (and a copy inside) names the model kind,
+encoder spec and a signature of parameter names and shapes, so loading into another
+architecture fails with both descriptions, not a wall of ``state_dict`` key errors.
 """
 
 from __future__ import annotations

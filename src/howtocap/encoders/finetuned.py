@@ -1,8 +1,6 @@
-"""A howtocap training checkpoint as a ready ``Encoder``: what ``encoders.create`` returns for
-a ``*.pt`` path. The models (``dual``, ``mee``) and the checkpoint format live beside it in
-``encoders``, so the trainer imports the models and never the other way round. The base model
-comes from the caller (the factory builds it from the spec the checkpoint records), so this
-module does not import the factory that imports it."""
+"""A howtocap training checkpoint as a ready ``Encoder`` (``encoders.create`` of a ``*.pt``).
+The models live in ``encoders``, so the trainer imports them, never the other way round; the
+base model comes from the caller, so this module does not import the factory that imports it."""
 
 from __future__ import annotations
 
@@ -21,12 +19,8 @@ from howtocap.errors import InputError
 
 def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
                     device: str | torch.device | None = None) -> Encoder:
-    """A loaded checkpoint (``checkpoint.load_checkpoint``) on its freshly built ``base``
-    encoder (the spec ``state["meta"]["encoder"]`` names) as a ready ``Encoder`` (eval mode).
-
-    The encoder's ``name`` gets the run id and epoch, so cached frame embeddings of the base
-    model are never mistaken for the fine-tuned ones.
-    """
+    """A loaded checkpoint on its freshly built ``base`` encoder, in eval mode; its ``name`` gets
+    the run id and epoch, so the base model's cached frame embeddings are never taken for its."""
     dev = pick_device(device)
     meta = state["meta"]
     pt = find_checkpoint(path)

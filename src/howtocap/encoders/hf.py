@@ -1,8 +1,6 @@
-"""Hugging Face transformers dual encoders: CLIP, SigLIP and BLIP (ITC feature heads).
-
-One class for the three because they differ only in which modules produce the two embeddings
-and how text is padded; the model type is read from the checkpoint's ``config.json``, so a hub
-id and a local ``save_pretrained`` folder go through exactly the same code.
+"""Hugging Face transformers dual encoders: CLIP, SigLIP and BLIP (ITC feature heads), one class
+as they differ only in the modules giving the embeddings and text padding; the type comes from
+``config.json``, so a hub id and a ``save_pretrained`` folder take the same path.
 """
 
 from __future__ import annotations

@@ -64,12 +64,8 @@ class LLMOptions(BaseModel):
 
 
 def from_options(opts: LLMOptions) -> LLM:
-    """The LLM the options name: an OpenAI-compatible client when a URL is given."""
-    if opts.url:
-        return create("openai", url=opts.url, model=opts.model, api_key_env=opts.api_key_env,
-                      concurrency=opts.concurrency, timeout=opts.timeout,
-                      max_retries=opts.max_retries)
-    return create(opts.name)
+    """The LLM the options name (its fields are ``create``'s arguments)."""
+    return create(**opts.model_dump())
 
 
 def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,

@@ -1,10 +1,7 @@
-"""The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline.
-
-``train(source, out_dir=...)`` reads caption–clip pairs (a run directory, its ``aligned/`` table,
-a CSV, or a folder of WebDataset shards streamed instead of held in memory), holds out whole
-videos for per-epoch evaluation and runs ``train.loop``. The result, ``<out>/ckpt/last.pt``,
-loads through ``howtocap.encoders.create(<path>)`` in ``align``, ``eval`` and ``search``. Every
-value is checked once, by ``train.config.make_config``: a bad one is one line.
+"""The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline, on
+caption–clip pairs (a run directory, its ``aligned/`` table, a CSV, or WebDataset shards,
+streamed), whole videos held out for per-epoch evaluation. ``<out>/ckpt/last.pt`` loads through
+``howtocap.encoders.create(<path>)`` in ``align``, ``eval`` and ``search``.
 """
 
 from __future__ import annotations
@@ -48,14 +45,6 @@ class TrainResult:
     def final_metrics(self) -> dict[str, float]:
         return {k: v for k, v in (self.history[-1] if self.history else {}).items()
                 if k.startswith("R@") or k in ("MedR", "MeanR")}
-
-
-def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[Encoder, str]:
-    if isinstance(spec, Encoder):
-        return spec, str(getattr(spec, "spec", spec.name))
-    from howtocap.encoders import create
-
-    return create(spec, device=device), spec
 
 
 def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encoder | None = None,
@@ -104,8 +93,12 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
         n_pairs, skipped, skipped_pairs = ps.n_pairs, ps.skipped, ps.skipped_pairs
         if cache_dir is None and Path(pairs_source).is_dir():
             cache_dir = run_root(pairs_source) / "cache"  # the run's frame embeddings (align)
-    enc, spec = _encoder(cfg.encoder if encoder is None or isinstance(encoder, str) else encoder,
-                         device)
+    if isinstance(encoder, Encoder):
+        enc, spec = encoder, str(getattr(encoder, "spec", encoder.name))
+    else:
+        from howtocap.encoders import create
+
+        enc, spec = create(cfg.encoder, device=device), cfg.encoder
     # what only the source and the encoder tell (set by this module, so not validated again)
     cfg = cfg.model_copy(update={
         "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,

@@ -1,8 +1,6 @@
-"""Several processes under ``torchrun`` (``WORLD_SIZE`` > 1: gloo on CPU, NCCL on GPU).
-
-Each rank takes an equal shard of the epoch's draws; InfoNCE scores each rank's texts against
-the clips of *all* ranks (an autograd-aware all-gather), as CLIP does, so the effective batch is
-``batch_size * world_size``. Alone, every helper here is the identity.
+"""Several processes under ``torchrun`` (``WORLD_SIZE`` > 1: gloo on CPU, NCCL on GPU). Each
+rank takes an equal shard of the draws; as in CLIP, InfoNCE scores its texts against *all*
+ranks' clips (an autograd-aware all-gather): the effective batch is ``batch_size * world_size``.
 """
 
 from __future__ import annotations
@@ -36,11 +34,8 @@ def setup_distributed(device: str | torch.device | None) -> tuple[int, int, torc
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """All ranks' rows, concatenated; the gradient flows back to each rank's own rows.
-
-    Every rank's loss depends on every rank's rows, so a row's gradient is the sum over ranks
-    of the gathered gradient (an all-reduce), sliced back to this rank.
-    """
+    """All ranks' rows, concatenated. Every rank's loss depends on every row, so a row's
+    gradient is the sum over ranks (an all-reduce), sliced back to this rank."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:

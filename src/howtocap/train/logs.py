@@ -15,11 +15,10 @@ LOG_COLUMNS = ["epoch", "steps", "loss", "loss_main", "reg", "logit_scale", "lr"
 
 def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
     """``train_log.csv`` (one row per epoch; epoch 0 = before training) and ``train_log.png``."""
-    rows = [{k: r.get(k, "") for k in LOG_COLUMNS} for r in history]
     buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, LOG_COLUMNS)
+    w = csv.DictWriter(buf, LOG_COLUMNS, restval="", extrasaction="ignore")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows(history)
     atomic_write_text(out / "train_log.csv", buf.getvalue())
     import matplotlib
 

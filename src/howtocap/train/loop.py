@@ -1,14 +1,10 @@
-"""The run loop shared by the dual encoder and the HowTo100M baseline.
+"""The run loop shared by the dual encoder and the HowTo100M baseline (what is trained and on
+what is the task's: ``train.tasks``): AMP on CUDA only, gradient clipping, DDP under torchrun.
 
-Per step: autocast + GradScaler on CUDA only, gradient clipping, the optimizer and schedule of
-``train.schedule``; DDP wraps the task's model when launched by ``torchrun``
-(``train.distributed``). What is trained and on what is the task's (``train.tasks``).
-
-Every epoch ends with an evaluation on held-out videos (text-to-video R@K), a row in
-``train_log.csv``, a refreshed ``train_log.png`` (``train.logs``) and an atomic checkpoint. All
-randomness of epoch ``e`` is drawn from ``(seed, e)`` and the optimizer/scheduler/scaler/RNG
-states (and the task's momentum model and queue) are saved, so ``resume`` continues
-bit-for-bit where an interrupted run stopped (on the CPU); from shards, at epoch boundaries.
+Every epoch ends with a held-out evaluation, a row in ``train_log.csv``, ``train_log.png`` and
+an atomic checkpoint. Epoch ``e`` draws all its randomness from ``(seed, e)`` and every state
+(optimizer, scheduler, scaler, RNG, the task's extras) is saved, so ``resume`` continues
+bit-for-bit (on the CPU; from shards, at epoch boundaries).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""What is trained, on what, and how it is scored: one class per model and data source (the
-models and their recipes are in docs/train.md).
-
-``ShardDualTask`` and ``ShardMEETask`` stream this rank's share of WebDataset shards through a
-shuffle buffer instead of indexing clips held in memory; an epoch is still a function of
-``(seed, epoch)``. The loop (``train.loop``) sees a task through ``identity``, ``prepare``,
-``batches``, ``loss``, ``after_step``, ``extra_state``/``load_extra_state`` (the momentum model
-and queue travel in the checkpoint, so resume stays exact) and ``embed_eval``.
+"""What is trained, on what, and how it is scored: one class per model and data source
+(docs/train.md). The shard tasks stream this rank's share of WebDataset shards through a
+shuffle buffer instead of holding clips in memory; an epoch is still a function of ``(seed,
+epoch)``. A task's ``extras`` (momentum model, queue) travel in the checkpoint: resume is exact.
 """
 
 from __future__ import annotations
@@ -59,11 +55,8 @@ from howtocap.train.losses import (
 
 
 def freeze_except(model: DualModel, pattern: str) -> None:
-    """Train only parameters whose name matches ``pattern`` (and a learnable temperature).
-
-    Freezing the towers and training a small head is far cheaper: no backward pass runs through
-    a frozen tower.
-    """
+    """Train only parameters whose name matches ``pattern`` (and a learnable temperature): no
+    backward pass runs through a frozen tower, so training a small head is far cheaper."""
     try:
         rx = re.compile(pattern)
     except re.error as exc:

@@ -1,9 +1,8 @@
 """A tiny, randomly initialised Hugging Face CLIP folder, for CI and smoke tests.
 
-No CLIP weights or vocabulary can be downloaded here, so CI trains this instead: the real
-``transformers`` CLIP architecture at toy size, with a byte-level tokenizer (every byte is a
-token, no merges) written from scratch. ``howtocap.encoders.create("hf:<folder>")`` loads it like
-any hub model, so the whole training path (tokenizer, towers, checkpoint, reload) is exercised.
+No CLIP weights or vocabulary can be downloaded in CI: the real ``transformers`` CLIP at toy
+size, with a byte-level tokenizer (no merges), loads through ``encoders.create("hf:<folder>")``
+like any hub model, so the whole training path (tokenizer, towers, checkpoint) is exercised.
 """
 
 from __future__ import annotations
