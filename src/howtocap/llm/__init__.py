@@ -73,11 +73,8 @@ def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,
            api_key_env: str | None = API_KEY_ENV, concurrency: int = CONCURRENCY,
            timeout: float = TIMEOUT, max_retries: int = MAX_RETRIES, n_ctx: int = N_CTX,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
-    """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
-
-    A ``url`` always selects the OpenAI-compatible client (``name`` may then stay "embedded");
-    several URLs, or a file of URLs, make a ``ServerPool`` (``concurrency`` per server).
-    """
+    """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf. A
+    ``url`` always means the OpenAI-compatible client; several (or a file) a ``ServerPool``."""
     if url or name == "openai":
         if not url:
             raise HowtocapError("--llm openai needs --llm-url (e.g. http://127.0.0.1:8000/v1)")

@@ -25,12 +25,8 @@ N_CTX = 4096  # an embedded model's context per slot (tokens)
 
 
 class GenerationConfig(BaseModel):
-    """Sampling settings sent with every request.
-
-    Greedy decoding (temperature 0) by default so a re-run gives the same captions and small
-    models stay on format; the paper sampled with temperature 0.7 (set ``temperature=0.7``
-    to reproduce that).
-    """
+    """Sampling settings sent with every request: greedy by default, so a re-run gives the same
+    captions and small models stay on format (the paper sampled at temperature 0.7)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -165,10 +161,9 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class AsyncChat:
-    """An LLM written as ``async def achat``: one coroutine per request, gathered per batch.
-    The blocking ``chat``/``chat_many`` run it on the process's one event loop
-    (``run_sync``), so that every thread shares the client's connections and
-    its in-flight limit."""
+    """An LLM written as ``async def achat``: one coroutine per request, gathered per batch. The
+    blocking ``chat``/``chat_many`` run it on the process's one event loop (``run_sync``), so
+    every thread shares the client's connections and in-flight limit."""
 
     name: str
 

@@ -11,16 +11,13 @@ are retried with exponential backoff plus jitter; ``Retry-After`` (seconds or an
 honoured up to ``retry_after_max``. Other 4xx are the request's fault and are not retried.
 After the last try one ``HowtocapError`` line names the server and the problem.
 
-Circuit breaker: a server that is *down* is not one video's problem. Connection failures,
-timeouts and gateway errors (502/503/504) with no other answer in between are counted across
-all requests; at ``breaker_after`` of them in a row, or when one request spends all its tries
-failing to connect, the breaker opens and this and every later call raise
+Circuit breaker: a server that is *down* is not one video's problem. At ``breaker_after``
+connection failures, timeouts or gateway errors (502/503/504) in a row across all requests, or
+when one request spends all its tries failing to connect, every call raises
 ``ServiceUnavailable`` at once, which stops the run without marking any video failed.
 
-Constrained decoding: the caption grammar goes out as ``grammar`` (llama.cpp server) and
-``structured_outputs.regex`` (vLLM); servers that know neither ignore them. A server that
-rejects them (HTTP 400 naming a field, as hosted APIs do) is asked again without them, and the
-client remembers to leave them out.
+Constraints (``GenerationConfig.constraint_fields``): a server that rejects them (HTTP 400
+naming a field, as hosted APIs do) is asked again without them, and they are left out after.
 """
 
 from __future__ import annotations
@@ -160,10 +157,9 @@ class OpenAIChatLLM(AsyncChat):
         return f"openai:{self._model}" if self._model else "openai"
 
     def _open_session(self) -> aiohttp.ClientSession:
-        """The connection pool: ``concurrency`` kept-alive connections, TLS roots from
-        ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's. The proxy is read from the
-        environment once (``proxy_for``), not per request as ``trust_env`` does (a scan of
-        the whole environment and a look for ``.netrc`` in a thread, each request)."""
+        """``concurrency`` kept-alive connections, TLS roots from ``SSL_CERT_FILE``/``_DIR`` else
+        certifi's; the proxy is read once (``proxy_for``), not per request as ``trust_env``
+        does (a scan of the environment and a look for ``.netrc`` in a thread)."""
         if self._session is None or self._session.closed:
             import ssl
 
@@ -361,11 +357,13 @@ class OpenAIChatLLM(AsyncChat):
                 last = self._outage(reason, None)
                 epoch = last if epoch is None else epoch
             else:
-                if status in GATEWAY_STATUS:
+                retried = status in RETRY_STATUS or status >= 500
+                if retried:
                     problem = f"returned {status}"
+                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                if status in GATEWAY_STATUS:
                     reason = f"HTTP {status}"
                     refused += 1
-                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
                     epoch = self._outage(reason, epoch)
                 else:  # an answer (anything but a gateway error): the server is there
                     self._outages, self._epoch = 0, self._epoch + 1
@@ -374,10 +372,7 @@ class OpenAIChatLLM(AsyncChat):
                             return self._content(data)
                         except _Malformed as exc:
                             problem = str(exc)
-                    elif status in RETRY_STATUS or status >= 500:
-                        problem = f"returned {status}"
-                        retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                    else:
+                    elif not retried:
                         detail = self._error_detail(status, data)
                         if status in (400, 422) and constrained and any(
                                 k in detail.lower() for k in (*extra, "extra", "unrecognized",

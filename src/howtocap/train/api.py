@@ -104,9 +104,10 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
         "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,
         "webdataset": str(shards.root) if shards is not None else None})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
-              progress=progress, on_epoch_end=on_epoch_end, shards=shards)
+    ckpt, history, epochs_run, resumed_from, model = run(
+        cfg, enc, train_clips, eval_clips, resume=resume, device=device, progress=progress,
+        on_epoch_end=on_epoch_end, shards=shards)
     n_train = shards.n_train if shards is not None else len(train_clips)
     n_eval = shards.n_eval if shards is not None else len(eval_clips)
-    return TrainResult(Path(out_dir), res.checkpoint, res.history, n_pairs, n_train, n_eval,
-                       skipped, skipped_pairs, res.epochs_run, res.resumed_from, res.model)
+    return TrainResult(Path(out_dir), ckpt, history, n_pairs, n_train, n_eval, skipped,
+                       skipped_pairs, epochs_run, resumed_from, model)

@@ -15,7 +15,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +35,15 @@ from howtocap.train.logs import write_logs
 from howtocap.train.schedule import make_optimizer, make_scheduler
 from howtocap.train.tasks import DualTask, held_out_metrics, make_task, set_train_mode
 
-__all__ = ["LoopResult", "run"]
-
-
-@dataclass
-class LoopResult:
-    checkpoint: Path
-    history: list[dict[str, Any]]
-    epochs_run: int
-    resumed_from: int
-    model: nn.Module
-
+__all__ = ["run"]
 
 def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
         *, resume: bool, device: str | torch.device | None, progress: bool = True,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-        shards: ShardSource | None = None) -> LoopResult:
-    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty)."""
+        shards: ShardSource | None = None
+        ) -> tuple[Path, list[dict[str, Any]], int, int, nn.Module]:
+    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty).
+    Returns the checkpoint, the history, the epochs run, the epoch resumed from, the model."""
     rank, world, dev = setup_distributed(device)
     show = progress and rank == 0
     out = Path(cfg.out_dir)
@@ -171,5 +162,5 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     epochs_run = max(0, cfg.epochs - start_epoch)
     if rank == 0 and history and epochs_run == 0:
         write_logs(out, history)
-    return LoopResult(ckpt_path, history, epochs_run, start_epoch, task.model)
+    return ckpt_path, history, epochs_run, start_epoch, task.model
 

@@ -24,34 +24,9 @@ from howtocap.errors import HowtocapError
 from howtocap.io.pairs import Clip
 from howtocap.metrics import retrieval_metrics
 from howtocap.progress import progress_bar
+from howtocap.train import data, losses
 from howtocap.train.config import TrainConfig
-from howtocap.train.data import (
-    ClipBatches,
-    DecodeFrames,
-    DualItem,
-    MEEItem,
-    PixelCache,
-    SampleFrames,
-    ShardSource,
-    ShardStream,
-    batch_loader,
-    epoch_draws,
-    grouped_batches,
-    held_out_samples,
-    sample_clip,
-    shard_batches,
-    stream_batches,
-)
 from howtocap.train.distributed import barrier, gather_all, gather_nograd
-from howtocap.train.losses import (
-    FeatureQueue,
-    ema_update,
-    frozen_copy_regulariser,
-    info_nce,
-    itc_targets,
-    max_margin_ranking,
-    soft_info_nce,
-)
 
 
 def freeze_except(model: DualModel, pattern: str) -> None:
@@ -126,16 +101,16 @@ class DualTask(Task):
             freeze_except(self.model, cfg.train_params)
         self.frozen = _frozen(copy.deepcopy(self.model)) if cfg.alpha > 0 else None
         self.momentum_model = _frozen(copy.deepcopy(self.model)) if cfg.momentum > 0 else None
-        self.queue = FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
+        self.queue = losses.FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
             if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
         self.net: nn.Module = self.model
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
-            return PixelCache(self.cache / "pixels", size)
+            return data.PixelCache(self.cache / "pixels", size)
         if cfg.frames == "decode":
-            return DecodeFrames(size)
+            return data.DecodeFrames(size)
         raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
 
     def identity(self) -> dict:
@@ -143,7 +118,7 @@ class DualTask(Task):
                                 temperature=self.cfg.temperature)
 
     def prepare(self, show: bool) -> None:
-        if not isinstance(self.frames, PixelCache):
+        if not isinstance(self.frames, data.PixelCache):
             return
         if self.rank == 0:
             for c in _videos(self.train_clips + self.eval_clips, "caching frames", show):
@@ -151,11 +126,11 @@ class DualTask(Task):
         barrier(self.world)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
-                            crop_scale=self.cfg.crop_scale)
-        plan = shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
-        ds = ClipBatches(self.train_clips, plan, self.frames)
-        return len(plan), batch_loader(ds, self.cfg.num_workers)
+        draws = data.epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
+                                 crop_scale=self.cfg.crop_scale)
+        plan = data.shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
+        ds = data.ClipBatches(self.train_clips, plan, self.frames)
+        return len(plan), data.batch_loader(ds, self.cfg.num_workers)
 
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         frames, texts = batch[0], batch[1]
@@ -163,16 +138,16 @@ class DualTask(Task):
         if self.momentum_model is not None or self.queue is not None or self.cfg.soft_labels > 0:
             main = self.itc_loss(frames, texts, batch[3], t, v, scale)
         elif self.world > 1:
-            main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
-                            video_all=gather_all(v, self.world), offset=self.rank * len(t))
+            main = losses.info_nce(t, v, scale, text_all=gather_all(t, self.world),
+                                   video_all=gather_all(v, self.world), offset=self.rank * len(t))
         else:
-            main = info_nce(t, v, scale)
+            main = losses.info_nce(t, v, scale)
         parts = {"loss_main": main.item(), "logit_scale": scale.item()}
         if self.frozen is None:
             return main, parts
         with torch.no_grad():
             t_ref, v_ref, _ = self.frozen(frames, texts)
-        reg = frozen_copy_regulariser(t, v, t_ref, v_ref)
+        reg = losses.frozen_copy_regulariser(t, v, t_ref, v_ref)
         parts["reg"] = reg.item()
         return main + self.cfg.alpha * reg, parts
 
@@ -195,18 +170,18 @@ class DualTask(Task):
             soft, s = self.cfg.soft_labels, scale.detach()
             t2v_m = s * t_m.float() @ vk.float().t() if soft > 0 else None
             v2t_m = s * v_m.float() @ tk.float().t() if soft > 0 else None
-            tgt_t2v = itc_targets(ids, idk, t2v_m, soft)
-            tgt_v2t = itc_targets(ids, idk, v2t_m, soft)
+            tgt_t2v = losses.itc_targets(ids, idk, t2v_m, soft)
+            tgt_v2t = losses.itc_targets(ids, idk, v2t_m, soft)
         if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
             tk, vk = gather_all(t, self.world), gather_all(v, self.world)
-        loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
+        loss = losses.soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
         if self.queue is not None:
             self.queue.enqueue(*batch_all)
         return loss
 
     def after_step(self) -> None:
         if self.momentum_model is not None:
-            ema_update(self.model, self.momentum_model, self.cfg.momentum)
+            losses.ema_update(self.model, self.momentum_model, self.cfg.momentum)
 
     def extras(self) -> dict[str, nn.Module]:
         return {name: mod for name, mod in (("momentum_model", self.momentum_model),
@@ -214,10 +189,11 @@ class DualTask(Task):
 
     @torch.no_grad()
     def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
-        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.eval_frames or self.cfg.frames_per_clip,
-                            train=False)
-        plan = shard_batches(draws, self.cfg.eval_batch_size)
-        loader = batch_loader(ClipBatches(self.eval_clips, plan, self.frames), self.cfg.num_workers)
+        draws = data.epoch_draws(self.eval_clips, 0, 0,
+                                 self.cfg.eval_frames or self.cfg.frames_per_clip, train=False)
+        plan = data.shard_batches(draws, self.cfg.eval_batch_size)
+        loader = data.batch_loader(data.ClipBatches(self.eval_clips, plan, self.frames),
+                                   self.cfg.num_workers)
         ts, vs = zip(*((t.float().cpu(), v.float().cpu()) for t, v, _ in
                        (self.model(frames, texts) for frames, texts, *_ in loader)), strict=True)
         return torch.cat(ts), torch.cat(vs)
@@ -253,8 +229,8 @@ class MEETask(Task):
         self.n_train = len(self.train_clips)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        groups = grouped_batches(self.train_clips, self.cfg.batch_size, self.cfg.clips_per_video,
-                                 epoch, self.cfg.seed)
+        groups = data.grouped_batches(self.train_clips, self.cfg.batch_size,
+                                      self.cfg.clips_per_video, epoch, self.cfg.seed)
         n = len(groups) // self.world
         mine = groups[self.rank:n * self.world:self.world]
         rng = np.random.default_rng([self.cfg.seed, epoch, 3])
@@ -266,7 +242,7 @@ class MEETask(Task):
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         video, text, vids = batch
         v, t = self.net(video.to(self.device), text.to(self.device))
-        loss = max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
+        loss = losses.max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
         return loss, {"loss_main": loss.item()}
 
     @torch.no_grad()
@@ -280,7 +256,7 @@ class MEETask(Task):
 class ShardDualTask(DualTask):
     """``DualTask`` streaming frames from WebDataset shards (``content: frames``)."""
 
-    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: data.ShardSource,
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "frames":
@@ -296,19 +272,19 @@ class ShardDualTask(DualTask):
         super().__init__(cfg, encoder, [], [], device, rank, world)
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
-        return DecodeFrames(size)  # not used: frames come from the shards
+        return data.DecodeFrames(size)  # not used: frames come from the shards
 
-    def item(self, epoch: int, train: bool = True) -> DualItem:
+    def item(self, epoch: int, train: bool = True) -> data.DualItem:
         k = self.cfg.frames_per_clip if train else min(
             self.cfg.eval_frames or self.cfg.frames_per_clip, len(self.frame_keys))
-        return DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
-                        self.cfg.crop_scale if train else None)
+        return data.DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
+                             self.cfg.crop_scale if train else None)
 
     def prepare(self, show: bool) -> None:
         if self.rank == 0:
-            held = held_out_samples(self.source)
-            self.eval_clips = [sample_clip(s) for s in held]
-            self.frames = SampleFrames(held, self.item(0, train=False))
+            held = data.held_out_samples(self.source)
+            self.eval_clips = [data.sample_clip(s) for s in held]
+            self.frames = data.SampleFrames(held, self.item(0, train=False))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
         n, batches = _stream(self, self.source, self.item(epoch), epoch)
@@ -320,7 +296,7 @@ class ShardMEETask(MEETask):
     """``MEETask`` streaming per-second frame embeddings from shards (``content: embeddings``);
     captions are embedded per batch by the frozen encoder."""
 
-    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: data.ShardSource,
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "embeddings":
@@ -338,17 +314,17 @@ class ShardMEETask(MEETask):
         self.n_train = 0
         if self.rank != 0:
             return
-        held = held_out_samples(self.source)
-        self.eval_clips = [sample_clip(s) for s in held]
+        held = data.held_out_samples(self.source)
+        self.eval_clips = [data.sample_clip(s) for s in held]
         if not held:
             return
-        item = MEEItem(self.cfg.seed, 0, train=False)
+        item = data.MEEItem(self.cfg.seed, 0, train=False)
         self.video = torch.from_numpy(np.stack([item(s)[0] for s in held]))
         emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0] for c in self.eval_clips]))
         self.text = list(emb.split(1))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        n, batches = _stream(self, self.source, MEEItem(self.cfg.seed, epoch), epoch,
+        n, batches = _stream(self, self.source, data.MEEItem(self.cfg.seed, epoch), epoch,
                              group=self.cfg.clips_per_video)
 
         def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -359,14 +335,14 @@ class ShardMEETask(MEETask):
         return n, (assemble(b) for b in batches)
 
 
-def _stream(task: Task, source: ShardSource, item: Callable[..., Any], epoch: int,
+def _stream(task: Task, source: data.ShardSource, item: Callable[..., Any], epoch: int,
             **group: int) -> tuple[int, Iterable[list[Any]]]:
     """This rank's shuffled share of the shards for ``epoch``, in lists of decoded items."""
     cfg = task.cfg
     urls, n = source.plan(epoch, cfg.seed, task.rank, task.world, cfg.batch_size)
-    ds = ShardStream(urls, source.held, item, seed=cfg.seed, epoch=epoch, rank=task.rank,
-                     buffer=cfg.shuffle_buffer, chunk=cfg.batch_size, **group)
-    return n, stream_batches(ds, n, cfg.batch_size, cfg.num_workers)
+    ds = data.ShardStream(urls, source.held, item, seed=cfg.seed, epoch=epoch, rank=task.rank,
+                          buffer=cfg.shuffle_buffer, chunk=cfg.batch_size, **group)
+    return n, data.stream_batches(ds, n, cfg.batch_size, cfg.num_workers)
 
 
 def set_train_mode(task: Task) -> None:
@@ -387,7 +363,7 @@ def _videos(clips: list[Clip], what: str, show: bool) -> Iterator[Clip]:
 
 
 def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
-              eval_clips: list[Clip], shards: ShardSource | None, device: torch.device,
+              eval_clips: list[Clip], shards: data.ShardSource | None, device: torch.device,
               rank: int, world: int) -> Task:
     """The task for ``cfg.model`` (the encoder moved to ``device``); ``shards``: streamed."""
     if shards is not None:
