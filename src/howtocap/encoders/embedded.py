@@ -200,8 +200,7 @@ class EmbeddedEncoder(Encoder):
         """The ImageNet classes behind each frame's embedding: explains a score to a user."""
         names = class_names()
         _, logits = self.cnn_outputs(self.preprocess_images(frames))
-        p = self.class_weights(logits)
-        top = p.topk(k, dim=-1)
+        top = self.class_weights(logits).topk(k, dim=-1)
         return [[(names[int(i)], float(v)) for v, i in zip(vs, ix, strict=True)]
                 for vs, ix in zip(top.values.cpu(), top.indices.cpu(), strict=True)]
 

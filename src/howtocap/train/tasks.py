@@ -10,7 +10,7 @@ import copy
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,15 +45,6 @@ def freeze_except(model: DualModel, pattern: str) -> None:
     for n, p in model.named_parameters():
         if not n.startswith("logit_scale.") and n not in hits:
             p.requires_grad_(False)
-
-
-M = TypeVar("M", bound=nn.Module)
-
-
-def _frozen(module: M) -> M:
-    for p in module.parameters():
-        p.requires_grad_(False)
-    return module.eval()
 
 
 class Task:
@@ -99,8 +90,9 @@ class DualTask(Task):
         self.model = DualModel(encoder, cfg.temperature).to(device)
         if cfg.train_params:
             freeze_except(self.model, cfg.train_params)
-        self.frozen = _frozen(copy.deepcopy(self.model)) if cfg.alpha > 0 else None
-        self.momentum_model = _frozen(copy.deepcopy(self.model)) if cfg.momentum > 0 else None
+        self.frozen, self.momentum_model = (
+            copy.deepcopy(self.model).requires_grad_(False).eval() if wanted else None
+            for wanted in (cfg.alpha > 0, cfg.momentum > 0))
         self.queue = losses.FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
             if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
@@ -205,7 +197,7 @@ class MEETask(Task):
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
         super().__init__(cfg, train, held, device, rank, world)
-        self.encoder = _frozen(encoder)
+        self.encoder = encoder.requires_grad_(False).eval()
         self.model = JointEmbedding(encoder.dim, encoder.dim, cfg.mee_dim).to(device)
         self.net: nn.Module = self.model
 
