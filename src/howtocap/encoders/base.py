@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from howtocap.encoders.windows import window_means
@@ -73,11 +74,9 @@ class Encoder(nn.Module, ABC):
             return np.zeros((0, self.dim), np.float32)
         was_training = self.training
         self.eval()
-        out = []
-        for i in range(0, len(items), batch_size):
-            feats = features(items[i:i + batch_size]).float()
-            out.append((torch.nn.functional.normalize(feats, dim=-1) if normalize else feats)
-                       .cpu().numpy())
+        feats = (features(items[i:i + batch_size]).float()
+                 for i in range(0, len(items), batch_size))
+        out = [(F.normalize(f, dim=-1) if normalize else f).cpu().numpy() for f in feats]
         self.train(was_training)
         return np.concatenate(out)
 

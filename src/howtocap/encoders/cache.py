@@ -195,10 +195,9 @@ def _compute(video_path: Path, encoders: list[Encoder], *, key: str, fps: float,
     stream = _video.iter_frames(video_path, fps=fps, size=size)
     frames = (frame for _, frame in stream)
     parts: list[list[np.ndarray]] = [[] for _ in encoders]
-    for batch in iter(lambda: list(islice(frames, batch_size)), []):
+    for batch in map(np.stack, iter(lambda: list(islice(frames, batch_size)), [])):
         for out, enc in zip(parts, encoders, strict=True):
-            out.append(enc.encode_images(np.stack(batch), batch_size=batch_size)
-                       .astype(np.float16))
+            out.append(enc.encode_images(batch, batch_size=batch_size).astype(np.float16))
     partial = bool(getattr(stream, "partial", False))
     if not any(len(p) for p in parts):
         why = getattr(stream, "error", None) or "no frames"

@@ -21,10 +21,7 @@ def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
                     device: str | torch.device | None = None) -> Encoder:
     """A loaded checkpoint on its freshly built ``base`` encoder, in eval mode; its ``name`` gets
     the run id and epoch, so the base model's cached frame embeddings are never taken for its."""
-    dev = pick_device(device)
-    meta = state["meta"]
-    pt = find_checkpoint(path)
-    tag = f"ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
+    meta, pt = state["meta"], find_checkpoint(path)
     module: nn.Module
     if meta["model"] == "dual":
         module = DualModel(base, temperature=meta.get("temperature"))
@@ -36,6 +33,6 @@ def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
         raise InputError(pt, f"unknown model kind {meta['model']!r} in checkpoint")
     check_same_arch(meta, arch_identity(meta["model"], meta["encoder"], module), pt)
     module.load_state_dict(state["model"])
-    enc.name = f"{base.name}+{tag}"
+    enc.name = f"{base.name}+ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
     enc.spec = str(pt)  # type: ignore[attr-defined]  # how to rebuild it (for further rounds)
-    return enc.to(dev).eval()
+    return enc.to(pick_device(device)).eval()

@@ -42,26 +42,17 @@ class GenerationConfig(BaseModel):
 
     def request_fields(self) -> dict[str, object]:
         """The OpenAI chat-completions sampling fields (constraints: ``constraint_fields``)."""
-        body: dict[str, object] = {"temperature": self.temperature, "top_p": self.top_p,
-                                   "max_tokens": self.max_tokens}
-        if self.stop:
-            body["stop"] = list(self.stop)
-        if self.seed is not None:
-            body["seed"] = self.seed
-        if self.frequency_penalty:
-            body["frequency_penalty"] = self.frequency_penalty
-        return body
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                **({"stop": list(self.stop)} if self.stop else {}),
+                **({"seed": self.seed} if self.seed is not None else {}),
+                **({"frequency_penalty": self.frequency_penalty} if self.frequency_penalty else {})}
 
     def constraint_fields(self) -> dict[str, object]:
         """The request fields servers use to constrain output: ``grammar`` (llama.cpp server
         and xllamacpp) and ``structured_outputs.regex`` (vLLM >= 0.10); servers that know
         neither ignore them (or reject them: see the OpenAI client)."""
-        body: dict[str, object] = {}
-        if self.grammar:
-            body["grammar"] = self.grammar
-        if self.regex:
-            body["structured_outputs"] = {"regex": self.regex}
-        return body
+        return {**({"grammar": self.grammar} if self.grammar else {}),
+                **({"structured_outputs": {"regex": self.regex}} if self.regex else {})}
 
     def retry(self) -> GenerationConfig:
         """Settings for a second try: greedy decoding would repeat itself, so sample (the

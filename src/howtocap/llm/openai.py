@@ -266,11 +266,9 @@ class OpenAIChatLLM(AsyncChat):
     @staticmethod
     def _error_detail(status: int, body: bytes) -> str:
         detail: object = None
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             err = json.loads(body).get("error")
             detail = err.get("message") if isinstance(err, dict) else err
-        except (ValueError, AttributeError):
-            pass
         if not detail:
             from http.client import responses
 
