@@ -52,10 +52,9 @@ def save_checkpoint(ckpt_dir: Path, state: dict[str, Any], meta: dict) -> Path:
     ckpt_dir = Path(ckpt_dir)
     buf = io.BytesIO()
     torch.save({**state, "meta": meta}, buf)
-    path = ckpt_dir / CKPT_NAME
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(ckpt_dir / CKPT_NAME, buf.getvalue())
     atomic_write_text(ckpt_dir / META_NAME, json.dumps(meta, indent=2))
-    return path
+    return ckpt_dir / CKPT_NAME
 
 
 def find_checkpoint(path: str | Path) -> Path:

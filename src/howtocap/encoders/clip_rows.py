@@ -26,10 +26,9 @@ class ClipRows:
     fps = 1.0
 
     def __init__(self, encoder: str | Encoder = ENCODER, *, device: str | None = None) -> None:
-        self.spec = encoder if isinstance(encoder, str) else str(getattr(encoder, "spec",
-                                                                         encoder.name))
-        self.device = device
-        self._encoder = None if isinstance(encoder, str) else encoder
+        named = isinstance(encoder, str)
+        self.spec = encoder if named else str(getattr(encoder, "spec", encoder.name))
+        self.device, self._encoder = device, None if named else encoder
 
     @property
     def encoder(self) -> Encoder:

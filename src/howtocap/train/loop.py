@@ -47,7 +47,6 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     rank, world, dev = setup_distributed(device)
     show = progress and rank == 0
     out = Path(cfg.out_dir)
-    ckpt_dir = out / "ckpt"
     torch.manual_seed(cfg.seed)
     n_train = shards.n_train if shards is not None else len(train_clips)
     n_eval = shards.n_eval if shards is not None else len(eval_clips)
@@ -59,7 +58,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     start_epoch, step, history = 0, 0, []
     run_id = uuid.uuid4().hex[:8]
-    existing = ckpt_dir / ck.CKPT_NAME
+    existing = out / "ckpt" / ck.CKPT_NAME
     state: dict[str, Any] | None = None
     if existing.exists():
         if not resume:
@@ -149,7 +148,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                          "scaler": scaler.state_dict() if use_amp else {},
                          "rng": rng, "epoch": epoch + 1, "step": step, "config": cfg.model_dump(),
                          "history": history, **task.extra_state()}
-            ckpt_path = ck.save_checkpoint(ckpt_dir, state_out, meta)
+            ckpt_path = ck.save_checkpoint(existing.parent, state_out, meta)
             write_logs(out, history)
             if show:
                 metrics = "  ".join(f"{k} {row[k]:.1f}" for k in ("R@1", "R@5", "R@10")

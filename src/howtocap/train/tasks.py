@@ -223,8 +223,7 @@ class MEETask(Task):
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
         groups = data.grouped_batches(self.train_clips, self.cfg.batch_size,
                                       self.cfg.clips_per_video, epoch, self.cfg.seed)
-        n = len(groups) // self.world
-        mine = groups[self.rank:n * self.world:self.world]
+        mine = groups[self.rank:len(groups) // self.world * self.world:self.world]
         rng = np.random.default_rng([self.cfg.seed, epoch, 3])
         pick = [int(rng.integers(len(c.captions))) for c in self.train_clips]
         out = [(self.video[idx], torch.stack([self.text[i][pick[i]] for i in idx]),
@@ -252,11 +251,11 @@ class ShardDualTask(DualTask):
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "frames":
-            raise HowtocapError(f"{source.root}: holds frame embeddings; the dual encoder "
+            raise HowtocapError(f"{source.shards.root}: holds frame embeddings; the dual encoder "
                                 "fine-tunes on frames: export with --content frames (or train "
                                 "--model mee on these shards)")
         if cfg.frames_per_clip > int(meta["frames_per_clip"]):
-            raise HowtocapError(f"{source.root}: the shards hold {meta['frames_per_clip']} "
+            raise HowtocapError(f"{source.shards.root}: the shards hold {meta['frames_per_clip']} "
                                 f"frames per clip; pass --frames-per-clip "
                                 f"{meta['frames_per_clip']} or less, or export more frames")
         self.source = source
@@ -292,11 +291,11 @@ class ShardMEETask(MEETask):
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "embeddings":
-            raise HowtocapError(f"{source.root}: holds frames; mee trains on frozen frame "
+            raise HowtocapError(f"{source.shards.root}: holds frames; mee trains on frozen frame "
                                 "embeddings: export with --content embeddings --encoder "
                                 f"{cfg.encoder} (or train mee on the run directory)")
         if meta["encoder_name"] != encoder.name:
-            raise HowtocapError(f"{source.root}: holds embeddings of encoder "
+            raise HowtocapError(f"{source.shards.root}: holds embeddings of encoder "
                                 f"{meta['encoder_name']!r}, not {encoder.name!r}; train with "
                                 f"--encoder {meta['encoder']}")
         self.source = source
