@@ -238,8 +238,8 @@ class OpenAIChatLLM(AsyncChat):
         if retry_after is not None:
             wait = min(retry_after, self.retry_after_max)
             return wait + random.uniform(0.0, 0.1 * wait)
-        base = self.backoff * (2 ** attempt)
-        return min(self.backoff_max, base * (0.5 + random.random()))
+        grown = self.backoff * (2 ** attempt)
+        return min(self.backoff_max, grown * (0.5 + random.random()))
 
     def _content(self, body: bytes) -> str:
         try:
