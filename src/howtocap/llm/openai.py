@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
+import howtocap.llm.base as base
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm import base
 from howtocap.llm.base import AsyncChat, GenerationConfig, Messages, Reply, run_sync
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
