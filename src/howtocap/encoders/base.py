@@ -1,21 +1,19 @@
-"""The one interface every image–text dual encoder implements.
-
-Subclasses implement the four torch-level methods; ``encode_images``/``encode_texts`` (batched,
-no-grad, L2-normalised numpy) come for free, and training uses the torch-level ones directly.
-
-A clip is embedded in one place, ``pool_clips``: from the per-second rows of ``frame_encoder``
-(what the frame cache holds), so align, eval and search score a clip the same way for every
-model; a head trained on pooled features (the MEE baseline) overrides it with its own pooling.
+"""The one interface every image–text dual encoder implements: four torch-level methods (what
+training uses); the batched numpy ``encode_*`` come for free. A clip is embedded in one place,
+``pool_clips``, from the per-second rows of ``frame_encoder`` (what the frame cache holds), so
+align, eval and search score a clip alike for every model (the MEE head pools its own way).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from howtocap.encoders.windows import window_means
@@ -56,11 +54,8 @@ class Encoder(nn.Module, ABC):
     # -- numpy level (used by align, search, eval) -----------------------------------------
     @property
     def device(self) -> torch.device:
-        for p in self.parameters():
-            return p.device
-        for b in self.buffers():
-            return b.device
-        return torch.device("cpu")
+        first = next(chain(self.parameters(), self.buffers()), None)
+        return torch.device("cpu") if first is None else first.device
 
     def encode_images(self, frames: np.ndarray, batch_size: int = 64) -> np.ndarray:
         """L2-normalised float32 embeddings ``(n, dim)`` of uint8 RGB frames ``(n, H, W, 3)``."""
@@ -72,17 +67,16 @@ class Encoder(nn.Module, ABC):
         return self._encode(texts, batch_size, lambda b: self.text_features(self.tokenize(list(b))))
 
     @torch.no_grad()
-    def _encode(self, items: Any, batch_size: int, features: Callable[[Any], torch.Tensor]
-                ) -> np.ndarray:
+    def _encode(self, items: Any, batch_size: int, features: Callable[[Any], torch.Tensor],
+                normalize: bool = True) -> np.ndarray:
         """``features`` of ``items`` a batch at a time, in eval mode (the mode is restored)."""
         if len(items) == 0:
             return np.zeros((0, self.dim), np.float32)
         was_training = self.training
         self.eval()
-        out = []
-        for i in range(0, len(items), batch_size):
-            feats = features(items[i:i + batch_size])
-            out.append(torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy())
+        feats = (features(items[i:i + batch_size]).float()
+                 for i in range(0, len(items), batch_size))
+        out = [(F.normalize(f, dim=-1) if normalize else f).cpu().numpy() for f in feats]
         self.train(was_training)
         return np.concatenate(out)
 

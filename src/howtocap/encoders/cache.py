@@ -1,11 +1,9 @@
-"""Per-second frame embeddings, cached per (video content, encoder, fps); the file layout, key
-and header are in docs/encoders.md.
+"""Per-second frame embeddings, cached per (video content, encoder, fps) (docs/encoders.md).
 
-Why: alignment, search, evaluation and a second encoder all need the same per-second frame
-embeddings, and decoding is the expensive part. Each video is decoded once, encoded in batches
-while it streams (memory stays flat however long the video). A file that does not match its
-header exactly is rebuilt, never trusted; files are written atomically, so concurrent workers
-at worst compute the same file twice, and within a process a per-file lock prevents even that.
+Alignment, search, evaluation and a second encoder all need them, and decoding is the costly
+part: each video is decoded once, encoded in batches as it streams (flat memory). A file not
+matching its header exactly is rebuilt, never trusted; writes are atomic, so concurrent workers
+at worst compute a file twice, and within a process a per-file lock prevents even that.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +34,7 @@ if TYPE_CHECKING:  # the encoder module loads torch; reading the cache needs num
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 20  # bytes hashed from each of head, middle and tail
-_locks: dict[str, tuple[threading.Lock, int]] = {}  # path -> (its lock, callers holding it)
+_locks: dict[str, list] = {}  # path -> [its lock, callers holding it]
 _locks_guard = threading.Lock()
 
 
@@ -58,13 +57,9 @@ class FrameEmbeddings:
 
 
 def content_key(path: str | Path) -> str:
-    """A fast content hash: file size plus blake2b of 1 MiB at the head, middle and tail.
-
-    Reading 3 MiB instead of the whole file keeps this instant on multi-GB videos while still
-    changing when the file is re-encoded, trimmed or replaced (any edit that moves bytes changes
-    the size or one of the sampled chunks). It ignores the name and modification time, so a
-    copied or renamed video reuses its cache.
-    """
+    """A fast content hash: file size plus blake2b of 1 MiB at the head, middle and tail. Instant
+    on multi-GB videos, yet any edit that moves bytes changes it; name and modification time
+    are ignored, so a copied or renamed video reuses its cache."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -147,39 +142,20 @@ def _holding(paths: Sequence[Path]) -> Iterator[None]:
     the whole run, memory growing with its videos (benchmarks/results/align_scale.md)."""
     keys = sorted({str(p) for p in paths})
     with _locks_guard:
-        locks = []
-        for k in keys:
-            lock, users = _locks.get(k) or (threading.Lock(), 0)
-            _locks[k] = (lock, users + 1)
-            locks.append(lock)
-    held: list[threading.Lock] = []
+        entries = [_locks.setdefault(k, [threading.Lock(), 0]) for k in keys]
+        for entry in entries:
+            entry[1] += 1
     try:
-        for lock in locks:
-            lock.acquire()
-            held.append(lock)
-        yield
+        with ExitStack() as stack:
+            for lock, _ in entries:
+                stack.enter_context(lock)
+            yield
     finally:
-        for lock in reversed(held):
-            lock.release()
         with _locks_guard:
-            for k in keys:
-                lock, users = _locks[k]
-                if users == 1:
+            for k, entry in zip(keys, entries, strict=True):
+                entry[1] -= 1
+                if not entry[1]:
                     del _locks[k]
-                else:
-                    _locks[k] = (lock, users - 1)
-
-
-def _batches(stream: Iterator[tuple[float, np.ndarray]],
-             batch_size: int) -> Iterator[np.ndarray]:
-    batch: list[np.ndarray] = []
-    for _, frame in stream:
-        batch.append(frame)
-        if len(batch) == batch_size:
-            yield np.stack(batch)
-            batch = []
-    if batch:
-        yield np.stack(batch)
 
 
 def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = FPS,
@@ -192,11 +168,8 @@ def frame_embeddings(video_path: str | Path, encoder: Encoder, *, fps: float = F
 def frame_embeddings_multi(video_path: str | Path, encoders: list[Encoder], *,
                            fps: float = FPS, cache_dir: Path,
                            batch_size: int = FRAME_BATCH) -> list[FrameEmbeddings]:
-    """Like ``frame_embeddings`` for several encoders, decoding the video at most once.
-
-    Frames are decoded at the largest ``image_size`` among the encoders that miss the cache;
-    each encoder's own preprocessing resizes from there.
-    """
+    """Like ``frame_embeddings`` for several encoders, decoding the video at most once (at the
+    largest ``image_size`` of those that miss the cache; each resizes from there)."""
     video_path = Path(video_path)
     if not encoders:
         return []
@@ -220,8 +193,9 @@ def _compute(video_path: Path, encoders: list[Encoder], *, key: str, fps: float,
     info = _video.probe(video_path)
     size = max(int(e.image_size) for e in encoders)
     stream = _video.iter_frames(video_path, fps=fps, size=size)
+    frames = (frame for _, frame in stream)
     parts: list[list[np.ndarray]] = [[] for _ in encoders]
-    for batch in _batches(stream, batch_size):
+    for batch in map(np.stack, iter(lambda: list(islice(frames, batch_size)), [])):
         for out, enc in zip(parts, encoders, strict=True):
             out.append(enc.encode_images(batch, batch_size=batch_size).astype(np.float16))
     partial = bool(getattr(stream, "partial", False))

@@ -1,10 +1,7 @@
-"""Checkpoints that resume exactly and say what they contain.
-
-``<out>/ckpt/last.pt`` holds the weights, optimizer, scheduler, AMP scaler, RNG states, epoch and
-step, config and log history; ``howtocap_checkpoint.json`` next to it (and a copy inside the
-``.pt``) names the architecture: model kind, the encoder spec it was built from, and a signature
-of parameter names and shapes. Loading into a different architecture therefore fails with both
-descriptions instead of a wall of ``state_dict`` key errors. Writes are atomic (temp + rename).
+"""Checkpoints that resume exactly and say what they contain: ``<out>/ckpt/last.pt`` holds every
+training state; ``howtocap_checkpoint.json`` beside it (and a copy inside) names the model kind,
+encoder spec and a signature of parameter names and shapes, so loading into another
+architecture fails with both descriptions, not a wall of ``state_dict`` key errors.
 """
 
 from __future__ import annotations
@@ -44,8 +41,7 @@ def describe(meta: dict) -> str:
 
 
 def check_same_arch(found: dict, expected: dict, path: Path) -> None:
-    keys = ("model", "signature")
-    if any(found.get(k) != expected.get(k) for k in keys):
+    if any(found.get(k) != expected.get(k) for k in ("model", "signature")):
         raise HowtocapError(f"{path}: checkpoint is a {describe(found)}, but this run builds a "
                             f"{describe(expected)}; use a matching --model/--encoder or another "
                             "--out folder")
@@ -56,10 +52,9 @@ def save_checkpoint(ckpt_dir: Path, state: dict[str, Any], meta: dict) -> Path:
     ckpt_dir = Path(ckpt_dir)
     buf = io.BytesIO()
     torch.save({**state, "meta": meta}, buf)
-    path = ckpt_dir / CKPT_NAME
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(ckpt_dir / CKPT_NAME, buf.getvalue())
     atomic_write_text(ckpt_dir / META_NAME, json.dumps(meta, indent=2))
-    return path
+    return ckpt_dir / CKPT_NAME
 
 
 def find_checkpoint(path: str | Path) -> Path:

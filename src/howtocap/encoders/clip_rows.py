@@ -1,10 +1,7 @@
-"""Clips' rows of the per-second frame-embedding cache: what WebDataset shards of
-``content: embeddings`` store.
-
-The shard writer (``io/webdataset.py``) reads and writes a format and imports no model, so the
-caller of ``export_webdataset`` hands it a ``ClipRows``: the encoder is created here, on first
-use (a bad ``--encoder`` is reported once the run directory and options have passed), and the
-rows come from the run's frame cache (computed and cached for videos not there yet).
+"""Clips' rows of the per-second frame-embedding cache: what WebDataset shards of ``content:
+embeddings`` store. The shard writer imports no model, so its caller hands it a ``ClipRows``,
+which creates the encoder on first use (a bad ``--encoder`` is reported once the run directory
+and options have passed).
 """
 
 from __future__ import annotations
@@ -29,10 +26,9 @@ class ClipRows:
     fps = 1.0
 
     def __init__(self, encoder: str | Encoder = ENCODER, *, device: str | None = None) -> None:
-        self.spec = encoder if isinstance(encoder, str) else str(getattr(encoder, "spec",
-                                                                         encoder.name))
-        self.device = device
-        self._encoder = None if isinstance(encoder, str) else encoder
+        named = isinstance(encoder, str)
+        self.spec = encoder if named else str(getattr(encoder, "spec", encoder.name))
+        self.device, self._encoder = device, None if named else encoder
 
     @property
     def encoder(self) -> Encoder:

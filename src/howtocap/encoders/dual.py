@@ -21,16 +21,13 @@ MAX_LOGIT_SCALE = math.log(100.0)
 
 
 class LogitScale(nn.Module):
-    """``exp(s)`` multiplying cosine similarities; learnable (clamped) or fixed (``1/temperature``).
-
-    A fixed temperature is a buffer, so it still travels with checkpoints but never trains.
-    """
+    """``exp(s)`` multiplying cosine similarities; learnable (clamped) or fixed (``1/temperature``:
+    a buffer, so it travels with checkpoints but never trains)."""
 
     def __init__(self, temperature: float | None = None) -> None:
         super().__init__()
-        self.learnable = temperature is None
         init = INIT_LOGIT_SCALE if temperature is None else math.log(1.0 / temperature)
-        if self.learnable:
+        if temperature is None:
             self.log_scale = nn.Parameter(torch.tensor(init))
         else:
             self.register_buffer("log_scale", torch.tensor(init))

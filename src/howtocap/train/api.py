@@ -1,10 +1,7 @@
-"""The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline.
-
-``train(source, out_dir=...)`` reads caption–clip pairs (a run directory, its ``aligned/`` table,
-a CSV, or a folder of WebDataset shards streamed instead of held in memory), holds out whole
-videos for per-epoch evaluation and runs ``train.loop``. The result, ``<out>/ckpt/last.pt``,
-loads through ``howtocap.encoders.create(<path>)`` in ``align``, ``eval`` and ``search``. Every
-value is checked once, by ``train.config.make_config``: a bad one is one line.
+"""The ``train`` entry point: fine-tune a dual encoder, or train the HowTo100M baseline, on
+caption–clip pairs (a run directory, its ``aligned/`` table, a CSV, or WebDataset shards,
+streamed), whole videos held out for per-epoch evaluation. ``<out>/ckpt/last.pt`` loads through
+``howtocap.encoders.create(<path>)`` in ``align``, ``eval`` and ``search``.
 """
 
 from __future__ import annotations
@@ -50,34 +47,18 @@ class TrainResult:
                 if k.startswith("R@") or k in ("MedR", "MeanR")}
 
 
-def rank_zero() -> bool:
-    return dist_info()[0] == 0
-
-
-def _encoder(spec: str | Encoder, device: str | torch.device | None) -> tuple[Encoder, str]:
-    if isinstance(spec, Encoder):
-        return spec, str(getattr(spec, "spec", spec.name))
-    from howtocap.encoders import create
-
-    return create(spec, device=device), spec
-
-
 def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encoder | None = None,
           cache_dir: str | Path | None = None, resume: bool = False, device: str | None = None,
           progress: bool = True, drop_duplicates: bool = False, where: str | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
           **settings: Any) -> TrainResult:
     """Train on caption–clip pairs; write checkpoints, ``train_log.csv`` and a plot to ``out_dir``.
-
-    ``settings`` are ``TrainConfig``'s fields (``recipe``, ``epochs``, ``lr`` …); one left
-    ``None`` takes the recipe's value, else the field's default (their meanings: ``howtocap
-    train --help``, docs/train.md). ``resume`` restarts the interrupted epoch (checkpoints are
-    per epoch); ``drop_duplicates`` and ``where`` filter a run directory's pairs (``howtocap
-    duplicates``, ``io.where``).
-    """
-    cfg = make_config(log=rank_zero(), out_dir=str(out_dir),
-                      encoder=encoder if isinstance(encoder, str) else None, **settings)
+    ``settings`` are ``TrainConfig``'s fields (``None``: the recipe's value, else the default);
+    ``resume`` restarts the interrupted epoch; ``drop_duplicates`` and ``where`` filter a run
+    directory's pairs (``howtocap duplicates``, ``io.where``)."""
     rank, world, _ = dist_info()
+    cfg = make_config(log=rank == 0, out_dir=str(out_dir),
+                      encoder=encoder if isinstance(encoder, str) else None, **settings)
     frames, eval_fraction, seed = cfg.frames, cfg.eval_fraction, cfg.seed
     from howtocap.io.webdataset import is_shard_dir
 
@@ -108,16 +89,21 @@ def train(pairs_source: str | Path, *, out_dir: str | Path, encoder: str | Encod
         n_pairs, skipped, skipped_pairs = ps.n_pairs, ps.skipped, ps.skipped_pairs
         if cache_dir is None and Path(pairs_source).is_dir():
             cache_dir = run_root(pairs_source) / "cache"  # the run's frame embeddings (align)
-    enc, spec = _encoder(cfg.encoder if encoder is None or isinstance(encoder, str) else encoder,
-                         device)
+    if isinstance(encoder, Encoder):
+        enc, spec = encoder, str(getattr(encoder, "spec", encoder.name))
+    else:
+        from howtocap.encoders import create
+
+        enc, spec = create(cfg.encoder, device=device), cfg.encoder
     # what only the source and the encoder tell (set by this module, so not validated again)
     cfg = cfg.model_copy(update={
         "encoder": spec, "frames": frames, "cache_dir": str(cache_dir) if cache_dir else None,
-        "webdataset": str(shards.root) if shards is not None else None})
+        "webdataset": str(shards.shards.root) if shards is not None else None})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    res = run(cfg, enc, train_clips, eval_clips, resume=resume, device=device,
-              progress=progress, on_epoch_end=on_epoch_end, shards=shards)
+    ckpt, history, epochs_run, resumed_from, model = run(
+        cfg, enc, train_clips, eval_clips, resume=resume, device=device, progress=progress,
+        on_epoch_end=on_epoch_end, shards=shards)
     n_train = shards.n_train if shards is not None else len(train_clips)
     n_eval = shards.n_eval if shards is not None else len(eval_clips)
-    return TrainResult(Path(out_dir), res.checkpoint, res.history, n_pairs, n_train, n_eval,
-                       skipped, skipped_pairs, res.epochs_run, res.resumed_from, res.model)
+    return TrainResult(Path(out_dir), ckpt, history, n_pairs, n_train, n_eval, skipped,
+                       skipped_pairs, epochs_run, resumed_from, model)

@@ -2,26 +2,16 @@
 papers' recipes as typed presets of it (``RECIPES``).
 
 Why one model: the loop, the tasks and the checkpoint read the same fields, so a value is
-checked once, where it enters (``make_config``), and a bad one is one line naming the option
-(``--momentum: Input should be less than 1 (got 1.5)``), never a traceback from deep in a run.
-``train_config.json`` and the checkpoint's ``config`` are ``TrainConfig.model_dump()``.
-
-Precedence: an option given explicitly (not ``None``) > the recipe's setting > the field's
-default (``lr``'s default depends on the model: ``DEFAULT_LR``).
+checked once, where it enters (``make_config``), and a bad one is one line naming the option,
+never a traceback from deep in a run. Precedence: an explicit option (not ``None``) > the
+recipe's setting > the field's default (``lr``'s depends on the model: ``DEFAULT_LR``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from howtocap.encoders.defaults import ENCODER
 from howtocap.errors import validated

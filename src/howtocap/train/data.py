@@ -1,9 +1,8 @@
 """What each training epoch draws from the clips (``io.pairs``: reading pairs, grouping clips).
 
-A clip may carry several captions (aligned captions often repeat a span). Following the
-image-captioning protocol, each epoch draws one caption per clip, so a clip with many captions
-does not dominate the epoch. All randomness of an epoch comes from ``(seed, epoch)``, which makes
-a resumed run draw exactly what an uninterrupted one would.
+A clip may carry several captions (aligned captions often repeat a span); as in image
+captioning, each epoch draws one per clip, so a clip with many does not dominate. All of an
+epoch's randomness comes from ``(seed, epoch)``: a resumed run draws what an uninterrupted would.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +54,8 @@ CROP_RATIO = (3 / 4, 4 / 3)  # torchvision's RandomResizedCrop aspect-ratio rang
 
 def crop_box(rng: np.random.Generator, scale: tuple[float, float],
              ratio: tuple[float, float] = CROP_RATIO) -> tuple[float, float, float, float]:
-    """A random-resized-crop box (torchvision's rule) as fractions of a square frame.
-
-    Area fraction uniform in ``scale``, log-uniform aspect ratio in ``ratio``; 10 tries to fit
-    the frame, then the whole frame.
-    """
+    """A random-resized-crop box as fractions of a square frame, by torchvision's rule (area
+    uniform in ``scale``, log-uniform aspect ``ratio``, 10 tries, then the whole frame)."""
     lo, hi = np.log(ratio[0]), np.log(ratio[1])
     for _ in range(10):
         area = float(rng.uniform(scale[0], scale[1]))
@@ -94,10 +90,8 @@ def epoch_draws(clips: Sequence[Clip], epoch: int, seed: int, frames_per_clip: i
                 *, train: bool = True, crop_scale: tuple[float, float] | None = None
                 ) -> list[Draw]:
     """One draw per clip: shuffled, a random caption and random frame times when training,
-    and with ``crop_scale`` one random-resized-crop box per clip (the same for its frames).
-
-    The crop boxes come from their own stream, so turning crops on changes nothing else.
-    """
+    and with ``crop_scale`` one crop box per clip (the same for its frames) from a stream of
+    its own, so turning crops on changes nothing else."""
     if not train:
         return [Draw(i, 0, frame_times(c, frames_per_clip, None)) for i, c in enumerate(clips)]
     rng = np.random.default_rng([seed, epoch, 1])
@@ -120,13 +114,10 @@ def shard_batches(draws: Sequence[Draw], batch_size: int, rank: int = 0, world: 
 
 def grouped_batches(clips: Sequence[Clip], batch_size: int, clips_per_video: int, epoch: int,
                     seed: int) -> list[list[int]]:
-    """Batches built from groups of up to ``clips_per_video`` clips of one video (HowTo100M).
-
-    Same-video clips in a batch are the hard negatives of the ranking loss. With
-    ``clips_per_video=1`` there are none: a video's clips are dealt to different batches (as
-    long as there are enough batches), so every negative comes from another video (the
-    "without intra-video negatives" arm of HowTo100M's Table 3).
-    """
+    """Batches of groups of up to ``clips_per_video`` clips of one video (HowTo100M): same-video
+    clips in a batch are the ranking loss's hard negatives. With 1 there are none: a video's
+    clips are dealt to different batches (while there are enough), the "without intra-video
+    negatives" arm of HowTo100M's Table 3."""
     rng = np.random.default_rng([seed, epoch, 2])
     by_video: dict[str, list[int]] = {}
     for i, c in enumerate(clips):
@@ -145,11 +136,11 @@ def grouped_batches(clips: Sequence[Clip], batch_size: int, clips_per_video: int
 
 
 # -- frames ----------------------------------------------------------------------------------
+@dataclass
 class DecodeFrames:
     """Frames decoded from the video file for every draw (no disk cache, slow)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    size: int
 
     def __call__(self, clip: Clip, times: Sequence[float]) -> np.ndarray:
         from howtocap.io.video import sample_frames
@@ -158,12 +149,9 @@ class DecodeFrames:
 
 
 class PixelCache:
-    """Frames decoded once per video at ``fps`` into ``<dir>/<size>/<video>.npy`` (uint8 memmap).
-
-    Training reads random seconds of a clip from the memmap instead of seeking in the video; the
-    price is disk (``size*size*3`` bytes per second: 147 KB at 224 px) and times snapped to the
-    cache's 1/fps grid.
-    """
+    """Frames decoded once per video at ``fps`` into ``<dir>/<size>/<video>.npy`` (uint8
+    memmap): training reads a clip's seconds from it instead of seeking in the video, for disk
+    (147 KB per second at 224 px) and times snapped to the cache's 1/fps grid."""
 
     def __init__(self, root: Path, size: int, fps: float = 1.0) -> None:
         self.dir = Path(root) / f"{size}px-{fps:g}fps"
@@ -197,7 +185,8 @@ class PixelCache:
 
 
 class ClipBatches(torch.utils.data.Dataset):
-    """Item ``b`` is batch ``b`` of a plan: frames ``(B, k, S, S, 3)`` uint8, texts, video ids."""
+    """Item ``b`` is batch ``b`` of a plan: frames ``(B, k, S, S, 3)`` uint8, texts, video ids
+    and clip keys."""
 
     def __init__(self, clips: Sequence[Clip], batches: Sequence[Sequence[Draw]],
                  frames: Callable[[Clip, Sequence[float]], np.ndarray]) -> None:
@@ -207,14 +196,10 @@ class ClipBatches(torch.utils.data.Dataset):
         return len(self.batches)
 
     def __getitem__(self, b: int) -> tuple[np.ndarray, list[str], list[str], list[int]]:
-        """``(frames, texts, video ids, clip keys)``."""
-        draws = self.batches[b]
-        pix = np.stack([apply_crop(self.frames(self.clips[d.clip], d.times), d.crop)
-                        for d in draws])
-        texts = [self.clips[d.clip].captions[d.caption] for d in draws]
-        keys = [clip_key(self.clips[d.clip].video_id, self.clips[d.clip].start,
-                         self.clips[d.clip].end) for d in draws]
-        return pix, texts, [self.clips[d.clip].video_id for d in draws], keys
+        draws = [(self.clips[d.clip], d) for d in self.batches[b]]
+        return (np.stack([apply_crop(self.frames(c, d.times), d.crop) for c, d in draws]),
+                [c.captions[d.caption] for c, d in draws], [c.video_id for c, _ in draws],
+                [clip_key(c.video_id, c.start, c.end) for c, _ in draws])
 
 
 def _identity(x: object) -> object:
@@ -223,9 +208,8 @@ def _identity(x: object) -> object:
 
 def batch_loader(dataset: ClipBatches, num_workers: int) -> torch.utils.data.DataLoader:
     """Batches in plan order (the plan already decided everything random)."""
-    return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False,
-                                       num_workers=num_workers, collate_fn=_identity,
-                                       persistent_workers=False)
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
+                                       collate_fn=_identity)
 
 
 def require_pairs(ps: PairSet, source: object) -> None:
@@ -235,10 +219,8 @@ def require_pairs(ps: PairSet, source: object) -> None:
         raise HowtocapError(f"{source}: no usable caption–clip pairs to train on{extra}")
 
 
-# -- WebDataset shards (streamed) -------------------------------------------------------------
-# Streaming keeps the determinism of the in-memory plans: an epoch's shard order, each loader
-# worker's shuffle buffer and each sample's caption and frames all come from (seed, epoch), so a
-# run resumed at an epoch boundary reads exactly what an uninterrupted one would.
+# -- WebDataset shards (streamed): shard order, shuffle buffers and draws still come from
+# (seed, epoch), so a run resumed at an epoch boundary reads what an uninterrupted one would.
 @dataclass
 class ShardSource:
     """Training's view of an export: held-out videos and training samples per shard."""
@@ -250,18 +232,11 @@ class ShardSource:
     n_eval: int
     n_pairs: int
 
-    @property
-    def root(self) -> Path:
-        return self.shards.root
-
     def plan(self, epoch: int, seed: int, rank: int, world: int, batch_size: int
              ) -> tuple[list[str], int]:
-        """This rank's shards for the epoch and the batch count every rank can fill.
-
-        Shards are dealt round-robin from an epoch-seeded permutation; ranks hold different
-        sample counts, so all stop after the smallest rank's full batches (DDP needs equal
-        step counts; the few samples over that count wait for another epoch's deal).
-        """
+        """This rank's shards (dealt round-robin from an epoch-seeded permutation) and the batch
+        count every rank can fill: DDP needs equal step counts, so all stop after the smallest
+        rank's full batches (the rest wait for another epoch's deal)."""
         names = self.shards.shards
         order = np.random.default_rng([seed, epoch, 5]).permutation(len(names))
         mine = [names[i] for i in order[rank::world]]
@@ -334,35 +309,31 @@ class MEEItem:
     train: bool = True
 
     def __call__(self, s: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+        from howtocap.encoders.mee import max_pool_frames
         from howtocap.io.webdataset import decode_npy
 
         j = s["json"]
         cap = int(_sample_rng(self.seed, self.epoch, s["__key__"]).integers(
             len(j["captions"]))) if self.train else 0
-        from howtocap.encoders.mee import max_pool_frames
-
         return (max_pool_frames(decode_npy(s["emb.npy"])), j["captions"][cap], j["video_id"])
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of ``size`` items (the last may be shorter)."""
+    it = iter(items)
+    return iter(lambda: list(islice(it, size)), [])
 
 
 def _by_video(samples: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
     """Runs of up to ``size`` consecutive same-video samples (shards are in video order)."""
-    run: list[dict[str, Any]] = []
-    for s in samples:
-        if run and (len(run) == size or s["json"]["video_id"] != run[0]["json"]["video_id"]):
-            yield run
-            run = []
-        run.append(s)
-    if run:
-        yield run
+    for _, run in groupby(samples, key=lambda s: s["json"]["video_id"]):
+        yield from _chunks(run, size)
 
 
 class ShardStream(torch.utils.data.IterableDataset):
-    """One rank's training samples for one epoch, in chunks of up to ``chunk`` items.
-
-    Each loader worker reads every ``num_workers``-th of the rank's shards through a shuffle
-    buffer of ``buffer`` units (a unit is one sample, or ``group`` clips of one video kept
-    together as the mee loss's hard negatives), drops held-out videos and applies ``item``.
-    """
+    """One rank's training samples for one epoch, in chunks of up to ``chunk`` items: each
+    loader worker reads every ``num_workers``-th shard through a shuffle buffer of ``buffer``
+    units (a sample, or ``group`` clips of one video kept as the mee loss's hard negatives)."""
 
     def __init__(self, urls: list[str], held: frozenset[str], item: Callable[[dict], Any], *,
                  seed: int, epoch: int, rank: int, buffer: int, chunk: int,
@@ -382,16 +353,9 @@ class ShardStream(torch.utils.data.IterableDataset):
         rng = random.Random(f"{self.seed}/{self.epoch}/{self.rank}/{wid}")
         samples = (s for s in iter_samples(self.urls[wid::nw])
                    if s["json"]["video_id"] not in self.held)
-        units = _by_video(samples, self.group)
-        out: list[Any] = []
-        for unit in wds.shuffle(self.buffer, min(self.buffer, 100), rng=rng)(units):
-            for s in unit:
-                out.append(self.item(s))
-                if len(out) == self.chunk:
-                    yield out
-                    out = []
-        if out:
-            yield out
+        units = wds.shuffle(self.buffer, min(self.buffer, 100), rng=rng)(
+            _by_video(samples, self.group))
+        yield from _chunks((self.item(s) for unit in units for s in unit), self.chunk)
 
 
 def stream_batches(ds: ShardStream, n_batches: int, batch_size: int, num_workers: int
@@ -401,7 +365,7 @@ def stream_batches(ds: ShardStream, n_batches: int, batch_size: int, num_workers
     if n_batches <= 0:
         return
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers,
-                                         collate_fn=_identity, persistent_workers=False)
+                                         collate_fn=_identity)
     items = (x for chunk in loader for x in chunk)
     try:
         for _ in range(n_batches):

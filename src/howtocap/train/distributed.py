@@ -1,8 +1,6 @@
-"""Several processes under ``torchrun`` (``WORLD_SIZE`` > 1: gloo on CPU, NCCL on GPU).
-
-Each rank takes an equal shard of the epoch's draws; InfoNCE scores each rank's texts against
-the clips of *all* ranks (an autograd-aware all-gather), as CLIP does, so the effective batch is
-``batch_size * world_size``. Alone, every helper here is the identity.
+"""Several processes under ``torchrun`` (``WORLD_SIZE`` > 1: gloo on CPU, NCCL on GPU). Each
+rank takes an equal shard of the draws; as in CLIP, InfoNCE scores its texts against *all*
+ranks' clips (an autograd-aware all-gather): the effective batch is ``batch_size * world_size``.
 """
 
 from __future__ import annotations
@@ -36,18 +34,13 @@ def setup_distributed(device: str | torch.device | None) -> tuple[int, int, torc
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """All ranks' rows, concatenated; the gradient flows back to each rank's own rows.
-
-    Every rank's loss depends on every rank's rows, so a row's gradient is the sum over ranks
-    of the gathered gradient (an all-reduce), sliced back to this rank.
-    """
+    """All ranks' rows, concatenated. Every rank's loss depends on every row, so a row's
+    gradient is the sum over ranks (an all-reduce), sliced back to this rank."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, x.contiguous())
         ctx.rank, ctx.n = dist.get_rank(), len(x)
-        return torch.cat(parts, 0)
+        return _all_gather(x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
@@ -63,9 +56,11 @@ def gather_all(x: torch.Tensor, world: int) -> torch.Tensor:
 @torch.no_grad()
 def gather_nograd(x: torch.Tensor, world: int) -> torch.Tensor:
     """All ranks' rows, no gradient (momentum embeddings and ids for the queue)."""
-    if world == 1:
-        return x
-    parts = [torch.empty_like(x) for _ in range(world)]
+    return x if world == 1 else _all_gather(x)
+
+
+def _all_gather(x: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, 0)
 

@@ -15,11 +15,10 @@ LOG_COLUMNS = ["epoch", "steps", "loss", "loss_main", "reg", "logit_scale", "lr"
 
 def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
     """``train_log.csv`` (one row per epoch; epoch 0 = before training) and ``train_log.png``."""
-    rows = [{k: r.get(k, "") for k in LOG_COLUMNS} for r in history]
     buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, LOG_COLUMNS)
+    w = csv.DictWriter(buf, LOG_COLUMNS, restval="", extrasaction="ignore")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows(history)
     atomic_write_text(out / "train_log.csv", buf.getvalue())
     import matplotlib
 
@@ -29,15 +28,13 @@ def write_logs(out: Path, history: list[dict[str, Any]]) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     tr = [r for r in history if r["epoch"] > 0]
     a.plot([r["epoch"] for r in tr], [r["loss"] for r in tr], "o-", label="train loss")
-    a.set_xlabel("epoch")
-    a.set_ylabel("loss")
+    a.set(xlabel="epoch", ylabel="loss")
     a.legend()
     for k in ("R@1", "R@5", "R@10"):
         pts = [(r["epoch"], r[k]) for r in history if k in r]
         if pts:
             b.plot(*zip(*pts, strict=True), "o-", label=k)
-    b.set_xlabel("epoch (0 = before training)")
-    b.set_ylabel("held-out text→video recall (%)")
+    b.set(xlabel="epoch (0 = before training)", ylabel="held-out text→video recall (%)")
     if b.lines:
         b.legend()
     fig.tight_layout()

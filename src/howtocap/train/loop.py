@@ -1,14 +1,10 @@
-"""The run loop shared by the dual encoder and the HowTo100M baseline.
+"""The run loop shared by the dual encoder and the HowTo100M baseline (what is trained and on
+what is the task's: ``train.tasks``): AMP on CUDA only, gradient clipping, DDP under torchrun.
 
-Per step: autocast + GradScaler on CUDA only, gradient clipping, the optimizer and schedule of
-``train.schedule``; DDP wraps the task's model when launched by ``torchrun``
-(``train.distributed``). What is trained and on what is the task's (``train.tasks``).
-
-Every epoch ends with an evaluation on held-out videos (text-to-video R@K), a row in
-``train_log.csv``, a refreshed ``train_log.png`` (``train.logs``) and an atomic checkpoint. All
-randomness of epoch ``e`` is drawn from ``(seed, e)`` and the optimizer/scheduler/scaler/RNG
-states (and the task's momentum model and queue) are saved, so ``resume`` continues
-bit-for-bit where an interrupted run stopped (on the CPU); from shards, at epoch boundaries.
+Every epoch ends with a held-out evaluation, a row in ``train_log.csv``, ``train_log.png`` and
+an atomic checkpoint. Epoch ``e`` draws all its randomness from ``(seed, e)`` and every state
+(optimizer, scheduler, scaler, RNG, the task's extras) is saved, so ``resume`` continues
+bit-for-bit (on the CPU; from shards, at epoch boundaries).
 """
 
 from __future__ import annotations
@@ -17,8 +13,8 @@ import contextlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,27 +35,18 @@ from howtocap.train.logs import write_logs
 from howtocap.train.schedule import make_optimizer, make_scheduler
 from howtocap.train.tasks import DualTask, held_out_metrics, make_task, set_train_mode
 
-__all__ = ["LoopResult", "run"]
-
-
-@dataclass
-class LoopResult:
-    checkpoint: Path
-    history: list[dict[str, Any]] = field(default_factory=list)
-    epochs_run: int = 0
-    resumed_from: int = 0
-    model: nn.Module | None = None
-
+__all__ = ["run"]
 
 def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
         *, resume: bool, device: str | torch.device | None, progress: bool = True,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-        shards: ShardSource | None = None) -> LoopResult:
-    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty)."""
+        shards: ShardSource | None = None
+        ) -> tuple[Path, list[dict[str, Any]], int, int, nn.Module]:
+    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty).
+    Returns the checkpoint, the history, the epochs run, the epoch resumed from, the model."""
     rank, world, dev = setup_distributed(device)
     show = progress and rank == 0
     out = Path(cfg.out_dir)
-    ckpt_dir = out / "ckpt"
     torch.manual_seed(cfg.seed)
     n_train = shards.n_train if shards is not None else len(train_clips)
     n_eval = shards.n_eval if shards is not None else len(eval_clips)
@@ -71,7 +58,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     start_epoch, step, history = 0, 0, []
     run_id = uuid.uuid4().hex[:8]
-    existing = ckpt_dir / ck.CKPT_NAME
+    existing = out / "ckpt" / ck.CKPT_NAME
     state: dict[str, Any] | None = None
     if existing.exists():
         if not resume:
@@ -90,8 +77,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     if n_batches == 0:
         raise HowtocapError(f"too few training clips ({n_train}) for {world} process(es) and "
                             f"batches of {cfg.batch_size}")
-    total = n_batches * cfg.epochs
-    sched = make_scheduler(opt, cfg, total)
+    sched = make_scheduler(opt, cfg, n_batches * cfg.epochs)
     if state is not None:
         task.model.load_state_dict(state["model"])
         try:
@@ -120,16 +106,14 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     if start_epoch == 0 and rank == 0 and task.eval_clips:
         history.append({"epoch": 0, "steps": 0, **held_out_metrics(task)})
     ckpt_path = existing
-    epochs_run = 0
     for epoch in range(start_epoch, cfg.epochs):
         torch.manual_seed(cfg.seed * 100003 + epoch)  # dropout etc.: same draws after a resume
         set_train_mode(task)
         n, batches = task.batches(epoch)
-        t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, {}
-        prog = progress_bar(f"epoch {epoch + 1}/{cfg.epochs}",
-                            TextColumn("loss {task.fields[loss]:.4f}"), transient=True,
-                            disable=not show)
-        with prog:
+        t0, pairs, loss_sum, parts_sum = time.perf_counter(), 0, 0.0, Counter[str]()
+        with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}",
+                          TextColumn("loss {task.fields[loss]:.4f}"), transient=True,
+                          disable=not show) as prog:
             bar = prog.add_task("train", total=n, loss=float("nan"))
             for batch in batches:
                 with (torch.autocast(device_type="cuda", dtype=torch.float16) if use_amp
@@ -147,8 +131,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                 step += 1
                 pairs += len(batch[2])
                 loss_sum += loss.item()
-                for k, val in parts.items():
-                    parts_sum[k] = parts_sum.get(k, 0.0) + val
+                parts_sum.update(parts)
                 prog.update(bar, advance=1, loss=loss.item())
         secs = time.perf_counter() - t0
         row: dict[str, Any] = {"epoch": epoch + 1, "steps": step, "loss": loss_sum / max(1, n),
@@ -165,7 +148,7 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                          "scaler": scaler.state_dict() if use_amp else {},
                          "rng": rng, "epoch": epoch + 1, "step": step, "config": cfg.model_dump(),
                          "history": history, **task.extra_state()}
-            ckpt_path = ck.save_checkpoint(ckpt_dir, state_out, meta)
+            ckpt_path = ck.save_checkpoint(existing.parent, state_out, meta)
             write_logs(out, history)
             if show:
                 metrics = "  ".join(f"{k} {row[k]:.1f}" for k in ("R@1", "R@5", "R@10")
@@ -173,10 +156,10 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
                 console.print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  {metrics}",
                               highlight=False)
         barrier(world)
-        epochs_run += 1
         if on_epoch_end is not None:
             on_epoch_end(row)
+    epochs_run = max(0, cfg.epochs - start_epoch)
     if rank == 0 and history and epochs_run == 0:
         write_logs(out, history)
-    return LoopResult(ckpt_path, history, epochs_run, start_epoch, task.model)
+    return ckpt_path, history, epochs_run, start_epoch, task.model
 

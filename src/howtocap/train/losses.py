@@ -1,8 +1,5 @@
-"""Training objectives: symmetric InfoNCE, HowTo100M's max-margin ranking, the frozen-copy pull.
-
-All functions take L2-normalised embeddings; row ``i`` of the text batch belongs to row ``i`` of
-the video batch.
-"""
+"""Training objectives: symmetric InfoNCE, HowTo100M's max-margin ranking, the frozen-copy pull
+(on L2-normalised embeddings; text row ``i`` belongs to video row ``i``)."""
 
 from __future__ import annotations
 
@@ -14,11 +11,9 @@ from torch import nn
 def info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Tensor | float,
              *, text_all: torch.Tensor | None = None, video_all: torch.Tensor | None = None,
              offset: int = 0) -> torch.Tensor:
-    """Symmetric InfoNCE: mean of text->video and video->text cross-entropy over the batch.
-
-    Under DDP pass the gathered batches as ``text_all``/``video_all`` and this rank's first row
-    index in them as ``offset``: the local rows are then scored against every rank's rows.
-    """
+    """Symmetric InfoNCE (mean of text->video and video->text cross-entropy). Under DDP the
+    local rows are scored against every rank's (``text_all``/``video_all``), this rank's first
+    row in them at ``offset``."""
     text_all = text if text_all is None else text_all
     video_all = video if video_all is None else video_all
     targets = torch.arange(len(text), device=text.device) + offset
@@ -29,15 +24,12 @@ def info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Tensor 
 
 def max_margin_ranking(sim: torch.Tensor, video_ids: list[str] | None = None,
                        margin: float = 0.1, same_video_share: float = 0.5) -> torch.Tensor:
-    """Bidirectional hinge ranking loss of HowTo100M with weighted negatives.
+    """HowTo100M's bidirectional hinge ranking loss with weighted negatives.
 
-    ``sim[i, j]`` scores text ``i`` against clip ``j``; the diagonal holds the positives. For each
-    positive both its row (other clips for the text) and its column (other texts for the clip)
-    are negatives. When ``video_ids`` is given, negatives from the same video as the positive get
-    ``same_video_share`` of the total negative weight (the paper's "half of the negatives from the
-    same video": they differ only in *what happens*, not in the scene), the rest is spread over
-    the other videos; a positive with no same-video negative in the batch weighs all others
-    equally. Returns the weighted mean hinge over positives.
+    ``sim[i, j]`` scores text ``i`` against clip ``j`` (positives on the diagonal); a positive's
+    row and column are its negatives. With ``video_ids``, those of the positive's video get
+    ``same_video_share`` of the weight (the paper's "half of the negatives from the same video":
+    they differ in *what happens*, not in the scene); lacking either kind, all weigh the same.
     """
     n = sim.shape[0]
     pos = sim.diag()
@@ -51,15 +43,13 @@ def max_margin_ranking(sim: torch.Tensor, video_ids: list[str] | None = None,
     else:
         codes = {v: k for k, v in enumerate(dict.fromkeys(video_ids))}
         vid = torch.tensor([codes[v] for v in video_ids], device=sim.device)
-        same = (vid.view(-1, 1) == vid.view(1, -1)) & off
-        other = ~(vid.view(-1, 1) == vid.view(1, -1))
+        eq = vid.view(-1, 1) == vid.view(1, -1)
+        same, other = eq & off, ~eq
         n_same = same.sum(1, keepdim=True).float()
         n_other = other.sum(1, keepdim=True).float()
-        both = (n_same > 0) & (n_other > 0)
-        w_same = torch.where(both, same_video_share / n_same.clamp(min=1),
-                             1.0 / (n_same + n_other).clamp(min=1))
-        w_other = torch.where(both, (1 - same_video_share) / n_other.clamp(min=1),
-                              1.0 / (n_same + n_other).clamp(min=1))
+        both, even = (n_same > 0) & (n_other > 0), 1.0 / (n_same + n_other).clamp(min=1)
+        w_same = torch.where(both, same_video_share / n_same.clamp(min=1), even)
+        w_other = torch.where(both, (1 - same_video_share) / n_other.clamp(min=1), even)
         w = same.float() * w_same + other.float() * w_other
     return (hinge * w).sum(1).mean()
 
@@ -68,10 +58,9 @@ def frozen_copy_regulariser(text: torch.Tensor, video: torch.Tensor,
                             text_ref: torch.Tensor, video_ref: torch.Tensor) -> torch.Tensor:
     """``1 - (mean cos(f(c), f*(c)) + mean cos(g(v), g*(v))) / 2``: 0 while at the frozen copy.
 
-    HowToCaption's second round keeps the fine-tuned model near its starting point by
-    *maximising* the similarity of its embeddings to a frozen copy's (the reference code adds
-    ``-weight * (cos_v + cos_t) / 2``). We add the constant 1 so the logged term is a distance
-    (>= 0, 0 at initialisation); the gradient is the same. Multiply by alpha outside.
+    HowToCaption's second round keeps the model near its start by *maximising* the similarity
+    to a frozen copy (its code adds ``-weight * (cos_v + cos_t) / 2``); the constant 1 makes the
+    logged term a distance (0 at initialisation), with the same gradient. Times alpha outside.
     """
     cos_t = F.cosine_similarity(text, text_ref.detach(), dim=-1).mean()
     cos_v = F.cosine_similarity(video, video_ref.detach(), dim=-1).mean()
@@ -82,12 +71,9 @@ def frozen_copy_regulariser(text: torch.Tensor, video: torch.Tensor,
 def soft_info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Tensor | float,
                   text_keys: torch.Tensor, video_keys: torch.Tensor,
                   t2v_targets: torch.Tensor, v2t_targets: torch.Tensor) -> torch.Tensor:
-    """InfoNCE against any candidate set with target *distributions* (ALBEF/BLIP's ITC).
-
-    ``text_keys``/``video_keys`` are the candidates (this batch, possibly from the momentum
-    model, then the queue); row ``i`` of ``t2v_targets`` is how text ``i``'s probability mass
-    should spread over ``video_keys``. With one-hot targets over the batch this is ``info_nce``.
-    """
+    """InfoNCE against any candidates (``text_keys``/``video_keys``: the batch, perhaps from
+    the momentum model, then the queue) with target *distributions* over them (ALBEF/BLIP's
+    ITC); with one-hot targets over the batch this is ``info_nce``."""
     t2v = logit_scale * text @ video_keys.t()
     v2t = logit_scale * video @ text_keys.t()
     lt = -(F.log_softmax(t2v, dim=1) * t2v_targets).sum(1).mean()
@@ -98,11 +84,8 @@ def soft_info_nce(text: torch.Tensor, video: torch.Tensor, logit_scale: torch.Te
 def itc_targets(ids: torch.Tensor, key_ids: torch.Tensor, teacher_logits: torch.Tensor | None,
                 soft: float) -> torch.Tensor:
     """``soft * softmax(teacher) + (1 - soft) * positives`` per row (ALBEF's distillation).
-
-    Positives are the candidates holding the same clip (``ids == key_ids``), spread evenly, as
-    BLIP's retrieval fine-tune does with its image ids: on a small data set the queue holds
-    other views of the batch's own clips, which must not be pushed away as negatives.
-    """
+    Positives are all candidates of the same clip, spread evenly (BLIP's image ids): on a small
+    data set the queue holds other views of the batch's clips, which must not be negatives."""
     pos = (ids.view(-1, 1) == key_ids.view(1, -1)).float()
     hard = pos / pos.sum(1, keepdim=True).clamp(min=1.0)
     if soft <= 0 or teacher_logits is None:
@@ -119,12 +102,9 @@ def ema_update(online: nn.Module, momentum_model: nn.Module, m: float) -> None:
 
 
 class FeatureQueue(nn.Module):
-    """A FIFO memory bank of the momentum model's text and video embeddings and their clip ids.
-
-    It starts empty and fills up to ``size`` (BLIP starts from random unit vectors; an empty
-    start adds no noise negatives to a short run); then each batch overwrites the oldest rows.
-    Buffers, so the queue travels in the checkpoint and a resumed run continues it.
-    """
+    """A FIFO bank of the momentum model's text and video embeddings and their clip ids, in
+    buffers (it travels in the checkpoint). It starts empty, not as BLIP's random unit vectors:
+    an empty start adds no noise negatives to a short run."""
 
     def __init__(self, size: int, dim: int) -> None:
         super().__init__()

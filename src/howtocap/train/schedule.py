@@ -28,14 +28,11 @@ def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Decay matrices only: decaying biases, norm gains or the temperature only hurts."""
-    decay, no_decay = [], []
-    for _, p in module.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    if not decay and not no_decay:
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
         raise HowtocapError("the model has no trainable parameters")
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
 def make_optimizer(cfg: TrainConfig, module: nn.Module) -> torch.optim.Optimizer:

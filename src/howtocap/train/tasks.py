@@ -1,20 +1,16 @@
-"""What is trained, on what, and how it is scored: one class per model and data source (the
-models and their recipes are in docs/train.md).
-
-``ShardDualTask`` and ``ShardMEETask`` stream this rank's share of WebDataset shards through a
-shuffle buffer instead of indexing clips held in memory; an epoch is still a function of
-``(seed, epoch)``. The loop (``train.loop``) sees a task through ``identity``, ``prepare``,
-``batches``, ``loss``, ``after_step``, ``extra_state``/``load_extra_state`` (the momentum model
-and queue travel in the checkpoint, so resume stays exact) and ``embed_eval``.
+"""What is trained, on what, and how it is scored: one class per model and data source
+(docs/train.md). The shard tasks stream this rank's share of WebDataset shards through a
+shuffle buffer instead of holding clips in memory; an epoch is still a function of ``(seed,
+epoch)``. A task's ``extras`` (momentum model, queue) travel in the checkpoint: resume is exact.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,42 +24,14 @@ from howtocap.errors import HowtocapError
 from howtocap.io.pairs import Clip
 from howtocap.metrics import retrieval_metrics
 from howtocap.progress import progress_bar
+from howtocap.train import data, losses
 from howtocap.train.config import TrainConfig
-from howtocap.train.data import (
-    ClipBatches,
-    DecodeFrames,
-    DualItem,
-    MEEItem,
-    PixelCache,
-    SampleFrames,
-    ShardSource,
-    ShardStream,
-    batch_loader,
-    epoch_draws,
-    grouped_batches,
-    held_out_samples,
-    sample_clip,
-    shard_batches,
-    stream_batches,
-)
 from howtocap.train.distributed import barrier, gather_all, gather_nograd
-from howtocap.train.losses import (
-    FeatureQueue,
-    ema_update,
-    frozen_copy_regulariser,
-    info_nce,
-    itc_targets,
-    max_margin_ranking,
-    soft_info_nce,
-)
 
 
 def freeze_except(model: DualModel, pattern: str) -> None:
-    """Train only parameters whose name matches ``pattern`` (and a learnable temperature).
-
-    Freezing the towers and training a small head is far cheaper: no backward pass runs through
-    a frozen tower.
-    """
+    """Train only parameters whose name matches ``pattern`` (and a learnable temperature): no
+    backward pass runs through a frozen tower, so training a small head is far cheaper."""
     try:
         rx = re.compile(pattern)
     except re.error as exc:
@@ -79,19 +47,9 @@ def freeze_except(model: DualModel, pattern: str) -> None:
             p.requires_grad_(False)
 
 
-M = TypeVar("M", bound=nn.Module)
-
-
-def _frozen(module: M) -> M:
-    for p in module.parameters():
-        p.requires_grad_(False)
-    return module.eval()
-
-
 class Task:
     """What every task holds and, by default, a task with nothing to keep but its weights."""
 
-    kind: str
     model: nn.Module
 
     def __init__(self, cfg: TrainConfig, train: list[Clip], held: list[Clip],
@@ -103,17 +61,28 @@ class Task:
     def after_step(self) -> None:
         """Nothing to update beside the optimiser's step."""
 
-    def extra_state(self) -> dict[str, Any]:
+    def extras(self) -> dict[str, nn.Module]:
+        """What the checkpoint holds beside the weights, by its key there."""
         return {}
 
+    def extra_state(self) -> dict[str, Any]:
+        return {name: mod.state_dict() for name, mod in self.extras().items()}
+
     def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        """Nothing beyond the weights."""
+        for name, mod in self.extras().items():
+            if name not in state:
+                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
+                                    "resume with the recipe/options it was trained with")
+            try:
+                mod.load_state_dict(state[name])
+            except RuntimeError:
+                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
+                                    "run's (another --queue-size?); resume with the same "
+                                    "options") from None
 
 
 class DualTask(Task):
     """Fine-tune the whole encoder (every parameter that requires grad) with InfoNCE."""
-
-    kind = "dual"
 
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
@@ -121,19 +90,19 @@ class DualTask(Task):
         self.model = DualModel(encoder, cfg.temperature).to(device)
         if cfg.train_params:
             freeze_except(self.model, cfg.train_params)
-        self.frozen = _frozen(copy.deepcopy(self.model)) if cfg.alpha > 0 else None
-        self.momentum_model = _frozen(copy.deepcopy(self.model)) if cfg.momentum > 0 else None
-        self.queue = FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
+        self.frozen, self.momentum_model = (
+            copy.deepcopy(self.model).requires_grad_(False).eval() if wanted else None
+            for wanted in (cfg.alpha > 0, cfg.momentum > 0))
+        self.queue = losses.FeatureQueue(cfg.queue_size, encoder.dim).to(device) \
             if cfg.queue_size > 0 else None
         self.frames: Callable[..., np.ndarray] = self.frame_source(cfg, encoder.image_size)
         self.net: nn.Module = self.model
-        self.soft_labels = cfg.soft_labels
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
         if cfg.frames == "pixels":
-            return PixelCache(self.cache / "pixels", size)
+            return data.PixelCache(self.cache / "pixels", size)
         if cfg.frames == "decode":
-            return DecodeFrames(size)
+            return data.DecodeFrames(size)
         raise HowtocapError(f"--frames must be decode or pixels, not {cfg.frames!r}")
 
     def identity(self) -> dict:
@@ -141,41 +110,36 @@ class DualTask(Task):
                                 temperature=self.cfg.temperature)
 
     def prepare(self, show: bool) -> None:
-        if not isinstance(self.frames, PixelCache):
+        if not isinstance(self.frames, data.PixelCache):
             return
         if self.rank == 0:
-            vids = {c.video_id: c for c in self.train_clips + self.eval_clips}
-            for c in _track(list(vids.values()), "caching frames", show):
+            for c in _videos(self.train_clips + self.eval_clips, "caching frames", show):
                 self.frames.build(c)
         barrier(self.world)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        draws = epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
-                            crop_scale=self.cfg.crop_scale)
-        plan = shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
-        ds = ClipBatches(self.train_clips, plan, self.frames)
-        return len(plan), batch_loader(ds, self.cfg.num_workers)
-
-    @property
-    def blip_style(self) -> bool:
-        return self.momentum_model is not None or self.queue is not None or self.soft_labels > 0
+        draws = data.epoch_draws(self.train_clips, epoch, self.cfg.seed, self.cfg.frames_per_clip,
+                                 crop_scale=self.cfg.crop_scale)
+        plan = data.shard_batches(draws, self.cfg.batch_size, self.rank, self.world)
+        ds = data.ClipBatches(self.train_clips, plan, self.frames)
+        return len(plan), data.batch_loader(ds, self.cfg.num_workers)
 
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         frames, texts = batch[0], batch[1]
         t, v, scale = self.net(frames, texts)
-        if self.blip_style:
+        if self.momentum_model is not None or self.queue is not None or self.cfg.soft_labels > 0:
             main = self.itc_loss(frames, texts, batch[3], t, v, scale)
         elif self.world > 1:
-            main = info_nce(t, v, scale, text_all=gather_all(t, self.world),
-                            video_all=gather_all(v, self.world), offset=self.rank * len(t))
+            main = losses.info_nce(t, v, scale, text_all=gather_all(t, self.world),
+                                   video_all=gather_all(v, self.world), offset=self.rank * len(t))
         else:
-            main = info_nce(t, v, scale)
+            main = losses.info_nce(t, v, scale)
         parts = {"loss_main": main.item(), "logit_scale": scale.item()}
         if self.frozen is None:
             return main, parts
         with torch.no_grad():
             t_ref, v_ref, _ = self.frozen(frames, texts)
-        reg = frozen_copy_regulariser(t, v, t_ref, v_ref)
+        reg = losses.frozen_copy_regulariser(t, v, t_ref, v_ref)
         parts["reg"] = reg.item()
         return main + self.cfg.alpha * reg, parts
 
@@ -190,74 +154,50 @@ class DualTask(Task):
                 t_m, v_m, _ = self.momentum_model(frames, texts)
             else:
                 t_m, v_m = t.detach(), v.detach()
-            t_all, v_all = gather_nograd(t_m, self.world), gather_nograd(v_m, self.world)
-            ids_all = gather_nograd(ids, self.world)
-            tk, vk, idk = t_all, v_all, ids_all
+            batch_all = [gather_nograd(x, self.world) for x in (t_m, v_m, ids)]
+            tk, vk, idk = batch_all
             if self.queue is not None:
-                tq, vq, iq = self.queue.contents()
-                tk, vk, idk = torch.cat([t_all, tq]), torch.cat([v_all, vq]), torch.cat([ids_all,
-                                                                                          iq])
-            s = scale.detach()
-            t2v_m = s * t_m.float() @ vk.float().t() if self.soft_labels > 0 else None
-            v2t_m = s * v_m.float() @ tk.float().t() if self.soft_labels > 0 else None
-            tgt_t2v = itc_targets(ids, idk, t2v_m, self.soft_labels)
-            tgt_v2t = itc_targets(ids, idk, v2t_m, self.soft_labels)
+                tk, vk, idk = (torch.cat(p) for p in zip(batch_all, self.queue.contents(),
+                                                         strict=True))
+            soft, s = self.cfg.soft_labels, scale.detach()
+            t2v_m = s * t_m.float() @ vk.float().t() if soft > 0 else None
+            v2t_m = s * v_m.float() @ tk.float().t() if soft > 0 else None
+            tgt_t2v = losses.itc_targets(ids, idk, t2v_m, soft)
+            tgt_v2t = losses.itc_targets(ids, idk, v2t_m, soft)
         if self.momentum_model is None:  # online keys keep their gradient (plain InfoNCE)
             tk, vk = gather_all(t, self.world), gather_all(v, self.world)
-        loss = soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
+        loss = losses.soft_info_nce(t, v, scale, tk, vk, tgt_t2v, tgt_v2t)
         if self.queue is not None:
-            self.queue.enqueue(t_all, v_all, ids_all)
+            self.queue.enqueue(*batch_all)
         return loss
 
     def after_step(self) -> None:
         if self.momentum_model is not None:
-            ema_update(self.model, self.momentum_model, self.cfg.momentum)
+            losses.ema_update(self.model, self.momentum_model, self.cfg.momentum)
 
-    def extra_state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.momentum_model is not None:
-            out["momentum_model"] = self.momentum_model.state_dict()
-        if self.queue is not None:
-            out["queue"] = self.queue.state_dict()
-        return out
-
-    def load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        for name, mod in (("momentum_model", self.momentum_model), ("queue", self.queue)):
-            if mod is None:
-                continue
-            if name not in state:
-                raise HowtocapError(f"{path}: the checkpoint has no {name.replace('_', ' ')}; "
-                                    "resume with the recipe/options it was trained with")
-            try:
-                mod.load_state_dict(state[name])
-            except RuntimeError:
-                raise HowtocapError(f"{path}: its {name.replace('_', ' ')} does not match this "
-                                    "run's (another --queue-size?); resume with the same "
-                                    "options") from None
+    def extras(self) -> dict[str, nn.Module]:
+        return {name: mod for name, mod in (("momentum_model", self.momentum_model),
+                                            ("queue", self.queue)) if mod is not None}
 
     @torch.no_grad()
     def embed_eval(self) -> tuple[torch.Tensor, torch.Tensor]:
-        draws = epoch_draws(self.eval_clips, 0, 0, self.cfg.eval_frames or self.cfg.frames_per_clip,
-                            train=False)
-        plan = shard_batches(draws, self.cfg.eval_batch_size)
-        ts, vs = [], []
-        for frames, texts, *_ in batch_loader(ClipBatches(self.eval_clips, plan, self.frames),
-                                             self.cfg.num_workers):
-            t, v, _ = self.model(frames, texts)
-            ts.append(t.float().cpu())
-            vs.append(v.float().cpu())
+        draws = data.epoch_draws(self.eval_clips, 0, 0,
+                                 self.cfg.eval_frames or self.cfg.frames_per_clip, train=False)
+        plan = data.shard_batches(draws, self.cfg.eval_batch_size)
+        loader = data.batch_loader(data.ClipBatches(self.eval_clips, plan, self.frames),
+                                   self.cfg.num_workers)
+        ts, vs = zip(*((t.float().cpu(), v.float().cpu()) for t, v, _ in
+                       (self.model(frames, texts) for frames, texts, *_ in loader)), strict=True)
         return torch.cat(ts), torch.cat(vs)
 
 
 class MEETask(Task):
     """HowTo100M's gated embedding units on frozen, cached features (max-margin ranking)."""
 
-    kind = "mee"
-
     def __init__(self, cfg: TrainConfig, encoder: Encoder, train: list[Clip], held: list[Clip],
                  device: torch.device, rank: int, world: int) -> None:
         super().__init__(cfg, train, held, device, rank, world)
-        self.encoder = _frozen(encoder)
+        self.encoder = encoder.requires_grad_(False).eval()
         self.model = JointEmbedding(encoder.dim, encoder.dim, cfg.mee_dim).to(device)
         self.net: nn.Module = self.model
 
@@ -270,27 +210,20 @@ class MEETask(Task):
         from howtocap.encoders.cache import frame_embeddings
 
         clips = self.train_clips + self.eval_clips
-        per_video: dict[str, Any] = {}
-        for c in _track(list({c.video_id: c for c in clips}.values()), "frame embeddings", show):
-            per_video[c.video_id] = frame_embeddings(c.video_path, self.encoder, fps=1.0,
-                                                     cache_dir=self.cache)
+        per_video = {c.video_id: frame_embeddings(c.video_path, self.encoder, fps=1.0,
+                                                  cache_dir=self.cache)
+                     for c in _videos(clips, "frame embeddings", show)}
         self.video = torch.from_numpy(np.stack([
             max_pool_clip(np.asarray(per_video[c.video_id].emb), per_video[c.video_id].fps,
                           c.start, c.end) for c in clips]))
-        texts = [t for c in clips for t in c.captions]
-        emb = torch.from_numpy(self.encoder.encode_texts(texts))
-        self.text: list[torch.Tensor] = []
-        i = 0
-        for c in clips:
-            self.text.append(emb[i:i + len(c.captions)])
-            i += len(c.captions)
+        emb = torch.from_numpy(self.encoder.encode_texts([t for c in clips for t in c.captions]))
+        self.text: list[torch.Tensor] = list(emb.split([len(c.captions) for c in clips]))
         self.n_train = len(self.train_clips)
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        groups = grouped_batches(self.train_clips, self.cfg.batch_size, self.cfg.clips_per_video,
-                                 epoch, self.cfg.seed)
-        n = len(groups) // self.world
-        mine = groups[self.rank:n * self.world:self.world]
+        groups = data.grouped_batches(self.train_clips, self.cfg.batch_size,
+                                      self.cfg.clips_per_video, epoch, self.cfg.seed)
+        mine = groups[self.rank:len(groups) // self.world * self.world:self.world]
         rng = np.random.default_rng([self.cfg.seed, epoch, 3])
         pick = [int(rng.integers(len(c.captions))) for c in self.train_clips]
         out = [(self.video[idx], torch.stack([self.text[i][pick[i]] for i in idx]),
@@ -300,7 +233,7 @@ class MEETask(Task):
     def loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         video, text, vids = batch
         v, t = self.net(video.to(self.device), text.to(self.device))
-        loss = max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
+        loss = losses.max_margin_ranking(t @ v.t(), vids, margin=self.cfg.margin)
         return loss, {"loss_main": loss.item()}
 
     @torch.no_grad()
@@ -314,15 +247,15 @@ class MEETask(Task):
 class ShardDualTask(DualTask):
     """``DualTask`` streaming frames from WebDataset shards (``content: frames``)."""
 
-    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: data.ShardSource,
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "frames":
-            raise HowtocapError(f"{source.root}: holds frame embeddings; the dual encoder "
+            raise HowtocapError(f"{source.shards.root}: holds frame embeddings; the dual encoder "
                                 "fine-tunes on frames: export with --content frames (or train "
                                 "--model mee on these shards)")
         if cfg.frames_per_clip > int(meta["frames_per_clip"]):
-            raise HowtocapError(f"{source.root}: the shards hold {meta['frames_per_clip']} "
+            raise HowtocapError(f"{source.shards.root}: the shards hold {meta['frames_per_clip']} "
                                 f"frames per clip; pass --frames-per-clip "
                                 f"{meta['frames_per_clip']} or less, or export more frames")
         self.source = source
@@ -330,39 +263,39 @@ class ShardDualTask(DualTask):
         super().__init__(cfg, encoder, [], [], device, rank, world)
 
     def frame_source(self, cfg: TrainConfig, size: int) -> Callable[..., np.ndarray]:
-        return DecodeFrames(size)  # not used: frames come from the shards
+        return data.DecodeFrames(size)  # not used: frames come from the shards
 
-    def item(self, epoch: int, train: bool = True) -> DualItem:
+    def item(self, epoch: int, train: bool = True) -> data.DualItem:
         k = self.cfg.frames_per_clip if train else min(
             self.cfg.eval_frames or self.cfg.frames_per_clip, len(self.frame_keys))
-        return DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
-                        self.cfg.crop_scale if train else None)
+        return data.DualItem(self.frame_keys, k, self.cfg.seed, epoch, train,
+                             self.cfg.crop_scale if train else None)
 
     def prepare(self, show: bool) -> None:
         if self.rank == 0:
-            held = held_out_samples(self.source)
-            self.eval_clips = [sample_clip(s) for s in held]
-            self.frames = SampleFrames(held, self.item(0, train=False))
+            held = data.held_out_samples(self.source)
+            self.eval_clips = [data.sample_clip(s) for s in held]
+            self.frames = data.SampleFrames(held, self.item(0, train=False))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
         n, batches = _stream(self, self.source, self.item(epoch), epoch)
-        return n, ((np.stack([b[0] for b in batch]), [b[1] for b in batch],
-                    [b[2] for b in batch], [b[3] for b in batch]) for batch in batches)
+        return n, ((np.stack(f), list(t), list(v), list(k))
+                    for f, t, v, k in (zip(*batch, strict=True) for batch in batches))
 
 
 class ShardMEETask(MEETask):
     """``MEETask`` streaming per-second frame embeddings from shards (``content: embeddings``);
     captions are embedded per batch by the frozen encoder."""
 
-    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: ShardSource,
+    def __init__(self, cfg: TrainConfig, encoder: Encoder, source: data.ShardSource,
                  device: torch.device, rank: int, world: int) -> None:
         meta = source.shards.meta
         if meta["content"] != "embeddings":
-            raise HowtocapError(f"{source.root}: holds frames; mee trains on frozen frame "
+            raise HowtocapError(f"{source.shards.root}: holds frames; mee trains on frozen frame "
                                 "embeddings: export with --content embeddings --encoder "
                                 f"{cfg.encoder} (or train mee on the run directory)")
         if meta["encoder_name"] != encoder.name:
-            raise HowtocapError(f"{source.root}: holds embeddings of encoder "
+            raise HowtocapError(f"{source.shards.root}: holds embeddings of encoder "
                                 f"{meta['encoder_name']!r}, not {encoder.name!r}; train with "
                                 f"--encoder {meta['encoder']}")
         self.source = source
@@ -372,36 +305,35 @@ class ShardMEETask(MEETask):
         self.n_train = 0
         if self.rank != 0:
             return
-        held = held_out_samples(self.source)
-        self.eval_clips = [sample_clip(s) for s in held]
+        held = data.held_out_samples(self.source)
+        self.eval_clips = [data.sample_clip(s) for s in held]
         if not held:
             return
-        item = MEEItem(self.cfg.seed, 0, train=False)
+        item = data.MEEItem(self.cfg.seed, 0, train=False)
         self.video = torch.from_numpy(np.stack([item(s)[0] for s in held]))
-        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0]
-                                                          for c in self.eval_clips]))
-        self.text = [emb[i:i + 1] for i in range(len(held))]
+        emb = torch.from_numpy(self.encoder.encode_texts([c.captions[0] for c in self.eval_clips]))
+        self.text = list(emb.split(1))
 
     def batches(self, epoch: int) -> tuple[int, Iterable[Any]]:
-        n, batches = _stream(self, self.source, MEEItem(self.cfg.seed, epoch), epoch,
+        n, batches = _stream(self, self.source, data.MEEItem(self.cfg.seed, epoch), epoch,
                              group=self.cfg.clips_per_video)
 
         def assemble(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-            texts = torch.from_numpy(self.encoder.encode_texts([b[1] for b in batch]))
-            return torch.from_numpy(np.stack([b[0] for b in batch])), texts, \
-                [b[2] for b in batch]
+            video, texts, vids = zip(*batch, strict=True)
+            emb = torch.from_numpy(self.encoder.encode_texts(list(texts)))
+            return torch.from_numpy(np.stack(video)), emb, list(vids)
 
         return n, (assemble(b) for b in batches)
 
 
-def _stream(task: Task, source: ShardSource, item: Callable[..., Any], epoch: int,
+def _stream(task: Task, source: data.ShardSource, item: Callable[..., Any], epoch: int,
             **group: int) -> tuple[int, Iterable[list[Any]]]:
     """This rank's shuffled share of the shards for ``epoch``, in lists of decoded items."""
     cfg = task.cfg
     urls, n = source.plan(epoch, cfg.seed, task.rank, task.world, cfg.batch_size)
-    ds = ShardStream(urls, source.held, item, seed=cfg.seed, epoch=epoch, rank=task.rank,
-                     buffer=cfg.shuffle_buffer, chunk=cfg.batch_size, **group)
-    return n, stream_batches(ds, n, cfg.batch_size, cfg.num_workers)
+    ds = data.ShardStream(urls, source.held, item, seed=cfg.seed, epoch=epoch, rank=task.rank,
+                          buffer=cfg.shuffle_buffer, chunk=cfg.batch_size, **group)
+    return n, data.stream_batches(ds, n, cfg.batch_size, cfg.num_workers)
 
 
 def set_train_mode(task: Task) -> None:
@@ -415,27 +347,21 @@ def set_train_mode(task: Task) -> None:
             m.eval()
 
 
-def _track(items: list[Any], what: str, show: bool) -> Iterable[Any]:
-    if not show:
-        yield from items
-        return
-    with progress_bar(what, transient=True) as prog:
-        task = prog.add_task(what, total=len(items))
-        for it in items:
-            yield it
-            prog.advance(task)
+def _videos(clips: list[Clip], what: str, show: bool) -> Iterator[Clip]:
+    """One clip of each video, under a progress bar when ``show``."""
+    with progress_bar(what, transient=True, disable=not show) as prog:
+        yield from prog.track(list({c.video_id: c for c in clips}.values()), description=what)
 
 
 def make_task(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip],
-              eval_clips: list[Clip], shards: ShardSource | None, device: torch.device,
+              eval_clips: list[Clip], shards: data.ShardSource | None, device: torch.device,
               rank: int, world: int) -> Task:
     """The task for ``cfg.model`` (the encoder moved to ``device``); ``shards``: streamed."""
     if shards is not None:
         return (ShardDualTask if cfg.model == "dual" else ShardMEETask)(
             cfg, encoder.to(device), shards, device, rank, world)
-    if cfg.model == "dual":
-        return DualTask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
-    return MEETask(cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
+    return (DualTask if cfg.model == "dual" else MEETask)(
+        cfg, encoder.to(device), train_clips, eval_clips, device, rank, world)
 
 
 def held_out_metrics(task: Task) -> dict[str, float]:

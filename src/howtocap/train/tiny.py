@@ -1,9 +1,8 @@
 """A tiny, randomly initialised Hugging Face CLIP folder, for CI and smoke tests.
 
-No CLIP weights or vocabulary can be downloaded here, so CI trains this instead: the real
-``transformers`` CLIP architecture at toy size, with a byte-level tokenizer (every byte is a
-token, no merges) written from scratch. ``howtocap.encoders.create("hf:<folder>")`` loads it like
-any hub model, so the whole training path (tokenizer, towers, checkpoint, reload) is exercised.
+No CLIP weights or vocabulary can be downloaded in CI: the real ``transformers`` CLIP at toy
+size, with a byte-level tokenizer (no merges), loads through ``encoders.create("hf:<folder>")``
+like any hub model, so the whole training path (tokenizer, towers, checkpoint) is exercised.
 """
 
 from __future__ import annotations
@@ -14,26 +13,15 @@ from pathlib import Path
 import torch
 
 
-def _byte_chars() -> list[str]:
-    """GPT-2/CLIP's reversible byte -> printable character table."""
-    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-            + list(range(ord("®"), ord("ÿ") + 1)))
-    chars, extra = keep[:], 0
-    for b in range(256):
-        if b not in keep:
-            chars.append(256 + extra)
-            extra += 1
-    return [chr(c) for c in chars]
-
-
 def make_tiny_clip(folder: str | Path, *, width: int = 32, layers: int = 1, dim: int = 16,
                    image_size: int = 32, patch_size: int = 8, seed: int = 0) -> str:
     """Write config, random weights and tokenizer to ``folder``; returns ``"hf:<folder>"``."""
     from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    chars = _byte_chars()
+    chars = list(bytes_to_unicode().values())  # GPT-2/CLIP's reversible byte -> char table
     vocab = {c: i for i, c in enumerate(chars)}
     vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
     bos, eos = 512, 513
