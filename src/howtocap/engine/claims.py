@@ -57,15 +57,13 @@ class Owner:
         if held.get("host") != self.host:
             return age > self.lease
         pid = int(held.get("pid", 0))
-        if pid == self.pid:
-            return False
-        return _start_ticks(pid) != held.get("started") or not _start_ticks(pid)
+        ticks = _start_ticks(pid)
+        return pid != self.pid and (not ticks or ticks != held.get("started"))
 
 
 def try_claim(path: Path, owner: Owner) -> bool:
-    """Take the lock file ``path`` (created with O_EXCL) as ``owner``'s: True when taken
-    (or already ours), False when a live process holds it; a dead holder's lock is taken
-    over. So two processes never work on the same (stage, shard)."""
+    """Take the lock file ``path`` (O_EXCL) as ``owner``'s: True when taken (or already ours),
+    False when a live process holds it; a dead holder's is taken over."""
     for _ in range(5):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -96,8 +94,8 @@ def try_claim(path: Path, owner: Owner) -> bool:
 
 def _drop_stale(path: Path, owner: Owner) -> None:
     """Remove a dead holder's lock file, asked again under an ``flock`` of a guard file: two
-    processes that both found it dead would otherwise both take it (the later one removing
-    the lock the first had just made). The flock goes with its process, so it never stays."""
+    processes that both found it dead would otherwise both take it (the later removing the
+    lock the first had just made)."""
     import fcntl
 
     with open(path.with_name(path.name + ".guard"), "a") as guard:

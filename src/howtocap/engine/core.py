@@ -1,16 +1,13 @@
-"""One stage over many videos, a shard at a time: pick the shards with work left, claim each,
-feed its videos to a runner, commit results in chunks, finish the shard, show progress.
-
-Only this module (through ``RunDir`` and its ``ShardWriter``) writes results, records and
-claims; stages compute, runners decide where. A re-run redoes only what has no ``ok`` record.
-"""
+"""One stage over many videos, a shard at a time: claim each shard with work left, feed its
+videos to a runner, commit results in chunks, finish the shard. Only this module (through
+``RunDir``) writes results, records and claims; a re-run redoes what has no ``ok`` record."""
 
 from __future__ import annotations
 
 import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -82,14 +79,8 @@ class StageSummary:
 
     def add(self, other: StageSummary) -> StageSummary:
         """This summary plus the stage's run over other videos."""
-        self.done += other.done
-        self.skipped += other.skipped
-        self.claimed_elsewhere += other.claimed_elsewhere
-        self.failed += other.failed
-        self.warned += other.warned
-        self.seconds += other.seconds
-        self.failed_before += other.failed_before
-        self.gave_up += other.gave_up
+        for f in fields(self)[1:]:
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
@@ -106,11 +97,6 @@ class SettingsChanged(HowtocapError):
     """A stage re-run with settings other than those its results were made with."""
 
 
-def stage_fingerprint(stage: Stage) -> dict[str, Any]:
-    fp = getattr(stage, "fingerprint", None)
-    return fp() if callable(fp) else {"stage": stage.name}
-
-
 def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = False,
                    check_only: bool = False,
                    fingerprints: dict[str, dict[str, Any]] | None = None,
@@ -123,7 +109,9 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
-    fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
+    fps = {st.name: (fingerprints or {}).get(st.name)
+           or (st.fingerprint() if callable(getattr(st, "fingerprint", None))
+               else {"stage": st.name}) for st in stages}
     olds = {st.name: rundir.fingerprints.read(st.name) for st in stages}
     with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
     for st in stages:
@@ -158,10 +146,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
 
 @dataclass(frozen=True)
 class Batching:
-    """How a stage's work is cut: finished videos are committed every ``size`` videos, or
-    once the oldest waited ``seconds`` (a kill loses the chunk in flight); ``shard_size``:
-    the videos of a shard, for a run directory made now (an existing one keeps its own).
-    The flags are ``engine.options.BatchConfig``'s."""
+    """How a stage's work is cut (``engine.options.BatchConfig``'s flags): a kill loses the
+    chunk in flight; ``shard_size`` applies to a run directory made now."""
 
     size: int = BATCH_SIZE
     seconds: float = BATCH_SECONDS
@@ -172,16 +158,14 @@ def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummar
           ) -> tuple[list[Any], dict[str, int]]:
     """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
     and the attempts each has had; counts what is skipped into ``summary``."""
-    found = dict(zip(recs.column("video_id").to_pylist(),
-                     zip(*(recs.column(c).to_pylist() for c in _SELECT_COLS), strict=True),
-                     strict=True)) if recs.num_rows else {}
+    found = {r[0]: r[1:] for r in zip(*(recs.column(c).to_pylist()
+                                        for c in ("video_id", *_SELECT_COLS)), strict=True)}
     todo: list[Any] = []
     attempts: dict[str, int] = {}
-    seen: set[str] = set()
-    for it in items:
-        if it.video_id in seen:
-            continue  # given twice: done once (its rows would be written twice)
-        seen.add(it.video_id)
+    unique: dict[str, Any] = {}
+    for it in items:  # given twice: done once (its rows would be written twice)
+        unique.setdefault(it.video_id, it)
+    for it in unique.values():
         rec = found.get(it.video_id)
         if rec is None:
             todo.append(it)
@@ -207,8 +191,8 @@ _SELECT_COLS = ("status", "config_id", "cause", "attempts")
 
 def _by_shard(rundir: RunDir, items: Sequence[Any],
               shards: Iterable[int] | None) -> Iterator[tuple[int, list[Any]]]:
-    """``(shard, its items)`` in shard order, within ``shards`` when given. Items the run
-    has not numbered yet are recorded first."""
+    """``(shard, its items)`` in shard order, within ``shards``; unnumbered items are recorded
+    first."""
     ids = [it.video_id for it in items]
     ks = rundir.shard_of(ids)
     if (ks < 0).any():
@@ -240,14 +224,10 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
               batching: Batching | None = None, shards: Iterable[int] | None = None
               ) -> StageSummary:
-    """Run ``stage`` on every item (of these ``shards`` and this ``--shard K/N`` when given)
-    that has no ``ok`` record yet (every item when ``skip_done`` is off: for stages whose
-    own cache makes a repeat cheap), a shard at a time, each claimed first.
-
-    A video that failed before stays failed unless ``retry_failed`` and it has failed fewer
-    than ``max_attempts`` times; one that failed because a service was down is retried
-    anyway. ``cid``: the stage's config id (``prepare_stages`` is called when not given).
-    With a runner of several ``processes``, whole shards run in that many processes."""
+    """Run ``stage`` on every item (of ``shards`` and ``--shard K/N``) without an ``ok`` record
+    (every item when ``skip_done`` is off: a stage whose own cache makes a repeat cheap).
+    A failed video stays failed unless ``retry_failed`` and it failed under ``max_attempts``
+    times; one failed because a service was down is retried anyway."""
     from howtocap.engine.runners import LocalRunner
 
     if cid is None:
@@ -359,8 +339,8 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
             sh.writer.release()
 
     def commit(res: VideoResult) -> None:
-        k = owner_of.pop(res.video_id, None)
-        sh = opened.get(k) if k is not None else None
+        k = owner_of.pop(res.video_id, -1)
+        sh = opened.get(k)
         if res.fatal or sh is None:  # not the video's fault: no record, redone later
             if res.fatal:
                 down.append(res.message)
@@ -461,13 +441,9 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
             return None
         if t is None:
             continue
-        ranges = _video_ranges(t)
-        if columnar:
-            cols = {c: _column_values(c, col) for c, col in
-                    zip(t.column_names, t.columns, strict=True)}
-            tables[name] = (cols, ranges)
-        else:
-            tables[name] = (t.to_pandas(), ranges)
+        data = {c: _column_values(c, t.column(c)) for c in t.column_names} if columnar \
+            else t.to_pandas()
+        tables[name] = (data, _video_ranges(t))
 
     def inputs(video_id: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -519,7 +495,6 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
     """One chunk of a shard's results (``ShardWriter.commit``): every row and record carry
     the stage's ``config_id``; a failed video has no rows (its newest record, the failure,
     supersedes an older result)."""
-    rundir = writer.rundir
     tables: dict[str, list[Any]] = {}
     records = []
     for res in sorted(results, key=attrgetter("video_id")):
@@ -531,8 +506,11 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
                     else:
                         df = df.assign(config_id=config_id)
                 tables.setdefault(name, []).append(df)
-        if res.internal:
-            _log_error(rundir, stage, res)
+        if res.internal:  # an append-only log, not a result: a torn entry harms nothing
+            with disk_full_as(writer.rundir.error_log):
+                writer.rundir.error_log.parent.mkdir(parents=True, exist_ok=True)
+                with writer.rundir.error_log.open("a") as fh:
+                    fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
         records.append(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
                                     " ".join(res.message.split())[:500], res.seconds,
                                     warnings=len(res.warnings),
@@ -551,10 +529,3 @@ def _one_table(name: str, parts: list[Any]) -> Any:
     dfs = [p.to_pandas() if isinstance(p, Rows) else p for p in parts]
     return pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]
 
-
-def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
-    log = rundir.error_log
-    with disk_full_as(log):  # an append-only log, not a result: a torn entry harms nothing
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a") as fh:
-            fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")

@@ -19,7 +19,6 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Node:
-
     name: str
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
@@ -29,11 +28,9 @@ class Node:
 
     @classmethod
     def of(cls, stage: Any) -> Node:
-        def get(attr: str) -> tuple[str, ...]:
-            return tuple(getattr(stage, attr, ()) or ())
-
-        return cls(stage.name, get("reads"), get("writes"), get("reads_cache"),
-                   get("writes_cache"), get("reduce_writes"))
+        return cls(stage.name, *(tuple(getattr(stage, f, ()) or ()) for f in
+                                 ("reads", "writes", "reads_cache", "writes_cache",
+                                  "reduce_writes")))
 
     @property
     def makes(self) -> set[str]:
@@ -69,22 +66,16 @@ class StageGraph:
     def downstream(self, name: str) -> tuple[str, ...]:
         """Every stage computed, directly or not, from ``name``'s results, upstream first
         (ties by name)."""
-        seen: set[str] = set()
-        todo = self.children(name)
+        left: set[str] = set()
+        todo = [name]
         while todo:
-            n = todo.pop()
-            if n not in seen and n != name:
-                seen.add(n)
-                todo += self.children(n)
+            todo += [c for c in self.children(todo.pop()) if c != name and c not in left]
+            left.update(todo)
         order: list[str] = []
-        left = set(seen)
-        while left:  # Kahn's order within the reachable stages
-            ready = sorted(n for n in left
-                           if not any(n in self.children(m) for m in left if m != n))
-            if not ready:  # a cycle: no order to respect, keep the names sorted
-                ready = sorted(left)
-            order.append(ready[0])
-            left.discard(ready[0])
+        while left:  # Kahn's order within the reachable stages (a cycle: by name)
+            ready = [n for n in left if not any(n in self.children(m) for m in left - {n})]
+            order.append(min(ready or left))
+            left.discard(order[-1])
         return tuple(order)
 
     def tables(self, name: str) -> tuple[str, ...]:
@@ -102,8 +93,7 @@ class StageGraph:
 
     def is_source(self, name: str) -> bool:
         """Reads no table: every input video reaches it."""
-        node = self.nodes.get(name)
-        return node is not None and not node.reads
+        return name in self.nodes and not self.nodes[name].reads
 
 
 @cache

@@ -77,9 +77,3 @@ def status_writes(path: Path) -> list[str]:
     except (FileNotFoundError, pa.ArrowException, OSError, ValueError):
         return []
 
-
-def to_records(table: Any) -> list[StatusRecord]:
-    """Arrow rows of a status file as records (small runs, tests)."""
-    return [StatusRecord(**{**row, "metrics": json.loads(row.get("metrics") or "{}")})
-            for row in table.select([c for c in table.column_names
-                                     if c in RECORD_COLS]).to_pylist()]

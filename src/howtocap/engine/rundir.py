@@ -1,15 +1,12 @@
-"""The run directory: the run's videos, numbered once, and each stage's tables a shard at a
-time (the layout and its guarantees: docs/runs.md).
-
-Shard k is videos ``[k*S, (k+1)*S)`` of ``videos.parquet``. A stage writes each table as a
-folder of Parquet files, one per shard, then the shard's status file (a row per video): a shard
-is finished iff its status file exists. So a table is read as a dataset, stage B's shard k
-reads stage A's shard k, and nothing is merged. An unfinished shard commits finished videos in
-chunks (``work/<stage>/shard-k/``), so a kill loses only the videos in flight.
-"""
+"""The run directory (layout and guarantees: docs/runs.md): shard k is videos ``[k*S, (k+1)*S)``
+of ``videos.parquet``; a stage writes a Parquet file per table per shard, then the shard's
+status file (finished iff it exists), so stage B's shard k reads stage A's and nothing is
+merged. An unfinished shard commits chunks (``work/<stage>/shard-k/``): a kill loses only the
+videos in flight."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -109,14 +106,12 @@ class RunDir:
         return -(-self.video_count() // self.shard_size)
 
     def video_count(self) -> int:
-        """Rows of ``videos.parquet`` (its footer; 0 without one)."""
         import pyarrow.parquet as pq
 
         path = self.table_path("videos")
         return pq.read_metadata(path).num_rows if path.exists() else 0
 
     def shard_videos(self, k: int, columns: Sequence[str] = ("video_id",)) -> Any:
-        """Shard k's rows of ``videos.parquet`` (its row group k)."""
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(self.table_path("videos")).read_row_group(k, list(columns))
@@ -155,12 +150,10 @@ class RunDir:
         return self._index[1]
 
     def record_videos(self, items: Iterable[Any]) -> int:
-        """Number the videos not yet in ``videos.parquet`` (in the order given, after the
-        others) with the files they came from; returns how many videos the run has.
-        ``items`` are video items, or Arrow arrays of ids (a text-only run: a source's 1.2M
+        """Number the videos not yet in ``videos.parquet`` (after the others) with their files;
+        returns how many the run has. ``items``: video items, or Arrow arrays of ids (1.2M
         ids never become Python objects). A video given twice keeps its first place and its
-        last paths; an empty path never erases one recorded before (``align --videos``
-        attaches files to a run captioned from ``--subtitles``)."""
+        last paths; an empty path never erases a recorded one (``align --videos``)."""
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
@@ -168,23 +161,20 @@ class RunDir:
         schema = arrow_schema("videos")
 
         def tables() -> Iterator[Any]:
-            cols: tuple[list[str], list[str], list[str]] = ([], [], [])
-            for it in items:
+            rows: list[tuple[str, str, str]] = []
+            for it in itertools.chain(items, [None]):
                 if isinstance(it, pa.Array | pa.ChunkedArray):
                     empty = pa.repeat(pa.scalar("", pa.string()), len(it))
                     yield pa.table([it.cast(pa.string()), empty, empty], schema=schema)
-                    continue
-                for c, v in zip(cols, (it.video_id, str(it.video_path or ""),
-                                       str(it.subtitle_path or "")), strict=True):
-                    c.append(v)
-                if len(cols[0]) >= VIDEO_CHUNK:
-                    yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
-                    for c in cols:
-                        c.clear()
-            yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
+                elif it is not None:
+                    rows.append((it.video_id, str(it.video_path or ""),
+                                 str(it.subtitle_path or "")))
+                if rows and (it is None or len(rows) >= VIDEO_CHUNK):
+                    yield pa.table(list(zip(*rows, strict=True)), schema=schema)
+                    rows = []
 
         path = self.table_path("videos")
-        new = pa.concat_tables(tables())
+        new = pa.concat_tables([schema.empty_table(), *tables()])
         new = new.take(_last_rows(new.column("video_id")))
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else schema.empty_table()
@@ -212,8 +202,7 @@ class RunDir:
         return table.num_rows
 
     def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
-        """Record video files for videos this run already has: ``(ids attached, ids this run
-        does not know)``; unknown ids are left out (a folder of more videos adds none)."""
+        """Record files for videos this run has: ``(ids attached, unknown ids left out)``."""
         items = list(items)
         known = self.shard_of([it.video_id for it in items]) >= 0
         attach = [it for it, k in zip(items, known, strict=True) if k and it.video_path]
@@ -228,8 +217,7 @@ class RunDir:
 
     # -- reading tables: every reader outside the engine goes through these -------------
     def table_files(self, name: str) -> list[Path]:
-        """The table's Parquet files in shard order: what ``pyarrow.dataset`` or DuckDB
-        read."""
+        """The table's Parquet files in shard order (for ``pyarrow.dataset`` or DuckDB)."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
         folder = self.root / name
@@ -246,9 +234,8 @@ class RunDir:
 
     def _read(self, path: Path, columns: Sequence[str] | None = None, threads: bool = True
               ) -> Any:
-        """A Parquet file, its page checksums verified (only the ``columns`` it has); None
-        when missing or corrupt (then dropped and listed in ``corrupted``; a corrupt
-        ``videos.parquet`` is an error: the run's numbering cannot be redone)."""
+        """A Parquet file, checksums verified (the ``columns`` it has); None when missing or
+        corrupt (then dropped; a corrupt ``videos.parquet`` raises: its numbering is lost)."""
         import pyarrow as pa
 
         try:
@@ -262,8 +249,7 @@ class RunDir:
             return None
 
     def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The table read whole as a frame (empty, with its columns, when the run has none
-        of it); a corrupt shard file is dropped with a warning, its shard redone."""
+        """The table read whole as a frame (empty, with its columns, when the run has none)."""
         import pyarrow as pa
 
         parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
@@ -274,8 +260,8 @@ class RunDir:
         return df if columns is None else df[[c for c in columns if c in df.columns]]
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
-        """Remove a corrupt file so it is recomputed: a shard's table file takes the status
-        files of the stages that wrote it for that shard (so they redo it)."""
+        """Remove a corrupt file so it is recomputed (a table's shard file takes the status
+        files of the stages that wrote it)."""
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
                       stacklevel=3)
         self.corrupted.append(path)
@@ -287,8 +273,6 @@ class RunDir:
         path.unlink(missing_ok=True)  # after the status: a kill between leaves it redone
 
     def _records(self, path: Path, columns: Sequence[str] | None) -> Any:
-        """A status file's records (``video_id`` and ``columns``); None when missing, or
-        corrupt (then dropped)."""
         t = self._read(path, record_columns(columns), threads=False)
         return None if t is None else t.replace_schema_metadata()
 
@@ -299,9 +283,8 @@ class RunDir:
                 if p.is_dir() and next(p.iterdir(), None) is not None}
 
     def records(self, stage: str, columns: Sequence[str] | None = None) -> Iterator[Any]:
-        """Every video's newest record of ``stage`` (finished shards, and the chunks of
-        unfinished ones) as Arrow tables of ``video_id`` and ``columns``, a shard at a
-        time."""
+        """Every video's newest record of ``stage`` (finished shards and unfinished ones'
+        chunks): Arrow tables of ``video_id`` and ``columns``, a shard at a time."""
         finished = {shard_number(p): p for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
         working = {int(p.name[len("shard-"):]) for p in
                    (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
@@ -313,8 +296,8 @@ class RunDir:
 
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
              ) -> list[bool]:
-        """Which of these videos ``stage`` finished: ``ok`` in a finished shard whose
-        ``table`` file (when named) is whole: what a later stage may read."""
+        """Which videos ``stage`` finished (``ok`` in a finished shard whose ``table`` file,
+        when named, is whole): what a later stage may read."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -331,9 +314,8 @@ class RunDir:
         return out.tolist()
 
     def _whole(self, table: str, k: int) -> bool:
-        """Whether shard k's file of ``table`` (if any) reads whole, checked once a process
-        per file version: what a later stage reads is verified before it counts as done. A
-        corrupt one is dropped (its shard redone)."""
+        """Whether shard k's file of ``table`` (if any) reads whole; checked once a process
+        per file version, a corrupt one dropped."""
         path = self.shard_path(table, k)
         try:
             key = (path, path.stat().st_mtime_ns)
@@ -346,8 +328,7 @@ class RunDir:
         return True
 
     def forget(self, stage: str, video_ids: Iterable[str]) -> None:
-        """Take these videos' results of ``stage`` back (their shards rewritten without
-        them): they are redone."""
+        """Take these videos' results of ``stage`` back (their shards rewritten): redone."""
         ids = sorted(set(video_ids))
         shards = self.shard_of(ids)
         owner = Owner.me()
@@ -365,8 +346,8 @@ class RunDir:
                 w.release()
 
     def invalidate(self, stage: str, tables: Iterable[str]) -> None:
-        """Forget a stage's results (``--redo``): its status, chunks, tables, fingerprint
-        and timing. The fingerprint goes last, so a kill midway still refuses."""
+        """Forget a stage's results (``--redo``); the fingerprint last: a kill midway still
+        refuses."""
         for path in [self.root / "status" / stage, self.root / "work" / stage,
                      *(self.root / t for t in tables)]:
             if path.is_dir():
@@ -378,8 +359,7 @@ class RunDir:
 
 
 class ShardWriter:
-    """One stage on one shard: its claim, the chunks committed while it runs, and the final
-    files that finish it (table files, then the status file)."""
+    """One stage on one shard: its claim, chunks, and the final files (status last)."""
 
     def __init__(self, rundir: RunDir, stage: str, k: int, writes: tuple[str, ...]) -> None:
         self.rundir, self.stage, self.k, self.writes = rundir, stage, k, writes
@@ -398,16 +378,14 @@ class ShardWriter:
             self.claim_path.parent.parent.rmdir()
 
     def chunk_ids(self) -> list[str]:
-        """The chunks committed so far (their status file exists), in commit order."""
+        """The chunks committed (their status file exists), in commit order."""
         return sorted(p.name[:-len(".status.parquet")]
                       for p in self.work.glob("*.status.parquet"))
 
-    def _status_of(self, source: str) -> Path:
-        """The status file of the final shard ("") or of a chunk."""
+    def _status_of(self, source: str) -> Path:  # of the final shard ("") or a chunk
         return self.status if source == "" else self.work / f"{source}.status.parquet"
 
     def _file(self, source: str, table: str) -> Path:
-        """A table's file of the final shard ("") or of a chunk."""
         return self.rundir.shard_path(table, self.k) if source == "" \
             else self.work / f"{source}.{table}.parquet"
 
@@ -427,8 +405,7 @@ class ShardWriter:
         return t.take(_last_rows(t.column("video_id")))
 
     def commit(self, records: Sequence[Any], tables: dict[str, Any]) -> None:
-        """One chunk: a file per table, then its status file, so a chunk exists iff its
-        status file does."""
+        """One chunk: a file per table, then its status file (the chunk exists iff it does)."""
         import pyarrow.parquet as pq
 
         if not self._chunks:  # numbered after the shard's chunks so far (a dead holder's too):
@@ -444,9 +421,8 @@ class ShardWriter:
         refresh_claim(self.claim_path)
 
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
-        """The shard's final files from its earlier final files and its chunks (each video's
-        rows from where its newest record is), ``drop`` left out; the status file last,
-        then the work folder goes."""
+        """The shard's final files from its earlier ones and its chunks (a video's rows from
+        where its newest record is), ``drop`` left out; the status file last."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -505,10 +481,9 @@ class ShardWriter:
         self._clear_work()
 
     def _move(self, cid: str) -> bool:
-        """A shard done in one chunk: the chunk's files (already grouped by video in id
-        order) are hard-linked into place, the status file last, instead of read and
-        written again; the chunk stays whole until then, so a kill midway finishes the same
-        way. False when a file is not whole or links fail here (then the long way)."""
+        """A shard done in one chunk: its files hard-linked into place (status last), not
+        read and written again; the chunk stays whole, so a kill midway finishes the same
+        way. False when a file is not whole or links fail (then the long way)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -530,7 +505,6 @@ class ShardWriter:
         return True
 
     def _clear_work(self) -> None:
-        """The finished shard's work folder goes, and its stage's folders once empty."""
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
@@ -576,9 +550,8 @@ def _last_rows(ids: Any) -> np.ndarray:
 
 def _write_rows(path: Path, table: str, data: Any) -> None:
     """A table's rows (a frame or Arrow) to ``path`` in the schema's types, grouped by video
-    in id order (a stable sort keeps each video's rows in their order)."""
+    in id order (a stable sort)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     if isinstance(data, pd.DataFrame):
@@ -591,10 +564,7 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
             i = data.schema.get_field_index(f.name)
             if i >= 0 and data.schema.field(i).type != f.type:
                 data = data.set_column(i, f, data.column(i).cast(f.type))
-    if "video_id" in data.column_names and data.num_rows > 1:
-        ids = data.column("video_id")
-        n = data.num_rows
-        if not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, n - 1))).as_py():
-            data = data.take(pc.sort_indices(data, sort_keys=[("video_id", "ascending")]))
+    if "video_id" in data.column_names:
+        data = data.sort_by("video_id")
     atomic_write(path, lambda tmp: pq.write_table(
         data, tmp, write_page_checksum=True, use_dictionary=parquet_dictionary(data.schema)))
