@@ -12,7 +12,7 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,41 +172,16 @@ class CorruptFile(HowtocapError):
     """A Parquet file that is truncated or whose checksums do not match."""
 
 
-def corrupt_parquet(path: Path, exc: BaseException, width: int = 120) -> CorruptFile:
+def corrupt_parquet(path: Path, exc: BaseException) -> CorruptFile:
     """A Parquet file that would not read, as one line: its path and pyarrow's reason."""
     return CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                       f"({' '.join(str(exc).split())[:width]})")
+                       f"({' '.join(str(exc).split())[:120]})")
 
 
-def read_parquet(path: Path, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_parquet`` verifying page checksums; a torn or corrupt file raises
-    ``CorruptFile`` naming it (a missing file stays ``FileNotFoundError``)."""
-    import pyarrow as pa
-
-    try:
-        return pd.read_parquet(path, page_checksum_verification=True, **kwargs)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise corrupt_parquet(path, exc) from None
-
-
-def read_arrow(path: Path, columns: Sequence[str] | None = None, *, present: bool = False,
-               use_threads: bool = True) -> Any:
-    """A Parquet file as Arrow, checksums verified (``present``: the ``columns`` it has).
-    Not ``pq.read_table``: its dataset set-up costs several times a shard file's read."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path, page_checksum_verification=True) as f:
-        if columns is not None and present:
-            columns = [c for c in columns if c in f.schema_arrow.names]
-        return f.read(columns=columns, use_threads=use_threads)
-
-
-def open_parquet(path: Path, *, verify: bool = True) -> Any:
+def open_parquet(path: Path) -> Any:
     """A Parquet file to read a batch at a time in bounded memory (no ``pre_buffer``: it
     buffers whole column chunks)."""
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(path, page_checksum_verification=verify, pre_buffer=False,
+    return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
                           buffer_size=1 << 16)

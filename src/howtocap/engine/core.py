@@ -98,9 +98,7 @@ class SettingsChanged(HowtocapError):
 
 
 def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = False,
-                   check_only: bool = False,
-                   fingerprints: dict[str, dict[str, Any]] | None = None,
-                   graph: StageGraph | None = None) -> dict[str, str]:
+                   check_only: bool = False, graph: StageGraph | None = None) -> dict[str, str]:
     """Compare each stage's fingerprint with the one its results were made with, before any
     work: equal resumes; different refuses (one line naming the changed settings) unless
     ``redo``, which clears that stage and the stages downstream of it (``graph``; by default
@@ -109,9 +107,8 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
     if not check_only and rundir.root.is_dir():
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
-    fps = {st.name: (fingerprints or {}).get(st.name)
-           or (st.fingerprint() if callable(getattr(st, "fingerprint", None))
-               else {"stage": st.name}) for st in stages}
+    fps = {st.name: st.fingerprint() if callable(getattr(st, "fingerprint", None))
+           else {"stage": st.name} for st in stages}
     olds = {st.name: rundir.fingerprints.read(st.name) for st in stages}
     with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
     for st in stages:
@@ -417,7 +414,7 @@ def _shard_task(k: int, its: list[Any], args: _PlanArgs
     from howtocap.engine import processes
     from howtocap.engine.runners import LocalRunner
 
-    got = processes.shared()
+    got = processes.SHARED
     if "rundir" not in got:
         got.update(rundir=RunDir(got["root"], create=False),
                    runner=LocalRunner(got["workers"]))

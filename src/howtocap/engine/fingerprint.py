@@ -1,9 +1,6 @@
-"""What produced a table row: settings, model identity, prompt text, schema version.
-
-A stage's ``fingerprint()`` is a dict of everything that changes its output; its hash is the
-``config_id`` stored with every status record and row. Resume compares the dict, so a refusal
-can name the settings that changed. Model files are identified by content, hashed once per
-path + size + mtime (a 1 GB GGUF is not re-hashed each run).
+"""What produced a table row: a stage's ``fingerprint()`` (settings, model identity, prompts,
+schema version), hashed into the ``config_id`` of its records and rows. Resume compares the
+dicts, so a refusal names the settings that changed.
 """
 
 from __future__ import annotations
@@ -32,31 +29,27 @@ def config_id(fingerprint: Mapping[str, Any]) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
-def _hash_cache() -> JsonFolder:  # its hashes.json: the model files hashed so far
+def file_hash(path: str | os.PathLike[str]) -> str:
+    """blake2b of a file's bytes, once per (path, size, mtime), remembered in the user cache's
+    hashes.json (a 1 GB GGUF is not re-hashed each run)."""
     from howtocap.bundled import cache_root
 
-    return JsonFolder(cache_root())
-
-
-def file_hash(path: str | os.PathLike[str]) -> str:
-    """blake2b of a file's bytes, computed once per (path, size, mtime) and remembered in the
-    user cache, so a model file is hashed on first use only."""
     p = Path(path).resolve()
     st = p.stat()
     key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
     with _lock:
         if key in _memo:
             return _memo[key]
-        digest = (_hash_cache().read("hashes") or {}).get(key)
+        cache = JsonFolder(cache_root())
+        digest = (cache.read("hashes") or {}).get(key)
         if digest is None:
             h = hashlib.blake2b(digest_size=16)
             with p.open("rb") as fh:
                 while chunk := fh.read(8 << 20):
                     h.update(chunk)
             digest = h.hexdigest()
-            cache = _hash_cache().read("hashes") or {}  # another process may have added some
             with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
-                _hash_cache().write("hashes", {**cache, key: digest})
+                cache.write("hashes", {**(cache.read("hashes") or {}), key: digest})
         _memo[key] = digest
         return digest
 

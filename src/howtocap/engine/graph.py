@@ -10,7 +10,7 @@ the stages, or ``discover`` finds every step's (``howtocap/<step>/stage.py``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -97,7 +97,8 @@ class StageGraph:
 
 
 @cache
-def _discovered() -> tuple[type, ...]:
+def discover() -> StageGraph:
+    """Every step's stages, found by convention (``howtocap/<step>/stage.py``)."""
     from howtocap.engine.stage import BaseStage
 
     root = Path(__file__).resolve().parents[1]
@@ -107,10 +108,4 @@ def _discovered() -> tuple[type, ...]:
         found += [c for c in vars(module).values()
                   if isinstance(c, type) and issubclass(c, BaseStage)
                   and c.__module__ == module.__name__ and c.name]
-    return tuple(found)
-
-
-def discover(extra: Sequence[Any] = ()) -> StageGraph:
-    """Every step's stages, found by convention (``howtocap/<step>/stage.py``), plus
-    ``extra`` (stages defined elsewhere, e.g. a test's)."""
-    return StageGraph([*extra, *_discovered()])
+    return StageGraph(found)
