@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from howtocap.errors import HowtocapError
 
@@ -181,7 +182,5 @@ def corrupt_parquet(path: Path, exc: BaseException) -> CorruptFile:
 def open_parquet(path: Path) -> Any:
     """A Parquet file to read a batch at a time in bounded memory (no ``pre_buffer``: it
     buffers whole column chunks)."""
-    import pyarrow.parquet as pq
-
     return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
                           buffer_size=1 << 16)

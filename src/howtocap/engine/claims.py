@@ -5,8 +5,10 @@ is taken over."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +38,6 @@ class Owner:
 
     @classmethod
     def me(cls) -> Owner:
-        import socket
-
         lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", LEASE))
         return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
 
@@ -96,8 +96,6 @@ def _drop_stale(path: Path, owner: Owner) -> None:
     """Remove a dead holder's lock file, asked again under an ``flock`` of a guard file: two
     processes that both found it dead would otherwise both take it (the later removing the
     lock the first had just made)."""
-    import fcntl
-
     with open(path.with_name(path.name + ".guard"), "a") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         if owner.is_stale(path):  # still the dead holder's, not a new live one

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_as, sweep_temp_files
@@ -462,9 +465,6 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
 
 def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     """Each video's ``[first, end)`` rows in a shard file (grouped by video when written)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if "video_id" not in arrow.column_names or not arrow.num_rows:
         return {}
     runs = pc.run_end_encode(arrow.column("video_id").combine_chunks().cast(pa.string()))
@@ -475,9 +475,6 @@ def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
 def _column_values(name: str, col: Any) -> Any:
     """A shard file's column as ``Rows`` holds it: numbers as numpy, strings as a list
     (one Python object per distinct value outside free text)."""
-    import pyarrow as pa
-    import pyarrow.types as pat
-
     if pat.is_floating(col.type) or pat.is_integer(col.type) or pat.is_boolean(col.type):
         return col.to_numpy()
     if name in FREE_TEXT or col.null_count or not pa.types.is_string(col.type):

@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from howtocap.atomic import (
     CorruptPartWarning,
@@ -105,22 +108,15 @@ class RunDir:
         return -(-self.video_count() // self.shard_size)
 
     def video_count(self) -> int:
-        import pyarrow.parquet as pq
-
         path = self.table_path("videos")
         return pq.read_metadata(path).num_rows if path.exists() else 0
 
     def shard_videos(self, k: int, columns: Sequence[str] = ("video_id",)) -> Any:
-        import pyarrow.parquet as pq
-
         return pq.ParquetFile(self.table_path("videos")).read_row_group(k, list(columns))
 
     def shard_of(self, video_ids: Sequence[str]) -> np.ndarray:
         """The shard of each video (-1: not recorded), by the ids' hashes: 16 bytes a
         recorded video, not a Python string each."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         hashes, order, clash = self._video_index()
         if not len(hashes) or not len(video_ids):
             return np.full(len(video_ids), -1, np.int64)
@@ -135,8 +131,6 @@ class RunDir:
 
     def _video_index(self) -> Any:
         """(sorted hashes of the recorded ids, each one's number, the ids when two clash)."""
-        import pyarrow.parquet as pq
-
         path = self.table_path("videos")
         stamp = path.stat().st_mtime_ns if path.exists() else 0
         if self._index is None or self._index[0] != stamp:
@@ -153,10 +147,6 @@ class RunDir:
         returns how many the run has. ``items``: video items, or Arrow arrays of ids (1.2M
         ids never become Python objects). A video given twice keeps its first place and its
         last paths; an empty path never erases a recorded one (``align --videos``)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         schema = arrow_schema("videos")
 
         def tables() -> Iterator[Any]:
@@ -235,9 +225,6 @@ class RunDir:
               ) -> Any:
         """A Parquet file, checksums verified (the ``columns`` it has); None when missing or
         corrupt (then dropped; a corrupt ``videos.parquet`` raises: its numbering is lost)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         try:
             with pq.ParquetFile(path, page_checksum_verification=True) as f:  # not read_table:
                 names = f.schema_arrow.names  # its set-up costs several times a shard's read
@@ -253,8 +240,6 @@ class RunDir:
 
     def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The table read whole as a frame (empty, with its columns, when the run has none)."""
-        import pyarrow as pa
-
         parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
         if not parts:
             df = empty_table(name) if name in SCHEMAS else pd.DataFrame()
@@ -299,9 +284,6 @@ class RunDir:
              ) -> list[bool]:
         """Which videos ``stage`` finished (``ok`` in a finished shard whose ``table`` file,
         when named, is whole): what a later stage may read."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         shards = self.shard_of(list(video_ids))
         out = np.zeros(len(video_ids), dtype=bool)
         for k in np.unique(shards[shards >= 0]).tolist():
@@ -397,8 +379,6 @@ class ShardWriter:
 
     def records(self, columns: Sequence[str] | None = None) -> Any:
         """Each video's newest record of this shard (final, then chunks: the latest wins)."""
-        import pyarrow as pa
-
         parts = [p for _, p in self._parts(columns)]
         if len(parts) < 2:
             return parts[0] if parts else empty_records(columns)
@@ -407,8 +387,6 @@ class ShardWriter:
 
     def commit(self, records: Sequence[Any], tables: dict[str, Any]) -> None:
         """One chunk: a file per table, then its status file (the chunk exists iff it does)."""
-        import pyarrow.parquet as pq
-
         if not self._chunks:  # numbered after the shard's chunks so far (a dead holder's too):
             # commit order is the number's, not a clock's (one stepped back, or another host's)
             self._chunks = max((int(c.split("-")[0]) for c in self.chunk_ids()), default=0)
@@ -424,9 +402,6 @@ class ShardWriter:
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
         """The shard's final files from its earlier ones and its chunks (a video's rows from
         where its newest record is), ``drop`` left out; the status file last."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         chunks = self.chunk_ids()
         if not drop and len(chunks) == 1 and not self.status.exists() \
                 and self._move(chunks[0]):
@@ -485,9 +460,6 @@ class ShardWriter:
         """A shard done in one chunk: its files hard-linked into place (status last), not
         read and written again; the chunk stays whole, so a kill midway finishes the same
         way. False when a file is not whole or links fail (then the long way)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         status = self._status_of(cid)
         try:  # a torn file has no footer
             pq.read_metadata(status)
@@ -512,8 +484,6 @@ class ShardWriter:
             self.work.parent.parent.rmdir()
 
     def _write_status(self, records: Any) -> None:
-        import pyarrow.parquet as pq
-
         atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
                                                              write_page_checksum=True))
 
@@ -532,9 +502,6 @@ def _last_rows(ids: Any) -> np.ndarray:
     """Positions of each id's last row (rows in commit order: its newest record), in the
     order the ids first appear: a stable sort, not a hash aggregation (``group_by`` took
     twice the CPU and 200 MB more on a million ids)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = len(ids)
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
@@ -552,9 +519,6 @@ def _last_rows(ids: Any) -> np.ndarray:
 def _write_rows(path: Path, table: str, data: Any) -> None:
     """A table's rows (a frame or Arrow) to ``path`` in the schema's types, grouped by video
     in id order (a stable sort)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if isinstance(data, pd.DataFrame):
         df = conform(data, table) if table in SCHEMAS else data
         data = pa.Table.from_pandas(df, preserve_index=False)

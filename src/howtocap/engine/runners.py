@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
+
 from howtocap.engine.stage import Stage, VideoInput, VideoResult, arun_one, run_one
 from howtocap.errors import HowtocapError
 
@@ -158,8 +160,6 @@ class _StageActor:
 
 
 def _run_batch(batch: dict[str, Any], stage: Stage | bytes) -> dict[str, Any]:
-    import numpy as np
-
     if isinstance(stage, bytes):  # a plain task: no models to keep
         stage = pickle.loads(stage)
     results = [pickle.dumps(run_one(stage, pickle.loads(v))) for v in batch["video"]]

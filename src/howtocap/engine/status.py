@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from howtocap.engine.graph import StageGraph
 from howtocap.engine.records import empty_records
@@ -89,9 +91,6 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
     """One stage's counts from its records (Arrow tables of disjoint videos, read as they are
     counted; only the failed rows are kept, in Arrow); seconds summed by one ``math.fsum``
     (exact: the same however the videos were split)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = {"done": 0, "failed": 0, "warned": 0}
     bad, secs = [empty_records(["cause", "attempts"])], []
     for recs in _batched(parts):
@@ -119,8 +118,6 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
 def _batched(parts: Iterable[Any], rows: int = 1 << 16) -> Iterator[Any]:
     """The shards' tables joined into tables of about ``rows``: counting costs a few calls
     per table, which at a thousand videos a shard outweighed the counting itself."""
-    import pyarrow as pa
-
     held: list[Any] = []
     for t in parts:
         held.append(t)
