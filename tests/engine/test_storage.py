@@ -213,15 +213,15 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
 
             out, filler = tmp_path / "run", None
             calls = {"n": 0}
-            real = atomic_mod._fsync_file
+            real = atomic_mod._fsync
 
-            def fail_later(name: str) -> None:
-                calls["n"] += 1
+            def fail_later(name: str, *flags: int) -> None:
+                calls["n"] += not flags  # a file's fsync (a folder's passes flags)
                 if calls["n"] > 25:
                     raise OSError(errno.ENOSPC, "No space left on device", name)
-                real(name)
+                real(name, *flags)
 
-            monkeypatch.setattr(atomic_mod, "_fsync_file", fail_later)
+            monkeypatch.setattr(atomic_mod, "_fsync", fail_later)
         with pytest.raises(DiskFull) as exc:
             caption_run([vids], out, cfg, progress=False)
         msg = str(exc.value)
@@ -314,14 +314,14 @@ def test_a_full_disk_while_a_shard_is_finished_loses_no_chunk(
     from howtocap.engine.core import Batching, run_stage
     from tests.support.stages import ITEMS, Lines
 
-    real = atomic_mod._fsync_file
+    real = atomic_mod._fsync
 
-    def full(name: str) -> None:
-        if f"{os.sep}status{os.sep}" in name:  # the shard's status file: written last
+    def full(name: str, *flags: int) -> None:
+        if f"{os.sep}status{os.sep}" in str(name):  # the shard's status file: written last
             raise OSError(errno.ENOSPC, "No space left on device", name)
-        real(name)
+        real(name, *flags)
 
-    monkeypatch.setattr(atomic_mod, "_fsync_file", full)
+    monkeypatch.setattr(atomic_mod, "_fsync", full)
     rd = RunDir(tmp_path / "run")
     with pytest.raises(DiskFull) as exc:
         run_stage(rd, ITEMS[:6], Lines(), progress=False, batching=Batching(2))
