@@ -13,6 +13,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,23 +57,19 @@ def sweep_temp_files(root: Path) -> int:
     """Remove the temp files a killed writer of this host left in ``root`` and three levels
     below (``work/<stage>/shard-k/``, ``cache/frames/<encoder>/``; not ``index/``); returns how
     many. Streamed with ``scandir``: a cache folder holds a file per video."""
-    removed = 0
-
-    def sweep(folder: str, depth: int) -> None:
-        nonlocal removed
+    def dead(folder: str, depth: int) -> Iterator[str]:
         with os.scandir(folder) as entries:
             for e in entries:
                 if e.name.startswith(".") and e.name.endswith(".tmp"):
-                    m = _TEMP.match(e.name)
-                    if m and dead_here(f"{m.group(1)}~{m.group(2)}"):
-                        Path(e.path).unlink(missing_ok=True)
-                        removed += 1
+                    if (m := _TEMP.match(e.name)) and dead_here(f"{m[1]}~{m[2]}"):
+                        yield e.path
                 elif depth < 3 and e.name != "index" and e.is_dir(follow_symlinks=False):
-                    sweep(e.path, depth + 1)
+                    yield from dead(e.path, depth + 1)
 
-    if root.is_dir():
-        sweep(str(root), 0)
-    return removed
+    gone = list(dead(str(root), 0)) if root.is_dir() else []
+    for path in gone:
+        Path(path).unlink(missing_ok=True)
+    return len(gone)
 
 
 def dead_here(tag: str) -> bool:
@@ -142,11 +139,11 @@ def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | Non
                                                  row_group_size=row_group_size))
 
 
+@dataclass(frozen=True)
 class JsonFolder:
     """Small JSON documents, one per stage or step, written whole; None when unreadable."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    folder: Path
 
     def path(self, name: str) -> Path:
         return self.folder / f"{name}.json"

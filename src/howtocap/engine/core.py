@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,11 +20,13 @@ import pyarrow.types as pat
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_as, sweep_temp_files
+from howtocap.engine import processes
 from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir, ShardWriter
+from howtocap.engine.runners import LocalRunner, Runner
 from howtocap.engine.stage import (
     BATCH_SECONDS,
     BATCH_SIZE,
@@ -35,9 +38,6 @@ from howtocap.engine.stage import (
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.progress import progress_bar
 from howtocap.schemas import FREE_TEXT, SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
-
-if TYPE_CHECKING:
-    from howtocap.engine.runners import Runner
 
 
 @dataclass(frozen=True)
@@ -166,23 +166,19 @@ def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummar
     for it in items:  # given twice: done once (its rows would be written twice)
         unique.setdefault(it.video_id, it)
     for it in unique.values():
-        rec = found.get(it.video_id)
-        if rec is None:
-            todo.append(it)
-            continue
-        status, rec_cid, cause, tries = rec
-        attempts[it.video_id] = int(tries)
-        if not args.skip_done:
+        status, rec_cid, cause, tries = found.get(it.video_id, (None, "", "", 0))
+        if status is not None:
+            attempts[it.video_id] = int(tries)
+        if status is None or not args.skip_done:
             todo.append(it)
         elif status == "ok" and (not rec_cid or rec_cid == args.cid):
             summary.skipped += 1
-        elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service":
-            todo.append(it)  # a record of other settings, or a service was down: redo
-        elif not args.retry_failed or tries >= args.max_attempts:
+        elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service" \
+                or (args.retry_failed and tries < args.max_attempts):
+            todo.append(it)  # other settings, a service was down, or retried: redo
+        else:
             summary.failed_before += 1
             summary.gave_up += args.retry_failed
-        else:
-            todo.append(it)
     return todo, attempts
 
 
@@ -228,8 +224,6 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
     (every item when ``skip_done`` is off: a stage whose own cache makes a repeat cheap).
     A failed video stays failed unless ``retry_failed`` and it failed under ``max_attempts``
     times; one failed because a service was down is retried anyway."""
-    from howtocap.engine.runners import LocalRunner
-
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
@@ -298,7 +292,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
     size, seconds = args.batching.size, args.batching.seconds
     owner = Owner.me()
     opened: dict[int, _Open] = {}
-    totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
+    totals: Counter[str] = Counter()  # the stage's metrics, summed (throughput in `status`)
     down: list[str] = []  # a fatal result (the LLM server is gone): stop feeding work
     owner_of: dict[str, int] = {}  # each video handed out: its shard
 
@@ -349,8 +343,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
         if not sh.pending:
             sh.first = time.monotonic()
         sh.pending.append(res)
-        for key, v in res.metrics.items():
-            totals[key] = totals.get(key, 0.0) + float(v)
+        totals.update({key: float(v) for key, v in res.metrics.items()})
         if not res.ok:
             summary.failed.append((res.video_id, res.message))
         else:
@@ -382,21 +375,18 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
     """``run_plan`` over ``n`` processes (``engine.processes``), a task a shard; the stage's
     totals are written once, here, so the processes never write the same file. A stage
     holding an object its caller built runs here instead."""
-    from howtocap.engine import processes
-
     if not processes.portable(stage):
         console.print(f"{stage.name}: holds a model built by its caller, so it runs in this "
                       "process (--processes needs a stage built from its settings)",
                       highlight=False)
         return run_plan(rundir, plan, stage, runner, args, summary, shown)
-    totals: dict[str, float] = {}
+    totals: Counter[str] = Counter()
     down: list[str] = []
 
     def on_result(got: tuple[StageSummary, dict[str, float], list[str], list[str]]) -> bool:
         part, part_totals, part_down, corrupt = got
         summary.add(part)
-        for key, v in part_totals.items():
-            totals[key] = totals.get(key, 0.0) + v
+        totals.update(part_totals)
         rundir.corrupted.extend(map(type(rundir.root), corrupt))
         if part_down and not down:
             down.append(part_down[0])
@@ -414,9 +404,6 @@ def _shard_task(k: int, its: list[Any], args: _PlanArgs
                 ) -> tuple[StageSummary, dict[str, float], list[str], list[str]]:
     """One shard in a worker process: its summary, metric totals, a fatal result's message
     and the corrupt files found."""
-    from howtocap.engine import processes
-    from howtocap.engine.runners import LocalRunner
-
     got = processes.SHARED
     if "rundir" not in got:
         got.update(rundir=RunDir(got["root"], create=False),

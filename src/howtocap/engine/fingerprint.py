@@ -6,6 +6,7 @@ dicts, so a refusal names the settings that changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -84,10 +85,8 @@ def describe_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         return s if len(s) <= 40 else s[:37] + "..."
 
     def get(d: Mapping[str, Any], dotted: str) -> Any:
-        cur: Any = d
-        for part in dotted.split("."):
-            cur = cur.get(part) if isinstance(cur, Mapping) else None
-        return cur
+        return functools.reduce(lambda cur, part: cur.get(part) if isinstance(cur, Mapping)
+                                else None, dotted.split("."), d)
 
     names = changed(old, new)
     shown = [f"{n} {short(get(old, n))} -> {short(get(new, n))}" for n in names[:4]]

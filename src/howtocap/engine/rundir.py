@@ -186,8 +186,7 @@ class RunDir:
         if not (self.root / "layout.json").exists():
             atomic_write_text(self.root / "layout.json",
                               json.dumps({"layout": LAYOUT, "shard_size": self.shard_size}))
-        atomic_write(path, lambda tmp: pq.write_table(
-            table, tmp, row_group_size=self.shard_size, write_page_checksum=True))
+        _write_parquet(path, table, row_group_size=self.shard_size)
         return table.num_rows
 
     def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
@@ -241,10 +240,8 @@ class RunDir:
     def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The table read whole as a frame (empty, with its columns, when the run has none)."""
         parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
-        if not parts:
-            df = empty_table(name) if name in SCHEMAS else pd.DataFrame()
-        else:
-            df = pa.concat_tables(parts, promote_options="permissive").to_pandas()
+        df = pa.concat_tables(parts, promote_options="permissive").to_pandas() if parts \
+            else empty_table(name) if name in SCHEMAS else pd.DataFrame()
         return df if columns is None else df[[c for c in columns if c in df.columns]]
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
@@ -335,10 +332,9 @@ class RunDir:
                      *(self.root / t for t in tables)]:
             if path.is_dir():
                 shutil.rmtree(path)
-        for t in tables:
-            self.table_path(t).unlink(missing_ok=True)
-        self.stats.path(stage).unlink(missing_ok=True)
-        self.fingerprints.path(stage).unlink(missing_ok=True)
+        for path in [*map(self.table_path, tables), self.stats.path(stage),
+                     self.fingerprints.path(stage)]:
+            path.unlink(missing_ok=True)
 
 
 class ShardWriter:
@@ -394,9 +390,7 @@ class ShardWriter:
         cid = f"{self._chunks:08d}-{time.time_ns():020d}-{os.getpid()}"
         for table, data in tables.items():
             _write_rows(self._file(cid, table), table, data)
-        status = records_table(records, self.stage, self.writes)
-        atomic_write(self._status_of(cid),
-                     lambda tmp: pq.write_table(status, tmp, write_page_checksum=True))
+        _write_parquet(self._status_of(cid), records_table(records, self.stage, self.writes))
         refresh_claim(self.claim_path)
 
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
@@ -477,16 +471,14 @@ class ShardWriter:
         self._clear_work()
         return True
 
+    def _write_status(self, records: Any) -> None:  # the shard's last file: it is finished
+        _write_parquet(self.status, records)
+
     def _clear_work(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
             self.work.parent.parent.rmdir()
-
-    def _write_status(self, records: Any) -> None:
-        atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
-                                                             write_page_checksum=True))
-
 
 def _link(src: Path, dst: Path) -> None:
     """``dst`` becomes a hard link to ``src`` at once (a temp link renamed over it)."""
@@ -531,5 +523,9 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
                 data = data.set_column(i, f, data.column(i).cast(f.type))
     if "video_id" in data.column_names:
         data = data.sort_by("video_id")
-    atomic_write(path, lambda tmp: pq.write_table(
-        data, tmp, write_page_checksum=True, use_dictionary=parquet_dictionary(data.schema)))
+    _write_parquet(path, data, use_dictionary=parquet_dictionary(data.schema))
+
+
+def _write_parquet(path: Path, table: Any, **options: Any) -> None:
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True,
+                                                  **options))

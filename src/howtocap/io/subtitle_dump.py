@@ -9,10 +9,10 @@ Parquet is read in place, its rows cleaned per video when asked for.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +126,13 @@ class ParquetStore:
         md = self.pf.metadata
         self.group_starts = list(itertools.accumulate(
             (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
-        self.cached_groups = cached_groups
-        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
-        self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
+        self._group = functools.lru_cache(cached_groups)(
+            lambda g: self.pf.read_row_group(g, columns=self.columns))
+        # as lists a group weighs more than in Arrow: the two groups in use
+        self._decoded = functools.lru_cache(2)(self._decode)
         self._last = -1  # the number last found
         self._order: np.ndarray | None = None  # the ids' sorted order (``_search``)
         self._lock = threading.Lock()
-        self.groups_read = 0
-        self.max_cached_groups = 0
         self.max_buffered_rows = 0
         self._read_videos(select, limit)
 
@@ -234,19 +233,6 @@ class ParquetStore:
         with self._lock:
             return self._find(video_id) >= 0
 
-    def _group(self, g: int) -> pa.Table:
-        table = self._cache.get(g)
-        if table is None:
-            table = self.pf.read_row_group(g, columns=self.columns)
-            self.groups_read += 1
-            self._cache[g] = table
-            while len(self._cache) > self.cached_groups:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(g)
-        self.max_cached_groups = max(self.max_cached_groups, len(self._cache))
-        return table
-
     def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
         """The video's clean ``start, end, text[, score]`` rows, or None when not in the file;
         ``frame=False``: plain columns where the file is clean (no pandas)."""
@@ -269,16 +255,7 @@ class ParquetStore:
                     ) -> pd.DataFrame | dict[str, Any]:
         """Rows ``a`` to ``a + n`` of group ``g``, sliced from its columns decoded once: a few
         list slices, not Arrow calls and ``to_pandas`` (most of a text-only stage's time)."""
-        cols = self._decoded.get(g)
-        if cols is None:
-            table = self._group(g)
-            err = table.column("error")
-            cols = self._decoded[g] = {
-                **{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
-                "text": table.column("text").to_pylist(),
-                "error": err.to_pylist() if err.null_count < len(err) else None}
-            while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
-                del self._decoded[next(iter(self._decoded))]  # the two groups in use
+        cols = self._decoded(g)
         b = a + n
         if cols["error"] is not None:
             self._raise_first(cols["error"][a:b])
@@ -295,6 +272,13 @@ class ParquetStore:
         if len(score) and not np.isnan(score).all():
             df["score"] = score
         return df
+
+    def _decode(self, g: int) -> dict[str, Any]:
+        table = self._group(g)
+        err = table.column("error")
+        return {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
+                "text": table.column("text").to_pylist(),
+                "error": err.to_pylist() if err.null_count < len(err) else None}
 
     def _raise_first(self, errors: list[str | None]) -> None:  # ``DumpWriter.add_error``'s
         problem = next((e for e in errors if e), None)
@@ -316,7 +300,8 @@ class ParquetStore:
         return rows_frame(tidy_rows(entry_rows(self.shown_as, video_id, entry)))
 
     def stats(self) -> dict[str, int]:
-        return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
+        read = self._group.cache_info()  # an LRU cache never shrinks: its size is its peak
+        return {"groups_read": read.misses, "max_cached_groups": read.currsize,
                 "max_buffered_rows": self.max_buffered_rows}
 
 
