@@ -106,41 +106,35 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     work: equal resumes; different refuses (one line naming the changed settings) unless
     ``redo``, which clears that stage and the stages downstream of it (``graph``; by default
     ``graph.discover``'s). Returns the ``config_id`` of each stage."""
-    ids: dict[str, str] = {}
-    changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
-    if not check_only and rundir.root.is_dir():
+    if not check_only:
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
     fps = {st.name: st.fingerprint() if callable(getattr(st, "fingerprint", None))
            else {"stage": st.name} for st in stages}
+    ids = {name: config_id(fp) for name, fp in fps.items()}
     olds = {st.name: rundir.fingerprints.read(st.name) for st in stages}
-    with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
-    for st in stages:
-        fp = fps[st.name]
-        ids[st.name] = config_id(fp)
-        old = olds[st.name]
-        if old is not None and old.get("config_id") != ids[st.name] and st.name in with_results:
-            changed.append((st, old.get("fingerprint") or {}, fp))
+    with_results = rundir.stages_with_results()
+    changed = [name for name, old in olds.items() if old is not None
+               and old.get("config_id") != ids[name] and name in with_results]
     # the whole graph only when something changed (discovery imports every step's stage)
     g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
     if changed and not redo:
-        st, old_fp, fp = changed[0]
-        below = g.downstream(st.name)
+        name = changed[0]
+        below = g.downstream(name)
         also = f" and invalidate {', '.join(below)}" if below else ""
+        was = describe_change((olds[name] or {}).get("fingerprint") or {}, fps[name])
         raise SettingsChanged(
-            f"{rundir.root}: {st.name} results were made with other settings "
-            f"({describe_change(old_fp, fp) or 'model or schema'}); add --redo to recompute "
-            f"{st.name}{also}, or write to a new --out")
+            f"{rundir.root}: {name} results were made with other settings "
+            f"({was or 'model or schema'}); add --redo to recompute {name}{also}, or write "
+            f"to a new --out")
     if check_only:
         return ids
-    for st, _, _ in changed:
-        for name in (st.name, *g.downstream(st.name)):
+    for changed_name in changed:
+        for name in (changed_name, *g.downstream(changed_name)):
             rundir.invalidate(name, g.tables(name))
             olds[name] = None  # its fingerprint went with its results
-    for st in stages:
-        old = olds[st.name]
-        if old is None or old.get("config_id") != ids[st.name]:
-            rundir.fingerprints.write(st.name, {"config_id": ids[st.name],
-                                                "fingerprint": fps[st.name]})
+    for name, fp in fps.items():
+        if (olds[name] or {}).get("config_id") != ids[name]:
+            rundir.fingerprints.write(name, {"config_id": ids[name], "fingerprint": fp})
     return ids
 
 

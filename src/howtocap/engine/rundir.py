@@ -170,19 +170,16 @@ class RunDir:
         at = pc.index_in(new.column("video_id"), value_set=old.column("video_id"))
         fresh = new.filter(pc.invert(at.is_valid()))
         upd, pos = new.filter(at.is_valid()), at.drop_null().to_numpy()
-        cols, changed = [old.column("video_id")], False
+        table = old
         for c in ("video_path", "subtitle_path"):  # a recorded video given a file
-            vals = old.column(c)
+            i = schema.get_field_index(c)
+            full = old.column(c).to_numpy(zero_copy_only=False).copy()
             mine = upd.column(c).to_numpy(zero_copy_only=False)
-            give = (mine != "") & (mine != vals.take(pos).to_numpy(zero_copy_only=False))
-            if give.any():
-                full = vals.to_numpy(zero_copy_only=False).copy()
-                full[pos[give]] = mine[give]
-                vals, changed = pa.array(full, pa.string()), True
-            cols.append(vals)
-        if not fresh.num_rows and not changed:
+            full[pos[mine != ""]] = mine[mine != ""]
+            table = table.set_column(i, schema.field(i), pa.array(full, pa.string()))
+        if not fresh.num_rows and table.equals(old):
             return old.num_rows
-        table = pa.concat_tables([pa.table(cols, schema=schema), fresh])
+        table = pa.concat_tables([table, fresh])
         if not (self.root / "layout.json").exists():
             atomic_write_text(self.root / "layout.json",
                               json.dumps({"layout": LAYOUT, "shard_size": self.shard_size}))
