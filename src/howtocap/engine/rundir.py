@@ -205,8 +205,7 @@ class RunDir:
         """The table's Parquet files in shard order (for ``pyarrow.dataset`` or DuckDB)."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
-        folder = self.root / name
-        files = sorted(folder.glob(SHARD_GLOB)) if folder.is_dir() else []
+        files = sorted((self.root / name).glob(SHARD_GLOB))
         path = self.table_path(name)
         return files or ([path] if path.exists() else [])
 

@@ -287,16 +287,12 @@ class ParquetStore:
 
     def _from_raw(self, video_id: str, table: pa.Table) -> pd.DataFrame:
         """Rows as given (records layout, or anyone's Parquet): checked, cleaned, sorted."""
-        cols = {c: table.column(c).to_pylist() for c in COLUMNS}
-        keep = [i for i, t in enumerate(cols["text"]) if t is not None or
-                cols["start"][i] is not None]  # a null-text placeholder row is no row
-        texts: list[Any] = [cols["text"][i] for i in keep]
+        table = table.filter(pc.or_(table.column("text").is_valid(),  # a null-text
+                                    table.column("start").is_valid()))  # placeholder: no row
+        entry: dict[str, list[Any]] = {c: table.column(c).to_pylist() for c in COLUMNS}
         if "score" in table.column_names:
-            scores = table.column("score").to_pylist()
-            texts = [[(t, scores[i])] if scores[i] is not None else t
-                     for t, i in zip(texts, keep, strict=True)]
-        entry = {"start": [cols["start"][i] for i in keep],
-                 "end": [cols["end"][i] for i in keep], "text": texts}
+            entry["text"] = [[(t, s)] if s is not None else t for t, s in
+                             zip(entry["text"], table.column("score").to_pylist(), strict=True)]
         return rows_frame(tidy_rows(entry_rows(self.shown_as, video_id, entry)))
 
     def stats(self) -> dict[str, int]:
