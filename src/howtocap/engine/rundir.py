@@ -397,19 +397,17 @@ class ShardWriter:
                 and self._move(chunks[0]):
             return
         parts = self._parts(None)
-        loaded: dict[tuple[int, str], Any] = {}
-        for i, (source, recs) in enumerate(parts):  # a corrupt file: its videos are redone
-            for table in self.writes:
-                seen = len(self.rundir.corrupted)
-                rows = self.rundir._read(self._file(source, table))
-                if rows is not None:
-                    loaded[(i, table)] = rows
-                elif len(self.rundir.corrupted) > seen:  # (missing: no rows of this table)
-                    parts[i] = (source, recs.slice(0, 0))
-                    self._status_of(source).unlink(missing_ok=True)
         if not parts:
             shutil.rmtree(self.work, ignore_errors=True)
             return
+        loaded: list[dict[str, Any]] = []  # each source's rows of the tables it has
+        for i, (source, recs) in enumerate(parts):  # a corrupt file: its videos are redone
+            seen = len(self.rundir.corrupted)
+            loaded.append({t: rows for t in self.writes
+                           if (rows := self.rundir._read(self._file(source, t))) is not None})
+            if len(self.rundir.corrupted) > seen:  # (missing: no rows of that table)
+                parts[i] = (source, recs.slice(0, 0))
+                self._status_of(source).unlink(missing_ok=True)
         recs = pa.concat_tables([p for _, p in parts])
         src = np.repeat(np.arange(len(parts)), [p.num_rows for _, p in parts])
         keep = _last_rows(recs.column("video_id"))
@@ -429,9 +427,8 @@ class ShardWriter:
             self._write_status(records)
         for table in self.writes:
             pieces = []
-            for i in range(len(parts)):
+            for i, rows in enumerate(got.get(table) for got in loaded):
                 ids = final.column("video_id").filter(pa.array(final_src == i))
-                rows = loaded.get((i, table))
                 if rows is None or not len(ids) or not rows.num_rows:
                     continue  # (a file of 0 rows may type its ids as null: nothing to keep)
                 if "video_id" in rows.column_names:
