@@ -35,14 +35,10 @@ def _numbers(data: dict[str, Any] | None) -> dict[str, float]:
 
 
 def _throughput(stats: dict[str, float], rates: Mapping[str, str]) -> dict[str, float | None]:
-    wall = stats.get("wall_seconds", 0.0)
-
-    def rate(key: str) -> float | None:
-        return round(stats[key] / wall, 4) if wall > 0 and key in stats else None
-
+    wall = stats.get("wall_seconds", 0.0)  # processed: done or failed
     stats = {**stats, "processed": stats.get("videos", 0.0) + stats.get("failed", 0.0)}
-    # done or failed: what the stage got through
-    return {"videos_per_s": rate("processed"), **{out: rate(m) for out, m in rates.items()}}
+    return {out: round(stats[m] / wall, 4) if wall > 0 and m in stats else None
+            for out, m in {"videos_per_s": "processed", **rates}.items()}
 
 
 def status_of(run_dir: str | Path, graph: StageGraph,
