@@ -71,12 +71,10 @@ def try_claim(path: Path, owner: Owner) -> bool:
         except FileNotFoundError:  # another worker released its last claim: the folder went
             continue
         except FileExistsError:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 held = json.loads(path.read_text() or "{}")
-            except (OSError, ValueError):
-                held = {}
-            if held.get("host") == owner.host and held.get("pid") == owner.pid:
-                return True
+                if (held.get("host"), held.get("pid")) == (owner.host, owner.pid):
+                    return True
             if not owner.is_stale(path):
                 return False
             _drop_stale(path, owner)  # its holder is gone

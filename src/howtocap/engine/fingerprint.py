@@ -17,9 +17,6 @@ from typing import Any
 
 from howtocap.atomic import JsonFolder
 
-# Bump when a stage's output format changes in a way old parts cannot be mixed with.
-SCHEMA_VERSION = 2
-
 _lock = threading.Lock()
 _memo: dict[str, str] = {}
 

@@ -9,7 +9,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from howtocap.errors import HowtocapError, ModelOutputError, ServiceError, ServiceUnavailable
 
@@ -23,6 +23,8 @@ BATCH_SIZE = 1000  # videos a chunk of a shard commits at most
 BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another
 MAX_ATTEMPTS = 3  # a failed video is retried (--retry-failed) until it failed this often
+# Bump when a stage's output format changes in a way old parts cannot be mixed with.
+SCHEMA_VERSION = 2
 
 # A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path
 Tables = dict[str, "pd.DataFrame | Rows"]
@@ -64,7 +66,6 @@ class Resources:
     remote: bool = True  # False: stays in the driver process (an HTTP client to a server)
 
 
-@runtime_checkable
 class Stage(Protocol):
     name: str  # its key in the status table
     reads: tuple[str, ...]  # per-video tables it is given
@@ -123,8 +124,6 @@ class BaseStage:
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that changes this stage's output (its hash: the rows' ``config_id``)."""
-        from howtocap.engine.fingerprint import SCHEMA_VERSION
-
         return {"stage": self.name, "schema": SCHEMA_VERSION}
 
 

@@ -119,9 +119,8 @@ class ParquetStore:
         if "video_id" not in names:
             raise InputError(shown_as, "a single-table source needs a video_id column "
                                        "(or give a folder of <video_id>.csv files)")
-        for c in COLUMNS:
-            if c not in names:
-                raise InputError(shown_as, f"missing column {c!r}")
+        if missing := [c for c in COLUMNS if c not in names]:
+            raise InputError(shown_as, f"missing column {missing[0]!r}")
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
         md = self.pf.metadata
         self.group_starts = list(itertools.accumulate(
