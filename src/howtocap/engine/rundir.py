@@ -6,6 +6,7 @@ videos in flight."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -66,7 +67,6 @@ class RunDir:
         self.root = Path(root)
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
         self._new_size = shard_size  # for a run directory made by this process
-        self._size: int | None = None
         self._index: tuple[int, Any] | None = None  # (videos.parquet mtime, its hash index)
         self._checked: set[tuple[Path, int]] = set()  # shard files verified whole
         # what a stage's results were made with, its totals for `status`, steps' settings
@@ -94,15 +94,12 @@ class RunDir:
         return self.root / "cache"
 
     # -- shards and videos ---------------------------------------------------------------
-    @property
+    @functools.cached_property
     def shard_size(self) -> int:
-        if self._size is None:
-            try:
-                self._size = int(json.loads((self.root / "layout.json").read_text())
-                                 ["shard_size"])
-            except (OSError, ValueError, KeyError, TypeError):
-                self._size = self._new_size or SHARD_SIZE
-        return self._size
+        try:
+            return int(json.loads((self.root / "layout.json").read_text())["shard_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return self._new_size or SHARD_SIZE
 
     def shard_count(self) -> int:
         return -(-self.video_count() // self.shard_size)
