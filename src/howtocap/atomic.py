@@ -1,8 +1,6 @@
 """Files that are whole or absent: atomic writes (temp file + fsync + rename), a full disk as one
-line (``DiskFull``), and telling a torn or corrupt Parquet file from a good one.
-
-Bottom layer: imports nothing of the package but ``errors``, so every writer (run directory,
-caches, exports, checkpoints) uses it without pulling in the run-directory layout.
+line (``DiskFull``), a torn or corrupt Parquet file told from a good one. Bottom layer: imports
+nothing of the package but ``errors``.
 """
 
 from __future__ import annotations
@@ -14,11 +12,13 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from howtocap.errors import HowtocapError
 
@@ -33,8 +33,8 @@ class DiskFull(HowtocapError):
     """The disk (or quota) is full: the run stops; nothing half-written is left behind."""
 
 
-def _fsync_file(name: str) -> None:
-    fd = os.open(name, os.O_RDONLY)
+def _fsync(path: str | Path, flags: int = os.O_RDONLY) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
@@ -44,47 +44,37 @@ def _fsync_file(name: str) -> None:
 def fsync_dir(path: Path) -> None:
     """Make a rename in ``path`` durable (a no-op where a directory cannot be synced)."""
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
 
 
 def writer_tag() -> str:
-    """Which host and process is writing (in temp names). The pid is read at each write: a
-    forked child must not sign its temp files with its parent's pid, or a resume would take
-    them for a live writer's and keep them."""
+    """Which host and process is writing (in temp names); the pid read at each write, so a
+    forked child's temp files are not taken for its live parent's."""
     return f"{HOST}~{os.getpid()}"
 
 
 def sweep_temp_files(root: Path) -> int:
-    """Remove the temp files a killed writer of this host left (never another host's, nor a
-    live process's) in ``root`` and three levels below (``work/<stage>/shard-k/``,
-    ``cache/frames/<encoder>/``; not ``index/``); returns how many went. Streamed with
-    ``scandir``: a cache folder holds a file per video and is never listed whole."""
-    removed = 0
-
-    def sweep(folder: str, depth: int) -> None:
-        nonlocal removed
+    """Remove the temp files a killed writer of this host left in ``root`` and three levels
+    below (``work/<stage>/shard-k/``, ``cache/frames/<encoder>/``; not ``index/``); returns how
+    many. Streamed with ``scandir``: a cache folder holds a file per video."""
+    def dead(folder: str, depth: int) -> Iterator[str]:
         with os.scandir(folder) as entries:
             for e in entries:
                 if e.name.startswith(".") and e.name.endswith(".tmp"):
-                    m = _TEMP.match(e.name)
-                    if m and dead_here(f"{m.group(1)}~{m.group(2)}"):
-                        Path(e.path).unlink(missing_ok=True)
-                        removed += 1
+                    if (m := _TEMP.match(e.name)) and dead_here(f"{m[1]}~{m[2]}"):
+                        yield e.path
                 elif depth < 3 and e.name != "index" and e.is_dir(follow_symlinks=False):
-                    sweep(e.path, depth + 1)
+                    yield from dead(e.path, depth + 1)
 
-    if root.is_dir():
-        sweep(str(root), 0)
-    return removed
+    gone = list(dead(str(root), 0)) if root.is_dir() else []
+    for path in gone:
+        Path(path).unlink(missing_ok=True)
+    return len(gone)
 
 
 def dead_here(tag: str) -> bool:
-    """Whether ``tag`` (a ``writer_tag()``) names a process of this host that is gone, so what
-    it left may go. Another host's processes are never judged, nor this one."""
+    """Whether ``tag`` (a ``writer_tag()``) names a gone process of this host (never another
+    host's, nor this one)."""
     host, _, pid = tag.rpartition("~")
     return host == HOST and pid.isdigit() and int(pid) != os.getpid() \
         and not pid_alive(int(pid))
@@ -96,15 +86,14 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
-        return True
+    except OSError:  # another user's
+        pass
     return True
 
 
 @contextlib.contextmanager
 def disk_full_as(path: Path) -> Iterator[None]:
-    """A full disk inside the block is ``DiskFull`` naming ``path`` (also when the write that
-    failed was a scratch file of it): a user never sees a traceback for a full disk."""
+    """A full disk inside the block is ``DiskFull`` naming ``path``: one line, no traceback."""
     try:
         yield
     except OSError as exc:
@@ -118,8 +107,7 @@ def disk_full_as(path: Path) -> Iterator[None]:
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
     """``write(tmp_name)``, fsync, then rename onto ``path``: readers (and a re-run after a
-    crash or power loss) see the old file or the whole new one, never a torn one. A full disk
-    raises ``DiskFull`` after removing the temp file."""
+    crash or power loss) see the old file or the whole new one, never a torn one."""
     with disk_full_as(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{writer_tag()}.",
@@ -127,7 +115,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
         os.close(fd)
         try:
             write(tmp)
-            _fsync_file(tmp)
+            _fsync(tmp)
             os.chmod(tmp, FILE_MODE)
             os.replace(tmp, path)
         except BaseException:
@@ -151,12 +139,11 @@ def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | Non
                                                  row_group_size=row_group_size))
 
 
+@dataclass(frozen=True)
 class JsonFolder:
-    """A folder of small JSON documents, one per stage or step (``fingerprints/``,
-    ``stats/``, ``config/``): written whole, read as None when missing or unreadable."""
+    """Small JSON documents, one per stage or step, written whole; None when unreadable."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    folder: Path
 
     def path(self, name: str) -> Path:
         return self.folder / f"{name}.json"
@@ -183,42 +170,14 @@ class CorruptFile(HowtocapError):
     """A Parquet file that is truncated or whose checksums do not match."""
 
 
-def corrupt_parquet(path: Path, exc: BaseException, width: int = 120) -> CorruptFile:
+def corrupt_parquet(path: Path, exc: BaseException) -> CorruptFile:
     """A Parquet file that would not read, as one line: its path and pyarrow's reason."""
     return CorruptFile(f"{path}: corrupt or truncated Parquet file "
-                       f"({' '.join(str(exc).split())[:width]})")
+                       f"({' '.join(str(exc).split())[:120]})")
 
 
-def read_parquet(path: Path, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_parquet`` verifying page checksums; a torn or corrupt file raises
-    ``CorruptFile`` naming it (a missing file stays ``FileNotFoundError``)."""
-    import pyarrow as pa
-
-    try:
-        return pd.read_parquet(path, page_checksum_verification=True, **kwargs)
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise corrupt_parquet(path, exc) from None
-
-
-def read_arrow(path: Path, columns: Sequence[str] | None = None, *, present: bool = False,
-               use_threads: bool = True) -> Any:
-    """A Parquet file as Arrow, its page checksums verified (``present``: only those of
-    ``columns`` it has). Through ``ParquetFile``: ``pq.read_table``'s dataset set-up costs
-    several times the read of a shard's file, and ``status`` reads thousands of them."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path, page_checksum_verification=True) as f:
-        if columns is not None and present:
-            columns = [c for c in columns if c in f.schema_arrow.names]
-        return f.read(columns=columns, use_threads=use_threads)
-
-
-def open_parquet(path: Path, *, verify: bool = True) -> Any:
-    """A Parquet file to read a record batch at a time in bounded memory (``verify``: page
-    checksums checked). Without ``pre_buffer``, which buffers whole column chunks."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path, page_checksum_verification=verify, pre_buffer=False,
+def open_parquet(path: Path) -> Any:
+    """A Parquet file to read a batch at a time in bounded memory (no ``pre_buffer``: it
+    buffers whole column chunks)."""
+    return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False,
                           buffer_size=1 << 16)

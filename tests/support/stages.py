@@ -3,8 +3,10 @@ video and how often ``setup`` ran, and fails on purpose for video ids containing
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from howtocap.engine.records import StatusRecord, to_records
+from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import BaseStage, Resources, StageOutput, VideoInput
 from howtocap.errors import InputError, ServiceUnavailable
@@ -103,7 +105,11 @@ def record_table(rundir: RunDir, stage: str, columns: list[str] | None = None) -
 
 
 def status_records(rundir: RunDir, stage: str) -> list[StatusRecord]:
-    return to_records(record_table(rundir, stage))
+    """Every video's status record of ``stage`` as records (``metrics`` decoded)."""
+    table = record_table(rundir, stage)
+    names = [f.name for f in fields(StatusRecord)]
+    return [StatusRecord(**{**row, "metrics": json.loads(row.get("metrics") or "{}")})
+            for row in table.select([c for c in table.column_names if c in names]).to_pylist()]
 
 
 class Lines(BaseStage):

@@ -5,8 +5,10 @@ is taken over."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +38,6 @@ class Owner:
 
     @classmethod
     def me(cls) -> Owner:
-        import socket
-
         lease = float(os.environ.get("HOWTOCAP_CLAIM_LEASE", LEASE))
         return cls(socket.gethostname(), os.getpid(), _start_ticks(os.getpid()), lease)
 
@@ -57,15 +57,13 @@ class Owner:
         if held.get("host") != self.host:
             return age > self.lease
         pid = int(held.get("pid", 0))
-        if pid == self.pid:
-            return False
-        return _start_ticks(pid) != held.get("started") or not _start_ticks(pid)
+        ticks = _start_ticks(pid)
+        return pid != self.pid and (not ticks or ticks != held.get("started"))
 
 
 def try_claim(path: Path, owner: Owner) -> bool:
-    """Take the lock file ``path`` (created with O_EXCL) as ``owner``'s: True when taken
-    (or already ours), False when a live process holds it; a dead holder's lock is taken
-    over. So two processes never work on the same (stage, shard)."""
+    """Take the lock file ``path`` (O_EXCL) as ``owner``'s: True when taken (or already ours),
+    False when a live process holds it; a dead holder's is taken over."""
     for _ in range(5):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -73,12 +71,10 @@ def try_claim(path: Path, owner: Owner) -> bool:
         except FileNotFoundError:  # another worker released its last claim: the folder went
             continue
         except FileExistsError:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 held = json.loads(path.read_text() or "{}")
-            except (OSError, ValueError):
-                held = {}
-            if held.get("host") == owner.host and held.get("pid") == owner.pid:
-                return True
+                if (held.get("host"), held.get("pid")) == (owner.host, owner.pid):
+                    return True
             if not owner.is_stale(path):
                 return False
             _drop_stale(path, owner)  # its holder is gone
@@ -96,10 +92,8 @@ def try_claim(path: Path, owner: Owner) -> bool:
 
 def _drop_stale(path: Path, owner: Owner) -> None:
     """Remove a dead holder's lock file, asked again under an ``flock`` of a guard file: two
-    processes that both found it dead would otherwise both take it (the later one removing
-    the lock the first had just made). The flock goes with its process, so it never stays."""
-    import fcntl
-
+    processes that both found it dead would otherwise both take it (the later removing the
+    lock the first had just made)."""
     with open(path.with_name(path.name + ".guard"), "a") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         if owner.is_stale(path):  # still the dead holder's, not a new live one

@@ -1,29 +1,32 @@
-"""One stage over many videos, a shard at a time: pick the shards with work left, claim each,
-feed its videos to a runner, commit results in chunks, finish the shard, show progress.
-
-Only this module (through ``RunDir`` and its ``ShardWriter``) writes results, records and
-claims; stages compute, runners decide where. A re-run redoes only what has no ``ok`` record.
-"""
+"""One stage over many videos, a shard at a time: claim each shard with work left, feed its
+videos to a runner, commit results in chunks, finish the shard. Only this module (through
+``RunDir``) writes results, records and claims; a re-run redoes what has no ``ok`` record."""
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
 from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_as, sweep_temp_files
+from howtocap.engine import processes
 from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir, ShardWriter
+from howtocap.engine.runners import LocalRunner, Runner
 from howtocap.engine.stage import (
     BATCH_SECONDS,
     BATCH_SIZE,
@@ -35,9 +38,6 @@ from howtocap.engine.stage import (
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.progress import progress_bar
 from howtocap.schemas import FREE_TEXT, SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
-
-if TYPE_CHECKING:
-    from howtocap.engine.runners import Runner
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,8 @@ class StageSummary:
 
     def add(self, other: StageSummary) -> StageSummary:
         """This summary plus the stage's run over other videos."""
-        self.done += other.done
-        self.skipped += other.skipped
-        self.claimed_elsewhere += other.claimed_elsewhere
-        self.failed += other.failed
-        self.warned += other.warned
-        self.seconds += other.seconds
-        self.failed_before += other.failed_before
-        self.gave_up += other.gave_up
+        for f in fields(self)[1:]:
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
     def absorb(self, again: StageSummary) -> StageSummary:
@@ -106,62 +100,48 @@ class SettingsChanged(HowtocapError):
     """A stage re-run with settings other than those its results were made with."""
 
 
-def stage_fingerprint(stage: Stage) -> dict[str, Any]:
-    fp = getattr(stage, "fingerprint", None)
-    return fp() if callable(fp) else {"stage": stage.name}
-
-
 def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = False,
-                   check_only: bool = False,
-                   fingerprints: dict[str, dict[str, Any]] | None = None,
-                   graph: StageGraph | None = None) -> dict[str, str]:
+                   check_only: bool = False, graph: StageGraph | None = None) -> dict[str, str]:
     """Compare each stage's fingerprint with the one its results were made with, before any
     work: equal resumes; different refuses (one line naming the changed settings) unless
     ``redo``, which clears that stage and the stages downstream of it (``graph``; by default
     ``graph.discover``'s). Returns the ``config_id`` of each stage."""
-    ids: dict[str, str] = {}
-    changed: list[tuple[Stage, dict[str, Any], dict[str, Any]]] = []
-    if not check_only and rundir.root.is_dir():
+    if not check_only:
         sweep_temp_files(rundir.root)  # what a killed writer left; never taken as done
-    fps = {st.name: (fingerprints or {}).get(st.name) or stage_fingerprint(st) for st in stages}
+    fps = {st.name: st.fingerprint() if callable(getattr(st, "fingerprint", None))
+           else {"stage": st.name} for st in stages}
+    ids = {name: config_id(fp) for name, fp in fps.items()}
     olds = {st.name: rundir.fingerprints.read(st.name) for st in stages}
-    with_results = rundir.stages_with_results() if rundir.root.is_dir() else set()
-    for st in stages:
-        fp = fps[st.name]
-        ids[st.name] = config_id(fp)
-        old = olds[st.name]
-        if old is not None and old.get("config_id") != ids[st.name] and st.name in with_results:
-            changed.append((st, old.get("fingerprint") or {}, fp))
+    with_results = rundir.stages_with_results()
+    changed = [name for name, old in olds.items() if old is not None
+               and old.get("config_id") != ids[name] and name in with_results]
     # the whole graph only when something changed (discovery imports every step's stage)
     g = (graph or discover()).with_stages(stages) if changed else StageGraph(stages)
     if changed and not redo:
-        st, old_fp, fp = changed[0]
-        below = g.downstream(st.name)
+        name = changed[0]
+        below = g.downstream(name)
         also = f" and invalidate {', '.join(below)}" if below else ""
+        was = describe_change((olds[name] or {}).get("fingerprint") or {}, fps[name])
         raise SettingsChanged(
-            f"{rundir.root}: {st.name} results were made with other settings "
-            f"({describe_change(old_fp, fp) or 'model or schema'}); add --redo to recompute "
-            f"{st.name}{also}, or write to a new --out")
+            f"{rundir.root}: {name} results were made with other settings "
+            f"({was or 'model or schema'}); add --redo to recompute {name}{also}, or write "
+            f"to a new --out")
     if check_only:
         return ids
-    for st, _, _ in changed:
-        for name in (st.name, *g.downstream(st.name)):
+    for changed_name in changed:
+        for name in (changed_name, *g.downstream(changed_name)):
             rundir.invalidate(name, g.tables(name))
             olds[name] = None  # its fingerprint went with its results
-    for st in stages:
-        old = olds[st.name]
-        if old is None or old.get("config_id") != ids[st.name]:
-            rundir.fingerprints.write(st.name, {"config_id": ids[st.name],
-                                                "fingerprint": fps[st.name]})
+    for name, fp in fps.items():
+        if (olds[name] or {}).get("config_id") != ids[name]:
+            rundir.fingerprints.write(name, {"config_id": ids[name], "fingerprint": fp})
     return ids
 
 
 @dataclass(frozen=True)
 class Batching:
-    """How a stage's work is cut: finished videos are committed every ``size`` videos, or
-    once the oldest waited ``seconds`` (a kill loses the chunk in flight); ``shard_size``:
-    the videos of a shard, for a run directory made now (an existing one keeps its own).
-    The flags are ``engine.options.BatchConfig``'s."""
+    """How a stage's work is cut (``engine.options.BatchConfig``'s flags): a kill loses the
+    chunk in flight; ``shard_size`` applies to a run directory made now."""
 
     size: int = BATCH_SIZE
     seconds: float = BATCH_SECONDS
@@ -172,33 +152,27 @@ def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummar
           ) -> tuple[list[Any], dict[str, int]]:
     """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
     and the attempts each has had; counts what is skipped into ``summary``."""
-    found = dict(zip(recs.column("video_id").to_pylist(),
-                     zip(*(recs.column(c).to_pylist() for c in _SELECT_COLS), strict=True),
-                     strict=True)) if recs.num_rows else {}
+    found = {r[0]: r[1:] for r in zip(*(recs.column(c).to_pylist()
+                                        for c in ("video_id", *_SELECT_COLS)), strict=True)}
     todo: list[Any] = []
     attempts: dict[str, int] = {}
-    seen: set[str] = set()
-    for it in items:
-        if it.video_id in seen:
-            continue  # given twice: done once (its rows would be written twice)
-        seen.add(it.video_id)
-        rec = found.get(it.video_id)
-        if rec is None:
-            todo.append(it)
-            continue
-        status, rec_cid, cause, tries = rec
-        attempts[it.video_id] = int(tries)
-        if not args.skip_done:
+    unique: dict[str, Any] = {}
+    for it in items:  # given twice: done once (its rows would be written twice)
+        unique.setdefault(it.video_id, it)
+    for it in unique.values():
+        status, rec_cid, cause, tries = found.get(it.video_id, (None, "", "", 0))
+        if status is not None:
+            attempts[it.video_id] = int(tries)
+        if status is None or not args.skip_done:
             todo.append(it)
         elif status == "ok" and (not rec_cid or rec_cid == args.cid):
             summary.skipped += 1
-        elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service":
-            todo.append(it)  # a record of other settings, or a service was down: redo
-        elif not args.retry_failed or tries >= args.max_attempts:
+        elif status == "ok" or rec_cid not in ("", args.cid) or cause == "service" \
+                or (args.retry_failed and tries < args.max_attempts):
+            todo.append(it)  # other settings, a service was down, or retried: redo
+        else:
             summary.failed_before += 1
             summary.gave_up += args.retry_failed
-        else:
-            todo.append(it)
     return todo, attempts
 
 
@@ -207,8 +181,8 @@ _SELECT_COLS = ("status", "config_id", "cause", "attempts")
 
 def _by_shard(rundir: RunDir, items: Sequence[Any],
               shards: Iterable[int] | None) -> Iterator[tuple[int, list[Any]]]:
-    """``(shard, its items)`` in shard order, within ``shards`` when given. Items the run
-    has not numbered yet are recorded first."""
+    """``(shard, its items)`` in shard order, within ``shards``; unnumbered items are recorded
+    first."""
     ids = [it.video_id for it in items]
     ks = rundir.shard_of(ids)
     if (ks < 0).any():
@@ -240,16 +214,10 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
               batching: Batching | None = None, shards: Iterable[int] | None = None
               ) -> StageSummary:
-    """Run ``stage`` on every item (of these ``shards`` and this ``--shard K/N`` when given)
-    that has no ``ok`` record yet (every item when ``skip_done`` is off: for stages whose
-    own cache makes a repeat cheap), a shard at a time, each claimed first.
-
-    A video that failed before stays failed unless ``retry_failed`` and it has failed fewer
-    than ``max_attempts`` times; one that failed because a service was down is retried
-    anyway. ``cid``: the stage's config id (``prepare_stages`` is called when not given).
-    With a runner of several ``processes``, whole shards run in that many processes."""
-    from howtocap.engine.runners import LocalRunner
-
+    """Run ``stage`` on every item (of ``shards`` and ``--shard K/N``) without an ``ok`` record
+    (every item when ``skip_done`` is off: a stage whose own cache makes a repeat cheap).
+    A failed video stays failed unless ``retry_failed`` and it failed under ``max_attempts``
+    times; one failed because a service was down is retried anyway."""
     if cid is None:
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
@@ -318,7 +286,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
     size, seconds = args.batching.size, args.batching.seconds
     owner = Owner.me()
     opened: dict[int, _Open] = {}
-    totals: dict[str, float] = {}  # the stages' metrics, summed (throughput in `status`)
+    totals: Counter[str] = Counter()  # the stage's metrics, summed (throughput in `status`)
     down: list[str] = []  # a fatal result (the LLM server is gone): stop feeding work
     owner_of: dict[str, int] = {}  # each video handed out: its shard
 
@@ -359,8 +327,8 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
             sh.writer.release()
 
     def commit(res: VideoResult) -> None:
-        k = owner_of.pop(res.video_id, None)
-        sh = opened.get(k) if k is not None else None
+        k = owner_of.pop(res.video_id, -1)
+        sh = opened.get(k)
         if res.fatal or sh is None:  # not the video's fault: no record, redone later
             if res.fatal:
                 down.append(res.message)
@@ -369,8 +337,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
         if not sh.pending:
             sh.first = time.monotonic()
         sh.pending.append(res)
-        for key, v in res.metrics.items():
-            totals[key] = totals.get(key, 0.0) + float(v)
+        totals.update({key: float(v) for key, v in res.metrics.items()})
         if not res.ok:
             summary.failed.append((res.video_id, res.message))
         else:
@@ -402,21 +369,18 @@ def _run_in_processes(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: 
     """``run_plan`` over ``n`` processes (``engine.processes``), a task a shard; the stage's
     totals are written once, here, so the processes never write the same file. A stage
     holding an object its caller built runs here instead."""
-    from howtocap.engine import processes
-
     if not processes.portable(stage):
         console.print(f"{stage.name}: holds a model built by its caller, so it runs in this "
                       "process (--processes needs a stage built from its settings)",
                       highlight=False)
         return run_plan(rundir, plan, stage, runner, args, summary, shown)
-    totals: dict[str, float] = {}
+    totals: Counter[str] = Counter()
     down: list[str] = []
 
     def on_result(got: tuple[StageSummary, dict[str, float], list[str], list[str]]) -> bool:
         part, part_totals, part_down, corrupt = got
         summary.add(part)
-        for key, v in part_totals.items():
-            totals[key] = totals.get(key, 0.0) + v
+        totals.update(part_totals)
         rundir.corrupted.extend(map(type(rundir.root), corrupt))
         if part_down and not down:
             down.append(part_down[0])
@@ -434,10 +398,7 @@ def _shard_task(k: int, its: list[Any], args: _PlanArgs
                 ) -> tuple[StageSummary, dict[str, float], list[str], list[str]]:
     """One shard in a worker process: its summary, metric totals, a fatal result's message
     and the corrupt files found."""
-    from howtocap.engine import processes
-    from howtocap.engine.runners import LocalRunner
-
-    got = processes.shared()
+    got = processes.SHARED
     if "rundir" not in got:
         got.update(rundir=RunDir(got["root"], create=False),
                    runner=LocalRunner(got["workers"]))
@@ -461,13 +422,9 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
             return None
         if t is None:
             continue
-        ranges = _video_ranges(t)
-        if columnar:
-            cols = {c: _column_values(c, col) for c, col in
-                    zip(t.column_names, t.columns, strict=True)}
-            tables[name] = (cols, ranges)
-        else:
-            tables[name] = (t.to_pandas(), ranges)
+        data = {c: _column_values(c, t.column(c)) for c in t.column_names} if columnar \
+            else t.to_pandas()
+        tables[name] = (data, _video_ranges(t))
 
     def inputs(video_id: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -489,9 +446,6 @@ def _shard_inputs(rundir: RunDir, stage: Stage, k: int) -> Any:
 
 def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
     """Each video's ``[first, end)`` rows in a shard file (grouped by video when written)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if "video_id" not in arrow.column_names or not arrow.num_rows:
         return {}
     runs = pc.run_end_encode(arrow.column("video_id").combine_chunks().cast(pa.string()))
@@ -502,9 +456,6 @@ def _video_ranges(arrow: Any) -> dict[str, tuple[int, int]]:
 def _column_values(name: str, col: Any) -> Any:
     """A shard file's column as ``Rows`` holds it: numbers as numpy, strings as a list
     (one Python object per distinct value outside free text)."""
-    import pyarrow as pa
-    import pyarrow.types as pat
-
     if pat.is_floating(col.type) or pat.is_integer(col.type) or pat.is_boolean(col.type):
         return col.to_numpy()
     if name in FREE_TEXT or col.null_count or not pa.types.is_string(col.type):
@@ -519,7 +470,6 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
     """One chunk of a shard's results (``ShardWriter.commit``): every row and record carry
     the stage's ``config_id``; a failed video has no rows (its newest record, the failure,
     supersedes an older result)."""
-    rundir = writer.rundir
     tables: dict[str, list[Any]] = {}
     records = []
     for res in sorted(results, key=attrgetter("video_id")):
@@ -531,8 +481,11 @@ def commit_chunk(writer: ShardWriter, stage: Stage, results: Sequence[VideoResul
                     else:
                         df = df.assign(config_id=config_id)
                 tables.setdefault(name, []).append(df)
-        if res.internal:
-            _log_error(rundir, stage, res)
+        if res.internal:  # an append-only log, not a result: a torn entry harms nothing
+            with disk_full_as(writer.rundir.error_log):
+                writer.rundir.error_log.parent.mkdir(parents=True, exist_ok=True)
+                with writer.rundir.error_log.open("a") as fh:
+                    fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")
         records.append(StatusRecord(res.video_id, stage.name, "ok" if res.ok else "error",
                                     " ".join(res.message.split())[:500], res.seconds,
                                     warnings=len(res.warnings),
@@ -551,10 +504,3 @@ def _one_table(name: str, parts: list[Any]) -> Any:
     dfs = [p.to_pandas() if isinstance(p, Rows) else p for p in parts]
     return pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]
 
-
-def _log_error(rundir: RunDir, stage: Stage, res: VideoResult) -> None:
-    log = rundir.error_log
-    with disk_full_as(log):  # an append-only log, not a result: a torn entry harms nothing
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a") as fh:
-            fh.write(f"[{stage.name}] {res.video_id}\n{res.internal}\n")

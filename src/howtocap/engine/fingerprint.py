@@ -1,14 +1,12 @@
-"""What produced a table row: settings, model identity, prompt text, schema version.
-
-A stage's ``fingerprint()`` is a dict of everything that changes its output; its hash is the
-``config_id`` stored with every status record and row. Resume compares the dict, so a refusal
-can name the settings that changed. Model files are identified by content, hashed once per
-path + size + mtime (a 1 GB GGUF is not re-hashed each run).
+"""What produced a table row: a stage's ``fingerprint()`` (settings, model identity, prompts,
+schema version), hashed into the ``config_id`` of its records and rows. Resume compares the
+dicts, so a refusal names the settings that changed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -18,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from howtocap.atomic import JsonFolder
-
-# Bump when a stage's output format changes in a way old parts cannot be mixed with.
-SCHEMA_VERSION = 2
 
 _lock = threading.Lock()
 _memo: dict[str, str] = {}
@@ -32,31 +27,27 @@ def config_id(fingerprint: Mapping[str, Any]) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
-def _hash_cache() -> JsonFolder:  # its hashes.json: the model files hashed so far
+def file_hash(path: str | os.PathLike[str]) -> str:
+    """blake2b of a file's bytes, once per (path, size, mtime), remembered in the user cache's
+    hashes.json (a 1 GB GGUF is not re-hashed each run)."""
     from howtocap.bundled import cache_root
 
-    return JsonFolder(cache_root())
-
-
-def file_hash(path: str | os.PathLike[str]) -> str:
-    """blake2b of a file's bytes, computed once per (path, size, mtime) and remembered in the
-    user cache, so a model file is hashed on first use only."""
     p = Path(path).resolve()
     st = p.stat()
     key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
     with _lock:
         if key in _memo:
             return _memo[key]
-        digest = (_hash_cache().read("hashes") or {}).get(key)
+        cache = JsonFolder(cache_root())
+        digest = (cache.read("hashes") or {}).get(key)
         if digest is None:
             h = hashlib.blake2b(digest_size=16)
             with p.open("rb") as fh:
                 while chunk := fh.read(8 << 20):
                     h.update(chunk)
             digest = h.hexdigest()
-            cache = _hash_cache().read("hashes") or {}  # another process may have added some
             with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
-                _hash_cache().write("hashes", {**cache, key: digest})
+                cache.write("hashes", {**(cache.read("hashes") or {}), key: digest})
         _memo[key] = digest
         return digest
 
@@ -91,10 +82,8 @@ def describe_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         return s if len(s) <= 40 else s[:37] + "..."
 
     def get(d: Mapping[str, Any], dotted: str) -> Any:
-        cur: Any = d
-        for part in dotted.split("."):
-            cur = cur.get(part) if isinstance(cur, Mapping) else None
-        return cur
+        return functools.reduce(lambda cur, part: cur.get(part) if isinstance(cur, Mapping)
+                                else None, dotted.split("."), d)
 
     names = changed(old, new)
     shown = [f"{n} {short(get(old, n))} -> {short(get(new, n))}" for n in names[:4]]

@@ -10,7 +10,7 @@ the stages, or ``discover`` finds every step's (``howtocap/<step>/stage.py``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,7 +19,6 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Node:
-
     name: str
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
@@ -29,11 +28,9 @@ class Node:
 
     @classmethod
     def of(cls, stage: Any) -> Node:
-        def get(attr: str) -> tuple[str, ...]:
-            return tuple(getattr(stage, attr, ()) or ())
-
-        return cls(stage.name, get("reads"), get("writes"), get("reads_cache"),
-                   get("writes_cache"), get("reduce_writes"))
+        return cls(stage.name, *(tuple(getattr(stage, f, ()) or ()) for f in
+                                 ("reads", "writes", "reads_cache", "writes_cache",
+                                  "reduce_writes")))
 
     @property
     def makes(self) -> set[str]:
@@ -69,22 +66,16 @@ class StageGraph:
     def downstream(self, name: str) -> tuple[str, ...]:
         """Every stage computed, directly or not, from ``name``'s results, upstream first
         (ties by name)."""
-        seen: set[str] = set()
-        todo = self.children(name)
+        left: set[str] = set()
+        todo = [name]
         while todo:
-            n = todo.pop()
-            if n not in seen and n != name:
-                seen.add(n)
-                todo += self.children(n)
+            todo += [c for c in self.children(todo.pop()) if c != name and c not in left]
+            left.update(todo)
         order: list[str] = []
-        left = set(seen)
-        while left:  # Kahn's order within the reachable stages
-            ready = sorted(n for n in left
-                           if not any(n in self.children(m) for m in left if m != n))
-            if not ready:  # a cycle: no order to respect, keep the names sorted
-                ready = sorted(left)
-            order.append(ready[0])
-            left.discard(ready[0])
+        while left:  # Kahn's order within the reachable stages (a cycle: by name)
+            ready = [n for n in left if not any(n in self.children(m) for m in left - {n})]
+            order.append(min(ready or left))
+            left.discard(order[-1])
         return tuple(order)
 
     def tables(self, name: str) -> tuple[str, ...]:
@@ -102,12 +93,12 @@ class StageGraph:
 
     def is_source(self, name: str) -> bool:
         """Reads no table: every input video reaches it."""
-        node = self.nodes.get(name)
-        return node is not None and not node.reads
+        return name in self.nodes and not self.nodes[name].reads
 
 
 @cache
-def _discovered() -> tuple[type, ...]:
+def discover() -> StageGraph:
+    """Every step's stages, found by convention (``howtocap/<step>/stage.py``)."""
     from howtocap.engine.stage import BaseStage
 
     root = Path(__file__).resolve().parents[1]
@@ -117,10 +108,4 @@ def _discovered() -> tuple[type, ...]:
         found += [c for c in vars(module).values()
                   if isinstance(c, type) and issubclass(c, BaseStage)
                   and c.__module__ == module.__name__ and c.name]
-    return tuple(found)
-
-
-def discover(extra: Sequence[Any] = ()) -> StageGraph:
-    """Every step's stages, found by convention (``howtocap/<step>/stage.py``), plus
-    ``extra`` (stages defined elsewhere, e.g. a test's)."""
-    return StageGraph([*extra, *_discovered()])
+    return StageGraph(found)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 
 def give_back_memory(collect: bool = True) -> None:
-    """Return freed memory to the system between phases: the stages' indexes and the merges
-    free hundreds of MB that glibc's heap and Arrow's allocator would otherwise keep, so the
-    next phase's peak adds to them (~50 MB at 100k videos). ``collect=False``: no cycle
-    collection first, for a phase whose transients are plain lists that die by reference
-    count; a full collection walks every live object, the imported modules' too, each call."""
+    """Return freed memory that glibc's heap and Arrow's allocator would otherwise keep (the
+    next phase's peak adds to it: ~50 MB at 100k videos). ``collect=False``: no full cycle
+    collection (it walks every live object) for transients that die by reference count."""
     import contextlib
     import ctypes
     import gc

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from howtocap.engine.runners import RUNNERS
+from howtocap.engine.runners import RUNNERS, Runner, make_runner
 from howtocap.engine.stage import BATCH_SECONDS, BATCH_SIZE, MAX_ATTEMPTS, SHARD_SIZE
 
 if TYPE_CHECKING:
     from howtocap.engine.core import Batching, Shard
-    from howtocap.engine.runners import Runner
 
 ONE_FLAG = {"negatable": False}  # `--redo` alone, no `--no-redo`
 
@@ -52,8 +51,6 @@ class RunnerConfig(BaseModel):
 
     def make_runner(self) -> Runner:
         """The runner (Ray loads only when a stage runs on it)."""
-        from howtocap.engine.runners import make_runner
-
         return make_runner(self.runner, workers=self.workers, processes=self.processes,
                            ray_address=self.ray_address, ray_gpus=self.ray_gpus_per_stage)
 

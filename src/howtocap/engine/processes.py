@@ -1,8 +1,6 @@
-"""Tasks in several processes on one machine (``--processes N``), as datatrove's local executor
-runs its tasks: each process claims, commits and finishes whole shards itself; this one hands
-them out, shows progress and adds up the counts, so CPU-bound Python work uses every core. The
-processes start from a fork server that imported the stage's module and get what every task
-shares once (the stage as its settings); progress comes back through a queue.
+"""Tasks in several processes on one machine (``--processes N``, as datatrove's local executor):
+each claims, commits and finishes whole shards itself; this one hands them out, shows progress
+and adds up the counts. The processes fork from a server that imported the stage's module.
 """
 
 from __future__ import annotations
@@ -14,16 +12,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-_SHARED: dict[str, Any] = {}  # in a worker process: what its tasks share, and the queue
-
-
-def shared() -> dict[str, Any]:
-    """In a worker process: ``run_tasks``' ``shared`` values, and ``events`` (a queue)."""
-    return _SHARED
+SHARED: dict[str, Any] = {}  # in a worker: ``run_tasks``' shared values, and ``events`` (a queue)
 
 
 def _start(values: dict[str, Any], events: Any) -> None:
-    _SHARED.update(values, events=events)
+    SHARED.update(values, events=events)
 
 
 def portable(obj: Any) -> bool:
@@ -44,8 +37,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[tuple[Any, ...]], n: int, 
               shared_values: dict[str, Any], preload: list[str],
               on_event: Callable[..., None], on_result: Callable[[Any], bool]) -> None:
     """``fn(*task)`` for every task in ``n`` processes; each event a task puts on
-    ``shared()["events"]`` is passed to ``on_event`` here, each result to ``on_result``
-    (False: start no more tasks). A task's exception is raised here."""
+    ``SHARED["events"]`` goes to ``on_event`` here, each result to ``on_result`` (False: start
+    no more tasks). A task's exception is raised here."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(preload)
     events = ctx.Queue()

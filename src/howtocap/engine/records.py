@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 STATUS_META = b"howtocap_status"  # the status file's JSON: {"stage", "writes"}
 
 
@@ -35,8 +38,6 @@ RECORD_COLS = [f.name for f in fields(StatusRecord)]
 @functools.cache
 def record_schema() -> Any:
     """The Arrow schema of a status file (``metrics`` as JSON text)."""
-    import pyarrow as pa
-
     kinds = {"seconds": pa.float64(), "finished_at": pa.float64(), "warnings": pa.int64(),
              "attempts": pa.int64()}
     return pa.schema([(c, kinds.get(c, pa.string())) for c in RECORD_COLS])
@@ -45,8 +46,6 @@ def record_schema() -> Any:
 def records_table(records: Sequence[StatusRecord], stage: str, writes: Sequence[str]) -> Any:
     """Records as a status file's Arrow table, sorted by video, with the stage's tables in
     its metadata (``drop_corrupt`` finds whose shard a lost table file was)."""
-    import pyarrow as pa
-
     now = time.time()
     rows = [{**r.__dict__, "metrics": json.dumps(r.metrics), "finished_at": r.finished_at or now}
             for r in sorted(records, key=lambda r: r.video_id)]
@@ -61,25 +60,14 @@ def record_columns(columns: Sequence[str] | None) -> list[str]:
 
 def empty_records(columns: Sequence[str] | None = None) -> Any:
     """No records, with ``video_id`` and ``columns`` in their types."""
-    import pyarrow as pa
-
     return pa.schema([record_schema().field(c) for c in record_columns(columns)]).empty_table()
 
 
 def status_writes(path: Path) -> list[str]:
     """The tables a status file's stage writes (its metadata); [] when unreadable."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         meta = pq.read_schema(path).metadata or {}
         return list(json.loads(meta.get(STATUS_META, b"{}")).get("writes", []))
     except (FileNotFoundError, pa.ArrowException, OSError, ValueError):
         return []
 
-
-def to_records(table: Any) -> list[StatusRecord]:
-    """Arrow rows of a status file as records (small runs, tests)."""
-    return [StatusRecord(**{**row, "metrics": json.loads(row.get("metrics") or "{}")})
-            for row in table.select([c for c in table.column_names
-                                     if c in RECORD_COLS]).to_pylist()]

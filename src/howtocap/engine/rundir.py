@@ -1,15 +1,13 @@
-"""The run directory: the run's videos, numbered once, and each stage's tables a shard at a
-time (the layout and its guarantees: docs/runs.md).
-
-Shard k is videos ``[k*S, (k+1)*S)`` of ``videos.parquet``. A stage writes each table as a
-folder of Parquet files, one per shard, then the shard's status file (a row per video): a shard
-is finished iff its status file exists. So a table is read as a dataset, stage B's shard k
-reads stage A's shard k, and nothing is merged. An unfinished shard commits finished videos in
-chunks (``work/<stage>/shard-k/``), so a kill loses only the videos in flight.
-"""
+"""The run directory (layout and guarantees: docs/runs.md): shard k is videos ``[k*S, (k+1)*S)``
+of ``videos.parquet``; a stage writes a Parquet file per table per shard, then the shard's
+status file (finished iff it exists), so stage B's shard k reads stage A's and nothing is
+merged. An unfinished shard commits chunks (``work/<stage>/shard-k/``): a kill loses only the
+videos in flight."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import os
 import shutil
@@ -21,6 +19,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from howtocap.atomic import (
     CorruptPartWarning,
@@ -29,7 +30,6 @@ from howtocap.atomic import (
     atomic_write_text,
     corrupt_parquet,
     fsync_dir,
-    read_arrow,
     writer_tag,
 )
 from howtocap.engine.claims import Owner, refresh_claim, try_claim
@@ -67,7 +67,6 @@ class RunDir:
         self.root = Path(root)
         self.corrupted: list[Path] = []  # corrupt files found (and removed) while reading
         self._new_size = shard_size  # for a run directory made by this process
-        self._size: int | None = None
         self._index: tuple[int, Any] | None = None  # (videos.parquet mtime, its hash index)
         self._checked: set[tuple[Path, int]] = set()  # shard files verified whole
         # what a stage's results were made with, its totals for `status`, steps' settings
@@ -95,38 +94,26 @@ class RunDir:
         return self.root / "cache"
 
     # -- shards and videos ---------------------------------------------------------------
-    @property
+    @functools.cached_property
     def shard_size(self) -> int:
-        if self._size is None:
-            try:
-                self._size = int(json.loads((self.root / "layout.json").read_text())
-                                 ["shard_size"])
-            except (OSError, ValueError, KeyError, TypeError):
-                self._size = self._new_size or SHARD_SIZE
-        return self._size
+        try:
+            return int(json.loads((self.root / "layout.json").read_text())["shard_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return self._new_size or SHARD_SIZE
 
     def shard_count(self) -> int:
         return -(-self.video_count() // self.shard_size)
 
     def video_count(self) -> int:
-        """Rows of ``videos.parquet`` (its footer; 0 without one)."""
-        import pyarrow.parquet as pq
-
         path = self.table_path("videos")
         return pq.read_metadata(path).num_rows if path.exists() else 0
 
     def shard_videos(self, k: int, columns: Sequence[str] = ("video_id",)) -> Any:
-        """Shard k's rows of ``videos.parquet`` (its row group k)."""
-        import pyarrow.parquet as pq
-
         return pq.ParquetFile(self.table_path("videos")).read_row_group(k, list(columns))
 
     def shard_of(self, video_ids: Sequence[str]) -> np.ndarray:
         """The shard of each video (-1: not recorded), by the ids' hashes: 16 bytes a
         recorded video, not a Python string each."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         hashes, order, clash = self._video_index()
         if not len(hashes) or not len(video_ids):
             return np.full(len(video_ids), -1, np.int64)
@@ -141,8 +128,6 @@ class RunDir:
 
     def _video_index(self) -> Any:
         """(sorted hashes of the recorded ids, each one's number, the ids when two clash)."""
-        import pyarrow.parquet as pq
-
         path = self.table_path("videos")
         stamp = path.stat().st_mtime_ns if path.exists() else 0
         if self._index is None or self._index[0] != stamp:
@@ -155,65 +140,51 @@ class RunDir:
         return self._index[1]
 
     def record_videos(self, items: Iterable[Any]) -> int:
-        """Number the videos not yet in ``videos.parquet`` (in the order given, after the
-        others) with the files they came from; returns how many videos the run has.
-        ``items`` are video items, or Arrow arrays of ids (a text-only run: a source's 1.2M
+        """Number the videos not yet in ``videos.parquet`` (after the others) with their files;
+        returns how many the run has. ``items``: video items, or Arrow arrays of ids (1.2M
         ids never become Python objects). A video given twice keeps its first place and its
-        last paths; an empty path never erases one recorded before (``align --videos``
-        attaches files to a run captioned from ``--subtitles``)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
+        last paths; an empty path never erases a recorded one (``align --videos``)."""
         schema = arrow_schema("videos")
 
         def tables() -> Iterator[Any]:
-            cols: tuple[list[str], list[str], list[str]] = ([], [], [])
-            for it in items:
+            rows: list[tuple[str, str, str]] = []
+            for it in itertools.chain(items, [None]):
                 if isinstance(it, pa.Array | pa.ChunkedArray):
                     empty = pa.repeat(pa.scalar("", pa.string()), len(it))
                     yield pa.table([it.cast(pa.string()), empty, empty], schema=schema)
-                    continue
-                for c, v in zip(cols, (it.video_id, str(it.video_path or ""),
-                                       str(it.subtitle_path or "")), strict=True):
-                    c.append(v)
-                if len(cols[0]) >= VIDEO_CHUNK:
-                    yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
-                    for c in cols:
-                        c.clear()
-            yield pa.table([pa.array(c, pa.string()) for c in cols], schema=schema)
+                elif it is not None:
+                    rows.append((it.video_id, str(it.video_path or ""),
+                                 str(it.subtitle_path or "")))
+                if rows and (it is None or len(rows) >= VIDEO_CHUNK):
+                    yield pa.table(list(zip(*rows, strict=True)), schema=schema)
+                    rows = []
 
         path = self.table_path("videos")
-        new = pa.concat_tables(tables())
+        new = pa.concat_tables([schema.empty_table(), *tables()])
         new = new.take(_last_rows(new.column("video_id")))
         old = pq.read_table(path).select(schema.names).cast(schema) if path.exists() \
             else schema.empty_table()
         at = pc.index_in(new.column("video_id"), value_set=old.column("video_id"))
         fresh = new.filter(pc.invert(at.is_valid()))
         upd, pos = new.filter(at.is_valid()), at.drop_null().to_numpy()
-        cols, changed = [old.column("video_id")], False
+        table = old
         for c in ("video_path", "subtitle_path"):  # a recorded video given a file
-            vals = old.column(c)
+            i = schema.get_field_index(c)
+            full = old.column(c).to_numpy(zero_copy_only=False).copy()
             mine = upd.column(c).to_numpy(zero_copy_only=False)
-            give = (mine != "") & (mine != vals.take(pos).to_numpy(zero_copy_only=False))
-            if give.any():
-                full = vals.to_numpy(zero_copy_only=False).copy()
-                full[pos[give]] = mine[give]
-                vals, changed = pa.array(full, pa.string()), True
-            cols.append(vals)
-        if not fresh.num_rows and not changed:
+            full[pos[mine != ""]] = mine[mine != ""]
+            table = table.set_column(i, schema.field(i), pa.array(full, pa.string()))
+        if not fresh.num_rows and table.equals(old):
             return old.num_rows
-        table = pa.concat_tables([pa.table(cols, schema=schema), fresh])
+        table = pa.concat_tables([table, fresh])
         if not (self.root / "layout.json").exists():
             atomic_write_text(self.root / "layout.json",
                               json.dumps({"layout": LAYOUT, "shard_size": self.shard_size}))
-        atomic_write(path, lambda tmp: pq.write_table(
-            table, tmp, row_group_size=self.shard_size, write_page_checksum=True))
+        _write_parquet(path, table, row_group_size=self.shard_size)
         return table.num_rows
 
     def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
-        """Record video files for videos this run already has: ``(ids attached, ids this run
-        does not know)``; unknown ids are left out (a folder of more videos adds none)."""
+        """Record files for videos this run has: ``(ids attached, unknown ids left out)``."""
         items = list(items)
         known = self.shard_of([it.video_id for it in items]) >= 0
         attach = [it for it, k in zip(items, known, strict=True) if k and it.video_path]
@@ -228,12 +199,10 @@ class RunDir:
 
     # -- reading tables: every reader outside the engine goes through these -------------
     def table_files(self, name: str) -> list[Path]:
-        """The table's Parquet files in shard order: what ``pyarrow.dataset`` or DuckDB
-        read."""
+        """The table's Parquet files in shard order (for ``pyarrow.dataset`` or DuckDB)."""
         if name == "status":
             return sorted((self.root / "status").glob(f"*/{SHARD_GLOB}"))
-        folder = self.root / name
-        files = sorted(folder.glob(SHARD_GLOB)) if folder.is_dir() else []
+        files = sorted((self.root / name).glob(SHARD_GLOB))
         path = self.table_path(name)
         return files or ([path] if path.exists() else [])
 
@@ -246,13 +215,13 @@ class RunDir:
 
     def _read(self, path: Path, columns: Sequence[str] | None = None, threads: bool = True
               ) -> Any:
-        """A Parquet file, its page checksums verified (only the ``columns`` it has); None
-        when missing or corrupt (then dropped and listed in ``corrupted``; a corrupt
-        ``videos.parquet`` is an error: the run's numbering cannot be redone)."""
-        import pyarrow as pa
-
+        """A Parquet file, checksums verified (the ``columns`` it has); None when missing or
+        corrupt (then dropped; a corrupt ``videos.parquet`` raises: its numbering is lost)."""
         try:
-            return read_arrow(path, columns, present=True, use_threads=threads)
+            with pq.ParquetFile(path, page_checksum_verification=True) as f:  # not read_table:
+                names = f.schema_arrow.names  # its set-up costs several times a shard's read
+                return f.read(None if columns is None else [c for c in columns if c in names],
+                              use_threads=threads)
         except FileNotFoundError:
             return None
         except (pa.ArrowException, OSError) as exc:
@@ -262,20 +231,15 @@ class RunDir:
             return None
 
     def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The table read whole as a frame (empty, with its columns, when the run has none
-        of it); a corrupt shard file is dropped with a warning, its shard redone."""
-        import pyarrow as pa
-
+        """The table read whole as a frame (empty, with its columns, when the run has none)."""
         parts = [t for p in self.table_files(name) if (t := self._read(p, columns)) is not None]
-        if not parts:
-            df = empty_table(name) if name in SCHEMAS else pd.DataFrame()
-        else:
-            df = pa.concat_tables(parts, promote_options="permissive").to_pandas()
+        df = pa.concat_tables(parts, promote_options="permissive").to_pandas() if parts \
+            else empty_table(name) if name in SCHEMAS else pd.DataFrame()
         return df if columns is None else df[[c for c in columns if c in df.columns]]
 
     def drop_corrupt(self, path: Path, exc: BaseException | str) -> None:
-        """Remove a corrupt file so it is recomputed: a shard's table file takes the status
-        files of the stages that wrote it for that shard (so they redo it)."""
+        """Remove a corrupt file so it is recomputed (a table's shard file takes the status
+        files of the stages that wrote it)."""
         warnings.warn(f"{exc}; removed, it will be recomputed", CorruptPartWarning,
                       stacklevel=3)
         self.corrupted.append(path)
@@ -287,8 +251,6 @@ class RunDir:
         path.unlink(missing_ok=True)  # after the status: a kill between leaves it redone
 
     def _records(self, path: Path, columns: Sequence[str] | None) -> Any:
-        """A status file's records (``video_id`` and ``columns``); None when missing, or
-        corrupt (then dropped)."""
         t = self._read(path, record_columns(columns), threads=False)
         return None if t is None else t.replace_schema_metadata()
 
@@ -299,25 +261,19 @@ class RunDir:
                 if p.is_dir() and next(p.iterdir(), None) is not None}
 
     def records(self, stage: str, columns: Sequence[str] | None = None) -> Iterator[Any]:
-        """Every video's newest record of ``stage`` (finished shards, and the chunks of
-        unfinished ones) as Arrow tables of ``video_id`` and ``columns``, a shard at a
-        time."""
-        finished = {shard_number(p): p for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
+        """Every video's newest record of ``stage`` (finished shards and unfinished ones'
+        chunks): Arrow tables of ``video_id`` and ``columns``, a shard at a time."""
+        finished = {shard_number(p) for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
         working = {int(p.name[len("shard-"):]) for p in
                    (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
-        for k in sorted(finished.keys() | working):  # no chunks: its status file alone
-            t = self.writer(stage, k).records(columns) if k in working \
-                else self._records(finished[k], columns)
-            if t is not None and t.num_rows:
+        for k in sorted(finished | working):
+            if (t := self.writer(stage, k).records(columns)).num_rows:
                 yield t
 
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
              ) -> list[bool]:
-        """Which of these videos ``stage`` finished: ``ok`` in a finished shard whose
-        ``table`` file (when named) is whole: what a later stage may read."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
+        """Which videos ``stage`` finished (``ok`` in a finished shard whose ``table`` file,
+        when named, is whole): what a later stage may read."""
         shards = self.shard_of(list(video_ids))
         out = np.zeros(len(video_ids), dtype=bool)
         for k in np.unique(shards[shards >= 0]).tolist():
@@ -331,9 +287,8 @@ class RunDir:
         return out.tolist()
 
     def _whole(self, table: str, k: int) -> bool:
-        """Whether shard k's file of ``table`` (if any) reads whole, checked once a process
-        per file version: what a later stage reads is verified before it counts as done. A
-        corrupt one is dropped (its shard redone)."""
+        """Whether shard k's file of ``table`` (if any) reads whole; checked once a process
+        per file version, a corrupt one dropped."""
         path = self.shard_path(table, k)
         try:
             key = (path, path.stat().st_mtime_ns)
@@ -346,8 +301,7 @@ class RunDir:
         return True
 
     def forget(self, stage: str, video_ids: Iterable[str]) -> None:
-        """Take these videos' results of ``stage`` back (their shards rewritten without
-        them): they are redone."""
+        """Take these videos' results of ``stage`` back (their shards rewritten): redone."""
         ids = sorted(set(video_ids))
         shards = self.shard_of(ids)
         owner = Owner.me()
@@ -365,21 +319,19 @@ class RunDir:
                 w.release()
 
     def invalidate(self, stage: str, tables: Iterable[str]) -> None:
-        """Forget a stage's results (``--redo``): its status, chunks, tables, fingerprint
-        and timing. The fingerprint goes last, so a kill midway still refuses."""
+        """Forget a stage's results (``--redo``); the fingerprint last: a kill midway still
+        refuses."""
         for path in [self.root / "status" / stage, self.root / "work" / stage,
                      *(self.root / t for t in tables)]:
             if path.is_dir():
                 shutil.rmtree(path)
-        for t in tables:
-            self.table_path(t).unlink(missing_ok=True)
-        self.stats.path(stage).unlink(missing_ok=True)
-        self.fingerprints.path(stage).unlink(missing_ok=True)
+        for path in [*map(self.table_path, tables), self.stats.path(stage),
+                     self.fingerprints.path(stage)]:
+            path.unlink(missing_ok=True)
 
 
 class ShardWriter:
-    """One stage on one shard: its claim, the chunks committed while it runs, and the final
-    files that finish it (table files, then the status file)."""
+    """One stage on one shard: its claim, chunks, and the final files (status last)."""
 
     def __init__(self, rundir: RunDir, stage: str, k: int, writes: tuple[str, ...]) -> None:
         self.rundir, self.stage, self.k, self.writes = rundir, stage, k, writes
@@ -398,16 +350,14 @@ class ShardWriter:
             self.claim_path.parent.parent.rmdir()
 
     def chunk_ids(self) -> list[str]:
-        """The chunks committed so far (their status file exists), in commit order."""
+        """The chunks committed (their status file exists), in commit order."""
         return sorted(p.name[:-len(".status.parquet")]
                       for p in self.work.glob("*.status.parquet"))
 
-    def _status_of(self, source: str) -> Path:
-        """The status file of the final shard ("") or of a chunk."""
+    def _status_of(self, source: str) -> Path:  # of the final shard ("") or a chunk
         return self.status if source == "" else self.work / f"{source}.status.parquet"
 
     def _file(self, source: str, table: str) -> Path:
-        """A table's file of the final shard ("") or of a chunk."""
         return self.rundir.shard_path(table, self.k) if source == "" \
             else self.work / f"{source}.{table}.parquet"
 
@@ -418,8 +368,6 @@ class ShardWriter:
 
     def records(self, columns: Sequence[str] | None = None) -> Any:
         """Each video's newest record of this shard (final, then chunks: the latest wins)."""
-        import pyarrow as pa
-
         parts = [p for _, p in self._parts(columns)]
         if len(parts) < 2:
             return parts[0] if parts else empty_records(columns)
@@ -427,10 +375,7 @@ class ShardWriter:
         return t.take(_last_rows(t.column("video_id")))
 
     def commit(self, records: Sequence[Any], tables: dict[str, Any]) -> None:
-        """One chunk: a file per table, then its status file, so a chunk exists iff its
-        status file does."""
-        import pyarrow.parquet as pq
-
+        """One chunk: a file per table, then its status file (the chunk exists iff it does)."""
         if not self._chunks:  # numbered after the shard's chunks so far (a dead holder's too):
             # commit order is the number's, not a clock's (one stepped back, or another host's)
             self._chunks = max((int(c.split("-")[0]) for c in self.chunk_ids()), default=0)
@@ -438,36 +383,28 @@ class ShardWriter:
         cid = f"{self._chunks:08d}-{time.time_ns():020d}-{os.getpid()}"
         for table, data in tables.items():
             _write_rows(self._file(cid, table), table, data)
-        status = records_table(records, self.stage, self.writes)
-        atomic_write(self._status_of(cid),
-                     lambda tmp: pq.write_table(status, tmp, write_page_checksum=True))
+        _write_parquet(self._status_of(cid), records_table(records, self.stage, self.writes))
         refresh_claim(self.claim_path)
 
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
-        """The shard's final files from its earlier final files and its chunks (each video's
-        rows from where its newest record is), ``drop`` left out; the status file last,
-        then the work folder goes."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
+        """The shard's final files from its earlier ones and its chunks (a video's rows from
+        where its newest record is), ``drop`` left out; the status file last."""
         chunks = self.chunk_ids()
         if not drop and len(chunks) == 1 and not self.status.exists() \
                 and self._move(chunks[0]):
             return
         parts = self._parts(None)
-        loaded: dict[tuple[int, str], Any] = {}
-        for i, (source, recs) in enumerate(parts):  # a corrupt file: its videos are redone
-            for table in self.writes:
-                seen = len(self.rundir.corrupted)
-                rows = self.rundir._read(self._file(source, table))
-                if rows is not None:
-                    loaded[(i, table)] = rows
-                elif len(self.rundir.corrupted) > seen:  # (missing: no rows of this table)
-                    parts[i] = (source, recs.slice(0, 0))
-                    self._status_of(source).unlink(missing_ok=True)
         if not parts:
             shutil.rmtree(self.work, ignore_errors=True)
             return
+        loaded: list[dict[str, Any]] = []  # each source's rows of the tables it has
+        for i, (source, recs) in enumerate(parts):  # a corrupt file: its videos are redone
+            seen = len(self.rundir.corrupted)
+            loaded.append({t: rows for t in self.writes
+                           if (rows := self.rundir._read(self._file(source, t))) is not None})
+            if len(self.rundir.corrupted) > seen:  # (missing: no rows of that table)
+                parts[i] = (source, recs.slice(0, 0))
+                self._status_of(source).unlink(missing_ok=True)
         recs = pa.concat_tables([p for _, p in parts])
         src = np.repeat(np.arange(len(parts)), [p.num_rows for _, p in parts])
         keep = _last_rows(recs.column("video_id"))
@@ -487,9 +424,8 @@ class ShardWriter:
             self._write_status(records)
         for table in self.writes:
             pieces = []
-            for i in range(len(parts)):
+            for i, rows in enumerate(got.get(table) for got in loaded):
                 ids = final.column("video_id").filter(pa.array(final_src == i))
-                rows = loaded.get((i, table))
                 if rows is None or not len(ids) or not rows.num_rows:
                     continue  # (a file of 0 rows may type its ids as null: nothing to keep)
                 if "video_id" in rows.column_names:
@@ -505,13 +441,9 @@ class ShardWriter:
         self._clear_work()
 
     def _move(self, cid: str) -> bool:
-        """A shard done in one chunk: the chunk's files (already grouped by video in id
-        order) are hard-linked into place, the status file last, instead of read and
-        written again; the chunk stays whole until then, so a kill midway finishes the same
-        way. False when a file is not whole or links fail here (then the long way)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        """A shard done in one chunk: its files hard-linked into place (status last), not
+        read and written again; the chunk stays whole, so a kill midway finishes the same
+        way. False when a file is not whole or links fail (then the long way)."""
         status = self._status_of(cid)
         try:  # a torn file has no footer
             pq.read_metadata(status)
@@ -529,19 +461,14 @@ class ShardWriter:
         self._clear_work()
         return True
 
+    def _write_status(self, records: Any) -> None:  # the shard's last file: it is finished
+        _write_parquet(self.status, records)
+
     def _clear_work(self) -> None:
-        """The finished shard's work folder goes, and its stage's folders once empty."""
         shutil.rmtree(self.work, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.work.parent.rmdir()
             self.work.parent.parent.rmdir()
-
-    def _write_status(self, records: Any) -> None:
-        import pyarrow.parquet as pq
-
-        atomic_write(self.status, lambda tmp: pq.write_table(records, tmp,
-                                                             write_page_checksum=True))
-
 
 def _link(src: Path, dst: Path) -> None:
     """``dst`` becomes a hard link to ``src`` at once (a temp link renamed over it)."""
@@ -557,9 +484,6 @@ def _last_rows(ids: Any) -> np.ndarray:
     """Positions of each id's last row (rows in commit order: its newest record), in the
     order the ids first appear: a stable sort, not a hash aggregation (``group_by`` took
     twice the CPU and 200 MB more on a million ids)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = len(ids)
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
@@ -576,11 +500,7 @@ def _last_rows(ids: Any) -> np.ndarray:
 
 def _write_rows(path: Path, table: str, data: Any) -> None:
     """A table's rows (a frame or Arrow) to ``path`` in the schema's types, grouped by video
-    in id order (a stable sort keeps each video's rows in their order)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
+    in id order (a stable sort)."""
     if isinstance(data, pd.DataFrame):
         df = conform(data, table) if table in SCHEMAS else data
         data = pa.Table.from_pandas(df, preserve_index=False)
@@ -591,10 +511,11 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
             i = data.schema.get_field_index(f.name)
             if i >= 0 and data.schema.field(i).type != f.type:
                 data = data.set_column(i, f, data.column(i).cast(f.type))
-    if "video_id" in data.column_names and data.num_rows > 1:
-        ids = data.column("video_id")
-        n = data.num_rows
-        if not pc.all(pc.greater_equal(ids.slice(1), ids.slice(0, n - 1))).as_py():
-            data = data.take(pc.sort_indices(data, sort_keys=[("video_id", "ascending")]))
-    atomic_write(path, lambda tmp: pq.write_table(
-        data, tmp, write_page_checksum=True, use_dictionary=parquet_dictionary(data.schema)))
+    if "video_id" in data.column_names:
+        data = data.sort_by("video_id")
+    _write_parquet(path, data, use_dictionary=parquet_dictionary(data.schema))
+
+
+def _write_parquet(path: Path, table: Any, **options: Any) -> None:
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True,
+                                                  **options))

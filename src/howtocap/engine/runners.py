@@ -1,9 +1,8 @@
 """Runners decide *where* a stage runs; they never read or write the run directory.
 
-``map(stage, videos, emit)`` runs ``stage`` on every video the iterator yields and calls
-``emit`` with each result on the calling thread, which commits it: the local runner in this
-process (threads, or coroutines for an ``async def aprocess`` stage), the Ray runner
-(``howtocap[ray]``) in Ray Data actor pools that hold the models.
+``map(stage, videos, emit)`` runs ``stage`` on every video and calls ``emit`` with each result
+on the calling thread, which commits it: locally (threads, or coroutines for an ``async def
+aprocess`` stage) or in Ray Data actor pools (``howtocap[ray]``).
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, ClassVar, Protocol
+
+import numpy as np
 
 from howtocap.engine.stage import Stage, VideoInput, VideoResult, arun_one, run_one
 from howtocap.errors import HowtocapError
@@ -38,10 +39,8 @@ class Runner(Protocol):
 
 @dataclass
 class LocalRunner:
-    """A thread pool in this process (the models are shared by its threads; stages that
-    hold one model serialise on it themselves), or coroutines on ``event_loop()`` for a
-    stage written as ``async def aprocess``. ``workers=None``: the stage's own choice
-    (``resources.threads``, e.g. the requests in flight to an LLM server)."""
+    """A thread pool in this process (sharing the models), or coroutines on ``event_loop()``
+    for an ``async def aprocess`` stage. ``workers=None``: the stage's ``resources.threads``."""
 
     workers: int | None = None
     processes: int = 1  # processes taking whole shards in turn (``core.run_stage``)
@@ -62,10 +61,8 @@ class LocalRunner:
 
 def _in_flight(submit: Callable[[VideoInput], Future[VideoResult]], n: int,
                videos: Iterator[VideoInput], emit: Emit) -> None:
-    """Hand out ``2n`` videos at most (claims are taken as work starts) and emit each result
-    on this thread as it finishes; what escaped a worker is raised here. Not
-    ``wait(FIRST_COMPLETED)``: that hangs a waiter on every pending future for each result;
-    here a result is one put and one get."""
+    """Hand out ``2n`` videos at most and emit each result on this thread as it finishes. Not
+    ``wait(FIRST_COMPLETED)``: it hangs a waiter on every pending future for each result."""
     done: SimpleQueue[Future[VideoResult]] = SimpleQueue()
     live: set[Future[VideoResult]] = set()
 
@@ -90,11 +87,9 @@ def _in_flight(submit: Callable[[VideoInput], Future[VideoResult]], n: int,
 
 @contextlib.contextmanager
 def collector_tuned() -> Iterator[None]:
-    """While videos run: what lives at the start (modules, the run's indexes) is left out
-    of the collector's full passes, and the young generation is collected every 10,000
-    allocations rather than 700, so a video's short-lived objects die before a pass looks
-    at them; afterwards the collector is as before (what a caller froze stays frozen: a
-    pre-forking parent's modules would otherwise cost each full pass of its children)."""
+    """While videos run: what lives at the start (modules, indexes) is frozen out of full
+    passes, and the young generation is collected every 10,000 allocations rather than 700;
+    afterwards as before (what a caller froze stays frozen: a pre-forking parent's)."""
     thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
@@ -111,9 +106,8 @@ _LOOP_LOCK = threading.Lock()
 
 
 def event_loop() -> asyncio.AbstractEventLoop:
-    """The process's one asyncio loop, on a daemon thread of its own (started at first use,
-    again in a forked child). The LLM clients keep their connections, slots and breakers on
-    it, so every caller, thread or coroutine, shares them (``llm.base.run_sync``)."""
+    """The process's one asyncio loop, on a daemon thread (started at first use, again in a
+    forked child): the LLM clients keep their connections, slots and breakers on it."""
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None or _LOOP[0] != os.getpid():
@@ -125,9 +119,8 @@ def event_loop() -> asyncio.AbstractEventLoop:
 
 
 def _coroutines(stage: Stage, n: int, videos: Iterator[VideoInput], emit: Emit) -> None:
-    """Videos as coroutines (``stage.aprocess``) on ``event_loop()``, ``n`` at a time. Why
-    not a thread per video: a text-only run over HTTP waits on the server, and 32 threads
-    blocking on their sockets cost the driver more in GIL hand-offs than the captioning."""
+    """Videos as coroutines on ``event_loop()``, ``n`` at a time: 32 threads blocking on their
+    sockets cost the driver more in GIL hand-offs than the captioning."""
     with contextlib.suppress(Exception):  # arun_one reports a failed setup per video
         stage.setup()  # models load here, not on the loop
     loop = event_loop()
@@ -167,8 +160,6 @@ class _StageActor:
 
 
 def _run_batch(batch: dict[str, Any], stage: Stage | bytes) -> dict[str, Any]:
-    import numpy as np
-
     if isinstance(stage, bytes):  # a plain task: no models to keep
         stage = pickle.loads(stage)
     results = [pickle.dumps(run_one(stage, pickle.loads(v))) for v in batch["video"]]
@@ -177,11 +168,9 @@ def _run_batch(batch: dict[str, Any], stage: Stage | bytes) -> dict[str, Any]:
 
 @dataclass
 class RayRunner:
-    """Ray Data: ``map_batches`` over an actor pool for stages that hold models and plain
-    tasks for the rest; an HTTP client stage (``--llm-url``) stays in this process.
-    ``address``: None starts a local Ray instance; ``auto`` or ``ray://host:port`` joins a
-    cluster (video files readable at the same paths on every node). Videos go to Ray in
-    windows of ``window``, so claims and memory stay bounded."""
+    """Ray Data: an actor pool for stages that hold models, tasks for the rest; an HTTP client
+    stage stays here. ``address``: None starts a local Ray; ``auto`` or ``ray://host:port``
+    joins a cluster. Videos go in windows of ``window``: claims and memory stay bounded."""
 
     address: str | None = None
     workers: int | None = None  # actors (or concurrent tasks) per stage
@@ -195,36 +184,31 @@ class RayRunner:
             import ray
         except ImportError:
             raise HowtocapError("--runner ray needs Ray: pip install 'howtocap[ray]'") from None
-        if not ray.is_initialized():
-            import logging
+        if ray.is_initialized():
+            return ray
+        import logging
 
-            # our progress bar and one-line errors are the console; Ray's own lines go to its
-            # log files (set these variables to see them)
-            os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-            for name in ("ray", "ray.data"):
-                logging.getLogger(name).setLevel(logging.ERROR)
-            kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
-                                  "include_dashboard": False, "logging_level": "ERROR"}
-            if self.address:
-                kw["address"] = self.address
-            try:
-                ray.init(**kw)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                where = self.address or "a new local instance"
-                raise HowtocapError(f"cannot reach Ray at {where}: "
-                                    f"{' '.join(str(exc).split())[:200]}") from None
-            from ray.data import DataContext
+        # our progress bar and one-line errors are the console; Ray's own lines go to its log
+        # files (set these variables to see them)
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        try:
+            ray.init(self.address or None, ignore_reinit_error=True, log_to_driver=False,
+                     include_dashboard=False, logging_level="ERROR")
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise HowtocapError(f"cannot reach Ray at {self.address or 'a new local instance'}"
+                                f": {' '.join(str(exc).split())[:200]}") from None
+        from ray.data import DataContext
 
-            ctx = DataContext.get_current()
-            ctx.enable_progress_bars = False
-            ctx.print_on_execution_start = False
+        ctx = DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
         return ray
 
     def _size(self, ray: Any) -> int:
-        if self.workers:
-            return self.workers
-        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def map(self, stage: Stage, videos: Iterator[VideoInput], emit: Emit) -> None:
         res = stage.resources

@@ -1,9 +1,6 @@
-"""The one shape every per-video stage takes, and what it hands back.
-
-A stage (in the spirit of video2dataset's subsamplers) declares the tables it reads and writes,
-loads its models once per worker in ``setup``, and maps one video's inputs to its outputs or an
-error in ``process``: no paths, no status, no progress. Runners call ``setup`` once and
-``run_one`` per video; ``engine.core`` alone reads and writes the run directory.
+"""The one shape every per-video stage takes (as video2dataset's subsamplers): it declares the
+tables it reads and writes, loads its models once per worker in ``setup`` and maps one video's
+inputs to its outputs or an error in ``process``: no paths, no status, no progress.
 """
 
 from __future__ import annotations
@@ -12,15 +9,9 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from howtocap.errors import (
-    HowtocapError,
-    InputError,
-    ModelOutputError,
-    ServiceError,
-    ServiceUnavailable,
-)
+from howtocap.errors import HowtocapError, ModelOutputError, ServiceError, ServiceUnavailable
 
 if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
     import pandas as pd
@@ -32,6 +23,8 @@ BATCH_SIZE = 1000  # videos a chunk of a shard commits at most
 BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another
 MAX_ATTEMPTS = 3  # a failed video is retried (--retry-failed) until it failed this often
+# Bump when a stage's output format changes in a way old parts cannot be mixed with.
+SCHEMA_VERSION = 2
 
 # A video's tables: frames, or plain columns (``schemas.Rows``) on the text-only path
 Tables = dict[str, "pd.DataFrame | Rows"]
@@ -39,8 +32,8 @@ Tables = dict[str, "pd.DataFrame | Rows"]
 
 @dataclass
 class StageOutput:
-    """A video's tables plus warnings: the video is done (status ``ok``), with caveats such as
-    "2 of 5 LLM blocks gave no caption" that the status table and the console show."""
+    """A video's tables: done (status ``ok``), with caveats ("2 of 5 LLM blocks gave no
+    caption") that the status table and the console show."""
 
     tables: Tables
     warnings: list[str] = field(default_factory=list)
@@ -62,9 +55,8 @@ class VideoInput:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one worker of a stage needs; runners that schedule (Ray) honour it. ``models``:
-    long-lived workers (actors) should run it; ``kind``: its group for per-stage overrides
-    (``--ray-gpus-per-stage asr=0.5``)."""
+    """What one worker of a stage needs (Ray honours it). ``models``: for long-lived actors;
+    ``kind``: its group for ``--ray-gpus-per-stage asr=0.5``."""
 
     kind: str = "cpu"
     cpus: float = 1.0
@@ -74,7 +66,6 @@ class Resources:
     remote: bool = True  # False: stays in the driver process (an HTTP client to a server)
 
 
-@runtime_checkable
 class Stage(Protocol):
     name: str  # its key in the status table
     reads: tuple[str, ...]  # per-video tables it is given
@@ -105,7 +96,7 @@ class BaseStage:
         """Load models (override); called once per worker."""
 
     def unload(self) -> None:
-        """Free what ``load`` took and no later step needs (override); see ``release``."""
+        """Free what ``load`` took and no later step needs (override)."""
 
     def _setup_guard(self) -> threading.Lock:
         return self.__dict__.setdefault("_setup_lock", threading.Lock())
@@ -117,8 +108,7 @@ class BaseStage:
                 self._ready = True
 
     def release(self) -> None:
-        """``unload`` once the stage's videos are done (a caller that goes on to other
-        stages); the next ``setup`` loads again."""
+        """``unload`` once the stage's videos are done; the next ``setup`` loads again."""
         with self._setup_guard():
             if self.__dict__.pop("_ready", False):
                 self.unload()
@@ -133,10 +123,7 @@ class BaseStage:
         raise NotImplementedError
 
     def fingerprint(self) -> dict[str, Any]:
-        """Everything that changes this stage's output: its hash is the ``config_id`` of every
-        row the stage writes, and a re-run with another is refused instead of mixing."""
-        from howtocap.engine.fingerprint import SCHEMA_VERSION
-
+        """Everything that changes this stage's output (its hash: the rows' ``config_id``)."""
         return {"stage": self.name, "schema": SCHEMA_VERSION}
 
 
@@ -171,7 +158,7 @@ def failure_cause(exc: BaseException) -> str:
         return "service"
     if isinstance(exc, ModelOutputError):
         return "model output"
-    if isinstance(exc, (InputError, HowtocapError)):
+    if isinstance(exc, HowtocapError):
         return "bad input"  # a user-facing problem with this video's files or rows
     return "internal"
 

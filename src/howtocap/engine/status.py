@@ -1,9 +1,7 @@
 """``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
 
-Read-only: it streams each stage's status records a shard at a time (six columns, as Arrow,
-never an object per video), counted in groups of ~64k records, plus the fingerprints and the totals
-``run_stage`` keeps; never the tables. The stages, their order and which feeds which come
-from the ``StageGraph`` the caller gives.
+Read-only: it streams each stage's status records a shard at a time (six columns, as Arrow),
+counted in groups of ~64k, plus the fingerprints and ``run_stage``'s totals; never the tables.
 """
 
 from __future__ import annotations
@@ -16,20 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from howtocap.engine.graph import StageGraph
+from howtocap.engine.records import empty_records
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import CAUSES
 from howtocap.errors import InputError
 
 EXAMPLES = 3  # video ids shown per failure cause
 COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
-
-
-def _stages(rd: RunDir, order: list[str]) -> list[str]:
-    found = rd.stages_with_results()
-    found |= rd.fingerprints.names()
-    return [s for s in order if s in found] + sorted(found - set(order))
 
 
 def _numbers(data: dict[str, Any] | None) -> dict[str, float]:
@@ -40,31 +35,26 @@ def _numbers(data: dict[str, Any] | None) -> dict[str, float]:
 
 
 def _throughput(stats: dict[str, float], rates: Mapping[str, str]) -> dict[str, float | None]:
-    wall = stats.get("wall_seconds", 0.0)
-
-    def rate(key: str) -> float | None:
-        return round(stats[key] / wall, 4) if wall > 0 and key in stats else None
-
+    wall = stats.get("wall_seconds", 0.0)  # processed: done or failed
     stats = {**stats, "processed": stats.get("videos", 0.0) + stats.get("failed", 0.0)}
-    # done or failed: what the stage got through
-    return {"videos_per_s": rate("processed"), **{out: rate(m) for out, m in rates.items()}}
+    return {out: round(stats[m] / wall, 4) if wall > 0 and m in stats else None
+            for out, m in {"videos_per_s": "processed", **rates}.items()}
 
 
 def status_of(run_dir: str | Path, graph: StageGraph,
               rates: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Per stage: done / failed / pending, failures by cause with example ids, attempts,
-    wall time and throughput (``videos_per_s``, and per ``rates`` entry ``name: metric`` the
-    stages' summed metric per wall second, for every stage: None where it has none). Plain
-    data (the CLI prints it or dumps it as JSON)."""
+    """Per stage: done / failed / pending, failures by cause with example ids, attempts, wall
+    time and throughput (``videos_per_s``, and per ``rates`` entry ``name: metric`` the summed
+    metric per wall second, None where a stage has none), as plain data."""
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(root, "not a run directory")
     rd = RunDir(root, create=False)
-    n_videos = rd.video_count() if rd.table_path("videos").exists() else None
-    stages = _stages(rd, graph.names)
+    n_videos = rd.video_count()
+    found = rd.stages_with_results() | rd.fingerprints.names()
+    stages = [s for s in graph.names if s in found] + sorted(found - set(graph.names))
     if not stages and not n_videos:
         raise InputError(root, "not a howtocap run directory (no videos.parquet, no status)")
-    n_videos = n_videos or 0
     counted = {st: _count(rd.records(st, COUNTED)) for st in stages}
     out: list[dict[str, Any]] = []
     for stage, c in counted.items():
@@ -94,67 +84,41 @@ def status_of(run_dir: str | Path, graph: StageGraph,
 
 
 def _count(parts: Iterable[Any]) -> dict[str, Any]:
-    """One stage's counts from its records, Arrow tables of disjoint videos read as they
-    are counted: done, failed, warned, failures by cause with the first example ids,
-    attempts of the failed, seconds summed by one ``math.fsum`` (exact: the same however
-    the videos were split)."""
-    import pyarrow.compute as pc
-
+    """One stage's counts from its records (Arrow tables of disjoint videos, read as they are
+    counted; only the failed rows are kept, in Arrow); seconds summed by one ``math.fsum``
+    (exact: the same however the videos were split)."""
     n = {"done": 0, "failed": 0, "warned": 0}
-    causes: dict[str, dict[str, Any]] = {}
-    attempts: Counter[int] = Counter()
-
-    def seconds() -> Iterator[list[float]]:
-        for recs in _batched(parts):
-            ok = pc.equal(recs.column("status"), "ok").to_numpy(zero_copy_only=False)
-            bad = recs.filter(~ok).select(["video_id", "cause", "attempts"])
-            for c, f in _failures(bad).items():  # only the failed rows leave Arrow
-                have = causes.setdefault(c, {"count": 0, "examples": []})
-                have["count"] += f["count"]
-                have["examples"] = sorted(have["examples"] + f["examples"])[:EXAMPLES]
-            attempts.update(int(a) for a in bad.column("attempts").to_numpy())
-            n["done"] += int(ok.sum())
-            n["failed"] += int(len(ok) - ok.sum())
-            n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
-            secs = recs.column("seconds").fill_null(0.0).to_numpy().tolist()
-            del recs, ok, bad  # not held while the next shard is read
-            yield secs
-
-    total = math.fsum(itertools.chain.from_iterable(seconds()))
-    return {**n,
-            "failures": {c: causes[c] for c in (*CAUSES, *sorted(set(causes) - set(CAUSES)))
-                         if c in causes},
+    bad, secs = [empty_records(["cause", "attempts"])], []
+    for recs in _batched(parts):
+        ok = pc.equal(recs.column("status"), "ok").to_numpy(zero_copy_only=False)
+        bad.append(recs.filter(~ok).select(["video_id", "cause", "attempts"]))
+        n["done"] += int(ok.sum())
+        n["failed"] += int(len(ok) - ok.sum())
+        n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
+        secs.append(recs.column("seconds").fill_null(0.0).to_numpy())
+    failed = pa.concat_tables(bad)
+    cause = failed.column("cause").cast(pa.string())
+    cause = pc.if_else(pc.equal(cause, ""), "internal", cause)  # "" counts as internal
+    failures = {}
+    for c in (*CAUSES, *sorted(set(pc.unique(cause).to_pylist()) - set(CAUSES))):
+        ids = failed.column("video_id").filter(pc.equal(cause, c))
+        if len(ids):  # how many, and the first ids in sorted order
+            failures[c] = {"count": len(ids),
+                           "examples": ids.take(pc.sort_indices(ids)[:EXAMPLES]).to_pylist()}
+    attempts = Counter(failed.column("attempts").to_numpy().tolist())
+    return {**n, "failures": failures,
             "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
-            "video_seconds": round(total, 3)}
+            "video_seconds": round(math.fsum(itertools.chain.from_iterable(secs)), 3)}
 
 
 def _batched(parts: Iterable[Any], rows: int = 1 << 16) -> Iterator[Any]:
     """The shards' tables joined into tables of about ``rows``: counting costs a few calls
     per table, which at a thousand videos a shard outweighed the counting itself."""
-    import pyarrow as pa
-
     held: list[Any] = []
-    n = 0
     for t in parts:
         held.append(t)
-        n += len(t)
-        if n >= rows:
+        if sum(map(len, held)) >= rows:
             yield pa.concat_tables(held)
-            held, n = [], 0
+            held = []
     if held:
         yield pa.concat_tables(held)
-
-
-def _failures(bad: Any) -> dict[str, dict[str, Any]]:
-    """Per cause ("" counts as internal): how many, and the first ids in sorted order."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    cause = bad.column("cause").cast(pa.string())  # the failed rows only: decoded
-    cause = pc.if_else(pc.equal(cause, ""), "internal", cause)
-    out: dict[str, dict[str, Any]] = {}
-    for c in sorted(set(pc.unique(cause).to_pylist())):
-        ids = bad.column("video_id").filter(pc.equal(cause, c))
-        first = pc.take(ids, pc.sort_indices(ids)[:EXAMPLES]).to_pylist()
-        out[str(c)] = {"count": len(ids), "examples": first}
-    return out

@@ -1,21 +1,18 @@
 """The subtitle store: HowTo100M-size subtitles as Parquet, read by row group, never whole.
 
-A dump is streamed once (``io.dump_readers``; ``json.load`` of HowTo100M's several-GB
-``caption.json`` takes several times its size) into row groups of whole videos in the file's
-order (``DumpWriter``), kept under ``DIR/cache/subtitles/`` for resumed and sharded runs. Opening
-it reads the ``video_id`` column alone, kept as one Arrow column (no Python string a video).
-A run asks in the file's order, so a lookup tries the video after the last one found before a
-binary search, and each row group is decoded about once: peak memory is a row group or two plus
-the ids. A Parquet source is read in place; someone else's rows are cleaned per video when
-asked for and need not be grouped.
+A dump is streamed once (``io.dump_readers``) into row groups of whole videos in the file's
+order (``DumpWriter``, under ``DIR/cache/subtitles/``). Opening reads the ``video_id`` column
+alone, as one Arrow column. A run asks in the file's order, so a lookup tries the video after
+the last one found before a binary search, and each row group is decoded about once. Anyone's
+Parquet is read in place, its rows cleaned per video when asked for.
 """
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +38,8 @@ SCHEMA = pa.schema([("video_id", pa.string()), ("start", pa.float64()), ("end", 
 
 # -- writing -------------------------------------------------------------------------------
 class DumpWriter:
-    """Buffers rows and writes a row group once ``rows_per_group`` rows are complete.
-
-    ``add_video`` never splits a video across row groups. ``max_buffered_rows`` is the memory
-    high-water mark of the conversion (checked by the streaming test).
-    """
+    """Buffers rows and writes a row group once ``rows_per_group`` rows are complete (a video
+    never split); ``max_buffered_rows``: the conversion's memory high-water mark."""
 
     def __init__(self, path: str | Path, layout: str, rows_per_group: int = ROWS_PER_GROUP
                  ) -> None:
@@ -72,9 +66,8 @@ class DumpWriter:
 
     def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None
                   ) -> None:
-        """One whole video (clean rows, or the problem with its entry); an empty one still
-        gets a row, so it is known. The same id straight again replaces it (json.load's "last
-        key wins"; a repeat further on is a later run, which the reader prefers)."""
+        """One whole video (clean rows, or its entry's problem; an empty one still gets a row).
+        The same id straight again replaces it (json.load's "last key wins")."""
         if video_id == self._last_id and self._last_start >= 0:
             self.rows -= sum(r[3] is not None for r in self._rows[self._last_start:])
             del self._rows[self._last_start:]
@@ -108,7 +101,7 @@ class DumpWriter:
 
 # -- reading by row group ------------------------------------------------------------------
 class ParquetStore:
-    """Lookups by video id into a Parquet file read one row group at a time (see module doc)."""
+    """Lookups by video id into a Parquet file read a row group at a time (see module doc)."""
 
     def __init__(self, path: Path, shown_as: Path, *, select: frozenset[str] | None = None,
                  limit: int | None = None, cached_groups: int = CACHED_GROUPS) -> None:
@@ -126,38 +119,33 @@ class ParquetStore:
         if "video_id" not in names:
             raise InputError(shown_as, "a single-table source needs a video_id column "
                                        "(or give a folder of <video_id>.csv files)")
-        for c in COLUMNS:
-            if c not in names:
-                raise InputError(shown_as, f"missing column {c!r}")
+        if missing := [c for c in COLUMNS if c not in names]:
+            raise InputError(shown_as, f"missing column {missing[0]!r}")
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
         md = self.pf.metadata
         self.group_starts = list(itertools.accumulate(
             (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
-        self.cached_groups = cached_groups
-        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
-        self._decoded: dict[int, dict[str, Any]] = {}  # ``_video_rows``' columns
+        self._group = functools.lru_cache(cached_groups)(
+            lambda g: self.pf.read_row_group(g, columns=self.columns))
+        # as lists a group weighs more than in Arrow: the two groups in use
+        self._decoded = functools.lru_cache(2)(self._decode)
         self._last = -1  # the number last found
         self._order: np.ndarray | None = None  # the ids' sorted order (``_search``)
         self._lock = threading.Lock()
-        self.groups_read = 0
-        self.max_cached_groups = 0
         self.max_buffered_rows = 0
         self._read_videos(select, limit)
 
     def _read_videos(self, select: frozenset[str] | None, limit: int | None) -> None:
-        """Each video's id and rows, in the file's order, from the ``video_id`` column read a
-        row group at a time: the ids as one Arrow column (no Python string a video: a dict of
-        HowTo100M's 1.2M ids held ~200 MB), each video's run of rows as numpy. A video given
-        again (records scattered over the file, a repeated key) is one video, numbered where
-        it first comes, with every run of rows ("records") or its last ("videos": the last key
-        wins, as with ``json.load``). ``select`` and ``limit`` then keep some videos."""
+        """Each video's id (one Arrow column: a dict of 1.2M ids held ~200 MB) and runs of
+        rows (numpy), in the file's order, the ``video_id`` column read a group at a time. A
+        video given again is one video, numbered where it first comes, with every run of
+        rows (``get`` takes the last of a "videos" layout: the last key wins)."""
         wanted = pa.array(sorted(select), pa.string()) if select is not None else None
         wide = np.int32 if self.group_starts[-1] < 2**31 else np.int64  # HowTo100M: ~50M rows
         ids: list[pa.Array] = []
         runs: list[tuple[np.ndarray, np.ndarray]] = []  # (first row, rows) of the kept runs
-        last_wins = self.layout == "videos"
         for g in range(self.pf.metadata.num_row_groups):
-            if last_wins and limit is not None and sum(len(i) for i in ids) >= limit:
+            if self.layout == "videos" and limit is not None and sum(map(len, ids)) >= limit:
                 break  # whole videos in order: the first ``limit`` are read
             col = self.pf.read_row_group(g, columns=["video_id"]).column(0).combine_chunks()
             col = col.cast(pa.string())
@@ -189,11 +177,6 @@ class ParquetStore:
         kept = video.is_valid().to_numpy(zero_copy_only=False)
         video = video.drop_null().to_numpy()
         start, length = start[kept], length[kept]
-        if last_wins:
-            last = np.zeros(len(self.ids), dtype=np.int64)
-            np.maximum.at(last, video, np.arange(len(video)))
-            self._start, self._len = start[last], length[last]
-            return
         order = np.argsort(video, kind="stable")
         self._start, self._len = start[order], length[order]
         self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(self.ids)))])
@@ -203,31 +186,26 @@ class ParquetStore:
         return len(self.ids)
 
     def video_ids(self) -> list[str]:
-        """Every video id, in the file's order (a list of them all: ``ids_window`` for a
-        window of a large file)."""
+        """Every video id, in the file's order (``ids_window`` for a window of a large file)."""
         return self.ids.to_pylist()
 
     def ids_window(self, lo: int, hi: int) -> list[str]:
-        """The ids of videos ``lo`` to ``hi`` in the file's order."""
         return self.ids[lo:hi].to_pylist()
 
     def id_array(self, lo: int, hi: int) -> pa.Array:
-        """``ids_window`` as one Arrow array: ``videos.parquet`` of a 1.2M-video run without
-        a Python string a video (the millions of short-lived strings left the heap ~50 MB
-        larger for the stages that follow)."""
+        """``ids_window`` as Arrow: 1.2M short-lived strings left the heap ~50 MB larger."""
         return self.ids[lo:hi].combine_chunks()
 
     def holds(self, ids: pa.Array) -> np.ndarray:
-        """Which of ``ids`` (distinct) the file has: a hash table of them alone (Arrow's),
-        the file's ids looked up in it once."""
+        """Which of ``ids`` (distinct) the file has: a hash table of them alone."""
         at = pc.index_in(self.ids, value_set=ids.cast(pa.string())).drop_null().to_numpy()
         hit = np.zeros(len(ids), dtype=bool)
         hit[at] = True
         return hit
 
     def _find(self, video_id: str) -> int:
-        """The video's number (file order), or -1. A run asks in the file's order: the video
-        after the last one found is tried first (one id read), then a binary search."""
+        """The video's number, or -1: the video after the last one found first (a run asks
+        in the file's order), then a binary search."""
         k = self._last + 1
         if not (k < len(self.ids) and self.ids[k].as_py() == video_id):
             k = self._search(video_id)
@@ -235,9 +213,8 @@ class ParquetStore:
         return k
 
     def _search(self, video_id: str) -> int:
-        """Binary search over the ids' sorted order (int32 a video: kept from opening, or,
-        when ids repeated there, sorted at the first lookup; Arrow sorts by UTF-8 bytes, the
-        order of Python's ``<`` on ``str``)."""
+        """Binary search over the ids' sorted order (Arrow sorts by UTF-8 bytes, the order of
+        Python's ``<`` on ``str``)."""
         if self._order is None:
             self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
         order, ids = self._order, self.ids
@@ -245,8 +222,7 @@ class ParquetStore:
         return int(order[at]) if at < len(order) and ids[int(order[at])].as_py() == video_id \
             else -1
 
-    def _runs(self, k: int) -> list[tuple[int, int]]:
-        """Video ``k``'s runs of rows as ``(first row, rows)``."""
+    def _runs(self, k: int) -> list[tuple[int, int]]:  # video k's (first row, rows)
         if self._ptr is None:
             return [(int(self._start[k]), int(self._len[k]))]
         a, b = int(self._ptr[k]), int(self._ptr[k + 1])
@@ -256,23 +232,9 @@ class ParquetStore:
         with self._lock:
             return self._find(video_id) >= 0
 
-    def _group(self, g: int) -> pa.Table:
-        table = self._cache.get(g)
-        if table is None:
-            table = self.pf.read_row_group(g, columns=self.columns)
-            self.groups_read += 1
-            self._cache[g] = table
-            while len(self._cache) > self.cached_groups:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(g)
-        self.max_cached_groups = max(self.max_cached_groups, len(self._cache))
-        return table
-
     def get(self, video_id: str, frame: bool = True) -> pd.DataFrame | dict[str, Any] | None:
-        """The video's clean ``start, end, text[, score]`` rows, or None when not in the file.
-        ``frame=False``: plain ``start, end, text`` columns where the file is clean (no pandas
-        frame: the subtitles stage of a million-video run builds none)."""
+        """The video's clean ``start, end, text[, score]`` rows, or None when not in the file;
+        ``frame=False``: plain columns where the file is clean (no pandas)."""
         with self._lock:
             k = self._find(video_id)
             if k < 0:
@@ -281,8 +243,8 @@ class ParquetStore:
             for start, length in self._runs(k):
                 g = bisect.bisect_right(self.group_starts, start) - 1
                 parts.append((g, start - self.group_starts[g], length))
-            if self.layout == "videos":  # ours: one run, clean
-                return self._video_rows(*parts[0], frame)
+            if self.layout == "videos":  # ours: clean, its last run wins
+                return self._video_rows(*parts[-1], frame)
             table = pa.concat_tables([self._group(g).slice(a, n) for g, a, n in parts])
         if "error" in table.column_names:
             self._raise_first(table.column("error").to_pylist())
@@ -290,20 +252,9 @@ class ParquetStore:
 
     def _video_rows(self, g: int, a: int, n: int, frame: bool
                     ) -> pd.DataFrame | dict[str, Any]:
-        """Rows ``a`` to ``a + n`` of group ``g``, sliced from the group's columns decoded once
-        (numpy and lists): a video in file order is a few list slices, not Arrow calls and
-        ``to_pandas`` (most of a text-only stage's own time). ``frame=False`` (the subtitles
-        stage): plain columns; else a frame, with the scores when given."""
-        cols = self._decoded.get(g)
-        if cols is None:
-            table = self._group(g)
-            err = table.column("error")
-            cols = self._decoded[g] = {
-                **{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
-                "text": table.column("text").to_pylist(),
-                "error": err.to_pylist() if err.null_count < len(err) else None}
-            while len(self._decoded) > 2:  # as lists a group weighs more than in Arrow:
-                del self._decoded[next(iter(self._decoded))]  # the two groups in use
+        """Rows ``a`` to ``a + n`` of group ``g``, sliced from its columns decoded once: a few
+        list slices, not Arrow calls and ``to_pandas`` (most of a text-only stage's time)."""
+        cols = self._decoded(g)
         b = a + n
         if cols["error"] is not None:
             self._raise_first(cols["error"][a:b])
@@ -321,35 +272,37 @@ class ParquetStore:
             df["score"] = score
         return df
 
-    def _raise_first(self, errors: list[str | None]) -> None:
-        """A video's rows carry the problem with its entry (``DumpWriter.add_error``)."""
+    def _decode(self, g: int) -> dict[str, Any]:
+        table = self._group(g)
+        err = table.column("error")
+        return {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
+                "text": table.column("text").to_pylist(),
+                "error": err.to_pylist() if err.null_count < len(err) else None}
+
+    def _raise_first(self, errors: list[str | None]) -> None:  # ``DumpWriter.add_error``'s
         problem = next((e for e in errors if e), None)
         if problem:
             raise InputError(self.shown_as, problem)
 
     def _from_raw(self, video_id: str, table: pa.Table) -> pd.DataFrame:
         """Rows as given (records layout, or anyone's Parquet): checked, cleaned, sorted."""
-        cols = {c: table.column(c).to_pylist() for c in COLUMNS}
-        keep = [i for i, t in enumerate(cols["text"]) if t is not None or
-                cols["start"][i] is not None]  # a null-text placeholder row is no row
-        texts: list[Any] = [cols["text"][i] for i in keep]
+        table = table.filter(pc.or_(table.column("text").is_valid(),  # a null-text
+                                    table.column("start").is_valid()))  # placeholder: no row
+        entry: dict[str, list[Any]] = {c: table.column(c).to_pylist() for c in COLUMNS}
         if "score" in table.column_names:
-            scores = table.column("score").to_pylist()
-            texts = [[(t, scores[i])] if scores[i] is not None else t
-                     for t, i in zip(texts, keep, strict=True)]
-        entry = {"start": [cols["start"][i] for i in keep],
-                 "end": [cols["end"][i] for i in keep], "text": texts}
+            entry["text"] = [[(t, s)] if s is not None else t for t, s in
+                             zip(entry["text"], table.column("score").to_pylist(), strict=True)]
         return rows_frame(tidy_rows(entry_rows(self.shown_as, video_id, entry)))
 
     def stats(self) -> dict[str, int]:
-        return {"groups_read": self.groups_read, "max_cached_groups": self.max_cached_groups,
+        read = self._group.cache_info()  # an LRU cache never shrinks: its size is its peak
+        return {"groups_read": read.misses, "max_cached_groups": read.currsize,
                 "max_buffered_rows": self.max_buffered_rows}
 
 
 def _order_if_distinct(ids: pa.ChunkedArray) -> np.ndarray | None:
-    """The ids' sorted order (int32 a video, kept for ``ParquetStore._search``), or None
-    when an id comes twice: the ids sorted, each compared with the next (a hash table of
-    HowTo100M's 1.2M ids, as ``pc.unique`` builds, takes ~200 MB)."""
+    """The ids' sorted order (int32 a video), or None when an id comes twice: each sorted id
+    compared with the next (``pc.unique``'s hash table of 1.2M ids takes ~200 MB)."""
     order = pc.sort_indices(ids)
     step = 1 << 16  # compared a piece at a time: no sorted copy of them all
     for a in range(0, len(ids) - 1, step):
