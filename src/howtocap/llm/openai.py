@@ -261,9 +261,10 @@ class OpenAIChatLLM(AsyncChat):
             err = json.loads(body).get("error")
             detail = err.get("message") if isinstance(err, dict) else err
         if not detail:
-            from http.client import responses
+            from http import HTTPStatus  # (not http.client: no hand-made HTTP in src/)
 
-            detail = body.decode("utf-8", "replace") or responses.get(status, "")
+            phrases = {s.value: s.phrase for s in HTTPStatus}
+            detail = body.decode("utf-8", "replace") or phrases.get(status, "")
         return " ".join(str(detail).split())[:200]
 
     def _encode(self, body: dict[str, Any]) -> bytes:
