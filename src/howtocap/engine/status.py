@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from howtocap.engine.graph import StageGraph
-from howtocap.engine.records import empty_records
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.stage import CAUSES
 from howtocap.errors import InputError
@@ -84,41 +83,59 @@ def status_of(run_dir: str | Path, graph: StageGraph,
 
 
 def _count(parts: Iterable[Any]) -> dict[str, Any]:
-    """One stage's counts from its records (Arrow tables of disjoint videos, read as they are
-    counted; only the failed rows are kept, in Arrow); seconds summed by one ``math.fsum``
-    (exact: the same however the videos were split)."""
+    """One stage's counts from its records, Arrow tables of disjoint videos folded in as
+    they are read (memory does not grow with the failures); seconds summed by one
+    ``math.fsum`` (exact: the same however the videos were split)."""
     n = {"done": 0, "failed": 0, "warned": 0}
-    bad, secs = [empty_records(["cause", "attempts"])], []
-    for recs in _batched(parts):
-        ok = pc.equal(recs.column("status"), "ok").to_numpy(zero_copy_only=False)
-        bad.append(recs.filter(~ok).select(["video_id", "cause", "attempts"]))
-        n["done"] += int(ok.sum())
-        n["failed"] += int(len(ok) - ok.sum())
-        n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
-        secs.append(recs.column("seconds").fill_null(0.0).to_numpy())
-    failed = pa.concat_tables(bad)
-    cause = failed.column("cause").cast(pa.string())
-    cause = pc.if_else(pc.equal(cause, ""), "internal", cause)  # "" counts as internal
-    failures = {}
-    for c in (*CAUSES, *sorted(set(pc.unique(cause).to_pylist()) - set(CAUSES))):
-        ids = failed.column("video_id").filter(pc.equal(cause, c))
-        if len(ids):  # how many, and the first ids in sorted order
-            failures[c] = {"count": len(ids),
-                           "examples": ids.take(pc.sort_indices(ids)[:EXAMPLES]).to_pylist()}
-    attempts = Counter(failed.column("attempts").to_numpy().tolist())
-    return {**n, "failures": failures,
+    causes: dict[str, dict[str, Any]] = {}
+    attempts: Counter[int] = Counter()
+
+    def seconds() -> Iterator[list[float]]:
+        for recs in _batched(parts):
+            ok = pc.equal(recs.column("status"), "ok").to_numpy(zero_copy_only=False)
+            bad = recs.filter(~ok).select(["video_id", "cause", "attempts"])
+            for c, f in _failures(bad).items():  # only the failed rows leave Arrow
+                have = causes.setdefault(c, {"count": 0, "examples": []})
+                have["count"] += f["count"]
+                have["examples"] = sorted(have["examples"] + f["examples"])[:EXAMPLES]
+            attempts.update(bad.column("attempts").to_numpy().tolist())
+            n["done"] += int(ok.sum())
+            n["failed"] += int(len(ok) - ok.sum())
+            n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
+            secs = recs.column("seconds").fill_null(0.0).to_numpy().tolist()
+            del recs, ok, bad  # not held while the next shard is read
+            yield secs
+
+    total = math.fsum(itertools.chain.from_iterable(seconds()))
+    return {**n,
+            "failures": {c: causes[c] for c in (*CAUSES, *sorted(set(causes) - set(CAUSES)))
+                         if c in causes},
             "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
-            "video_seconds": round(math.fsum(itertools.chain.from_iterable(secs)), 3)}
+            "video_seconds": round(total, 3)}
+
+
+def _failures(bad: Any) -> dict[str, dict[str, Any]]:
+    """Per cause ("" counts as internal): how many, and the first ids in sorted order."""
+    cause = bad.column("cause").cast(pa.string())
+    cause = pc.if_else(pc.equal(cause, ""), "internal", cause)
+    out = {}
+    for c in sorted(set(pc.unique(cause).to_pylist())):
+        ids = bad.column("video_id").filter(pc.equal(cause, c))
+        out[str(c)] = {"count": len(ids),
+                       "examples": ids.take(pc.sort_indices(ids)[:EXAMPLES]).to_pylist()}
+    return out
 
 
 def _batched(parts: Iterable[Any], rows: int = 1 << 16) -> Iterator[Any]:
     """The shards' tables joined into tables of about ``rows``: counting costs a few calls
     per table, which at a thousand videos a shard outweighed the counting itself."""
     held: list[Any] = []
+    n = 0
     for t in parts:
         held.append(t)
-        if sum(map(len, held)) >= rows:
+        n += len(t)
+        if n >= rows:
             yield pa.concat_tables(held)
-            held = []
+            held, n = [], 0
     if held:
         yield pa.concat_tables(held)
