@@ -266,11 +266,13 @@ class RunDir:
     def records(self, stage: str, columns: Sequence[str] | None = None) -> Iterator[Any]:
         """Every video's newest record of ``stage`` (finished shards and unfinished ones'
         chunks): Arrow tables of ``video_id`` and ``columns``, a shard at a time."""
-        finished = {shard_number(p) for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
+        finished = {shard_number(p): p for p in (self.root / "status" / stage).glob(SHARD_GLOB)}
         working = {int(p.name[len("shard-"):]) for p in
                    (self.root / "work" / stage).glob("shard-*") if p.is_dir()}
-        for k in sorted(finished | working):
-            if (t := self.writer(stage, k).records(columns)).num_rows:
+        for k in sorted(finished.keys() | working):  # no chunks: its status file alone
+            t = self.writer(stage, k).records(columns) if k in working \
+                else self._records(finished[k], columns)
+            if t is not None and t.num_rows:
                 yield t
 
     def done(self, stage: str, video_ids: Sequence[str], table: str | None = None
@@ -514,7 +516,9 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
             i = data.schema.get_field_index(f.name)
             if i >= 0 and data.schema.field(i).type != f.type:
                 data = data.set_column(i, f, data.column(i).cast(f.type))
-    if "video_id" in data.column_names:
+    ids = data.column("video_id") if "video_id" in data.column_names else None
+    if ids is not None and len(ids) > 1 and not pc.all(  # a chunk's rows come sorted
+            pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
         data = data.sort_by("video_id")
     _write_parquet(path, data, use_dictionary=parquet_dictionary(data.schema))
 
