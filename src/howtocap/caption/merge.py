@@ -9,7 +9,6 @@ overlap by ``MIN_OVERLAP`` or more (Jaccard); the earlier caption stays.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Sequence
 
@@ -35,9 +34,15 @@ def repeats(texts: Sequence[str], starts: Sequence[float], window: float) -> lis
     out: list[int] = []
     kept: list[int] = []
     for i, w in enumerate(words):
-        near = itertools.takewhile(lambda j, t=starts[i]: not t - starts[j] > window,
-                                   reversed(kept))
-        if any((u := w | words[j]) and len(w & words[j]) / len(u) >= MIN_OVERLAP for j in near):
+        dup = False
+        for j in reversed(kept):  # kept in time order: stop at the first beyond the window
+            if starts[i] - starts[j] > window:
+                break
+            union = w | words[j]
+            if union and len(w & words[j]) / len(union) >= MIN_OVERLAP:
+                dup = True
+                break
+        if dup:
             out.append(i)
         else:
             kept.append(i)

@@ -10,7 +10,6 @@ defaults to 0).
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -69,7 +68,10 @@ def to_seconds(sec: str | None, clock: str | None) -> float:
     if sec is not None:
         return float(sec)
     assert clock is not None
-    return functools.reduce(lambda total, part: total * 60 + float(part), clock.split(":"), 0.0)
+    total = 0.0
+    for part in clock.split(":"):
+        total = total * 60 + float(part)
+    return total
 
 
 _END_PUNCT = ".!?;,"
