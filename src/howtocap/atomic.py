@@ -134,7 +134,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | None = None
                          ) -> None:
-    """Parquet with page checksums, so a flipped byte is caught on read (``read_parquet``)."""
+    """Parquet with page checksums, so a flipped byte is caught on read (``open_parquet``)."""
     atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True,
                                                  row_group_size=row_group_size))
 

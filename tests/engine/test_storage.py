@@ -12,13 +12,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from howtocap.atomic import CorruptPartWarning, DiskFull
+from howtocap.atomic import CorruptPartWarning, DiskFull, open_parquet
 from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.run import caption_run
 from howtocap.engine.rundir import RunDir
@@ -26,11 +25,6 @@ from howtocap.llm import LLMOptions
 from tests.support.chat_server import chat_server
 from tests.support.cli import GOOD, add_video, run_cli, start_cli
 from tests.support.stages import committed, status_records
-
-
-def read_parquet(path: Path) -> Any:
-    """A Parquet file read with its page checksums verified."""
-    return pq.ParquetFile(path, page_checksum_verification=True).read()
 
 
 def videos(tmp_path: Path, base: Path, n: int) -> Path:
@@ -141,7 +135,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
         flipped.write_bytes(bytes(data))
         assert pq.read_metadata(flipped).num_rows  # its footer reads: only checksums tell
         with pytest.raises(OSError, match="(?i)checksum"):
-            read_parquet(flipped)
+            open_parquet(flipped).read()
         untouched = {p: p.stat().st_mtime_ns for p in
                      (rd.shard_path("captions", 1), rd.shard_path("subtitles", 1))}
         n = srv.requests
@@ -154,7 +148,7 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
         for name, df in tables(out, ("subtitles", "captions")).items():
             pd.testing.assert_frame_equal(df, want[name])
         for path in (truncated, flipped):  # redone whole
-            assert len(read_parquet(path))
+            assert len(open_parquet(path).read())
         assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
 
 
@@ -231,7 +225,7 @@ def test_full_disk_stops_in_one_line_and_leaves_no_half_written_file(
         # whatever is on disk is whole; no video recorded as failed for want of space; the
         # ok records of finished shards have their whole table files
         for part in out.rglob("*.parquet"):
-            assert read_parquet(part) is not None, part
+            assert open_parquet(part).read() is not None, part
         for stage, table in (("subtitles", "subtitles"), ("caption", "captions")):
             recs = status_records(rd, stage)
             assert all(r.status == "ok" for r in recs)

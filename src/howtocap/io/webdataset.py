@@ -25,11 +25,19 @@ from howtocap.atomic import atomic_write_parquet, atomic_write_text
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import HowtocapError, InputError
 from howtocap.hashing import hash_text
-from howtocap.io import CONTENT, FRAMES_PER_CLIP, IMAGE_SIZE, SHARD_SIZE, WHAT, ExportWhat
+from howtocap.io import (
+    CONTENT,
+    FRAMES_PER_CLIP,
+    IMAGE_SIZE,
+    JPEG_QUALITY,
+    SHARD_SIZE,
+    WHAT,
+    ExportWhat,
+)
 from howtocap.io.export import TRAIN_ORDER, pairs_for_export
 from howtocap.io.inputs import read_json
 from howtocap.io.pairs import Clip, build_clips, frame_times
-from howtocap.io.video import JPEG_QUALITY, encode_jpeg
+from howtocap.io.video import encode_jpeg
 from howtocap.progress import console, progress_bar
 
 FORMAT = "howtocap-webdataset"
