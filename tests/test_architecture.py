@@ -304,11 +304,12 @@ def test_tests_mirror_the_package_and_share_only_through_support() -> None:
 
 # The line budgets of issue #39: the machinery a researcher reads before changing a step. A
 # budget may be lowered when code goes; raising one lets machinery back in and needs a decision.
-# The engine's issue target is 2,500; 2,700 holds what the cut of 2026-11-29 reached (5,463 ->
-# 2,682) without dropping a fast path or a feature.
+# The engine's issue target is 2,500; 2,710 holds what the cut of 2026-11-29 reached (5,463 ->
+# 2,706) without dropping a fast path or a feature (its review put back status's bounded
+# counting and the sort skipped for rows already in order).
 BUDGETS = {  # what, its files, at most this many lines (wc -l) together
     "the engine and the stores under it":
-        (("engine/*.py", "atomic.py", "hashing.py", "io/subtitle_dump.py"), 2_700),
+        (("engine/*.py", "atomic.py", "hashing.py", "io/subtitle_dump.py"), 2_710),
     "the LLM and VLM clients": (("llm/*.py",), 1_300),
     "the package": (("**/*.py",), 24_000),
 }
