@@ -1,7 +1,7 @@
 """``howtocap status DIR``: what a run did, what failed and why, and how fast each stage ran.
 
-Read-only: it streams each stage's status records a shard at a time (six columns, as Arrow),
-counted in groups of ~64k, plus the fingerprints and ``run_stage``'s totals; never the tables.
+Read-only: each stage's status records (six columns, streamed a shard at a time), fingerprints
+and totals; never the tables.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ EXAMPLES = 3  # video ids shown per failure cause
 COUNTED = ("video_id", "status", "cause", "attempts", "warnings", "seconds")
 
 
-def _numbers(data: dict[str, Any] | None) -> dict[str, float]:
+def _timing(data: dict[str, Any] | None, rates: Mapping[str, str]
+            ) -> tuple[float, dict[str, float | None]]:
+    """``run_stage``'s wall seconds and each rate's metric per wall second (processed: done or
+    failed); None where a stage has none, nothing from totals that are not numbers."""
     try:
-        return {k: float(v) for k, v in (data or {}).items()}
+        stats = {k: float(v) for k, v in (data or {}).items()}
     except (TypeError, ValueError):
-        return {}
-
-
-def _throughput(stats: dict[str, float], rates: Mapping[str, str]) -> dict[str, float | None]:
-    wall = stats.get("wall_seconds", 0.0)  # processed: done or failed
-    stats = {**stats, "processed": stats.get("videos", 0.0) + stats.get("failed", 0.0)}
-    return {out: round(stats[m] / wall, 4) if wall > 0 and m in stats else None
-            for out, m in {"videos_per_s": "processed", **rates}.items()}
+        stats = {}
+    wall = stats.get("wall_seconds", 0.0)
+    stats["processed"] = stats.get("videos", 0.0) + stats.get("failed", 0.0)
+    return round(wall, 3), {out: round(stats[m] / wall, 4) if wall > 0 and m in stats else None
+                            for out, m in {"videos_per_s": "processed", **rates}.items()}
 
 
 def status_of(run_dir: str | Path, graph: StageGraph,
@@ -58,9 +58,8 @@ def status_of(run_dir: str | Path, graph: StageGraph,
     out: list[dict[str, Any]] = []
     for stage, c in counted.items():
         done, failed = c["done"], c["failed"]
-        # which videos the stage could still do: those the stage whose table it reads did not
-        # fail, when that one sees every video (the same command runs both); else those it
-        # finished (a later command runs on what is done)
+        # left to do: what its feeder (whose table it reads) did not fail when that one sees every
+        # video (one command runs both), else what the feeder finished (a later command runs it)
         feeder = graph.feeder(stage)
         if feeder in counted and graph.is_source(feeder):
             total = n_videos - counted[feeder]["failed"]
@@ -68,74 +67,50 @@ def status_of(run_dir: str | Path, graph: StageGraph,
             total = counted[feeder]["done"]
         else:
             total = max(n_videos, done + failed)
-        stats = _numbers(rd.stats.read(stage))
-        fp = rd.fingerprints.read(stage)
-        out.append({
-            "stage": stage, "done": done, "failed": failed,
-            "pending": max(0, total - done - failed), "warned": c["warned"],
-            "failures": c["failures"], "failed_attempts": c["failed_attempts"],
-            "wall_seconds": round(stats.get("wall_seconds", 0.0), 3),
-            "video_seconds": c["video_seconds"],
-            "throughput": _throughput(stats, rates or {}),
-            "config_id": (fp or {}).get("config_id"),
-        })
+        wall, throughput = _timing(rd.stats.read(stage), rates or {})
+        out.append({"stage": stage, "done": done, "failed": failed,
+                    "pending": max(0, total - done - failed), "warned": c["warned"],
+                    "failures": c["failures"], "failed_attempts": c["failed_attempts"],
+                    "wall_seconds": wall, "video_seconds": c["video_seconds"],
+                    "throughput": throughput,
+                    "config_id": (rd.fingerprints.read(stage) or {}).get("config_id")})
     return {"run_dir": str(root), "videos": n_videos, "stages": out}
 
 
 def _count(parts: Iterable[Any]) -> dict[str, Any]:
-    """One stage's counts from its records, Arrow tables of disjoint videos folded in as
-    they are read (memory does not grow with the failures); seconds summed by one
-    ``math.fsum`` (exact: the same however the videos were split)."""
+    """One stage's counts, its shards' records counted by Arrow ~64 shards at a time and folded
+    in (memory does not grow with the run); the seconds by one ``math.fsum`` (exact however
+    the videos were split)."""
     n = {"done": 0, "failed": 0, "warned": 0}
-    causes: dict[str, dict[str, Any]] = {}
-    attempts: Counter[int] = Counter()
+    found: dict[str, dict[str, Any]] = {}
+    tries: Counter[int] = Counter()
 
     def seconds() -> Iterator[list[float]]:
-        for recs in _batched(parts):
-            ok = pc.equal(recs.column("status"), "ok").to_numpy(zero_copy_only=False)
-            bad = recs.filter(~ok).select(["video_id", "cause", "attempts"])
-            for c, f in _failures(bad).items():  # only the failed rows leave Arrow
-                have = causes.setdefault(c, {"count": 0, "examples": []})
-                have["count"] += f["count"]
-                have["examples"] = sorted(have["examples"] + f["examples"])[:EXAMPLES]
-            attempts.update(bad.column("attempts").to_numpy().tolist())
+        for group in _chunks(parts, 64):
+            t = pa.concat_tables(group)
+            ok = pc.equal(t["status"], "ok").to_numpy(zero_copy_only=False)
+            bad = t.filter(~ok).sort_by("video_id")  # then a cause's first ids are its examples
+            cause = pc.if_else(pc.equal(bad["cause"], ""), "internal", bad["cause"])
+            g = pa.table({"cause": cause, "id": bad["video_id"]}).group_by(
+                "cause", use_threads=False).aggregate([("id", "list")])  # ids stay in order
+            for c, ids in zip(g["cause"].to_pylist(), g["id_list"].to_pylist(), strict=True):
+                have = found.setdefault(c, {"count": 0, "examples": []})
+                have["count"] += len(ids)
+                have["examples"] = sorted(have["examples"] + ids[:EXAMPLES])[:EXAMPLES]
+            tries.update(bad["attempts"].to_numpy().tolist())
             n["done"] += int(ok.sum())
             n["failed"] += int(len(ok) - ok.sum())
-            n["warned"] += int(np.count_nonzero(ok & (recs.column("warnings").to_numpy() > 0)))
-            secs = recs.column("seconds").fill_null(0.0).to_numpy().tolist()
-            del recs, ok, bad  # not held while the next shard is read
-            yield secs
+            n["warned"] += int(np.count_nonzero(ok & (t["warnings"].to_numpy() > 0)))
+            yield t["seconds"].fill_null(0.0).to_numpy().tolist()
 
     total = math.fsum(itertools.chain.from_iterable(seconds()))
-    return {**n,
-            "failures": {c: causes[c] for c in (*CAUSES, *sorted(set(causes) - set(CAUSES)))
-                         if c in causes},
-            "failed_attempts": {str(k): v for k, v in sorted(attempts.items())},
+    return {**n, "failures": {c: found[c] for c in (*CAUSES, *sorted(set(found) - set(CAUSES)))
+                              if c in found},
+            "failed_attempts": {str(k): v for k, v in sorted(tries.items())},
             "video_seconds": round(total, 3)}
 
 
-def _failures(bad: Any) -> dict[str, dict[str, Any]]:
-    """Per cause ("" counts as internal): how many, and the first ids in sorted order."""
-    cause = bad.column("cause").cast(pa.string())
-    cause = pc.if_else(pc.equal(cause, ""), "internal", cause)
-    out = {}
-    for c in sorted(set(pc.unique(cause).to_pylist())):
-        ids = bad.column("video_id").filter(pc.equal(cause, c))
-        out[str(c)] = {"count": len(ids),
-                       "examples": ids.take(pc.sort_indices(ids)[:EXAMPLES]).to_pylist()}
-    return out
-
-
-def _batched(parts: Iterable[Any], rows: int = 1 << 16) -> Iterator[Any]:
-    """The shards' tables joined into tables of about ``rows``: counting costs a few calls
-    per table, which at a thousand videos a shard outweighed the counting itself."""
-    held: list[Any] = []
-    n = 0
-    for t in parts:
-        held.append(t)
-        n += len(t)
-        if n >= rows:
-            yield pa.concat_tables(held)
-            held, n = [], 0
-    if held:
-        yield pa.concat_tables(held)
+def _chunks(items: Iterable[Any], n: int) -> Iterator[list[Any]]:  # itertools.batched (3.12)
+    it = iter(items)
+    while group := list(itertools.islice(it, n)):
+        yield group
