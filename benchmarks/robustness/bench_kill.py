@@ -93,7 +93,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
         torch.set_num_threads(1)
         from howtocap.atomic import CorruptPartWarning
         from howtocap.caption.config import CaptionRunConfig
-        from howtocap.engine.core import Batching
+        from howtocap.engine.options import BatchConfig
         from howtocap.io.webdataset import export_webdataset
         from howtocap.llm import LLMOptions
         from howtocap.pipeline.run import run_pipeline
@@ -102,7 +102,7 @@ def child_run(vids: Path, out: Path, url: str, enc: str, report: Path | None) ->
             warnings.simplefilter("always", CorruptPartWarning)
             run_pipeline([vids], out, caption=CaptionRunConfig(
                 llm=LLMOptions(url=url, concurrency=1)), encoders=[enc], progress=False,
-                batching=Batching(BATCH[0], shard_size=BATCH[1]))
+                batching=BatchConfig(batch_size=BATCH[0], shard_size=BATCH[1]))
             started(out).touch()  # where() tells the export from here on
             export_webdataset(out, out / EXPORT, **EXPORT_KW)
         if report is not None:

@@ -1,13 +1,17 @@
 """Models that ship inside PyPI packages: find their files and assemble split ones, once.
 Several packages carry one model in parts (a GGUF in six wheels, a Whisper ``model.bin`` in two);
-they are concatenated into the user's cache and verified by size and SHA-256 before use."""
+they are concatenated into the user's cache and verified by size and SHA-256 before use. A model
+file's hash (its identity in a stage's fingerprint) is computed once and kept in that cache."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import tempfile
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from howtocap.errors import HowtocapError
@@ -69,3 +73,41 @@ def concat_parts(parts: list[Path], dest: Path, *, size: int, sha256: str) -> Pa
 
     atomic_write_text(marker, sha256 + "\n")  # written last: it vouches for the file
     return dest
+
+
+_lock = threading.Lock()
+_memo: dict[str, str] = {}
+
+
+def file_hash(path: str | os.PathLike[str]) -> str:
+    """blake2b of a file's bytes, once per (path, size, mtime), remembered in the user cache's
+    hashes.json (a 1 GB GGUF is not re-hashed each run)."""
+    from howtocap.atomic import JsonFolder
+
+    p = Path(path).resolve()
+    st = p.stat()
+    key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
+    with _lock:
+        if key in _memo:
+            return _memo[key]
+        cache = JsonFolder(cache_root())
+        digest = (cache.read("hashes") or {}).get(key)
+        if digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            with p.open("rb") as fh:
+                while chunk := fh.read(8 << 20):
+                    h.update(chunk)
+            digest = h.hexdigest()
+            with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
+                cache.write("hashes", {**(cache.read("hashes") or {}), key: digest})
+        _memo[key] = digest
+        return digest
+
+
+def files_hash(paths: Iterable[Path]) -> str:
+    """One hash over several files (a model folder's weights)."""
+    h = hashlib.blake2b(digest_size=16)
+    for p in sorted(paths):
+        h.update(p.name.encode())
+        h.update(file_hash(p).encode())
+    return h.hexdigest()

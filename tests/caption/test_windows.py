@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from howtocap.caption.run import caption_run
-from howtocap.engine.core import Batching
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.errors import ServiceUnavailable
 from tests.support.stages import status_records
@@ -50,9 +50,9 @@ def whole(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
 
 
 @pytest.fixture(params=[3, 5])
-def shards(request: pytest.FixtureRequest) -> Batching:
+def shards(request: pytest.FixtureRequest) -> BatchConfig:
     """Each test twice: shards of 3 videos (windows of 7 take two shards), and of 5."""
-    return Batching(shard_size=request.param)
+    return BatchConfig(shard_size=request.param)
 
 
 class Counting(QuickLLM):
@@ -73,7 +73,7 @@ class Counting(QuickLLM):
 @pytest.mark.slow
 def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: dict[str, Any],
                                                           tmp_path: Path,
-                                                          shards: Batching) -> None:
+                                                          shards: BatchConfig) -> None:
     out = tmp_path / "run"
     llm = Counting(out)
     subs, caps = caption_run(None, out, config(source), llm=llm, progress=False,
@@ -101,7 +101,7 @@ def test_windows_give_the_tables_and_counts_of_one_window(source: Path, whole: d
 @pytest.mark.slow
 def test_a_run_stopped_mid_way_resumes_to_the_clean_tables(source: Path, whole: dict[str, Any],
                                                            tmp_path: Path,
-                                                           shards: Batching) -> None:
+                                                           shards: BatchConfig) -> None:
     out = tmp_path / "run"
     with pytest.raises(ServiceUnavailable):  # down in the third window
         caption_run(None, out, config(source), llm=QuickLLM(down_after=30), progress=False,

@@ -162,7 +162,8 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
             R.records_table = die
         from tests.support.stages import SquareStage
         from howtocap.io.inputs import VideoItem
-        from howtocap.engine.core import Batching, run_stage
+        from howtocap.engine.core import run_stage
+        from howtocap.engine.options import BatchConfig
         from howtocap.engine.runners import make_runner
         from howtocap.engine.rundir import RunDir
         items = [VideoItem(f"v_{{i}}", None) for i in range({n})]
@@ -170,7 +171,7 @@ def _worker_script(run: Path, log: Path, n: int, delay: float, runner: str,
                       runner=make_runner({runner!r}, workers=1,
                                          ray_address={ray_address!r}),
                       progress=False,
-                      batching=Batching({batch}))
+                      batching=BatchConfig(batch_size={batch}))
         print("DONE", s.done, s.claimed_elsewhere, s.skipped)
     """)
 

@@ -22,17 +22,15 @@ import pytest
 from howtocap.atomic import CorruptPartWarning
 from howtocap.engine.claims import Owner, _start_ticks, try_claim
 from howtocap.engine.core import (
-    BATCH_SECONDS,
-    BATCH_SIZE,
-    Batching,
     SettingsChanged,
     Shard,
     prepare_stages,
     run_stage,
 )
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import OldLayout, RunDir
-from howtocap.engine.stage import StageOutput, VideoInput
+from howtocap.engine.stage import BATCH_SECONDS, BATCH_SIZE, StageOutput, VideoInput
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.io.inputs import VideoItem
 from tests.support.cli import run_cli
@@ -76,7 +74,8 @@ def _script(run: Path, log: Path, n: int, delay: float, *, shard_size: int = 4,
         sys.path.insert(0, {str(ROOT)!r})
         from tests.support.stages import SquareStage
         from howtocap.io.inputs import VideoItem
-        from howtocap.engine.core import Batching, run_stage
+        from howtocap.engine.core import run_stage
+        from howtocap.engine.options import BatchConfig
         from howtocap.engine.rundir import RunDir
         barrier = {str(barrier) if barrier else None!r}
         if barrier:
@@ -86,7 +85,7 @@ def _script(run: Path, log: Path, n: int, delay: float, *, shard_size: int = 4,
         items = [VideoItem(f"v_{{i:03d}}", None) for i in range({n})]
         s = run_stage(RunDir({str(run)!r}, shard_size={shard_size}), items,
                       SquareStage({str(log)!r}, delay={delay}), progress=False,
-                      batching=Batching({batch}, 600.0))
+                      batching=BatchConfig(batch_size={batch}, batch_seconds=600.0))
         print("DONE", s.done, s.claimed_elsewhere, s.skipped, os.getpid())
     """)
 
@@ -298,7 +297,7 @@ def test_retry_failed_rewrites_only_the_shard_of_the_failed_video(tmp_path: Path
     items.insert(6, VideoItem("v_006bad_6", None))  # in id order: the 7th, in shard 1
     rd = RunDir(tmp_path / "run", shard_size=4)
     s = run_stage(rd, items, SquareStage(tmp_path / "log"), progress=False,
-                  batching=Batching(2))
+                  batching=BatchConfig(batch_size=2))
     assert s.done == 11 and [v for v, _ in s.failed] == ["v_006bad_6"]
     (k,) = rd.shard_of(["v_006bad_6"]).tolist()
     assert k == 1 and rd.shard_count() == 3
@@ -369,7 +368,8 @@ def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -
     script = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from howtocap.engine.core import Batching, run_stage
+        from howtocap.engine.core import run_stage
+        from howtocap.engine.options import BatchConfig
         from howtocap.engine.rundir import RunDir, ShardWriter
         from tests.support.stages import ITEMS, Lines
         real, seen = ShardWriter._write_status, []
@@ -380,7 +380,7 @@ def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -
             return real(self, records)
         ShardWriter._write_status = die
         run_stage(RunDir({str(run)!r}, shard_size=4), ITEMS, Lines(), progress=False,
-                  batching=Batching(2))
+                  batching=BatchConfig(batch_size=2))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
@@ -389,7 +389,7 @@ def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -
     assert rd.shard_path("subtitles", 1).exists() and not rd.shard_path("status/lines", 1).exists()
     assert len(rd.writer("lines", 1).chunk_ids()) == 2
     assert rd.done("lines", ["v_03", "v_04"]) == [True, False]
-    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=Batching(2))
+    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=BatchConfig(batch_size=2))
     assert (s.done, s.skipped) == (2, 8)  # shard 2's videos; shard 1's were committed
     clean = RunDir(tmp_path / "clean", shard_size=4)
     run_stage(clean, ITEMS, Lines(), progress=False)
@@ -430,13 +430,14 @@ def test_a_sigkill_inside_forget_leaves_the_video_to_redo(tmp_path: Path) -> Non
 
 def test_newest_record_wins_across_chunks_and_runs(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run", shard_size=4)
-    s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False, batching=Batching(3))
+    s = run_stage(rd, ITEMS, Lines(fail={"v_01", "v_07"}), progress=False,
+                  batching=BatchConfig(batch_size=3))
     assert s.done == 8 and len(s.failed) == 2
     # a plain re-run leaves the failures alone; --retry-failed tries them again
-    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=Batching(3))
+    s = run_stage(rd, ITEMS, Lines(), progress=False, batching=BatchConfig(batch_size=3))
     assert (s.done, s.failed_before) == (0, 2)
-    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False, batching=Batching(3),
-                  retry_failed=True, max_attempts=3)
+    s = run_stage(rd, ITEMS, Lines(fail={"v_07"}), progress=False,
+                  batching=BatchConfig(batch_size=3), retry_failed=True, max_attempts=3)
     assert s.done == 1 and [v for v, _ in s.failed] == ["v_07"]
     recs = status(rd, "lines")
     assert [recs[v].attempts for v in ("v_01", "v_07")] == [2, 2]
@@ -450,7 +451,7 @@ def test_newest_record_wins_across_chunks_and_runs(tmp_path: Path) -> None:
         run_stage(rd, ITEMS, Lines(offset=10.0), progress=False)
     prepare_stages(rd, [Lines(offset=10.0)], redo=True)
     assert not rd.has_table("subtitles") and not rd.table_files("status")
-    s = run_stage(rd, ITEMS, Lines(offset=10.0), progress=False, batching=Batching(4))
+    s = run_stage(rd, ITEMS, Lines(offset=10.0), progress=False, batching=BatchConfig(batch_size=4))
     assert s.done == 10
     texts = set(rd.table("subtitles")["text"])
     assert "v_03 c 13.0" in texts and "v_03 c 3" not in texts
@@ -464,7 +465,7 @@ def test_chunk_records_of_an_unfinished_shard_count_and_are_kept(tmp_path: Path)
         rd = RunDir(tmp_path / f"run{seconds}")
         with pytest.raises(ServiceUnavailable):
             run_stage(rd, ITEMS[:5], Lines(down={"v_03"}), progress=False,
-                      batching=Batching(1000, seconds))
+                      batching=BatchConfig(batch_size=1000, batch_seconds=seconds))
         w = rd.writer("lines", 0)
         assert len(w.chunk_ids()) == chunks and not rd.shard_path("status/lines", 0).exists()
         assert sorted(status(rd, "lines")) == ["v_00", "v_01", "v_02"]
@@ -480,7 +481,8 @@ def test_a_chunk_without_its_status_file_is_not_done_and_goes(tmp_path: Path) ->
     reads: its videos are redone, and finishing the shard removes it."""
     rd = RunDir(tmp_path / "run")
     with pytest.raises(ServiceUnavailable):
-        run_stage(rd, ITEMS[:4], Lines(down={"v_02"}), progress=False, batching=Batching(1))
+        run_stage(rd, ITEMS[:4], Lines(down={"v_02"}), progress=False,
+                  batching=BatchConfig(batch_size=1))
     w = rd.writer("lines", 0)
     orphan = w.work / "00000000000000000001-1-000001.subtitles.parquet"
     rows("v_03").to_parquet(orphan, index=False)
@@ -542,7 +544,7 @@ class SomeEmpty(Lines):
 def test_videos_without_rows_are_done_and_a_shard_of_none_has_no_file(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run", shard_size=2)
     s = run_stage(rd, ITEMS[:6], SomeEmpty({"v_00", "v_02", "v_03"}), progress=False,
-                  batching=Batching(1))
+                  batching=BatchConfig(batch_size=1))
     assert s.done == 6 and all(rd.done("lines", [v.video_id for v in ITEMS[:6]]))
     got = rd.table("subtitles")
     assert len(got) == 3 * 3 and {"v_00", "v_02", "v_03"}.isdisjoint(got["video_id"])
@@ -672,9 +674,9 @@ def test_batch_flags_give_the_defaults_and_refuse_nonsense() -> None:
 
     from howtocap.engine.options import BatchConfig
 
-    assert BatchConfig().batching() == Batching(BATCH_SIZE, BATCH_SECONDS)
-    assert BatchConfig(batch_size=7, shard_size=5).batching() == Batching(7, BATCH_SECONDS, 5)
-    assert BatchConfig(batch_seconds=0).batching() == Batching(BATCH_SIZE, 0.0)
+    got = BatchConfig()
+    assert (got.batch_size, got.batch_seconds, got.shard_size) == (BATCH_SIZE, BATCH_SECONDS, None)
+    assert BatchConfig(batch_seconds=0).batch_seconds == 0.0
     for bad in ({"batch_size": 0}, {"shard_size": 0}, {"batch_seconds": -1.0}):
         with pytest.raises(ValidationError):
             BatchConfig(**bad)

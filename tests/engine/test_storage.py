@@ -114,12 +114,12 @@ def test_corrupt_shard_files_are_detected_and_recomputed(tmp_path: Path,
     shard 2 with one flipped byte (only the page checksum tells, found when captioning reads
     it) are named in warnings, dropped with their shards' records, and redone in the same
     run, to the tables of before; shard 1 is not touched."""
-    from howtocap.engine.core import Batching
+    from howtocap.engine.options import BatchConfig
 
     vids, out = videos(tmp_path, base_video, 6), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
-        caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
+        caption_run([vids], out, cfg, progress=False, batching=BatchConfig(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
         k_cap, k_sub = rd.shard_of(["v01", "v05"]).tolist()
@@ -157,13 +157,13 @@ def test_a_corrupt_captions_file_is_redone_by_a_rerun_with_nothing_else_to_do(
         tmp_path: Path) -> None:
     """A re-run of a finished caption run whose captions shard file is torn: the run must
     end with the captions of before (not without that shard's)."""
-    from howtocap.engine.core import Batching
+    from howtocap.engine.options import BatchConfig
     from tests.support.windows import QuickLLM, config, write_source
 
     src, out = tmp_path / "c.json", tmp_path / "run"
     write_source(src, 8)
     caption_run(None, out, config(src), llm=QuickLLM(), progress=False,
-                batching=Batching(shard_size=2))
+                batching=BatchConfig(shard_size=2))
     rd = RunDir(out, create=False)
     want = rd.table("captions")
     torn = rd.shard_path("captions", 0)
@@ -305,7 +305,8 @@ def test_a_full_disk_while_a_shard_is_finished_loses_no_chunk(
     is in place: a full disk there is one line, every committed video stays committed, and
     the resumed run finishes the shard without redoing any video."""
     import howtocap.atomic as atomic_mod
-    from howtocap.engine.core import Batching, run_stage
+    from howtocap.engine.core import run_stage
+    from howtocap.engine.options import BatchConfig
     from tests.support.stages import ITEMS, Lines
 
     real = atomic_mod._fsync
@@ -318,7 +319,7 @@ def test_a_full_disk_while_a_shard_is_finished_loses_no_chunk(
     monkeypatch.setattr(atomic_mod, "_fsync", full)
     rd = RunDir(tmp_path / "run")
     with pytest.raises(DiskFull) as exc:
-        run_stage(rd, ITEMS[:6], Lines(), progress=False, batching=Batching(2))
+        run_stage(rd, ITEMS[:6], Lines(), progress=False, batching=BatchConfig(batch_size=2))
     msg = str(exc.value)
     assert "no space left on device" in msg and "\n" not in msg
     assert str(rd.shard_path("status/lines", 0)) in msg
@@ -339,12 +340,12 @@ def test_a_torn_subtitles_file_and_a_corrupt_captions_file_of_one_shard_are_redo
     byte: the torn file keeps the shard out of the first pass, so its captions file is first
     checked in the second; one re-run still ends with the tables of before (bench_kill found
     a run that stopped after two passes with the shard's captions gone)."""
-    from howtocap.engine.core import Batching
+    from howtocap.engine.options import BatchConfig
 
     vids, out = videos(tmp_path, base_video, 4), tmp_path / "run"
     with chat_server() as srv:
         cfg = CaptionRunConfig(llm=LLMOptions(url=srv.url, concurrency=2), parse_workers=0)
-        caption_run([vids], out, cfg, progress=False, batching=Batching(shard_size=2))
+        caption_run([vids], out, cfg, progress=False, batching=BatchConfig(shard_size=2))
         want = tables(out, ("subtitles", "captions"))
         rd = RunDir(out, create=False)
         torn = rd.shard_path("subtitles", 1)

@@ -43,13 +43,13 @@ from howtocap.encoders.defaults import ENCODER
 from howtocap.encoders.windows import rows_covering
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
 from howtocap.engine.memory import give_back_memory
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir, shard_name, shard_number
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError, InputError
@@ -584,7 +584,7 @@ def align_run(rundir: RunDir, encoder_names: Sequence[str], cfg: AlignConfig, *,
               encoders: Sequence[Any] | None = None, shard: Shard | None = None,
               redo: bool = False, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, shots_ready: bool = False,
-              batching: Batching | None = None) -> StageSummary:
+              batching: BatchConfig | None = None) -> StageSummary:
     """Score every captioned video (resumable), then filter globally.
 
     Other encoders or window settings are refused unless ``redo``. ``encoders`` (already

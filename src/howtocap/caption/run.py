@@ -20,13 +20,13 @@ from howtocap.caption.config import CaptionRunConfig
 from howtocap.caption.stage import CaptionStage
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
 from howtocap.engine.memory import give_back_memory
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.engine.stage import Stage
@@ -151,7 +151,7 @@ def caption_run(inputs: Sequence[str | Path] | None, out: str | Path,
                 shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
                 max_attempts: int = MAX_ATTEMPTS,
                 also_check: Sequence[Stage] = (),
-                window: int | None = None, batching: Batching | None = None
+                window: int | None = None, batching: BatchConfig | None = None
                 ) -> tuple[StageSummary, StageSummary]:
     """Every input video (of this ``shard``; no ``inputs``: every video of
     ``config.subtitles``, text-only) gets subtitles and LLM captions; returns the two stages'

@@ -54,7 +54,7 @@ def align_cmd(
     if videos:
         attach_videos(rundir, videos)
     summary = align_run(rundir, encoder or [ENCODER], align, device=device,
-                        batching=batch.batching(), **args)
+                        batching=batch, **args)
     print_align_result(root, runner.shard)
     report_summary(summary)
 

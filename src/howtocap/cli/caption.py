@@ -36,7 +36,7 @@ def caption_cmd(
     """Subtitles (or Whisper ASR) -> LLM captions with timestamps -> DIR/captions/."""
     from howtocap.caption.run import caption_run
 
-    summaries = caption_run(inputs, out_dir, caption, force=force, batching=batch.batching(),
+    summaries = caption_run(inputs, out_dir, caption, force=force, batching=batch,
                             **runner.stage_args())
     show_captions(out_dir)
     report_rejected(out_dir)

@@ -34,5 +34,5 @@ def framecaps_cmd(
 
     summary = framecaps_run(inputs, out_dir, captioners=captioner or ["default"], scorer=scorer,
                             cfg=framecaps, device=device,
-                            batching=batch.batching(), **runner.stage_args())
+                            batching=batch, **runner.stage_args())
     report_summary(summary)

@@ -52,7 +52,7 @@ def run_cmd(
     if videos:
         attach_videos(RunDir(out_dir, create=False, shard_size=batch.shard_size), videos)
     summaries = run_pipeline(inputs, out_dir, caption=caption, align=align,
-                             encoders=encoder or [ENCODER], batching=batch.batching(),
+                             encoders=encoder or [ENCODER], batching=batch,
                              force=force, device=device, download=download, signals=signals,
                              **runner.stage_args())
     print_align_result(Path(out_dir), runner.shard)

@@ -12,12 +12,12 @@ from howtocap.download.config import DownloadConfig
 from howtocap.download.stage import DownloadStage
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import HowtocapError
@@ -35,7 +35,7 @@ def download_run(inputs: Sequence[str | Path | VideoItem], out: str | Path,
                  config: DownloadConfig | None = None, *, runner: Runner | None = None,
                  progress: bool = True, shard: Shard | None = None, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                 refetch_missing: bool = True, batching: Batching | None = None
+                 refetch_missing: bool = True, batching: BatchConfig | None = None
                  ) -> tuple[list[VideoItem], StageSummary]:
     """Download every remote input (of this ``shard``); returns the inputs as later stages see
     them (``local_items``) and the summary. ``refetch_missing``: a done download whose file is

@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from howtocap.engine.fingerprint import file_hash, files_hash
+from howtocap.bundled import file_hash, files_hash
 
 
 def encoder_identity(name: str) -> dict[str, Any]:

@@ -24,12 +24,11 @@ from howtocap.engine import processes
 from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
+from howtocap.engine.options import BatchConfig, Shard
 from howtocap.engine.records import StatusRecord
 from howtocap.engine.rundir import RunDir, ShardWriter
 from howtocap.engine.runners import LocalRunner, Runner
 from howtocap.engine.stage import (
-    BATCH_SECONDS,
-    BATCH_SIZE,
     MAX_ATTEMPTS,
     Stage,
     VideoInput,
@@ -38,30 +37,6 @@ from howtocap.engine.stage import (
 from howtocap.errors import HowtocapError, ServiceUnavailable
 from howtocap.progress import progress_bar
 from howtocap.schemas import FREE_TEXT, SCHEMAS, Rows, empty_rows, empty_table, rows_to_arrow
-
-
-@dataclass(frozen=True)
-class Shard:
-    """``K/N``: this worker owns the run's shards k with k mod N = K. N machines on one
-    shared run directory split the work without talking to each other."""
-
-    index: int
-    count: int
-
-    @classmethod
-    def parse(cls, text: str | None) -> Shard | None:
-        if not text:
-            return None
-        try:
-            k, n = (int(x) for x in text.split("/"))
-        except ValueError:
-            raise HowtocapError(f"--shard takes K/N (e.g. 0/8), got {text!r}") from None
-        if not 0 <= k < n:
-            raise HowtocapError(f"--shard {text}: need 0 <= K < N")
-        return cls(k, n)
-
-    def owns(self, k: int) -> bool:
-        return k % self.count == self.index
 
 
 @dataclass
@@ -138,16 +113,6 @@ def prepare_stages(rundir: RunDir, stages: Sequence[Stage], *, redo: bool = Fals
     return ids
 
 
-@dataclass(frozen=True)
-class Batching:
-    """How a stage's work is cut (``engine.options.BatchConfig``'s flags): a kill loses the
-    chunk in flight; ``shard_size`` applies to a run directory made now."""
-
-    size: int = BATCH_SIZE
-    seconds: float = BATCH_SECONDS
-    shard_size: int | None = None
-
-
 def _todo(recs: Any, items: Sequence[Any], args: _PlanArgs, summary: StageSummary
           ) -> tuple[list[Any], dict[str, int]]:
     """What of a shard's ``items`` is left to do, from its records (``ShardWriter.records``),
@@ -212,7 +177,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
               runner: Runner | None = None, shard: Shard | None = None,
               skip_done: bool = True, progress: bool = True, retry_failed: bool = False,
               max_attempts: int = MAX_ATTEMPTS, cid: str | None = None,
-              batching: Batching | None = None, shards: Iterable[int] | None = None
+              batching: BatchConfig | None = None, shards: Iterable[int] | None = None
               ) -> StageSummary:
     """Run ``stage`` on every item (of ``shards`` and ``--shard K/N``) without an ``ok`` record
     (every item when ``skip_done`` is off: a stage whose own cache makes a repeat cheap).
@@ -222,7 +187,7 @@ def run_stage(rundir: RunDir, items: Sequence[Any], stage: Stage, *,
         cid = prepare_stages(rundir, [stage])[stage.name]
     runner = runner or LocalRunner()
     summary = StageSummary(stage.name)
-    args = _PlanArgs(cid, skip_done, retry_failed, max_attempts, batching or Batching())
+    args = _PlanArgs(cid, skip_done, retry_failed, max_attempts, batching or BatchConfig())
     plan = []  # shards with work, as far as their records tell before claiming
     expected = 0
     for k, its in _by_shard(rundir, items, shards):
@@ -274,7 +239,7 @@ class _PlanArgs:
     skip_done: bool
     retry_failed: bool
     max_attempts: int
-    batching: Batching
+    batching: BatchConfig
 
 
 def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, runner: Runner,
@@ -283,7 +248,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
     """The planned shards in this process: each claimed, its videos fed to ``runner``, its
     results committed in chunks. Returns the stage's metrics summed and the message of a
     fatal result (a service every video needs is gone: no more work is fed)."""
-    size, seconds = args.batching.size, args.batching.seconds
+    size, seconds = args.batching.batch_size, args.batching.batch_seconds
     owner = Owner.me()
     opened: dict[int, _Open] = {}
     totals: Counter[str] = Counter()  # the stage's metrics, summed (throughput in `status`)

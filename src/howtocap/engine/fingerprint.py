@@ -5,60 +5,17 @@ dicts, so a refusal names the settings that changed.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
-import os
-import threading
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
-
-from howtocap.atomic import JsonFolder
-
-_lock = threading.Lock()
-_memo: dict[str, str] = {}
 
 
 def config_id(fingerprint: Mapping[str, Any]) -> str:
     """A short stable id of a fingerprint (its canonical JSON hashed)."""
     blob = json.dumps(fingerprint, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
-
-
-def file_hash(path: str | os.PathLike[str]) -> str:
-    """blake2b of a file's bytes, once per (path, size, mtime), remembered in the user cache's
-    hashes.json (a 1 GB GGUF is not re-hashed each run)."""
-    from howtocap.bundled import cache_root
-
-    p = Path(path).resolve()
-    st = p.stat()
-    key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
-    with _lock:
-        if key in _memo:
-            return _memo[key]
-        cache = JsonFolder(cache_root())
-        digest = (cache.read("hashes") or {}).get(key)
-        if digest is None:
-            h = hashlib.blake2b(digest_size=16)
-            with p.open("rb") as fh:
-                while chunk := fh.read(8 << 20):
-                    h.update(chunk)
-            digest = h.hexdigest()
-            with contextlib.suppress(OSError):  # a read-only cache only costs a re-hash later
-                cache.write("hashes", {**(cache.read("hashes") or {}), key: digest})
-        _memo[key] = digest
-        return digest
-
-
-def files_hash(paths: Iterable[Path]) -> str:
-    """One hash over several files (a model folder's weights)."""
-    h = hashlib.blake2b(digest_size=16)
-    for p in sorted(paths):
-        h.update(p.name.encode())
-        h.update(file_hash(p).encode())
-    return h.hexdigest()
 
 
 def changed(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:

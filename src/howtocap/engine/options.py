@@ -1,22 +1,46 @@
 """How a stage runs, declared once: every stage command's runner and batching flags are the
 fields of these two models (``cli.options`` turns a field with a description into a flag with
-its default, bounds and help), and each builds what the engine takes from them.
+its default, bounds and help), and each builds what the engine takes from them (``Shard``:
+``--shard K/N`` read).
 
 Light to import (no pandas, no Ray) so that ``howtocap --help`` stays fast."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from howtocap.engine.runners import RUNNERS, Runner, make_runner
 from howtocap.engine.stage import BATCH_SECONDS, BATCH_SIZE, MAX_ATTEMPTS, SHARD_SIZE
-
-if TYPE_CHECKING:
-    from howtocap.engine.core import Batching, Shard
+from howtocap.errors import HowtocapError
 
 ONE_FLAG = {"negatable": False}  # `--redo` alone, no `--no-redo`
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``K/N``: this worker owns the run's shards k with k mod N = K. N machines on one
+    shared run directory split the work without talking to each other."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str | None) -> Shard | None:
+        if not text:
+            return None
+        try:
+            k, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise HowtocapError(f"--shard takes K/N (e.g. 0/8), got {text!r}") from None
+        if not 0 <= k < n:
+            raise HowtocapError(f"--shard {text}: need 0 <= K < N")
+        return cls(k, n)
+
+    def owns(self, k: int) -> bool:
+        return k % self.count == self.index
 
 
 class RunnerConfig(BaseModel):
@@ -56,8 +80,6 @@ class RunnerConfig(BaseModel):
 
     def shard_part(self) -> Shard | None:
         """``--shard K/N`` read (one line when it is not K/N)."""
-        from howtocap.engine.core import Shard
-
         return Shard.parse(self.shard)
 
     def stage_args(self) -> dict[str, Any]:
@@ -68,7 +90,8 @@ class RunnerConfig(BaseModel):
 
 
 class BatchConfig(BaseModel):
-    """How a stage's work is cut into shards and committed chunks (``core.Batching``)."""
+    """How a stage's work is cut into shards and committed chunks: a kill loses the chunk in
+    flight; ``shard_size`` applies to a run directory made now."""
 
     batch_size: int = Field(BATCH_SIZE, ge=1, description=(
         "Commit finished videos in chunks of at most this many (a file per table per chunk, "
@@ -79,8 +102,3 @@ class BatchConfig(BaseModel):
         "Videos per shard of a run directory this command makes (the unit of work and of "
         "--shard K/N; a file per table each). An existing run directory keeps its own. "
         f"Default {SHARD_SIZE}."))
-
-    def batching(self) -> Batching:
-        from howtocap.engine.core import Batching
-
-        return Batching(self.batch_size, self.batch_seconds, self.shard_size)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pandas is not imported at CLI start-up (`howtocap --help`)
 
     from howtocap.schemas import Rows
 
-# How a stage's work is cut (``core.Batching``), here where the CLI reads them without pandas
+# How a stage's work is cut (``options.BatchConfig``), here where the CLI reads them without pandas
 BATCH_SIZE = 1000  # videos a chunk of a shard commits at most
 BATCH_SECONDS = 60.0  # a chunk is committed once its oldest result waited this long
 SHARD_SIZE = 1000  # videos a shard holds unless the run directory was made with another

@@ -9,12 +9,12 @@ from pathlib import Path
 from howtocap.encoders.defaults import ENCODER
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.framecaps.config import FrameCapsConfig
@@ -27,7 +27,7 @@ def framecaps_run(inputs: Sequence[str | Path], out: str | Path, *,
                   cfg: FrameCapsConfig | None = None, device: str | None = None,
                   runner: Runner | None = None, progress: bool = True,
                   shard: Shard | None = None, redo: bool = False, retry_failed: bool = False,
-                  max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
+                  max_attempts: int = MAX_ATTEMPTS, batching: BatchConfig | None = None
                   ) -> StageSummary:
     """The ``howtocap framecaps`` command: writes ``DIR/framecaps/``."""
     cfg = cfg or FrameCapsConfig()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from howtocap.engine.fingerprint import file_hash
+from howtocap.bundled import file_hash
 
 
 def llm_identity(opts: Any) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from howtocap.download.config import DownloadConfig
 from howtocap.download.run import download_run, drop_media
 from howtocap.download.stage import DownloadStage
 from howtocap.encoders.defaults import ENCODER
-from howtocap.engine.core import MAX_ATTEMPTS, Batching, Shard, StageSummary
+from howtocap.engine.core import MAX_ATTEMPTS, Shard, StageSummary
 from howtocap.engine.graph import StageGraph
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.engine.status import status_of
@@ -62,7 +63,7 @@ def run_pipeline(inputs: Sequence[str | Path] | None, out: str | Path, *,
                  shard: Shard | None = None, force: bool = False, device: str | None = None,
                  llm: Any | None = None, progress: bool = True, redo: bool = False,
                  retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                 download: DownloadConfig | None = None, batching: Batching | None = None,
+                 download: DownloadConfig | None = None, batching: BatchConfig | None = None,
                  signals: bool | SignalsConfig = False) -> list[StageSummary]:
     """Caption every video (or every video of ``caption.subtitles`` when ``inputs`` is empty),
     then (``align.within_shot``) detect shots, then (``signals``: True for the run's recorded

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.errors import InputError
@@ -48,7 +48,7 @@ def shots_run(rundir: RunDir, cfg: ShotsConfig | None = None, *,
               windows: Callable[[], Iterable[Sequence[VideoItem]]] | None = None,
               runner: Runner | None = None, progress: bool = True, shard: Shard | None = None,
               redo: bool = False, retry_failed: bool = False,
-              max_attempts: int = MAX_ATTEMPTS, batching: Batching | None = None
+              max_attempts: int = MAX_ATTEMPTS, batching: BatchConfig | None = None
               ) -> StageSummary:
     """Detect the shots of every video of the run (``items``: these instead; ``windows``: a
     pass over them a window at a time, never listing them all) into ``DIR/shots/``. ``cfg``

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 from howtocap.engine.core import (
     MAX_ATTEMPTS,
-    Batching,
     Shard,
     StageSummary,
     prepare_stages,
     run_stage,
 )
+from howtocap.engine.options import BatchConfig
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import Runner
 from howtocap.io.inputs import VideoItem
@@ -34,7 +34,7 @@ def signals_run(rundir: RunDir, cfg: SignalsConfig | None = None, *,
                 items: Sequence[VideoItem] | None = None, runner: Runner | None = None,
                 progress: bool = True, shard: Shard | None = None, redo: bool = False,
                 retry_failed: bool = False, max_attempts: int = MAX_ATTEMPTS,
-                batching: Batching | None = None, stage: SignalsStage | None = None
+                batching: BatchConfig | None = None, stage: SignalsStage | None = None
                 ) -> StageSummary:
     """Score every video of the run (``items``: these instead) into ``DIR/signals/``; a
     video that does not decode fails alone. ``cfg`` None: the recorded settings."""

@@ -30,7 +30,7 @@ class SubtitlesStage(BaseStage):
     def fingerprint(self) -> dict[str, Any]:
         """The ASR mode and model (a local model folder by its weights' hash) and the
         ``--subtitles`` collection (path and size: a multi-GB dump is not re-hashed)."""
-        from howtocap.engine.fingerprint import files_hash
+        from howtocap.bundled import files_hash
 
         asr: dict[str, Any] = {"mode": self.asr_mode, "model": self.asr_model}
         folder = Path(self.asr_model)
