@@ -771,3 +771,29 @@ def test_a_lock_file_released_between_open_and_lock_is_not_taken(
         stop(holder)
     claims.release(path)
     assert not path.exists()
+
+
+def test_a_file_system_without_locks_or_space_is_one_line_naming_the_lock_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lustre mounted without ``-o flock`` answers ENOSYS, a full disk ENOSPC: one line each."""
+    import errno
+
+    from howtocap.atomic import DiskFull
+
+    path = tmp_path / "claims" / "s" / "shard-00000.lock"
+
+    def refused(fd: int, op: int) -> None:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(claims.fcntl, "flock", refused)
+    with pytest.raises(HowtocapError, match="no file lock") as got:
+        claims.claim(path)
+    assert str(path) in str(got.value) and "\n" not in str(got.value)
+    monkeypatch.undo()
+
+    def full(*args: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(claims.os, "open", full)
+    with pytest.raises(DiskFull, match=str(path)):
+        claims.claim(path)
