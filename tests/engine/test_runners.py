@@ -18,14 +18,21 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from howtocap.engine.claims import Owner
 from howtocap.engine.core import run_stage
 from howtocap.engine.rundir import RunDir
 from howtocap.engine.runners import LocalRunner, RayRunner, make_runner, parse_stage_resources
 from howtocap.engine.stage import BaseStage, StageOutput, VideoInput, run_one
 from howtocap.errors import HowtocapError
 from howtocap.io.inputs import VideoItem
-from tests.support.stages import SquareStage, committed, done_ids, record_table, setups
+from tests.support.stages import (
+    SquareStage,
+    claim_holder,
+    committed,
+    done_ids,
+    record_table,
+    setups,
+    stop,
+)
 
 ITEMS = [VideoItem(f"v_{i}", None) for i in range(10)] + [VideoItem("bad_3", None)]
 
@@ -197,21 +204,24 @@ def test_two_processes_on_one_run_dir_never_do_a_video_twice(tmp_path: Path) -> 
     assert not list((run / "claims").rglob("*.lock"))
 
 
-def test_a_dead_process_claims_are_taken_over(tmp_path: Path) -> None:
+def test_a_killed_process_claims_are_taken_over_at_once(tmp_path: Path) -> None:
+    """Two other real processes hold the claims of v_1's and v_2's shards: the one SIGKILLed
+    is taken over at once, the live one skipped until it is killed too."""
     rd = RunDir(tmp_path / "run", shard_size=1)  # a video a shard: v_k is shard k
     rd.record_videos(ITEMS[:3])
-    dead = Owner(Owner.me().host, 2**22 + 7, "gone")  # no such process
-    assert rd.writer("square", 1).claim(dead)
-    held = rd.writer("square", 2)
-    assert held.claim(Owner("elsewhere", 1, "x"))
-    elsewhere = held.claim_path
-    summary = run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False)
-    # v_1's owner is gone: taken over; v_2's owner is alive elsewhere and within its lease
-    assert summary.done == 2 and summary.claimed_elsewhere == 1
-    assert sorted(done_ids(tmp_path / "log")) == ["v_0", "v_1"]
-    old = time.time() - Owner.me().lease - 60
-    os.utime(elsewhere, (old, old))  # past the lease: taken over too
-    assert run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False).done == 1
+    holders = [claim_holder(rd.writer("square", k).claim_path) for k in (1, 2)]
+    try:
+        assert [h.stdout.readline() if h.stdout else "" for h in holders] == ["True\n"] * 2
+        stop(holders[0])
+        summary = run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False)
+        assert summary.done == 2 and summary.claimed_elsewhere == 1
+        assert sorted(done_ids(tmp_path / "log")) == ["v_0", "v_1"]
+        stop(holders[1])
+        assert run_stage(rd, ITEMS[:3], SquareStage(tmp_path / "log"), progress=False).done == 1
+    finally:
+        for h in holders:
+            stop(h)
+    assert not list((rd.root / "claims").rglob("*.lock"))
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ import pandas as pd
 import pytest
 
 from howtocap.atomic import CorruptPartWarning
-from howtocap.engine.claims import Owner, _start_ticks, try_claim
+from howtocap.engine import claims
 from howtocap.engine.core import (
     SettingsChanged,
     Shard,
@@ -38,10 +37,12 @@ from tests.support.stages import (
     ITEMS,
     Lines,
     SquareStage,
+    claim_holder,
     done_ids,
     record_table,
     rows,
     status_records,
+    stop,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,98 +156,76 @@ def test_a_sigkill_mid_shard_resumes_to_the_uninterrupted_tables(tmp_path: Path)
     assert not list(run.glob("claims/**/*.lock"))
 
 
-def _hold(path: Path, pid: int, host: str | None = None, started: str | None = None) -> None:
-    """A claim file as process ``pid`` (of ``host``) would have written it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(Owner(host or socket.gethostname(), pid,
-                          _start_ticks(pid) if started is None else started).token)
-
-
-def test_a_live_holders_shard_is_skipped_and_a_dead_ones_taken_over(tmp_path: Path) -> None:
+def test_a_live_holders_shard_is_skipped_and_a_killed_ones_taken_at_once(tmp_path: Path
+                                                                          ) -> None:
+    """Another live process holding a shard's claim: the shard is skipped, and ``claim``
+    says no at once; SIGKILLed, its claim is free at once (the kernel drops the lock), its
+    lock file left behind is simply taken."""
     items = [VideoItem(f"v_{i:03d}", None) for i in range(12)]
     rd = RunDir(tmp_path / "run", shard_size=4)
     rd.record_videos(items)
     lock = rd.writer("square", 1).claim_path
-    other = rd.writer("square", 2).claim_path
-    holder = subprocess.Popen(["sleep", "60"])
+    holder = claim_holder(lock)
     try:
-        _hold(lock, holder.pid)  # a live process of this host
-        _hold(other, holder.pid, host="elsewhere")  # another host, within its lease
+        assert holder.stdout is not None and holder.stdout.readline() == "True\n"
+        t0 = time.monotonic()
+        assert not rd.writer("square", 1).claim()
+        assert time.monotonic() - t0 < 1.0  # non-blocking
         s = run_stage(rd, items, SquareStage(tmp_path / "log"), progress=False)
-        assert (s.done, s.claimed_elsewhere) == (4, 8)
-        assert sorted(done_ids(tmp_path / "log")) == [f"v_{i:03d}" for i in range(4)]
-        assert not rd.shard_path("status/square", 1).exists() and lock.exists() and other.exists()
-        # the pid reused by another process (its start time differs): the claim is dead
-        _hold(lock, holder.pid, started="1")
-        old = time.time() - Owner.me().lease - 60
-        os.utime(other, (old, old))  # past the lease: another host's claim is dead too
-        s = run_stage(rd, items, SquareStage(tmp_path / "log"), progress=False)
-        assert (s.done, s.claimed_elsewhere, s.skipped) == (8, 0, 4)
+        assert (s.done, s.claimed_elsewhere) == (8, 4)
+        assert sorted(done_ids(tmp_path / "log")) == \
+            [f"v_{i:03d}" for i in [*range(4), *range(8, 12)]]
+        assert not rd.shard_path("status/square", 1).exists() and lock.exists()
     finally:
-        holder.kill()
-        holder.wait()
-    # a holder that has exited: taken over
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    more = [*items, *(VideoItem(f"v_{i:03d}", None) for i in range(12, 16))]
-    rd.record_videos(more)
-    _hold(rd.writer("square", 3).claim_path, dead.pid, started="")
-    s = run_stage(rd, more, SquareStage(tmp_path / "log"), progress=False)
-    assert (s.done, s.claimed_elsewhere) == (4, 0)
+        stop(holder)  # SIGKILL
+    assert holder.returncode == -signal.SIGKILL and lock.exists()  # left behind, unlocked
+    s = run_stage(rd, items, SquareStage(tmp_path / "log"), progress=False)
+    assert (s.done, s.claimed_elsewhere, s.skipped) == (4, 0, 8)
     done = done_ids(tmp_path / "log")
-    assert sorted(done) == sorted(set(done)) == [f"v_{i:03d}" for i in range(16)]
+    assert sorted(done) == sorted(set(done)) == [f"v_{i:03d}" for i in range(12)]
     assert not list(rd.root.glob("claims/**/*.lock"))
 
 
-def _text(path: Path) -> str:
+def test_of_many_processes_racing_for_one_shard_exactly_one_wins(tmp_path: Path) -> None:
+    """Eight processes claim the same shard at once (each holds what it got until all have
+    answered): one gets it; once it releases, the file is gone and the shard is free."""
+    path, go = tmp_path / "claims" / "s" / "shard-00000.lock", tmp_path / "go"
+    procs = [claim_holder(path, go) for _ in range(8)]
     try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
-
-
-def test_two_takers_of_one_dead_claim_do_not_both_get_it(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    """Two live owners find the same dead holder's claim at once; the second acts after the
-    first has taken it over: it must see the new claim is live, not remove it and take it
-    too."""
-    import threading
-
-    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-    try:
-        owners = [Owner(socket.gethostname(), p.pid, _start_ticks(p.pid)) for p in sleepers]
-        real = Owner.is_stale
-        barrier = threading.Barrier(2)
-        asked: dict[int, int] = {}
-
-        def judged_together(self: Owner, path: Path) -> bool:
-            stale = real(self, path)
-            asked[self.pid] = asked.get(self.pid, 0) + 1
-            if asked[self.pid] == 1:  # both found it dead before either acted
-                barrier.wait(timeout=30)
-                while self is owners[1] and _text(path) != owners[0].token:
-                    time.sleep(0.01)  # the first takes it over meanwhile
-            return stale
-
-        monkeypatch.setattr(Owner, "is_stale", judged_together)
-        dead = subprocess.Popen(["true"])
-        dead.wait()
-        lock = tmp_path / "claims" / "s" / "shard-00000.lock"
-        _hold(lock, dead.pid, started="")
-        got: dict[int, bool] = {}
-        threads = [threading.Thread(target=lambda o=o: got.__setitem__(o.pid, try_claim(lock, o)))
-                   for o in owners]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert got == {owners[0].pid: True, owners[1].pid: False}
-        assert lock.read_text() == owners[0].token
+        go.touch()
+        got = [p.stdout.readline() if p.stdout else "" for p in procs]
+        assert sorted(got) == ["False\n"] * 7 + ["True\n"], got
+        winner = procs[got.index("True\n")]
+        assert winner.stdin is not None and winner.stdout is not None
+        winner.stdin.write("release\n")
+        winner.stdin.flush()
+        assert winner.stdout.readline() == "released\n"
+        assert not path.exists() and not (tmp_path / "claims").exists()  # folders too
+        assert claims.claim(path) and path.exists()
+        claims.release(path)
+        assert not path.exists()
     finally:
-        for p in sleepers:
-            p.kill()
-            p.wait()
+        for p in procs:
+            stop(p)
+
+
+def test_a_claim_is_this_process_s_until_released(tmp_path: Path) -> None:
+    """Claimed again in the process that holds it (``forget`` while it is held): yes, not a
+    wait for itself; another process: no; a release of a claim not held removes nothing."""
+    path = tmp_path / "claims" / "s" / "shard-00000.lock"
+    assert claims.claim(path) and claims.claim(tmp_path / "claims" / "s" / ".." / "s" /
+                                                path.name)
+    other = claim_holder(path)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "False\n"
+        assert other.stdin is not None
+        other.stdin.write("release\n")  # not its claim: the file stays
+        other.stdin.flush()
+        assert other.stdout.readline() == "released\n" and path.exists()
+    finally:
+        stop(other)
+    claims.release(path)
+    assert not path.exists()
 
 
 def test_two_processes_on_one_run_dir_never_do_the_same_shard(tmp_path: Path) -> None:
@@ -746,21 +725,77 @@ def test_a_kill_while_a_one_chunk_shard_is_linked_into_place_finishes_on_resume(
 def test_a_claim_survives_another_worker_removing_the_empty_claims_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers remove the claims folder when they release its last lock; one that does so
-    between another's mkdir and its O_EXCL create made that create fail (seen with
-    ``--processes 2``): the claim is asked again."""
-    import os as os_mod
-
-    from howtocap.engine import claims
-
+    between another's mkdir and its open made that open fail (seen with ``--processes 2``):
+    the claim is asked again."""
     path = tmp_path / "claims" / "caption" / "shard-00001.lock"
-    real_open = os_mod.open
+    real_open = os.open
     removed: list[Path] = []
 
     def open_after_rmdir(p: Any, *args: Any) -> int:
-        if not removed:  # the other worker's release, just before our create
+        if not removed:  # the other worker's release, just before our open
             removed.append(path.parent)
             path.parent.rmdir()
         return real_open(p, *args)
 
     monkeypatch.setattr(claims.os, "open", open_after_rmdir)
-    assert claims.try_claim(path, Owner.me()) and removed and path.exists()
+    assert claims.claim(path) and removed and path.exists()
+    claims.release(path)
+
+
+def test_a_lock_file_released_between_open_and_lock_is_not_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder (a real process) releases, unlinking the file, just after our open and
+    before our lock: the lock we then get is of a file no longer in the folder, so the claim
+    is asked again and holds the new file, which another process then cannot take."""
+    path = tmp_path / "claims" / "s" / "shard-00000.lock"
+    holder = claim_holder(path)
+    real_open = os.open
+    opened: list[int] = []
+
+    def open_then_released(p: Any, *args: Any) -> int:
+        fd = real_open(p, *args)
+        if not opened and holder.stdin and holder.stdout:  # the holder releases right now
+            holder.stdin.write("release\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline() == "released\n"
+        opened.append(fd)
+        return fd
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "True\n"
+        monkeypatch.setattr(claims.os, "open", open_then_released)
+        assert claims.claim(path) and len(opened) == 2
+        monkeypatch.undo()
+        other = claim_holder(path)
+        assert other.stdout is not None and other.stdout.readline() == "False\n"
+        stop(other)
+    finally:
+        stop(holder)
+    claims.release(path)
+    assert not path.exists()
+
+
+def test_a_file_system_without_locks_or_space_is_one_line_naming_the_lock_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lustre mounted without ``-o flock`` answers ENOSYS, a full disk ENOSPC: one line each."""
+    import errno
+
+    from howtocap.atomic import DiskFull
+
+    path = tmp_path / "claims" / "s" / "shard-00000.lock"
+
+    def refused(fd: int, op: int) -> None:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(claims.fcntl, "flock", refused)
+    with pytest.raises(HowtocapError, match="no file lock") as got:
+        claims.claim(path)
+    assert str(path) in str(got.value) and "\n" not in str(got.value)
+    monkeypatch.undo()
+
+    def full(*args: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(claims.os, "open", full)
+    with pytest.raises(DiskFull, match=str(path)):
+        claims.claim(path)

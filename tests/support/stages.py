@@ -1,10 +1,14 @@
 """A small real stage for runner tests: it sleeps a little, records which process ran each
-video and how often ``setup`` ran, and fails on purpose for video ids containing "bad"."""
+video and how often ``setup`` ran, and fails on purpose for video ids containing "bad"; and
+another real process holding a claim."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -146,3 +150,30 @@ def rows(vid: str, offset: float = 0.0) -> pd.DataFrame:
                          "end": [3.0, 1.0, 2.0],
                          "text": [f"{vid} c {n + offset}", f"{vid} a", f"{vid} b"],
                          "source": ["vtt"] * 3})
+
+
+# A process that claims ``argv[1]`` through the library once ``argv[2]`` exists (if given),
+# prints whether it got it and holds it; each line on its stdin releases it ("released").
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from howtocap.engine import claims
+    path = Path(sys.argv[1])
+    while len(sys.argv) > 2 and not Path(sys.argv[2]).exists():
+        time.sleep(0.005)
+    print(claims.claim(path), flush=True)
+    for _ in sys.stdin:
+        claims.release(path)
+        print("released", flush=True)
+""")
+
+
+def claim_holder(path: Path, go: Path | None = None) -> subprocess.Popen[str]:
+    """A real other process holding (or trying for) the claim ``path`` (``HOLDER``)."""
+    args = [sys.executable, "-c", HOLDER, str(path), *([str(go)] if go else [])]
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.communicate()  # (its pipes closed)

@@ -21,7 +21,6 @@ from rich.progress import TextColumn
 
 from howtocap.atomic import disk_full_as, sweep_temp_files
 from howtocap.engine import processes
-from howtocap.engine.claims import Owner
 from howtocap.engine.fingerprint import config_id, describe_change
 from howtocap.engine.graph import StageGraph, discover
 from howtocap.engine.options import BatchConfig, Shard
@@ -249,7 +248,6 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
     results committed in chunks. Returns the stage's metrics summed and the message of a
     fatal result (a service every video needs is gone: no more work is fed)."""
     size, seconds = args.batching.batch_size, args.batching.batch_seconds
-    owner = Owner.me()
     opened: dict[int, _Open] = {}
     totals: Counter[str] = Counter()  # the stage's metrics, summed (throughput in `status`)
     down: list[str] = []  # a fatal result (the LLM server is gone): stop feeding work
@@ -260,7 +258,7 @@ def run_plan(rundir: RunDir, plan: list[tuple[int, list[Any]]], stage: Stage, ru
             if down:
                 return
             w = rundir.writer(stage.name, k, stage.writes)
-            if not w.claim(owner):
+            if not w.claim():
                 summary.claimed_elsewhere += len(its)
                 continue
             todo, attempts = _todo(w.records(_SELECT_COLS), its, args, summary)

@@ -32,7 +32,7 @@ from howtocap.atomic import (
     fsync_dir,
     writer_tag,
 )
-from howtocap.engine.claims import Owner, refresh_claim, try_claim
+from howtocap.engine import claims
 from howtocap.engine.records import empty_records, record_columns, records_table, status_writes
 from howtocap.engine.stage import SHARD_SIZE
 from howtocap.errors import HowtocapError
@@ -309,14 +309,13 @@ class RunDir:
         """Take these videos' results of ``stage`` back (their shards rewritten): redone."""
         ids = sorted(set(video_ids))
         shards = self.shard_of(ids)
-        owner = Owner.me()
         for k in np.unique(shards[shards >= 0]).tolist():
             w = self.writer(stage, k)
             if not (w.status.exists() or w.work.is_dir()):
                 continue  # nothing of the stage on this shard
             w.writes = next(filter(None, (tuple(status_writes(w._status_of(s)))
                                           for s in ["", *w.chunk_ids()])), ())
-            while not w.claim(owner):
+            while not w.claim():
                 time.sleep(0.05)  # another process works on the shard: wait for it
             try:
                 w.finish(drop={ids[i] for i in np.flatnonzero(shards == k)})
@@ -345,14 +344,11 @@ class ShardWriter:
         self.status = rundir.shard_path(f"status/{stage}", k)
         self._chunks = 0
 
-    def claim(self, owner: Owner) -> bool:
-        return try_claim(self.claim_path, owner)
+    def claim(self) -> bool:
+        return claims.claim(self.claim_path)
 
     def release(self) -> None:
-        self.claim_path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self.claim_path.parent.rmdir()
-            self.claim_path.parent.parent.rmdir()
+        claims.release(self.claim_path)
 
     def chunk_ids(self) -> list[str]:
         """The chunks committed (their status file exists), in commit order."""
@@ -389,7 +385,6 @@ class ShardWriter:
         for table, data in tables.items():
             _write_rows(self._file(cid, table), table, data)
         _write_parquet(self._status_of(cid), records_table(records, self.stage, self.writes))
-        refresh_claim(self.claim_path)
 
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
         """The shard's final files from its earlier ones and its chunks (a video's rows from
