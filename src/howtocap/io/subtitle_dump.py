@@ -50,8 +50,8 @@ class DumpWriter:
         self._last_start = -1
 
     def add_rows(self, video_id: str, rows: list[Row] | str | None) -> None:
-        """A record's rows, or one row (text null) carrying its problem or, for a video
-        without rows, nothing."""
+        """A record's rows, or one row of null text carrying its problem (a str) or None (a
+        video without rows)."""
         if isinstance(rows, list):
             self._rows += [(video_id, *r, None) for r in rows]
             self.rows += len(rows)
