@@ -306,7 +306,7 @@ def test_videos_recorded_from_the_sources_ids_equal_one_item_each(
     assert got["zz_not_in_src"] == "" and got["htm0"] == ""
     many = [f"zz_{i}" for i in range(9)]  # --ids past the source's 11, across windows of 4
     videos = run_mod._Videos(source=src, extra=many)
-    want = src.ids_window(0, src.count()) + many
+    want = src.video_ids() + many
     assert list(videos.video_ids()) == want
     assert [v for a in videos.id_arrays(4) for v in a.to_pylist()] == want
     rd = RunDir(tmp_path / "many", shard_size=5)  # numbered in the order given: shards of it

@@ -414,11 +414,10 @@ def test_a_store_makes_a_repeated_id_one_video(tmp_path: Path) -> None:
     writer = DumpWriter(out, "videos", rows_per_group=4)
     for i, vid in enumerate(names):
         writer.add_rows(vid, [(float(i), i + 0.5, f"{vid} {i} {j}", None) for j in range(3)])
-        writer.maybe_flush()
     writer.close()
     assert pq.ParquetFile(out).metadata.num_row_groups == 3  # a repeat in another group
     last = ParquetStore(out, out)
-    assert last.video_ids() == ["a", "b", "c", "d"]
+    assert last.id_array(0, 4).to_pylist() == ["a", "b", "c", "d"]
     assert [last.get(v)["text"].tolist()[0] for v in "abcd"] == \
         ["a 2 0", "b 4 0", "c 3 0", "d 5 0"]
     assert last.holds(pa.array(["d", "x", "a"])).tolist() == [True, False, True]
@@ -428,12 +427,12 @@ def test_a_store_makes_a_repeated_id_one_video(tmp_path: Path) -> None:
                              enumerate(("video_id", "start", "end", "text"))}), foreign,
                    row_group_size=2)
     every = ParquetStore(foreign, foreign)
-    assert every.video_ids() == ["a", "b", "c", "d"]
+    assert every.id_array(0, len(every)).to_pylist() == ["a", "b", "c", "d"]  # with repeats too
     assert every.get("a")["text"].tolist() == ["a 0", "a 2"]
     assert every.get("b")["text"].tolist() == ["b 1", "b 4"]
-    assert ParquetStore(foreign, foreign, limit=2).video_ids() == ["a", "b"]
+    assert ParquetStore(foreign, foreign, limit=2).ids.to_pylist() == ["a", "b"]
     some = ParquetStore(foreign, foreign, select=frozenset({"b", "d"}))
-    assert some.video_ids() == ["b", "d"] and some.get("a") is None
+    assert some.ids.to_pylist() == ["b", "d"] and some.get("a") is None
     assert some.get("b")["text"].tolist() == ["b 1", "b 4"]
     assert np.array_equal(some.holds(pa.array(["a", "b"])), [False, True])
     distinct = tmp_path / "distinct.parquet"  # no repeat: the sorted order is kept from opening
@@ -501,9 +500,7 @@ def test_a_store_finds_videos_by_window_and_by_id_in_any_order(tmp_path: Path) -
     assert len(store) == 40
     seen = []
     for lo in range(0, 40, 7):
-        ids = store.ids_window(lo, lo + 7)
-        assert store.id_array(lo, lo + 7).to_pylist() == ids
-        seen += ids
+        seen += store.id_array(lo, lo + 7).to_pylist()
     assert seen == list(dump)
     for vid in ("v39", "v03", "v17", "v03", "v00"):
         got = store.get(vid)

@@ -155,11 +155,7 @@ def _write_records(writer: DumpWriter, path: Path, records: Iterable[Any],
             if limit is not None and len(kept) >= limit:
                 continue  # keep scanning: a kept video's records may come later
             kept.add(vid)
-        if isinstance(rows, str):
-            writer.add_error(vid, rows)
-        else:
-            writer.add_rows(vid, rows)
-        writer.maybe_flush()
+        writer.add_rows(vid, rows)
     writer.videos = len(kept)
 
 

@@ -1,11 +1,9 @@
 """The subtitle store: HowTo100M-size subtitles as Parquet, read by row group, never whole.
-
 A dump is streamed once (``io.dump_readers``) into row groups of whole videos in the file's
 order (``DumpWriter``, under ``DIR/cache/subtitles/``). Opening reads the ``video_id`` column
 alone, as one Arrow column. A run asks in the file's order, so a lookup tries the video after
 the last one found before a binary search, and each row group is decoded about once. Anyone's
-Parquet is read in place, its rows cleaned per video when asked for.
-"""
+Parquet is read in place, its rows cleaned per video when asked for."""
 from __future__ import annotations
 
 import bisect
@@ -41,31 +39,29 @@ class DumpWriter:
     """Buffers rows and writes a row group once ``rows_per_group`` rows are complete (a video
     never split); ``max_buffered_rows``: the conversion's memory high-water mark."""
 
-    def __init__(self, path: str | Path, layout: str, rows_per_group: int = ROWS_PER_GROUP
-                 ) -> None:
+    def __init__(self, path: str | Path, layout: str, rows_per_group: int = ROWS_PER_GROUP) -> None:
         meta = {FORMAT_KEY: json.dumps({"version": FORMAT_VERSION, "layout": layout}).encode()}
-        self.schema = SCHEMA.with_metadata(meta)
-        self.layout = layout
-        self.writer = pq.ParquetWriter(str(path), self.schema, compression="zstd",
+        self.writer = pq.ParquetWriter(str(path), SCHEMA.with_metadata(meta), compression="zstd",
                                        use_dictionary=parquet_dictionary(SCHEMA))
-        self.rows_per_group = rows_per_group
-        self.videos = 0
-        self.rows = 0
-        self.max_buffered_rows = 0
+        self.layout, self.rows_per_group = layout, rows_per_group
+        self.videos = self.rows = self.max_buffered_rows = 0
         self._rows: list[tuple[Any, ...]] = []  # (video_id, start, end, text, score, error)
         self._last_id: str | None = None  # the last whole video added, while still buffered
         self._last_start = -1
 
-    def add_rows(self, video_id: str, rows: list[Row]) -> None:
-        self._rows += [(video_id, *r, None) for r in rows]
-        self.rows += len(rows)
+    def add_rows(self, video_id: str, rows: list[Row] | str | None) -> None:
+        """A record's rows, or one row of null text carrying its problem (a str) or None (a
+        video without rows)."""
+        if isinstance(rows, list):
+            self._rows += [(video_id, *r, None) for r in rows]
+            self.rows += len(rows)
+        else:
+            self._rows.append((video_id, None, None, None, None, rows))
+        self.max_buffered_rows = max(self.max_buffered_rows, len(self._rows))
+        if len(self._rows) >= self.rows_per_group:
+            self.flush()
 
-    def add_error(self, video_id: str, problem: str | None) -> None:
-        """A record whose numbers are bad: one row carrying the message (text is null)."""
-        self._rows.append((video_id, None, None, None, None, problem))
-
-    def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None
-                  ) -> None:
+    def add_video(self, video_id: str, rows: list[Row] | None, error: str | None = None) -> None:
         """One whole video (clean rows, or its entry's problem; an empty one still gets a row).
         The same id straight again replaces it (json.load's "last key wins")."""
         if video_id == self._last_id and self._last_start >= 0:
@@ -73,25 +69,15 @@ class DumpWriter:
             del self._rows[self._last_start:]
             self.videos -= 1
         self._last_id, self._last_start = video_id, len(self._rows)
-        if rows:
-            self.add_rows(video_id, rows)
-        else:
-            self.add_error(video_id, error)
         self.videos += 1
-        self.maybe_flush()
-
-    def maybe_flush(self) -> None:
-        self.max_buffered_rows = max(self.max_buffered_rows, len(self._rows))
-        if len(self._rows) >= self.rows_per_group:
-            self.flush()
+        self.add_rows(video_id, rows or error)
 
     def flush(self) -> None:
         if not self._rows:
             return
-        cols = zip(*self._rows, strict=True)
-        table = pa.table([pa.array(c, f.type) for c, f in zip(cols, SCHEMA, strict=True)],
-                         schema=self.schema)
-        self.writer.write_table(table, row_group_size=len(table))
+        cols = zip(*self._rows, strict=True)  # a column at a time: not all of them as tuples
+        arrays = [pa.array(c, f.type) for c, f in zip(cols, SCHEMA, strict=True)]
+        self.writer.write_table(pa.table(arrays, schema=SCHEMA), row_group_size=len(self._rows))
         self._rows, self._last_start = [], -1
 
     def close(self) -> None:
@@ -105,16 +91,14 @@ class ParquetStore:
 
     def __init__(self, path: Path, shown_as: Path, *, select: frozenset[str] | None = None,
                  limit: int | None = None, cached_groups: int = CACHED_GROUPS) -> None:
-        self.path = Path(path)
         self.shown_as = Path(shown_as)  # the user's file, for error messages
         try:
-            self.pf = pq.ParquetFile(self.path)
+            self.pf = pq.ParquetFile(path)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises many types
             raise InputError(shown_as, f"not a readable Parquet file ({type(exc).__name__})") \
                 from None
         meta = self.pf.schema_arrow.metadata or {}
-        info = json.loads(meta[FORMAT_KEY]) if FORMAT_KEY in meta else {}
-        self.layout = str(info.get("layout", "foreign"))
+        self.layout = str(json.loads(meta.get(FORMAT_KEY, b"{}")).get("layout", "foreign"))
         names = set(self.pf.schema_arrow.names)
         if "video_id" not in names:
             raise InputError(shown_as, "a single-table source needs a video_id column "
@@ -122,78 +106,62 @@ class ParquetStore:
         if missing := [c for c in COLUMNS if c not in names]:
             raise InputError(shown_as, f"missing column {missing[0]!r}")
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
-        md = self.pf.metadata
-        self.group_starts = list(itertools.accumulate(
-            (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
+        sizes = [self.pf.metadata.row_group(i).num_rows for i in range(self.pf.num_row_groups)]
+        self.group_starts = list(itertools.accumulate(sizes, initial=0))
         self._group = functools.lru_cache(cached_groups)(
             lambda g: self.pf.read_row_group(g, columns=self.columns))
-        # as lists a group weighs more than in Arrow: the two groups in use
-        self._decoded = functools.lru_cache(2)(self._decode)
+        self._decoded = functools.lru_cache(2)(self._decode)  # lists weigh more: the 2 in use
         self._last = -1  # the number last found
-        self._order: np.ndarray | None = None  # the ids' sorted order (``_search``)
         self._lock = threading.Lock()
         self.max_buffered_rows = 0
         self._read_videos(select, limit)
 
     def _read_videos(self, select: frozenset[str] | None, limit: int | None) -> None:
-        """Each video's id (one Arrow column: a dict of 1.2M ids held ~200 MB) and runs of
-        rows (numpy), in the file's order, the ``video_id`` column read a group at a time. A
-        video given again is one video, numbered where it first comes, with every run of
-        rows (``get`` takes the last of a "videos" layout: the last key wins)."""
+        """Each video's id (``ids``, one Arrow column: a dict of 1.2M ids held ~200 MB) and
+        runs of rows (numpy), in the file's order, the ``video_id`` column read a group at a
+        time. A video given again is one video, numbered where it first comes, with every run
+        of rows (``get`` takes the last of a "videos" layout: the last key wins)."""
         wanted = pa.array(sorted(select), pa.string()) if select is not None else None
         wide = np.int32 if self.group_starts[-1] < 2**31 else np.int64  # HowTo100M: ~50M rows
-        ids: list[pa.Array] = []
-        runs: list[tuple[np.ndarray, np.ndarray]] = []  # (first row, rows) of the kept runs
-        for g in range(self.pf.metadata.num_row_groups):
+        ids: list[pa.Array] = []  # a group's kept runs: their ids, first rows and rows
+        starts, lengths = [np.zeros(0, wide)], [np.zeros(0, np.int32)]
+        for g in range(self.pf.num_row_groups):
             if self.layout == "videos" and limit is not None and sum(map(len, ids)) >= limit:
                 break  # whole videos in order: the first ``limit`` are read
             col = self.pf.read_row_group(g, columns=["video_id"]).column(0).combine_chunks()
-            col = col.cast(pa.string())
-            n = len(col)
-            if not n:
-                continue
-            change = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
-            at = np.flatnonzero(np.append(True, change.to_numpy(zero_copy_only=False)))
-            run_ids = col.take(pa.array(at))
-            keep = pc.and_(pc.is_valid(run_ids), pc.not_equal(run_ids, ""))  # no id: no video
+            runs = pc.run_end_encode(col.cast(pa.string()))
+            keep = pc.not_equal(runs.values, "")  # no id (null or ""): no video
             if wanted is not None:
-                keep = pc.and_(keep, pc.is_in(run_ids, value_set=wanted))
+                keep = pc.and_(keep, pc.is_in(runs.values, value_set=wanted))
             keep = pc.fill_null(keep, False).to_numpy(zero_copy_only=False)
-            ids.append(run_ids.filter(pa.array(keep)))
-            runs.append(((at + self.group_starts[g])[keep].astype(wide),
-                         np.diff(np.append(at, n))[keep].astype(np.int32)))
+            ids.append(runs.values.filter(pa.array(keep)))
+            ends = runs.run_ends.to_numpy()
+            length = np.diff(ends, prepend=0)
+            starts.append((ends - length + self.group_starts[g])[keep].astype(wide))
+            lengths.append(length[keep].astype(np.int32))
         run_ids = pa.chunked_array(ids, pa.string())  # a chunk a group: no copy of them all
-        start = np.concatenate([r[0] for r in runs] or [np.zeros(0, wide)])
-        length = np.concatenate([r[1] for r in runs] or [np.zeros(0, np.int32)])
+        start, length = np.concatenate(starts), np.concatenate(lengths)
         self._ptr: np.ndarray | None = None  # None: video k is run k
-        self.ids: pa.ChunkedArray | pa.Array
         order = _order_if_distinct(run_ids)
         if order is not None:  # the common case: every run its own video
             self.ids, self._start, self._len = run_ids[:limit], start[:limit], length[:limit]
-            self._order = order if limit is None else order[order < limit]  # ``_search``'s
+            self._order: np.ndarray | None = order if limit is None else order[order < limit]
             return
-        self.ids = pc.unique(run_ids)[:limit]  # first appearances (rare: its hash table is big)
-        video = pc.index_in(run_ids, value_set=self.ids)  # each run's video (null: not kept)
+        unique = pc.unique(run_ids)[:limit]  # first appearances (rare: its hash table is big)
+        self.ids, self._order = pa.chunked_array([unique]), None  # sorted when first searched
+        video = pc.index_in(run_ids, value_set=unique)  # each run's video (null: not kept)
         kept = video.is_valid().to_numpy(zero_copy_only=False)
         video = video.drop_null().to_numpy()
-        start, length = start[kept], length[kept]
         order = np.argsort(video, kind="stable")
-        self._start, self._len = start[order], length[order]
-        self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(self.ids)))])
+        self._start, self._len = start[kept][order], length[kept][order]
+        self._ptr = np.concatenate([[0], np.cumsum(np.bincount(video, minlength=len(unique)))])
 
     # -- lookups ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.ids)
 
-    def video_ids(self) -> list[str]:
-        """Every video id, in the file's order (``ids_window`` for a window of a large file)."""
-        return self.ids.to_pylist()
-
-    def ids_window(self, lo: int, hi: int) -> list[str]:
-        return self.ids[lo:hi].to_pylist()
-
     def id_array(self, lo: int, hi: int) -> pa.Array:
-        """``ids_window`` as Arrow: 1.2M short-lived strings left the heap ~50 MB larger."""
+        """As Arrow, not Python strings: 1.2M short-lived ones left the heap ~50 MB larger."""
         return self.ids[lo:hi].combine_chunks()
 
     def holds(self, ids: pa.Array) -> np.ndarray:
@@ -205,28 +173,17 @@ class ParquetStore:
 
     def _find(self, video_id: str) -> int:
         """The video's number, or -1: the video after the last one found first (a run asks
-        in the file's order), then a binary search."""
+        in the file's order), then a binary search over the ids' sorted order (Arrow sorts by
+        UTF-8 bytes, the order of Python's ``<`` on ``str``)."""
         k = self._last + 1
         if not (k < len(self.ids) and self.ids[k].as_py() == video_id):
-            k = self._search(video_id)
+            if self._order is None:
+                self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
+            order, key = self._order, lambda i: self.ids[int(i)].as_py()
+            at = bisect.bisect_left(order, video_id, key=key)
+            k = int(order[at]) if at < len(order) and key(order[at]) == video_id else -1
         self._last = k
         return k
-
-    def _search(self, video_id: str) -> int:
-        """Binary search over the ids' sorted order (Arrow sorts by UTF-8 bytes, the order of
-        Python's ``<`` on ``str``)."""
-        if self._order is None:
-            self._order = pc.sort_indices(self.ids).to_numpy().astype(np.int32)
-        order, ids = self._order, self.ids
-        at = bisect.bisect_left(order, video_id, key=lambda i: ids[int(i)].as_py())
-        return int(order[at]) if at < len(order) and ids[int(order[at])].as_py() == video_id \
-            else -1
-
-    def _runs(self, k: int) -> list[tuple[int, int]]:  # video k's (first row, rows)
-        if self._ptr is None:
-            return [(int(self._start[k]), int(self._len[k]))]
-        a, b = int(self._ptr[k]), int(self._ptr[k + 1])
-        return list(zip(self._start[a:b].tolist(), self._len[a:b].tolist(), strict=True))
 
     def __contains__(self, video_id: str) -> bool:
         with self._lock:
@@ -239,10 +196,11 @@ class ParquetStore:
             k = self._find(video_id)
             if k < 0:
                 return None
+            i, j = (k, k + 1) if self._ptr is None else (self._ptr[k], self._ptr[k + 1])
             parts = []  # (row group, first row in it, rows): a run never crosses a group
-            for start, length in self._runs(k):
+            for start, n in zip(self._start[i:j].tolist(), self._len[i:j].tolist(), strict=True):
                 g = bisect.bisect_right(self.group_starts, start) - 1
-                parts.append((g, start - self.group_starts[g], length))
+                parts.append((g, start - self.group_starts[g], n))
             if self.layout == "videos":  # ours: clean, its last run wins
                 return self._video_rows(*parts[-1], frame)
             table = pa.concat_tables([self._group(g).slice(a, n) for g, a, n in parts])
@@ -250,8 +208,7 @@ class ParquetStore:
             self._raise_first(table.column("error").to_pylist())
         return self._from_raw(video_id, table)
 
-    def _video_rows(self, g: int, a: int, n: int, frame: bool
-                    ) -> pd.DataFrame | dict[str, Any]:
+    def _video_rows(self, g: int, a: int, n: int, frame: bool) -> pd.DataFrame | dict[str, Any]:
         """Rows ``a`` to ``a + n`` of group ``g``, sliced from its columns decoded once: a few
         list slices, not Arrow calls and ``to_pandas`` (most of a text-only stage's time)."""
         cols = self._decoded(g)
@@ -279,9 +236,8 @@ class ParquetStore:
                 "text": table.column("text").to_pylist(),
                 "error": err.to_pylist() if err.null_count < len(err) else None}
 
-    def _raise_first(self, errors: list[str | None]) -> None:  # ``DumpWriter.add_error``'s
-        problem = next((e for e in errors if e), None)
-        if problem:
+    def _raise_first(self, errors: list[str | None]) -> None:  # ``DumpWriter.add_rows``'s
+        if problem := next((e for e in errors if e), None):
             raise InputError(self.shown_as, problem)
 
     def _from_raw(self, video_id: str, table: pa.Table) -> pd.DataFrame:
@@ -305,17 +261,15 @@ def _order_if_distinct(ids: pa.ChunkedArray) -> np.ndarray | None:
     compared with the next (``pc.unique``'s hash table of 1.2M ids takes ~200 MB)."""
     order = pc.sort_indices(ids)
     step = 1 << 16  # compared a piece at a time: no sorted copy of them all
-    for a in range(0, len(ids) - 1, step):
-        got = ids.take(order.slice(a, step + 1))
-        if pc.any(pc.equal(got.slice(1), got.slice(0, len(got) - 1))).as_py():
-            return None
+    pieces = (ids.take(order.slice(a, step + 1)) for a in range(0, len(ids) - 1, step))
+    if any(pc.any(pc.equal(p[1:], p[:-1])).as_py() for p in pieces):
+        return None
     return order.to_numpy().astype(np.int32)
 
 
 def is_converted(path: Path) -> bool:
     """A Parquet file written by ``DumpWriter`` (readable, with our format mark)."""
     try:
-        meta = pq.read_schema(path).metadata or {}
+        return FORMAT_KEY in (pq.read_schema(path).metadata or {})
     except Exception:  # noqa: BLE001 - a torn or foreign file is simply not ours
         return False
-    return FORMAT_KEY in meta

@@ -292,7 +292,7 @@ class SubtitleSource:
         """Every (selected) video id, in the source's order."""
         if self.kind == "folder":
             return list(self._folder())
-        return self.store().video_ids()
+        return self.store().ids.to_pylist()
 
     def count(self) -> int:
         """How many (selected) videos: ``len(video_ids())`` without listing them."""
@@ -300,17 +300,11 @@ class SubtitleSource:
             return len(self._folder())
         return len(self.store())
 
-    def ids_window(self, lo: int, hi: int) -> list[str]:
-        """``video_ids()[lo:hi]``: a run of 1.2M videos never lists them all."""
-        if self.kind == "folder":
-            return list(self._folder())[lo:hi]
-        return self.store().ids_window(lo, hi)
-
     def id_array(self, lo: int, hi: int) -> Any:
-        """``ids_window(lo, hi)`` as an Arrow string array (a dump's ids are one: no Python
-        string a video)."""
+        """``video_ids()[lo:hi]`` as an Arrow string array: a run of 1.2M videos never lists
+        them all (a dump's ids are one: no Python string a video)."""
         if self.kind == "folder":
-            return pa.array(self.ids_window(lo, hi), pa.string())
+            return pa.array(list(self._folder())[lo:hi], pa.string())
         return self.store().id_array(lo, hi)
 
     def holds(self, ids: Any) -> np.ndarray:
