@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from howtocap.errors import HowtocapError
@@ -132,11 +133,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_parquet(df: pd.DataFrame, path: Path, row_group_size: int | None = None
-                         ) -> None:
+def atomic_write_parquet(data: pd.DataFrame | pa.Table, path: Path, **options: Any) -> None:
     """Parquet with page checksums, so a flipped byte is caught on read (``open_parquet``)."""
-    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, write_page_checksum=True,
-                                                 row_group_size=row_group_size))
+    if isinstance(data, pd.DataFrame):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    atomic_write(path, lambda tmp: pq.write_table(data, tmp, write_page_checksum=True,
+                                                  **options))
 
 
 @dataclass(frozen=True)

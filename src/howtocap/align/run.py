@@ -38,7 +38,13 @@ from howtocap.align.stream import (
     write_windows,
 )
 from howtocap.align.videos import RunVideos
-from howtocap.atomic import CorruptFile, atomic_write, corrupt_parquet, dead_here, writer_tag
+from howtocap.atomic import (
+    CorruptFile,
+    atomic_write_parquet,
+    corrupt_parquet,
+    dead_here,
+    writer_tag,
+)
 from howtocap.encoders.defaults import ENCODER
 from howtocap.encoders.windows import rows_covering
 from howtocap.engine.core import (
@@ -143,7 +149,6 @@ def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideo
     ones recorded for the shard (``align_inputs/shard-k.parquet``, in id order), their union
     written back when a video is new or changed; the changed videos are forgotten before the
     new file replaces the old, so a kill in between finds them changed again."""
-    import pyarrow.parquet as pq
 
     schema = pa.schema([("video_id", pa.string()), ("fingerprint", pa.string())])
     folder = _inputs_dir(rundir)
@@ -158,8 +163,7 @@ def _forget_changed_videos(rundir: RunDir, captions: _Captions, videos: RunVideo
         union = {**old, **now}
         ids = sorted(union)
         table = pa.table([ids, [union[vid] for vid in ids]], schema=schema)
-        atomic_write(path, lambda tmp, t=table: pq.write_table(t, tmp,
-                                                               write_page_checksum=True))
+        atomic_write_parquet(table, path)
 
 
 class _Captions:

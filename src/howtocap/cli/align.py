@@ -90,10 +90,13 @@ def attach_videos(rundir: RunDir, source: Path) -> None:
     items = resolve_inputs([source])
     if not items:
         raise InputError(source, "holds no video files")
-    attached, unknown = rundir.attach_videos(items)
+    known = rundir.shard_of([it.video_id for it in items]) >= 0
+    attached = [it for it, k in zip(items, known, strict=True) if k and it.video_path]
+    unknown = int((~known).sum())
     if not attached:
         raise InputError(source, f"none of its {len(items)} videos is in this run (video ids "
                                  "are file names without extension, or a manifest's video_id)")
+    rundir.record_videos(attached)
     err.print(f"--videos: recorded {len(attached)} video file(s) in {rundir.table_path('videos')}"
-              + (f"; {len(unknown)} not in this run, ignored" if unknown else ""),
+              + (f"; {unknown} not in this run, ignored" if unknown else ""),
               highlight=False)

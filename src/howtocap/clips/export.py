@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from howtocap.atomic import atomic_write, atomic_write_text
+from howtocap.atomic import atomic_write, atomic_write_parquet, atomic_write_text
 from howtocap.clips.config import ClipsConfig
 from howtocap.clips.cut import ClipFiles, ClipJob, cut_video
 from howtocap.engine.rundir import RunDir
@@ -298,7 +298,7 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
                 atomic_write(out / f"{name}.tar", partial(
                     _write_tar, items=items, name=name, rec=rec, skipped=skipped,
                     advance=partial(prog.advance, bar)))
-                _write_table(pa.Table.from_pylist(rec.rows, schema=INDEX_SCHEMA),
+                atomic_write_parquet(pa.Table.from_pylist(rec.rows, schema=INDEX_SCHEMA),
                              out / f"{name}.parquet")
                 stats = {"shard": name, "count": len(rec.rows), "planned": len(shards[i]),
                          "skipped_videos": rec.skips, "left_out": rec.left_out,
@@ -318,7 +318,7 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     if not len(index):
         raise HowtocapError(f"{rundir.root}: no clip could be exported ({len(skipped)} "
                             "video(s) skipped)")
-    _write_table(pa.Table.from_pandas(index, schema=INDEX_SCHEMA, preserve_index=False),
+    atomic_write_parquet(pa.Table.from_pandas(index, schema=INDEX_SCHEMA, preserve_index=False),
                  out / "index.parquet")
     n_captions = int(index["n_captions"].sum())
     meta = {"format": FORMAT, "version": VERSION, "source": str(rundir.root.resolve()),
@@ -335,11 +335,6 @@ def export_clips(run_dir: str | Path, out: str | Path | None = None, *,
     atomic_write_text(out / "clips.json", json.dumps(meta, indent=2))
     return ClipsExport(out, len(index), n_captions, meta["shards"], kind, skipped,
                        meta["reused_shards"])
-
-
-def _write_table(table: pa.Table, path: Path) -> None:
-    """Parquet with page checksums (as ``atomic.atomic_write_parquet``), typed by the schema."""
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def _cut(task: _Task, cfg: ClipsConfig, work: Path

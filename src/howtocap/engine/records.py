@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Sequence
@@ -33,14 +32,9 @@ class StatusRecord:
 
 
 RECORD_COLS = [f.name for f in fields(StatusRecord)]
-
-
-@functools.cache
-def record_schema() -> Any:
-    """The Arrow schema of a status file (``metrics`` as JSON text)."""
-    kinds = {"seconds": pa.float64(), "finished_at": pa.float64(), "warnings": pa.int64(),
-             "attempts": pa.int64()}
-    return pa.schema([(c, kinds.get(c, pa.string())) for c in RECORD_COLS])
+_NUMBERS = {"seconds": pa.float64(), "finished_at": pa.float64(), "warnings": pa.int64(),
+            "attempts": pa.int64()}
+RECORD_SCHEMA = pa.schema([(c, _NUMBERS.get(c, pa.string())) for c in RECORD_COLS])  # metrics: JSON
 
 
 def records_table(records: Sequence[StatusRecord], stage: str, writes: Sequence[str]) -> Any:
@@ -49,7 +43,7 @@ def records_table(records: Sequence[StatusRecord], stage: str, writes: Sequence[
     now = time.time()
     rows = [{**r.__dict__, "metrics": json.dumps(r.metrics), "finished_at": r.finished_at or now}
             for r in sorted(records, key=lambda r: r.video_id)]
-    return pa.Table.from_pylist(rows, schema=record_schema()).replace_schema_metadata(
+    return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA).replace_schema_metadata(
         {STATUS_META: json.dumps({"stage": stage, "writes": list(writes)}).encode()})
 
 
@@ -60,7 +54,7 @@ def record_columns(columns: Sequence[str] | None) -> list[str]:
 
 def empty_records(columns: Sequence[str] | None = None) -> Any:
     """No records, with ``video_id`` and ``columns`` in their types."""
-    return pa.schema([record_schema().field(c) for c in record_columns(columns)]).empty_table()
+    return pa.schema([RECORD_SCHEMA.field(c) for c in record_columns(columns)]).empty_table()
 
 
 def status_writes(path: Path) -> list[str]:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from howtocap.atomic import (
     CorruptPartWarning,
     JsonFolder,
-    atomic_write,
+    atomic_write_parquet,
     atomic_write_text,
     corrupt_parquet,
     fsync_dir,
@@ -183,18 +183,8 @@ class RunDir:
         if not (self.root / "layout.json").exists():
             atomic_write_text(self.root / "layout.json",
                               json.dumps({"layout": LAYOUT, "shard_size": self.shard_size}))
-        _write_parquet(path, table, row_group_size=self.shard_size)
+        atomic_write_parquet(table, path, row_group_size=self.shard_size)
         return table.num_rows
-
-    def attach_videos(self, items: Iterable[Any]) -> tuple[list[str], list[str]]:
-        """Record files for videos this run has: ``(ids attached, unknown ids left out)``."""
-        items = list(items)
-        known = self.shard_of([it.video_id for it in items]) >= 0
-        attach = [it for it, k in zip(items, known, strict=True) if k and it.video_path]
-        if attach:
-            self.record_videos(attach)
-        return [it.video_id for it in attach], [it.video_id for it, k in
-                                                zip(items, known, strict=True) if not k]
 
     def writer(self, stage: str, k: int, writes: Sequence[str] = ()) -> ShardWriter:
         """The unit of work: ``stage`` on shard ``k`` (its claim, chunks and final files)."""
@@ -384,7 +374,7 @@ class ShardWriter:
         cid = f"{self._chunks:08d}-{time.time_ns():020d}-{os.getpid()}"
         for table, data in tables.items():
             _write_rows(self._file(cid, table), table, data)
-        _write_parquet(self._status_of(cid), records_table(records, self.stage, self.writes))
+        atomic_write_parquet(records_table(records, self.stage, self.writes), self._status_of(cid))
 
     def finish(self, drop: set[str] | frozenset[str] = frozenset()) -> None:
         """The shard's final files from its earlier ones and its chunks (a video's rows from
@@ -421,7 +411,7 @@ class ShardWriter:
         # way round, they would stay done without their rows)
         shrink = bool(drop) and all(source == "" for source, _ in parts)
         if shrink:
-            self._write_status(records)
+            atomic_write_parquet(records, self.status)
         for table in self.writes:
             pieces = []
             for i, rows in enumerate(got.get(table) for got in loaded):
@@ -436,8 +426,8 @@ class ShardWriter:
                 _write_rows(out, table, pa.concat_tables(pieces, promote_options="permissive"))
             else:
                 out.unlink(missing_ok=True)
-        if not shrink:
-            self._write_status(records)
+        if not shrink:  # last: the shard is finished
+            atomic_write_parquet(records, self.status)
         self._clear_work()
 
     def _move(self, cid: str) -> bool:
@@ -460,9 +450,6 @@ class ShardWriter:
             return False
         self._clear_work()
         return True
-
-    def _write_status(self, records: Any) -> None:  # the shard's last file: it is finished
-        _write_parquet(self.status, records)
 
     def _clear_work(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
@@ -515,9 +502,5 @@ def _write_rows(path: Path, table: str, data: Any) -> None:
     if ids is not None and len(ids) > 1 and not pc.all(  # a chunk's rows come sorted
             pc.greater_equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py():
         data = data.sort_by("video_id")
-    _write_parquet(path, data, use_dictionary=parquet_dictionary(data.schema))
+    atomic_write_parquet(data, path, use_dictionary=parquet_dictionary(data.schema))
 
-
-def _write_parquet(path: Path, table: Any, **options: Any) -> None:
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True,
-                                                  **options))
