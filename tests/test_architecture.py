@@ -309,7 +309,7 @@ def test_tests_mirror_the_package_and_share_only_through_support() -> None:
 # counting and the sort skipped for rows already in order).
 BUDGETS = {  # what, its files, at most this many lines (wc -l) together
     "the engine and the stores under it":
-        (("engine/*.py", "atomic.py", "hashing.py", "io/subtitle_dump.py"), 2_710),
+        (("engine/*.py", "atomic.py", "hashing.py", "io/subtitle_dump.py"), 2_500),
     "the LLM and VLM clients": (("llm/*.py",), 1_300),
     "the package": (("**/*.py",), 24_000),
 }

@@ -108,9 +108,12 @@ class ParquetStore:
         self.columns = [c for c in ("video_id", *COLUMNS, "score", "error") if c in names]
         sizes = [self.pf.metadata.row_group(i).num_rows for i in range(self.pf.num_row_groups)]
         self.group_starts = list(itertools.accumulate(sizes, initial=0))
+        # caches of functions of the file, not of self (a bound method would make a cycle)
+        pf, columns = self.pf, self.columns
         self._group = functools.lru_cache(cached_groups)(
-            lambda g: self.pf.read_row_group(g, columns=self.columns))
-        self._decoded = functools.lru_cache(2)(self._decode)  # lists weigh more: the 2 in use
+            lambda g: pf.read_row_group(g, columns=columns))
+        self._decoded = functools.lru_cache(2)(  # as lists a group weighs more: the 2 in use
+            functools.partial(_decode, self._group))
         self._last = -1  # the number last found
         self._lock = threading.Lock()
         self.max_buffered_rows = 0
@@ -229,13 +232,6 @@ class ParquetStore:
             df["score"] = score
         return df
 
-    def _decode(self, g: int) -> dict[str, Any]:
-        table = self._group(g)
-        err = table.column("error")
-        return {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
-                "text": table.column("text").to_pylist(),
-                "error": err.to_pylist() if err.null_count < len(err) else None}
-
     def _raise_first(self, errors: list[str | None]) -> None:  # ``DumpWriter.add_rows``'s
         if problem := next((e for e in errors if e), None):
             raise InputError(self.shown_as, problem)
@@ -254,6 +250,14 @@ class ParquetStore:
         read = self._group.cache_info()  # an LRU cache never shrinks: its size is its peak
         return {"groups_read": read.misses, "max_cached_groups": read.currsize,
                 "max_buffered_rows": self.max_buffered_rows}
+
+
+def _decode(group: Any, g: int) -> dict[str, Any]:
+    table = group(g)
+    err = table.column("error")
+    return {**{c: table.column(c).to_numpy() for c in ("start", "end", "score")},
+            "text": table.column("text").to_pylist(),
+            "error": err.to_pylist() if err.null_count < len(err) else None}
 
 
 def _order_if_distinct(ids: pa.ChunkedArray) -> np.ndarray | None:

@@ -84,8 +84,9 @@ class Searcher:
         # row i = vector i, as arrays: a server builds its records from these
         self.columns = {c: self.clips[c].to_numpy() for c in
                         ("video_id", "start", "end", "text", "orig_start", "orig_end")}
-        # the query's embedding ``(1, dim)``; repeated queries come from a small LRU cache
-        self.embed = functools.lru_cache(maxsize=cache_size)(self._encode)
+        # the query's embedding ``(1, dim)``; repeated queries come from a small LRU cache (of a
+        # function of the encoder, not a bound method: no cycle keeping the searcher alive)
+        self.embed = functools.lru_cache(maxsize=cache_size)(functools.partial(_encode, encoder))
 
     @classmethod
     def open(cls, run_dir: str | Path, encoder: str | Encoder | None = None, *,
@@ -122,9 +123,6 @@ class Searcher:
 
     def __len__(self) -> int:
         return len(self.clips)
-
-    def _encode(self, query: str) -> np.ndarray:
-        return np.ascontiguousarray(self.encoder.encode_texts([query]), dtype=np.float32)
 
     def search(self, query: str, k: int = K, by: str = BY) -> list[Hit]:
         return self._hits(*self.search_rows(query, k=k, by=by))
@@ -195,3 +193,7 @@ def format_hits(hits: list[Hit], as_json: bool = False) -> str:
 def _ts(t: float) -> str:
     m, s = divmod(max(0.0, t), 60)
     return f"{int(m):d}:{s:05.2f}"
+
+
+def _encode(encoder: Encoder, query: str) -> np.ndarray:
+    return np.ascontiguousarray(encoder.encode_texts([query]), dtype=np.float32)

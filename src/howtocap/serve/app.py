@@ -186,6 +186,25 @@ def _finite(x: Any) -> float | None:
     return f if np.isfinite(f) else None
 
 
+def _fragment(c: dict[str, Any], data: Dataset, i: int) -> bytes:
+    """Row ``i``'s JSON object without its scores, left open for them."""
+    vid = str(c["video_id"][i])
+    start, end = _finite(c["start"][i]), _finite(c["end"][i])
+    o_start, o_end = _finite(c["orig_start"][i]), _finite(c["orig_end"][i])
+    # context spans both the aligned and the LLM's times
+    lo = min((x for x in (start, o_start) if x is not None), default=0.0)
+    hi = max((x for x in (end, o_end) if x is not None), default=lo)
+    q = quote(vid, safe="")
+    has_file = data.has_file.get(vid, False)
+    lines = data.lines.get(vid)
+    return _dumps({"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
+                   "orig_start": o_start, "orig_end": o_end, "row": i,
+                   "media": f"/media/{q}" if has_file else None,
+                   "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
+                   if has_file else None, "page": f"/video/{q}",
+                   "context": [] if lines is None else lines.near(lo, hi)})[:-1]
+
+
 class HitRecords:
     """Search results as JSON bytes built straight from the index's columns: a row never
     changes while the server runs, so all but its scores is serialised once per row (the
@@ -194,26 +213,9 @@ class HitRecords:
     def __init__(self, searcher: Searcher, data: Dataset) -> None:
         self.cols = searcher.columns
         self.data = data
-        self.fragment = functools.lru_cache(maxsize=ROW_CACHE)(self._fragment)
-
-    def _fragment(self, i: int) -> bytes:
-        """Row ``i``'s JSON object without its scores, left open for them."""
-        c, data = self.cols, self.data
-        vid = str(c["video_id"][i])
-        start, end = _finite(c["start"][i]), _finite(c["end"][i])
-        o_start, o_end = _finite(c["orig_start"][i]), _finite(c["orig_end"][i])
-        # context spans both the aligned and the LLM's times
-        lo = min((x for x in (start, o_start) if x is not None), default=0.0)
-        hi = max((x for x in (end, o_end) if x is not None), default=lo)
-        q = quote(vid, safe="")
-        has_file = data.has_file.get(vid, False)
-        lines = data.lines.get(vid)
-        return _dumps({"video_id": vid, "start": start, "end": end, "text": str(c["text"][i]),
-                       "orig_start": o_start, "orig_end": o_end, "row": i,
-                       "media": f"/media/{q}" if has_file else None,
-                       "thumbnail": f"/api/videos/{q}/thumbnail?t={thumb_time(start, end):.1f}"
-                       if has_file else None, "page": f"/video/{q}",
-                       "context": [] if lines is None else lines.near(lo, hi)})[:-1]
+        # a function of the columns, not a bound method: no cycle keeping the records alive
+        self.fragment = functools.lru_cache(maxsize=ROW_CACHE)(
+            functools.partial(_fragment, self.cols, data))
 
     def hits_json(self, r: Ranked) -> bytes:
         n = len(r.ids)
