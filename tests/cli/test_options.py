@@ -215,6 +215,6 @@ def test_the_runner_flags_and_their_yaml_reach_the_runner(tmp_path: Path, monkey
     assert res.exit_code == 0, res.output
     assert (seen["runner"].processes, seen["runner"].workers) == (2, 4)  # typed wins
     assert (seen["shard"].index, seen["shard"].count) == (1, 2)
-    assert (seen["batching"].size, seen["batching"].seconds) == (7, 5)
+    assert (seen["batching"].batch_size, seen["batching"].batch_seconds) == (7, 5)
     assert seen["retry_failed"] and not seen["redo"] and seen["progress"]
     assert seen["max_attempts"] == RunnerConfig().max_attempts

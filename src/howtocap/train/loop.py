@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from rich.progress import TextColumn
@@ -35,15 +35,23 @@ from howtocap.train.logs import write_logs
 from howtocap.train.schedule import make_optimizer, make_scheduler
 from howtocap.train.tasks import DualTask, held_out_metrics, make_task, set_train_mode
 
-__all__ = ["run"]
+__all__ = ["LoopResult", "run"]
+
+
+class LoopResult(NamedTuple):
+    checkpoint: Path
+    history: list[dict[str, Any]]
+    epochs_run: int
+    resumed_from: int  # the epoch resumed from (0: a fresh start)
+    model: nn.Module
+
 
 def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips: list[Clip],
         *, resume: bool, device: str | torch.device | None, progress: bool = True,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
         shards: ShardSource | None = None
-        ) -> tuple[Path, list[dict[str, Any]], int, int, nn.Module]:
-    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty).
-    Returns the checkpoint, the history, the epochs run, the epoch resumed from, the model."""
+        ) -> LoopResult:
+    """Train; with ``shards`` the clips stream from WebDataset shards (the lists stay empty)."""
     rank, world, dev = setup_distributed(device)
     show = progress and rank == 0
     out = Path(cfg.out_dir)
@@ -161,5 +169,5 @@ def run(cfg: TrainConfig, encoder: Encoder, train_clips: list[Clip], eval_clips:
     epochs_run = max(0, cfg.epochs - start_epoch)
     if rank == 0 and history and epochs_run == 0:
         write_logs(out, history)
-    return ckpt_path, history, epochs_run, start_epoch, task.model
+    return LoopResult(ckpt_path, history, epochs_run, start_epoch, task.model)
 
