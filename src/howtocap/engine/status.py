@@ -86,7 +86,8 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
     tries: Counter[int] = Counter()
 
     def seconds() -> Iterator[list[float]]:
-        for group in _chunks(parts, 64):
+        shards = iter(parts)
+        while group := list(itertools.islice(shards, 64)):
             t = pa.concat_tables(group)
             ok = pc.equal(t["status"], "ok").to_numpy(zero_copy_only=False)
             bad = t.filter(~ok).sort_by("video_id")  # then a cause's first ids are its examples
@@ -108,9 +109,3 @@ def _count(parts: Iterable[Any]) -> dict[str, Any]:
                               if c in found},
             "failed_attempts": {str(k): v for k, v in sorted(tries.items())},
             "video_seconds": round(total, 3)}
-
-
-def _chunks(items: Iterable[Any], n: int) -> Iterator[list[Any]]:  # itertools.batched (3.12)
-    it = iter(items)
-    while group := list(itertools.islice(it, n)):
-        yield group
